@@ -1,0 +1,129 @@
+"""aiter as a control (the stable library on ROCm) and as a subject adapter.
+
+Written from ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879 (aiter/ops/mha.py
+`flash_attn_func`, aiter/tuned_gemm.py `tgemm.mm` -> `gemm_a16w16`, aiter/ops/gemm_op_a8w8.py
+`gemm_a8w8` / `gemm_a8w8_bpreshuffle`, aiter/ops/shuffle.py `shuffle_weight`,
+op_tests/test_gemm_a8w8.py for the scale shapes). NOT YET RUN ON AMD HARDWARE.
+
+Conventions read there:
+- `flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, ...)` with q, k, v
+  as [B, S, H, D]; returns the output (a tuple only when return_lse / return_attn_probs).
+- `tgemm.mm(inp, weights)` is F.linear: inp [M, K], weights [N, K] -> [M, N].
+- `gemm_a8w8(XQ, WQ, x_scale, w_scale, bias=None, dtype=bf16)`: XQ [M, K], WQ [N, K] fp8,
+  x_scale [M, 1], w_scale [N, 1] fp32 (per-token, as `pertoken_quant` returns them).
+  `gemm_a8w8_bpreshuffle` takes WQ through `shuffle_weight(WQ, layout=(16, 16))`.
+- aiter's fp8 dtype is `aiter.dtypes.fp8` (e4m3fn on gfx950, e4m3fnuz on gfx942).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+
+from benches.backends.base import (BackendUnavailable, Prepared, from_layout, load_entry, prepared,
+                                   require_gpu, require_module, to_layout)
+
+GEMM_KINDS = ("a16w16", "a8w8", "a8w8_bpreshuffle")
+
+
+def gemm_kind(dtype: torch.dtype, options: Mapping[str, Any]) -> str:
+    """Which aiter GEMM a dtype maps to; options["gemm_kind"] may pick bpreshuffle for fp8."""
+    kind = str(options.get("gemm_kind", "a8w8" if dtype == torch.float8_e4m3fn else "a16w16"))
+    if kind not in GEMM_KINDS:
+        raise ValueError(f"aiter gemm_kind must be one of {', '.join(GEMM_KINDS)}, got {kind!r}")
+    if (kind == "a16w16") == (dtype == torch.float8_e4m3fn):
+        raise ValueError(f"aiter gemm_kind {kind!r} does not take {dtype} inputs")
+    return kind
+
+
+def gemm_operands(a: torch.Tensor, b: torch.Tensor, kind: str,
+                  fp8: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+    """Our a [M, K], b [K, N] -> aiter's (inp, weights[N, K][, x_scale, w_scale]).
+
+    Unit scales: the suite's fp8 inputs are already quantized values."""
+    inp, weight = a.contiguous(), b.t().contiguous()
+    if kind == "a16w16":
+        return inp, weight
+    if fp8 is not None and inp.dtype != fp8:
+        inp, weight = inp.to(fp8), weight.to(fp8)
+    x_scale = torch.ones((inp.shape[0], 1), device=a.device, dtype=torch.float32)
+    w_scale = torch.ones((weight.shape[0], 1), device=a.device, dtype=torch.float32)
+    return inp, weight, x_scale, w_scale
+
+
+class _Aiter:
+    name = "aiter"
+
+    def __init__(self) -> None:
+        require_gpu(self.name, "rocm")
+        self.aiter = require_module("aiter", self.name)
+
+    def fp8(self) -> torch.dtype | None:
+        return getattr(getattr(self.aiter, "dtypes", None), "fp8", None)
+
+    def shuffle(self, weight: torch.Tensor) -> torch.Tensor:
+        return require_module("aiter.ops.shuffle", self.name).shuffle_weight(weight, layout=(16, 16))
+
+
+class AiterControl(_Aiter):
+    """aiter.flash_attn_func and tuned GEMM / fp8 GEMM in the trial process."""
+
+    def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
+        if suite == "fa":
+            return _prepare_fa(self.aiter.flash_attn_func, inputs, {})
+        if suite == "gemm":
+            kind = gemm_kind(inputs["a"].dtype, {})
+            if kind == "a16w16":
+                tgemm = require_module("aiter.tuned_gemm", self.name).tgemm
+                return _prepare_gemm(tgemm.mm, inputs, kind, None, None)
+            return _prepare_gemm(self.aiter.gemm_a8w8, inputs, kind, self.fp8(), None)
+        raise ValueError(f"unknown suite {suite!r}")
+
+
+class AiterSubject(_Aiter):
+    """A kernel of the aiter commit under test, called with aiter's own conventions."""
+
+    def __init__(self, entry: str, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.entry, self.options = entry, dict(options or {})
+
+    def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
+        fn = load_entry(self.entry, self.name)
+        opts = {k: v for k, v in self.options.items() if k != "gemm_kind"}
+        if suite == "fa":
+            return _prepare_fa(fn, inputs, opts)
+        if suite == "gemm":
+            kind = gemm_kind(inputs["a"].dtype, self.options)
+            shuffle = self.shuffle if kind == "a8w8_bpreshuffle" else None
+            return _prepare_gemm(fn, inputs, kind, self.fp8(), shuffle, **opts)
+        raise ValueError(f"unknown suite {suite!r}")
+
+
+def _prepare_fa(fn: Callable[..., Any], inputs: Mapping[str, Any], opts: Mapping[str, Any]) -> Prepared:
+    q, k, v = (to_layout(inputs[n], "bshd") for n in ("q", "k", "v"))
+    causal, scale = inputs["causal"], inputs["sm_scale"]
+    return prepared(lambda: fn(q, k, v, dropout_p=0.0, softmax_scale=scale, causal=causal, **opts),
+                    lambda o: from_layout(o[0] if isinstance(o, (tuple, list)) else o, "bshd"))
+
+
+def _prepare_gemm(fn: Callable[..., Any], inputs: Mapping[str, Any], kind: str, fp8: torch.dtype | None,
+                  shuffle: Callable[[torch.Tensor], torch.Tensor] | None, **opts: Any) -> Prepared:
+    ops = gemm_operands(inputs["a"], inputs["b"], kind, fp8)
+    if kind == "a16w16":
+        inp, weight = ops
+        return prepared(lambda: fn(inp, weight, **opts))
+    inp, weight, x_scale, w_scale = ops
+    if shuffle is not None:
+        weight = shuffle(weight)
+    out = inputs.get("out_dtype", torch.bfloat16)
+    return prepared(lambda: fn(inp, weight, x_scale, w_scale, None, out, **opts))
+
+
+def unavailable_reason() -> str | None:
+    """None when aiter can run here, else why not (for `bisector bench` and the tests)."""
+    try:
+        AiterControl()
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None

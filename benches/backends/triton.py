@@ -1,0 +1,27 @@
+"""Subject adapter for Triton kernels: the callable convention, on a GPU, with triton importable.
+
+The first call compiles into TRITON_CACHE_DIR (set per commit by the runner), which is what the
+trial records as compile time.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from benches.backends.base import BackendUnavailable, require_gpu, require_module
+from benches.backends.callable import CallableSubject
+
+
+class TritonSubject(CallableSubject):
+    def __init__(self, entry: str, layout: str = "bhsd", options: Mapping[str, Any] | None = None,
+                 device: str = "cuda") -> None:
+        super().__init__(entry, layout, options, name="triton")
+        self.device = device
+
+    def check(self) -> None:
+        require_module("triton", self.name)
+        if self.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise BackendUnavailable(self.name, "Triton kernels need a GPU (or TRITON_INTERPRET=1 on CPU)")
+        if self.device != "cpu":
+            require_gpu(self.name)

@@ -1,0 +1,262 @@
+"""Build one commit (optionally with a patch on top) into the cache, or find it there.
+
+Where the trial's source lives: each cache entry holds its own git worktree (`<entry>/tree`),
+created for that entry and removed only when the entry is evicted or its build fails. So a
+`BuildResult.source_dir` stays valid as long as the entry does, editable installs keep pointing
+at a path that does not move, and build scripts still see a git checkout (`git describe`, pins).
+
+Recipes:
+- `none`: the entry is just the worktree; no toolchain in the key, so a hit costs one rev-parse.
+- `pip`: `pip install --target <entry>/site <tree>/<source_dir> <pip_args>`; the trial imports
+  from `site/` (source_dir = prefix = site), with the host's torch still on its path. The
+  worktree is deleted after the install.
+- `command`: each step runs as `bash -c RUN` in the worktree with its env, timeout and log. A step
+  with `key_files` writes into a shared dir keyed by those files' content (env var `shared_dir`,
+  default BISECTOR_SHARED_DIR) and is skipped when that dir is complete: one LLVM build per pin.
+  Steps also see BISECTOR_SHA, BISECTOR_SOURCE (worktree) and BISECTOR_PREFIX (`<entry>/site`,
+  first on PYTHONPATH).
+
+A failed build never raises: its entry is wiped (logs are kept under `logs/<key>/`), and the
+failure is remembered for the life of this Builder so a search does not pay for it twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import git
+
+from bisector.build.cache import Cache, Slot, digest
+from bisector.build.steps import StepOutcome, import_argv, python_path_env, run_step, tail
+from bisector.build.worktree import Worktrees, resolve_commit, tree_hash
+from bisector.config import Build, BuildStep, Upstream
+from bisector.errors import GitError
+from bisector.model import BuildResult, BuildStatus
+
+DEFAULT_SHARED_ENV = "BISECTOR_SHARED_DIR"
+
+
+@lru_cache(maxsize=1)
+def toolchain_fingerprint() -> dict[str, str]:
+    """What a compiled build depends on besides the source: compiler, Python, torch."""
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "none"
+    cc = os.environ.get("CC", "cc")
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        compiler = out.splitlines()[0] if out else cc
+    except (OSError, subprocess.TimeoutExpired):
+        compiler = "none"
+    return {"python": sys.version.split()[0], "executable": sys.executable, "torch": torch,
+            "compiler": compiler}
+
+
+def patch_hash(patch: str) -> str:
+    return hashlib.sha256(patch.encode()).hexdigest()[:16]
+
+
+def _step_key(step: BuildStep) -> dict[str, Any]:
+    # The timeout does not change what a step produces, so it is not part of the key.
+    return {"run": step.run, "env": sorted(step.env.items()), "key_files": list(step.key_files),
+            "shared_dir": step.shared_dir}
+
+
+class Builder:
+    """Builds commits of one upstream with one recipe into a cache under `cache_root`."""
+
+    def __init__(self, repo: git.Repo, upstream: Upstream, build: Build, cache_root: Path) -> None:
+        self.repo, self.upstream, self.build_cfg = repo, upstream, build
+        self.worktrees = Worktrees(repo, Path(cache_root) / "locks" / "worktrees.lock")
+        self.cache = Cache(Path(cache_root), int(build.cache_max_gb * 1e9), on_remove=self._remove_tree)
+        self._failed: dict[str, BuildResult] = {}
+        self._memo_lock = threading.Lock()
+
+    # ----- keys
+
+    def recipe_key(self) -> dict[str, Any]:
+        b = self.build_cfg
+        key: dict[str, Any] = {"recipe": b.recipe, "import_check": b.import_check}
+        if b.recipe == "pip":
+            key.update(pip_args=list(b.pip_args), source_dir=self.upstream.source_dir)
+        if b.recipe == "command":
+            key["steps"] = [_step_key(s) for s in b.steps]
+        if b.recipe != "none":
+            key["toolchain"] = toolchain_fingerprint()
+        return key
+
+    def entry_key(self, sha: str, patch: str | None = None) -> str:
+        full = resolve_commit(self.repo, sha)
+        return digest("entry", tree_hash(self.repo, full), patch_hash(patch) if patch else None, self.recipe_key())
+
+    # ----- public
+
+    def build(self, sha: str, patch: str | None = None) -> BuildResult:
+        """The build of `sha` (+ `patch`): from the cache, or built now. RefError for an unknown sha."""
+        start = time.monotonic()
+        full = resolve_commit(self.repo, sha)
+        phash = patch_hash(patch) if patch else None
+        key = digest("entry", tree_hash(self.repo, full), phash, self.recipe_key())
+        with self._memo_lock:
+            if key in self._failed:
+                return self._failed[key]
+        slot = self.cache.slot("entries", key)
+        if slot.is_complete():
+            return self._hit(slot, full, phash, start)
+        with slot.lock:
+            if slot.is_complete():  # another process or thread finished it while we waited
+                return self._hit(slot, full, phash, start)
+            result = self._build_locked(slot, full, patch, phash, start)
+            if result.status is BuildStatus.FAILED:
+                self.cache.wipe(slot)
+                with self._memo_lock:
+                    self._failed[key] = result
+        self.cache.evict(keep=frozenset({key}))
+        return result
+
+    # ----- internals
+
+    def _hit(self, slot: Slot, sha: str, phash: str | None, start: float) -> BuildResult:
+        slot.touch()
+        meta = slot.meta()
+        prefix = meta.get("prefix")
+        return BuildResult(sha=sha, status=BuildStatus.OK, source_dir=str(slot.path / meta["source_dir"]),
+                           prefix=str(slot.path / prefix) if prefix else None,
+                           log_path=str(slot.log_dir / "build.log"), seconds=time.monotonic() - start,
+                           cache_hit=True, patch_hash=phash)
+
+    def _remove_tree(self, entry: Path) -> None:
+        if (entry / "tree").exists():
+            self.worktrees.remove(entry / "tree")
+
+    def _build_locked(self, slot: Slot, sha: str, patch: str | None, phash: str | None,
+                      start: float) -> BuildResult:
+        shutil.rmtree(slot.log_dir, ignore_errors=True)
+        slot.log_dir.mkdir(parents=True)
+        log = slot.log_dir / "build.log"
+        log.write_text(f"# build of {sha} patch={phash} recipe={self.build_cfg.recipe}\n")
+        tree, site = slot.path / "tree", slot.path / "site"
+
+        def failed(reason: str) -> BuildResult:
+            return BuildResult(sha=sha, status=BuildStatus.FAILED, source_dir="", log_path=str(log),
+                               seconds=time.monotonic() - start, patch_hash=phash,
+                               log_tail=f"{reason}\n{tail(log)}".strip())
+
+        # A stale entry (killed build): keep its worktree only if it is still pristine.
+        if slot.path.exists():
+            for child in slot.path.iterdir():
+                if child.name != "tree":
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+        try:
+            reused = self.worktrees.ensure(tree, sha)
+        except GitError as exc:
+            return failed(f"checkout failed: {exc}")
+        with open(log, "a") as fh:
+            fh.write(f"# worktree {tree} ({'reused' if reused else 'created'})\n")
+        site.mkdir(parents=True, exist_ok=True)
+
+        if patch is not None:
+            outcome = self._apply_patch(slot, tree, patch, log)
+            if not outcome.ok:
+                return failed(f"patch does not apply: {outcome.reason}")
+
+        source = tree / self.upstream.source_dir
+        if not source.is_dir():
+            return failed(f"source_dir {self.upstream.source_dir!r} missing in commit {sha[:12]}")
+        env = python_path_env(os.environ, [str(site)])
+        env.update(BISECTOR_SHA=sha, BISECTOR_SOURCE=str(tree), BISECTOR_PREFIX=str(site),
+                   PIP_DISABLE_PIP_VERSION_CHECK="1")
+
+        recipe = self.build_cfg.recipe
+        if recipe == "pip":
+            argv = [sys.executable, "-m", "pip", "install", "--target", str(site), *self.build_cfg.pip_args,
+                    str(source)]
+            outcome = run_step("pip", argv, tree, env, 3600.0, slot.log_dir / "01-pip.log", log)
+            if not outcome.ok:
+                return failed(f"pip install failed: {outcome.reason}")
+        elif recipe == "command":
+            for i, step in enumerate(self.build_cfg.steps, start=1):
+                reason = self._run_command_step(slot, i, step, tree, env, log)
+                if reason:
+                    return failed(reason)
+
+        paths = [str(site)] if recipe == "pip" else [str(source), str(site)]
+        if self.build_cfg.import_check:
+            outcome = run_step("import", import_argv(self.build_cfg.import_check), slot.path,
+                               python_path_env(os.environ, paths), 600.0, slot.log_dir / "99-import.log", log)
+            if not outcome.ok:
+                return failed(f"import failed: {self.build_cfg.import_check} ({outcome.reason})")
+
+        if recipe == "pip":
+            self.worktrees.remove(tree)  # the trial imports the installed copy
+            source_rel, prefix_rel = "site", "site"
+        else:
+            source_rel = str(source.relative_to(slot.path))
+            prefix_rel = "site" if any(site.iterdir()) else None
+        seconds = time.monotonic() - start
+        slot.finalize({"sha": sha, "patch_hash": phash, "recipe": self.recipe_key(), "source_dir": source_rel,
+                       "prefix": prefix_rel, "build_seconds": seconds})
+        return BuildResult(sha=sha, status=BuildStatus.OK, source_dir=str(slot.path / source_rel),
+                           prefix=str(slot.path / prefix_rel) if prefix_rel else None, log_path=str(log),
+                           seconds=seconds, cache_hit=False, patch_hash=phash)
+
+    def _apply_patch(self, slot: Slot, tree: Path, patch: str, log: Path) -> StepOutcome:
+        patch_file = slot.log_dir / "patch.diff"
+        patch_file.write_text(patch if patch.endswith("\n") else patch + "\n")
+        outcome = run_step("patch", ["git", "apply", "--3way", "--whitespace=nowarn", str(patch_file)], tree,
+                           os.environ, 600.0, slot.log_dir / "00-patch.log", log)
+        if outcome.ok:
+            return outcome
+        text = Path(outcome.log_path).read_text(errors="replace")
+        files = re.findall(r"patch failed: (\S+?):\d+", text) + re.findall(r"^U (\S+)$", text, re.M)
+        files += re.findall(r"Applied patch to '([^']+)' with conflicts", text)
+        files += re.findall(r"error: (\S+): (?:does not exist in index|No such file)", text)
+        named = ", ".join(dict.fromkeys(files)) or "see log"
+        return StepOutcome(outcome.name, False, outcome.seconds, outcome.log_path, f"conflicts in {named}")
+
+    def _run_command_step(self, slot: Slot, i: int, step: BuildStep, tree: Path, env: dict[str, str],
+                          log: Path) -> str:
+        """Run one step (or reuse its shared output); returns a failure reason or ''."""
+        name = f"step {i}: {step.run}"
+        step_log = slot.log_dir / f"{i:02d}-step.log"
+        argv = ["bash", "-c", step.run]
+        if not step.key_files:
+            out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log)
+            return "" if out.ok else f"{name} failed: {out.reason}"
+        contents = []
+        for rel in step.key_files:
+            try:
+                contents.append([rel, hashlib.sha256((tree / rel).read_bytes()).hexdigest()])
+            except OSError:
+                return f"{name}: key file {rel!r} missing in commit"
+        shared = self.cache.slot("shared", digest("shared", _step_key(step), contents, toolchain_fingerprint()))
+        env[step.shared_dir or DEFAULT_SHARED_ENV] = str(shared.path)  # later steps see it too
+        if shared.is_complete():
+            shared.touch()
+            with open(log, "a") as fh:
+                fh.write(f"===== {name}: reused shared output {shared.path} =====\n")
+            return ""
+        with shared.lock:
+            if shared.is_complete():
+                shared.touch()
+                return ""
+            shutil.rmtree(shared.path, ignore_errors=True)
+            shared.path.mkdir(parents=True)
+            out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log)
+            if not out.ok:
+                shutil.rmtree(shared.path, ignore_errors=True)
+                return f"{name} failed: {out.reason}"
+            shared.finalize({"step": _step_key(step), "key_files": contents})
+        return ""

@@ -1,0 +1,84 @@
+"""Running build commands: one log per step, a timeout that kills the whole process group.
+
+Every step's output goes to its own file (linkable from reports) and is appended to the build's
+combined log, so a failure can be shown as a tail without reading the files again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    name: str
+    ok: bool
+    seconds: float
+    log_path: str
+    reason: str = ""  # "exit 2", "timeout after 30s"
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float,
+             log_path: Path, combined_log: Path) -> StepOutcome:
+    """Run `argv`; stdout and stderr go to `log_path`, then to the combined log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    reason = ""
+    with open(log_path, "wb") as log:
+        log.write(f"$ {' '.join(argv)}\n# cwd {cwd}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout_s)
+            if code != 0:
+                reason = f"exit {code}"
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            reason = f"timeout after {timeout_s:g}s"
+        except BaseException:
+            _kill_group(proc)  # our own interruption: leave no orphan build behind
+            raise
+    seconds = time.monotonic() - start
+    with open(combined_log, "a", errors="replace") as out:
+        out.write(f"===== {name} ({seconds:.1f}s{', ' + reason if reason else ''}) =====\n")
+        out.write(log_path.read_text(errors="replace"))
+        out.write("\n")
+    return StepOutcome(name=name, ok=not reason, seconds=seconds, log_path=str(log_path), reason=reason)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def python_path_env(base: Mapping[str, str], paths: Sequence[str]) -> dict[str, str]:
+    """`base` with `paths` first on PYTHONPATH; the host's site-packages (torch) stay visible."""
+    env = dict(base)
+    old = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *([old] if old else [])])
+    return env
+
+
+def import_argv(module: str) -> list[str]:
+    return [sys.executable, "-c", f"import {module}; print({module}.__file__)"]

@@ -1,0 +1,1 @@
+"""The CLI layer: one click command per module; the only place that prints."""

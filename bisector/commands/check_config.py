@@ -1,0 +1,21 @@
+"""`bisector check-config FILE`: load and validate a config, print what it measures."""
+
+from __future__ import annotations
+
+import click
+
+from bisector import config
+from bisector.commands.common import fail_on_error
+
+
+@click.command("check-config")
+@click.argument("path", type=click.Path(dir_okay=False))
+@fail_on_error
+def command(path: str) -> None:
+    """Validate a config file; exit 2 with `file: key: problem` when it is wrong."""
+    cfg = config.load(path)
+    click.echo(f"{cfg.name}: {cfg.upstream.repo} ({cfg.upstream.branch}), build {cfg.build.recipe}, "
+               f"device {cfg.device}, control {cfg.control}")
+    for shape in cfg.shapes:
+        params = " ".join(f"{k}={v}" for k, v in shape.params)
+        click.echo(f"  {shape.key:32s} {params}")

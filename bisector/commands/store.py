@@ -1,0 +1,60 @@
+"""`bisector store info|export`: look into the result store, or dump its trials for pandas."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import click
+
+from bisector.commands.common import fail_on_error, print_json
+from bisector.store import FORMATS, Store, default_path
+
+_STORE_OPTION = click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path),
+                             default=None, help="SQLite store (default: $BISECTOR_STORE or the user cache dir).")
+
+
+@click.group("store")
+def command() -> None:
+    """Inspect or export the result store."""
+
+
+@command.command("info")
+@_STORE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@fail_on_error
+def info(store_path: Path | None, as_json: bool) -> None:
+    """Path, schema version and counts per campaign."""
+    with Store(store_path or default_path(), create=False) as store:
+        summary = store.info()
+    if as_json:
+        print_json(dataclasses.asdict(summary))
+        return
+    click.echo(f"store: {summary.path}")
+    click.echo(f"schema version: {summary.schema_version}")
+    if not summary.campaigns:
+        click.echo("no campaigns")
+        return
+    header = ("campaign", "commits", "builds", "trials", "ok", "nights")
+    rows = [(c.campaign, c.commits, c.builds, c.trials, c.trials_ok, c.nights) for c in summary.campaigns]
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
+                             for i, (v, w) in enumerate(zip(row, widths))).rstrip())
+
+
+@command.command("export")
+@_STORE_OPTION
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="csv", show_default=True)
+@click.option("--campaign", default=None, help="Only this campaign (default: all).")
+@click.option("--out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Output file (default: stdout).")
+@fail_on_error
+def export(store_path: Path | None, fmt: str, campaign: str | None, out: Path | None) -> None:
+    """Dump one row per trial, with every raw sample, as CSV or JSON."""
+    with Store(store_path or default_path(), create=False) as store:
+        if out is None:
+            store.export(fmt, click.get_text_stream("stdout"), campaign=campaign)
+        else:
+            count = store.export(fmt, out, campaign=campaign)
+            click.echo(f"wrote {count} trials to {out}", err=True)

@@ -1,0 +1,337 @@
+"""TOML -> validated, frozen Config. Every problem is reported as `file: key: problem`."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from bisector.errors import ConfigError
+from bisector.model import Shape
+
+SUITES = ("fa", "gemm")
+RECIPES = ("none", "pip", "command")
+DEVICES = ("cpu", "cuda", "rocm")
+CONTROLS = ("torch", "torch_cuda", "aiter", "none")
+SUBJECT_ADAPTERS = ("triton", "torch", "flydsl", "aiter", "callable")
+DTYPES = ("bf16", "fp16", "fp32", "fp8")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    repo: str  # git URL or local path
+    branch: str = "main"
+    source_dir: str = "."  # inside the checkout: what the trial imports from
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    run: str
+    timeout_s: float = 3600.0
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Files whose content keys this step's output on its own (e.g. an LLVM pin), so that a range
+    # with one pin change costs two builds of the heavy dependency, not one per commit.
+    key_files: tuple[str, ...] = ()
+    shared_dir: str | None = None  # env var name that receives the shared output dir
+
+
+@dataclass(frozen=True)
+class Build:
+    recipe: str = "none"
+    pip_args: tuple[str, ...] = ("--no-deps",)
+    steps: tuple[BuildStep, ...] = ()
+    import_check: str | None = None  # module imported after the build; failure = SKIP
+    cache_dir: str | None = None
+    cache_max_gb: float = 50.0
+    parallel: int = 1  # background prefetch builds at once
+
+
+@dataclass(frozen=True)
+class Subject:
+    """How the trial calls the upstream's kernel for one suite."""
+
+    entry: str  # "module.path:function"
+    adapter: str = "callable"
+    layout: str = "bhsd"  # attention tensors as the entry point expects them: bhsd | bshd
+    options: Mapping[str, Any] = field(default_factory=dict)  # passed to the adapter
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The cold protocol: one process per trial, fresh JIT cache per commit, flush per rep."""
+
+    trials: int = 3  # first trials per commit; the search doubles up to max_trials
+    max_trials: int = 24
+    reps: int = 20  # timed repetitions per trial, subject and control alternating
+    warmup: int = 3
+    flush_mb: int = 0  # 0 = sized from the device (>= 2x last-level cache)
+    timeout_s: float = 600.0
+    jit_cache_env: tuple[str, ...] = ("TRITON_CACHE_DIR",)
+    env: Mapping[str, str] = field(default_factory=dict)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_step_pct: float = 1.0
+    alpha: float = 0.01
+    # Per-suite tolerances of the correctness check, as (atol, rtol).
+    tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Publish:
+    repo: str | None = None  # owner/name
+    token_env: str = "GITHUB_TOKEN"
+    base_url: str = "https://api.github.com"
+    comment_on_culprit: bool = True
+    comment_on_requester: bool = True
+    draft_pr: bool = False
+    commit_status: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    path: str
+    upstream: Upstream
+    build: Build
+    device: str
+    devices: tuple[int, ...]
+    control: str
+    subjects: Mapping[str, Subject]  # suite -> subject
+    shapes: tuple[Shape, ...]
+    protocol: Protocol
+    thresholds: Thresholds
+    publish: Publish
+    report_dir: str = "reports"
+    store: str | None = None  # SQLite path; None = user cache dir
+    description: str = ""
+
+    def shape(self, key: str) -> Shape:
+        for s in self.shapes:
+            if s.key == key:
+                return s
+        raise KeyError(key)
+
+
+class _Section:
+    """Reads one TOML table, remembering the dotted path for error messages."""
+
+    def __init__(self, path: Path, data: Mapping[str, Any], prefix: str, known: tuple[str, ...]):
+        self.path, self.data, self.prefix = path, data, prefix
+        if not isinstance(data, Mapping):
+            raise ConfigError(path, prefix, "must be a table")
+        for key in data:
+            if key not in known:
+                raise ConfigError(path, self.name(key), f"unknown key (known: {', '.join(known)})")
+
+    def name(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., choices: tuple = ()) -> Any:
+        if key not in self.data:
+            if default is ...:
+                raise ConfigError(self.path, self.name(key), "missing")
+            return default
+        value = self.data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise ConfigError(self.path, self.name(key), f"must be {names}, got {value!r}")
+        if choices and value not in choices:
+            raise ConfigError(self.path, self.name(key), f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def positive(self, key: str, kind: type, default: Any) -> Any:
+        value = self.get(key, kind, default)
+        if value <= 0:
+            raise ConfigError(self.path, self.name(key), f"must be > 0, got {value!r}")
+        return value
+
+    def strings(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        value = self.get(key, list, list(default))
+        if not all(isinstance(v, str) for v in value):
+            raise ConfigError(self.path, self.name(key), "must be a list of strings")
+        return tuple(value)
+
+    def str_map(self, key: str) -> dict[str, str]:
+        value = self.get(key, dict, {})
+        for k, v in value.items():
+            if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                raise ConfigError(self.path, f"{self.name(key)}.{k}", "must be a string or number")
+        return {k: str(v) for k, v in value.items()}
+
+    def section(self, key: str, known: tuple[str, ...], required: bool = False) -> "_Section":
+        if key not in self.data and required:
+            raise ConfigError(self.path, self.name(key), "missing table")
+        return _Section(self.path, self.data.get(key, {}), self.name(key), known)
+
+
+def load(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(path, "", "no such file") from None
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, "", f"invalid TOML: {exc}") from None
+    return parse(data, path)
+
+
+def parse(data: Mapping[str, Any], path: Path) -> Config:
+    top = _Section(path, data, "", ("name", "description", "upstream", "build", "device", "control",
+                                    "subject", "suites", "protocol", "thresholds", "publish", "report", "store"))
+    up = top.section("upstream", ("repo", "branch", "source_dir"), required=True)
+    upstream = Upstream(repo=up.get("repo", str), branch=up.get("branch", str, "main"),
+                        source_dir=up.get("source_dir", str, "."))
+    if Path(upstream.source_dir).is_absolute() or ".." in Path(upstream.source_dir).parts:
+        raise ConfigError(path, "upstream.source_dir", "must be a relative path inside the checkout")
+
+    dev = top.section("device", ("kind", "visible"), required=True)
+    device = dev.get("kind", str, choices=DEVICES)
+    visible = dev.get("visible", list, [0])
+    if not all(isinstance(v, int) and v >= 0 for v in visible) or not visible:
+        raise ConfigError(path, "device.visible", "must be a non-empty list of device indices")
+
+    ctl = top.section("control", ("backend",), required=True)
+    control = ctl.get("backend", str, choices=CONTROLS)
+
+    return Config(
+        name=top.get("name", str, path.stem),
+        description=top.get("description", str, ""),
+        path=str(path),
+        upstream=upstream,
+        build=_build(top.section("build", ("recipe", "pip_args", "steps", "import_check", "cache_dir",
+                                           "cache_max_gb", "parallel"))),
+        device=device,
+        devices=tuple(visible),
+        control=control,
+        subjects=_subjects(top),
+        shapes=_shapes(top),
+        protocol=_protocol(top.section("protocol", ("trials", "max_trials", "reps", "warmup", "flush_mb",
+                                                    "timeout_s", "jit_cache_env", "env", "seed"))),
+        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances"))),
+        publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
+                                                 "comment_on_requester", "draft_pr", "commit_status"))),
+        report_dir=top.section("report", ("dir",)).get("dir", str, "reports"),
+        store=top.get("store", str, None),
+    )
+
+
+def _build(sec: _Section) -> Build:
+    steps = []
+    for i, raw in enumerate(sec.get("steps", list, [])):
+        step = _Section(sec.path, raw, f"{sec.name('steps')}[{i}]", ("run", "timeout_s", "env", "key_files",
+                                                                      "shared_dir"))
+        steps.append(BuildStep(run=step.get("run", str), timeout_s=step.positive("timeout_s", float, 3600.0),
+                               env=step.str_map("env"), key_files=step.strings("key_files"),
+                               shared_dir=step.get("shared_dir", str, None)))
+    recipe = sec.get("recipe", str, "none", choices=RECIPES)
+    if recipe == "command" and not steps:
+        raise ConfigError(sec.path, sec.name("steps"), "the command recipe needs at least one step")
+    return Build(recipe=recipe, pip_args=sec.strings("pip_args", ("--no-deps",)), steps=tuple(steps),
+                 import_check=sec.get("import_check", str, None), cache_dir=sec.get("cache_dir", str, None),
+                 cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1))
+
+
+def _subjects(top: _Section) -> dict[str, Subject]:
+    sec = top.section("subject", SUITES, required=True)
+    out = {}
+    for suite in SUITES:
+        if suite not in sec.data:
+            continue
+        s = sec.section(suite, ("entry", "adapter", "layout", "options"))
+        entry = s.get("entry", str)
+        if ":" not in entry:
+            raise ConfigError(top.path, s.name("entry"), f"must be 'module:function', got {entry!r}")
+        out[suite] = Subject(entry=entry, adapter=s.get("adapter", str, "callable", choices=SUBJECT_ADAPTERS),
+                             layout=s.get("layout", str, "bhsd", choices=("bhsd", "bshd")),
+                             options=s.get("options", dict, {}))
+    if not out:
+        raise ConfigError(top.path, "subject", "name at least one of: " + ", ".join(SUITES))
+    return out
+
+
+_SHAPE_KEYS = {
+    "fa": ("name", "B", "H", "S", "D", "causal", "dtype"),
+    "gemm": ("name", "M", "N", "K", "dtype", "layout", "tile"),
+}
+
+
+def _shapes(top: _Section) -> tuple[Shape, ...]:
+    suites = top.section("suites", SUITES, required=True)
+    shapes: list[Shape] = []
+    for suite in SUITES:
+        if suite not in suites.data:
+            continue
+        s = suites.section(suite, ("shapes",))
+        for i, raw in enumerate(s.get("shapes", list)):
+            row = _Section(top.path, raw, f"{s.name('shapes')}[{i}]", _SHAPE_KEYS[suite])
+            dims = ("B", "H", "S", "D") if suite == "fa" else ("M", "N", "K")
+            params: dict[str, object] = {d: row.positive(d, int, ...) for d in dims}
+            params["dtype"] = row.get("dtype", str, "bf16", choices=DTYPES)
+            if suite == "fa":
+                params["causal"] = row.get("causal", bool, False)
+            else:
+                params["layout"] = row.get("layout", str, "nn", choices=("nn", "nt", "tn", "tt"))
+                tile = row.get("tile", list, None)
+                if tile is not None:
+                    if len(tile) != 3 or not all(isinstance(t, int) and t > 0 for t in tile):
+                        raise ConfigError(top.path, row.name("tile"), "must be [BLOCK_M, BLOCK_N, BLOCK_K]")
+                    params["tile"] = tuple(tile)
+            default = "_".join(f"{k.lower()}{v}" for k, v in params.items() if k in dims) + f"_{params['dtype']}"
+            name = row.get("name", str, default)
+            shape = Shape(suite=suite, name=name, params=tuple(sorted(params.items())))
+            if any(x.key == shape.key for x in shapes):
+                raise ConfigError(top.path, row.name("name"), f"duplicate shape {shape.key!r}")
+            shapes.append(shape)
+    if not shapes:
+        raise ConfigError(top.path, "suites", "no shapes")
+    subjects = top.data.get("subject", {})
+    for shape in shapes:
+        if shape.suite not in subjects:
+            raise ConfigError(top.path, f"subject.{shape.suite}", f"missing: suite {shape.suite!r} has shapes")
+    return tuple(shapes)
+
+
+def _protocol(sec: _Section) -> Protocol:
+    trials = sec.positive("trials", int, 3)
+    max_trials = sec.positive("max_trials", int, 24)
+    if max_trials < trials:
+        raise ConfigError(sec.path, sec.name("max_trials"), f"must be >= trials ({trials})")
+    return Protocol(trials=trials, max_trials=max_trials, reps=sec.positive("reps", int, 20),
+                    warmup=sec.get("warmup", int, 3), flush_mb=sec.get("flush_mb", int, 0),
+                    timeout_s=sec.positive("timeout_s", float, 600.0),
+                    jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
+                    env=sec.str_map("env"), seed=sec.get("seed", int, 0))
+
+
+def _thresholds(sec: _Section) -> Thresholds:
+    alpha = sec.get("alpha", float, 0.01)
+    if not 0 < alpha < 0.5:
+        raise ConfigError(sec.path, sec.name("alpha"), f"must be in (0, 0.5), got {alpha}")
+    tolerances = {}
+    for suite, value in sec.get("tolerances", dict, {}).items():
+        if suite not in SUITES or not (isinstance(value, list) and len(value) == 2):
+            raise ConfigError(sec.path, f"{sec.name('tolerances')}.{suite}", "must be suite = [atol, rtol]")
+        tolerances[suite] = (float(value[0]), float(value[1]))
+    return Thresholds(min_step_pct=sec.positive("min_step_pct", float, 1.0), alpha=alpha, tolerances=tolerances)
+
+
+def _publish(sec: _Section) -> Publish:
+    repo = sec.get("repo", str, None)
+    if repo is not None and repo.count("/") != 1:
+        raise ConfigError(sec.path, sec.name("repo"), f"must be 'owner/name', got {repo!r}")
+    return Publish(repo=repo, token_env=sec.get("token_env", str, "GITHUB_TOKEN"),
+                   base_url=sec.get("base_url", str, "https://api.github.com"),
+                   comment_on_culprit=sec.get("comment_on_culprit", bool, True),
+                   comment_on_requester=sec.get("comment_on_requester", bool, True),
+                   draft_pr=sec.get("draft_pr", bool, False), commit_status=sec.get("commit_status", bool, True))

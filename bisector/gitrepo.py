@@ -1,0 +1,101 @@
+"""Git through GitPython: open or clone an upstream, resolve refs, first-parent ranges, PR numbers."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import git
+import platformdirs
+
+from bisector.errors import BadInput, GitError, RefError
+from bisector.model import Commit
+
+_SQUASH_PR = re.compile(r"\(#(\d+)\)\s*$")
+_MERGE_PR = re.compile(r"^Merge pull request #(\d+)\b")
+_URL = re.compile(r"^(https?|ssh|git|file)://|^[\w.-]+@[\w.-]+:")
+
+
+def pr_number(message: str) -> int | None:
+    """PR number from a squash subject "... (#950)" or a merge commit "Merge pull request #950 ..."."""
+    subject = message.strip().splitlines()[0] if message.strip() else ""
+    for pattern in (_MERGE_PR, _SQUASH_PR):
+        match = pattern.search(subject)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def is_url(path_or_url: str) -> bool:
+    return bool(_URL.match(path_or_url))
+
+
+def open_repo(path_or_url: str, cache_dir: Path | None = None, fetch: bool = True) -> git.Repo:
+    """A local repository, or a URL cloned (or fetched when already cloned) into a cache dir."""
+    if not is_url(path_or_url):
+        path = Path(path_or_url).expanduser()
+        if not path.exists():
+            raise BadInput(f"{path_or_url}: no such directory")
+        try:
+            return git.Repo(path, search_parent_directories=False)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise BadInput(f"{path_or_url}: not a git repository") from None
+    root = Path(cache_dir or platformdirs.user_cache_dir("bisector")) / "upstreams"
+    name = re.sub(r"[^\w.-]+", "_", path_or_url.rstrip("/").split("/")[-1].removesuffix(".git"))
+    dest = root / f"{name}-{hashlib.sha1(path_or_url.encode()).hexdigest()[:8]}"
+    try:
+        if dest.exists():
+            repo = git.Repo(dest)
+            if fetch:
+                repo.git.fetch("--prune", "origin")  # a mirror: refs/heads/* and refs/pull/* move
+            return repo
+        root.mkdir(parents=True, exist_ok=True)
+        return git.Repo.clone_from(path_or_url, dest, mirror=True)
+    except git.GitCommandError as exc:
+        raise GitError(f"{path_or_url}: git {exc.command[1] if len(exc.command) > 1 else ''} failed: "
+                       f"{(exc.stderr or '').strip().splitlines()[-1:]}") from None
+
+
+def resolve(repo: git.Repo, ref: str) -> str:
+    """Full SHA of a ref, a short SHA, or a remote branch name."""
+    for candidate in (ref, f"origin/{ref}"):
+        try:
+            return repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}")
+        except git.GitCommandError:
+            continue
+    raise RefError(f"unknown ref {ref!r} in {repo.working_dir or repo.git_dir}")
+
+
+def to_commit(c: git.Commit) -> Commit:
+    return Commit(sha=c.hexsha, date=c.committed_datetime.isoformat(), author=c.author.name or "",
+                  subject=c.summary if isinstance(c.summary, str) else c.summary.decode(),
+                  pr=pr_number(c.message if isinstance(c.message, str) else c.message.decode()))
+
+
+def commit_range(repo: git.Repo, good: str, bad: str) -> tuple[Commit, ...]:
+    """First-parent history GOOD..BAD, oldest first, with GOOD at index 0 and BAD last."""
+    good_sha, bad_sha = resolve(repo, good), resolve(repo, bad)
+    if good_sha == bad_sha:
+        raise RefError(f"empty range: {good} and {bad} are the same commit")
+    if not repo.is_ancestor(good_sha, bad_sha):
+        raise RefError(f"{good} is not an ancestor of {bad}")
+    shas = repo.git.rev_list("--first-parent", "--reverse", f"{good_sha}..{bad_sha}").split()
+    if not shas:
+        raise RefError(f"empty range {good}..{bad}")
+    if repo.git.rev_list("--first-parent", f"{bad_sha}").split().count(good_sha) == 0:
+        # GOOD is an ancestor only through a merged side branch: a first-parent walk never meets it.
+        raise RefError(f"{good} is not on the first-parent history of {bad}")
+    return tuple(to_commit(repo.commit(sha)) for sha in [good_sha, *shas])
+
+
+def merge_base(repo: git.Repo, a: str, b: str) -> str:
+    bases = repo.merge_base(resolve(repo, a), resolve(repo, b))
+    if not bases:
+        raise RefError(f"{a} and {b} have no common ancestor")
+    return bases[0].hexsha
+
+
+def revert_patch(repo: git.Repo, sha: str) -> str:
+    """The reverse diff of one commit against its first parent, as a patch text."""
+    return repo.git.diff(sha, f"{sha}^1", "--binary", "--full-index") + "\n"

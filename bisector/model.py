@@ -1,0 +1,183 @@
+"""Frozen data shared by every layer. Nothing here does I/O.
+
+The flow is one way: config -> Commit -> BuildResult -> TrialRecord -> Measurement -> Step -> report.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+
+class Verdict(enum.Enum):
+    """Three-way answer of a comparison: UNKNOWN buys more trials."""
+
+    SAME = "same"
+    DIFFERENT = "different"
+    UNKNOWN = "unknown"
+
+
+class BuildStatus(enum.Enum):
+    OK = "ok"
+    FAILED = "failed"
+
+
+class TrialStatus(enum.Enum):
+    """How one trial process ended. Only OK trials carry timings the search may use."""
+
+    OK = "ok"
+    WRONG = "wrong"  # ran, but the subject's output disagreed with the control's
+    CRASH = "crash"  # non-zero exit, illegal memory access, OOM, import error
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"  # a backend cannot run on this machine
+
+
+class ProbeStatus(enum.Enum):
+    """What the search learns about a commit as a whole."""
+
+    OK = "ok"
+    SKIP = "skip"  # did not build or import: the search goes around it
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    date: str  # ISO 8601 committer date
+    author: str
+    subject: str
+    pr: int | None = None
+
+    @property
+    def short(self) -> str:
+        return self.sha[:7]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One benchmark point. `key` ("suite/name") is how every layer refers to it."""
+
+    suite: str  # "fa" | "gemm"
+    name: str
+    params: tuple[tuple[str, object], ...]  # sorted (key, value) pairs, e.g. (("B", 2), ("S", 4096))
+
+    @property
+    def key(self) -> str:
+        return f"{self.suite}/{self.name}"
+
+    def param(self, name: str, default: object = None) -> object:
+        return dict(self.params).get(name, default)
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.params)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    sha: str
+    status: BuildStatus
+    source_dir: str  # put first on the trial's sys.path
+    prefix: str | None = None  # pip prefix (site-packages dir) for the `pip` recipe
+    log_path: str | None = None
+    seconds: float = 0.0
+    cache_hit: bool = False
+    patch_hash: str | None = None
+    log_tail: str = ""
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial of one shape in one fresh process, with every raw sample kept."""
+
+    sha: str
+    shape: str  # Shape.key
+    status: TrialStatus
+    subject_ms: tuple[float, ...] = ()
+    control_ms: tuple[float, ...] = ()
+    subject_tflops: float | None = None  # median over repetitions
+    control_tflops: float | None = None
+    ratio: float | None = None  # median of per-repetition subject/control TFLOP/s ratios
+    compile_s: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    error: str = ""
+    log_tail: str = ""
+    telemetry: Mapping[str, object] = field(default_factory=dict)
+    machine: Mapping[str, object] = field(default_factory=dict)
+    protocol: Mapping[str, object] = field(default_factory=dict)
+    patch_hash: str | None = None
+    started_at: str = ""
+    finished_at: str = ""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """All usable samples of one commit so far: what a probe hands the search.
+
+    `samples[shape]` holds one value per OK trial: the trial's median subject/control ratio
+    (or raw TFLOP/s when there is no control). `wrong` names shapes whose output was wrong.
+    """
+
+    sha: str
+    status: ProbeStatus
+    samples: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    wrong: frozenset[str] = frozenset()
+    reason: str = ""
+
+    def count(self) -> int:
+        return min((len(v) for v in self.samples.values()), default=0)
+
+
+# probe(sha, repeats) -> Measurement with at least `repeats` samples per shape (or SKIP).
+# Calls are cumulative: asking again with a larger `repeats` adds trials, never repeats them.
+Probe = Callable[[str, int], Measurement]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One shape, parent vs child: change in percent of the parent's value."""
+
+    shape: str
+    verdict: Verdict
+    change_pct: float
+    ci95: tuple[float, float]
+    p_value: float
+    n_before: int
+    n_after: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """A localized change: `commit` is the first commit after which the shapes moved."""
+
+    commit: str
+    parent: str
+    shapes: tuple[str, ...]
+    change_pct: Mapping[str, float]
+    ci95: Mapping[str, tuple[float, float]]
+    p_value: Mapping[str, float]
+    candidates: tuple[str, ...] = ()  # when SKIPs bracket the step: every commit it could be
+    verified: bool = True
+    pr: int | None = None
+
+    @property
+    def is_regression(self) -> bool:
+        return sum(self.change_pct.values()) < 0
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    steps: tuple[Step, ...]
+    dropped: tuple[Step, ...]  # steps that did not hold on re-measurement
+    probes: tuple[tuple[str, int], ...]  # (sha, repeats) in the order asked
+    measurements: Mapping[str, Measurement]
+    skipped: tuple[str, ...]
+    wrong: Mapping[str, frozenset[str]]  # sha -> shapes with wrong results
+
+    @property
+    def commits_probed(self) -> int:
+        return len({sha for sha, _ in self.probes})
+
+    @property
+    def trials(self) -> int:
+        return sum(m.count() for m in self.measurements.values())

@@ -1,0 +1,370 @@
+"""The result store: one SQLite file holding commits, builds, nights and every raw sample.
+
+Why SQLite in WAL mode: several worker processes append trials at once, readers never block
+writers, and a transaction that returned from COMMIT survives a `kill -9` of its writer. Every
+write method is one `BEGIN IMMEDIATE ... COMMIT`, so a killed writer leaves whole batches or none.
+Queries return the model's frozen dataclasses; `frame()` and `export()` are for pandas users.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import json
+import math
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, TextIO
+
+import platformdirs
+
+from bisector.errors import BadInput, StoreError
+from bisector.migrations import SCHEMA_VERSION, machine_hash, migrate, schema_version
+from bisector.model import BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
+
+if TYPE_CHECKING:
+    import pandas
+
+    from bisector.config import Config
+
+BUSY_TIMEOUT_S = 60.0
+FORMATS = ("csv", "json")
+
+# One row per trial in frame() and export(): `value` (= ratio) is what `bisector analyze` reads.
+COLUMNS = ("id", "campaign", "sha", "shape", "value", "status", "patch_hash", "suite", "dtype", "params",
+           "subject_ms", "control_ms", "subject_tflops", "control_tflops", "ratio", "compile_s",
+           "max_abs_err", "max_rel_err", "error", "log_tail", "machine_hash", "machine", "protocol",
+           "telemetry", "started_at", "finished_at", "commit_date", "commit_author", "commit_subject",
+           "commit_pr")
+_JSON_COLUMNS = ("params", "subject_ms", "control_ms", "machine", "protocol", "telemetry")
+_SELECT = (
+    "SELECT t.id, t.campaign, t.sha, t.shape, t.ratio AS value, t.status, t.patch_hash, t.suite, t.dtype,"
+    " t.params, t.subject_ms, t.control_ms, t.subject_tflops, t.control_tflops, t.ratio, t.compile_s,"
+    " t.max_abs_err, t.max_rel_err, t.error, t.log_tail, t.machine_hash, t.machine, t.protocol,"
+    " t.telemetry, t.started_at, t.finished_at, c.date AS commit_date, c.author AS commit_author,"
+    " c.subject AS commit_subject, c.pr AS commit_pr"
+    " FROM trials t LEFT JOIN commits c ON c.campaign = t.campaign AND c.sha = t.sha"
+)
+
+
+class MissingStore(StoreError, BadInput):
+    """The user named a store file that does not exist (exit code 2)."""
+
+
+class _Any(enum.Enum):
+    ANY = "any"
+
+
+ANY = _Any.ANY  # "do not filter on patch_hash" (None means: unpatched trials only)
+
+
+@dataclass(frozen=True)
+class Night:
+    """One nightly run of a campaign: the newest commit it measured and what it concluded."""
+
+    date: str
+    sha: str
+    good: bool
+    verdict: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class CampaignCounts:
+    campaign: str
+    commits: int
+    builds: int
+    trials: int
+    trials_ok: int
+    nights: int
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    path: str
+    schema_version: int
+    campaigns: tuple[CampaignCounts, ...]
+
+
+def default_path() -> Path:
+    """`$BISECTOR_STORE`, else results.sqlite in the user's cache dir."""
+    env = os.environ.get("BISECTOR_STORE")
+    return Path(env) if env else Path(platformdirs.user_cache_dir("bisector")) / "results.sqlite"
+
+
+def campaign_key(config: Config) -> str:
+    """Results are comparable within one config measuring one upstream."""
+    return f"{config.name}:{config.upstream.repo}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _status(value: TrialStatus | str) -> str:
+    return value.value if isinstance(value, TrialStatus) else TrialStatus(value).value
+
+
+class Store:
+    """A handle on one store file; safe to share between threads of one process."""
+
+    def __init__(self, path: str | Path | None = None, *, create: bool = True) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_path()
+        if not self.path.exists():
+            if not create:
+                raise MissingStore(f"{self.path}: no such store")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        with self._errors():
+            self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                         check_same_thread=False)
+        try:
+            self._open()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _open(self) -> None:
+        with self._errors():
+            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            self._check_version(schema_version(self._conn))
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            # FULL: a COMMIT that returned is on disk, not only in the OS cache.
+            self._conn.execute("PRAGMA synchronous = FULL")
+        if schema_version(self._conn) < SCHEMA_VERSION:
+            with self._write() as conn:
+                self._check_version(schema_version(conn))
+                migrate(conn)
+
+    def _check_version(self, found: int) -> None:
+        if found > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: schema version {found} is newer than this bisector's "
+                             f"({SCHEMA_VERSION}); upgrade bisector or use another store")
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock, self._errors():
+            return schema_version(self._conn)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {exc}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taking the write lock up front so it cannot deadlock later."""
+        with self._lock, self._errors():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[sqlite3.Row]:
+        with self._lock, self._errors():
+            cursor = self._conn.cursor()
+            cursor.row_factory = sqlite3.Row
+            return cursor.execute(sql, args).fetchall()
+
+    # -- commits and builds ------------------------------------------------------------------
+
+    def add_commits(self, campaign: str, commits: Sequence[Commit]) -> None:
+        """Insert or refresh commit metadata (a re-run may learn a PR number it lacked)."""
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO commits (campaign, sha, date, author, subject, pr) VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (campaign, sha) DO UPDATE SET date = excluded.date, author = excluded.author,"
+                " subject = excluded.subject, pr = COALESCE(excluded.pr, commits.pr)",
+                [(campaign, c.sha, c.date, c.author, c.subject, c.pr) for c in commits])
+
+    def commits(self, campaign: str) -> list[Commit]:
+        rows = self._query("SELECT sha, date, author, subject, pr FROM commits WHERE campaign = ?"
+                           " ORDER BY date, sha", (campaign,))
+        return [Commit(sha=r["sha"], date=r["date"], author=r["author"], subject=r["subject"], pr=r["pr"])
+                for r in rows]
+
+    def add_build(self, campaign: str, build: BuildResult, recipe: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO builds (campaign, sha, patch_hash, recipe, status, seconds, cache_hit, source_dir,"
+                " prefix, log_path, log_tail, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (campaign, build.sha, build.patch_hash, recipe, build.status.value, build.seconds,
+                 int(build.cache_hit), build.source_dir, build.prefix, build.log_path, build.log_tail, _now()))
+
+    def builds(self, campaign: str, sha: str | None = None) -> list[BuildResult]:
+        """Every build attempt, oldest first."""
+        sql, args = "SELECT * FROM builds WHERE campaign = ?", [campaign]
+        if sha is not None:
+            sql, args = sql + " AND sha = ?", args + [sha]
+        return [BuildResult(sha=r["sha"], status=BuildStatus(r["status"]), source_dir=r["source_dir"],
+                            prefix=r["prefix"], log_path=r["log_path"], seconds=r["seconds"],
+                            cache_hit=bool(r["cache_hit"]), patch_hash=r["patch_hash"], log_tail=r["log_tail"])
+                for r in self._query(sql + " ORDER BY id", args)]
+
+    # -- trials ------------------------------------------------------------------------------
+
+    def add_trials(self, campaign: str, records: Sequence[TrialRecord],
+                   shapes: Mapping[str, Shape] | Sequence[Shape] = ()) -> None:
+        """Append trials in one transaction: all of them are committed, or none.
+
+        `shapes` (by key) fills the params and dtype columns; TrialRecord names its shape by key only.
+        """
+        by_key = shapes if isinstance(shapes, Mapping) else {s.key: s for s in shapes}
+        rows = []
+        for r in records:
+            shape = by_key.get(r.shape)
+            params = shape.as_dict() if shape is not None else {}
+            rows.append((
+                campaign, r.sha, r.patch_hash, r.shape.split("/", 1)[0], r.shape, _dumps(params),
+                params.get("dtype"), _status(r.status), _dumps(list(r.subject_ms)), _dumps(list(r.control_ms)),
+                r.subject_tflops, r.control_tflops, r.ratio, r.compile_s, r.max_abs_err, r.max_rel_err,
+                r.error, r.log_tail, _dumps(dict(r.telemetry)), _dumps(dict(r.machine)),
+                machine_hash(r.machine), _dumps(dict(r.protocol)), r.started_at, r.finished_at))
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO trials (campaign, sha, patch_hash, suite, shape, params, dtype, status, subject_ms,"
+                " control_ms, subject_tflops, control_tflops, ratio, compile_s, max_abs_err, max_rel_err, error,"
+                " log_tail, telemetry, machine, machine_hash, protocol, started_at, finished_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def trials(self, campaign: str, sha: str | None = None, shape: str | None = None,
+               patch_hash: str | None | _Any = ANY, status: TrialStatus | str | None = None) -> list[TrialRecord]:
+        """Trials in the order they were stored. patch_hash=None selects unpatched trials only."""
+        sql, args = "SELECT * FROM trials WHERE campaign = ?", [campaign]
+        for column, value in (("sha", sha), ("shape", shape)):
+            if value is not None:
+                sql, args = sql + f" AND {column} = ?", args + [value]
+        if patch_hash is not ANY:
+            sql, args = sql + " AND patch_hash IS ?", args + [patch_hash]
+        if status is not None:
+            sql, args = sql + " AND status = ?", args + [_status(status)]
+        return [_record(r) for r in self._query(sql + " ORDER BY id", args)]
+
+    def count_ok(self, campaign: str, sha: str, shape: str, patch_hash: str | None = None) -> int:
+        """OK trials of one (commit, patch, shape): what a resumed probe already has."""
+        row = self._query("SELECT COUNT(*) FROM trials WHERE campaign = ? AND sha = ? AND shape = ?"
+                          " AND patch_hash IS ? AND status = ?",
+                          (campaign, sha, shape, patch_hash, TrialStatus.OK.value))
+        return int(row[0][0])
+
+    def rows(self, campaign: str | None = None) -> list[dict[str, Any]]:
+        """One dict per trial (COLUMNS), JSON columns decoded, joined with commit metadata."""
+        sql, args = _SELECT, []
+        if campaign is not None:
+            sql, args = sql + " WHERE t.campaign = ?", [campaign]
+        out = []
+        for row in self._query(sql + " ORDER BY t.id", args):
+            item = dict(row)
+            for column in _JSON_COLUMNS:
+                item[column] = json.loads(item[column]) if item[column] is not None else None
+            out.append(item)
+        return out
+
+    def frame(self, campaign: str | None = None) -> pandas.DataFrame:
+        """One row per trial with the raw samples as lists."""
+        import pandas
+
+        return pandas.DataFrame(self.rows(campaign), columns=list(COLUMNS))
+
+    def export(self, fmt: str, out: str | Path | TextIO, campaign: str | None = None) -> int:
+        """Write every trial as CSV (JSON columns as JSON strings) or a JSON array; returns the count."""
+        if fmt not in FORMATS:
+            raise BadInput(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
+        rows = self.rows(campaign)
+        if isinstance(out, (str, Path)):
+            with open(out, "w", newline="", encoding="utf-8") as handle:
+                _write_rows(fmt, rows, handle)
+        else:
+            _write_rows(fmt, rows, out)
+        return len(rows)
+
+    # -- nightly -----------------------------------------------------------------------------
+
+    def record_night(self, campaign: str, date: str, sha: str, verdict: Mapping[str, object],
+                     good: bool = True) -> None:
+        """Remember one night; re-running a night replaces it. Only good nights become baselines."""
+        with self._write() as conn:
+            conn.execute("INSERT OR REPLACE INTO nightly (campaign, date, sha, good, verdict, recorded_at)"
+                         " VALUES (?, ?, ?, ?, ?, ?)", (campaign, date, sha, int(good), _dumps(dict(verdict)), _now()))
+
+    def last_good_night(self, campaign: str) -> tuple[str, str] | None:
+        rows = self._query("SELECT date, sha FROM nightly WHERE campaign = ? AND good = 1"
+                           " ORDER BY date DESC LIMIT 1", (campaign,))
+        return (rows[0]["date"], rows[0]["sha"]) if rows else None
+
+    def nights(self, campaign: str) -> list[Night]:
+        rows = self._query("SELECT date, sha, good, verdict FROM nightly WHERE campaign = ? ORDER BY date",
+                           (campaign,))
+        return [Night(r["date"], r["sha"], bool(r["good"]), json.loads(r["verdict"])) for r in rows]
+
+    # -- summary -----------------------------------------------------------------------------
+
+    def info(self) -> StoreInfo:
+        counts: dict[str, dict[str, int]] = {}
+        for table, extra in (("commits", ""), ("builds", ""), ("trials", ""), ("nightly", ""),
+                             ("trials", " WHERE status = 'ok'")):
+            name = "trials_ok" if extra else table
+            for row in self._query(f"SELECT campaign, COUNT(*) FROM {table}{extra} GROUP BY campaign"):
+                counts.setdefault(row[0], {})[name] = int(row[1])
+        campaigns = tuple(
+            CampaignCounts(campaign=name, commits=c.get("commits", 0), builds=c.get("builds", 0),
+                           trials=c.get("trials", 0), trials_ok=c.get("trials_ok", 0), nights=c.get("nightly", 0))
+            for name, c in sorted(counts.items()))
+        return StoreInfo(path=str(self.path), schema_version=self.schema_version, campaigns=campaigns)
+
+
+def _record(r: sqlite3.Row) -> TrialRecord:
+    return TrialRecord(
+        sha=r["sha"], shape=r["shape"], status=TrialStatus(r["status"]),
+        subject_ms=tuple(json.loads(r["subject_ms"])), control_ms=tuple(json.loads(r["control_ms"])),
+        subject_tflops=r["subject_tflops"], control_tflops=r["control_tflops"], ratio=r["ratio"],
+        compile_s=r["compile_s"], max_abs_err=r["max_abs_err"], max_rel_err=r["max_rel_err"],
+        error=r["error"] or "", log_tail=r["log_tail"] or "", telemetry=json.loads(r["telemetry"]),
+        machine=json.loads(r["machine"]), protocol=json.loads(r["protocol"]), patch_hash=r["patch_hash"],
+        started_at=r["started_at"] or "", finished_at=r["finished_at"] or "")
+
+
+def _finite(value: Any) -> Any:
+    """Strict JSON has no NaN or Infinity: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def _write_rows(fmt: str, rows: list[dict[str, Any]], out: TextIO) -> None:
+    if fmt == "json":
+        json.dump([_finite(row) for row in rows], out, indent=1, allow_nan=False)
+        out.write("\n")
+        return
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: (_dumps(v) if k in _JSON_COLUMNS and v is not None else v) for k, v in row.items()})

@@ -1,0 +1,96 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bisector import config
+from bisector.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GOOD = """
+name = "t"
+[upstream]
+repo = "/tmp/x"
+[device]
+kind = "cpu"
+[control]
+backend = "torch"
+[subject.fa]
+entry = "lib.fa:flash_attn"
+adapter = "torch"
+[[suites.fa.shapes]]
+name = "s128"
+B = 1
+H = 2
+S = 128
+D = 64
+dtype = "fp32"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "configs").glob("*.toml")))
+def test_shipped_configs_load(name):
+    cfg = config.load(ROOT / "configs" / name)
+    assert cfg.shapes and cfg.subjects
+    assert all(s.suite in cfg.subjects for s in cfg.shapes)
+
+
+def test_flydsl_config_matches_the_case():
+    cfg = config.load(ROOT / "configs" / "mi355x-flydsl.toml")
+    assert [s.param("S") for s in cfg.shapes if s.suite == "fa"] == [61380, 180180, 239580]
+    tiles = [s.param("tile") for s in cfg.shapes if s.suite == "gemm" and s.param("M") == 54560]
+    assert tiles == [(128, 256, 64), (128, 256, 128), (128, 256, 256), (128, 128, 256)]
+    assert cfg.control == "aiter" and cfg.protocol.env["FLYDSL_RUNTIME_ENABLE_CACHE"] == "0"
+    assert "thirdparty/llvm-hash.txt" in cfg.build.steps[0].key_files
+
+
+def test_minimal_config_defaults(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD))
+    assert cfg.shapes[0].key == "fa/s128"
+    assert cfg.shapes[0].param("causal") is False
+    assert cfg.protocol.trials == 3 and cfg.thresholds.min_step_pct == 1.0
+    with pytest.raises(AttributeError):
+        cfg.name = "other"  # frozen
+
+
+@pytest.mark.parametrize("edit,key,problem", [
+    (("[upstream]\nrepo = \"/tmp/x\"", "[upstream]\nrepo = 3"), "upstream.repo", "must be str"),
+    (("kind = \"cpu\"", "kind = \"tpu\""), "device.kind", "must be one of"),
+    (("S = 128", "S = -4"), "suites.fa.shapes[0].S", "must be > 0"),
+    (("adapter = \"torch\"", "adapter = \"torch\"\ncolour = 1"), "subject.fa.colour", "unknown key"),
+    (("entry = \"lib.fa:flash_attn\"", "entry = \"lib.fa.flash_attn\""), "subject.fa.entry", "module:function"),
+    (("[control]\nbackend = \"torch\"", ""), "control", "missing table"),
+    (("dtype = \"fp32\"", "dtype = \"fp64\""), "suites.fa.shapes[0].dtype", "must be one of"),
+])
+def test_bad_values_name_file_and_key(tmp_path, edit, key, problem):
+    path = write(tmp_path, GOOD.replace(*edit))
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    assert str(info.value).startswith(f"{path}: {key}: ")
+    assert problem in str(info.value)
+
+
+def test_missing_and_unparsable_files(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        config.load(tmp_path / "absent.toml")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        config.load(write(tmp_path, "name = ["))
+
+
+def test_cli_bad_config_exit_2_one_line(tmp_path):
+    path = write(tmp_path, GOOD.replace("S = 128", "S = \"big\""))
+    out = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"error: {path}: suites.fa.shapes[0].S: must be int, got 'big'"
+    ok = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(ROOT / "configs" / "h200-triton.toml")],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and "gemm/m54560" in ok.stdout
