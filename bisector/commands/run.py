@@ -1,0 +1,52 @@
+"""`bisector run --config X --good G --bad B`: the main job, resumable."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from bisector import config as config_mod
+from bisector import pipeline
+from bisector.commands.common import fail_on_error, print_json
+from bisector.commands.progress import ProgressLine
+from bisector.report.markdown import step_summary
+from bisector.summary import result_json
+
+
+def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int = 40,
+                  extra: dict | None = None) -> pipeline.RunOutcome:
+    with ProgressLine(n_commits, cfg.protocol.trials, len({s.suite for s in cfg.shapes})) as progress:
+        outcome = pipeline.bisect(cfg, options, observer=progress)
+    if as_json:
+        print_json({**result_json(outcome.result), "report": str(outcome.report_dir / "report.md"), **(extra or {})})
+        return outcome
+    click.echo(f"{len(outcome.result.steps)} step(s), {outcome.result.commits_probed} commits probed, "
+               f"{outcome.result.trials} trials")
+    for step in outcome.result.steps:
+        click.echo("  " + step_summary(step, outcome.report))
+    for step in outcome.result.dropped:
+        click.echo("  dropped (did not hold against its parent): " + step_summary(step, outcome.report))
+    click.echo(f"report: {outcome.report_dir / 'report.md'}")
+    return outcome
+
+
+@click.command("run")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--good", required=True, help="A commit without the regression (ref or SHA).")
+@click.option("--bad", required=True, help="A commit with it (ref or SHA).")
+@click.option("--store", default=None, help="SQLite store (default: the config's, else the user cache dir).")
+@click.option("--work-dir", default=None, help="Builds, JIT caches and trial logs.")
+@click.option("--report-dir", default=None, help="Default: <config report dir>/<date>-<name>/.")
+@click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure.")
+@click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts on the tip.")
+@click.option("--json", "as_json", is_flag=True)
+@fail_on_error
+def command(config_path: str, good: str, bad: str, store: str | None, work_dir: str | None,
+            report_dir: str | None, shapes: str, no_fixes: bool, as_json: bool) -> None:
+    """Localize every TFLOP/s step between GOOD and BAD and write a report. Re-run to resume."""
+    cfg = config_mod.load(config_path)
+    options = pipeline.RunOptions(good=good, bad=bad, store=store, work_dir=work_dir, report_dir=report_dir,
+                                  shapes=tuple(s for s in shapes.split(",") if s), verify_fixes=not no_fixes,
+                                  command=" ".join(["bisector", *sys.argv[1:]]))
+    run_and_print(cfg, options, as_json)

@@ -1,0 +1,242 @@
+"""The composition root: the only module that wires concrete parts together.
+
+    config -> range -> builds -> trials (subject + control) -> store -> localize -> fixes -> report
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import git
+import platformdirs
+
+from bisector import gitrepo, search
+from bisector.build import Builder, Prefetcher
+from bisector.config import Config
+from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step, TrialStatus
+from bisector.probe import ProbeEvent, StoreProbe
+from bisector.report import render
+from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
+from bisector.runner import TrialLauncher
+from bisector.store import Store, campaign_key
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    good: str
+    bad: str
+    store: str | None = None  # overrides the config's
+    work_dir: str | None = None  # builds, JIT caches, trial logs
+    report_dir: str | None = None  # overrides reports/<date>-<name>/
+    shapes: tuple[str, ...] = ()  # only these shape keys (or suite names)
+    verify_fixes: bool = True
+    command: str = ""  # the command line, for the report's "reproduce" section
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    result: SearchResult
+    report_dir: Path
+    report: ReportData
+    commits: tuple[Commit, ...]
+    fixes: tuple[FixResult, ...] = ()
+    patches: dict[str, Path] = field(default_factory=dict)
+
+
+Observer = Callable[[ProbeEvent], None]
+
+
+def select_shapes(config: Config, only: Sequence[str]) -> Config:
+    """Keep the shapes named by key ("fa/s4096"), short name ("s4096") or suite ("fa")."""
+    if not only:
+        return config
+    from bisector.errors import BadInput
+
+    keep = tuple(s for s in config.shapes if s.key in only or s.name in only or s.suite in only)
+    unknown = [o for o in only if not any(o in (s.key, s.name, s.suite) for s in config.shapes)]
+    if unknown or not keep:
+        raise BadInput(f"{config.path}: no shape or suite named {', '.join(unknown or only)} "
+                       f"(have: {', '.join(s.key for s in config.shapes)})")
+    return replace(config, shapes=keep)
+
+
+class Session:
+    """Everything one config needs to measure commits: repo, store, builds, trial launcher."""
+
+    def __init__(self, config: Config, store_path: str | None = None, work_dir: str | None = None,
+                 observer: Observer = lambda e: None) -> None:
+        self.config = config
+        self.repo: git.Repo = gitrepo.open_repo(config.upstream.repo)
+        self.store = Store(store_path or config.store)
+        self.campaign = campaign_key(config)
+        self.work = Path(work_dir or Path(platformdirs.user_cache_dir("bisector")) / "work" / config.name)
+        self.work.mkdir(parents=True, exist_ok=True)
+        cache_root = Path(config.build.cache_dir) if config.build.cache_dir else self.work / "builds"
+        self.builder = Builder(self.repo, config.upstream, config.build, cache_root)
+        self.prefetcher = Prefetcher(self.builder, config.build.parallel)
+        self.launcher = TrialLauncher(config, self.work)
+        self.observer = observer
+
+    def probe(self, patch: str | None = None, patch_hash: str | None = None) -> StoreProbe:
+        return StoreProbe(self.campaign, self.config.shapes, self.store, self.prefetcher, self.launcher,
+                          seed=self.config.protocol.seed, patch=patch, patch_hash=patch_hash,
+                          recipe=self.config.build.recipe, on_event=self.observer)
+
+    def close(self) -> None:
+        self.prefetcher.close()
+        self.store.close()
+
+
+def prefetching(probe: StoreProbe, prefetcher: Prefetcher, order: Sequence[str]) -> Callable[[str, int], Measurement]:
+    """Wrap a probe so that, after each commit, the midpoints the search may ask next are built."""
+    index = {sha: i for i, sha in enumerate(order)}
+
+    def call(sha: str, repeats: int) -> Measurement:
+        result = probe(sha, repeats)
+        seen = sorted({index[s] for s, _ in probe.probes if s in index})
+        i = index.get(sha)
+        if i is not None:
+            pos = seen.index(i)
+            neighbours = [seen[pos - 1]] if pos > 0 else []
+            neighbours += [seen[pos + 1]] if pos + 1 < len(seen) else []
+            prefetcher.prefetch([order[(i + j) // 2] for j in neighbours if abs(i - j) > 1])
+        return result
+
+    return call
+
+
+def search_settings(config: Config) -> search.SearchSettings:
+    return search.SearchSettings(min_step_pct=config.thresholds.min_step_pct, alpha=config.thresholds.alpha,
+                                 initial_repeats=config.protocol.trials, max_repeats=config.protocol.max_trials)
+
+
+def with_prs(result: SearchResult, commits: Sequence[Commit]) -> SearchResult:
+    prs = {c.sha: c.pr for c in commits}
+    fix = lambda steps: tuple(replace(s, pr=prs.get(s.commit)) for s in steps)  # noqa: E731
+    return replace(result, steps=fix(result.steps), dropped=fix(result.dropped))
+
+
+def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: None) -> RunOutcome:
+    """The main job: localize every step in GOOD..BAD, verify fixes on the tip, write the report."""
+    started = time.monotonic()
+    config = select_shapes(config, options.shapes)
+    session = Session(config, options.store, options.work_dir, observer)
+    try:
+        commits = gitrepo.commit_range(session.repo, options.good, options.bad)
+        session.store.add_commits(session.campaign, commits)
+        order = [c.sha for c in commits]
+        probe = session.probe()
+        session.prefetcher.prefetch([order[0], order[-1], order[len(order) // 2]])
+        result = with_prs(search.localize(order, prefetching(probe, session.prefetcher, order),
+                                          search_settings(config)), commits)
+        out = report_path(config, options)
+        fixes, patches = (verify_fixes(session, result, commits, out) if options.verify_fixes
+                          else ((), {}))
+        data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe)
+        write_trials_csv(session, commits, out / render.CSV_NAME)
+        render.write_report(data, out)
+        return RunOutcome(result, out, data, commits, fixes, patches)
+    finally:
+        session.close()
+
+
+def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path) -> None:
+    """Every trial of the range, with its raw repetitions, for pandas users."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = session.store.frame(session.campaign)
+    shas = {c.sha for c in commits}
+    frame[frame["sha"].isin(shas)].to_csv(path, index=False)
+
+
+def report_path(config: Config, options: RunOptions) -> Path:
+    if options.report_dir:
+        return Path(options.report_dir)
+    return Path(config.report_dir) / f"{datetime.now(timezone.utc):%Y-%m-%d}-{config.name}"
+
+
+def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commit],
+                 out: Path) -> tuple[tuple[FixResult, ...], dict[str, Path]]:
+    """Carry each regression's revert to the tip, build and measure it there with the control."""
+    from bisector.build.builder import patch_hash
+
+    tip = commits[-1].sha
+    out.mkdir(parents=True, exist_ok=True)
+    tflops = lambda sha, ph: subject_tflops(session, sha, ph)  # noqa: E731
+    fixes, patches = [], {}
+    base_probe = session.probe()
+    for step in result.steps:
+        if not step.is_regression or step.candidates:
+            continue
+        patch = gitrepo.revert_patch(session.repo, step.commit)
+        ph = patch_hash(patch)
+        path = out / f"revert-{step.commit[:7]}.patch"
+        path.write_text(patch)
+        patches[step.commit] = path
+        probe = session.probe(patch=patch, patch_hash=ph)
+        measured = probe(tip, session.config.protocol.trials)
+        build = probe.build_results[tip]
+        if build.status is BuildStatus.FAILED:
+            fixes.append(FixResult(step.commit, str(path), applied=False,
+                                   conflict=build.log_tail.strip().splitlines()[-1] if build.log_tail.strip()
+                                   else "patch failed", shapes=step.shapes))
+            continue
+        base_probe(step.parent, session.config.protocol.trials)
+        base_probe(tip, session.config.protocol.trials)
+        if measured.status is not ProbeStatus.OK:
+            fixes.append(FixResult(step.commit, str(path), True, shapes=step.shapes, error=measured.reason[-200:]))
+            continue
+        fixes.append(FixResult(step.commit, str(path), True, shapes=step.shapes,
+                               baseline=tflops(step.parent, None), tip=tflops(tip, None), restored=tflops(tip, ph),
+                               correct=not measured.wrong))
+    return tuple(fixes), patches
+
+
+def subject_tflops(session: Session, sha: str, patch_hash: str | None) -> dict[str, float]:
+    out: dict[str, list[float]] = {}
+    for t in session.store.trials(session.campaign, sha=sha, patch_hash=patch_hash):
+        if t.status is TrialStatus.OK and t.subject_tflops is not None:
+            out.setdefault(t.shape, []).append(t.subject_tflops)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
+                wall_s: float, options: RunOptions, probe: StoreProbe) -> ReportData:
+    config, store = session.config, session.store
+    keys = tuple(s.key for s in config.shapes)
+    rows, wrong, machine = [], [], {}
+    for commit in commits:
+        trials = [t for t in store.trials(session.campaign, sha=commit.sha, patch_hash=None) if t.shape in keys]
+        ok = [t for t in trials if t.status is TrialStatus.OK]
+        for t in trials:
+            if t.status is TrialStatus.WRONG and not any(w.sha == t.sha and w.shape == t.shape for w in wrong):
+                wrong.append(WrongResult(t.sha, t.shape, t.max_abs_err, t.max_rel_err))
+        if not ok:
+            continue
+        machine = machine or dict(ok[0].machine)
+        by = lambda attr: {k: statistics.median(v) for k in keys  # noqa: E731
+                           if (v := [getattr(t, attr) for t in ok if t.shape == k and getattr(t, attr) is not None])}
+        rows.append(CommitRow(commit, by("subject_tflops"), by("control_tflops"), by("ratio"),
+                              {k: sum(t.shape == k for t in ok) for k in keys},
+                              {k: tuple(t.subject_tflops for t in ok if t.shape == k and t.subject_tflops)
+                               for k in keys}))
+    skipped = {sha: probe.build_results[sha].log_tail if sha in probe.build_results and
+               probe.build_results[sha].status is BuildStatus.FAILED else result.measurements[sha].reason
+               for sha in result.skipped}
+    logs = {sha: b.log_path for sha, b in probe.build_results.items() if b.log_path and sha in skipped}
+    proto = config.protocol
+    cmd = options.command or f"bisector run --config {config.path} --good {options.good} --bad {options.bad}"
+    return ReportData(
+        title=f"bisector: {config.name}, {commits[0].short}..{commits[-1].short}",
+        config_name=config.name, upstream=config.upstream.repo, branch=config.upstream.branch,
+        good=commits[0], bad=commits[-1], device=config.device, control=config.control, machine=machine,
+        protocol={"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials,
+                  "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
+        shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
+        skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
+        trials=result.trials, wall_s=wall_s, min_step_pct=config.thresholds.min_step_pct,
+        reproduce=(cmd,), build_logs=logs)

@@ -1,0 +1,103 @@
+"""probe(sha, repeats): build if needed, run only the trials the store does not already hold.
+
+This is what makes a run resumable: every trial is committed to the store as soon as it ends, and
+a probe counts what is stored before it measures anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Protocol, Sequence
+
+from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
+                            TrialStatus)
+from bisector.store import Store
+
+# Crashes in a row, with no usable trial, after which a commit counts as "does not run" (SKIP).
+MAX_CRASHES = 2
+
+
+class TrialRunner(Protocol):
+    def __call__(self, build: BuildResult, suite: str, shapes: Sequence[Shape], *, first: bool,
+                 seed: int) -> Sequence[TrialRecord]: ...
+
+
+class BuildSource(Protocol):
+    def build(self, sha: str, patch: str | None = None) -> BuildResult: ...
+
+
+@dataclass(frozen=True)
+class ProbeEvent:
+    """What the progress display shows: the commit being measured and why."""
+
+    sha: str
+    action: str  # "build" | "trial" | "skip"
+    detail: str = ""
+    patch_hash: str | None = None
+
+
+class StoreProbe:
+    """A Probe over real builds and trial processes, backed by the store."""
+
+    def __init__(self, campaign: str, shapes: Sequence[Shape], store: Store, builds: BuildSource,
+                 run_trial: TrialRunner, *, seed: int = 0, patch: str | None = None,
+                 patch_hash: str | None = None, recipe: str = "none",
+                 on_event: Callable[[ProbeEvent], None] = lambda e: None) -> None:
+        self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
+        self.run_trial, self.seed, self.patch, self.patch_hash = run_trial, seed, patch, patch_hash
+        self.recipe, self.on_event = recipe, on_event
+        self.build_results: dict[str, BuildResult] = {}
+        self.probes: list[tuple[str, int]] = []
+
+    def build(self, sha: str) -> BuildResult:
+        if sha not in self.build_results:
+            self.on_event(ProbeEvent(sha, "build", patch_hash=self.patch_hash))
+            result = self.builds.build(sha, self.patch)
+            self.store.add_build(self.campaign, result, self.recipe)
+            self.build_results[sha] = result
+        return self.build_results[sha]
+
+    def _stored(self, sha: str) -> list[TrialRecord]:
+        keys = {s.key for s in self.shapes}
+        return [t for t in self.store.trials(self.campaign, sha=sha, patch_hash=self.patch_hash) if t.shape in keys]
+
+    def __call__(self, sha: str, repeats: int) -> Measurement:
+        self.probes.append((sha, repeats))
+        build = self.build(sha)
+        if build.status is BuildStatus.FAILED:
+            self.on_event(ProbeEvent(sha, "skip", build.log_tail.strip()[-200:], self.patch_hash))
+            return Measurement(sha, ProbeStatus.SKIP, reason=build.log_tail or "build failed")
+        crashes = 0
+        while True:
+            trials = self._stored(sha)
+            done = {s.key: sum(t.shape == s.key and t.status in (TrialStatus.OK, TrialStatus.WRONG)
+                               for t in trials) for s in self.shapes}
+            short = [s for s in self.shapes if done[s.key] < repeats]
+            if not short:
+                return self.measurement(sha, trials)
+            if crashes >= MAX_CRASHES and not any(done.values()):
+                reason = next((t.error or t.log_tail for t in reversed(trials) if t.status not in
+                               (TrialStatus.OK, TrialStatus.WRONG)), "trial failed")
+                self.on_event(ProbeEvent(sha, "skip", reason[-200:], self.patch_hash))
+                return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {reason}")
+            records: list[TrialRecord] = []
+            for suite in dict.fromkeys(s.suite for s in short):
+                suite_shapes = [s for s in self.shapes if s.suite == suite]
+                self.on_event(ProbeEvent(sha, "trial", f"{suite} trial {min(done[s.key] for s in suite_shapes) + 1}"
+                                                       f"/{repeats}", self.patch_hash))
+                records += self.run_trial(build, suite, suite_shapes, first=not trials,
+                                          seed=self.seed * 1_000_003 + len(trials) + len(records))
+            records = [replace(r, patch_hash=self.patch_hash) for r in records]
+            self.store.add_trials(self.campaign, records)
+            crashes = crashes + 1 if all(r.status in (TrialStatus.CRASH, TrialStatus.TIMEOUT,
+                                                      TrialStatus.UNAVAILABLE) for r in records) else 0
+            if crashes >= MAX_CRASHES and any(done.values()):
+                # It ran before and crashes now: keep what was measured and stop asking for more.
+                return self.measurement(sha, self._stored(sha))
+
+    def measurement(self, sha: str, trials: Sequence[TrialRecord]) -> Measurement:
+        samples = {s.key: tuple(t.ratio for t in trials if t.shape == s.key and t.status is TrialStatus.OK
+                                and t.ratio is not None) for s in self.shapes}
+        wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
+        return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong}, wrong)
+

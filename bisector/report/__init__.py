@@ -1,0 +1,1 @@
+"""Pure renderers: a frozen ReportData in, markdown / PNG / CSV out."""

@@ -1,0 +1,81 @@
+"""What a report shows, assembled by the pipeline; every renderer reads only this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from bisector.model import Commit, Step
+
+
+@dataclass(frozen=True)
+class CommitRow:
+    """One measured commit: medians over its OK trials, per shape."""
+
+    commit: Commit
+    subject_tflops: Mapping[str, float]
+    control_tflops: Mapping[str, float]
+    ratio: Mapping[str, float]
+    trials: Mapping[str, int]
+    samples: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # per-trial subject TFLOP/s
+
+
+@dataclass(frozen=True)
+class WrongResult:
+    sha: str
+    shape: str
+    max_abs_err: float | None
+    max_rel_err: float | None
+
+
+@dataclass(frozen=True)
+class FixResult:
+    """A candidate patch (the culprit's revert carried to the tip), measured on the tip."""
+
+    step_commit: str
+    patch_path: str | None
+    applied: bool
+    conflict: str = ""  # why the patch did not apply, with the files
+    shapes: tuple[str, ...] = ()
+    baseline: Mapping[str, float] = field(default_factory=dict)  # the culprit's parent
+    tip: Mapping[str, float] = field(default_factory=dict)  # the tip as it is
+    restored: Mapping[str, float] = field(default_factory=dict)  # the tip with the patch
+    correct: bool = True
+    error: str = ""
+
+    def remaining_pct(self, shape: str) -> float | None:
+        """How far the patched tip still is from the pre-step baseline, in percent (negative = below)."""
+        if shape not in self.baseline or shape not in self.restored or not self.baseline[shape]:
+            return None
+        return 100.0 * (self.restored[shape] / self.baseline[shape] - 1.0)
+
+
+@dataclass(frozen=True)
+class ReportData:
+    title: str
+    config_name: str
+    upstream: str
+    branch: str
+    good: Commit
+    bad: Commit
+    device: str
+    control: str
+    machine: Mapping[str, object]
+    protocol: Mapping[str, object]
+    shapes: tuple[str, ...]
+    range_commits: tuple[Commit, ...]  # the whole range, GOOD first
+    rows: tuple[CommitRow, ...]  # measured commits, in range order
+    steps: tuple[Step, ...]
+    dropped: tuple[Step, ...] = ()
+    skipped: Mapping[str, str] = field(default_factory=dict)  # sha -> reason (log tail)
+    wrong: tuple[WrongResult, ...] = ()
+    fixes: tuple[FixResult, ...] = ()
+    commits_probed: int = 0
+    trials: int = 0
+    wall_s: float = 0.0
+    min_step_pct: float = 1.0
+    reproduce: tuple[str, ...] = ()
+    build_logs: Mapping[str, str] = field(default_factory=dict)  # sha -> log path
+
+    def commit(self, sha: str) -> Commit | None:
+        return next((c for c in self.range_commits if c.sha == sha), None)

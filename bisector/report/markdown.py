@@ -1,0 +1,143 @@
+"""report.md: what a kernel engineer pastes into a PR. Short, exact, no filler."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Iterable, Sequence
+
+from bisector.model import Step
+from bisector.report.data import FixResult, ReportData
+
+
+def _pr(pr: int | None) -> str:
+    return f"#{pr}" if pr else ""
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequence[str] | None = None) -> list[str]:
+    align = align or ["---"] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _short_shape(shape: str) -> str:
+    return shape.split("/", 1)[1] if "/" in shape else shape
+
+
+def step_summary(step: Step, data: ReportData) -> str:
+    """One line per step, also used for PR comments."""
+    commit = data.commit(step.commit)
+    kind = "regression" if step.is_regression else "improvement"
+    where = f"`{step.commit[:7]}`" + (f" ({_pr(step.pr)})" if step.pr else "")
+    if step.candidates:
+        where = "one of " + ", ".join(f"`{c[:7]}`" for c in step.candidates) + " (the others did not build)"
+    changes = ", ".join(f"{_short_shape(s)} {step.change_pct[s]:+.1f}%" for s in step.shapes)
+    subject = f": {commit.subject}" if commit else ""
+    return f"{kind} at {where}{subject} — {changes}"
+
+
+def steps_table(data: ReportData) -> list[str]:
+    if not data.steps:
+        return [f"No step of {data.min_step_pct:g}% or more in any shape between "
+                f"`{data.good.short}` and `{data.bad.short}`."]
+    rows = []
+    for step in data.steps:
+        commit = data.commit(step.commit)
+        culprit = f"`{step.commit[:7]}`" if not step.candidates else \
+            "one of " + " ".join(f"`{c[:7]}`" for c in step.candidates)
+        for shape in step.shapes:
+            lo, hi = step.ci95[shape]
+            rows.append([culprit, _pr(step.pr), commit.subject if commit else "", _short_shape(shape),
+                         f"{step.change_pct[shape]:+.1f}%", f"[{lo:+.1f}, {hi:+.1f}]",
+                         f"{step.p_value[shape]:.1g}",
+                         ("regression" if step.change_pct[shape] < 0 else "improvement")
+                         + ("" if step.verified else " (unverified)")])
+    return _table(["culprit", "PR", "subject", "shape", "change", "95% CI", "p", "verdict"], rows)
+
+
+def results_table(data: ReportData) -> list[str]:
+    """The MISSION.md form: commit, date, PR, TFLOP/s per shape, and the control's row."""
+    header = ["commit", "date", "PR", *(_short_shape(s) for s in data.shapes)]
+    step_at = {s.commit for s in data.steps}
+    wrong = {(w.sha, w.shape) for w in data.wrong}
+    rows = []
+    for row in data.rows:
+        cells = []
+        for shape in data.shapes:
+            value = row.subject_tflops.get(shape)
+            if (row.commit.sha, shape) in wrong:
+                cells.append("wrong")
+            else:
+                cells.append(f"{value:.1f}" if value is not None else "")
+        mark = " ◀" if row.commit.sha in step_at else ""
+        rows.append([f"`{row.commit.short}`{mark}", row.commit.date[:10], _pr(row.commit.pr), *cells])
+    control = []
+    for shape in data.shapes:
+        values = [r.control_tflops[shape] for r in data.rows if shape in r.control_tflops]
+        control.append(f"~{statistics.median(values):.1f}" if values else "")
+    rows.append([f"{data.control} (control)", "", "", *control])
+    return _table(header, rows, ["---", "---", "---", *(["---:"] * len(data.shapes))])
+
+
+def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
+    commit = data.commit(fix.step_commit)
+    name = f"`{fix.step_commit[:7]}`" + (f" ({_pr(commit.pr)})" if commit and commit.pr else "")
+    if not fix.applied:
+        return [f"- revert of {name}: does not apply on the tip: {fix.conflict}"]
+    if fix.error:
+        return [f"- revert of {name} (`{fix.patch_path}`): could not be measured: {fix.error}"]
+    parts = []
+    for shape in fix.shapes:
+        if shape not in fix.restored or shape not in fix.baseline:
+            parts.append(f"{_short_shape(shape)}: not measured")
+            continue
+        remaining = fix.remaining_pct(shape) or 0.0
+        tail = "fully restored" if remaining >= -0.5 else f"{-remaining:.1f}% still missing"
+        parts.append(f"{_short_shape(shape)}: restored {fix.restored[shape]:.1f} against "
+                     f"{fix.baseline[shape]:.1f} before the step (tip {fix.tip.get(shape, float('nan')):.1f}): {tail}")
+    correct = "" if fix.correct else " — WRONG RESULTS with the patch"
+    return [f"- revert of {name} on the tip (`{fix.patch_path}`){correct}:", *[f"  - {p}" for p in parts]]
+
+
+def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
+    m = data.machine
+    lines = [f"# {data.title}", ""]
+    lines.append(f"Upstream `{data.upstream}` ({data.branch}), range `{data.good.short}`..`{data.bad.short}` "
+                 f"({len(data.range_commits) - 1} commits), {data.commits_probed} commits measured, "
+                 f"{data.trials} trials, {data.wall_s / 60:.1f} min.")
+    machine = ", ".join(str(m[k]) for k in ("device_name", "driver", "torch", "triton") if m.get(k))
+    proto = data.protocol
+    lines.append(f"Machine: {machine or data.device}. Control: {data.control}, timed in the same process, "
+                 f"alternating with the subject. Cold protocol: a fresh process per trial, a JIT cache of each "
+                 f"commit's own emptied before its first trial, {proto.get('reps', '?')} timed repetitions after "
+                 f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
+                 f"against the control. Values are medians over trials of the per-trial median TFLOP/s; steps "
+                 f"are tested on the subject/control ratio (minimum step {data.min_step_pct:g}%).")
+    lines += ["", "## Steps", "", *steps_table(data)]
+    if data.dropped:
+        lines += ["", "Not confirmed on re-measurement against the parent (dropped): "
+                  + "; ".join(step_summary(s, data) for s in data.dropped)]
+    if data.fixes:
+        lines += ["", "## Candidate fixes, verified on the tip", ""]
+        for fix in data.fixes:
+            lines += fix_lines(fix, data)
+    lines += ["", "## TFLOP/s per measured commit", "", *results_table(data)]
+    if data.wrong:
+        lines += ["", "## Wrong results (never ranked)", ""]
+        lines += _table(["commit", "PR", "shape", "max abs err", "max rel err"],
+                        [[f"`{w.sha[:7]}`", _pr(c.pr) if (c := data.commit(w.sha)) else "", _short_shape(w.shape),
+                          f"{w.max_abs_err:.3g}" if w.max_abs_err is not None else "",
+                          f"{w.max_rel_err:.3g}" if w.max_rel_err is not None else ""] for w in data.wrong])
+    if data.skipped:
+        lines += ["", "## Skipped (did not build or import)", ""]
+        for sha, reason in data.skipped.items():
+            c = data.commit(sha)
+            last = reason.strip().splitlines()[-1] if reason.strip() else "no log"
+            log = data.build_logs.get(sha)
+            lines.append(f"- `{sha[:7]}` {_pr(c.pr) if c else ''}: {last}" + (f" ([log]({log}))" if log else ""))
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    lines += ["", f"Raw trials, every repetition: [{csv_name}]({csv_name})."]
+    if data.reproduce:
+        lines += ["", "## Reproduce", "", "```sh", *data.reproduce, "```"]
+    return "\n".join(lines) + "\n"

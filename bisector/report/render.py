@@ -1,0 +1,18 @@
+"""Write a report directory: report.md beside its PNG plots (the CSV is written by the pipeline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bisector.report import markdown, plots
+from bisector.report.data import ReportData
+
+CSV_NAME = "trials.csv"
+
+
+def write_report(data: ReportData, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = [p.name for p in plots.render_all(data, out)]
+    path = out / "report.md"
+    path.write_text(markdown.render(data, pngs, CSV_NAME))
+    return path
