@@ -32,8 +32,9 @@ def render_shape(data: ReportData, shape: str, out: Path) -> Path:
             ax.scatter([index[r.commit.sha]] * len(spread), spread, s=6, color="#1f5fa8", alpha=0.35, zorder=2)
     controls = [r.control_tflops[shape] for r in data.rows if shape in r.control_tflops]
     if controls:
-        ax.axhspan(min(controls), max(controls), color="#999999", alpha=0.25, lw=0,
-                   label=f"{data.control} (control), min–max")
+        ax.axhspan(min(controls), max(controls), color="#999999", alpha=0.25, lw=0)
+        ax.axhline(sorted(controls)[len(controls) // 2], color="#777777", lw=1, ls="-.",
+                   label=f"{data.control} (control): median, min–max band")
     for w in wrong:
         if w in index:
             ax.axvline(index[w], color="#c0392b", lw=0.8, ls=":")

@@ -1,0 +1,58 @@
+from pathlib import Path
+
+from bisector.model import Commit, Step
+from bisector.report import markdown, render
+from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
+
+
+def commit(i: int, pr: int | None) -> Commit:
+    return Commit(sha=f"{i:02d}" + "a" * 38, date=f"2026-08-{i + 1:02d}T12:00:00+00:00", author="Ada",
+                  subject=f"change {i}", pr=pr)
+
+
+def make_data() -> ReportData:
+    commits = tuple(commit(i, 900 + i if i else None) for i in range(8))
+    shapes = ("fa/s4096", "fa/s16384")
+    values = {0: (480.0, 498.0), 3: (480.0, 498.0), 4: (479.0, 443.0), 7: (478.0, 441.0)}
+    rows = tuple(CommitRow(commits[i], dict(zip(shapes, v)), {s: 620.0 for s in shapes},
+                           {s: x / 620.0 for s, x in zip(shapes, v)}, {s: 3 for s in shapes},
+                           {s: (x - 1, x, x + 1) for s, x in zip(shapes, v)}) for i, v in values.items())
+    step = Step(commit=commits[4].sha, parent=commits[3].sha, shapes=("fa/s16384",),
+                change_pct={"fa/s16384": -11.0}, ci95={"fa/s16384": (-11.8, -10.2)},
+                p_value={"fa/s16384": 1e-6}, pr=904)
+    fix = FixResult(commits[4].sha, "revert-04aaaaa.patch", True, shapes=("fa/s16384",),
+                    baseline={"fa/s16384": 498.0}, tip={"fa/s16384": 441.0}, restored={"fa/s16384": 491.0})
+    return ReportData(
+        title="bisector: demo", config_name="demo", upstream="/tmp/demo", branch="main", good=commits[0],
+        bad=commits[-1], device="cuda", control="torch_cuda", machine={"device_name": "NVIDIA H200"},
+        protocol={"reps": 20, "warmup": 3}, shapes=shapes, range_commits=commits, rows=rows, steps=(step,),
+        skipped={commits[5].sha: "SyntaxError: invalid syntax"}, fixes=(fix,),
+        wrong=(WrongResult(commits[6].sha, "fa/s4096", 0.5, 1.2),), commits_probed=4, trials=12, wall_s=90)
+
+
+def test_markdown_has_mission_table_steps_fixes_and_failures():
+    data = make_data()
+    text = markdown.render(data, ["tflops-fa_s4096.png"])
+    assert "| `04aaaaa` ◀ | 2026-08-05 | #904 | 479.0 | 443.0 |" in text
+    assert "| torch_cuda (control) |  |  | ~620.0 | ~620.0 |" in text
+    assert "| `04aaaaa` | #904 | change 4 | s16384 | -11.0% | [-11.8, -10.2] | 1e-06 | regression |" in text
+    assert "restored 491.0 against 498.0 before the step (tip 441.0): 1.4% still missing" in text
+    assert "`06aaaaa`" in text and "| s4096 | 0.5 | 1.2 |" in text
+    assert "`05aaaaa` #905: SyntaxError: invalid syntax" in text
+    assert "![tflops-fa_s4096.png](tflops-fa_s4096.png)" in text
+
+
+def test_no_step_says_so_with_the_threshold():
+    data = make_data()
+    from dataclasses import replace
+
+    text = markdown.render(replace(data, steps=(), fixes=()))
+    assert "No step of 1% or more in any shape between `00aaaaa` and `07aaaaa`." in text
+
+
+def test_write_report_makes_pngs(tmp_path: Path):
+    path = render.write_report(make_data(), tmp_path)
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs == ["tflops-fa_s16384.png", "tflops-fa_s4096.png"]
+    assert all((tmp_path / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert "tflops-fa_s16384.png" in path.read_text()
