@@ -12,6 +12,9 @@ from bisector import __version__
 _COMMANDS = (
     "range",
     "check_config",
+    "build",
+    "run",
+    "demo",
 )
 
 

@@ -214,7 +214,7 @@ class Builder:
 
     def _apply_patch(self, slot: Slot, tree: Path, patch: str, log: Path) -> StepOutcome:
         patch_file = slot.log_dir / "patch.diff"
-        patch_file.write_text(patch if patch.endswith("\n") else patch + "\n")
+        patch_file.write_bytes((patch if patch.endswith("\n") else patch + "\n").encode())
         outcome = run_step("patch", ["git", "apply", "--3way", "--whitespace=nowarn", str(patch_file)], tree,
                            os.environ, 600.0, slot.log_dir / "00-patch.log", log)
         if outcome.ok:

@@ -15,17 +15,15 @@ from pathlib import Path
 import git
 from filelock import FileLock
 
-from bisector.errors import GitError, RefError
+from bisector import gitrepo
+from bisector.errors import GitError
 
 _THREAD_LOCK = threading.Lock()
 
 
 def resolve_commit(repo: git.Repo, ref: str) -> str:
-    """Full SHA of `ref`, or RefError. A subprocess, not GitPython's object db: thread-safe."""
-    try:
-        return repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}").strip()
-    except git.GitCommandError:
-        raise RefError(f"unknown commit {ref!r} in {repo.working_dir or repo.git_dir}") from None
+    """Full SHA of `ref`, or RefError. `git rev-parse` in a subprocess: safe from prefetch threads."""
+    return gitrepo.resolve(repo, ref).strip()
 
 
 def tree_hash(repo: git.Repo, sha: str) -> str:
