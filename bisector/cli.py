@@ -15,6 +15,7 @@ _COMMANDS = (
     "build",
     "run",
     "demo",
+    "store",
 )
 
 

@@ -148,9 +148,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
 def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path) -> None:
     """Every trial of the range, with its raw repetitions, for pandas users."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame = session.store.frame(session.campaign)
-    shas = {c.sha for c in commits}
-    frame[frame["sha"].isin(shas)].to_csv(path, index=False)
+    session.store.export("csv", path, session.campaign, shas=[c.sha for c in commits])
 
 
 def report_path(config: Config, options: RunOptions) -> Path:

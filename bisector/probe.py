@@ -88,7 +88,7 @@ class StoreProbe:
                 records += self.run_trial(build, suite, suite_shapes, first=not trials,
                                           seed=self.seed * 1_000_003 + len(trials) + len(records))
             records = [replace(r, patch_hash=self.patch_hash) for r in records]
-            self.store.add_trials(self.campaign, records)
+            self.store.add_trials(self.campaign, records, shapes=self.shapes)
             crashes = crashes + 1 if all(r.status in (TrialStatus.CRASH, TrialStatus.TIMEOUT,
                                                       TrialStatus.UNAVAILABLE) for r in records) else 0
             if crashes >= MAX_CRASHES and any(done.values()):

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping, Sequence, TextIO
 
 import platformdirs
 
@@ -271,30 +271,34 @@ class Store:
                           (campaign, sha, shape, patch_hash, TrialStatus.OK.value))
         return int(row[0][0])
 
-    def rows(self, campaign: str | None = None) -> list[dict[str, Any]]:
+    def rows(self, campaign: str | None = None, shas: Collection[str] | None = None) -> list[dict[str, Any]]:
         """One dict per trial (COLUMNS), JSON columns decoded, joined with commit metadata."""
         sql, args = _SELECT, []
         if campaign is not None:
             sql, args = sql + " WHERE t.campaign = ?", [campaign]
         out = []
+        wanted = set(shas) if shas is not None else None
         for row in self._query(sql + " ORDER BY t.id", args):
+            if wanted is not None and row["sha"] not in wanted:
+                continue
             item = dict(row)
             for column in _JSON_COLUMNS:
                 item[column] = json.loads(item[column]) if item[column] is not None else None
             out.append(item)
         return out
 
-    def frame(self, campaign: str | None = None) -> pandas.DataFrame:
+    def frame(self, campaign: str | None = None, shas: Collection[str] | None = None) -> pandas.DataFrame:
         """One row per trial with the raw samples as lists."""
         import pandas
 
-        return pandas.DataFrame(self.rows(campaign), columns=list(COLUMNS))
+        return pandas.DataFrame(self.rows(campaign, shas), columns=list(COLUMNS))
 
-    def export(self, fmt: str, out: str | Path | TextIO, campaign: str | None = None) -> int:
-        """Write every trial as CSV (JSON columns as JSON strings) or a JSON array; returns the count."""
+    def export(self, fmt: str, out: str | Path | TextIO, campaign: str | None = None,
+               shas: Collection[str] | None = None) -> int:
+        """Write trials as CSV (JSON columns as JSON strings) or a JSON array; returns the count."""
         if fmt not in FORMATS:
             raise BadInput(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
-        rows = self.rows(campaign)
+        rows = self.rows(campaign, shas)
         if isinstance(out, (str, Path)):
             with open(out, "w", newline="", encoding="utf-8") as handle:
                 _write_rows(fmt, rows, handle)
