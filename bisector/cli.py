@@ -16,6 +16,7 @@ _COMMANDS = (
     "run",
     "demo",
     "store",
+    "publish",
 )
 
 
