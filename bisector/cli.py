@@ -8,15 +8,10 @@ import click
 
 from bisector import __version__
 
-# (subcommand module, attribute); a module that fails to import is a bug, not an option.
+# Subcommand modules, each exposing `command`; a module that fails to import is a bug.
 _COMMANDS = (
-    "range",
-    "check_config",
-    "build",
-    "run",
-    "demo",
-    "store",
-    "publish",
+    "run", "demo", "range", "bench", "build", "simulate", "plan", "analyze",
+    "store", "publish", "nightly", "handle_comment", "check_config",
 )
 
 

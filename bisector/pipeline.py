@@ -22,7 +22,7 @@ from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, Search
 from bisector.probe import ProbeEvent, StoreProbe
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
-from bisector.runner import TrialLauncher
+from bisector.runner import Launcher
 from bisector.store import Store, campaign_key
 
 
@@ -79,7 +79,7 @@ class Session:
         cache_root = Path(config.build.cache_dir) if config.build.cache_dir else self.work / "builds"
         self.builder = Builder(self.repo, config.upstream, config.build, cache_root)
         self.prefetcher = Prefetcher(self.builder, config.build.parallel)
-        self.launcher = TrialLauncher(config, self.work)
+        self.launcher = Launcher(config, self.work)
         self.observer = observer
 
     def probe(self, patch: str | None = None, patch_hash: str | None = None) -> StoreProbe:

@@ -12,7 +12,6 @@ from bisector import config as config_mod
 from bisector import pipeline
 from bisector.commands.common import fail_on_error
 from bisector.commands.run import run_and_print
-from bisector.demo import write_demo_repo
 from bisector.errors import BadInput
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -44,6 +43,8 @@ def demo_config(device: str, repo: Path) -> config_mod.Config:
 @fail_on_error
 def command(device: str, directory: str, report_dir: str | None, as_json: bool) -> None:
     """Bisect the embedded demo library (about 40 commits with planted steps) on this machine."""
+    from bisector.demo import write_demo_repo
+
     device = pick_device(device)
     root = Path(directory).resolve()
     manifest = write_demo_repo(root / "upstream")

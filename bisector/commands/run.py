@@ -11,7 +11,7 @@ from bisector import pipeline
 from bisector.commands.common import fail_on_error, print_json
 from bisector.commands.progress import ProgressLine
 from bisector.report.markdown import step_summary
-from bisector.summary import result_json
+from bisector.search import result_json
 
 
 def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int = 40,

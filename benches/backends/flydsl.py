@@ -1,0 +1,120 @@
+"""FlyDSL subject adapter: flash attention and the pre-shuffled-B GEMM of the commit under test.
+
+Written from ROCm/FlyDSL@11c4174d82b7491c2d08d5828a254183f2a8b959
+(kernels/attention/flash_attn_interface.py `flydsl_flash_attn_func`,
+kernels/gemm/preshuffle_gemm.py `compile_preshuffle_gemm`, tests/kernels/test_preshuffle_gemm.py
+for the launch arguments, tests/utils.py `shuffle_weight`). NOT YET RUN ON AMD HARDWARE.
+
+Conventions read there:
+- `flydsl_flash_attn_func(q, k, v, *, causal=True, ...)`: dense q, k, v as [B, S, H, D]; no
+  softmax-scale argument (it scales by 1/sqrt(D)); returns the output tensor.
+- `compile_preshuffle_gemm(*, N, K, tile_m, tile_n, tile_k, in_dtype, out_dtype, ...)` returns a
+  launcher called as `fn(C, A, B, scale_a, scale_b, bias, M, N, stream)` on flat tensors, with
+  B = the [N, K] weight through `shuffle_weight(w, layout=(16, 16))`, 8-bit tensors viewed as
+  int8, empty fp32 scales for fp16/bf16 (per-row [M] / [N] scales for fp8), an empty bias when
+  epilogue == "none". The first call compiles (into FLYDSL_RUNTIME_CACHE_DIR).
+Kernels live in the checkout (`kernels.*`), not in the flydsl wheel: the trial imports them from
+the commit's source dir. The shuffle comes from aiter (`aiter.ops.shuffle.shuffle_weight`) when it
+is installed, else from the checkout's `tests.utils.shuffle_weight`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+from benches.backends.base import (BackendUnavailable, Prepared, from_layout, load_entry, prepared,
+                                   require_gpu, require_module, to_layout)
+
+FA_ENTRY = "kernels.attention.flash_attn_interface:flydsl_flash_attn_func"
+GEMM_ENTRY = "kernels.gemm.preshuffle_gemm:compile_preshuffle_gemm"
+_IN_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8"}
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """Everything compile_preshuffle_gemm and its launcher need, computed without a GPU."""
+
+    compile_kwargs: dict[str, Any]
+    weight: torch.Tensor  # [N, K], contiguous, before the shuffle
+    a: torch.Tensor  # [M, K], contiguous
+    out_dtype: torch.dtype
+    m: int
+    n: int
+
+
+def plan_gemm(a: torch.Tensor, b: torch.Tensor, tile: tuple[int, int, int] | None,
+              options: Mapping[str, Any]) -> GemmPlan:
+    in_dtype = _IN_DTYPES.get(a.dtype)
+    if in_dtype is None:
+        raise BackendUnavailable("flydsl", f"compile_preshuffle_gemm has no {a.dtype} input")
+    tile = tuple(options.get("tile", tile) or ())  # type: ignore[assignment]
+    if len(tile) != 3:
+        raise ValueError("the flydsl GEMM needs a tile [tile_m, tile_n, tile_k] (shape 'tile' or option)")
+    (m, k), n = a.shape, b.shape[1]
+    if k % tile[2]:
+        raise ValueError(f"tile_k={tile[2]} must divide K={k}")
+    out = torch.float16 if a.dtype == torch.float16 else torch.bfloat16
+    extra = {key: v for key, v in options.items() if key not in ("tile", "shuffle")}
+    kwargs = dict(N=n, K=k, tile_m=tile[0], tile_n=tile[1], tile_k=tile[2], in_dtype=in_dtype,
+                  out_dtype="fp16" if out == torch.float16 else "bf16", **extra)
+    return GemmPlan(compile_kwargs=kwargs, weight=b.t().contiguous(), a=a.contiguous(), out_dtype=out, m=m, n=n)
+
+
+def launch_args(plan: GemmPlan, b_shuffled: torch.Tensor, c: torch.Tensor, stream: Any) -> tuple[Any, ...]:
+    """The launcher's positional arguments, flat, 8-bit data viewed as int8 (as FlyDSL's test)."""
+
+    def flat(t: torch.Tensor) -> torch.Tensor:
+        t = t.contiguous().view(-1)
+        return t.view(torch.int8) if t.dtype == torch.float8_e4m3fn else t
+
+    dev = plan.a.device
+    if plan.a.dtype == torch.float8_e4m3fn:
+        sa = torch.ones(plan.m, device=dev, dtype=torch.float32)
+        sb = torch.ones(plan.n, device=dev, dtype=torch.float32)
+    else:
+        sa = sb = torch.empty(0, device=dev, dtype=torch.float32)
+    bias = torch.empty(0, device=dev, dtype=plan.out_dtype)
+    return (flat(c), flat(plan.a), flat(b_shuffled), sa, sb, bias, plan.m, plan.n, stream)
+
+
+def check_sm_scale(sm_scale: float, head_dim: int) -> None:
+    if abs(sm_scale * math.sqrt(head_dim) - 1.0) > 1e-6:
+        raise BackendUnavailable("flydsl", "flydsl_flash_attn_func only scales by 1/sqrt(D)")
+
+
+def _shuffler() -> Callable[..., torch.Tensor]:
+    for module in ("aiter.ops.shuffle", "tests.utils"):
+        try:
+            return load_entry(f"{module}:shuffle_weight", "flydsl")
+        except (BackendUnavailable, ImportError):
+            continue
+    raise BackendUnavailable("flydsl", "no shuffle_weight: install aiter or keep tests/utils.py in the checkout")
+
+
+class FlyDSLSubject:
+    name = "flydsl"
+
+    def __init__(self, entry: str | None = None, options: Mapping[str, Any] | None = None) -> None:
+        self.entry, self.options = entry, dict(options or {})
+        require_gpu(self.name, "rocm")
+        require_module("flydsl", self.name)
+
+    def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
+        if suite == "fa":
+            fn = load_entry(self.entry or FA_ENTRY, self.name)
+            q, k, v = (to_layout(inputs[n], "bshd") for n in ("q", "k", "v"))
+            check_sm_scale(inputs["sm_scale"], q.shape[-1])
+            causal, opts = inputs["causal"], self.options
+            return prepared(lambda: fn(q, k, v, causal=causal, **opts), lambda o: from_layout(o, "bshd"))
+        if suite == "gemm":
+            compile_gemm = load_entry(self.entry or GEMM_ENTRY, self.name)
+            plan = plan_gemm(inputs["a"], inputs["b"], inputs.get("tile"), self.options)
+            launch = compile_gemm(**plan.compile_kwargs)
+            c = torch.empty((plan.m, plan.n), device=plan.a.device, dtype=plan.out_dtype)
+            args = launch_args(plan, _shuffler()(plan.weight, layout=(16, 16)), c, torch.cuda.current_stream())
+            return prepared(lambda: launch(*args), lambda _: c)
+        raise ValueError(f"unknown suite {suite!r}")

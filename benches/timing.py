@@ -1,0 +1,118 @@
+"""Cold-protocol timing: first call (compile) apart, warm-up, a cache flush before every timed call,
+subject and control interleaved (S C S C ...), one event pair per call, every raw sample kept.
+
+The flush buffer is sized from the device: at least 2x (L2 + Infinity Cache) on GPUs (the MALL of
+MI300/MI355X is 256 MiB), never below 256 MiB; on CPU a few times the last-level cache.
+"""
+
+from __future__ import annotations
+
+import glob
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+MiB = 1 << 20
+GPU_FLOOR = 256 * MiB
+INFINITY_CACHE = {"gfx942": 256 * MiB, "gfx950": 256 * MiB}  # MI300X / MI325X, MI350X / MI355X
+CPU_CAP = 512 * MiB
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip().upper()
+    mult = {"K": 1 << 10, "M": MiB, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG") or 0) * mult
+
+
+def cpu_llc_bytes() -> int:
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path) as fh:
+                sizes.append(_parse_size(fh.read()))
+        except (OSError, ValueError):
+            continue
+    return max(sizes, default=32 * MiB)
+
+
+def gpu_cache_bytes(index: int = 0) -> tuple[int, int]:
+    """(L2, Infinity Cache) in bytes for a visible GPU."""
+    props = torch.cuda.get_device_properties(index)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    arch = str(getattr(props, "gcnArchName", "")).split(":")[0]
+    ic = INFINITY_CACHE.get(arch, 0) if torch.version.hip else 0
+    return l2, ic
+
+
+def flush_bytes(device: str, flush_mb: int = 0) -> int:
+    if flush_mb > 0:
+        return flush_mb * MiB
+    if device == "cpu":
+        return min(3 * cpu_llc_bytes(), CPU_CAP)
+    l2, ic = gpu_cache_bytes()
+    return max(2 * (l2 + ic), GPU_FLOOR)
+
+
+@dataclass
+class Clock:
+    """Times calls on one device: CUDA/HIP events on a GPU, perf_counter_ns on CPU."""
+
+    device: str
+    flush_size: int
+    _buf: torch.Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        dev = "cpu" if self.device == "cpu" else "cuda"
+        self._buf = torch.empty(self.flush_size, dtype=torch.int8, device=dev)
+        self.gpu = dev == "cuda"
+
+    @property
+    def kind(self) -> str:
+        return "device_events" if self.gpu else "perf_counter_ns"
+
+    def sync(self) -> None:
+        if self.gpu:
+            torch.cuda.synchronize()
+
+    def flush(self) -> None:
+        self._buf.zero_() if self.gpu else self._buf.fill_(1)
+
+    def wall(self, fn: Callable[[], Any]) -> tuple[Any, float]:
+        """One synchronized call: (result, seconds). Used for the first (compiling) call."""
+        self.sync()
+        start = time.perf_counter()
+        result = fn()
+        self.sync()
+        return result, time.perf_counter() - start
+
+    def interleaved(self, fns: list[Callable[[], Any]], reps: int) -> list[list[float]]:
+        """ms per call for each fn, called in turn `reps` times, each after a flush.
+
+        On a GPU everything is queued and read back once at the end, so the device never idles
+        between calls (no clock drop) and host jitter does not enter the figures."""
+        if self.gpu:
+            events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                       for _ in range(reps)] for _ in fns]
+            for r in range(reps):
+                for i, fn in enumerate(fns):
+                    self.flush()
+                    start, end = events[i][r]
+                    start.record()
+                    fn()
+                    end.record()
+            torch.cuda.synchronize()
+            return [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
+        out: list[list[float]] = [[] for _ in fns]
+        for _ in range(reps):
+            for i, fn in enumerate(fns):
+                self.flush()
+                t0 = time.perf_counter_ns()
+                fn()
+                out[i].append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
+
+def tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12 if ms > 0 else float("nan")

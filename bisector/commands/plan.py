@@ -1,0 +1,76 @@
+"""`bisector plan`: how many builds, trials and GPU hours a bisection of GOOD..BAD will take."""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from bisector import gitrepo
+from bisector.commands.common import fail_on_error, print_json
+from bisector.commands.simulate import make_settings, settings_options
+from bisector.errors import BadInput
+from bisector.plan import estimate, noise_from_rows
+
+
+@click.command("plan")
+@click.option("--repo", required=True, help="path or URL of the upstream repository")
+@click.option("--good", required=True)
+@click.option("--bad", required=True)
+@click.option("--noise-cv", type=float, default=None, help="per-trial coefficient of variation, e.g. 0.01")
+@click.option("--from-store", "store_path", default=None, help="estimate the noise from a result store (SQLite)")
+@click.option("--from-csv", "csv_path", default=None, help="estimate the noise from a trials CSV export")
+@click.option("--campaign", default=None, help="campaign in the store or CSV")
+@click.option("--steps", type=int, default=1, show_default=True, help="steps expected in the range")
+@click.option("--step-pct", type=float, default=5.0, show_default=True, help="their size, in %")
+@click.option("--shapes", type=int, default=3, show_default=True)
+@click.option("--fail-rate", type=float, default=0.0, show_default=True, help="share of commits that do not build")
+@click.option("--trial-seconds", type=float, default=60.0, show_default=True, help="GPU seconds per trial")
+@click.option("--build-seconds", type=float, default=0.0, show_default=True, help="seconds per build")
+@click.option("--runs", type=int, default=40, show_default=True, help="simulated ranges")
+@settings_options
+@click.option("--json", "as_json", is_flag=True)
+@fail_on_error
+def command(repo: str, good: str, bad: str, noise_cv: float | None, store_path: str | None, csv_path: str | None,
+            campaign: str | None, steps: int, step_pct: float, shapes: int, fail_rate: float,
+            trial_seconds: float, build_seconds: float, runs: int, min_step: float, alpha: float, trials: int,
+            max_trials: int, as_json: bool) -> None:
+    """Estimate probes, trials and GPU time for a bisection, from the measured noise."""
+    if sum(x is not None for x in (noise_cv, store_path, csv_path)) != 1:
+        raise BadInput("give exactly one of --noise-cv, --from-store, --from-csv")
+    settings = make_settings(min_step, alpha, trials, max_trials)
+    source = "--noise-cv"
+    if noise_cv is None:
+        rows = _rows(store_path, csv_path, campaign)
+        noise_cv, groups = noise_from_rows(rows)
+        source = f"{store_path or csv_path} ({groups} commit/shape groups with repeats)"
+        if math.isnan(noise_cv):
+            raise BadInput(f"{store_path or csv_path}: no commit/shape with two or more OK trials")
+    if not 0 <= noise_cv < 1 or not 0 <= fail_rate < 1 or runs < 1:
+        raise BadInput("--noise-cv and --fail-rate must be in [0, 1), --runs >= 1")
+    n = len(gitrepo.commit_range(gitrepo.open_repo(repo), good, bad))
+    plan = estimate(n, noise_cv, steps, step_pct, shapes, fail_rate, trial_seconds, build_seconds, settings, runs)
+    if as_json:
+        print_json({**plan.as_dict(), "noise_source": source})
+        return
+    click.echo(f"{n} commits, {steps} step(s) of {step_pct:g}% expected, noise CV {noise_cv:.2%} from {source}")
+    click.echo(f"builds (distinct commits): {plan.probes_mean:.1f} on average, {plan.probes_p90:.0f} at p90 "
+               f"(bound k*ceil(log2 N)+4 = {plan.as_dict()['probes_bound']})")
+    click.echo(f"trials: {plan.trials_mean:.0f} on average, {plan.trials_p90:.0f} at p90")
+    click.echo(f"GPU time: {plan.gpu_hours_mean:.2f} h on average, {plan.gpu_hours_p90:.2f} h at p90 "
+               f"({trial_seconds:g} s per trial)")
+    if build_seconds:
+        click.echo(f"build time: {plan.build_hours_mean:.2f} h on average")
+    click.echo(f"simulated steps found at the exact commit: {plan.found_rate:.0%} of {runs} runs")
+
+
+def _rows(store_path: str | None, csv_path: str | None, campaign: str | None) -> list[dict[str, object]]:
+    if csv_path:
+        from bisector.analyze import load_csv
+
+        series = load_csv(csv_path, campaign)
+        return [{"sha": sha, "shape": shape, "value": v}
+                for sha, per in series.samples.items() for shape, vals in per.items() for v in vals]
+    from bisector.store import Store
+
+    return Store(store_path, create=False).rows(campaign)

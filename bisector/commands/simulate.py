@@ -1,0 +1,71 @@
+"""`bisector simulate`: the search against a step model over a real repository's history."""
+
+from __future__ import annotations
+
+import click
+
+from bisector import gitrepo
+from bisector.commands.common import fail_on_error, print_json
+from bisector.errors import BadInput
+from bisector.search import SearchResult, SearchSettings, result_json
+from bisector.simulate import load_model, run_simulation
+
+
+def settings_options(func):  # type: ignore[no-untyped-def]
+    """--min-step, --alpha, --trials, --max-trials: the search's knobs, shared with `plan`."""
+    for option in reversed((
+        click.option("--min-step", type=float, default=1.0, show_default=True, help="smallest step, in %"),
+        click.option("--alpha", type=float, default=0.01, show_default=True, help="chance of a false step per search"),
+        click.option("--trials", type=int, default=3, show_default=True, help="first trials per commit"),
+        click.option("--max-trials", type=int, default=24, show_default=True, help="cap of the doubling"),
+    )):
+        func = option(func)
+    return func
+
+
+def make_settings(min_step: float, alpha: float, trials: int, max_trials: int) -> SearchSettings:
+    try:
+        return SearchSettings(min_step_pct=min_step, alpha=alpha, initial_repeats=trials, max_repeats=max_trials)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def echo_result(result: SearchResult, subjects: dict[str, str], cost: bool = True) -> None:
+    """A short text table of the steps found, then the cost."""
+    if not result.steps:
+        click.echo("no steps found")
+    for s in result.steps:
+        where = s.commit[:10] if not s.candidates else f"one of {s.candidates[0][:10]}..{s.candidates[-1][:10]}"
+        pr = f"#{s.pr}" if s.pr is not None else "-"
+        click.echo(f"{where}  {pr:>7}  {subjects.get(s.commit, '')[:60]}")
+        for shape in s.shapes:
+            lo, hi = s.ci95[shape]
+            click.echo(f"    {shape:<24} {s.change_pct[shape]:+7.2f}%  [{lo:+.2f}, {hi:+.2f}]  "
+                       f"p={s.p_value[shape]:.2g}")
+    for s in result.dropped:
+        click.echo(f"dropped (did not hold on re-measurement): {s.commit[:10]}")
+    if cost:
+        click.echo(f"{result.commits_probed} commits probed, {result.trials} trials, {len(result.skipped)} skipped")
+
+
+@click.command("simulate")
+@click.option("--repo", required=True, help="path or URL of the repository whose history is used")
+@click.option("--good", required=True, help="last good ref")
+@click.option("--bad", required=True, help="first bad ref")
+@click.option("--model", "model_path", required=True, help="step model TOML")
+@click.option("--noise", type=float, default=0.01, show_default=True, help="per-trial coefficient of variation")
+@click.option("--seed", type=int, default=0, show_default=True)
+@settings_options
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@fail_on_error
+def command(repo: str, good: str, bad: str, model_path: str, noise: float, seed: int, min_step: float,
+            alpha: float, trials: int, max_trials: int, as_json: bool) -> None:
+    """Run the localization engine against a step model over the real commits GOOD..BAD."""
+    settings = make_settings(min_step, alpha, trials, max_trials)
+    commits = gitrepo.commit_range(gitrepo.open_repo(repo), good, bad)
+    model = load_model(model_path, [c.sha for c in commits])
+    result = run_simulation(commits, model, noise, seed, settings)
+    if as_json:
+        print_json(result_json(result))
+    else:
+        echo_result(result, {c.sha: c.subject for c in commits})

@@ -1,0 +1,176 @@
+"""Write the demo upstream: a real git repository of ~40 squash-merged PRs with planted steps.
+
+The whole history goes through one `git fast-import` with fixed authors and dates, so the SHAs
+are the same on every machine and every run; the work tree is then checked out at the last
+commit (BAD). `DemoManifest` says which commit plays which role, so tests and `bisector demo`
+can check what a bisection finds against what was planted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from bisector.demo.history import AUTHORS, COMMITS, EXPECTATIONS, SHAPES, START_EPOCH, STEP_S, states
+from bisector.demo.render import render
+from bisector.errors import BadInput, GitError
+
+BRANCH = "main"
+_TEMPLATES = (
+    "README.md", "pyproject.toml", "docs/kernels.md", "tests/test_kernels.py",
+    "demolib/__init__.py", "demolib/cpu_fa.py", "demolib/cpu_gemm.py",
+    "demolib/triton_fa.py", "demolib/triton_gemm.py", "demolib/utils.py",
+)
+
+
+class DemoDirError(BadInput):
+    """The directory asked for the demo repository is not usable (exists and is not empty)."""
+
+
+@dataclass(frozen=True)
+class Plant:
+    role: str
+    sha: str
+    pr: int
+    subject: str
+    kind: str  # regression | improvement | wrong | fix | broken | broken_fix
+    moves: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)  # device -> shape -> %
+
+    def shapes(self, device: str) -> tuple[str, ...]:
+        return tuple(self.moves.get(device, {}))
+
+
+@dataclass(frozen=True)
+class DemoManifest:
+    """Where the demo repository is and which commits hold the planted changes."""
+
+    path: str
+    branch: str
+    commits: tuple[str, ...]  # first-parent, oldest first: GOOD .. BAD
+    prs: tuple[int, ...]
+    subjects: tuple[str, ...]
+    plants: Mapping[str, Plant]
+    shape_keys: Mapping[str, tuple[str, ...]]  # device -> every shape key of its demo config
+
+    @property
+    def good(self) -> str:
+        return self.commits[0]
+
+    @property
+    def bad(self) -> str:
+        return self.commits[-1]
+
+    def sha(self, role: str) -> str:
+        return self.plants[role].sha
+
+    def pr(self, role: str) -> int:
+        return self.plants[role].pr
+
+    def index(self, role: str) -> int:
+        return self.commits.index(self.sha(role))
+
+    def wrong_commits(self) -> tuple[str, ...]:
+        """Every commit that returns wrong GEMM results: the bug up to, not including, its fix."""
+        return self.commits[self.index("wrong_result"):self.index("wrong_result_fixed")]
+
+    def skipped_commits(self) -> tuple[str, ...]:
+        """Commits that do not import: the search must go around them."""
+        return self.commits[self.index("broken_import"):self.index("broken_import_fixed")]
+
+    def steps(self, device: str) -> tuple[Plant, ...]:
+        """The performance steps a bisection on `device` should find, oldest first."""
+        return tuple(p for p in sorted(self.plants.values(), key=lambda p: self.commits.index(p.sha))
+                     if p.kind in ("regression", "improvement") and p.shapes(device))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "branch": self.branch, "good": self.good, "bad": self.bad,
+                "commits": len(self.commits),
+                "plants": {r: {"sha": p.sha, "pr": p.pr, "subject": p.subject, "kind": p.kind,
+                               "moves": {d: dict(m) for d, m in p.moves.items()}}
+                           for r, p in self.plants.items()}}
+
+
+def _template(name: str) -> str:
+    return resources.files("bisector.demo").joinpath("templates", name + ".tmpl").read_text()
+
+
+def _changelog(upto: int) -> str:
+    lines = ["# Changelog", ""]
+    lines += [f"- {c.subject} (#{c.pr})" for c in reversed(COMMITS[:upto + 1])]
+    return "\n".join(lines) + "\n"
+
+
+def tree_at(index: int, knobs: Mapping[str, Any], texts: Mapping[str, str]) -> dict[str, str]:
+    """Path -> content of commit `index` (pure)."""
+    files = {name: render(texts[name], knobs, name) for name in _TEMPLATES
+             if name != "demolib/utils.py" or knobs["utils_file"]}
+    files["CHANGELOG.md"] = _changelog(index)
+    return files
+
+
+def _fast_import_stream(texts: Mapping[str, str]) -> bytes:
+    out: list[bytes] = []
+    mark = 0
+    blob_marks: dict[bytes, int] = {}
+    for i, (spec, knobs) in enumerate(zip(COMMITS, states())):
+        entries = []
+        for path, text in sorted(tree_at(i, knobs, texts).items()):
+            data = text.encode()
+            if data not in blob_marks:
+                mark += 1
+                blob_marks[data] = mark
+                out.append(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, len(data), data))
+            entries.append(b"M 100644 :%d %s\n" % (blob_marks[data], path.encode()))
+        name, email = AUTHORS[i % len(AUTHORS)]
+        when = START_EPOCH + i * STEP_S
+        message = f"{spec.subject} (#{spec.pr})\n" + (f"\n{spec.body}\n" if spec.body else "")
+        msg = message.encode()
+        who = f"{name} <{email}> {when} +0000".encode()
+        out.append(b"commit refs/heads/%s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s"
+                   % (BRANCH.encode(), 100000 + i, who, who, len(msg), msg))
+        if i:
+            out.append(b"from :%d\n" % (100000 + i - 1))
+        out.append(b"deleteall\n" + b"".join(entries) + b"\n")
+    return b"".join(out)
+
+
+def _git(dest: Path, *args: str, stdin: bytes | None = None) -> str:
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
+    cmd = ["git", "-c", "init.defaultBranch=" + BRANCH, "-c", "core.autocrlf=false", *args]
+    try:
+        proc = subprocess.run(cmd, cwd=dest, input=stdin, capture_output=True, env=env)
+    except FileNotFoundError:
+        raise GitError("git is not installed (needed to write the demo repository)") from None
+    if proc.returncode != 0:
+        raise GitError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
+    return proc.stdout.decode()
+
+
+def write_demo_repo(dest: Path) -> DemoManifest:
+    """Create the demo repository at `dest` (absent or empty) and return its manifest."""
+    dest = Path(dest).resolve()
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise DemoDirError(f"{dest}: exists and is not an empty directory; choose another --dir")
+    dest.mkdir(parents=True, exist_ok=True)
+    texts = {name: _template(name) for name in _TEMPLATES}
+    _git(dest, "init", "-q", "-b", BRANCH)
+    with tempfile.TemporaryDirectory() as tmp:
+        marks = Path(tmp, "marks")
+        _git(dest, "fast-import", "--quiet", "--done", f"--export-marks={marks}",
+             stdin=_fast_import_stream(texts) + b"done\n")
+        by_mark = dict(line.split() for line in marks.read_text().splitlines())
+    commits = tuple(by_mark[f":{100000 + i}"] for i in range(len(COMMITS)))
+    _git(dest, "reset", "-q", "--hard", BRANCH)
+    plants = {}
+    for i, spec in enumerate(COMMITS):
+        if spec.role in EXPECTATIONS:
+            exp = EXPECTATIONS[spec.role]
+            plants[spec.role] = Plant(role=spec.role, sha=commits[i], pr=spec.pr, subject=spec.subject,
+                                      kind=exp.kind, moves=exp.moves)
+    return DemoManifest(path=str(dest), branch=BRANCH, commits=commits, prs=tuple(c.pr for c in COMMITS),
+                        subjects=tuple(c.subject for c in COMMITS), plants=plants, shape_keys=dict(SHAPES))

@@ -1,0 +1,59 @@
+"""The trial's environment: secrets scrubbed, one device pinned, a JIT cache of the commit's own."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Mapping
+
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")
+SECRET_PREFIXES = ("GITHUB_", "GH_", "AWS_", "AZURE_", "GOOGLE_", "HF_", "HUGGING", "NPM_", "PYPI_")
+# Names that contain a secret word but are harmless and needed by the toolchains.
+KEEP = frozenset({"KEYTIMEOUT"})
+
+
+def is_secret(name: str, token_env: str | None = None) -> bool:
+    upper = name.upper()
+    if name in KEEP:
+        return False
+    if token_env and name == token_env:
+        return True
+    return any(w in upper for w in SECRET_WORDS) or upper.startswith(SECRET_PREFIXES)
+
+
+def scrub(environ: Mapping[str, str], token_env: str | None = None) -> dict[str, str]:
+    """Every variable except those that look like credentials (GitHub tokens and the like)."""
+    return {k: v for k, v in environ.items() if not is_secret(k, token_env)}
+
+
+def pin_device(env: dict[str, str], device: str, index: int) -> None:
+    """One device per trial. ROCm honours HIP_VISIBLE_DEVICES; a CUDA_VISIBLE_DEVICES set as well
+    would filter a second time (index 0 of the remaining list), so it is removed there."""
+    if device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = str(index)
+    elif device == "rocm":
+        env["HIP_VISIBLE_DEVICES"] = str(index)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.pop("ROCR_VISIBLE_DEVICES", None)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env["HIP_VISIBLE_DEVICES"] = ""
+
+
+def jit_dir(work: Path, sha: str, patch_hash: str | None = None) -> Path:
+    """<work>/jit/<sha>[-<patch_hash>]: never shared between commits (or patches)."""
+    return Path(work) / "jit" / (f"{sha}-{patch_hash}" if patch_hash else sha)
+
+
+def prepare_jit(work: Path, sha: str, patch_hash: str | None, names: tuple[str, ...], first: bool) -> dict[str, str]:
+    """Env vars pointing each JIT cache variable to its own dir under the commit's JIT dir; the
+    whole dir is emptied before the commit's first trial, so that trial's compile is cold."""
+    root = jit_dir(work, sha, patch_hash)
+    if first and root.exists():
+        shutil.rmtree(root)
+    out = {}
+    for name in names:
+        path = root / name.lower()
+        path.mkdir(parents=True, exist_ok=True)
+        out[name] = str(path)
+    return out

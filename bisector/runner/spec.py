@@ -1,0 +1,57 @@
+"""Config + BuildResult + suite -> the trial spec JSON of docs/CONTRACTS.md. Pure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from bisector.config import Config
+from bisector.errors import BadInput
+from bisector.model import BuildResult, Shape
+
+
+def shape_spec(shape: Shape) -> dict[str, Any]:
+    params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in shape.params}
+    return {"key": shape.key, "suite": shape.suite, "name": shape.name, "params": params}
+
+
+def source_dirs(build: BuildResult) -> list[str]:
+    """The commit's source dir first, then its pip prefix (site-packages) when it has one."""
+    dirs = [build.source_dir]
+    if build.prefix:
+        dirs.append(build.prefix)
+    return [str(Path(d).resolve()) for d in dirs]
+
+
+def build_spec(config: Config, build: BuildResult, suite: str, *, seed: int,
+               shapes: tuple[Shape, ...] | None = None) -> dict[str, Any]:
+    if suite not in config.subjects:
+        raise BadInput(f"{config.path}: subject.{suite}: no subject for suite {suite!r}")
+    chosen = [s for s in (shapes if shapes is not None else config.shapes) if s.suite == suite]
+    if not chosen:
+        raise BadInput(f"{config.path}: suites.{suite}: no shapes")
+    subject = config.subjects[suite]
+    tolerances = {k: list(v) for k, v in config.thresholds.tolerances.items()}
+    return {
+        "sha": build.sha,
+        "suite": suite,
+        "shapes": [shape_spec(s) for s in chosen],
+        "subject": {"entry": subject.entry, "adapter": subject.adapter, "layout": subject.layout,
+                    "options": dict(subject.options)},
+        "control": config.control,
+        "device": config.device,
+        "source_dirs": source_dirs(build),
+        "reps": config.protocol.reps,
+        "warmup": config.protocol.warmup,
+        "flush_mb": config.protocol.flush_mb,
+        "seed": seed,
+        "tolerances": tolerances,
+    }
+
+
+def benches_root() -> str:
+    """The directory holding the `benches` package, so the child imports this very copy."""
+    import benches
+
+    return os.path.dirname(os.path.abspath(list(benches.__path__)[0]))

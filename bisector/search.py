@@ -1,0 +1,302 @@
+"""Pure multi-step localization over a commit range, driven by an injected probe.
+
+The search (Pinpoint-style):
+1. Measure GOOD and BAD, and `interior_points` evenly spaced commits between them. The interior
+   points are there because two opposite steps of equal size cancel end to end: a range whose
+   ends look the SAME can still hide a regression and its revert. With three interior points
+   both steps are found unless they fall between the same two grid points; for one step the grid
+   costs one extra commit, since bisection would probe the middle one anyway.
+2. Compare every adjacent pair of measured commits per shape (stats.compare). UNKNOWN doubles the
+   trials of both commits up to `max_repeats`; UNKNOWN at the cap counts as SAME-but-uncertain and
+   is reported in `uncertain`.
+3. Refine every pair that is DIFFERENT in any shape by probing its middle commit (SKIP-aware: the
+   nearest buildable commit to the middle), until each step sits between a commit and its parent.
+   When a pair was DIFFERENT in a shape but neither half is, the shape follows the half with the
+   larger change in the same direction: a step just above the minimum size is not lost because
+   its halves' estimates fell just below it. A gap made only of SKIPs is a culprit range.
+4. Verify each culprit against its parent with fresh trials only (the probe is cumulative: asking
+   for `current + n` gives n new trials); steps that do not hold are dropped.
+
+Multiple testing: `alpha` is the budget for a false step in the whole search. Detection tests each
+shape at alpha / (shapes x expected comparisons); verification, being an independent second test,
+at alpha / shapes. A false step must pass both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from bisector.model import Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Verdict
+from bisector.stats import compare, holds
+
+__all__ = ["SearchSettings", "Uncertain", "LocalizeResult", "localize", "result_json"]
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    min_step_pct: float = 1.0  # smaller changes are not steps
+    alpha: float = 0.01  # chance of one false step per search
+    initial_repeats: int = 3  # trials per commit at first
+    max_repeats: int = 24  # UNKNOWN doubles trials up to this
+    verify: bool = True  # re-measure each culprit against its parent with fresh trials
+    interior_points: int = 3  # measured up front besides GOOD and BAD (see module docstring)
+
+    def __post_init__(self) -> None:
+        if self.min_step_pct <= 0 or not 0 < self.alpha < 0.5:
+            raise ValueError("min_step_pct must be > 0 and alpha in (0, 0.5)")
+        if not 1 <= self.initial_repeats <= self.max_repeats:
+            raise ValueError("need 1 <= initial_repeats <= max_repeats")
+
+
+@dataclass(frozen=True)
+class Uncertain:
+    """An adjacent measured pair still UNKNOWN in `shapes` at max_repeats: taken as SAME."""
+
+    before: str
+    after: str
+    shapes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LocalizeResult(SearchResult):
+    uncertain: tuple[Uncertain, ...] = ()
+
+
+@dataclass
+class _Candidate:
+    lo: int
+    hi: int
+    dirs: dict[str, float]  # shape -> sign of the change at detection
+    repeats: int  # trials per commit at which the step became clear
+
+
+@dataclass
+class _State:
+    commits: Sequence[str]
+    probe: Probe
+    settings: SearchSettings
+    meas: dict[str, Measurement] = field(default_factory=dict)
+    probes: list[tuple[str, int]] = field(default_factory=list)
+    skipped: set[int] = field(default_factory=set)
+    uncertain: list[Uncertain] = field(default_factory=list)
+    candidates: list[_Candidate] = field(default_factory=list)
+    alpha_detect: float = 0.01
+    alpha_verify: float = 0.01
+
+    # -- probing -------------------------------------------------------------------------------
+    def measure(self, i: int, repeats: int) -> bool:
+        """Make sure commit i has `repeats` trials; False when it is SKIP."""
+        if i in self.skipped:
+            return False
+        sha = self.commits[i]
+        have = self.meas.get(sha)
+        if have is not None and have.count() >= repeats:
+            return True
+        m = self.probe(sha, repeats)
+        self.probes.append((sha, repeats))
+        if m.status is ProbeStatus.SKIP:
+            if have is None:  # a commit that built before keeps its trials if a later one fails
+                self.meas[sha] = m
+                self.skipped.add(i)
+            return False
+        self.meas[sha] = m
+        return True
+
+    def count(self, i: int) -> int:
+        return self.meas[self.commits[i]].count()
+
+    def samples(self, i: int, shape: str, start: int = 0) -> tuple[float, ...]:
+        m = self.meas[self.commits[i]]
+        if shape in m.wrong:
+            return ()  # a wrong result never makes a commit look fast (or slow)
+        return tuple(m.samples.get(shape, ()))[start:]
+
+    def shapes(self, i: int, j: int) -> list[str]:
+        a, b = self.meas[self.commits[i]], self.meas[self.commits[j]]
+        return sorted(s for s in a.samples if s in b.samples and s not in a.wrong and s not in b.wrong)
+
+    # -- comparing -----------------------------------------------------------------------------
+    def compare_now(self, i: int, j: int, alpha: float) -> dict[str, Comparison]:
+        st = self.settings
+        return {s: compare(self.samples(i, s), self.samples(j, s), st.min_step_pct, alpha, s)
+                for s in self.shapes(i, j)}
+
+    def compare_pair(self, i: int, j: int) -> dict[str, Comparison]:
+        """Compare, doubling trials while some shape is UNKNOWN and none is DIFFERENT."""
+        st = self.settings
+        while True:
+            comps = self.compare_now(i, j, self.alpha_detect)
+            verdicts = {c.verdict for c in comps.values()}
+            if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
+                return comps
+            n = min(self.count(i), self.count(j))
+            if n >= st.max_repeats:
+                unknown = tuple(s for s, c in comps.items() if c.verdict is Verdict.UNKNOWN)
+                self.uncertain.append(Uncertain(self.commits[i], self.commits[j], unknown))
+                return comps
+            target = min(st.max_repeats, 2 * n)
+            self.measure(i, target)
+            self.measure(j, target)
+            if min(self.count(i), self.count(j)) <= n:  # the probe gave no more trials: stop here
+                unknown = tuple(s for s, c in comps.items() if c.verdict is Verdict.UNKNOWN)
+                self.uncertain.append(Uncertain(self.commits[i], self.commits[j], unknown))
+                return comps
+
+    # -- refining ------------------------------------------------------------------------------
+    def middle(self, lo: int, hi: int) -> int | None:
+        """The buildable commit nearest the middle of (lo, hi), probing outwards past SKIPs."""
+        mid = (lo + hi) // 2
+        order = sorted(range(lo + 1, hi), key=lambda k: (abs(k - mid), k))
+        repeats = max(self.settings.initial_repeats, min(self.count(lo), self.count(hi)))
+        for k in order:
+            if self.measure(k, repeats):
+                return k
+        return None
+
+    def refine(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
+        if hi - lo == 1 or all(k in self.skipped for k in range(lo + 1, hi)):
+            n = min(self.count(lo), self.count(hi))
+            self.candidates.append(_Candidate(lo, hi, dirs, n))
+            return
+        mid = self.middle(lo, hi)
+        if mid is None:  # every commit between them is SKIP
+            self.refine(lo, hi, dirs)
+            return
+        halves = ((lo, mid), (mid, hi))
+        comps = [self.compare_pair(a, b) for a, b in halves]
+        found = [_different(c) for c in comps]
+        for shape, sign in dirs.items():
+            if any(shape in f for f in found):
+                continue
+            # The step is in one half; follow the half that moved most in its direction.
+            moves = [c[shape].change_pct * sign if shape in c else -math.inf for c in comps]
+            found[0 if moves[0] >= moves[1] else 1][shape] = sign
+        for (a, b), f in zip(halves, found):
+            if f:
+                self.refine(a, b, f)
+
+    def evaluate(self, lo: int, hi: int) -> None:
+        diff = _different(self.compare_pair(lo, hi))
+        if diff:
+            self.refine(lo, hi, diff)
+
+    # -- verifying -----------------------------------------------------------------------------
+    def verify(self, cand: _Candidate) -> tuple[Step, bool]:
+        st = self.settings
+        holding: set[str] = set()
+        if st.verify:
+            n = max(st.initial_repeats, min(cand.repeats, st.max_repeats))
+            while True:
+                fresh = self.fresh_compare(cand.lo, cand.hi, n)
+                holding = {s for s, c in fresh.items()
+                           if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)),
+                                    st.min_step_pct, self.alpha_verify)
+                           and (s in cand.dirs or c.verdict is Verdict.DIFFERENT)}
+                settled = all(c.verdict is Verdict.SAME for s, c in fresh.items() if s in cand.dirs)
+                if holding or settled or n >= st.max_repeats:
+                    break
+                n = min(st.max_repeats, 2 * n)
+        final = self.compare_now(cand.lo, cand.hi, self.alpha_verify)
+        if st.verify:
+            shapes = sorted(holding)
+            ok = bool(holding)
+        else:
+            shapes = sorted(cand.dirs)
+            ok = True
+        if not shapes:
+            shapes = sorted(cand.dirs)
+        between = tuple(self.commits[k] for k in range(cand.lo + 1, cand.hi + 1))
+        step = Step(
+            commit=between[0], parent=self.commits[cand.lo], shapes=tuple(shapes),
+            change_pct={s: final[s].change_pct for s in shapes if s in final},
+            ci95={s: final[s].ci95 for s in shapes if s in final},
+            p_value={s: final[s].p_value for s in shapes if s in final},
+            candidates=between if len(between) > 1 else (), verified=ok and st.verify,
+        )
+        return step, ok
+
+    def fresh_compare(self, lo: int, hi: int, n: int) -> dict[str, Comparison]:
+        """Ask both commits for n more trials and compare only those."""
+        start = {k: {s: len(v) for s, v in self.meas[self.commits[k]].samples.items()} for k in (lo, hi)}
+        for k in (lo, hi):
+            self.measure(k, self.count(k) + n)
+        st = self.settings
+        out = {}
+        for s in self.shapes(lo, hi):
+            before = self.samples(lo, s, start[lo].get(s, 0))
+            after = self.samples(hi, s, start[hi].get(s, 0))
+            out[s] = compare(before, after, st.min_step_pct, self.alpha_verify, s)
+        return out
+
+
+def _different(comps: Mapping[str, Comparison]) -> dict[str, float]:
+    return {s: math.copysign(1.0, c.change_pct) for s, c in comps.items() if c.verdict is Verdict.DIFFERENT}
+
+
+def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = SearchSettings()) -> LocalizeResult:
+    """Find every step between commits[0] (GOOD) and commits[-1] (BAD); see the module docstring."""
+    st = _State(commits=list(commits), probe=probe, settings=settings)
+    n = len(st.commits)
+    if n < 2:
+        return _result(st, [], [])
+    lo = next((i for i in range(n) if st.measure(i, settings.initial_repeats)), None)
+    hi = next((i for i in range(n - 1, -1, -1) if i != lo and st.measure(i, settings.initial_repeats)), None)
+    if lo is None or hi is None or hi <= lo:
+        return _result(st, [], [])
+    n_shapes = max(1, len(st.shapes(lo, hi)))
+    looks = 2 * math.ceil(math.log2(max(2, hi - lo + 1))) + 2 * settings.interior_points + 2
+    st.alpha_detect = settings.alpha / (n_shapes * looks)
+    st.alpha_verify = settings.alpha / n_shapes
+
+    grid = [lo]
+    for q in range(1, settings.interior_points + 1):
+        target = lo + round((hi - lo) * q / (settings.interior_points + 1))
+        if target <= grid[-1] or target >= hi:
+            continue
+        near = sorted(range(grid[-1] + 1, hi), key=lambda k: (abs(k - target), k))
+        for k in near[:3]:  # a grid point that does not build moves a little, not far
+            if st.measure(k, settings.initial_repeats):
+                grid.append(k)
+                break
+    grid.append(hi)
+    for a, b in zip(grid, grid[1:]):
+        st.evaluate(a, b)
+
+    steps, dropped = [], []
+    for cand in sorted(st.candidates, key=lambda c: c.lo):
+        step, ok = st.verify(cand)
+        (steps if ok else dropped).append(step)
+    return _result(st, steps, dropped)
+
+
+def _result(st: _State, steps: list[Step], dropped: list[Step]) -> LocalizeResult:
+    wrong = {sha: m.wrong for sha, m in st.meas.items() if m.wrong}
+    return LocalizeResult(
+        steps=tuple(steps), dropped=tuple(dropped), probes=tuple(st.probes), measurements=dict(st.meas),
+        skipped=tuple(st.commits[k] for k in sorted(st.skipped)), wrong=wrong, uncertain=tuple(st.uncertain),
+    )
+
+
+def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = None) -> dict[str, object]:
+    """The `--json` form shared by simulate, analyze, run and demo."""
+    prs = prs or {}
+
+    def step(s: Step) -> dict[str, object]:
+        return {"commit": s.commit, "parent": s.parent, "pr": s.pr if s.pr is not None else prs.get(s.commit),
+                "shapes": list(s.shapes), "change_pct": {k: round(v, 4) for k, v in s.change_pct.items()},
+                "ci95": {k: [round(v[0], 4), round(v[1], 4)] for k, v in s.ci95.items()},
+                "p_value": dict(s.p_value), "candidates": list(s.candidates), "verified": s.verified}
+
+    uncertain = getattr(result, "uncertain", ())
+    return {
+        "steps": [step(s) for s in result.steps],
+        "probes": result.commits_probed,
+        "trials": result.trials,
+        "skipped": list(result.skipped),
+        "dropped": [step(s) for s in result.dropped],
+        "probe_calls": [[sha, n] for sha, n in result.probes],
+        "wrong": {sha: sorted(v) for sha, v in result.wrong.items()},
+        "uncertain": [{"before": u.before, "after": u.after, "shapes": list(u.shapes)} for u in uncertain],
+    }

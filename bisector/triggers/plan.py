@@ -1,0 +1,68 @@
+"""Pure: a finished bisection (RunOutcome) -> a PublishPlan for the publishing layer.
+
+Kept with the triggers because both trigger paths (nightly and `/bisect`) publish the same way;
+the report text is read by the caller and passed in, so this module does no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from bisector.model import Step
+from bisector.publish.plan import CulpritPost, PublishPlan, RunVerdict
+from bisector.report.data import FixResult, ReportData
+from bisector.report.markdown import step_summary
+
+
+def verdict(steps: tuple[Step, ...], missing: tuple[str, ...]) -> RunVerdict:
+    if any(s.is_regression for s in steps):
+        return RunVerdict.REGRESSION
+    if steps:
+        return RunVerdict.IMPROVEMENT
+    return RunVerdict.INCOMPLETE if missing else RunVerdict.NO_CHANGE
+
+
+def missing_lines(data: ReportData) -> tuple[str, ...]:
+    out = [f"`{sha[:7]}` did not build or run: {reason.strip().splitlines()[-1][:160] if reason.strip() else '?'}"
+           for sha, reason in data.skipped.items()]
+    out += [f"`{w.sha[:7]}` gave wrong results on {w.shape}" for w in data.wrong]
+    return tuple(out)
+
+
+def _step_table(step: Step) -> str:
+    rows = ["| shape | change | 95% CI | p |", "|---|---:|---|---:|"]
+    for shape in step.shapes:
+        lo, hi = step.ci95[shape]
+        rows.append(f"| {shape} | {step.change_pct[shape]:+.1f}% | [{lo:+.1f}, {hi:+.1f}]% | {step.p_value[shape]:.1g} |")
+    return "\n".join(rows)
+
+
+def _restore(fix: FixResult) -> str:
+    parts = []
+    for shape in fix.shapes:
+        if shape in fix.restored and shape in fix.baseline:
+            left = fix.remaining_pct(shape)
+            parts.append(f"{shape}: restored {fix.restored[shape]:.1f} against {fix.baseline[shape]:.1f} TFLOP/s"
+                         + (f" ({left:+.1f}%)" if left is not None else ""))
+    return "; ".join(parts)
+
+
+def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr: int | None = None,
+          patches: Mapping[str, str] | None = None, base_branch: str = "main") -> PublishPlan:
+    """`patches`: culprit sha -> patch text of its verified revert."""
+    patches = dict(patches or {})
+    fixes = {f.step_commit: f for f in data.fixes}
+    culprits = []
+    for step in data.steps:
+        if step.pr is None or step.candidates or any(c.pr == step.pr for c in culprits):
+            continue
+        fix = fixes.get(step.commit)
+        good_fix = fix is not None and fix.applied and fix.correct and bool(fix.restored)
+        culprits.append(CulpritPost(pr=step.pr, step_summary=step_summary(step, data), table=_step_table(step),
+                                    patch=patches.get(step.commit) if good_fix else None,
+                                    restore=_restore(fix) if good_fix and fix else "",
+                                    patch_base=data.bad.sha, commit=step.commit))
+    missing = missing_lines(data)
+    return PublishPlan(run_id=run_id, repo=repo, verdict=verdict(data.steps, missing), report=report_md,
+                       culprits=tuple(culprits), requester_pr=requester_pr, head_sha=data.bad.sha,
+                       base_branch=base_branch, missing=missing)

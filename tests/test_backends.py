@@ -1,0 +1,203 @@
+"""Backends in process: layout plumbing, availability errors, the vendor adapters' argument
+plumbing (no AMD GPU here), and the Triton kernels under the interpreter."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from benches import backends, suites
+from benches.backends.aiter import gemm_kind, gemm_operands
+from benches.backends.base import BackendUnavailable, from_layout, load_entry, to_layout
+from benches.backends.flydsl import check_sm_scale, launch_args, plan_gemm
+from benches.correctness import compare
+from benches.timing import Clock, flush_bytes
+
+
+def test_layouts_round_trip():
+    t = torch.randn(2, 3, 5, 4)
+    b = to_layout(t, "bshd")
+    assert b.shape == (2, 5, 3, 4) and b.is_contiguous()
+    assert torch.equal(from_layout(b, "bshd"), t)
+    with pytest.raises(ValueError, match="unknown attention layout"):
+        to_layout(t, "sbhd")
+
+
+def test_flops():
+    assert suites.get("fa").flops({"B": 2, "H": 32, "S": 16384, "D": 128}) == 4 * 2 * 32 * 16384 ** 2 * 128
+    assert suites.get("fa").flops({"B": 1, "H": 1, "S": 8, "D": 2, "causal": True}) == 4 * 64 * 2 / 2
+    assert suites.get("gemm").flops({"M": 3, "N": 5, "K": 7}) == 2 * 3 * 5 * 7
+
+
+def test_inputs_random_per_seed_and_layouts():
+    p = {"M": 16, "N": 8, "K": 32, "dtype": "bf16", "layout": "tt"}
+    x, y = suites.get("gemm").make_inputs(p, "cpu", 1), suites.get("gemm").make_inputs(p, "cpu", 2)
+    assert x["a"].shape == (16, 32) and x["b"].shape == (32, 8) and not x["a"].is_contiguous()
+    assert not torch.equal(x["a"], y["a"]) and bool((x["a"] != 0).all())
+    assert torch.equal(x["a"], suites.get("gemm").make_inputs(p, "cpu", 1)["a"])
+    f = suites.get("fa").make_inputs({"B": 1, "H": 2, "S": 8, "D": 4, "dtype": "fp8"}, "cpu", 0)
+    assert f["q"].dtype == torch.float8_e4m3fn and f["sm_scale"] == 0.5
+
+
+def test_compare_flags_nan_and_mismatch():
+    c = torch.randn(64, 64)
+    assert compare(c + 1e-6, c, 1e-4, 1e-4).ok
+    bad = c.clone()
+    bad[3, 4] = float("nan")
+    chk = compare(bad, c, 1e-2, 1e-2)
+    assert not chk.ok and chk.mismatched == 1 and math.isinf(chk.max_abs_err)
+    off = c * 1.05
+    chk = compare(off, c, 1e-2, 1e-2)
+    assert not chk.ok and 0.04 < chk.max_rel_err < 0.06
+
+
+def test_load_entry_errors():
+    with pytest.raises(BackendUnavailable, match="backend x unavailable: cannot import 'no_such_mod'"):
+        load_entry("no_such_mod:f", "x")
+    with pytest.raises(BackendUnavailable, match="has no attribute 'nope'"):
+        load_entry("math:nope", "x")
+    assert load_entry("math:sqrt", "x")(4.0) == 2.0
+
+
+def test_gpu_and_vendor_backends_unavailable_here():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    for make in (lambda: backends.control("torch_cuda", "cuda"), lambda: backends.control("aiter", "rocm"),
+                 lambda: backends.subject({"adapter": "flydsl"}, "rocm"),
+                 lambda: backends.subject({"adapter": "aiter", "entry": "aiter:flash_attn_func"}, "rocm")):
+        with pytest.raises(BackendUnavailable, match=r"^backend \w+ unavailable: no GPU visible"):
+            make()
+    with pytest.raises(BackendUnavailable, match="unknown subject adapter"):
+        backends.subject({"adapter": "cutlass"}, "cpu")
+    assert backends.control("none", "cpu") is None
+
+
+def test_torch_cpu_control_matches_reference():
+    ctl = backends.control("torch", "cpu")
+    for suite, p in (("fa", {"B": 1, "H": 2, "S": 32, "D": 8, "dtype": "fp32", "causal": True}),
+                     ("gemm", {"M": 8, "N": 16, "K": 32, "dtype": "fp8", "layout": "nt"})):
+        inputs = suites.get(suite).make_inputs(p, "cpu", 0)
+        prep = ctl.prepare(suite, inputs)
+        assert compare(prep.output(prep.run()), suites.get(suite).reference(inputs), 1e-2, 1e-2).ok
+    with pytest.raises(BackendUnavailable, match="no fp8 attention"):
+        ctl.prepare("fa", suites.get("fa").make_inputs({"B": 1, "H": 1, "S": 4, "D": 4, "dtype": "fp8"}, "cpu", 0))
+
+
+def test_aiter_gemm_plumbing():
+    a, b = torch.randn(16, 32), torch.randn(32, 48)
+    inp, w = gemm_operands(a, b, "a16w16")
+    assert w.shape == (48, 32) and torch.allclose(torch.nn.functional.linear(inp, w), a @ b, atol=1e-5)
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    inp, w, xs, ws = gemm_operands(a8, b8, "a8w8")
+    assert xs.shape == (16, 1) and ws.shape == (48, 1) and w.dtype == torch.float8_e4m3fn
+    assert gemm_kind(torch.bfloat16, {}) == "a16w16" and gemm_kind(torch.float8_e4m3fn, {}) == "a8w8"
+    assert gemm_kind(torch.float8_e4m3fn, {"gemm_kind": "a8w8_bpreshuffle"}) == "a8w8_bpreshuffle"
+    with pytest.raises(ValueError, match="does not take"):
+        gemm_kind(torch.bfloat16, {"gemm_kind": "a8w8"})
+
+
+def test_flydsl_gemm_plumbing():
+    a = torch.randn(64, 256).to(torch.float8_e4m3fn)
+    b = torch.randn(256, 128).to(torch.float8_e4m3fn)
+    plan = plan_gemm(a, b, (64, 128, 128), {"waves_per_eu": 2})
+    assert plan.compile_kwargs == {"N": 128, "K": 256, "tile_m": 64, "tile_n": 128, "tile_k": 128,
+                                   "in_dtype": "fp8", "out_dtype": "bf16", "waves_per_eu": 2}
+    assert plan.weight.shape == (128, 256) and plan.out_dtype == torch.bfloat16
+    c = torch.empty(64, 128, dtype=torch.bfloat16)
+    args = launch_args(plan, plan.weight, c, stream="S")
+    assert args[1].dtype == torch.int8 and args[1].numel() == 64 * 256 and args[2].dtype == torch.int8
+    assert args[3].shape == (64,) and args[4].shape == (128,) and args[5].numel() == 0
+    assert args[6:] == (64, 128, "S")
+    bf = plan_gemm(torch.randn(64, 256, dtype=torch.bfloat16), torch.randn(256, 64, dtype=torch.bfloat16),
+                   None, {"tile": [64, 64, 64]})
+    assert bf.compile_kwargs["in_dtype"] == "bf16"
+    assert launch_args(bf, bf.weight, torch.empty(64, 64, dtype=torch.bfloat16), None)[3].numel() == 0
+    with pytest.raises(ValueError, match="needs a tile"):
+        plan_gemm(a, b, None, {})
+    with pytest.raises(ValueError, match="must divide K"):
+        plan_gemm(a, b, (64, 64, 96), {})
+    check_sm_scale(1 / math.sqrt(128), 128)
+    with pytest.raises(BackendUnavailable, match="only scales by 1/sqrt"):
+        check_sm_scale(0.1, 128)
+
+
+def test_cpu_clock_and_flush_size():
+    assert flush_bytes("cpu", 3) == 3 << 20
+    assert 0 < flush_bytes("cpu") <= 512 << 20
+    clock = Clock("cpu", 1 << 20)
+    times = clock.interleaved([lambda: sum(range(1000)), lambda: None], 4)
+    assert len(times) == 2 and all(len(t) == 4 for t in times) and all(x > 0 for x in times[0])
+
+
+def _interpret(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_triton_kernels_under_interpreter_and_no_bisector_import():
+    pytest.importorskip("triton")
+    proc = _interpret("""
+        import torch
+        from benches import suites
+        from benches.backends import subject
+        from benches.correctness import compare
+        for suite, entry, p, opts in (
+                ("gemm", "benches.kernels.triton_matmul:matmul",
+                 {"M": 256, "N": 128, "K": 256, "dtype": "fp16", "layout": "nt", "tile": (64, 64, 32)}, {}),
+                ("fa", "benches.kernels.triton_fa:attention",
+                 {"B": 1, "H": 2, "S": 256, "D": 64, "dtype": "fp16", "causal": False}, {"block_m": 64, "block_n": 32}),
+                ("fa", "benches.kernels.triton_fa:attention",
+                 {"B": 1, "H": 1, "S": 128, "D": 32, "dtype": "fp16", "causal": True}, {"block_m": 64, "block_n": 32})):
+            inputs = suites.get(suite).make_inputs(p, "cpu", 0)
+            prep = subject({"entry": entry, "adapter": "triton", "options": opts}, "cpu").prepare(suite, inputs)
+            chk = compare(prep.output(prep.run()), suites.get(suite).reference(inputs), 5e-3, 5e-3)
+            assert chk.ok, (suite, p, chk)
+            print("OK", suite, chk.max_rel_err)
+        # The trial side needs only torch (+ triton): it imports nothing from bisector.
+        import sys, benches.trial, benches.harness_noise, benches.backends.aiter, benches.backends.flydsl
+        import benches.backends.torch_cuda
+        bad = [m for m in sys.modules if m == "bisector" or m.startswith("bisector.")]
+        assert not bad, bad
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("OK") == 3
+
+
+def test_telemetry_absent_tools_give_none(monkeypatch):
+    from benches import telemetry
+
+    monkeypatch.setattr(telemetry.shutil, "which", lambda name: None)
+    assert telemetry.read("cuda") is None and telemetry.read("cpu") is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert telemetry.physical_index("CUDA_VISIBLE_DEVICES") == "3"
+
+
+def test_telemetry_reads_vendor_tools(tmp_path, monkeypatch):
+    from benches import telemetry
+
+    nv = tmp_path / "nvidia-smi"
+    nv.write_text('#!/bin/sh\ncase "$*" in *throttle*) exit 2;; esac\necho "$@" > ' + str(tmp_path / "args")
+                  + '\necho "1980, 2619, 45, 350.50"\n')
+    nv.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    got = telemetry.read("cuda")
+    assert got == {"tool": "nvidia-smi", "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "temperature_c": 45.0,
+                   "power_w": 350.5}
+    assert "-i 5" in (tmp_path / "args").read_text()
+    nv.unlink()
+    amd = tmp_path / "amd-smi"
+    amd.write_text("#!/bin/sh\necho '[{\"gpu\": 0, \"clock\": {\"gfx_0\": {\"clk\": {\"value\": 2100, \"unit\": \"MHz\"}}},"
+                   " \"temperature\": {\"edge\": {\"value\": 51, \"unit\": \"C\"}},"
+                   " \"power\": {\"socket_power\": {\"value\": 900, \"unit\": \"W\"}}}]'\n")
+    amd.chmod(0o755)
+    got = telemetry.read("rocm")
+    assert got["tool"] == "amd-smi" and got["sm_clock_mhz"] == 2100.0 and got["temperature_c"] == 51.0
+    assert got["power_w"] == 900.0

@@ -1,0 +1,261 @@
+"""search.localize driven by scripted probes: every step, skips, retries, flaky trials, verification."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable
+
+import pytest
+
+from bisector.model import Measurement, ProbeStatus, Verdict
+from bisector.search import SearchSettings, localize, result_json
+from bisector.simulate import SimStep, SimulatedProbe, StepModel
+
+SHAPES = ("fa/s4096", "fa/s16384", "gemm/8192")
+JITTER = (0.0, 0.003, -0.003, 0.0015, -0.0015, 0.002, -0.002, 0.001, -0.001, 0.0025, -0.0025)
+
+
+def shas(n: int) -> list[str]:
+    return [hashlib.sha1(f"commit {i}".encode()).hexdigest() for i in range(n)]
+
+
+class Scripted:
+    """A dict-driven probe: value(index, shape, trial) with a small fixed jitter; cumulative."""
+
+    def __init__(self, commits: list[str], value: Callable[[int, str, int], float],
+                 skip: set[int] = frozenset(), wrong: dict[int, frozenset[str]] | None = None) -> None:
+        self.commits, self.value, self.skip = commits, value, skip
+        self.wrong = wrong or {}
+        self.index = {c: i for i, c in enumerate(commits)}
+        self.have: dict[str, dict[str, list[float]]] = {}
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, sha: str, repeats: int) -> Measurement:
+        i = self.index[sha]
+        self.calls.append((i, repeats))
+        if i in self.skip:
+            return Measurement(sha, ProbeStatus.SKIP, reason="build failed")
+        have = self.have.setdefault(sha, {s: [] for s in SHAPES})
+        for s, vals in have.items():
+            while len(vals) < repeats:
+                t = len(vals)
+                vals.append(self.value(i, s, t) * (1.0 + JITTER[(t + 3 * i + SHAPES.index(s)) % len(JITTER)]))
+        return Measurement(sha, ProbeStatus.OK, {s: tuple(v) for s, v in have.items()},
+                           wrong=self.wrong.get(i, frozenset()))
+
+
+def steps_at(table: dict[int, dict[str, float]]) -> Callable[[int, str, int], float]:
+    """Level of a shape at commit i: product of the factors of steps at or before i."""
+
+    def value(i: int, shape: str, t: int) -> float:
+        level = 1.0
+        for at, factors in table.items():
+            if i >= at:
+                level *= factors.get(shape, 1.0)
+        return level
+
+    return value
+
+
+def found(result, commits: list[str]) -> dict[int, tuple[str, ...]]:
+    return {commits.index(s.commit): s.shapes for s in result.steps}
+
+
+def test_one_step_is_found_exactly_with_few_probes() -> None:
+    c = shas(200)
+    probe = Scripted(c, steps_at({137: {"fa/s4096": 0.92}}))
+    r = localize(c, probe, SearchSettings())
+    assert found(r, c) == {137: ("fa/s4096",)}
+    step = r.steps[0]
+    assert step.parent == c[136] and step.verified and step.is_regression
+    assert -8.6 < step.change_pct["fa/s4096"] < -7.4
+    lo, hi = step.ci95["fa/s4096"]
+    assert lo < -8.0 < hi
+    assert step.p_value["fa/s4096"] < 1e-3
+    assert r.commits_probed <= 8 + 4  # ceil(log2 200) + 4
+    assert r.dropped == () and r.skipped == ()
+
+
+def test_two_steps_in_different_shapes() -> None:
+    c = shas(120)
+    probe = Scripted(c, steps_at({30: {"fa/s16384": 0.9, "gemm/8192": 0.9}, 91: {"fa/s4096": 0.95}}))
+    r = localize(c, probe)
+    assert found(r, c) == {30: ("fa/s16384", "gemm/8192"), 91: ("fa/s4096",)}
+
+
+def test_three_steps_regressions_and_improvements() -> None:
+    c = shas(300)
+    probe = Scripted(c, steps_at({12: {"gemm/8192": 0.7}, 150: {"fa/s4096": 1.04},
+                                  151: {"fa/s16384": 0.97}}))
+    r = localize(c, probe)
+    assert found(r, c) == {12: ("gemm/8192",), 150: ("fa/s4096",), 151: ("fa/s16384",)}
+    assert [s.is_regression for s in r.steps] == [True, False, True]
+
+
+def test_improvement_right_next_to_a_regression_in_the_same_shape() -> None:
+    # 10% lost at 40, 5% won back at 41: two steps, one commit apart.
+    c = shas(100)
+    r = localize(c, Scripted(c, steps_at({40: {"fa/s4096": 0.9}, 41: {"fa/s4096": 1.05}})))
+    assert sorted(found(r, c)) == [40, 41]
+    assert [round(s.change_pct["fa/s4096"]) for s in r.steps] == [-10, 5]
+
+
+def test_opposite_steps_that_cancel_end_to_end_are_both_found() -> None:
+    # GOOD and BAD measure the same; the interior grid points see the dip.
+    c = shas(100)
+    probe = Scripted(c, steps_at({30: {"gemm/8192": 0.9}, 70: {"gemm/8192": 1 / 0.9}}))
+    r = localize(c, probe)
+    assert found(r, c) == {30: ("gemm/8192",), 70: ("gemm/8192",)}
+    assert [s.is_regression for s in r.steps] == [True, False]
+
+
+def test_skips_around_the_step_give_a_culprit_range() -> None:
+    c = shas(64)
+    probe = Scripted(c, steps_at({41: {"fa/s4096": 0.9}}), skip={40, 41, 42})
+    r = localize(c, probe)
+    assert len(r.steps) == 1
+    step = r.steps[0]
+    assert step.parent == c[39]
+    assert step.candidates == tuple(c[40:44])  # "one of 40..43; 40-42 did not build"
+    assert step.commit == c[40]
+    assert set(r.skipped) == {c[40], c[41], c[42]}
+    assert result_json(r)["steps"][0]["candidates"] == list(c[40:44])
+
+
+def test_skipped_midpoints_are_walked_around() -> None:
+    c = shas(64)
+    skip = {16, 31, 32, 33, 47}
+    probe = Scripted(c, steps_at({35: {"fa/s16384": 0.95}}), skip=skip)
+    r = localize(c, probe)
+    assert found(r, c) == {35: ("fa/s16384",)}
+    assert r.steps[0].candidates == ()
+    assert set(r.skipped) <= {c[k] for k in skip}
+
+
+def test_skipped_endpoints_move_inwards() -> None:
+    c = shas(40)
+    r = localize(c, Scripted(c, steps_at({20: {"fa/s4096": 0.9}}), skip={0, 39}))
+    assert found(r, c) == {20: ("fa/s4096",)}
+    assert c[0] in r.skipped and c[39] in r.skipped
+
+
+def test_unknown_buys_more_trials_until_clear() -> None:
+    # 1.5% step under noise of 1%: three trials each cannot tell, more can.
+    c = shas(80)
+    model = StepModel({s: 1.0 for s in SHAPES}, (SimStep(c[50], {"fa/s4096": 0.985}),), frozenset())
+    probe = SimulatedProbe(c, model, noise_cv=0.01, seed=3)
+    r = localize(c, probe)
+    assert found(r, c) == {50: ("fa/s4096",)}
+    assert max(n for _, n in r.probes) > 3
+    assert r.measurements[c[50]].count() > 3
+
+
+def test_unknown_at_the_cap_is_reported_as_uncertain() -> None:
+    c = shas(30)
+    model = StepModel({"fa/s4096": 1.0}, (SimStep(c[15], {"fa/s4096": 0.99}),), frozenset())
+    r = localize(c, SimulatedProbe(c, model, noise_cv=0.05, seed=1), SearchSettings(max_repeats=12))
+    assert r.steps == ()
+    assert r.uncertain and all(u.shapes == ("fa/s4096",) for u in r.uncertain)
+    assert max(n for _, n in r.probes) == 12
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_flaky_noisy_trials_still_give_the_exact_culprits(seed: int) -> None:
+    c = shas(150)
+    model = StepModel({s: 1.0 for s in SHAPES},
+                      (SimStep(c[44], {"fa/s4096": 0.9, "gemm/8192": 0.92}), SimStep(c[101], {"fa/s16384": 1.08})),
+                      frozenset({c[7], c[77], c[120]}))
+    r = localize(c, SimulatedProbe(c, model, noise_cv=0.03, seed=seed))
+    assert sorted(found(r, c)) == [44, 101]
+    assert r.dropped == ()
+
+
+def test_verification_drops_a_step_that_does_not_hold() -> None:
+    # Commit 50's first three trials are 6% slow (a glitch); fresh trials are normal.
+    c = shas(100)
+
+    def value(i: int, shape: str, t: int) -> float:
+        return 0.94 if i == 50 and t < 3 and shape == "fa/s4096" else 1.0
+
+    probe = Scripted(c, value)
+    r = localize(c, probe)
+    assert r.steps == ()
+    assert {c.index(s.commit) for s in r.dropped} == {50, 51}
+    assert all(not s.verified for s in r.dropped)
+    # verification asked for more trials than the commit already had (cumulative probe)
+    asked = [n for i, n in probe.calls if i == 50]
+    assert asked == sorted(asked) and asked[-1] > asked[0]
+
+
+def test_without_verification_the_glitch_is_reported_unverified() -> None:
+    c = shas(100)
+    probe = Scripted(c, lambda i, s, t: 0.94 if i == 50 and t < 3 and s == "fa/s4096" else 1.0)
+    r = localize(c, probe, SearchSettings(verify=False))
+    assert sorted(found(r, c)) == [50, 51]
+    assert all(not s.verified for s in r.steps)
+
+
+def test_wrong_results_are_surfaced_and_never_look_fast() -> None:
+    # Commit 60 on is 30% "faster" in gemm, but its output is wrong there.
+    c = shas(100)
+    wrong = {i: frozenset({"gemm/8192"}) for i in range(60, 100)}
+    probe = Scripted(c, steps_at({60: {"gemm/8192": 1.3}, 20: {"fa/s4096": 0.9}}), wrong=wrong)
+    r = localize(c, probe)
+    assert found(r, c) == {20: ("fa/s4096",)}
+    assert r.wrong[c[99]] == frozenset({"gemm/8192"})
+    assert result_json(r)["wrong"][c[99]] == ["gemm/8192"]
+
+
+def test_no_change_costs_only_the_grid() -> None:
+    c = shas(500)
+    r = localize(c, Scripted(c, lambda i, s, t: 1.0))
+    assert r.steps == () and r.dropped == ()
+    assert r.commits_probed == 5
+    assert all(u for u in r.uncertain) or r.uncertain == ()
+
+
+def test_json_form() -> None:
+    c = shas(50)
+    r = localize(c, Scripted(c, steps_at({25: {"fa/s4096": 0.9}})))
+    out = result_json(r, prs={c[25]: 974})
+    assert out["steps"][0]["commit"] == c[25] and out["steps"][0]["pr"] == 974
+    assert out["steps"][0]["shapes"] == ["fa/s4096"]
+    assert set(out["steps"][0]["ci95"]) == {"fa/s4096"} and len(out["steps"][0]["ci95"]["fa/s4096"]) == 2
+    assert out["probes"] == r.commits_probed and out["trials"] == r.trials and out["skipped"] == []
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ValueError):
+        SearchSettings(initial_repeats=30, max_repeats=24)
+    with pytest.raises(ValueError):
+        SearchSettings(alpha=0.7)
+    assert Verdict.UNKNOWN.value == "unknown"
+
+
+def test_a_probe_that_stops_giving_trials_does_not_hang() -> None:
+    # Every trial past the third crashes: the search must stop asking, not loop.
+    c = shas(40)
+    inner = SimulatedProbe(c, StepModel({"a": 1.0}, (SimStep(c[20], {"a": 0.99}),), frozenset()), 0.05, seed=2)
+
+    def probe(sha: str, repeats: int) -> Measurement:
+        return inner(sha, min(repeats, 3))
+
+    r = localize(c, probe)
+    assert r.steps == () and r.uncertain
+    assert r.trials == 3 * r.commits_probed
+
+
+def test_a_commit_that_fails_on_a_later_probe_keeps_its_trials() -> None:
+    c = shas(40)
+    inner = Scripted(c, steps_at({20: {"fa/s4096": 0.9}}))
+    state = {"n": 0}
+
+    def probe(sha: str, repeats: int) -> Measurement:
+        state["n"] += 1
+        if sha == c[19] and repeats > 3:  # the parent's rebuild for verification fails
+            return Measurement(sha, ProbeStatus.SKIP, reason="flaky build")
+        return inner(sha, repeats)
+
+    r = localize(c, probe)
+    assert c[19] not in r.skipped and r.measurements[c[19]].count() >= 3
+    assert {s.commit for s in r.steps} | {s.commit for s in r.dropped} == {c[20]}

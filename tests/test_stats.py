@@ -1,0 +1,105 @@
+"""stats.compare: three-way verdicts on ratios, intervals that cover the truth, equivalence for SAME."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bisector.model import Verdict
+from bisector.stats import compare, holds, noise_cv
+
+
+def _noisy(rng: np.random.Generator, level: float, cv: float, n: int) -> list[float]:
+    return list(level * np.exp(rng.normal(0.0, cv, n)))
+
+
+def test_clear_regression_is_different_with_its_size() -> None:
+    rng = np.random.default_rng(1)
+    c = compare(_noisy(rng, 1.0, 0.005, 8), _noisy(rng, 0.9, 0.005, 8), min_step_pct=1.0, alpha=0.01, shape="fa")
+    assert c.verdict is Verdict.DIFFERENT
+    assert c.shape == "fa" and c.n_before == 8 and c.n_after == 8
+    assert -11.0 < c.change_pct < -9.0
+    assert c.ci95[0] < c.change_pct < c.ci95[1]
+    assert c.p_value < 1e-6
+
+
+def test_improvement_is_positive() -> None:
+    rng = np.random.default_rng(2)
+    c = compare(_noisy(rng, 1.0, 0.005, 6), _noisy(rng, 1.05, 0.005, 6), 1.0, 0.01)
+    assert c.verdict is Verdict.DIFFERENT and c.change_pct > 4.0
+
+
+def test_no_change_with_enough_trials_is_same() -> None:
+    rng = np.random.default_rng(3)
+    c = compare(_noisy(rng, 1.0, 0.005, 12), _noisy(rng, 1.0, 0.005, 12), 1.0, 0.01)
+    assert c.verdict is Verdict.SAME
+    assert -1.0 < c.ci95[0] and c.ci95[1] < 1.0
+
+
+def test_noisy_small_sample_is_unknown() -> None:
+    rng = np.random.default_rng(4)
+    c = compare(_noisy(rng, 1.0, 0.05, 3), _noisy(rng, 1.0, 0.05, 3), 1.0, 0.01)
+    assert c.verdict is Verdict.UNKNOWN
+
+
+def test_significant_but_below_minimum_size_is_not_different() -> None:
+    rng = np.random.default_rng(5)
+    c = compare(_noisy(rng, 1.0, 0.0005, 20), _noisy(rng, 0.995, 0.0005, 20), 1.0, 0.01)
+    assert c.p_value < 1e-6
+    assert c.verdict is Verdict.SAME  # -0.5% with a tight interval: proven smaller than 1%
+
+
+def test_interval_covers_the_truth_about_95_percent() -> None:
+    rng = np.random.default_rng(6)
+    truth = (0.97 - 1.0) * 100
+    covered = sum(_covers(rng, truth) for _ in range(400))
+    assert 0.91 <= covered / 400 <= 0.985
+
+
+def _covers(rng: np.random.Generator, truth: float) -> bool:
+    # lognormal noise: the true change of the geometric means is exactly `truth`
+    c = compare(_noisy(rng, 1.0, 0.02, 6), _noisy(rng, 0.97, 0.02, 6), 1.0, 0.01)
+    return c.ci95[0] <= truth <= c.ci95[1]
+
+
+def test_false_different_rate_is_below_alpha() -> None:
+    rng = np.random.default_rng(7)
+    hits = sum(compare(_noisy(rng, 1.0, 0.02, 6), _noisy(rng, 1.0, 0.02, 6), 1.0, 0.01).verdict
+               is Verdict.DIFFERENT for _ in range(2000))
+    assert hits / 2000 < 0.01
+
+
+def test_constant_samples_do_not_divide_by_zero() -> None:
+    same = compare([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], 1.0, 0.01)
+    assert same.verdict is Verdict.SAME and same.p_value == 1.0
+    diff = compare([1.0, 1.0, 1.0], [0.9, 0.9, 0.9], 1.0, 0.01)
+    assert diff.verdict is Verdict.DIFFERENT and math.isclose(diff.change_pct, -10.0)
+
+
+def test_single_samples_are_never_significant() -> None:
+    c = compare([1.0], [0.5], 1.0, 0.01)
+    assert c.verdict is Verdict.UNKNOWN and c.p_value == 1.0
+
+
+def test_empty_and_non_positive_inputs() -> None:
+    assert compare([], [1.0, 1.0], 1.0, 0.01).verdict is Verdict.UNKNOWN
+    with pytest.raises(ValueError, match="positive"):
+        compare([1.0, 0.0], [1.0, 1.0], 1.0, 0.01, shape="gemm")
+
+
+def test_holds_is_looser_on_size_than_detection() -> None:
+    rng = np.random.default_rng(8)
+    c = compare(_noisy(rng, 1.0, 0.002, 24), _noisy(rng, 0.9915, 0.002, 24), 1.0, 0.01)
+    assert c.p_value < 1e-6 and abs(c.change_pct) < 1.0
+    assert c.verdict is not Verdict.DIFFERENT
+    assert holds(c, -1.0, 1.0, 0.01)  # a step seen before at >= 1% is confirmed
+    assert not holds(c, +1.0, 1.0, 0.01)  # not in the opposite direction
+
+
+def test_noise_cv_is_estimated_from_repeats() -> None:
+    rng = np.random.default_rng(9)
+    groups = [_noisy(rng, level, 0.03, 5) for level in (1.0, 0.9, 1.1, 1.2) * 25]
+    assert 0.027 < noise_cv(groups) < 0.033
+    assert math.isnan(noise_cv([[1.0], [2.0]]))

@@ -1,0 +1,116 @@
+"""benches.trial in process (fast): the output contract, control "none", per-suite tolerances,
+a file rewritten after every shape, and the `bisector bench` command end to end on CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from benches import trial
+
+RESULT_KEYS = {"shape", "status", "subject_ms", "control_ms", "ratios", "subject_tflops", "control_tflops", "ratio",
+               "compile_s", "max_abs_err", "max_rel_err"}
+
+
+def spec(entry: str = "benches.kernels.torch_ref:matmul", control: str = "torch", **extra):
+    base = {"sha": "f" * 40, "suite": "gemm",
+            "shapes": [{"key": "gemm/a", "suite": "gemm", "name": "a",
+                        "params": {"M": 32, "N": 16, "K": 64, "dtype": "fp32", "layout": "nn"}},
+                       {"key": "gemm/b", "suite": "gemm", "name": "b",
+                        "params": {"M": 16, "N": 16, "K": 16, "dtype": "bf16", "layout": "nt", "tile": [16, 16, 16]}}],
+            "subject": {"entry": entry, "adapter": "torch", "layout": "bhsd", "options": {}},
+            "control": control, "device": "cpu", "source_dirs": [], "reps": 3, "warmup": 1, "flush_mb": 1, "seed": 5,
+            "tolerances": {}}
+    return {**base, **extra}
+
+
+def test_output_contract(tmp_path):
+    out = trial.run(spec(), tmp_path / "out.json")
+    assert json.loads((tmp_path / "out.json").read_text())["results"] == json.loads(json.dumps(out["results"]))
+    assert set(out) >= {"machine", "protocol", "telemetry", "results"}
+    assert out["telemetry"]["before"] is None and "after" in out["telemetry"]  # no GPU tool on CPU
+    assert out["protocol"]["reps"] == 3 and out["protocol"]["flush_bytes"] == 1 << 20
+    assert out["protocol"]["timer"] == "perf_counter_ns"
+    for r in out["results"]:
+        assert RESULT_KEYS <= set(r) and r["status"] == "ok"
+        assert len(r["ratios"]) == 3 and r["ratio"] == sorted(r["ratios"])[1]
+        assert r["seed"] in (5, 6)
+
+
+def test_control_none_checks_against_reference(tmp_path):
+    (tmp_path / "sub.py").write_text("def mm(a, b, tile=None):\n    return (a.float() @ b.float()).to(a.dtype) + 1.0\n")
+    out = trial.run(spec("sub:mm", control="none", source_dirs=[str(tmp_path)]), tmp_path / "out.json")
+    assert [r["status"] for r in out["results"]] == ["wrong", "wrong"]
+    assert "ratio" not in out["results"][0] and out["results"][0]["max_abs_err"] == pytest.approx(1.0, abs=0.02)
+
+
+def test_suite_tolerance_from_spec(tmp_path):
+    (tmp_path / "sub2.py").write_text("def mm(a, b, tile=None):\n    return (a @ b) * 1.001\n")
+    strict = trial.run(spec("sub2:mm", source_dirs=[str(tmp_path)]), tmp_path / "o1.json")
+    loose = trial.run(spec("sub2:mm", source_dirs=[str(tmp_path)], tolerances={"gemm": [0.01, 0.01]}),
+                      tmp_path / "o2.json")
+    assert strict["results"][0]["status"] == "wrong" and loose["results"][0]["status"] == "ok"
+
+
+def test_bad_usage_exit_2(tmp_path):
+    assert trial.main([]) == 2
+    assert trial.main([str(tmp_path / "missing.json"), str(tmp_path / "o.json")]) == 2
+
+
+def test_partial_output_survives_abort(tmp_path):
+    (tmp_path / "sub3.py").write_text(
+        "import os\ndef mm(a, b, tile=None):\n    if a.shape[0] == 16:\n        os.abort()\n    return a @ b\n")
+    (tmp_path / "spec.json").write_text(json.dumps(spec("sub3:mm", source_dirs=[str(tmp_path)])))
+    proc = subprocess.run([sys.executable, "-m", "benches.trial", "spec.json", "out.json"], cwd=tmp_path)
+    assert proc.returncode != 0
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert [r["shape"] for r in out["results"]] == ["gemm/a"] and out["results"][0]["status"] == "ok"
+
+
+def test_bench_command_on_cpu(tmp_path):
+    import git
+
+    from bisector.commands.bench import command
+    from bisector.store import Store
+
+    up = tmp_path / "up"
+    up.mkdir()
+    (up / "kern.py").write_text("def mm(a, b):\n    return a @ b\n")
+    repo = git.Repo.init(up)
+    repo.index.add(["kern.py"])
+    sha = repo.index.commit("kern").hexsha
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'''
+name = "demo"
+store = "{tmp_path / 'store.sqlite'}"
+[upstream]
+repo = "{up}"
+[device]
+kind = "cpu"
+[control]
+backend = "torch"
+[subject.gemm]
+entry = "kern:mm"
+adapter = "torch"
+[[suites.gemm.shapes]]
+name = "g"
+M = 32
+N = 32
+K = 32
+dtype = "fp32"
+[protocol]
+reps = 3
+warmup = 1
+flush_mb = 1
+''')
+    res = CliRunner().invoke(command, ["--config", str(cfg), "--trials", "2", "--work", str(tmp_path / "w")])
+    assert res.exit_code == 0, res.output
+    assert "gemm/g" in res.output and "ok" in res.output and sha[:12] in res.output
+    res = CliRunner().invoke(command, ["--config", str(cfg), "--source", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "not a directory" in res.output
+    stored = Store(tmp_path / "store.sqlite").trials("bench")
+    assert len(stored) == 2 and {t.sha for t in stored} == {sha}

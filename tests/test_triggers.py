@@ -1,0 +1,215 @@
+"""PR-comment triggers: parsing, permissions, the GPU lock (two real processes), and recorded
+issue_comment events replayed through `handle-comment` against the local GitHub server, with the
+real pipeline measuring a fixture upstream whose fork PR head does the GEMM twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bisector.commands import handle_comment
+from bisector.publish.github import RetryPolicy
+from bisector.triggers import commands, thread
+from bisector.triggers.commands import BisectCommand, PerfCommand, Selection, Usage
+from bisector.triggers.permissions import Permission
+from tests.fakegithub import FakeGitHub
+from tests.gitfixtures import commit_file, git
+from tests.test_nightly import SLOW, make_upstream, write_config
+
+EVENTS = Path(__file__).parent / "events"
+TOKEN = "ghp_test_token_never_printed_0123456789"
+
+
+# ---- parsing ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, expected", [
+    ("/bisect v1.0..main", BisectCommand("v1.0", "main")),
+    ("please\n  /bisect abc123..def456 --suite fa --shapes s4096,s16384\n/perf",
+     BisectCommand("abc123", "def456", Selection("fa", ("s4096", "s16384")))),
+    ("/perf", PerfCommand()),
+    ("/perf --suite=gemm", PerfCommand(Selection("gemm"))),
+    ("no command here\n/perfect", None),
+])
+def test_parse(body: str, expected: object) -> None:
+    assert commands.parse(body) == expected
+
+
+@pytest.mark.parametrize("body, problem", [
+    ("/bisect", "/bisect needs exactly one range GOOD..BAD"),
+    ("/bisect main", "not a range GOOD..BAD: 'main'"),
+    ("/bisect --upload-pack=x..main", "unknown option --upload-pack"),
+    ("/bisect a..b --suite conv", "--suite must be one of fa|gemm, got 'conv'"),
+    ("/perf --shapes", "--shapes needs a value"),
+    ("/perf HEAD~3", "/perf takes no range, got 'HEAD~3'"),
+    ("/bisect 'a..b", "cannot split the command: No closing quotation"),
+])
+def test_malformed_gives_usage(body: str, problem: str) -> None:
+    result = commands.parse(body)
+    assert isinstance(result, Usage) and result.problem == problem and "/bisect GOOD..BAD" in result.text
+
+
+def test_selection_qualifies_shapes_by_suite() -> None:
+    assert Selection("fa", ("s1", "gemm/x")).only() == ("fa/s1", "gemm/x")
+    assert Selection("gemm").only() == ("gemm",) and Selection().only() == ()
+
+
+@pytest.mark.parametrize("permission, role, allowed", [
+    ("admin", "admin", True), ("write", "maintain", True), ("write", "write", True), ("write", None, True),
+    ("read", "triage", False), ("read", "read", False), ("none", None, False), ("write", "triage", False),
+])
+def test_permission(permission: str, role: str | None, allowed: bool) -> None:
+    assert Permission("u", permission, role).allowed is allowed
+
+
+# ---- the lock -----------------------------------------------------------------------------------
+
+HOLDER = textwrap.dedent('''
+    import sys, time
+    from bisector.runner.lock import gpu_lock
+    name, index, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    with gpu_lock("cuda", [index], runner="r1"):
+        with gpu_lock("cuda", [index], runner="r1"):  # re-entrant within the job (a trial launch)
+            with open(log, "a") as fh: fh.write(f"{name} start {time.monotonic()}\\n")
+            time.sleep(0.6)
+            with open(log, "a") as fh: fh.write(f"{name} end {time.monotonic()}\\n")
+''')
+
+
+def _intervals(log: Path) -> dict[str, tuple[float, float]]:
+    marks: dict[str, dict[str, float]] = {}
+    for line in log.read_text().splitlines():
+        name, what, t = line.split()
+        marks.setdefault(name, {})[what] = float(t)
+    return {n: (m["start"], m["end"]) for n, m in marks.items()}
+
+
+def _two_holders(tmp_path: Path, index_a: int, index_b: int) -> dict[str, tuple[float, float]]:
+    log = tmp_path / f"log-{index_a}-{index_b}"
+    env = {"BISECTOR_LOCK_DIR": str(tmp_path / "locks"), "PATH": "/usr/bin:/bin"}
+    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, name, str(i), str(log)], env=env)
+             for name, i in (("a", index_a), ("b", index_b))]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    return _intervals(log)
+
+
+def test_lock_queues_two_processes_on_one_gpu(tmp_path: Path) -> None:
+    got = _two_holders(tmp_path, 0, 0)
+    (s1, e1), (s2, e2) = sorted(got.values())
+    assert e1 <= s2, f"interleaved: {got}"
+    assert (tmp_path / "locks" / "r1-cuda0.lock").exists()
+
+
+def test_lock_lets_two_gpus_run_together(tmp_path: Path) -> None:
+    got = _two_holders(tmp_path, 0, 1)
+    (s1, e1), (s2, e2) = sorted(got.values())
+    assert s2 < e1, f"different GPUs should not wait on each other: {got}"
+
+
+# ---- handle-comment against the local GitHub server ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory):
+    """An upstream with a fork PR #7 whose head (only under refs/pull/7/head) does the GEMM twice."""
+    tmp = tmp_path_factory.mktemp("triggers")
+    up = make_upstream(tmp / "upstream")
+    git(tmp / "upstream", "checkout", "-q", "-b", "fork-work")
+    head = commit_file(tmp / "upstream", "kern/ops.py", SLOW, "do the product twice", 3)
+    git(tmp / "upstream", "checkout", "-q", "main")
+    git(tmp / "upstream", "update-ref", "refs/pull/7/head", head)
+    git(tmp / "upstream", "branch", "-q", "-D", "fork-work")  # the fork's branch is not in the upstream
+    fake = FakeGitHub().start()
+    fake.add_repo("org/lib", {"kern/ops.py": "x\n"})
+    fake.add_pull("org/lib", 7, title="Faster mm (from a fork)", user="carol")
+    fake.set_permission("org/lib", "maria", "maintain")
+    fake.set_permission("org/lib", "mallory", "read")
+    cfg = write_config(tmp, f"file://{tmp / 'upstream'}", base_url=fake.url)
+    yield {"tmp": tmp, "fake": fake, "cfg": cfg, "base": up["docs"], "head": head}
+    fake.stop()
+
+
+def replay(world: dict, name: str, monkeypatch: pytest.MonkeyPatch, *extra: str, **subst: str):
+    """Post the recorded event's comment on the fake server, then run handle-comment on the event."""
+    monkeypatch.setattr(thread, "RETRY_POLICY", RetryPolicy(total=2, backoff_factor=0, seconds_between_requests=0,
+                                                            seconds_between_writes=0))
+    data = json.loads((EVENTS / name).read_text())
+    body = data["comment"]["body"]
+    for key, value in subst.items():
+        body = body.replace(key, value)
+    data["comment"]["body"] = body
+    data["comment"]["id"] = world["fake"].add_comment("org/lib", data["issue"]["number"], body,
+                                                      user=data["comment"]["user"]["login"])
+    path = world["tmp"] / f"event-{data['comment']['id']}.json"
+    path.write_text(json.dumps(data))
+    tmp = world["tmp"]
+    env = {"BISECTOR_TEST_TOKEN": TOKEN, "XDG_CACHE_HOME": str(tmp / "cache"),
+           "BISECTOR_LOCK_DIR": str(tmp / "locks"), "RUNNER_NAME": "test-runner", "BISECTOR_STORE": None}
+    result = CliRunner().invoke(handle_comment.command, ["--event", str(path), "--config", str(world["cfg"]),
+                                                         "--work-dir", str(tmp / "work"), *extra], env=env)
+    assert TOKEN not in result.output
+    return result, data["comment"]["id"]
+
+
+def answers(world: dict, number: int = 7) -> list[str]:
+    return [c["body"] for c in world["fake"].issue_comments("org/lib", number) if c["user"] == "bisector-bot"
+            or "<!-- bisector:" in c["body"]]
+
+
+def test_unauthorized_user_gets_a_polite_refusal(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, cid = replay(world, "unauthorized.json", monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("refused: mallory has read permission")
+    body = world["fake"].comments[max(world["fake"].comments)]["body"]
+    assert f"pr7-c{cid}" in body and "Sorry @mallory" in body and "write, maintain or admin" in body
+    assert [r["content"] for r in world["fake"].reactions[cid]] == ["eyes"]
+
+
+def test_malformed_command_gets_the_usage(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, cid = replay(world, "malformed.json", monkeypatch)
+    assert result.exit_code == 0, result.output
+    body = world["fake"].comments[max(world["fake"].comments)]["body"]
+    assert "I could not read `/bisect main --shapes`: --shapes needs a value" in body
+    assert "/bisect GOOD..BAD [--suite fa|gemm]" in body
+    assert [r["content"] for r in world["fake"].reactions[cid]] == ["eyes"]
+
+
+@pytest.mark.parametrize("name, reason", [("edited.json", "edits are ignored"), ("bot.json", "comment by bot")])
+def test_edits_and_bots_are_ignored(world: dict, monkeypatch: pytest.MonkeyPatch, name: str, reason: str) -> None:
+    before = len(world["fake"].requests)
+    result, _ = replay(world, name, monkeypatch)
+    assert result.exit_code == 0 and result.output.startswith("ignored:") and reason in result.output
+    assert len(world["fake"].requests) == before  # not even a reaction
+
+
+@pytest.mark.slow
+def test_perf_on_a_fork_pr_whose_head_is_slower(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, cid = replay(world, "perf_fork_slower.json", monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("perf: slower: gemm/m256 slower")
+    [answer] = [c for c in world["fake"].issue_comments("org/lib", 7) if f"pr7-c{cid}" in c["body"]]
+    body = answer["body"]
+    assert "the PR head is **slower**" in body
+    assert f"PR head `{world['head'][:12]}` against its merge base `{world['base'][:12]}`" in body
+    row = next(line for line in body.splitlines() if line.startswith("| gemm/m256 |"))
+    assert "**slower**" in row and "%" in row
+    assert [r["content"] for r in world["fake"].reactions[cid]] == ["eyes"]
+    # the fork's code came through refs/pull/7/head of the upstream, into the bot's own mirror
+    mirror = next((world["tmp"] / "cache" / "bisector" / "upstreams").iterdir())
+    assert git(mirror, "rev-parse", "refs/pull/7/head") == world["head"]
+    assert world["fake"].saw_token(TOKEN)
+
+
+@pytest.mark.slow
+def test_authorized_bisect_posts_the_culprit_into_the_thread(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, cid = replay(world, "bisect_authorized.json", monkeypatch, BASE=world["base"][:10],
+                         HEAD="refs/pull/7/head")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("bisect: 1 step(s)"), result.output
+    [answer] = [c for c in world["fake"].issue_comments("org/lib", 7) if f"run=pr7-c{cid}:pr=7" in c["body"]]
+    assert "performance regression" in answer["body"]
+    assert world["head"][:7] in answer["body"]
