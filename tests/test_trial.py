@@ -114,3 +114,15 @@ flush_mb = 1
     assert res.exit_code == 2 and "not a directory" in res.output
     stored = Store(tmp_path / "store.sqlite").trials("bench")
     assert len(stored) == 2 and {t.sha for t in stored} == {sha}
+
+
+def test_peak_clock_ratio_ignores_throttled_repetitions():
+    from benches.timing import peak_clock_ratio
+
+    # Full clock: subject 1.40 ms, control 1.375 ms (ratio 0.982); throttled: both 1.52 ms (ratio 1.0).
+    subject = [1.40] * 10 + [1.52] * 20
+    control = [1.375] * 10 + [1.52] * 20
+    assert abs(peak_clock_ratio(subject, control) - 1.375 / 1.40) < 1e-9
+    # One unusually fast control repetition does not shrink the kept set to itself.
+    control_fast_outlier = [1.30] + [1.375] * 9 + [1.52] * 20
+    assert abs(peak_clock_ratio(subject, control_fast_outlier) - 1.375 / 1.40) < 1e-9
