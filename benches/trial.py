@@ -49,7 +49,12 @@ def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str) -> dict[str, 
     caches = {k: _cold(os.environ.get(k)) for k in ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR") if k in env}
     return {"reps": spec["reps"], "warmup": spec["warmup"], "seed": spec["seed"], "flush_bytes": flush,
             "timer": clock_kind, "order": "subject,control interleaved", "jit_env": env, "jit_cache_cold": caches,
-            "subject": spec["subject"], "control": spec["control"], "device": spec["device"]}
+            "subjects": subject_specs(spec), "control": spec["control"], "device": spec["device"]}
+
+
+def subject_specs(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Suite -> subject. One process may measure several suites (saves an import of torch per suite)."""
+    return dict(spec.get("subjects") or {spec["suite"]: spec["subject"]})
 
 
 def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock: Clock,
@@ -108,19 +113,31 @@ def run(spec: Mapping[str, Any], out_path: Path) -> dict[str, Any]:
     output["protocol"] = protocol(spec, clock.flush_size, clock.kind)
     write_json(out_path, output)
     torch.manual_seed(spec["seed"])
+    if device == "cpu":
+        # One thread: on a small shared machine, intra-op threads waiting on each other were the
+        # largest source of noise (per-repetition spread of +-25% at 2 threads on 2 cores).
+        torch.set_num_threads(int(spec.get("cpu_threads", 1)))
 
-    subject: Backend | None = None
     control: Backend | None = None
+    subjects: dict[str, Backend | BackendUnavailable] = {}
     setup_error: tuple[str, str] | None = None
     try:
-        subject = backends.subject(spec["subject"], device)
         control = backends.control(spec["control"], device)
     except BackendUnavailable as exc:
         setup_error = ("unavailable", str(exc))
 
     for index, shape in enumerate(spec["shapes"]):
+        suite = shape["suite"]
+        if setup_error is None and suite not in subjects:
+            try:
+                subjects[suite] = backends.subject(subject_specs(spec)[suite], device)
+            except BackendUnavailable as exc:
+                subjects[suite] = exc
+        subject = subjects.get(suite)
         if setup_error is not None:
             result = {"shape": shape["key"], "status": setup_error[0], "error": setup_error[1]}
+        elif isinstance(subject, BackendUnavailable):
+            result = {"shape": shape["key"], "status": "unavailable", "error": str(subject)}
         else:
             assert subject is not None
             try:

@@ -18,7 +18,7 @@ MAX_CRASHES = 2
 
 
 class TrialRunner(Protocol):
-    def __call__(self, build: BuildResult, suite: str, shapes: Sequence[Shape], *, first: bool,
+    def __call__(self, build: BuildResult, suite: str | None, shapes: Sequence[Shape], *, first: bool,
                  seed: int) -> Sequence[TrialRecord]: ...
 
 
@@ -80,13 +80,10 @@ class StoreProbe:
                                (TrialStatus.OK, TrialStatus.WRONG)), "trial failed")
                 self.on_event(ProbeEvent(sha, "skip", reason[-200:], self.patch_hash))
                 return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {reason}")
-            records: list[TrialRecord] = []
-            for suite in dict.fromkeys(s.suite for s in short):
-                suite_shapes = [s for s in self.shapes if s.suite == suite]
-                self.on_event(ProbeEvent(sha, "trial", f"{suite} trial {min(done[s.key] for s in suite_shapes) + 1}"
-                                                       f"/{repeats}", self.patch_hash))
-                records += self.run_trial(build, suite, suite_shapes, first=not trials,
-                                          seed=self.seed * 1_000_003 + len(trials) + len(records))
+            # One process measures every suite: a trial pays for one import of torch, not one per suite.
+            self.on_event(ProbeEvent(sha, "trial", f"trial {min(done.values()) + 1}/{repeats}", self.patch_hash))
+            records = list(self.run_trial(build, None, self.shapes, first=not trials,
+                                          seed=self.seed * 1_000_003 + len(trials)))
             records = [replace(r, patch_hash=self.patch_hash) for r in records]
             self.store.add_trials(self.campaign, records, shapes=self.shapes)
             crashes = crashes + 1 if all(r.status in (TrialStatus.CRASH, TrialStatus.TIMEOUT,

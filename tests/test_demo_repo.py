@@ -96,9 +96,15 @@ def test_expected_shapes_name_config_shapes(demo: DemoManifest) -> None:
     assert demo.plants["gemm_group_m"].shapes("cuda") == ("gemm/m54560",)
 
 
+def test_rewriting_the_same_dir_reuses_the_repository(demo: DemoManifest) -> None:
+    again = write_demo_repo(Path(demo.path))
+    assert again == demo
+    assert git(demo.path, "rev-parse", "HEAD").strip() == demo.bad
+
+
 def test_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("keep me")
-    with pytest.raises(DemoDirError, match="not an empty directory") as info:
+    with pytest.raises(DemoDirError, match="neither empty nor the demo repository") as info:
         write_demo_repo(tmp_path)
     assert info.value.exit_code == EXIT_BAD_INPUT
     assert (tmp_path / "x").read_text() == "keep me"

@@ -199,10 +199,10 @@ def test_build_spec_follows_contract(tmp_path, upstream):
     cfg = make_config(tmp_path)
     spec = build_spec(cfg, BuildResult(sha="d" * 40, status=BuildStatus.OK, source_dir=str(upstream),
                                        prefix=str(tmp_path / "site")), "gemm", seed=7)
-    assert set(spec) == {"sha", "suite", "shapes", "subject", "control", "device", "source_dirs", "reps", "warmup",
+    assert set(spec) == {"sha", "suite", "shapes", "subjects", "control", "device", "source_dirs", "reps", "warmup",
                          "flush_mb", "seed", "tolerances"}
     assert spec["shapes"][1] == {"key": "gemm/b", "suite": "gemm", "name": "b",
                                  "params": {"K": 64, "M": 32, "N": 32, "dtype": "bf16", "layout": "tn"}}
-    assert spec["subject"] == {"entry": "mykern:mm", "adapter": "torch", "layout": "bhsd", "options": {}}
+    assert spec["subjects"] == {"gemm": {"entry": "mykern:mm", "adapter": "torch", "layout": "bhsd", "options": {}}}
     assert spec["source_dirs"] == [str(upstream.resolve()), str((tmp_path / "site").resolve())]
     assert spec["seed"] == 7 and spec["control"] == "torch" and spec["device"] == "cpu"

@@ -8,6 +8,7 @@ can check what a bisection finds against what was planted.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import tempfile
@@ -151,11 +152,27 @@ def _git(dest: Path, *args: str, stdin: bytes | None = None) -> str:
     return proc.stdout.decode()
 
 
-def write_demo_repo(dest: Path) -> DemoManifest:
-    """Create the demo repository at `dest` (absent or empty) and return its manifest."""
+def write_demo_repo(dest: Path, reuse: bool = True) -> DemoManifest:
+    """Create the demo repository at `dest` (absent or empty) and return its manifest.
+
+    With `reuse`, a `dest` that already holds this very history (same SHAs: they are reproducible)
+    is kept as it is, so that a re-run of `bisector demo` resumes instead of failing."""
     dest = Path(dest).resolve()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise DemoDirError(f"{dest}: exists and is not an empty directory; choose another --dir")
+        if reuse and (dest / ".git").exists():
+            with tempfile.TemporaryDirectory() as tmp:
+                fresh = _write(Path(tmp) / "repo")
+            try:
+                head = _git(dest, "rev-parse", "--verify", "-q", f"refs/heads/{BRANCH}").strip()
+            except GitError:
+                head = ""
+            if head == fresh.bad:
+                return dataclasses.replace(fresh, path=str(dest))
+        raise DemoDirError(f"{dest}: exists and is neither empty nor the demo repository; choose another --dir")
+    return _write(dest)
+
+
+def _write(dest: Path) -> DemoManifest:
     dest.mkdir(parents=True, exist_ok=True)
     texts = {name: _template(name) for name in _TEMPLATES}
     _git(dest, "init", "-q", "-b", BRANCH)

@@ -85,11 +85,11 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"])
 
 
-def run_trial(config: Config, build: BuildResult, suite: str, *, work: str | Path, trial_index: int = 0,
+def run_trial(config: Config, build: BuildResult, suite: str | None, *, work: str | Path, trial_index: int = 0,
               first: bool = False, device_index: int | None = None, timeout_s: float | None = None,
               shapes: Sequence[Shape] | None = None, seed: int | None = None,
               environ: Mapping[str, str] | None = None) -> tuple[TrialRecord, ...]:
-    """One trial process of `suite` on `build`: one TrialRecord per shape, whatever happened.
+    """One trial process of `suite` (None: every suite of `shapes`) on `build`: one TrialRecord per shape.
 
     `first` empties the commit's JIT cache dir first (the caller knows which trial is first);
     `trial_index` picks the input seed (config seed + index, unless `seed` is given) and, by
@@ -99,7 +99,7 @@ def run_trial(config: Config, build: BuildResult, suite: str, *, work: str | Pat
     spec = build_spec(config, build, suite, seed=seed, shapes=tuple(shapes) if shapes is not None else None)
     tag = build.sha[:12] + (f"-{build.patch_hash}" if build.patch_hash else "")
     stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
-    tdir = work / "trials" / tag / f"{suite}-{trial_index:03d}-{stamp}"
+    tdir = work / "trials" / tag / f"{suite or 'all'}-{trial_index:03d}-{stamp}"
     tdir.mkdir(parents=True, exist_ok=True)
     spec_path, out_path, log_path = tdir / "spec.json", tdir / "out.json", tdir / "log.txt"
     spec_path.write_text(json.dumps(spec, indent=1))
@@ -164,7 +164,7 @@ class Launcher:
     def __init__(self, config: Config, work: str | Path, *, timeout_s: float | None = None) -> None:
         self.config, self.work, self.timeout_s, self.count = config, Path(work), timeout_s, 0
 
-    def __call__(self, build: BuildResult, suite: str, shapes: Sequence[Shape], *, first: bool,
+    def __call__(self, build: BuildResult, suite: str | None, shapes: Sequence[Shape], *, first: bool,
                  seed: int) -> tuple[TrialRecord, ...]:
         index = self.count
         self.count += 1

@@ -24,21 +24,22 @@ def source_dirs(build: BuildResult) -> list[str]:
     return [str(Path(d).resolve()) for d in dirs]
 
 
-def build_spec(config: Config, build: BuildResult, suite: str, *, seed: int,
+def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: int,
                shapes: tuple[Shape, ...] | None = None) -> dict[str, Any]:
-    if suite not in config.subjects:
+    """The trial's spec; `suite=None` measures every suite of `shapes` in one process."""
+    if suite is not None and suite not in config.subjects:
         raise BadInput(f"{config.path}: subject.{suite}: no subject for suite {suite!r}")
-    chosen = [s for s in (shapes if shapes is not None else config.shapes) if s.suite == suite]
+    chosen = [s for s in (shapes if shapes is not None else config.shapes) if suite in (None, s.suite)]
     if not chosen:
         raise BadInput(f"{config.path}: suites.{suite}: no shapes")
-    subject = config.subjects[suite]
+    subjects = {s.suite: config.subjects[s.suite] for s in chosen}
     tolerances = {k: list(v) for k, v in config.thresholds.tolerances.items()}
     return {
         "sha": build.sha,
-        "suite": suite,
+        "suite": suite if suite is not None else ",".join(subjects),
         "shapes": [shape_spec(s) for s in chosen],
-        "subject": {"entry": subject.entry, "adapter": subject.adapter, "layout": subject.layout,
-                    "options": dict(subject.options)},
+        "subjects": {name: {"entry": sub.entry, "adapter": sub.adapter, "layout": sub.layout,
+                            "options": dict(sub.options)} for name, sub in subjects.items()},
         "control": config.control,
         "device": config.device,
         "source_dirs": source_dirs(build),
