@@ -16,6 +16,7 @@ import git
 import platformdirs
 
 from bisector import gitrepo, search
+from bisector.correctness import WrongWindow, localize_wrong
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
 from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step, TrialStatus
@@ -46,6 +47,7 @@ class RunOutcome:
     commits: tuple[Commit, ...]
     fixes: tuple[FixResult, ...] = ()
     patches: dict[str, Path] = field(default_factory=dict)
+    wrong_windows: tuple[WrongWindow, ...] = ()
 
 
 Observer = Callable[[ProbeEvent], None]
@@ -85,7 +87,8 @@ class Session:
     def probe(self, patch: str | None = None, patch_hash: str | None = None) -> StoreProbe:
         return StoreProbe(self.campaign, self.config.shapes, self.store, self.prefetcher, self.launcher,
                           seed=self.config.protocol.seed, patch=patch, patch_hash=patch_hash,
-                          recipe=self.config.build.recipe, on_event=self.observer)
+                          recipe=self.config.build.recipe, parallel=len(self.config.devices),
+                          on_event=self.observer)
 
     def close(self) -> None:
         self.prefetcher.close()
@@ -131,16 +134,19 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         session.store.add_commits(session.campaign, commits)
         order = [c.sha for c in commits]
         probe = session.probe()
-        session.prefetcher.prefetch([order[0], order[-1], order[len(order) // 2]])
-        result = with_prs(search.localize(order, prefetching(probe, session.prefetcher, order),
-                                          search_settings(config)), commits)
+        measure = probe
+        if config.device != "cpu":  # on the CPU a background build would steal the trials' cores
+            session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
+            measure = prefetching(probe, session.prefetcher, order)
+        result = with_prs(search.localize(order, measure, search_settings(config)), commits)
+        windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
         fixes, patches = (verify_fixes(session, result, commits, out) if options.verify_fixes
                           else ((), {}))
-        data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe)
+        data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows)
         write_trials_csv(session, commits, out / render.CSV_NAME)
         render.write_report(data, out)
-        return RunOutcome(result, out, data, commits, fixes, patches)
+        return RunOutcome(result, out, data, commits, fixes, patches, windows)
     finally:
         session.close()
 
@@ -203,7 +209,8 @@ def subject_tflops(session: Session, sha: str, patch_hash: str | None) -> dict[s
 
 
 def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
-                wall_s: float, options: RunOptions, probe: StoreProbe) -> ReportData:
+                wall_s: float, options: RunOptions, probe: StoreProbe,
+                windows: Sequence[WrongWindow] = ()) -> ReportData:
     config, store = session.config, session.store
     keys = tuple(s.key for s in config.shapes)
     rows, wrong, machine = [], [], {}
@@ -237,4 +244,4 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, min_step_pct=config.thresholds.min_step_pct,
-        reproduce=(cmd,), build_logs=logs)
+        reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows))

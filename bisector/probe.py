@@ -6,6 +6,7 @@ a probe counts what is stored before it measures anything.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
@@ -41,11 +42,11 @@ class StoreProbe:
 
     def __init__(self, campaign: str, shapes: Sequence[Shape], store: Store, builds: BuildSource,
                  run_trial: TrialRunner, *, seed: int = 0, patch: str | None = None,
-                 patch_hash: str | None = None, recipe: str = "none",
+                 patch_hash: str | None = None, recipe: str = "none", parallel: int = 1,
                  on_event: Callable[[ProbeEvent], None] = lambda e: None) -> None:
         self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
         self.run_trial, self.seed, self.patch, self.patch_hash = run_trial, seed, patch, patch_hash
-        self.recipe, self.on_event = recipe, on_event
+        self.recipe, self.on_event, self.parallel = recipe, on_event, parallel
         self.build_results: dict[str, BuildResult] = {}
         self.probes: list[tuple[str, int]] = []
 
@@ -81,9 +82,16 @@ class StoreProbe:
                 self.on_event(ProbeEvent(sha, "skip", reason[-200:], self.patch_hash))
                 return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {reason}")
             # One process measures every suite: a trial pays for one import of torch, not one per suite.
-            self.on_event(ProbeEvent(sha, "trial", f"trial {min(done.values()) + 1}/{repeats}", self.patch_hash))
-            records = list(self.run_trial(build, None, self.shapes, first=not trials,
-                                          seed=self.seed * 1_000_003 + len(trials)))
+            # The first trial of a commit runs alone (it fills the commit's cold JIT cache); later ones
+            # run on every device at once.
+            batch = 1 if not trials else max(1, min(self.parallel, repeats - min(done.values())))
+            self.on_event(ProbeEvent(sha, "trial", f"trial {min(done.values()) + 1}/{repeats}"
+                                     + (f" (+{batch - 1} in parallel)" if batch > 1 else ""), self.patch_hash))
+            seeds = [self.seed * 1_000_003 + len(trials) + k for k in range(batch)]
+            with ThreadPoolExecutor(batch) as pool:
+                runs = pool.map(lambda seed: self.run_trial(build, None, self.shapes, first=not trials, seed=seed),
+                                seeds)
+                records = [r for run in runs for r in run]
             records = [replace(r, patch_hash=self.patch_hash) for r in records]
             self.store.add_trials(self.campaign, records, shapes=self.shapes)
             crashes = crashes + 1 if all(r.status in (TrialStatus.CRASH, TrialStatus.TIMEOUT,

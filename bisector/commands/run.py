@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import click
 
 from bisector import config as config_mod
 from bisector import pipeline
 from bisector.commands.common import fail_on_error, print_json
+from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
+from bisector.errors import BadInput
+from bisector.publish.plan import dump_plan
+from bisector.triggers import plan as plan_mod
 from bisector.report.markdown import step_summary
 from bisector.search import result_json
 
@@ -19,12 +25,17 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     with ProgressLine(n_commits, cfg.protocol.trials, len({s.suite for s in cfg.shapes})) as progress:
         outcome = pipeline.bisect(cfg, options, observer=progress)
     if as_json:
-        print_json({**result_json(outcome.result), "report": str(outcome.report_dir / "report.md"), **(extra or {})})
+        windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
+        print_json({**result_json(outcome.result), "wrong_windows": windows,
+                    "report": str(outcome.report_dir / "report.md"), **(extra or {})})
         return outcome
     click.echo(f"{len(outcome.result.steps)} step(s), {outcome.result.commits_probed} commits probed, "
                f"{outcome.result.trials} trials")
     for step in outcome.result.steps:
         click.echo("  " + step_summary(step, outcome.report))
+    for w in outcome.wrong_windows:
+        click.echo(f"  wrong results in {', '.join(w.shapes)} from {w.first[:7]}"
+                   + (f" until {w.fixed[:7]}" if w.fixed else " to the tip"))
     for step in outcome.result.dropped:
         click.echo("  dropped (did not hold against its parent): " + step_summary(step, outcome.report))
     click.echo(f"report: {outcome.report_dir / 'report.md'}")
@@ -40,13 +51,26 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
 @click.option("--report-dir", default=None, help="Default: <config report dir>/<date>-<name>/.")
 @click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts on the tip.")
+@click.option("--publish", is_flag=True, help="Post the results to the PRs of the config's publish.repo.")
+@click.option("--dry-run", "dry_run", default=None, help="With --publish: write the payloads to DIR instead.")
 @click.option("--json", "as_json", is_flag=True)
 @fail_on_error
 def command(config_path: str, good: str, bad: str, store: str | None, work_dir: str | None,
-            report_dir: str | None, shapes: str, no_fixes: bool, as_json: bool) -> None:
+            report_dir: str | None, shapes: str, no_fixes: bool, publish: bool, dry_run: str | None,
+            as_json: bool) -> None:
     """Localize every TFLOP/s step between GOOD and BAD and write a report. Re-run to resume."""
     cfg = config_mod.load(config_path)
     options = pipeline.RunOptions(good=good, bad=bad, store=store, work_dir=work_dir, report_dir=report_dir,
                                   shapes=tuple(s for s in shapes.split(",") if s), verify_fixes=not no_fixes,
                                   command=" ".join(["bisector", *sys.argv[1:]]))
-    run_and_print(cfg, options, as_json)
+    outcome = run_and_print(cfg, options, as_json)
+    plan = plan_mod.from_outcome(cfg, outcome, f"run-{cfg.name}-{outcome.commits[0].short}-{outcome.commits[-1].short}")
+    if plan is None:
+        if publish:
+            raise BadInput(f"{cfg.path}: publish.repo: not set, nothing to publish to")
+        return
+    dump_plan(plan, outcome.report_dir / "publish-plan.json")  # `bisector publish --plan` posts it later
+    if publish:
+        result = publish_mod.publish(plan, cfg.publish, os.environ, Path(dry_run) if dry_run else None)
+        for line in (*(c.url for c in result.comments), *result.dry_run_files):
+            click.echo(f"published: {line}", err=as_json)

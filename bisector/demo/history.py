@@ -56,6 +56,9 @@ class Expectation:
     moves: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)  # device -> shape -> %
 
 
+# The order is the merge order (PR numbers need not increase). The broken commit and a commit of
+# the wrong-result window sit at the search's first interior probes (1/2 and 3/4 of the range),
+# so the e2e test can assert on them; no step lies inside the wrong-result window.
 COMMITS: tuple[CommitSpec, ...] = (
     CommitSpec(101, "Add flash-attention forward and GEMM kernels", {}, "good",
                "Triton kernels for NVIDIA GPUs and torch kernels for the CPU, with the same structure."),
@@ -78,26 +81,26 @@ COMMITS: tuple[CommitSpec, ...] = (
                "One helper for every launch. (It does not pass the fast-math flag on.)"),
     CommitSpec(124, "docs: fix a typo in the README", {"doc_typo": "."}),
     CommitSpec(125, "refactor: split GEMM row panels into a helper", {"gemm_refactor": True}),
-    CommitSpec(127, "Share launcher helpers in demolib.utils", {"utils_import": True}, "broken_import",
-               "demolib/__init__.py imports demolib.utils (the new module was left out of the PR)."),
-    CommitSpec(128, "Add the missing demolib/utils.py", {"utils_file": True}, "broken_import_fixed"),
     CommitSpec(130, "docs: tuning guide", {"doc_tuning": True}),
     CommitSpec(131, "GEMM: GROUP_M 8 -> 1 for better load balance", {"group_m": 1}, "gemm_group_m"),
     CommitSpec(133, "chore: release 0.3.0", {"version": "0.3.0"}),
     CommitSpec(134, "GEMM: comment the grouped program order", {"gemm_comment": True}),
+    CommitSpec(127, "Share launcher helpers in demolib.utils", {"utils_import": True}, "broken_import",
+               "demolib/__init__.py imports demolib.utils (the new module was left out of the PR)."),
+    CommitSpec(128, "Add the missing demolib/utils.py", {"utils_file": True}, "broken_import_fixed"),
     CommitSpec(136, "GEMM: mask the ragged last K tile of A", {"k_mask_bug": True}, "wrong_result",
                "The A-tile mask of the last K step is off by one: that tile is only partly loaded."),
     CommitSpec(137, "docs: changelog wording", {}),
     CommitSpec(139, "tests: odd GEMM sizes", {"test_odd_sizes": True}),
-    CommitSpec(140, "GEMM: fix the off-by-one in the A-tile mask", {"k_mask_bug": False}, "wrong_result_fixed"),
     CommitSpec(142, "chore: release 0.4.0", {"version": "0.4.0"}),
     CommitSpec(143, "docs: changelog for 0.4.0", {}),
-    CommitSpec(145, "GEMM: num_stages 3 -> 2 to save shared memory", {"num_stages": 2}, "gemm_stages"),
     CommitSpec(146, "docs: mention the shared-memory budget", {}),
     CommitSpec(148, "chore: release 0.4.1", {"version": "0.4.1"}),
     CommitSpec(149, "docs: contributor notes", {}),
     CommitSpec(151, "ci: cache the torch wheel", {}),
+    CommitSpec(140, "GEMM: fix the off-by-one in the A-tile mask", {"k_mask_bug": False}, "wrong_result_fixed"),
     CommitSpec(152, "chore: release 0.4.2", {"version": "0.4.2"}),
+    CommitSpec(145, "GEMM: num_stages 3 -> 2 to save shared memory", {"num_stages": 2}, "gemm_stages"),
     CommitSpec(154, "docs: roadmap", {}),
     CommitSpec(155, "chore: tidy the changelog", {}),
     CommitSpec(157, "chore: release 0.5.0", {"version": "0.5.0"}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from bisector.correctness import WrongWindow
 from bisector.model import Commit, Step
 
 
@@ -76,6 +77,7 @@ class ReportData:
     min_step_pct: float = 1.0
     reproduce: tuple[str, ...] = ()
     build_logs: Mapping[str, str] = field(default_factory=dict)  # sha -> log path
+    wrong_windows: tuple[WrongWindow, ...] = ()  # where wrong results start and stop
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)

@@ -24,6 +24,11 @@ def _short_shape(shape: str) -> str:
     return shape.split("/", 1)[1] if "/" in shape else shape
 
 
+def _ref(sha: str, data: ReportData) -> str:
+    commit = data.commit(sha)
+    return f"`{sha[:7]}`" + (f" ({_pr(commit.pr)})" if commit and commit.pr else "")
+
+
 def step_summary(step: Step, data: ReportData) -> str:
     """One line per step, also used for PR comments."""
     commit = data.commit(step.commit)
@@ -124,6 +129,12 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
     lines += ["", "## TFLOP/s per measured commit", "", *results_table(data)]
     if data.wrong:
         lines += ["", "## Wrong results (never ranked)", ""]
+        for w in data.wrong_windows:
+            fixed = f", right again from {_ref(w.fixed, data)}" if w.fixed else ", still wrong at the tip"
+            lines.append(f"- {', '.join(_short_shape(s) for s in w.shapes)}: wrong from {_ref(w.first, data)} "
+                         f"(right at {_ref(w.last_good, data)}){fixed}.")
+        if data.wrong_windows:
+            lines.append("")
         lines += _table(["commit", "PR", "shape", "max abs err", "max rel err"],
                         [[f"`{w.sha[:7]}`", _pr(c.pr) if (c := data.commit(w.sha)) else "", _short_shape(w.shape),
                           f"{w.max_abs_err:.3g}" if w.max_abs_err is not None else "",

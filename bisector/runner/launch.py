@@ -12,9 +12,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bisector.config import Config
 from bisector.errors import TrialError
@@ -85,6 +86,14 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"])
 
 
+def cpu_pinning(config: Config, index: int) -> Callable[[], None] | None:
+    """On the CPU with several `devices`, each is a core: pin the trial there so two run side by side."""
+    if config.device != "cpu" or len(config.devices) < 2 or not hasattr(os, "sched_setaffinity"):
+        return None
+    core = index % (os.cpu_count() or 1)
+    return lambda: os.sched_setaffinity(0, {core})
+
+
 def run_trial(config: Config, build: BuildResult, suite: str | None, *, work: str | Path, trial_index: int = 0,
               first: bool = False, device_index: int | None = None, timeout_s: float | None = None,
               shapes: Sequence[Shape] | None = None, seed: int | None = None,
@@ -112,7 +121,8 @@ def run_trial(config: Config, build: BuildResult, suite: str | None, *, work: st
         try:
             proc = subprocess.Popen([sys.executable, "-m", "benches.trial", str(spec_path), str(out_path)],
                                     cwd=tdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=cpu_pinning(config, index))
         except OSError as exc:
             raise TrialError(f"cannot start trial process {sys.executable}: {exc}") from exc
         try:
@@ -163,10 +173,12 @@ class Launcher:
 
     def __init__(self, config: Config, work: str | Path, *, timeout_s: float | None = None) -> None:
         self.config, self.work, self.timeout_s, self.count = config, Path(work), timeout_s, 0
+        self._count_lock = threading.Lock()
 
     def __call__(self, build: BuildResult, suite: str | None, shapes: Sequence[Shape], *, first: bool,
                  seed: int) -> tuple[TrialRecord, ...]:
-        index = self.count
-        self.count += 1
+        with self._count_lock:  # the probe launches trials from several threads, one per device
+            index = self.count
+            self.count += 1
         return run_trial(self.config, build, suite, work=self.work, trial_index=index, first=first,
                          shapes=shapes, seed=seed, timeout_s=self.timeout_s)

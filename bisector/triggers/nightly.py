@@ -69,7 +69,7 @@ def run_night(config: Config, date: str, store: str | None = None, work_dir: str
         else:
             night, bisect_out = _compare(session, config, date, last[1], tip, store, work_dir, verify_fixes, say)
             if bisect_out is not None:
-                plan = _plan(config, date, bisect_out)
+                plan = plan_mod.from_outcome(config, bisect_out, f"nightly-{config.name}-{date}")
                 verdict = dict(night.verdict)
                 verdict["bisect_report"] = str(bisect_out.report_dir / "report.md")
                 night = replace(night, verdict=verdict)
@@ -119,15 +119,6 @@ def _compare(session: pipeline.Session, config: Config, date: str, base: str, ti
     verdict["steps"] = [{"commit": s.commit, "pr": s.pr, "shapes": list(s.shapes),
                          "change_pct": dict(s.change_pct)} for s in outcome.result.steps]
     return Night(date, tip, False, verdict), outcome
-
-
-def _plan(config: Config, date: str, outcome: pipeline.RunOutcome) -> publish.PublishPlan | None:
-    if not config.publish.repo:
-        return None
-    report_md = (outcome.report_dir / "report.md").read_text()
-    patches = {sha: Path(p).read_text() for sha, p in outcome.patches.items()}
-    return plan_mod.build(outcome.report, f"nightly-{config.name}-{date}", config.publish.repo, report_md,
-                          patches=patches, base_branch=config.upstream.branch)
 
 
 def _medians(session: pipeline.Session, sha: str, attr: str) -> dict[str, float]:

@@ -6,12 +6,17 @@ the report text is read by the caller and passed in, so this module does no I/O.
 
 from __future__ import annotations
 
-from typing import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
 
 from bisector.model import Step
 from bisector.publish.plan import CulpritPost, PublishPlan, RunVerdict
 from bisector.report.data import FixResult, ReportData
 from bisector.report.markdown import step_summary
+
+if TYPE_CHECKING:
+    from bisector.config import Config
+    from bisector.pipeline import RunOutcome
 
 
 def verdict(steps: tuple[Step, ...], missing: tuple[str, ...]) -> RunVerdict:
@@ -66,3 +71,15 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
     return PublishPlan(run_id=run_id, repo=repo, verdict=verdict(data.steps, missing), report=report_md,
                        culprits=tuple(culprits), requester_pr=requester_pr, head_sha=data.bad.sha,
                        base_branch=base_branch, missing=missing)
+
+
+def from_outcome(config: "Config", outcome: "RunOutcome", run_id: str, repo: str | None = None,
+                 requester_pr: int | None = None) -> PublishPlan | None:
+    """The plan of a finished run, reading its report and verified patches; None without a target repo."""
+    repo = repo or config.publish.repo
+    if not repo:
+        return None
+    report_md = (outcome.report_dir / "report.md").read_text()
+    patches = {sha: Path(p).read_text() for sha, p in outcome.patches.items()}
+    return build(outcome.report, run_id, repo, report_md, requester_pr=requester_pr, patches=patches,
+                 base_branch=config.upstream.branch)

@@ -1,0 +1,65 @@
+"""`bisector demo --device cpu`, end to end and for real: 40 commits, trial processes, the store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bisector.demo import write_demo_repo
+
+pytestmark = pytest.mark.slow
+
+
+def demo(tmp: Path) -> tuple[dict, float]:
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "bisector", "demo", "--device", "cpu", "--dir", str(tmp / "d"),
+                          "--report-dir", str(tmp / "report"), "--json"], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout), time.monotonic() - started
+
+
+def trial_count(tmp: Path) -> int:
+    with sqlite3.connect(tmp / "d" / "results.sqlite") as db:
+        return db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+
+
+def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_path: Path) -> None:
+    result, seconds = demo(tmp_path)
+    manifest = write_demo_repo(Path(result["repo"]))
+    found = {s["commit"]: s for s in result["steps"]}
+    for plant in manifest.steps("cpu"):
+        assert plant.sha in found, f"planted {plant.role} (#{plant.pr}) not found: {sorted(found)}"
+        step = found[plant.sha]
+        assert step["pr"] == plant.pr
+        moved = {k for k, v in plant.moves["cpu"].items() if v is not None and abs(v) >= 10}
+        assert moved <= set(step["shapes"]), (plant.role, step["shapes"])
+        sign = -1 if plant.kind == "regression" else 1
+        assert all(sign * step["change_pct"][k] > 0 for k in moved)
+    assert len(found) == len(manifest.steps("cpu")), f"extra steps: {sorted(found)}"
+    assert manifest.sha("broken_import") in result["skipped"]
+    (window,) = result["wrong_windows"]
+    assert window["first"] == manifest.sha("wrong_result")
+    assert window["fixed"] == manifest.sha("wrong_result_fixed")
+    assert set(window["shapes"]) == {"gemm/square", "gemm/tall"}
+
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "| cpu-demo" not in report and "torch (control)" in report
+    for plant in manifest.steps("cpu"):
+        assert f"#{plant.pr}" in report
+    assert f"wrong from `{manifest.sha('wrong_result')[:7]}` (#{manifest.pr('wrong_result')})" in report
+    assert len(list((tmp_path / "report").glob("tflops-*.png"))) == 5
+    assert (tmp_path / "report" / "trials.csv").stat().st_size > 0
+    assert seconds < 300, f"the CPU demo took {seconds:.0f} s (budget: 5 minutes on 2 cores)"
+
+    # Resumable: the same command again measures nothing new and finds the same steps.
+    before = trial_count(tmp_path)
+    again, _ = demo(tmp_path)
+    assert trial_count(tmp_path) == before
+    assert [s["commit"] for s in again["steps"]] == [s["commit"] for s in result["steps"]]
