@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from bisector.model import Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Verdict
 from bisector.stats import compare, holds
@@ -118,16 +118,17 @@ class _State:
         return sorted(s for s in a.samples if s in b.samples and s not in a.wrong and s not in b.wrong)
 
     # -- comparing -----------------------------------------------------------------------------
-    def compare_now(self, i: int, j: int, alpha: float) -> dict[str, Comparison]:
+    def compare_now(self, i: int, j: int, alpha: float, only: Iterable[str] | None = None) -> dict[str, Comparison]:
         st = self.settings
         return {s: compare(self.samples(i, s), self.samples(j, s), st.min_step_pct, alpha, s)
-                for s in self.shapes(i, j)}
+                for s in self.shapes(i, j) if only is None or s in only}
 
-    def compare_pair(self, i: int, j: int) -> dict[str, Comparison]:
+    def compare_pair(self, i: int, j: int, only: Iterable[str] | None = None) -> dict[str, Comparison]:
         """Compare, doubling trials while some shape is UNKNOWN and none is DIFFERENT."""
         st = self.settings
+        only = tuple(only) if only is not None else None
         while True:
-            comps = self.compare_now(i, j, self.alpha_detect)
+            comps = self.compare_now(i, j, self.alpha_detect, only)
             verdicts = {c.verdict for c in comps.values()}
             if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
                 return comps
@@ -145,24 +146,32 @@ class _State:
                 return comps
 
     # -- refining ------------------------------------------------------------------------------
-    def middle(self, lo: int, hi: int) -> int | None:
-        """The buildable commit nearest the middle of (lo, hi), probing outwards past SKIPs."""
+    def usable(self, k: int, need: Iterable[str]) -> bool:
+        """Commit k has samples of every shape in `need` (a wrong result there is no sample)."""
+        return all(self.samples(k, s) for s in need)
+
+    def middle(self, lo: int, hi: int, need: Iterable[str] = ()) -> int | None:
+        """The commit nearest the middle of (lo, hi) that builds and has the shapes in `need`, probing
+        outwards past SKIPs and past commits whose results for those shapes are wrong."""
         mid = (lo + hi) // 2
         order = sorted(range(lo + 1, hi), key=lambda k: (abs(k - mid), k))
         repeats = max(self.settings.initial_repeats, min(self.count(lo), self.count(hi)))
         for k in order:
-            if self.measure(k, repeats):
+            if self.measure(k, repeats) and self.usable(k, need):
                 return k
         return None
 
+    def add_candidate(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
+        for cand in self.candidates:
+            if (cand.lo, cand.hi) == (lo, hi):  # found again through another shape
+                cand.dirs.update(dirs)
+                return
+        self.candidates.append(_Candidate(lo, hi, dict(dirs), min(self.count(lo), self.count(hi))))
+
     def refine(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
-        if hi - lo == 1 or all(k in self.skipped for k in range(lo + 1, hi)):
-            n = min(self.count(lo), self.count(hi))
-            self.candidates.append(_Candidate(lo, hi, dirs, n))
-            return
-        mid = self.middle(lo, hi)
-        if mid is None:  # every commit between them is SKIP
-            self.refine(lo, hi, dirs)
+        mid = None if hi - lo == 1 else self.middle(lo, hi, dirs)
+        if mid is None:  # adjacent, or nothing between builds with usable results: a culprit range
+            self.add_candidate(lo, hi, dirs)
             return
         halves = ((lo, mid), (mid, hi))
         comps = [self.compare_pair(a, b) for a, b in halves]
@@ -177,10 +186,21 @@ class _State:
             if f:
                 self.refine(a, b, f)
 
-    def evaluate(self, lo: int, hi: int) -> None:
-        diff = _different(self.compare_pair(lo, hi))
+    def evaluate(self, lo: int, hi: int, only: Iterable[str] | None = None) -> None:
+        comps = self.compare_pair(lo, hi, only)
+        diff = _different(comps)
         if diff:
             self.refine(lo, hi, diff)
+
+    def bridge(self, grid: Sequence[int]) -> None:
+        """A shape with wrong results at a grid point has no pair across it: compare its nearest
+        usable grid points on that shape alone, so a step next to a wrong-result window is found."""
+        shapes = sorted({s for g in grid for s in self.meas[self.commits[g]].samples})
+        for shape in shapes:
+            have = [g for g in grid if self.usable(g, (shape,))]
+            for a, b in zip(have, have[1:]):
+                if any(a < g < b for g in grid):
+                    self.evaluate(a, b, (shape,))
 
     # -- verifying -----------------------------------------------------------------------------
     def verify(self, cand: _Candidate) -> tuple[Step, bool]:
@@ -263,6 +283,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     grid.append(hi)
     for a, b in zip(grid, grid[1:]):
         st.evaluate(a, b)
+    st.bridge(grid)
 
     steps, dropped = [], []
     for cand in sorted(st.candidates, key=lambda c: c.lo):

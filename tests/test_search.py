@@ -259,3 +259,27 @@ def test_a_commit_that_fails_on_a_later_probe_keeps_its_trials() -> None:
     r = localize(c, probe)
     assert c[19] not in r.skipped and r.measurements[c[19]].count() >= 3
     assert {s.commit for s in r.steps} | {s.commit for s in r.dropped} == {c[20]}
+
+
+def test_step_just_after_a_wrong_result_window_is_found():
+    """gemm is wrong from 22 to 30; a gemm step at 33 must still be found, bridging the window."""
+    from bisector.model import Measurement, ProbeStatus
+    from bisector.search import SearchSettings, localize
+
+    commits = [f"{i:040x}" for i in range(40)]
+    counts: dict[str, int] = {}
+
+    def probe(sha: str, repeats: int) -> Measurement:
+        i = int(sha, 16)
+        counts[sha] = max(counts.get(sha, 0), repeats)
+        n = counts[sha]
+        noise = [1.0 + 0.002 * ((k * 7 + i) % 5 - 2) for k in range(n)]
+        fa = tuple(0.6 * x for x in noise)
+        gemm = tuple((0.5 if i >= 33 else 0.6) * x for x in noise)
+        wrong = frozenset({"gemm/a"}) if 22 <= i < 31 else frozenset()
+        samples = {"fa/a": fa} | ({} if wrong else {"gemm/a": gemm})
+        return Measurement(sha, ProbeStatus.OK, samples, wrong)
+
+    result = localize(commits, probe, SearchSettings(min_step_pct=2.0))
+    assert [(s.commit, s.shapes) for s in result.steps] == [(commits[33], ("gemm/a",))]
+    assert result.steps[0].parent == commits[32]

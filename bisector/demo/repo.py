@@ -101,8 +101,11 @@ def _template(name: str) -> str:
 
 
 def _changelog(upto: int) -> str:
+    """Written at releases only, as maintainers do: a PR's own diff stays on code, so its revert
+    carries cleanly to the tip (a changelog line per PR would make every old revert conflict)."""
+    released = max((i for i in range(upto + 1) if "version" in COMMITS[i].changes), default=0)
     lines = ["# Changelog", ""]
-    lines += [f"- {c.subject} (#{c.pr})" for c in reversed(COMMITS[:upto + 1])]
+    lines += [f"- {c.subject} (#{c.pr})" for c in reversed(COMMITS[:released + 1])]
     return "\n".join(lines) + "\n"
 
 
