@@ -88,6 +88,7 @@ class Session:
         return StoreProbe(self.campaign, self.config.shapes, self.store, self.prefetcher, self.launcher,
                           seed=self.config.protocol.seed, patch=patch, patch_hash=patch_hash,
                           recipe=self.config.build.recipe, parallel=len(self.config.devices),
+                          cold_jit=bool(self.config.protocol.jit_cache_env),
                           on_event=self.observer)
 
     def close(self) -> None:

@@ -42,11 +42,11 @@ class StoreProbe:
 
     def __init__(self, campaign: str, shapes: Sequence[Shape], store: Store, builds: BuildSource,
                  run_trial: TrialRunner, *, seed: int = 0, patch: str | None = None,
-                 patch_hash: str | None = None, recipe: str = "none", parallel: int = 1,
+                 patch_hash: str | None = None, recipe: str = "none", parallel: int = 1, cold_jit: bool = True,
                  on_event: Callable[[ProbeEvent], None] = lambda e: None) -> None:
         self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
         self.run_trial, self.seed, self.patch, self.patch_hash = run_trial, seed, patch, patch_hash
-        self.recipe, self.on_event, self.parallel = recipe, on_event, parallel
+        self.recipe, self.on_event, self.parallel, self.cold_jit = recipe, on_event, parallel, cold_jit
         self.build_results: dict[str, BuildResult] = {}
         self.probes: list[tuple[str, int]] = []
 
@@ -82,9 +82,10 @@ class StoreProbe:
                 self.on_event(ProbeEvent(sha, "skip", reason[-200:], self.patch_hash))
                 return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {reason}")
             # One process measures every suite: a trial pays for one import of torch, not one per suite.
-            # The first trial of a commit runs alone (it fills the commit's cold JIT cache); later ones
-            # run on every device at once.
-            batch = 1 if not trials else max(1, min(self.parallel, repeats - min(done.values())))
+            # With a JIT cache, the first trial of a commit runs alone (it fills the commit's cold
+            # cache and records the compile time); the others run on every device at once.
+            cold_first = not trials and self.cold_jit
+            batch = 1 if cold_first else max(1, min(self.parallel, repeats - min(done.values())))
             self.on_event(ProbeEvent(sha, "trial", f"trial {min(done.values()) + 1}/{repeats}"
                                      + (f" (+{batch - 1} in parallel)" if batch > 1 else ""), self.patch_hash))
             seeds = [self.seed * 1_000_003 + len(trials) + k for k in range(batch)]

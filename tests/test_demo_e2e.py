@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def demo(tmp: Path) -> tuple[dict, float]:
     started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "bisector", "demo", "--device", "cpu", "--dir", str(tmp / "d"),
-                          "--report-dir", str(tmp / "report"), "--json"], capture_output=True, text=True,
+                          "--report-dir", str(tmp / "report"), "--no-fixes", "--json"], capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout), time.monotonic() - started

@@ -13,6 +13,11 @@ def _pr(pr: int | None) -> str:
     return f"#{pr}" if pr else ""
 
 
+def tflops(value: float) -> str:
+    """One decimal at GPU scale (1284.6), four significant digits below (0.08651 on a CPU)."""
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.4g}"
+
+
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequence[str] | None = None) -> list[str]:
     align = align or ["---"] * len(header)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
@@ -73,15 +78,20 @@ def results_table(data: ReportData) -> list[str]:
             if (row.commit.sha, shape) in wrong:
                 cells.append("wrong")
             else:
-                cells.append(f"{value:.1f}" if value is not None else "")
+                cells.append(tflops(value) if value is not None else "")
         mark = " ◀" if row.commit.sha in step_at else ""
         rows.append([f"`{row.commit.short}`{mark}", row.commit.date[:10], _pr(row.commit.pr), *cells])
     control = []
     for shape in data.shapes:
         values = [r.control_tflops[shape] for r in data.rows if shape in r.control_tflops]
-        control.append(f"~{statistics.median(values):.1f}" if values else "")
+        control.append(f"~{tflops(statistics.median(values))}" if values else "")
     rows.append([f"{data.control} (control)", "", "", *control])
     return _table(header, rows, ["---", "---", "---", *(["---:"] * len(data.shapes))])
+
+
+def _after(sha: str, than: str, data: ReportData) -> bool:
+    order = [c.sha for c in data.range_commits]
+    return sha in order and than in order and order.index(sha) > order.index(than)
 
 
 def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
@@ -98,8 +108,14 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
             continue
         remaining = fix.remaining_pct(shape) or 0.0
         tail = "fully restored" if remaining >= -0.5 else f"{-remaining:.1f}% still missing"
-        parts.append(f"{_short_shape(shape)}: restored {fix.restored[shape]:.1f} against "
-                     f"{fix.baseline[shape]:.1f} before the step (tip {fix.tip.get(shape, float('nan')):.1f}): {tail}")
+        later = [s for s in data.steps if s.is_regression and s.commit != fix.step_commit and shape in s.shapes
+                 and _after(s.commit, fix.step_commit, data)]
+        if later and remaining < -0.5:
+            tail += " (also lost to " + ", ".join(f"{_ref(s.commit, data)} {s.change_pct[shape]:+.1f}%"
+                                                   for s in later) + ")"
+        tip = fix.tip.get(shape)
+        parts.append(f"{_short_shape(shape)}: restored {tflops(fix.restored[shape])} against "
+                     f"{tflops(fix.baseline[shape])} before the step (tip {tflops(tip) if tip else '?'}): {tail}")
     correct = "" if fix.correct else " — WRONG RESULTS with the patch"
     return [f"- revert of {name} on the tip (`{fix.patch_path}`){correct}:", *[f"  - {p}" for p in parts]]
 
