@@ -72,10 +72,18 @@ class Protocol:
     seed: int = 0
 
 
+METRICS = ("ratio", "speed")
+
+
 @dataclass(frozen=True)
 class Thresholds:
     min_step_pct: float = 1.0
     alpha: float = 0.01
+    # What the search compares per trial. "ratio": the subject/control ratio, which cancels drift.
+    # "speed": the subject's own speed at full clock (1 / its full-clock time), for when the
+    # subject's power draw slows the control run right after it (seen on the H200: a dropped L2
+    # remap slowed SDPA by the same 5%, hiding the step in the ratio).
+    metric: str = "ratio"
     # Per-suite tolerances of the correctness check, as (atol, rtol).
     tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
@@ -218,7 +226,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         shapes=_shapes(top),
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "reps", "warmup", "flush_mb",
                                                     "timeout_s", "jit_cache_env", "env", "seed"))),
-        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances"))),
+        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric"))),
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
                                                  "comment_on_requester", "draft_pr", "commit_status"))),
         report_dir=top.section("report", ("dir",)).get("dir", str, "reports"),
@@ -323,7 +331,8 @@ def _thresholds(sec: _Section) -> Thresholds:
         if suite not in SUITES or not (isinstance(value, list) and len(value) == 2):
             raise ConfigError(sec.path, f"{sec.name('tolerances')}.{suite}", "must be suite = [atol, rtol]")
         tolerances[suite] = (float(value[0]), float(value[1]))
-    return Thresholds(min_step_pct=sec.positive("min_step_pct", float, 1.0), alpha=alpha, tolerances=tolerances)
+    return Thresholds(min_step_pct=sec.positive("min_step_pct", float, 1.0), alpha=alpha, tolerances=tolerances,
+                      metric=sec.get("metric", str, "ratio", choices=METRICS))
 
 
 def _publish(sec: _Section) -> Publish:

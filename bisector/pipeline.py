@@ -36,6 +36,7 @@ class RunOptions:
     report_dir: str | None = None  # overrides reports/<date>-<name>/
     shapes: tuple[str, ...] = ()  # only these shape keys (or suite names)
     verify_fixes: bool = True
+    offline: bool = False  # replay the search on stored trials only: no build, no trial, no GPU
     command: str = ""  # the command line, for the report's "reproduce" section
 
 
@@ -84,11 +85,12 @@ class Session:
         self.launcher = Launcher(config, self.work)
         self.observer = observer
 
-    def probe(self, patch: str | None = None, patch_hash: str | None = None) -> StoreProbe:
+    def probe(self, patch: str | None = None, patch_hash: str | None = None, offline: bool = False) -> StoreProbe:
         return StoreProbe(self.campaign, self.config.shapes, self.store, self.prefetcher, self.launcher,
                           seed=self.config.protocol.seed, patch=patch, patch_hash=patch_hash,
                           recipe=self.config.build.recipe, parallel=len(self.config.devices),
-                          cold_jit=bool(self.config.protocol.jit_cache_env),
+                          cold_jit=bool(self.config.protocol.jit_cache_env), metric=self.config.thresholds.metric,
+                          offline=offline,
                           on_event=self.observer)
 
     def close(self) -> None:
@@ -134,15 +136,18 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         commits = gitrepo.commit_range(session.repo, options.good, options.bad)
         session.store.add_commits(session.campaign, commits)
         order = [c.sha for c in commits]
-        probe = session.probe()
+        probe = session.probe(offline=options.offline)
         measure = probe
-        if config.device != "cpu":  # on the CPU a background build would steal the trials' cores
+        if config.device != "cpu" and not options.offline:  # on the CPU a background build would steal the trials' cores
             session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
             measure = prefetching(probe, session.prefetcher, order)
-        result = with_prs(search.localize(order, measure, search_settings(config)), commits)
+        settings = search_settings(config)
+        if options.offline:  # fresh trials cannot be had: steps are reported unverified
+            settings = replace(settings, verify=False)
+        result = with_prs(search.localize(order, measure, settings), commits)
         windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
-        fixes, patches = (verify_fixes(session, result, commits, out) if options.verify_fixes
+        fixes, patches = (verify_fixes(session, result, commits, out) if options.verify_fixes and not options.offline
                           else ((), {}))
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows)
         write_trials_csv(session, commits, out / render.CSV_NAME)
@@ -245,4 +250,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, min_step_pct=config.thresholds.min_step_pct,
-        reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows))
+        reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
+        notes=(("Replayed offline from the stored trials: no commit was built or measured for this report, "
+                "steps are not re-verified against their parents, and commits the search asked for that "
+                "were never measured are listed as skipped (not measured).",) if options.offline else ()))

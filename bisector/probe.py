@@ -12,6 +12,7 @@ from typing import Callable, Protocol, Sequence
 
 from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
+from bisector.stats import full_clock_time
 from bisector.store import Store
 
 # Crashes in a row, with no usable trial, after which a commit counts as "does not run" (SKIP).
@@ -43,10 +44,12 @@ class StoreProbe:
     def __init__(self, campaign: str, shapes: Sequence[Shape], store: Store, builds: BuildSource,
                  run_trial: TrialRunner, *, seed: int = 0, patch: str | None = None,
                  patch_hash: str | None = None, recipe: str = "none", parallel: int = 1, cold_jit: bool = True,
+                 metric: str = "ratio", offline: bool = False,
                  on_event: Callable[[ProbeEvent], None] = lambda e: None) -> None:
         self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
         self.run_trial, self.seed, self.patch, self.patch_hash = run_trial, seed, patch, patch_hash
         self.recipe, self.on_event, self.parallel, self.cold_jit = recipe, on_event, parallel, cold_jit
+        self.metric, self.offline = metric, offline
         self.build_results: dict[str, BuildResult] = {}
         self.probes: list[tuple[str, int]] = []
 
@@ -64,6 +67,8 @@ class StoreProbe:
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         self.probes.append((sha, repeats))
+        if self.offline:
+            return self.stored_only(sha)
         build = self.build(sha)
         if build.status is BuildStatus.FAILED:
             self.on_event(ProbeEvent(sha, "skip", build.log_tail.strip()[-200:], self.patch_hash))
@@ -101,9 +106,23 @@ class StoreProbe:
                 # It ran before and crashes now: keep what was measured and stop asking for more.
                 return self.measurement(sha, self._stored(sha))
 
+    def stored_only(self, sha: str) -> Measurement:
+        """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""
+        trials = self._stored(sha)
+        if any(t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in trials):
+            return self.measurement(sha, trials)
+        reason = next((t.error or t.log_tail for t in reversed(trials)), "") or "not measured (offline replay)"
+        return Measurement(sha, ProbeStatus.SKIP, reason=reason)
+
+    def value(self, trial: TrialRecord) -> float | None:
+        """The per-trial sample the search compares (see config.Thresholds.metric)."""
+        if self.metric == "speed":
+            return 1.0 / full_clock_time(trial.subject_ms) if trial.subject_ms else None
+        return trial.ratio
+
     def measurement(self, sha: str, trials: Sequence[TrialRecord]) -> Measurement:
-        samples = {s.key: tuple(t.ratio for t in trials if t.shape == s.key and t.status is TrialStatus.OK
-                                and t.ratio is not None) for s in self.shapes}
+        samples = {s.key: tuple(v for t in trials if t.shape == s.key and t.status is TrialStatus.OK
+                                and (v := self.value(t)) is not None) for s in self.shapes}
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
         return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong}, wrong)
 

@@ -51,17 +51,19 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
 @click.option("--report-dir", default=None, help="Default: <config report dir>/<date>-<name>/.")
 @click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts on the tip.")
+@click.option("--offline", is_flag=True, help="Replay the search on stored trials only (no build, no GPU).")
 @click.option("--publish", is_flag=True, help="Post the results to the PRs of the config's publish.repo.")
 @click.option("--dry-run", "dry_run", default=None, help="With --publish: write the payloads to DIR instead.")
 @click.option("--json", "as_json", is_flag=True)
 @fail_on_error
 def command(config_path: str, good: str, bad: str, store: str | None, work_dir: str | None,
-            report_dir: str | None, shapes: str, no_fixes: bool, publish: bool, dry_run: str | None,
+            report_dir: str | None, shapes: str, no_fixes: bool, offline: bool, publish: bool, dry_run: str | None,
             as_json: bool) -> None:
     """Localize every TFLOP/s step between GOOD and BAD and write a report. Re-run to resume."""
     cfg = config_mod.load(config_path)
     options = pipeline.RunOptions(good=good, bad=bad, store=store, work_dir=work_dir, report_dir=report_dir,
                                   shapes=tuple(s for s in shapes.split(",") if s), verify_fixes=not no_fixes,
+                                  offline=offline,
                                   command=" ".join(["bisector", *sys.argv[1:]]))
     outcome = run_and_print(cfg, options, as_json)
     plan = plan_mod.from_outcome(cfg, outcome, f"run-{cfg.name}-{outcome.commits[0].short}-{outcome.commits[-1].short}")

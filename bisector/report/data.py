@@ -78,6 +78,7 @@ class ReportData:
     reproduce: tuple[str, ...] = ()
     build_logs: Mapping[str, str] = field(default_factory=dict)  # sha -> log path
     wrong_windows: tuple[WrongWindow, ...] = ()  # where wrong results start and stop
+    notes: tuple[str, ...] = ()  # caveats a reader must see first (e.g. an offline replay)
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)

@@ -134,6 +134,7 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
                  f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
                  f"against the control. Values are medians over trials of the per-trial median TFLOP/s; steps "
                  f"are tested on the subject/control ratio (minimum step {data.min_step_pct:g}%).")
+    lines += [f"\n> {note}" for note in data.notes]
     lines += ["", "## Steps", "", *steps_table(data)]
     if data.dropped:
         lines += ["", "Not confirmed on re-measurement against the parent (dropped): "
