@@ -68,19 +68,21 @@ class StoreProbe:
     def __call__(self, sha: str, repeats: int) -> Measurement:
         self.probes.append((sha, repeats))
         if self.offline:
-            return self.stored_only(sha)
+            return self.stored_only(sha, repeats)
         build = self.build(sha)
         if build.status is BuildStatus.FAILED:
             self.on_event(ProbeEvent(sha, "skip", build.log_tail.strip()[-200:], self.patch_hash))
             return Measurement(sha, ProbeStatus.SKIP, reason=build.log_tail or "build failed")
-        crashes = 0
+        stored = self._stored(sha)
+        crashes = MAX_CRASHES if (len(stored) >= MAX_CRASHES * len(self.shapes) and not any(
+            t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in stored)) else 0  # it failed before: no retry
         while True:
             trials = self._stored(sha)
             done = {s.key: sum(t.shape == s.key and t.status in (TrialStatus.OK, TrialStatus.WRONG)
                                for t in trials) for s in self.shapes}
             short = [s for s in self.shapes if done[s.key] < repeats]
             if not short:
-                return self.measurement(sha, trials)
+                return self.measurement(sha, trials, repeats)
             if crashes >= MAX_CRASHES and not any(done.values()):
                 reason = next((t.error or t.log_tail for t in reversed(trials) if t.status not in
                                (TrialStatus.OK, TrialStatus.WRONG)), "trial failed")
@@ -104,13 +106,13 @@ class StoreProbe:
                                                       TrialStatus.UNAVAILABLE) for r in records) else 0
             if crashes >= MAX_CRASHES and any(done.values()):
                 # It ran before and crashes now: keep what was measured and stop asking for more.
-                return self.measurement(sha, self._stored(sha))
+                return self.measurement(sha, self._stored(sha), repeats)
 
-    def stored_only(self, sha: str) -> Measurement:
+    def stored_only(self, sha: str, repeats: int) -> Measurement:
         """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""
         trials = self._stored(sha)
         if any(t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in trials):
-            return self.measurement(sha, trials)
+            return self.measurement(sha, trials, repeats)
         reason = next((t.error or t.log_tail for t in reversed(trials)), "") or "not measured (offline replay)"
         return Measurement(sha, ProbeStatus.SKIP, reason=reason)
 
@@ -120,9 +122,11 @@ class StoreProbe:
             return 1.0 / full_clock_time(trial.subject_ms) if trial.subject_ms else None
         return trial.ratio
 
-    def measurement(self, sha: str, trials: Sequence[TrialRecord]) -> Measurement:
+    def measurement(self, sha: str, trials: Sequence[TrialRecord], repeats: int | None = None) -> Measurement:
+        """The first `repeats` samples per shape, in the order they were measured: a re-run asks the
+        same questions, gets the same answers, and so measures nothing twice."""
         samples = {s.key: tuple(v for t in trials if t.shape == s.key and t.status is TrialStatus.OK
-                                and (v := self.value(t)) is not None) for s in self.shapes}
+                                and (v := self.value(t)) is not None)[:repeats] for s in self.shapes}
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
         return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong}, wrong)
 

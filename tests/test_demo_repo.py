@@ -155,7 +155,6 @@ def test_demo_config_points_at_the_written_repo(demo: DemoManifest) -> None:
     for device in ("cpu", "cuda"):
         config = demo_config(device, Path(demo.path))
         assert config.upstream.repo == demo.path and config.device == device
-        assert config.build.import_check == "demolib"
     assert pick_device("cpu") == "cpu"
     with pytest.raises(DemoDeviceError, match="--device"):
         pick_device("tpu")

@@ -37,6 +37,7 @@ def test_markdown_has_mission_table_steps_fixes_and_failures():
     assert "| torch_cuda (control) |  |  | ~620.0 | ~620.0 |" in text
     assert "| `04aaaaa` | #904 | change 4 | s16384 | -11.0% | [-11.8, -10.2] | 1e-06 | regression |" in text
     assert "restored 491.0 against 498.0 before the step (tip 441.0): 1.4% still missing" in text
+    assert "([revert-04aaaaa.patch](revert-04aaaaa.patch))" in text
     assert "`06aaaaa`" in text and "| s4096 | 0.5 | 1.2 |" in text
     assert "`05aaaaa` #905: SyntaxError: invalid syntax" in text
     assert "![tflops-fa_s4096.png](tflops-fa_s4096.png)" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from bisector.model import Step
@@ -117,7 +118,8 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
         parts.append(f"{_short_shape(shape)}: restored {tflops(fix.restored[shape])} against "
                      f"{tflops(fix.baseline[shape])} before the step (tip {tflops(tip) if tip else '?'}): {tail}")
     correct = "" if fix.correct else " — WRONG RESULTS with the patch"
-    return [f"- revert of {name} on the tip (`{fix.patch_path}`){correct}:", *[f"  - {p}" for p in parts]]
+    patch = Path(fix.patch_path).name if fix.patch_path else ""
+    return [f"- revert of {name} on the tip ([{patch}]({patch})){correct}:", *[f"  - {p}" for p in parts]]
 
 
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
