@@ -21,8 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
-import io
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -62,17 +60,6 @@ print(json.dumps(out))
 """
 
 
-def export(repo: Path, sha: str, dest: Path) -> Path:
-    """The commit's files in a plain directory (the demo repository's HEAD is left alone)."""
-    target = dest / sha[:12]
-    if not target.exists():
-        data = subprocess.run(["git", "archive", "--format=tar", sha], cwd=repo, check=True,
-                              capture_output=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(target, filter="data")
-    return target
-
-
 def run_trial(source: Path, suite: str, shapes: dict[str, dict[str, Any]], reps: int, warmup: int,
               seed: int) -> dict[str, Any]:
     spec = {"source": str(source), "root": str(ROOT), "suite": suite, "shapes": shapes, "reps": reps,
@@ -92,6 +79,7 @@ def cv(values: list[float]) -> float:
 def measure(roles: list[str], trials: int, reps: int, warmup: int) -> list[dict[str, Any]]:
     from bisector.config import load
     from bisector.demo import write_demo_repo
+    from bisector.demo.repo import export_commit
 
     config = load(ROOT / "configs" / "cpu-demo.toml")
     rows = []
@@ -109,7 +97,7 @@ def measure(roles: list[str], trials: int, reps: int, warmup: int) -> list[dict[
                 ms: dict[str, float] = {}
                 for t in range(trials):
                     for sha, into in ((parent, before), (child, after)):
-                        res = run_trial(export(Path(manifest.path), sha, Path(tmp)), suite, shapes, reps,
+                        res = run_trial(export_commit(Path(manifest.path), sha, Path(tmp)), suite, shapes, reps,
                                         warmup, seed=t)
                         for key, r in res.items():
                             into[key].append(r["ratio"])

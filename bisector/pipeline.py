@@ -19,7 +19,7 @@ from bisector import gitrepo, search
 from bisector.correctness import WrongWindow, localize_wrong
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
-from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step, TrialStatus
+from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, TrialStatus
 from bisector.probe import ProbeEvent, StoreProbe
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
@@ -176,7 +176,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
 
     tip = commits[-1].sha
     out.mkdir(parents=True, exist_ok=True)
-    tflops = lambda sha, ph: subject_tflops(session, sha, ph)  # noqa: E731
+    tflops = lambda sha, ph: medians(session, sha, "subject_tflops", ph)  # noqa: E731
     fixes, patches = [], {}
     base_probe = session.probe()
     for step in result.steps:
@@ -206,11 +206,14 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     return tuple(fixes), patches
 
 
-def subject_tflops(session: Session, sha: str, patch_hash: str | None) -> dict[str, float]:
+def medians(session: Session, sha: str, attr: str = "subject_tflops",
+            patch_hash: str | None = None) -> dict[str, float]:
+    """Per shape, the median of a TrialRecord field over the commit's OK trials in the store."""
     out: dict[str, list[float]] = {}
     for t in session.store.trials(session.campaign, sha=sha, patch_hash=patch_hash):
-        if t.status is TrialStatus.OK and t.subject_tflops is not None:
-            out.setdefault(t.shape, []).append(t.subject_tflops)
+        value = getattr(t, attr)
+        if t.status is TrialStatus.OK and value is not None:
+            out.setdefault(t.shape, []).append(value)
     return {k: statistics.median(v) for k, v in out.items()}
 
 

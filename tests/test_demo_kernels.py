@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from bisector.demo import DemoManifest, write_demo_repo
-from tests.test_demo_repo import export
+from bisector.demo.repo import export_commit
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_triton_kernels_under_the_interpreter(demo: DemoManifest, exports: Path,
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed")
     sha = {"good": demo.good, "bad": demo.bad}.get(role) or demo.sha(role)
-    source = export(demo.path, sha, exports)
+    source = export_commit(demo.path, sha, exports)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", INTERPRETED, str(source)], capture_output=True, text=True,
                           env=env, cwd=exports, timeout=300)

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
-import io
 import math
 import re
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from bisector.demo import DemoDirError, DemoManifest, write_demo_repo
+from bisector.demo.repo import export_commit
 from bisector.errors import EXIT_BAD_INPUT
 
 PR = re.compile(r" \(#(\d+)\)$")
@@ -24,17 +23,6 @@ ORDER = ("good", "improvement", "fa_remap_dropped", "fastmath_dropped", "gemm_gr
 
 def git(repo: str | Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
-
-
-def export(repo: str, sha: str, dest: Path) -> Path:
-    """The commit's files in a plain directory: the repository's HEAD and index are untouched."""
-    target = dest / sha[:12]
-    if not target.exists():
-        data = subprocess.run(["git", "archive", "--format=tar", sha], cwd=repo, check=True,
-                              capture_output=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(target, filter="data")
-    return target
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +105,12 @@ def _imports(source: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_broken_commit_does_not_import_and_its_fix_does(demo: DemoManifest, exports: Path) -> None:
-    broken = _imports(export(demo.path, demo.sha("broken_import"), exports))
+    broken = _imports(export_commit(demo.path, demo.sha("broken_import"), exports))
     assert broken.returncode != 0
     assert "demolib.utils" in broken.stderr
     idx = demo.index("broken_import")
     for sha in (demo.commits[idx - 1], demo.sha("broken_import_fixed"), demo.bad):
-        ok = _imports(export(demo.path, sha, exports))
+        ok = _imports(export_commit(demo.path, sha, exports))
         assert ok.returncode == 0, ok.stderr
 
 
@@ -143,7 +131,7 @@ def test_wrong_result_commit_gives_wrong_gemm_on_cpu(demo: DemoManifest, exports
     cases = {demo.commits[idx - 1]: False, demo.sha("wrong_result"): True, demo.commits[idx + 1]: True,
              demo.sha("wrong_result_fixed"): False, demo.bad: False}
     for sha, wrong in cases.items():
-        module = _load(export(demo.path, sha, exports) / "demolib" / "cpu_gemm.py", f"gemm_{sha[:12]}")
+        module = _load(export_commit(demo.path, sha, exports) / "demolib" / "cpu_gemm.py", f"gemm_{sha[:12]}")
         err = (module.matmul(a, b) - ref).abs().max().item()
         assert (err > 1e-2) == wrong, (sha[:7], err)
     assert git(demo.path, "rev-parse", "HEAD").strip() == demo.bad

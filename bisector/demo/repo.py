@@ -9,8 +9,10 @@ can check what a bisection finds against what was planted.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import subprocess
+import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
@@ -194,3 +196,14 @@ def _write(dest: Path) -> DemoManifest:
                                       kind=exp.kind, moves=exp.moves)
     return DemoManifest(path=str(dest), branch=BRANCH, commits=commits, prs=tuple(c.pr for c in COMMITS),
                         subjects=tuple(c.subject for c in COMMITS), plants=plants, shape_keys=dict(SHAPES))
+
+
+def export_commit(repo: str | Path, sha: str, dest: Path) -> Path:
+    """A commit's files in a plain directory under `dest` (the repository's HEAD and index untouched)."""
+    target = dest / sha[:12]
+    if not target.exists():
+        data = subprocess.run(["git", "archive", "--format=tar", sha], cwd=repo, check=True,
+                              capture_output=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(target, filter="data")
+    return target

@@ -8,7 +8,6 @@ upstream into its own mirror, and the build and trial processes run it with a sc
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
@@ -18,7 +17,7 @@ import git
 from bisector import gitrepo, pipeline
 from bisector.config import Config
 from bisector.errors import BadInput, BisectorError, GitError, RefError
-from bisector.model import ProbeStatus, TrialStatus
+from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
 from bisector.runner import lock
 from bisector.triggers import commands, perf
@@ -140,8 +139,8 @@ def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job, thread: 
             if not perf.unsure(rows) or repeats * 2 > config.protocol.max_trials:
                 break
             repeats *= 2
-        tflops = {"base": _median(session, base, "subject_tflops"), "head": _median(session, head, "subject_tflops"),
-                  "control": _median(session, head, "control_tflops")}
+        tflops = {"base": pipeline.medians(session, base, "subject_tflops"), "head": pipeline.medians(session, head, "subject_tflops"),
+                  "control": pipeline.medians(session, head, "control_tflops")}
         rows = perf.compare_shapes(keys, mb.samples, mh.samples, th.min_step_pct, th.alpha, mh.wrong, tflops)
         counts = {"base": mb.count(), "head": mh.count()}
         text = perf.body(rows, head, base, counts, th.min_step_pct, th.alpha, notes)
@@ -150,15 +149,6 @@ def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job, thread: 
                        where)
     finally:
         session.close()
-
-
-def _median(session: pipeline.Session, sha: str, attr: str) -> dict[str, float]:
-    out: dict[str, list[float]] = {}
-    for t in session.store.trials(session.campaign, sha=sha, patch_hash=None):
-        value = getattr(t, attr)
-        if t.status is TrialStatus.OK and value is not None:
-            out.setdefault(t.shape, []).append(value)
-    return {k: statistics.median(v) for k, v in out.items()}
 
 
 __all__ = ["Handled", "Job", "fetch_pull_head", "handle", "run_id"]

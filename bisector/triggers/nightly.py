@@ -12,14 +12,13 @@ stays at the last good commit and a slow drift cannot walk the baseline down.
 from __future__ import annotations
 
 import os
-import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 from bisector import gitrepo, pipeline, publish
 from bisector.config import Config
-from bisector.model import ProbeStatus, TrialStatus
+from bisector.model import ProbeStatus
 from bisector.report.plots import render_trend
 from bisector.store import Night
 from bisector.triggers import perf
@@ -121,15 +120,6 @@ def _compare(session: pipeline.Session, config: Config, date: str, base: str, ti
     return Night(date, tip, False, verdict), outcome
 
 
-def _medians(session: pipeline.Session, sha: str, attr: str) -> dict[str, float]:
-    out: dict[str, list[float]] = {}
-    for t in session.store.trials(session.campaign, sha=sha, patch_hash=None):
-        value = getattr(t, attr)
-        if t.status is TrialStatus.OK and value is not None:
-            out.setdefault(t.shape, []).append(value)
-    return {k: statistics.median(v) for k, v in out.items()}
-
-
 def _finish(session: pipeline.Session, night: Night, measured: bool) -> NightOutcome:
     """Write reports/nightly/<date>.md and its trend plot from the store (every night so far)."""
     config = session.config
@@ -139,8 +129,8 @@ def _finish(session: pipeline.Session, night: Night, measured: bool) -> NightOut
     if not any(n.date == night.date for n in nights):
         nights.append(night)
     keys = [s.key for s in config.shapes]
-    subj = {n.date: _medians(session, n.sha, "subject_tflops") for n in nights}
-    ctrl = {n.date: _medians(session, n.sha, "control_tflops") for n in nights}
+    subj = {n.date: pipeline.medians(session, n.sha, "subject_tflops") for n in nights}
+    ctrl = {n.date: pipeline.medians(session, n.sha, "control_tflops") for n in nights}
     dates = [n.date for n in nights]
     trend = render_trend(dates, {k: [subj[d].get(k) for d in dates] for k in keys},
                          {k: [ctrl[d].get(k) for d in dates] for k in keys} if config.control != "none" else {},
