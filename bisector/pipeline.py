@@ -241,7 +241,8 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
     skipped = {sha: probe.build_results[sha].log_tail if sha in probe.build_results and
                probe.build_results[sha].status is BuildStatus.FAILED else result.measurements[sha].reason
                for sha in result.skipped}
-    logs = {sha: b.log_path for sha, b in probe.build_results.items() if b.log_path and sha in skipped}
+    logs = {sha: b.log_path for sha, b in probe.build_results.items()
+            if b.log_path and sha in skipped and b.status is BuildStatus.FAILED}
     proto = config.protocol
     cmd = options.command or f"bisector run --config {config.path} --good {options.good} --bad {options.bad}"
     return ReportData(

@@ -1,0 +1,112 @@
+"""`bisector run` on a small real upstream: a step, its verified revert, resume, offline replay."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.gitfixtures import commit_file, git
+
+pytestmark = pytest.mark.slow
+
+KERNEL = '''import torch
+
+
+def matmul(a, b):
+    c = a @ b
+    for _ in range({extra}):  # planted: the same work again
+        c = a @ b
+    return c
+'''
+
+CONFIG = '''name = "pipeline-test"
+[upstream]
+repo = "{repo}"
+[device]
+kind = "cpu"
+visible = [0, 1]
+[control]
+backend = "torch"
+[subject.gemm]
+entry = "lib.gemm:matmul"
+adapter = "torch"
+[[suites.gemm.shapes]]
+name = "m512"
+M = 512
+N = 512
+K = 512
+dtype = "fp32"
+[protocol]
+trials = 4
+max_trials = 4
+reps = 5
+warmup = 1
+jit_cache_env = []
+[thresholds]
+min_step_pct = 10.0
+alpha = 0.05
+[publish]
+repo = "ada/lib"
+'''
+
+
+@pytest.fixture()
+def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
+    repo = tmp_path / "up"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    shas = [commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1)]
+    shas.append(commit_file(repo, "lib/gemm.py", KERNEL.format(extra=0), "add gemm (#2)", 2))
+    for k in range(3, 6):
+        shas.append(commit_file(repo, f"docs/n{k}.md", f"note {k}\n", f"docs {k} (#{k})", k))
+    shas.append(commit_file(repo, "lib/gemm.py", KERNEL.format(extra=4), "refactor the loop (#6)", 6))
+    for k in range(7, 9):
+        shas.append(commit_file(repo, f"docs/n{k}.md", f"note {k}\n", f"docs {k} (#{k})", k))
+    return repo, shas
+
+
+def run(tmp_path: Path, repo: Path, good: str, *extra: str) -> dict:
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG.format(repo=repo))
+    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good,
+                          "--bad", "main", "--store", str(tmp_path / "s.sqlite"), "--work-dir",
+                          str(tmp_path / "work"), "--report-dir", str(tmp_path / "report"), "--json", *extra],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def trials(tmp_path: Path) -> int:
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        return db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+
+
+def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream) -> None:
+    repo, shas = upstream
+    result = run(tmp_path, repo, shas[1])
+    (step,) = result["steps"]
+    assert step["commit"] == shas[5] and step["pr"] == 6 and step["change_pct"]["gemm/m512"] < -50
+
+    report = (tmp_path / "report" / "report.md").read_text()
+    patch = tmp_path / "report" / f"revert-{shas[5][:7]}.patch"
+    assert patch.exists() and "range(4)" in patch.read_text()
+    # The revert, built and measured on the tip, restores the pre-step speed (within 10%).
+    line = next(l for l in report.splitlines() if l.strip().startswith("- m512: restored"))
+    restored, baseline = (float(x) for x in line.split("restored ")[1].split(" before")[0].split(" against "))
+    assert restored > 0.9 * baseline, line
+    plan = json.loads((tmp_path / "report" / "publish-plan.json").read_text())
+    assert plan["culprits"][0]["pr"] == 6 and plan["culprits"][0]["patch"]
+
+    before = trials(tmp_path)
+    again = run(tmp_path, repo, shas[1])
+    assert trials(tmp_path) == before, "a re-run measured again"
+    assert [s["commit"] for s in again["steps"]] == [shas[5]]
+
+    offline = run(tmp_path, repo, shas[1], "--offline", "--no-fixes")
+    assert [s["commit"] for s in offline["steps"]] == [shas[5]] and trials(tmp_path) == before
+    assert "Replayed offline" in (tmp_path / "report" / "report.md").read_text()
