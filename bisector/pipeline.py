@@ -17,6 +17,7 @@ import platformdirs
 
 from bisector import gitrepo, search
 from bisector.correctness import WrongWindow, localize_wrong
+from bisector.errors import BadInput
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
 from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, TrialStatus
@@ -58,8 +59,6 @@ def select_shapes(config: Config, only: Sequence[str]) -> Config:
     """Keep the shapes named by key ("fa/s4096"), short name ("s4096") or suite ("fa")."""
     if not only:
         return config
-    from bisector.errors import BadInput
-
     keep = tuple(s for s in config.shapes if s.key in only or s.name in only or s.suite in only)
     unknown = [o for o in only if not any(o in (s.key, s.name, s.suite) for s in config.shapes)]
     if unknown or not keep:
@@ -74,7 +73,10 @@ class Session:
     def __init__(self, config: Config, store_path: str | None = None, work_dir: str | None = None,
                  observer: Observer = lambda e: None) -> None:
         self.config = config
-        self.repo: git.Repo = gitrepo.open_repo(config.upstream.repo)
+        try:
+            self.repo: git.Repo = gitrepo.open_repo(config.upstream.repo)
+        except BadInput as exc:  # name the config key that led there
+            raise BadInput(f"{config.path}: upstream.repo: {exc}") from None
         self.store = Store(store_path or config.store)
         self.campaign = campaign_key(config)
         self.work = Path(work_dir or Path(platformdirs.user_cache_dir("bisector")) / "work" / config.name)
