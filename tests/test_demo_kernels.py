@@ -19,18 +19,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from bisector.demo import DemoManifest, write_demo_repo
+from bisector.demo import DemoManifest
 from bisector.demo.repo import export_commit
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoManifest:
-    return write_demo_repo(tmp_path_factory.mktemp("demo") / "repo")
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("exports")
 
 
 def _blob(demo: DemoManifest, sha: str, path: str) -> str:

@@ -25,16 +25,6 @@ def git(repo: str | Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoManifest:
-    return write_demo_repo(tmp_path_factory.mktemp("demo") / "repo")
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("exports")
-
-
 def test_about_forty_first_parent_commits_with_squash_pr_subjects(demo: DemoManifest) -> None:
     log = git(demo.path, "log", "--first-parent", "--reverse", "--format=%H%x00%s", demo.branch).splitlines()
     shas = tuple(line.split("\x00")[0] for line in log)
