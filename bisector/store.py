@@ -15,6 +15,7 @@ import math
 import os
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -136,13 +137,26 @@ class Store:
         with self._errors():
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             self._check_version(schema_version(self._conn))
-            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._switch_to_wal()
             # FULL: a COMMIT that returned is on disk, not only in the OS cache.
             self._conn.execute("PRAGMA synchronous = FULL")
         if schema_version(self._conn) < SCHEMA_VERSION:
             with self._write() as conn:
                 self._check_version(schema_version(conn))
                 migrate(conn)
+
+    def _switch_to_wal(self) -> None:
+        """Switching the journal mode needs a moment alone with the file, and SQLite can answer
+        "database is locked" at once, busy timeout or not, while other processes open it too."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _check_version(self, found: int) -> None:
         if found > SCHEMA_VERSION:
