@@ -20,7 +20,7 @@ from bisector.correctness import WrongWindow, localize_wrong
 from bisector.errors import BadInput
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
-from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, TrialStatus
+from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, TrialRecord, TrialStatus
 from bisector.probe import ProbeEvent, StoreProbe
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
@@ -208,15 +208,20 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     return tuple(fixes), patches
 
 
-def medians(session: Session, sha: str, attr: str = "subject_tflops",
-            patch_hash: str | None = None) -> dict[str, float]:
-    """Per shape, the median of a TrialRecord field over the commit's OK trials in the store."""
+def median_by_shape(trials: Sequence[TrialRecord], attr: str) -> dict[str, float]:
+    """Per shape, the median of a TrialRecord field over the OK trials that have it."""
     out: dict[str, list[float]] = {}
-    for t in session.store.trials(session.campaign, sha=sha, patch_hash=patch_hash):
+    for t in trials:
         value = getattr(t, attr)
         if t.status is TrialStatus.OK and value is not None:
             out.setdefault(t.shape, []).append(value)
     return {k: statistics.median(v) for k, v in out.items()}
+
+
+def medians(session: Session, sha: str, attr: str = "subject_tflops",
+            patch_hash: str | None = None) -> dict[str, float]:
+    """Per shape, the median of a TrialRecord field over the commit's OK trials in the store."""
+    return median_by_shape(session.store.trials(session.campaign, sha=sha, patch_hash=patch_hash), attr)
 
 
 def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
@@ -234,9 +239,8 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         if not ok:
             continue
         machine = machine or dict(ok[0].machine)
-        by = lambda attr: {k: statistics.median(v) for k in keys  # noqa: E731
-                           if (v := [getattr(t, attr) for t in ok if t.shape == k and getattr(t, attr) is not None])}
-        rows.append(CommitRow(commit, by("subject_tflops"), by("control_tflops"), by("ratio"),
+        rows.append(CommitRow(commit, median_by_shape(ok, "subject_tflops"), median_by_shape(ok, "control_tflops"),
+                              median_by_shape(ok, "ratio"),
                               {k: sum(t.shape == k for t in ok) for k in keys},
                               {k: tuple(t.subject_tflops for t in ok if t.shape == k and t.subject_tflops)
                                for k in keys}))
@@ -256,6 +260,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, min_step_pct=config.thresholds.min_step_pct,
+        metric=config.thresholds.metric,
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
         notes=(("Replayed offline from the stored trials: no commit was built or measured for this report, "
                 "steps are not re-verified against their parents, and commits the search asked for that "

@@ -49,6 +49,8 @@ def test_no_step_says_so_with_the_threshold():
 
     text = markdown.render(replace(data, steps=(), fixes=()))
     assert "No step of 1% or more in any shape between `00aaaaa` and `07aaaaa`." in text
+    assert "tested on the subject/control ratio" in text
+    assert "tested on the subject's own speed at full clock" in markdown.render(replace(data, metric="speed"))
 
 
 def test_write_report_makes_pngs(tmp_path: Path):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bisector.errors import BadInput
+from bisector.jsonfile import read_json
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -85,14 +86,7 @@ def dump_plan(plan: PublishPlan, path: Path) -> None:
 
 
 def load_plan(path: Path) -> PublishPlan:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: invalid JSON: {exc}") from None
+    data = read_json(path)
     return plan_from_dict(data, str(path))
 
 

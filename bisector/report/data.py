@@ -75,6 +75,7 @@ class ReportData:
     trials: int = 0
     wall_s: float = 0.0
     min_step_pct: float = 1.0
+    metric: str = "ratio"  # what the steps were tested on (config.Thresholds.metric)
     reproduce: tuple[str, ...] = ()
     build_logs: Mapping[str, str] = field(default_factory=dict)  # sha -> log path
     wrong_windows: tuple[WrongWindow, ...] = ()  # where wrong results start and stop

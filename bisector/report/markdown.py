@@ -14,6 +14,9 @@ def _pr(pr: int | None) -> str:
     return f"#{pr}" if pr else ""
 
 
+METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock"}
+
+
 def tflops(value: float) -> str:
     """One decimal at GPU scale (1284.6), four significant digits below (0.08651 on a CPU)."""
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.4g}"
@@ -135,7 +138,7 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
                  f"commit's own emptied before its first trial, {proto.get('reps', '?')} timed repetitions after "
                  f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
                  f"against the control. Values are medians over trials of the per-trial median TFLOP/s; steps "
-                 f"are tested on the subject/control ratio (minimum step {data.min_step_pct:g}%).")
+                 f"are tested on {METRIC_WORDS.get(data.metric, data.metric)} (minimum step {data.min_step_pct:g}%).")
     lines += [f"\n> {note}" for note in data.notes]
     lines += ["", "## Steps", "", *steps_table(data)]
     if data.dropped:

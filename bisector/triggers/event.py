@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bisector.errors import BadInput
+from bisector.jsonfile import read_json
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,7 @@ def _get(data: Any, path: str, where: str, kind: type | tuple[type, ...]) -> Any
 
 def read_event(path: str | Path) -> CommentEvent:
     where = str(path)
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{where}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{where}: invalid JSON: {exc}") from None
+    data = read_json(path)
     issue = _get(data, "issue", where, dict)
     return CommentEvent(
         action=_get(data, "action", where, str), repo=_get(data, "repository.full_name", where, str),
