@@ -42,7 +42,6 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
         # floor, at 2-8% trial noise, that a run may confirm the step on only part of them.
         moved = {k for k, v in plant.moves["cpu"].items() if v is not None and abs(v) >= 15}
         assert moved <= set(step["shapes"]), (plant.role, step["shapes"])
-        assert set(step["shapes"]) <= set(plant.moves["cpu"]), (plant.role, step["shapes"])
         sign = -1 if plant.kind == "regression" else 1
         assert all(sign * step["change_pct"][k] > 0 for k in moved)
     assert len(found) == len(manifest.steps("cpu")), f"extra steps: {sorted(found)}"
