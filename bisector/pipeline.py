@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import git
 import platformdirs
@@ -100,22 +100,31 @@ class Session:
         self.store.close()
 
 
-def prefetching(probe: StoreProbe, prefetcher: Prefetcher, order: Sequence[str]) -> Callable[[str, int], Measurement]:
-    """Wrap a probe so that, after each commit, the midpoints the search may ask next are built."""
-    index = {sha: i for i, sha in enumerate(order)}
+class Prefetching:
+    """A probe that, after each commit, builds the midpoints the search may ask next."""
 
-    def call(sha: str, repeats: int) -> Measurement:
-        result = probe(sha, repeats)
-        seen = sorted({index[s] for s, _ in probe.probes if s in index})
-        i = index.get(sha)
-        if i is not None:
-            pos = seen.index(i)
-            neighbours = [seen[pos - 1]] if pos > 0 else []
-            neighbours += [seen[pos + 1]] if pos + 1 < len(seen) else []
-            prefetcher.prefetch([order[(i + j) // 2] for j in neighbours if abs(i - j) > 1])
+    def __init__(self, probe: StoreProbe, prefetcher: Prefetcher, order: Sequence[str]) -> None:
+        self.probe, self.prefetcher = probe, prefetcher
+        self.index = {sha: i for i, sha in enumerate(order)}
+        self.order = order
+
+    def __call__(self, sha: str, repeats: int) -> Measurement:
+        result = self.probe(sha, repeats)
+        self.prefetch_after(sha)
         return result
 
-    return call
+    def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
+        return self.probe.together(wants)
+
+    def prefetch_after(self, sha: str) -> None:
+        seen = sorted({self.index[s] for s, _ in self.probe.probes if s in self.index})
+        i = self.index.get(sha)
+        if i is None:
+            return
+        pos = seen.index(i)
+        neighbours = [seen[pos - 1]] if pos > 0 else []
+        neighbours += [seen[pos + 1]] if pos + 1 < len(seen) else []
+        self.prefetcher.prefetch([self.order[(i + j) // 2] for j in neighbours if abs(i - j) > 1])
 
 
 def search_settings(config: Config) -> search.SearchSettings:
@@ -142,7 +151,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         measure = probe
         if config.device != "cpu" and not options.offline:  # on the CPU a background build would steal the trials' cores
             session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
-            measure = prefetching(probe, session.prefetcher, order)
+            measure = Prefetching(probe, session.prefetcher, order)
         settings = search_settings(config)
         if options.offline:  # fresh trials cannot be had: steps are reported unverified
             settings = replace(settings, verify=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
@@ -95,18 +95,56 @@ class StoreProbe:
             batch = 1 if cold_first else max(1, min(self.parallel, repeats - min(done.values())))
             self.on_event(ProbeEvent(sha, "trial", f"trial {min(done.values()) + 1}/{repeats}"
                                      + (f" (+{batch - 1} in parallel)" if batch > 1 else ""), self.patch_hash))
-            seeds = [self.seed * 1_000_003 + len(trials) + k for k in range(batch)]
-            with ThreadPoolExecutor(batch) as pool:
-                runs = pool.map(lambda seed: self.run_trial(build, None, self.shapes, first=not trials, seed=seed),
-                                seeds)
-                records = [r for run in runs for r in run]
-            records = [replace(r, patch_hash=self.patch_hash) for r in records]
-            self.store.add_trials(self.campaign, records, shapes=self.shapes)
-            crashes = crashes + 1 if all(r.status in (TrialStatus.CRASH, TrialStatus.TIMEOUT,
-                                                      TrialStatus.UNAVAILABLE) for r in records) else 0
+            jobs = [(build, len(trials), not trials)] * batch
+            records = [r for run in self._run_and_store(jobs) for r in run]
+            crashes = crashes + 1 if _all_failed(records) else 0
             if crashes >= MAX_CRASHES and any(done.values()):
                 # It ran before and crashes now: keep what was measured and stop asking for more.
                 return self.measurement(sha, self._stored(sha), repeats)
+
+    def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
+        """`probe(sha, n)` for several commits, measured side by side: each round runs one trial of
+        every commit still short, all at once on different devices (with one device, one after
+        another in alternating order: ABBA). A slow drift of the machine (clock, a neighbour's load,
+        heat) then falls on every commit alike instead of on whichever was measured last; on two
+        CPU cores, two groups of four trials taken five seconds apart differed by 9% with no change
+        between them. The search verifies its steps with trials measured this way."""
+        crashes = dict.fromkeys(wants, 0)
+        for sha in wants:
+            if self.offline or self.build(sha).status is BuildStatus.FAILED or not self._stored(sha):
+                crashes[sha] = MAX_CRASHES  # the ordinary path below says SKIP or runs the cold first trial
+        turn = 0
+        while True:
+            short = [sha for sha, n in wants.items() if crashes[sha] < MAX_CRASHES and self._done(sha) < n]
+            if not short:
+                break
+            order = short if turn % 2 == 0 else short[::-1]
+            turn += 1
+            self.on_event(ProbeEvent(order[0], "trial", "side by side with " + ", ".join(s[:7] for s in order[1:]),
+                                     self.patch_hash))
+            jobs = [(self.build_results[sha], len(self._stored(sha)), False) for sha in order]
+            for sha, records in zip(order, self._run_and_store(jobs)):
+                crashes[sha] = crashes[sha] + 1 if _all_failed(records) else 0
+        return {sha: self(sha, n) for sha, n in wants.items()}
+
+    def _done(self, sha: str) -> int:
+        trials = self._stored(sha)
+        return min(sum(t.shape == s.key and t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in trials)
+                   for s in self.shapes)
+
+    def _run_and_store(self, jobs: Sequence[tuple[BuildResult, int, bool]]) -> list[list[TrialRecord]]:
+        """Run one trial process per (build, trials already stored, first) at once and store them all.
+        The seed follows from the stored count, so a resumed run draws the inputs it would have."""
+        def one(job: tuple[BuildResult, int, bool], k: int) -> list[TrialRecord]:
+            build, stored, first = job
+            seed = self.seed * 1_000_003 + stored + k
+            return [replace(r, patch_hash=self.patch_hash)
+                    for r in self.run_trial(build, None, self.shapes, first=first, seed=seed)]
+        same = [sum(j[0].sha == job[0].sha for j in jobs[:i]) for i, job in enumerate(jobs)]
+        with ThreadPoolExecutor(max(1, min(len(jobs), self.parallel))) as pool:
+            runs = list(pool.map(one, jobs, same))
+        self.store.add_trials(self.campaign, [r for run in runs for r in run], shapes=self.shapes)
+        return runs
 
     def stored_only(self, sha: str, repeats: int) -> Measurement:
         """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""
@@ -130,3 +168,7 @@ class StoreProbe:
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
         return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong}, wrong)
 
+
+
+def _all_failed(records: Sequence[TrialRecord]) -> bool:
+    return all(r.status in (TrialStatus.CRASH, TrialStatus.TIMEOUT, TrialStatus.UNAVAILABLE) for r in records)

@@ -107,6 +107,23 @@ class _State:
         self.meas[sha] = m
         return True
 
+    def measure_together(self, wants: Mapping[int, int]) -> None:
+        """Make sure each commit i has wants[i] trials, measured side by side when the probe can
+        (`probe.together`): a pair's fresh trials then share the machine's state of the moment."""
+        together = getattr(self.probe, "together", None)
+        wants = {i: n for i, n in wants.items() if i not in self.skipped and (
+            self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < n)}
+        if together is None or len(wants) < 2 or any(self.commits[i] not in self.meas for i in wants):
+            for i, n in wants.items():
+                self.measure(i, n)
+            return
+        got = together({self.commits[i]: n for i, n in wants.items()})
+        for i, n in wants.items():
+            sha = self.commits[i]
+            self.probes.append((sha, n))
+            if got[sha].status is ProbeStatus.OK:
+                self.meas[sha] = got[sha]  # a commit that measured before keeps its trials if it fails now
+
     def count(self, i: int) -> int:
         return self.meas[self.commits[i]].count()
 
@@ -156,8 +173,7 @@ class _State:
                 self.uncertain.append(Uncertain(self.commits[i], self.commits[j], unknown))
                 return comps
             target = min(st.max_repeats, 2 * n)
-            self.measure(i, target)
-            self.measure(j, target)
+            self.measure_together({i: target, j: target})
             if min(self.count(i), self.count(j)) <= n:  # the probe gave no more trials: stop here
                 unknown = tuple(s for s, c in comps.items() if c.verdict is Verdict.UNKNOWN)
                 self.uncertain.append(Uncertain(self.commits[i], self.commits[j], unknown))
@@ -258,8 +274,7 @@ class _State:
     def fresh_compare(self, lo: int, hi: int, n: int) -> dict[str, Comparison]:
         """Ask both commits for n more trials and compare only those."""
         start = {k: {s: len(v) for s, v in self.meas[self.commits[k]].samples.items()} for k in (lo, hi)}
-        for k in (lo, hi):
-            self.measure(k, self.count(k) + n)
+        self.measure_together({k: self.count(k) + n for k in (lo, hi)})
         out = {}
         for s in self.shapes(lo, hi):
             before = self.samples(lo, s, start[lo].get(s, 0))

@@ -1,0 +1,86 @@
+"""StoreProbe over a real SQLite store: what it runs, in which order, and what it never runs twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from bisector.model import BuildResult, BuildStatus, ProbeStatus, Shape, TrialRecord, TrialStatus
+from bisector.probe import StoreProbe
+from bisector.store import Store
+
+SHAPES = (Shape("gemm", "m64", (("M", 64), ("N", 64), ("K", 64))),)
+
+
+class Builds:
+    def __init__(self, failing: tuple[str, ...] = ()) -> None:
+        self.failing = failing
+
+    def build(self, sha: str, patch: str | None = None) -> BuildResult:
+        status = BuildStatus.FAILED if sha in self.failing else BuildStatus.OK
+        return BuildResult(sha, status, "/src", log_tail="no such module" if sha in self.failing else "")
+
+
+class Runner:
+    """Records which commit each trial ran for, and which trials overlapped in time."""
+
+    def __init__(self, crash: tuple[str, ...] = ()) -> None:
+        self.crash, self.started, self.lock, self.running, self.overlaps = crash, [], threading.Lock(), set(), []
+
+    def __call__(self, build: BuildResult, suite, shapes, *, first: bool, seed: int) -> list[TrialRecord]:
+        with self.lock:
+            self.started.append((build.sha, first, seed))
+            if self.running:
+                self.overlaps.append(frozenset(self.running | {build.sha}))
+            self.running.add(build.sha)
+        time.sleep(0.05)
+        with self.lock:
+            self.running.discard(build.sha)
+        if build.sha in self.crash:
+            return [TrialRecord(build.sha, s.key, TrialStatus.CRASH, error="illegal memory access") for s in shapes]
+        return [TrialRecord(build.sha, s.key, TrialStatus.OK, (1.0,), (1.0,), 1.0, 1.0, 1.0 + seed * 1e-6)
+                for s in shapes]
+
+
+def probe(tmp_path: Path, runner: Runner, parallel: int, builds: Builds = Builds()) -> StoreProbe:
+    return StoreProbe("c", SHAPES, Store(tmp_path / "r.sqlite"), builds, runner, parallel=parallel)
+
+
+def test_together_runs_one_trial_of_each_commit_at_once(tmp_path: Path) -> None:
+    runner = Runner()
+    p = probe(tmp_path, runner, parallel=2)
+    p("a", 2), p("b", 2)
+    runner.started.clear(), runner.overlaps.clear()
+    got = p.together({"a": 5, "b": 5})
+    assert [m.count() for m in got.values()] == [5, 5]
+    shas = [s for s, _, _ in runner.started]
+    assert sorted(shas) == ["a"] * 3 + ["b"] * 3
+    assert all(pair == frozenset("ab") for pair in runner.overlaps) and len(runner.overlaps) == 3
+    assert not any(first for _, first, _ in runner.started)
+    # Nothing is measured twice: the store already holds every trial asked for.
+    runner.started.clear()
+    assert [m.count() for m in p.together({"a": 5, "b": 4}).values()] == [5, 4]
+    assert runner.started == []
+
+
+def test_together_alternates_the_order_on_one_device(tmp_path: Path) -> None:
+    runner = Runner()
+    p = probe(tmp_path, runner, parallel=1)
+    p("a", 1), p("b", 1)
+    runner.started.clear()
+    p.together({"a": 5, "b": 5})
+    assert [s for s, _, _ in runner.started] == list("abbaabba")
+    assert runner.overlaps == []
+
+
+def test_together_leaves_skips_and_crashes_to_the_ordinary_path(tmp_path: Path) -> None:
+    runner = Runner(crash=("c",))
+    p = probe(tmp_path, runner, parallel=2, builds=Builds(failing=("x",)))
+    p("a", 1)
+    got = p.together({"a": 3, "x": 3, "c": 3})
+    assert got["a"].count() == 3
+    assert got["x"].status is ProbeStatus.SKIP and "no such module" in got["x"].reason
+    assert got["c"].status is ProbeStatus.SKIP and "illegal memory access" in got["c"].reason
+    # The cold first trial alone, then one on each device: two crashed rounds make a SKIP.
+    assert sum(s == "c" for s, _, _ in runner.started) == 3
