@@ -2,6 +2,8 @@
 
     python benches/harness_noise.py --trials 12            # on the H200
     python benches/harness_noise.py --device cpu --trials 3  # tiny shapes, torch subject: logic check
+    python benches/harness_noise.py --from-json benches/results/h200-harness-noise.json
+                                   # the recorded raw samples again, through today's ratio estimator
 
 Prints per suite: subject and control TFLOP/s, the trial-to-trial CV of the subject's TFLOP/s and
 of the subject/control ratio, the cold compile time, and, from as many separate processes, the
@@ -136,6 +138,23 @@ def print_table(rows: list[dict[str, Any]], target: float) -> None:
             print(f"  {r['suite']}: {failure}")
 
 
+def reanalyze(path: Path, target: float) -> int:
+    """Summarize recorded GPU trials with the trial's ratio estimator of today (peak_clock_ratio),
+    so a change of estimator is judged on the same raw samples."""
+    sys.path.insert(0, str(ROOT))
+    from benches.timing import peak_clock_ratio
+
+    raw = json.loads(path.read_text())["raw"]
+    rows = []
+    for suite, data in raw.items():
+        trials = [{**t, "ratio": peak_clock_ratio(t["subject_ms"], t["control_ms"])} if t.get("status") == "ok" else t
+                  for t in data["trials"]]
+        flops = next((t["flops"] for t in trials if "flops" in t), 0.0)
+        rows.append(summarize(suite, trials, data["dobench_ms"], flops))
+    print_table(rows, target)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=12)
@@ -147,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--target", type=float, default=0.5, help="ratio CV target in percent")
     ap.add_argument("--json", type=Path, help="also write every raw result here")
+    ap.add_argument("--from-json", type=Path, help="summarize the raw results of an earlier --json run")
     args = ap.parse_args(argv)
+    if args.from_json:
+        return reanalyze(args.from_json, args.target)
     if args.device == "cpu" and args.flush_mb == 0:
         args.flush_mb = 8
     suites = ("fa", "gemm") if args.suite == "both" else (args.suite,)
