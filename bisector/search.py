@@ -254,8 +254,10 @@ class _State:
                 n = min(st.max_repeats, 2 * n)
         final = self.compare_now(cand.lo, cand.hi, self.alpha_verify)
         if st.verify:
-            shapes = sorted(holding)
             ok = bool(holding)
+            # Once the step holds, which shapes it moves is judged on every trial of the pair: a
+            # shape that moved less than the others may miss the minimum in four fresh trials alone.
+            shapes = sorted(holding | {s for s, c in final.items() if c.verdict is Verdict.DIFFERENT} if ok else ())
         else:
             shapes = sorted(cand.dirs)
             ok = True

@@ -38,9 +38,9 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
         assert plant.sha in found, f"planted {plant.role} (#{plant.pr}) not found: {sorted(found)}"
         step = found[plant.sha]
         assert step["pr"] == plant.pr
-        # Shapes planted at 15% or more must all be named; the ~11% ones sit close enough to the 8%
-        # floor, at 2-8% trial noise, that a run may confirm the step on only part of them.
-        moved = {k for k, v in plant.moves["cpu"].items() if v is not None and abs(v) >= 15}
+        # Shapes planted at 28% or more must be named; at 24-27%, two to three times the 12% floor,
+        # a step may be confirmed on part of its shapes when trials fall on the two noise levels.
+        moved = {k for k, v in plant.moves["cpu"].items() if v is not None and abs(v) >= 28}
         assert moved <= set(step["shapes"]), (plant.role, step["shapes"])
         sign = -1 if plant.kind == "regression" else 1
         assert all(sign * step["change_pct"][k] > 0 for k in moved)
