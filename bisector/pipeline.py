@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -233,6 +234,16 @@ def medians(session: Session, sha: str, attr: str = "subject_tflops",
     return median_by_shape(session.store.trials(session.campaign, sha=sha, patch_hash=patch_hash), attr)
 
 
+def trial_seconds(trials: Sequence[TrialRecord]) -> float:
+    """Seconds spent in trial processes; one process stores a row per shape, all with its start and end."""
+    spans = {}
+    for t in trials:
+        if t.started_at and t.finished_at:
+            span = datetime.fromisoformat(t.finished_at) - datetime.fromisoformat(t.started_at)
+            spans[(t.sha, t.patch_hash, t.started_at)] = span.total_seconds()
+    return sum(spans.values())
+
+
 def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
                 wall_s: float, options: RunOptions, probe: StoreProbe,
                 windows: Sequence[WrongWindow] = ()) -> ReportData:
@@ -268,7 +279,8 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
                   "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
-        trials=result.trials, wall_s=wall_s, min_step_pct=config.thresholds.min_step_pct,
+        trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(store.trials(session.campaign)),
+        min_step_pct=config.thresholds.min_step_pct,
         metric=config.thresholds.metric,
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
         notes=(("Replayed offline from the stored trials: no commit was built or measured for this report, "

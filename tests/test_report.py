@@ -59,3 +59,16 @@ def test_write_report_makes_pngs(tmp_path: Path):
     assert pngs == ["tflops-fa_s16384.png", "tflops-fa_s4096.png"]
     assert all((tmp_path / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert "tflops-fa_s16384.png" in path.read_text()
+
+
+def test_a_window_of_identical_wrong_results_is_one_row_per_shape():
+    from dataclasses import replace
+
+    data = make_data()
+    c = data.range_commits
+    wrong = tuple(WrongResult(c[i].sha, "fa/s4096", 0.5, 1.2) for i in (4, 5, 6)) + (
+        WrongResult(c[7].sha, "fa/s4096", 0.25, 0.6), WrongResult(c[6].sha, "fa/s16384", 0.5, 1.2))
+    rows = markdown.wrong_rows(replace(data, wrong=wrong))
+    assert rows == [["`06aaaaa`", "#906", "s16384", "0.5", "1.2"],
+                    ["`04aaaaa`..`06aaaaa` (3 measured)", "#904 .. #906", "s4096", "0.5", "1.2"],
+                    ["`07aaaaa`", "#907", "s4096", "0.25", "0.6"]]

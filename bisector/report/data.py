@@ -73,7 +73,8 @@ class ReportData:
     fixes: tuple[FixResult, ...] = ()
     commits_probed: int = 0
     trials: int = 0
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # this run; a resumed run measures only what was missing
+    trial_s: float = 0.0  # every trial process of the campaign, earlier runs included
     min_step_pct: float = 1.0
     metric: str = "ratio"  # what the steps were tested on (config.Thresholds.metric)
     reproduce: tuple[str, ...] = ()

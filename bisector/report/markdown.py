@@ -93,6 +93,31 @@ def results_table(data: ReportData) -> list[str]:
     return _table(header, rows, ["---", "---", "---", *(["---:"] * len(data.shapes))])
 
 
+def wrong_rows(data: ReportData) -> list[list[str]]:
+    """One row per shape and run of measured commits with the same error: a wrong-result window
+    of nine commits is one row, not nine."""
+    def err(v: float | None) -> str:
+        return f"{v:.3g}" if v is not None else ""
+
+    rows = []
+    for shape in sorted({w.shape for w in data.wrong}):
+        runs: list[tuple[list[str], tuple[str, str]]] = []
+        for w in (w for w in data.wrong if w.shape == shape):
+            key = (err(w.max_abs_err), err(w.max_rel_err))
+            if runs and runs[-1][1] == key:
+                runs[-1][0].append(w.sha)
+            else:
+                runs.append(([w.sha], key))
+        for shas, (abs_err, rel_err) in runs:
+            prs = [_pr(c.pr) if (c := data.commit(sha)) else "" for sha in (shas[0], shas[-1])]
+            if len(shas) == 1:
+                rows.append([f"`{shas[0][:7]}`", prs[0], _short_shape(shape), abs_err, rel_err])
+            else:
+                rows.append([f"`{shas[0][:7]}`..`{shas[-1][:7]}` ({len(shas)} measured)", " .. ".join(prs),
+                             _short_shape(shape), abs_err, rel_err])
+    return rows
+
+
 def _after(sha: str, than: str, data: ReportData) -> bool:
     order = [c.sha for c in data.range_commits]
     return sha in order and than in order and order.index(sha) > order.index(than)
@@ -130,7 +155,8 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
     lines = [f"# {data.title}", ""]
     lines.append(f"Upstream `{data.upstream}` ({data.branch}), range `{data.good.short}`..`{data.bad.short}` "
                  f"({len(data.range_commits) - 1} commits), {data.commits_probed} commits measured, "
-                 f"{data.trials} trials, {data.wall_s / 60:.1f} min.")
+                 f"{data.trials} trials; this run {data.wall_s / 60:.1f} min, trial processes "
+                 f"{data.trial_s / 60:.1f} min in all.")
     machine = ", ".join(str(m[k]) for k in ("device_name", "driver", "torch", "triton") if m.get(k))
     proto = data.protocol
     lines.append(f"Machine: {machine or data.device}. Control: {data.control}, timed in the same process, "
@@ -157,10 +183,7 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
                          f"(right at {_ref(w.last_good, data)}){fixed}.")
         if data.wrong_windows:
             lines.append("")
-        lines += _table(["commit", "PR", "shape", "max abs err", "max rel err"],
-                        [[f"`{w.sha[:7]}`", _pr(c.pr) if (c := data.commit(w.sha)) else "", _short_shape(w.shape),
-                          f"{w.max_abs_err:.3g}" if w.max_abs_err is not None else "",
-                          f"{w.max_rel_err:.3g}" if w.max_rel_err is not None else ""] for w in data.wrong])
+        lines += _table(["commits", "PRs", "shape", "max abs err", "max rel err"], wrong_rows(data))
     if data.skipped:
         lines += ["", "## Skipped (did not build or import)", ""]
         for sha, reason in data.skipped.items():

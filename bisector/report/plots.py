@@ -18,11 +18,16 @@ def plot_name(shape: str) -> str:
     return "tflops-" + re.sub(r"[^\w.-]+", "_", shape) + ".png"
 
 
+def _legend_outside(ax: plt.Axes) -> None:
+    """Right of the axes: inside, a legend hid the first commits' points (the GOOD end)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
 def render_shape(data: ReportData, shape: str, out: Path) -> Path:
     index = {c.sha: i for i, c in enumerate(data.range_commits)}
     rows = [r for r in data.rows if shape in r.subject_tflops]
     wrong = {w.sha for w in data.wrong if w.shape == shape}
-    fig, ax = plt.subplots(figsize=(9, 3.6), dpi=110)
+    fig, ax = plt.subplots(figsize=(10.5, 3.6), dpi=110)
     xs = [index[r.commit.sha] for r in rows]
     ax.plot(xs, [r.subject_tflops[shape] for r in rows], "-o", color="#1f5fa8", ms=4, lw=1.2,
             label="subject (median)", zorder=3)
@@ -60,7 +65,7 @@ def render_shape(data: ReportData, shape: str, out: Path) -> Path:
     ax.set_ylabel("TFLOP/s")
     ax.set_title(f"{shape} over {data.good.short}..{data.bad.short}", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    _legend_outside(ax)
     fig.tight_layout()
     path = out / plot_name(shape)
     fig.savefig(path)
@@ -75,7 +80,7 @@ def render_all(data: ReportData, out: Path) -> list[Path]:
 def render_trend(dates: Sequence[str], series: dict[str, Sequence[float | None]],
                  control: dict[str, Sequence[float | None]], out: Path, title: str) -> Path:
     """Nightly trend: one line per shape over past nights, the control dashed in the same colour."""
-    fig, ax = plt.subplots(figsize=(9, 3.6), dpi=110)
+    fig, ax = plt.subplots(figsize=(10.5, 3.6), dpi=110)
     for i, (shape, values) in enumerate(series.items()):
         color = f"C{i % 10}"
         ax.plot(dates, values, "-o", ms=3, color=color, label=shape)
@@ -84,7 +89,7 @@ def render_trend(dates: Sequence[str], series: dict[str, Sequence[float | None]]
     ax.set_ylabel("TFLOP/s (dashed: control)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    _legend_outside(ax)
     ax.tick_params(axis="x", rotation=30, labelsize=7)
     fig.tight_layout()
     fig.savefig(out)
