@@ -84,3 +84,24 @@ def test_together_leaves_skips_and_crashes_to_the_ordinary_path(tmp_path: Path) 
     assert got["c"].status is ProbeStatus.SKIP and "illegal memory access" in got["c"].reason
     # The cold first trial alone, then one on each device: two crashed rounds make a SKIP.
     assert sum(s == "c" for s, _, _ in runner.started) == 3
+
+
+class RecordingPrefetcher:
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def prefetch(self, shas) -> None:
+        self.asked += list(shas)
+
+
+def test_the_gpu_path_prefetching_probe_keeps_side_by_side_trials(tmp_path: Path) -> None:
+    from bisector.pipeline import Prefetching
+
+    runner, prefetcher = Runner(), RecordingPrefetcher()
+    order = [f"c{i}" for i in range(9)]
+    p = Prefetching(probe(tmp_path, runner, parallel=2), prefetcher, order)
+    p("c0", 1), p("c8", 1)
+    assert prefetcher.asked == ["c4"]  # the middle of what was measured, built ahead
+    runner.overlaps.clear()
+    got = p.together({"c0": 3, "c8": 3})
+    assert [m.count() for m in got.values()] == [3, 3] and len(runner.overlaps) == 2
