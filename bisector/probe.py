@@ -169,6 +169,5 @@ class StoreProbe:
         return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong}, wrong)
 
 
-
 def _all_failed(records: Sequence[TrialRecord]) -> bool:
     return all(r.status in (TrialStatus.CRASH, TrialStatus.TIMEOUT, TrialStatus.UNAVAILABLE) for r in records)
