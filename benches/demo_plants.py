@@ -64,7 +64,9 @@ def run_trial(source: Path, suite: str, shapes: dict[str, dict[str, Any]], reps:
               seed: int) -> dict[str, Any]:
     spec = {"source": str(source), "root": str(ROOT), "suite": suite, "shapes": shapes, "reps": reps,
             "warmup": warmup, "seed": seed}
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    from bisector.runner.env import FIXED_MALLOC
+
+    env = {**FIXED_MALLOC, **os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # as the runner
     proc = subprocess.run([sys.executable, "-c", WORKER, json.dumps(spec)], capture_output=True, text=True,
                           env=env, timeout=600)
     if proc.returncode != 0:

@@ -12,7 +12,7 @@ import pytest
 from bisector.config import parse
 from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.runner import build_spec, run_trial
-from bisector.runner.env import is_secret, jit_dir, pin_device, prepare_jit, scrub
+from bisector.runner.env import is_secret, jit_dir, pin_allocator, pin_device, prepare_jit, scrub
 
 SUBJECTS = textwrap.dedent('''
     import json, os, time
@@ -155,6 +155,7 @@ def test_env_scrubbed_device_pinned_and_jit_dir(tmp_path, upstream, monkeypatch)
     assert "ghp_secret" not in json.dumps(child)
     assert child["CUDA_HOME"] == "/usr/local/cuda" and child["TRITON_PRINT_AUTOTUNING"] == "1"
     assert child["MY_KNOB"] == "1" and child["CUDA_VISIBLE_DEVICES"] == ""
+    assert child["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20)  # CPU trials: a fixed malloc policy
     assert child["TRITON_CACHE_DIR"] == str((jit / "triton_cache_dir").resolve())
     assert child["FLYDSL_RUNTIME_CACHE_DIR"].endswith("flydsl_runtime_cache_dir")
     assert not (jit / "triton_cache_dir" / "stale.cubin").exists()  # emptied before the first trial
@@ -193,6 +194,18 @@ def test_pin_device():
     env = {}
     pin_device(env, "cuda", 2)
     assert env == {"CUDA_VISIBLE_DEVICES": "2"}
+
+
+def test_cpu_trials_get_a_fixed_malloc_policy_that_a_config_can_override():
+    env = {}
+    pin_allocator(env, "cpu")
+    assert env == {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}
+    env = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+    pin_allocator(env, "cpu")
+    assert env["MALLOC_MMAP_THRESHOLD_"] == "131072"
+    env = {}
+    pin_allocator(env, "cuda")
+    assert env == {}
 
 
 def test_build_spec_follows_contract(tmp_path, upstream):

@@ -40,6 +40,20 @@ def pin_device(env: dict[str, str], device: str, index: int) -> None:
         env["HIP_VISIBLE_DEVICES"] = ""
 
 
+# glibc's malloc serves large blocks from fresh mmaps (page faults on every use) until a first free
+# raises its threshold, at a moment that depends on the process's history. On the CPU that made one
+# demo kernel take one of two speeds ~10% apart per process (and per commit, as an import moved the
+# moment): ratio CV 6-11%. With the thresholds fixed it was 2-4% (12 trials, 2 cores).
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
+
+
+def pin_allocator(env: dict[str, str], device: str) -> None:
+    """CPU trials: fixed glibc malloc thresholds, unless the caller set its own."""
+    if device == "cpu":
+        for name, value in FIXED_MALLOC.items():
+            env.setdefault(name, value)
+
+
 def jit_dir(work: Path, sha: str, patch_hash: str | None = None) -> Path:
     """<work>/jit/<sha>[-<patch_hash>]: never shared between commits (or patches)."""
     return Path(work) / "jit" / (f"{sha}-{patch_hash}" if patch_hash else sha)

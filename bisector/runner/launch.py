@@ -21,7 +21,7 @@ from bisector.config import Config
 from bisector.errors import TrialError
 from bisector.model import BuildResult, Shape, TrialRecord, TrialStatus
 from bisector.runner import lock
-from bisector.runner.env import pin_device, prepare_jit, scrub
+from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
 from bisector.runner.spec import benches_root, build_spec
 
 TAIL_CHARS = 4000
@@ -49,6 +49,7 @@ def trial_env(config: Config, build: BuildResult, work: Path, device_index: int,
     pin_device(env, config.device, device_index)
     env.update(prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first))
     env.update(config.protocol.env)
+    pin_allocator(env, config.device)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (benches_root(), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env

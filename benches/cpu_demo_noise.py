@@ -1,0 +1,81 @@
+"""Trial-to-trial noise of the CPU demo, with glibc's malloc thresholds fixed (as the runner sets them
+for CPU trials) and with glibc's default, moving threshold.
+
+    python -m benches.cpu_demo_noise [--trials 12] [--commits 19,21]
+
+Writes the demo repository to a temporary directory and, per mode, runs `--trials` trial processes
+of each commit (index in the demo history) through the real runner, two at a time on two cores as
+`bisector demo` does, commits alternating. Prints per shape and commit the median subject/control
+ratio and the trial-to-trial CV of that ratio. A benchmark, not a test; it imports `bisector`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+
+def run_mode(fixed: bool, builds: dict[int, Any], config: Any, trials: int,
+             work: Path) -> dict[int, dict[str, list[float]]]:
+    """Ratios per commit and shape from `trials` trial processes of each commit."""
+    import bisector.runner.env as runner_env
+    from bisector.runner.launch import run_trial
+
+    saved = runner_env.FIXED_MALLOC
+    runner_env.FIXED_MALLOC = saved if fixed else {}  # the runner reads it for every trial
+    commits = list(builds)
+    jobs = [(i, t) for t in range(trials) for i in (commits if t % 2 == 0 else commits[::-1])]
+    out: dict[int, dict[str, list[float]]] = {i: {} for i in commits}
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            runs = pool.map(lambda k: (jobs[k][0], run_trial(config, builds[jobs[k][0]], None, work=work,
+                                                             trial_index=k, seed=jobs[k][1])), range(len(jobs)))
+            for i, records in runs:
+                for r in records:
+                    if r.ratio:
+                        out[i].setdefault(r.shape, []).append(r.ratio)
+    finally:
+        runner_env.FIXED_MALLOC = saved
+    return out
+
+
+def cv(values: list[float]) -> float:
+    logs = [math.log(v) for v in values]
+    return statistics.stdev(logs) * 100 if len(logs) > 1 else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=12)
+    ap.add_argument("--commits", default="19,21", help="demo history indices (default: either side of #127)")
+    args = ap.parse_args(argv)
+    commits = [int(c) for c in args.commits.split(",")]
+    print("| malloc | shape | " + " | ".join(f"commit {i}: ratio (CV)" for i in commits) + " |")
+    print("|---|---|" + "---|" * len(commits))
+    from bisector.demo import write_demo_repo
+    from bisector.demo.config import demo_config
+    from bisector.demo.repo import export_commit
+    from bisector.model import BuildResult, BuildStatus
+
+    with tempfile.TemporaryDirectory(prefix="cpu-demo-noise-") as tmp:
+        manifest = write_demo_repo(Path(tmp, "upstream"))
+        config = demo_config("cpu", Path(manifest.path))
+        builds = {i: BuildResult(manifest.commits[i], BuildStatus.OK,
+                                 str(export_commit(Path(manifest.path), manifest.commits[i], Path(tmp))))
+                  for i in commits}
+        for fixed in (True, False):
+            result = run_mode(fixed, builds, config, args.trials, Path(tmp, "work"))
+            for shape in sorted(result[commits[0]]):
+                cells = [f"{statistics.median(result[i][shape]):.3f} ({cv(result[i][shape]):.1f}%)" for i in commits]
+                print(f"| {'fixed' if fixed else 'default'} | {shape} | " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
