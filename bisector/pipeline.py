@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -150,7 +149,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         order = [c.sha for c in commits]
         probe = session.probe(offline=options.offline)
         measure = probe
-        if config.device != "cpu" and not options.offline:  # on the CPU a background build would steal the trials' cores
+        # On the CPU a background build would steal the trials' cores; offline nothing is built.
+        if config.device != "cpu" and not options.offline:
             session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
             measure = Prefetching(probe, session.prefetcher, order)
         settings = search_settings(config)

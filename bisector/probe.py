@@ -78,8 +78,7 @@ class StoreProbe:
             t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in stored)) else 0  # it failed before: no retry
         while True:
             trials = self._stored(sha)
-            done = {s.key: sum(t.shape == s.key and t.status in (TrialStatus.OK, TrialStatus.WRONG)
-                               for t in trials) for s in self.shapes}
+            done = self._counts(trials)
             short = [s for s in self.shapes if done[s.key] < repeats]
             if not short:
                 return self.measurement(sha, trials, repeats)
@@ -115,7 +114,8 @@ class StoreProbe:
                 crashes[sha] = MAX_CRASHES  # the ordinary path below says SKIP or runs the cold first trial
         turn = 0
         while True:
-            short = [sha for sha, n in wants.items() if crashes[sha] < MAX_CRASHES and self._done(sha) < n]
+            short = [sha for sha, n in wants.items()
+                     if crashes[sha] < MAX_CRASHES and min(self._counts(self._stored(sha)).values()) < n]
             if not short:
                 break
             order = short if turn % 2 == 0 else short[::-1]
@@ -127,10 +127,10 @@ class StoreProbe:
                 crashes[sha] = crashes[sha] + 1 if _all_failed(records) else 0
         return {sha: self(sha, n) for sha, n in wants.items()}
 
-    def _done(self, sha: str) -> int:
-        trials = self._stored(sha)
-        return min(sum(t.shape == s.key and t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in trials)
-                   for s in self.shapes)
+    def _counts(self, trials: Sequence[TrialRecord]) -> dict[str, int]:
+        """Usable trials (OK, or WRONG: a wrong result is a measurement too) per shape key."""
+        return {s.key: sum(t.shape == s.key and t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in trials)
+                for s in self.shapes}
 
     def _run_and_store(self, jobs: Sequence[tuple[BuildResult, int, bool]]) -> list[list[TrialRecord]]:
         """Run one trial process per (build, trials already stored, first) at once and store them all.

@@ -23,6 +23,9 @@ from scipy import stats as sps
 
 from bisector.model import Comparison, Verdict
 
+__all__ = ["full_clock_time", "compare", "holds", "welch_log", "noise_cv", "log_sd", "LogWelch"]
+
+
 def full_clock_time(ms: Sequence[float], tolerance: float = 0.02, at_least: int = 3) -> float:
     """Median time of the repetitions run at full clock: within `tolerance` of the `at_least`-th
     fastest. A power-bound kernel throttles after a few repetitions (H200, GEMM 8192^3: 1.40 ms at
@@ -32,9 +35,6 @@ def full_clock_time(ms: Sequence[float], tolerance: float = 0.02, at_least: int 
         return math.nan
     anchor = times[min(at_least, len(times)) - 1]
     return float(np.median([t for t in times if t <= anchor * (1 + tolerance)]))
-
-
-__all__ = ["full_clock_time", "compare", "holds", "welch_log", "noise_cv", "log_sd", "LogWelch"]
 
 
 class LogWelch:

@@ -139,7 +139,8 @@ def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job, thread: 
             if not perf.unsure(rows) or repeats * 2 > config.protocol.max_trials:
                 break
             repeats *= 2
-        tflops = {"base": pipeline.medians(session, base, "subject_tflops"), "head": pipeline.medians(session, head, "subject_tflops"),
+        tflops = {"base": pipeline.medians(session, base, "subject_tflops"),
+                  "head": pipeline.medians(session, head, "subject_tflops"),
                   "control": pipeline.medians(session, head, "control_tflops")}
         rows = perf.compare_shapes(keys, mb.samples, mh.samples, th.min_step_pct, th.alpha, mh.wrong, tflops)
         counts = {"base": mb.count(), "head": mh.count()}
