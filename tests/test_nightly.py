@@ -84,7 +84,7 @@ def write_config(tmp: Path, upstream: str, base_url: str = "http://127.0.0.1:9",
 
         [protocol]
         trials = 3
-        max_trials = 3
+        max_trials = 12
         reps = 5
         warmup = 1
         flush_mb = 1
