@@ -166,6 +166,16 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Uncertain:
+    """An adjacent measured pair still UNKNOWN in `shapes` at the trial cap: taken as SAME, so a
+    step below what those trials resolve could hide between the two commits."""
+
+    before: str
+    after: str
+    shapes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SearchResult:
     steps: tuple[Step, ...]
     dropped: tuple[Step, ...]  # steps that did not hold on re-measurement
@@ -173,6 +183,7 @@ class SearchResult:
     measurements: Mapping[str, Measurement]
     skipped: tuple[str, ...]
     wrong: Mapping[str, frozenset[str]]  # sha -> shapes with wrong results
+    uncertain: tuple[Uncertain, ...] = ()
 
     @property
     def commits_probed(self) -> int:

@@ -278,6 +278,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         protocol={"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials,
                   "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
+        uncertain=result.uncertain,
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(store.trials(session.campaign)),
         min_step_pct=config.thresholds.min_step_pct,

@@ -28,13 +28,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from bisector.model import Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Verdict
+from bisector.model import Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict
 from bisector.stats import compare, holds, log_sd
 
 # Degrees of freedom from which the pooled noise replaces each pair's own (Welch) estimate.
 POOLED_MIN_DF = 12
 
-__all__ = ["SearchSettings", "Uncertain", "LocalizeResult", "localize", "result_json"]
+__all__ = ["SearchSettings", "localize", "result_json"]
 
 
 @dataclass(frozen=True)
@@ -51,20 +51,6 @@ class SearchSettings:
             raise ValueError("min_step_pct must be > 0 and alpha in (0, 0.5)")
         if not 1 <= self.initial_repeats <= self.max_repeats:
             raise ValueError("need 1 <= initial_repeats <= max_repeats")
-
-
-@dataclass(frozen=True)
-class Uncertain:
-    """An adjacent measured pair still UNKNOWN in `shapes` at max_repeats: taken as SAME."""
-
-    before: str
-    after: str
-    shapes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class LocalizeResult(SearchResult):
-    uncertain: tuple[Uncertain, ...] = ()
 
 
 @dataclass
@@ -291,7 +277,7 @@ def _different(comps: Mapping[str, Comparison]) -> dict[str, float]:
     return {s: math.copysign(1.0, c.change_pct) for s, c in comps.items() if c.verdict is Verdict.DIFFERENT}
 
 
-def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = SearchSettings()) -> LocalizeResult:
+def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = SearchSettings()) -> SearchResult:
     """Find every step between commits[0] (GOOD) and commits[-1] (BAD); see the module docstring."""
     st = _State(commits=list(commits), probe=probe, settings=settings)
     n = len(st.commits)
@@ -328,12 +314,20 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     return _result(st, steps, dropped)
 
 
-def _result(st: _State, steps: list[Step], dropped: list[Step]) -> LocalizeResult:
+def _result(st: _State, steps: list[Step], dropped: list[Step]) -> SearchResult:
     wrong = {sha: m.wrong for sha, m in st.meas.items() if m.wrong}
-    return LocalizeResult(
+    return SearchResult(
         steps=tuple(steps), dropped=tuple(dropped), probes=tuple(st.probes), measurements=dict(st.meas),
-        skipped=tuple(st.commits[k] for k in sorted(st.skipped)), wrong=wrong, uncertain=tuple(st.uncertain),
+        skipped=tuple(st.commits[k] for k in sorted(st.skipped)), wrong=wrong, uncertain=_merged(st.uncertain),
     )
+
+
+def _merged(pairs: Sequence[Uncertain]) -> tuple[Uncertain, ...]:
+    """One entry per pair (a pair can stay unsure in one look, then again in the bridge's)."""
+    shapes: dict[tuple[str, str], set[str]] = {}
+    for u in pairs:
+        shapes.setdefault((u.before, u.after), set()).update(u.shapes)
+    return tuple(Uncertain(a, b, tuple(sorted(s))) for (a, b), s in shapes.items())
 
 
 def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = None) -> dict[str, object]:
@@ -346,7 +340,6 @@ def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = Non
                 "ci95": {k: [round(v[0], 4), round(v[1], 4)] for k, v in s.ci95.items()},
                 "p_value": dict(s.p_value), "candidates": list(s.candidates), "verified": s.verified}
 
-    uncertain = getattr(result, "uncertain", ())
     return {
         "steps": [step(s) for s in result.steps],
         "probes": result.commits_probed,
@@ -355,5 +348,5 @@ def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = Non
         "dropped": [step(s) for s in result.dropped],
         "probe_calls": [[sha, n] for sha, n in result.probes],
         "wrong": {sha: sorted(v) for sha, v in result.wrong.items()},
-        "uncertain": [{"before": u.before, "after": u.after, "shapes": list(u.shapes)} for u in uncertain],
+        "uncertain": [{"before": u.before, "after": u.after, "shapes": list(u.shapes)} for u in result.uncertain],
     }

@@ -28,8 +28,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bisector.errors import BadInput, ConfigError
-from bisector.model import Commit, Measurement, ProbeStatus
-from bisector.search import LocalizeResult, SearchSettings, localize
+from bisector.model import Commit, Measurement, ProbeStatus, SearchResult
+from bisector.search import SearchSettings, localize
 
 __all__ = ["StepModel", "SimStep", "load_model", "parse_model", "SimulatedProbe", "resolve_prefix", "run_simulation"]
 
@@ -177,7 +177,7 @@ class SimulatedProbe:
 
 
 def run_simulation(commits: Sequence[Commit], model: StepModel, noise_cv: float, seed: int,
-                   settings: SearchSettings) -> LocalizeResult:
+                   settings: SearchSettings) -> SearchResult:
     """The search over the real history `commits` (oldest first) against the step model."""
     shas = [c.sha for c in commits]
     result = localize(shas, SimulatedProbe(shas, model, noise_cv, seed), settings)

@@ -187,3 +187,24 @@ def test_bad_date_is_one_line_bad_input(tmp_path: Path) -> None:
     out = bisector(tmp_path, "nightly", "--config", str(cfg), "--date", "2026-13-01")
     assert out.returncode == 2
     assert out.stderr.strip() == "error: --date: not a date YYYY-MM-DD: '2026-13-01'"
+
+
+def test_a_regressed_night_whose_bisection_blames_nothing_says_why(tmp_path: Path) -> None:
+    from bisector import config as config_mod
+    from bisector.store import Night
+    from bisector.triggers.nightly import render_markdown
+
+    cfg = config_mod.load(write_config(tmp_path, str(tmp_path / "upstream")))
+    a, b, c = ("a" * 40, "b" * 40, "c" * 40)
+    verdict = {"baseline": a, "shapes": {"gemm/m256": {"verdict": "slower", "change_pct": -12.0, "ci95": [-15, -9]}},
+               "steps": [], "dropped": [{"commit": b, "pr": 903, "shapes": ["gemm/m256"],
+                                         "change_pct": {"gemm/m256": -11.0}}],
+               "unsure": [{"before": b, "after": c, "shapes": ["gemm/m256"]}]}
+    night = Night("2026-08-02", c, False, verdict)
+    text = render_markdown(cfg, night, [night], {}, {}, "trend.png")
+    assert "No step held between the last good night and this one" in text
+    assert f"- dropped (did not hold on re-measurement): `{b[:12]}` (#903): gemm/m256 -11.0%" in text
+    assert f"- unsure at the trial cap: `{b[:12]}`..`{c[:12]}` in gemm/m256" in text
+    held = Night("2026-08-02", c, False, {**verdict, "steps": verdict["dropped"], "dropped": [], "unsure": []})
+    found = render_markdown(cfg, held, [held], {}, {}, "trend.png")
+    assert f"- `{b[:12]}` (#903): gemm/m256 -11.0%" in found and "No step held" not in found

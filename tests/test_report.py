@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from bisector.model import Commit, Step
+from bisector.model import Commit, Step, Uncertain
 from bisector.report import markdown, render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
 
@@ -51,6 +51,18 @@ def test_no_step_says_so_with_the_threshold():
     assert "No step of 1% or more in any shape between `00aaaaa` and `07aaaaa`." in text
     assert "tested on the subject/control ratio" in text
     assert "tested on the subject's own speed at full clock" in markdown.render(replace(data, metric="speed"))
+
+
+def test_pairs_unsure_at_the_trial_cap_are_named_with_the_cap():
+    data = make_data()
+    from dataclasses import replace
+
+    c = data.range_commits
+    unsure = (Uncertain(c[0].sha, c[3].sha, ("fa/s4096",)),)
+    text = markdown.render(replace(data, uncertain=unsure, protocol={**data.protocol, "max_trials": 24}))
+    assert ("Still unsure at the trial cap (24 trials a commit), taken as no step: `00aaaaa`..`03aaaaa` "
+            "(#903) in s4096. A step near 1% could hide there") in text
+    assert "Still unsure" not in markdown.render(data)
 
 
 def test_write_report_makes_pngs(tmp_path: Path):

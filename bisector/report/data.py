@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from bisector.correctness import WrongWindow
-from bisector.model import Commit, Step
+from bisector.model import Commit, Step, Uncertain
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ class ReportData:
     rows: tuple[CommitRow, ...]  # measured commits, in range order
     steps: tuple[Step, ...]
     dropped: tuple[Step, ...] = ()
+    uncertain: tuple[Uncertain, ...] = ()  # pairs still unsure at the trial cap
     skipped: Mapping[str, str] = field(default_factory=dict)  # sha -> reason (log tail)
     wrong: tuple[WrongResult, ...] = ()
     fixes: tuple[FixResult, ...] = ()

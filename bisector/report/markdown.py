@@ -170,6 +170,12 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
     if data.dropped:
         lines += ["", "Not confirmed on re-measurement against the parent (dropped): "
                   + "; ".join(step_summary(s, data) for s in data.dropped)]
+    if data.uncertain:
+        cap = data.protocol.get("max_trials", "?")
+        pairs = "; ".join(f"{_ref(u.before, data)}..{_ref(u.after, data)} in "
+                          + ", ".join(_short_shape(s) for s in u.shapes) for u in data.uncertain)
+        lines += ["", f"Still unsure at the trial cap ({cap} trials a commit), taken as no step: {pairs}. "
+                  f"A step near {data.min_step_pct:g}% could hide there; raise `protocol.max_trials` to decide."]
     if data.fixes:
         lines += ["", "## Candidate fixes, verified on the tip", ""]
         for fix in data.fixes:

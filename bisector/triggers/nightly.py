@@ -115,8 +115,12 @@ def _compare(session: pipeline.Session, config: Config, date: str, base: str, ti
                                   report_dir=str(nightly_dir(config) / f"{date}-bisect"), verify_fixes=verify_fixes,
                                   command=f"bisector run --config {config.path} --good {base} --bad {tip}")
     outcome = pipeline.bisect(config, options)  # its own session, on the same store file
-    verdict["steps"] = [{"commit": s.commit, "pr": s.pr, "shapes": list(s.shapes),
-                         "change_pct": dict(s.change_pct)} for s in outcome.result.steps]
+    result = outcome.result
+    step = lambda s: {"commit": s.commit, "pr": s.pr, "shapes": list(s.shapes),  # noqa: E731
+                      "change_pct": dict(s.change_pct)}
+    verdict["steps"] = [step(s) for s in result.steps]
+    verdict["dropped"] = [step(s) for s in result.dropped]
+    verdict["unsure"] = [{"before": u.before, "after": u.after, "shapes": list(u.shapes)} for u in result.uncertain]
     return Night(date, tip, False, verdict), outcome
 
 
@@ -162,13 +166,8 @@ def render_markdown(config: Config, night: Night, nights: list[Night], subj: Map
             ch, ci = s.get("change_pct"), s.get("ci95")
             lines.append(f"| {k} | {'—' if ch is None else f'{ch:+.1f}%'} | "
                          f"{'—' if not ci else f'[{ci[0]:+.1f}, {ci[1]:+.1f}]%'} | {s.get('verdict')} |")
-    steps = v.get("steps")
-    if steps:
-        lines += ["", "## Steps found by the bisection", ""]
-        for s in steps:  # type: ignore[union-attr]
-            pr = f" (#{s['pr']})" if s.get("pr") else ""
-            changes = ", ".join(f"{k} {c:+.1f}%" for k, c in s["change_pct"].items())
-            lines.append(f"- `{s['commit'][:12]}`{pr}: {changes}")
+    if "steps" in v:
+        lines += ["", "## Steps found by the bisection", "", *_bisection_lines(v)]
         if v.get("bisect_report"):
             rel = os.path.relpath(str(v["bisect_report"]), nightly_dir(config))
             lines += ["", f"Full bisection report: [{rel}]({rel})"]
@@ -183,3 +182,23 @@ def render_markdown(config: Config, night: Night, nights: list[Night], subj: Map
     lines += ["", "TFLOP/s medians over each night's stored trials; `ctl` is the control "
               f"({config.control}) timed in the same processes.", ""]
     return "\n".join(lines)
+
+
+def _bisection_lines(v: Mapping[str, object]) -> list[str]:
+    """The steps, or why there are none: a night that regressed and a bisection that found nothing
+    to blame must say which candidates did not hold and where the search stayed unsure."""
+
+    def step(s: Mapping) -> str:
+        pr = f" (#{s['pr']})" if s.get("pr") else ""
+        changes = ", ".join(f"{k} {c:+.1f}%" for k, c in s["change_pct"].items())
+        return f"`{s['commit'][:12]}`{pr}: {changes}"
+
+    steps, dropped, unsure = (list(v.get(k) or ()) for k in ("steps", "dropped", "unsure"))  # type: ignore[call-overload]
+    lines = [f"- {step(s)}" for s in steps]
+    if not steps:
+        lines.append("No step held between the last good night and this one: the change is spread over "
+                     "several commits below the minimum step, or the trials could not resolve it.")
+    lines += [f"- dropped (did not hold on re-measurement): {step(s)}" for s in dropped]
+    lines += [f"- unsure at the trial cap: `{u['before'][:12]}`..`{u['after'][:12]}` in {', '.join(u['shapes'])}"
+              for u in unsure]
+    return lines
