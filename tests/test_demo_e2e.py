@@ -58,10 +58,12 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
     assert f"wrong from `{manifest.sha('wrong_result')[:7]}` (#{manifest.pr('wrong_result')})" in report
     assert len(list((tmp_path / "report").glob("tflops-*.png"))) == 5
     assert (tmp_path / "report" / "trials.csv").stat().st_size > 0
-    assert seconds < 300, f"the CPU demo took {seconds:.0f} s (budget: 5 minutes on 2 cores)"
+    # Its cost, counted rather than timed (the wall time is the report's, ~4.4 min on 2 cores): the
+    # search measured 136 trials in the committed report; well over that, it probes more than it needs.
+    assert result["trials"] <= 220, f"the CPU demo measured {result['trials']} trials ({seconds:.0f} s)"
+    before = trial_count(tmp_path)
 
     # Resumable: the same command again measures nothing new and finds the same steps.
-    before = trial_count(tmp_path)
     again, _ = demo(tmp_path)
     assert trial_count(tmp_path) == before
     assert [s["commit"] for s in again["steps"]] == [s["commit"] for s in result["steps"]]
