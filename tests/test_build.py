@@ -80,7 +80,7 @@ def test_none_recipe_builds_worktree_and_cache_hit_is_instant(upstream, tmp_path
                     tmp_path / "cache").build(shas[1][:8])  # a new process would see the same entry
     assert again.cache_hit and again.status is BuildStatus.OK
     assert again.source_dir == first.source_dir
-    assert again.seconds < 0.25, again.seconds
+    assert again.seconds < 1.0, again.seconds  # no worktree, no import check (a busy CI core is slow)
     other = builder.build(shas[2])
     assert read_value(other.source_dir) == "VALUE = 2\n" and other.source_dir != first.source_dir
 
