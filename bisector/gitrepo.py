@@ -96,6 +96,11 @@ def merge_base(repo: git.Repo, a: str, b: str) -> str:
     return bases[0].hexsha
 
 
+def commit_diff(repo: git.Repo, sha: str) -> str:
+    """The diff of one commit against its first parent, as a patch text."""
+    return repo.git.diff(f"{sha}^1", sha, "--binary", "--full-index") + "\n"
+
+
 def revert_patch(repo: git.Repo, sha: str) -> str:
     """The reverse diff of one commit against its first parent, as a patch text."""
     return repo.git.diff(sha, f"{sha}^1", "--binary", "--full-index") + "\n"

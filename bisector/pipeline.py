@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence
 import git
 import platformdirs
 
-from bisector import gitrepo, search
+from bisector import culprit_hunks, gitrepo, search
 from bisector.correctness import WrongWindow, localize_wrong
 from bisector.errors import BadInput
 from bisector.build import Builder, Prefetcher
@@ -37,6 +37,7 @@ class RunOptions:
     report_dir: str | None = None  # overrides reports/<date>-<name>/
     shapes: tuple[str, ...] = ()  # only these shape keys (or suite names)
     verify_fixes: bool = True
+    find_hunks: bool = True  # measure the parent with halves of each culprit's hunks
     offline: bool = False  # replay the search on stored trials only: no build, no trial, no GPU
     command: str = ""  # the command line, for the report's "reproduce" section
 
@@ -161,7 +162,10 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         out = report_path(config, options)
         fixes, patches = (verify_fixes(session, result, commits, out) if options.verify_fixes and not options.offline
                           else ((), {}))
+        found = (culprit_hunks.find_hunks(session, result.steps, out, settings.alpha / max(1, len(config.shapes)))
+                 if options.find_hunks and not options.offline else ())
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows)
+        data = replace(data, hunks=found)
         write_trials_csv(session, commits, out / render.CSV_NAME)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)

@@ -64,6 +64,10 @@ def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
     shas.append(commit_file(repo, "lib/gemm.py", KERNEL.format(extra=0), "add gemm (#2)", 2))
     for k in range(3, 6):
         shas.append(commit_file(repo, f"docs/n{k}.md", f"note {k}\n", f"docs {k} (#{k})", k))
+    # The culprit touches three places; only its lib/gemm.py hunk slows the GEMM.
+    (repo / "README.md").write_text("lib: a GEMM\n")
+    (repo / "lib" / "__init__.py").write_text('"""lib."""\n')
+    git(repo, "add", "README.md", "lib/__init__.py")
     shas.append(commit_file(repo, "lib/gemm.py", KERNEL.format(extra=4), "refactor the loop (#6)", 6))
     for k in range(7, 9):
         shas.append(commit_file(repo, f"docs/n{k}.md", f"note {k}\n", f"docs {k} (#{k})", k))
@@ -99,6 +103,13 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
     line = next(l for l in report.splitlines() if l.strip().startswith("- m512: restored"))
     restored, baseline = (float(x) for x in line.split("restored ")[1].split(" before")[0].split(" against "))
     assert restored > 0.9 * baseline, line
+    # Down to the hunk: README alone no, the other two yes, lib/__init__.py alone no, lib/gemm.py alone yes.
+    (hunk,) = result["hunks"]
+    assert hunk["commit"] == shas[5] and hunk["of"] == 3 and hunk["alone"]
+    assert [h.split(" ")[0] for h in hunk["hunks"]] == ["lib/gemm.py"]
+    assert "range(4)" in Path(hunk["patch"]).read_text() and "README" not in Path(hunk["patch"]).read_text()
+    assert "1 of 3 hunks carries the step alone" in report and "```diff" in report
+    assert report.count("— reproduces the step") == 2 and report.count("— does not reproduce the step") == 2
     plan = json.loads((tmp_path / "report" / "publish-plan.json").read_text())
     assert plan["culprits"][0]["pr"] == 6 and plan["culprits"][0]["patch"]
 

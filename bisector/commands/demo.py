@@ -18,9 +18,11 @@ from bisector.commands.run import run_and_print
               help="Where the demo upstream, its store and its builds go; re-running resumes.")
 @click.option("--report-dir", default=None, help="Default: reports/<date>-<demo config name>/.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure the reverts on the tip.")
+@click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks.")
 @click.option("--json", "as_json", is_flag=True)
 @fail_on_error
-def command(device: str, directory: str, report_dir: str | None, no_fixes: bool, as_json: bool) -> None:
+def command(device: str, directory: str, report_dir: str | None, no_fixes: bool, no_hunks: bool,
+            as_json: bool) -> None:
     """Bisect the embedded demo library (40 commits with planted steps) on this machine."""
     from bisector.demo import write_demo_repo
     from bisector.demo.config import demo_config, pick_device
@@ -31,5 +33,6 @@ def command(device: str, directory: str, report_dir: str | None, no_fixes: bool,
     cfg = demo_config(device, root / "upstream")
     options = pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(root / "results.sqlite"),
                                   work_dir=str(root / "work"), report_dir=report_dir, verify_fixes=not no_fixes,
+                                  find_hunks=not no_hunks,
                                   command=" ".join(["bisector", *sys.argv[1:]]))
     run_and_print(cfg, options, as_json, n_commits=len(manifest.commits), extra={"repo": str(root / "upstream")})

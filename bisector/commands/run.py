@@ -26,7 +26,9 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
         outcome = pipeline.bisect(cfg, options, observer=progress)
     if as_json:
         windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
-        print_json({**result_json(outcome.result), "wrong_windows": windows,
+        hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
+                  "patch": h.patch_path} for h in outcome.report.hunks]
+        print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
                     "report": str(outcome.report_dir / "report.md"), **(extra or {})})
         return outcome
     click.echo(f"{len(outcome.result.steps)} step(s), {outcome.result.commits_probed} commits probed, "
@@ -36,6 +38,9 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     for w in outcome.wrong_windows:
         click.echo(f"  wrong results in {', '.join(w.shapes)} from {w.first[:7]}"
                    + (f" until {w.fixed[:7]}" if w.fixed else " to the tip"))
+    for h in outcome.report.hunks:
+        click.echo(f"  {h.step_commit[:7]}: {'' if h.alone else 'only together: '}{'; '.join(h.hunks)} "
+                   f"({len(h.hunks)} of {h.n_hunks} hunks)")
     for step in outcome.result.dropped:
         click.echo("  dropped (did not hold against its parent): " + step_summary(step, outcome.report))
     click.echo(f"report: {outcome.report_dir / 'report.md'}")
@@ -51,19 +56,20 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
 @click.option("--report-dir", default=None, help="Default: <config report dir>/<date>-<name>/.")
 @click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts on the tip.")
+@click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks.")
 @click.option("--offline", is_flag=True, help="Replay the search on stored trials only (no build, no GPU).")
 @click.option("--publish", is_flag=True, help="Post the results to the PRs of the config's publish.repo.")
 @click.option("--dry-run", "dry_run", default=None, help="With --publish: write the payloads to DIR instead.")
 @click.option("--json", "as_json", is_flag=True)
 @fail_on_error
 def command(config_path: str, good: str, bad: str, store: str | None, work_dir: str | None,
-            report_dir: str | None, shapes: str, no_fixes: bool, offline: bool, publish: bool, dry_run: str | None,
-            as_json: bool) -> None:
+            report_dir: str | None, shapes: str, no_fixes: bool, no_hunks: bool, offline: bool, publish: bool,
+            dry_run: str | None, as_json: bool) -> None:
     """Localize every TFLOP/s step between GOOD and BAD and write a report. Re-run to resume."""
     cfg = config_mod.load(config_path)
     options = pipeline.RunOptions(good=good, bad=bad, store=store, work_dir=work_dir, report_dir=report_dir,
                                   shapes=tuple(s for s in shapes.split(",") if s), verify_fixes=not no_fixes,
-                                  offline=offline,
+                                  find_hunks=not no_hunks, offline=offline,
                                   command=" ".join(["bisector", *sys.argv[1:]]))
     outcome = run_and_print(cfg, options, as_json)
     plan = plan_mod.from_outcome(cfg, outcome, f"run-{cfg.name}-{outcome.commits[0].short}-{outcome.commits[-1].short}")

@@ -52,6 +52,29 @@ class FixResult:
 
 
 @dataclass(frozen=True)
+class HunkTry:
+    """The parent with some of the culprit's hunks applied, measured against the parent."""
+
+    hunks: tuple[str, ...]  # labels: path and hunk header
+    carries: bool  # moved the step's shapes at least half as far as the whole commit did
+    change_pct: Mapping[str, float] = field(default_factory=dict)  # per step shape; empty if it did not run
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class HunkFinding:
+    """Which of a culprit's hunks carry its step, found by measuring patched builds of its parent."""
+
+    step_commit: str
+    n_hunks: int
+    hunks: tuple[str, ...]  # labels of the hunks found
+    alone: bool  # False: no smaller set reproduced the step; `hunks` then needs all its parts
+    tries: tuple[HunkTry, ...]
+    patch_path: str | None = None  # the found hunks as a patch on the parent
+    diff: str = ""  # the same patch's text
+
+
+@dataclass(frozen=True)
 class ReportData:
     title: str
     config_name: str
@@ -72,6 +95,7 @@ class ReportData:
     skipped: Mapping[str, str] = field(default_factory=dict)  # sha -> reason (log tail)
     wrong: tuple[WrongResult, ...] = ()
     fixes: tuple[FixResult, ...] = ()
+    hunks: tuple[HunkFinding, ...] = ()
     commits_probed: int = 0
     trials: int = 0
     wall_s: float = 0.0  # this run; a resumed run measures only what was missing

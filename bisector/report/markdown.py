@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from bisector.model import Step
-from bisector.report.data import FixResult, ReportData
+from bisector.report.data import FixResult, HunkFinding, ReportData
 
 
 def _pr(pr: int | None) -> str:
@@ -150,6 +150,20 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     return [f"- revert of {name} on the tip ([{patch}]({patch})){correct}:", *[f"  - {p}" for p in parts]]
 
 
+def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
+    """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
+    what = "carries the step alone" if finding.alone else "carry the step only together (no half of them does)"
+    link = Path(finding.patch_path).name if finding.patch_path else ""
+    lines = [f"- {_ref(finding.step_commit, data)}: {len(finding.hunks)} of {finding.n_hunks} hunks {what}"
+             + (f" ([{link}]({link}))" if link else "") + ":"]
+    for t in finding.tries:
+        moved = ", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()) or t.error or "not measured"
+        lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}"
+                     f" — {'reproduces' if t.carries else 'does not reproduce'} the step")
+    diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
+    return [*lines, "", "```diff", diff.rstrip("\n"), "```", ""]
+
+
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
     m = data.machine
     lines = [f"# {data.title}", ""]
@@ -176,6 +190,12 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
                           + ", ".join(_short_shape(s) for s in u.shapes) for u in data.uncertain)
         lines += ["", f"Still unsure at the trial cap ({cap} trials a commit), taken as no step: {pairs}. "
                   f"A step near {data.min_step_pct:g}% could hide there; raise `protocol.max_trials` to decide."]
+    if data.hunks:
+        lines += ["", "## The hunks that carry each step", "",
+                  "Each culprit's parent, rebuilt with half of the culprit's hunks applied and measured against "
+                  "the parent; the half that reproduces the step alone is halved again.", ""]
+        for finding in data.hunks:
+            lines += hunk_lines(finding, data)
     if data.fixes:
         lines += ["", "## Candidate fixes, verified on the tip", ""]
         for fix in data.fixes:

@@ -1,0 +1,99 @@
+"""A commit's hunks: split from a real git diff, any subset applied by real `git apply`, the search."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+import git
+import pytest
+
+from bisector import gitrepo, hunks
+from tests.gitfixtures import commit_file
+
+ORIGINAL = [f"line {i}\n" for i in range(1, 41)]
+
+
+def edits() -> dict[str, Callable[[list[str]], list[str]]]:
+    """Four separate changes to k.py (a replacement, an insertion, a deletion, an append)."""
+    def replace5(ls): return ls[:4] + ["line 5 changed\n"] + ls[5:]
+    def insert20(ls): return ls[:20] + ["new a\n", "new b\n"] + ls[20:]
+    def delete30(ls): return ls[:29] + ls[30:]
+    def append(ls): return ls + ["line 41\n"]
+    return {"replace5": replace5, "insert20": insert20, "delete30": delete30, "append": append}
+
+
+def apply_in_order(names) -> str:
+    """The file with the chosen edits, applied from the bottom up so earlier line numbers hold."""
+    lines = list(ORIGINAL)
+    for name in ("append", "delete30", "insert20", "replace5"):
+        if name in names:
+            lines = edits()[name](lines)
+    return "".join(lines)
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> tuple[Path, str]:
+    root = tmp_path / "r"
+    root.mkdir()
+    git.Repo.init(root, initial_branch="main")
+    commit_file(root, "k.py", "".join(ORIGINAL), "base (#1)", 1)
+    commit_file(root, "gone.py", "x = 1\n", "a file to delete (#2)", 2)
+    (root / "gone.py").unlink()
+    (root / "new.py").write_text("y = 2\n")
+    (root / "k.py").write_text(apply_in_order(edits()))
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    sha = commit_file(root, "k.py", apply_in_order(edits()), "four edits, a new file, a deleted one (#3)", 3)
+    return root, sha
+
+
+def test_split_names_every_hunk_with_its_file(repo) -> None:
+    root, sha = repo
+    parts = hunks.split(gitrepo.commit_diff(git.Repo(root), sha))
+    assert [h.path for h in parts] == ["gone.py", "k.py", "k.py", "k.py", "k.py", "new.py"]
+    assert [h.delta for h in parts] == [-1, 0, 2, -1, 1, 1]
+    assert parts[1].label == "k.py @@ -2,7 +2,7 @@"
+
+
+def test_every_subset_applies_exactly_to_the_parent(repo, tmp_path: Path) -> None:
+    root, sha = repo
+    parts = hunks.split(gitrepo.commit_diff(git.Repo(root), sha))
+    names = ["replace5", "insert20", "delete30", "append"]  # the k.py hunks, in order
+    for r in range(len(parts) + 1):
+        for subset in itertools.combinations(range(len(parts)), r):
+            work = tmp_path / f"w{'-'.join(map(str, subset))}"
+            subprocess.run(["git", "worktree", "add", "-q", "--detach", str(work), f"{sha}^"], cwd=root, check=True)
+            patch = work / "p.diff"
+            patch.write_text(hunks.patch_of([parts[i] for i in subset]))
+            if subset:
+                subprocess.run(["git", "apply", str(patch)], cwd=work, check=True, capture_output=True)
+            chosen = [names[i - 1] for i in subset if 1 <= i <= 4]
+            assert (work / "k.py").read_text() == apply_in_order(chosen), subset
+            assert (work / "gone.py").exists() == (0 not in subset)
+            assert (work / "new.py").exists() == (5 in subset)
+            subprocess.run(["git", "worktree", "remove", "--force", str(work)], cwd=root, check=True)
+
+
+def scripted(needed: set[int]):
+    return lambda subset: needed <= set(subset)
+
+
+def test_search_halves_down_to_the_one_hunk() -> None:
+    found = hunks.search(8, scripted({5}))
+    assert found.found == (5,) and found.alone
+    assert len(found.tried) <= 6 and all(ok == (5 in part) for part, ok in found.tried)
+
+
+def test_a_step_needing_hunks_of_both_halves_stops_and_says_so() -> None:
+    found = hunks.search(8, scripted({4, 6}))
+    assert found.found == (4, 5, 6, 7) and not found.alone
+    assert found.tried == (((0, 1, 2, 3), False), ((4, 5, 6, 7), True), ((4, 5), False), ((6, 7), False))
+    assert hunks.search(8, scripted({2, 6})).found == tuple(range(8))
+
+
+def test_no_hunk_or_one_hunk() -> None:
+    assert hunks.search(0, scripted(set())).found == ()
+    one = hunks.search(1, scripted({0}))
+    assert one.found == (0,) and one.alone and one.tried == ()
