@@ -54,7 +54,7 @@ def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], out: Path, a
         changes, ok = {}, True
         for shape in step.shapes:
             before, after = parent.samples.get(shape, ()), got.samples.get(shape, ())
-            if shape in got.wrong or not before or not after:
+            if not before or not after:  # a wrong result, or a shape that does not run with this subset
                 ok = False
                 continue
             c = compare(before, after, config.thresholds.min_step_pct, alpha, shape)
@@ -62,7 +62,9 @@ def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], out: Path, a
             whole = step.change_pct.get(shape, 0.0)
             ok = ok and holds(c, math.copysign(1.0, whole), config.thresholds.min_step_pct, alpha) \
                 and c.change_pct / whole >= CARRIED_FRACTION
-        tries.append(HunkTry(labels, ok, changes, "wrong result" if any(s in got.wrong for s in step.shapes) else ""))
+        wrong = sorted(s for s in step.shapes if s in got.wrong)
+        error = "; ".join(filter(None, [f"wrong result in {', '.join(wrong)}" if wrong else "", got.reason]))
+        tries.append(HunkTry(labels, ok, changes, error))
         return ok
 
     found = hunks.search(len(parts), carries)

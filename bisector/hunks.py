@@ -2,9 +2,9 @@
 
 A step localized to a commit that touches ten places is only half an answer: the hunk that carries
 it is what the kernel engineer reads. The parent is rebuilt with halves of the commit's hunks
-applied (patched builds, cached by patch hash), and the half that reproduces the step alone is
-split again. When neither half does, the step needs hunks of both (an interaction), and the search
-stops there and says so.
+applied (patched builds, cached by patch hash); the part that reproduces the step is split again,
+and when no part does alone, parts are dropped one at a time (delta debugging), down to hunks that
+carry the step only together.
 
 Pure: parsing, composing and the search take text and callables; the pipeline measures.
 """
@@ -97,9 +97,9 @@ def patch_of(hunks: Sequence[Hunk]) -> str:
 
 @dataclass(frozen=True)
 class HunkSearch:
-    """Which hunks carry a step: `found` (indices into the commit's hunks), whether they carry it
-    `alone` (False: the smallest set tried that does; the step needs hunks from both of its halves),
-    and every subset tried with its verdict, in order."""
+    """Which hunks carry a step: `found` (indices into the commit's hunks), whether one hunk carries
+    it `alone` (False: `found` carries it only together, and without any one of them it is gone),
+    and every subset measured with its verdict, in order."""
 
     found: tuple[int, ...]
     alone: bool
@@ -107,20 +107,33 @@ class HunkSearch:
 
 
 def search(n_hunks: int, carries: Callable[[tuple[int, ...]], bool]) -> HunkSearch:
-    """Halve the commit's hunks while one half alone reproduces the step (`carries`: the parent
-    with that subset applied moves as the commit did). ceil(log2 n) to 2 ceil(log2 n) builds."""
-    cands = tuple(range(n_hunks))
+    """Zeller's delta debugging (ddmin) over the commit's hunks: keep a chunk, or drop one, while
+    what is left still reproduces the step (`carries`: the parent with that subset applied moves as
+    the commit did). One hunk costs 2 ceil(log2 n) builds at most; hunks that only work together (a
+    signature changed in one place, its callers in another) end as a set none of which can go."""
     tried: list[tuple[tuple[int, ...], bool]] = []
-    if not cands:
-        return HunkSearch((), False, ())
-    while len(cands) > 1:
-        half = len(cands) // 2
-        for part in (cands[:half], cands[half:]):
-            ok = carries(part)
-            tried.append((part, ok))
-            if ok:
-                cands = part
-                break
-        else:  # neither half alone: the step needs hunks of both
-            return HunkSearch(cands, False, tuple(tried))
-    return HunkSearch(cands, True, tuple(tried))
+    seen: dict[tuple[int, ...], bool] = {}
+
+    def test(subset: tuple[int, ...]) -> bool:
+        if subset not in seen:
+            seen[subset] = carries(subset)
+            tried.append((subset, seen[subset]))
+        return seen[subset]
+
+    cands, parts = tuple(range(n_hunks)), 2
+    while len(cands) >= 2:
+        size = len(cands) / parts
+        chunks = [cands[round(i * size):round((i + 1) * size)] for i in range(parts)]
+        kept = next((c for c in chunks if test(c)), None)
+        if kept is not None:
+            cands, parts = kept, 2
+            continue
+        if parts > 2:  # with two chunks each complement is the other chunk, already tried
+            rest = next((r for c in chunks if test(r := tuple(x for x in cands if x not in c))), None)
+            if rest is not None:
+                cands, parts = rest, max(parts - 1, 2)
+                continue
+        if parts >= len(cands):
+            break
+        parts = min(len(cands), 2 * parts)
+    return HunkSearch(cands, len(cands) == 1, tuple(tried))

@@ -15,8 +15,10 @@ from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, 
 from bisector.stats import full_clock_time
 from bisector.store import Store
 
-# Crashes in a row, with no usable trial, after which a commit counts as "does not run" (SKIP).
+# Failed trials in a row after which a shape is not asked for again; a commit with no usable trial
+# of any shape then counts as "does not run" (SKIP).
 MAX_CRASHES = 2
+FAILED = (TrialStatus.CRASH, TrialStatus.TIMEOUT, TrialStatus.UNAVAILABLE)
 
 
 class TrialRunner(Protocol):
@@ -73,33 +75,25 @@ class StoreProbe:
         if build.status is BuildStatus.FAILED:
             self.on_event(ProbeEvent(sha, "skip", build.log_tail.strip()[-200:], self.patch_hash))
             return Measurement(sha, ProbeStatus.SKIP, reason=build.log_tail or "build failed")
-        stored = self._stored(sha)
-        crashes = MAX_CRASHES if (len(stored) >= MAX_CRASHES * len(self.shapes) and not any(
-            t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in stored)) else 0  # it failed before: no retry
         while True:
             trials = self._stored(sha)
-            done = self._counts(trials)
-            short = [s for s in self.shapes if done[s.key] < repeats]
+            done, short = self._counts(trials), self._short(trials, repeats)
             if not short:
-                return self.measurement(sha, trials, repeats)
-            if crashes >= MAX_CRASHES and not any(done.values()):
-                reason = next((t.error or t.log_tail for t in reversed(trials) if t.status not in
-                               (TrialStatus.OK, TrialStatus.WRONG)), "trial failed")
+                if any(done.values()):
+                    return self.measurement(sha, trials, repeats)
+                reason = next((t.error or t.log_tail for t in reversed(trials) if t.status in FAILED), "trial failed")
                 self.on_event(ProbeEvent(sha, "skip", reason[-200:], self.patch_hash))
                 return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {reason}")
             # One process measures every suite: a trial pays for one import of torch, not one per suite.
             # With a JIT cache, the first trial of a commit runs alone (it fills the commit's cold
             # cache and records the compile time); the others run on every device at once.
             cold_first = not trials and self.cold_jit
-            batch = 1 if cold_first else max(1, min(self.parallel, repeats - min(done.values())))
-            self.on_event(ProbeEvent(sha, "trial", f"trial {min(done.values()) + 1}/{repeats}"
+            fewest = min(done[k] for k in short)
+            batch = 1 if cold_first else max(1, min(self.parallel, repeats - fewest))
+            self.on_event(ProbeEvent(sha, "trial", f"trial {fewest + 1}/{repeats}"
                                      + (f" (+{batch - 1} in parallel)" if batch > 1 else ""), self.patch_hash))
             jobs = [(build, len(trials), not trials)] * batch
-            records = [r for run in self._run_and_store(jobs) for r in run]
-            crashes = crashes + 1 if _all_failed(records) else 0
-            if crashes >= MAX_CRASHES and any(done.values()):
-                # It ran before and crashes now: keep what was measured and stop asking for more.
-                return self.measurement(sha, self._stored(sha), repeats)
+            self._run_and_store(jobs)
 
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
         """`probe(sha, n)` for several commits, measured side by side: each round runs one trial of
@@ -108,14 +102,12 @@ class StoreProbe:
         heat) then falls on every commit alike instead of on whichever was measured last; on two
         CPU cores, two groups of four trials taken five seconds apart differed by 9% with no change
         between them. The search verifies its steps with trials measured this way."""
-        crashes = dict.fromkeys(wants, 0)
-        for sha in wants:
-            if self.offline or self.build(sha).status is BuildStatus.FAILED or not self._stored(sha):
-                crashes[sha] = MAX_CRASHES  # the ordinary path below says SKIP or runs the cold first trial
+        # The ordinary path at the end says SKIP, or runs the cold first trial alone.
+        alone = {sha for sha in wants
+                 if self.offline or self.build(sha).status is BuildStatus.FAILED or not self._stored(sha)}
         turn = 0
         while True:
-            short = [sha for sha, n in wants.items()
-                     if crashes[sha] < MAX_CRASHES and min(self._counts(self._stored(sha)).values()) < n]
+            short = [sha for sha, n in wants.items() if sha not in alone and self._short(self._stored(sha), n)]
             if not short:
                 break
             order = short if turn % 2 == 0 else short[::-1]
@@ -123,14 +115,25 @@ class StoreProbe:
             self.on_event(ProbeEvent(order[0], "trial", "side by side with " + ", ".join(s[:7] for s in order[1:]),
                                      self.patch_hash))
             jobs = [(self.build_results[sha], len(self._stored(sha)), False) for sha in order]
-            for sha, records in zip(order, self._run_and_store(jobs)):
-                crashes[sha] = crashes[sha] + 1 if _all_failed(records) else 0
+            self._run_and_store(jobs)
         return {sha: self(sha, n) for sha, n in wants.items()}
 
     def _counts(self, trials: Sequence[TrialRecord]) -> dict[str, int]:
         """Usable trials (OK, or WRONG: a wrong result is a measurement too) per shape key."""
         return {s.key: sum(t.shape == s.key and t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in trials)
                 for s in self.shapes}
+
+    def _short(self, trials: Sequence[TrialRecord], repeats: int) -> list[str]:
+        """Shapes with fewer than `repeats` usable trials that are still worth asking for: not those
+        whose last MAX_CRASHES trials all failed (a commit that breaks attention but not the GEMM
+        gives GEMM samples and stops there, instead of crashing for ever)."""
+        done = self._counts(trials)
+        out = []
+        for s in self.shapes:
+            recent = [t.status for t in trials if t.shape == s.key][-MAX_CRASHES:]
+            if done[s.key] < repeats and not (len(recent) == MAX_CRASHES and all(r in FAILED for r in recent)):
+                out.append(s.key)
+        return out
 
     def _run_and_store(self, jobs: Sequence[tuple[BuildResult, int, bool]]) -> list[list[TrialRecord]]:
         """Run one trial process per (build, trials already stored, first) at once and store them all.
@@ -166,8 +169,7 @@ class StoreProbe:
         samples = {s.key: tuple(v for t in trials if t.shape == s.key and t.status is TrialStatus.OK
                                 and (v := self.value(t)) is not None)[:repeats] for s in self.shapes}
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
-        return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong}, wrong)
-
-
-def _all_failed(records: Sequence[TrialRecord]) -> bool:
-    return all(r.status in (TrialStatus.CRASH, TrialStatus.TIMEOUT, TrialStatus.UNAVAILABLE) for r in records)
+        broken = {t.shape: (t.error or t.log_tail).strip()[-200:] for t in trials
+                  if t.status in FAILED and not samples.get(t.shape) and t.shape not in wrong}
+        return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong and v}, wrong,
+                           reason="; ".join(f"{k} does not run: {e}" for k, e in sorted(broken.items())))

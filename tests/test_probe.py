@@ -11,6 +11,7 @@ from bisector.probe import StoreProbe
 from bisector.store import Store
 
 SHAPES = (Shape("gemm", "m64", (("M", 64), ("N", 64), ("K", 64))),)
+TWO = (*SHAPES, Shape("fa", "s64", (("B", 1), ("H", 1), ("S", 64), ("D", 64))))
 
 
 class Builds:
@@ -25,8 +26,10 @@ class Builds:
 class Runner:
     """Records which commit each trial ran for, and which trials overlapped in time."""
 
-    def __init__(self, crash: tuple[str, ...] = (), meet: threading.Barrier | None = None) -> None:
+    def __init__(self, crash: tuple[str, ...] = (), meet: threading.Barrier | None = None,
+                 broken: dict[str, set[str]] | None = None) -> None:
         self.crash, self.started, self.lock, self.running, self.overlaps = crash, [], threading.Lock(), set(), []
+        self.broken = broken or {}  # sha -> shape keys that crash while the others run
         self.meet = meet  # trials that must run at once wait here for each other (a busy CI core can be slow)
 
     def __call__(self, build: BuildResult, suite, shapes, *, first: bool, seed: int) -> list[TrialRecord]:
@@ -43,7 +46,9 @@ class Runner:
             self.running.discard(build.sha)
         if build.sha in self.crash:
             return [TrialRecord(build.sha, s.key, TrialStatus.CRASH, error="illegal memory access") for s in shapes]
-        return [TrialRecord(build.sha, s.key, TrialStatus.OK, (1.0,), (1.0,), 1.0, 1.0, 1.0 + seed * 1e-6)
+        return [TrialRecord(build.sha, s.key, TrialStatus.CRASH, error="TypeError: _run() missing 'fastmath'")
+                if s.key in self.broken.get(build.sha, ()) else
+                TrialRecord(build.sha, s.key, TrialStatus.OK, (1.0,), (1.0,), 1.0, 1.0, 1.0 + seed * 1e-6)
                 for s in shapes]
 
 
@@ -111,3 +116,18 @@ def test_the_gpu_path_prefetching_probe_keeps_side_by_side_trials(tmp_path: Path
     runner.meet = threading.Barrier(2, timeout=20)
     got = p.together({"c0": 3, "c8": 3})
     assert [m.count() for m in got.values()] == [3, 3] and len(runner.overlaps) == 2
+
+
+def test_a_commit_that_breaks_one_suite_gives_the_other_and_stops(tmp_path: Path) -> None:
+    # Seen in a demo: half of a culprit's hunks left attention calling with a missing argument. The
+    # GEMM ran, attention crashed in every trial, and the probe asked for more trials for ever.
+    runner = Runner(broken={"a": {"fa/s64"}, "b": {"fa/s64"}})
+    p = StoreProbe("c", TWO, Store(tmp_path / "r.sqlite"), Builds(), runner, parallel=1)
+    m = p("a", 4)
+    assert m.status is ProbeStatus.OK and len(m.samples["gemm/m64"]) == 4 and "fa/s64" not in m.samples
+    assert m.reason == "fa/s64 does not run: TypeError: _run() missing 'fastmath'"
+    assert len(runner.started) == 4  # attention stopped being asked for after two crashes in a row
+    runner.started.clear()
+    assert p("a", 4).samples["gemm/m64"] and runner.started == []  # and is not asked for again
+    got = p.together({"a": 6, "b": 3})
+    assert [len(m.samples["gemm/m64"]) for m in got.values()] == [6, 3]

@@ -74,7 +74,9 @@ def make_plan(patch: str | None = None, head: str | None = None, **changes: obje
         plots=(PlotLink("trend", "https://example.org/r/trend.png"),
                PlotLink("bisection", "https://example.org/r/bisect.png")),
         patch=patch, restore="restores fa/s180180 to 1286.1 TFLOP/s (-0.2% vs the pre-step baseline)",
-        patch_base=head)
+        patch_base=head, hunk="1 of 4 hunks carry the step alone: `kernels/attention/remap.py @@ -1,3 +1,3 @@`",
+        hunk_diff="--- a/kernels/attention/remap.py\n+++ b/kernels/attention/remap.py\n@@ -1,3 +1,3 @@\n"
+                  "-REMAP = True\n+REMAP = False\n")
     plan = PublishPlan(run_id="2026-08-18.fa", repo=REPO, verdict=RunVerdict.REGRESSION,
                        report="## Report\n\nTwo steps; the first is #950.\n", culprits=(culprit,),
                        requester_pr=1020, head_sha=head, report_url="https://example.org/r/2026-08-18.md")

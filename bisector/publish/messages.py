@@ -68,20 +68,27 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
+def _details(summary: str, diff: str) -> list[str]:
+    """A diff folded under its summary line."""
+    fence = _fence(diff)
+    return [f"<details><summary>{summary}</summary>", "", f"{fence}diff", diff.rstrip("\n"), fence, "", "</details>", ""]
+
+
 def _culprit_section(plan: PublishPlan, c: CulpritPost, draft_url: str | None) -> list[str]:
     lines = [c.step_summary.strip(), ""]
     if c.table.strip():
         lines += [c.table.strip(), ""]
     if c.plots:
         lines += ["Plots: " + " · ".join(f"[{p.label}]({p.url})" for p in c.plots), ""]
+    if c.hunk.strip():
+        lines += [f"**Where in the commit**: {c.hunk.strip()}", ""]
+        if c.hunk_diff.strip():
+            lines += _details("the hunk", c.hunk_diff)
     if c.patch is not None:
         lines.append("**Verified fix**" + (f": {c.restore.strip()}" if c.restore.strip() else "."))
         if draft_url:
             lines += ["", f"Draft PR with this patch: {draft_url}"]
-        fence = _fence(c.patch)
-        count = len(c.patch.splitlines())
-        lines += ["", f"<details><summary>patch ({count} lines)</summary>", "", f"{fence}diff",
-                  c.patch.rstrip("\n"), fence, "", "</details>", ""]
+        lines += ["", *_details(f"patch ({len(c.patch.splitlines())} lines)", c.patch)]
     elif c.restore.strip():
         lines += [c.restore.strip(), ""]
     return lines

@@ -47,6 +47,8 @@ class CulpritPost:
     restore: str = ""  # e.g. "restores S=180,180 to 1286.1 TFLOP/s (-0.2% vs the pre-step baseline)"
     patch_base: str | None = None  # commit the patch applies to (the draft PR's branch point)
     commit: str = ""  # culprit commit SHA, for the draft PR's title
+    hunk: str = ""  # which of the commit's hunks carry the step (a line)
+    hunk_diff: str = ""  # those hunks as a diff on the parent
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,8 @@ def plan_from_dict(data: Any, where: str = "plan") -> PublishPlan:
         culprits.append(CulpritPost(
             pr=_positive(c, "pr"), step_summary=c.get("step_summary", str), table=c.get("table", str, ""),
             plots=tuple(plots), patch=c.get("patch", str, None), restore=c.get("restore", str, ""),
-            patch_base=c.get("patch_base", str, None), commit=c.get("commit", str, "")))
+            patch_base=c.get("patch_base", str, None), commit=c.get("commit", str, ""),
+            hunk=c.get("hunk", str, ""), hunk_diff=c.get("hunk_diff", str, "")))
     requester = top.get("requester_pr", int, None)
     if requester is not None:
         requester = _positive(top, "requester_pr")

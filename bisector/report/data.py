@@ -68,10 +68,15 @@ class HunkFinding:
     step_commit: str
     n_hunks: int
     hunks: tuple[str, ...]  # labels of the hunks found
-    alone: bool  # False: no smaller set reproduced the step; `hunks` then needs all its parts
+    alone: bool  # one hunk carries it; False: `hunks` carry it only together
     tries: tuple[HunkTry, ...]
     patch_path: str | None = None  # the found hunks as a patch on the parent
     diff: str = ""  # the same patch's text
+
+    @property
+    def summary(self) -> str:
+        how = "alone" if self.alone else "only together (without any one of them it is gone)"
+        return f"{len(self.hunks)} of {self.n_hunks} hunks carry the step {how}"
 
 
 @dataclass(frozen=True)

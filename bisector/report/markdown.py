@@ -152,12 +152,11 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
 
 def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
-    what = "carries the step alone" if finding.alone else "carry the step only together (no half of them does)"
     link = Path(finding.patch_path).name if finding.patch_path else ""
-    lines = [f"- {_ref(finding.step_commit, data)}: {len(finding.hunks)} of {finding.n_hunks} hunks {what}"
-             + (f" ([{link}]({link}))" if link else "") + ":"]
+    lines = [f"- {_ref(finding.step_commit, data)}: {finding.summary}" + (f" ([{link}]({link}))" if link else "") + ":"]
     for t in finding.tries:
-        moved = ", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()) or t.error or "not measured"
+        moved = "; ".join(filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()),
+                                        t.error])) or "not measured"
         lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}"
                      f" — {'reproduces' if t.carries else 'does not reproduce'} the step")
     diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
@@ -192,8 +191,8 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
                   f"A step near {data.min_step_pct:g}% could hide there; raise `protocol.max_trials` to decide."]
     if data.hunks:
         lines += ["", "## The hunks that carry each step", "",
-                  "Each culprit's parent, rebuilt with half of the culprit's hunks applied and measured against "
-                  "the parent; the half that reproduces the step alone is halved again.", ""]
+                  "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured against "
+                  "the parent: the part that reproduces the step is split again (delta debugging).", ""]
         for finding in data.hunks:
             lines += hunk_lines(finding, data)
     if data.fixes:

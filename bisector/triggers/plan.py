@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from bisector.model import Step
 from bisector.publish.plan import CulpritPost, PublishPlan, RunVerdict
-from bisector.report.data import FixResult, ReportData
+from bisector.report.data import FixResult, HunkFinding, ReportData
 from bisector.report.markdown import step_summary
 
 if TYPE_CHECKING:
@@ -52,11 +52,16 @@ def _restore(fix: FixResult) -> str:
     return "; ".join(parts)
 
 
+def _hunk_line(h: HunkFinding) -> str:
+    return f"{h.summary}: " + "; ".join(f"`{label}`" for label in h.hunks)
+
+
 def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr: int | None = None,
           patches: Mapping[str, str] | None = None, base_branch: str = "main") -> PublishPlan:
     """`patches`: culprit sha -> patch text of its verified revert."""
     patches = dict(patches or {})
     fixes = {f.step_commit: f for f in data.fixes}
+    found = {h.step_commit: h for h in data.hunks}
     culprits = []
     for step in data.steps:
         if step.pr is None or step.candidates or any(c.pr == step.pr for c in culprits):
@@ -66,7 +71,9 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
         culprits.append(CulpritPost(pr=step.pr, step_summary=step_summary(step, data), table=_step_table(step),
                                     patch=patches.get(step.commit) if good_fix else None,
                                     restore=_restore(fix) if good_fix and fix else "",
-                                    patch_base=data.bad.sha, commit=step.commit))
+                                    patch_base=data.bad.sha, commit=step.commit,
+                                    hunk=_hunk_line(found[step.commit]) if step.commit in found else "",
+                                    hunk_diff=found[step.commit].diff if step.commit in found else ""))
     missing = missing_lines(data)
     return PublishPlan(run_id=run_id, repo=repo, verdict=verdict(data.steps, missing), report=report_md,
                        culprits=tuple(culprits), requester_pr=requester_pr, head_sha=data.bad.sha,
