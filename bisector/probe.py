@@ -169,7 +169,11 @@ class StoreProbe:
         samples = {s.key: tuple(v for t in trials if t.shape == s.key and t.status is TrialStatus.OK
                                 and (v := self.value(t)) is not None)[:repeats] for s in self.shapes}
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
-        broken = {t.shape: (t.error or t.log_tail).strip()[-200:] for t in trials
-                  if t.status in FAILED and not samples.get(t.shape) and t.shape not in wrong}
+        broken: dict[str, set[str]] = {}  # last error -> shapes that never ran
+        for key, error in {t.shape: (t.error or t.log_tail).strip()[-200:] for t in trials
+                           if t.status in FAILED and not samples.get(t.shape) and t.shape not in wrong}.items():
+            broken.setdefault(error, set()).add(key)
+        reason = "; ".join(f"{', '.join(sorted(keys))} {'does' if len(keys) == 1 else 'do'} not run: {error}"
+                           for error, keys in sorted(broken.items(), key=lambda kv: sorted(kv[1])))
         return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong and v}, wrong,
-                           reason="; ".join(f"{k} does not run: {e}" for k, e in sorted(broken.items())))
+                           reason=reason)

@@ -45,6 +45,14 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
         sign = -1 if plant.kind == "regression" else 1
         assert all(sign * step["change_pct"][k] > 0 for k in moved)
     assert len(found) == len(manifest.steps("cpu")), f"extra steps: {sorted(found)}"
+    # Down to the hunk: every plant edits the CPU kernel and its Triton twin; on the CPU the CPU hunk
+    # carries the step (fast-math's two hunks only together: a defaulted flag and the call dropping it).
+    hunks = {h["commit"]: h for h in result["hunks"]}
+    assert set(hunks) == set(found)
+    for plant in manifest.steps("cpu"):
+        h = hunks[plant.sha]
+        assert h["hunks"] and all(label.startswith("demolib/cpu_") for label in h["hunks"]), (plant.role, h)
+        assert h["alone"] == (plant.role != "fastmath_dropped") and len(h["hunks"]) == (1 if h["alone"] else 2)
     assert manifest.sha("broken_import") in result["skipped"]
     (window,) = result["wrong_windows"]
     assert window["first"] == manifest.sha("wrong_result")

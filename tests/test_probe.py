@@ -131,3 +131,11 @@ def test_a_commit_that_breaks_one_suite_gives_the_other_and_stops(tmp_path: Path
     assert p("a", 4).samples["gemm/m64"] and runner.started == []  # and is not asked for again
     got = p.together({"a": 6, "b": 3})
     assert [len(m.samples["gemm/m64"]) for m in got.values()] == [6, 3]
+
+
+def test_shapes_that_fail_alike_are_named_once(tmp_path: Path) -> None:
+    three = (*TWO, Shape("fa", "s128", (("B", 1), ("H", 1), ("S", 128), ("D", 64))))
+    runner = Runner(broken={"a": {"fa/s64", "fa/s128"}})
+    m = StoreProbe("c", three, Store(tmp_path / "r.sqlite"), Builds(), runner, parallel=1)("a", 3)
+    assert m.reason == "fa/s128, fa/s64 do not run: TypeError: _run() missing 'fastmath'"
+    assert set(m.samples) == {"gemm/m64"} and m.count() == 3
