@@ -60,8 +60,8 @@ def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], out: Path, a
             c = compare(before, after, config.thresholds.min_step_pct, alpha, shape)
             changes[shape] = c.change_pct
             whole = step.change_pct.get(shape, 0.0)
-            ok = ok and holds(c, math.copysign(1.0, whole), config.thresholds.min_step_pct, alpha) \
-                and c.change_pct / whole >= CARRIED_FRACTION
+            ok = ok and bool(whole) and c.change_pct / whole >= CARRIED_FRACTION \
+                and holds(c, math.copysign(1.0, whole), config.thresholds.min_step_pct, alpha)
         wrong = sorted(s for s in step.shapes if s in got.wrong)
         error = "; ".join(filter(None, [f"wrong result in {', '.join(wrong)}" if wrong else "", got.reason]))
         tries.append(HunkTry(labels, ok, changes, error))

@@ -2,7 +2,7 @@ from pathlib import Path
 
 from bisector.model import Commit, Step, Uncertain
 from bisector.report import markdown, render
-from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
+from bisector.report.data import CommitRow, FixResult, HunkFinding, HunkTry, ReportData, WrongResult
 
 
 def commit(i: int, pr: int | None) -> Commit:
@@ -63,6 +63,25 @@ def test_pairs_unsure_at_the_trial_cap_are_named_with_the_cap():
     assert ("Still unsure at the trial cap (24 trials a commit), taken as no step: `00aaaaa`..`03aaaaa` "
             "(#903) in s4096. A step near 1% could hide there") in text
     assert "Still unsure" not in markdown.render(data)
+
+
+def test_a_culprit_narrowed_to_its_hunk_shows_each_subset_and_the_diff():
+    from dataclasses import replace
+
+    data = make_data()
+    diff = "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-```py\n+````py\n"  # fences inside the diff
+    finding = HunkFinding(data.steps[0].commit, 3, ("kern/fa.py @@ -40,9 +40,8 @@",), True, (
+        HunkTry(("docs/a.md (whole file)", "kern/fa.py @@ -40,9 +40,8 @@"), True, {"fa/s16384": -10.8}),
+        HunkTry(("docs/a.md (whole file)",), False, {"fa/s16384": 0.3}),
+        HunkTry(("kern/fa.py @@ -40,9 +40,8 @@",), True, {"fa/s16384": -11.2}),
+        HunkTry(("kern/util.py @@ -1 +1 @@",), False, error="fa/s16384 does not run: TypeError")),
+        "/r/hunk-04aaaaa.patch", diff)
+    text = markdown.render(replace(data, hunks=(finding,)))
+    assert "- `04aaaaa` (#904): 1 of 3 hunks carry the step alone ([hunk-04aaaaa.patch](hunk-04aaaaa.patch)):" in text
+    assert "  - parent + `docs/a.md (whole file)`: s16384 +0.3% — does not reproduce the step" in text
+    assert "  - parent + `kern/fa.py @@ -40,9 +40,8 @@`: s16384 -11.2% — reproduces the step" in text
+    assert "`kern/util.py @@ -1 +1 @@`: fa/s16384 does not run: TypeError — does not reproduce" in text
+    assert "\n`````diff\n--- a/README.md" in text and "+````py\n`````\n" in text
 
 
 def test_write_report_makes_pngs(tmp_path: Path):

@@ -8,9 +8,8 @@ run with missing data never claims "no change".
 
 from __future__ import annotations
 
-import re
-
 from bisector.publish.plan import CulpritPost, PublishPlan, RunVerdict
+from bisector.report.markdown import code_fence
 
 GITHUB_BODY_LIMIT = 65536  # characters GitHub accepts in one comment or PR body
 STATUS_CONTEXT = "bisector"
@@ -62,15 +61,9 @@ def _missing_section(plan: PublishPlan) -> list[str]:
     return ["#### Missing data", "", *(f"- {line}" for line in plan.missing), ""]
 
 
-def _fence(text: str) -> str:
-    """A backtick fence longer than any run of backticks inside `text`."""
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
-
-
 def _details(summary: str, diff: str) -> list[str]:
     """A diff folded under its summary line."""
-    fence = _fence(diff)
+    fence = code_fence(diff)
     return [f"<details><summary>{summary}</summary>", "", f"{fence}diff", diff.rstrip("\n"), fence, "", "</details>", ""]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -150,6 +151,12 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     return [f"- revert of {name} on the tip ([{patch}]({patch})){correct}:", *[f"  - {p}" for p in parts]]
 
 
+def code_fence(text: str) -> str:
+    """A backtick fence longer than any run of backticks inside `text`."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
 def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
     link = Path(finding.patch_path).name if finding.patch_path else ""
@@ -160,7 +167,8 @@ def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
         lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}"
                      f" — {'reproduces' if t.carries else 'does not reproduce'} the step")
     diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
-    return [*lines, "", "```diff", diff.rstrip("\n"), "```", ""]
+    fence = code_fence(diff)
+    return [*lines, "", f"{fence}diff", diff.rstrip("\n"), fence, ""]
 
 
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
