@@ -1,6 +1,6 @@
 """The composition root: the only module that wires concrete parts together.
 
-    config -> range -> builds -> trials (subject + control) -> store -> localize -> fixes -> report
+    config -> range -> builds -> trials (subject + control) -> store -> localize -> fixes, hunks -> report
 """
 
 from __future__ import annotations
