@@ -45,6 +45,9 @@ class Build:
     cache_dir: str | None = None
     cache_max_gb: float = 50.0
     parallel: int = 1  # background prefetch builds at once
+    # Patched builds of a culprit's parent the hunk search may make; for a compiled upstream each is
+    # a full build of the project (its LLVM stays cached), so a 40-hunk refactor is bounded.
+    max_hunk_builds: int = 12
 
 
 @dataclass(frozen=True)
@@ -218,7 +221,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         path=str(path),
         upstream=upstream,
         build=_build(top.section("build", ("recipe", "pip_args", "steps", "import_check", "cache_dir",
-                                           "cache_max_gb", "parallel"))),
+                                           "cache_max_gb", "parallel", "max_hunk_builds"))),
         device=device,
         devices=tuple(visible),
         control=control,
@@ -247,7 +250,8 @@ def _build(sec: _Section) -> Build:
         raise ConfigError(sec.path, sec.name("steps"), "the command recipe needs at least one step")
     return Build(recipe=recipe, pip_args=sec.strings("pip_args", ("--no-deps",)), steps=tuple(steps),
                  import_check=sec.get("import_check", str, None), cache_dir=sec.get("cache_dir", str, None),
-                 cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1))
+                 cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1),
+                 max_hunk_builds=sec.positive("max_hunk_builds", int, 12))
 
 
 def _subjects(top: _Section) -> dict[str, Subject]:

@@ -67,10 +67,10 @@ def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], out: Path, a
         tries.append(HunkTry(labels, ok, changes, error))
         return ok
 
-    found = hunks.search(len(parts), carries)
+    found = hunks.search(len(parts), carries, budget=config.build.max_hunk_builds)
     text = hunks.patch_of([parts[i] for i in found.found])
     path = out / f"hunk-{step.commit[:7]}.patch"
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return HunkFinding(step.commit, len(parts), tuple(parts[i].label for i in found.found), found.alone,
-                       tuple(tries), str(path), text)
+                       tuple(tries), str(path), text, complete=found.complete)

@@ -104,23 +104,45 @@ class HunkSearch:
     found: tuple[int, ...]
     alone: bool
     tried: tuple[tuple[tuple[int, ...], bool], ...]
+    complete: bool = True  # False: stopped at the build budget; the step is within `found`
 
 
-def search(n_hunks: int, carries: Callable[[tuple[int, ...]], bool]) -> HunkSearch:
+def search(n_hunks: int, carries: Callable[[tuple[int, ...]], bool], budget: int | None = None) -> HunkSearch:
     """Zeller's delta debugging (ddmin) over the commit's hunks: keep a chunk, or drop one, while
     what is left still reproduces the step (`carries`: the parent with that subset applied moves as
     the commit did). One hunk costs 2 ceil(log2 n) builds at most; hunks that only work together (a
-    signature changed in one place, its callers in another) end as a set none of which can go."""
+    signature changed in one place, its callers in another) end as a set none of which can go.
+    `budget` caps the subsets measured: at the cap the search stops at the smallest set known to
+    carry the step."""
     tried: list[tuple[tuple[int, ...], bool]] = []
-    seen: dict[tuple[int, ...], bool] = {}
+    best = tuple(range(n_hunks))  # the whole commit carries its own step
 
     def test(subset: tuple[int, ...]) -> bool:
-        if subset not in seen:
-            seen[subset] = carries(subset)
-            tried.append((subset, seen[subset]))
-        return seen[subset]
+        nonlocal best
+        done = dict(tried)
+        if subset in done:
+            return done[subset]
+        if budget is not None and len(tried) >= budget:
+            raise _OutOfBudget
+        ok = carries(subset)
+        tried.append((subset, ok))
+        if ok and len(subset) < len(best):
+            best = subset
+        return ok
 
-    cands, parts = tuple(range(n_hunks)), 2
+    try:
+        found = _ddmin(best, test)
+    except _OutOfBudget:
+        return HunkSearch(best, False, tuple(tried), complete=False)
+    return HunkSearch(found, len(found) == 1, tuple(tried))
+
+
+class _OutOfBudget(Exception):
+    """The build budget is spent."""
+
+
+def _ddmin(cands: tuple[int, ...], test: Callable[[tuple[int, ...]], bool]) -> tuple[int, ...]:
+    parts = 2
     while len(cands) >= 2:
         size = len(cands) / parts
         chunks = [cands[round(i * size):round((i + 1) * size)] for i in range(parts)]
@@ -136,4 +158,4 @@ def search(n_hunks: int, carries: Callable[[tuple[int, ...]], bool]) -> HunkSear
         if parts >= len(cands):
             break
         parts = min(len(cands), 2 * parts)
-    return HunkSearch(cands, len(cands) == 1, tuple(tried))
+    return cands

@@ -101,3 +101,12 @@ def test_no_hunk_or_one_hunk() -> None:
     assert hunks.search(0, scripted(set())).found == () and not hunks.search(0, scripted(set())).alone
     one = hunks.search(1, scripted({0}))
     assert one.found == (0,) and one.alone and one.tried == ()
+
+
+def test_the_build_budget_stops_at_the_smallest_set_known_to_carry() -> None:
+    found = hunks.search(16, scripted({3, 12}), budget=5)
+    assert len(found.tried) == 5 and not found.complete and not found.alone
+    carrying = [part for part, ok in found.tried if ok]
+    assert found.found == (min(carrying, key=len) if carrying else tuple(range(16)))
+    assert {3, 12} <= set(found.found)
+    assert hunks.search(16, scripted({3}), budget=8).complete  # one hunk: 2 * log2(16) = 8 builds suffice

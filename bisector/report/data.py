@@ -72,9 +72,13 @@ class HunkFinding:
     tries: tuple[HunkTry, ...]
     patch_path: str | None = None  # the found hunks as a patch on the parent
     diff: str = ""  # the same patch's text
+    complete: bool = True  # False: stopped at `build.max_hunk_builds`; the step is within `hunks`
 
     @property
     def summary(self) -> str:
+        if not self.complete:
+            return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the search stopped at "
+                    f"{len(self.tries)} patched builds, `build.max_hunk_builds`)")
         how = "alone" if self.alone else "only together (without any one of them it is gone)"
         return f"{len(self.hunks)} of {self.n_hunks} hunks carry the step {how}"
 
