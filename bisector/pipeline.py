@@ -162,7 +162,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         out = report_path(config, options)
         fixes, patches = (verify_fixes(session, result, commits, out) if options.verify_fixes and not options.offline
                           else ((), {}))
-        found = (culprit_hunks.find_hunks(session, result.steps, out, settings.alpha / max(1, len(config.shapes)))
+        had = {sha: m.count() for sha, m in result.measurements.items()}
+        found = (culprit_hunks.find_hunks(session, result.steps, had, out)
                  if options.find_hunks and not options.offline else ())
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows)
         data = replace(data, hunks=found)

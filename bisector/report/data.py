@@ -56,7 +56,7 @@ class HunkTry:
     """The parent with some of the culprit's hunks applied, measured against the parent."""
 
     hunks: tuple[str, ...]  # labels: path and hunk header
-    carries: bool  # moved the step's shapes at least half as far as the whole commit did
+    carries: bool  # sat nearer the culprit than the parent (median over the step's shapes)
     change_pct: Mapping[str, float] = field(default_factory=dict)  # per step shape; empty if it did not run
     error: str = ""
 

@@ -199,8 +199,10 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
                   f"A step near {data.min_step_pct:g}% could hide there; raise `protocol.max_trials` to decide."]
     if data.hunks:
         lines += ["", "## The hunks that carry each step", "",
-                  "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured against "
-                  "the parent: the part that reproduces the step is split again (delta debugging).", ""]
+                  "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured "
+                  "alternately with fresh trials of the parent (the change shown is against those): a part that sits "
+                  "nearer the culprit than the parent, by the median over the step's shapes, is split again "
+                  "(delta debugging).", ""]
         for finding in data.hunks:
             lines += hunk_lines(finding, data)
     if data.fixes:
