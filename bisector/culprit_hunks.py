@@ -82,14 +82,15 @@ def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], parent_had: 
 def _alternate(parent: Callable[[int], Measurement], subset: Callable[[int], Measurement], n: int,
                together: int) -> tuple[Measurement, Measurement]:
     """n trials of each, in rounds of one device-full, the order alternating from round to round."""
-    rounds = range(together, n + together, together)
-    for r, k in enumerate(rounds):
+    for r, k in enumerate(range(together, n + together, together)):
         k = min(n, k)
         if r % 2:
-            subset(k), parent(k)
+            got = subset(k)
+            base = parent(k)
         else:
-            parent(k), subset(k)
-    return parent(n), subset(n)
+            base = parent(k)
+            got = subset(k)
+    return base, got
 
 
 def _tail(m: Measurement, start: int) -> dict[str, tuple[float, ...]]:

@@ -114,27 +114,24 @@ def search(n_hunks: int, carries: Callable[[tuple[int, ...]], bool], budget: int
     signature changed in one place, its callers in another) end as a set none of which can go.
     `budget` caps the subsets measured: at the cap the search stops at the smallest set known to
     carry the step."""
-    tried: list[tuple[tuple[int, ...], bool]] = []
+    tried: dict[tuple[int, ...], bool] = {}  # in the order measured
     best = tuple(range(n_hunks))  # the whole commit carries its own step
 
     def test(subset: tuple[int, ...]) -> bool:
         nonlocal best
-        done = dict(tried)
-        if subset in done:
-            return done[subset]
-        if budget is not None and len(tried) >= budget:
-            raise _OutOfBudget
-        ok = carries(subset)
-        tried.append((subset, ok))
-        if ok and len(subset) < len(best):
-            best = subset
-        return ok
+        if subset not in tried:
+            if budget is not None and len(tried) >= budget:
+                raise _OutOfBudget
+            tried[subset] = carries(subset)
+            if tried[subset] and len(subset) < len(best):
+                best = subset
+        return tried[subset]
 
     try:
         found = _ddmin(best, test)
     except _OutOfBudget:
-        return HunkSearch(best, False, tuple(tried), complete=False)
-    return HunkSearch(found, len(found) == 1, tuple(tried))
+        return HunkSearch(best, False, tuple(tried.items()), complete=False)
+    return HunkSearch(found, len(found) == 1, tuple(tried.items()))
 
 
 class _OutOfBudget(Exception):

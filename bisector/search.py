@@ -34,7 +34,7 @@ from bisector.stats import compare, holds, log_sd
 # Degrees of freedom from which the pooled noise replaces each pair's own (Welch) estimate.
 POOLED_MIN_DF = 12
 
-__all__ = ["SearchSettings", "localize", "result_json"]
+__all__ = ["SearchSettings", "localize", "result_json", "uncertain_json"]
 
 
 @dataclass(frozen=True)
@@ -330,6 +330,10 @@ def _merged(pairs: Sequence[Uncertain]) -> tuple[Uncertain, ...]:
     return tuple(Uncertain(a, b, tuple(sorted(s))) for (a, b), s in shapes.items())
 
 
+def uncertain_json(pairs: Sequence[Uncertain]) -> list[dict[str, object]]:
+    return [{"before": u.before, "after": u.after, "shapes": list(u.shapes)} for u in pairs]
+
+
 def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = None) -> dict[str, object]:
     """The `--json` form shared by simulate, analyze, run and demo."""
     prs = prs or {}
@@ -348,5 +352,5 @@ def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = Non
         "dropped": [step(s) for s in result.dropped],
         "probe_calls": [[sha, n] for sha, n in result.probes],
         "wrong": {sha: sorted(v) for sha, v in result.wrong.items()},
-        "uncertain": [{"before": u.before, "after": u.after, "shapes": list(u.shapes)} for u in result.uncertain],
+        "uncertain": uncertain_json(result.uncertain),
     }

@@ -9,7 +9,7 @@ run with missing data never claims "no change".
 from __future__ import annotations
 
 from bisector.publish.plan import CulpritPost, PublishPlan, RunVerdict
-from bisector.report.markdown import code_fence
+from bisector.report.markdown import diff_block
 
 GITHUB_BODY_LIMIT = 65536  # characters GitHub accepts in one comment or PR body
 STATUS_CONTEXT = "bisector"
@@ -63,8 +63,7 @@ def _missing_section(plan: PublishPlan) -> list[str]:
 
 def _details(summary: str, diff: str) -> list[str]:
     """A diff folded under its summary line."""
-    fence = code_fence(diff)
-    return [f"<details><summary>{summary}</summary>", "", f"{fence}diff", diff.rstrip("\n"), fence, "", "</details>", ""]
+    return [f"<details><summary>{summary}</summary>", "", *diff_block(diff), "", "</details>", ""]
 
 
 def _culprit_section(plan: PublishPlan, c: CulpritPost, draft_url: str | None) -> list[str]:

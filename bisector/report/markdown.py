@@ -151,10 +151,10 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     return [f"- revert of {name} on the tip ([{patch}]({patch})){correct}:", *[f"  - {p}" for p in parts]]
 
 
-def code_fence(text: str) -> str:
-    """A backtick fence longer than any run of backticks inside `text`."""
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
+def diff_block(diff: str) -> list[str]:
+    """A fenced diff, the fence longer than any run of backticks inside it."""
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", diff)), default=0))
+    return [f"{fence}diff", diff.rstrip("\n"), fence]
 
 
 def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
@@ -167,8 +167,7 @@ def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
         lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}"
                      f" — {'reproduces' if t.carries else 'does not reproduce'} the step")
     diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
-    fence = code_fence(diff)
-    return [*lines, "", f"{fence}diff", diff.rstrip("\n"), fence, ""]
+    return [*lines, "", *diff_block(diff), ""]
 
 
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:

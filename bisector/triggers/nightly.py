@@ -20,6 +20,7 @@ from bisector import gitrepo, pipeline, publish
 from bisector.config import Config
 from bisector.model import ProbeStatus
 from bisector.report.plots import render_trend
+from bisector.search import uncertain_json
 from bisector.store import Night
 from bisector.triggers import perf
 from bisector.triggers import plan as plan_mod
@@ -120,7 +121,7 @@ def _compare(session: pipeline.Session, config: Config, date: str, base: str, ti
                       "change_pct": dict(s.change_pct)}
     verdict["steps"] = [step(s) for s in result.steps]
     verdict["dropped"] = [step(s) for s in result.dropped]
-    verdict["unsure"] = [{"before": u.before, "after": u.after, "shapes": list(u.shapes)} for u in result.uncertain]
+    verdict["unsure"] = uncertain_json(result.uncertain)
     return Night(date, tip, False, verdict), outcome
 
 
