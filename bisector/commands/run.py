@@ -39,8 +39,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
         click.echo(f"  wrong results in {', '.join(w.shapes)} from {w.first[:7]}"
                    + (f" until {w.fixed[:7]}" if w.fixed else " to the tip"))
     for h in outcome.report.hunks:
-        click.echo(f"  {h.step_commit[:7]}: {'' if h.alone else 'only together: '}{'; '.join(h.hunks)} "
-                   f"({len(h.hunks)} of {h.n_hunks} hunks)")
+        click.echo(f"  {h.step_commit[:7]}: {h.summary}: {'; '.join(h.hunks)}")
     for step in outcome.result.dropped:
         click.echo("  dropped (did not hold against its parent): " + step_summary(step, outcome.report))
     click.echo(f"report: {outcome.report_dir / 'report.md'}")
