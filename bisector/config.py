@@ -16,6 +16,7 @@ DEVICES = ("cpu", "cuda", "rocm")
 CONTROLS = ("torch", "torch_cuda", "aiter", "none")
 SUBJECT_ADAPTERS = ("triton", "torch", "flydsl", "aiter", "callable")
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
+WORKER_SOURCES = ("fork", "spawn")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Build:
     # Patched builds of a culprit's parent the hunk search may make; for a compiled upstream each is
     # a full build of the project (its LLVM stays cached), so a 40-hunk refactor is bounded.
     max_hunk_builds: int = 12
+    max_hunk_trials: int = 64  # trial processes the hunk search of one culprit may run (subsets and parent)
+    memory_gb: float = 0.0  # a build step's process tree is killed above this (0: half the RAM)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,12 @@ class Protocol:
     jit_cache_env: tuple[str, ...] = ("TRITON_CACHE_DIR",)
     env: Mapping[str, str] = field(default_factory=dict)
     seed: int = 0
+    # How trial processes come to be (bisector/runner/workers.py): "fork" from a zygote that
+    # imported torch once, or "spawn" one interpreter per trial. Each process runs one trial.
+    workers: str = "fork"
+    ahead: int | None = None  # workers kept ready per device (None: from the CPU count; 0 on CPU)
+    preload: tuple[str, ...] | None = None  # modules a worker imports before its trial (None: torch, triton)
+    memory_gb: float = 0.0  # a trial's process tree is killed above this (0: half the RAM over the devices)
 
 
 METRICS = ("ratio", "speed")
@@ -221,14 +230,16 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         path=str(path),
         upstream=upstream,
         build=_build(top.section("build", ("recipe", "pip_args", "steps", "import_check", "cache_dir",
-                                           "cache_max_gb", "parallel", "max_hunk_builds"))),
+                                           "cache_max_gb", "parallel", "max_hunk_builds", "max_hunk_trials",
+                                           "memory_gb"))),
         device=device,
         devices=tuple(visible),
         control=control,
         subjects=_subjects(top),
         shapes=_shapes(top),
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "reps", "warmup", "flush_mb",
-                                                    "timeout_s", "jit_cache_env", "env", "seed"))),
+                                                    "timeout_s", "jit_cache_env", "env", "seed", "workers",
+                                                    "ahead", "preload", "memory_gb"))),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric"))),
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
                                                  "comment_on_requester", "draft_pr", "commit_status"))),
@@ -251,7 +262,9 @@ def _build(sec: _Section) -> Build:
     return Build(recipe=recipe, pip_args=sec.strings("pip_args", ("--no-deps",)), steps=tuple(steps),
                  import_check=sec.get("import_check", str, None), cache_dir=sec.get("cache_dir", str, None),
                  cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1),
-                 max_hunk_builds=sec.positive("max_hunk_builds", int, 12))
+                 max_hunk_builds=sec.positive("max_hunk_builds", int, 12),
+                 max_hunk_trials=sec.positive("max_hunk_trials", int, 64),
+                 memory_gb=_non_negative(sec, "memory_gb"))
 
 
 def _subjects(top: _Section) -> dict[str, Subject]:
@@ -323,7 +336,18 @@ def _protocol(sec: _Section) -> Protocol:
                     warmup=sec.get("warmup", int, 3), flush_mb=sec.get("flush_mb", int, 0),
                     timeout_s=sec.positive("timeout_s", float, 600.0),
                     jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
-                    env=sec.str_map("env"), seed=sec.get("seed", int, 0))
+                    env=sec.str_map("env"), seed=sec.get("seed", int, 0),
+                    workers=sec.get("workers", str, "fork", choices=WORKER_SOURCES),
+                    ahead=_non_negative(sec, "ahead", int, None),
+                    preload=sec.strings("preload") if "preload" in sec.data else None,
+                    memory_gb=_non_negative(sec, "memory_gb"))
+
+
+def _non_negative(sec: _Section, key: str, kind: type = float, default: Any = 0.0) -> Any:
+    value = sec.get(key, kind, default)
+    if value is not None and value < 0:
+        raise ConfigError(sec.path, sec.name(key), f"must be >= 0, got {value!r}")
+    return value
 
 
 def _thresholds(sec: _Section) -> Thresholds:

@@ -1,14 +1,17 @@
 """Down from the culprit commit to its hunk: patched builds of the parent, measured like any commit.
 
-Each subset of the culprit's hunks is applied to its parent, built (cached by patch hash) and given
-the protocol's trials, alternating with as many fresh trials of the unpatched parent: the two then
-share the machine's state of the moment (on two CPU cores, groups of trials minutes apart differ by
-up to ~10% with nothing changed). All trials go to the store, and which of the parent's trials
-belong to which subset follows from the order of the search, so a resumed run measures nothing twice.
+Each round of the search (bisector/hunks.py) asks about several subsets of the culprit's hunks at
+once: each is applied to the parent and built (cached by patch hash), and all are measured side
+by side with the parent itself, one trial of each per round, on the step's shapes only. The
+parent's drift is then measured once per round, not once per subset, and the culprit's side of
+the comparison is the step as verification measured it (parent and culprit side by side).
 
 A subset carries the step when, over the step's shapes, it sits nearer the culprit than the parent:
 the median over shapes of log(subset / parent) / log(culprit / parent) is at least one half. The
-median keeps one noisy shape of the step (a false one, or the noisiest) from deciding alone.
+median keeps one noisy shape of the step (a false one, or the noisiest) from deciding alone. A
+subset that does not build, does not run (it fails once: one trial, never again) or gives wrong
+results does not carry the step, and the report says why. The search stops at
+`build.max_hunk_builds` patched builds or `build.max_hunk_trials` trials, whichever comes first.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from bisector import gitrepo, hunks
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
+from bisector.probe import Taken, fresh, side_by_side
 from bisector.report.data import HunkFinding, HunkTry
 
 if TYPE_CHECKING:
@@ -30,10 +34,8 @@ if TYPE_CHECKING:
 CARRIED_FRACTION = 0.5
 
 
-def find_hunks(session: Session, steps: Sequence[Step], parent_trials: Mapping[str, int],
-               out: Path) -> tuple[HunkFinding, ...]:
-    """A finding for every verified step whose commit has two hunks or more. `parent_trials`: how
-    many trials each parent had when the search ended (the fresh ones taken here come after)."""
+def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path) -> tuple[HunkFinding, ...]:
+    """A finding for every verified step whose commit has two hunks or more."""
     findings = []
     for step in steps:
         if step.candidates or not step.verified:
@@ -41,60 +43,66 @@ def find_hunks(session: Session, steps: Sequence[Step], parent_trials: Mapping[s
         parts = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
         if len(parts) < 2:
             continue
-        findings.append(_one(session, step, parts, parent_trials.get(step.parent, 0), out))
+        findings.append(_one(session, step, parts, taken, out))
     return tuple(findings)
 
 
-def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], parent_had: int, out: Path) -> HunkFinding:
-    config = session.config
-    n, together = config.protocol.trials, max(1, len(config.devices))
-    base = session.probe()
-    tries: list[HunkTry] = []
+class _Rounds:
+    """Measures rounds of subsets against the parent, within the trial budget."""
 
-    def carries(subset: tuple[int, ...]) -> bool:
-        labels = tuple(parts[i].label for i in subset)
-        patch = hunks.patch_of([parts[i] for i in subset])
-        patched = session.probe(patch=patch, patch_hash=patch_hash(patch))
-        first = parent_had + len(tries) * n  # this subset's share of the parent's fresh trials
-        parent, got = _alternate(lambda k: base(step.parent, first + k), lambda k: patched(step.parent, k),
-                                 n, together)
-        if got.status is not ProbeStatus.OK or parent.status is not ProbeStatus.OK:
-            tries.append(HunkTry(labels, False, error=(got.reason or parent.reason).strip()[-200:]))
+    def __init__(self, session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken) -> None:
+        config = session.config
+        self.session, self.step, self.parts, self.taken = session, step, parts, taken
+        self.shapes = tuple(s for s in config.shapes if s.key in step.shapes)
+        self.base = session.probe(shapes=self.shapes)
+        self.n = max(1, config.protocol.trials)
+        self.trials_left = config.build.max_hunk_trials
+        self.tries: list[HunkTry] = []
+        self.stopped = ""  # which budget ended the search: "builds" or "trials"
+
+    def __call__(self, subsets: Sequence[tuple[int, ...]]) -> list[bool]:
+        cost = self.n * (len(subsets) + 1)
+        if cost > self.trials_left:
+            self.stopped = "trials"
+            raise hunks.OutOfBudget
+        self.trials_left -= cost
+        probes = []
+        for subset in subsets:
+            patch = hunks.patch_of([self.parts[i] for i in subset])
+            probes.append(self.session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=self.shapes,
+                                             max_crashes=1))
+        start = self.taken.take(self.base, self.step.parent, self.n)
+        got = side_by_side([(self.base, self.step.parent, start + self.n)]
+                           + [(p, self.step.parent, self.n) for p in probes])
+        parent = fresh(got[0], start, self.n)
+        return [self._judge(subset, parent, m) for subset, m in zip(subsets, got[1:])]
+
+    def _judge(self, subset: tuple[int, ...], parent: Mapping[str, Sequence[float]], got: Measurement) -> bool:
+        labels = tuple(self.parts[i].label for i in subset)
+        wrong = sorted(s for s in self.step.shapes if s in got.wrong)
+        if got.status is not ProbeStatus.OK:
+            self.tries.append(HunkTry(labels, False, error=(got.reason or "did not run").strip()[-200:]))
             return False
-        changes = _changes(step, _tail(parent, first), got)
-        position = [math.log1p(changes[s] / 100) / math.log1p(step.change_pct[s] / 100)
-                    for s in changes if step.change_pct.get(s)]
-        ok = len(changes) == len(step.shapes) and bool(position) and statistics.median(position) >= CARRIED_FRACTION
-        wrong = sorted(s for s in step.shapes if s in got.wrong)
+        changes = _changes(self.step, parent, got)
+        position = [math.log1p(changes[s] / 100) / math.log1p(self.step.change_pct[s] / 100)
+                    for s in changes if self.step.change_pct.get(s)]
+        ok = (not wrong and len(changes) == len(self.step.shapes) and bool(position)
+              and statistics.median(position) >= CARRIED_FRACTION)
         error = "; ".join(filter(None, [f"wrong result in {', '.join(wrong)}" if wrong else "", got.reason]))
-        tries.append(HunkTry(labels, ok, changes, error))
+        self.tries.append(HunkTry(labels, ok, changes, error))
         return ok
 
-    found = hunks.search(len(parts), carries, budget=config.build.max_hunk_builds)
+
+def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken, out: Path) -> HunkFinding:
+    rounds = _Rounds(session, step, parts, taken)
+    found = hunks.search(len(parts), rounds, budget=session.config.build.max_hunk_builds)
     text = hunks.patch_of([parts[i] for i in found.found])
     path = out / f"hunk-{step.commit[:7]}.patch"
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+    stopped = "" if found.complete else (rounds.stopped or "builds")
     return HunkFinding(step.commit, len(parts), tuple(parts[i].label for i in found.found), found.alone,
-                       tuple(tries), str(path), text, complete=found.complete)
-
-
-def _alternate(parent: Callable[[int], Measurement], subset: Callable[[int], Measurement], n: int,
-               together: int) -> tuple[Measurement, Measurement]:
-    """n trials of each, in rounds of one device-full, the order alternating from round to round."""
-    for r, k in enumerate(range(together, n + together, together)):
-        k = min(n, k)
-        if r % 2:
-            got = subset(k)
-            base = parent(k)
-        else:
-            base = parent(k)
-            got = subset(k)
-    return base, got
-
-
-def _tail(m: Measurement, start: int) -> dict[str, tuple[float, ...]]:
-    return {s: v[start:] for s, v in m.samples.items()}
+                       tuple(rounds.tries), str(path), text, complete=found.complete, stopped_at=stopped)
 
 
 def _changes(step: Step, parent: Mapping[str, Sequence[float]], got: Measurement) -> dict[str, float]:

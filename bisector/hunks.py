@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-__all__ = ["Hunk", "HunkSearch", "split", "patch_of", "search"]
+__all__ = ["Hunk", "HunkSearch", "OutOfBudget", "split", "patch_of", "search"]
 
 _HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 
@@ -107,48 +107,55 @@ class HunkSearch:
     complete: bool = True  # False: stopped at the build budget; the step is within `found`
 
 
-def search(n_hunks: int, carries: Callable[[tuple[int, ...]], bool], budget: int | None = None) -> HunkSearch:
+def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Sequence[bool]],
+           budget: int | None = None) -> HunkSearch:
     """Zeller's delta debugging (ddmin) over the commit's hunks: keep a chunk, or drop one, while
-    what is left still reproduces the step (`carries`: the parent with that subset applied moves as
-    the commit did). One hunk costs 2 ceil(log2 n) builds at most; hunks that only work together (a
-    signature changed in one place, its callers in another) end as a set none of which can go.
-    `budget` caps the subsets measured: at the cap the search stops at the smallest set known to
-    carry the step."""
+    what is left still reproduces the step (`carries_many`: for each subset, does the parent with
+    it applied move as the commit did). Each level's chunks are asked for at once, so they are
+    built together and measured side by side in one round with the parent (its drift is measured
+    once per round, not once per subset). One hunk costs 2 ceil(log2 n) builds at most; hunks that
+    only work together (a signature changed in one place, its callers in another) end as a set
+    none of which can go. `budget` caps the subsets measured, and `carries_many` may raise
+    OutOfBudget (its trials are spent): the search then stops at the smallest set known to carry
+    the step."""
     tried: dict[tuple[int, ...], bool] = {}  # in the order measured
     best = tuple(range(n_hunks))  # the whole commit carries its own step
 
-    def test(subset: tuple[int, ...]) -> bool:
+    def test(subsets: Sequence[tuple[int, ...]]) -> list[bool]:
         nonlocal best
-        if subset not in tried:
-            if budget is not None and len(tried) >= budget:
-                raise _OutOfBudget
-            tried[subset] = carries(subset)
-            if tried[subset] and len(subset) < len(best):
-                best = subset
-        return tried[subset]
+        new = list(dict.fromkeys(s for s in subsets if s not in tried))
+        if new:
+            if budget is not None and len(tried) + len(new) > budget:
+                raise OutOfBudget
+            for subset, ok in zip(new, carries_many(new)):
+                tried[subset] = ok
+                if ok and len(subset) < len(best):
+                    best = subset
+        return [tried[s] for s in subsets]
 
     try:
         found = _ddmin(best, test)
-    except _OutOfBudget:
+    except OutOfBudget:
         return HunkSearch(best, False, tuple(tried.items()), complete=False)
     return HunkSearch(found, len(found) == 1, tuple(tried.items()))
 
 
-class _OutOfBudget(Exception):
-    """The build budget is spent."""
+class OutOfBudget(Exception):
+    """The build or trial budget is spent."""
 
 
-def _ddmin(cands: tuple[int, ...], test: Callable[[tuple[int, ...]], bool]) -> tuple[int, ...]:
+def _ddmin(cands: tuple[int, ...], test: Callable[[Sequence[tuple[int, ...]]], list[bool]]) -> tuple[int, ...]:
     parts = 2
     while len(cands) >= 2:
         size = len(cands) / parts
         chunks = [cands[round(i * size):round((i + 1) * size)] for i in range(parts)]
-        kept = next((c for c in chunks if test(c)), None)
+        kept = next((c for c, ok in zip(chunks, test(chunks)) if ok), None)
         if kept is not None:
             cands, parts = kept, 2
             continue
         if parts > 2:  # with two chunks each complement is the other chunk, already tried
-            rest = next((r for c in chunks if test(r := tuple(x for x in cands if x not in c))), None)
+            rests = [tuple(x for x in cands if x not in c) for c in chunks]
+            rest = next((r for r, ok in zip(rests, test(rests)) if ok), None)
             if rest is not None:
                 cands, parts = rest, max(parts - 1, 2)
                 continue

@@ -77,7 +77,35 @@ def _v2(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1, _v2)
+def _v3(conn: sqlite3.Connection) -> None:
+    """Which trial process of its (commit, patch) a row came from, and claims on the next ones.
+
+    Two runs on one store measured the same (commit, shape, seed) twice: each counted what was
+    stored and started the same next trial. A run now claims a slot before it starts its trial;
+    a claim held by a live process is waited for, one whose owner is gone is taken over. Old rows
+    get their slot from their order: one process = one log file."""
+    conn.execute("ALTER TABLE trials ADD COLUMN slot INTEGER")
+    slots: dict[tuple[object, ...], dict[str, int]] = {}
+    updates = []
+    for id_, campaign, sha, patch, protocol in conn.execute(
+            "SELECT id, campaign, sha, patch_hash, protocol FROM trials ORDER BY id").fetchall():
+        log = str(json.loads(protocol or "{}").get("log_path") or id_)
+        seen = slots.setdefault((campaign, sha, patch), {})
+        updates.append((seen.setdefault(log, len(seen)), id_))
+    conn.executemany("UPDATE trials SET slot = ? WHERE id = ?", updates)
+    _script(
+        conn,
+        """
+        CREATE TABLE claims (
+            campaign TEXT NOT NULL, sha TEXT NOT NULL, patch_hash TEXT NOT NULL DEFAULT '', slot INTEGER NOT NULL,
+            owner TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, claimed_at REAL NOT NULL,
+            PRIMARY KEY (campaign, sha, patch_hash, slot));
+        CREATE INDEX trials_slot ON trials (campaign, sha, patch_hash, slot);
+        """
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

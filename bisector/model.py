@@ -108,6 +108,7 @@ class TrialRecord:
     patch_hash: str | None = None
     started_at: str = ""
     finished_at: str = ""
+    slot: int | None = None  # which trial process of its (commit, patch) this was: 0, 1, ...
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,11 +21,14 @@ from bisector.correctness import WrongWindow, localize_wrong
 from bisector.errors import BadInput
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
-from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, TrialRecord, TrialStatus
-from bisector.probe import ProbeEvent, StoreProbe
+from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Shape, TrialRecord,
+                            TrialStatus)
+from bisector.fixes import verify_fixes
+from bisector.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
-from bisector.runner import Launcher
+from bisector.runner import make_executor
+from bisector.runner.executor import Executor, TrialJob
 from bisector.store import Store, campaign_key
 
 
@@ -85,20 +89,42 @@ class Session:
         cache_root = Path(config.build.cache_dir) if config.build.cache_dir else self.work / "builds"
         self.builder = Builder(self.repo, config.upstream, config.build, cache_root)
         self.prefetcher = Prefetcher(self.builder, config.build.parallel)
-        self.launcher = Launcher(config, self.work)
+        self._executor: Executor | None = None
         self.observer = observer
 
-    def probe(self, patch: str | None = None, patch_hash: str | None = None, offline: bool = False) -> StoreProbe:
-        return StoreProbe(self.campaign, self.config.shapes, self.store, self.prefetcher, self.launcher,
-                          seed=self.config.protocol.seed, patch=patch, patch_hash=patch_hash,
-                          recipe=self.config.build.recipe, parallel=len(self.config.devices),
+    @property
+    def executor(self) -> Executor:
+        """Started on first use: an offline replay or a report starts no trial process."""
+        if self._executor is None:
+            self._executor = make_executor(self.config, self.work)
+        return self._executor
+
+    def probe(self, patch: str | None = None, patch_hash: str | None = None, offline: bool = False,
+              shapes: Sequence[Shape] | None = None, max_crashes: int = MAX_CRASHES) -> StoreProbe:
+        return StoreProbe(self.campaign, self.config.shapes if shapes is None else shapes, self.store,
+                          self.prefetcher, _Lazy(self), seed=self.config.protocol.seed, patch=patch,
+                          patch_hash=patch_hash, recipe=self.config.build.recipe,
                           cold_jit=bool(self.config.protocol.jit_cache_env), metric=self.config.thresholds.metric,
-                          offline=offline,
-                          on_event=self.observer)
+                          offline=offline, max_crashes=max_crashes, on_event=self.observer)
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
         self.prefetcher.close()
         self.store.close()
+
+
+class _Lazy:
+    """The session's executor, started by the first trial asked for."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def submit(self, job: TrialJob) -> Future:
+        return self.session.executor.submit(job)
+
+    def cancel(self, future: Future) -> None:
+        self.session.executor.cancel(future)
 
 
 class Prefetching:
@@ -160,10 +186,10 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         result = with_prs(search.localize(order, measure, settings), commits)
         windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
-        fixes, patches = (verify_fixes(session, result, commits, out) if options.verify_fixes and not options.offline
-                          else ((), {}))
-        had = {sha: m.count() for sha, m in result.measurements.items()}
-        found = (culprit_hunks.find_hunks(session, result.steps, had, out)
+        taken = Taken(result.measurements)
+        fixes, patches = (verify_fixes(session, result, commits, out, taken)
+                          if options.verify_fixes and not options.offline else ((), {}))
+        found = (culprit_hunks.find_hunks(session, result.steps, taken, out)
                  if options.find_hunks and not options.offline else ())
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows)
         data = replace(data, hunks=found)
@@ -184,43 +210,6 @@ def report_path(config: Config, options: RunOptions) -> Path:
     if options.report_dir:
         return Path(options.report_dir)
     return Path(config.report_dir) / f"{datetime.now(timezone.utc):%Y-%m-%d}-{config.name}"
-
-
-def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commit],
-                 out: Path) -> tuple[tuple[FixResult, ...], dict[str, Path]]:
-    """Carry each regression's revert to the tip, build and measure it there with the control."""
-    from bisector.build.builder import patch_hash
-
-    tip = commits[-1].sha
-    out.mkdir(parents=True, exist_ok=True)
-    tflops = lambda sha, ph: medians(session, sha, "subject_tflops", ph)  # noqa: E731
-    fixes, patches = [], {}
-    base_probe = session.probe()
-    for step in result.steps:
-        if not step.is_regression or step.candidates:
-            continue
-        patch = gitrepo.revert_patch(session.repo, step.commit)
-        ph = patch_hash(patch)
-        path = out / f"revert-{step.commit[:7]}.patch"
-        path.write_text(patch)
-        patches[step.commit] = path
-        probe = session.probe(patch=patch, patch_hash=ph)
-        measured = probe(tip, session.config.protocol.trials)
-        build = probe.build_results[tip]
-        if build.status is BuildStatus.FAILED:
-            fixes.append(FixResult(step.commit, str(path), applied=False,
-                                   conflict=build.log_tail.strip().splitlines()[-1] if build.log_tail.strip()
-                                   else "patch failed", shapes=step.shapes))
-            continue
-        base_probe(step.parent, session.config.protocol.trials)
-        base_probe(tip, session.config.protocol.trials)
-        if measured.status is not ProbeStatus.OK:
-            fixes.append(FixResult(step.commit, str(path), True, shapes=step.shapes, error=measured.reason[-200:]))
-            continue
-        fixes.append(FixResult(step.commit, str(path), True, shapes=step.shapes,
-                               baseline=tflops(step.parent, None), tip=tflops(tip, None), restored=tflops(tip, ph),
-                               correct=not measured.wrong))
-    return tuple(fixes), patches
 
 
 def median_by_shape(trials: Sequence[TrialRecord], attr: str) -> dict[str, float]:

@@ -1,29 +1,36 @@
 """probe(sha, repeats): build if needed, run only the trials the store does not already hold.
 
-This is what makes a run resumable: every trial is committed to the store as soon as it ends, and
-a probe counts what is stored before it measures anything.
+This is what makes a run resumable: every trial is committed to the store the moment it ends,
+and a probe counts what is stored before it measures anything. It is also where a run asks for
+all the trials it needs at once: the executor prepares their processes together and lends each
+the device in turn, so the device does not wait on a process start between two trials.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence
 
 from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
+from bisector.runner.executor import TrialJob, TrialOutcome
 from bisector.stats import full_clock_time
-from bisector.store import Store
+from bisector.store import Owner, Store
 
 # Failed trials in a row after which a shape is not asked for again; a commit with no usable trial
 # of any shape then counts as "does not run" (SKIP).
 MAX_CRASHES = 2
 FAILED = (TrialStatus.CRASH, TrialStatus.TIMEOUT, TrialStatus.UNAVAILABLE)
+USABLE = (TrialStatus.OK, TrialStatus.WRONG)  # a wrong result is a measurement too
+POLL_S = 1.0  # how often a trial another run is measuring is looked for in the store
 
 
-class TrialRunner(Protocol):
-    def __call__(self, build: BuildResult, suite: str | None, shapes: Sequence[Shape], *, first: bool,
-                 seed: int) -> Sequence[TrialRecord]: ...
+class TrialExecutor(Protocol):
+    def submit(self, job: TrialJob) -> Future: ...
+
+    def cancel(self, future: Future) -> None: ...
 
 
 class BuildSource(Protocol):
@@ -44,16 +51,26 @@ class StoreProbe:
     """A Probe over real builds and trial processes, backed by the store."""
 
     def __init__(self, campaign: str, shapes: Sequence[Shape], store: Store, builds: BuildSource,
-                 run_trial: TrialRunner, *, seed: int = 0, patch: str | None = None,
-                 patch_hash: str | None = None, recipe: str = "none", parallel: int = 1, cold_jit: bool = True,
-                 metric: str = "ratio", offline: bool = False,
+                 executor: TrialExecutor, *, seed: int = 0, patch: str | None = None,
+                 patch_hash: str | None = None, recipe: str = "none", cold_jit: bool = True,
+                 metric: str = "ratio", offline: bool = False, max_crashes: int = MAX_CRASHES,
                  on_event: Callable[[ProbeEvent], None] = lambda e: None) -> None:
         self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
-        self.run_trial, self.seed, self.patch, self.patch_hash = run_trial, seed, patch, patch_hash
-        self.recipe, self.on_event, self.parallel, self.cold_jit = recipe, on_event, parallel, cold_jit
-        self.metric, self.offline = metric, offline
+        self.executor, self.seed, self.patch, self.patch_hash = executor, seed, patch, patch_hash
+        self.recipe, self.on_event, self.cold_jit = recipe, on_event, cold_jit
+        self.metric, self.offline, self.max_crashes = metric, offline, max_crashes
         self.build_results: dict[str, BuildResult] = {}
         self.probes: list[tuple[str, int]] = []
+        self.owner = Owner.me()
+
+    def restricted(self, shapes: Sequence[Shape]) -> "StoreProbe":
+        """The same probe over fewer shapes (a revert or a hunk is measured where its step is)."""
+        out = StoreProbe(self.campaign, shapes, self.store, self.builds, self.executor, seed=self.seed,
+                         patch=self.patch, patch_hash=self.patch_hash, recipe=self.recipe, cold_jit=self.cold_jit,
+                         metric=self.metric, offline=self.offline, max_crashes=self.max_crashes,
+                         on_event=self.on_event)
+        out.build_results = self.build_results
+        return out
 
     def build(self, sha: str) -> BuildResult:
         if sha not in self.build_results:
@@ -63,7 +80,7 @@ class StoreProbe:
             self.build_results[sha] = result
         return self.build_results[sha]
 
-    def _stored(self, sha: str) -> list[TrialRecord]:
+    def stored(self, sha: str) -> list[TrialRecord]:
         keys = {s.key for s in self.shapes}
         return [t for t in self.store.trials(self.campaign, sha=sha, patch_hash=self.patch_hash) if t.shape in keys]
 
@@ -76,83 +93,49 @@ class StoreProbe:
             self.on_event(ProbeEvent(sha, "skip", build.log_tail.strip()[-200:], self.patch_hash))
             return Measurement(sha, ProbeStatus.SKIP, reason=build.log_tail or "build failed")
         while True:
-            trials = self._stored(sha)
-            done, short = self._counts(trials), self._short(trials, repeats)
-            if not short:
-                if any(done.values()):
-                    return self.measurement(sha, trials, repeats)
-                reason = next((t.error or t.log_tail for t in reversed(trials) if t.status in FAILED), "trial failed")
-                self.on_event(ProbeEvent(sha, "skip", reason[-200:], self.patch_hash))
-                return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {reason}")
-            # One process measures every suite: a trial pays for one import of torch, not one per suite.
-            # With a JIT cache, the first trial of a commit runs alone (it fills the commit's cold
-            # cache and records the compile time); the others run on every device at once.
-            cold_first = not trials and self.cold_jit
-            fewest = min(done[k] for k in short)
-            batch = 1 if cold_first else max(1, min(self.parallel, repeats - fewest))
-            self.on_event(ProbeEvent(sha, "trial", f"trial {fewest + 1}/{repeats}"
-                                     + (f" (+{batch - 1} in parallel)" if batch > 1 else ""), self.patch_hash))
-            jobs = [(build, len(trials), not trials)] * batch
-            self._run_and_store(jobs)
+            trials = self.stored(sha)
+            need = self.missing(trials, repeats)
+            if not need:
+                break
+            Batch([(self, sha, need)]).run()
+        trials = self.stored(sha)
+        if any(self.counts(trials).values()):
+            return self.measurement(sha, trials, repeats)
+        reason = next((t.error or t.log_tail for t in reversed(trials) if t.status in FAILED), "trial failed")
+        self.on_event(ProbeEvent(sha, "skip", reason[-200:], self.patch_hash))
+        return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {reason}")
 
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
-        """`probe(sha, n)` for several commits, measured side by side: each round runs one trial of
-        every commit still short, all at once on different devices (with one device, one after
-        another in alternating order: ABBA). A slow drift of the machine (clock, a neighbour's load,
-        heat) then falls on every commit alike instead of on whichever was measured last; on two
-        CPU cores, two groups of four trials taken five seconds apart differed by 9% with no change
-        between them. The search verifies its steps with trials measured this way."""
-        # The ordinary path at the end says SKIP, or runs the cold first trial alone.
-        alone = {sha for sha in wants
-                 if self.offline or self.build(sha).status is BuildStatus.FAILED or not self._stored(sha)}
-        turn = 0
-        while True:
-            short = [sha for sha, n in wants.items() if sha not in alone and self._short(self._stored(sha), n)]
-            if not short:
-                break
-            order = short if turn % 2 == 0 else short[::-1]
-            turn += 1
-            self.on_event(ProbeEvent(order[0], "trial", "side by side with " + ", ".join(s[:7] for s in order[1:]),
-                                     self.patch_hash))
-            jobs = [(self.build_results[sha], len(self._stored(sha)), False) for sha in order]
-            self._run_and_store(jobs)
-        return {sha: self(sha, n) for sha, n in wants.items()}
+        """`probe(sha, n)` for several commits, measured side by side (see `side_by_side`)."""
+        got = side_by_side([(self, sha, n) for sha, n in wants.items()])
+        return dict(zip(wants, got))
 
-    def _counts(self, trials: Sequence[TrialRecord]) -> dict[str, int]:
-        """Usable trials (OK, or WRONG: a wrong result is a measurement too) per shape key."""
-        return {s.key: sum(t.shape == s.key and t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in trials)
-                for s in self.shapes}
+    def counts(self, trials: Sequence[TrialRecord]) -> dict[str, int]:
+        """Usable trials per shape key."""
+        return {s.key: sum(t.shape == s.key and t.status in USABLE for t in trials) for s in self.shapes}
 
-    def _short(self, trials: Sequence[TrialRecord], repeats: int) -> list[str]:
-        """Shapes with fewer than `repeats` usable trials that are still worth asking for: not those
-        whose last MAX_CRASHES trials all failed (a commit that breaks attention but not the GEMM
-        gives GEMM samples and stops there, instead of crashing for ever)."""
-        done = self._counts(trials)
-        out = []
+    def missing(self, trials: Sequence[TrialRecord], repeats: int) -> int:
+        """Trial processes still needed for `repeats` usable trials of every shape worth asking for:
+        not those whose last `max_crashes` trials all failed (a commit that breaks attention but not
+        the GEMM gives GEMM samples and stops there, instead of crashing for ever)."""
+        done = self.counts(trials)
+        need = 0
         for s in self.shapes:
-            recent = [t.status for t in trials if t.shape == s.key][-MAX_CRASHES:]
-            if done[s.key] < repeats and not (len(recent) == MAX_CRASHES and all(r in FAILED for r in recent)):
-                out.append(s.key)
-        return out
+            recent = [t.status for t in trials if t.shape == s.key][-self.max_crashes:]
+            if len(recent) == self.max_crashes and all(r in FAILED for r in recent):
+                continue
+            need = max(need, repeats - done[s.key])
+        return need
 
-    def _run_and_store(self, jobs: Sequence[tuple[BuildResult, int, bool]]) -> list[list[TrialRecord]]:
-        """Run one trial process per (build, trials already stored, first) at once and store them all.
-        The seed follows from the stored count, so a resumed run draws the inputs it would have."""
-        def one(job: tuple[BuildResult, int, bool], k: int) -> list[TrialRecord]:
-            build, stored, first = job
-            seed = self.seed * 1_000_003 + stored + k
-            return [replace(r, patch_hash=self.patch_hash)
-                    for r in self.run_trial(build, None, self.shapes, first=first, seed=seed)]
-        same = [sum(j[0].sha == job[0].sha for j in jobs[:i]) for i, job in enumerate(jobs)]
-        with ThreadPoolExecutor(max(1, min(len(jobs), self.parallel))) as pool:
-            runs = list(pool.map(one, jobs, same))
-        self.store.add_trials(self.campaign, [r for run in runs for r in run], shapes=self.shapes)
-        return runs
+    def job(self, sha: str, slot: int, first: bool, after: Future | None) -> TrialJob:
+        """The trial in `slot`: its seed follows from the slot, so a resumed run draws the inputs it would have."""
+        return TrialJob(self.build_results[sha], self.shapes, self.seed * 1_000_003 + slot, slot=slot,
+                        first=first and self.cold_jit, after=after)
 
     def stored_only(self, sha: str, repeats: int) -> Measurement:
         """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""
-        trials = self._stored(sha)
-        if any(t.status in (TrialStatus.OK, TrialStatus.WRONG) for t in trials):
+        trials = self.stored(sha)
+        if any(t.status in USABLE for t in trials):
             return self.measurement(sha, trials, repeats)
         reason = next((t.error or t.log_tail for t in reversed(trials)), "") or "not measured (offline replay)"
         return Measurement(sha, ProbeStatus.SKIP, reason=reason)
@@ -177,3 +160,135 @@ class StoreProbe:
                            for error, keys in sorted(broken.items(), key=lambda kv: sorted(kv[1])))
         return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong and v}, wrong,
                            reason=reason)
+
+
+Item = tuple[StoreProbe, str, int]  # (probe, sha, trial processes wanted now)
+
+
+class Batch:
+    """Trials of several (probe, commit) pairs, submitted at once in rounds and stored as each ends.
+
+    Round r holds one trial of every pair that still needs an r-th; the order alternates from
+    round to round (A B, B A, ...), so on one device the pairs are measured ABBA and on two at once.
+    A commit with nothing stored gets its cold first trial first; its others may prepare meanwhile
+    but wait for it before they take a device. A trial whose every shape failed cancels its pair's
+    trials that have not started, and the caller decides again (a crash costs one trial, not n)."""
+
+    def __init__(self, items: Sequence[Item]) -> None:
+        self.items = [it for it in items if it[2] > 0]
+
+    def run(self) -> None:
+        claimed: list[tuple[StoreProbe, str, list[int], list[int]]] = []
+        for probe, sha, n in self.items:
+            probe.build(sha)
+            c = probe.store.claim(probe.campaign, sha, probe.patch_hash, n, probe.owner)
+            claimed.append((probe, sha, list(c.mine), list(c.theirs)))
+        futures: dict[Future, tuple[int, int]] = {}
+        firsts: dict[int, Future] = {}
+        rounds = max((len(m) for _, _, m, _ in claimed), default=0)
+        try:
+            for r in range(rounds):
+                order = range(len(claimed)) if r % 2 == 0 else range(len(claimed) - 1, -1, -1)
+                for i in order:
+                    probe, sha, mine, _ = claimed[i]
+                    if r >= len(mine):
+                        continue
+                    first = r == 0 and not probe.stored(sha)
+                    others = [s[:7] for j, (_, s, m, _) in enumerate(claimed) if j != i and r < len(m)]
+                    probe.on_event(ProbeEvent(sha, "trial", f"{mine[r] + 1}" + (
+                        f", side by side with {', '.join(others)}" if others else ""), probe.patch_hash))
+                    job = probe.job(sha, mine[r], first, None if first else firsts.get(i))
+                    future = probe.executor.submit(job)
+                    futures[future] = (i, mine[r])
+                    if first:
+                        firsts[i] = future
+            self._collect(claimed, futures)
+        finally:
+            for probe, sha, mine, _ in claimed:
+                left = [k for k in mine if not any(t.slot == k for t in probe.stored(sha))]
+                if left:
+                    probe.store.unclaim(probe.campaign, sha, probe.patch_hash, left, probe.owner)
+        self._wait_for_others(claimed)
+
+    def _collect(self, claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]],
+                 futures: dict[Future, tuple[int, int]]) -> None:
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                i, _ = futures[future]
+                probe = claimed[i][0]
+                if future.cancelled():
+                    continue
+                outcome: TrialOutcome = future.result()
+                if outcome.records:
+                    probe.store.add_trials(probe.campaign, list(outcome.records), shapes=probe.shapes)
+                if outcome.records and all(r.status in FAILED for r in outcome.records):
+                    for other in pending:
+                        if futures[other][0] == i:
+                            probe.executor.cancel(other)
+
+    @staticmethod
+    def _wait_for_others(claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]]) -> None:
+        """Trials another run was measuring: wait until they are stored or their claim is gone."""
+        for probe, sha, _, theirs in claimed:
+            while theirs:
+                have = {t.slot for t in probe.stored(sha)}
+                theirs = [k for k in theirs if k not in have]
+                if not theirs:
+                    break
+                c = probe.store.claim(probe.campaign, sha, probe.patch_hash, 0, probe.owner)
+                theirs = [k for k in theirs if k in c.theirs]
+                if theirs:
+                    time.sleep(POLL_S)
+
+
+def side_by_side(items: Sequence[Item]) -> list[Measurement]:
+    """`probe(sha, n)` for each item, the missing trials measured side by side: one trial of each
+    per round, at once on several devices, ABBA on one. A slow drift of the machine (clock, a
+    neighbour's load, heat) then falls on every commit alike instead of on whichever was measured
+    last; on two CPU cores, two groups of four trials taken five seconds apart differed by 9% with
+    no change between them. Steps are verified, reverts checked and hunks measured this way. Items
+    may come from different probes (the tip, and the tip with a revert)."""
+    runnable = []
+    for probe, sha, n in items:
+        if probe.offline or probe.build(sha).status is BuildStatus.FAILED:
+            continue
+        runnable.append((probe, sha, probe.missing(probe.stored(sha), n)))
+    Batch(runnable).run()
+    return [probe(sha, n) for probe, sha, n in items]  # tops up what crashed; SKIP where nothing runs
+
+
+class Taken:
+    """Which of each (patch, commit)'s samples this run has used so far: the search's come first,
+    then every side-by-side comparison takes the next n. Fresh trials are then told apart from
+    older ones, and a resumed run, asking the same questions in the same order, gets the same
+    slices from the store."""
+
+    def __init__(self, measurements: Mapping[str, Measurement]) -> None:
+        self.used: dict[tuple[str | None, str], int] = {(None, sha): m.count() for sha, m in measurements.items()}
+
+    def take(self, probe: StoreProbe, sha: str, n: int) -> int:
+        """The start of the next n samples of `sha` under `probe`'s patch; they are now spoken for."""
+        key = (probe.patch_hash, sha)
+        start = self.used.get(key, 0)
+        self.used[key] = start + n
+        return start
+
+
+def fresh(m: Measurement, start: int, n: int) -> dict[str, tuple[float, ...]]:
+    """Per shape, samples start..start+n of a measurement (the side-by-side ones)."""
+    return {k: v[start:start + n] for k, v in m.samples.items() if len(v) > start}
+
+
+def fresh_tflops(probe: StoreProbe, sha: str, start: int, n: int) -> dict[str, float]:
+    """Per shape, the median subject TFLOP/s of the same OK trials `fresh` takes."""
+    import statistics
+
+    out = {}
+    for shape in probe.shapes:
+        values = [t.subject_tflops for t in probe.stored(sha) if t.shape == shape.key and t.status is TrialStatus.OK
+                  and probe.value(t) is not None][start:start + n]
+        if values and all(v is not None for v in values):
+            out[shape.key] = statistics.median(values)  # type: ignore[type-var]
+    return out

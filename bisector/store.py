@@ -13,6 +13,7 @@ import enum
 import json
 import math
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -89,6 +90,45 @@ class StoreInfo:
     path: str
     schema_version: int
     campaigns: tuple[CampaignCounts, ...]
+
+
+@dataclass(frozen=True)
+class Claims:
+    mine: tuple[int, ...]  # slots this run now measures
+    theirs: tuple[int, ...]  # slots another live run is measuring: wait for their rows
+
+
+def _start_time(pid: int) -> str:
+    """A process's start time in clock ticks since boot (with the pid, it names one process)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().decode(errors="replace").rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who holds a claim: this host, this process (pid and start time: a reused pid is not us)."""
+
+    host: str
+    pid: int
+    started: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.host}:{self.pid}:{self.started}"
+
+    @classmethod
+    def me(cls) -> "Owner":
+        return cls(socket.gethostname(), os.getpid(), _start_time(os.getpid()))
+
+    def alive(self, host: str, pid: int, key: str, claimed_at: float, lease_s: float) -> bool:
+        """Whether another claim's owner may still deliver: on this host, its process exists as it
+        was; elsewhere, its lease has not run out."""
+        if host != self.host:
+            return time.time() - claimed_at < lease_s
+        return key == f"{host}:{pid}:{_start_time(pid)}" and _start_time(pid) != ""
 
 
 def default_path() -> Path:
@@ -257,13 +297,58 @@ class Store:
                 params.get("dtype"), _status(r.status), _dumps(list(r.subject_ms)), _dumps(list(r.control_ms)),
                 r.subject_tflops, r.control_tflops, r.ratio, r.compile_s, r.max_abs_err, r.max_rel_err,
                 r.error, r.log_tail, _dumps(dict(r.telemetry)), _dumps(dict(r.machine)),
-                machine_hash(r.machine), _dumps(dict(r.protocol)), r.started_at, r.finished_at))
+                machine_hash(r.machine), _dumps(dict(r.protocol)), r.started_at, r.finished_at, r.slot))
         with self._write() as conn:
             conn.executemany(
                 "INSERT INTO trials (campaign, sha, patch_hash, suite, shape, params, dtype, status, subject_ms,"
                 " control_ms, subject_tflops, control_tflops, ratio, compile_s, max_abs_err, max_rel_err, error,"
-                " log_tail, telemetry, machine, machine_hash, protocol, started_at, finished_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                " log_tail, telemetry, machine, machine_hash, protocol, started_at, finished_at, slot)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            conn.executemany("DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?",
+                             sorted({(campaign, r.sha, r.patch_hash or "", r.slot) for r in records
+                                     if r.slot is not None}))
+
+    # -- claims: one writer per trial ----------------------------------------------------------
+
+    def claim(self, campaign: str, sha: str, patch_hash: str | None, need: int, owner: Owner,
+              lease_s: float = 6 * 3600) -> Claims:
+        """Claim slots for `need` more trial processes of (sha, patch), counting those another live
+        run is measuring now (`theirs`: wait for them rather than measure the same trial twice).
+        Claims of owners that are gone (a dead pid on this host, or older than `lease_s`) are
+        taken over. The slots are the lowest free ones, so a resumed run draws the same seeds."""
+        patch = patch_hash or ""
+        with self._write() as conn:
+            stored = {r[0] for r in conn.execute(
+                "SELECT DISTINCT slot FROM trials WHERE campaign = ? AND sha = ? AND patch_hash IS ? AND slot IS NOT NULL",
+                (campaign, sha, patch_hash))}
+            theirs, mine_before = [], []
+            for slot, who, host, pid, at in conn.execute(
+                    "SELECT slot, owner, host, pid, claimed_at FROM claims WHERE campaign = ? AND sha = ? AND"
+                    " patch_hash = ?", (campaign, sha, patch)).fetchall():
+                if who == owner.key:
+                    mine_before.append(slot)
+                elif slot not in stored and owner.alive(host, pid, who, at, lease_s):
+                    theirs.append(slot)
+                else:
+                    conn.execute("DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?",
+                                 (campaign, sha, patch, slot))
+            taken = stored | set(theirs) | set(mine_before)
+            mine, slot = [], 0
+            while len(mine) < need - len(theirs):
+                if slot not in taken:
+                    mine.append(slot)
+                slot += 1
+            now = time.time()
+            conn.executemany("INSERT OR REPLACE INTO claims (campaign, sha, patch_hash, slot, owner, host, pid,"
+                             " claimed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             [(campaign, sha, patch, k, owner.key, owner.host, owner.pid, now) for k in mine])
+        return Claims(tuple(mine), tuple(sorted(theirs)))
+
+    def unclaim(self, campaign: str, sha: str, patch_hash: str | None, slots: Sequence[int], owner: Owner) -> None:
+        """Give back claims whose trials will not be stored (the run stopped or the trial failed to start)."""
+        with self._write() as conn:
+            conn.executemany("DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?"
+                             " AND owner = ?", [(campaign, sha, patch_hash or "", k, owner.key) for k in slots])
 
     def trials(self, campaign: str, sha: str | None = None, shape: str | None = None,
                patch_hash: str | None | _Any = ANY, status: TrialStatus | str | None = None) -> list[TrialRecord]:
@@ -363,7 +448,7 @@ def _record(r: sqlite3.Row) -> TrialRecord:
         compile_s=r["compile_s"], max_abs_err=r["max_abs_err"], max_rel_err=r["max_rel_err"],
         error=r["error"] or "", log_tail=r["log_tail"] or "", telemetry=json.loads(r["telemetry"]),
         machine=json.loads(r["machine"]), protocol=json.loads(r["protocol"]), patch_hash=r["patch_hash"],
-        started_at=r["started_at"] or "", finished_at=r["finished_at"] or "")
+        started_at=r["started_at"] or "", finished_at=r["finished_at"] or "", slot=r["slot"])
 
 
 def _finite(value: Any) -> Any:

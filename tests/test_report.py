@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from bisector.model import Commit, Step, Uncertain
+from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 from bisector.report import markdown, render
 from bisector.report.data import CommitRow, FixResult, HunkFinding, HunkTry, ReportData, WrongResult
 
@@ -21,7 +21,10 @@ def make_data() -> ReportData:
                 change_pct={"fa/s16384": -11.0}, ci95={"fa/s16384": (-11.8, -10.2)},
                 p_value={"fa/s16384": 1e-6}, pr=904)
     fix = FixResult(commits[4].sha, "revert-04aaaaa.patch", True, shapes=("fa/s16384",),
-                    baseline={"fa/s16384": 498.0}, tip={"fa/s16384": 441.0}, restored={"fa/s16384": 491.0})
+                    baseline={"fa/s16384": 498.0}, tip={"fa/s16384": 441.0}, restored={"fa/s16384": 491.0},
+                    vs_parent={"fa/s16384": Comparison("fa/s16384", Verdict.DIFFERENT, -1.4, (-1.9, -0.9), 1e-4, 3, 3)},
+                    vs_tip={"fa/s16384": Comparison("fa/s16384", Verdict.DIFFERENT, 11.3, (10.5, 12.1), 1e-7, 3, 3)},
+                    trials=3)
     return ReportData(
         title="bisector: demo", config_name="demo", upstream="/tmp/demo", branch="main", good=commits[0],
         bad=commits[-1], device="cuda", control="torch_cuda", machine={"device_name": "NVIDIA H200"},
@@ -36,7 +39,10 @@ def test_markdown_has_mission_table_steps_fixes_and_failures():
     assert "| `04aaaaa` ◀ | 2026-08-05 | #904 | 479.0 | 443.0 |" in text
     assert "| torch_cuda (control) |  |  | ~620.0 | ~620.0 |" in text
     assert "| `04aaaaa` | #904 | change 4 | s16384 | -11.0% | [-11.8, -10.2] | 1e-06 | regression |" in text
-    assert "restored 491.0 against 498.0 before the step (tip 441.0): 1.4% still missing" in text
+    assert ("- s16384: **partly restored**: 491.0 TFLOP/s with the revert, 498.0 before the step, 441.0 at the tip; "
+            "ratio -1.4% [-1.9, -0.9] against the step's parent, +11.3% [+10.5, +12.1] against the tip; "
+            "1.4% still missing") in text
+    assert "3 trials of each measured side by side with the tip and the step's parent" in text
     assert "([revert-04aaaaa.patch](revert-04aaaaa.patch))" in text
     assert "`06aaaaa`" in text and "| s4096 | 0.5 | 1.2 |" in text
     assert "`05aaaaa` #905: SyntaxError: invalid syntax" in text

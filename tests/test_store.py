@@ -156,8 +156,9 @@ def test_migrates_a_v1_store_and_keeps_its_data(tmp_path: Path) -> None:
     conn.close()
 
     with Store(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         (trial,) = store.trials(CAMPAIGN)
+        assert trial.slot == 0  # v3: the old row is its commit's first trial process
         assert trial.subject_ms == (1.5, 1.25) and trial.control_ms == (1.0, 1.0)
         assert trial.ratio == 1.0037 and trial.machine == MACHINE and trial.protocol == {"reps": 2}
         assert store.frame().loc[0, "machine_hash"] == machine_hash(MACHINE)  # back-filled
@@ -165,7 +166,7 @@ def test_migrates_a_v1_store_and_keeps_its_data(tmp_path: Path) -> None:
         store.record_night(CAMPAIGN, "2026-11-03", "f" * 40, {})  # the table v2 added
         store.add_trials(CAMPAIGN, [record("f" * 40)])
     with Store(path) as store:  # opening a current store changes nothing
-        assert store.schema_version == 2 and len(store.trials(CAMPAIGN)) == 2
+        assert store.schema_version == 3 and len(store.trials(CAMPAIGN)) == 2
         assert store.last_good_night(CAMPAIGN) == ("2026-11-03", "f" * 40)
 
 

@@ -73,8 +73,8 @@ HOLDER = textwrap.dedent('''
     import sys, time
     from bisector.runner.lock import gpu_lock
     name, index, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    with gpu_lock("cuda", [index], runner="r1"):
-        with gpu_lock("cuda", [index], runner="r1"):  # re-entrant within the job (a trial launch)
+    with gpu_lock("cuda", [index]):
+        with gpu_lock("cuda", [index]):  # re-entrant within the job (a trial's device section)
             with open(log, "a") as fh: fh.write(f"{name} start {time.monotonic()}\\n")
             time.sleep(0.6)
             with open(log, "a") as fh: fh.write(f"{name} end {time.monotonic()}\\n")
@@ -92,7 +92,9 @@ def _intervals(log: Path) -> dict[str, tuple[float, float]]:
 def _two_holders(tmp_path: Path, index_a: int, index_b: int) -> dict[str, tuple[float, float]]:
     log = tmp_path / f"log-{index_a}-{index_b}"
     env = {"BISECTOR_LOCK_DIR": str(tmp_path / "locks"), "PATH": "/usr/bin:/bin"}
-    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, name, str(i), str(log)], env=env)
+    # Two runners of one host (each its own RUNNER_NAME) share the host's GPUs, so their locks.
+    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, name, str(i), str(log)],
+                              env={**env, "RUNNER_NAME": f"runner-{name}"})
              for name, i in (("a", index_a), ("b", index_b))]
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     return _intervals(log)
@@ -102,7 +104,7 @@ def test_lock_queues_two_processes_on_one_gpu(tmp_path: Path) -> None:
     got = _two_holders(tmp_path, 0, 0)
     (s1, e1), (s2, e2) = sorted(got.values())
     assert e1 <= s2, f"interleaved: {got}"
-    assert (tmp_path / "locks" / "r1-cuda0.lock").exists()
+    assert (tmp_path / "locks" / "cuda-0.lock").exists()
 
 
 def test_lock_lets_two_gpus_run_together(tmp_path: Path) -> None:

@@ -25,6 +25,10 @@ class CallableSubject:
             self._fn = load_entry(self.entry, self.name)
         return self._fn
 
+    def load(self) -> None:
+        """Import the commit's module now: the trial does it before it queues for the device."""
+        self.fn()
+
     def check(self) -> None:
         """Vendor adapters override this to raise BackendUnavailable before importing."""
 

@@ -17,6 +17,8 @@ from bisector.errors import BadInput
 from bisector.publish.plan import dump_plan
 from bisector.triggers import plan as plan_mod
 from bisector.report.markdown import step_summary
+from bisector.model import Comparison
+from bisector.report.data import FixResult
 from bisector.search import result_json
 
 
@@ -29,6 +31,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
         hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
                   "patch": h.patch_path} for h in outcome.report.hunks]
         print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
+                    "fixes": [fix_json(f) for f in outcome.fixes],
                     "report": str(outcome.report_dir / "report.md"), **(extra or {})})
         return outcome
     click.echo(f"{len(outcome.result.steps)} step(s), {outcome.result.commits_probed} commits probed, "
@@ -44,6 +47,19 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
         click.echo("  dropped (did not hold against its parent): " + step_summary(step, outcome.report))
     click.echo(f"report: {outcome.report_dir / 'report.md'}")
     return outcome
+
+
+def fix_json(fix: FixResult) -> dict:
+    def cmp(c: Comparison | None) -> dict | None:
+        return None if c is None else {"change_pct": round(c.change_pct, 3), "ci95": [round(x, 3) for x in c.ci95]}
+
+    return {"commit": fix.step_commit, "patch": fix.patch_path, "applied": fix.applied, "trials": fix.trials,
+            "correct": fix.correct, "error": fix.error or fix.conflict,
+            "shapes": {s: {"verdict": fix.verdict(s), "vs_parent": cmp(fix.vs_parent.get(s)),
+                           "vs_tip": cmp(fix.vs_tip.get(s)), "tflops": {"parent": fix.baseline.get(s),
+                                                                         "tip": fix.tip.get(s),
+                                                                         "revert": fix.restored.get(s)}}
+                       for s in fix.shapes}}
 
 
 @click.command("run")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from bisector.correctness import WrongWindow
-from bisector.model import Commit, Step, Uncertain
+from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 
 
 @dataclass(frozen=True)
@@ -31,24 +31,40 @@ class WrongResult:
 
 @dataclass(frozen=True)
 class FixResult:
-    """A candidate patch (the culprit's revert carried to the tip), measured on the tip."""
+    """A candidate patch (the culprit's revert carried to the tip), measured on the tip side by side
+    with the tip as it is and the culprit's parent (one trial of each per round)."""
 
     step_commit: str
     patch_path: str | None
     applied: bool
     conflict: str = ""  # why the patch did not apply, with the files
     shapes: tuple[str, ...] = ()
-    baseline: Mapping[str, float] = field(default_factory=dict)  # the culprit's parent
-    tip: Mapping[str, float] = field(default_factory=dict)  # the tip as it is
-    restored: Mapping[str, float] = field(default_factory=dict)  # the tip with the patch
+    baseline: Mapping[str, float] = field(default_factory=dict)  # TFLOP/s: the culprit's parent
+    tip: Mapping[str, float] = field(default_factory=dict)  # TFLOP/s: the tip as it is
+    restored: Mapping[str, float] = field(default_factory=dict)  # TFLOP/s: the tip with the patch
+    vs_parent: Mapping[str, Comparison] = field(default_factory=dict)  # patched tip against the parent (the metric)
+    vs_tip: Mapping[str, Comparison] = field(default_factory=dict)  # patched tip against the tip (the metric)
+    trials: int = 0  # side-by-side trials of each of the three
     correct: bool = True
     error: str = ""
 
     def remaining_pct(self, shape: str) -> float | None:
-        """How far the patched tip still is from the pre-step baseline, in percent (negative = below)."""
-        if shape not in self.baseline or shape not in self.restored or not self.baseline[shape]:
-            return None
-        return 100.0 * (self.restored[shape] / self.baseline[shape] - 1.0)
+        """How far the patched tip still is from the pre-step commit on the search's metric (negative: below)."""
+        c = self.vs_parent.get(shape)
+        return c.change_pct if c is not None else None
+
+    def verdict(self, shape: str) -> str:
+        """restored | partly restored | not restored | slower than the tip | not measured."""
+        par, tip = self.vs_parent.get(shape), self.vs_tip.get(shape)
+        if par is None or tip is None:
+            return "not measured"
+        if tip.verdict is Verdict.DIFFERENT and tip.change_pct < 0:
+            return "slower than the tip"
+        if not (par.verdict is Verdict.DIFFERENT and par.change_pct < 0):
+            return "restored"
+        if tip.verdict is Verdict.DIFFERENT and tip.change_pct > 0:
+            return "partly restored"
+        return "not restored"
 
 
 @dataclass(frozen=True)
@@ -72,13 +88,16 @@ class HunkFinding:
     tries: tuple[HunkTry, ...]
     patch_path: str | None = None  # the found hunks as a patch on the parent
     diff: str = ""  # the same patch's text
-    complete: bool = True  # False: stopped at `build.max_hunk_builds`; the step is within `hunks`
+    complete: bool = True  # False: stopped at a budget; the step is within `hunks`
+    stopped_at: str = ""  # the budget that stopped it: "builds" (build.max_hunk_builds) or "trials"
 
     @property
     def summary(self) -> str:
         if not self.complete:
-            return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the search stopped at "
-                    f"{len(self.tries)} patched builds, `build.max_hunk_builds`)")
+            budget = "trials, `build.max_hunk_trials`" if self.stopped_at == "trials" else \
+                "patched builds, `build.max_hunk_builds`"
+            return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the search stopped after "
+                    f"{len(self.tries)} subsets: its budget of {budget}, was spent)")
         how = "alone" if self.alone else "only together (without any one of them it is gone)"
         return f"{len(self.hunks)} of {self.n_hunks} hunks carry the step {how}"
 

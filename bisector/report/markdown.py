@@ -16,6 +16,7 @@ def _pr(pr: int | None) -> str:
 
 
 METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock"}
+METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed"}
 
 
 def tflops(value: float) -> str:
@@ -124,6 +125,11 @@ def _after(sha: str, than: str, data: ReportData) -> bool:
     return sha in order and than in order and order.index(sha) > order.index(than)
 
 
+def _ci(c: object) -> str:
+    lo, hi = c.ci95  # type: ignore[attr-defined]
+    return f"{c.change_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]"  # type: ignore[attr-defined]
+
+
 def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     commit = data.commit(fix.step_commit)
     name = f"`{fix.step_commit[:7]}`" + (f" ({_pr(commit.pr)})" if commit and commit.pr else "")
@@ -133,22 +139,29 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
         return [f"- revert of {name} (`{fix.patch_path}`): could not be measured: {fix.error}"]
     parts = []
     for shape in fix.shapes:
-        if shape not in fix.restored or shape not in fix.baseline:
+        verdict = fix.verdict(shape)
+        if verdict == "not measured":
             parts.append(f"{_short_shape(shape)}: not measured")
             continue
+        tail = ""
         remaining = fix.remaining_pct(shape) or 0.0
-        tail = "fully restored" if remaining >= -0.5 else f"{-remaining:.1f}% still missing"
         later = [s for s in data.steps if s.is_regression and s.commit != fix.step_commit and shape in s.shapes
                  and _after(s.commit, fix.step_commit, data)]
-        if later and remaining < -0.5:
-            tail += " (also lost to " + ", ".join(f"{_ref(s.commit, data)} {s.change_pct[shape]:+.1f}%"
-                                                   for s in later) + ")"
-        tip = fix.tip.get(shape)
-        parts.append(f"{_short_shape(shape)}: restored {tflops(fix.restored[shape])} against "
-                     f"{tflops(fix.baseline[shape])} before the step (tip {tflops(tip) if tip else '?'}): {tail}")
+        if later and verdict != "restored":
+            tail = " (also lost to " + ", ".join(f"{_ref(s.commit, data)} {s.change_pct[shape]:+.1f}%"
+                                                 for s in later) + ")"
+        warn = " ⚠ the revert makes the tip slower" if verdict == "slower than the tip" else ""
+        figures = (f"{tflops(fix.restored[shape])} TFLOP/s with the revert, {tflops(fix.baseline[shape])} before "
+                   f"the step, {tflops(fix.tip[shape])} at the tip; "
+                   if shape in fix.restored and shape in fix.baseline and shape in fix.tip else "")
+        parts.append(f"{_short_shape(shape)}: **{verdict}**{warn}: {figures}"
+                     f"{METRIC_SHORT.get(data.metric, data.metric)} {_ci(fix.vs_parent[shape])} against the step's "
+                     f"parent, {_ci(fix.vs_tip[shape])} against the tip{tail}"
+                     + (f"; {-remaining:.1f}% still missing" if verdict in ("partly restored", "not restored") else ""))
     correct = "" if fix.correct else " — WRONG RESULTS with the patch"
     patch = Path(fix.patch_path).name if fix.patch_path else ""
-    return [f"- revert of {name} on the tip ([{patch}]({patch})){correct}:", *[f"  - {p}" for p in parts]]
+    return [f"- revert of {name} on the tip ([{patch}]({patch})), {fix.trials} trials of each measured side by "
+            f"side with the tip and the step's parent{correct}:", *[f"  - {p}" for p in parts]]
 
 
 def diff_block(diff: str) -> list[str]:

@@ -1,6 +1,6 @@
-"""Launches trial processes (`python -m benches.trial`) and turns their output into TrialRecords."""
+"""Trial processes (`benches.worker` / `benches.trial`), prepared ahead and lent the device in turn."""
 
-from bisector.runner.launch import Launcher, run_trial
+from bisector.runner.launch import make_executor, run_trial
 from bisector.runner.spec import build_spec
 
-__all__ = ["Launcher", "build_spec", "run_trial"]
+__all__ = ["build_spec", "make_executor", "run_trial"]

@@ -28,11 +28,16 @@ def scrub(environ: Mapping[str, str], token_env: str | None = None) -> dict[str,
 
 def pin_device(env: dict[str, str], device: str, index: int) -> None:
     """One device per trial. ROCm honours HIP_VISIBLE_DEVICES; a CUDA_VISIBLE_DEVICES set as well
-    would filter a second time (index 0 of the remaining list), so it is removed there."""
+    would filter a second time (index 0 of the remaining list), so it is removed there. An index
+    counts among the devices `env` already shows (a runner that sees GPUs 2,3: index 1 is GPU 3)."""
+    def physical(var: str) -> str:
+        visible = [v.strip() for v in env.get(var, "").split(",") if v.strip()]
+        return visible[index] if index < len(visible) else str(index)
+
     if device == "cuda":
-        env["CUDA_VISIBLE_DEVICES"] = str(index)
+        env["CUDA_VISIBLE_DEVICES"] = physical("CUDA_VISIBLE_DEVICES")
     elif device == "rocm":
-        env["HIP_VISIBLE_DEVICES"] = str(index)
+        env["HIP_VISIBLE_DEVICES"] = physical("HIP_VISIBLE_DEVICES")
         env.pop("CUDA_VISIBLE_DEVICES", None)
         env.pop("ROCR_VISIBLE_DEVICES", None)
     else:

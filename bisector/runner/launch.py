@@ -1,7 +1,12 @@
-"""Run one trial in a fresh subprocess and turn whatever it left into TrialRecords.
+"""Trials of one config: their environment, their files, and what their processes leave, as TrialRecords.
 
 A crash, hang, OOM or illegal memory access in the subject is a recorded failure with the log
 tail, never an exception here: the bot lives on. The full log stays on disk next to the spec.
+
+The environment has two parts. The worker's (fixed for the config, given when its process
+starts, before `import torch`): secrets scrubbed, the protocol's variables, the CPU allocator's
+thresholds, `benches` on the path. The trial's (given with the trial): its device and its JIT
+cache dirs, which CUDA and Triton read when first used.
 """
 
 from __future__ import annotations
@@ -10,27 +15,25 @@ import datetime as dt
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from bisector.config import Config
-from bisector.errors import TrialError
 from bisector.model import BuildResult, Shape, TrialRecord, TrialStatus
-from bisector.runner import lock
 from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
+from bisector.runner.executor import Executor, Prepared, TrialJob
+from bisector.runner.memwatch import total_memory
 from bisector.runner.spec import benches_root, build_spec
+from bisector.runner.workers import SOURCES, make_source
 
 TAIL_CHARS = 4000
 _STATUS = {"ok": TrialStatus.OK, "wrong": TrialStatus.WRONG, "crash": TrialStatus.CRASH,
            "unavailable": TrialStatus.UNAVAILABLE, "timeout": TrialStatus.TIMEOUT}
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+def _iso(t: float | None) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds") if t else ""
 
 
 def log_tail(path: Path, chars: int = TAIL_CHARS) -> str:
@@ -43,11 +46,9 @@ def log_tail(path: Path, chars: int = TAIL_CHARS) -> str:
         return ""
 
 
-def trial_env(config: Config, build: BuildResult, work: Path, device_index: int, first: bool,
-              environ: Mapping[str, str]) -> dict[str, str]:
+def worker_env(config: Config, environ: Mapping[str, str]) -> dict[str, str]:
+    """What every trial process of `config` starts with, before it imports anything."""
     env = scrub(environ, config.publish.token_env)
-    pin_device(env, config.device, device_index)
-    env.update(prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first))
     env.update(config.protocol.env)
     pin_allocator(env, config.device)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (benches_root(), env.get("PYTHONPATH", "")) if p)
@@ -55,14 +56,26 @@ def trial_env(config: Config, build: BuildResult, work: Path, device_index: int,
     return env
 
 
+def trial_env(config: Config, build: BuildResult, work: Path, device_index: int, first: bool,
+              base: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The variables one trial sets on top of its worker's (and those it unsets): device, JIT dirs."""
+    env = dict(base)
+    pin_device(env, config.device, device_index)
+    env.update(prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first))
+    env.update(config.protocol.env)  # a config's explicit choice wins
+    changed = {k: v for k, v in env.items() if base.get(k) != v}
+    return changed, tuple(k for k in base if k not in env)
+
+
 def _exit_text(code: int | None) -> str:
     if code is None:
         return "no exit status"
-    if code < 0:
+    if code < 0 or code >= 128:
+        n = -code if code < 0 else code - 128
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            return f"killed by {signal.Signals(n).name}"
         except ValueError:
-            return f"killed by signal {-code}"
+            return f"killed by signal {n}"
     return f"exit code {code}"
 
 
@@ -83,103 +96,115 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         log_tail="" if status == TrialStatus.OK else (raw.get("traceback") or common["tail"]),
         telemetry=dict(out.get("telemetry") or {}), machine=dict(out.get("machine") or {}),
         protocol={**(out.get("protocol") or {}), **extra, "log_path": common["log"],
-                  "trial_wall_s": round(common["seconds"], 3)},
-        patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"])
+                  "trial_wall_s": round(common["seconds"], 3), "timeline": common["timeline"],
+                  "phases": out.get("phases") or []},
+        patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"],
+        slot=common["slot"])
 
 
-def cpu_pinning(config: Config, index: int) -> Callable[[], None] | None:
-    """On the CPU with several `devices`, each is a core: pin the trial there so two run side by side."""
-    if config.device != "cpu" or len(config.devices) < 2 or not hasattr(os, "sched_setaffinity"):
-        return None
-    core = index % (os.cpu_count() or 1)
-    return lambda: os.sched_setaffinity(0, {core})
+def records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
+    """One TrialRecord per shape of the job, from the trial's output file and how its process ended."""
+    timeline = info["timeline"]
+    start = timeline.get("assigned") or timeline.get("submitted")
+    end = timeline.get("ended") or start
+    common = {"tail": log_tail(prepared.log_path), "log": str(prepared.log_path), "patch_hash": job.build.patch_hash,
+              "started": _iso(start), "finished": _iso(end), "seconds": (end or 0) - (start or 0),
+              "timeline": timeline, "slot": job.slot}
+    done = {str(r.get("shape")): r for r in out.get("results", []) if isinstance(r, dict) and "shape" in r}
+    recs = []
+    for shape in job.shapes:
+        raw = done.get(shape.key)
+        if raw is None:
+            if info.get("breach"):
+                raw = {"shape": shape.key, "status": "crash", "error": f"trial {info['breach']}; shape not measured"}
+            elif info.get("timed_out"):
+                raw = {"shape": shape.key, "status": "timeout",
+                       "error": f"trial timed out after {info['timeout_s']:g} s (killed); shape not measured"}
+            else:
+                raw = {"shape": shape.key, "status": "crash",
+                       "error": f"trial process ended ({_exit_text(info.get('exit_code'))}) before measuring "
+                                f"this shape"}
+        recs.append(_record(job.build.sha, raw, out, common))
+    return tuple(recs)
+
+
+def default_ahead(config: Config) -> int:
+    """Workers kept ready per device: on a GPU host enough to hide imports behind device time,
+    a few cores each; on the CPU none (the 'devices' are the cores the trials time on)."""
+    if config.protocol.ahead is not None:
+        return config.protocol.ahead
+    if config.device == "cpu":
+        return 0
+    return max(1, min(3, (os.cpu_count() or 4) // (4 * len(config.devices))))
+
+
+def memory_limit(config: Config) -> int:
+    """Bytes a trial's process tree may hold: the config's, else half the machine shared by the devices."""
+    if config.protocol.memory_gb:
+        return int(config.protocol.memory_gb * 2**30)
+    total = total_memory()
+    return max(2 * 2**30, total // (2 * len(config.devices))) if total else 0
+
+
+def default_preload(config: Config) -> tuple[str, ...]:
+    if config.protocol.preload is not None:
+        return config.protocol.preload
+    extra = ("triton",) if any(s.adapter == "triton" for s in config.subjects.values()) else ()
+    return ("torch", "benches.trial", *extra)
+
+
+class TrialFiles:
+    """Where one config's trials keep their spec, output and log, and how each is turned into records."""
+
+    def __init__(self, config: Config, work: Path, base_env: Mapping[str, str]) -> None:
+        self.config, self.work, self.base_env = config, Path(work).resolve(), dict(base_env)
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def prepare(self, job: TrialJob, device: int) -> Prepared:
+        with self._lock:
+            self._count += 1
+            n = self._count
+        tag = job.build.sha[:12] + (f"-{job.build.patch_hash}" if job.build.patch_hash else "")
+        stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
+        tdir = self.work / "trials" / tag / f"{job.slot:03d}-{stamp}-{os.getpid()}-{n}"
+        tdir.mkdir(parents=True, exist_ok=True)
+        spec = build_spec(self.config, job.build, None, seed=job.seed, shapes=job.shapes)
+        (tdir / "spec.json").write_text(json.dumps(spec, indent=1))
+        env, unset = trial_env(self.config, job.build, self.work, device, job.first, self.base_env)
+        cpu = device % (os.cpu_count() or 1) if self.config.device == "cpu" and len(self.config.devices) > 1 else None
+        return Prepared(tdir / "spec.json", tdir / "out.json", tdir / "log.txt", tdir, env, unset, cpu)
+
+
+def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str] | None = None,
+                  source: str | None = None, ahead: int | None = None, timeout_s: float | None = None,
+                  lock_devices: bool = True) -> Executor:
+    """The executor of one config's trials, with its worker source and limits."""
+    work = Path(work).resolve()
+    base = worker_env(config, os.environ if environ is None else environ)
+    kind = source or config.protocol.workers
+    if kind not in SOURCES:
+        raise ValueError(f"unknown worker source {kind!r} (known: {', '.join(SOURCES)})")
+    files = TrialFiles(config, work, base)
+    return Executor(make_source(kind, base, default_preload(config), work / "workers"), config.devices, config.device,
+                    files.prepare, records, ahead=default_ahead(config) if ahead is None else ahead,
+                    timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,
+                    memory_bytes=memory_limit(config), lock_devices=lock_devices)
 
 
 def run_trial(config: Config, build: BuildResult, suite: str | None, *, work: str | Path, trial_index: int = 0,
-              first: bool = False, device_index: int | None = None, timeout_s: float | None = None,
-              shapes: Sequence[Shape] | None = None, seed: int | None = None,
-              environ: Mapping[str, str] | None = None) -> tuple[TrialRecord, ...]:
-    """One trial process of `suite` (None: every suite of `shapes`) on `build`: one TrialRecord per shape.
+              first: bool = False, timeout_s: float | None = None, shapes: Sequence[Shape] | None = None,
+              seed: int | None = None, environ: Mapping[str, str] | None = None) -> tuple[TrialRecord, ...]:
+    """One trial process of `suite` (None: every suite of `shapes`) on `build`, on its own: one record per shape.
 
-    `first` empties the commit's JIT cache dir first (the caller knows which trial is first);
-    `trial_index` picks the input seed (config seed + index, unless `seed` is given) and, by
-    default, the device."""
-    work = Path(work).resolve()
+    `first` empties the commit's JIT cache dir first; `trial_index` picks the input seed (config
+    seed + index, unless `seed` is given)."""
+    chosen = tuple(s for s in (shapes if shapes is not None else config.shapes) if suite in (None, s.suite))
+    build_spec(config, build, suite, seed=0, shapes=chosen)  # a bad suite is bad input, before any process
     seed = config.protocol.seed + trial_index if seed is None else seed
-    spec = build_spec(config, build, suite, seed=seed, shapes=tuple(shapes) if shapes is not None else None)
-    tag = build.sha[:12] + (f"-{build.patch_hash}" if build.patch_hash else "")
-    stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
-    tdir = work / "trials" / tag / f"{suite or 'all'}-{trial_index:03d}-{stamp}"
-    tdir.mkdir(parents=True, exist_ok=True)
-    spec_path, out_path, log_path = tdir / "spec.json", tdir / "out.json", tdir / "log.txt"
-    spec_path.write_text(json.dumps(spec, indent=1))
-    index = config.devices[trial_index % len(config.devices)] if device_index is None else device_index
-    env = trial_env(config, build, work, index, first, os.environ if environ is None else environ)
-    limit = config.protocol.timeout_s if timeout_s is None else timeout_s
-
-    started, t0, timed_out = _now(), time.monotonic(), False
-    with lock.gpu_lock(config.device, [index]), open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen([sys.executable, "-m", "benches.trial", str(spec_path), str(out_path)],
-                                    cwd=tdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=cpu_pinning(config, index))
-        except OSError as exc:
-            raise TrialError(f"cannot start trial process {sys.executable}: {exc}") from exc
-        try:
-            code: int | None = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            code = proc.wait()
-        finally:
-            # Interrupted (Ctrl-C), or the trial left children behind (compile workers): the
-            # process group is the trial's own session, so nothing else is touched.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            if proc.poll() is None:
-                proc.wait()
-    seconds = time.monotonic() - t0
-
-    try:
-        out = json.loads(out_path.read_text())
-    except (OSError, ValueError):
-        out = {}
-    common = {"tail": log_tail(log_path), "log": str(log_path), "patch_hash": build.patch_hash,
-              "started": started, "finished": _now(), "seconds": seconds}
-    done = {str(r.get("shape")): r for r in out.get("results", []) if isinstance(r, dict) and "shape" in r}
-    records = []
-    for shape in spec["shapes"]:
-        raw = done.get(shape["key"])
-        if raw is None:
-            if timed_out:
-                raw = {"shape": shape["key"], "status": "timeout",
-                       "error": f"trial timed out after {limit:g} s (killed); shape not measured"}
-            else:
-                raw = {"shape": shape["key"], "status": "crash",
-                       "error": f"trial process ended ({_exit_text(code)}) before measuring this shape"}
-        records.append(_record(build.sha, raw, out, common))
-    return tuple(records)
+    with make_executor(config, work, environ=environ, source="spawn", ahead=0, timeout_s=timeout_s) as executor:
+        (outcome,) = executor.run([TrialJob(build, chosen, seed, slot=trial_index, first=first)])
+    return outcome.records
 
 
-class Launcher:
-    """run_trial bound to a config and a work dir: the `TrialRunner` that bisector.probe expects.
-
-    Trials go to the config's devices in turn."""
-
-    def __init__(self, config: Config, work: str | Path, *, timeout_s: float | None = None) -> None:
-        self.config, self.work, self.timeout_s, self.count = config, Path(work), timeout_s, 0
-        self._count_lock = threading.Lock()
-
-    def __call__(self, build: BuildResult, suite: str | None, shapes: Sequence[Shape], *, first: bool,
-                 seed: int) -> tuple[TrialRecord, ...]:
-        with self._count_lock:  # the probe launches trials from several threads, one per device
-            index = self.count
-            self.count += 1
-        return run_trial(self.config, build, suite, work=self.work, trial_index=index, first=first,
-                         shapes=shapes, seed=seed, timeout_s=self.timeout_s)
+__all__ = ["TrialFiles", "make_executor", "records", "run_trial", "trial_env", "worker_env"]

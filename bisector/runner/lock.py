@@ -1,9 +1,11 @@
-"""One lock per (runner, GPU): two triggers on one machine queue, never interleave on one GPU.
+"""One lock per GPU of a host: jobs on one machine queue, and never time two trials on one GPU at once.
 
-The lock is a filelock on `$BISECTOR_LOCK_DIR` (default /tmp/bisector-locks)/<runner>-<kind><index>.lock,
-so it also holds between processes started by different workflows on the same runner. Within one
-process the lock is re-entrant: a nightly job that holds its GPUs can launch trials that take the
-same lock again without waiting on itself.
+The lock is a filelock on `$BISECTOR_LOCK_DIR` (default /tmp/bisector-locks)/<kind>-<physical>.lock,
+named by the device alone: two runners on one host (each with its own RUNNER_NAME) share GPU 0, so
+they share its lock. The index is mapped through this process's own CUDA_VISIBLE_DEVICES /
+HIP_VISIBLE_DEVICES, so a bot that sees physical GPUs 2,3 as 0,1 locks 2 and 3. Within one process
+the lock is re-entrant: a nightly job that holds its GPUs can run trials that take the same lock
+for each device section without waiting on itself.
 """
 
 from __future__ import annotations
@@ -39,9 +41,16 @@ def runner_name() -> str:
     return os.environ.get("RUNNER_NAME") or socket.gethostname() or "local"
 
 
-def lock_path(device: str, index: int, runner: str | None = None) -> Path:
-    name = re.sub(r"[^\w.-]+", "_", runner or runner_name())
-    return lock_dir() / f"{name}-{device}{index}.lock"
+def physical_device(device: str, index: int) -> str:
+    """The id of a visible device on the host: this process's visibility list maps indices."""
+    var = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}.get(device)
+    visible = [v.strip() for v in os.environ.get(var, "").split(",") if v.strip()] if var else []
+    return visible[index] if index < len(visible) else str(index)
+
+
+def lock_path(device: str, index: int) -> Path:
+    name = re.sub(r"[^\w.-]+", "_", f"{device}-{physical_device(device, index)}")
+    return lock_dir() / f"{name}.lock"
 
 
 def _lock(path: Path) -> FileLock:
@@ -53,14 +62,19 @@ def _lock(path: Path) -> FileLock:
         return _locks[str(path)]
 
 
+def device_lock(device: str, index: int) -> FileLock:
+    """The (re-entrant, process-wide) lock object of one device, for one device section at a time."""
+    return _lock(lock_path(device, index))
+
+
 @contextlib.contextmanager
-def gpu_lock(device: str, indices: Sequence[int], runner: str | None = None, timeout_s: float = -1,
+def gpu_lock(device: str, indices: Sequence[int], timeout_s: float = -1,
              on_wait: Callable[[Path], None] = lambda p: None) -> Iterator[tuple[Path, ...]]:
     """Hold the locks of these devices (sorted, so two jobs never deadlock on each other).
 
     `on_wait` is called once per lock that is busy, before waiting on it; timeout_s < 0 waits forever.
     """
-    paths = tuple(lock_path(device, i, runner) for i in sorted(set(indices)))
+    paths = tuple(lock_path(device, i) for i in sorted(set(indices)))
     with contextlib.ExitStack() as stack:
         deadline = None if timeout_s < 0 else time.monotonic() + timeout_s
         for path in paths:

@@ -47,8 +47,8 @@ def _restore(fix: FixResult) -> str:
     for shape in fix.shapes:
         if shape in fix.restored and shape in fix.baseline:
             left = fix.remaining_pct(shape)
-            parts.append(f"{shape}: restored {fix.restored[shape]:.1f} against {fix.baseline[shape]:.1f} TFLOP/s"
-                         + (f" ({left:+.1f}%)" if left is not None else ""))
+            parts.append(f"{shape}: {fix.verdict(shape)}, {fix.restored[shape]:.1f} against {fix.baseline[shape]:.1f} "
+                         f"TFLOP/s before the step, side by side" + (f" ({left:+.1f}%)" if left is not None else ""))
     return "; ".join(parts)
 
 
@@ -67,7 +67,8 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
         if step.pr is None or step.candidates or any(c.pr == step.pr for c in culprits):
             continue
         fix = fixes.get(step.commit)
-        good_fix = fix is not None and fix.applied and fix.correct and bool(fix.restored)
+        good_fix = (fix is not None and fix.applied and fix.correct and bool(fix.restored)
+                    and all(fix.verdict(s) in ("restored", "partly restored") for s in fix.vs_parent))
         culprits.append(CulpritPost(pr=step.pr, step_summary=step_summary(step, data), table=_step_table(step),
                                     patch=patches.get(step.commit) if good_fix else None,
                                     restore=_restore(fix) if good_fix and fix else "",

@@ -1,0 +1,179 @@
+"""A trial process started before its trial is known, so that its start costs the device nothing.
+
+    python -m benches.worker --fd N [--preload torch,triton]     one worker, spawned
+    python -m benches.worker --zygote --fd N [--preload ...]     a zygote that forks workers
+
+A worker imports what every trial needs (torch, triton: seconds of CPU) and says `ready` on its
+socket; the bot then hands it one trial (spec, output, log, the trial's own environment: device,
+JIT cache dirs), and the worker runs `benches.trial.run` with a gate that asks the bot for the
+device (`want`) and waits for `go`, and says `release` when its device section ends. One worker
+runs one trial and exits: a fresh process per trial, as the cold protocol wants.
+
+The zygote imports the same modules once and forks a worker per request (the bot sends one end of
+a socketpair with SCM_RIGHTS). Nothing in the zygote touches the device before it forks: the
+child picks its device (CUDA_VISIBLE_DEVICES) and its JIT cache dirs from the trial's environment,
+which CUDA and Triton read when first used, not at import.
+
+The messages are JSON lines; the bot side is bisector/runner/workers.py. This module, like all of
+`benches`, imports nothing from `bisector`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+
+class Channel:
+    """JSON lines over a connected stream socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._reader = sock.makefile("rb")
+
+    def send(self, **message: Any) -> None:
+        self.sock.sendall((json.dumps(message) + "\n").encode())
+
+    def recv(self) -> dict[str, Any]:
+        line = self._reader.readline()
+        if not line:
+            raise EOFError("the bot closed the channel")
+        return json.loads(line)
+
+
+class SocketGate:
+    """benches.trial's gate: ask the bot for the device, wait for it, give it back."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+
+    def acquire(self) -> None:
+        self.channel.send(msg="want", t=time.time())
+        while "go" not in self.channel.recv():
+            pass
+
+    def release(self) -> None:
+        self.channel.send(msg="release", t=time.time())
+
+
+def preload(modules: Sequence[str]) -> list[str]:
+    """Import what every trial imports; a module missing here is the trial's to report, not ours."""
+    failed = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - e.g. triton absent on a CPU host
+            failed.append(name)
+    return failed
+
+
+def _redirect_output(log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def serve(channel: Channel, started: float, loaded: tuple[float, float], failed: Sequence[str]) -> int:
+    """Say ready, take one trial, run it with the bot's gate."""
+    channel.send(msg="ready", pid=os.getpid(), started=started, preload=list(loaded), preload_failed=list(failed))
+    try:
+        job = channel.recv()["job"]
+    except EOFError:
+        return 0  # the pool was closed before this worker got a trial
+    _redirect_output(job["log"])
+    os.chdir(job["cwd"])
+    for name in job.get("unset", ()):
+        os.environ.pop(name, None)
+    os.environ.update(job["env"])
+    if job.get("cpu") is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(job["cpu"])})
+    from benches import trial  # after the trial's environment is in place
+
+    spec = json.loads(Path(job["spec"]).read_text())
+    trial.run(spec, Path(job["out"]), gate=SocketGate(channel))
+    channel.send(msg="done", t=time.time())
+    return 0
+
+
+def _socket(fd: int) -> socket.socket:
+    return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
+
+
+def zygote(control: socket.socket, started: float, loaded: tuple[float, float], failed: Sequence[str]) -> int:
+    """Fork a worker for every socket the bot sends; report each child's pid and, later, its exit."""
+    control.sendall((json.dumps({"msg": "zygote", "pid": os.getpid(), "preload": list(loaded)}) + "\n").encode())
+    children: set[int] = set()
+    control.settimeout(0.5)
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, 4096, 1)
+        except socket.timeout:
+            data, fds = b"", []
+            _reap(control, children)
+            continue
+        except OSError:
+            return 0
+        if not data and not fds:
+            return 0  # the bot is gone: the fence around us takes the children
+        for fd in fds:
+            pid = os.fork()
+            if pid == 0:
+                control.close()
+                os.setpgid(0, 0)  # its own group: the bot kills a worker without its siblings
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                code = 1
+                try:
+                    code = serve(Channel(_socket(fd)), time.time(), loaded, failed)
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            os.close(fd)
+            children.add(pid)
+            control.sendall((json.dumps({"msg": "forked", "pid": pid}) + "\n").encode())
+        _reap(control, children)
+
+
+def _reap(control: socket.socket, children: set[int]) -> None:
+    for pid in list(children):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            children.discard(pid)
+            continue
+        if done:
+            children.discard(pid)
+            code = os.waitstatus_to_exitcode(status)
+            try:
+                control.sendall((json.dumps({"msg": "exited", "pid": pid, "code": code}) + "\n").encode())
+            except OSError:
+                pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benches.worker")
+    parser.add_argument("--fd", type=int, required=True, help="the socket to the bot")
+    parser.add_argument("--preload", default="torch", help="modules every trial imports, comma-separated")
+    parser.add_argument("--zygote", action="store_true", help="fork a worker per request instead")
+    args = parser.parse_args(argv)
+    started = time.time()
+    failed = preload([m for m in args.preload.split(",") if m])
+    loaded = (started, time.time())
+    if args.zygote:
+        return zygote(_socket(args.fd), started, loaded, failed)
+    return serve(Channel(_socket(args.fd)), started, loaded, failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,437 @@
+"""The trial executor: trial processes prepared ahead, one device section per device at a time.
+
+A trial process spends most of its life off the device: interpreter start, `import torch` and
+triton, the commit's modules, the device context, and at the end telemetry and teardown. On one
+H200 that was 11.7 s of a trial's wall against ~0.1 s of timed kernels, one trial after another
+under a lock held from process start to exit: the GPU did timed work 0.84% of a run. Here:
+
+- Workers (bisector/runner/workers.py) are started before their trials are known, so their
+  imports overlap other trials' device time; `ahead` ready workers are kept per device.
+- A trial holds its device only from `go` to `release`: compile, inputs, correctness check,
+  warm-up and timed repetitions. Every other phase runs alongside another trial's device section.
+- Per device, trials get the device in the order they were submitted (side-by-side rounds keep
+  their ABBA order), never two at once; a trial that must wait for another (the first, cold-JIT
+  trial of its commit) lets later ones pass. The device's file lock (bisector/runner/lock.py) is
+  taken for each device section, so two bots on one host interleave trial by trial.
+- Each process is fenced (dies with the bot), its memory watched (bisector/runner/memwatch.py),
+  its time limited; each trial's result is handed back the moment it ends.
+
+Every transition is timestamped (`Timeline`): where a run's time went, and the proof that no two
+device sections overlapped, come from these.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from filelock import FileLock, Timeout
+
+from bisector.model import BuildResult, Shape, TrialRecord
+from bisector.runner import lock as locks
+from bisector.runner.memwatch import WATCH, Breach
+from bisector.runner.workers import Worker, WorkerSource
+
+TICK_S = 0.2
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """One trial process: a build, the shapes it measures, its seed, and what it waits for."""
+
+    build: BuildResult
+    shapes: tuple[Shape, ...]
+    seed: int
+    slot: int = 0  # which trial of this (commit, patch) it is: names its dir and log
+    first: bool = False  # empty the commit's JIT cache dirs first: this trial compiles cold
+    after: Future | None = None  # do not take a device before this trial has released its own
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Epoch timestamps of one trial process, as the bot saw them (None: never reached)."""
+
+    sha: str
+    patch_hash: str | None
+    device: int
+    submitted: float
+    started: float | None = None  # process (or fork) started
+    ready: float | None = None  # imports done, waiting for a trial
+    assigned: float | None = None  # given its trial
+    want: float | None = None  # set up, asking for the device
+    go: float | None = None  # device granted
+    release: float | None = None  # device given back
+    ended: float | None = None  # process gone, result read
+    source: str = "spawn"
+
+    def span(self, a: str, b: str) -> float:
+        x, y = getattr(self, a), getattr(self, b)
+        return max(0.0, y - x) if x is not None and y is not None else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("sha", "patch_hash")}
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What one trial process left: its records (one per shape) and its timeline."""
+
+    records: tuple[TrialRecord, ...]
+    timeline: Timeline
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything the executor needs to hand a job to a worker (made by the caller: paths, env)."""
+
+    spec_path: Path
+    out_path: Path
+    log_path: Path
+    cwd: Path
+    env: Mapping[str, str]  # the trial's own: device pin, JIT cache dirs
+    unset: tuple[str, ...] = ()
+    cpu: int | None = None
+
+
+@dataclass
+class _Run:
+    job: TrialJob
+    seq: int
+    future: Future
+    prepared: Prepared | None = None
+    device: int = 0
+    worker: Worker | None = None
+    state: str = "pending"  # pending | assigned | wants | on-device | released | done
+    deadline: float = 0.0
+    breach: list[Breach] = field(default_factory=list)
+    t: dict[str, float] = field(default_factory=dict)
+
+
+Prepare = Callable[[TrialJob, int], Prepared]
+Finish = Callable[[TrialJob, Prepared, Mapping[str, Any], Mapping[str, Any]], tuple[TrialRecord, ...]]
+
+
+class Executor:
+    """Runs TrialJobs on `devices` with workers from `source`; `submit` returns a Future[TrialOutcome].
+
+    `prepare(job, device)` writes the job's spec and returns its paths and environment;
+    `finish(job, prepared, out_json, info)` turns what the process left into records."""
+
+    def __init__(self, source: WorkerSource, devices: Sequence[int], device_kind: str, prepare: Prepare,
+                 finish: Finish, *, ahead: int = 0, timeout_s: float = 600.0, memory_bytes: int = 0,
+                 lock_devices: bool = True) -> None:
+        self.source, self.devices, self.kind = source, tuple(devices), device_kind
+        self.prepare, self.finish = prepare, finish
+        self.ahead, self.timeout_s, self.memory_bytes = ahead, timeout_s, memory_bytes
+        self.lock_devices = lock_devices
+        self.timelines: list[Timeline] = []  # every trial this executor ran, in order of ending
+        self._runs: list[_Run] = []
+        self._idle: list[Worker] = []
+        self._starting: list[Worker] = []
+        self._holder: dict[int, _Run | None] = {d: None for d in self.devices}
+        self._file_locks: dict[int, FileLock] = {}
+        self._seq = 0
+        self._cancel: list[Future] = []
+        self._reaping: list[Worker] = []  # gone from our view, their process not yet collected
+        self._lock = threading.Lock()
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        for sock in source.sockets():
+            self._selector.register(sock, selectors.EVENT_READ, "source")
+        self._closing = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="executor", daemon=True)
+        self._thread.start()
+
+    # -- public --------------------------------------------------------------------------------
+
+    def submit(self, job: TrialJob) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._error is not None:
+                raise RuntimeError(f"the trial executor failed: {self._error}") from self._error
+            self._seq += 1
+            self._runs.append(_Run(job, self._seq, future, t={"submitted": time.time()}))
+        self._wake()
+        return future
+
+    def cancel(self, future: Future) -> None:
+        """Drop a trial that has not taken its device yet (its process, if any, is killed); one
+        already on its device finishes."""
+        with self._lock:
+            self._cancel.append(future)
+        self._wake()
+
+    def run(self, jobs: Sequence[TrialJob]) -> list[TrialOutcome]:
+        """Submit all, wait for all (in submission order)."""
+        futures = [self.submit(j) for j in jobs]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        """Kill what is still running, stop idle workers, end the loop."""
+        self._closing = True
+        self._wake()
+        self._thread.join(timeout=30)
+        self.source.close()
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def _loop(self) -> None:
+        try:
+            while not self._closing:
+                self._step()
+                for key, _ in self._selector.select(TICK_S):
+                    if key.data is None:
+                        try:
+                            while self._wake_r.recv(4096):
+                                pass
+                        except (BlockingIOError, InterruptedError):
+                            pass
+                    elif key.data == "source":
+                        self.source.on_readable(key.fileobj, self._workers())  # type: ignore[arg-type]
+                    else:
+                        self._on_message(key.data)
+        except BaseException as exc:  # a bug here must not leave callers waiting for ever
+            with self._lock:
+                self._error = exc
+                runs = [r for r in self._runs if not r.future.done()]
+            for r in runs:
+                r.future.set_exception(exc)
+        finally:
+            self._shutdown()
+
+    def _workers(self) -> list[Worker]:
+        return [*self._idle, *self._starting, *(r.worker for r in self._runs if r.worker is not None)]
+
+    def _step(self) -> None:
+        now = time.time()
+        with self._lock:
+            cancel, self._cancel = self._cancel, []
+        self._reaping = [w for w in self._reaping if not w.reap()]
+        for future in cancel:
+            run = next((r for r in self._runs if r.future is future), None)
+            if run is not None and run.state in ("pending", "assigned", "wants"):
+                self._drop(run)
+        with self._lock:
+            runs = list(self._runs)
+        pending = [r for r in runs if r.state == "pending"]
+        busy = sum(r.state in ("assigned", "wants", "on-device") for r in runs)
+        # Workers: one for every pending trial and `ahead` more per device in reserve, but never
+        # more than `ahead` + 1 per device alive at once (on the CPU: one per core).
+        cap = len(self.devices) * (1 + self.ahead)
+        want_workers = min(len(pending) + self.ahead * len(self.devices), cap - busy)
+        while len(self._idle) + len(self._starting) < want_workers:
+            worker = self.source.start()
+            self._starting.append(worker)
+            self._selector.register(worker.sock, selectors.EVENT_READ, worker)
+        for worker in [w for w in self._starting if now - w.started > self.timeout_s]:
+            self._starting.remove(worker)  # a worker that never got ready (a hung import)
+            self._forget(worker)
+        for run in pending:
+            if not self._idle:
+                break
+            self._assign(run, self._idle.pop(0), now)
+        for run in runs:
+            if run.state in ("assigned", "wants", "on-device", "released") and now > run.deadline:
+                self._end(run, timed_out=True)
+        for device in self.devices:
+            self._grant(device)
+
+    def _assign(self, run: _Run, worker: Worker, now: float) -> None:
+        run.device = self._pick_device()
+        run.worker = worker
+        try:
+            run.prepared = self.prepare(run.job, run.device)
+        except BaseException as exc:  # noqa: BLE001 - a job we cannot even write fails alone
+            run.state, run.worker = "done", None
+            self._idle.insert(0, worker)
+            run.future.set_exception(exc)
+            return
+        p = run.prepared
+        job = {"spec": str(p.spec_path), "out": str(p.out_path), "log": str(p.log_path), "cwd": str(p.cwd),
+               "env": dict(p.env), "unset": list(p.unset), "cpu": p.cpu}
+        run.t.update(started=worker.started, ready=float(worker.ready.get("t", worker.started)), assigned=now)
+        run.state, run.deadline = "assigned", now + self.timeout_s
+        if worker.pid is not None:
+            run.breach = WATCH.watch(worker.pid, self.memory_bytes, worker.pgid)
+        if not worker.send(job=job):
+            self._end(run)
+
+    def _pick_device(self) -> int:
+        """The device with the fewest trials queued or running."""
+        with self._lock:
+            load = {d: sum(1 for r in self._runs if r.device == d and r.state in ("assigned", "wants", "on-device"))
+                    for d in self.devices}
+        return min(self.devices, key=lambda d: (load[d], self.devices.index(d)))
+
+    def _grant(self, device: int) -> None:
+        if self._holder[device] is not None:
+            return
+        with self._lock:
+            queue = sorted((r for r in self._runs if r.device == device and r.state in ("assigned", "wants")),
+                           key=lambda r: r.seq)
+        for run in queue:
+            after = run.job.after
+            if after is not None and not after.done() and not getattr(after, "released", False):
+                continue  # waits for its commit's cold first trial; later ones may pass
+            if run.state != "wants":
+                return  # the next in line is still setting up: keep the order
+            if not self._take_file_lock(device):
+                return
+            self._holder[device] = run
+            run.state = "on-device"
+            run.t["go"] = time.time()
+            if not run.worker or not run.worker.send(go=run.t["go"]):
+                self._end(run)
+            return
+
+    def _take_file_lock(self, device: int) -> bool:
+        """This host's lock of the device: another bot's trial may hold it; try again next tick."""
+        if not self.lock_devices:
+            return True
+        lock = self._file_locks.get(device)
+        if lock is None:
+            lock = self._file_locks[device] = locks.device_lock(self.kind, device)
+        try:
+            lock.acquire(timeout=0)
+            return True
+        except Timeout:
+            return False
+
+    def _free(self, run: _Run) -> None:
+        if self._holder.get(run.device) is run:
+            self._holder[run.device] = None
+            if self.lock_devices and run.device in self._file_locks:
+                self._file_locks[run.device].release()
+            if "release" not in run.t:
+                run.t["release"] = time.time()
+            setattr(run.future, "released", True)
+
+    def _on_message(self, worker: Worker) -> None:
+        messages = worker.lines.read()
+        run = next((r for r in self._runs if r.worker is worker and r.state != "done"), None)
+        for msg in messages:
+            kind = msg.get("msg")
+            if kind == "ready":
+                worker.ready = {**msg, "t": time.time()}
+                worker.pid = worker.pgid = int(msg["pid"])
+                if worker in self._starting:
+                    self._starting.remove(worker)
+                    self._idle.append(worker)
+            elif run is not None and kind == "want":
+                run.state, run.t["want"] = "wants", time.time()
+            elif run is not None and kind == "release":
+                run.t["release"] = time.time()
+                self._free(run)
+                run.state = "released"
+            elif run is not None and kind == "done":
+                run.t["done"] = time.time()
+        if worker.lines.closed:
+            if run is not None:
+                self._end(run)
+            else:
+                for pool in (self._idle, self._starting):
+                    if worker in pool:
+                        pool.remove(worker)
+                self._forget(worker, kill=False)
+
+    def _end(self, run: _Run, timed_out: bool = False) -> None:
+        """The trial is over (exited, killed or timed out): free its device, read its output."""
+        worker = run.worker
+        if worker is not None:
+            self._forget(worker, kill=timed_out or not worker.lines.closed, wait_s=0.0 if "done" in run.t else 5.0)
+        self._free(run)
+        run.state = "done"
+        run.t["ended"] = time.time()
+        timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
+                            run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
+                            run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind)
+        info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
+                "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
+                "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict()}
+        try:
+            out = json.loads(run.prepared.out_path.read_text()) if run.prepared else {}
+        except (OSError, ValueError):
+            out = {}
+        with self._lock:
+            self._runs.remove(run)
+            self.timelines.append(timeline)
+        try:
+            records = self.finish(run.job, run.prepared, out, info) if run.prepared else ()
+        except BaseException as exc:  # noqa: BLE001
+            run.future.set_exception(exc)
+            return
+        run.future.set_result(TrialOutcome(tuple(records), timeline))
+
+    def _forget(self, worker: Worker, kill: bool = True, wait_s: float = 0.0) -> None:
+        if kill:
+            worker.kill()
+        try:
+            self._selector.unregister(worker.sock)
+        except (KeyError, ValueError):
+            pass
+        worker.close(wait_s)
+        if not worker.reap():
+            self._reaping.append(worker)
+        if worker.pid is not None:
+            WATCH.forget(worker.pid)
+
+    def _drop(self, run: _Run) -> None:
+        """A cancelled trial: no result, no device time; its worker (if it had one) is killed."""
+        if run.worker is not None:
+            self._forget(run.worker)
+        run.state = "done"
+        with self._lock:
+            self._runs.remove(run)
+        run.future.cancel()
+        run.future.set_running_or_notify_cancel()  # wakes `wait()`ers: a plain cancel does not
+
+    def _shutdown(self) -> None:
+        for run in list(self._runs):
+            if run.state != "pending":
+                self._end(run)
+            elif not run.future.done():
+                run.future.cancel()
+                run.future.set_running_or_notify_cancel()
+        for worker in [*self._idle, *self._starting]:
+            self._forget(worker)
+        self._idle, self._starting = [], []
+        for lock in self._file_locks.values():
+            while lock.is_locked:
+                lock.release()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+
+def reset_dir(path: Path) -> None:
+    """Empty a JIT cache dir (the commit's first trial compiles cold)."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+
+
+__all__ = ["Executor", "Prepared", "TrialJob", "TrialOutcome", "Timeline", "reset_dir", "replace"]

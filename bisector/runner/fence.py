@@ -1,0 +1,100 @@
+"""The fence around every process that runs upstream code: it dies with the bot, and takes its tree.
+
+    python -I fence.py --bot PID [--pass-fds 3,4] -- COMMAND ARG...
+
+Run by path (stdlib only, nothing of bisector is imported), it starts COMMAND in a session of
+its own and waits. When the bot dies (even by SIGKILL: the kernel sends this process SIGTERM
+through PR_SET_PDEATHSIG), or when the bot stops it (SIGTERM, SIGINT, SIGHUP), it kills every
+process of that session, grandchildren and forked compile workers included, then exits. When
+COMMAND exits, the rest of its session goes too, so nothing it started outlives it. The exit
+status is COMMAND's (128 + N when a signal N ended it).
+
+Why a process and not a flag: PR_SET_PDEATHSIG reaches one process only (a build script's
+compiler would survive its bash), and a hung trial must not hold the GPU after its bot is gone.
+Memory is watched by the bot (bisector/runner/memwatch.py), which sees every tree at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+PR_SET_PDEATHSIG = 1
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every process whose session is `sid` (field 6 of /proc/PID/stat)."""
+    out = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            out.append(int(name))
+    return out
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL the session's process group, then any of its processes in other groups."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for _ in range(20):
+        pids = [p for p in session_pids(sid) if p != os.getpid()]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+
+
+def _die_with(bot: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass
+    if bot and os.getppid() != bot:  # the bot died before we could ask to follow it
+        sys.exit(137)
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print("usage: fence.py --bot PID [--pass-fds A,B] -- COMMAND ARG...", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    opts, command = argv[:split], argv[split + 1:]
+    bot = int(opts[opts.index("--bot") + 1]) if "--bot" in opts else 0
+    fds = [int(x) for x in opts[opts.index("--pass-fds") + 1].split(",") if x] if "--pass-fds" in opts else []
+    _die_with(bot)
+    child = subprocess.Popen(command, start_new_session=True, pass_fds=fds)
+    for fd in fds:
+        os.close(fd)
+
+    def stop(signum: int, frame: object) -> None:
+        # Not child.wait(): this may run inside it, and Popen's wait lock is not re-entrant.
+        kill_session(child.pid)
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    code = child.wait()  # a signal still reaches `stop` while this waits (PEP 475)
+    kill_session(child.pid)
+    return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

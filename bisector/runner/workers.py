@@ -1,0 +1,236 @@
+"""Where trial processes come from: spawned one by one, or forked from a zygote that imported torch.
+
+Both give a `Worker`: a fresh process, fenced (bisector/runner/fence.py), that has imported what
+every trial needs and waits on its socket for one trial (benches/worker.py is the other side).
+- `SpawnSource`: `python -m benches.worker` per trial, each paying its own interpreter start and
+  imports, in parallel with other trials' device time when started ahead.
+- `ForkSource`: one zygote imports once and forks a worker per trial (~ms). Nothing in the zygote
+  has touched CUDA when it forks; the child picks its device and JIT cache dirs when it gets its
+  trial. On a 2-core CPU host this saves the ~2-3 s of CPU that `import torch` costs per trial.
+
+Sources only make processes; the executor (bisector/runner/executor.py) decides when and where
+they run. Messages are JSON lines; a source is driven from the executor's one event-loop thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence
+
+FENCE = str(Path(__file__).with_name("fence.py"))
+
+
+def fenced(command: Sequence[str], pass_fds: Sequence[int] = ()) -> list[str]:
+    """COMMAND run inside the fence: it dies with this bot, taking its whole process tree."""
+    fds = ",".join(str(fd) for fd in pass_fds)
+    return [sys.executable, "-I", FENCE, "--bot", str(os.getpid()), *(["--pass-fds", fds] if fds else []),
+            "--", *command]
+
+
+class Lines:
+    """Buffered JSON-line reading from a non-blocking socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buffer, self.closed = sock, b"", False
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every complete message available now; sets `closed` at end of stream."""
+        try:
+            data = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            self.closed = True
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+@dataclass
+class Worker:
+    """One trial process: its socket, and what is known of it so far."""
+
+    sock: socket.socket
+    started: float
+    proc: subprocess.Popen | None = None  # spawned workers; forked ones are the zygote's children
+    pid: int | None = None
+    pgid: int | None = None
+    ready: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    lines: Lines = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sock.setblocking(False)
+        self.lines = Lines(self.sock)
+
+    def send(self, **message: Any) -> bool:
+        try:
+            self.sock.setblocking(True)
+            self.sock.sendall((json.dumps(message) + "\n").encode())
+            return True
+        except OSError:
+            return False
+        finally:
+            self.sock.setblocking(False)
+
+    def kill(self) -> None:
+        """SIGKILL the worker's process group (its compile children included)."""
+        for target in (self.pgid, self.pid):
+            if target:
+                try:
+                    os.killpg(target, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if self.proc is not None:
+            try:
+                self.proc.terminate()  # the fence: it kills what is left of the session
+            except ProcessLookupError:
+                pass
+
+    def close(self, wait_s: float = 0.0) -> None:
+        """Close the socket; wait up to `wait_s` for the exit status (a crash wants it, a clean end
+        does not: the fence is reaped later by `reap`)."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.proc is not None:
+            try:
+                self.exit_code = self.proc.wait(timeout=wait_s) if wait_s else self.proc.poll()
+            except subprocess.TimeoutExpired:
+                pass
+
+    def reap(self) -> bool:
+        """True once the process is gone (its status collected)."""
+        if self.proc is None:
+            return True
+        self.exit_code = self.proc.poll()
+        return self.exit_code is not None
+
+
+class WorkerSource(Protocol):
+    kind: str
+
+    def start(self) -> Worker: ...
+
+    def sockets(self) -> list[socket.socket]: ...
+
+    def on_readable(self, sock: socket.socket, workers: Sequence[Worker]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def worker_command(preload: Sequence[str], fd: int, zygote: bool = False) -> list[str]:
+    return [sys.executable, "-m", "benches.worker", "--fd", str(fd), "--preload", ",".join(preload),
+            *(["--zygote"] if zygote else [])]
+
+
+class SpawnSource:
+    """A new fenced `python -m benches.worker` per trial."""
+
+    kind = "spawn"
+
+    def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path) -> None:
+        self.env, self.preload, self.cwd = dict(env), tuple(preload), Path(cwd)
+        self.count = 0
+
+    def start(self) -> Worker:
+        ours, theirs = socket.socketpair()
+        self.count += 1
+        log = open(self.cwd / f"worker-{os.getpid()}-{self.count}.log", "ab")
+        try:
+            proc = subprocess.Popen(fenced(worker_command(self.preload, theirs.fileno()), [theirs.fileno()]),
+                                    env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
+        finally:
+            theirs.close()
+            log.close()
+        return Worker(ours, time.time(), proc=proc)
+
+    def sockets(self) -> list[socket.socket]:
+        return []
+
+    def on_readable(self, sock: socket.socket, workers: Sequence[Worker]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ForkSource:
+    """Workers forked from one fenced zygote that has imported the preload modules once."""
+
+    kind = "fork"
+
+    def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path) -> None:
+        ours, theirs = socket.socketpair()
+        self.log = open(Path(cwd) / f"zygote-{os.getpid()}.log", "ab")
+        try:
+            self.proc = subprocess.Popen(fenced(worker_command(preload, theirs.fileno(), zygote=True),
+                                                [theirs.fileno()]),
+                                         env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=self.log,
+                                         stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
+        finally:
+            theirs.close()
+        self.control = ours
+        self.lines = Lines(ours)
+        self.waiting: list[Worker] = []  # asked for, pid not yet known (the zygote answers in order)
+        self.exits: dict[int, int] = {}
+        ours.setblocking(False)
+
+    def start(self) -> Worker:
+        ours, theirs = socket.socketpair()
+        try:
+            self.control.setblocking(True)
+            socket.send_fds(self.control, [b"w"], [theirs.fileno()])
+        finally:
+            self.control.setblocking(False)
+            theirs.close()
+        worker = Worker(ours, time.time())
+        self.waiting.append(worker)
+        return worker
+
+    def sockets(self) -> list[socket.socket]:
+        return [self.control]
+
+    def on_readable(self, sock: socket.socket, workers: Sequence[Worker]) -> None:
+        for msg in self.lines.read():
+            if msg.get("msg") == "forked" and self.waiting:
+                worker = self.waiting.pop(0)
+                worker.pid = worker.pgid = int(msg["pid"])
+            elif msg.get("msg") == "exited":
+                for worker in workers:
+                    if worker.pid == msg["pid"]:
+                        worker.exit_code = int(msg["code"])
+
+    def close(self) -> None:
+        try:
+            self.control.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait()
+        self.log.close()
+
+
+SOURCES = ("spawn", "fork")
+
+
+def make_source(kind: str, env: Mapping[str, str], preload: Sequence[str], cwd: Path) -> WorkerSource:
+    cwd.mkdir(parents=True, exist_ok=True)
+    if kind == "fork":
+        return ForkSource(env, preload, cwd)
+    return SpawnSource(env, preload, cwd)
