@@ -100,6 +100,9 @@ class Publish:
     comment_on_requester: bool = True
     draft_pr: bool = False
     commit_status: bool = True
+    # Whose comments `upsert` may edit when the token cannot read its own login (an Actions or app
+    # installation token); a personal token's login is asked from GitHub.
+    bot_login: str = "github-actions[bot]"
 
 
 @dataclass(frozen=True)
@@ -231,7 +234,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
                                                     "timeout_s", "jit_cache_env", "env", "seed"))),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric"))),
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
-                                                 "comment_on_requester", "draft_pr", "commit_status"))),
+                                                 "comment_on_requester", "draft_pr", "commit_status",
+                                                 "bot_login"))),
         report_dir=top.section("report", ("dir",)).get("dir", str, "reports"),
         store=top.get("store", str, None),
     )
@@ -347,4 +351,5 @@ def _publish(sec: _Section) -> Publish:
                    base_url=sec.get("base_url", str, "https://api.github.com"),
                    comment_on_culprit=sec.get("comment_on_culprit", bool, True),
                    comment_on_requester=sec.get("comment_on_requester", bool, True),
-                   draft_pr=sec.get("draft_pr", bool, False), commit_status=sec.get("commit_status", bool, True))
+                   draft_pr=sec.get("draft_pr", bool, False), commit_status=sec.get("commit_status", bool, True),
+                   bot_login=sec.get("bot_login", str, "github-actions[bot]"))

@@ -15,7 +15,7 @@ from bisector import publish
 from bisector.config import Publish
 from bisector.errors import BadInput
 from bisector.publish.actions import CommentAction
-from bisector.publish.github import RetryPolicy, connect, guard, upsert_comment
+from bisector.publish.github import RetryPolicy, connect, guard, own_login, upsert_comment
 from bisector.publish.plan import PublishPlan
 from bisector.triggers import permissions
 from bisector.triggers.event import CommentEvent
@@ -51,6 +51,7 @@ class GitHubThread:
         self.gh = connect(self._token, cfg.base_url, RETRY_POLICY)
         with guard(f"reading repository {event.repo}", self._token):
             self.repo = self.gh.get_repo(event.repo)
+        self._login: str | None = None
 
     def react(self, content: str) -> None:
         with guard(f"reacting to comment {self.event.comment_id}", self._token):
@@ -62,7 +63,9 @@ class GitHubThread:
 
     def answer(self, marker: str, body: str) -> str:
         with guard(f"commenting on #{self.event.number}", self._token):
-            return upsert_comment(self.repo, CommentAction(self.event.number, marker, body)).url
+            if self._login is None:
+                self._login = own_login(self.gh, self.cfg.bot_login)
+            return upsert_comment(self.repo, CommentAction(self.event.number, marker, body), self._login).url
 
     def publish(self, plan: PublishPlan) -> publish.PublishOutcome:
         return publish.publish(plan, self.cfg, self.env, None, RETRY_POLICY)
