@@ -1,9 +1,10 @@
 """Publishing a run to the upstream's GitHub repository: comments, draft PRs, a commit status.
 
-    outcome = publish(plan, config.publish, os.environ, dry_run_dir=None)
+    outcome = publish(plan, config.publish, vault.publishing_env(), dry_run_dir=None)
 
-The token is read here, from `env[cfg.token_env]`, and only here; a dry run needs none and makes
-no HTTP call: it writes the exact payloads (method, path, JSON body) to files instead.
+The token is read here, from `env[cfg.token_env]` (the CLI passes the in-memory vault, never
+`os.environ`), and only here; a dry run needs none and makes no HTTP call: it writes the exact
+payloads (method, path, JSON body) to files instead.
 """
 
 from __future__ import annotations
