@@ -1,8 +1,8 @@
 """Where the bot talks back: the PR's comment thread on GitHub, or files in a dry-run directory.
 
-Both sides offer the same four things: react to the command, read the author's permission, upsert
-one answer comment by its hidden marker (through the publish layer's sender), and publish a
-bisection's plan. The token is read from the config's env var here and handed only to PyGithub.
+Both sides offer the same things: react to the command, read the author's permission, read the
+PR's head commit (to pin it), upsert one answer comment by its hidden marker (through the publish
+layer's sender), and publish a plan. The token is read from the config's env var here and handed only to PyGithub.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ class Thread(Protocol):
     def react(self, content: str) -> None: ...
 
     def permission(self) -> permissions.Permission: ...
+
+    def pull_head(self) -> str | None: ...
 
     def answer(self, marker: str, body: str) -> str: ...
 
@@ -60,6 +62,14 @@ class GitHubThread:
     def permission(self) -> permissions.Permission:
         with guard(f"reading the permission of {self.event.login}", self._token):
             return permissions.lookup(self.repo, self.event.login)
+
+    def pull_head(self) -> str:
+        """The PR's head commit as GitHub has it now: the commit the authorized command measures."""
+        with guard(f"reading the head of #{self.event.number}", self._token):
+            sha = self.repo.get_pull(self.event.number).head.sha
+        if not sha:
+            raise BadInput(f"#{self.event.number}: GitHub gave no head commit for this pull request")
+        return sha
 
     def answer(self, marker: str, body: str) -> str:
         with guard(f"commenting on #{self.event.number}", self._token):
@@ -99,6 +109,10 @@ class DryRunThread:
     def permission(self) -> permissions.Permission:
         """No token in a dry run: the event's author_association (OWNER or MEMBER) decides."""
         return permissions.from_association(self.event.login, self.event.association)
+
+    def pull_head(self) -> None:
+        """No API in a dry run: nothing is pinned, the head is measured as fetched."""
+        return None
 
     def answer(self, marker: str, body: str) -> str:
         path = self._write(f"comment-pr-{self.event.number}", CommentAction(self.event.number, marker, body)
