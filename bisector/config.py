@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from bisector.errors import ConfigError
 from bisector.model import Shape
+from bisector.trust.filter import DEFAULT_TOKEN_ENV
 
 SUITES = ("fa", "gemm")
 RECIPES = ("none", "pip", "command")
@@ -94,7 +95,7 @@ class Thresholds:
 @dataclass(frozen=True)
 class Publish:
     repo: str | None = None  # owner/name
-    token_env: str = "GITHUB_TOKEN"
+    token_env: str = DEFAULT_TOKEN_ENV  # the one name, in the workflows too (tests/test_workflows.py)
     base_url: str = "https://api.github.com"
     comment_on_culprit: bool = True
     comment_on_requester: bool = True
@@ -347,7 +348,7 @@ def _publish(sec: _Section) -> Publish:
     repo = sec.get("repo", str, None)
     if repo is not None and repo.count("/") != 1:
         raise ConfigError(sec.path, sec.name("repo"), f"must be 'owner/name', got {repo!r}")
-    return Publish(repo=repo, token_env=sec.get("token_env", str, "GITHUB_TOKEN"),
+    return Publish(repo=repo, token_env=sec.get("token_env", str, DEFAULT_TOKEN_ENV),
                    base_url=sec.get("base_url", str, "https://api.github.com"),
                    comment_on_culprit=sec.get("comment_on_culprit", bool, True),
                    comment_on_requester=sec.get("comment_on_requester", bool, True),
