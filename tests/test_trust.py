@@ -194,3 +194,18 @@ def test_publishing_env_is_the_vault_once_sealed(monkeypatch: pytest.MonkeyPatch
     assert "BISECTOR_GITHUB_TOKEN" not in vault.publishing_env()  # sealed: never os.environ
     vault.seal({"BISECTOR_GITHUB_TOKEN": OTHER})
     assert dict(vault.publishing_env()) == {"BISECTOR_GITHUB_TOKEN": OTHER}
+
+
+@needs_proc
+@pytest.mark.parametrize("marker, extra, problem", [
+    ("-", {"GITHUB_TOKEN": TOKEN}, "BISECTOR_VAULT_FD is set but the environment still holds GITHUB_TOKEN"),
+    ("0", {}, "BISECTOR_VAULT_FD='0': not the pipe the entry hands over"),
+    ("x", {}, "BISECTOR_VAULT_FD='x': not the pipe the entry hands over"),
+])
+def test_a_hand_set_marker_is_refused(marker: str, extra: dict[str, str], problem: str) -> None:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT), "BISECTOR_VAULT_FD": marker,
+           **extra}
+    out = subprocess.run([sys.executable, "-m", "bisector", "publish", "--plan", "p.json"], env=env,
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and out.stderr.strip() == f"error: {problem}"
+    assert TOKEN not in out.stderr + out.stdout

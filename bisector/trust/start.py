@@ -78,13 +78,18 @@ def prepare(argv: Sequence[str]) -> None:
     marker = os.environ.pop(VAULT_FD_ENV, None)
     if marker is not None:
         reexecuted = True
+        left = sorted(secrets_in(os.environ))
+        if left:  # only a hand-set marker gets here: our own re-exec scrubbed the environment
+            raise vault.VaultError(f"{VAULT_FD_ENV} is set but the environment still holds {', '.join(left)}")
         if marker == NOTHING_KEPT:
             vault.seal({})
             return
         try:
             fd = int(marker)
         except ValueError:
-            raise vault.VaultError(f"{VAULT_FD_ENV}={marker!r}: not a file descriptor") from None
+            fd = -1
+        if fd < 3:
+            raise vault.VaultError(f"{VAULT_FD_ENV}={marker!r}: not the pipe the entry hands over")
         vault.forbid_dumps()  # before the secret enters this process's memory
         vault.seal(vault.take_over(fd))
         return
