@@ -158,7 +158,8 @@ def test_two_nights_find_bisect_and_do_not_measure_twice(tmp_path: Path) -> None
     assert second.returncode == 0, second.stderr
     assert f"publish plan: {plan}" in second.stdout and "published:" not in second.stdout
     # as the publish job: the plan posted (here as a dry run)
-    posted = bisector(tmp_path, "publish", "--plan", str(plan), "--config", str(cfg), "--dry-run", str(tmp_path / "dry2"))
+    posted = bisector(tmp_path, "publish", "--plan", str(plan), "--config", str(cfg),
+                      "--dry-run", str(tmp_path / "dry2"))
     assert posted.returncode == 0, posted.stderr
     assert "is not good against" in second.stdout
     rows = nights(store)

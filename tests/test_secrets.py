@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import git as gitpython
@@ -231,7 +230,8 @@ def test_builds_scrub_even_an_unscrubbed_bot_environment(tmp_path: Path, monkeyp
     build = Build(recipe="command", steps=(BuildStep(run=f"{sys.executable} dump.py step.json"),),
                   import_check="pkg")
     builder = Builder(gitpython.Repo(repo), Upstream(repo=str(repo)), build, tmp_path / "cache")
-    patch = "diff --git a/extra.txt b/extra.txt\nnew file mode 100644\n--- /dev/null\n+++ b/extra.txt\n@@ -0,0 +1 @@\n+x\n"
+    patch = ("diff --git a/extra.txt b/extra.txt\nnew file mode 100644\n--- /dev/null\n+++ b/extra.txt\n"
+             "@@ -0,0 +1 @@\n+x\n")
     for p in (None, patch):
         result = builder.build(sha, patch=p)
         assert result.status is BuildStatus.OK, result.log_tail
