@@ -1,4 +1,4 @@
-from bisector.cli import main
+from bisector.trust.start import main
 
 if __name__ == "__main__":
     main()

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from bisector.errors import ConfigError
 from bisector.model import Shape
+from bisector.trust.filter import DEFAULT_TOKEN_ENV
 
 SUITES = ("fa", "gemm")
 RECIPES = ("none", "pip", "command")
@@ -103,12 +104,15 @@ class Thresholds:
 @dataclass(frozen=True)
 class Publish:
     repo: str | None = None  # owner/name
-    token_env: str = "GITHUB_TOKEN"
+    token_env: str = DEFAULT_TOKEN_ENV  # the one name, in the workflows too (tests/test_workflows.py)
     base_url: str = "https://api.github.com"
     comment_on_culprit: bool = True
     comment_on_requester: bool = True
     draft_pr: bool = False
     commit_status: bool = True
+    # Whose comments `upsert` may edit when the token cannot read its own login (an Actions or app
+    # installation token); a personal token's login is asked from GitHub.
+    bot_login: str = "github-actions[bot]"
 
 
 @dataclass(frozen=True)
@@ -242,7 +246,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
                                                     "ahead", "preload", "memory_gb"))),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric"))),
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
-                                                 "comment_on_requester", "draft_pr", "commit_status"))),
+                                                 "comment_on_requester", "draft_pr", "commit_status",
+                                                 "bot_login"))),
         report_dir=top.section("report", ("dir",)).get("dir", str, "reports"),
         store=top.get("store", str, None),
     )
@@ -367,8 +372,9 @@ def _publish(sec: _Section) -> Publish:
     repo = sec.get("repo", str, None)
     if repo is not None and repo.count("/") != 1:
         raise ConfigError(sec.path, sec.name("repo"), f"must be 'owner/name', got {repo!r}")
-    return Publish(repo=repo, token_env=sec.get("token_env", str, "GITHUB_TOKEN"),
+    return Publish(repo=repo, token_env=sec.get("token_env", str, DEFAULT_TOKEN_ENV),
                    base_url=sec.get("base_url", str, "https://api.github.com"),
                    comment_on_culprit=sec.get("comment_on_culprit", bool, True),
                    comment_on_requester=sec.get("comment_on_requester", bool, True),
-                   draft_pr=sec.get("draft_pr", bool, False), commit_status=sec.get("commit_status", bool, True))
+                   draft_pr=sec.get("draft_pr", bool, False), commit_status=sec.get("commit_status", bool, True),
+                   bot_login=sec.get("bot_login", str, "github-actions[bot]"))

@@ -151,9 +151,16 @@ def test_two_nights_find_bisect_and_do_not_measure_twice(tmp_path: Path) -> None
     assert (reports / "2026-08-01.md").exists() and (reports / "2026-08-01-trend.png").stat().st_size > 1000
 
     new = grow(tmp_path / "upstream")
+    # as the workflow's GPU job: measure only, the plan to a file (no token in its environment)
+    plan = tmp_path / "publish-plan.json"
     second = bisector(tmp_path, "nightly", "--config", str(cfg), "--date", "2026-08-02", "--no-fixes",
-                      "--dry-run", str(tmp_path / "dry2"))
+                      "--plan-out", str(plan))
     assert second.returncode == 0, second.stderr
+    assert f"publish plan: {plan}" in second.stdout and "published:" not in second.stdout
+    # as the publish job: the plan posted (here as a dry run)
+    posted = bisector(tmp_path, "publish", "--plan", str(plan), "--config", str(cfg),
+                      "--dry-run", str(tmp_path / "dry2"))
+    assert posted.returncode == 0, posted.stderr
     assert "is not good against" in second.stdout
     rows = nights(store)
     assert [(d, s, g) for d, s, g, _ in rows] == [("2026-08-01", up["docs"], 1), ("2026-08-02", new["c"], 0)]
@@ -187,6 +194,9 @@ def test_bad_date_is_one_line_bad_input(tmp_path: Path) -> None:
     out = bisector(tmp_path, "nightly", "--config", str(cfg), "--date", "2026-13-01")
     assert out.returncode == 2
     assert out.stderr.strip() == "error: --date: not a date YYYY-MM-DD: '2026-13-01'"
+    out = bisector(tmp_path, "nightly", "--config", str(cfg), "--plan-out", "p.json", "--dry-run", "d")
+    assert out.returncode == 2
+    assert out.stderr.strip() == "error: --plan-out posts nothing already: drop --dry-run"
 
 
 def test_a_regressed_night_whose_bisection_blames_nothing_says_why(tmp_path: Path) -> None:

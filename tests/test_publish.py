@@ -128,6 +128,37 @@ def test_second_publish_edits_in_place_even_past_the_first_page(fake: FakeGitHub
     assert any(r.query.get("page") == "2" for r in fake.requests_to("GET", r"/issues/950/comments$"))
 
 
+def test_a_marker_in_someone_elses_comment_is_never_edited(fake: FakeGitHub) -> None:
+    head = seed(fake)
+    marker = messages.marker("2026-08-18.fa", 950)
+    forged = fake.add_comment(REPO, 950, f"{marker}\nI pasted the bot's marker", user="mallory")
+    out = publish(make_plan(head=head), cfg(fake), ENV, policy=FAST)
+    assert out.comments[0].created and out.comments[0].comment_id != forged
+    assert fake.comments[forged]["body"] == f"{marker}\nI pasted the bot's marker"
+    assert fake.requests_to("PATCH", rf"/issues/comments/{forged}$") == []
+    mine = [c for c in ours(fake, 950) if c["user"] == "bisector-bot"]
+    assert len(mine) == 1 and mine[0]["body"].startswith(marker)
+    again = publish(make_plan(head=head, report="## Report\n\nRe-measured.\n"), cfg(fake), ENV, policy=FAST)
+    assert [c.created for c in again.comments] == [False, False] and again.comments[0].comment_id == mine[0]["id"]
+    assert fake.requests_to("GET", r"/user$")  # the login was asked, not assumed
+
+
+def test_an_installation_token_edits_the_configured_bot_logins_comments() -> None:
+    """GET /user answers 403 to an Actions or app token: the configured bot login is the author."""
+    with FakeGitHub(bot_login="github-actions[bot]") as fake:
+        head = seed(fake)
+        fake.fail_next(r"/user$", status=403, count=100, message="Resource not accessible by integration")
+        marker = messages.marker("2026-08-18.fa", 1020)
+        forged = fake.add_comment(REPO, 1020, f"{marker} fake", user="bisector-bot")  # a login we are not
+        first = publish(make_plan(head=head), cfg(fake, comment_on_culprit=False), ENV, policy=FAST)
+        again = publish(make_plan(head=head, report="## R\n\nagain\n"), cfg(fake, comment_on_culprit=False), ENV,
+                        policy=FAST)
+        assert first.comments[0].created and not again.comments[0].created
+        assert again.comments[0].comment_id == first.comments[0].comment_id != forged
+        assert fake.comments[forged]["body"] == f"{marker} fake" and "again" in fake.comments[
+            first.comments[0].comment_id]["body"]
+
+
 def test_a_502_then_success(fake: FakeGitHub) -> None:
     head = seed(fake)
     fake.fail_next(r"/issues/950/comments$", status=502, method="POST")

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from bisector.commands import handle_comment
+from bisector.commands.publish import command as publish_command
 from bisector.publish.github import RetryPolicy
 from bisector.triggers import commands, thread
 from bisector.triggers.commands import BisectCommand, PerfCommand, Selection, Usage
@@ -127,7 +128,7 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     git(tmp / "upstream", "branch", "-q", "-D", "fork-work")  # the fork's branch is not in the upstream
     fake = FakeGitHub().start()
     fake.add_repo("org/lib", {"kern/ops.py": "x\n"})
-    fake.add_pull("org/lib", 7, title="Faster mm (from a fork)", user="carol")
+    fake.add_pull("org/lib", 7, head_sha=head, title="Faster mm (from a fork)", user="carol")
     fake.set_permission("org/lib", "maria", "maintain")
     fake.set_permission("org/lib", "mallory", "read")
     cfg = write_config(tmp, f"file://{tmp / 'upstream'}", base_url=fake.url)
@@ -135,11 +136,11 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     fake.stop()
 
 
-def replay(world: dict, name: str, monkeypatch: pytest.MonkeyPatch, *extra: str, **subst: str):
-    """Post the recorded event's comment on the fake server, then run handle-comment on the event."""
-    monkeypatch.setattr(thread, "RETRY_POLICY", RetryPolicy(total=2, backoff_factor=0, seconds_between_requests=0,
-                                                            seconds_between_writes=0))
+def post_event(world: dict, name: str, number: int | None = None, **subst: str) -> tuple[Path, int]:
+    """Post the recorded event's comment on the fake server (on PR `number` if given); the event file."""
     data = json.loads((EVENTS / name).read_text())
+    if number is not None:
+        data["issue"]["number"] = number
     body = data["comment"]["body"]
     for key, value in subst.items():
         body = body.replace(key, value)
@@ -148,13 +149,48 @@ def replay(world: dict, name: str, monkeypatch: pytest.MonkeyPatch, *extra: str,
                                                       user=data["comment"]["user"]["login"])
     path = world["tmp"] / f"event-{data['comment']['id']}.json"
     path.write_text(json.dumps(data))
+    return path, data["comment"]["id"]
+
+
+def invoke(world: dict, monkeypatch: pytest.MonkeyPatch, path: Path, *extra: str, token: bool = True):
+    """`handle-comment` on the event, in-process; `token=False` is the GPU job, which holds none."""
+    monkeypatch.setattr(thread, "RETRY_POLICY", RetryPolicy(total=2, backoff_factor=0, seconds_between_requests=0,
+                                                            seconds_between_writes=0))
     tmp = world["tmp"]
-    env = {"BISECTOR_TEST_TOKEN": TOKEN, "XDG_CACHE_HOME": str(tmp / "cache"),
+    env = {"BISECTOR_TEST_TOKEN": TOKEN if token else None, "XDG_CACHE_HOME": str(tmp / "cache"),
            "BISECTOR_LOCK_DIR": str(tmp / "locks"), "RUNNER_NAME": "test-runner", "BISECTOR_STORE": None}
     result = CliRunner().invoke(handle_comment.command, ["--event", str(path), "--config", str(world["cfg"]),
                                                          "--work-dir", str(tmp / "work"), *extra], env=env)
     assert TOKEN not in result.output
-    return result, data["comment"]["id"]
+    return result
+
+
+def replay(world: dict, name: str, monkeypatch: pytest.MonkeyPatch, *extra: str, **subst: str):
+    """Post the recorded event's comment on the fake server, then run handle-comment on the event."""
+    path, cid = post_event(world, name, **subst)
+    return invoke(world, monkeypatch, path, *extra), cid
+
+
+def publish_plan(world: dict, plan: Path):
+    """The workflow's publish job: `bisector publish --plan` with the token and the same config."""
+    return CliRunner().invoke(publish_command, ["--plan", str(plan), "--config", str(world["cfg"])],
+                              env={"BISECTOR_TEST_TOKEN": TOKEN})
+
+
+def add_fork_pull(world: dict, number: int, text: str) -> str:
+    """A fork PR whose head exists in the upstream only as refs/pull/<number>/head."""
+    up = world["tmp"] / "upstream"
+    git(up, "checkout", "-q", "-b", f"fork-{number}")
+    head = commit_file(up, f"kern/extra{number}.py", text, f"fork work {number}", 4)
+    git(up, "checkout", "-q", "main")
+    git(up, "update-ref", f"refs/pull/{number}/head", head)
+    git(up, "branch", "-q", "-D", f"fork-{number}")
+    world["fake"].add_pull("org/lib", number, head_sha=head, title=f"fork PR {number}", user="carol")
+    return head
+
+
+def outputs(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines())
 
 
 def answers(world: dict, number: int = 7) -> list[str]:
@@ -188,14 +224,85 @@ def test_edits_and_bots_are_ignored(world: dict, monkeypatch: pytest.MonkeyPatch
     assert len(world["fake"].requests) == before  # not even a reaction
 
 
+# ---- the workflow's stages: authorize (token), measure (no token), publish (token) ----------------
+
+def test_authorize_pins_the_head_and_says_so(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    head = add_fork_pull(world, 11, "a = 11\n")
+    path, cid = post_event(world, "perf_fork_slower.json", number=11)
+    out = world["tmp"] / "out-11"
+    result = invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out))
+    assert result.exit_code == 0, result.output
+    assert outputs(out) == {"run": "true", "head_sha": head}
+    [queued] = [c for c in world["fake"].issue_comments("org/lib", 11) if f"pr11-c{cid}" in c["body"]]
+    assert queued["user"] == "bisector-bot" and f"`{head[:12]}`" in queued["body"] and "not measured" in queued["body"]
+    assert [r["content"] for r in world["fake"].reactions[cid]] == ["eyes"]
+
+
+@pytest.mark.parametrize("name, login", [("unauthorized.json", "mallory"), ("malformed.json", "maria")])
+def test_authorize_says_no_gpu_for_refusals_and_usage(world: dict, monkeypatch: pytest.MonkeyPatch, name: str,
+                                                      login: str) -> None:
+    path, _ = post_event(world, name)
+    out = world["tmp"] / f"out-{name}"
+    result = invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out))
+    assert result.exit_code == 0, result.output
+    assert outputs(out) == {"run": "false", "head_sha": ""}
+
+
+def test_a_push_after_the_command_is_not_measured(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    pinned = add_fork_pull(world, 12, "a = 12\n")
+    path, cid = post_event(world, "perf_fork_slower.json", number=12)
+    out = world["tmp"] / "out-12"
+    assert invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out)).exit_code == 0
+    up = world["tmp"] / "upstream"
+    pushed = git(up, "commit-tree", "-p", pinned, "-m", "pushed after the comment", f"{pinned}^{{tree}}")
+    git(up, "update-ref", "refs/pull/12/head", pushed)
+
+    before = len(world["fake"].requests)
+    plan = world["tmp"] / "plan-12.json"
+    result = invoke(world, monkeypatch, path, "--plan-out", str(plan), "--head-sha", outputs(out)["head_sha"],
+                    token=False)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: refs/pull/12/head is {pushed[:12]} now, not {pinned[:12]} as pinned when the command was "
+        "authorized (pushed since?): not measured; post the command again"]
+    assert len(world["fake"].requests) == before  # the measuring side made no GitHub call
+    assert not list((world["tmp"] / "work").glob(f"trials/{pushed[:12]}*"))  # and ran nothing of it
+
+    published = publish_plan(world, plan)  # the publish job posts the refusal in place of "queued"
+    assert published.exit_code == 0, published.output
+    [answer] = [c for c in world["fake"].issue_comments("org/lib", 12) if f"pr12-c{cid}" in c["body"]]
+    assert answer["user"] == "bisector-bot" and "`/perf` failed: refs/pull/12/head is" in answer["body"]
+
+
+def test_measure_refuses_another_prs_ref_and_needs_a_pin(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _ = post_event(world, "bisect_authorized.json", BASE=world["base"][:10], HEAD="refs/pull/99/head")
+    plan = world["tmp"] / "plan-other.json"
+    result = invoke(world, monkeypatch, path, "--plan-out", str(plan), "--head-sha", world["head"], token=False)
+    assert result.exit_code == 2
+    assert "refs/pull/99/head: the only pull request ref a command may name is this PR's head" in result.output
+    assert json.loads(plan.read_text())["answer"].startswith("`/bisect` failed: refs/pull/99/head")
+    result = invoke(world, monkeypatch, path, "--plan-out", str(plan), token=False)
+    assert result.exit_code == 2 and "--plan-out needs --head-sha" in result.output
+    result = invoke(world, monkeypatch, path, "--plan-out", str(plan), "--head-sha", "main", token=False)
+    assert result.exit_code == 2 and "--head-sha: not a full commit SHA" in result.output
+
+
 @pytest.mark.slow
 def test_perf_on_a_fork_pr_whose_head_is_slower(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    result, cid = replay(world, "perf_fork_slower.json", monkeypatch)
+    """The workflow's three stages on the fork PR #7: the GPU stage holds no token."""
+    path, cid = post_event(world, "perf_fork_slower.json")
+    out = world["tmp"] / "out-7"
+    result = invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out))
+    assert result.exit_code == 0 and outputs(out)["head_sha"] == world["head"], result.output
+    plan = world["tmp"] / "plan-7.json"
+    result = invoke(world, monkeypatch, path, "--plan-out", str(plan), "--head-sha", world["head"], token=False)
     assert result.exit_code == 0, result.output
     assert result.output.startswith("perf: slower: gemm/m256 slower")
+    published = publish_plan(world, plan)
+    assert published.exit_code == 0, published.output
     [answer] = [c for c in world["fake"].issue_comments("org/lib", 7) if f"pr7-c{cid}" in c["body"]]
     body = answer["body"]
-    assert "the PR head is **slower**" in body
+    assert "the PR head is **slower**" in body and "queued" not in body  # replaced in place
     assert f"PR head `{world['head'][:12]}` against its merge base `{world['base'][:12]}`" in body
     row = next(line for line in body.splitlines() if line.startswith("| gemm/m256 |"))
     assert "**slower**" in row and "%" in row

@@ -43,6 +43,7 @@ from bisector.build.worktree import Worktrees, resolve_commit, tree_hash
 from bisector.config import Build, BuildStep, Upstream
 from bisector.errors import GitError
 from bisector.model import BuildResult, BuildStatus
+from bisector.trust.filter import scrub
 
 DEFAULT_SHARED_ENV = "BISECTOR_SHARED_DIR"
 
@@ -175,7 +176,7 @@ class Builder:
         source = tree / self.upstream.source_dir
         if not source.is_dir():
             return failed(f"source_dir {self.upstream.source_dir!r} missing in commit {sha[:12]}")
-        env = python_path_env(os.environ, [str(site)])
+        env = python_path_env(scrub(os.environ), [str(site)])  # upstream code: never a secret
         env.update(BISECTOR_SHA=sha, BISECTOR_SOURCE=str(tree), BISECTOR_PREFIX=str(site),
                    PIP_DISABLE_PIP_VERSION_CHECK="1")
 
@@ -195,7 +196,7 @@ class Builder:
         paths = [str(site)] if recipe == "pip" else [str(source), str(site)]
         if self.build_cfg.import_check:
             outcome = run_step("import", import_argv(self.build_cfg.import_check), slot.path,
-                               python_path_env(os.environ, paths), 600.0, slot.log_dir / "99-import.log", log)
+                               python_path_env(scrub(os.environ), paths), 600.0, slot.log_dir / "99-import.log", log)
             if not outcome.ok:
                 return failed(f"import failed: {self.build_cfg.import_check} ({outcome.reason})")
 
@@ -216,7 +217,7 @@ class Builder:
         patch_file = slot.log_dir / "patch.diff"
         patch_file.write_bytes((patch if patch.endswith("\n") else patch + "\n").encode())
         outcome = run_step("patch", ["git", "apply", "--3way", "--whitespace=nowarn", str(patch_file)], tree,
-                           os.environ, 600.0, slot.log_dir / "00-patch.log", log)
+                           scrub(os.environ), 600.0, slot.log_dir / "00-patch.log", log)
         if outcome.ok:
             return outcome
         text = Path(outcome.log_path).read_text(errors="replace")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 from pathlib import Path
 
 import click
@@ -13,6 +12,7 @@ from bisector.commands.common import fail_on_error
 from bisector.errors import BadInput
 from bisector.runner import lock
 from bisector.triggers.nightly import run_night
+from bisector.trust import vault
 
 
 def _date(value: str | None) -> str:
@@ -32,18 +32,24 @@ def _date(value: str | None) -> str:
 @click.option("--dry-run", "dry_run", default=None, type=click.Path(file_okay=False),
               help="Write the GitHub payloads of a bisection to this directory instead of sending them.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts of the culprits on the tip.")
+@click.option("--plan-out", "plan_out", default=None, type=click.Path(dir_okay=False),
+              help="Measure only: write a bisection's publish plan here and post nothing (no token needed).")
 @fail_on_error
 def command(config_path: str, store: str | None, date: str | None, work_dir: str | None, dry_run: str | None,
-            no_fixes: bool) -> None:
+            no_fixes: bool, plan_out: str | None) -> None:
     """Measure the newest commit against the last good night; bisect and publish any regression.
 
     Running it again the same night measures nothing new and rewrites the report."""
+    if plan_out and dry_run:
+        raise BadInput("--plan-out posts nothing already: drop --dry-run")
     cfg = config_mod.load(config_path)
     night = _date(date)
     say = lambda s: click.echo(s, err=True)  # noqa: E731
+    if plan_out:
+        Path(plan_out).unlink(missing_ok=True)  # never post a plan left by an earlier night
     with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
-        out = run_night(cfg, night, store, work_dir, Path(dry_run) if dry_run else None, os.environ,
-                        verify_fixes=not no_fixes, say=say)
+        out = run_night(cfg, night, store, work_dir, Path(dry_run) if dry_run else None, vault.publishing_env(),
+                        verify_fixes=not no_fixes, say=say, plan_out=Path(plan_out) if plan_out else None)
     if not out.measured:
         click.echo(f"night {out.date} already measured {out.sha[:12]}: nothing measured, report rewritten")
     state = "good" if out.good else "not good"
@@ -53,4 +59,6 @@ def command(config_path: str, store: str | None, date: str | None, work_dir: str
         click.echo(f"bisection: {out.bisect_report}")
     for item in out.published:
         click.echo(f"published: {item}")
+    if out.plan_file:
+        click.echo(f"publish plan: {out.plan_file}")
     click.echo(f"report: {out.report}")

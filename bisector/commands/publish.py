@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -10,6 +9,7 @@ import click
 from bisector import config as config_mod
 from bisector.commands.common import fail_on_error, print_json
 from bisector.publish import load_plan, publish
+from bisector.trust import vault
 
 
 @click.command("publish")
@@ -24,7 +24,7 @@ def command(plan_path: Path, config_path: Path | None, dry_run: Path | None) -> 
     """Comment on the culprit and requesting PRs, open draft fix PRs, and post a commit status."""
     plan = load_plan(plan_path)
     cfg = config_mod.load(config_path).publish if config_path else config_mod.Publish(repo=plan.repo)
-    outcome = publish(plan, cfg, os.environ, dry_run_dir=dry_run)
+    outcome = publish(plan, cfg, vault.publishing_env(), dry_run_dir=dry_run)
     print_json({
         "comments": [{"issue": c.issue, "url": c.url, "created": c.created} for c in outcome.comments],
         "draft_prs": [{"for": d.culprit_pr, "number": d.number, "url": d.url, "branch": d.branch,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from bisector.report.markdown import step_summary
 from bisector.model import Comparison
 from bisector.report.data import FixResult
 from bisector.search import result_json
+from bisector.trust import vault
 
 
 def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int = 40,
@@ -94,6 +94,6 @@ def command(config_path: str, good: str, bad: str, store: str | None, work_dir: 
         return
     dump_plan(plan, outcome.report_dir / "publish-plan.json")  # `bisector publish --plan` posts it later
     if publish:
-        result = publish_mod.publish(plan, cfg.publish, os.environ, Path(dry_run) if dry_run else None)
+        result = publish_mod.publish(plan, cfg.publish, vault.publishing_env(), Path(dry_run) if dry_run else None)
         for line in (*(c.url for c in result.comments), *result.dry_run_files):
             click.echo(f"published: {line}", err=as_json)

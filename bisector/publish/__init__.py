@@ -1,9 +1,10 @@
 """Publishing a run to the upstream's GitHub repository: comments, draft PRs, a commit status.
 
-    outcome = publish(plan, config.publish, os.environ, dry_run_dir=None)
+    outcome = publish(plan, config.publish, vault.publishing_env(), dry_run_dir=None)
 
-The token is read here, from `env[cfg.token_env]`, and only here; a dry run needs none and makes
-no HTTP call: it writes the exact payloads (method, path, JSON body) to files instead.
+The token is read here, from `env[cfg.token_env]` (the CLI passes the in-memory vault, never
+`os.environ`), and only here; a dry run needs none and makes no HTTP call: it writes the exact
+payloads (method, path, JSON body) to files instead.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from bisector.config import Publish
 from bisector.errors import BadInput
 from bisector.publish import actions
 from bisector.publish.github import (CommentResult, DraftResult, RetryPolicy, StatusResult, connect, guard,
-                                     open_draft_pull, post_status, upsert_comment)
+                                     open_draft_pull, own_login, post_status, upsert_comment)
 from bisector.publish.plan import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
 
 __all__ = ["CulpritPost", "PlotLink", "PublishOutcome", "PublishPlan", "RetryPolicy", "RunVerdict", "dump_plan",
@@ -58,6 +59,8 @@ def publish(plan: PublishPlan, cfg: Publish, env: Mapping[str, str], dry_run_dir
     try:
         with guard(f"reading repository {plan.repo}", token):
             repo = gh.get_repo(plan.repo)
+        with guard("reading the token's own login", token):
+            login = own_login(gh, cfg.bot_login)
         drafts = []
         for d in draft_actions:
             with guard(f"opening a draft PR for #{d.culprit_pr}", token):
@@ -66,7 +69,7 @@ def publish(plan: PublishPlan, cfg: Publish, env: Mapping[str, str], dry_run_dir
         comments = []
         for c in actions.comments(plan, cfg, urls):
             with guard(f"commenting on #{c.issue}", token):
-                comments.append(upsert_comment(repo, c))
+                comments.append(upsert_comment(repo, c, login))
         status = None
         if status_action is not None:
             with guard(f"posting the commit status on {status_action.sha[:12]}", token):

@@ -104,7 +104,8 @@ def comments(plan: PublishPlan, cfg: Publish, draft_urls: Mapping[int, str] | No
     """One comment per PR: culprits (if configured), then the requester (merged if it is a culprit too)."""
     urls = dict(draft_urls or {})
     out: list[CommentAction] = []
-    requester = plan.requester_pr if cfg.comment_on_requester else None
+    # A finished answer is what the requester asked for: posted even when the summary is not.
+    requester = plan.requester_pr if (cfg.comment_on_requester or plan.answer) else None
     if cfg.comment_on_culprit:
         for c in plan.culprits:
             if c.pr == requester or any(a.issue == c.pr for a in out):
@@ -112,8 +113,8 @@ def comments(plan: PublishPlan, cfg: Publish, draft_urls: Mapping[int, str] | No
             out.append(CommentAction(c.pr, messages.marker(plan.run_id, c.pr),
                                      messages.culprit_body(plan, c, urls.get(c.pr))))
     if requester is not None:
-        out.append(CommentAction(requester, messages.marker(plan.run_id, requester),
-                                 messages.requester_body(plan, urls)))
+        body = messages.answer_body(plan) if plan.answer else messages.requester_body(plan, urls)
+        out.append(CommentAction(requester, messages.marker(plan.run_id, requester), body))
     return tuple(out)
 
 

@@ -105,11 +105,25 @@ def connect(token: str, base_url: str, policy: RetryPolicy) -> github.Github:
         seconds_between_writes=policy.seconds_between_writes or None)
 
 
-def upsert_comment(repo: Repository, action: CommentAction) -> CommentResult:
-    """Edit the comment holding the marker (the oldest, if a race ever made two), else create one."""
+def own_login(gh: github.Github, fallback: str) -> str:
+    """The login whose comments are the bot's: GET /user for a personal token. An Actions or app
+    installation token may not read /user (403): then `fallback`, the configured bot login."""
+    try:
+        return gh.get_user().login
+    except GithubException as exc:
+        if exc.status in (403, 404):
+            return fallback
+        raise
+
+
+def upsert_comment(repo: Repository, action: CommentAction, author: str) -> CommentResult:
+    """Edit the comment by `author` holding the marker (the oldest, if a race ever made two), else
+    create one. A marker in someone else's comment is only text: anyone can paste it, and editing
+    their comment would put the bot's words under their name (or fail)."""
     issue = repo.get_issue(action.issue)
     for comment in issue.get_comments():
-        if action.marker in (comment.body or ""):
+        user = comment.user.login if comment.user is not None else ""
+        if action.marker in (comment.body or "") and user.lower() == author.lower():
             if comment.body != action.body:
                 comment.edit(action.body)
             return CommentResult(action.issue, comment.id, comment.html_url, created=False)

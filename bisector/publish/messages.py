@@ -120,6 +120,12 @@ def requester_body(plan: PublishPlan, draft_urls: dict[int, str] | None = None) 
     return _fit(head, plan.report.strip(), tail)
 
 
+def answer_body(plan: PublishPlan) -> str:
+    """The requester comment of a plan that carries a finished answer (`/perf`, a failure)."""
+    assert plan.requester_pr is not None
+    return _fit(f"{marker(plan.run_id, plan.requester_pr)}\n{plan.answer.strip()}\n", "")
+
+
 def _fit(head: str, report: str, tail: str = "") -> str:
     """Join, cutting the report (never the marker, verdict or missing list) to GitHub's size limit."""
     if not report:

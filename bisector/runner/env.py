@@ -4,26 +4,11 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Mapping
 
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")
-SECRET_PREFIXES = ("GITHUB_", "GH_", "AWS_", "AZURE_", "GOOGLE_", "HF_", "HUGGING", "NPM_", "PYPI_")
-# Names that contain a secret word but are harmless and needed by the toolchains.
-KEEP = frozenset({"KEYTIMEOUT"})
+from bisector.trust.filter import is_secret, scrub
 
-
-def is_secret(name: str, token_env: str | None = None) -> bool:
-    upper = name.upper()
-    if name in KEEP:
-        return False
-    if token_env and name == token_env:
-        return True
-    return any(w in upper for w in SECRET_WORDS) or upper.startswith(SECRET_PREFIXES)
-
-
-def scrub(environ: Mapping[str, str], token_env: str | None = None) -> dict[str, str]:
-    """Every variable except those that look like credentials (GitHub tokens and the like)."""
-    return {k: v for k, v in environ.items() if not is_secret(k, token_env)}
+# The one secret filter lives in bisector.trust.filter; these names stay importable from here.
+__all__ = ["is_secret", "scrub", "pin_device", "pin_allocator", "jit_dir", "prepare_jit", "FIXED_MALLOC"]
 
 
 def pin_device(env: dict[str, str], device: str, index: int) -> None:

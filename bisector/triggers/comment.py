@@ -1,14 +1,26 @@
 """`handle-comment`: one PR comment in, an answer in the same thread out.
 
-    event -> ignore? -> parse -> react "eyes" -> permission -> lock the GPUs -> /bisect | /perf -> answer
+Locally one process does it all (`handle`), the token coming from the vault:
+
+    event -> ignore? -> parse -> react "eyes" -> permission -> pin the PR head -> lock the GPUs
+          -> /bisect | /perf -> publish plan -> post it
+
+In the workflow (.github/workflows/pr-comment.yml) it is three jobs at two trust levels:
+
+    authorize  GitHub-hosted, token   event -> parse -> permission -> pin the head -> "queued" answer
+    measure    GPU runner, no secret  event -> parse -> refs/pull/N/head == pinned? -> measure
+                                      -> publish-plan.json (the answer, or why it failed)
+    publish    GitHub-hosted, token   `bisector publish --plan publish-plan.json`
 
 Fork code is never checked out by the workflow: the bot fetches `refs/pull/N/head` from the
-upstream into its own mirror, and the build and trial processes run it with a scrubbed environment.
+upstream into its own mirror, refuses it unless it is the commit pinned when the command was
+authorized, and builds and runs it in processes that hold no secret.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -19,6 +31,7 @@ from bisector.config import Config
 from bisector.errors import BadInput, BisectorError, GitError, RefError
 from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
+from bisector.publish.plan import PublishPlan, RunVerdict, dump_plan
 from bisector.runner import lock
 from bisector.triggers import commands, perf
 from bisector.triggers import plan as plan_mod
@@ -26,12 +39,18 @@ from bisector.triggers.event import CommentEvent, ignore_reason, read_event
 from bisector.triggers.permissions import refusal
 from bisector.triggers.thread import DryRunThread, GitHubThread, Thread
 
+# A ref into a pull request: fork code, measured only as the pinned head of this PR.
+_PULL_REF = re.compile(r"(?:refs/)?pull/(\d+)/(\w+)(.*)")
+_PERF_VERDICT = {"slower": RunVerdict.REGRESSION, "wrong results": RunVerdict.REGRESSION,
+                 "faster": RunVerdict.IMPROVEMENT, "same": RunVerdict.NO_CHANGE, "not sure": RunVerdict.INCOMPLETE}
+
 
 @dataclass(frozen=True)
 class Handled:
-    action: str  # ignored | usage | refused | bisect | perf | failed
+    action: str  # ignored | usage | refused | authorized | bisect | perf
     message: str  # one line for the log
-    answer: str = ""  # where the answer went (comment URL or dry-run file)
+    answer: str = ""  # where the answer went (comment URL, dry-run file, plan file)
+    head_sha: str = ""  # authorized: the PR head pinned for the measuring side
 
 
 @dataclass(frozen=True)
@@ -60,66 +79,173 @@ def fetch_pull_head(repo: git.Repo, upstream: str, number: int) -> str:
         raise RefError(f"{upstream}: no {ref} (is #{number} a pull request of this repository?)") from None
 
 
-def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None = None,
-           say: Callable[[str], None] = lambda s: None) -> Handled:
+def check_pin(fetched: str, pinned: str | None, number: int) -> str:
+    """The commit to measure: the pinned one, and only if refs/pull/N/head still points there."""
+    if pinned is not None and fetched != pinned:
+        raise BadInput(f"refs/pull/{number}/head is {fetched[:12]} now, not {pinned[:12]} as pinned when the "
+                       "command was authorized (pushed since?): not measured; post the command again")
+    return fetched
+
+
+def _read(event_path: str | Path, cfg: Config) -> tuple[CommentEvent, commands.Command | commands.Usage | None, str]:
+    """The event, its command (None: stay silent) and why there is none."""
     event = read_event(event_path)
-    cfg = job.config
     if cfg.publish.repo is not None and cfg.publish.repo != event.repo:
         raise BadInput(f"{event_path}: the comment is on {event.repo} but {cfg.path} publishes to {cfg.publish.repo}")
     reason = ignore_reason(event)
     if reason:
-        return Handled("ignored", reason)
+        return event, None, reason
     command = commands.parse(event.body)
     if command is None:
-        return Handled("ignored", "no /bisect or /perf command in the comment")
-    thread: Thread = (DryRunThread(event, cfg.publish, env, dry_run_dir) if dry_run_dir is not None
-                      else GitHubThread(event, cfg.publish, env))
+        return event, None, "no /bisect or /perf command in the comment"
+    return event, command, ""
+
+
+def _verb(command: commands.Command | commands.Usage) -> str:
+    return command.verb if not isinstance(command, commands.Usage) else command.line.split()[0]
+
+
+def _thread(event: CommentEvent, cfg: Config, env: Mapping[str, str], dry_run_dir: Path | None) -> Thread:
+    return (DryRunThread(event, cfg.publish, env, dry_run_dir) if dry_run_dir is not None
+            else GitHubThread(event, cfg.publish, env))
+
+
+def _gate(event: CommentEvent, command: commands.Command | commands.Usage, thread: Thread) -> Handled | None:
+    """React, check the permission, answer a refusal or the usage; None when the command may run."""
+    thread.react("eyes")
+    tag = marker(run_id(event), event.number)
+    perm = thread.permission()
+    if not perm.allowed:
+        return Handled("refused", f"{event.login} has {perm.shown} permission",
+                       thread.answer(tag, f"{tag}\n{refusal(event.login, _verb(command), perm)}\n"))
+    if isinstance(command, commands.Usage):
+        text = f"{tag}\nI could not read `{command.line}`: {command.problem}.\n\n```\n{command.text}```\n"
+        return Handled("usage", command.problem, thread.answer(tag, text))
+    return None
+
+
+def authorize(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None = None) -> Handled:
+    """Everything that needs the token before a GPU runner is taken: permission, usage, the pinned head."""
+    event, command, reason = _read(event_path, job.config)
+    if command is None:
+        return Handled("ignored", reason)
+    thread = _thread(event, job.config, env, dry_run_dir)
     try:
-        thread.react("eyes")
-        tag = marker(run_id(event), event.number)
-        verb = command.verb if not isinstance(command, commands.Usage) else command.line.split()[0]
-        perm = thread.permission()
-        if not perm.allowed:
-            return Handled("refused", f"{event.login} has {perm.shown} permission",
-                           thread.answer(tag, f"{tag}\n{refusal(event.login, verb, perm)}\n"))
-        if isinstance(command, commands.Usage):
-            text = f"{tag}\nI could not read `{command.line}`: {command.problem}.\n\n```\n{command.text}```\n"
-            return Handled("usage", command.problem, thread.answer(tag, text))
-        thread.answer(tag, f"{tag}\n`{verb}` from @{event.login}: queued for the GPU on runner "
-                           f"`{lock.runner_name()}`; this comment is replaced by the results.\n")
-        try:
-            with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
-                if isinstance(command, commands.BisectCommand):
-                    return _bisect(event, command, job, thread, tag)
-                return _perf(event, command, job, thread, tag)
-        except BisectorError as exc:
-            thread.answer(tag, f"{tag}\n`{verb}` failed: {exc}\n")
-            raise
+        gated = _gate(event, command, thread)
+        if gated is not None:
+            return gated
+        head = thread.pull_head()
+        if head is None:
+            raise BadInput("--authorize-only needs GitHub to pin the PR head: not in a dry run")
+        tag, verb = marker(run_id(event), event.number), _verb(command)
+        where = thread.answer(tag, f"{tag}\n`{verb}` from @{event.login}: queued for a GPU runner. It measures the PR "
+                                   f"head as of now, `{head[:12]}`; commits pushed later are not measured. This "
+                                   "comment is replaced by the results.\n")
+        return Handled("authorized", f"{event.login} may run {verb}; PR head pinned at {head[:12]}", where, head)
     finally:
         thread.close()
 
 
-def _bisect(event: CommentEvent, command: commands.BisectCommand, job: Job, thread: Thread, tag: str) -> Handled:
+def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None = None,
+           say: Callable[[str], None] = lambda s: None) -> Handled:
+    """All stages in one process (local use): authorize, measure, post."""
+    event, command, reason = _read(event_path, job.config)
+    if command is None:
+        return Handled("ignored", reason)
+    thread = _thread(event, job.config, env, dry_run_dir)
+    try:
+        gated = _gate(event, command, thread)
+        if gated is not None:
+            return gated
+        assert not isinstance(command, commands.Usage)  # _gate answered it
+        pinned = thread.pull_head()  # None in a dry run: measured as fetched
+        tag, verb = marker(run_id(event), event.number), command.verb
+        thread.answer(tag, f"{tag}\n`{verb}` from @{event.login}: queued for the GPU on runner "
+                           f"`{lock.runner_name()}`; this comment is replaced by the results.\n")
+        try:
+            plan, handled = _measure(event, command, job, pinned, say)
+        except BisectorError as exc:
+            thread.answer(tag, f"{tag}\n`{verb}` failed: {exc}\n")
+            raise
+        result = thread.publish(plan)
+        where = ", ".join(c.url for c in result.comments) or ", ".join(result.dry_run_files[:2])
+        return replace(handled, answer=where)
+    finally:
+        thread.close()
+
+
+def measure(event_path: str | Path, job: Job, pinned: str, plan_out: Path,
+            say: Callable[[str], None] = lambda s: None) -> Handled:
+    """The GPU stage: no token, no GitHub call. The permission was checked and the head pinned by
+    `authorize`; this writes the plan that `bisector publish` posts (the answer, or why it failed)."""
+    event, command, reason = _read(event_path, job.config)
+    if command is None:
+        return Handled("ignored", reason)
+    if isinstance(command, commands.Usage):
+        return Handled("usage", command.problem)  # answered by the authorize stage
+    try:
+        plan, handled = _measure(event, command, job, pinned, say)
+    except BisectorError as exc:
+        dump_plan(failure_plan(event, command.verb, exc), plan_out)
+        raise
+    dump_plan(plan, plan_out)
+    return replace(handled, answer=str(plan_out))
+
+
+def failure_plan(event: CommentEvent, verb: str, exc: BisectorError) -> PublishPlan:
+    return PublishPlan(run_id=run_id(event), repo=event.repo, verdict=RunVerdict.INCOMPLETE, report="",
+                       requester_pr=event.number, answer=f"`{verb}` failed: {exc}")
+
+
+def _measure(event: CommentEvent, command: commands.Command, job: Job, pinned: str | None,
+             say: Callable[[str], None]) -> tuple[PublishPlan, Handled]:
+    cfg = job.config
+    with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
+        if isinstance(command, commands.BisectCommand):
+            return _bisect(event, command, job, pinned)
+        return _perf(event, command, job, pinned)
+
+
+def _pinned_range(event: CommentEvent, command: commands.BisectCommand, config: Config,
+                  pinned: str | None) -> tuple[str, str]:
+    """GOOD and BAD, with this PR's head ref replaced by the pinned commit; other pull refs refused."""
+    out = []
+    for ref in (command.good, command.bad):
+        match = _PULL_REF.fullmatch(ref)
+        if match is None or pinned is None:
+            out.append(ref)
+            continue
+        number, kind, suffix = int(match.group(1)), match.group(2), match.group(3)
+        if number != event.number or kind != "head" or not re.fullmatch(r"[~^0-9]*", suffix):
+            raise BadInput(f"{ref}: the only pull request ref a command may name is this PR's head "
+                           f"(refs/pull/{event.number}/head), measured at the pinned commit")
+        repo = gitrepo.open_repo(config.upstream.repo)
+        out.append(check_pin(fetch_pull_head(repo, config.upstream.repo, event.number), pinned, event.number) + suffix)
+    return out[0], out[1]
+
+
+def _bisect(event: CommentEvent, command: commands.BisectCommand, job: Job,
+            pinned: str | None) -> tuple[PublishPlan, Handled]:
     config = pipeline.select_shapes(job.config, command.selection.only())
+    good, bad = _pinned_range(event, command, config, pinned)
     out = Path(job.report_dir or Path(config.report_dir) / "pr" / str(event.number) / run_id(event))
-    options = pipeline.RunOptions(good=command.good, bad=command.bad, store=job.store, work_dir=job.work_dir,
+    options = pipeline.RunOptions(good=good, bad=bad, store=job.store, work_dir=job.work_dir,
                                   report_dir=str(out), command=f"bisector run --config {config.path} "
-                                  f"--good {command.good} --bad {command.bad}")
+                                  f"--good {good} --bad {bad}")
     outcome = pipeline.bisect(config, options)
     report_md = (outcome.report_dir / "report.md").read_text()
     patches = {sha: Path(p).read_text() for sha, p in outcome.patches.items()}
     plan = plan_mod.build(outcome.report, run_id(event), event.repo, report_md, requester_pr=event.number,
                           patches=patches, base_branch=config.upstream.branch)
-    result = thread.publish(plan)
-    where = ", ".join(c.url for c in result.comments) or ", ".join(result.dry_run_files[:2])
-    return Handled("bisect", f"{len(outcome.result.steps)} step(s) in {command.good}..{command.bad}", where)
+    return plan, Handled("bisect", f"{len(outcome.result.steps)} step(s) in {command.good}..{command.bad}")
 
 
-def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job, thread: Thread, tag: str) -> Handled:
+def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job,
+          pinned: str | None) -> tuple[PublishPlan, Handled]:
     config = pipeline.select_shapes(job.config, command.selection.only())
     session = pipeline.Session(config, job.store, job.work_dir)
     try:
-        head = fetch_pull_head(session.repo, config.upstream.repo, event.number)
+        head = check_pin(fetch_pull_head(session.repo, config.upstream.repo, event.number), pinned, event.number)
         base = gitrepo.merge_base(session.repo, head, config.upstream.branch)
         notes = []
         if base == head:
@@ -145,11 +271,13 @@ def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job, thread: 
         rows = perf.compare_shapes(keys, mb.samples, mh.samples, th.min_step_pct, th.alpha, mh.wrong, tflops)
         counts = {"base": mb.count(), "head": mh.count()}
         text = perf.body(rows, head, base, counts, th.min_step_pct, th.alpha, notes)
-        where = thread.answer(tag, f"{tag}\n{text}")
-        return Handled("perf", f"{perf.overall(rows)}: " + ", ".join(f"{r.shape} {r.verdict.value}" for r in rows),
-                       where)
+        plan = PublishPlan(run_id=run_id(event), repo=event.repo, verdict=_PERF_VERDICT[perf.overall(rows)],
+                           report="", requester_pr=event.number, answer=text)
+        return plan, Handled("perf", f"{perf.overall(rows)}: " + ", ".join(f"{r.shape} {r.verdict.value}"
+                                                                          for r in rows))
     finally:
         session.close()
 
 
-__all__ = ["Handled", "Job", "fetch_pull_head", "handle", "run_id"]
+__all__ = ["Handled", "Job", "authorize", "check_pin", "failure_plan", "fetch_pull_head", "handle", "measure",
+           "run_id"]

@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 from bisector import gitrepo, pipeline, publish
 from bisector.config import Config
 from bisector.model import ProbeStatus
+from bisector.publish.plan import dump_plan
 from bisector.report.plots import render_trend
 from bisector.search import uncertain_json
 from bisector.store import Night
@@ -38,6 +39,7 @@ class NightOutcome:
     trend: Path
     bisect_report: Path | None = None
     published: tuple[str, ...] = ()
+    plan_file: Path | None = None  # the publish plan written for `bisector publish --plan`
 
 
 def nightly_dir(config: Config) -> Path:
@@ -46,7 +48,8 @@ def nightly_dir(config: Config) -> Path:
 
 def run_night(config: Config, date: str, store: str | None = None, work_dir: str | None = None,
               dry_run_dir: Path | None = None, env: Mapping[str, str] | None = None, verify_fixes: bool = True,
-              say: Callable[[str], None] = lambda s: None) -> NightOutcome:
+              say: Callable[[str], None] = lambda s: None, plan_out: Path | None = None) -> NightOutcome:
+    """`plan_out`: measure only; a bisection's plan is written there and nothing is posted."""
     env = os.environ if env is None else env
     plan = None
     session = pipeline.Session(config, store, work_dir)  # opens the upstream: a URL is fetched here
@@ -79,12 +82,15 @@ def run_night(config: Config, date: str, store: str | None = None, work_dir: str
         session.close()
     bisect_report = night.verdict.get("bisect_report")
     published: tuple[str, ...] = ()
-    if plan is not None:  # after the night is recorded: nothing measured is lost if publishing fails
+    if plan is not None and plan_out is not None:  # the workflow's publish job posts it
+        dump_plan(plan, plan_out)
+    elif plan is not None:  # after the night is recorded: nothing measured is lost if publishing fails
         result = publish.publish(plan, config.publish, env, dry_run_dir)
         published = tuple(c.url for c in result.comments) + result.dry_run_files
     elif bisect_report:
         say("publish.repo is not set: the bisection is in the report only")
-    return replace(outcome, bisect_report=Path(str(bisect_report)) if bisect_report else None, published=published)
+    return replace(outcome, bisect_report=Path(str(bisect_report)) if bisect_report else None, published=published,
+                   plan_file=plan_out if plan is not None and plan_out is not None else None)
 
 
 def _compare(session: pipeline.Session, config: Config, date: str, base: str, tip: str, store: str | None,

@@ -1,8 +1,8 @@
 """Where the bot talks back: the PR's comment thread on GitHub, or files in a dry-run directory.
 
-Both sides offer the same four things: react to the command, read the author's permission, upsert
-one answer comment by its hidden marker (through the publish layer's sender), and publish a
-bisection's plan. The token is read from the config's env var here and handed only to PyGithub.
+Both sides offer the same things: react to the command, read the author's permission, read the
+PR's head commit (to pin it), upsert one answer comment by its hidden marker (through the publish
+layer's sender), and publish a plan. The token is read from the config's env var here and handed only to PyGithub.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bisector import publish
 from bisector.config import Publish
 from bisector.errors import BadInput
 from bisector.publish.actions import CommentAction
-from bisector.publish.github import RetryPolicy, connect, guard, upsert_comment
+from bisector.publish.github import RetryPolicy, connect, guard, own_login, upsert_comment
 from bisector.publish.plan import PublishPlan
 from bisector.triggers import permissions
 from bisector.triggers.event import CommentEvent
@@ -28,6 +28,8 @@ class Thread(Protocol):
     def react(self, content: str) -> None: ...
 
     def permission(self) -> permissions.Permission: ...
+
+    def pull_head(self) -> str | None: ...
 
     def answer(self, marker: str, body: str) -> str: ...
 
@@ -51,6 +53,7 @@ class GitHubThread:
         self.gh = connect(self._token, cfg.base_url, RETRY_POLICY)
         with guard(f"reading repository {event.repo}", self._token):
             self.repo = self.gh.get_repo(event.repo)
+        self._login: str | None = None
 
     def react(self, content: str) -> None:
         with guard(f"reacting to comment {self.event.comment_id}", self._token):
@@ -60,9 +63,19 @@ class GitHubThread:
         with guard(f"reading the permission of {self.event.login}", self._token):
             return permissions.lookup(self.repo, self.event.login)
 
+    def pull_head(self) -> str:
+        """The PR's head commit as GitHub has it now: the commit the authorized command measures."""
+        with guard(f"reading the head of #{self.event.number}", self._token):
+            sha = self.repo.get_pull(self.event.number).head.sha
+        if not sha:
+            raise BadInput(f"#{self.event.number}: GitHub gave no head commit for this pull request")
+        return sha
+
     def answer(self, marker: str, body: str) -> str:
         with guard(f"commenting on #{self.event.number}", self._token):
-            return upsert_comment(self.repo, CommentAction(self.event.number, marker, body)).url
+            if self._login is None:
+                self._login = own_login(self.gh, self.cfg.bot_login)
+            return upsert_comment(self.repo, CommentAction(self.event.number, marker, body), self._login).url
 
     def publish(self, plan: PublishPlan) -> publish.PublishOutcome:
         return publish.publish(plan, self.cfg, self.env, None, RETRY_POLICY)
@@ -96,6 +109,10 @@ class DryRunThread:
     def permission(self) -> permissions.Permission:
         """No token in a dry run: the event's author_association (OWNER or MEMBER) decides."""
         return permissions.from_association(self.event.login, self.event.association)
+
+    def pull_head(self) -> None:
+        """No API in a dry run: nothing is pinned, the head is measured as fetched."""
+        return None
 
     def answer(self, marker: str, body: str) -> str:
         path = self._write(f"comment-pr-{self.event.number}", CommentAction(self.event.number, marker, body)
