@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from bisector.errors import ConfigError
 from bisector.model import Shape
+from bisector.paths import absolute_or_none
 
 SUITES = ("fa", "gemm")
 RECIPES = ("none", "pip", "command")
@@ -163,6 +164,13 @@ class _Section:
             raise ConfigError(self.path, self.name(key), f"must be > 0, got {value!r}")
         return value
 
+    def path_value(self, key: str) -> str | None:
+        """A path in the config, made absolute against the current directory (where bisector runs)."""
+        value = self.get(key, str, None)
+        if value == "":
+            raise ConfigError(self.path, self.name(key), "must not be empty")
+        return absolute_or_none(value)
+
     def strings(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
         value = self.get(key, list, list(default))
         if not all(isinstance(v, str) for v in value):
@@ -232,8 +240,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric"))),
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
                                                  "comment_on_requester", "draft_pr", "commit_status"))),
-        report_dir=top.section("report", ("dir",)).get("dir", str, "reports"),
-        store=top.get("store", str, None),
+        report_dir=top.section("report", ("dir",)).path_value("dir") or absolute_or_none("reports"),
+        store=top.path_value("store"),
     )
 
 
@@ -249,7 +257,7 @@ def _build(sec: _Section) -> Build:
     if recipe == "command" and not steps:
         raise ConfigError(sec.path, sec.name("steps"), "the command recipe needs at least one step")
     return Build(recipe=recipe, pip_args=sec.strings("pip_args", ("--no-deps",)), steps=tuple(steps),
-                 import_check=sec.get("import_check", str, None), cache_dir=sec.get("cache_dir", str, None),
+                 import_check=sec.get("import_check", str, None), cache_dir=sec.path_value("cache_dir"),
                  cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1),
                  max_hunk_builds=sec.positive("max_hunk_builds", int, 12))
 

@@ -95,3 +95,12 @@ def test_cli_bad_config_exit_2_one_line(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(ROOT / "configs" / "h200-triton.toml")],
                         capture_output=True, text=True)
     assert ok.returncode == 0 and "gemm/m54560" in ok.stdout
+
+
+def test_paths_in_a_config_are_made_absolute_against_the_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = GOOD.replace('name = "t"', 'name = "t"\nstore = "state/r.sqlite"') + '[report]\ndir = "out"\n'
+    cfg = config.load(write(tmp_path, text + '[build]\ncache_dir = "~/builds"\n'))
+    assert cfg.store == str(tmp_path / "state" / "r.sqlite") and cfg.report_dir == str(tmp_path / "out")
+    assert cfg.build.cache_dir == str(Path.home() / "builds")
+    assert config.load(write(tmp_path, GOOD)).report_dir == str(tmp_path / "reports")

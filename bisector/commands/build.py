@@ -14,7 +14,7 @@ from rich.table import Table
 from bisector import config as config_mod
 from bisector import gitrepo
 from bisector.build import Builder, Prefetcher
-from bisector.commands.common import fail_on_error, print_json
+from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector.model import BuildResult, BuildStatus
 
 
@@ -30,7 +30,7 @@ def cache_root(cfg: config_mod.Config, override: str | None = None) -> Path:
               help="The bisector TOML config naming the upstream and its build recipe.")
 @click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False),
               help="Apply this patch (git diff format) on top of every commit.")
-@click.option("--cache-dir", default=None, help="Override [build] cache_dir.")
+@click.option("--cache-dir", type=USER_PATH, default=None, help="Override [build] cache_dir.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per commit.")
 @fail_on_error
 def command(commits: tuple[str, ...], config_path: str, patch_file: str | None, cache_dir: str | None,

@@ -1,4 +1,4 @@
-"""What every command shares: one-line errors with fixed exit codes, JSON output.
+"""What every command shares: one-line errors with fixed exit codes, user paths, JSON output.
 
 Every command is wrapped in `fail_on_error`: a known failure (BisectorError) is one line
 `error: <message>` and its exit code; anything else is a bug, shown as one line that points at
@@ -21,6 +21,7 @@ import click
 import platformdirs
 
 from bisector.errors import EXIT_FAILURE, BisectorError
+from bisector.paths import absolute
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INTERRUPTED = 130
@@ -78,6 +79,23 @@ def fail_on_error(func: F) -> F:
             sys.exit(EXIT_FAILURE)
 
     return wrapper  # type: ignore[return-value]
+
+
+class UserPath(click.ParamType):
+    """A path the user typed, made absolute against the current directory at the CLI boundary.
+
+    Relative paths must not reach code that runs git or a build with another working directory
+    (git ran with cwd=<repo>/.git and put every worktree of a relative --work-dir inside it)."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if value is None or value == "":
+            return value
+        return absolute(str(value))
+
+
+USER_PATH = UserPath()
 
 
 def print_json(data: Any) -> None:

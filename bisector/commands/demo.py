@@ -8,15 +8,15 @@ from pathlib import Path
 import click
 
 from bisector import pipeline
-from bisector.commands.common import fail_on_error
+from bisector.commands.common import USER_PATH, fail_on_error
 from bisector.commands.run import run_and_print
 
 
 @click.command("demo")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--dir", "directory", default="bisector-demo", show_default=True,
+@click.option("--dir", "directory", type=USER_PATH, default="bisector-demo", show_default=True,
               help="Where the demo upstream, its store and its builds go; re-running resumes.")
-@click.option("--report-dir", default=None, help="Default: reports/<date>-<demo config name>/.")
+@click.option("--report-dir", type=USER_PATH, default=None, help="Default: reports/<date>-<demo config name>/.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure the reverts on the tip.")
 @click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks.")
 @click.option("--json", "as_json", is_flag=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector.commands.common import fail_on_error
+from bisector.commands.common import USER_PATH, fail_on_error
 from bisector.triggers.comment import Job, handle
 
 
@@ -16,10 +16,11 @@ from bisector.triggers.comment import Job, handle
 @click.option("--event", "event_path", required=True, type=click.Path(dir_okay=False),
               help="The issue_comment event JSON (GITHUB_EVENT_PATH in a workflow).")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--store", default=None, help="SQLite store (default: the config's, else $BISECTOR_STORE / cache).")
-@click.option("--work-dir", default=None, help="Builds, JIT caches and trial logs.")
-@click.option("--report-dir", default=None, help="Default: <report dir>/pr/<N>/<run id>/.")
-@click.option("--dry-run", "dry_run", default=None, type=click.Path(file_okay=False),
+@click.option("--store", type=USER_PATH, default=None,
+              help="SQLite store (default: the config's, else $BISECTOR_STORE / cache).")
+@click.option("--work-dir", type=USER_PATH, default=None, help="Builds, JIT caches and trial logs.")
+@click.option("--report-dir", type=USER_PATH, default=None, help="Default: <report dir>/pr/<N>/<run id>/.")
+@click.option("--dry-run", "dry_run", default=None, type=USER_PATH,
               help="Write every GitHub payload to this directory instead of sending it.")
 @fail_on_error
 def command(event_path: str, config_path: str, store: str | None, work_dir: str | None, report_dir: str | None,

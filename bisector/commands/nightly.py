@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector.commands.common import fail_on_error
+from bisector.commands.common import USER_PATH, fail_on_error
 from bisector.errors import BadInput
 from bisector.runner import lock
 from bisector.triggers.nightly import run_night
@@ -26,10 +26,11 @@ def _date(value: str | None) -> str:
 
 @click.command("nightly")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--store", default=None, help="SQLite store (default: the config's, else $BISECTOR_STORE / cache).")
+@click.option("--store", type=USER_PATH, default=None,
+              help="SQLite store (default: the config's, else $BISECTOR_STORE / cache).")
 @click.option("--date", default=None, help="The night's date, YYYY-MM-DD (default: today, UTC).")
-@click.option("--work-dir", default=None, help="Builds, JIT caches and trial logs.")
-@click.option("--dry-run", "dry_run", default=None, type=click.Path(file_okay=False),
+@click.option("--work-dir", type=USER_PATH, default=None, help="Builds, JIT caches and trial logs.")
+@click.option("--dry-run", "dry_run", default=None, type=USER_PATH,
               help="Write the GitHub payloads of a bisection to this directory instead of sending them.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts of the culprits on the tip.")
 @fail_on_error

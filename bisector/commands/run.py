@@ -10,7 +10,7 @@ import click
 
 from bisector import config as config_mod
 from bisector import pipeline
-from bisector.commands.common import fail_on_error, print_json
+from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
 from bisector.errors import BadInput
@@ -50,15 +50,17 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--good", required=True, help="A commit without the regression (ref or SHA).")
 @click.option("--bad", required=True, help="A commit with it (ref or SHA).")
-@click.option("--store", default=None, help="SQLite store (default: the config's, else the user cache dir).")
-@click.option("--work-dir", default=None, help="Builds, JIT caches and trial logs.")
-@click.option("--report-dir", default=None, help="Default: <config report dir>/<date>-<name>/.")
+@click.option("--store", type=USER_PATH, default=None,
+              help="SQLite store (default: the config's, else the user cache dir).")
+@click.option("--work-dir", type=USER_PATH, default=None, help="Builds, JIT caches and trial logs.")
+@click.option("--report-dir", type=USER_PATH, default=None, help="Default: <config report dir>/<date>-<name>/.")
 @click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts on the tip.")
 @click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks.")
 @click.option("--offline", is_flag=True, help="Replay the search on stored trials only (no build, no GPU).")
 @click.option("--publish", is_flag=True, help="Post the results to the PRs of the config's publish.repo.")
-@click.option("--dry-run", "dry_run", default=None, help="With --publish: write the payloads to DIR instead.")
+@click.option("--dry-run", "dry_run", type=USER_PATH, default=None,
+              help="With --publish: write the payloads to DIR instead.")
 @click.option("--json", "as_json", is_flag=True)
 @fail_on_error
 def command(config_path: str, good: str, bad: str, store: str | None, work_dir: str | None,

@@ -1,0 +1,113 @@
+"""`bisector run` and `bisector build` as a user types them: relative paths from another directory.
+
+A relative --work-dir once put every worktree inside the upstream's .git (git runs there): every
+commit was skipped and the run said "No step" with exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.gitfixtures import commit_file, git
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GEMM = "import torch\n\n\ndef matmul(a, b):\n    return a @ b\n"
+
+CONFIG = """name = "run-cli"
+[upstream]
+repo = "{repo}"
+source_dir = "{source_dir}"
+[device]
+kind = "cpu"
+[control]
+backend = "torch"
+[subject.gemm]
+entry = "lib.gemm:matmul"
+adapter = "torch"
+[[suites.gemm.shapes]]
+name = "m64"
+M = 64
+N = 64
+K = 64
+dtype = "fp32"
+[protocol]
+trials = 2
+max_trials = 2
+reps = 3
+warmup = 0
+jit_cache_env = []
+[thresholds]
+min_step_pct = 50.0
+"""
+
+
+@pytest.fixture()
+def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
+    repo = tmp_path / "upstream"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "lib").mkdir()
+    (repo / "lib" / "__init__.py").write_text("")
+    git(repo, "add", "lib/__init__.py")
+    shas = [commit_file(repo, "lib/gemm.py", GEMM, "add gemm (#1)", 1)]
+    shas += [commit_file(repo, f"docs/n{k}.md", f"note {k}\n", f"docs {k} (#{k})", k) for k in (2, 3)]
+    return repo, shas
+
+
+def setup(tmp_path: Path, repo: Path, source_dir: str = ".") -> Path:
+    """A config next to the upstream, and an unrelated directory to run from."""
+    (tmp_path / "cfg.toml").write_text(CONFIG.format(repo=repo, source_dir=source_dir))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    return elsewhere
+
+
+def bisector(cwd: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp / "cache"), "PYTHONPATH": str(ROOT),
+           "BISECTOR_LOCK_DIR": str(tmp / "locks")}
+    env.pop("BISECTOR_STORE", None)
+    return subprocess.run([sys.executable, "-m", "bisector", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600)
+
+
+def worktrees_inside_git_dir(repo: Path) -> list[str]:
+    listed = git(repo, "worktree", "list", "--porcelain").splitlines()
+    paths = [line.removeprefix("worktree ") for line in listed if line.startswith("worktree ")]
+    return [p for p in paths if Path(p).resolve().is_relative_to((repo / ".git").resolve())]
+
+
+@pytest.mark.slow
+def test_relative_paths_from_another_directory(tmp_path: Path, upstream) -> None:
+    repo, shas = upstream
+    elsewhere = setup(tmp_path, repo)
+    out = bisector(elsewhere, tmp_path, "run", "--config", "../cfg.toml", "--good", shas[0], "--bad", "main",
+                   "--work-dir", "work", "--store", "state/results.sqlite", "--report-dir", "report",
+                   "--no-fixes", "--no-hunks", "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["skipped"] == [] and result["steps"] == [] and result["probes"] >= 2
+    assert (elsewhere / "work" / "builds").is_dir() and (elsewhere / "state" / "results.sqlite").is_file()
+    assert (elsewhere / "report" / "report.md").is_file() and result["report"] == str(elsewhere / "report" / "report.md")
+    assert worktrees_inside_git_dir(repo) == [] and not (repo / ".git" / "work").exists()
+
+
+
+def test_build_with_a_relative_cache_dir_from_another_directory(tmp_path: Path, upstream) -> None:
+    repo, shas = upstream
+    elsewhere = setup(tmp_path, repo)
+    out = bisector(elsewhere, tmp_path, "build", "--config", "../cfg.toml", "--cache-dir", "builds", "--json",
+                   shas[0], shas[-1])
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads(out.stdout)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    for row in rows:
+        assert Path(row["source_dir"]).is_relative_to(elsewhere / "builds")
+        assert (Path(row["source_dir"]) / "lib" / "gemm.py").read_text() == GEMM
+    assert worktrees_inside_git_dir(repo) == [] and not (repo / ".git" / "builds").exists()
