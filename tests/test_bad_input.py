@@ -76,6 +76,12 @@ def write_config(tmp: Path, repo: object, text: str = CONFIG) -> Path:
     return path
 
 
+def test_tolerance_given_as_a_string(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, "/tmp/x", CONFIG + '[thresholds]\ntolerances = {{ fa = ["tight", 0.01] }}\n')
+    line = one_line_error(bisector(tmp_path, "check-config", str(cfg)), str(cfg), "thresholds.tolerances.fa")
+    assert line.endswith("must be [atol, rtol], two numbers >= 0, got ['tight', 0.01]")
+
+
 def test_unexpected_exception_is_one_line_and_its_traceback_goes_to_a_log(tmp_path: Path) -> None:
     """A bug is still one line; the traceback is kept in the crash log for a maintainer."""
     code = ("import click\nfrom bisector.commands.common import fail_on_error\n"
