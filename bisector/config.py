@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from bisector.errors import ConfigError
 from bisector.model import Shape
 from bisector.paths import absolute_or_none
+from bisector.userfile import UserFileError, read_text
 
 SUITES = ("fa", "gemm")
 RECIPES = ("none", "pip", "command")
@@ -208,11 +209,9 @@ class _Section:
 def load(path: str | Path) -> Config:
     path = Path(path)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(path, "", "no such file") from None
-    except OSError as exc:
-        raise ConfigError(path, "", f"cannot read: {exc.strerror}") from None
+        text = read_text(path)
+    except UserFileError as exc:
+        raise ConfigError(path, "", exc.problem) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

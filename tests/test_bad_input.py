@@ -82,6 +82,33 @@ def test_tolerance_given_as_a_string(tmp_path: Path) -> None:
     assert line.endswith("must be [atol, rtol], two numbers >= 0, got ['tight', 0.01]")
 
 
+def test_non_utf8_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(CONFIG.format(repo="/tmp/x").encode() + b'description = "caf\xe9"\n')
+    line = one_line_error(bisector(tmp_path, "check-config", str(cfg)), str(cfg))
+    assert line.endswith("not UTF-8 text (byte 0xe9 on line 18)")
+
+
+def test_non_utf8_step_model(tmp_path: Path, upstream) -> None:
+    repo, shas = upstream
+    model = tmp_path / "model.toml"
+    model.write_bytes(b"[shapes]\nfa_s4096 = 480.0 # \xff\n")
+    out = bisector(tmp_path, "simulate", "--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--model",
+                   str(model))
+    assert one_line_error(out, str(model)).endswith("not UTF-8 text (byte 0xff on line 2)")
+
+
+def test_non_utf8_patch_file(tmp_path: Path, upstream) -> None:
+    repo, shas = upstream
+    cfg = write_config(tmp_path, repo)
+    patch = tmp_path / "fix.diff"
+    patch.write_bytes(b"diff --git a/lib.py b/lib.py\n--- a/lib.py\n+++ b/lib.py\n@@ -1 +1 @@\n-value = 3\n"
+                      b"+value = '\xe9'\n")
+    out = bisector(tmp_path, "build", "--config", str(cfg), "--patch", "fix.diff", "--cache-dir", "builds", shas[0])
+    assert one_line_error(out, str(patch)).endswith("not UTF-8 text (byte 0xe9 on line 6)")
+    assert not (tmp_path / "builds").exists()  # refused before anything was built
+
+
 def test_unexpected_exception_is_one_line_and_its_traceback_goes_to_a_log(tmp_path: Path) -> None:
     """A bug is still one line; the traceback is kept in the crash log for a maintainer."""
     code = ("import click\nfrom bisector.commands.common import fail_on_error\n"
