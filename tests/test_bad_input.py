@@ -109,6 +109,16 @@ def test_non_utf8_patch_file(tmp_path: Path, upstream) -> None:
     assert not (tmp_path / "builds").exists()  # refused before anything was built
 
 
+@pytest.mark.parametrize("where", ["file", "below a file"])
+def test_demo_dir_naming_a_file(tmp_path: Path, where: str) -> None:
+    (tmp_path / "notes.txt").write_text("mine\n")
+    given = "notes.txt" if where == "file" else "notes.txt/demo"
+    line = one_line_error(bisector(tmp_path, "demo", "--dir", given), str(tmp_path / given), "--dir")
+    assert "not a directory" in line
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["notes.txt"]
+
+
 def test_unexpected_exception_is_one_line_and_its_traceback_goes_to_a_log(tmp_path: Path) -> None:
     """A bug is still one line; the traceback is kept in the crash log for a maintainer."""
     code = ("import click\nfrom bisector.commands.common import fail_on_error\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,20 @@ import click
 from bisector import pipeline
 from bisector.commands.common import USER_PATH, fail_on_error
 from bisector.commands.run import run_and_print
+from bisector.errors import BadInput
+
+
+def demo_dir(directory: str) -> Path:
+    """--dir as an absolute directory we can write to, or BadInput naming it (a regular file, or a
+    file where a parent directory should be, raised NotADirectoryError deep in the demo writer)."""
+    root = Path(directory)
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    if not existing.is_dir():
+        what = "is a file" if existing == root else f"cannot be made: {existing} is a file"
+        raise BadInput(f"{root}: --dir {what}, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"{root}: --dir: {existing} is not writable")
+    return root
 
 
 @click.command("demo")
@@ -27,8 +42,8 @@ def command(device: str, directory: str, report_dir: str | None, no_fixes: bool,
     from bisector.demo import write_demo_repo
     from bisector.demo.config import demo_config, pick_device
 
+    root = demo_dir(directory)
     device = pick_device(device)
-    root = Path(directory).resolve()
     manifest = write_demo_repo(root / "upstream")
     cfg = demo_config(device, root / "upstream")
     options = pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(root / "results.sqlite"),
