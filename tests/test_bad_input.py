@@ -119,6 +119,116 @@ def test_demo_dir_naming_a_file(tmp_path: Path, where: str) -> None:
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["notes.txt"]
 
 
+def make_store(path: Path) -> None:
+    with Store(path) as store:
+        store.add_commits("c", [Commit("a" * 40, "2026-08-01", "ann", "s", 1)])
+        store.add_trials("c", [TrialRecord(sha=f"{i:040x}", shape="fa/s128", status=TrialStatus.OK,
+                                           subject_ms=tuple(float(k) for k in range(300)),
+                                           control_ms=tuple(float(k) for k in range(300)), ratio=1.0)
+                               for i in range(200)])
+    with sqlite3.connect(path) as conn:  # everything in the main file, as after a clean close
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A real store truncated to half, a header-only piece, and text that is not SQLite at all."""
+    root = tmp_path_factory.mktemp("stores")
+    whole = root / "whole.sqlite"
+    make_store(whole)
+    data = whole.read_bytes()
+    assert len(data) > 100_000
+    out = {"truncated": root / "truncated.sqlite", "header": root / "header.sqlite", "text": root / "text.sqlite"}
+    out["truncated"].write_bytes(data[: len(data) // 2])
+    out["header"].write_bytes(data[:100])
+    out["text"].write_text("these are my notes, not a database\n" * 50)
+    return out
+
+
+READERS = [("store", "info", "--store"), ("store", "export", "--store"), ("plan", "--repo", "{repo}", "--good",
+           "{good}", "--bad", "{bad}", "--from-store")]
+
+
+@pytest.mark.parametrize("kind", ["truncated", "header", "text"])
+@pytest.mark.parametrize("reader", READERS, ids=["info", "export", "plan"])
+def test_damaged_store_given_to_a_reading_command(tmp_path: Path, upstream, damaged, kind: str,
+                                                  reader: tuple[str, ...]) -> None:
+    repo, shas = upstream
+    path = damaged[kind]
+    before = digest(path)
+    args = [a.format(repo=repo, good=shas[0], bad=shas[-1]) for a in reader]
+    line = one_line_error(bisector(tmp_path, *args, str(path)), str(path))
+    assert ("damaged or truncated" in line) or ("file is not a database" in line), line
+    assert digest(path) == before
+
+
+def test_damaged_store_given_to_run(tmp_path: Path, upstream, damaged) -> None:
+    repo, shas = upstream
+    cfg = write_config(tmp_path, repo)
+    path = damaged["truncated"]
+    before = digest(path)
+    out = bisector(tmp_path, "run", "--config", str(cfg), "--good", shas[0], "--bad", shas[-1], "--store", str(path),
+                   "--work-dir", "work")
+    one_line_error(out, str(path))
+    assert digest(path) == before
+
+
+def foreign_db(path: Path) -> str:
+    """Another program's SQLite file (rollback journal, its own tables); returns its digest."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    conn.executemany("INSERT INTO notes (body) VALUES (?)", [(f"note {i}",) for i in range(100)])
+    conn.commit()
+    conn.close()
+    return digest(path)
+
+
+@pytest.mark.parametrize("args", [("store", "info"), ("store", "export"), ("store", "export", "--format", "json")])
+def test_foreign_sqlite_file_is_refused_and_left_unchanged(tmp_path: Path, args: tuple[str, ...]) -> None:
+    path = tmp_path / "app.db"
+    before = foreign_db(path)
+    line = one_line_error(bisector(tmp_path, *args, "--store", "app.db"), str(path))
+    assert "not a bisector store" in line and "notes" in line
+    assert digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("app.db")) == ["app.db"]  # no -wal, -shm
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["notes"]
+
+
+def test_foreign_sqlite_file_given_to_run_is_refused_too(tmp_path: Path, upstream) -> None:
+    repo, shas = upstream
+    cfg = write_config(tmp_path, repo)
+    path = tmp_path / "app.db"
+    before = foreign_db(path)
+    out = bisector(tmp_path, "run", "--config", str(cfg), "--good", shas[0], "--bad", shas[-1], "--store", "app.db",
+                   "--work-dir", "work")
+    assert "not a bisector store" in one_line_error(out, str(path))
+    assert digest(path) == before
+
+
+def test_empty_file_is_not_a_store_for_reading(tmp_path: Path) -> None:
+    (tmp_path / "empty.sqlite").write_bytes(b"")
+    line = one_line_error(bisector(tmp_path, "store", "info", "--store", "empty.sqlite"), "empty.sqlite")
+    assert "not a bisector store" in line and (tmp_path / "empty.sqlite").read_bytes() == b""
+
+
+def test_reading_a_real_store_still_works_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    make_store(path)
+    os.chmod(path, 0o444)  # read-only opening: a file we may not write is still readable
+    try:
+        out = bisector(tmp_path, "store", "info", "--store", "r.sqlite")
+        assert out.returncode == 0, out.stderr
+        assert "c " in out.stdout and "200" in out.stdout
+    finally:
+        os.chmod(path, 0o644)
+
+
 def test_unexpected_exception_is_one_line_and_its_traceback_goes_to_a_log(tmp_path: Path) -> None:
     """A bug is still one line; the traceback is kept in the crash log for a maintainer."""
     code = ("import click\nfrom bisector.commands.common import fail_on_error\n"

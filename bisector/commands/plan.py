@@ -75,4 +75,5 @@ def _rows(store_path: str | None, csv_path: str | None, campaign: str | None) ->
                 for sha, per in series.samples.items() for shape, vals in per.items() for v in vals]
     from bisector.store import Store
 
-    return Store(store_path, create=False).rows(campaign)
+    with Store(store_path, readonly=True) as store:
+        return store.rows(campaign)
