@@ -229,6 +229,25 @@ def test_reading_a_real_store_still_works_read_only(tmp_path: Path) -> None:
         os.chmod(path, 0o644)
 
 
+@pytest.mark.parametrize("url", ["file:///nonexistent/bisector-upstream", "file://{tmp}/plain-dir"])
+def test_file_url_that_is_not_a_repository(tmp_path: Path, url: str) -> None:
+    (tmp_path / "plain-dir").mkdir()
+    url = url.format(tmp=tmp_path)
+    line = one_line_error(bisector(tmp_path, "range", "v1", "v2", "--repo", url), url)
+    assert "no such repository" in line or "not a git repository" in line
+    assert "['" not in line and "stderr" not in line
+
+
+def test_file_url_as_upstream_repo_names_the_config_key(tmp_path: Path) -> None:
+    url = "file:///nonexistent/bisector-upstream"
+    cfg = write_config(tmp_path, url)
+    out = bisector(tmp_path, "run", "--config", str(cfg), "--good", "v1", "--bad", "v2", "--store", "s.sqlite",
+                   "--work-dir", "work")
+    line = one_line_error(out, str(cfg), "upstream.repo", url)
+    assert "no such repository" in line
+    assert not (tmp_path / "s.sqlite").exists()
+
+
 def test_unexpected_exception_is_one_line_and_its_traceback_goes_to_a_log(tmp_path: Path) -> None:
     """A bug is still one line; the traceback is kept in the crash log for a maintainer."""
     code = ("import click\nfrom bisector.commands.common import fail_on_error\n"
