@@ -1,7 +1,9 @@
-"""`bisector run` and `bisector build` as a user types them: relative paths from another directory.
+"""`bisector run` and `bisector build` as a user types them: relative paths from another directory,
+and a range where nothing builds.
 
 A relative --work-dir once put every worktree inside the upstream's .git (git runs there): every
-commit was skipped and the run said "No step" with exit 0.
+commit was skipped, the reason shown was the build log's first line, and the run said "No step"
+with exit 0.
 """
 
 from __future__ import annotations
@@ -97,6 +99,25 @@ def test_relative_paths_from_another_directory(tmp_path: Path, upstream) -> None
     assert (elsewhere / "report" / "report.md").is_file() and result["report"] == str(elsewhere / "report" / "report.md")
     assert worktrees_inside_git_dir(repo) == [] and not (repo / ".git" / "work").exists()
 
+
+
+def test_a_range_where_nothing_builds_fails_and_names_the_failure(tmp_path: Path, upstream) -> None:
+    """Every build fails (source_dir missing): exit 1 with one error line naming the reason, and the
+    reason shown (summary, report) is the failure, not the log's `# worktree` line."""
+    repo, shas = upstream
+    elsewhere = setup(tmp_path, repo, source_dir="src")
+    out = bisector(elsewhere, tmp_path, "run", "--config", "../cfg.toml", "--good", shas[0], "--bad", "main",
+                   "--work-dir", "work", "--store", "s.sqlite", "--report-dir", "report", "--no-fixes")
+    assert out.returncode == 1, out.stderr[-3000:]
+    # (the live display's last frame, printed at the end when stderr is not a terminal, runs into the line)
+    errors = [line[line.index("error: "):] for line in out.stderr.splitlines() if "error: " in line]
+    assert len(errors) == 1 and errors[0].startswith("error: nothing compared: 0 of 3 commits measured, 3 skipped; ")
+    assert f"{shas[-1][:7]}: source_dir 'src' missing in commit {shas[-1][:12]}" in errors[0]
+    assert f"  skipped {shas[0][:7]}: source_dir 'src' missing in commit {shas[0][:12]}" in out.stdout
+    report = (elsewhere / "report" / "report.md").read_text()
+    skipped = [line for line in report.splitlines() if line.startswith("- `")]
+    assert len(skipped) == 3 and all("source_dir 'src' missing in commit" in line for line in skipped), skipped
+    assert "# worktree" not in report
 
 
 def test_build_with_a_relative_cache_dir_from_another_directory(tmp_path: Path, upstream) -> None:

@@ -13,7 +13,8 @@ from bisector import pipeline
 from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
-from bisector.errors import BadInput
+from bisector.errors import BadInput, BisectorError
+from bisector.model import ProbeStatus
 from bisector.publish.plan import dump_plan
 from bisector.triggers import plan as plan_mod
 from bisector.report.markdown import step_summary
@@ -30,6 +31,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
                   "patch": h.patch_path} for h in outcome.report.hunks]
         print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
                     "report": str(outcome.report_dir / "report.md"), **(extra or {})})
+        check_compared(outcome)
         return outcome
     click.echo(f"{len(outcome.result.steps)} step(s), {outcome.result.commits_probed} commits probed, "
                f"{outcome.result.trials} trials")
@@ -42,8 +44,36 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
         click.echo(f"  {h.step_commit[:7]}: {h.summary}: {'; '.join(h.hunks)}")
     for step in outcome.result.dropped:
         click.echo("  dropped (did not hold against its parent): " + step_summary(step, outcome.report))
+    skipped = list(outcome.report.skipped.items())
+    for sha, reason in skipped[:SHOWN_SKIPS]:
+        click.echo(f"  skipped {sha[:7]}: {last_line(reason)}")
+    if len(skipped) > SHOWN_SKIPS:
+        click.echo(f"  ... and {len(skipped) - SHOWN_SKIPS} more skipped (see the report)")
     click.echo(f"report: {outcome.report_dir / 'report.md'}")
+    check_compared(outcome)
     return outcome
+
+
+SHOWN_SKIPS = 5
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no reason recorded"
+
+
+def check_compared(outcome: pipeline.RunOutcome) -> None:
+    """A run that measured fewer than two commits compared nothing: "no step" would be a lie, so
+    it fails (exit 1) naming why the commits were skipped. The report is written all the same."""
+    measured = [sha for sha, m in outcome.result.measurements.items() if m.status is ProbeStatus.OK]
+    if len(measured) >= 2:
+        return
+    skipped = outcome.report.skipped
+    tip = outcome.commits[-1].sha
+    example = tip if tip in skipped else next(iter(skipped), None)
+    why = f"; {example[:7]}: {last_line(skipped[example])}" if example else ""
+    raise BisectorError(f"nothing compared: {len(measured)} of {len(outcome.commits)} commits measured, "
+                        f"{len(skipped)} skipped{why} (report: {outcome.report_dir / 'report.md'})")
 
 
 @click.command("run")
