@@ -1,15 +1,16 @@
 """`bisector run` and `bisector build` as a user types them: relative paths from another directory,
-and a range where nothing builds.
+stderr to a pipe (as in CI logs, nohup or `| tee`), and a range where nothing builds.
 
 A relative --work-dir once put every worktree inside the upstream's .git (git runs there): every
 commit was skipped, the reason shown was the build log's first line, and the run said "No step"
-with exit 0.
+with exit 0. With stderr not a terminal, a run printed nothing until the end.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,7 @@ def worktrees_inside_git_dir(repo: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_relative_paths_from_another_directory(tmp_path: Path, upstream) -> None:
+def test_relative_paths_from_another_directory_and_plain_progress_in_a_pipe(tmp_path: Path, upstream) -> None:
     repo, shas = upstream
     elsewhere = setup(tmp_path, repo)
     out = bisector(elsewhere, tmp_path, "run", "--config", "../cfg.toml", "--good", shas[0], "--bad", "main",
@@ -99,21 +100,34 @@ def test_relative_paths_from_another_directory(tmp_path: Path, upstream) -> None
     assert (elsewhere / "report" / "report.md").is_file() and result["report"] == str(elsewhere / "report" / "report.md")
     assert worktrees_inside_git_dir(repo) == [] and not (repo / ".git" / "work").exists()
 
+    # stderr is a pipe: plain progress lines naming the commit, the trials and the time left, as
+    # they happen (not one live frame at the end), estimated from the real range of 3 commits:
+    # 2*ceil(log2 3)+4 = 8 probes of 2 trials (the default 40 would say ~32).
+    progress = [line for line in out.stderr.splitlines() if line.startswith("progress: ")]
+    shorts = {sha[:7] for sha in shas}
+    steps = [re.match(r"progress: ([0-9a-f]{7}) (build|trial \d/2) \| commits \d \| trials \d+ of ~16 \| "
+                      r"elapsed \d+ (s|min) \| eta (\?|~\d+ (s|min))$", line) for line in progress[:-1]]
+    assert steps and all(steps), progress
+    assert {m.group(1) for m in steps} <= shorts and len({m.group(1) for m in steps}) >= 2
+    assert any("eta ~" in line for line in progress), progress
+    assert progress[-1].startswith("progress: done: commits ") and out.stderr.endswith("\n")
+    assert "\x1b[" not in out.stderr  # no terminal control codes in a log
 
 
 def test_a_range_where_nothing_builds_fails_and_names_the_failure(tmp_path: Path, upstream) -> None:
     """Every build fails (source_dir missing): exit 1 with one error line naming the reason, and the
-    reason shown (summary, report) is the failure, not the log's `# worktree` line."""
+    reason shown (summary, report, progress) is the failure, not the log's `# worktree` line."""
     repo, shas = upstream
     elsewhere = setup(tmp_path, repo, source_dir="src")
     out = bisector(elsewhere, tmp_path, "run", "--config", "../cfg.toml", "--good", shas[0], "--bad", "main",
                    "--work-dir", "work", "--store", "s.sqlite", "--report-dir", "report", "--no-fixes")
     assert out.returncode == 1, out.stderr[-3000:]
-    # (the live display's last frame, printed at the end when stderr is not a terminal, runs into the line)
-    errors = [line[line.index("error: "):] for line in out.stderr.splitlines() if "error: " in line]
+    errors = [line for line in out.stderr.splitlines() if not line.startswith("progress: ")]
     assert len(errors) == 1 and errors[0].startswith("error: nothing compared: 0 of 3 commits measured, 3 skipped; ")
     assert f"{shas[-1][:7]}: source_dir 'src' missing in commit {shas[-1][:12]}" in errors[0]
     assert f"  skipped {shas[0][:7]}: source_dir 'src' missing in commit {shas[0][:12]}" in out.stdout
+    assert any(line.startswith(f"progress: {shas[0][:7]} skip: source_dir 'src' missing")
+               for line in out.stderr.splitlines()), out.stderr
     report = (elsewhere / "report" / "report.md").read_text()
     skipped = [line for line in report.splitlines() if line.startswith("- `")]
     assert len(skipped) == 3 and all("source_dir 'src' missing in commit" in line for line in skipped), skipped

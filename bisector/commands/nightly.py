@@ -10,6 +10,7 @@ import click
 
 from bisector import config as config_mod
 from bisector.commands.common import USER_PATH, fail_on_error
+from bisector.commands.progress import ProgressLine
 from bisector.errors import BadInput
 from bisector.runner import lock
 from bisector.triggers.nightly import run_night
@@ -42,9 +43,11 @@ def command(config_path: str, store: str | None, date: str | None, work_dir: str
     cfg = config_mod.load(config_path)
     night = _date(date)
     say = lambda s: click.echo(s, err=True)  # noqa: E731
-    with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
+    # The A/B of two commits first; a bisection, when the night regressed, extends the estimate.
+    with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")), \
+            ProgressLine(2, cfg.protocol.trials) as progress:
         out = run_night(cfg, night, store, work_dir, Path(dry_run) if dry_run else None, os.environ,
-                        verify_fixes=not no_fixes, say=say)
+                        verify_fixes=not no_fixes, say=say, observer=progress, on_range=progress.expect_range)
     if not out.measured:
         click.echo(f"night {out.date} already measured {out.sha[:12]}: nothing measured, report rewritten")
     state = "good" if out.good else "not good"

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector import pipeline
+from bisector import gitrepo, pipeline
 from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
@@ -21,9 +21,19 @@ from bisector.report.markdown import step_summary
 from bisector.search import result_json
 
 
-def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int = 40,
+def range_size(cfg: config_mod.Config, good: str, bad: str) -> int | None:
+    """Commits in GOOD..BAD, for the time-left estimate; None when it cannot be had without fetching
+    (the pipeline then fetches and reports any problem with the range itself)."""
+    try:
+        return len(gitrepo.commit_range(gitrepo.open_repo(cfg.upstream.repo, fetch=False), good, bad))
+    except BisectorError:
+        return None
+
+
+def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
                   extra: dict | None = None) -> pipeline.RunOutcome:
-    with ProgressLine(n_commits, cfg.protocol.trials, len({s.suite for s in cfg.shapes})) as progress:
+    n_commits = n_commits or range_size(cfg, options.good, options.bad) or DEFAULT_RANGE
+    with ProgressLine.for_range(n_commits, cfg.protocol.trials) as progress:
         outcome = pipeline.bisect(cfg, options, observer=progress)
     if as_json:
         windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
@@ -54,6 +64,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     return outcome
 
 
+DEFAULT_RANGE = 40  # commits assumed for the estimate when the range cannot be counted up front
 SHOWN_SKIPS = 5
 
 
