@@ -28,6 +28,7 @@ import platformdirs
 from bisector.errors import BadInput, StoreError
 from bisector.migrations import SCHEMA_VERSION, machine_hash, migrate, schema_version
 from bisector.model import BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
+from bisector.paths import absolute
 
 if TYPE_CHECKING:
     import pandas
@@ -133,7 +134,7 @@ class Store:
         """readonly: for commands that only read (`store info`, `store export`, `plan --from-store`):
         the file is opened with SQLite's read-only mode, so neither its journal mode nor its tables
         can change. (A bisector store of an older schema is still upgraded in place: it is ours.)"""
-        self.path = Path(path).expanduser().absolute() if path is not None else default_path()
+        self.path = Path(absolute(path) if path is not None else absolute(default_path()))
         self.readonly = readonly
         if self.path.is_dir():
             raise NotAStore(f"{self.path}: is a directory, not a store file")
