@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any, Mapping
 from bisector.errors import ConfigError
 from bisector.model import Shape
 from bisector.trust.filter import DEFAULT_TOKEN_ENV
+from bisector.paths import absolute_or_none
+from bisector.userfile import UserFileError, read_text
 
 SUITES = ("fa", "gemm")
 RECIPES = ("none", "pip", "command")
@@ -140,6 +143,12 @@ class Config:
         raise KeyError(key)
 
 
+def _show(value: object, limit: int = 80) -> str:
+    """A value as the message shows it: repr, capped (a config can hold a megabyte string)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class _Section:
     """Reads one TOML table, remembering the dotted path for error messages."""
 
@@ -165,9 +174,11 @@ class _Section:
             value = float(value)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             names = " or ".join(k.__name__ for k in kinds)
-            raise ConfigError(self.path, self.name(key), f"must be {names}, got {value!r}")
+            raise ConfigError(self.path, self.name(key), f"must be {names}, got {_show(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(self.path, self.name(key), f"must be a finite number, got {value!r}")
         if choices and value not in choices:
-            raise ConfigError(self.path, self.name(key), f"must be one of {', '.join(choices)}, got {value!r}")
+            raise ConfigError(self.path, self.name(key), f"must be one of {', '.join(choices)}, got {_show(value)}")
         return value
 
     def positive(self, key: str, kind: type, default: Any) -> Any:
@@ -175,6 +186,19 @@ class _Section:
         if value <= 0:
             raise ConfigError(self.path, self.name(key), f"must be > 0, got {value!r}")
         return value
+
+    def non_negative(self, key: str, kind: type, default: Any) -> Any:
+        value = self.get(key, kind, default)
+        if value < 0:
+            raise ConfigError(self.path, self.name(key), f"must be >= 0, got {value!r}")
+        return value
+
+    def path_value(self, key: str) -> str | None:
+        """A path in the config, made absolute against the current directory (where bisector runs)."""
+        value = self.get(key, str, None)
+        if value == "":
+            raise ConfigError(self.path, self.name(key), "must not be empty")
+        return absolute_or_none(value)
 
     def strings(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
         value = self.get(key, list, list(default))
@@ -198,11 +222,9 @@ class _Section:
 def load(path: str | Path) -> Config:
     path = Path(path)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(path, "", "no such file") from None
-    except OSError as exc:
-        raise ConfigError(path, "", f"cannot read: {exc.strerror}") from None
+        text = read_text(path)
+    except UserFileError as exc:
+        raise ConfigError(path, "", exc.problem) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -222,7 +244,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
     dev = top.section("device", ("kind", "visible"), required=True)
     device = dev.get("kind", str, choices=DEVICES)
     visible = dev.get("visible", list, [0])
-    if not all(isinstance(v, int) and v >= 0 for v in visible) or not visible:
+    if not isinstance(visible, list) or not visible or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in visible):
         raise ConfigError(path, "device.visible", "must be a non-empty list of device indices")
 
     ctl = top.section("control", ("backend",), required=True)
@@ -248,8 +271,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
                                                  "comment_on_requester", "draft_pr", "commit_status",
                                                  "bot_login"))),
-        report_dir=top.section("report", ("dir",)).get("dir", str, "reports"),
-        store=top.get("store", str, None),
+        report_dir=top.section("report", ("dir",)).path_value("dir") or absolute_or_none("reports"),
+        store=top.path_value("store"),
     )
 
 
@@ -265,7 +288,7 @@ def _build(sec: _Section) -> Build:
     if recipe == "command" and not steps:
         raise ConfigError(sec.path, sec.name("steps"), "the command recipe needs at least one step")
     return Build(recipe=recipe, pip_args=sec.strings("pip_args", ("--no-deps",)), steps=tuple(steps),
-                 import_check=sec.get("import_check", str, None), cache_dir=sec.get("cache_dir", str, None),
+                 import_check=sec.get("import_check", str, None), cache_dir=sec.path_value("cache_dir"),
                  cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1),
                  max_hunk_builds=sec.positive("max_hunk_builds", int, 12),
                  max_hunk_trials=sec.positive("max_hunk_trials", int, 64),
@@ -281,7 +304,7 @@ def _subjects(top: _Section) -> dict[str, Subject]:
         s = sec.section(suite, ("entry", "adapter", "layout", "options"))
         entry = s.get("entry", str)
         if ":" not in entry:
-            raise ConfigError(top.path, s.name("entry"), f"must be 'module:function', got {entry!r}")
+            raise ConfigError(top.path, s.name("entry"), f"must be 'module:function', got {_show(entry)}")
         out[suite] = Subject(entry=entry, adapter=s.get("adapter", str, "callable", choices=SUBJECT_ADAPTERS),
                              layout=s.get("layout", str, "bhsd", choices=("bhsd", "bshd")),
                              options=s.get("options", dict, {}))
@@ -338,7 +361,7 @@ def _protocol(sec: _Section) -> Protocol:
     if max_trials < trials:
         raise ConfigError(sec.path, sec.name("max_trials"), f"must be >= trials ({trials})")
     return Protocol(trials=trials, max_trials=max_trials, reps=sec.positive("reps", int, 20),
-                    warmup=sec.get("warmup", int, 3), flush_mb=sec.get("flush_mb", int, 0),
+                    warmup=sec.non_negative("warmup", int, 3), flush_mb=sec.non_negative("flush_mb", int, 0),
                     timeout_s=sec.positive("timeout_s", float, 600.0),
                     jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
                     env=sec.str_map("env"), seed=sec.get("seed", int, 0),
@@ -361,8 +384,13 @@ def _thresholds(sec: _Section) -> Thresholds:
         raise ConfigError(sec.path, sec.name("alpha"), f"must be in (0, 0.5), got {alpha}")
     tolerances = {}
     for suite, value in sec.get("tolerances", dict, {}).items():
-        if suite not in SUITES or not (isinstance(value, list) and len(value) == 2):
-            raise ConfigError(sec.path, f"{sec.name('tolerances')}.{suite}", "must be suite = [atol, rtol]")
+        key = f"{sec.name('tolerances')}.{suite}"
+        if suite not in SUITES:
+            raise ConfigError(sec.path, key, f"unknown suite (known: {', '.join(SUITES)})")
+        numbers = isinstance(value, list) and len(value) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in value)
+        if not numbers:
+            raise ConfigError(sec.path, key, f"must be [atol, rtol], two numbers >= 0, got {_show(value)}")
         tolerances[suite] = (float(value[0]), float(value[1]))
     return Thresholds(min_step_pct=sec.positive("min_step_pct", float, 1.0), alpha=alpha, tolerances=tolerances,
                       metric=sec.get("metric", str, "ratio", choices=METRICS))
@@ -371,7 +399,7 @@ def _thresholds(sec: _Section) -> Thresholds:
 def _publish(sec: _Section) -> Publish:
     repo = sec.get("repo", str, None)
     if repo is not None and repo.count("/") != 1:
-        raise ConfigError(sec.path, sec.name("repo"), f"must be 'owner/name', got {repo!r}")
+        raise ConfigError(sec.path, sec.name("repo"), f"must be 'owner/name', got {_show(repo)}")
     return Publish(repo=repo, token_env=sec.get("token_env", str, DEFAULT_TOKEN_ENV),
                    base_url=sec.get("base_url", str, "https://api.github.com"),
                    comment_on_culprit=sec.get("comment_on_culprit", bool, True),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import urllib.parse
 from pathlib import Path
 
 import git
@@ -41,6 +42,8 @@ def open_repo(path_or_url: str, cache_dir: Path | None = None, fetch: bool = Tru
             return git.Repo(path, search_parent_directories=False)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise BadInput(f"{path_or_url}: not a git repository") from None
+    if path_or_url.startswith("file://"):
+        _check_file_url(path_or_url)
     root = Path(cache_dir or platformdirs.user_cache_dir("bisector")) / "upstreams"
     name = re.sub(r"[^\w.-]+", "_", path_or_url.rstrip("/").split("/")[-1].removesuffix(".git"))
     dest = root / f"{name}-{hashlib.sha1(path_or_url.encode()).hexdigest()[:8]}"
@@ -53,8 +56,35 @@ def open_repo(path_or_url: str, cache_dir: Path | None = None, fetch: bool = Tru
         root.mkdir(parents=True, exist_ok=True)
         return git.Repo.clone_from(path_or_url, dest, mirror=True)
     except git.GitCommandError as exc:
-        raise GitError(f"{path_or_url}: git {exc.command[1] if len(exc.command) > 1 else ''} failed: "
-                       f"{(exc.stderr or '').strip().splitlines()[-1:]}") from None
+        what = exc.command[1] if isinstance(exc.command, list) and len(exc.command) > 1 else "command"
+        message = git_message(exc)
+        if what == "clone" and _NOT_FOUND.search(message):
+            raise BadInput(f"{path_or_url}: no git repository there (git clone: {message})") from None
+        raise GitError(f"{path_or_url}: git {what} failed: {message}") from None
+
+
+_NOT_FOUND = re.compile(r"does not appear to be a git repository|repository .* not found|does not exist", re.I)
+
+
+def git_message(exc: git.GitCommandError) -> str:
+    """git's own complaint, on one line: the first `fatal:`/`error:` line of its stderr (GitPython
+    wraps stderr in `stderr: '...'`; printing that raw showed `["'"]`)."""
+    text = str(exc.stderr or "").strip()
+    text = re.sub(r"^stderr: '", "", text).removesuffix("'")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    chosen = next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "")
+    return chosen.removeprefix("fatal: ").removeprefix("error: ") or f"exit {exc.status}"
+
+
+def _check_file_url(url: str) -> None:
+    """A file:// URL names a local path: say plainly when it is not there or not a repository."""
+    path = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path))
+    if not path.exists():
+        raise BadInput(f"{url}: no such repository ({path} does not exist)")
+    try:
+        git.Repo(path, search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise BadInput(f"{url}: not a git repository ({path})") from None
 
 
 def resolve(repo: git.Repo, ref: str) -> str:

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from bisector.errors import BadInput
+from bisector.userfile import read_text
 
 
 def read_json(path: str | Path) -> Any:
+    text = read_text(path)
     try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read: {exc}") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise BadInput(f"{path}: invalid JSON: nested too deeply") from None

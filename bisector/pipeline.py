@@ -84,9 +84,12 @@ class Session:
             raise BadInput(f"{config.path}: upstream.repo: {exc}") from None
         self.store = Store(store_path or config.store)
         self.campaign = campaign_key(config)
-        self.work = Path(work_dir or Path(platformdirs.user_cache_dir("bisector")) / "work" / config.name)
+        # Absolute: git runs with cwd=<repo>/.git and builds inside worktrees (a relative --work-dir
+        # put every worktree inside the upstream's .git and skipped every commit).
+        default_work = Path(platformdirs.user_cache_dir("bisector")) / "work" / config.name
+        self.work = Path(work_dir or default_work).absolute()
         self.work.mkdir(parents=True, exist_ok=True)
-        cache_root = Path(config.build.cache_dir) if config.build.cache_dir else self.work / "builds"
+        cache_root = Path(config.build.cache_dir).absolute() if config.build.cache_dir else self.work / "builds"
         self.builder = Builder(self.repo, config.upstream, config.build, cache_root)
         self.prefetcher = Prefetcher(self.builder, config.build.parallel)
         self._executor: Executor | None = None

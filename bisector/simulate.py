@@ -30,6 +30,7 @@ import numpy as np
 from bisector.errors import BadInput, ConfigError
 from bisector.model import Commit, Measurement, ProbeStatus, SearchResult
 from bisector.search import SearchSettings, localize
+from bisector.userfile import UserFileError, read_text
 
 __all__ = ["StepModel", "SimStep", "load_model", "parse_model", "SimulatedProbe", "resolve_prefix", "run_simulation"]
 
@@ -64,11 +65,9 @@ def resolve_prefix(prefix: str, commits: Sequence[str], where: str = "") -> str:
 def load_model(path: str | Path, commits: Sequence[str]) -> StepModel:
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(path, "", "no such file") from None
-    except OSError as exc:
-        raise ConfigError(path, "", f"cannot read: {exc.strerror}") from None
+        data = tomllib.loads(read_text(path))
+    except UserFileError as exc:
+        raise ConfigError(path, "", exc.problem) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, "", f"invalid TOML: {exc}") from None
     return parse_model(data, commits, path)

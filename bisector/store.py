@@ -17,6 +17,7 @@ import socket
 import sqlite3
 import threading
 import time
+import urllib.parse
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -28,6 +29,7 @@ import platformdirs
 from bisector.errors import BadInput, StoreError
 from bisector.migrations import SCHEMA_VERSION, machine_hash, migrate, schema_version
 from bisector.model import BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
+from bisector.paths import absolute
 
 if TYPE_CHECKING:
     import pandas
@@ -56,6 +58,17 @@ _SELECT = (
 
 class MissingStore(StoreError, BadInput):
     """The user named a store file that does not exist (exit code 2)."""
+
+
+class NotAStore(StoreError, BadInput):
+    """The user named a file that is not a bisector store: not SQLite, damaged or truncated, or
+    another program's database (exit code 2). The file is left exactly as it was."""
+
+
+# SQLite's primary result codes for a file that is not a database or is damaged.
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+# What each schema version must hold; a file without them is another program's database.
+_TABLES = {1: {"commits", "builds", "trials"}, 2: {"commits", "builds", "trials", "nightly"}}
 
 
 class _Any(enum.Enum):
@@ -157,33 +170,82 @@ def _status(value: TrialStatus | str) -> str:
 class Store:
     """A handle on one store file; safe to share between threads of one process."""
 
-    def __init__(self, path: str | Path | None = None, *, create: bool = True) -> None:
-        self.path = Path(path).expanduser() if path is not None else default_path()
+    def __init__(self, path: str | Path | None = None, *, create: bool = True, readonly: bool = False) -> None:
+        """readonly: for commands that only read (`store info`, `store export`, `plan --from-store`):
+        the file is opened with SQLite's read-only mode, so neither its journal mode nor its tables
+        can change. (A bisector store of an older schema is still upgraded in place: it is ours.)"""
+        self.path = Path(absolute(path) if path is not None else absolute(default_path()))
+        self.readonly = readonly
+        if self.path.is_dir():
+            raise NotAStore(f"{self.path}: is a directory, not a store file")
         if not self.path.exists():
-            if not create:
+            if not create or readonly:
                 raise MissingStore(f"{self.path}: no such store")
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        with self._errors():
-            self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                         check_same_thread=False)
+        self._connect()
         try:
             self._open()
         except BaseException:
             self._conn.close()
             raise
 
+    def _connect(self) -> None:
+        with self._errors():
+            if self.readonly:
+                uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro"
+                self._conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                             check_same_thread=False)
+            else:
+                self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                             check_same_thread=False)
+
     def _open(self) -> None:
         with self._errors():
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self._check_version(schema_version(self._conn))
+            version, tables = self._identity()
+            self._check_version(version)
+            self._check_is_ours(version, tables)
+            if self.readonly and version < SCHEMA_VERSION:  # an older store of ours: upgrade it
+                self._conn.close()
+                self.readonly = False
+                self._connect()
+            if self.readonly:
+                return
             self._switch_to_wal()
             # FULL: a COMMIT that returned is on disk, not only in the OS cache.
             self._conn.execute("PRAGMA synchronous = FULL")
         if schema_version(self._conn) < SCHEMA_VERSION:
             with self._write() as conn:
-                self._check_version(schema_version(conn))
+                version = schema_version(conn)
+                self._check_version(version)
+                self._check_is_ours(version, _tables(conn))
                 migrate(conn)
+
+    def _identity(self) -> tuple[int, set[str]]:
+        """Schema version and tables, read in one transaction: a store being created by another
+        process at this moment is seen either empty or complete, never half-way."""
+        self._conn.execute("BEGIN")
+        try:
+            return schema_version(self._conn), _tables(self._conn)
+        finally:
+            self._conn.execute("COMMIT")
+
+    def _check_is_ours(self, version: int, tables: set[str]) -> None:
+        """Refuse another program's SQLite file before anything is written to it: opening one
+        used to add bisector's tables and switch it to WAL."""
+        if version == 0:
+            if tables:
+                names = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+                raise NotAStore(f"{self.path}: not a bisector store (an SQLite database with tables {names}); "
+                                "it was left unchanged")
+            if self.readonly:
+                raise NotAStore(f"{self.path}: not a bisector store (an empty file)")
+            return
+        missing = _TABLES.get(version, set()) - tables
+        if missing:
+            raise NotAStore(f"{self.path}: not a bisector store (schema version {version} but no "
+                            f"{', '.join(sorted(missing))} table); it was left unchanged")
 
     def _switch_to_wal(self) -> None:
         """Switching the journal mode needs a moment alone with the file, and SQLite can answer
@@ -223,6 +285,13 @@ class Store:
         try:
             yield
         except sqlite3.Error as exc:
+            code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+            if code == _SQLITE_NOTADB or "not a database" in str(exc):
+                raise NotAStore(f"{self.path}: file is not a database (not an SQLite file, or its header "
+                                "is damaged); name another store") from None
+            if code == _SQLITE_CORRUPT or "malformed" in str(exc):
+                raise NotAStore(f"{self.path}: database disk image is malformed (the file is damaged or "
+                                "truncated); name another store or restore a copy") from None
             raise StoreError(f"{self.path}: {exc}") from exc
 
     @contextmanager
@@ -438,6 +507,11 @@ class Store:
                            trials=c.get("trials", 0), trials_ok=c.get("trials_ok", 0), nights=c.get("nightly", 0))
             for name, c in sorted(counts.items()))
         return StoreInfo(path=str(self.path), schema_version=self.schema_version, campaigns=campaigns)
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {r[0] for r in rows if not r[0].startswith("sqlite_")}
 
 
 def _record(r: sqlite3.Row) -> TrialRecord:

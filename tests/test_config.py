@@ -95,3 +95,52 @@ def test_cli_bad_config_exit_2_one_line(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(ROOT / "configs" / "h200-triton.toml")],
                         capture_output=True, text=True)
     assert ok.returncode == 0 and "gemm/m54560" in ok.stdout
+
+
+def _leaves(data: object, path: tuple = ()):  # type: ignore[no-untyped-def]
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _leaves(v, (*path, i))
+    if path:
+        yield path
+
+
+WRONG_VALUES = ["tight", {"a": 1}, [1, "x"], float("nan"), float("inf"), -1, True, ""]
+
+
+def test_every_key_given_a_wrong_type_is_a_config_error_never_a_traceback():
+    """Each value of a full config (every table the loader reads) replaced by a string, a table, a
+    list, NaN, ... must give ConfigError naming the file: a tolerance given as a string was a
+    ValueError traceback."""
+    import copy
+    import tomllib
+
+    full = tomllib.loads((ROOT / "configs" / "mi355x-flydsl.toml").read_text())
+    full["store"] = "results.sqlite"
+    full.setdefault("thresholds", {})["tolerances"] = {"fa": [0.01, 0.01], "gemm": [0.02, 0.02]}
+    seen = 0
+    for where in list(_leaves(full)):
+        for wrong in WRONG_VALUES:
+            data = copy.deepcopy(full)
+            parent = data
+            for k in where[:-1]:
+                parent = parent[k]
+            parent[where[-1]] = wrong
+            try:
+                config.parse(data, Path("c.toml"))
+            except ConfigError as exc:
+                assert str(exc).startswith("c.toml: ") and "\n" not in str(exc)
+                seen += 1
+    assert seen > 300  # most replacements are refused; the rest (e.g. any string as a name) are fine
+
+
+def test_paths_in_a_config_are_made_absolute_against_the_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = GOOD.replace('name = "t"', 'name = "t"\nstore = "state/r.sqlite"') + '[report]\ndir = "out"\n'
+    cfg = config.load(write(tmp_path, text + '[build]\ncache_dir = "~/builds"\n'))
+    assert cfg.store == str(tmp_path / "state" / "r.sqlite") and cfg.report_dir == str(tmp_path / "out")
+    assert cfg.build.cache_dir == str(Path.home() / "builds")
+    assert config.load(write(tmp_path, GOOD)).report_dir == str(tmp_path / "reports")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -109,8 +110,9 @@ def write_config(tmp: Path, upstream: str, base_url: str = "http://127.0.0.1:9",
 
 
 def cli_env(tmp: Path, **extra: str) -> dict[str, str]:
+    # PYTHONPATH: the code of this checkout, not whichever one is installed in editable mode.
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp / "cache"), "BISECTOR_LOCK_DIR": str(tmp / "locks"),
-           "RUNNER_NAME": "test-runner", **extra}
+           "RUNNER_NAME": "test-runner", "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **extra}
     env.pop("BISECTOR_STORE", None)
     return env
 
@@ -162,6 +164,13 @@ def test_two_nights_find_bisect_and_do_not_measure_twice(tmp_path: Path) -> None
                       "--dry-run", str(tmp_path / "dry2"))
     assert posted.returncode == 0, posted.stderr
     assert "is not good against" in second.stdout
+    # stderr is a pipe: plain progress lines, through the A/B and into the bisection, whose range
+    # (docs..c, 4 commits) extends the estimate of the A/B's two commits.
+    progress = [line for line in second.stderr.splitlines() if line.startswith("progress: ")]
+    assert any(line.startswith(f"progress: {new['c'][:7]} ") for line in progress), second.stderr
+    assert any(line.startswith(f"progress: {new['slow'][:7]} ") for line in progress), second.stderr
+    expected = [int(m.group(1)) for m in map(re.compile(r"trials \d+ of ~(\d+)").search, progress) if m]
+    assert expected[0] < expected[-1] and progress[-1].startswith("progress: done: ")
     rows = nights(store)
     assert [(d, s, g) for d, s, g, _ in rows] == [("2026-08-01", up["docs"], 1), ("2026-08-02", new["c"], 0)]
     verdict = rows[1][3]

@@ -55,6 +55,39 @@ def test_malformed_gives_usage(body: str, problem: str) -> None:
     assert isinstance(result, Usage) and result.problem == problem and "/bisect GOOD..BAD" in result.text
 
 
+@pytest.mark.parametrize("size", [131_000, 2_200_000, 5_000_000])
+def test_huge_one_line_command_is_refused_and_echoed_capped(size: int) -> None:
+    """Bodies of 131 KB and 2.2 MB were echoed back whole; a 5 MB line was not parsed in 120 s."""
+    result = commands.parse("/bisect " + "a" * size)
+    assert isinstance(result, Usage)
+    assert len(result.line) <= commands.MAX_ECHO and result.line.startswith("/bisect aaa")
+    assert result.problem == f"the command line is {min(size, commands.MAX_BODY)} characters long " \
+                             f"(at most {commands.MAX_LINE})"
+
+
+def test_long_values_are_capped_in_the_problem_too() -> None:
+    result = commands.parse("/bisect " + "x" * 900 + "..main")
+    assert isinstance(result, Usage) and result.problem.startswith("GOOD is not a ref or SHA: 'xxx")
+    assert len(result.problem) < 100 and len(result.line) <= commands.MAX_ECHO
+
+
+def test_parsing_work_is_bounded_whatever_the_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linear time by construction: only the first MAX_BODY characters are looked at, and shlex
+    (quadratic in a word's length) only ever sees a line of at most MAX_LINE characters."""
+    split_sizes: list[int] = []
+    real_split = commands.shlex.split
+    monkeypatch.setattr(commands.shlex, "split", lambda s: split_sizes.append(len(s)) or real_split(s))
+    # A command after 5 MB of text is beyond what is read: no command, silence.
+    assert commands.parse("x" * 5_000_000 + "\n/bisect a..b") is None
+    assert commands.parse("x" * (commands.MAX_BODY - 20) + "\n/bisect a..b") == BisectCommand("a", "b")
+    for body in ("/perf " + "--suite=fa " * 500_000, "/bisect a..b " + "q" * 5_000_000, "\n" * 5_000_000):
+        commands.parse(body)
+    assert split_sizes and max(split_sizes) <= commands.MAX_LINE
+    # Many short lines of 5 MB: each line is looked at once, the command on the last read line is found.
+    lines = "no command\n" * ((commands.MAX_BODY - 20) // 11)
+    assert commands.parse(lines + "/perf") == PerfCommand()
+
+
 def test_selection_qualifies_shapes_by_suite() -> None:
     assert Selection("fa", ("s1", "gemm/x")).only() == ("fa/s1", "gemm/x")
     assert Selection("gemm").only() == ("gemm",) and Selection().only() == ()
@@ -214,6 +247,16 @@ def test_malformed_command_gets_the_usage(world: dict, monkeypatch: pytest.Monke
     assert "I could not read `/bisect main --shapes`: --shapes needs a value" in body
     assert "/bisect GOOD..BAD [--suite fa|gemm]" in body
     assert [r["content"] for r in world["fake"].reactions[cid]] == ["eyes"]
+
+
+def test_huge_comment_gets_a_short_usage_answer(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer quotes at most MAX_ECHO characters of a 2.2 MB comment (it quoted all of it)."""
+    huge = "/bisect main --shapes " + "s" * 2_200_000
+    result, cid = replay(world, "malformed.json", monkeypatch, **{"/bisect main --shapes": huge})
+    assert result.exit_code == 0, result.output[-2000:]
+    body = world["fake"].comments[max(world["fake"].comments)]["body"]
+    assert "I could not read `/bisect main --shapes sss" in body and "characters long" in body
+    assert len(body) < len(commands.USAGE) + 600
 
 
 @pytest.mark.parametrize("name, reason", [("edited.json", "edits are ignored"), ("bot.json", "comment by bot")])

@@ -151,9 +151,11 @@ class Builder:
         tree, site = slot.path / "tree", slot.path / "site"
 
         def failed(reason: str) -> BuildResult:
+            # The reason goes last: reports and progress show the tail's last line, which was
+            # otherwise the log's (`# worktree ... (created)`) rather than why the build failed.
             return BuildResult(sha=sha, status=BuildStatus.FAILED, source_dir="", log_path=str(log),
                                seconds=time.monotonic() - start, patch_hash=phash,
-                               log_tail=f"{reason}\n{tail(log)}".strip())
+                               log_tail=f"{tail(log)}\n{reason}".strip())
 
         # A stale entry (killed build): keep its worktree only if it is still pristine.
         if slot.path.exists():
@@ -198,7 +200,7 @@ class Builder:
             outcome = run_step("import", import_argv(self.build_cfg.import_check), slot.path,
                                python_path_env(scrub(os.environ), paths), 600.0, slot.log_dir / "99-import.log", log)
             if not outcome.ok:
-                return failed(f"import failed: {self.build_cfg.import_check} ({outcome.reason})")
+                return failed(f"import failed: {self.build_cfg.import_check}: {outcome.reason}")
 
         if recipe == "pip":
             self.worktrees.remove(tree)  # the trial imports the installed copy

@@ -24,7 +24,7 @@ class StepOutcome:
     ok: bool
     seconds: float
     log_path: str
-    reason: str = ""  # "exit 2", "timeout after 30s"
+    reason: str = ""  # "exit 2 (its last output line)", "timeout after 30s"
 
 
 def tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -57,11 +57,22 @@ def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], 
             _kill_group(proc)  # our own interruption: leave no orphan build behind
             raise
     seconds = time.monotonic() - start
+    if reason:
+        said = last_output_line(log_path)
+        reason += f" ({said})" if said else ""
     with open(combined_log, "a", errors="replace") as out:
         out.write(f"===== {name} ({seconds:.1f}s{', ' + reason if reason else ''}) =====\n")
         out.write(log_path.read_text(errors="replace"))
         out.write("\n")
     return StepOutcome(name=name, ok=not reason, seconds=seconds, log_path=str(log_path), reason=reason)
+
+
+def last_output_line(path: Path, limit: int = 200) -> str:
+    """The step's last non-empty output line (its own complaint, as a report line), capped."""
+    lines = [line.strip() for line in tail(path, 10).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("$ ", "# cwd "))]
+    last = lines[-1] if lines else ""
+    return last if len(last) <= limit else last[: limit - 1] + "…"
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

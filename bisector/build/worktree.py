@@ -36,6 +36,7 @@ class Worktrees:
 
     def __init__(self, repo: git.Repo, lock_path: Path) -> None:
         self.repo = repo
+        lock_path = Path(lock_path).absolute()
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         self._file_lock = FileLock(str(lock_path))
 
@@ -58,7 +59,11 @@ class Worktrees:
         return head == sha and status.strip() == ""
 
     def ensure(self, path: Path, sha: str) -> bool:
-        """Check `sha` out at `path`; reuse a clean one already there. Returns True when reused."""
+        """Check `sha` out at `path`; reuse a clean one already there. Returns True when reused.
+
+        `path` is made absolute first: git runs in the repository's git dir, where a relative
+        path would put the worktree inside `.git`."""
+        path = Path(path).absolute()
         if self.is_clean_at(path, sha):
             return True
         self.remove(path)
@@ -69,6 +74,7 @@ class Worktrees:
 
     def remove(self, path: Path) -> None:
         """Unregister and delete a worktree; tolerant of half-made or already-deleted ones."""
+        path = Path(path).absolute()
         with _THREAD_LOCK, self._file_lock:
             if (path / ".git").is_file():
                 try:

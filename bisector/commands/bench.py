@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bisector import config as config_mod
-from bisector.commands.common import fail_on_error, print_json
+from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector.errors import BadInput
 from bisector.model import BuildResult, BuildStatus, TrialRecord, TrialStatus
 from bisector.runner import run_trial
@@ -86,20 +86,20 @@ def render(rows: list[dict[str, object]], title: str) -> Table:
 
 @click.command("bench")
 @click.option("--config", "config_path", required=True, type=click.Path(path_type=Path), help="config TOML")
-@click.option("--source", type=click.Path(path_type=Path), help="upstream checkout (default: upstream.repo)")
+@click.option("--source", type=USER_PATH, help="upstream checkout (default: upstream.repo)")
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="trial processes per suite")
 @click.option("--suite", "suites", multiple=True, help="only these suites (fa, gemm)")
-@click.option("--work", type=click.Path(path_type=Path), help="trial and JIT cache dir")
+@click.option("--work", type=USER_PATH, help="trial and JIT cache dir")
 @click.option("--no-store", is_flag=True, help="do not record the trials in the store")
 @click.option("--json", "as_json", is_flag=True, help="print the records as JSON")
 @fail_on_error
-def command(config_path: Path, source: Path | None, trials: int | None, suites: tuple[str, ...],
-            work: Path | None, no_store: bool, as_json: bool) -> None:
+def command(config_path: Path, source: str | None, trials: int | None, suites: tuple[str, ...],
+            work: str | None, no_store: bool, as_json: bool) -> None:
     """Measure the current checkout of the upstream: subject and control, every shape."""
     cfg = config_mod.load(config_path)
-    src = source or Path(cfg.upstream.repo)
+    src = Path(source or cfg.upstream.repo).absolute()
     build = checkout(src, cfg.upstream.source_dir)
-    work = work or Path(platformdirs.user_cache_dir("bisector")) / "bench" / cfg.name
+    work_dir = Path(work) if work else Path(platformdirs.user_cache_dir("bisector")) / "bench" / cfg.name
     chosen = suites or tuple(cfg.subjects)
     for s in chosen:
         if s not in cfg.subjects:
@@ -110,7 +110,7 @@ def command(config_path: Path, source: Path | None, trials: int | None, suites: 
     for i in range(n):
         for suite in chosen:
             console.print(f"[dim]{build.sha[:7]} {suite}: trial {i + 1}/{n}[/dim]")
-            records += run_trial(cfg, build, suite, work=work, trial_index=i, first=(i == 0))
+            records += run_trial(cfg, build, suite, work=work_dir, trial_index=i, first=(i == 0))
     if not no_store:
         _store(cfg, records)
     if as_json:

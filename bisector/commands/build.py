@@ -14,8 +14,9 @@ from rich.table import Table
 from bisector import config as config_mod
 from bisector import gitrepo
 from bisector.build import Builder, Prefetcher
-from bisector.commands.common import fail_on_error, print_json
+from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector.model import BuildResult, BuildStatus
+from bisector.userfile import read_text
 
 
 def cache_root(cfg: config_mod.Config, override: str | None = None) -> Path:
@@ -28,9 +29,9 @@ def cache_root(cfg: config_mod.Config, override: str | None = None) -> Path:
 @click.argument("commits", nargs=-1, required=True)
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="The bisector TOML config naming the upstream and its build recipe.")
-@click.option("--patch", "patch_file", type=click.Path(exists=True, dir_okay=False),
+@click.option("--patch", "patch_file", type=USER_PATH,
               help="Apply this patch (git diff format) on top of every commit.")
-@click.option("--cache-dir", default=None, help="Override [build] cache_dir.")
+@click.option("--cache-dir", type=USER_PATH, default=None, help="Override [build] cache_dir.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per commit.")
 @fail_on_error
 def command(commits: tuple[str, ...], config_path: str, patch_file: str | None, cache_dir: str | None,
@@ -39,7 +40,7 @@ def command(commits: tuple[str, ...], config_path: str, patch_file: str | None, 
     cfg = config_mod.load(config_path)
     repo = gitrepo.open_repo(cfg.upstream.repo)
     shas = [gitrepo.resolve(repo, c) for c in commits]  # bad refs fail before any build starts
-    patch = Path(patch_file).read_bytes().decode() if patch_file else None  # keep CRLF lines intact
+    patch = read_text(patch_file, newline_exact=True) if patch_file else None  # keep CRLF lines intact
     builder = Builder(repo, cfg.upstream, cfg.build, cache_root(cfg, cache_dir))
     with Prefetcher(builder, cfg.build.parallel) as pool:
         pool.prefetch(shas, patch)

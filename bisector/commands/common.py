@@ -1,31 +1,101 @@
-"""What every command shares: one-line errors with fixed exit codes, config loading, JSON output."""
+"""What every command shares: one-line errors with fixed exit codes, user paths, JSON output.
+
+Every command is wrapped in `fail_on_error`: a known failure (BisectorError) is one line
+`error: <message>` and its exit code; anything else is a bug, shown as one line that points at
+a log file holding the traceback (as pre-commit does), so a user never sees a wall of frames
+and a maintainer still gets them.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
+import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import click
+import platformdirs
 
-from bisector.errors import BisectorError
+from bisector.errors import EXIT_FAILURE, BisectorError
+from bisector.paths import absolute
 
 F = TypeVar("F", bound=Callable[..., Any])
+EXIT_INTERRUPTED = 130
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """`text` on a single line: later lines joined with ' | ', capped so a huge message stays readable."""
+    flat = " | ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def crash_log_path() -> Path:
+    return Path(platformdirs.user_cache_dir("bisector")) / "bisector.log"
+
+
+def _log_crash(exc: BaseException) -> Path | None:
+    """Append the traceback of an unexpected exception to the crash log; None if it cannot be written."""
+    path = crash_log_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"### {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} "
+                     f"bisector {' '.join(sys.argv[1:])}\n")
+            fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            fh.write("\n")
+    except OSError:
+        return None
+    return path
 
 
 def fail_on_error(func: F) -> F:
-    """Turn a BisectorError into `error: <message>` on stderr and the error's exit code."""
+    """Turn a BisectorError into `error: <message>` on stderr and the error's exit code; an
+    unexpected exception into one line naming the crash log that holds its traceback (exit 1)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except BisectorError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted (every trial stored so far is kept; run the same command to resume)",
+                       err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence: a bug, reported as one
+            where = _log_crash(exc)
+            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            tail = f" (traceback in {where})" if where else ""
+            click.echo(f"error: unexpected {one_line(what, 300)}{tail}", err=True)
+            if os.environ.get("BISECTOR_TRACEBACK"):
+                traceback.print_exc()
+            sys.exit(EXIT_FAILURE)
 
     return wrapper  # type: ignore[return-value]
+
+
+class UserPath(click.ParamType):
+    """A path the user typed, made absolute against the current directory at the CLI boundary.
+
+    Relative paths must not reach code that runs git or a build with another working directory
+    (git ran with cwd=<repo>/.git and put every worktree of a relative --work-dir inside it)."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if value is None or value == "":
+            return value
+        return absolute(str(value))
+
+
+USER_PATH = UserPath()
 
 
 def print_json(data: Any) -> None:

@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import click
 
 from bisector import pipeline
-from bisector.commands.common import fail_on_error
+from bisector.commands.common import USER_PATH, fail_on_error
 from bisector.commands.run import run_and_print
+from bisector.errors import BadInput
+
+
+def demo_dir(directory: str) -> Path:
+    """--dir as an absolute directory we can write to, or BadInput naming it (a regular file, or a
+    file where a parent directory should be, raised NotADirectoryError deep in the demo writer)."""
+    root = Path(directory)
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    if not existing.is_dir():
+        what = "is a file" if existing == root else f"cannot be made: {existing} is a file"
+        raise BadInput(f"{root}: --dir {what}, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"{root}: --dir: {existing} is not writable")
+    return root
 
 
 @click.command("demo")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--dir", "directory", default="bisector-demo", show_default=True,
+@click.option("--dir", "directory", type=USER_PATH, default="bisector-demo", show_default=True,
               help="Where the demo upstream, its store and its builds go; re-running resumes.")
-@click.option("--report-dir", default=None, help="Default: reports/<date>-<demo config name>/.")
+@click.option("--report-dir", type=USER_PATH, default=None, help="Default: reports/<date>-<demo config name>/.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure the reverts on the tip.")
 @click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks.")
 @click.option("--json", "as_json", is_flag=True)
@@ -27,8 +42,8 @@ def command(device: str, directory: str, report_dir: str | None, no_fixes: bool,
     from bisector.demo import write_demo_repo
     from bisector.demo.config import demo_config, pick_device
 
+    root = demo_dir(directory)
     device = pick_device(device)
-    root = Path(directory).resolve()
     manifest = write_demo_repo(root / "upstream")
     cfg = demo_config(device, root / "upstream")
     options = pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(root / "results.sqlite"),

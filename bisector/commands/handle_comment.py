@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector.commands.common import fail_on_error
+from bisector.commands.common import USER_PATH, fail_on_error
 from bisector.errors import BadInput
 from bisector.triggers.comment import Handled, Job, authorize, handle, measure
 from bisector.trust import vault
@@ -50,10 +50,11 @@ def _write_outputs(path: str, result: Handled) -> None:
 @click.option("--event", "event_path", required=True, type=click.Path(dir_okay=False),
               help="The issue_comment event JSON (GITHUB_EVENT_PATH in a workflow).")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--store", default=None, help="SQLite store (default: the config's, else $BISECTOR_STORE / cache).")
-@click.option("--work-dir", default=None, help="Builds, JIT caches and trial logs.")
-@click.option("--report-dir", default=None, help="Default: <report dir>/pr/<N>/<run id>/.")
-@click.option("--dry-run", "dry_run", default=None, type=click.Path(file_okay=False),
+@click.option("--store", type=USER_PATH, default=None,
+              help="SQLite store (default: the config's, else $BISECTOR_STORE / cache).")
+@click.option("--work-dir", type=USER_PATH, default=None, help="Builds, JIT caches and trial logs.")
+@click.option("--report-dir", type=USER_PATH, default=None, help="Default: <report dir>/pr/<N>/<run id>/.")
+@click.option("--dry-run", "dry_run", default=None, type=USER_PATH,
               help="Write every GitHub payload to this directory instead of sending it.")
 @click.option("--authorize-only", is_flag=True,
               help="Only react, check the permission, answer, and pin the PR head (needs the token, no GPU).")

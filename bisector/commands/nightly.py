@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector.commands.common import fail_on_error
+from bisector.commands.common import USER_PATH, fail_on_error
+from bisector.commands.progress import ProgressLine
 from bisector.errors import BadInput
 from bisector.runner import lock
 from bisector.triggers.nightly import run_night
@@ -26,10 +27,11 @@ def _date(value: str | None) -> str:
 
 @click.command("nightly")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--store", default=None, help="SQLite store (default: the config's, else $BISECTOR_STORE / cache).")
+@click.option("--store", type=USER_PATH, default=None,
+              help="SQLite store (default: the config's, else $BISECTOR_STORE / cache).")
 @click.option("--date", default=None, help="The night's date, YYYY-MM-DD (default: today, UTC).")
-@click.option("--work-dir", default=None, help="Builds, JIT caches and trial logs.")
-@click.option("--dry-run", "dry_run", default=None, type=click.Path(file_okay=False),
+@click.option("--work-dir", type=USER_PATH, default=None, help="Builds, JIT caches and trial logs.")
+@click.option("--dry-run", "dry_run", default=None, type=USER_PATH,
               help="Write the GitHub payloads of a bisection to this directory instead of sending them.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts of the culprits on the tip.")
 @click.option("--plan-out", "plan_out", default=None, type=click.Path(dir_okay=False),
@@ -47,9 +49,12 @@ def command(config_path: str, store: str | None, date: str | None, work_dir: str
     say = lambda s: click.echo(s, err=True)  # noqa: E731
     if plan_out:
         Path(plan_out).unlink(missing_ok=True)  # never post a plan left by an earlier night
-    with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
+    # The A/B of two commits first; a bisection, when the night regressed, extends the estimate.
+    with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")), \
+            ProgressLine(2, cfg.protocol.trials) as progress:
         out = run_night(cfg, night, store, work_dir, Path(dry_run) if dry_run else None, vault.publishing_env(),
-                        verify_fixes=not no_fixes, say=say, plan_out=Path(plan_out) if plan_out else None)
+                        verify_fixes=not no_fixes, say=say, plan_out=Path(plan_out) if plan_out else None,
+                        observer=progress, on_range=progress.expect_range)
     if not out.measured:
         click.echo(f"night {out.date} already measured {out.sha[:12]}: nothing measured, report rewritten")
     state = "good" if out.good else "not good"

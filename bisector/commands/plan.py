@@ -7,7 +7,7 @@ import math
 import click
 
 from bisector import gitrepo
-from bisector.commands.common import fail_on_error, print_json
+from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector.commands.simulate import make_settings, settings_options
 from bisector.errors import BadInput
 from bisector.plan import estimate, noise_from_rows
@@ -18,8 +18,10 @@ from bisector.plan import estimate, noise_from_rows
 @click.option("--good", required=True)
 @click.option("--bad", required=True)
 @click.option("--noise-cv", type=float, default=None, help="per-trial coefficient of variation, e.g. 0.01")
-@click.option("--from-store", "store_path", default=None, help="estimate the noise from a result store (SQLite)")
-@click.option("--from-csv", "csv_path", default=None, help="estimate the noise from a trials CSV export")
+@click.option("--from-store", "store_path", type=USER_PATH, default=None,
+              help="estimate the noise from a result store (SQLite)")
+@click.option("--from-csv", "csv_path", type=USER_PATH, default=None,
+              help="estimate the noise from a trials CSV export")
 @click.option("--campaign", default=None, help="campaign in the store or CSV")
 @click.option("--steps", type=int, default=1, show_default=True, help="steps expected in the range")
 @click.option("--step-pct", type=float, default=5.0, show_default=True, help="their size, in %")
@@ -73,4 +75,5 @@ def _rows(store_path: str | None, csv_path: str | None, campaign: str | None) ->
                 for sha, per in series.samples.items() for shape, vals in per.items() for v in vals]
     from bisector.store import Store
 
-    return Store(store_path, create=False).rows(campaign)
+    with Store(store_path, readonly=True) as store:
+        return store.rows(campaign)

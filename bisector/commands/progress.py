@@ -1,9 +1,16 @@
-"""A live line for long runs: the commit being measured, probes and trials so far, time left (estimated)."""
+"""Progress of a long run on stderr: the commit being measured, trials so far, time left (estimated).
+
+On a terminal it is one live line (rich). Anywhere else (CI logs, nohup, `| tee`) a live display
+prints nothing until the end, so it is plain lines instead: one per event, except that the same
+action on the same commit is repeated at most every `interval_s` seconds.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 import time
+from typing import Callable, TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -11,35 +18,118 @@ from rich.text import Text
 
 from bisector.probe import ProbeEvent
 
+PLAIN_INTERVAL_S = 5.0
+
+
+def bisection_probes(n_commits: int) -> int:
+    """Commits a bisection of n_commits probes, assuming ~2 steps: 2*ceil(log2 N)+4."""
+    return 2 * math.ceil(math.log2(max(n_commits, 2))) + 4
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(getattr(stream, "isatty", lambda: False)())
+    except ValueError:  # closed
+        return False
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
 
 class ProgressLine:
-    """Observer of probe events. The time left assumes ~2 steps: 2*ceil(log2 N)+4 commits probed."""
+    """Observer of probe events: a live line on a terminal, plain throttled lines elsewhere.
 
-    def __init__(self, n_commits: int, trials_per_commit: int, suites: int, console: Console | None = None):
+    One trial process measures every suite of a commit, so a commit probed with `trials_per_commit`
+    costs that many trial processes; the estimate is `expected_probes` such commits."""
+
+    def __init__(self, expected_probes: int, trials_per_commit: int, console: Console | None = None,
+                 clock: Callable[[], float] = time.monotonic, interval_s: float = PLAIN_INTERVAL_S,
+                 live: bool | None = None) -> None:
+        """live: None = a live line only when stderr is a terminal a person watches (FORCE_COLOR
+        in a CI log makes rich think it is one, so the stream itself must be a TTY too)."""
         self.console = console or Console(stderr=True)
-        self.expected_trials = (2 * math.ceil(math.log2(max(n_commits, 2))) + 4) * trials_per_commit * suites
-        self.started = time.monotonic()
+        self.expected_trials = max(expected_probes, 1) * max(trials_per_commit, 1)
+        self.trials_per_commit = max(trials_per_commit, 1)
+        self.clock, self.interval_s = clock, interval_s
+        self.started = clock()
         self.commits: set[str] = set()
         self.trials = 0
-        self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=False)
+        self._running = 0
+        if live is None:
+            live = self.console.is_interactive and _isatty(self.console.file)
+        self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=False) if live else None
+        self._last_key: tuple[str, str, str | None] | None = None
+        self._last_at = -math.inf
+
+    @classmethod
+    def for_range(cls, n_commits: int, trials_per_commit: int, **kwargs: object) -> "ProgressLine":
+        return cls(bisection_probes(n_commits), trials_per_commit, **kwargs)  # type: ignore[arg-type]
+
+    def expect_range(self, n_commits: int) -> None:
+        """A bisection of n_commits follows what was expected so far (the nightly A/B found a step)."""
+        self.expected_trials = self.trials + bisection_probes(n_commits) * self.trials_per_commit
 
     def __enter__(self) -> "ProgressLine":
-        self.live.__enter__()
+        if self.live is not None:
+            self.live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.live.__exit__(*exc)
+        if self.live is not None:
+            self.live.__exit__(*exc)
+            return
+        if self.commits:
+            self._write(f"done: {self._counts()}, elapsed {_duration(self.clock() - self.started)}")
 
     def __call__(self, event: ProbeEvent) -> None:
         self.commits.add(event.sha)
-        if event.action == "trial":
-            self.trials += 1
-        elapsed = time.monotonic() - self.started
-        left = "?"
-        if self.trials:
-            remaining = max(self.expected_trials - self.trials, 0) * elapsed / self.trials
-            left = f"~{remaining / 60:.0f} min" if remaining >= 60 else f"~{remaining:.0f} s"
+        self._running = 0
+        if event.action == "trial":  # sent as a batch of trials starts: "trial 2/4 (+1 in parallel)"
+            more = re.search(r"\(\+(\d+) in parallel\)", event.detail)
+            self._running = 1 + (int(more.group(1)) if more else 0)
+            self.trials += self._running
+        text = self._what(event)
+        if self.live is not None:
+            self.live.update(Text.assemble((text.split(" ", 1)[0] + " ", "bold"), text.split(" ", 1)[1] + "  ",
+                                           (self._status(), "dim")))
+            self.console.file.flush()
+            return
+        key = (event.sha, event.action, event.patch_hash)
+        now = self.clock()
+        if key == self._last_key and now - self._last_at < self.interval_s:
+            return
+        self._last_key, self._last_at = key, now
+        self._write(f"{text} | {self._status()}")
+
+    def _what(self, event: ProbeEvent) -> str:
+        """`<sha7>[ +patch h] <action>[: detail]`, the detail's last line only ("trial 3/4", not
+        "trial trial 3/4"; a skip's reason rather than the build log above it)."""
+        lines = [line.strip() for line in event.detail.strip().splitlines() if line.strip()]
+        detail = lines[-1][:120] if lines else ""
+        if detail.startswith(event.action):
+            doing = detail
+        else:
+            doing = f"{event.action}: {detail}" if detail else event.action
         patch = f" +patch {event.patch_hash[:8]}" if event.patch_hash else ""
-        self.live.update(Text.assemble(
-            (f"{event.sha[:7]}{patch} ", "bold"), f"{event.action} {event.detail[:60]}  ",
-            (f"commits {len(self.commits)}  trials {self.trials}  elapsed {elapsed:.0f} s  left {left}", "dim")))
+        return f"{event.sha[:7]}{patch} {doing}"
+
+    def _counts(self) -> str:
+        return f"commits {len(self.commits)}, trials {self.trials}"
+
+    def _status(self) -> str:
+        elapsed = self.clock() - self.started
+        done = self.trials - self._running  # the batch just announced is still running
+        if done and self.trials <= self.expected_trials:
+            left = f"~{_duration(max(self.expected_trials - done, 0) * elapsed / done)}"
+        else:
+            left = "?"
+        return (f"commits {len(self.commits)} | trials {self.trials} of ~{self.expected_trials} | "
+                f"elapsed {_duration(elapsed)} | eta {left}")
+
+    def _write(self, line: str) -> None:
+        stream: TextIO = self.console.file
+        stream.write(f"progress: {line}\n")
+        stream.flush()

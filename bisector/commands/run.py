@@ -8,11 +8,12 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector import pipeline
-from bisector.commands.common import fail_on_error, print_json
+from bisector import gitrepo, pipeline
+from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
-from bisector.errors import BadInput
+from bisector.errors import BadInput, BisectorError
+from bisector.model import ProbeStatus
 from bisector.publish.plan import dump_plan
 from bisector.triggers import plan as plan_mod
 from bisector.report.markdown import step_summary
@@ -22,9 +23,19 @@ from bisector.search import result_json
 from bisector.trust import vault
 
 
-def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int = 40,
+def range_size(cfg: config_mod.Config, good: str, bad: str) -> int | None:
+    """Commits in GOOD..BAD, for the time-left estimate; None when it cannot be had without fetching
+    (the pipeline then fetches and reports any problem with the range itself)."""
+    try:
+        return len(gitrepo.commit_range(gitrepo.open_repo(cfg.upstream.repo, fetch=False), good, bad))
+    except BisectorError:
+        return None
+
+
+def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
                   extra: dict | None = None) -> pipeline.RunOutcome:
-    with ProgressLine(n_commits, cfg.protocol.trials, len({s.suite for s in cfg.shapes})) as progress:
+    n_commits = n_commits or range_size(cfg, options.good, options.bad) or DEFAULT_RANGE
+    with ProgressLine.for_range(n_commits, cfg.protocol.trials) as progress:
         outcome = pipeline.bisect(cfg, options, observer=progress)
     if as_json:
         windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
@@ -33,6 +44,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
         print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
                     "fixes": [fix_json(f) for f in outcome.fixes],
                     "report": str(outcome.report_dir / "report.md"), **(extra or {})})
+        check_compared(outcome)
         return outcome
     click.echo(f"{len(outcome.result.steps)} step(s), {outcome.result.commits_probed} commits probed, "
                f"{outcome.result.trials} trials")
@@ -45,7 +57,13 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
         click.echo(f"  {h.step_commit[:7]}: {h.summary}: {'; '.join(h.hunks)}")
     for step in outcome.result.dropped:
         click.echo("  dropped (did not hold against its parent): " + step_summary(step, outcome.report))
+    skipped = list(outcome.report.skipped.items())
+    for sha, reason in skipped[:SHOWN_SKIPS]:
+        click.echo(f"  skipped {sha[:7]}: {last_line(reason)}")
+    if len(skipped) > SHOWN_SKIPS:
+        click.echo(f"  ... and {len(skipped) - SHOWN_SKIPS} more skipped (see the report)")
     click.echo(f"report: {outcome.report_dir / 'report.md'}")
+    check_compared(outcome)
     return outcome
 
 
@@ -62,19 +80,44 @@ def fix_json(fix: FixResult) -> dict:
                        for s in fix.shapes}}
 
 
+DEFAULT_RANGE = 40  # commits assumed for the estimate when the range cannot be counted up front
+SHOWN_SKIPS = 5
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no reason recorded"
+
+
+def check_compared(outcome: pipeline.RunOutcome) -> None:
+    """A run that measured fewer than two commits compared nothing: "no step" would be a lie, so
+    it fails (exit 1) naming why the commits were skipped. The report is written all the same."""
+    measured = [sha for sha, m in outcome.result.measurements.items() if m.status is ProbeStatus.OK]
+    if len(measured) >= 2:
+        return
+    skipped = outcome.report.skipped
+    tip = outcome.commits[-1].sha
+    example = tip if tip in skipped else next(iter(skipped), None)
+    why = f"; {example[:7]}: {last_line(skipped[example])}" if example else ""
+    raise BisectorError(f"nothing compared: {len(measured)} of {len(outcome.commits)} commits measured, "
+                        f"{len(skipped)} skipped{why} (report: {outcome.report_dir / 'report.md'})")
+
+
 @click.command("run")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--good", required=True, help="A commit without the regression (ref or SHA).")
 @click.option("--bad", required=True, help="A commit with it (ref or SHA).")
-@click.option("--store", default=None, help="SQLite store (default: the config's, else the user cache dir).")
-@click.option("--work-dir", default=None, help="Builds, JIT caches and trial logs.")
-@click.option("--report-dir", default=None, help="Default: <config report dir>/<date>-<name>/.")
+@click.option("--store", type=USER_PATH, default=None,
+              help="SQLite store (default: the config's, else the user cache dir).")
+@click.option("--work-dir", type=USER_PATH, default=None, help="Builds, JIT caches and trial logs.")
+@click.option("--report-dir", type=USER_PATH, default=None, help="Default: <config report dir>/<date>-<name>/.")
 @click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure.")
 @click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts on the tip.")
 @click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks.")
 @click.option("--offline", is_flag=True, help="Replay the search on stored trials only (no build, no GPU).")
 @click.option("--publish", is_flag=True, help="Post the results to the PRs of the config's publish.repo.")
-@click.option("--dry-run", "dry_run", default=None, help="With --publish: write the payloads to DIR instead.")
+@click.option("--dry-run", "dry_run", type=USER_PATH, default=None,
+              help="With --publish: write the payloads to DIR instead.")
 @click.option("--json", "as_json", is_flag=True)
 @fail_on_error
 def command(config_path: str, good: str, bad: str, store: str | None, work_dir: str | None,

@@ -1,4 +1,7 @@
-"""`bisector store info|export`: look into the result store, or dump its trials for pandas."""
+"""`bisector store info|export`: look into the result store, or dump its trials for pandas.
+
+Both only read: the store is opened read-only, and a file that is not a bisector store is refused
+before anything could be written to it."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ def command() -> None:
 @fail_on_error
 def info(store_path: Path | None, as_json: bool) -> None:
     """Path, schema version and counts per campaign."""
-    with Store(store_path or default_path(), create=False) as store:
+    with Store(store_path or default_path(), readonly=True) as store:
         summary = store.info()
     if as_json:
         print_json(dataclasses.asdict(summary))
@@ -52,7 +55,7 @@ def info(store_path: Path | None, as_json: bool) -> None:
 @fail_on_error
 def export(store_path: Path | None, fmt: str, campaign: str | None, out: Path | None) -> None:
     """Dump one row per trial, with every raw sample, as CSV or JSON."""
-    with Store(store_path or default_path(), create=False) as store:
+    with Store(store_path or default_path(), readonly=True) as store:
         if out is None:
             store.export(fmt, click.get_text_stream("stdout"), campaign=campaign)
         else:

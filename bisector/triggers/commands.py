@@ -6,6 +6,11 @@
 Only the first line that starts with `/bisect` or `/perf` counts, so a command quoted further down
 in a discussion never runs twice. Anything malformed becomes `Usage`, which carries the reason
 and the usage text the bot posts back.
+
+The work is bounded by construction, whatever the body: only its first MAX_BODY characters are read
+(GitHub's own limit on a comment), a command line longer than MAX_LINE is refused before it is
+split (shlex grew with the square of a long word: a 5 MB line was not parsed in 120 s), and what
+is echoed back (`Usage.line`, values quoted in `Usage.problem`) is capped at MAX_ECHO characters.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ Usage (maintainers only: write, maintain or admin permission):
 """
 
 VERBS = ("/bisect", "/perf")
+MAX_BODY = 65536  # characters read from a comment body (GitHub caps comments at 65536)
+MAX_LINE = 1000  # a real command is a few dozen characters
+MAX_ECHO = 120  # characters of the user's text quoted back in an answer
 # A ref as a user may type it: no leading dash (never an option to git), no spaces or shell syntax.
 _REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]{0,199}")
 _SHAPE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,99}")
@@ -77,12 +85,22 @@ class Usage:
 Command = BisectCommand | PerfCommand
 
 
+def shown(text: str, limit: int = MAX_ECHO) -> str:
+    """User text as it may be quoted back: at most `limit` characters, an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _quoted(value: str) -> str:
+    return repr(shown(value, MAX_ECHO // 2))
+
+
 def command_line(body: str) -> str | None:
-    """The first line whose first word is /bisect or /perf, stripped; None if there is none."""
-    for raw in body.splitlines():
+    """The first line whose first word is /bisect or /perf, stripped; None if there is none.
+    Reads at most MAX_BODY characters of the body, each a bounded number of times."""
+    longest = max(len(v) for v in VERBS)
+    for raw in body[:MAX_BODY].splitlines():
         line = raw.strip()
-        word = line.split(maxsplit=1)[0] if line else ""
-        if word in VERBS:
+        if line[: longest + 1].split(maxsplit=1)[:1] in ([v] for v in VERBS):
             return line
     return None
 
@@ -92,29 +110,37 @@ def parse(body: str) -> Command | Usage | None:
     line = command_line(body)
     if line is None:
         return None
+    if len(line) > MAX_LINE:
+        return Usage(f"the command line is {len(line)} characters long (at most {MAX_LINE})", shown(line))
     try:
         words = shlex.split(line)
     except ValueError as exc:
-        return Usage(f"cannot split the command: {exc}", line)
+        return Usage(f"cannot split the command: {exc}", shown(line))
+    read = _read(words)
+    return Usage(read, shown(line)) if isinstance(read, str) else read
+
+
+def _read(words: list[str]) -> Command | str:
+    """The command the words make, or the problem with them."""
     verb, args = words[0], words[1:]
     positional, options, problem = _split(args)
     if problem:
-        return Usage(problem, line)
+        return problem
     selection, problem = _selection(options)
     if problem:
-        return Usage(problem, line)
+        return problem
     if verb == "/perf":
         if positional:
-            return Usage(f"/perf takes no range, got {' '.join(positional)!r}", line)
+            return f"/perf takes no range, got {_quoted(' '.join(positional))}"
         return PerfCommand(selection)
     if len(positional) != 1:
-        return Usage("/bisect needs exactly one range GOOD..BAD", line)
+        return "/bisect needs exactly one range GOOD..BAD"
     good, sep, bad = positional[0].partition("..")
     if not sep or bad.startswith("."):
-        return Usage(f"not a range GOOD..BAD: {positional[0]!r}", line)
+        return f"not a range GOOD..BAD: {_quoted(positional[0])}"
     for name, ref in (("GOOD", good), ("BAD", bad)):
         if not _REF.fullmatch(ref):
-            return Usage(f"{name} is not a ref or SHA: {ref!r}", line)
+            return f"{name} is not a ref or SHA: {_quoted(ref)}"
     return BisectCommand(good, bad, selection)
 
 
@@ -127,7 +153,7 @@ def _split(args: list[str]) -> tuple[list[str], dict[str, str], str]:
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
             if name not in ("suite", "shapes"):
-                return [], {}, f"unknown option --{name}"
+                return [], {}, f"unknown option --{shown(name, MAX_ECHO // 2)}"
             if not eq:
                 if i + 1 >= len(args) or args[i + 1].startswith("--"):
                     return [], {}, f"--{name} needs a value"
@@ -136,7 +162,7 @@ def _split(args: list[str]) -> tuple[list[str], dict[str, str], str]:
                 return [], {}, f"--{name} given twice"
             options[name] = value
         elif arg.startswith("-"):
-            return [], {}, f"unknown option {arg}"
+            return [], {}, f"unknown option {shown(arg, MAX_ECHO // 2)}"
         else:
             positional.append(arg)
         i += 1
@@ -146,11 +172,11 @@ def _split(args: list[str]) -> tuple[list[str], dict[str, str], str]:
 def _selection(options: dict[str, str]) -> tuple[Selection, str]:
     suite = options.get("suite")
     if suite is not None and suite not in SUITES:
-        return Selection(), f"--suite must be one of {'|'.join(SUITES)}, got {suite!r}"
+        return Selection(), f"--suite must be one of {'|'.join(SUITES)}, got {_quoted(suite)}"
     shapes = tuple(s.strip() for s in options.get("shapes", "").split(",") if s.strip())
     if "shapes" in options and not shapes:
         return Selection(), "--shapes needs at least one name"
     bad = [s for s in shapes if not _SHAPE.fullmatch(s)]
     if bad:
-        return Selection(), f"not a shape name: {bad[0]!r}"
+        return Selection(), f"not a shape name: {_quoted(bad[0])}"
     return Selection(suite, shapes), ""

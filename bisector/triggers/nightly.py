@@ -48,11 +48,14 @@ def nightly_dir(config: Config) -> Path:
 
 def run_night(config: Config, date: str, store: str | None = None, work_dir: str | None = None,
               dry_run_dir: Path | None = None, env: Mapping[str, str] | None = None, verify_fixes: bool = True,
-              say: Callable[[str], None] = lambda s: None, plan_out: Path | None = None) -> NightOutcome:
-    """`plan_out`: measure only; a bisection's plan is written there and nothing is posted."""
+              say: Callable[[str], None] = lambda s: None, plan_out: Path | None = None,
+              observer: pipeline.Observer = lambda e: None, on_range: Callable[[int], None] = lambda n: None) -> NightOutcome:
+    """`plan_out`: measure only; a bisection's plan is written there and nothing is posted. `observer`
+    sees every probe event (progress); on_range(n) is told the size of a bisection's range before it
+    starts, for the time-left estimate."""
     env = os.environ if env is None else env
     plan = None
-    session = pipeline.Session(config, store, work_dir)  # opens the upstream: a URL is fetched here
+    session = pipeline.Session(config, store, work_dir, observer)  # opens the upstream: a URL is fetched here
     try:
         tip = gitrepo.resolve(session.repo, config.upstream.branch)
         done = next((n for n in session.store.nights(session.campaign) if n.date == date and n.sha == tip), None)
@@ -70,7 +73,8 @@ def run_night(config: Config, date: str, store: str | None = None, work_dir: str
                                           "status": "ok" if good else (m.reason or "wrong results")[-300:]}
             night = Night(date, tip, good, verdict)
         else:
-            night, bisect_out = _compare(session, config, date, last[1], tip, store, work_dir, verify_fixes, say)
+            night, bisect_out = _compare(session, config, date, last[1], tip, store, work_dir, verify_fixes, say,
+                                         on_range)
             if bisect_out is not None:
                 plan = plan_mod.from_outcome(config, bisect_out, f"nightly-{config.name}-{date}")
                 verdict = dict(night.verdict)
@@ -94,8 +98,8 @@ def run_night(config: Config, date: str, store: str | None = None, work_dir: str
 
 
 def _compare(session: pipeline.Session, config: Config, date: str, base: str, tip: str, store: str | None,
-             work_dir: str | None, verify_fixes: bool,
-             say: Callable[[str], None]) -> tuple[Night, pipeline.RunOutcome | None]:
+             work_dir: str | None, verify_fixes: bool, say: Callable[[str], None],
+             on_range: Callable[[int], None] = lambda n: None) -> tuple[Night, pipeline.RunOutcome | None]:
     probe = session.probe()
     th = config.thresholds
     keys = tuple(s.key for s in config.shapes)
@@ -121,7 +125,8 @@ def _compare(session: pipeline.Session, config: Config, date: str, base: str, ti
     options = pipeline.RunOptions(good=base, bad=tip, store=store, work_dir=work_dir,
                                   report_dir=str(nightly_dir(config) / f"{date}-bisect"), verify_fixes=verify_fixes,
                                   command=f"bisector run --config {config.path} --good {base} --bad {tip}")
-    outcome = pipeline.bisect(config, options)  # its own session, on the same store file
+    on_range(len(gitrepo.commit_range(session.repo, base, tip)))
+    outcome = pipeline.bisect(config, options, observer=session.observer)  # its own session, same store file
     result = outcome.result
     step = lambda s: {"commit": s.commit, "pr": s.pr, "shapes": list(s.shapes),  # noqa: E731
                       "change_pct": dict(s.change_pct)}

@@ -1,0 +1,115 @@
+"""The progress display: plain lines when stderr is not a terminal, a live line when it is.
+
+A fake clock drives the throttle and the estimate, so nothing here depends on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+from rich.console import Console
+
+from bisector.commands.progress import ProgressLine, bisection_probes
+from bisector.probe import ProbeEvent
+
+A, B = "a" * 40, "b" * 40
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def plain(expected_probes: int = 4, trials: int = 2) -> tuple[ProgressLine, io.StringIO, Clock]:
+    out, clock = io.StringIO(), Clock()
+    progress = ProgressLine(expected_probes, trials, console=Console(file=out, width=200), clock=clock)
+    return progress, out, clock
+
+
+def test_not_a_terminal_gives_plain_lines_with_commit_action_trials_and_eta() -> None:
+    progress, out, clock = plain()
+    assert progress.live is None
+    with progress:
+        progress(ProbeEvent(A, "build"))
+        clock.now += 10
+        progress(ProbeEvent(A, "trial", "trial 1/2"))
+        clock.now += 30
+        progress(ProbeEvent(B, "trial", "trial 1/2"))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "progress: aaaaaaa build | commits 1 | trials 0 of ~8 | elapsed 0 s | eta ?"
+    assert lines[1] == "progress: aaaaaaa trial 1/2 | commits 1 | trials 1 of ~8 | elapsed 10 s | eta ?"
+    # one trial done in 40 s, 7 of the 8 expected left: ~280 s
+    assert lines[2] == "progress: bbbbbbb trial 1/2 | commits 2 | trials 2 of ~8 | elapsed 40 s | eta ~5 min"
+    assert lines[3] == "progress: done: commits 2, trials 2, elapsed 40 s"
+    assert out.getvalue().endswith("\n") and "trial trial" not in out.getvalue()
+
+
+def test_repeated_identical_actions_are_throttled_but_every_new_one_is_printed() -> None:
+    progress, out, clock = plain()
+    with progress:
+        for k in range(1, 5):  # four trials of one commit within 3 s: one line
+            progress(ProbeEvent(A, "trial", f"trial {k}/4"))
+            clock.now += 1
+        progress(ProbeEvent(A, "trial", "trial 5/8"))  # 4 s after the first line: still quiet
+        clock.now += 2
+        progress(ProbeEvent(A, "trial", "trial 6/8"))  # 6 s after it: printed
+        progress(ProbeEvent(A, "skip", "# worktree /x (created)\nsource_dir 'src' missing in commit aaaa"))
+        progress(ProbeEvent(B, "build"))  # another commit: printed at once
+    lines = [line.split(" | ")[0] for line in out.getvalue().splitlines()]
+    assert lines == ["progress: aaaaaaa trial 1/4", "progress: aaaaaaa trial 6/8",
+                     "progress: aaaaaaa skip: source_dir 'src' missing in commit aaaa",
+                     "progress: bbbbbbb build", "progress: done: commits 2, trials 6, elapsed 6 s"]
+
+
+def test_patched_builds_are_named_and_differ_from_the_plain_commit() -> None:
+    progress, out, _ = plain()
+    with progress:
+        progress(ProbeEvent(A, "trial", "trial 1/2"))
+        progress(ProbeEvent(A, "trial", "trial 1/2", patch_hash="0123456789abcdef"))
+    assert "aaaaaaa +patch 01234567 trial 1/2" in out.getvalue().splitlines()[1]
+
+
+def test_the_estimate_uses_the_real_range_size() -> None:
+    assert bisection_probes(3) == 8 and bisection_probes(40) == 16 and bisection_probes(1000) == 24
+    assert ProgressLine.for_range(3, 2, console=Console(file=io.StringIO())).expected_trials == 16
+    assert ProgressLine.for_range(40, 2, console=Console(file=io.StringIO())).expected_trials == 32
+    progress, _, _ = plain(expected_probes=2, trials=3)  # the nightly A/B: 6 trials
+    for _ in range(4):
+        progress(ProbeEvent(A, "trial", "trial 1/3"))
+    progress.expect_range(5)  # then a bisection of 5 commits: 2*3+4 probes of 3 trials more
+    assert progress.expected_trials == 4 + 10 * 3
+
+
+def test_past_the_estimate_the_time_left_is_unknown_not_zero() -> None:
+    progress, out, clock = plain(expected_probes=1, trials=1)
+    with progress:
+        for sha in (A, B, "c" * 40):
+            clock.now += 10
+            progress(ProbeEvent(sha, "trial", "trial 1/1"))
+    assert out.getvalue().splitlines()[2].endswith("trials 3 of ~1 | elapsed 30 s | eta ?")
+
+
+def test_a_terminal_gets_one_live_line_that_ends_with_a_newline() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, force_interactive=True, width=120)
+    progress = ProgressLine(4, 2, console=console, live=True)
+    with progress:
+        progress(ProbeEvent(A, "trial", "trial 3/4"))
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # without cursor and colour codes
+    assert progress.live is not None and "aaaaaaa" in text and "trial 3/4" in text
+    assert "trial trial" not in text and "progress:" not in text
+    assert text.endswith("\n")  # the summary printed next starts on its own line
+
+
+def test_trials_run_in_parallel_are_all_counted_and_a_build_means_they_ended() -> None:
+    progress, out, clock = plain(expected_probes=4, trials=2)
+    with progress:
+        progress(ProbeEvent(A, "trial", "trial 1/2 (+1 in parallel)"))
+        clock.now += 20
+        progress(ProbeEvent(B, "build"))  # both trials of A are done: 2 in 20 s, 6 left
+    assert out.getvalue().splitlines()[1] == ("progress: bbbbbbb build | commits 2 | trials 2 of ~8 | elapsed 20 s"
+                                              " | eta ~1 min")
