@@ -15,7 +15,7 @@ import torch
 from benches import backends, suites
 from benches.backends.aiter import gemm_kind, gemm_operands
 from benches.backends.base import BackendUnavailable, from_layout, load_entry, to_layout
-from benches.backends.flydsl import check_sm_scale, launch_args, plan_gemm
+from benches.backends.flydsl import check_sm_scale, fa_kwargs, launch_args, plan_gemm
 from benches.correctness import compare
 from benches.timing import Clock, flush_bytes
 
@@ -125,6 +125,27 @@ def test_flydsl_gemm_plumbing():
     check_sm_scale(1 / math.sqrt(128), 128)
     with pytest.raises(BackendUnavailable, match="only scales by 1/sqrt"):
         check_sm_scale(0.1, 128)
+
+
+def test_flydsl_gemm_passes_only_real_keywords():
+    a, b = torch.randn(64, 256, dtype=torch.bfloat16), torch.randn(256, 128, dtype=torch.bfloat16)
+    ok = plan_gemm(a, b, None, {"tile": [64, 128, 128], "lds_stage": 2, "use_async_copy": True})
+    assert set(ok.compile_kwargs) == {"N", "K", "tile_m", "tile_n", "tile_k", "in_dtype", "out_dtype", "lds_stage",
+                                      "use_async_copy"}
+    for bad in ("preshuffle_b", "epilogue", "shuffle"):  # epilogue: the launch passes no bias
+        with pytest.raises(ValueError, match=f"compile_preshuffle_gemm takes no option '{bad}'"):
+            plan_gemm(a, b, (64, 128, 128), {bad: True})
+
+
+def test_flydsl_fa_fp8_gets_shape_1_fp32_descales():
+    q8 = torch.randn(1, 16, 2, 64).to(torch.float8_e4m3fn)
+    kw = fa_kwargs(q8, False, {"waves_per_eu": 1})
+    assert kw["causal"] is False and kw["waves_per_eu"] == 1
+    for name in ("q_descale", "k_descale", "v_descale"):
+        assert kw[name].shape == (1,) and kw[name].dtype == torch.float32 and kw[name].item() == 1.0
+    assert set(fa_kwargs(torch.randn(1, 16, 2, 64, dtype=torch.bfloat16), True, {})) == {"causal"}
+    with pytest.raises(ValueError, match="flydsl_flash_attn_func takes no option 'softmax_scale'"):
+        fa_kwargs(q8, False, {"softmax_scale": 0.1})
 
 
 def test_cpu_clock_and_flush_size():
