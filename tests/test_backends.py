@@ -3,18 +3,20 @@ plumbing (no AMD GPU here), and the Triton kernels under the interpreter."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from benches import backends, suites
-from benches.backends.aiter import gemm_kind, gemm_operands
-from benches.backends.base import BackendUnavailable, from_layout, load_entry, to_layout
+from benches.backends.aiter import a16w16_choice, check_pure, gemm_kind, gemm_operands, pure_control
+from benches.backends.base import BackendUnavailable, from_layout, load_entry, prepared, to_layout
 from benches.backends.flydsl import check_sm_scale, fa_kwargs, launch_args, plan_gemm
 from benches.correctness import compare
 from benches.timing import Clock, flush_bytes
@@ -146,6 +148,52 @@ def test_flydsl_fa_fp8_gets_shape_1_fp32_descales():
     assert set(fa_kwargs(torch.randn(1, 16, 2, 64, dtype=torch.bfloat16), True, {})) == {"causal"}
     with pytest.raises(ValueError, match="flydsl_flash_attn_func takes no option 'softmax_scale'"):
         fa_kwargs(q8, False, {"softmax_scale": 0.1})
+
+
+def test_aiter_control_asks_aiter_which_gemm_it_runs():
+    seen = {}
+
+    def lookup(**kw):
+        seen.update(kw)
+        return {"libtype": "hipblaslt", "kernelName": ""}
+
+    got = a16w16_choice(SimpleNamespace(get_GEMM_A16W16_config=lookup), 54560, 8192, 8192, torch.bfloat16)
+    assert got["libtype"] == "hipblaslt"
+    # The arguments gemm_a16w16 passes for tgemm.mm(inp, weight): no bias, no scales, unshuffled B.
+    assert seen == {"M": 54560, "N": 8192, "K": 8192, "bias": False, "dtype": "torch.bfloat16",
+                    "otype": "torch.bfloat16", "scaleAB": False, "bpreshuffle": False}
+    assert a16w16_choice(SimpleNamespace(), 1, 2, 3, torch.bfloat16) is None
+    assert check_pure("gemm_a16w16 M=1", got, []) == "aiter control gemm_a16w16 M=1: libtype hipblaslt"
+    with pytest.raises(BackendUnavailable, match=r"dispatches to FlyDSL \(libtype flydsl, kernel 'flydsl_hgemm_x'\)"):
+        check_pure("gemm_a16w16 M=1", {"libtype": "flydsl", "kernelName": "flydsl_hgemm_x"}, [])
+    # aiter's own log line is enough (a path we cannot ask, e.g. gemm_a8w8_bpreshuffle).
+    line = "shape M:1, N:2, K:3 q_dtype_w:torch.float8_e4m3fn, found ... is tuned, in x.csv! libtype is flydsl!"
+    with pytest.raises(BackendUnavailable, match="libtype is flydsl"):
+        check_pure("gemm_a8w8", None, ["unrelated", line])
+    # A fall-back *away* from FlyDSL is not FlyDSL.
+    assert check_pure("gemm_a16w16", {"libtype": "asm"}, ["FlyDSL kernel 'k' from tuned config is not "
+                                                          "recognized by the current catalog; falling back"])
+
+
+def test_aiter_control_first_run_is_checked_against_aiter_log(capsys):
+    calls = []
+
+    def run(says: str):
+        def go():
+            calls.append(says)
+            logging.getLogger("aiter").info(says)
+            return torch.zeros(1)
+        return prepared(go)
+
+    clean = pure_control(run("shape is M:1, libtype is hipblaslt, kernel name is "), "gemm_a16w16 M=1")
+    for _ in range(3):
+        clean.run()
+    assert len(calls) == 3 and capsys.readouterr().err.count("aiter control gemm_a16w16 M=1: libtype ?") == 1
+    dirty = pure_control(run("[gfx1250] untuned M=1; falling back to flydsl kernel 'k'."), "gemm_a8w8_bpreshuffle")
+    with pytest.raises(BackendUnavailable, match="the control's gemm_a8w8_bpreshuffle dispatches to FlyDSL"):
+        dirty.run()
+    # The capture is removed again and the logger's level restored (INFO was let through meanwhile).
+    assert not logging.getLogger("aiter").handlers and logging.getLogger("aiter").level == logging.NOTSET
 
 
 def test_cpu_clock_and_flush_size():
