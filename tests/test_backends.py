@@ -267,6 +267,26 @@ def test_telemetry_reads_vendor_tools(tmp_path, monkeypatch):
                    " \"temperature\": {\"edge\": {\"value\": 51, \"unit\": \"C\"}},"
                    " \"power\": {\"socket_power\": {\"value\": 900, \"unit\": \"W\"}}}]'\n")
     amd.chmod(0o755)
-    got = telemetry.read("rocm")
+    amd.write_text("#!/bin/sh\necho \"$@\" > " + str(tmp_path / "args") + "\n"
+                   "echo '[{\"gpu\": 0, \"clock\": {\"gfx_0\": {\"clk\": {\"value\": 2100, \"unit\": \"MHz\"}}},"
+                   " \"temperature\": {\"edge\": {\"value\": 51, \"unit\": \"C\"}},"
+                   " \"power\": {\"socket_power\": {\"value\": 900, \"unit\": \"W\"}}}]'\n")
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2")
+    got = telemetry.read("rocm")  # no ROCm torch here: amd-smi gets the index from HIP_VISIBLE_DEVICES
     assert got["tool"] == "amd-smi" and got["sm_clock_mhz"] == 2100.0 and got["temperature_c"] == 51.0
-    assert got["power_w"] == 900.0
+    assert got["power_w"] == 900.0 and got["matched_by"] == "index"
+    assert (tmp_path / "args").read_text().split()[:3] == ["metric", "-g", "2"]
+    # With the HIP device's PCI address, amd-smi is asked for that device, whatever its own numbering.
+    monkeypatch.setattr(telemetry, "hip_device_bdf", lambda: "0000:0c:00.0")
+    got = telemetry.read("rocm")
+    assert got["matched_by"] == "pci" and got["gpu"] == "0000:0c:00.0"
+    assert (tmp_path / "args").read_text().split()[:3] == ["metric", "-g", "0000:0c:00.0"]
+
+
+def test_pci_address_from_device_properties():
+    from benches import telemetry
+
+    props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x0C, pci_device_id=0)
+    assert telemetry.bdf(props) == "0000:0c:00.0"
+    assert telemetry.bdf(SimpleNamespace(pci_bus_id=3)) is None
+    assert telemetry.hip_device_bdf() is None  # CPU torch: no HIP device
