@@ -263,14 +263,11 @@ def test_telemetry_reads_vendor_tools(tmp_path, monkeypatch):
     assert "-i 5" in (tmp_path / "args").read_text()
     nv.unlink()
     amd = tmp_path / "amd-smi"
-    amd.write_text("#!/bin/sh\necho '[{\"gpu\": 0, \"clock\": {\"gfx_0\": {\"clk\": {\"value\": 2100, \"unit\": \"MHz\"}}},"
-                   " \"temperature\": {\"edge\": {\"value\": 51, \"unit\": \"C\"}},"
-                   " \"power\": {\"socket_power\": {\"value\": 900, \"unit\": \"W\"}}}]'\n")
-    amd.chmod(0o755)
     amd.write_text("#!/bin/sh\necho \"$@\" > " + str(tmp_path / "args") + "\n"
                    "echo '[{\"gpu\": 0, \"clock\": {\"gfx_0\": {\"clk\": {\"value\": 2100, \"unit\": \"MHz\"}}},"
                    " \"temperature\": {\"edge\": {\"value\": 51, \"unit\": \"C\"}},"
                    " \"power\": {\"socket_power\": {\"value\": 900, \"unit\": \"W\"}}}]'\n")
+    amd.chmod(0o755)
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2")
     got = telemetry.read("rocm")  # no ROCm torch here: amd-smi gets the index from HIP_VISIBLE_DEVICES
     assert got["tool"] == "amd-smi" and got["sm_clock_mhz"] == 2100.0 and got["temperature_c"] == 51.0
