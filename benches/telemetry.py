@@ -2,7 +2,9 @@
 
 None when the tool is absent or says nothing useful: telemetry never fails a trial. The runner
 pins the device with CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES, so the physical index is read
-from there for the vendor tool (which ignores those variables).
+from there for the vendor tool (which ignores those variables). amd-smi numbers GPUs its own way,
+which need not be HIP's order: it is given the PCI address (domain:bus:device.function) of the
+HIP device the trial runs on, as torch reports it, and the index only when torch gives none.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from typing import Any
 
 _NV_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_throttle_reasons.active")
@@ -51,11 +54,34 @@ def nvidia() -> dict[str, Any] | None:
     return None
 
 
+def bdf(props: Any) -> str | None:
+    """"0000:0c:00.0" from a device's properties (torch's pci_domain_id / pci_bus_id / pci_device_id),
+    the form amd-smi's `-g` takes; None when they are missing."""
+    try:
+        domain, bus, device = (int(getattr(props, f"pci_{k}_id")) for k in ("domain", "bus", "device"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return f"{domain:04x}:{bus:02x}:{device:02x}.0"
+
+
+def hip_device_bdf() -> str | None:
+    """The PCI address of the trial's current HIP device; None without a ROCm torch and a GPU."""
+    torch = sys.modules.get("torch")  # the trial has imported it; telemetry never imports it itself
+    try:
+        if torch is None or torch.version.hip is None or not torch.cuda.is_available():
+            return None
+        return bdf(torch.cuda.get_device_properties(torch.cuda.current_device()))
+    except Exception:  # noqa: BLE001 - telemetry never fails a trial
+        return None
+
+
 def amd() -> dict[str, Any] | None:
     """amd-smi's JSON differs between releases: keep it raw, and lift the common fields."""
     if not shutil.which("amd-smi"):
         return None
-    out = _run(["amd-smi", "metric", "-g", physical_index("HIP_VISIBLE_DEVICES"), "-c", "-t", "-p", "--json"])
+    address = hip_device_bdf()
+    gpu = address or physical_index("HIP_VISIBLE_DEVICES")
+    out = _run(["amd-smi", "metric", "-g", gpu, "-c", "-t", "-p", "--json"])
     if not out:
         return None
     try:
@@ -63,7 +89,7 @@ def amd() -> dict[str, Any] | None:
     except ValueError:
         return None
     item = raw[0] if isinstance(raw, list) and raw else raw
-    found: dict[str, Any] = {"tool": "amd-smi", "raw": item}
+    found: dict[str, Any] = {"tool": "amd-smi", "gpu": gpu, "matched_by": "pci" if address else "index", "raw": item}
     _lift(item, found)
     return found
 

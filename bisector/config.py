@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from benches import options as adapter_options
+from bisector.keyfiles import pattern_problem
 from bisector.errors import ConfigError
 from bisector.model import Shape
 from bisector.trust.filter import DEFAULT_TOKEN_ENV
@@ -21,6 +24,7 @@ CONTROLS = ("torch", "torch_cuda", "aiter", "none")
 SUBJECT_ADAPTERS = ("triton", "torch", "flydsl", "aiter", "callable")
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 WORKER_SOURCES = ("fork", "spawn")
+DEFAULT_SHARED_ENV = "BISECTOR_SHARED_DIR"
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class BuildStep:
     timeout_s: float = 3600.0
     env: Mapping[str, str] = field(default_factory=dict)
     # Files whose content keys this step's output on its own (e.g. an LLVM pin), so that a range
-    # with one pin change costs two builds of the heavy dependency, not one per commit.
+    # with one pin change costs two builds of the heavy dependency, not one per commit. The last
+    # part of an entry may hold wildcards; each entry must match a file (bisector/keyfiles.py).
     key_files: tuple[str, ...] = ()
     shared_dir: str | None = None  # env var name that receives the shared output dir
 
@@ -278,12 +283,30 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
 
 def _build(sec: _Section) -> Build:
     steps = []
+    shared_by: dict[str, str] = {}  # env var -> the step that fills it
     for i, raw in enumerate(sec.get("steps", list, [])):
         step = _Section(sec.path, raw, f"{sec.name('steps')}[{i}]", ("run", "timeout_s", "env", "key_files",
                                                                       "shared_dir"))
+        key_files = step.strings("key_files")
+        for j, pattern in enumerate(key_files):
+            problem = pattern_problem(pattern)
+            if problem:
+                raise ConfigError(sec.path, f"{step.name('key_files')}[{j}]", f"{problem}, got {pattern!r}")
+        shared_dir = step.get("shared_dir", str, None)
+        if shared_dir is not None and not key_files:
+            raise ConfigError(sec.path, step.name("shared_dir"), "only a step with key_files has a shared dir")
+        if shared_dir is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", shared_dir):
+            raise ConfigError(sec.path, step.name("shared_dir"),
+                              f"must be an environment variable name, got {shared_dir!r}")
+        if key_files:
+            var = shared_dir or DEFAULT_SHARED_ENV
+            if var in shared_by:
+                # The later step would point the variable at its own, empty dir for every step after it.
+                raise ConfigError(sec.path, step.name("shared_dir"),
+                                  f"{var} is already the shared dir of {shared_by[var]}: give each keyed step its own")
+            shared_by[var] = step.prefix
         steps.append(BuildStep(run=step.get("run", str), timeout_s=step.positive("timeout_s", float, 3600.0),
-                               env=step.str_map("env"), key_files=step.strings("key_files"),
-                               shared_dir=step.get("shared_dir", str, None)))
+                               env=step.str_map("env"), key_files=key_files, shared_dir=shared_dir))
     recipe = sec.get("recipe", str, "none", choices=RECIPES)
     if recipe == "command" and not steps:
         raise ConfigError(sec.path, sec.name("steps"), "the command recipe needs at least one step")
@@ -305,9 +328,15 @@ def _subjects(top: _Section) -> dict[str, Subject]:
         entry = s.get("entry", str)
         if ":" not in entry:
             raise ConfigError(top.path, s.name("entry"), f"must be 'module:function', got {_show(entry)}")
-        out[suite] = Subject(entry=entry, adapter=s.get("adapter", str, "callable", choices=SUBJECT_ADAPTERS),
-                             layout=s.get("layout", str, "bhsd", choices=("bhsd", "bshd")),
-                             options=s.get("options", dict, {}))
+        adapter = s.get("adapter", str, "callable", choices=SUBJECT_ADAPTERS)
+        options = s.get("options", dict, {})
+        bad = adapter_options.unknown(adapter, suite, options)
+        if bad:
+            known = ", ".join(sorted(adapter_options.KNOWN[adapter][suite]))
+            raise ConfigError(top.path, f"{s.name('options')}.{bad[0]}",
+                              f"not an option of the {adapter} {suite} adapter (known: {known})")
+        out[suite] = Subject(entry=entry, adapter=adapter, options=options,
+                             layout=s.get("layout", str, "bhsd", choices=("bhsd", "bshd")))
     if not out:
         raise ConfigError(top.path, "subject", "name at least one of: " + ", ".join(SUITES))
     return out

@@ -3,19 +3,21 @@ plumbing (no AMD GPU here), and the Triton kernels under the interpreter."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from benches import backends, suites
-from benches.backends.aiter import gemm_kind, gemm_operands
-from benches.backends.base import BackendUnavailable, from_layout, load_entry, to_layout
-from benches.backends.flydsl import check_sm_scale, launch_args, plan_gemm
+from benches.backends.aiter import a16w16_choice, check_pure, gemm_kind, gemm_operands, pure_control
+from benches.backends.base import BackendUnavailable, from_layout, load_entry, prepared, to_layout
+from benches.backends.flydsl import check_sm_scale, fa_kwargs, launch_args, plan_gemm
 from benches.correctness import compare
 from benches.timing import Clock, flush_bytes
 
@@ -127,6 +129,73 @@ def test_flydsl_gemm_plumbing():
         check_sm_scale(0.1, 128)
 
 
+def test_flydsl_gemm_passes_only_real_keywords():
+    a, b = torch.randn(64, 256, dtype=torch.bfloat16), torch.randn(256, 128, dtype=torch.bfloat16)
+    ok = plan_gemm(a, b, None, {"tile": [64, 128, 128], "lds_stage": 2, "use_async_copy": True})
+    assert set(ok.compile_kwargs) == {"N", "K", "tile_m", "tile_n", "tile_k", "in_dtype", "out_dtype", "lds_stage",
+                                      "use_async_copy"}
+    for bad in ("preshuffle_b", "epilogue", "shuffle"):  # epilogue: the launch passes no bias
+        with pytest.raises(ValueError, match=f"compile_preshuffle_gemm takes no option '{bad}'"):
+            plan_gemm(a, b, (64, 128, 128), {bad: True})
+
+
+def test_flydsl_fa_fp8_gets_shape_1_fp32_descales():
+    q8 = torch.randn(1, 16, 2, 64).to(torch.float8_e4m3fn)
+    kw = fa_kwargs(q8, False, {"waves_per_eu": 1})
+    assert kw["causal"] is False and kw["waves_per_eu"] == 1
+    for name in ("q_descale", "k_descale", "v_descale"):
+        assert kw[name].shape == (1,) and kw[name].dtype == torch.float32 and kw[name].item() == 1.0
+    assert set(fa_kwargs(torch.randn(1, 16, 2, 64, dtype=torch.bfloat16), True, {})) == {"causal"}
+    with pytest.raises(ValueError, match="flydsl_flash_attn_func takes no option 'softmax_scale'"):
+        fa_kwargs(q8, False, {"softmax_scale": 0.1})
+
+
+def test_aiter_control_asks_aiter_which_gemm_it_runs():
+    seen = {}
+
+    def lookup(**kw):
+        seen.update(kw)
+        return {"libtype": "hipblaslt", "kernelName": ""}
+
+    got = a16w16_choice(SimpleNamespace(get_GEMM_A16W16_config=lookup), 54560, 8192, 8192, torch.bfloat16)
+    assert got["libtype"] == "hipblaslt"
+    # The arguments gemm_a16w16 passes for tgemm.mm(inp, weight): no bias, no scales, unshuffled B.
+    assert seen == {"M": 54560, "N": 8192, "K": 8192, "bias": False, "dtype": "torch.bfloat16",
+                    "otype": "torch.bfloat16", "scaleAB": False, "bpreshuffle": False}
+    assert a16w16_choice(SimpleNamespace(), 1, 2, 3, torch.bfloat16) is None
+    assert check_pure("gemm_a16w16 M=1", got, []) == "aiter control gemm_a16w16 M=1: libtype hipblaslt"
+    with pytest.raises(BackendUnavailable, match=r"dispatches to FlyDSL \(libtype flydsl, kernel 'flydsl_hgemm_x'\)"):
+        check_pure("gemm_a16w16 M=1", {"libtype": "flydsl", "kernelName": "flydsl_hgemm_x"}, [])
+    # aiter's own log line is enough (a path we cannot ask, e.g. gemm_a8w8_bpreshuffle).
+    line = "shape M:1, N:2, K:3 q_dtype_w:torch.float8_e4m3fn, found ... is tuned, in x.csv! libtype is flydsl!"
+    with pytest.raises(BackendUnavailable, match="libtype is flydsl"):
+        check_pure("gemm_a8w8", None, ["unrelated", line])
+    # A fall-back *away* from FlyDSL is not FlyDSL.
+    assert check_pure("gemm_a16w16", {"libtype": "asm"}, ["FlyDSL kernel 'k' from tuned config is not "
+                                                          "recognized by the current catalog; falling back"])
+
+
+def test_aiter_control_first_run_is_checked_against_aiter_log(capsys):
+    calls = []
+
+    def run(says: str):
+        def go():
+            calls.append(says)
+            logging.getLogger("aiter").info(says)
+            return torch.zeros(1)
+        return prepared(go)
+
+    clean = pure_control(run("shape is M:1, libtype is hipblaslt, kernel name is "), "gemm_a16w16 M=1")
+    for _ in range(3):
+        clean.run()
+    assert len(calls) == 3 and capsys.readouterr().err.count("aiter control gemm_a16w16 M=1: libtype ?") == 1
+    dirty = pure_control(run("[gfx1250] untuned M=1; falling back to flydsl kernel 'k'."), "gemm_a8w8_bpreshuffle")
+    with pytest.raises(BackendUnavailable, match="the control's gemm_a8w8_bpreshuffle dispatches to FlyDSL"):
+        dirty.run()
+    # The capture is removed again and the logger's level restored (INFO was let through meanwhile).
+    assert not logging.getLogger("aiter").handlers and logging.getLogger("aiter").level == logging.NOTSET
+
+
 def test_cpu_clock_and_flush_size():
     assert flush_bytes("cpu", 3) == 3 << 20
     assert 0 < flush_bytes("cpu") <= 512 << 20
@@ -194,10 +263,27 @@ def test_telemetry_reads_vendor_tools(tmp_path, monkeypatch):
     assert "-i 5" in (tmp_path / "args").read_text()
     nv.unlink()
     amd = tmp_path / "amd-smi"
-    amd.write_text("#!/bin/sh\necho '[{\"gpu\": 0, \"clock\": {\"gfx_0\": {\"clk\": {\"value\": 2100, \"unit\": \"MHz\"}}},"
+    amd.write_text("#!/bin/sh\necho \"$@\" > " + str(tmp_path / "args") + "\n"
+                   "echo '[{\"gpu\": 0, \"clock\": {\"gfx_0\": {\"clk\": {\"value\": 2100, \"unit\": \"MHz\"}}},"
                    " \"temperature\": {\"edge\": {\"value\": 51, \"unit\": \"C\"}},"
                    " \"power\": {\"socket_power\": {\"value\": 900, \"unit\": \"W\"}}}]'\n")
     amd.chmod(0o755)
-    got = telemetry.read("rocm")
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2")
+    got = telemetry.read("rocm")  # no ROCm torch here: amd-smi gets the index from HIP_VISIBLE_DEVICES
     assert got["tool"] == "amd-smi" and got["sm_clock_mhz"] == 2100.0 and got["temperature_c"] == 51.0
-    assert got["power_w"] == 900.0
+    assert got["power_w"] == 900.0 and got["matched_by"] == "index"
+    assert (tmp_path / "args").read_text().split()[:3] == ["metric", "-g", "2"]
+    # With the HIP device's PCI address, amd-smi is asked for that device, whatever its own numbering.
+    monkeypatch.setattr(telemetry, "hip_device_bdf", lambda: "0000:0c:00.0")
+    got = telemetry.read("rocm")
+    assert got["matched_by"] == "pci" and got["gpu"] == "0000:0c:00.0"
+    assert (tmp_path / "args").read_text().split()[:3] == ["metric", "-g", "0000:0c:00.0"]
+
+
+def test_pci_address_from_device_properties():
+    from benches import telemetry
+
+    props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x0C, pci_device_id=0)
+    assert telemetry.bdf(props) == "0000:0c:00.0"
+    assert telemetry.bdf(SimpleNamespace(pci_bus_id=3)) is None
+    assert telemetry.hip_device_bdf() is None  # CPU torch: no HIP device

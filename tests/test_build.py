@@ -25,6 +25,7 @@ from bisector.errors import RefError
 from bisector.model import BuildStatus
 
 from tests.gitfixtures import commit_file, git as run_git
+from tests.llvm_pins import pin_history
 
 PYPROJECT = textwrap.dedent("""\
     [build-system]
@@ -233,6 +234,30 @@ def test_shared_step_is_built_once_per_pin(upstream, tmp_path):
     assert counter.read_text().splitlines() == ["llvm-aaaa", "llvm-bbbb"]
     linked = [(Path(r.source_dir) / "linked-llvm.txt").read_text().strip() for r in results]
     assert linked == ["llvm-aaaa", "llvm-aaaa", "llvm-bbbb", "llvm-bbbb"]
+
+
+def test_shared_step_follows_a_pin_that_moves_to_another_file(tmp_path):
+    """FlyDSL's LLVM pin moved from llvm-hash.txt to llvm-build-info.json, then a patch came: one
+    build per pin, each commit linked to its own; a commit left with no pin file fails that step."""
+    repo = tmp_path / "pins"
+    eras = pin_history(repo)
+    counter = tmp_path / "llvm-builds.txt"
+    llvm = BuildStep(run=f'echo "$BISECTOR_SHA" >> {counter}; cp thirdparty/llvm-* "$LLVM_DIR"/',
+                     key_files=("scripts/build_llvm.sh", "thirdparty/llvm-*"), shared_dir="LLVM_DIR")
+    uses = BuildStep(run='ls "$LLVM_DIR" > linked.txt')
+    builder = make_builder(repo, tmp_path, recipe="command", steps=(llvm, uses))
+    shas = eras["txt"] + eras["json"] + eras["patch"]
+    results = [builder.build(sha) for sha in shas]
+    assert all(r.status is BuildStatus.OK for r in results), [r.log_tail for r in results]
+    assert counter.read_text().split() == [eras["txt"][0], eras["json"][0], eras["patch"][0]]
+    linked = [(Path(r.source_dir) / "linked.txt").read_text().split() for r in results]
+    assert linked == [["llvm-hash.txt"]] * 3 + [["llvm-build-info.json"]] * 2 + \
+        [["llvm-build-info.json", "llvm-rocdl-lld-argv0.patch"]] * 3
+    run_git(repo, "rm", "-q", "thirdparty/llvm-build-info.json", "thirdparty/llvm-rocdl-lld-argv0.patch")
+    run_git(repo, "commit", "-q", "-m", "drop the pin")
+    gone = builder.build(run_git(repo, "rev-parse", "HEAD"))
+    assert gone.status is BuildStatus.FAILED
+    assert "key files 'thirdparty/llvm-*' match nothing in commit" in gone.log_tail
 
 
 def test_lru_eviction_removes_oldest_entry_and_its_worktree(upstream, tmp_path):

@@ -49,7 +49,15 @@ def test_flydsl_config_matches_the_case():
     tiles = [s.param("tile") for s in cfg.shapes if s.suite == "gemm" and s.param("M") == 54560]
     assert tiles == [(128, 256, 64), (128, 256, 128), (128, 256, 256), (128, 128, 256)]
     assert cfg.control == "aiter" and cfg.protocol.env["FLYDSL_RUNTIME_ENABLE_CACHE"] == "0"
-    assert "thirdparty/llvm-hash.txt" in cfg.build.steps[0].key_files
+    llvm, flydsl, link = cfg.build.steps
+    # LLVM keyed on its pin whichever file holds it (llvm-hash.txt, then llvm-build-info.json + patch).
+    assert llvm.key_files == ("scripts/build_llvm.sh", "thirdparty/llvm-*") and llvm.shared_dir == "FLYDSL_LLVM_DIR"
+    assert llvm.env["LLVM_BUILD_PROFILE"] == "amd-minimal"
+    # FlyDSL itself runs per commit, against step 1's install; its python_packages go on the path.
+    assert not flydsl.key_files and "$FLYDSL_LLVM_DIR/mlir_install" in flydsl.run and "build.sh" in flydsl.run
+    assert not link.key_files and "build-fly/python_packages" in link.run
+    assert dict(cfg.subjects["gemm"].options) == {}
+    assert cfg.protocol.env["AITER_LOG_TUNED_CONFIG"] == "1"
 
 
 def test_minimal_config_defaults(tmp_path):
@@ -77,6 +85,60 @@ def test_bad_values_name_file_and_key(tmp_path, edit, key, problem):
         config.load(path)
     assert str(info.value).startswith(f"{path}: {key}: ")
     assert problem in str(info.value)
+
+
+FLYDSL_GEMM = """
+name = "f"
+[upstream]
+repo = "/tmp/x"
+[device]
+kind = "rocm"
+[control]
+backend = "aiter"
+[subject.gemm]
+entry = "kernels.gemm.preshuffle_gemm:compile_preshuffle_gemm"
+adapter = "flydsl"
+options = { waves_per_eu = 2, xcd_swizzle = 4 }
+[[suites.gemm.shapes]]
+M = 256
+N = 256
+K = 512
+tile = [128, 128, 128]
+"""
+
+
+def test_flydsl_gemm_options_are_checked_by_name(tmp_path):
+    assert dict(config.load(write(tmp_path, FLYDSL_GEMM)).subjects["gemm"].options) == {"waves_per_eu": 2,
+                                                                                          "xcd_swizzle": 4}
+    path = write(tmp_path, FLYDSL_GEMM.replace("waves_per_eu = 2", "preshuffle_b = true"))
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    assert str(info.value) == (f"{path}: subject.gemm.options.preshuffle_b: not an option of the flydsl gemm adapter "
+                               "(known: enable_scheduler, lds_stage, tile, use_async_copy, waves_per_eu, xcd_swizzle)")
+    out = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(path)], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "options.preshuffle_b" in out.stderr
+    # An adapter that takes free-form options (torch, callable, triton) is not checked.
+    assert config.load(write(tmp_path, GOOD.replace('adapter = "torch"', 'adapter = "torch"\noptions = { any = 1 }')))
+
+
+STEP = '[[build.steps]]\nrun = "true"\n'
+
+
+@pytest.mark.parametrize("steps,key,problem", [
+    (STEP + 'key_files = ["pins/*/llvm.txt"]', "build.steps[0].key_files[0]", "only in the file name"),
+    (STEP + 'key_files = ["ok.txt", "../up.txt"]', "build.steps[0].key_files[1]", "relative path"),
+    (STEP + 'shared_dir = "LLVM_DIR"', "build.steps[0].shared_dir", "only a step with key_files"),
+    (STEP + 'key_files = ["a"]\nshared_dir = "LLVM DIR"', "build.steps[0].shared_dir", "environment variable"),
+    # Two keyed steps on one variable: the second would point it at its own, empty dir (the old
+    # FlyDSL config's MLIR_PATH); the default name counts as well.
+    (STEP + 'key_files = ["a"]\n' + STEP + 'key_files = ["b"]', "build.steps[1].shared_dir",
+     "BISECTOR_SHARED_DIR is already the shared dir of build.steps[0]"),
+])
+def test_build_step_keys_are_checked(tmp_path, steps, key, problem):
+    path = write(tmp_path, GOOD.replace("[control]", f'[build]\nrecipe = "command"\n{steps}\n[control]', 1))
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    assert str(info.value).startswith(f"{path}: {key}: ") and problem in str(info.value)
 
 
 def test_missing_and_unparsable_files(tmp_path):

@@ -13,11 +13,25 @@ Conventions read there:
   x_scale [M, 1], w_scale [N, 1] fp32 (per-token, as `pertoken_quant` returns them).
   `gemm_a8w8_bpreshuffle` takes WQ through `shuffle_weight(WQ, layout=(16, 16))`.
 - aiter's fp8 dtype is `aiter.dtypes.fp8` (e4m3fn on gfx950, e4m3fnuz on gfx942).
+
+Control purity: aiter's tuned bf16/fp16 GEMM (`gemm_a16w16`, picked by the lru-cached
+`get_GEMM_A16W16_config`) and `gemm_a8w8_bpreshuffle` can dispatch to FlyDSL kernels, and inside a
+trial FlyDSL is the commit under test: a control that ran it would move with the subject and hide
+its steps. So the control sets AITER_LOG_TUNED_CONFIG=1 (read when aiter is imported) before
+importing aiter, asks aiter's own lookup which implementation a GEMM gets, keeps aiter's log lines
+while each control kernel runs the first time, prints the chosen implementation to the trial log,
+and refuses (BackendUnavailable) a control that picked FlyDSL. `gemm_a8w8` (CK) and the dense
+`flash_attn_func` have no FlyDSL path in the code read; their first call is checked all the same.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import logging
+import os
+import re
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -52,11 +66,83 @@ def gemm_operands(a: torch.Tensor, b: torch.Tensor, kind: str,
     return inp, weight, x_scale, w_scale
 
 
+LOG_ENV = "AITER_LOG_TUNED_CONFIG"
+# aiter's own words when a FlyDSL kernel is picked: "... libtype is flydsl ..." (tuned GEMM configs)
+# and "falling back to flydsl kernel '...'" (untuned bpreshuffle on gfx1250).
+_FLYDSL_PICKED = re.compile(r"libtype is flydsl\b|to flydsl kernel", re.IGNORECASE)
+
+
+def a16w16_choice(tuned_gemm: Any, m: int, n: int, k: int, dtype: torch.dtype) -> Mapping[str, Any] | None:
+    """What `gemm_a16w16` will run for an [m, k] x [n, k] GEMM: the same (lru-cached) lookup it makes
+    itself, with the arguments it passes for an unshuffled weight, no bias, no scales and the input's
+    dtype as output. None if this aiter has no such lookup."""
+    lookup = getattr(tuned_gemm, "get_GEMM_A16W16_config", None)
+    if lookup is None:
+        return None
+    return lookup(M=m, N=n, K=k, bias=False, dtype=str(dtype), otype=str(dtype), scaleAB=False, bpreshuffle=False)
+
+
+def check_pure(what: str, choice: Mapping[str, Any] | None, log_lines: Sequence[str]) -> str:
+    """The implementation line for the trial log, or BackendUnavailable when aiter picked FlyDSL."""
+    libtype = str(choice.get("libtype", "?")) if choice else "?"
+    kernel = str(choice.get("kernelName") or "") if choice else ""
+    said = [line for line in log_lines if _FLYDSL_PICKED.search(line)]
+    if libtype == "flydsl" or said:
+        detail = f"libtype flydsl, kernel {kernel!r}" if libtype == "flydsl" else said[0][:200]
+        raise BackendUnavailable("aiter", f"the control's {what} dispatches to FlyDSL ({detail}); FlyDSL is the "
+                                          "commit under test in this trial, so it cannot be the control")
+    return f"aiter control {what}: libtype {libtype}" + (f", kernel {kernel}" if kernel else "")
+
+
+class _LogLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextmanager
+def aiter_log() -> Iterator[list[str]]:
+    """aiter's log lines while the block runs (its tuned-config choices, when it logs them). The
+    choices are INFO records: the logger is opened to INFO meanwhile (AITER_LOG_LEVEL may be higher;
+    aiter's own console handler keeps its level)."""
+    handler, logger = _LogLines(), logging.getLogger("aiter")
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def pure_control(prep: Prepared, what: str, choice: Mapping[str, Any] | None = None) -> Prepared:
+    """`prep` whose first run is checked against aiter's log (and `choice`); later runs go straight."""
+    checked: list[str] = []
+    run = prep.run
+
+    def first_then_plain() -> Any:
+        if checked:
+            return run()
+        with aiter_log() as lines:
+            out = run()
+        checked.append(check_pure(what, choice, lines))
+        print(checked[0], file=sys.stderr, flush=True)
+        return out
+
+    return Prepared(run=first_then_plain, output=prep.output)
+
+
 class _Aiter:
     name = "aiter"
 
     def __init__(self) -> None:
         require_gpu(self.name, "rocm")
+        os.environ.setdefault(LOG_ENV, "1")  # before aiter is imported: it reads the flag then
         self.aiter = require_module("aiter", self.name)
 
     def fp8(self) -> torch.dtype | None:
@@ -71,13 +157,18 @@ class AiterControl(_Aiter):
 
     def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
         if suite == "fa":
-            return _prepare_fa(self.aiter.flash_attn_func, inputs, {})
+            return pure_control(_prepare_fa(self.aiter.flash_attn_func, inputs, {}), "flash_attn_func")
         if suite == "gemm":
             kind = gemm_kind(inputs["a"].dtype, {})
+            (m, k), n = inputs["a"].shape, inputs["b"].shape[1]
+            what = f"gemm_{kind} M={m} N={n} K={k}"
             if kind == "a16w16":
-                tgemm = require_module("aiter.tuned_gemm", self.name).tgemm
-                return _prepare_gemm(tgemm.mm, inputs, kind, None, None)
-            return _prepare_gemm(self.aiter.gemm_a8w8, inputs, kind, self.fp8(), None)
+                tuned = require_module("aiter.tuned_gemm", self.name)
+                with aiter_log() as lines:
+                    choice = a16w16_choice(tuned, m, n, k, inputs["a"].dtype)
+                check_pure(what, choice, lines)  # refuse before anything runs
+                return pure_control(_prepare_gemm(tuned.tgemm.mm, inputs, kind, None, None), what, choice)
+            return pure_control(_prepare_gemm(self.aiter.gemm_a8w8, inputs, kind, self.fp8(), None), what)
         raise ValueError(f"unknown suite {suite!r}")
 
 

@@ -5,10 +5,13 @@ Written from ROCm/FlyDSL@11c4174d82b7491c2d08d5828a254183f2a8b959
 kernels/gemm/preshuffle_gemm.py `compile_preshuffle_gemm`, tests/kernels/test_preshuffle_gemm.py
 for the launch arguments, tests/utils.py `shuffle_weight`). NOT YET RUN ON AMD HARDWARE.
 
-Conventions read there:
+Conventions read there (and checked unchanged at cf1db2fe, 494b2cbd, 772f0703, daee90e4, 4521c8cb):
 - `flydsl_flash_attn_func(q, k, v, *, causal=True, ...)`: dense q, k, v as [B, S, H, D]; no
-  softmax-scale argument (it scales by 1/sqrt(D)); returns the output tensor.
-- `compile_preshuffle_gemm(*, N, K, tile_m, tile_n, tile_k, in_dtype, out_dtype, ...)` returns a
+  softmax-scale argument (it scales by 1/sqrt(D)); returns the output tensor. fp8 (e4m3fn, gfx950
+  only) requires `q_descale`, `k_descale`, `v_descale` as shape-[1] fp32 tensors on q's device.
+- `compile_preshuffle_gemm(*, N, K, tile_m, tile_n, tile_k, in_dtype, out_dtype, epilogue,
+  waves_per_eu, enable_scheduler, use_async_copy, xcd_swizzle, lds_stage)` (no other keyword: the
+  options it may be given are in benches/options.py, checked at config time) returns a
   launcher called as `fn(C, A, B, scale_a, scale_b, bias, M, N, stream)` on flat tensors, with
   B = the [N, K] weight through `shuffle_weight(w, layout=(16, 16))`, 8-bit tensors viewed as
   int8, empty fp32 scales for fp16/bf16 (per-row [M] / [N] scales for fp8), an empty bias when
@@ -26,6 +29,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from benches import options as adapter_options
 from benches.backends.base import (BackendUnavailable, Prepared, from_layout, load_entry, prepared,
                                    require_gpu, require_module, to_layout)
 
@@ -57,8 +61,12 @@ def plan_gemm(a: torch.Tensor, b: torch.Tensor, tile: tuple[int, int, int] | Non
     (m, k), n = a.shape, b.shape[1]
     if k % tile[2]:
         raise ValueError(f"tile_k={tile[2]} must divide K={k}")
+    bad = adapter_options.unknown("flydsl", "gemm", options)
+    if bad:
+        raise ValueError(f"compile_preshuffle_gemm takes no option {bad[0]!r} "
+                         f"(known: {', '.join(sorted(adapter_options.FLYDSL_GEMM))})")
     out = torch.float16 if a.dtype == torch.float16 else torch.bfloat16
-    extra = {key: v for key, v in options.items() if key not in ("tile", "shuffle")}
+    extra = {key: v for key, v in options.items() if key != "tile"}
     kwargs = dict(N=n, K=k, tile_m=tile[0], tile_n=tile[1], tile_k=tile[2], in_dtype=in_dtype,
                   out_dtype="fp16" if out == torch.float16 else "bf16", **extra)
     return GemmPlan(compile_kwargs=kwargs, weight=b.t().contiguous(), a=a.contiguous(), out_dtype=out, m=m, n=n)
@@ -79,6 +87,20 @@ def launch_args(plan: GemmPlan, b_shuffled: torch.Tensor, c: torch.Tensor, strea
         sa = sb = torch.empty(0, device=dev, dtype=torch.float32)
     bias = torch.empty(0, device=dev, dtype=plan.out_dtype)
     return (flat(c), flat(plan.a), flat(b_shuffled), sa, sb, bias, plan.m, plan.n, stream)
+
+
+def fa_kwargs(q: torch.Tensor, causal: bool, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Keywords for flydsl_flash_attn_func: causal, the kernel options, and for fp8 the shape-[1]
+    fp32 q/k/v descales it requires on gfx950 (unit: the suite's fp8 inputs are already the values)."""
+    bad = adapter_options.unknown("flydsl", "fa", options)
+    if bad:
+        raise ValueError(f"flydsl_flash_attn_func takes no option {bad[0]!r} "
+                         f"(known: {', '.join(sorted(adapter_options.FLYDSL_FA))})")
+    kwargs: dict[str, Any] = {"causal": causal, **options}
+    if q.dtype == torch.float8_e4m3fn:
+        for name in ("q_descale", "k_descale", "v_descale"):
+            kwargs[name] = torch.ones(1, device=q.device, dtype=torch.float32)
+    return kwargs
 
 
 def check_sm_scale(sm_scale: float, head_dim: int) -> None:
@@ -108,8 +130,8 @@ class FlyDSLSubject:
             fn = load_entry(self.entry or FA_ENTRY, self.name)
             q, k, v = (to_layout(inputs[n], "bshd") for n in ("q", "k", "v"))
             check_sm_scale(inputs["sm_scale"], q.shape[-1])
-            causal, opts = inputs["causal"], self.options
-            return prepared(lambda: fn(q, k, v, causal=causal, **opts), lambda o: from_layout(o, "bshd"))
+            kwargs = fa_kwargs(q, inputs["causal"], self.options)
+            return prepared(lambda: fn(q, k, v, **kwargs), lambda o: from_layout(o, "bshd"))
         if suite == "gemm":
             compile_gemm = load_entry(self.entry or GEMM_ENTRY, self.name)
             plan = plan_gemm(inputs["a"], inputs["b"], inputs.get("tile"), self.options)

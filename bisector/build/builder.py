@@ -11,8 +11,11 @@ Recipes:
   from `site/` (source_dir = prefix = site), with the host's torch still on its path. The
   worktree is deleted after the install.
 - `command`: each step runs as `bash -c RUN` in the worktree with its env, timeout and log. A step
-  with `key_files` writes into a shared dir keyed by those files' content (env var `shared_dir`,
-  default BISECTOR_SHARED_DIR) and is skipped when that dir is complete: one LLVM build per pin.
+  with `key_files` writes into a shared dir keyed by the content of the files they match (env var
+  `shared_dir`, default BISECTOR_SHARED_DIR, seen by the later steps too) and is skipped when that
+  dir is complete: one LLVM build per pin. An entry may end in a wildcard (`thirdparty/llvm-*`),
+  so the key follows a pin that moves to another file; an entry that matches nothing fails the
+  build (`bisector/keyfiles.py`; `bisector plan --config` lists such commits without building).
   Steps also see BISECTOR_SHA, BISECTOR_SOURCE (worktree) and BISECTOR_PREFIX (`<entry>/site`,
   first on PYTHONPATH).
 
@@ -40,12 +43,11 @@ import git
 from bisector.build.cache import Cache, Slot, digest
 from bisector.build.steps import StepOutcome, import_argv, python_path_env, run_step, tail
 from bisector.build.worktree import Worktrees, resolve_commit, tree_hash
-from bisector.config import Build, BuildStep, Upstream
+from bisector.config import DEFAULT_SHARED_ENV, Build, BuildStep, Upstream
 from bisector.errors import GitError
+from bisector.keyfiles import key_from_dir
 from bisector.model import BuildResult, BuildStatus
 from bisector.trust.filter import scrub
-
-DEFAULT_SHARED_ENV = "BISECTOR_SHARED_DIR"
 
 
 @lru_cache(maxsize=1)
@@ -238,12 +240,10 @@ class Builder:
         if not step.key_files:
             out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log)
             return "" if out.ok else f"{name} failed: {out.reason}"
-        contents = []
-        for rel in step.key_files:
-            try:
-                contents.append([rel, hashlib.sha256((tree / rel).read_bytes()).hexdigest()])
-            except OSError:
-                return f"{name}: key file {rel!r} missing in commit"
+        key = key_from_dir(tree, step.key_files)
+        if not key.ok:
+            return f"{name}: key files {', '.join(map(repr, key.unmatched))} match nothing in commit"
+        contents = [list(pair) for pair in key.files]
         shared = self.cache.slot("shared", digest("shared", _step_key(step), contents, toolchain_fingerprint()))
         env[step.shared_dir or DEFAULT_SHARED_ENV] = str(shared.path)  # later steps see it too
         if shared.is_complete():

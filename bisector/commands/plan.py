@@ -1,12 +1,19 @@
-"""`bisector plan`: how many builds, trials and GPU hours a bisection of GOOD..BAD will take."""
+"""`bisector plan`: how many builds, trials and GPU hours a bisection of GOOD..BAD will take.
+
+With `--config`, also each build step's builds over the range, from the commits' files (nothing is
+built): a keyed step (an LLVM pin) costs one build per distinct key, and a commit whose key files
+match nothing is named, since that step would fail there.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import click
 
-from bisector import gitrepo
+from bisector import config, gitrepo
+from bisector.build.dryrun import step_builds
 from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector.commands.simulate import make_settings, settings_options
 from bisector.errors import BadInput
@@ -15,6 +22,8 @@ from bisector.plan import estimate, noise_from_rows
 
 @click.command("plan")
 @click.option("--repo", required=True, help="path or URL of the upstream repository")
+@click.option("--config", "config_path", default=None,
+              help="a config: also count each build step's builds from the commits' files (no build)")
 @click.option("--good", required=True)
 @click.option("--bad", required=True)
 @click.option("--noise-cv", type=float, default=None, help="per-trial coefficient of variation, e.g. 0.01")
@@ -33,13 +42,22 @@ from bisector.plan import estimate, noise_from_rows
 @settings_options
 @click.option("--json", "as_json", is_flag=True)
 @fail_on_error
-def command(repo: str, good: str, bad: str, noise_cv: float | None, store_path: str | None, csv_path: str | None,
-            campaign: str | None, steps: int, step_pct: float, shapes: int, fail_rate: float,
-            trial_seconds: float, build_seconds: float, runs: int, min_step: float, alpha: float, trials: int,
-            max_trials: int, as_json: bool) -> None:
-    """Estimate probes, trials and GPU time for a bisection, from the measured noise."""
-    if sum(x is not None for x in (noise_cv, store_path, csv_path)) != 1:
-        raise BadInput("give exactly one of --noise-cv, --from-store, --from-csv")
+def command(repo: str, config_path: str | None, good: str, bad: str, noise_cv: float | None,
+            store_path: str | None, csv_path: str | None, campaign: str | None, steps: int, step_pct: float,
+            shapes: int, fail_rate: float, trial_seconds: float, build_seconds: float, runs: int, min_step: float,
+            alpha: float, trials: int, max_trials: int, as_json: bool) -> None:
+    """Estimate probes, trials and GPU time for a bisection, from the measured noise; with --config,
+    also the builds of each build step over the range (without --noise-cv etc.: only those)."""
+    sources = sum(x is not None for x in (noise_cv, store_path, csv_path))
+    if sources > 1 or (sources == 0 and config_path is None):
+        raise BadInput("give exactly one of --noise-cv, --from-store, --from-csv (or only --config)")
+    cfg = config.load(config_path) if config_path else None
+    git_repo = gitrepo.open_repo(repo)
+    shas = [c.sha for c in gitrepo.commit_range(git_repo, good, bad)]
+    builds = [b.as_dict() for b in step_builds(git_repo, shas, cfg.build)] if cfg else None
+    if sources == 0:
+        _print_builds(len(shas), builds or [], as_json)
+        return
     settings = make_settings(min_step, alpha, trials, max_trials)
     source = "--noise-cv"
     if noise_cv is None:
@@ -50,10 +68,10 @@ def command(repo: str, good: str, bad: str, noise_cv: float | None, store_path: 
             raise BadInput(f"{store_path or csv_path}: no commit/shape with two or more OK trials")
     if not 0 <= noise_cv < 1 or not 0 <= fail_rate < 1 or runs < 1:
         raise BadInput("--noise-cv and --fail-rate must be in [0, 1), --runs >= 1")
-    n = len(gitrepo.commit_range(gitrepo.open_repo(repo), good, bad))
+    n = len(shas)
     plan = estimate(n, noise_cv, steps, step_pct, shapes, fail_rate, trial_seconds, build_seconds, settings, runs)
     if as_json:
-        print_json({**plan.as_dict(), "noise_source": source})
+        print_json({**plan.as_dict(), "noise_source": source, **({"builds": builds} if builds is not None else {})})
         return
     click.echo(f"{n} commits, {steps} step(s) of {step_pct:g}% expected, noise CV {noise_cv:.2%} from {source}")
     click.echo(f"builds (distinct commits): {plan.probes_mean:.1f} on average, {plan.probes_p90:.0f} at p90 "
@@ -64,6 +82,20 @@ def command(repo: str, good: str, bad: str, noise_cv: float | None, store_path: 
     if build_seconds:
         click.echo(f"build time: {plan.build_hours_mean:.2f} h on average")
     click.echo(f"simulated steps found at the exact commit: {plan.found_rate:.0%} of {runs} runs")
+    if builds is not None:
+        _print_builds(n, builds, False)
+
+
+def _print_builds(n: int, builds: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print_json({"commits": n, "builds": builds})
+        return
+    for b in builds:
+        what = "distinct keys" if b["keyed"] else "distinct trees"
+        missing = f", key files missing in {len(b['missing'])}: {' '.join(s[:8] for s in b['missing'])}" \
+            if b["missing"] else ""
+        click.echo(f"build step {b['step']} ({b['run'][:60]}): at most {b['distinct_keys']} builds "
+                   f"({what} over {n} commits){missing}")
 
 
 def _rows(store_path: str | None, csv_path: str | None, campaign: str | None) -> list[dict[str, object]]:
