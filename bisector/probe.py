@@ -193,10 +193,10 @@ class Batch:
                     probe, sha, mine, _ = claimed[i]
                     if r >= len(mine):
                         continue
-                    first = r == 0 and not probe.stored(sha)
+                    first = r == 0 and probe.cold_jit and not probe.stored(sha)
                     others = [s[:7] for j, (_, s, m, _) in enumerate(claimed) if j != i and r < len(m)]
-                    probe.on_event(ProbeEvent(sha, "trial", f"{mine[r] + 1}" + (
-                        f", side by side with {', '.join(others)}" if others else ""), probe.patch_hash))
+                    probe.on_event(ProbeEvent(sha, "trial", f"trial {mine[r] + 1}/{mine[-1] + 1}" + (
+                        f" (side by side with {', '.join(others)})" if others else ""), probe.patch_hash))
                     job = probe.job(sha, mine[r], first, None if first else firsts.get(i))
                     future = probe.executor.submit(job)
                     futures[future] = (i, mine[r])

@@ -152,7 +152,7 @@ def test_the_gpu_path_prefetching_probe_keeps_side_by_side_trials(tmp_path: Path
     runner.overlaps.clear()
     runner.meet = threading.Barrier(2, timeout=20)
     got = p.together({"c0": 3, "c8": 3})
-    assert [m.count() for m in got.values()] == [3, 3] and len(runner.overlaps) == 2
+    assert [m.count() for m in got.values()] == [3, 3] and len(runner.overlaps) >= 2  # the barrier: two at once
 
 
 def test_a_commit_that_breaks_one_suite_gives_the_other_and_stops(tmp_path: Path) -> None:
