@@ -78,6 +78,9 @@ class Protocol:
 
     trials: int = 3  # first trials per commit; the search doubles up to max_trials
     max_trials: int = 24
+    # Trials a commit gets first once the run's trial noise is known: a step of many noise widths
+    # is then decided with one trial a side (bisector/search.py).
+    first_look: int = 1
     reps: int = 20  # timed repetitions per trial, subject and control alternating
     warmup: int = 3
     flush_mb: int = 0  # 0 = sized from the device (>= 2x last-level cache)
@@ -194,7 +197,7 @@ class _Section:
 
     def non_negative(self, key: str, kind: type, default: Any) -> Any:
         value = self.get(key, kind, default)
-        if value < 0:
+        if value is not None and value < 0:  # None: an optional key left out
             raise ConfigError(self.path, self.name(key), f"must be >= 0, got {value!r}")
         return value
 
@@ -269,7 +272,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         control=control,
         subjects=_subjects(top),
         shapes=_shapes(top),
-        protocol=_protocol(top.section("protocol", ("trials", "max_trials", "reps", "warmup", "flush_mb",
+        protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "flush_mb",
                                                     "timeout_s", "jit_cache_env", "env", "seed", "workers",
                                                     "ahead", "preload", "memory_gb"))),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric"))),
@@ -315,7 +318,7 @@ def _build(sec: _Section) -> Build:
                  cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1),
                  max_hunk_builds=sec.positive("max_hunk_builds", int, 12),
                  max_hunk_trials=sec.positive("max_hunk_trials", int, 64),
-                 memory_gb=_non_negative(sec, "memory_gb"))
+                 memory_gb=sec.non_negative("memory_gb", float, 0.0))
 
 
 def _subjects(top: _Section) -> dict[str, Subject]:
@@ -389,22 +392,19 @@ def _protocol(sec: _Section) -> Protocol:
     max_trials = sec.positive("max_trials", int, 24)
     if max_trials < trials:
         raise ConfigError(sec.path, sec.name("max_trials"), f"must be >= trials ({trials})")
-    return Protocol(trials=trials, max_trials=max_trials, reps=sec.positive("reps", int, 20),
+    first_look = sec.positive("first_look", int, 1)
+    if first_look > trials:
+        raise ConfigError(sec.path, sec.name("first_look"), f"must be <= trials ({trials})")
+    return Protocol(trials=trials, max_trials=max_trials, first_look=first_look, reps=sec.positive("reps", int, 20),
                     warmup=sec.non_negative("warmup", int, 3), flush_mb=sec.non_negative("flush_mb", int, 0),
                     timeout_s=sec.positive("timeout_s", float, 600.0),
                     jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
                     env=sec.str_map("env"), seed=sec.get("seed", int, 0),
                     workers=sec.get("workers", str, "fork", choices=WORKER_SOURCES),
-                    ahead=_non_negative(sec, "ahead", int, None),
+                    ahead=sec.non_negative("ahead", int, None),
                     preload=sec.strings("preload") if "preload" in sec.data else None,
-                    memory_gb=_non_negative(sec, "memory_gb"))
+                    memory_gb=sec.non_negative("memory_gb", float, 0.0))
 
-
-def _non_negative(sec: _Section, key: str, kind: type = float, default: Any = 0.0) -> Any:
-    value = sec.get(key, kind, default)
-    if value is not None and value < 0:
-        raise ConfigError(sec.path, sec.name(key), f"must be >= 0, got {value!r}")
-    return value
 
 
 def _thresholds(sec: _Section) -> Thresholds:

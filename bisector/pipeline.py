@@ -5,13 +5,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import git
 import platformdirs
@@ -30,6 +31,7 @@ from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
 from bisector.runner import make_executor
 from bisector.runner.executor import Executor, TrialJob
 from bisector.store import Store, campaign_key
+from bisector.throughput import Stage, Throughput, summarize
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class Session:
         self.builder = Builder(self.repo, config.upstream, config.build, cache_root)
         self.prefetcher = Prefetcher(self.builder, config.build.parallel)
         self._executor: Executor | None = None
+        self.stages: list[Stage] = []
         self.observer = observer
 
     @property
@@ -109,6 +112,19 @@ class Session:
                           patch_hash=patch_hash, recipe=self.config.build.recipe,
                           cold_jit=bool(self.config.protocol.jit_cache_env), metric=self.config.thresholds.metric,
                           offline=offline, max_crashes=max_crashes, on_event=self.observer)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Mark a measuring stage of the run (search, fixes, hunks) for the throughput summary."""
+        start = time.time()
+        try:
+            yield
+        finally:
+            self.stages.append(Stage(name, start, time.time()))
+
+    def throughput(self) -> Throughput:
+        timelines = self._executor.timelines if self._executor is not None else []
+        return summarize(timelines, self.stages, len(self.config.devices))
 
     def close(self) -> None:
         if self._executor is not None:
@@ -159,7 +175,8 @@ class Prefetching:
 
 def search_settings(config: Config) -> search.SearchSettings:
     return search.SearchSettings(min_step_pct=config.thresholds.min_step_pct, alpha=config.thresholds.alpha,
-                                 initial_repeats=config.protocol.trials, max_repeats=config.protocol.max_trials)
+                                 initial_repeats=config.protocol.trials, max_repeats=config.protocol.max_trials,
+                                 first_look=config.protocol.first_look)
 
 
 def with_prs(result: SearchResult, commits: Sequence[Commit]) -> SearchResult:
@@ -186,16 +203,20 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         settings = search_settings(config)
         if options.offline:  # fresh trials cannot be had: steps are reported unverified
             settings = replace(settings, verify=False)
-        result = with_prs(search.localize(order, measure, settings), commits)
-        windows = localize_wrong(order, result.measurements, probe)
+        with session.stage("search"):
+            result = with_prs(search.localize(order, measure, settings), commits)
+            windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
         taken = Taken(result.measurements)
-        fixes, patches = (verify_fixes(session, result, commits, out, taken)
-                          if options.verify_fixes and not options.offline else ((), {}))
-        found = (culprit_hunks.find_hunks(session, result.steps, taken, out)
-                 if options.find_hunks and not options.offline else ())
+        fixes, patches, found = (), {}, ()
+        if options.verify_fixes and not options.offline:
+            with session.stage("fixes"):
+                fixes, patches = verify_fixes(session, result, commits, out, taken)
+        if options.find_hunks and not options.offline:
+            with session.stage("hunks"):
+                found = culprit_hunks.find_hunks(session, result.steps, taken, out)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows)
-        data = replace(data, hunks=found)
+        data = replace(data, hunks=found, throughput=session.throughput())
         write_trials_csv(session, commits, out / render.CSV_NAME)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)

@@ -127,10 +127,10 @@ class StoreProbe:
             need = max(need, repeats - done[s.key])
         return need
 
-    def job(self, sha: str, slot: int, first: bool, after: Future | None) -> TrialJob:
+    def job(self, sha: str, slot: int, first: bool, after: Future | None, lane: int | None = None) -> TrialJob:
         """The trial in `slot`: its seed follows from the slot, so a resumed run draws the inputs it would have."""
         return TrialJob(self.build_results[sha], self.shapes, self.seed * 1_000_003 + slot, slot=slot,
-                        first=first and self.cold_jit, after=after)
+                        first=first and self.cold_jit, after=after, lane=lane)
 
     def stored_only(self, sha: str, repeats: int) -> Measurement:
         """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""
@@ -197,7 +197,10 @@ class Batch:
                     others = [s[:7] for j, (_, s, m, _) in enumerate(claimed) if j != i and r < len(m)]
                     probe.on_event(ProbeEvent(sha, "trial", f"trial {mine[r] + 1}/{mine[-1] + 1}" + (
                         f" (side by side with {', '.join(others)})" if others else ""), probe.patch_hash))
-                    job = probe.job(sha, mine[r], first, None if first else firsts.get(i))
+                    # Lanes in a Latin square: on n devices each commit visits each device equally
+                    # often, so a faster core cannot pass for a faster commit.
+                    lane = i + r
+                    job = probe.job(sha, mine[r], first, None if first else firsts.get(i), lane)
                     future = probe.executor.submit(job)
                     futures[future] = (i, mine[r])
                     if first:

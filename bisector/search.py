@@ -43,6 +43,9 @@ class SearchSettings:
     alpha: float = 0.01  # chance of one false step per search
     initial_repeats: int = 3  # trials per commit at first
     max_repeats: int = 24  # UNKNOWN doubles trials up to this
+    # Trials a commit gets first once the run's noise is known (pooled over the commits measured):
+    # a difference of many noise widths is decided by one trial a side; only a close one buys more.
+    first_look: int = 1
     verify: bool = True  # re-measure each culprit against its parent with fresh trials
     interior_points: int = 3  # measured up front besides GOOD and BAD (see module docstring)
 
@@ -51,6 +54,8 @@ class SearchSettings:
             raise ValueError("min_step_pct must be > 0 and alpha in (0, 0.5)")
         if not 1 <= self.initial_repeats <= self.max_repeats:
             raise ValueError("need 1 <= initial_repeats <= max_repeats")
+        if not 1 <= self.first_look <= self.initial_repeats:
+            raise ValueError("need 1 <= first_look <= initial_repeats")
 
 
 @dataclass
@@ -170,12 +175,23 @@ class _State:
         """Commit k has samples of every shape in `need` (a wrong result there is no sample)."""
         return all(self.samples(k, s) for s in need)
 
+    def known_noise(self, shapes: Iterable[str]) -> bool:
+        """Whether the trial noise of every shape is known from the run's commits (pooled)."""
+        return all(self.noise(s) is not None for s in shapes)
+
+    def first_repeats(self, shapes: Iterable[str]) -> int:
+        """Trials a newly measured commit gets first: `first_look` once the noise of the shapes it is
+        measured for is known, so a clear difference costs one trial; `initial_repeats` before."""
+        st = self.settings
+        return st.first_look if self.known_noise(shapes) else st.initial_repeats
+
     def middle(self, lo: int, hi: int, need: Iterable[str] = ()) -> int | None:
         """The commit nearest the middle of (lo, hi) that builds and has the shapes in `need`, probing
         outwards past SKIPs and past commits whose results for those shapes are wrong."""
+        need = tuple(need)
         mid = (lo + hi) // 2
         order = sorted(range(lo + 1, hi), key=lambda k: (abs(k - mid), k))
-        repeats = max(self.settings.initial_repeats, min(self.count(lo), self.count(hi)))
+        repeats = self.first_repeats(self.shapes(lo, hi) or need)
         for k in order:
             if self.measure(k, repeats) and self.usable(k, need):
                 return k
@@ -227,7 +243,9 @@ class _State:
         st = self.settings
         holding: set[str] = set()
         if st.verify:
-            n = st.initial_repeats  # doubled below only while the answer is unclear
+            # Doubled below only while the answer is unclear; two a side at least, so the pair's own
+            # spread is there to floor the pooled noise.
+            n = max(2, st.first_look) if self.known_noise(cand.dirs) else st.initial_repeats
             while True:
                 fresh = self.fresh_compare(cand.lo, cand.hi, n)
                 holding = {s for s, c in fresh.items()

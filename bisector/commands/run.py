@@ -43,6 +43,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
                   "patch": h.patch_path} for h in outcome.report.hunks]
         print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
                     "fixes": [fix_json(f) for f in outcome.fixes],
+                    "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
                     "report": str(outcome.report_dir / "report.md"), **(extra or {})})
         check_compared(outcome)
         return outcome

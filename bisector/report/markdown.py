@@ -9,6 +9,7 @@ from typing import Iterable, Sequence
 
 from bisector.model import Step
 from bisector.report.data import FixResult, HunkFinding, ReportData
+from bisector.throughput import describe as describe_throughput
 
 
 def _pr(pr: int | None) -> str:
@@ -198,6 +199,8 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
                  f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
                  f"against the control. Values are medians over trials of the per-trial median TFLOP/s; steps "
                  f"are tested on {METRIC_WORDS.get(data.metric, data.metric)} (minimum step {data.min_step_pct:g}%).")
+    if data.throughput is not None:
+        lines.append(describe_throughput(data.throughput))
     lines += [f"\n> {note}" for note in data.notes]
     lines += ["", "## Steps", "", *steps_table(data)]
     if data.dropped:

@@ -25,12 +25,11 @@ from __future__ import annotations
 import json
 import os
 import selectors
-import shutil
 import socket
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -54,6 +53,7 @@ class TrialJob:
     slot: int = 0  # which trial of this (commit, patch) it is: names its dir and log
     first: bool = False  # empty the commit's JIT cache dirs first: this trial compiles cold
     after: Future | None = None  # do not take a device before this trial has released its own
+    lane: int | None = None  # run on devices[lane % n] (side-by-side rounds spread each commit evenly)
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,15 @@ class Timeline:
     release: float | None = None  # device given back
     ended: float | None = None  # process gone, result read
     source: str = "spawn"
+    phases: Mapping[str, float] = field(default_factory=dict)  # seconds per phase the trial reported
+
 
     def span(self, a: str, b: str) -> float:
         x, y = getattr(self, a), getattr(self, b)
         return max(0.0, y - x) if x is not None and y is not None else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("sha", "patch_hash")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("sha", "patch_hash", "phases")}
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,9 @@ class Executor:
         self.prepare, self.finish = prepare, finish
         self.ahead, self.timeout_s, self.memory_bytes = ahead, timeout_s, memory_bytes
         self.lock_devices = lock_devices
+        # On the CPU the device is a core: the next trial must not start its timed section while the
+        # last one still exits on that core (freeing torch takes a few hundred ms of CPU).
+        self.hold_until_exit = device_kind == "cpu"
         self.timelines: list[Timeline] = []  # every trial this executor ran, in order of ending
         self._runs: list[_Run] = []
         self._idle: list[Worker] = []
@@ -238,11 +243,18 @@ class Executor:
         with self._lock:
             runs = list(self._runs)
         pending = [r for r in runs if r.state == "pending"]
-        busy = sum(r.state in ("assigned", "wants", "on-device") for r in runs)
-        # Workers: one for every pending trial and `ahead` more per device in reserve, but never
-        # more than `ahead` + 1 per device alive at once (on the CPU: one per core).
-        cap = len(self.devices) * (1 + self.ahead)
-        want_workers = min(len(pending) + self.ahead * len(self.devices), cap - busy)
+        # Each device takes up to 1 + `ahead` trials at a time (one on it, the rest setting up, in
+        # the order they were submitted); a trial's lane, when it has one, names its device.
+        load = {d: sum(1 for r in runs if r.device == d and r.state in self._busy_states) for d in self.devices}
+        fits: list[tuple[_Run, int]] = []
+        for run in pending:
+            device = self._device_for(run, load)
+            if device is not None:
+                load[device] += 1
+                fits.append((run, device))
+        # Workers: one for every trial that fits, and `ahead` per device ready in reserve for the
+        # trials the search asks for next (their imports are then done before they are known).
+        want_workers = len(fits) + self.ahead * len(self.devices)
         while len(self._idle) + len(self._starting) < want_workers:
             worker = self.source.start()
             self._starting.append(worker)
@@ -250,18 +262,18 @@ class Executor:
         for worker in [w for w in self._starting if now - w.started > self.timeout_s]:
             self._starting.remove(worker)  # a worker that never got ready (a hung import)
             self._forget(worker)
-        for run in pending:
+        for run, device in fits:
             if not self._idle:
                 break
-            self._assign(run, self._idle.pop(0), now)
+            self._assign(run, device, self._idle.pop(0), now)
         for run in runs:
             if run.state in ("assigned", "wants", "on-device", "released") and now > run.deadline:
                 self._end(run, timed_out=True)
         for device in self.devices:
             self._grant(device)
 
-    def _assign(self, run: _Run, worker: Worker, now: float) -> None:
-        run.device = self._pick_device()
+    def _assign(self, run: _Run, device: int, worker: Worker, now: float) -> None:
+        run.device = device
         run.worker = worker
         try:
             run.prepared = self.prepare(run.job, run.device)
@@ -280,12 +292,20 @@ class Executor:
         if not worker.send(job=job):
             self._end(run)
 
-    def _pick_device(self) -> int:
-        """The device with the fewest trials queued or running."""
-        with self._lock:
-            load = {d: sum(1 for r in self._runs if r.device == d and r.state in ("assigned", "wants", "on-device"))
-                    for d in self.devices}
-        return min(self.devices, key=lambda d: (load[d], self.devices.index(d)))
+    @property
+    def _busy_states(self) -> tuple[str, ...]:
+        """States in which a trial counts against its device (and the live-worker cap)."""
+        return ("assigned", "wants", "on-device", "released") if self.hold_until_exit else \
+            ("assigned", "wants", "on-device")
+
+    def _device_for(self, run: _Run, load: Mapping[int, int]) -> int | None:
+        """The trial's device if it has room now: its lane's, else the least loaded; None: wait."""
+        room = 1 + self.ahead
+        if run.job.lane is not None:
+            device = self.devices[run.job.lane % len(self.devices)]
+            return device if load[device] < room else None
+        device = min(self.devices, key=lambda d: (load[d], self.devices.index(d)))
+        return device if load[device] < room else None
 
     def _grant(self, device: int) -> None:
         if self._holder[device] is not None:
@@ -345,7 +365,8 @@ class Executor:
                 run.state, run.t["want"] = "wants", time.time()
             elif run is not None and kind == "release":
                 run.t["release"] = time.time()
-                self._free(run)
+                if not self.hold_until_exit:
+                    self._free(run)
                 run.state = "released"
             elif run is not None and kind == "done":
                 run.t["done"] = time.time()
@@ -366,16 +387,17 @@ class Executor:
         self._free(run)
         run.state = "done"
         run.t["ended"] = time.time()
-        timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
-                            run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
-                            run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind)
-        info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
-                "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
-                "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict()}
         try:
             out = json.loads(run.prepared.out_path.read_text()) if run.prepared else {}
         except (OSError, ValueError):
             out = {}
+        timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
+                            run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
+                            run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind,
+                            phases=phase_seconds(out.get("phases") or ()))
+        info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
+                "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
+                "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict()}
         with self._lock:
             self._runs.remove(run)
             self.timelines.append(timeline)
@@ -427,11 +449,16 @@ class Executor:
         self._wake_w.close()
 
 
-def reset_dir(path: Path) -> None:
-    """Empty a JIT cache dir (the commit's first trial compiles cold)."""
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+def phase_seconds(spans: Sequence[Sequence[Any]]) -> dict[str, float]:
+    """Seconds per phase name, summed over shapes, from a trial's [name, shape, start, end] spans."""
+    out: dict[str, float] = {}
+    for span in spans:
+        try:
+            name, _, start, end = span
+            out[str(name)] = out.get(str(name), 0.0) + float(end) - float(start)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
-__all__ = ["Executor", "Prepared", "TrialJob", "TrialOutcome", "Timeline", "reset_dir", "replace"]
+__all__ = ["Executor", "Prepared", "TrialJob", "TrialOutcome", "Timeline", "phase_seconds"]

@@ -1,0 +1,99 @@
+"""Where a run's time went: trial processes, the device time they held, and what the rest was.
+
+Pure: it reads the executor's timelines (bisector/runner/executor.py), one per trial process of
+this run, and the run's stages (search, fixes, hunks) as wall-clock spans. `device_s` is the time
+trials held a device (go to release: compile, inputs, correctness check, warm-up, timed
+repetitions); `device_busy_fraction` is device_s over (measuring wall time x devices).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from bisector.runner.executor import Timeline
+
+# Phases of a trial process, in order, with the Timeline marks that bound them.
+SPANS = (("start_imports", "started", "ready"), ("setup", "assigned", "want"), ("queue", "want", "go"),
+         ("device", "go", "release"), ("teardown", "release", "ended"))
+DEVICE_PHASES = ("inputs", "compile", "check", "warmup", "timed")  # inside `device`, from the trial
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Throughput:
+    trials: int
+    trial_wall_s: float  # each process's own time: its start and imports, then its trial (not idle in the pool)
+    device_s: float
+    wall_s: float  # the measuring stages' wall time
+    devices: int
+    median_s: Mapping[str, float] = field(default_factory=dict)  # per trial, per phase (SPANS, DEVICE_PHASES)
+    total_s: Mapping[str, float] = field(default_factory=dict)  # summed over trials
+    stages: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # stage -> trials, wall_s, busy
+
+    @property
+    def device_busy_fraction(self) -> float:
+        return self.device_s / (self.wall_s * self.devices) if self.wall_s > 0 and self.devices else 0.0
+
+    @property
+    def trials_per_minute(self) -> float:
+        return 60.0 * self.trials / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_json(self) -> dict[str, object]:
+        return {"trials": self.trials, "trial_wall_s": round(self.trial_wall_s, 2), "device_s": round(self.device_s, 2),
+                "device_busy_fraction": round(self.device_busy_fraction, 4), "wall_s": round(self.wall_s, 2),
+                "devices": self.devices, "trials_per_minute": round(self.trials_per_minute, 2),
+                "median_s": {k: round(v, 3) for k, v in self.median_s.items()},
+                "total_s": {k: round(v, 2) for k, v in self.total_s.items()},
+                "stages": {k: {m: round(x, 4) for m, x in v.items()} for k, v in self.stages.items()}}
+
+
+def _own_wall(t: Timeline) -> float:
+    return t.span("started", "ready") + t.span("assigned", "ended")
+
+
+def summarize(timelines: Sequence[Timeline], stages: Sequence[Stage], devices: int) -> Throughput:
+    """The run's throughput; a trial belongs to the stage during which it was submitted."""
+    wall = sum(s.end - s.start for s in stages)
+    per: dict[str, list[float]] = {}
+    for t in timelines:
+        for name, a, b in SPANS:
+            per.setdefault(name, []).append(t.span(a, b))
+        for name in DEVICE_PHASES:
+            per.setdefault(name, []).append(float(t.phases.get(name, 0.0)))
+    by_stage = {}
+    for s in stages:
+        mine = [t for t in timelines if s.start <= t.submitted <= s.end]
+        device = sum(t.span("go", "release") for t in mine)
+        span = s.end - s.start
+        by_stage[s.name] = {"trials": float(len(mine)), "wall_s": span, "device_s": device,
+                            "device_busy_fraction": device / (span * devices) if span > 0 and devices else 0.0}
+    return Throughput(trials=len(timelines), trial_wall_s=sum(_own_wall(t) for t in timelines),
+                      device_s=sum(t.span("go", "release") for t in timelines), wall_s=wall, devices=devices,
+                      median_s={k: statistics.median(v) for k, v in per.items() if v},
+                      total_s={k: sum(v) for k, v in per.items()}, stages=by_stage)
+
+
+def describe(t: Throughput) -> str:
+    """One paragraph for the report's header."""
+    if not t.trials:
+        return "No trial process ran in this run (everything came from the store)."
+    m = t.median_s
+    inside = ", ".join(f"{k} {m.get(k, 0.0):.2f} s" for k in DEVICE_PHASES if m.get(k))
+    stages = "; ".join(f"{name} {v['trials']:.0f} trials in {v['wall_s'] / 60:.1f} min, busy "
+                       f"{v['device_busy_fraction']:.0%}" for name, v in t.stages.items() if v["trials"])
+    return (f"Where the time went: {t.trials} trial processes in {t.wall_s / 60:.1f} min of measuring "
+            f"({t.trials_per_minute:.1f} a minute), holding the device{'s' if t.devices > 1 else ''} "
+            f"{t.device_s / 60:.1f} min: busy {t.device_busy_fraction:.0%} of the time"
+            f"{f' over {t.devices} devices' if t.devices > 1 else ''}. Per trial (median): start and imports "
+            f"{m.get('start_imports', 0):.2f} s, setup {m.get('setup', 0):.2f} s (both off the device, overlapped "
+            f"with other trials), waiting for the device {m.get('queue', 0):.2f} s, on the device "
+            f"{m.get('device', 0):.2f} s ({inside}), teardown {m.get('teardown', 0):.2f} s."
+            + (f" By stage: {stages}." if stages else ""))

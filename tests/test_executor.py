@@ -1,0 +1,214 @@
+"""The trial executor on real processes: device sections never overlap on one device, setup overlaps
+other trials' device time, trials die with the bot, a runaway allocation is killed, a cancelled
+trial never runs, and two runs on one store never measure one trial twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bisector.config import parse
+from bisector.model import BuildResult, BuildStatus, TrialStatus
+from bisector.runner import make_executor
+from bisector.runner.executor import TrialJob
+
+KERNELS = textwrap.dedent('''
+    import os, time
+    import torch
+
+    def mm(a, b):
+        return a @ b
+
+    def slow(a, b):
+        time.sleep(0.1)  # a device section long enough for the next trials to set up meanwhile
+        return a @ b
+
+    def hog(a, b):
+        keep = []
+        while True:  # allocates without bound, a page at a time so it is resident
+            keep.append(bytearray(64 << 20))
+            time.sleep(0.01)
+
+    def hang(a, b):
+        with open(os.environ["MARK"], "w") as fh:
+            fh.write(str(os.getpid()))
+        time.sleep(600)
+''')
+
+
+def config(tmp_path: Path, entry: str = "kern:mm", devices=(0,), memory_gb: float = 0.0, env=None, timeout=120.0):
+    data = {
+        "name": "x", "upstream": {"repo": str(tmp_path)}, "device": {"kind": "cpu", "visible": list(devices)},
+        "control": {"backend": "torch"}, "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
+        "suites": {"gemm": {"shapes": [{"name": "a", "M": 96, "N": 64, "K": 64, "dtype": "fp32"}]}},
+        "protocol": {"reps": 3, "warmup": 1, "flush_mb": 1, "timeout_s": timeout, "jit_cache_env": [],
+                     "memory_gb": memory_gb, "env": env or {}},
+    }
+    return parse(data, tmp_path / "x.toml")
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    d = tmp_path / "src"
+    d.mkdir()
+    (d / "kern.py").write_text(KERNELS)
+    return d
+
+
+def build(src: Path, sha: str = "a" * 40) -> BuildResult:
+    return BuildResult(sha, BuildStatus.OK, str(src))
+
+
+def spans(outcome, name: str) -> list[tuple[float, float]]:
+    """A trial's phase spans of one name, from what the trial process reported."""
+    return [(a, b) for n, _, a, b in outcome.records[0].protocol["phases"] if n == name]
+
+
+@pytest.mark.parametrize("source", ["fork", "spawn"])
+def test_device_sections_never_overlap_and_setup_runs_alongside(tmp_path: Path, src: Path, source: str) -> None:
+    cfg = config(tmp_path, entry="kern:slow")
+    jobs = [TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(6)]
+    with make_executor(cfg, tmp_path / "work", source=source, ahead=2, lock_devices=False) as executor:
+        outcomes = executor.run(jobs)
+    assert all(o.records[0].status is TrialStatus.OK for o in outcomes)
+    # From the recorded timestamps: one device section at a time, in the order submitted...
+    sections = [(o.timeline.go, o.timeline.release) for o in outcomes]
+    assert sections == sorted(sections)
+    for (_, end), (start, _) in zip(sections, sections[1:]):
+        assert end <= start, sections
+    # ... the timed repetitions inside them (the trial's own clock) never overlap either ...
+    timed = sorted(s for o in outcomes for s in spans(o, "timed"))
+    assert len(timed) == 6 and all(a[1] <= b[0] for a, b in zip(timed, timed[1:]))
+    # ... while later trials were already started and set up (their imports off the device).
+    ahead = [o for o in outcomes[1:] if o.timeline.want is not None and o.timeline.want < outcomes[0].timeline.release]
+    assert ahead, [o.timeline for o in outcomes]
+
+
+def test_two_devices_measure_at_once_and_lanes_alternate(tmp_path: Path, src: Path) -> None:
+    cfg = config(tmp_path, devices=(0, 1))
+    jobs = [TrialJob(build(src), cfg.shapes, seed=k, slot=k, lane=k) for k in range(4)]
+    with make_executor(cfg, tmp_path / "work", source="fork", lock_devices=False) as executor:
+        outcomes = executor.run(jobs)
+    assert [o.timeline.device for o in outcomes] == [0, 1, 0, 1]
+    for d in (0, 1):
+        mine = sorted((o.timeline.go, o.timeline.release) for o in outcomes if o.timeline.device == d)
+        assert all(a[1] <= b[0] for a, b in zip(mine, mine[1:]))
+
+
+def test_runaway_memory_is_killed_and_recorded(tmp_path: Path, src: Path) -> None:
+    cfg = config(tmp_path, entry="kern:hog", memory_gb=0.75)
+    with make_executor(cfg, tmp_path / "work", source="fork", lock_devices=False) as executor:
+        (outcome,) = executor.run([TrialJob(build(src), cfg.shapes, seed=0)])
+    (rec,) = outcome.records
+    assert rec.status is TrialStatus.CRASH and "over the memory limit of 0.8 GiB" in rec.error, rec.error
+
+
+def test_a_cancelled_trial_never_takes_the_device(tmp_path: Path, src: Path) -> None:
+    cfg = config(tmp_path)
+    with make_executor(cfg, tmp_path / "work", source="fork", lock_devices=False) as executor:
+        first = executor.submit(TrialJob(build(src), cfg.shapes, seed=0))
+        second = executor.submit(TrialJob(build(src), cfg.shapes, seed=1, slot=1, after=first))
+        executor.cancel(second)
+        assert first.result().records[0].status is TrialStatus.OK
+        assert second.cancelled()
+    assert len(executor.timelines) == 1
+
+
+BOT = textwrap.dedent('''
+    import sys
+    from pathlib import Path
+    sys.path[:0] = [sys.argv[1]]
+    from tests.test_executor import config, build
+    from bisector.runner import make_executor
+    from bisector.runner.executor import TrialJob
+    tmp, src = Path(sys.argv[2]), Path(sys.argv[3])
+    cfg = config(tmp, entry="kern:hang", env={"MARK": str(tmp / "mark")})
+    with make_executor(cfg, tmp / "work", source=sys.argv[4], lock_devices=False) as ex:
+        ex.run([TrialJob(build(src), cfg.shapes, seed=0)])
+''')
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+
+
+@pytest.mark.parametrize("source", ["fork", "spawn"])
+def test_a_killed_bot_takes_its_trial_processes_with_it(tmp_path: Path, src: Path, source: str) -> None:
+    bot = subprocess.Popen([sys.executable, "-c", BOT, str(Path(__file__).parents[1]), str(tmp_path), str(src),
+                            source])
+    mark = tmp_path / "mark"
+    deadline = time.monotonic() + 120
+    while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
+        assert bot.poll() is None, "the bot ended before its trial started"
+        time.sleep(0.2)
+    kernel = int(mark.read_text())
+    assert _alive(kernel)
+    bot.send_signal(signal.SIGKILL)
+    bot.wait()
+    deadline = time.monotonic() + 30
+    while _alive(kernel) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(kernel), "the hung trial outlived its bot"
+
+
+TWO_RUNS = textwrap.dedent('''
+    import sys, time
+    from concurrent.futures import ThreadPoolExecutor, Future
+    from dataclasses import replace
+    sys.path[:0] = [sys.argv[1]]
+    from bisector.model import BuildResult, BuildStatus, Shape, TrialRecord, TrialStatus
+    from bisector.probe import StoreProbe
+    from bisector.runner.executor import Timeline, TrialOutcome
+    from bisector.store import Store
+
+    class Slow:
+        def __init__(self):
+            self.pool = ThreadPoolExecutor(1)
+        def submit(self, job):
+            def run():
+                time.sleep(0.4)
+                recs = (TrialRecord(job.build.sha, s.key, TrialStatus.OK, (1.0,), (1.0,), 1.0, 1.0, 1.0,
+                                    slot=job.slot, protocol={"seed": job.seed}) for s in job.shapes)
+                return TrialOutcome(tuple(recs), Timeline(job.build.sha, None, 0, 0.0))
+            return self.pool.submit(run)
+        def cancel(self, future):
+            future.cancel()
+
+    class Builds:
+        def build(self, sha, patch=None):
+            return BuildResult(sha, BuildStatus.OK, "/src")
+
+    shape = Shape("gemm", "m", (("M", 8),))
+    probe = StoreProbe("c", (shape,), Store(sys.argv[2]), Builds(), Slow())
+    print(probe("abc", int(sys.argv[3])).count())
+''')
+
+
+def test_two_runs_on_one_store_never_measure_one_trial_twice(tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    root = str(Path(__file__).parents[1])
+    runs = [subprocess.Popen([sys.executable, "-c", TWO_RUNS, root, str(store), "6"], stdout=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    outs = [r.communicate(timeout=120)[0].strip() for r in runs]
+    assert outs == ["6", "6"], outs
+    import sqlite3
+
+    with sqlite3.connect(store) as db:
+        slots = [row[0] for row in db.execute("SELECT slot FROM trials WHERE sha = 'abc' ORDER BY slot")]
+        claims = db.execute("SELECT COUNT(*) FROM claims").fetchone()[0]
+    assert slots == list(range(6)), slots  # six trials between the two runs, each measured once
+    assert claims == 0
