@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from bisector.model import Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict
 from bisector.stats import compare, holds, log_sd
@@ -175,15 +175,25 @@ class _State:
         """Commit k has samples of every shape in `need` (a wrong result there is no sample)."""
         return all(self.samples(k, s) for s in need)
 
-    def known_noise(self, shapes: Iterable[str]) -> bool:
-        """Whether the trial noise of every shape is known from the run's commits (pooled)."""
-        return all(self.noise(s) is not None for s in shapes)
-
-    def first_repeats(self, shapes: Iterable[str]) -> int:
-        """Trials a newly measured commit gets first: `first_look` once the noise of the shapes it is
-        measured for is known, so a clear difference costs one trial; `initial_repeats` before."""
+    def sized(self, shapes: Iterable[str], other: int, enough: Callable[[float, int], bool], otherwise: int) -> int:
+        """The fewest trials n in [first_look, initial_repeats) a commit needs against one with
+        `other` trials for `enough(sd, n)` to hold in every shape, with the trial noise sd pooled over
+        the run; `otherwise` when none does or that noise is not known yet. Trials sized to the
+        effect: a quiet machine decides with one trial a side what a noisy one needs many for."""
         st = self.settings
-        return st.first_look if self.known_noise(shapes) else st.initial_repeats
+        sds = [self.noise(s) for s in shapes]
+        if not sds or any(sd is None for sd in sds):
+            return otherwise
+        worst = max(sd[0] for sd in sds if sd is not None)
+        return next((n for n in range(st.first_look, st.initial_repeats) if enough(worst, n)), otherwise)
+
+    def first_repeats(self, shapes: Iterable[str], other: int) -> int:
+        """Trials a newly measured commit gets first: as few as show "no step" at once (the 95%
+        interval of the change inside +-min_step/2 against a neighbour with `other` trials), else
+        as many as its neighbours have."""
+        half = math.log1p(self.settings.min_step_pct / 200.0)
+        return self.sized(shapes, other, lambda sd, n: 2.0 * sd * math.sqrt(1.0 / n + 1.0 / other) <= half,
+                          max(self.settings.initial_repeats, other))
 
     def middle(self, lo: int, hi: int, need: Iterable[str] = ()) -> int | None:
         """The commit nearest the middle of (lo, hi) that builds and has the shapes in `need`, probing
@@ -191,7 +201,7 @@ class _State:
         need = tuple(need)
         mid = (lo + hi) // 2
         order = sorted(range(lo + 1, hi), key=lambda k: (abs(k - mid), k))
-        repeats = self.first_repeats(self.shapes(lo, hi) or need)
+        repeats = self.first_repeats(self.shapes(lo, hi) or need, min(self.count(lo), self.count(hi)))
         for k in order:
             if self.measure(k, repeats) and self.usable(k, need):
                 return k
@@ -243,9 +253,14 @@ class _State:
         st = self.settings
         holding: set[str] = set()
         if st.verify:
-            # Doubled below only while the answer is unclear; two a side at least, so the pair's own
-            # spread is there to floor the pooled noise.
-            n = max(2, st.first_look) if self.known_noise(cand.dirs) else st.initial_repeats
+            # Fresh trials sized to the step found: enough that it stands ten noise widths clear
+            # (two a side at least, so the pair's own spread floors the pooled noise); doubled below
+            # only while the answer is unclear.
+            size = min((abs(math.log1p(c.change_pct / 100.0)) for c in self.compare_now(cand.lo, cand.hi, 1.0,
+                                                                                      cand.dirs).values()),
+                       default=0.0)
+            n = max(2, self.sized(cand.dirs, 1, lambda sd, k: size >= 10.0 * sd * math.sqrt(2.0 / k),
+                                  st.initial_repeats))
             while True:
                 fresh = self.fresh_compare(cand.lo, cand.hi, n)
                 holding = {s for s, c in fresh.items()

@@ -259,7 +259,8 @@ def test_a_commit_that_fails_on_a_later_probe_keeps_its_trials() -> None:
         return inner(sha, repeats)
 
     r = localize(c, probe)
-    assert c[19] not in r.skipped and r.measurements[c[19]].count() >= 3
+    had = max(n for sha, n in r.probes if sha == c[19] and n <= 3)  # what it measured before the failure
+    assert c[19] not in r.skipped and r.measurements[c[19]].count() >= had
     assert {s.commit for s in r.steps} | {s.commit for s in r.dropped} == {c[20]}
 
 
