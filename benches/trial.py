@@ -88,10 +88,12 @@ def _cold(path: str | None) -> bool | None:
 
 def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str, caches: Mapping[str, bool | None]) -> dict[str, Any]:
     env = {k: os.environ[k] for k in JIT_ENV if k in os.environ}
+    triton = sys.modules.get("triton")
+    used = {"triton_cache_dir": str(triton.knobs.cache.dir)} if triton is not None and hasattr(triton, "knobs") else {}
     return {"reps": spec["reps"], "warmup": spec["warmup"], "seed": spec["seed"], "flush_bytes": flush,
             "timer": clock_kind, "order": "subject,control interleaved", "jit_env": env,
             "jit_cache_cold": dict(caches), "subjects": subject_specs(spec), "control": spec["control"],
-            "device": spec["device"], "pid": os.getpid()}
+            "device": spec["device"], "pid": os.getpid(), **used}
 
 
 def subject_specs(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -86,7 +86,11 @@ def _redirect_output(log: str) -> None:
 
 def serve(channel: Channel, started: float, loaded: tuple[float, float], failed: Sequence[str]) -> int:
     """Say ready, take one trial, run it with the bot's gate."""
-    channel.send(msg="ready", pid=os.getpid(), started=started, preload=list(loaded), preload_failed=list(failed))
+    torch = sys.modules.get("torch")
+    # Forked workers need a device runtime nobody has touched yet; say so if the preload touched it.
+    cuda = bool(torch is not None and torch.cuda.is_initialized())
+    channel.send(msg="ready", pid=os.getpid(), started=started, preload=list(loaded), preload_failed=list(failed),
+                 cuda_initialized=cuda)
     try:
         job = channel.recv()["job"]
     except EOFError:

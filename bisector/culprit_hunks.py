@@ -26,12 +26,15 @@ from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
 from bisector.probe import Taken, fresh, side_by_side
 from bisector.report.data import HunkFinding, HunkTry
+from bisector.stats import compare
 
 if TYPE_CHECKING:
     from bisector.pipeline import Session
 
 #: where between the parent (0) and the culprit (1) a subset must sit to carry the step
 CARRIED_FRACTION = 0.5
+#: rounds of trials a subset may get while its place stays unclear
+MAX_ROUNDS = 4
 
 
 def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path) -> tuple[HunkFinding, ...]:
@@ -61,36 +64,77 @@ class _Rounds:
         self.stopped = ""  # which budget ended the search: "builds" or "trials"
 
     def __call__(self, subsets: Sequence[tuple[int, ...]]) -> list[bool]:
-        cost = self.n * (len(subsets) + 1)
-        if cost > self.trials_left:
-            self.stopped = "trials"
-            raise hunks.OutOfBudget
-        self.trials_left -= cost
-        probes = []
+        """Rounds of n trials of the parent and of every subset still unclear, side by side, until
+        each subset's place between parent and culprit is clear (a subset that sits near either end
+        is decided at once; one near the middle buys more trials, as an unclear pair does in the
+        search), or MAX_ROUNDS or the trial budget runs out (then its point estimate decides)."""
+        probes = {}
         for subset in subsets:
             patch = hunks.patch_of([self.parts[i] for i in subset])
-            probes.append(self.session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=self.shapes,
-                                             max_crashes=1))
-        start = self.taken.take(self.base, self.step.parent, self.n)
-        got = side_by_side([(self.base, self.step.parent, start + self.n)]
-                           + [(p, self.step.parent, self.n) for p in probes])
-        parent = fresh(got[0], start, self.n)
-        return [self._judge(subset, parent, m) for subset, m in zip(subsets, got[1:])]
+            probes[subset] = self.session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=self.shapes,
+                                                max_crashes=1)
+        parent: dict[str, list[float]] = {}
+        verdicts: dict[tuple[int, ...], bool | None] = {s: None for s in subsets}
+        got: dict[tuple[int, ...], Measurement] = {}
+        for k in range(MAX_ROUNDS):
+            open_ = [s for s in subsets if verdicts[s] is None]
+            cost = self.n * (len(open_) + 1)
+            if cost > self.trials_left:
+                if k == 0:
+                    self.stopped = "trials"
+                    raise hunks.OutOfBudget
+                break
+            self.trials_left -= cost
+            start = self.taken.take(self.base, self.step.parent, self.n)
+            measured = side_by_side([(self.base, self.step.parent, start + self.n)]
+                                    + [(probes[s], self.step.parent, (k + 1) * self.n) for s in open_])
+            for shape, values in fresh(measured[0], start, self.n).items():
+                parent.setdefault(shape, []).extend(values)
+            for subset, m in zip(open_, measured[1:]):
+                got[subset] = m
+                verdicts[subset] = self._place(parent, m)
+            if all(v is not None for v in verdicts.values()):
+                break
+        return [self._judge(s, parent, got[s], verdicts[s]) for s in subsets]
 
-    def _judge(self, subset: tuple[int, ...], parent: Mapping[str, Sequence[float]], got: Measurement) -> bool:
+    def _positions(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> dict[str, tuple[float, ...]]:
+        """Per shape: where the subset sits between parent (0) and culprit (1), with its 95% bounds."""
+        out = {}
+        for shape in self.step.shapes:
+            before, after, step = parent.get(shape, ()), got.samples.get(shape, ()), self.step.change_pct.get(shape)
+            if not before or not after or not step:
+                continue
+            c = compare(before, after, 1.0, 0.05, shape)
+            scale = math.log1p(step / 100)
+            ends = [math.log1p(x / 100) / scale if x > -100 else math.inf for x in c.ci95]
+            out[shape] = (math.log1p(c.change_pct / 100) / scale, min(ends), max(ends))
+        return out
+
+    def _place(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> bool | None:
+        """Carries (True), does not (False), or not clear yet (None): medians over the step's shapes."""
+        if got.status is not ProbeStatus.OK or got.wrong & set(self.step.shapes):
+            return False
+        pos = self._positions(parent, got)
+        if len(pos) < len(self.step.shapes):
+            return False  # a shape of the step does not run with this subset
+        low, high = (statistics.median(p[i] for p in pos.values()) for i in (1, 2))
+        return True if low >= CARRIED_FRACTION else False if high < CARRIED_FRACTION else None
+
+    def _judge(self, subset: tuple[int, ...], parent: Mapping[str, Sequence[float]], got: Measurement,
+               verdict: bool | None) -> bool:
         labels = tuple(self.parts[i].label for i in subset)
         wrong = sorted(s for s in self.step.shapes if s in got.wrong)
         if got.status is not ProbeStatus.OK:
             self.tries.append(HunkTry(labels, False, error=(got.reason or "did not run").strip()[-200:]))
             return False
         changes = _changes(self.step, parent, got)
-        position = [math.log1p(changes[s] / 100) / math.log1p(self.step.change_pct[s] / 100)
-                    for s in changes if self.step.change_pct.get(s)]
-        ok = (not wrong and len(changes) == len(self.step.shapes) and bool(position)
-              and statistics.median(position) >= CARRIED_FRACTION)
+        pos = self._positions(parent, got)
+        if verdict is None:  # still unclear at the cap: the point estimate decides
+            verdict = len(pos) == len(self.step.shapes) and not wrong and \
+                statistics.median(p[0] for p in pos.values()) >= CARRIED_FRACTION
         error = "; ".join(filter(None, [f"wrong result in {', '.join(wrong)}" if wrong else "", got.reason]))
-        self.tries.append(HunkTry(labels, ok, changes, error))
-        return ok
+        self.tries.append(HunkTry(labels, verdict, changes, error, trials=got.count()))
+        return verdict
 
 
 def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken, out: Path) -> HunkFinding:

@@ -3,20 +3,22 @@ side with the tip as it is and the culprit's parent.
 
 Side by side (one trial of each per round, bisector/probe.py `side_by_side`), because the three
 are compared with each other: measured minutes apart, a busy machine once read "45.6% still
-missing" for a revert that restores fully. Only a step's own shapes are measured, on the metric
-the search decided on; the verdict per shape is restored, partly restored, not restored, or
+missing" for a revert that restores fully. All reverts go in one batch with the tip measured once
+per round for all of them; each revert and each parent only on its step's shapes, on the metric
+the search decided on. The verdict per shape is restored, partly restored, not restored, or
 slower than the tip (FixResult.verdict).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
-from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
-from bisector.probe import Taken, fresh, fresh_tflops, side_by_side
+from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step
+from bisector.probe import Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.data import FixResult
 from bisector.stats import compare
 
@@ -24,46 +26,84 @@ if TYPE_CHECKING:
     from bisector.pipeline import Session
 
 
+@dataclass(frozen=True)
+class _Slice:
+    """n fresh trials of one commit (under one patch) in the batch, from `start` on."""
+
+    probe: StoreProbe
+    sha: str
+    start: int
+    n: int
+
+    def item(self) -> Item:
+        return (self.probe, self.sha, self.start + self.n)
+
+    def samples(self, m: Measurement) -> dict[str, tuple[float, ...]]:
+        return fresh(m, self.start, self.n)
+
+    def tflops(self) -> dict[str, float]:
+        return fresh_tflops(self.probe, self.sha, self.start, self.n)
+
+
 def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commit], out: Path,
                  taken: Taken) -> tuple[tuple[FixResult, ...], dict[str, Path]]:
     """A FixResult (and the patch file) for every verified regression with one culprit."""
+    steps = [s for s in result.steps if s.is_regression and not s.candidates]
+    if not steps:
+        return (), {}
     out.mkdir(parents=True, exist_ok=True)
-    fixes, patches = [], {}
-    for step in result.steps:
-        if not step.is_regression or step.candidates:
-            continue
+    config, tip = session.config, commits[-1].sha
+    n = max(2, config.protocol.trials)  # two a side at least: a spread to compare against
+    patches, failed, reverts, parents = {}, {}, {}, {}
+    for step in steps:
         path = out / f"revert-{step.commit[:7]}.patch"
         patch = gitrepo.revert_patch(session.repo, step.commit)
         path.write_text(patch)
         patches[step.commit] = path
-        fixes.append(_one(session, step, commits[-1].sha, patch, str(path), taken))
+        shapes = tuple(s for s in config.shapes if s.key in step.shapes)
+        patched = session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=shapes, max_crashes=1)
+        build = patched.build(tip)
+        if build.status is BuildStatus.FAILED:
+            lines = build.log_tail.strip().splitlines()
+            failed[step.commit] = lines[-1] if lines else "patch failed"
+            continue
+        reverts[step.commit] = _Slice(patched, tip, taken.take(patched, tip, n), n)
+        if step.parent not in parents:
+            base = session.probe(shapes=shapes)
+            parents[step.parent] = _Slice(base, step.parent, taken.take(base, step.parent, n), n)
+    measured = [s for s in steps if s.commit in reverts]
+    keys = {k for s in measured for k in s.shapes}
+    now: _Slice | None = None
+    if measured:
+        base = session.probe(shapes=tuple(s for s in config.shapes if s.key in keys))
+        now = _Slice(base, tip, taken.take(base, tip, n), n)
+    slices = ([now] if now else []) + list(parents.values()) + list(reverts.values())
+    got = dict(zip((id(s) for s in slices), side_by_side([s.item() for s in slices]))) if slices else {}
+    fixes = []
+    for step in steps:
+        path = str(patches[step.commit])
+        if step.commit in failed:
+            fixes.append(FixResult(step.commit, path, applied=False, conflict=failed[step.commit], shapes=step.shapes))
+            continue
+        assert now is not None
+        fixes.append(_result(session, step, path, now, parents[step.parent], reverts[step.commit], got, n))
     return tuple(fixes), patches
 
 
-def _one(session: Session, step: Step, tip: str, patch: str, path: str, taken: Taken) -> FixResult:
-    config = session.config
-    shapes = tuple(s for s in config.shapes if s.key in step.shapes)
-    base = session.probe(shapes=shapes)
-    patched = session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=shapes, max_crashes=1)
-    build = patched.build(tip)
-    if build.status is BuildStatus.FAILED:
-        lines = build.log_tail.strip().splitlines()
-        return FixResult(step.commit, path, applied=False, conflict=lines[-1] if lines else "patch failed",
-                         shapes=step.shapes)
-    n = max(2, config.protocol.trials)  # two a side at least: a spread to compare against
-    starts = [taken.take(base, step.parent, n), taken.take(base, tip, n), taken.take(patched, tip, n)]
-    items = [(base, step.parent, starts[0] + n), (base, tip, starts[1] + n), (patched, tip, starts[2] + n)]
-    parent_m, tip_m, fix_m = side_by_side(items)
+def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice, revert: _Slice,
+            got: dict[int, Measurement], n: int) -> FixResult:
+    fix_m = got[id(revert)]
     if fix_m.status is not ProbeStatus.OK or not fix_m.samples:
         return FixResult(step.commit, path, True, shapes=step.shapes,
                          error=(fix_m.reason or "the patched tip gave no usable trial")[-200:])
-    par, now, got = (fresh(m, k, n) for m, k in zip((parent_m, tip_m, fix_m), starts))
-    alpha = config.thresholds.alpha / max(1, len(step.shapes))
-    cmp = lambda a, b, s: compare(a[s], b[s], config.thresholds.min_step_pct, alpha, s)  # noqa: E731
-    both = [s for s in step.shapes if s in got and s in par and s in now]
+    par, tip, mine = parent.samples(got[id(parent)]), now.samples(got[id(now)]), revert.samples(fix_m)
+    th = session.config.thresholds
+    alpha = th.alpha / max(1, len(step.shapes))
+    both = [s for s in step.shapes if s in mine and s in par and s in tip]
+    tip_tflops = now.tflops()
     return FixResult(step.commit, path, True, shapes=step.shapes,
-                     baseline=fresh_tflops(base, step.parent, starts[0], n),
-                     tip=fresh_tflops(base, tip, starts[1], n),
-                     restored=fresh_tflops(patched, tip, starts[2], n),
-                     vs_parent={s: cmp(par, got, s) for s in both}, vs_tip={s: cmp(now, got, s) for s in both},
+                     baseline=parent.tflops(), tip={s: v for s, v in tip_tflops.items() if s in step.shapes},
+                     restored=revert.tflops(),
+                     vs_parent={s: compare(par[s], mine[s], th.min_step_pct, alpha, s) for s in both},
+                     vs_tip={s: compare(tip[s], mine[s], th.min_step_pct, alpha, s) for s in both},
                      trials=n, correct=not (fix_m.wrong & set(step.shapes)))

@@ -100,3 +100,22 @@ USER_PATH = UserPath()
 
 def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
+
+
+def run_options(func: F) -> F:
+    """What `run` and `demo` share (asv's common_args): where the report goes, which shapes, which
+    stages after the search, and JSON output."""
+    for option in reversed((
+        click.option("--report-dir", type=USER_PATH, default=None,
+                     help="Default: <config report dir>/<date>-<name>/ (demo: under --dir)."),
+        click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure."),
+        click.option("--no-fixes", is_flag=True, help="Do not build and measure the reverts on the tip."),
+        click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks."),
+        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+    )):
+        func = option(func)
+    return func
+
+
+def shape_list(text: str) -> tuple[str, ...]:
+    return tuple(s for s in text.split(",") if s)

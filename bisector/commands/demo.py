@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bisector import pipeline
-from bisector.commands.common import USER_PATH, fail_on_error
+from bisector.commands.common import USER_PATH, fail_on_error, run_options, shape_list
 from bisector.commands.run import run_and_print
 from bisector.errors import BadInput
 
@@ -31,12 +31,9 @@ def demo_dir(directory: str) -> Path:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--dir", "directory", type=USER_PATH, default="bisector-demo", show_default=True,
               help="Where the demo upstream, its store and its builds go; re-running resumes.")
-@click.option("--report-dir", type=USER_PATH, default=None, help="Default: reports/<date>-<demo config name>/.")
-@click.option("--no-fixes", is_flag=True, help="Do not build and measure the reverts on the tip.")
-@click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks.")
-@click.option("--json", "as_json", is_flag=True)
+@run_options
 @fail_on_error
-def command(device: str, directory: str, report_dir: str | None, no_fixes: bool, no_hunks: bool,
+def command(device: str, directory: str, report_dir: str | None, shapes: str, no_fixes: bool, no_hunks: bool,
             as_json: bool) -> None:
     """Bisect the embedded demo library (40 commits with planted steps) on this machine."""
     from bisector.demo import write_demo_repo
@@ -46,8 +43,12 @@ def command(device: str, directory: str, report_dir: str | None, no_fixes: bool,
     device = pick_device(device)
     manifest = write_demo_repo(root / "upstream")
     cfg = demo_config(device, root / "upstream")
+    # The report goes under --dir too: run inside a checkout of bisector, the demo must not write
+    # over the committed example in reports/.
     options = pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(root / "results.sqlite"),
-                                  work_dir=str(root / "work"), report_dir=report_dir, verify_fixes=not no_fixes,
+                                  work_dir=str(root / "work"), report_dir=report_dir or str(root / "report"),
+                                  shapes=shape_list(shapes),
+                                  verify_fixes=not no_fixes,
                                   find_hunks=not no_hunks,
                                   command=" ".join(["bisector", *sys.argv[1:]]))
     run_and_print(cfg, options, as_json, n_commits=len(manifest.commits), extra={"repo": str(root / "upstream")})

@@ -9,7 +9,7 @@ import click
 
 from bisector import config as config_mod
 from bisector import gitrepo, pipeline
-from bisector.commands.common import USER_PATH, fail_on_error, print_json
+from bisector.commands.common import USER_PATH, fail_on_error, print_json, run_options, shape_list
 from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
 from bisector.errors import BadInput, BisectorError
@@ -111,15 +111,11 @@ def check_compared(outcome: pipeline.RunOutcome) -> None:
 @click.option("--store", type=USER_PATH, default=None,
               help="SQLite store (default: the config's, else the user cache dir).")
 @click.option("--work-dir", type=USER_PATH, default=None, help="Builds, JIT caches and trial logs.")
-@click.option("--report-dir", type=USER_PATH, default=None, help="Default: <config report dir>/<date>-<name>/.")
-@click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure.")
-@click.option("--no-fixes", is_flag=True, help="Do not build and measure reverts on the tip.")
-@click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks.")
+@run_options
 @click.option("--offline", is_flag=True, help="Replay the search on stored trials only (no build, no GPU).")
 @click.option("--publish", is_flag=True, help="Post the results to the PRs of the config's publish.repo.")
 @click.option("--dry-run", "dry_run", type=USER_PATH, default=None,
               help="With --publish: write the payloads to DIR instead.")
-@click.option("--json", "as_json", is_flag=True)
 @fail_on_error
 def command(config_path: str, good: str, bad: str, store: str | None, work_dir: str | None,
             report_dir: str | None, shapes: str, no_fixes: bool, no_hunks: bool, offline: bool, publish: bool,
@@ -127,7 +123,7 @@ def command(config_path: str, good: str, bad: str, store: str | None, work_dir: 
     """Localize every TFLOP/s step between GOOD and BAD and write a report. Re-run to resume."""
     cfg = config_mod.load(config_path)
     options = pipeline.RunOptions(good=good, bad=bad, store=store, work_dir=work_dir, report_dir=report_dir,
-                                  shapes=tuple(s for s in shapes.split(",") if s), verify_fixes=not no_fixes,
+                                  shapes=shape_list(shapes), verify_fixes=not no_fixes,
                                   find_hunks=not no_hunks, offline=offline,
                                   command=" ".join(["bisector", *sys.argv[1:]]))
     outcome = run_and_print(cfg, options, as_json)

@@ -76,6 +76,7 @@ class HunkTry:
     carries: bool  # sat nearer the culprit than the parent (median over the step's shapes)
     change_pct: Mapping[str, float] = field(default_factory=dict)  # per step shape; empty if it did not run
     error: str = ""
+    trials: int = 0  # trials of the subset (the parent had as many, side by side)
 
 
 @dataclass(frozen=True)

@@ -178,7 +178,8 @@ def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     for t in finding.tries:
         moved = "; ".join(filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()),
                                         t.error])) or "not measured"
-        lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}"
+        trials = f" ({t.trials} trials)" if t.trials else ""
+        lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
                      f" — {'reproduces' if t.carries else 'does not reproduce'} the step")
     diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
     return [*lines, "", *diff_block(diff), ""]
@@ -214,10 +215,10 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
                   f"A step near {data.min_step_pct:g}% could hide there; raise `protocol.max_trials` to decide."]
     if data.hunks:
         lines += ["", "## The hunks that carry each step", "",
-                  "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured "
-                  "alternately with fresh trials of the parent (the change shown is against those): a part that sits "
-                  "nearer the culprit than the parent, by the median over the step's shapes, is split again "
-                  "(delta debugging).", ""]
+                  "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured side by "
+                  "side with fresh trials of the parent on the step's shapes (the change shown is against those; "
+                  "a part whose place stays unclear gets more rounds): a part that sits nearer the culprit than "
+                  "the parent, by the median over the step's shapes, is split again (delta debugging).", ""]
         for finding in data.hunks:
             lines += hunk_lines(finding, data)
     if data.fixes:

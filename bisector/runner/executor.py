@@ -397,7 +397,9 @@ class Executor:
                             phases=phase_seconds(out.get("phases") or ()))
         info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
                 "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
-                "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict()}
+                "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict(),
+                "worker": {"source": self.source.kind,
+                           "cuda_initialized_before_trial": bool(worker and worker.ready.get("cuda_initialized"))}}
         with self._lock:
             self._runs.remove(run)
             self.timelines.append(timeline)

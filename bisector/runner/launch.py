@@ -96,7 +96,7 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         log_tail="" if status == TrialStatus.OK else (raw.get("traceback") or common["tail"]),
         telemetry=dict(out.get("telemetry") or {}), machine=dict(out.get("machine") or {}),
         protocol={**(out.get("protocol") or {}), **extra, "log_path": common["log"],
-                  "trial_wall_s": round(common["seconds"], 3), "timeline": common["timeline"],
+                  "trial_wall_s": round(common["seconds"], 3), "timeline": common["timeline"], "worker": common["worker"],
                   "phases": out.get("phases") or []},
         patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"],
         slot=common["slot"])
@@ -109,7 +109,7 @@ def records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Map
     end = timeline.get("ended") or start
     common = {"tail": log_tail(prepared.log_path), "log": str(prepared.log_path), "patch_hash": job.build.patch_hash,
               "started": _iso(start), "finished": _iso(end), "seconds": (end or 0) - (start or 0),
-              "timeline": timeline, "slot": job.slot}
+              "timeline": timeline, "slot": job.slot, "worker": info.get("worker", {})}
     done = {str(r.get("shape")): r for r in out.get("results", []) if isinstance(r, dict) and "shape" in r}
     recs = []
     for shape in job.shapes:
