@@ -58,11 +58,19 @@ def run_mode(mode: str, config: Any, builds: dict[int, Any], trials: int, work: 
     ended = time.time()
     summary = summarize(timelines, [Stage(mode, started, ended)], len(config.devices))
     ratios: dict[str, dict[int, list[float]]] = {}
+    errors: list[str] = []
+    checks = {"trials": len(outcomes), "cuda_touched_before_fork": 0, "own_triton_cache": 0}
     for i, outcome in outcomes:
         for r in outcome.records:
             if r.ratio:
                 ratios.setdefault(r.shape, {}).setdefault(i, []).append(r.ratio)
-    return {"mode": mode, "throughput": summary.as_json(), "ratios": ratios}
+            elif r.error:
+                errors.append(f"{r.shape}: {r.error[:200]}")
+        proto = outcome.records[0].protocol if outcome.records else {}
+        checks["cuda_touched_before_fork"] += bool(proto.get("worker", {}).get("cuda_initialized_before_trial"))
+        cache = proto.get("triton_cache_dir")
+        checks["own_triton_cache"] += bool(cache and cache == proto.get("jit_env", {}).get("TRITON_CACHE_DIR"))
+    return {"mode": mode, "throughput": summary.as_json(), "ratios": ratios, "checks": checks, "errors": errors[:20]}
 
 
 def report(results: list[dict[str, Any]], commits: list[int]) -> str:
@@ -115,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(run_mode(mode, config, builds, args.trials, Path(tmp, "work")))
     text = report(results, commits)
     print(text)
+    for res in results:
+        print(f"{res['mode']}: checks {res['checks']}" + (f"; errors: {res['errors']}" if res["errors"] else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"device": args.device, "commits": commits, "results": results},
                                               indent=1))

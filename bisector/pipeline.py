@@ -110,7 +110,7 @@ class Session:
         return StoreProbe(self.campaign, self.config.shapes if shapes is None else shapes, self.store,
                           self.prefetcher, _Lazy(self), seed=self.config.protocol.seed, patch=patch,
                           patch_hash=patch_hash, recipe=self.config.build.recipe,
-                          cold_jit=bool(self.config.protocol.jit_cache_env), metric=self.config.thresholds.metric,
+                          cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.metric_of(s.suite) for s in self.config.shapes},
                           offline=offline, max_crashes=max_crashes, on_event=self.observer)
 
     @contextlib.contextmanager
@@ -224,6 +224,12 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         session.close()
 
 
+def metric_text(config: Config) -> str:
+    """The metric the steps were tested on: one name, or "fa: speed, gemm: ratio"."""
+    per = {s.suite: config.thresholds.metric_of(s.suite) for s in config.shapes}
+    return next(iter(per.values())) if len(set(per.values())) == 1 else ", ".join(f"{k}: {v}" for k, v in per.items())
+
+
 def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path) -> None:
     """Every trial of the range, with its raw repetitions, for pandas users."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -300,7 +306,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(store.trials(session.campaign)),
         min_step_pct=config.thresholds.min_step_pct,
-        metric=config.thresholds.metric,
+        metric=metric_text(config),
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
         notes=(("Replayed offline from the stored trials: no commit was built or measured for this report, "
                 "steps are not re-verified against their parents, and commits the search asked for that "

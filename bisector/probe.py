@@ -53,7 +53,7 @@ class StoreProbe:
     def __init__(self, campaign: str, shapes: Sequence[Shape], store: Store, builds: BuildSource,
                  executor: TrialExecutor, *, seed: int = 0, patch: str | None = None,
                  patch_hash: str | None = None, recipe: str = "none", cold_jit: bool = True,
-                 metric: str = "ratio", offline: bool = False, max_crashes: int = MAX_CRASHES,
+                 metric: str | Mapping[str, str] = "ratio", offline: bool = False, max_crashes: int = MAX_CRASHES,
                  on_event: Callable[[ProbeEvent], None] = lambda e: None) -> None:
         self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
         self.executor, self.seed, self.patch, self.patch_hash = executor, seed, patch, patch_hash
@@ -142,7 +142,9 @@ class StoreProbe:
 
     def value(self, trial: TrialRecord) -> float | None:
         """The per-trial sample the search compares (see config.Thresholds.metric)."""
-        if self.metric == "speed":
+        metric = self.metric.get(trial.shape.split("/", 1)[0], "ratio") if isinstance(self.metric, Mapping) \
+            else self.metric
+        if metric == "speed":
             return 1.0 / full_clock_time(trial.subject_ms) if trial.subject_ms else None
         return trial.ratio
 

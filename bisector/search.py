@@ -188,11 +188,12 @@ class _State:
         return next((n for n in range(st.first_look, st.initial_repeats) if enough(worst, n)), otherwise)
 
     def first_repeats(self, shapes: Iterable[str], other: int) -> int:
-        """Trials a newly measured commit gets first: as few as show "no step" at once (the 95%
-        interval of the change inside +-min_step/2 against a neighbour with `other` trials), else
-        as many as its neighbours have."""
-        half = math.log1p(self.settings.min_step_pct / 200.0)
-        return self.sized(shapes, other, lambda sd, n: 2.0 * sd * math.sqrt(1.0 / n + 1.0 / other) <= half,
+        """Trials a newly measured commit gets first: as few as show "no step" at once against a
+        neighbour with `other` trials (the change's standard error under a third of the minimum
+        step: its 95% interval then fits inside +-min_step around a chance difference of one
+        standard error), else as many as its neighbours have."""
+        third = math.log1p(self.settings.min_step_pct / 100.0) / 3.0
+        return self.sized(shapes, other, lambda sd, n: sd * math.sqrt(1.0 / n + 1.0 / other) <= third,
                           max(self.settings.initial_repeats, other))
 
     def middle(self, lo: int, hi: int, need: Iterable[str] = ()) -> int | None:
@@ -268,9 +269,12 @@ class _State:
                                     st.min_step_pct, self.alpha_verify)
                            and (s in cand.dirs or c.verdict is Verdict.DIFFERENT)}
                 settled = all(c.verdict is Verdict.SAME for s, c in fresh.items() if s in cand.dirs)
-                if holding or settled or n >= st.max_repeats:
+                # A found step gets a second, larger look before it is dropped, even where pairs
+                # of the search may not double (max_repeats == initial_repeats).
+                cap = max(st.max_repeats, 2 * st.initial_repeats)
+                if holding or settled or n >= cap:
                     break
-                n = min(st.max_repeats, 2 * n)
+                n = min(cap, 2 * n)
         final = self.compare_now(cand.lo, cand.hi, self.alpha_verify)
         if st.verify:
             ok = bool(holding)

@@ -20,6 +20,14 @@ METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's ow
 METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed"}
 
 
+def metric_words(metric: str) -> str:
+    """"speed" -> words; "fa: speed, gemm: ratio" -> "the subject's own ... (fa) and the ... (gemm)"."""
+    if ":" not in metric:
+        return METRIC_WORDS.get(metric, metric)
+    parts = [p.split(":") for p in metric.split(",")]
+    return " and ".join(f"{METRIC_WORDS.get(m.strip(), m.strip())} ({s.strip()})" for s, m in parts)
+
+
 def tflops(value: float) -> str:
     """One decimal at GPU scale (1284.6), four significant digits below (0.08651 on a CPU)."""
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.4g}"
@@ -156,7 +164,7 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
                    f"the step, {tflops(fix.tip[shape])} at the tip; "
                    if shape in fix.restored and shape in fix.baseline and shape in fix.tip else "")
         parts.append(f"{_short_shape(shape)}: **{verdict}**{warn}: {figures}"
-                     f"{METRIC_SHORT.get(data.metric, data.metric)} {_ci(fix.vs_parent[shape])} against the step's "
+                     f"{METRIC_SHORT.get(data.metric, 'the metric')} {_ci(fix.vs_parent[shape])} against the step's "
                      f"parent, {_ci(fix.vs_tip[shape])} against the tip{tail}"
                      + (f"; {-remaining:.1f}% still missing" if verdict in ("partly restored", "not restored") else ""))
     correct = "" if fix.correct else " — WRONG RESULTS with the patch"
@@ -199,7 +207,7 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
                  f"commit's own emptied before its first trial, {proto.get('reps', '?')} timed repetitions after "
                  f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
                  f"against the control. Values are medians over trials of the per-trial median TFLOP/s; steps "
-                 f"are tested on {METRIC_WORDS.get(data.metric, data.metric)} (minimum step {data.min_step_pct:g}%).")
+                 f"are tested on {metric_words(data.metric)} (minimum step {data.min_step_pct:g}%).")
     if data.throughput is not None:
         lines.append(describe_throughput(data.throughput))
     lines += [f"\n> {note}" for note in data.notes]
