@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from bisector import gitrepo, hunks
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
-from bisector.probe import Taken, fresh, side_by_side
+from bisector.probe import NOT_MEASURED, Taken, fresh, side_by_side
 from bisector.report.data import HunkFinding, HunkTry
 from bisector.stats import compare
 
@@ -90,6 +90,9 @@ class _Rounds:
                                     + [(probes[s], self.step.parent, (k + 1) * self.n) for s in open_])
             for shape, values in fresh(measured[0], start, self.n).items():
                 parent.setdefault(shape, []).extend(values)
+            if self.base.offline and any(m.reason == NOT_MEASURED for m in measured):
+                self.stopped = "offline"  # the run ended before this round: say so, conclude nothing
+                raise hunks.OutOfBudget
             for subset, m in zip(open_, measured[1:]):
                 got[subset] = m
                 verdicts[subset] = self._place(parent, m)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step
-from bisector.probe import Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
+from bisector.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.data import FixResult
 from bisector.stats import compare
 
@@ -63,6 +63,9 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         shapes = tuple(s for s in config.shapes if s.key in step.shapes)
         patched = session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=shapes, max_crashes=1)
         build = patched.build(tip)
+        if build.status is BuildStatus.FAILED and build.log_tail == NOT_MEASURED:
+            failed[step.commit] = NOT_MEASURED  # an offline replay of a run that ended before the reverts
+            continue
         if build.status is BuildStatus.FAILED:
             lines = build.log_tail.strip().splitlines()
             failed[step.commit] = lines[-1] if lines else "patch failed"
@@ -82,6 +85,9 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     fixes = []
     for step in steps:
         path = str(patches[step.commit])
+        if failed.get(step.commit) == NOT_MEASURED:
+            fixes.append(FixResult(step.commit, path, True, shapes=step.shapes, error=NOT_MEASURED))
+            continue
         if step.commit in failed:
             fixes.append(FixResult(step.commit, path, applied=False, conflict=failed[step.commit], shapes=step.shapes))
             continue

@@ -31,7 +31,7 @@ from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
 from bisector.runner import make_executor
 from bisector.runner.executor import Executor, TrialJob
 from bisector.store import Store, campaign_key
-from bisector.throughput import Stage, Throughput, summarize
+from bisector.throughput import Stage, Throughput, from_records, summarize
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,9 @@ class Session:
     """Everything one config needs to measure commits: repo, store, builds, trial launcher."""
 
     def __init__(self, config: Config, store_path: str | None = None, work_dir: str | None = None,
-                 observer: Observer = lambda e: None) -> None:
+                 observer: Observer = lambda e: None, offline: bool = False) -> None:
         self.config = config
+        self.offline = offline  # every probe replays the store: no build, no trial
         try:
             self.repo: git.Repo = gitrepo.open_repo(config.upstream.repo)
         except BadInput as exc:  # name the config key that led there
@@ -105,13 +106,14 @@ class Session:
             self._executor = make_executor(self.config, self.work)
         return self._executor
 
-    def probe(self, patch: str | None = None, patch_hash: str | None = None, offline: bool = False,
+    def probe(self, patch: str | None = None, patch_hash: str | None = None, offline: bool | None = None,
               shapes: Sequence[Shape] | None = None, max_crashes: int = MAX_CRASHES) -> StoreProbe:
         return StoreProbe(self.campaign, self.config.shapes if shapes is None else shapes, self.store,
                           self.prefetcher, _Lazy(self), seed=self.config.protocol.seed, patch=patch,
                           patch_hash=patch_hash, recipe=self.config.build.recipe,
                           cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.metric_of(s.suite) for s in self.config.shapes},
-                          offline=offline, max_crashes=max_crashes, on_event=self.observer)
+                          offline=self.offline if offline is None else offline, max_crashes=max_crashes,
+                          on_event=self.observer)
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -122,7 +124,11 @@ class Session:
         finally:
             self.stages.append(Stage(name, start, time.time()))
 
-    def throughput(self) -> Throughput:
+    def throughput(self, shas: Sequence[str] = ()) -> Throughput:
+        """This run's trial processes; offline, those of the runs that stored the trials of `shas`."""
+        if self.offline:
+            timelines, stages = from_records([t for sha in shas for t in self.store.trials(self.campaign, sha=sha)])
+            return summarize(timelines, stages, len(self.config.devices))
         timelines = self._executor.timelines if self._executor is not None else []
         return summarize(timelines, self.stages, len(self.config.devices))
 
@@ -189,34 +195,32 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
     """The main job: localize every step in GOOD..BAD, verify fixes on the tip, write the report."""
     started = time.monotonic()
     config = select_shapes(config, options.shapes)
-    session = Session(config, options.store, options.work_dir, observer)
+    session = Session(config, options.store, options.work_dir, observer, offline=options.offline)
     try:
         commits = gitrepo.commit_range(session.repo, options.good, options.bad)
         session.store.add_commits(session.campaign, commits)
         order = [c.sha for c in commits]
-        probe = session.probe(offline=options.offline)
+        probe = session.probe()
         measure = probe
         # On the CPU a background build would steal the trials' cores; offline nothing is built.
         if config.device != "cpu" and not options.offline:
             session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
             measure = Prefetching(probe, session.prefetcher, order)
         settings = search_settings(config)
-        if options.offline:  # fresh trials cannot be had: steps are reported unverified
-            settings = replace(settings, verify=False)
         with session.stage("search"):
             result = with_prs(search.localize(order, measure, settings), commits)
             windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
         taken = Taken(result.measurements)
         fixes, patches, found = (), {}, ()
-        if options.verify_fixes and not options.offline:
+        if options.verify_fixes:
             with session.stage("fixes"):
                 fixes, patches = verify_fixes(session, result, commits, out, taken)
-        if options.find_hunks and not options.offline:
+        if options.find_hunks:
             with session.stage("hunks"):
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows)
-        data = replace(data, hunks=found, throughput=session.throughput())
+        data = replace(data, hunks=found, throughput=session.throughput(order))
         write_trials_csv(session, commits, out / render.CSV_NAME)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)
@@ -308,6 +312,8 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         min_step_pct=config.thresholds.min_step_pct,
         metric=metric_text(config),
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
-        notes=(("Replayed offline from the stored trials: no commit was built or measured for this report, "
-                "steps are not re-verified against their parents, and commits the search asked for that "
-                "were never measured are listed as skipped (not measured).",) if options.offline else ()))
+        notes=(("Replayed offline from the stored trials: no commit was built or measured for this report. "
+                "The search, the verification of each step, the reverts and the hunks are replayed as far as "
+                "the run measured them: a step whose fresh trials were never taken is unverified, commits "
+                "the search asked for that were never measured are skipped (not measured), and a hunk "
+                "search the run did not finish says where it stopped.",) if options.offline else ()))

@@ -25,6 +25,7 @@ MAX_CRASHES = 2
 FAILED = (TrialStatus.CRASH, TrialStatus.TIMEOUT, TrialStatus.UNAVAILABLE)
 USABLE = (TrialStatus.OK, TrialStatus.WRONG)  # a wrong result is a measurement too
 POLL_S = 1.0  # how often a trial another run is measuring is looked for in the store
+NOT_MEASURED = "not measured (offline replay)"
 
 
 class TrialExecutor(Protocol):
@@ -73,6 +74,10 @@ class StoreProbe:
         return out
 
     def build(self, sha: str) -> BuildResult:
+        if sha not in self.build_results and self.offline:  # the build the run made, never a new one
+            made = [b for b in self.store.builds(self.campaign, sha) if b.patch_hash == self.patch_hash]
+            self.build_results[sha] = made[-1] if made else BuildResult(
+                sha, BuildStatus.FAILED, "", patch_hash=self.patch_hash, log_tail=NOT_MEASURED)
         if sha not in self.build_results:
             self.on_event(ProbeEvent(sha, "build", patch_hash=self.patch_hash))
             result = self.builds.build(sha, self.patch)
@@ -137,7 +142,7 @@ class StoreProbe:
         trials = self.stored(sha)
         if any(t.status in USABLE for t in trials):
             return self.measurement(sha, trials, repeats)
-        reason = next((t.error or t.log_tail for t in reversed(trials)), "") or "not measured (offline replay)"
+        reason = next((t.error or t.log_tail for t in reversed(trials)), "") or NOT_MEASURED
         return Measurement(sha, ProbeStatus.SKIP, reason=reason)
 
     def value(self, trial: TrialRecord) -> float | None:

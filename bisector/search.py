@@ -253,6 +253,7 @@ class _State:
     def verify(self, cand: _Candidate) -> tuple[Step, bool]:
         st = self.settings
         holding: set[str] = set()
+        unmeasured = False  # the probe could not give the fresh trials (an offline replay): unverified
         if st.verify:
             # Fresh trials sized to the step found: enough that it stands ten noise widths clear
             # (two a side at least, so the pair's own spread floors the pooled noise); doubled below
@@ -264,6 +265,9 @@ class _State:
                                   st.initial_repeats))
             while True:
                 fresh = self.fresh_compare(cand.lo, cand.hi, n)
+                if any(min(c.n_before, c.n_after) < n for c in fresh.values()):
+                    unmeasured = True
+                    break
                 holding = {s for s, c in fresh.items()
                            if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)),
                                     st.min_step_pct, self.alpha_verify)
@@ -276,7 +280,7 @@ class _State:
                     break
                 n = min(cap, 2 * n)
         final = self.compare_now(cand.lo, cand.hi, self.alpha_verify)
-        if st.verify:
+        if st.verify and not unmeasured:
             ok = bool(holding)
             # Once the step holds, which shapes it moves is judged on every trial of the pair: a
             # shape that moved less than the others may miss the minimum in four fresh trials alone,
@@ -294,7 +298,7 @@ class _State:
             change_pct={s: final[s].change_pct for s in shapes if s in final},
             ci95={s: final[s].ci95 for s in shapes if s in final},
             p_value={s: final[s].p_value for s in shapes if s in final},
-            candidates=between if len(between) > 1 else (), verified=ok and st.verify,
+            candidates=between if len(between) > 1 else (), verified=ok and st.verify and not unmeasured,
         )
         return step, ok
 

@@ -97,3 +97,29 @@ def describe(t: Throughput) -> str:
             f"with other trials), waiting for the device {m.get('queue', 0):.2f} s, on the device "
             f"{m.get('device', 0):.2f} s ({inside}), teardown {m.get('teardown', 0):.2f} s."
             + (f" By stage: {stages}." if stages else ""))
+
+
+def from_records(records: Sequence[object], gap_s: float = 120.0) -> tuple[list[Timeline], list[Stage]]:
+    """Timelines of stored trials (one per trial process) and the runs they came from, for a report
+    re-made offline: a pause of more than `gap_s` between two trials starts a new run."""
+    seen: dict[tuple[object, ...], Timeline] = {}
+    for r in records:
+        proto = getattr(r, "protocol", {}) or {}
+        t = proto.get("timeline")
+        key = (getattr(r, "sha", ""), getattr(r, "patch_hash", None), getattr(r, "slot", None), proto.get("log_path"))
+        if not isinstance(t, dict) or key in seen or t.get("submitted") is None:
+            continue
+        from bisector.runner.executor import phase_seconds
+
+        fields = {k: t.get(k) for k in ("started", "ready", "assigned", "want", "go", "release", "ended")}
+        seen[key] = Timeline(str(key[0]), key[1], int(t.get("device", 0)), float(t["submitted"]), **fields,
+                             source=str(t.get("source", "")), phases=phase_seconds(proto.get("phases") or ()))
+    timelines = sorted(seen.values(), key=lambda t: t.submitted)
+    stages: list[Stage] = []
+    for t in timelines:
+        end = t.ended or t.submitted
+        if stages and t.submitted - stages[-1].end <= gap_s:
+            stages[-1] = Stage(stages[-1].name, stages[-1].start, max(stages[-1].end, end))
+        else:
+            stages.append(Stage(f"run {len(stages) + 1}", t.submitted, end))
+    return timelines, stages

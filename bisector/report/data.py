@@ -95,6 +95,9 @@ class HunkFinding:
 
     @property
     def summary(self) -> str:
+        if not self.complete and self.stopped_at == "offline":
+            return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the run ended after "
+                    f"{len(self.tries)} subsets were measured; replayed offline)")
         if not self.complete:
             budget = "trials, `build.max_hunk_trials`" if self.stopped_at == "trials" else \
                 "patched builds, `build.max_hunk_builds`"

@@ -20,6 +20,12 @@ METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's ow
 METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed"}
 
 
+def metric_of_shape(metric: str, shape: str) -> str:
+    """The metric of one shape's suite, from "speed" or "fa: speed, gemm: ratio"."""
+    per = dict((p.split(":")[0].strip(), p.split(":")[1].strip()) for p in metric.split(",")) if ":" in metric else {}
+    return per.get(shape.split("/", 1)[0], metric)
+
+
 def metric_words(metric: str) -> str:
     """"speed" -> words; "fa: speed, gemm: ratio" -> "the subject's own ... (fa) and the ... (gemm)"."""
     if ":" not in metric:
@@ -164,7 +170,8 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
                    f"the step, {tflops(fix.tip[shape])} at the tip; "
                    if shape in fix.restored and shape in fix.baseline and shape in fix.tip else "")
         parts.append(f"{_short_shape(shape)}: **{verdict}**{warn}: {figures}"
-                     f"{METRIC_SHORT.get(data.metric, 'the metric')} {_ci(fix.vs_parent[shape])} against the step's "
+                     f"{METRIC_SHORT.get(metric_of_shape(data.metric, shape), 'the metric')} "
+                     f"{_ci(fix.vs_parent[shape])} against the step's "
                      f"parent, {_ci(fix.vs_tip[shape])} against the tip{tail}"
                      + (f"; {-remaining:.1f}% still missing" if verdict in ("partly restored", "not restored") else ""))
     correct = "" if fix.correct else " — WRONG RESULTS with the patch"
