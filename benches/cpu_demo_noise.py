@@ -4,8 +4,8 @@ for CPU trials) and with glibc's default, moving threshold.
     python -m benches.cpu_demo_noise [--trials 12] [--commits 19,21]
 
 Writes the demo repository to a temporary directory and, per mode, runs `--trials` trial processes
-of each commit (index in the demo history) through the real runner, two at a time on two cores as
-`bisector demo` does, commits alternating. Prints per shape and commit the median subject/control
+of each commit (index in the demo history) through the executor `bisector demo` uses, two at a
+time on two cores, commits alternating between the cores. Prints per shape and commit the median subject/control
 ratio and the trial-to-trial CV of that ratio. A benchmark, not a test; it imports `bisector`.
 """
 
@@ -16,7 +16,6 @@ import math
 import statistics
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +24,24 @@ def run_mode(fixed: bool, builds: dict[int, Any], config: Any, trials: int,
              work: Path) -> dict[int, dict[str, list[float]]]:
     """Ratios per commit and shape from `trials` trial processes of each commit."""
     import bisector.runner.env as runner_env
-    from bisector.runner.launch import run_trial
+    from bisector.runner import make_executor
+    from bisector.runner.executor import TrialJob
 
     saved = runner_env.FIXED_MALLOC
-    runner_env.FIXED_MALLOC = saved if fixed else {}  # the runner reads it for every trial
+    runner_env.FIXED_MALLOC = saved if fixed else {}  # read when the executor makes its workers' env
     commits = list(builds)
-    jobs = [(i, t) for t in range(trials) for i in (commits if t % 2 == 0 else commits[::-1])]
+    jobs = [(i, TrialJob(builds[i], config.shapes, seed=t, slot=t, lane=k))
+            for k, (i, t) in enumerate((i, t) for t in range(trials) for i in (commits if t % 2 == 0 else commits[::-1]))]
     out: dict[int, dict[str, list[float]]] = {i: {} for i in commits}
     try:
-        with ThreadPoolExecutor(2) as pool:
-            runs = pool.map(lambda k: (jobs[k][0], run_trial(config, builds[jobs[k][0]], None, work=work,
-                                                             trial_index=k, seed=jobs[k][1])), range(len(jobs)))
-            for i, records in runs:
-                for r in records:
-                    if r.ratio:
-                        out[i].setdefault(r.shape, []).append(r.ratio)
+        with make_executor(config, work / ("fixed" if fixed else "default"), lock_devices=False) as executor:
+            outcomes = executor.run([job for _, job in jobs])
     finally:
         runner_env.FIXED_MALLOC = saved
+    for (i, _), outcome in zip(jobs, outcomes):
+        for r in outcome.records:
+            if r.ratio:
+                out[i].setdefault(r.shape, []).append(r.ratio)
     return out
 
 

@@ -8,6 +8,7 @@ the device in turn, so the device does not wait on a process start between two t
 
 from __future__ import annotations
 
+import statistics
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -293,8 +294,6 @@ def fresh(m: Measurement, start: int, n: int) -> dict[str, tuple[float, ...]]:
 
 def fresh_tflops(probe: StoreProbe, sha: str, start: int, n: int) -> dict[str, float]:
     """Per shape, the median subject TFLOP/s of the same OK trials `fresh` takes."""
-    import statistics
-
     out = {}
     for shape in probe.shapes:
         values = [t.subject_tflops for t in probe.stored(sha) if t.shape == shape.key and t.status is TrialStatus.OK
