@@ -47,6 +47,7 @@ from bisector.config import DEFAULT_SHARED_ENV, Build, BuildStep, Upstream
 from bisector.errors import GitError
 from bisector.keyfiles import key_from_dir
 from bisector.model import BuildResult, BuildStatus
+from bisector.runner.memwatch import limit_bytes
 from bisector.trust.filter import scrub
 
 
@@ -84,6 +85,7 @@ class Builder:
         self.repo, self.upstream, self.build_cfg = repo, upstream, build
         self.worktrees = Worktrees(repo, Path(cache_root) / "locks" / "worktrees.lock")
         self.cache = Cache(Path(cache_root), int(build.cache_max_gb * 1e9), on_remove=self._remove_tree)
+        self.memory_bytes = limit_bytes(build.memory_gb)  # a step's process tree is killed above it
         self._failed: dict[str, BuildResult] = {}
         self._memo_lock = threading.Lock()
 
@@ -188,7 +190,8 @@ class Builder:
         if recipe == "pip":
             argv = [sys.executable, "-m", "pip", "install", "--target", str(site), *self.build_cfg.pip_args,
                     str(source)]
-            outcome = run_step("pip", argv, tree, env, 3600.0, slot.log_dir / "01-pip.log", log)
+            outcome = run_step("pip", argv, tree, env, 3600.0, slot.log_dir / "01-pip.log", log,
+                               memory_bytes=self.memory_bytes)
             if not outcome.ok:
                 return failed(f"pip install failed: {outcome.reason}")
         elif recipe == "command":
@@ -200,7 +203,8 @@ class Builder:
         paths = [str(site)] if recipe == "pip" else [str(source), str(site)]
         if self.build_cfg.import_check:
             outcome = run_step("import", import_argv(self.build_cfg.import_check), slot.path,
-                               python_path_env(scrub(os.environ), paths), 600.0, slot.log_dir / "99-import.log", log)
+                               python_path_env(scrub(os.environ), paths), 600.0, slot.log_dir / "99-import.log", log,
+                               memory_bytes=self.memory_bytes)
             if not outcome.ok:
                 return failed(f"import failed: {self.build_cfg.import_check}: {outcome.reason}")
 
@@ -221,7 +225,8 @@ class Builder:
         patch_file = slot.log_dir / "patch.diff"
         patch_file.write_bytes((patch if patch.endswith("\n") else patch + "\n").encode())
         outcome = run_step("patch", ["git", "apply", "--3way", "--whitespace=nowarn", str(patch_file)], tree,
-                           scrub(os.environ), 600.0, slot.log_dir / "00-patch.log", log)
+                           scrub(os.environ), 600.0, slot.log_dir / "00-patch.log", log,
+                           memory_bytes=self.memory_bytes)
         if outcome.ok:
             return outcome
         text = Path(outcome.log_path).read_text(errors="replace")
@@ -238,7 +243,8 @@ class Builder:
         step_log = slot.log_dir / f"{i:02d}-step.log"
         argv = ["bash", "-c", step.run]
         if not step.key_files:
-            out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log)
+            out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log,
+                           memory_bytes=self.memory_bytes)
             return "" if out.ok else f"{name} failed: {out.reason}"
         key = key_from_dir(tree, step.key_files)
         if not key.ok:
@@ -257,7 +263,8 @@ class Builder:
                 return ""
             shutil.rmtree(shared.path, ignore_errors=True)
             shared.path.mkdir(parents=True)
-            out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log)
+            out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log,
+                           memory_bytes=self.memory_bytes)
             if not out.ok:
                 shutil.rmtree(shared.path, ignore_errors=True)
                 return f"{name} failed: {out.reason}"

@@ -7,13 +7,15 @@ combined log, so a failure can be shown as a tail without reading the files agai
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from bisector.runner.memwatch import WATCH
+from bisector.runner.workers import fenced
 
 TAIL_LINES = 40
 
@@ -36,26 +38,33 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 
 def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float,
-             log_path: Path, combined_log: Path) -> StepOutcome:
-    """Run `argv`; stdout and stderr go to `log_path`, then to the combined log."""
+             log_path: Path, combined_log: Path, memory_bytes: int = 0) -> StepOutcome:
+    """Run `argv` inside the fence (bisector/runner/fence.py: it dies with the bot and takes the
+    step's whole process tree), under a memory limit; stdout and stderr go to `log_path`, then to
+    the combined log."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     reason = ""
     with open(log_path, "wb") as log:
         log.write(f"$ {' '.join(argv)}\n# cwd {cwd}\n".encode())
         log.flush()
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(fenced(argv), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        breach = WATCH.watch(proc.pid, memory_bytes, kill=proc.terminate)
         try:
             code = proc.wait(timeout=timeout_s)
-            if code != 0:
+            if breach:
+                reason = breach[0].describe()
+            elif code != 0:
                 reason = f"exit {code}"
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            _stop(proc)
             reason = f"timeout after {timeout_s:g}s"
         except BaseException:
-            _kill_group(proc)  # our own interruption: leave no orphan build behind
+            _stop(proc)  # our own interruption: leave no orphan build behind
             raise
+        finally:
+            WATCH.forget(proc.pid)
     seconds = time.monotonic() - start
     if reason:
         said = last_output_line(log_path)
@@ -75,12 +84,14 @@ def last_output_line(path: Path, limit: int = 200) -> str:
     return last if len(last) <= limit else last[: limit - 1] + "…"
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the fence (it kills the step's session), then make sure it is gone."""
+    proc.terminate()
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def python_path_env(base: Mapping[str, str], paths: Sequence[str]) -> dict[str, str]:

@@ -23,7 +23,7 @@ from bisector.config import Config
 from bisector.model import BuildResult, Shape, TrialRecord, TrialStatus
 from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
 from bisector.runner.executor import Executor, Prepared, TrialJob
-from bisector.runner.memwatch import total_memory
+from bisector.runner.memwatch import limit_bytes
 from bisector.runner.spec import benches_root, build_spec
 from bisector.runner.workers import SOURCES, make_source
 
@@ -140,10 +140,7 @@ def default_ahead(config: Config) -> int:
 
 def memory_limit(config: Config) -> int:
     """Bytes a trial's process tree may hold: the config's, else half the machine shared by the devices."""
-    if config.protocol.memory_gb:
-        return int(config.protocol.memory_gb * 2**30)
-    total = total_memory()
-    return max(2 * 2**30, total // (2 * len(config.devices))) if total else 0
+    return limit_bytes(config.protocol.memory_gb, len(config.devices))
 
 
 def default_preload(config: Config) -> tuple[str, ...]:

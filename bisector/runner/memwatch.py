@@ -17,6 +17,7 @@ import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 POLL_S = 0.2
@@ -77,7 +78,7 @@ class Breach:
 
     def describe(self) -> str:
         return (f"killed: over the memory limit of {self.limit / 2**30:.1f} GiB "
-                f"(resident {self.seen / 2**30:.1f} GiB; `fence.memory_gb` sets it)")
+                f"(resident {self.seen / 2**30:.1f} GiB; `protocol.memory_gb` or `build.memory_gb` sets it)")
 
 
 class MemoryWatch:
@@ -85,20 +86,21 @@ class MemoryWatch:
 
     def __init__(self, poll_s: float = POLL_S) -> None:
         self.poll_s = poll_s
-        self._trees: dict[int, tuple[int, int, list[Breach]]] = {}
+        self._trees: dict[int, tuple[int, Callable[[], None], list[Breach]]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def watch(self, pid: int, limit: int, group: int | None = None) -> list[Breach]:
-        """Start watching the tree of `pid`; over `limit` bytes, SIGKILL process group `group`
-        (default: pid's own). The returned list gets the Breach when that happens."""
+    def watch(self, pid: int, limit: int, group: int | None = None,
+              kill: Callable[[], None] | None = None) -> list[Breach]:
+        """Start watching the tree of `pid`; over `limit` bytes, call `kill`, or SIGKILL process
+        group `group` (default: pid's own). The returned list gets the Breach when that happens."""
         box: list[Breach] = []
         if limit <= 0 or not os.path.isdir("/proc"):
             return box
         with self._lock:
-            self._trees[pid] = (limit, group if group is not None else pid, box)
+            self._trees[pid] = (limit, kill or _killer(group if group is not None else pid, pid), box)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="memwatch", daemon=True)
                 self._thread.start()
@@ -116,16 +118,30 @@ class MemoryWatch:
         while not self._closed:
             with self._lock:
                 items = list(self._trees.items())
-            for pid, (limit, group, box) in items:
+            for pid, (limit, kill, box) in items:
                 used = tree_rss(pid)
                 if used > limit and not box:
                     box.append(Breach(limit, used))
-                    for kill, target in ((os.killpg, group), (os.kill, pid)):
-                        try:
-                            kill(target, signal.SIGKILL)
-                        except (ProcessLookupError, PermissionError):
-                            pass
+                    kill()
             self._wake.wait(self.poll_s)
+
+
+def _killer(group: int, pid: int) -> Callable[[], None]:
+    def kill() -> None:
+        for how, target in ((os.killpg, group), (os.kill, pid)):
+            try:
+                how(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    return kill
+
+
+def limit_bytes(gb: float, share: int = 1) -> int:
+    """`gb` GiB, or when 0, half of this machine's memory over `share` (at least 2 GiB)."""
+    if gb:
+        return int(gb * 2**30)
+    total = total_memory()
+    return max(2 * 2**30, total // (2 * share)) if total else 0
 
 
 WATCH = MemoryWatch()

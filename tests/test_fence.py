@@ -1,0 +1,71 @@
+"""Build steps run fenced like trials: a runaway allocation is killed and named, a timeout takes the
+step's whole tree, and a killed bot leaves no build process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from bisector.build.steps import run_step
+
+HOG = "import time\nkeep = []\nwhile True:\n    keep.append(bytearray(64 << 20))\n    time.sleep(0.01)\n"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+
+
+def test_a_build_step_over_its_memory_limit_is_killed_and_named(tmp_path: Path) -> None:
+    out = run_step("hog", [sys.executable, "-c", HOG], tmp_path, dict(os.environ), 120.0, tmp_path / "s.log",
+                   tmp_path / "all.log", memory_bytes=600 << 20)
+    assert not out.ok and "over the memory limit of 0.6 GiB" in out.reason, out.reason
+
+
+def test_a_timed_out_step_takes_its_children(tmp_path: Path) -> None:
+    script = tmp_path / "step.sh"
+    script.write_text(f"sleep 300 &\necho $! > {tmp_path / 'child'}\nwait\n")
+    out = run_step("slow", ["bash", str(script)], tmp_path, dict(os.environ), 2.0, tmp_path / "s.log",
+                   tmp_path / "all.log")
+    assert not out.ok and out.reason.startswith("timeout after 2s")
+    child = int((tmp_path / "child").read_text())
+    deadline = time.monotonic() + 20
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the step's background child outlived its timeout"
+
+
+BOT = textwrap.dedent('''
+    import os, sys
+    from pathlib import Path
+    sys.path[:0] = [sys.argv[1]]
+    from bisector.build.steps import run_step
+    tmp = Path(sys.argv[2])
+    run_step("long", ["bash", str(tmp / "step.sh")], tmp, dict(os.environ), 600.0, tmp / "s.log", tmp / "all.log")
+''')
+
+
+def test_a_killed_bot_takes_its_build_with_it(tmp_path: Path) -> None:
+    (tmp_path / "step.sh").write_text(f"sleep 300 &\necho $! > {tmp_path / 'child'}\nwait\n")
+    bot = subprocess.Popen([sys.executable, "-c", BOT, str(Path(__file__).parents[1]), str(tmp_path)])
+    mark = tmp_path / "child"
+    deadline = time.monotonic() + 60
+    while not (mark.exists() and mark.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(mark.read_text())
+    assert _alive(child)
+    bot.send_signal(signal.SIGKILL)
+    bot.wait()
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(child), "the build step outlived its bot"
