@@ -1,17 +1,21 @@
 """What the report shows as evidence, computed from stored trials and a search result
-(bisector/evidence.py), and where the report says things are."""
+(bisector/evidence.py), and where the report and `store info` say things are."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from bisector import evidence
+from bisector import evidence, laststore
+from bisector.commands.store import command as store_command
+from bisector.errors import EXIT_BAD_INPUT
 from bisector.model import Measurement, ProbeStatus, SearchResult, TrialRecord, TrialStatus, Uncertain
 from bisector.paths import shown
 from bisector.pipeline import shown_upstream
 from bisector.stats import compare
+from bisector.store import Store
 
 
 def trial(shape: str, ms: tuple[float, ...], tflops: float, ratio: float, status: TrialStatus = TrialStatus.OK
@@ -55,3 +59,35 @@ def test_paths_in_a_report_are_relative_to_it_or_just_a_name() -> None:
     assert shown("/tmp/d/upstream", "/work/bisector/reports/2026-12-01-h200-demo") == "upstream"
     assert shown_upstream("/tmp/x/d/upstream", Path("/tmp/x/d/report")) == "../upstream"
     assert shown_upstream("https://user:ghp_secret@github.com/o/r.git", Path("/r")) == "https://github.com/o/r.git"
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user cache dir and a current directory of the test's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("BISECTOR_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_store_info_reads_the_store_the_last_run_used_and_says_so(cache: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(store_command, ["info"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "no store found; looked at no store recorded in" in result.output
+    assert str(cache / "bisector-demo" / "results.sqlite") in result.output and "(pass --store)" in result.output
+
+    demo = cache / "bisector-demo" / "results.sqlite"
+    Store(demo).close()
+    result = runner.invoke(store_command, ["info"])
+    assert result.exit_code == 0, result.output
+    assert f"store: {demo} (the demo's store in the current directory)" in result.output
+
+    elsewhere = cache / "runs" / "s.sqlite"
+    Store(elsewhere).close()
+    laststore.remember(elsewhere)  # what `run` and `demo` do before they measure
+    result = runner.invoke(store_command, ["info"])
+    assert f"store: {elsewhere} (the store the last `bisector run` or `demo` used)" in result.output
+    result = runner.invoke(store_command, ["export", "--format", "json"])
+    assert result.exit_code == 0 and f"store: {elsewhere} (the store the last" in result.stderr
+    assert result.stdout.strip() == "[]"
