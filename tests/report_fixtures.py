@@ -124,6 +124,7 @@ def full_report() -> ReportData:
     unsure = (UnsurePair(cs[0].sha, cs[2].sha, ("fa/s4096", gemm),
                          (cmp("fa/s4096", Verdict.UNKNOWN, 1.9, -2.1, 6.0),
                           cmp(gemm, Verdict.UNKNOWN, -0.4, -3.6, 2.9))),
+              UnsurePair(cs[3].sha, cs[5].sha, ("fa/s4096",), (cmp("fa/s4096", Verdict.UNKNOWN, -9.0, -30.1, 18.2),)),
               UnsurePair(cs[7].sha, cs[8].sha, (gemm,)))
     fixes = (
         FixResult(cs[4].sha, "/abs/path/revert-0004ccc.patch", True, shapes=fa,

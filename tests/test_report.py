@@ -115,3 +115,16 @@ def test_a_window_of_identical_wrong_results_is_one_row_per_shape():
     assert rows == [["`06aaaaa`", "#906", "s16384", "0.5", "1.2"],
                     ["`04aaaaa`..`06aaaaa` (3 measured)", "#904 .. #906", "s4096", "0.5", "1.2"],
                     ["`07aaaaa`", "#907", "s4096", "0.25", "0.6"]]
+
+
+def test_a_revert_the_run_never_measured_says_so_once():
+    from dataclasses import replace
+
+    data = make_data()
+    fix = FixResult(data.steps[0].commit, "/r/revert-04aaaaa.patch", True, shapes=("fa/s16384",),
+                    error="not measured (offline replay)")
+    text = markdown.render(replace(data, fixes=(fix,)))
+    assert "- revert of `04aaaaa` (#904) (`revert-04aaaaa.patch`): not measured (offline replay)" in text
+    broken = replace(fix, error="TypeError: x")
+    text = markdown.render(replace(data, fixes=(broken,)))
+    assert "(`revert-04aaaaa.patch`): could not be measured: TypeError: x" in text

@@ -153,14 +153,25 @@ def _sides(pair: UnsurePair, data: ReportData) -> str:
     return ", ".join(f"{a} + {b}" for a, b in sorted(sides))
 
 
+def _spanned(pair: UnsurePair, data: ReportData) -> list[Step]:
+    """Steps found between the pair's commits in one of its shapes: an unsure pair of an early look
+    (the search refined it through another shape or look) that is not "no step" after all."""
+    order = {c.sha: i for i, c in enumerate(data.range_commits)}
+    lo, hi = order.get(pair.before, -1), order.get(pair.after, -1)
+    return [s for s in data.steps if lo < order.get(s.commit, -1) <= hi and set(s.shapes) & set(pair.shapes)]
+
+
 def unsure_section(data: ReportData) -> list[str]:
-    """Pairs still undecided at the trial cap: a table, folded when long."""
-    pairs = _unsure(data)
+    """Pairs still undecided at the trial cap, in range order: a table, folded when long."""
+    order = {c.sha: i for i, c in enumerate(data.range_commits)}
+    pairs = sorted(_unsure(data), key=lambda p: (order.get(p.before, -1), order.get(p.after, -1)))
     if not pairs:
         return []
     cap = data.protocol.get("max_trials", "?")
-    reach = [max(abs(lo), abs(hi)) for p in pairs for c in p.comparisons for lo, hi in [c.ci95]]
-    widest = (f" The widest interval reaches ±{max(reach):.0f}%." if reach else "")
+    reach = [max(abs(lo), abs(hi)) for p in pairs if not _spanned(p, data) for c in p.comparisons
+             for lo, hi in [c.ci95]]
+    widest = f" The widest interval of those with no step found between them reaches ±{max(reach):.0f}%." \
+        if reach else ""
     intro = (f"Still unsure at the trial cap ({cap} trials a commit), taken as no step: {len(pairs)} "
              f"pair{'s' if len(pairs) != 1 else ''}. A step near {data.min_step_pct:g}% could hide there; "
              f"raise `protocol.max_trials` to decide.{widest}")
@@ -169,6 +180,9 @@ def unsure_section(data: ReportData) -> list[str]:
         known = {c.shape: c for c in p.comparisons}
         cells = "; ".join(f"{_short_shape(s)} {change(known[s])}" if s in known else _short_shape(s)
                           for s in p.shapes)
+        spanned = _spanned(p, data)
+        if spanned:
+            cells += " (a step was found between them: " + ", ".join(_ref(s.commit, data) for s in spanned) + ")"
         rows.append([f"{_ref(p.before, data)}..{_ref(p.after, data)}", _sides(p, data), cells])
     table = _table(["pair", "trials", "change [95% CI] per unsure shape"], rows)
     if len(pairs) <= UNSURE_OPEN:
@@ -261,8 +275,8 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     if not fix.applied:
         return [f"- revert of {name}: does not apply on the tip: {fix.conflict}"]
     if fix.error:
-        return [f"- revert of {name} (`{Path(fix.patch_path).name if fix.patch_path else ''}`): could not be "
-                f"measured: {fix.error}"]
+        why = fix.error if fix.error.startswith("not measured") else f"could not be measured: {fix.error}"
+        return [f"- revert of {name} (`{Path(fix.patch_path).name if fix.patch_path else ''}`): {why}"]
     parent = _parent_of(fix, data)
     prow, trow = data.row(parent) if parent else None, data.row(data.bad.sha)
     patch = Path(fix.patch_path).name if fix.patch_path else ""

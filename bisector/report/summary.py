@@ -28,7 +28,8 @@ def fix_line(fix: FixResult) -> str:
     if not fix.applied:
         return f"{head}: does not apply on the tip: {last_line(fix.conflict)}"
     if fix.error:
-        return f"{head}: not measured: {last_line(fix.error)}"
+        error = last_line(fix.error)
+        return f"{head}: {error if error.startswith('not measured') else 'could not be measured: ' + error}"
     parts = []
     for shape in fix.shapes:
         verdict = fix.verdict(shape)
