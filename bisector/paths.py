@@ -18,3 +18,20 @@ def absolute(path: str | os.PathLike[str]) -> str:
 
 def absolute_or_none(path: str | os.PathLike[str] | None) -> str | None:
     return None if path is None or os.fspath(path) == "" else absolute(path)
+
+
+def shown(path: str | os.PathLike[str], base: str | os.PathLike[str], max_up: int = 1) -> str:
+    """`path` as a report under `base` shows it: relative to `base` when that climbs at most `max_up`
+    directories (`../upstream` beside a demo's report), else only its last part. A report is read
+    on other machines: an absolute path names a directory of the machine it was made on."""
+    target, start = absolute(path), absolute(base)
+    try:
+        rel = os.path.relpath(target, start)
+    except ValueError:  # another drive (Windows)
+        return os.path.basename(target)
+    ups = 0
+    for part in rel.split(os.sep):
+        if part != os.pardir:
+            break
+        ups += 1
+    return rel if ups <= max_up else os.path.basename(target.rstrip(os.sep)) or target

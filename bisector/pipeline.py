@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import statistics
 import time
 from concurrent.futures import Future
@@ -17,9 +18,10 @@ from typing import Callable, Iterator, Mapping, Sequence
 import git
 import platformdirs
 
-from bisector import culprit_hunks, gitrepo, search
+from bisector import culprit_hunks, evidence, gitrepo, search
 from bisector.correctness import WrongWindow, localize_wrong
 from bisector.errors import BadInput
+from bisector.paths import shown
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Shape, TrialRecord,
@@ -219,7 +221,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         if options.find_hunks:
             with session.stage("hunks"):
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out)
-        data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows)
+        data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
+                           report_dir=out)
         data = replace(data, hunks=found, throughput=session.throughput(order))
         write_trials_csv(session, commits, out / render.CSV_NAME)
         render.write_report(data, out)
@@ -272,11 +275,21 @@ def trial_seconds(trials: Sequence[TrialRecord]) -> float:
     return sum(spans.values())
 
 
+def shown_upstream(repo: str, report_dir: Path) -> str:
+    """The upstream as the report names it: a URL without any credentials in it, a local checkout
+    relative to the report (or by its name when that is far away)."""
+    if gitrepo.is_url(repo):
+        return re.sub(r"(?<=://)[^/@]*@", "", repo)
+    return shown(repo, report_dir)
+
+
 def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
                 wall_s: float, options: RunOptions, probe: StoreProbe,
-                windows: Sequence[WrongWindow] = ()) -> ReportData:
+                windows: Sequence[WrongWindow] = (), report_dir: Path | None = None) -> ReportData:
     config, store = session.config, session.store
+    out = report_dir or report_path(config, options)
     keys = tuple(s.key for s in config.shapes)
+    metric_of = {s.key: config.thresholds.metric_of(s.suite) for s in config.shapes}
     rows, wrong, machine = [], [], {}
     for commit in commits:
         trials = [t for t in store.trials(session.campaign, sha=commit.sha, patch_hash=None) if t.shape in keys]
@@ -291,25 +304,27 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
                               median_by_shape(ok, "ratio"),
                               {k: sum(t.shape == k for t in ok) for k in keys},
                               {k: tuple(t.subject_tflops for t in ok if t.shape == k and t.subject_tflops)
-                               for k in keys}))
+                               for k in keys},
+                              evidence.metric_samples(ok, keys, metric_of.__getitem__)))
     skipped = {sha: probe.build_results[sha].log_tail if sha in probe.build_results and
                probe.build_results[sha].status is BuildStatus.FAILED else result.measurements[sha].reason
                for sha in result.skipped}
-    logs = {sha: b.log_path for sha, b in probe.build_results.items()
+    logs = {sha: shown(b.log_path, out) for sha, b in probe.build_results.items()
             if b.log_path and sha in skipped and b.status is BuildStatus.FAILED}
     proto = config.protocol
     cmd = options.command or f"bisector run --config {config.path} --good {options.good} --bad {options.bad}"
     return ReportData(
         title=f"bisector: {config.name}, {commits[0].short}..{commits[-1].short}",
-        config_name=config.name, upstream=config.upstream.repo, branch=config.upstream.branch,
+        config_name=config.name, upstream=shown_upstream(config.upstream.repo, out), branch=config.upstream.branch,
         good=commits[0], bad=commits[-1], device=config.device, control=config.control, machine=machine,
         protocol={"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials,
                   "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
         uncertain=result.uncertain,
+        unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step_pct),
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(store.trials(session.campaign)),
-        min_step_pct=config.thresholds.min_step_pct,
+        min_step_pct=config.thresholds.min_step_pct, alpha=config.thresholds.alpha,
         metric=metric_text(config),
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
         notes=(("Replayed offline from the stored trials: no commit was built or measured for this report. "

@@ -106,7 +106,7 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
     assert fix["commit"] == shas[5] and fix["applied"] and fix["trials"] == 4
     assert shape["verdict"] == "restored", shape
     assert shape["vs_tip"]["change_pct"] > 50 and shape["tflops"]["revert"] > shape["tflops"]["tip"]
-    assert "- m512: **restored**" in report
+    assert "| m512 | **restored**" in report
     # Down to the hunk: README and lib/__init__.py without lib/gemm.py do not slow it, lib/gemm.py alone does.
     (hunk,) = result["hunks"]
     assert hunk["commit"] == shas[5] and hunk["of"] == 3 and hunk["alone"]

@@ -16,7 +16,9 @@ def make_data() -> ReportData:
     values = {0: (480.0, 498.0), 3: (480.0, 498.0), 4: (479.0, 443.0), 7: (478.0, 441.0)}
     rows = tuple(CommitRow(commits[i], dict(zip(shapes, v)), {s: 620.0 for s in shapes},
                            {s: x / 620.0 for s, x in zip(shapes, v)}, {s: 3 for s in shapes},
-                           {s: (x - 1, x, x + 1) for s, x in zip(shapes, v)}) for i, v in values.items())
+                           {s: (x - 1, x, x + 1) for s, x in zip(shapes, v)},
+                           {s: ((x - 1) / 620.0, x / 620.0, (x + 1) / 620.0) for s, x in zip(shapes, v)})
+                 for i, v in values.items())
     step = Step(commit=commits[4].sha, parent=commits[3].sha, shapes=("fa/s16384",),
                 change_pct={"fa/s16384": -11.0}, ci95={"fa/s16384": (-11.8, -10.2)},
                 p_value={"fa/s16384": 1e-6}, pr=904)
@@ -36,13 +38,16 @@ def make_data() -> ReportData:
 def test_markdown_has_mission_table_steps_fixes_and_failures():
     data = make_data()
     text = markdown.render(data, ["tflops-fa_s4096.png"])
-    assert "| `04aaaaa` ◀ | 2026-08-05 | #904 | 479.0 | 443.0 |" in text
-    assert "| torch_cuda (control) |  |  | ~620.0 | ~620.0 |" in text
-    assert "| `04aaaaa` | #904 | change 4 | s16384 | -11.0% | [-11.8, -10.2] | 1e-06 | regression |" in text
-    assert ("- s16384: **partly restored**: 491.0 TFLOP/s with the revert, 498.0 before the step, 441.0 at the tip; "
-            "ratio -1.4% [-1.9, -0.9] against the step's parent, +11.3% [+10.5, +12.1] against the tip; "
-            "1.4% still missing") in text
-    assert "3 trials of each measured side by side with the tip and the step's parent" in text
+    # Per commit and shape: TFLOP/s, then the ratio the steps were tested on with its spread and trials.
+    assert "| `04aaaaa` ◀ | 2026-08-05 | #904 | 479.0 | 0.7726 ±0.2% (3) | 443.0 | 0.7145 ±0.2% (3) |" in text
+    assert "| torch_cuda (control) |  |  | ~620.0 |  | ~620.0 |  |" in text
+    assert ("| `04aaaaa` | #904 | change 4 | s16384 | ratio ≥1% | -11.0% | [-11.8, -10.2] | 1e-06 | 3 + 3 "
+            "| regression |") in text
+    # The revert: verdict and intervals on the metric, TFLOP/s of the side-by-side rounds, then the
+    # parent's and the tip's medians over all their trials (their rows in the table).
+    assert ("| s16384 | **partly restored**: 1.4% still missing | ratio -1.4% [-1.9, -0.9] | +11.3% [+10.5, +12.1] "
+            "| 491.0 | 498.0 | 441.0 | 498.0 (3) | 441.0 (3) |") in text
+    assert "3 rounds, one trial each of the tip with the revert, the tip and the step's parent `03aaaaa`" in text
     assert "([revert-04aaaaa.patch](revert-04aaaaa.patch))" in text
     assert "`06aaaaa`" in text and "| s4096 | 0.5 | 1.2 |" in text
     assert "`05aaaaa` #905: SyntaxError: invalid syntax" in text
@@ -66,8 +71,9 @@ def test_pairs_unsure_at_the_trial_cap_are_named_with_the_cap():
     c = data.range_commits
     unsure = (Uncertain(c[0].sha, c[3].sha, ("fa/s4096",)),)
     text = markdown.render(replace(data, uncertain=unsure, protocol={**data.protocol, "max_trials": 24}))
-    assert ("Still unsure at the trial cap (24 trials a commit), taken as no step: `00aaaaa`..`03aaaaa` "
-            "(#903) in s4096. A step near 1% could hide there") in text
+    assert ("Still unsure at the trial cap (24 trials a commit), taken as no step: 1 pair. "
+            "A step near 1% could hide there") in text
+    assert "| `00aaaaa`..`03aaaaa` (#903) | 3 + 3 | s4096 |" in text
     assert "Still unsure" not in markdown.render(data)
 
 
@@ -109,3 +115,16 @@ def test_a_window_of_identical_wrong_results_is_one_row_per_shape():
     assert rows == [["`06aaaaa`", "#906", "s16384", "0.5", "1.2"],
                     ["`04aaaaa`..`06aaaaa` (3 measured)", "#904 .. #906", "s4096", "0.5", "1.2"],
                     ["`07aaaaa`", "#907", "s4096", "0.25", "0.6"]]
+
+
+def test_a_revert_the_run_never_measured_says_so_once():
+    from dataclasses import replace
+
+    data = make_data()
+    fix = FixResult(data.steps[0].commit, "/r/revert-04aaaaa.patch", True, shapes=("fa/s16384",),
+                    error="not measured (offline replay)")
+    text = markdown.render(replace(data, fixes=(fix,)))
+    assert "- revert of `04aaaaa` (#904) (`revert-04aaaaa.patch`): not measured (offline replay)" in text
+    broken = replace(fix, error="TypeError: x")
+    text = markdown.render(replace(data, fixes=(broken,)))
+    assert "(`revert-04aaaaa.patch`): could not be measured: TypeError: x" in text

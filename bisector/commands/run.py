@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector import gitrepo, pipeline
+from bisector import gitrepo, laststore, pipeline
 from bisector.commands.common import USER_PATH, fail_on_error, print_json, run_options, shape_list
 from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
@@ -16,10 +16,12 @@ from bisector.errors import BadInput, BisectorError
 from bisector.model import ProbeStatus
 from bisector.publish.plan import dump_plan
 from bisector.triggers import plan as plan_mod
-from bisector.report.markdown import step_summary
+from bisector.report import summary
+from bisector.report.summary import last_line
 from bisector.model import Comparison
 from bisector.report.data import FixResult
 from bisector.search import result_json
+from bisector.store import default_path
 from bisector.trust import vault
 
 
@@ -35,6 +37,7 @@ def range_size(cfg: config_mod.Config, good: str, bad: str) -> int | None:
 def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
                   extra: dict | None = None) -> pipeline.RunOutcome:
     n_commits = n_commits or range_size(cfg, options.good, options.bad) or DEFAULT_RANGE
+    laststore.remember(options.store or cfg.store or default_path())  # `store info` reads it next
     with ProgressLine.for_range(n_commits, cfg.protocol.trials) as progress:
         outcome = pipeline.bisect(cfg, options, observer=progress)
     if as_json:
@@ -47,23 +50,8 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
                     "report": str(outcome.report_dir / "report.md"), **(extra or {})})
         check_compared(outcome)
         return outcome
-    click.echo(f"{len(outcome.result.steps)} step(s), {outcome.result.commits_probed} commits probed, "
-               f"{outcome.result.trials} trials")
-    for step in outcome.result.steps:
-        click.echo("  " + step_summary(step, outcome.report))
-    for w in outcome.wrong_windows:
-        click.echo(f"  wrong results in {', '.join(w.shapes)} from {w.first[:7]}"
-                   + (f" until {w.fixed[:7]}" if w.fixed else " to the tip"))
-    for h in outcome.report.hunks:
-        click.echo(f"  {h.step_commit[:7]}: {h.summary}: {'; '.join(h.hunks)}")
-    for step in outcome.result.dropped:
-        click.echo("  dropped (did not hold against its parent): " + step_summary(step, outcome.report))
-    skipped = list(outcome.report.skipped.items())
-    for sha, reason in skipped[:SHOWN_SKIPS]:
-        click.echo(f"  skipped {sha[:7]}: {last_line(reason)}")
-    if len(skipped) > SHOWN_SKIPS:
-        click.echo(f"  ... and {len(skipped) - SHOWN_SKIPS} more skipped (see the report)")
-    click.echo(f"report: {outcome.report_dir / 'report.md'}")
+    for line in summary.lines(outcome.report, str(outcome.report_dir / "report.md")):
+        click.echo(line)
     check_compared(outcome)
     return outcome
 
@@ -82,12 +70,6 @@ def fix_json(fix: FixResult) -> dict:
 
 
 DEFAULT_RANGE = 40  # commits assumed for the estimate when the range cannot be counted up front
-SHOWN_SKIPS = 5
-
-
-def last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "no reason recorded"
 
 
 def check_compared(outcome: pipeline.RunOutcome) -> None:

@@ -10,11 +10,19 @@ from pathlib import Path
 
 import click
 
+from bisector import laststore
 from bisector.commands.common import fail_on_error, print_json
-from bisector.store import FORMATS, Store, default_path
+from bisector.store import FORMATS, Store
 
 _STORE_OPTION = click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path),
-                             default=None, help="SQLite store (default: $BISECTOR_STORE or the user cache dir).")
+                             default=None, help="SQLite store (default: $BISECTOR_STORE, else the store the last "
+                                                "run or demo used, else ./bisector-demo/results.sqlite, else the "
+                                                "user cache dir's).")
+
+
+def _which(store_path: Path | None) -> tuple[Path, str]:
+    """The store named, or the one found (laststore.find) and why."""
+    return (store_path, "") if store_path is not None else laststore.find()
 
 
 @click.group("store")
@@ -28,12 +36,13 @@ def command() -> None:
 @fail_on_error
 def info(store_path: Path | None, as_json: bool) -> None:
     """Path, schema version and counts per campaign."""
-    with Store(store_path or default_path(), readonly=True) as store:
+    path, why = _which(store_path)
+    with Store(path, readonly=True) as store:
         summary = store.info()
     if as_json:
-        print_json(dataclasses.asdict(summary))
+        print_json({**dataclasses.asdict(summary), "found_as": why or "--store"})
         return
-    click.echo(f"store: {summary.path}")
+    click.echo(f"store: {summary.path}" + (f" ({why})" if why else ""))
     click.echo(f"schema version: {summary.schema_version}")
     if not summary.campaigns:
         click.echo("no campaigns")
@@ -55,7 +64,10 @@ def info(store_path: Path | None, as_json: bool) -> None:
 @fail_on_error
 def export(store_path: Path | None, fmt: str, campaign: str | None, out: Path | None) -> None:
     """Dump one row per trial, with every raw sample, as CSV or JSON."""
-    with Store(store_path or default_path(), readonly=True) as store:
+    path, why = _which(store_path)
+    if why:
+        click.echo(f"store: {path} ({why})", err=True)
+    with Store(path, readonly=True) as store:
         if out is None:
             store.export(fmt, click.get_text_stream("stdout"), campaign=campaign)
         else:

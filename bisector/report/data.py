@@ -9,6 +9,17 @@ from bisector.correctness import WrongWindow
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 from bisector.throughput import Throughput
 
+METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock"}
+METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed"}
+# What a row shows for each metric: the ratio as it is, the full-clock speed as full-clock TFLOP/s.
+METRIC_UNIT = {"ratio": "ratio", "speed": "full-clock TFLOP/s"}
+
+
+def metric_of_shape(metric: str, shape: str) -> str:
+    """The metric of one shape's suite, from "speed" or "fa: speed, gemm: ratio"."""
+    per = dict((p.split(":")[0].strip(), p.split(":")[1].strip()) for p in metric.split(",")) if ":" in metric else {}
+    return per.get(shape.split("/", 1)[0], metric)
+
 
 @dataclass(frozen=True)
 class CommitRow:
@@ -20,6 +31,21 @@ class CommitRow:
     ratio: Mapping[str, float]
     trials: Mapping[str, int]
     samples: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # per-trial subject TFLOP/s
+    # Per trial, in the order measured, the value the search compared (ReportData.metric): the
+    # subject/control ratio, or the full-clock speed as full-clock TFLOP/s. It is what decided the
+    # steps, so the report shows it with its spread beside the TFLOP/s a reader knows.
+    metric: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UnsurePair:
+    """Two neighbouring measured commits still undecided at the trial cap, with what their trials
+    said per unsure shape (change, 95% interval, trials each side): how large a step could hide."""
+
+    before: str
+    after: str
+    shapes: tuple[str, ...]
+    comparisons: tuple[Comparison, ...] = ()  # per shape of `shapes` whose samples are known
 
 
 @dataclass(frozen=True)
@@ -125,6 +151,7 @@ class ReportData:
     steps: tuple[Step, ...]
     dropped: tuple[Step, ...] = ()
     uncertain: tuple[Uncertain, ...] = ()  # pairs still unsure at the trial cap
+    unsure: tuple[UnsurePair, ...] = ()  # the same pairs with their last comparison, where known
     skipped: Mapping[str, str] = field(default_factory=dict)  # sha -> reason (log tail)
     wrong: tuple[WrongResult, ...] = ()
     fixes: tuple[FixResult, ...] = ()
@@ -134,7 +161,8 @@ class ReportData:
     wall_s: float = 0.0  # this run; a resumed run measures only what was missing
     trial_s: float = 0.0  # every trial process of the campaign, earlier runs included
     min_step_pct: float = 1.0
-    metric: str = "ratio"  # what the steps were tested on (config.Thresholds.metric)
+    metric: str = "ratio"  # what the steps were tested on: "speed", or per suite "fa: speed, gemm: ratio"
+    alpha: float = 0.01  # the search's chance of one false step (config.Thresholds.alpha)
     reproduce: tuple[str, ...] = ()
     build_logs: Mapping[str, str] = field(default_factory=dict)  # sha -> log path
     wrong_windows: tuple[WrongWindow, ...] = ()  # where wrong results start and stop
@@ -143,3 +171,10 @@ class ReportData:
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)
+
+    def row(self, sha: str) -> CommitRow | None:
+        return next((r for r in self.rows if r.commit.sha == sha), None)
+
+    def metric_of(self, shape: str) -> str:
+        """"ratio" or "speed": what the search compared in this shape's suite."""
+        return metric_of_shape(self.metric, shape)

@@ -1,29 +1,30 @@
-"""report.md: what a kernel engineer pastes into a PR. Short, exact, no filler."""
+"""report.md: what a kernel engineer pastes into a PR. Short, exact, no filler, and showing why to
+trust it: every step with the metric and threshold that decided it, every measured commit with
+that metric's spread and its number of trials, every unsure pair with what its trials said.
+
+Each section is its own function of ReportData (golden files in tests/golden/report_*.md)."""
 
 from __future__ import annotations
 
 import re
 import statistics
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
-from bisector.model import Step
-from bisector.report.data import FixResult, HunkFinding, ReportData
+from bisector.model import Step, Verdict
+from bisector.report.data import (METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, CommitRow, FixResult, HunkFinding,
+                                  ReportData, UnsurePair, metric_of_shape)
+from bisector.report.figures import change, metric_cell, tflops
 from bisector.throughput import describe as describe_throughput
+
+__all__ = ["METRIC_SHORT", "METRIC_WORDS", "diff_block", "metric_of_shape", "metric_words", "render", "step_summary",
+           "tflops", "wrong_rows"]
+
+UNSURE_OPEN = 5  # more unsure pairs than this are folded into <details>
 
 
 def _pr(pr: int | None) -> str:
     return f"#{pr}" if pr else ""
-
-
-METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock"}
-METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed"}
-
-
-def metric_of_shape(metric: str, shape: str) -> str:
-    """The metric of one shape's suite, from "speed" or "fa: speed, gemm: ratio"."""
-    per = dict((p.split(":")[0].strip(), p.split(":")[1].strip()) for p in metric.split(",")) if ":" in metric else {}
-    return per.get(shape.split("/", 1)[0], metric)
 
 
 def metric_words(metric: str) -> str:
@@ -32,11 +33,6 @@ def metric_words(metric: str) -> str:
         return METRIC_WORDS.get(metric, metric)
     parts = [p.split(":") for p in metric.split(",")]
     return " and ".join(f"{METRIC_WORDS.get(m.strip(), m.strip())} ({s.strip()})" for s, m in parts)
-
-
-def tflops(value: float) -> str:
-    """One decimal at GPU scale (1284.6), four significant digits below (0.08651 on a CPU)."""
-    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.4g}"
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequence[str] | None = None) -> list[str]:
@@ -55,16 +51,52 @@ def _ref(sha: str, data: ReportData) -> str:
     return f"`{sha[:7]}`" + (f" ({_pr(commit.pr)})" if commit and commit.pr else "")
 
 
+def _suites(shapes: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(s.split("/", 1)[0] for s in shapes))
+
+
 def step_summary(step: Step, data: ReportData) -> str:
     """One line per step, also used for PR comments."""
     commit = data.commit(step.commit)
     kind = "regression" if step.is_regression else "improvement"
     where = f"`{step.commit[:7]}`" + (f" ({_pr(step.pr)})" if step.pr else "")
     if step.candidates:
-        where = "one of " + ", ".join(f"`{c[:7]}`" for c in step.candidates) + " (the others did not build)"
+        where = "one of " + ", ".join(f"`{c[:7]}`" for c in step.candidates) + \
+            " (not told apart: commits that did not build or gave wrong results)"
     changes = ", ".join(f"{_short_shape(s)} {step.change_pct[s]:+.1f}%" for s in step.shapes)
     subject = f": {commit.subject}" if commit else ""
     return f"{kind} at {where}{subject} — {changes}"
+
+
+# -- header ------------------------------------------------------------------------------------
+
+def header(data: ReportData) -> list[str]:
+    """Title, what was measured where, and how the steps were decided."""
+    m, proto = data.machine, data.protocol
+    lines = [f"# {data.title}", ""]
+    lines.append(f"Upstream `{data.upstream}` ({data.branch}), range `{data.good.short}`..`{data.bad.short}` "
+                 f"({len(data.range_commits) - 1} commits), {data.commits_probed} commits measured, "
+                 f"{data.trials} trials; this run {data.wall_s / 60:.1f} min, trial processes "
+                 f"{data.trial_s / 60:.1f} min in all.")
+    machine = ", ".join(str(m[k]) for k in ("device_name", "driver", "torch", "triton") if m.get(k))
+    lines.append(f"Machine: {machine or data.device}. Control: {data.control}, timed in the same process, "
+                 f"alternating with the subject. Cold protocol: a fresh process per trial, a JIT cache of each "
+                 f"commit's own emptied before its first trial, {proto.get('reps', '?')} timed repetitions after "
+                 f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
+                 f"against the control. TFLOP/s are medians over trials of the per-trial median; steps are "
+                 f"tested on {metric_words(data.metric)}, one value per trial (minimum step "
+                 f"{data.min_step_pct:g}%), shown beside the TFLOP/s with its spread over the trials.")
+    if data.throughput is not None:
+        lines.append(describe_throughput(data.throughput))
+    lines += [f"\n> {note}" for note in data.notes]
+    return lines
+
+
+# -- steps -------------------------------------------------------------------------------------
+
+def _trials_of(sha: str, shape: str, data: ReportData) -> str:
+    row = data.row(sha)
+    return str(row.trials.get(shape, 0)) if row is not None and row.trials.get(shape) else "?"
 
 
 def steps_table(data: ReportData) -> list[str]:
@@ -76,39 +108,271 @@ def steps_table(data: ReportData) -> list[str]:
         commit = data.commit(step.commit)
         culprit = f"`{step.commit[:7]}`" if not step.candidates else \
             "one of " + " ".join(f"`{c[:7]}`" for c in step.candidates)
+        after = step.candidates[-1] if step.candidates else step.commit
         for shape in step.shapes:
             lo, hi = step.ci95[shape]
             rows.append([culprit, _pr(step.pr), commit.subject if commit else "", _short_shape(shape),
+                         f"{METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))} "
+                         f"≥{data.min_step_pct:g}%",
                          f"{step.change_pct[shape]:+.1f}%", f"[{lo:+.1f}, {hi:+.1f}]",
                          f"{step.p_value[shape]:.1g}",
+                         f"{_trials_of(step.parent, shape, data)} + {_trials_of(after, shape, data)}",
                          ("regression" if step.change_pct[shape] < 0 else "improvement")
                          + ("" if step.verified else " (unverified)")])
-    return _table(["culprit", "PR", "subject", "shape", "change", "95% CI", "p", "verdict"], rows)
+    return _table(["culprit", "PR", "subject", "shape", "decided on", "change", "95% CI", "p", "trials", "verdict"],
+                  rows)
 
 
-def results_table(data: ReportData) -> list[str]:
-    """The MISSION.md form: commit, date, PR, TFLOP/s per shape, and the control's row."""
-    header = ["commit", "date", "PR", *(_short_shape(s) for s in data.shapes)]
-    step_at = {s.commit for s in data.steps}
+def steps_section(data: ReportData) -> list[str]:
+    """The steps, the rule that made each one, and the steps that did not hold."""
+    lines = ["## Steps", ""]
+    if data.steps:
+        lines += [f"A step changes its suite's metric (\"decided on\") by at least {data.min_step_pct:g}% "
+                  f"(`thresholds.min_step_pct`) with p below {data.alpha:g} for the whole search "
+                  f"(`thresholds.alpha`, shared over shapes and comparisons), then holds against its parent in "
+                  f"fresh trials measured side by side. Change, 95% CI and p: over every trial of the parent "
+                  f"and the culprit (trials: parent + culprit).", ""]
+    lines += steps_table(data)
+    if data.dropped:
+        lines += ["", "Not confirmed on re-measurement against the parent (dropped): "
+                  + "; ".join(step_summary(s, data) for s in data.dropped)]
+    return lines
+
+
+# -- unsure pairs ------------------------------------------------------------------------------
+
+def _unsure(data: ReportData) -> tuple[UnsurePair, ...]:
+    """The pairs with their comparisons; pairs named only in `uncertain` without them."""
+    return data.unsure or tuple(UnsurePair(u.before, u.after, u.shapes) for u in data.uncertain)
+
+
+def _sides(pair: UnsurePair, data: ReportData) -> str:
+    """Trials each side: those compared, else the commits' rows."""
+    sides = {(str(c.n_before), str(c.n_after)) for c in pair.comparisons} or \
+        {(_trials_of(pair.before, s, data), _trials_of(pair.after, s, data)) for s in pair.shapes}
+    return ", ".join(f"{a} + {b}" for a, b in sorted(sides))
+
+
+def _spanned(pair: UnsurePair, data: ReportData) -> list[Step]:
+    """Steps found between the pair's commits in one of its shapes: an unsure pair of an early look
+    (the search refined it through another shape or look) that is not "no step" after all."""
+    order = {c.sha: i for i, c in enumerate(data.range_commits)}
+    lo, hi = order.get(pair.before, -1), order.get(pair.after, -1)
+    return [s for s in data.steps if lo < order.get(s.commit, -1) <= hi and set(s.shapes) & set(pair.shapes)]
+
+
+def unsure_section(data: ReportData) -> list[str]:
+    """Pairs still undecided at the trial cap, in range order: a table, folded when long."""
+    order = {c.sha: i for i, c in enumerate(data.range_commits)}
+    pairs = sorted(_unsure(data), key=lambda p: (order.get(p.before, -1), order.get(p.after, -1)))
+    if not pairs:
+        return []
+    cap = data.protocol.get("max_trials", "?")
+    reach = [max(abs(lo), abs(hi)) for p in pairs if not _spanned(p, data) for c in p.comparisons
+             for lo, hi in [c.ci95]]
+    widest = f" The widest interval of those with no step found between them reaches ±{max(reach):.0f}%." \
+        if reach else ""
+    intro = (f"Still unsure at the trial cap ({cap} trials a commit), taken as no step: {len(pairs)} "
+             f"pair{'s' if len(pairs) != 1 else ''}. A step near {data.min_step_pct:g}% could hide there; "
+             f"raise `protocol.max_trials` to decide.{widest}")
+    rows = []
+    for p in pairs:
+        known = {c.shape: c for c in p.comparisons}
+        cells = "; ".join(f"{_short_shape(s)} {change(known[s])}" if s in known else _short_shape(s)
+                          for s in p.shapes)
+        spanned = _spanned(p, data)
+        if spanned:
+            cells += " (a step was found between them: " + ", ".join(_ref(s.commit, data) for s in spanned) + ")"
+        rows.append([f"{_ref(p.before, data)}..{_ref(p.after, data)}", _sides(p, data), cells])
+    table = _table(["pair", "trials", "change [95% CI] per unsure shape"], rows)
+    if len(pairs) <= UNSURE_OPEN:
+        return [intro, "", *table]
+    return [intro, "", f"<details><summary>The {len(pairs)} unsure pairs</summary>", "", *table, "",
+            "</details>"]
+
+
+# -- hunks -------------------------------------------------------------------------------------
+
+def diff_block(diff: str) -> list[str]:
+    """A fenced diff, the fence longer than any run of backticks inside it."""
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", diff)), default=0))
+    return [f"{fence}diff", diff.rstrip("\n"), fence]
+
+
+def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
+    """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
+    link = Path(finding.patch_path).name if finding.patch_path else ""
+    lines = [f"- {_ref(finding.step_commit, data)}: {finding.summary}" + (f" ([{link}]({link}))" if link else "") + ":"]
+    for t in finding.tries:
+        moved = "; ".join(filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()),
+                                        t.error])) or "not measured"
+        trials = f" ({t.trials} trials)" if t.trials else ""
+        lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
+                     f" — {'reproduces' if t.carries else 'does not reproduce'} the step")
+    diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
+    return [*lines, "", *diff_block(diff), ""]
+
+
+def hunks_section(data: ReportData) -> list[str]:
+    if not data.hunks:
+        return []
+    lines = ["## The hunks that carry each step", "",
+             "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured side by "
+             "side with fresh trials of the parent on the step's shapes (the change shown is against those; "
+             "a part whose place stays unclear gets more rounds): a part that sits nearer the culprit than "
+             "the parent, by the median over the step's shapes, is split again (delta debugging).", ""]
+    for finding in data.hunks:
+        lines += hunk_lines(finding, data)
+    return lines
+
+
+# -- candidate fixes ---------------------------------------------------------------------------
+
+def _after(sha: str, than: str, data: ReportData) -> bool:
+    order = [c.sha for c in data.range_commits]
+    return sha in order and than in order and order.index(sha) > order.index(than)
+
+
+def _verdict_cell(fix: FixResult, shape: str, data: ReportData) -> str:
+    verdict = fix.verdict(shape)
+    if verdict == "not measured":
+        return "not measured"
+    if verdict == "slower than the tip":
+        return "⚠ **slower than the tip**"
+    text = f"**{verdict}**"
+    par = fix.vs_parent[shape]
+    if verdict == "restored" and par.verdict is Verdict.UNKNOWN:
+        text += f" (unsure: the interval against the parent is wider than ±{data.min_step_pct:g}%)"
+    if verdict in ("partly restored", "not restored"):
+        text += f": {-(fix.remaining_pct(shape) or 0.0):.1f}% still missing"
+    later = [s for s in data.steps if s.is_regression and s.commit != fix.step_commit and shape in s.shapes
+             and _after(s.commit, fix.step_commit, data)]
+    if later and verdict != "restored":
+        text += " (also lost to " + ", ".join(f"{_ref(s.commit, data)} {s.change_pct[shape]:+.1f}%"
+                                               for s in later) + ")"
+    return text
+
+
+def _parent_of(fix: FixResult, data: ReportData) -> str | None:
+    step = next((s for s in data.steps if s.commit == fix.step_commit), None)
+    return step.parent if step else None
+
+
+def _tf(values: Mapping[str, float], shape: str) -> str:
+    return tflops(values[shape]) if shape in values else ""
+
+
+def _all_trials(row: CommitRow | None, shape: str) -> str:
+    """A commit's median TFLOP/s over all its trials, as its row shows it, and how many."""
+    if row is None or shape not in row.subject_tflops:
+        return ""
+    return f"{tflops(row.subject_tflops[shape])} ({row.trials.get(shape, 0)})"
+
+
+def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
+    """One revert: a line saying what was measured, a table per shape, a warning where it hurts."""
+    name = _ref(fix.step_commit, data)
+    if not fix.applied:
+        return [f"- revert of {name}: does not apply on the tip: {fix.conflict}"]
+    if fix.error:
+        why = fix.error if fix.error.startswith("not measured") else f"could not be measured: {fix.error}"
+        return [f"- revert of {name} (`{Path(fix.patch_path).name if fix.patch_path else ''}`): {why}"]
+    parent = _parent_of(fix, data)
+    prow, trow = data.row(parent) if parent else None, data.row(data.bad.sha)
+    patch = Path(fix.patch_path).name if fix.patch_path else ""
+    of_parent = f" and the step's parent {_ref(parent, data)}" if parent else " and the step's parent"
+    lines = [f"- revert of {name} on the tip ([{patch}]({patch})): {fix.trials} rounds, one trial each of the "
+             f"tip with the revert, the tip{of_parent}:", ""]
+    rows = []
+    for shape in fix.shapes:
+        metric = METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))
+        par, tip = fix.vs_parent.get(shape), fix.vs_tip.get(shape)
+        rows.append([_short_shape(shape), _verdict_cell(fix, shape, data),
+                     f"{metric} {change(par)}" if par else "", change(tip) if tip else "",
+                     *(_tf(v, shape) for v in (fix.restored, fix.baseline, fix.tip)),
+                     _all_trials(prow, shape), _all_trials(trow, shape)])
+    lines += ["  " + line for line in _table(
+        ["shape", "verdict", "revert vs parent", "revert vs tip", "revert TFLOP/s", "parent TFLOP/s", "tip TFLOP/s",
+         "parent, all trials", "tip, all trials"], rows,
+        ["---", "---", "---", "---", "---:", "---:", "---:", "---:", "---:"])]
+    slower = [s for s in fix.shapes if fix.verdict(s) == "slower than the tip"]
+    if slower:
+        lines += ["", f"  > ⚠ **The revert makes the tip slower** in "
+                  + ", ".join(f"{_short_shape(s)} ({change(fix.vs_tip[s])} against the tip)" for s in slower)
+                  + ": do not apply it as it is."]
+    if not fix.correct:
+        lines += ["", "  > ⚠ **WRONG RESULTS with the patch**: the tip with the revert disagrees with the control."]
+    return lines + [""]
+
+
+def fixes_section(data: ReportData) -> list[str]:
+    if not data.fixes:
+        return []
+    lines = ["## Candidate fixes, verified on the tip", "",
+             "Each regression's revert, applied to the tip, built, and measured side by side with the tip and "
+             "the step's parent. The verdict and both changes are on the metric the step was found on, over "
+             "those rounds; the next three columns are median TFLOP/s of the same rounds. The last two are "
+             "the medians over all of the parent's and the tip's trials (their rows below, with the number "
+             "of trials), taken at other times, so they may differ from the rounds' figures.", ""]
+    for fix in data.fixes:
+        lines += fix_lines(fix, data)
+    return lines
+
+
+# -- per measured commit -----------------------------------------------------------------------
+
+def suite_table(data: ReportData, suite: str) -> list[str]:
+    """One suite's shapes: per commit, TFLOP/s and the metric with its spread; the control's row last."""
+    shapes = [s for s in data.shapes if s.split("/", 1)[0] == suite]
+    metric = data.metric_of(shapes[0]) if shapes else "ratio"
+    unit = METRIC_UNIT.get(metric, metric)
+    header = ["commit", "date", "PR"]
+    for shape in shapes:
+        header += [f"{_short_shape(shape)} TFLOP/s", f"{_short_shape(shape)} {unit}"]
+    # ◀ where a step of this suite's shapes is (at each candidate when it could not be told apart)
+    step_at = {c for s in data.steps if set(s.shapes) & set(shapes) for c in (s.commit, *s.candidates)}
     wrong = {(w.sha, w.shape) for w in data.wrong}
     rows = []
     for row in data.rows:
+        if not any(s in row.subject_tflops or (row.commit.sha, s) in wrong for s in shapes):
+            continue
         cells = []
-        for shape in data.shapes:
-            value = row.subject_tflops.get(shape)
+        for shape in shapes:
             if (row.commit.sha, shape) in wrong:
-                cells.append("wrong")
-            else:
-                cells.append(tflops(value) if value is not None else "")
+                cells += ["wrong", "wrong"]
+                continue
+            value = row.subject_tflops.get(shape)
+            cells += [tflops(value) if value is not None else "", metric_cell(row.metric.get(shape, ()), metric)]
         mark = " ◀" if row.commit.sha in step_at else ""
         rows.append([f"`{row.commit.short}`{mark}", row.commit.date[:10], _pr(row.commit.pr), *cells])
     control = []
-    for shape in data.shapes:
+    for shape in shapes:
         values = [r.control_tflops[shape] for r in data.rows if shape in r.control_tflops]
-        control.append(f"~{tflops(statistics.median(values))}" if values else "")
+        control += [f"~{tflops(statistics.median(values))}" if values else "", ""]
     rows.append([f"{data.control} (control)", "", "", *control])
-    return _table(header, rows, ["---", "---", "---", *(["---:"] * len(data.shapes))])
+    return _table(header, rows, ["---", "---", "---", *(["---:"] * (2 * len(shapes)))])
 
+
+def results_table(data: ReportData) -> list[str]:
+    """Every suite's table under a heading naming its metric."""
+    lines: list[str] = []
+    for suite in _suites(data.shapes):
+        shape = next(s for s in data.shapes if s.split("/", 1)[0] == suite)
+        lines += [f"### {suite}: steps tested on {METRIC_WORDS.get(data.metric_of(shape), data.metric_of(shape))}",
+                  "", *suite_table(data, suite), ""]
+    return lines[:-1]
+
+
+def commits_section(data: ReportData) -> list[str]:
+    return ["## Per measured commit", "",
+            "Per shape: the median TFLOP/s over the commit's trials, then the metric its steps were tested on: "
+            "median ±CV over the same trials (number of trials). The metric, not the TFLOP/s, decides a step: "
+            "on a busy machine TFLOP/s move between neighbours with no step while the ratio to the control, "
+            "timed in the same process, holds. ◀ marks a culprit; wrong: the output disagreed with the "
+            "control's.", "", *results_table(data)]
+
+
+# -- wrong results, skipped commits, files -----------------------------------------------------
 
 def wrong_rows(data: ReportData) -> list[list[str]]:
     """One row per shape and run of measured commits with the same error: a wrong-result window
@@ -135,131 +399,55 @@ def wrong_rows(data: ReportData) -> list[list[str]]:
     return rows
 
 
-def _after(sha: str, than: str, data: ReportData) -> bool:
-    order = [c.sha for c in data.range_commits]
-    return sha in order and than in order and order.index(sha) > order.index(than)
+def wrong_section(data: ReportData) -> list[str]:
+    if not data.wrong:
+        return []
+    lines = ["## Wrong results (never ranked)", ""]
+    for w in data.wrong_windows:
+        fixed = f", right again from {_ref(w.fixed, data)}" if w.fixed else ", still wrong at the tip"
+        lines.append(f"- {', '.join(_short_shape(s) for s in w.shapes)}: wrong from {_ref(w.first, data)} "
+                     f"(right at {_ref(w.last_good, data)}){fixed}.")
+    if data.wrong_windows:
+        lines.append("")
+    return lines + _table(["commits", "PRs", "shape", "max abs err", "max rel err"], wrong_rows(data))
 
 
-def _ci(c: object) -> str:
-    lo, hi = c.ci95  # type: ignore[attr-defined]
-    return f"{c.change_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]"  # type: ignore[attr-defined]
+def skipped_section(data: ReportData) -> list[str]:
+    if not data.skipped:
+        return []
+    lines = ["## Skipped (did not build or import)", ""]
+    for sha, reason in data.skipped.items():
+        c = data.commit(sha)
+        last = reason.strip().splitlines()[-1] if reason.strip() else "no log"
+        log = data.build_logs.get(sha)
+        lines.append(f"- `{sha[:7]}` {_pr(c.pr) if c else ''}: {last}" + (f" ([log]({log}))" if log else ""))
+    return lines
 
 
-def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
-    commit = data.commit(fix.step_commit)
-    name = f"`{fix.step_commit[:7]}`" + (f" ({_pr(commit.pr)})" if commit and commit.pr else "")
-    if not fix.applied:
-        return [f"- revert of {name}: does not apply on the tip: {fix.conflict}"]
-    if fix.error:
-        return [f"- revert of {name} (`{fix.patch_path}`): could not be measured: {fix.error}"]
-    parts = []
-    for shape in fix.shapes:
-        verdict = fix.verdict(shape)
-        if verdict == "not measured":
-            parts.append(f"{_short_shape(shape)}: not measured")
-            continue
-        tail = ""
-        remaining = fix.remaining_pct(shape) or 0.0
-        later = [s for s in data.steps if s.is_regression and s.commit != fix.step_commit and shape in s.shapes
-                 and _after(s.commit, fix.step_commit, data)]
-        if later and verdict != "restored":
-            tail = " (also lost to " + ", ".join(f"{_ref(s.commit, data)} {s.change_pct[shape]:+.1f}%"
-                                                 for s in later) + ")"
-        warn = " ⚠ the revert makes the tip slower" if verdict == "slower than the tip" else ""
-        figures = (f"{tflops(fix.restored[shape])} TFLOP/s with the revert, {tflops(fix.baseline[shape])} before "
-                   f"the step, {tflops(fix.tip[shape])} at the tip; "
-                   if shape in fix.restored and shape in fix.baseline and shape in fix.tip else "")
-        parts.append(f"{_short_shape(shape)}: **{verdict}**{warn}: {figures}"
-                     f"{METRIC_SHORT.get(metric_of_shape(data.metric, shape), 'the metric')} "
-                     f"{_ci(fix.vs_parent[shape])} against the step's "
-                     f"parent, {_ci(fix.vs_tip[shape])} against the tip{tail}"
-                     + (f"; {-remaining:.1f}% still missing" if verdict in ("partly restored", "not restored") else ""))
-    correct = "" if fix.correct else " — WRONG RESULTS with the patch"
-    patch = Path(fix.patch_path).name if fix.patch_path else ""
-    return [f"- revert of {name} on the tip ([{patch}]({patch})), {fix.trials} trials of each measured side by "
-            f"side with the tip and the step's parent{correct}:", *[f"  - {p}" for p in parts]]
-
-
-def diff_block(diff: str) -> list[str]:
-    """A fenced diff, the fence longer than any run of backticks inside it."""
-    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", diff)), default=0))
-    return [f"{fence}diff", diff.rstrip("\n"), fence]
-
-
-def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
-    """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
-    link = Path(finding.patch_path).name if finding.patch_path else ""
-    lines = [f"- {_ref(finding.step_commit, data)}: {finding.summary}" + (f" ([{link}]({link}))" if link else "") + ":"]
-    for t in finding.tries:
-        moved = "; ".join(filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()),
-                                        t.error])) or "not measured"
-        trials = f" ({t.trials} trials)" if t.trials else ""
-        lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
-                     f" — {'reproduces' if t.carries else 'does not reproduce'} the step")
-    diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
-    return [*lines, "", *diff_block(diff), ""]
+def files_section(data: ReportData, plots: Sequence[str], csv_name: str) -> list[str]:
+    lines: list[str] = []
+    if plots:
+        lines += ["## Plots", "",
+                  "Per shape: the metric the steps were tested on, a dot per trial and a line through the "
+                  "medians, over the commits measured in range order (equally spaced: a stretch of unmeasured "
+                  "commits takes no room); below it the subject's TFLOP/s and the control's, each on its own "
+                  "axis; then a zoom on each step.", "",
+                  *[f"![{p}]({p})" for p in plots], ""]
+    lines.append(f"Raw trials, every repetition: [{csv_name}]({csv_name}).")
+    if data.reproduce:
+        lines += ["", "## Reproduce", "", "```sh", *data.reproduce, "```"]
+    return lines
 
 
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
-    m = data.machine
-    lines = [f"# {data.title}", ""]
-    lines.append(f"Upstream `{data.upstream}` ({data.branch}), range `{data.good.short}`..`{data.bad.short}` "
-                 f"({len(data.range_commits) - 1} commits), {data.commits_probed} commits measured, "
-                 f"{data.trials} trials; this run {data.wall_s / 60:.1f} min, trial processes "
-                 f"{data.trial_s / 60:.1f} min in all.")
-    machine = ", ".join(str(m[k]) for k in ("device_name", "driver", "torch", "triton") if m.get(k))
-    proto = data.protocol
-    lines.append(f"Machine: {machine or data.device}. Control: {data.control}, timed in the same process, "
-                 f"alternating with the subject. Cold protocol: a fresh process per trial, a JIT cache of each "
-                 f"commit's own emptied before its first trial, {proto.get('reps', '?')} timed repetitions after "
-                 f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
-                 f"against the control. Values are medians over trials of the per-trial median TFLOP/s; steps "
-                 f"are tested on {metric_words(data.metric)} (minimum step {data.min_step_pct:g}%).")
-    if data.throughput is not None:
-        lines.append(describe_throughput(data.throughput))
-    lines += [f"\n> {note}" for note in data.notes]
-    lines += ["", "## Steps", "", *steps_table(data)]
-    if data.dropped:
-        lines += ["", "Not confirmed on re-measurement against the parent (dropped): "
-                  + "; ".join(step_summary(s, data) for s in data.dropped)]
-    if data.uncertain:
-        cap = data.protocol.get("max_trials", "?")
-        pairs = "; ".join(f"{_ref(u.before, data)}..{_ref(u.after, data)} in "
-                          + ", ".join(_short_shape(s) for s in u.shapes) for u in data.uncertain)
-        lines += ["", f"Still unsure at the trial cap ({cap} trials a commit), taken as no step: {pairs}. "
-                  f"A step near {data.min_step_pct:g}% could hide there; raise `protocol.max_trials` to decide."]
-    if data.hunks:
-        lines += ["", "## The hunks that carry each step", "",
-                  "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured side by "
-                  "side with fresh trials of the parent on the step's shapes (the change shown is against those; "
-                  "a part whose place stays unclear gets more rounds): a part that sits nearer the culprit than "
-                  "the parent, by the median over the step's shapes, is split again (delta debugging).", ""]
-        for finding in data.hunks:
-            lines += hunk_lines(finding, data)
-    if data.fixes:
-        lines += ["", "## Candidate fixes, verified on the tip", ""]
-        for fix in data.fixes:
-            lines += fix_lines(fix, data)
-    lines += ["", "## TFLOP/s per measured commit", "", *results_table(data)]
-    if data.wrong:
-        lines += ["", "## Wrong results (never ranked)", ""]
-        for w in data.wrong_windows:
-            fixed = f", right again from {_ref(w.fixed, data)}" if w.fixed else ", still wrong at the tip"
-            lines.append(f"- {', '.join(_short_shape(s) for s in w.shapes)}: wrong from {_ref(w.first, data)} "
-                         f"(right at {_ref(w.last_good, data)}){fixed}.")
-        if data.wrong_windows:
-            lines.append("")
-        lines += _table(["commits", "PRs", "shape", "max abs err", "max rel err"], wrong_rows(data))
-    if data.skipped:
-        lines += ["", "## Skipped (did not build or import)", ""]
-        for sha, reason in data.skipped.items():
-            c = data.commit(sha)
-            last = reason.strip().splitlines()[-1] if reason.strip() else "no log"
-            log = data.build_logs.get(sha)
-            lines.append(f"- `{sha[:7]}` {_pr(c.pr) if c else ''}: {last}" + (f" ([log]({log}))" if log else ""))
-    if plots:
-        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
-    lines += ["", f"Raw trials, every repetition: [{csv_name}]({csv_name})."]
-    if data.reproduce:
-        lines += ["", "## Reproduce", "", "```sh", *data.reproduce, "```"]
+    unsure = unsure_section(data)
+    sections = [header(data), steps_section(data) + ([""] + unsure if unsure else []), hunks_section(data),
+                fixes_section(data), commits_section(data), wrong_section(data), skipped_section(data),
+                files_section(data, plots, csv_name)]
+    lines: list[str] = []
+    for section in sections:
+        while section and section[-1] == "":
+            section = section[:-1]
+        if section:
+            lines += [*([""] if lines else []), *section]
     return "\n".join(lines) + "\n"

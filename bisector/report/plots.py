@@ -1,8 +1,20 @@
-"""PNG plots (matplotlib Agg): per shape, TFLOP/s over the range with steps and the control's band."""
+"""PNG plots (matplotlib Agg), one per shape, readable in five seconds:
+
+- top: the metric the steps were tested on (ratio, or full-clock TFLOP/s), a dot per trial and a
+  line through the medians, over the measured commits in order, equally spaced (on a linear index
+  over a 389-commit range a step at one end was squeezed against the axis);
+- middle: the subject's and the control's TFLOP/s, each as a share of its own median, so the
+  control's drift shows on its own line instead of a band that spans the axis on a busy machine;
+- bottom: a zoom on each step, the parent and culprit with a neighbour each side.
+
+Step labels are stacked and commit labels thinned so that no two collide (bisector/report/labels.py).
+"""
 
 from __future__ import annotations
 
 import re
+import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -10,63 +22,206 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
-from bisector.report.data import ReportData  # noqa: E402
+from bisector.model import Step  # noqa: E402
+from bisector.report import labels  # noqa: E402
+from bisector.report.data import METRIC_UNIT, ReportData  # noqa: E402
+
+BLUE, RED, GREEN, GREY = "#1f5fa8", "#c0392b", "#27ae60", "#777777"
+MAX_ZOOMS = 6  # zoom panels per figure; more steps in one shape: the largest
+ZOOM_SIDE = 1  # measured commits shown on each side of a step's parent and culprit
+ROW = 0.1  # height of a row of step labels, in axes fraction
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured (or skipped) commit on the x axis of a shape's plot."""
+
+    sha: str
+    label: str
+    kind: str  # "ok" | "wrong" | "skipped"
+    metric: tuple[float, ...] = ()
+    samples: tuple[float, ...] = ()  # the subject's TFLOP/s per trial
+    subject: float | None = None
+    control: float | None = None
 
 
 def plot_name(shape: str) -> str:
     return "tflops-" + re.sub(r"[^\w.-]+", "_", shape) + ".png"
 
 
-def _legend_outside(ax: plt.Axes) -> None:
-    """Right of the axes: inside, a legend hid the first commits' points (the GOOD end)."""
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+def points(data: ReportData, shape: str) -> list[Point]:
+    """The commits this shape's plot shows, in range order: measured, wrong, or skipped."""
+    wrong = {w.sha for w in data.wrong if w.shape == shape}
+    by_sha: dict[str, Point] = {}
+    for row in data.rows:
+        sha = row.commit.sha
+        if sha in wrong:
+            by_sha[sha] = Point(sha, row.commit.short, "wrong")
+        elif row.metric.get(shape) or shape in row.subject_tflops:
+            by_sha[sha] = Point(sha, row.commit.short, "ok", tuple(row.metric.get(shape, ())),
+                                tuple(row.samples.get(shape, ())), row.subject_tflops.get(shape),
+                                row.control_tflops.get(shape))
+    for sha in data.skipped:
+        by_sha.setdefault(sha, Point(sha, sha[:7], "skipped"))
+    order = {c.sha: i for i, c in enumerate(data.range_commits)}
+    return sorted(by_sha.values(), key=lambda p: order.get(p.sha, len(order)))
+
+
+def _step_label(step: Step, shape: str) -> str:
+    who = f"#{step.pr}" if step.pr else step.commit[:7]
+    return f"{who} {step.change_pct[shape]:+.1f}%"
+
+
+def _step_x(step: Step, index: dict[str, int]) -> float | None:
+    """Between the step's parent and its culprit (the first of its candidates)."""
+    if step.parent not in index:
+        return None
+    after = next((index[c] for c in (step.commit, *step.candidates) if c in index), index[step.parent] + 1)
+    return (index[step.parent] + after) / 2.0
+
+
+def _metric_series(ax: Axes, xs: Sequence[float], pts: Sequence[Point]) -> None:
+    for x, p in zip(xs, pts):
+        if p.metric:
+            ax.scatter([x] * len(p.metric), p.metric, s=7, color=BLUE, alpha=0.4, lw=0, zorder=2)
+    medians = [statistics.median(p.metric) if p.metric else float("nan") for p in pts]
+    ax.plot(xs, medians, "-o", color=BLUE, ms=3.5, lw=1.1, zorder=3)
+
+
+def _headroom(ax: Axes, values: Sequence[float], rows: int) -> None:
+    """y limits that leave the top `rows` label rows free of data."""
+    if not values:
+        return
+    lo, hi = min(values), max(values)
+    if hi <= lo:
+        lo, hi = lo * 0.95 - 1e-12, hi * 1.05 + 1e-12
+    top = 1.0 - 0.04 - ROW * rows
+    span = (hi - lo) / max(top - 0.06, 0.2)
+    ax.set_ylim(lo - 0.06 * span, lo - 0.06 * span + span)
+
+
+def _zoom(ax: Axes, shape: str, step: Step, pts: Sequence[Point]) -> None:
+    """The step's parent and culprit with a measured neighbour each side, every trial shown."""
+    index = {p.sha: i for i, p in enumerate(pts)}
+    ip = index[step.parent]
+    ic = next((index[c] for c in (step.commit, *step.candidates) if c in index), ip + 1)
+    lo = ip
+    for _ in range(ZOOM_SIDE):  # a measured neighbour each side
+        lo = next((k for k in range(lo - 1, -1, -1) if pts[k].kind == "ok"), lo)
+    hi = ic
+    for _ in range(ZOOM_SIDE):
+        hi = next((k for k in range(hi + 1, len(pts)) if pts[k].kind == "ok"), hi)
+    window = [k for k in range(lo, hi + 1) if pts[k].kind == "ok"]
+    xs = list(range(len(window)))
+    _metric_series(ax, xs, [pts[k] for k in window])
+    cut = sum(1 for k in window if k <= ip) - 0.5
+    color = RED if step.change_pct[shape] < 0 else GREEN
+    ax.axvline(cut, color=color, lw=1.4)
+    lo_ci, hi_ci = step.ci95.get(shape, (float("nan"), float("nan")))
+    who = f"#{step.pr} " if step.pr else ""
+    ax.set_title(f"{who}{step.commit[:7]}\n{step.change_pct[shape]:+.1f}% [{lo_ci:+.1f}, {hi_ci:+.1f}]",
+                 fontsize=7.5, color=color)
+    ax.set_xticks(xs, [pts[k].label for k in window], rotation=90, fontsize=6)
+    ax.set_xlim(-0.6, len(window) - 0.4)
+    ax.tick_params(axis="y", labelsize=6)
+    ax.grid(alpha=0.3)
+
+
+def figure(data: ReportData, shape: str) -> Figure:
+    """The shape's figure, laid out, its labels placed; the caller saves and closes it."""
+    pts = points(data, shape)
+    index = {p.sha: i for i, p in enumerate(pts)}
+    steps = [s for s in data.steps if shape in s.shapes and _step_x(s, index) is not None]
+    zooms = sorted(sorted(steps, key=lambda s: -abs(s.change_pct[shape]))[:MAX_ZOOMS],
+                   key=lambda s: index[s.parent])
+    metric = data.metric_of(shape)
+    unit = METRIC_UNIT.get(metric, metric)
+    ylabel = f"ratio to {data.control}" if metric == "ratio" else unit
+
+    fig = plt.figure(figsize=(11.0, 7.4 if zooms else 5.6), dpi=110, layout="constrained")
+    heights = [3.0, 1.4, 0.9, 1.6] if zooms else [3.0, 1.4, 0.9]
+    # At least three columns: one zoom alone would stretch over the whole width.
+    grid = fig.add_gridspec(len(heights), max(3, len(zooms)), height_ratios=heights)
+    ax = fig.add_subplot(grid[0, :])
+    sub = fig.add_subplot(grid[1, :], sharex=ax)
+    ctl = fig.add_subplot(grid[2, :], sharex=ax)
+    shared = (ax, sub, ctl)
+    xs = list(range(len(pts)))
+
+    # Top: the metric per trial and its medians; then the subject's TFLOP/s; then the control's.
+    _metric_series(ax, xs, pts)
+    for x, p in zip(xs, pts):
+        if p.samples:
+            sub.scatter([x] * len(p.samples), p.samples, s=6, color=BLUE, alpha=0.35, lw=0, zorder=2)
+    sub.plot(xs, [p.subject if p.subject else float("nan") for p in pts], "-o", color=BLUE, ms=2.5, lw=1.0)
+    ctl.plot(xs, [p.control if p.control else float("nan") for p in pts], "--o", color=GREY, ms=2.5, lw=1.0)
+    for x, p in zip(xs, pts):
+        for a in shared:
+            if p.kind == "wrong":
+                a.axvspan(x - 0.45, x + 0.45, color=RED, alpha=0.12, lw=0)
+            elif p.kind == "skipped":
+                a.axvline(x, color=GREY, lw=0.7, ls="--")
+    texts = []
+    for step in steps:
+        x = _step_x(step, index)
+        color = RED if step.change_pct[shape] < 0 else GREEN
+        for a in shared:
+            a.axvline(x, color=color, lw=1.5, zorder=1)
+        right = x > 0.6 * max(len(pts) - 1, 1)
+        text = ax.annotate(_step_label(step, shape), (x, 0.97), xycoords=("data", "axes fraction"),
+                           xytext=(-3 if right else 3, 0), textcoords="offset points", color=color, fontsize=8,
+                           ha="right" if right else "left", va="top",
+                           bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
+        text.set_in_layout(False)
+        texts.append(text)
+    for a, name in ((ax, ylabel), (sub, "subject\nTFLOP/s"), (ctl, f"{data.control}\n(control)\nTFLOP/s")):
+        a.set_ylabel(name, fontsize=7.5)
+        a.tick_params(axis="y", labelsize=6.5)
+        a.grid(alpha=0.3)
+    for a in (ax, sub):
+        a.tick_params(axis="x", labelbottom=False)
+    ax.set_xlim(-0.6, len(pts) - 0.4)
+    ax.set_title(f"{shape}: {ylabel}, what its steps were tested on; {len(pts)} of the {len(data.range_commits)} "
+                 f"commits of {data.good.short}..{data.bad.short} measured or tried, in order", fontsize=9)
+
+    handles = [Line2D([], [], color=BLUE, marker="o", ms=3.5, lw=1.1, label="median per commit"),
+               Line2D([], [], color=BLUE, marker="o", ms=3, lw=0, alpha=0.4, label="one trial")]
+    if any(s.change_pct[shape] < 0 for s in steps):
+        handles.append(Line2D([], [], color=RED, lw=1.5, label="regression"))
+    if any(s.change_pct[shape] > 0 for s in steps):
+        handles.append(Line2D([], [], color=GREEN, lw=1.5, label="improvement"))
+    if any(p.kind == "wrong" for p in pts):
+        handles.append(Patch(color=RED, alpha=0.12, label="wrong results"))
+    if any(p.kind == "skipped" for p in pts):
+        handles.append(Line2D([], [], color=GREY, lw=0.7, ls="--", label="did not build or run"))
+    fig.legend(handles=handles, loc="outside upper center", ncol=len(handles), fontsize=7, frameon=False)
+
+    for k, step in enumerate(zooms):
+        _zoom(fig.add_subplot(grid[3, k]), shape, step, pts)
+
+    # Lay out with every commit label, freeze the layout, then place and thin the labels on it.
+    ticks = [p.label for p in pts]
+    ctl.set_xticks(xs, ticks, rotation=90, fontsize=6.5)
+    ctl.set_xlabel("the commits measured (or tried), in range order, equally spaced", fontsize=7)
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
+    # Labels that must stay: the ends and each culprit, then each step's parent, then the rest.
+    culprits = [index[s.commit] for s in steps if s.commit in index]
+    parents = [index[s.parent] for s in steps]
+    labels.thin_ticks(fig, ctl, xs, ticks, [0, len(pts) - 1, *culprits, *parents], rotation=90, fontsize=6.5)
+    fig.canvas.draw()
+    rows = labels.stack(fig, texts, ROW)
+    _headroom(ax, [v for p in pts for v in p.metric], rows)
+    return fig
 
 
 def render_shape(data: ReportData, shape: str, out: Path) -> Path:
-    index = {c.sha: i for i, c in enumerate(data.range_commits)}
-    rows = [r for r in data.rows if shape in r.subject_tflops]
-    wrong = {w.sha for w in data.wrong if w.shape == shape}
-    fig, ax = plt.subplots(figsize=(10.5, 3.6), dpi=110)
-    xs = [index[r.commit.sha] for r in rows]
-    ax.plot(xs, [r.subject_tflops[shape] for r in rows], "-o", color="#1f5fa8", ms=4, lw=1.2,
-            label="subject (median)", zorder=3)
-    for r in rows:
-        spread = r.samples.get(shape, ())
-        if spread:
-            ax.scatter([index[r.commit.sha]] * len(spread), spread, s=6, color="#1f5fa8", alpha=0.35, zorder=2)
-    controls = [r.control_tflops[shape] for r in data.rows if shape in r.control_tflops]
-    if controls:
-        ax.axhspan(min(controls), max(controls), color="#999999", alpha=0.25, lw=0)
-        ax.axhline(sorted(controls)[len(controls) // 2], color="#777777", lw=1, ls="-.",
-                   label=f"{data.control} (control): median, min–max band")
-    for w in wrong:
-        if w in index:
-            ax.axvline(index[w], color="#c0392b", lw=0.8, ls=":")
-    if wrong:
-        ax.plot([], [], color="#c0392b", ls=":", label="wrong results")
-    for sha in data.skipped:
-        if sha in index:
-            ax.axvline(index[sha], color="#777777", lw=0.6, ls="--")
-    if data.skipped:
-        ax.plot([], [], color="#777777", ls="--", lw=0.6, label="did not build")
-    for step in data.steps:
-        if shape not in step.shapes or step.commit not in index:
-            continue
-        x = index[step.commit] - 0.5
-        color = "#c0392b" if step.change_pct[shape] < 0 else "#27ae60"
-        ax.axvline(x, color=color, lw=1.5)
-        label = f"#{step.pr}" if step.pr else step.commit[:7]
-        ax.annotate(f"{label} {step.change_pct[shape]:+.1f}%", (x, 1.0), xycoords=("data", "axes fraction"),
-                    xytext=(3, -12), textcoords="offset points", color=color, fontsize=8)
-    ax.set_xlim(-0.5, len(data.range_commits) - 0.5)
-    ticks = sorted({0, len(data.range_commits) - 1, *(index[s.commit] for s in data.steps if s.commit in index)})
-    ax.set_xticks(ticks, [data.range_commits[t].short for t in ticks], rotation=30, fontsize=7)
-    ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"{shape} over {data.good.short}..{data.bad.short}", fontsize=10)
-    ax.grid(alpha=0.3)
-    _legend_outside(ax)
-    fig.tight_layout()
+    fig = figure(data, shape)
     path = out / plot_name(shape)
     fig.savefig(path)
     plt.close(fig)
@@ -75,6 +230,11 @@ def render_shape(data: ReportData, shape: str, out: Path) -> Path:
 
 def render_all(data: ReportData, out: Path) -> list[Path]:
     return [render_shape(data, shape, out) for shape in data.shapes]
+
+
+def _legend_outside(ax: plt.Axes) -> None:
+    """Right of the axes: inside, a legend hid the first commits' points (the GOOD end)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def render_trend(dates: Sequence[str], series: dict[str, Sequence[float | None]],

@@ -1,0 +1,74 @@
+"""What the report shows as evidence for its steps, computed from stored trials and the search's
+result: per commit and shape the value the search compared (with its spread), and for each pair
+left unsure at the trial cap, what its trials said.
+
+Pure: TrialRecords and a SearchResult in, report dataclasses out. The pipeline calls it from
+`report_data`; the renderers in bisector/report/ only read what it made.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Callable, Mapping, Sequence
+
+from bisector.model import Comparison, Measurement, SearchResult, TrialRecord, TrialStatus
+from bisector.report.data import UnsurePair
+from bisector.search import POOLED_MIN_DF
+from bisector.stats import compare, full_clock_time, log_sd
+
+
+def metric_value(trial: TrialRecord, metric: str) -> float | None:
+    """The per-trial value the search compared, in units a reader knows: the subject/control ratio,
+    or for "speed" the full-clock speed as full-clock TFLOP/s (the search's 1 / full-clock time,
+    scaled by the trial's own TFLOP/s at its median time: the same change in percent)."""
+    if trial.status is not TrialStatus.OK:
+        return None
+    if metric != "speed":
+        return trial.ratio
+    times = [t for t in trial.subject_ms if t > 0]
+    if not times or not trial.subject_tflops:
+        return None
+    full = full_clock_time(times)
+    return trial.subject_tflops * statistics.median(times) / full if full > 0 else None
+
+
+def metric_samples(trials: Sequence[TrialRecord], keys: Sequence[str],
+                   metric_of: Callable[[str], str]) -> dict[str, tuple[float, ...]]:
+    """Per shape key, the metric of each OK trial in the order measured."""
+    out: dict[str, tuple[float, ...]] = {}
+    for key in keys:
+        values = tuple(v for t in trials if t.shape == key and (v := metric_value(t, metric_of(key))) is not None)
+        if values:
+            out[key] = values
+    return out
+
+
+def _noise(measurements: Mapping[str, Measurement], shape: str,
+           pair: Sequence[Sequence[float]]) -> tuple[float, float] | None:
+    """The trial noise the search used for a pair (search._State.noise, at the end of the search):
+    pooled over every measured commit once the pool is large, never below the pair's own spread."""
+    groups = [m.samples.get(shape, ()) for m in measurements.values() if shape not in m.wrong]
+    sd, df = log_sd([g for g in groups if len(g) > 1])
+    if df < POOLED_MIN_DF or not math.isfinite(sd):
+        return None
+    own, _ = log_sd([p for p in pair if len(p) > 1])
+    return (max(sd, own if math.isfinite(own) else 0.0), df)
+
+
+def unsure_pairs(result: SearchResult, max_trials: int, min_step_pct: float) -> tuple[UnsurePair, ...]:
+    """Each pair in `result.uncertain`, compared again on the samples the search had at its cap
+    (the first `max_trials` of each commit): the difference and interval a reader weighs against
+    the minimum step."""
+    out = []
+    for u in result.uncertain:
+        a, b = result.measurements.get(u.before), result.measurements.get(u.after)
+        comparisons: list[Comparison] = []
+        for shape in u.shapes:
+            before = tuple(a.samples.get(shape, ()))[:max_trials] if a else ()
+            after = tuple(b.samples.get(shape, ()))[:max_trials] if b else ()
+            if before and after:
+                comparisons.append(compare(before, after, min_step_pct, 1.0, shape,
+                                           _noise(result.measurements, shape, (before, after))))
+        out.append(UnsurePair(u.before, u.after, u.shapes, tuple(comparisons)))
+    return tuple(out)

@@ -1,0 +1,51 @@
+"""Numbers as the report prints them: TFLOP/s, a metric's median with its spread, changes with
+their intervals. One place, so a figure reads the same in every section and in the summary."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+from bisector.model import Comparison
+
+
+def tflops(value: float) -> str:
+    """One decimal at GPU scale (1284.6), four significant digits below (0.08651 on a CPU)."""
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.4g}"
+
+
+def cv_pct(values: Sequence[float]) -> float | None:
+    """Coefficient of variation over trials in percent; None for fewer than two."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return 100.0 * statistics.stdev(values) / mean if mean else None
+
+
+def _cv(cv: float) -> str:
+    return f"±{cv:.1f}%" if cv >= 0.1 else f"±{cv:.2f}%"
+
+
+def metric_value(value: float, metric: str) -> str:
+    """A ratio to four significant digits; a full-clock speed as TFLOP/s."""
+    return tflops(value) if metric == "speed" else f"{value:.4g}"
+
+
+def metric_cell(values: Sequence[float], metric: str) -> str:
+    """`0.6312 ±2.1% (4)`: median over the trials, their spread, how many."""
+    if not values:
+        return ""
+    cv = cv_pct(values)
+    spread = f" {_cv(cv)}" if cv is not None else ""
+    return f"{metric_value(statistics.median(values), metric)}{spread} ({len(values)})"
+
+
+def change(c: Comparison) -> str:
+    """`-11.0% [-11.8, -10.2]`: the change and its 95% interval."""
+    lo, hi = c.ci95
+    return f"{c.change_pct:+.1f}% [{_bound(lo)}, {_bound(hi)}]"
+
+
+def _bound(x: float) -> str:
+    return f"{x:+.1f}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")

@@ -1,0 +1,62 @@
+"""The lines `run` and `demo` print when they finish: one line for each step, wrong-result window,
+hunk finding, revert (with its verdict per shape), dropped step and skipped commit, then where the
+report is. Pure: it reads ReportData only, so what the terminal says is what the report says."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from bisector.report.data import FixResult, ReportData
+from bisector.report.figures import change
+from bisector.report.markdown import step_summary
+
+SHOWN_SKIPS = 5  # skipped commits listed one a line; the rest counted
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no reason recorded"
+
+
+def _short(shape: str) -> str:
+    return shape.split("/", 1)[-1]
+
+
+def fix_line(fix: FixResult) -> str:
+    """`revert of 36a4b95: s16384 not restored (-61.8% [-63.6, -59.9] against the parent), ...`."""
+    head = f"revert of {fix.step_commit[:7]}"
+    if not fix.applied:
+        return f"{head}: does not apply on the tip: {last_line(fix.conflict)}"
+    if fix.error:
+        error = last_line(fix.error)
+        return f"{head}: {error if error.startswith('not measured') else 'could not be measured: ' + error}"
+    parts = []
+    for shape in fix.shapes:
+        verdict = fix.verdict(shape)
+        against = (f" ({change(fix.vs_tip[shape])} against the tip)" if verdict == "slower than the tip"
+                   else f" ({change(fix.vs_parent[shape])} against the parent)" if shape in fix.vs_parent else "")
+        parts.append(f"{_short(shape)} {verdict}{against}")
+    warn = "WARNING, the revert makes the tip slower: " if any(
+        fix.verdict(s) == "slower than the tip" for s in fix.shapes) else ""
+    wrong = "; WRONG RESULTS with the revert" if not fix.correct else ""
+    return f"{head}: {warn}{', '.join(parts)}{wrong}"
+
+
+def lines(data: ReportData, report: str) -> Sequence[str]:
+    out = [f"{len(data.steps)} step(s), {data.commits_probed} commits probed, {data.trials} trials"]
+    out += ["  " + step_summary(step, data) for step in data.steps]
+    for w in data.wrong_windows:
+        out.append(f"  wrong results in {', '.join(w.shapes)} from {w.first[:7]}"
+                   + (f" until {w.fixed[:7]}" if w.fixed else " to the tip"))
+    out += [f"  {h.step_commit[:7]}: {h.summary}: {'; '.join(h.hunks)}" for h in data.hunks]
+    out += ["  " + fix_line(fix) for fix in data.fixes]
+    out += ["  dropped (did not hold against its parent): " + step_summary(s, data) for s in data.dropped]
+    pairs = data.unsure or data.uncertain
+    if pairs:
+        out.append(f"  {len(pairs)} pair(s) still unsure at the trial cap, taken as no step (see the report)")
+    skipped = list(data.skipped.items())
+    out += [f"  skipped {sha[:7]}: {last_line(reason)}" for sha, reason in skipped[:SHOWN_SKIPS]]
+    if len(skipped) > SHOWN_SKIPS:
+        out.append(f"  ... and {len(skipped) - SHOWN_SKIPS} more skipped (see the report)")
+    out.append(f"report: {report}")
+    return out
