@@ -20,7 +20,6 @@ from bisector import gitrepo, pipeline, publish
 from bisector.config import Config
 from bisector.model import ProbeStatus
 from bisector.publish.plan import dump_plan
-from bisector.report.plots import render_trend
 from bisector.search import uncertain_json
 from bisector.store import Night
 from bisector.triggers import perf
@@ -148,6 +147,8 @@ def _finish(session: pipeline.Session, night: Night, measured: bool) -> NightOut
     subj = {n.date: pipeline.medians(session, n.sha, "subject_tflops") for n in nights}
     ctrl = {n.date: pipeline.medians(session, n.sha, "control_tflops") for n in nights}
     dates = [n.date for n in nights]
+    from bisector.report.plots import render_trend  # matplotlib, only when a night's report is written
+
     trend = render_trend(dates, {k: [subj[d].get(k) for d in dates] for k in keys},
                          {k: [ctrl[d].get(k) for d in dates] for k in keys} if config.control != "none" else {},
                          out / f"{night.date}-trend.png", f"{config.name}: nightly TFLOP/s, {config.upstream.branch}")
