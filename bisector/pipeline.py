@@ -25,6 +25,7 @@ from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Shape, TrialRecord,
                             TrialStatus)
 from bisector.fixes import verify_fixes
+from bisector.kernels.collect import step_kernels
 from bisector.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
@@ -211,6 +212,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
             result = with_prs(search.localize(order, measure, settings), commits)
             windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
+        # the JIT caches of the steps' commits, kept beside the report before a later run empties them
+        kernels = step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env)
         taken = Taken(result.measurements)
         fixes, patches, found = (), {}, ()
         if options.verify_fixes:
@@ -220,7 +223,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
             with session.stage("hunks"):
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows)
-        data = replace(data, hunks=found, throughput=session.throughput(order))
+        data = replace(data, hunks=found, throughput=session.throughput(order), kernels=kernels)
         write_trials_csv(session, commits, out / render.CSV_NAME)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from bisector.model import Step
+from bisector.report import why
 from bisector.report.data import FixResult, HunkFinding, ReportData
 from bisector.throughput import describe as describe_throughput
 
@@ -240,6 +241,7 @@ def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.
         lines += ["", "## Candidate fixes, verified on the tip", ""]
         for fix in data.fixes:
             lines += fix_lines(fix, data)
+    lines += why.sections(data)  # issue #14: compiled kernels, hunk groups, interacting steps (report/why.py)
     lines += ["", "## TFLOP/s per measured commit", "", *results_table(data)]
     if data.wrong:
         lines += ["", "## Wrong results (never ranked)", ""]
