@@ -237,3 +237,24 @@ def test_files_that_do_not_parse_or_are_not_python_are_grouped_by_name_only(tmp_
     assert [tuple(parts[i].path for i in g.members) for g in groups] == [("k.cu", "k.py"), ("k.py",)]
     broken = hunk_groups.group(parts, lambda p: "def (:", lambda p: "def (:")  # a syntax error: no grouping
     assert [g.members for g in broken] == [(i,) for i in range(len(parts))]
+
+
+def test_the_report_names_the_groups_and_the_unresolved_subsets(culprit) -> None:
+    from bisector.model import Commit
+    from bisector.report import markdown
+    from bisector.report.data import HunkFinding, HunkTry, ReportData
+
+    root, sha = culprit
+    parts, groups = parts_and_groups(root, sha)
+    formed = tuple(g for g in groups if len(g.members) > 1)
+    finding = HunkFinding(sha, len(parts), ("lib/util.py (whole file)",), True,
+                          (HunkTry(("lib/kern.py @@ -8,7 +8,7 @@",), None, error="does not run: TypeError: "
+                                   "_attn_kernel() missing 1 required positional argument: 'k_page_stride'"),),
+                          groups=formed, unresolved=1)
+    c = Commit(sha, "2026-08-06", "Ada", "paged K", 6)
+    data = ReportData(title="t", config_name="c", upstream="u", branch="main", good=c, bad=c, device="cpu",
+                      control="torch", machine={}, protocol={}, shapes=(), range_commits=(c,), rows=(), steps=(),
+                      hunks=(finding,))
+    section = markdown.render(data).split("## Hunks that must travel together", 1)[1]
+    assert "searched as one" in section and "parameters +k_page_stride" in section
+    assert "1 subset(s) unresolved" in section and "missing 1 required positional argument" in section
