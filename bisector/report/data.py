@@ -7,7 +7,7 @@ from typing import Mapping
 
 from bisector.correctness import WrongWindow
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
-from bisector.report.findings import HunkGroup, StepKernels
+from bisector.report.findings import HunkGroup, Interaction, StepKernels
 from bisector.throughput import Throughput
 
 
@@ -148,6 +148,7 @@ class ReportData:
     notes: tuple[str, ...] = ()  # caveats a reader must see first (e.g. an offline replay)
     throughput: Throughput | None = None  # this run's trial processes and device time
     kernels: tuple[StepKernels, ...] = ()  # the compiled kernels across each verified step
+    interactions: tuple[Interaction, ...] = ()  # verified steps on the same shapes, reverts combined
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)
