@@ -5,7 +5,8 @@ both cost the long-sequence attention shapes, and the fast-math loss was 10.4% w
 but 1.4% with it on. A fix measured alone then leaves a "loose end" only the other explains. Here,
 when two or more verified regressions move a shape in common, their reverts are applied to the tip
 in every combination (k <= 3 steps: 2^k builds, the tip itself included; each combination's patch
-is the reverts applied in turn with `git apply --3way`, cached by its hash like any patched build),
+is the reverts applied in turn with `git apply --3way` to a scratch index of the tip, and is built
+and cached by its hash like any patched build),
 and all are measured side by side with the tip in one batch, on the shapes two or more of them move.
 
 Per pair of steps and shape, in log terms (percent of the tip): I = gain(both reverted) -
@@ -20,7 +21,6 @@ gain(a reverted) - gain(b reverted).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import os
@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from scipy import stats as sps
 
@@ -86,35 +86,27 @@ def _shared(steps: Sequence[Step]) -> tuple[str, ...]:
     return tuple(k for k, c in counts.items() if c >= 2)
 
 
-@contextlib.contextmanager
-def _worktree(repo_dir: Path, sha: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="bisector-revert-") as tmp:
-        path = Path(tmp) / "tree"
-        _git(repo_dir, "worktree", "add", "--detach", "-q", str(path), sha)
-        try:
-            yield path
-        finally:
-            _git(repo_dir, "worktree", "remove", "--force", str(path), check=False)
+def _git(git_dir: Path, *args: str, index: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = {**scrub(dict(os.environ)), "GIT_DIR": str(git_dir), "GIT_INDEX_FILE": str(index)}
+    return subprocess.run(["git", *args], cwd=git_dir, input=stdin, capture_output=True, text=True, env=env)
 
 
-def _git(cwd: Path, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=scrub(dict(os.environ)))
-    if check and proc.returncode != 0:
-        raise RuntimeError((proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["git failed"])
-    return proc
-
-
-def combined_patch(repo_dir: Path, tip: str, patches: Sequence[str]) -> tuple[str, str]:
+def combined_patch(git_dir: Path, tip: str, patches: Sequence[str]) -> tuple[str, str]:
     """(patch, "") of several revert patches applied to the tip in turn (`git apply --3way`, as a
-    patched build applies one), as one patch on the tip; ("", why) when they do not apply together."""
-    with _worktree(repo_dir, tip) as tree:
+    patched build applies one), as one patch on the tip; ("", why) when they do not apply together.
+    Applied to a scratch index, never a work tree: nothing of the repository changes but new objects."""
+    with tempfile.TemporaryDirectory(prefix="bisector-revert-") as tmp:
+        index = Path(tmp) / "index"
+        step = _git(git_dir, "read-tree", tip, index=index)
+        if step.returncode != 0:
+            return "", (step.stderr.strip().splitlines() or ["git read-tree failed"])[-1]
         for patch in patches:
-            proc = _git(tree, "apply", "--3way", "--whitespace=nowarn", "-", check=False, stdin=patch)
-            if proc.returncode != 0 or "with conflicts" in proc.stderr:
-                lines = (proc.stderr or proc.stdout).strip().splitlines()
-                return "", lines[-1] if lines else "the reverts conflict"
-        _git(tree, "add", "-A")
-        diff = _git(tree, "diff", "--cached", "--binary", "--full-index", "HEAD").stdout
+            step = _git(git_dir, "apply", "--cached", "--3way", "--whitespace=nowarn", "-", index=index, stdin=patch)
+            if step.returncode != 0:
+                lines = [ln for ln in (step.stderr or step.stdout).strip().splitlines() if ln.strip()]
+                return "", next((ln for ln in lines if "conflict" in ln or "error" in ln), lines[-1] if lines
+                                else "the reverts conflict")
+        diff = _git(git_dir, "diff", "--cached", "--binary", "--full-index", tip, index=index).stdout
     return (diff if diff.endswith("\n") else diff + "\n"), ""
 
 
