@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,15 @@ def test_fixtures_are_what_the_script_writes(pr: str) -> None:
     for sha in (INDEX[pr]["parent"], INDEX[pr]["culprit"]):
         names = sorted(k.name for k in artifacts.find_kernels(FIXTURES / sha[:12]))
         assert names == ["_fwd_kernel", "_matmul_kernel"]
+
+
+def test_one_reason_for_every_step_is_said_once(tmp_path: Path) -> None:
+    st = INDEX["145"]
+    steps = [Step(st["culprit"], st["parent"], ("gemm/m8192",), {"gemm/m8192": -30.0}, {"gemm/m8192": (-31, -29)},
+                  {"gemm/m8192": 1e-6}, pr=145),
+             Step(st["parent"], st["culprit"], ("gemm/m8192",), {"gemm/m8192": 9.0}, {"gemm/m8192": (8, 10)},
+                  {"gemm/m8192": 1e-6})]
+    found = step_kernels(tmp_path / "work", tmp_path / "report", steps, [])  # the CPU flavour keeps no JIT cache
+    assert len(found) == 2 and not any(k.kernels for k in found)
+    md = markdown.render(replace(_data(found[0]), kernels=found))
+    assert md.count("jit_cache_env") == 1 and "Nothing to compare for any step" in md

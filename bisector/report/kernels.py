@@ -109,10 +109,13 @@ def section(data: ReportData) -> list[str]:
     """The section, or nothing when no step was verified."""
     if not data.kernels:
         return []
-    lines = ["", "## What changed in the compiled kernel", "",
-             "Each verified step's parent and culprit, their kernels as the trials compiled them (kept beside this "
-             "report), matched by name and signature. Counts are static instructions in the assembly; "
-             "IR compared without locations or debug information.", ""]
+    lines = ["", "## What changed in the compiled kernel", ""]
+    notes = {sk.note for sk in data.kernels}
+    if not any(sk.kernels for sk in data.kernels) and len(notes) == 1:  # one reason for every step: say it once
+        return lines + [f"Nothing to compare for any step: {notes.pop()}.", ""]
+    lines += ["Each verified step's parent and culprit, their kernels as the trials compiled them (kept beside this "
+              "report), matched by name and signature. Counts are static instructions in the assembly; "
+              "IR compared without locations or debug information.", ""]
     for sk in data.kernels:
         lines += step_lines(sk, data)
     return lines
