@@ -52,7 +52,7 @@ def test_verdicts_add_overlap_hide_unclear() -> None:
     assert verdict == "unclear"
 
 
-def step(sha: str, shapes: dict[str, float], regression: bool = True) -> Step:
+def step(sha: str, shapes: dict[str, float]) -> Step:
     return Step(sha, sha + "^", tuple(shapes), shapes, {k: (v - 1, v + 1) for k, v in shapes.items()},
                 {k: 1e-6 for k in shapes})
 
