@@ -6,12 +6,16 @@ by side with the parent itself, one trial of each per round, on the step's shape
 parent's drift is then measured once per round, not once per subset, and the culprit's side of
 the comparison is the step as verification measured it (parent and culprit side by side).
 
+Hunks that must travel together (a changed signature and the hunks that use its new names,
+bisector/hunk_groups.py) are grouped first, and the search splits groups, never a group.
+
 A subset carries the step when, over the step's shapes, it sits nearer the culprit than the parent:
 the median over shapes of log(subset / parent) / log(culprit / parent) is at least one half. The
 median keeps one noisy shape of the step (a false one, or the noisiest) from deciding alone. A
 subset that does not build, does not run (it fails once: one trial, never again) or gives wrong
-results does not carry the step, and the report says why. The search stops at
-`build.max_hunk_builds` patched builds or `build.max_hunk_trials` trials, whichever comes first.
+results is unresolved: it neither carries the step nor clears it (delta debugging's '?'), and the
+report says why. The search stops at `build.max_hunk_builds` patched builds or
+`build.max_hunk_trials` trials, whichever comes first.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from bisector import gitrepo, hunks
+from bisector import gitrepo, hunk_groups, hunks
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
 from bisector.probe import NOT_MEASURED, Taken, fresh, side_by_side
 from bisector.report.data import HunkFinding, HunkTry
+from bisector.report.findings import HunkGroup
 from bisector.stats import compare
 
 if TYPE_CHECKING:
@@ -46,16 +51,21 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path)
         parts = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
         if len(parts) < 2:
             continue
-        findings.append(_one(session, step, parts, taken, out))
+        groups = hunk_groups.group(parts, lambda p: gitrepo.file_at(session.repo, step.parent, p),
+                                   lambda p: gitrepo.file_at(session.repo, step.commit, p))
+        findings.append(_one(session, step, parts, groups, taken, out))
     return tuple(findings)
 
 
 class _Rounds:
-    """Measures rounds of subsets against the parent, within the trial budget."""
+    """Measures rounds of subsets of groups (each a tuple of hunk indices) against the parent,
+    within the trial budget."""
 
-    def __init__(self, session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken) -> None:
+    def __init__(self, session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken,
+                 groups: Sequence[tuple[int, ...]] | None = None) -> None:
         config = session.config
         self.session, self.step, self.parts, self.taken = session, step, parts, taken
+        self.groups = tuple(groups) if groups is not None else tuple((i,) for i in range(len(parts)))
         self.shapes = tuple(s for s in config.shapes if s.key in step.shapes)
         self.base = session.probe(shapes=self.shapes)
         self.n = max(1, config.protocol.trials)
@@ -63,18 +73,23 @@ class _Rounds:
         self.tries: list[HunkTry] = []
         self.stopped = ""  # which budget ended the search: "builds" or "trials"
 
-    def __call__(self, subsets: Sequence[tuple[int, ...]]) -> list[bool]:
+    def hunks_of(self, subset: tuple[int, ...]) -> tuple[int, ...]:
+        """The hunk indices of a subset of groups, in commit order (what patch_of needs)."""
+        return tuple(sorted(i for g in subset for i in self.groups[g]))
+
+    def __call__(self, subsets: Sequence[tuple[int, ...]]) -> list[bool | None]:
         """Rounds of n trials of the parent and of every subset still unclear, side by side, until
         each subset's place between parent and culprit is clear (a subset that sits near either end
         is decided at once; one near the middle buys more trials, as an unclear pair does in the
-        search), or MAX_ROUNDS or the trial budget runs out (then its point estimate decides)."""
+        search), or MAX_ROUNDS or the trial budget runs out (then its point estimate decides). A
+        subset that does not build, run or give right results is unresolved (None) at once."""
         probes = {}
         for subset in subsets:
-            patch = hunks.patch_of([self.parts[i] for i in subset])
+            patch = hunks.patch_of([self.parts[i] for i in self.hunks_of(subset)])
             probes[subset] = self.session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=self.shapes,
                                                 max_crashes=1)
         parent: dict[str, list[float]] = {}
-        verdicts: dict[tuple[int, ...], bool | None] = {s: None for s in subsets}
+        verdicts: dict[tuple[int, ...], bool | str | None] = {s: None for s in subsets}  # str: unresolved
         got: dict[tuple[int, ...], Measurement] = {}
         for k in range(MAX_ROUNDS):
             open_ = [s for s in subsets if verdicts[s] is None]
@@ -113,43 +128,60 @@ class _Rounds:
             out[shape] = (math.log1p(c.change_pct / 100) / scale, min(ends), max(ends))
         return out
 
-    def _place(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> bool | None:
-        """Carries (True), does not (False), or not clear yet (None): medians over the step's shapes."""
-        if got.status is not ProbeStatus.OK or got.wrong & set(self.step.shapes):
-            return False
+    def _broken(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> str:
+        """Why the subset says nothing about the step ("" when it ran right on every step shape)."""
+        if got.status is not ProbeStatus.OK:
+            return (got.reason or "did not run").strip()[-200:]
+        wrong = sorted(s for s in self.step.shapes if s in got.wrong)
+        if wrong:
+            return f"wrong result in {', '.join(wrong)}"
         pos = self._positions(parent, got)
-        if len(pos) < len(self.step.shapes):
-            return False  # a shape of the step does not run with this subset
+        missing = [s for s in self.step.shapes if s not in pos and s in parent]
+        if missing:
+            return "; ".join(filter(None, [f"{', '.join(missing)} did not run", got.reason]))[-200:]
+        return "" if pos else "no shape of the step measured on both sides"
+
+    def _place(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> bool | str | None:
+        """Carries (True), does not (False), not clear yet (None), or unresolved (why, a string):
+        medians over the step's shapes."""
+        broken = self._broken(parent, got)
+        if broken:
+            return broken
+        pos = self._positions(parent, got)
         low, high = (statistics.median(p[i] for p in pos.values()) for i in (1, 2))
         return True if low >= CARRIED_FRACTION else False if high < CARRIED_FRACTION else None
 
     def _judge(self, subset: tuple[int, ...], parent: Mapping[str, Sequence[float]], got: Measurement,
-               verdict: bool | None) -> bool:
-        labels = tuple(self.parts[i].label for i in subset)
-        wrong = sorted(s for s in self.step.shapes if s in got.wrong)
-        if got.status is not ProbeStatus.OK:
-            self.tries.append(HunkTry(labels, False, error=(got.reason or "did not run").strip()[-200:]))
-            return False
+               verdict: bool | str | None) -> bool | None:
+        labels = tuple(self.parts[i].label for i in self.hunks_of(subset))
+        if isinstance(verdict, str):  # unresolved: neither carries nor clears the step
+            changes = _changes(self.step, parent, got) if got.status is ProbeStatus.OK else {}
+            self.tries.append(HunkTry(labels, None, changes, verdict, trials=got.count()))
+            return None
         changes = _changes(self.step, parent, got)
         pos = self._positions(parent, got)
         if verdict is None:  # still unclear at the cap: the point estimate decides
-            verdict = len(pos) == len(self.step.shapes) and not wrong and \
-                statistics.median(p[0] for p in pos.values()) >= CARRIED_FRACTION
-        error = "; ".join(filter(None, [f"wrong result in {', '.join(wrong)}" if wrong else "", got.reason]))
-        self.tries.append(HunkTry(labels, verdict, changes, error, trials=got.count()))
+            verdict = statistics.median(p[0] for p in pos.values()) >= CARRIED_FRACTION
+        self.tries.append(HunkTry(labels, verdict, changes, got.reason, trials=got.count()))
         return verdict
 
 
-def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken, out: Path) -> HunkFinding:
-    rounds = _Rounds(session, step, parts, taken)
-    found = hunks.search(len(parts), rounds, budget=session.config.build.max_hunk_builds)
-    text = hunks.patch_of([parts[i] for i in found.found])
+def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], groups: Sequence[HunkGroup], taken: Taken,
+         out: Path) -> HunkFinding:
+    rounds = _Rounds(session, step, parts, taken, [g.members for g in groups])
+    found = hunks.search(len(groups), rounds, budget=session.config.build.max_hunk_builds)
+    chosen = rounds.hunks_of(found.found)
+    text = hunks.patch_of([parts[i] for i in chosen])
     path = out / f"hunk-{step.commit[:7]}.patch"
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     stopped = "" if found.complete else (rounds.stopped or "builds")
-    return HunkFinding(step.commit, len(parts), tuple(parts[i].label for i in found.found), found.alone,
-                       tuple(rounds.tries), str(path), text, complete=found.complete, stopped_at=stopped)
+    alone = found.alone and len(chosen) == 1
+    return HunkFinding(step.commit, len(parts), tuple(parts[i].label for i in chosen), alone,
+                       tuple(rounds.tries), str(path), text, complete=found.complete, stopped_at=stopped,
+                       groups=tuple(g for g in groups if len(g.members) > 1),
+                       unresolved=len(found.unresolved), shown_minimal=found.shown_minimal,
+                       one_group=len(found.found) == 1 and len(chosen) > 1)
 
 
 def _changes(step: Step, parent: Mapping[str, Sequence[float]], got: Measurement) -> dict[str, float]:

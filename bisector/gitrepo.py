@@ -134,3 +134,11 @@ def commit_diff(repo: git.Repo, sha: str) -> str:
 def revert_patch(repo: git.Repo, sha: str) -> str:
     """The reverse diff of one commit against its first parent, as a patch text."""
     return repo.git.diff(sha, f"{sha}^1", "--binary", "--full-index") + "\n"
+
+
+def file_at(repo: git.Repo, sha: str, path: str) -> str | None:
+    """A file's text at a commit; None where the commit has no such file (or it is not text)."""
+    try:
+        return repo.git.show(f"{sha}:{path}", stdout_as_string=True, strip_newline_in_stdout=False)
+    except (git.GitCommandError, UnicodeDecodeError):
+        return None

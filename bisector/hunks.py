@@ -97,28 +97,45 @@ def patch_of(hunks: Sequence[Hunk]) -> str:
 
 @dataclass(frozen=True)
 class HunkSearch:
-    """Which hunks carry a step: `found` (indices into the commit's hunks), whether one hunk carries
-    it `alone` (False: `found` carries it only together, and without any one of them it is gone),
-    and every subset measured with its verdict, in order."""
+    """Which hunks carry a step: `found` (indices into what was searched: hunks, or groups of
+    them), whether one carries it `alone` (False: `found` carries it only together), and every
+    subset measured with its outcome, in order: True carries the step, False does not, None is
+    unresolved (did not build, import, run or give right results: it neither carries nor clears)."""
 
     found: tuple[int, ...]
     alone: bool
-    tried: tuple[tuple[tuple[int, ...], bool], ...]
+    tried: tuple[tuple[tuple[int, ...], bool | None], ...]
     complete: bool = True  # False: stopped at the build budget; the step is within `found`
 
+    @property
+    def unresolved(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(s for s, ok in self.tried if ok is None)
 
-def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Sequence[bool]],
+    @property
+    def shown_minimal(self) -> bool:
+        """Each of `found` was shown needed: without any one of them, the rest measured and did not
+        carry the step (an unresolved removal shows nothing)."""
+        if len(self.found) < 2:
+            return True
+        outcome = dict(self.tried)
+        return all(outcome.get(tuple(x for x in self.found if x != y)) is False for y in self.found)
+
+
+def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]],
            budget: int | None = None) -> HunkSearch:
-    """Zeller's delta debugging (ddmin) over the commit's hunks: keep a chunk, or drop one, while
-    what is left still reproduces the step (`carries_many`: for each subset, does the parent with
-    it applied move as the commit did). Each level's chunks are asked for at once, so they are
-    built together and measured side by side in one round with the parent (its drift is measured
-    once per round, not once per subset). One hunk costs 2 ceil(log2 n) builds at most; hunks that
-    only work together (a signature changed in one place, its callers in another) end as a set
-    none of which can go. `budget` caps the subsets measured, and `carries_many` may raise
+    """Zeller's delta debugging (ddmin) over the commit's hunks (or groups of hunks that must travel
+    together, bisector/hunk_groups.py): keep a chunk, or drop one, while what is left still
+    reproduces the step (`carries_many`: for each subset, does the parent with it applied move as
+    the commit did: True, False, or None when unresolved). Only a subset that carries the step
+    narrows the search; an unresolved one is neither evidence for the step nor against it
+    (Zeller and Hildebrandt's '?' outcome), and the result says whether the last removals were
+    resolved. Each level's chunks are asked for at once, so they are built together and measured
+    side by side in one round with the parent (its drift is measured once per round, not once per
+    subset). One hunk costs 2 ceil(log2 n) builds at most; hunks that only work together end as a
+    set none of which can go. `budget` caps the subsets measured, and `carries_many` may raise
     OutOfBudget (its trials are spent): the search then stops at the smallest set known to carry
     the step."""
-    tried: dict[tuple[int, ...], bool] = {}  # in the order measured
+    tried: dict[tuple[int, ...], bool | None] = {}  # in the order measured
     best = tuple(range(n_hunks))  # the whole commit carries its own step
 
     def test(subsets: Sequence[tuple[int, ...]]) -> list[bool]:
@@ -129,9 +146,9 @@ def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Seq
                 raise OutOfBudget
             for subset, ok in zip(new, carries_many(new)):
                 tried[subset] = ok
-                if ok and len(subset) < len(best):
+                if ok is True and len(subset) < len(best):
                     best = subset
-        return [tried[s] for s in subsets]
+        return [tried[s] is True for s in subsets]
 
     try:
         found = _ddmin(best, test)

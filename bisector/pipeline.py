@@ -27,6 +27,8 @@ from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Shape, TrialRecord,
                             TrialStatus)
 from bisector.fixes import verify_fixes
+from bisector.interactions import measure_interactions
+from bisector.kernels.collect import step_kernels
 from bisector.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
@@ -213,17 +215,21 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
             result = with_prs(search.localize(order, measure, settings), commits)
             windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
+        # the JIT caches of the steps' commits, kept beside the report before a later run empties them
+        kernels = step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env)
         taken = Taken(result.measurements)
-        fixes, patches, found = (), {}, ()
+        fixes, patches, found, interactions = (), {}, (), ()
         if options.verify_fixes:
             with session.stage("fixes"):
                 fixes, patches = verify_fixes(session, result, commits, out, taken)
+                interactions = measure_interactions(session, result, commits, taken)
         if options.find_hunks:
             with session.stage("hunks"):
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
                            report_dir=out)
-        data = replace(data, hunks=found, throughput=session.throughput(order))
+        data = replace(data, hunks=found, throughput=session.throughput(order), kernels=kernels,
+                       interactions=interactions)
         write_trials_csv(session, commits, out / render.CSV_NAME)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)

@@ -112,3 +112,59 @@ def test_the_build_budget_stops_at_the_smallest_set_known_to_carry() -> None:
     assert found.found == (min(carrying, key=len) if carrying else tuple(range(16)))
     assert {3, 12} <= set(found.found)
     assert hunks.search(16, scripted({3}), budget=8).complete  # one hunk: 2 * log2(16) = 8 builds suffice
+
+
+def tied(needed: set[int], pairs: list[tuple[int, int]]):
+    """Like `scripted`, but a subset holding one hunk of a tied pair without the other does not
+    import (a signature without its call site): unresolved, None."""
+    def outcome(subset: tuple[int, ...]) -> bool | None:
+        s = set(subset)
+        if any((a in s) != (b in s) for a, b in pairs):
+            return None
+        return needed <= s
+    return lambda subsets: [outcome(subset) for subset in subsets]
+
+
+def test_an_unresolved_subset_neither_carries_nor_clears_the_step() -> None:
+    # Hunks 3 and 4 are a signature and its call site, split by the first halving; the step is in 5.
+    found = hunks.search(8, tied({5}, [(3, 4)]))
+    assert found.found == (5,) and found.alone and found.complete
+    assert {(0, 1, 2, 3), (4, 5, 6, 7)} <= set(found.unresolved)  # both halves: neither carries nor clears
+    assert all(len({3, 4} & set(s)) == 1 for s in found.unresolved)
+    assert all(ok is None for s, ok in found.tried if s in found.unresolved)
+    # The step in the tied pair itself: ddmin ends at the pair, and since removing either one
+    # was unresolved, it does not claim that each is needed.
+    pair = hunks.search(8, tied({2, 3}, [(2, 3)]))
+    assert pair.found == (2, 3) and not pair.alone and not pair.shown_minimal
+    assert dict(pair.tried)[(2,)] is None and dict(pair.tried)[(3,)] is None
+    # A step carried by two independent hunks is shown minimal: each removal measured, and lost it.
+    both = hunks.search(8, scripted({4, 6}))
+    assert both.found == (4, 6) and both.shown_minimal and not both.unresolved
+
+
+def test_unresolved_is_never_taken_for_carrying() -> None:
+    """Every subset unresolved but the whole commit: the search cannot narrow and says so."""
+    def nothing_runs(subsets):
+        return [None for _ in subsets]
+    found = hunks.search(4, nothing_runs)
+    assert found.found == (0, 1, 2, 3) and not found.alone and not found.shown_minimal
+    assert len(found.unresolved) == len(found.tried) > 0
+
+
+def test_searching_groups_instead_of_hunks_never_splits_a_group() -> None:
+    groups = [(0,), (1, 2), (3,), (4, 5, 6)]  # a signature change with its two call sites, and one of three
+    asked: list[tuple[int, ...]] = []
+
+    def over_groups(subsets):
+        out = []
+        for subset in subsets:
+            hunk_set = tuple(sorted(i for g in subset for i in groups[g]))
+            asked.append(hunk_set)
+            out.append(5 in hunk_set)
+        return out
+
+    found = hunks.search(len(groups), over_groups)
+    assert found.found == (3,) and groups[3] == (4, 5, 6)
+    for hunk_set in asked:
+        for g in groups:
+            assert set(g) <= set(hunk_set) or not set(g) & set(hunk_set)

@@ -20,6 +20,7 @@ from bisector.report import summary
 from bisector.report.summary import last_line
 from bisector.model import Comparison
 from bisector.report.data import FixResult
+from bisector.report.findings import Interaction
 from bisector.search import result_json
 from bisector.store import default_path
 from bisector.trust import vault
@@ -46,6 +47,9 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
                   "patch": h.patch_path} for h in outcome.report.hunks]
         print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
                     "fixes": [fix_json(f) for f in outcome.fixes],
+                    "kernels": [{"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}
+                                for k in outcome.report.kernels],
+                    "interactions": [interaction_json(i) for i in outcome.report.interactions],
                     "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
                     "report": str(outcome.report_dir / "report.md"), **(extra or {})})
         check_compared(outcome)
@@ -67,6 +71,15 @@ def fix_json(fix: FixResult) -> dict:
                                                                          "tip": fix.tip.get(s),
                                                                          "revert": fix.restored.get(s)}}
                        for s in fix.shapes}}
+
+
+def interaction_json(inter: Interaction) -> dict:
+    return {"steps": list(inter.steps), "shapes": list(inter.shapes), "trials": inter.trials,
+            "combos": [{"reverted": list(c.reverted), "gain_pct": dict(c.gain_pct), "error": c.error}
+                       for c in inter.combos],
+            "pairs": [{"a": p.a, "b": p.b, "shape": p.shape, "verdict": p.verdict,
+                       "interaction_pct": round(p.interaction_pct, 3), "ci95": [round(x, 3) for x in p.ci95]}
+                      for p in inter.pairs]}
 
 
 DEFAULT_RANGE = 40  # commits assumed for the estimate when the range cannot be counted up front

@@ -76,6 +76,9 @@ def _culprit_section(plan: PublishPlan, c: CulpritPost, draft_url: str | None) -
         lines += [f"**Where in the commit**: {c.hunk.strip()}", ""]
         if c.hunk_diff.strip():
             lines += _details("the hunk", c.hunk_diff)
+    if c.kernel.strip():
+        lines += ["<details><summary>What changed in the compiled kernel</summary>", "", c.kernel.strip(), "",
+                  "</details>", ""]
     if c.patch is not None:
         lines.append("**Verified fix**" + (f": {c.restore.strip()}" if c.restore.strip() else "."))
         if draft_url:

@@ -49,6 +49,7 @@ class CulpritPost:
     commit: str = ""  # culprit commit SHA, for the draft PR's title
     hunk: str = ""  # which of the commit's hunks carry the step (a line)
     hunk_diff: str = ""  # those hunks as a diff on the parent
+    kernel: str = ""  # markdown: what changed in the compiled kernels across the step (posted folded)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def plan_from_dict(data: Any, where: str = "plan") -> PublishPlan:
             pr=_positive(c, "pr"), step_summary=c.get("step_summary", str), table=c.get("table", str, ""),
             plots=tuple(plots), patch=c.get("patch", str, None), restore=c.get("restore", str, ""),
             patch_base=c.get("patch_base", str, None), commit=c.get("commit", str, ""),
-            hunk=c.get("hunk", str, ""), hunk_diff=c.get("hunk_diff", str, "")))
+            hunk=c.get("hunk", str, ""), hunk_diff=c.get("hunk_diff", str, ""), kernel=c.get("kernel", str, "")))
     requester = top.get("requester_pr", int, None)
     if requester is not None:
         requester = _positive(top, "requester_pr")

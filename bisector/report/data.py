@@ -7,6 +7,7 @@ from typing import Mapping
 
 from bisector.correctness import WrongWindow
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
+from bisector.report.findings import HunkGroup, Interaction, StepKernels
 from bisector.throughput import Throughput
 
 METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock"}
@@ -99,7 +100,7 @@ class HunkTry:
     """The parent with some of the culprit's hunks applied, measured against the parent."""
 
     hunks: tuple[str, ...]  # labels: path and hunk header
-    carries: bool  # sat nearer the culprit than the parent (median over the step's shapes)
+    carries: bool | None  # sat nearer the culprit than the parent (median over the step's shapes); None: unresolved
     change_pct: Mapping[str, float] = field(default_factory=dict)  # per step shape; empty if it did not run
     error: str = ""
     trials: int = 0  # trials of the subset (the parent had as many, side by side)
@@ -118,6 +119,10 @@ class HunkFinding:
     diff: str = ""  # the same patch's text
     complete: bool = True  # False: stopped at a budget; the step is within `hunks`
     stopped_at: str = ""  # the budget that stopped it: "builds" (build.max_hunk_builds) or "trials"
+    groups: tuple[HunkGroup, ...] = ()  # hunks searched as one, and why (bisector/hunk_groups.py)
+    unresolved: int = 0  # subsets that did not build, import, run or give right results
+    shown_minimal: bool = True  # removing any one of `hunks` was measured and lost the step
+    one_group: bool = False  # `hunks` are one group, searched as one (never apart)
 
     @property
     def summary(self) -> str:
@@ -129,7 +134,9 @@ class HunkFinding:
                 "patched builds, `build.max_hunk_builds`"
             return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the search stopped after "
                     f"{len(self.tries)} subsets: its budget of {budget}, was spent)")
-        how = "alone" if self.alone else "only together (without any one of them it is gone)"
+        how = "alone" if self.alone else "together, as one group of hunks that must travel together" \
+            if self.one_group else "only together (without any one of them it is gone)" if self.shown_minimal \
+            else "together (a smaller set was unresolved: it did not build, run or give right results)"
         return f"{len(self.hunks)} of {self.n_hunks} hunks carry the step {how}"
 
 
@@ -168,6 +175,8 @@ class ReportData:
     wrong_windows: tuple[WrongWindow, ...] = ()  # where wrong results start and stop
     notes: tuple[str, ...] = ()  # caveats a reader must see first (e.g. an offline replay)
     throughput: Throughput | None = None  # this run's trial processes and device time
+    kernels: tuple[StepKernels, ...] = ()  # the compiled kernels across each verified step
+    interactions: tuple[Interaction, ...] = ()  # verified steps on the same shapes, reverts combined
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)

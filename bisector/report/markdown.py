@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from bisector.model import Step, Verdict
+from bisector.report import why
 from bisector.report.data import (METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, CommitRow, FixResult, HunkFinding,
                                   ReportData, UnsurePair, metric_of_shape)
 from bisector.report.figures import change, metric_cell, tflops
@@ -199,6 +200,11 @@ def diff_block(diff: str) -> list[str]:
     return [f"{fence}diff", diff.rstrip("\n"), fence]
 
 
+# A subset's outcome in the hunk search; None: it did not build, run or give right results (unresolved).
+OUTCOME = {True: "reproduces the step", False: "does not reproduce the step",
+           None: "unresolved (does not build, run or give right results)"}
+
+
 def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
     link = Path(finding.patch_path).name if finding.patch_path else ""
@@ -208,7 +214,7 @@ def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
                                         t.error])) or "not measured"
         trials = f" ({t.trials} trials)" if t.trials else ""
         lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
-                     f" — {'reproduces' if t.carries else 'does not reproduce'} the step")
+                     f" — {OUTCOME[t.carries]}")
     diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
     return [*lines, "", *diff_block(diff), ""]
 
@@ -442,8 +448,8 @@ def files_section(data: ReportData, plots: Sequence[str], csv_name: str) -> list
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
     unsure = unsure_section(data)
     sections = [header(data), steps_section(data) + ([""] + unsure if unsure else []), hunks_section(data),
-                fixes_section(data), commits_section(data), wrong_section(data), skipped_section(data),
-                files_section(data, plots, csv_name)]
+                fixes_section(data), why.sections(data), commits_section(data), wrong_section(data),
+                skipped_section(data), files_section(data, plots, csv_name)]
     lines: list[str] = []
     for section in sections:
         while section and section[-1] == "":

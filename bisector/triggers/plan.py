@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from bisector.model import Step
 from bisector.publish.plan import CulpritPost, PublishPlan, RunVerdict
+from bisector.report import kernels as kernel_report
 from bisector.report.data import FixResult, HunkFinding, ReportData
 from bisector.report.markdown import step_summary
 
@@ -62,6 +63,7 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
     patches = dict(patches or {})
     fixes = {f.step_commit: f for f in data.fixes}
     found = {h.step_commit: h for h in data.hunks}
+    compiled = {k.step_commit: k for k in data.kernels}
     culprits = []
     for step in data.steps:
         if step.pr is None or step.candidates or any(c.pr == step.pr for c in culprits):
@@ -74,7 +76,9 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
                                     restore=_restore(fix) if good_fix and fix else "",
                                     patch_base=data.bad.sha, commit=step.commit,
                                     hunk=_hunk_line(found[step.commit]) if step.commit in found else "",
-                                    hunk_diff=found[step.commit].diff if step.commit in found else ""))
+                                    hunk_diff=found[step.commit].diff if step.commit in found else "",
+                                    kernel=kernel_report.comment_text(compiled[step.commit])
+                                    if step.commit in compiled and compiled[step.commit].kernels else ""))
     missing = missing_lines(data)
     return PublishPlan(run_id=run_id, repo=repo, verdict=verdict(data.steps, missing), report=report_md,
                        culprits=tuple(culprits), requester_pr=requester_pr, head_sha=data.bad.sha,

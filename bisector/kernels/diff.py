@@ -1,0 +1,256 @@
+"""The compiled kernels of two commits, matched and compared: metadata, histograms, the first IR
+level that differs and a short diff of it. Pure except for reading the artifacts.
+
+Kernels are matched by name and signature (the argument types of the TTIR entry, with their
+specialization attributes); a name whose signature changed is paired as "signature changed", and
+what is left is added or removed. Every level is compared with locations and debug information
+left out: each commit is built in its own worktree, so paths and line numbers differ even where
+the code does not.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import defaultdict
+from typing import Sequence
+
+from bisector.kernels import artifacts, isa, resources
+from bisector.kernels.artifacts import LEVELS, Kernel
+from bisector.report.findings import KernelDiff, KernelSide
+
+__all__ = ["normalize", "signature", "side", "compare", "match", "diff_kernels", "ordered", "unified",
+           "changed_values", "SHORT_DIFF_LINES"]
+
+SHORT_DIFF_LINES = 40  # lines of the first differing level shown in the report (the file has all)
+# json metadata always shown, in this order (NVIDIA, then AMD), under these names
+_META = (("num_warps", "num_warps"), ("num_stages", "num_stages"), ("num_ctas", "num_ctas"),
+         ("shared", "shared memory bytes"), ("tmem_size", "tensor memory bytes"), ("maxnreg", "maxnreg"),
+         ("cluster_dims", "cluster_dims"), ("enable_fp_fusion", "enable_fp_fusion"),
+         ("waves_per_eu", "waves_per_eu"), ("matrix_instr_nonkdim", "matrix_instr_nonkdim"), ("kpack", "kpack"))
+# json metadata never compared: differs between any two builds, says nothing about the code
+_VOLATILE = {"hash", "name", "extern_libs", "child_paths"}
+
+
+def _strip_locs(text: str) -> str:
+    """MLIR without `loc(...)` annotations (nested parentheses) and without `#locN = ...` lines."""
+    lines = [ln for ln in text.splitlines() if not re.match(r"\s*#loc\d*\s*=", ln)]
+    text = "\n".join(lines)
+    out, i = [], 0
+    for m in re.finditer(r"\s?\bloc\(", text):
+        if m.start() < i:
+            continue
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        out.append(text[i:m.start()])
+        i = j
+    out.append(text[i:])
+    return "".join(out)
+
+
+def normalize(text: str, level: str) -> str:
+    """A level's text without what differs between two builds of the same code."""
+    if level in ("ttir", "ttgir"):
+        return _strip_locs(text)
+    if level == "llir":
+        keep = []
+        for ln in text.splitlines():
+            if ln.startswith("!") or ln.startswith("; ModuleID") or ln.startswith("source_filename") \
+                    or "@llvm.dbg." in ln or ln.lstrip().startswith("#dbg_"):
+                continue
+            keep.append(re.sub(r",\s*!dbg !\d+", "", ln))
+        return "\n".join(keep)
+    if level in ("ptx", "amdgcn"):
+        keep = []
+        for ln in text.splitlines():
+            s = ln.strip()
+            if re.match(r"\.section\s+\.?debug", s):
+                break  # debug sections close the file
+            if s.startswith((".loc", ".file", "//", ";")) or re.fullmatch(r"[$.]L(__)?tmp\d+:", s):
+                continue
+            keep.append(ln.split("//", 1)[0].rstrip() if level == "ptx" else ln.split(";", 1)[0].rstrip())
+        return "\n".join(keep)
+    return text
+
+
+def signature(kernel: Kernel) -> str:
+    """The entry's argument types with their attributes, from the TTIR (else the PTX parameters)."""
+    ttir = kernel.text("ttir")
+    if ttir:
+        text = _strip_locs(ttir)
+        start = text.find(f"@{kernel.name}(")
+        if start >= 0:
+            i = j = start + len(kernel.name) + 2
+            depth = 1
+            while j < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[j], 0)
+                j += 1
+            args = re.sub(r"%[\w.$-]+:\s*", "", text[i:j - 1])
+            return " ".join(args.split())
+    ptx = kernel.text("ptx")
+    if ptx:
+        return ", ".join(re.findall(r"\.param\s+(\.[\w.]+(?:\s+\.[\w.]+)*)\s+\w+_param_\d+", ptx))
+    return ""
+
+
+def side(kernel: Kernel) -> KernelSide:
+    """A kernel's metadata (json, tools, assembly) and instruction histogram."""
+    meta: dict[str, object] = {}
+    for key, label in _META:
+        if key in kernel.metadata:
+            meta[label] = kernel.metadata[key]
+    for key in sorted(kernel.metadata):
+        if key not in dict(_META) and key not in _VOLATILE:
+            meta[key] = kernel.metadata[key]
+    ptxas = kernel.tool_output(artifacts.PTXAS)
+    cuobj = kernel.tool_output(artifacts.CUOBJDUMP)
+    if cuobj:
+        meta.update(resources.parse_cuobjdump(cuobj, kernel.name))
+    if ptxas:
+        meta.update(resources.parse_ptxas(ptxas))  # registers agree with cuobjdump; ptxas adds spills
+    text, kind = kernel.text("ptx"), "ptx"
+    if text is None:
+        text, kind = kernel.text("amdgcn"), "amdgcn"
+    if text is None:
+        return KernelSide(meta, {}, "")
+    if kind == "amdgcn":
+        meta.update(resources.parse_amdgcn(text))
+    return KernelSide(meta, isa.histogram(text, kind), kind)
+
+
+def _short_types(sig: str) -> str:
+    """For the reader: the types only (`!tt.ptr<bf16> {tt.divisibility = 16 : i32}` -> `*bf16`)."""
+    sig = re.sub(r"\s*\{[^}]*\}", "", sig)
+    return re.sub(r"!tt\.ptr<([^>]+)>", r"*\1", sig)
+
+
+def compare(before: Kernel | None, after: Kernel | None, status: str, variants: int = 1) -> KernelDiff:
+    """One kernel across a step; `status` says how the two were matched (or that one is missing)."""
+    name = (before or after).name  # type: ignore[union-attr]
+    sig = _short_types(signature(before or after))  # type: ignore[arg-type]
+    if before is not None and after is not None and status == "signature changed":
+        sig = f"{sig} -> {_short_types(signature(after))}"
+    if before is None or after is None:
+        return KernelDiff(name, sig, status, side(before) if before else None, side(after) if after else None,
+                          variants=variants)
+    changed, first, short, values = [], "", "", ()
+    for level in LEVELS:
+        a, b = before.text(level), after.text(level)
+        if a is None or b is None:
+            continue
+        na, nb = normalize(a, level), normalize(b, level)
+        if na != nb:
+            changed.append(level)
+            if not first:
+                first = level
+                short = unified(na, nb, level, SHORT_DIFF_LINES)
+                values = changed_values(na, nb) if level in ("ttir", "ttgir") else ()
+    s_before, s_after = side(before), side(after)
+    if not changed and s_before.metadata != s_after.metadata:
+        changed.append("metadata")
+    kind = status if status != "matched" else ("changed" if changed else "unchanged")
+    return KernelDiff(name, sig, kind, s_before, s_after, first, tuple(changed), short, variants=variants,
+                      changed_values=values)
+
+
+_DEF = re.compile(r"^\s*%([A-Za-z_][\w$.]*?)(?:_\d+)?(?::\d+)?\s*=\s*(.*)$")
+
+
+def changed_values(a: str, b: str, limit: int = 12) -> tuple[str, ...]:
+    """MLIR values whose defining operation differs between two texts, by the name Triton gives them
+    (the Python variable: `off_hz`, `per_group`, `a`), with the numbering of SSA names left out, so
+    that a value renumbered by an earlier change does not count. Unnamed values are left out."""
+    def defs(text: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for line in text.splitlines():
+            m = _DEF.match(line)
+            if m and not m.group(1).isdigit():
+                out[m.group(1)].append(re.sub(r"(%[A-Za-z_][\w$.]*?)_\d+\b", r"\1", m.group(2)))
+        return out
+
+    da, db = defs(a), defs(b)
+    order = list(dict.fromkeys([*db, *da]))
+    changed = [name for name in order if sorted(da.get(name, [])) != sorted(db.get(name, []))]
+    return tuple(changed[:limit]) + (("...",) if len(changed) > limit else ())
+
+
+def unified(a: str, b: str, level: str, limit: int | None = None) -> str:
+    """A unified diff (2 lines of context) of one level, cut to `limit` lines with a note."""
+    lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), f"parent.{level}", f"culprit.{level}",
+                                      n=2, lineterm=""))
+    if limit is not None and len(lines) > limit:
+        lines = lines[:limit] + [f"... ({len(lines) - limit} more diff lines)"]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _group(kernels: Sequence[Kernel]) -> dict[tuple[str, str], list[Kernel]]:
+    out: dict[tuple[str, str], list[Kernel]] = defaultdict(list)
+    for k in kernels:
+        out[(k.name, signature(k))].append(k)
+    return out
+
+
+def _pairs(before: list[Kernel], after: list[Kernel]) -> list[tuple[Kernel | None, Kernel | None]]:
+    """Variants of one name and signature paired: identical ones first, then the most similar TTGIR."""
+    def key(k: Kernel) -> str:
+        return "\n".join(normalize(k.text(lv) or "", lv) for lv in k.levels())
+
+    left, right = list(before), list(after)
+    pairs: list[tuple[Kernel | None, Kernel | None]] = []
+    for b in list(left):
+        same = next((a for a in right if key(a) == key(b)), None)
+        if same is not None:
+            pairs.append((b, same))
+            left.remove(b)
+            right.remove(same)
+    while left and right:
+        b = left.pop(0)
+        text = normalize(b.text("ttgir") or b.text("ttir") or "", "ttgir")
+        best = max(right, key=lambda a: difflib.SequenceMatcher(
+            None, text, normalize(a.text("ttgir") or a.text("ttir") or "", "ttgir")).quick_ratio())
+        right.remove(best)
+        pairs.append((b, best))
+    pairs += [(b, None) for b in left] + [(None, a) for a in right]
+    return pairs
+
+
+Match = tuple[Kernel | None, Kernel | None, str, int]  # before, after, how matched, variants
+
+
+def match(before: Sequence[Kernel], after: Sequence[Kernel]) -> list[Match]:
+    """Every kernel of either commit, paired by name and signature; a name whose one signature
+    changed is paired as "signature changed"; the rest are added or removed."""
+    gb, ga = _group(before), _group(after)
+    out: list[Match] = []
+    lone_b = {k: v for k, v in gb.items() if k not in ga}
+    lone_a = {k: v for k, v in ga.items() if k not in gb}
+    for key in [k for k in gb if k in ga]:
+        pairs = _pairs(gb[key], ga[key])
+        out += [(b, a, "matched" if b and a else ("removed" if b else "added"), len(pairs)) for b, a in pairs]
+    by_name_a: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for key in lone_a:
+        by_name_a[key[0]].append(key)
+    for key, kernels in lone_b.items():
+        other = by_name_a.get(key[0])
+        if other and len(other) == 1 and len(kernels) == 1 and len(lone_a[other[0]]) == 1:
+            out.append((kernels[0], lone_a.pop(other.pop())[0], "signature changed", 1))
+            continue
+        out += [(k, None, "removed", len(kernels)) for k in kernels]
+    for kernels in lone_a.values():
+        out += [(None, k, "added", len(kernels)) for k in kernels]
+    return out
+
+
+_RANK = {"changed": 0, "signature changed": 0, "added": 1, "removed": 1, "unchanged": 2}
+
+
+def diff_kernels(before: Sequence[Kernel], after: Sequence[Kernel]) -> tuple[KernelDiff, ...]:
+    """Every kernel of either commit, compared: changed (and signature-changed) first, then added,
+    removed, and unchanged ones last."""
+    return ordered([compare(*m) for m in match(before, after)])
+
+
+def ordered(diffs: Sequence[KernelDiff]) -> tuple[KernelDiff, ...]:
+    return tuple(sorted(diffs, key=lambda d: (_RANK.get(d.status, 3), d.name)))

@@ -1,0 +1,116 @@
+"""The report's sections on why each step happened (issue #14), from ReportData only: what changed
+in the compiled kernel (bisector/report/kernels.py), the hunks that had to travel together, and
+how steps on the same shapes combine. markdown.render calls `sections` once."""
+
+from __future__ import annotations
+
+from bisector.report import kernels
+from bisector.report.data import HunkFinding, ReportData
+from bisector.report.findings import ComboResult, Interaction
+
+__all__ = ["sections", "groups_section", "interactions_section", "interaction_lines"]
+
+VERDICT_WORDS = {
+    "add": "add (each revert gains the same with the other in or out)",
+    "overlap": "overlap (the two reverts alone add up to more than both together: part of the loss is one loss)",
+    "hide": "hide (both reverts together gain more than the two alone add up to: one step hides part of the "
+            "other's loss)",
+    "unclear": "unclear at these trials",
+}
+
+
+def _ref(sha: str, data: ReportData) -> str:
+    c = data.commit(sha)
+    return f"`{sha[:7]}`" + (f" (#{c.pr})" if c and c.pr else "")
+
+
+def _shape(key: str) -> str:
+    return key.split("/", 1)[-1]
+
+
+def sections(data: ReportData) -> list[str]:
+    """Every section that has something to say, each starting with a blank line and its heading."""
+    return [*kernels.section(data), *groups_section(data), *interactions_section(data)]
+
+
+def _group_lines(finding: HunkFinding, data: ReportData) -> list[str]:
+    lines = []
+    for g in finding.groups:
+        lines.append(f"- {_ref(finding.step_commit, data)}: hunks {', '.join(str(i + 1) for i in g.members)} "
+                     f"of {finding.n_hunks} searched as one:")
+        lines += [f"  - {why}" for why in g.reasons]
+    unresolved = [t for t in finding.tries if t.carries is None]
+    if unresolved:
+        lines.append(f"- {_ref(finding.step_commit, data)}: {len(unresolved)} subset(s) unresolved (they neither "
+                     f"carry nor clear the step):")
+        lines += [f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {t.error or 'did not run'}"
+                  for t in unresolved]
+    return lines
+
+
+def groups_section(data: ReportData) -> list[str]:
+    body = [ln for f in data.hunks for ln in _group_lines(f, data)]
+    if not body:
+        return []
+    return ["", "## Hunks that must travel together", "",
+            "Before a culprit is split, a changed `def` (a `@triton.jit` kernel too), parameter list or "
+            "`__slots__`, or a name added or removed, is grouped with the hunks that use its names (Python read "
+            "with `ast` at the parent and the culprit, other files by name): a subset that splits them does not "
+            "import or compile. A subset that does not build, run or give right results is unresolved, not "
+            "\"no step\".", "", *body]
+
+
+def _cell(c: ComboResult, shape: str) -> str:
+    if c.error:
+        return "—"
+    tf = c.tflops.get(shape)
+    gain = c.gain_pct.get(shape)
+    text = f"{tf:.4g}" if tf is not None else "?"
+    if gain is not None:
+        lo, hi = c.ci95.get(shape, (gain, gain))
+        text += f" ({gain:+.1f}% [{lo:+.1f}, {hi:+.1f}])"
+    return text
+
+
+def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
+    names = [_ref(s, data) for s in inter.steps]
+    lines = [f"### {' + '.join(names)} on {', '.join(_shape(s) for s in inter.shapes)}", ""]
+    if inter.note:
+        lines += [f"Note: {inter.note}.", ""]
+    lines += [f"The tip with every combination of their reverts, {inter.trials} trials of each side by side; "
+              f"TFLOP/s (change of {data.metric} against the tip, 95% interval):", ""]
+    lines.append("| reverted | " + " | ".join(_shape(s) for s in inter.shapes) + " |")
+    lines.append("|---|" + "---:|" * len(inter.shapes))
+    for c in inter.combos:
+        label = " + ".join(_ref(s, data) for s in c.reverted) if c.reverted else "none (the tip)"
+        if c.error:
+            lines.append(f"| {label} | " + " | ".join("—" for _ in inter.shapes) + " |")
+            continue
+        lines.append(f"| {label} | " + " | ".join(_cell(c, s) for s in inter.shapes) + " |")
+    errors = [(c, c.error) for c in inter.combos if c.error]
+    if errors:
+        lines += [""] + [f"- {' + '.join(_ref(s, data) for s in c.reverted) or 'the tip'}: {e}" for c, e in errors]
+    if inter.pairs:
+        lines.append("")
+    for p in inter.pairs:
+        a, b = _ref(p.a, data), _ref(p.b, data)
+        lo, hi = p.ci95
+        lines.append(f"- {_shape(p.shape)}: reverting {a} gains {p.alone_pct:+.1f}% with {b} in, "
+                     f"{p.with_other_pct:+.1f}% with {b} reverted; reverting {b} gains {p.other_alone_pct:+.1f}% "
+                     f"with {a} in, {p.other_with_pct:+.1f}% with {a} reverted. Interaction {p.interaction_pct:+.1f}% "
+                     f"[{lo:+.1f}, {hi:+.1f}]: the effects **{p.verdict}**"
+                     f"{VERDICT_WORDS.get(p.verdict, '').removeprefix(p.verdict)}.")
+    return lines + [""]
+
+
+def interactions_section(data: ReportData) -> list[str]:
+    if not data.interactions:
+        return []
+    lines = ["", "## Steps that interact", "",
+             "Verified regressions that move the same shapes, their reverts applied to the tip in every combination "
+             "(the reverts in turn, one patched build each) and measured side by side with the tip. Interaction = "
+             "gain(both reverted) - gain(one) - gain(the other), in log terms: near zero the effects add; below, "
+             "they overlap; above, one hides the other.", ""]
+    for inter in data.interactions:
+        lines += interaction_lines(inter, data)
+    return lines
