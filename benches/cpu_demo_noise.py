@@ -1,23 +1,33 @@
-"""Trial-to-trial noise of the CPU demo, with glibc's malloc thresholds fixed (as the runner sets them
-for CPU trials) and with glibc's default, moving threshold.
+"""Trial-to-trial noise of the CPU demo: glibc's malloc thresholds fixed (as the runner sets them for
+CPU trials) against glibc's default, moving threshold; or a trial's CPU time against wall time as
+its clock; optionally with other processes loading the machine.
 
-    python -m benches.cpu_demo_noise [--trials 12] [--commits 19,21]
+    python -m benches.cpu_demo_noise [--trials 12] [--commits 19,21] [--compare malloc|clock] [--load 2]
 
 Writes the demo repository to a temporary directory and, per mode, runs `--trials` trial processes
 of each commit (index in the demo history) through the executor `bisector demo` uses, two at a
-time on two cores, commits alternating between the cores. Prints per shape and commit the median subject/control
-ratio and the trial-to-trial CV of that ratio. A benchmark, not a test; it imports `bisector`.
+time on two cores, commits alternating between the cores. `--load N` keeps N single-threaded
+processes multiplying 1024x1024 matrices meanwhile (a busy CI machine). Prints per shape and commit
+the median subject/control ratio and the trial-to-trial CV of that ratio, and the relative change
+between the two commits (the step a search would see) with its trial-to-trial spread.
+A benchmark, not a test; it imports `bisector`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+
+LOAD = ("import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\n"
+        "while True:\n    a = torch.mm(a, a).div_(1024.0)\n")
 
 
 def run_mode(fixed: bool, builds: dict[int, Any], config: Any, trials: int,
@@ -54,10 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=12)
     ap.add_argument("--commits", default="19,21", help="demo history indices (default: either side of #127)")
+    ap.add_argument("--compare", choices=("malloc", "clock"), default="malloc")
+    ap.add_argument("--load", type=int, default=0, help="busy processes running meanwhile")
     args = ap.parse_args(argv)
     commits = [int(c) for c in args.commits.split(",")]
-    print("| malloc | shape | " + " | ".join(f"commit {i}: ratio (CV)" for i in commits) + " |")
-    print("|---|---|" + "---|" * len(commits))
+    print(f"| {args.compare} | shape | " + " | ".join(f"commit {i}: ratio (CV)" for i in commits)
+          + " | change (CV of the trial pairs) |")
+    print("|---|---|" + "---|" * (len(commits) + 1))
     from bisector.demo import write_demo_repo
     from bisector.demo.config import demo_config
     from bisector.demo.repo import export_commit
@@ -69,11 +82,22 @@ def main(argv: list[str] | None = None) -> int:
         builds = {i: BuildResult(manifest.commits[i], BuildStatus.OK,
                                  str(export_commit(Path(manifest.path), manifest.commits[i], Path(tmp))))
                   for i in commits}
-        for fixed in (True, False):
-            result = run_mode(fixed, builds, config, args.trials, Path(tmp, "work"))
-            for shape in sorted(result[commits[0]]):
-                cells = [f"{statistics.median(result[i][shape]):.3f} ({cv(result[i][shape]):.1f}%)" for i in commits]
-                print(f"| {'fixed' if fixed else 'default'} | {shape} | " + " | ".join(cells) + " |", flush=True)
+        modes = ({"fixed": (True, config), "default": (False, config)} if args.compare == "malloc" else
+                 {clock: (True, dataclasses.replace(config, protocol=dataclasses.replace(config.protocol, cpu_clock=clock)))
+                  for clock in ("cpu", "wall")})
+        load = [subprocess.Popen([sys.executable, "-c", LOAD]) for _ in range(args.load)]
+        try:
+            for name, (fixed, cfg) in modes.items():
+                result = run_mode(fixed, builds, cfg, args.trials, Path(tmp, "work", name))
+                for shape in sorted(result[commits[0]]):
+                    cells = [f"{statistics.median(result[i][shape]):.3f} ({cv(result[i][shape]):.1f}%)" for i in commits]
+                    first, last = result[commits[0]][shape], result[commits[-1]][shape]
+                    pairs = [b / a for a, b in zip(first, last)]
+                    cells.append(f"{100 * (statistics.median(pairs) - 1):+.1f}% ({cv(pairs):.1f}%)")
+                    print(f"| {name} | {shape} | " + " | ".join(cells) + " |", flush=True)
+        finally:
+            for p in load:
+                p.kill()
     return 0
 
 

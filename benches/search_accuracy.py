@@ -70,6 +70,8 @@ class Regime:
     cv: tuple[float, float] = (0.005, 0.05)  # per-trial noise CV
     size: tuple[float, float] = (1.0, 15.0)  # |step| in percent
     min_step: float = 1.0
+    trials: int = 3  # first trials per commit
+    max_trials: int = 24
 
 
 REGIMES = {
@@ -77,6 +79,9 @@ REGIMES = {
     # A quiet GPU (the H200: ratio CV 0.1-0.5%) and steps of a few to tens of percent (the seed's
     # -8% and -10.4%, a -47% step, a 3.3x slowdown) over a 2% minimum step.
     "quiet": Regime(cv=(0.001, 0.005), size=(2.0, 50.0), min_step=2.0),
+    # The CPU demo on a busy 2-core machine: ratio CV 5-20% per trial, steps of 20-60% over a 15%
+    # floor, 4 trials a commit at first and at most 16 (configs/cpu-demo.toml).
+    "busy-cpu": Regime(cv=(0.05, 0.20), size=(20.0, 60.0), min_step=15.0, trials=4, max_trials=16),
 }
 REGIME = REGIMES["default"]
 
@@ -102,7 +107,8 @@ def make_case(seed: int) -> Case:
 
 
 def run_engine(case: Case, probe: SimulatedProbe) -> Outcome:
-    r = localize(case.commits, probe, SearchSettings(min_step_pct=REGIME.min_step))
+    r = localize(case.commits, probe, SearchSettings(min_step_pct=REGIME.min_step, initial_repeats=REGIME.trials,
+                                                         max_repeats=REGIME.max_trials))
     return Outcome(tuple(Found(s.commit, s.candidates) for s in r.steps), r.commits_probed, r.trials)
 
 

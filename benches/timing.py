@@ -56,22 +56,39 @@ def flush_bytes(device: str, flush_mb: int = 0) -> int:
     return max(2 * (l2 + ic), GPU_FLOOR)
 
 
+CPU_CLOCKS = ("cpu", "wall")
+
+
 @dataclass
 class Clock:
-    """Times calls on one device: CUDA/HIP events on a GPU, perf_counter_ns on CPU."""
+    """Times calls on one device: CUDA/HIP events on a GPU; on the CPU the process's CPU time when
+    torch runs one thread (`cpu_clock="cpu"`), else wall time.
+
+    Why CPU time: a single-threaded kernel's CPU time leaves out the time the OS gave other
+    processes, which wall time counts: on a 2-core machine running two other test suites a GEMM
+    read 29-37 ms of wall time and 17-20 ms of CPU time per call (17 ms quiet), so TFLOP/s stay the
+    kernel's. The ratio's noise under such load was about the same with either clock
+    (benches/results/cpu-clock-noise.txt). With several threads, CPU time sums them: wall time."""
 
     device: str
     flush_size: int
+    cpu_clock: str = "cpu"
     _buf: torch.Tensor = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.cpu_clock not in CPU_CLOCKS:
+            raise ValueError(f"cpu_clock must be one of {CPU_CLOCKS}, got {self.cpu_clock!r}")
         dev = "cpu" if self.device == "cpu" else "cuda"
         self._buf = torch.empty(self.flush_size, dtype=torch.int8, device=dev)
         self.gpu = dev == "cuda"
+        self._cpu_time = not self.gpu and self.cpu_clock == "cpu" and torch.get_num_threads() == 1
+        self._now = time.process_time_ns if self._cpu_time else time.perf_counter_ns
 
     @property
     def kind(self) -> str:
-        return "device_events" if self.gpu else "perf_counter_ns"
+        if self.gpu:
+            return "device_events"
+        return "process_time_ns" if self._cpu_time else "perf_counter_ns"
 
     def sync(self) -> None:
         if self.gpu:
@@ -109,9 +126,9 @@ class Clock:
         for _ in range(reps):
             for i, fn in enumerate(fns):
                 self.flush()
-                t0 = time.perf_counter_ns()
+                t0 = self._now()
                 fn()
-                out[i].append((time.perf_counter_ns() - t0) / 1e6)
+                out[i].append((self._now() - t0) / 1e6)
         return out
 
 

@@ -219,7 +219,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         gate.acquire()
     try:
         with phase("device"):
-            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))))
+            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "cpu"))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, caches)
             for index, shape in enumerate(spec["shapes"]):
                 subject = subjects.get(shape["suite"])

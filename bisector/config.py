@@ -24,6 +24,7 @@ CONTROLS = ("torch", "torch_cuda", "aiter", "none")
 SUBJECT_ADAPTERS = ("triton", "torch", "flydsl", "aiter", "callable")
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 WORKER_SOURCES = ("fork", "spawn")
+CPU_CLOCKS = ("cpu", "wall")  # benches.timing.CPU_CLOCKS
 DEFAULT_SHARED_ENV = "BISECTOR_SHARED_DIR"
 
 
@@ -84,6 +85,9 @@ class Protocol:
     reps: int = 20  # timed repetitions per trial, subject and control alternating
     warmup: int = 3
     flush_mb: int = 0  # 0 = sized from the device (>= 2x last-level cache)
+    # CPU trials: "cpu" times a single-threaded trial by its process's CPU time, which other
+    # processes on a busy machine do not inflate (benches/timing.py); "wall" by wall time.
+    cpu_clock: str = "cpu"
     timeout_s: float = 600.0
     jit_cache_env: tuple[str, ...] = ("TRITON_CACHE_DIR",)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -280,7 +284,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         subjects=_subjects(top),
         shapes=_shapes(top),
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "flush_mb",
-                                                    "timeout_s", "jit_cache_env", "env", "seed", "workers",
+                                                    "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
                                                     "ahead", "preload", "memory_gb"))),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric"))),
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
@@ -404,6 +408,7 @@ def _protocol(sec: _Section) -> Protocol:
         raise ConfigError(sec.path, sec.name("first_look"), f"must be <= trials ({trials})")
     return Protocol(trials=trials, max_trials=max_trials, first_look=first_look, reps=sec.positive("reps", int, 20),
                     warmup=sec.non_negative("warmup", int, 3), flush_mb=sec.non_negative("flush_mb", int, 0),
+                    cpu_clock=sec.get("cpu_clock", str, "cpu", choices=CPU_CLOCKS),
                     timeout_s=sec.positive("timeout_s", float, 600.0),
                     jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
                     env=sec.str_map("env"), seed=sec.get("seed", int, 0),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bisector.demo import write_demo_repo
+from bisector.demo.config import demo_config
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ def demo(tmp: Path) -> tuple[dict, float]:
     started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "bisector", "demo", "--device", "cpu", "--dir", str(tmp / "d"),
                           "--report-dir", str(tmp / "report"), "--shapes", ",".join(SHAPES), "--no-fixes", "--json"],
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=2400)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout), time.monotonic() - started
 
@@ -71,10 +72,11 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
     assert f"wrong from `{manifest.sha('wrong_result')[:7]}` (#{manifest.pr('wrong_result')})" in report
     assert len(list((tmp_path / "report").glob("tflops-*.png"))) == len(SHAPES)
     assert (tmp_path / "report" / "trials.csv").stat().st_size > 0
-    # Its cost, counted rather than timed: at most the trial cap (4) for every commit probed, and up
-    # to 8 fresh trials a side for each step's verification; over that, the search probes more than
-    # its own rules allow.
-    cap = 4 * result["probes"] + 2 * 8 * (len(result["steps"]) + len(result["dropped"]))
+    # Its cost, counted rather than timed: at most the trial cap for every commit probed, and up to
+    # as many fresh trials a side for each step's verification; over that, the search probes more
+    # than its own rules allow.
+    most = demo_config("cpu", Path(result["repo"])).protocol.max_trials
+    cap = most * result["probes"] + 2 * most * (len(result["steps"]) + len(result["dropped"]))
     assert result["trials"] <= cap, f"the CPU demo measured {result['trials']} trials ({seconds:.0f} s)"
     before = trial_count(tmp_path)
 

@@ -10,7 +10,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+import torch
+
 from benches import trial
+from benches.timing import Clock
 
 RESULT_KEYS = {"shape", "status", "subject_ms", "control_ms", "ratios", "subject_tflops", "control_tflops", "ratio",
                "compile_s", "max_abs_err", "max_rel_err"}
@@ -34,11 +37,24 @@ def test_output_contract(tmp_path):
     assert set(out) >= {"machine", "protocol", "telemetry", "results"}
     assert out["telemetry"]["before"] is None and "after" in out["telemetry"]  # no GPU tool on CPU
     assert out["protocol"]["reps"] == 3 and out["protocol"]["flush_bytes"] == 1 << 20
-    assert out["protocol"]["timer"] == "perf_counter_ns"
+    assert out["protocol"]["timer"] == "process_time_ns"  # one thread: CPU time, not inflated by other processes
     for r in out["results"]:
         assert RESULT_KEYS <= set(r) and r["status"] == "ok"
         assert len(r["ratios"]) == 3 and r["ratio"] == sorted(r["ratios"])[1]
         assert r["seed"] in (5, 6)
+
+
+def test_wall_clock_on_request_and_with_several_threads(tmp_path):
+    out = trial.run(spec(cpu_clock="wall"), tmp_path / "out.json")
+    assert out["protocol"]["timer"] == "perf_counter_ns"
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # CPU time would sum the threads
+        assert Clock("cpu", 1 << 10).kind == "perf_counter_ns"
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(ValueError, match="cpu_clock"):
+        Clock("cpu", 1 << 10, "tsc")
 
 
 def test_control_none_checks_against_reference(tmp_path):

@@ -46,6 +46,7 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
         "reps": config.protocol.reps,
         "warmup": config.protocol.warmup,
         "flush_mb": config.protocol.flush_mb,
+        "cpu_clock": config.protocol.cpu_clock,
         "seed": seed,
         "tolerances": tolerances,
     }
