@@ -11,6 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from benches import decode_fp8
 from bisector import config
 from bisector.model import BuildResult, BuildStatus
@@ -124,3 +126,36 @@ def test_spreads_pool_every_repetition_and_keep_each_trial():
     assert row["subject_trial_ms"] == [1.0, 2.0] and row["subject_ms"] == 1.5
     assert row["trial_ratios"] == [2.0, 2.0] and row["ratio_spread_pct"] > 0
     assert decode_fp8.iqr_pct([5.0]) is None
+
+
+def test_h200_subjects_compile_for_sm90_within_its_shared_memory(tmp_path, monkeypatch):
+    """Nothing here has run on an H200: at least the config's two Triton subjects, with its options,
+    compile ahead of time for sm_90 (benches/kernel_fixtures.py's compile, no GPU) and fit its
+    shared memory (227 KiB a block)."""
+    pytest.importorskip("triton")
+    import json
+
+    import torch
+    from triton.runtime.jit import MockTensor
+
+    from benches.kernel_fixtures import _compile
+    from benches.kernels import triton_attn, triton_fp8_gemm
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    subjects = tomllib.loads((ROOT / "configs" / "h200-decode.toml").read_text())["subject"]
+    f16, i32, f32, e4m3, bf16 = (MockTensor(t) for t in (torch.float16, torch.int32, torch.float32,
+                                                         torch.float8_e4m3fn, torch.bfloat16))
+    h, hkv, d, pages = 16, 8, 128, 144  # the decode shape: 2300 keys in pages of 16
+    opt = subjects["fa"]["options"]
+    _compile(triton_attn._attn_fwd, (f16, f16, f16, f16, i32, i32, i32, i32, 0.1, h * d, d, hkv * d, d, pages,
+                                     h // hkv),
+             dict(D=d, BLOCK_M=opt["block_m"], BLOCK_N=opt["block_n"], PAGE=16, PAGED=True, CAUSAL=True,
+                  num_warps=opt["num_warps"], num_stages=opt["num_stages"]))
+    opt = subjects["gemm"]["options"]
+    m, n, k = 4096, 7168, 7168  # blockwise, B held as [N, K]
+    _compile(triton_fp8_gemm._scaled_mm, (e4m3, e4m3, bf16, f32, f32, m, n, k, k, 1, 1, k, n, 1, k // 128, k // 128),
+             dict(KIND=2, BLOCK_M=opt["block_m"], BLOCK_N=opt["block_n"], BLOCK_K=128, num_warps=opt["num_warps"],
+                  num_stages=opt["num_stages"]))
+    metas = [json.loads(p.read_text()) for p in tmp_path.glob("*/_[!_]*.json")]
+    assert sorted(m["name"] for m in metas) == ["_attn_fwd", "_scaled_mm"]
+    assert all(0 < m["shared"] <= 227 * 1024 for m in metas)

@@ -1,6 +1,7 @@
 """`bisector run` on an upstream whose own pytest-benchmark file is the subject: each benchmark a
 shape, measured per commit in the trial's fresh process; the planted 8x slowdown is found at its
-commit and its revert restores the speed, end to end on the CPU."""
+commit (and verified against its parent), its raw rounds stored as trials, end to end on the CPU.
+Reverts are left out (--no-fixes): they measure nothing the pytest subject does differently."""
 
 from __future__ import annotations
 
@@ -48,15 +49,13 @@ def test_pytest_benchmark_subject_bisected_end_to_end(tmp_path: Path) -> None:
     cfg.write_text(CONFIG.format(repo=repo))
     out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", shas[1],
                           "--bad", "main", "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"),
-                          "--report-dir", str(tmp_path / "report"), "--json", "--no-hunks"],
+                          "--report-dir", str(tmp_path / "report"), "--json", "--no-hunks", "--no-fixes"],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     (step,) = result["steps"]
     assert step["commit"] == shas[4] and step["pr"] == 5
     assert step["change_pct"]["ops/work20k"] < -60  # eight times the work: its speed falls by ~85%
-    (fix,) = result["fixes"]
-    assert fix["commit"] == shas[4] and fix["shapes"]["ops/work20k"]["verdict"] == "restored"
     with sqlite3.connect(tmp_path / "s.sqlite") as db:
         rows = db.execute("SELECT status, subject_ms, protocol FROM trials WHERE shape = 'ops/work20k'").fetchall()
     assert rows and all(status == "ok" for status, _, _ in rows)
