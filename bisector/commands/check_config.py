@@ -25,4 +25,4 @@ def _value(v: object) -> str:
     """A long list (varlen's lengths, a grouped GEMM's Ms) as its size and range."""
     if isinstance(v, tuple) and len(v) > 8 and all(isinstance(x, int) for x in v):
         return f"[{len(v)} values {min(v)}..{max(v)}, mean {sum(v) / len(v):.0f}]"
-    return str(v)
+    return f"[{', '.join(map(str, v))}]" if isinstance(v, tuple) else str(v)
