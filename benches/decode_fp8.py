@@ -1,7 +1,9 @@
 """Measure a config's attention and GEMM shapes against their controls, correctness checked, and print
-a table with TFLOP/s, GB/s and the share of the device's peak bandwidth.
+a table: median times with the IQR of every repetition, the ratio to the control, TFLOP/s, GB/s
+and the share of the device's peak bandwidth (the JSON adds each trial's medians and outputs).
 
     python -m benches.decode_fp8 --config configs/h200-decode.toml [--trials 3] [--out results.json]
+                                 [--work DIR: keep the trials' specs, outputs and logs]
 
 Written for the H200 part of issue 15 (paged-KV decode B=200, Sq=1, Sk~2.3k, H=16, Hkv=8, page 16,
 fp16; fp8 GEMM with 1x128 / 128x128 block scales), and usable with any config whose suites are `fa`
@@ -10,7 +12,8 @@ subject and the control timed alternately with the cache flushed, the subject's 
 against the control's; the first trial starts with an empty Triton cache (cold compile). Exit code
 0 when every shape was right in every trial, 1 otherwise, 2 for a bad config (one line naming file
 and key). Reads the TOML itself (benches imports nothing from bisector); the shapes are normalized
-by benches/shapes.py, the same rules `bisector check-config` applies.
+by benches/shapes.py, the same rules `bisector check-config` applies. The ratio is the control's
+time over the subject's (above 1: the subject is faster), per repetition at full clock on a GPU.
 """
 
 from __future__ import annotations
