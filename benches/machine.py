@@ -15,6 +15,15 @@ import torch
 
 _PACKAGES = ("torch", "triton", "aiter", "flydsl", "numpy")
 
+# Peak DRAM bandwidth by device name, GB/s (vendors' data sheets), for "achieved bandwidth against
+# the device's peak": decode attention is bound by it. The first name a device's name contains wins.
+PEAK_GBPS: tuple[tuple[str, float], ...] = (
+    ("GH200", 4000.0), ("H200", 4800.0), ("H100 PCIe", 2000.0), ("H100 NVL", 3900.0), ("H100", 3350.0),
+    ("H800", 3350.0), ("B200", 8000.0), ("GB200", 8000.0), ("A100-SXM4-80GB", 2039.0), ("A100 80GB", 1935.0),
+    ("A100", 1555.0), ("L40S", 864.0), ("MI355X", 8000.0), ("MI350X", 8000.0), ("MI325X", 6000.0),
+    ("MI300X", 5300.0), ("MI300A", 5300.0), ("MI250X", 3277.0),
+)
+
 
 def _version(name: str) -> str | None:
     try:
@@ -33,6 +42,20 @@ def _driver() -> str | None:
         if proc.returncode == 0 and proc.stdout.strip():
             return proc.stdout.strip().splitlines()[0]
     return None
+
+
+def peak_gbps(name: str | None) -> float | None:
+    """The data-sheet peak bandwidth of a device named `name`, or None when not in the table."""
+    for part, gbps in PEAK_GBPS:
+        if name and part.lower() in name.lower():
+            return gbps
+    return None
+
+
+def device_peak_gbps(device: str) -> float | None:
+    if device == "cpu" or not torch.cuda.is_available():
+        return None
+    return peak_gbps(torch.cuda.get_device_properties(0).name)
 
 
 def fingerprint(device: str) -> dict[str, Any]:

@@ -27,11 +27,12 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 import torch
 
 from benches import backends, machine, suites, telemetry
-from benches.backends.base import Backend, BackendUnavailable
+from benches.backends.base import Backend, BackendUnavailable, Prepared, prepared
 from benches.correctness import compare
 from benches.suites.dtypes import TOLERANCES
 from benches.timing import Clock, flush_bytes, peak_clock_ratio, tflops
 
+DEFAULT_TOLERANCE = (1e-2, 1e-2)  # a brought suite's shape with no dtype the defaults know
 JIT_ENV = ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR", "FLYDSL_RUNTIME_ENABLE_CACHE", "TRITON_INTERPRET")
 TRACE_CHARS = 4000
 
@@ -101,17 +102,53 @@ def subject_specs(spec: Mapping[str, Any]) -> dict[str, Any]:
     return dict(spec.get("subjects") or {spec["suite"]: spec["subject"]})
 
 
+def tolerance(spec: Mapping[str, Any], name: str, suite: Any, params: Mapping[str, Any]) -> tuple[float, float]:
+    """(atol, rtol): the config's for the suite, else the suite's own, else the dtype's default."""
+    given = (spec.get("tolerances") or {}).get(name)
+    if given:
+        return float(given[0]), float(given[1])
+    own = getattr(suite, "tolerance", None)
+    if callable(own):
+        atol, rtol = own(params)
+        return float(atol), float(rtol)
+    if name not in suites.SUITES and "dtype" not in params:
+        return DEFAULT_TOLERANCE
+    return TOLERANCES.get(str(params.get("dtype", "bf16")), DEFAULT_TOLERANCE)
+
+
+def rate(amount: float | None, times: list[float], unit: float) -> float | None:
+    """Median amount per second over the repetitions, in `unit`s (1e12: TFLOP/s, 1e9: GB/s)."""
+    if not amount or not times:
+        return None
+    return statistics.median(amount / (ms * 1e-3) / unit if ms > 0 else float("nan") for ms in times)
+
+
+def _brought_control(name: str, suite: Any, inputs: Mapping[str, Any]) -> Prepared | None:
+    """A brought suite's own control (`control(inputs) -> callable`), if it has one."""
+    make = getattr(suite, "control", None)
+    if not callable(make):
+        return None
+    return prepared(make(inputs), impl=f"suite {name}: control()")
+
+
 def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock: Clock,
                   subject: Backend, control: Backend | None, phase: Phases) -> dict[str, Any]:
-    suite = suites.get(shape["suite"])
+    name = shape["suite"]
+    suite = suites.get(name)
     params, key = shape["params"], shape["key"]
     torch_device = "cpu" if spec["device"] == "cpu" else "cuda"
     flops = suite.flops(params)
-    result: dict[str, Any] = {"shape": key, "status": "crash", "flops": flops, "seed": spec["seed"] + index}
+    nbytes = suite.bytes(params) if callable(getattr(suite, "bytes", None)) else None
+    convert = getattr(suite, "output", None) if name not in suites.SUITES else None
+    result: dict[str, Any] = {"shape": key, "status": "crash", "flops": flops, "bytes": nbytes,
+                              "seed": spec["seed"] + index}
     with phase("inputs", key):
         inputs = suite.make_inputs(params, torch_device, spec["seed"] + index)
-        subj = subject.prepare(shape["suite"], inputs)
-        ctrl = control.prepare(shape["suite"], inputs) if control is not None else None
+        subj = subject.prepare(name, inputs)
+        if name in suites.SUITES:
+            ctrl = control.prepare(name, inputs) if control is not None else None
+        else:
+            ctrl = _brought_control(name, suite, inputs)
         clock.sync()
 
     with phase("compile", key):
@@ -123,11 +160,15 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
             expected = ctrl.output(ref)
         else:
             expected = suite.reference(inputs)
-        atol, rtol = (spec.get("tolerances") or {}).get(shape["suite"]) or TOLERANCES[params.get("dtype", "bf16")]
+        if callable(convert):
+            got, expected = convert(got), (convert(expected) if ctrl is not None else expected)
+        atol, rtol = tolerance(spec, name, suite, params)
         check = compare(got, expected, atol, rtol)
         del out, got, expected
     result.update(max_abs_err=check.max_abs_err, max_rel_err=check.max_rel_err, mismatched=check.mismatched,
                   tolerance=[atol, rtol])
+    if ctrl is not None and ctrl.impl:
+        result["control_impl"] = ctrl.impl
 
     fns = [subj.run] + ([ctrl.run] if ctrl is not None else [])
     with phase("warmup", key):
@@ -139,10 +180,12 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
         times = clock.interleaved(fns, spec["reps"])
     result["subject_ms"] = times[0]
     result["subject_tflops"] = statistics.median(tflops(flops, ms) for ms in times[0])
+    result["subject_gbps"] = rate(nbytes, times[0], 1e9)
     if ctrl is not None:
         result["control_ms"] = times[1]
         result["ratios"] = [c / s if s > 0 else float("nan") for s, c in zip(times[0], times[1])]
         result["control_tflops"] = statistics.median(tflops(flops, ms) for ms in times[1])
+        result["control_gbps"] = rate(nbytes, times[1], 1e9)
         result["ratio_all_reps"] = statistics.median(result["ratios"])
         # GPUs throttle under power-bound kernels: keep the repetitions at full clock. On the CPU the
         # median of all repetitions was steadier (ratio CV 1.0-4.5% against 1.8-4.4%, 8+8 trials).
@@ -162,11 +205,24 @@ def _failure(key: str, exc: BaseException) -> dict[str, Any]:
             "traceback": tb[-TRACE_CHARS:]}
 
 
+def _load_suites(spec: Mapping[str, Any]) -> dict[str, BaseException]:
+    """Import the brought suites (`suite_modules`) now, off the device: suite -> error for those that fail."""
+    failed: dict[str, BaseException] = {}
+    for name, ref in (spec.get("suite_modules") or {}).items():
+        try:
+            suites.load(name, ref["module"], ref.get("path"))
+        except Exception as exc:  # the suite does not import here: its shapes record why
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
+            failed[name] = BackendUnavailable("suite", str(exc)) if isinstance(exc, suites.SuiteUnavailable) else exc
+    return failed
+
+
 def _load_subjects(spec: Mapping[str, Any], device: str) -> dict[str, Backend | BaseException]:
-    """Every suite's subject, its modules imported now (off the device): suite -> backend or error."""
-    out: dict[str, Backend | BaseException] = {}
+    """Every suite's subject, its modules imported now (off the device): suite -> backend or error.
+    A pytest subject has no backend: its session runs with the device held."""
+    out: dict[str, Backend | BaseException] = dict(_load_suites(spec))
     for suite, sub in subject_specs(spec).items():
-        if suite not in {s["suite"] for s in spec["shapes"]}:
+        if suite not in {s["suite"] for s in spec["shapes"]} or suite in out or sub.get("adapter") == "pytest":
             continue
         try:
             backend = backends.subject(sub, device)
@@ -178,6 +234,22 @@ def _load_subjects(spec: Mapping[str, Any], device: str) -> dict[str, Backend | 
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             out[suite] = exc
     return out
+
+
+def _pytest_shapes(shape: Mapping[str, Any], spec: Mapping[str, Any], out_path: Path,
+                   phase: Phases) -> list[dict[str, Any]]:
+    """Every shape of `shape`'s pytest suite, from one session (benches/pytest_bench.py)."""
+    from benches import pytest_bench
+
+    name = shape["suite"]
+    group = [s for s in spec["shapes"] if s["suite"] == name]
+    with phase("pytest", name):
+        try:
+            return pytest_bench.measure(group, subject_specs(spec)[name], spec["source_dirs"][0], out_path.parent,
+                                        spec["reps"], spec["warmup"], str(spec.get("sha", "")))
+        except Exception as exc:
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
+            return [_failure(s["key"], exc) for s in group]
 
 
 def _open_device(device: str) -> None:
@@ -208,10 +280,11 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         control: Backend | None = None
         setup_error: dict[str, Any] | None = None
         try:
-            control = backends.control(spec["control"], device)
-        except BackendUnavailable as exc:
+            if any(s["suite"] in suites.SUITES for s in spec["shapes"]):
+                control = backends.control(spec["control"], device)
+        except BackendUnavailable as exc:  # the built-in suites' shapes record why
             setup_error = {"status": "unavailable", "error": str(exc)}
-        subjects = _load_subjects(spec, device) if setup_error is None else {}
+        subjects = _load_subjects(spec, device)
         _open_device(device)
         write_json(out_path, output)
 
@@ -221,22 +294,32 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         with phase("device"):
             clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "cpu"))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, caches)
+            peak = machine.device_peak_gbps(device)
+            measured: set[str] = set()
             for index, shape in enumerate(spec["shapes"]):
+                if shape["key"] in measured:
+                    continue
                 subject = subjects.get(shape["suite"])
-                if setup_error is not None:
-                    result = {"shape": shape["key"], **setup_error}
+                if setup_error is not None and shape["suite"] in suites.SUITES:
+                    results = [{"shape": shape["key"], **setup_error}]
                 elif isinstance(subject, BaseException):
-                    result = _failure(shape["key"], subject)
+                    results = [_failure(shape["key"], subject)]
+                elif subject_specs(spec)[shape["suite"]].get("adapter") == "pytest":
+                    results = _pytest_shapes(shape, spec, out_path, phase)
                 else:
                     assert subject is not None
                     try:
-                        result = measure_shape(shape, index, spec, clock, subject, control, phase)
+                        results = [measure_shape(shape, index, spec, clock, subject, control, phase)]
                     except Exception as exc:
                         print(traceback.format_exc(), file=sys.stderr, flush=True)
-                        result = _failure(shape["key"], exc)
-                output["results"].append(result)
+                        results = [_failure(shape["key"], exc)]
+                for result in results:
+                    if peak and result.get("subject_gbps") is not None:
+                        result["peak_gbps"] = peak
+                    measured.add(result["shape"])
+                    output["results"].append(result)
+                    print(f"trial: {result['shape']}: {result['status']}", file=sys.stderr, flush=True)
                 write_json(out_path, output)
-                print(f"trial: {shape['key']}: {result['status']}", file=sys.stderr, flush=True)
             del clock
     finally:
         gate.release()

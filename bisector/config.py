@@ -9,8 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from benches import options as adapter_options
+from bisector import config_suites
+from bisector.config_reader import Section as _Section
+from bisector.config_reader import show as _show
 from bisector.keyfiles import pattern_problem
+from bisector.config_suites import Subject, SuiteModule
 from bisector.errors import ConfigError
 from bisector.model import Shape
 from bisector.trust.filter import DEFAULT_TOKEN_ENV
@@ -21,7 +24,7 @@ SUITES = ("fa", "gemm")
 RECIPES = ("none", "pip", "command")
 DEVICES = ("cpu", "cuda", "rocm")
 CONTROLS = ("torch", "torch_cuda", "aiter", "none")
-SUBJECT_ADAPTERS = ("triton", "torch", "flydsl", "aiter", "callable")
+SUBJECT_ADAPTERS = config_suites.SUBJECT_ADAPTERS
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 WORKER_SOURCES = ("fork", "spawn")
 CPU_CLOCKS = ("cpu", "wall")  # benches.timing.CPU_CLOCKS
@@ -61,16 +64,6 @@ class Build:
     max_hunk_builds: int = 12
     max_hunk_trials: int = 64  # trial processes the hunk search of one culprit may run (subsets and parent)
     memory_gb: float = 0.0  # a build step's process tree is killed above this (0: half the RAM)
-
-
-@dataclass(frozen=True)
-class Subject:
-    """How the trial calls the upstream's kernel for one suite."""
-
-    entry: str  # "module.path:function"
-    adapter: str = "callable"
-    layout: str = "bhsd"  # attention tensors as the entry point expects them: bhsd | bshd
-    options: Mapping[str, Any] = field(default_factory=dict)  # passed to the adapter
 
 
 @dataclass(frozen=True)
@@ -154,88 +147,13 @@ class Config:
     report_dir: str = "reports"
     store: str | None = None  # SQLite path; None = user cache dir
     description: str = ""
+    suite_modules: Mapping[str, SuiteModule] = field(default_factory=dict)  # suites the user brings
 
     def shape(self, key: str) -> Shape:
         for s in self.shapes:
             if s.key == key:
                 return s
         raise KeyError(key)
-
-
-def _show(value: object, limit: int = 80) -> str:
-    """A value as the message shows it: repr, capped (a config can hold a megabyte string)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-class _Section:
-    """Reads one TOML table, remembering the dotted path for error messages."""
-
-    def __init__(self, path: Path, data: Mapping[str, Any], prefix: str, known: tuple[str, ...]):
-        self.path, self.data, self.prefix = path, data, prefix
-        if not isinstance(data, Mapping):
-            raise ConfigError(path, prefix, "must be a table")
-        for key in data:
-            if key not in known:
-                raise ConfigError(path, self.name(key), f"unknown key (known: {', '.join(known)})")
-
-    def name(self, key: str) -> str:
-        return f"{self.prefix}.{key}" if self.prefix else key
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., choices: tuple = ()) -> Any:
-        if key not in self.data:
-            if default is ...:
-                raise ConfigError(self.path, self.name(key), "missing")
-            return default
-        value = self.data[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            names = " or ".join(k.__name__ for k in kinds)
-            raise ConfigError(self.path, self.name(key), f"must be {names}, got {_show(value)}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(self.path, self.name(key), f"must be a finite number, got {value!r}")
-        if choices and value not in choices:
-            raise ConfigError(self.path, self.name(key), f"must be one of {', '.join(choices)}, got {_show(value)}")
-        return value
-
-    def positive(self, key: str, kind: type, default: Any) -> Any:
-        value = self.get(key, kind, default)
-        if value <= 0:
-            raise ConfigError(self.path, self.name(key), f"must be > 0, got {value!r}")
-        return value
-
-    def non_negative(self, key: str, kind: type, default: Any) -> Any:
-        value = self.get(key, kind, default)
-        if value is not None and value < 0:  # None: an optional key left out
-            raise ConfigError(self.path, self.name(key), f"must be >= 0, got {value!r}")
-        return value
-
-    def path_value(self, key: str) -> str | None:
-        """A path in the config, made absolute against the current directory (where bisector runs)."""
-        value = self.get(key, str, None)
-        if value == "":
-            raise ConfigError(self.path, self.name(key), "must not be empty")
-        return absolute_or_none(value)
-
-    def strings(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
-        value = self.get(key, list, list(default))
-        if not all(isinstance(v, str) for v in value):
-            raise ConfigError(self.path, self.name(key), "must be a list of strings")
-        return tuple(value)
-
-    def str_map(self, key: str) -> dict[str, str]:
-        value = self.get(key, dict, {})
-        for k, v in value.items():
-            if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-                raise ConfigError(self.path, f"{self.name(key)}.{k}", "must be a string or number")
-        return {k: str(v) for k, v in value.items()}
-
-    def section(self, key: str, known: tuple[str, ...], required: bool = False) -> "_Section":
-        if key not in self.data and required:
-            raise ConfigError(self.path, self.name(key), "missing table")
-        return _Section(self.path, self.data.get(key, {}), self.name(key), known)
 
 
 def load(path: str | Path) -> Config:
@@ -270,6 +188,10 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
     ctl = top.section("control", ("backend",), required=True)
     control = ctl.get("backend", str, choices=CONTROLS)
 
+    names = config_suites.suite_names(top)
+    subjects = config_suites.parse_subjects(top, names)
+    modules = config_suites.parse_suite_modules(top, names, subjects)
+    shapes = config_suites.parse_shapes(top, names, subjects, modules)
     return Config(
         name=top.get("name", str, path.stem),
         description=top.get("description", str, ""),
@@ -281,12 +203,14 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         device=device,
         devices=tuple(visible),
         control=control,
-        subjects=_subjects(top),
-        shapes=_shapes(top),
+        subjects=subjects,
+        shapes=shapes,
+        suite_modules=modules,
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
                                                     "ahead", "preload", "memory_gb"))),
-        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric"))),
+        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric")),
+                               (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules)),
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
                                                  "comment_on_requester", "draft_pr", "commit_status",
                                                  "bot_login"))),
@@ -332,72 +256,6 @@ def _build(sec: _Section) -> Build:
                  memory_gb=sec.non_negative("memory_gb", float, 0.0))
 
 
-def _subjects(top: _Section) -> dict[str, Subject]:
-    sec = top.section("subject", SUITES, required=True)
-    out = {}
-    for suite in SUITES:
-        if suite not in sec.data:
-            continue
-        s = sec.section(suite, ("entry", "adapter", "layout", "options"))
-        entry = s.get("entry", str)
-        if ":" not in entry:
-            raise ConfigError(top.path, s.name("entry"), f"must be 'module:function', got {_show(entry)}")
-        adapter = s.get("adapter", str, "callable", choices=SUBJECT_ADAPTERS)
-        options = s.get("options", dict, {})
-        bad = adapter_options.unknown(adapter, suite, options)
-        if bad:
-            known = ", ".join(sorted(adapter_options.KNOWN[adapter][suite]))
-            raise ConfigError(top.path, f"{s.name('options')}.{bad[0]}",
-                              f"not an option of the {adapter} {suite} adapter (known: {known})")
-        out[suite] = Subject(entry=entry, adapter=adapter, options=options,
-                             layout=s.get("layout", str, "bhsd", choices=("bhsd", "bshd")))
-    if not out:
-        raise ConfigError(top.path, "subject", "name at least one of: " + ", ".join(SUITES))
-    return out
-
-
-_SHAPE_KEYS = {
-    "fa": ("name", "B", "H", "S", "D", "causal", "dtype"),
-    "gemm": ("name", "M", "N", "K", "dtype", "layout", "tile"),
-}
-
-
-def _shapes(top: _Section) -> tuple[Shape, ...]:
-    suites = top.section("suites", SUITES, required=True)
-    shapes: list[Shape] = []
-    for suite in SUITES:
-        if suite not in suites.data:
-            continue
-        s = suites.section(suite, ("shapes",))
-        for i, raw in enumerate(s.get("shapes", list)):
-            row = _Section(top.path, raw, f"{s.name('shapes')}[{i}]", _SHAPE_KEYS[suite])
-            dims = ("B", "H", "S", "D") if suite == "fa" else ("M", "N", "K")
-            params: dict[str, object] = {d: row.positive(d, int, ...) for d in dims}
-            params["dtype"] = row.get("dtype", str, "bf16", choices=DTYPES)
-            if suite == "fa":
-                params["causal"] = row.get("causal", bool, False)
-            else:
-                params["layout"] = row.get("layout", str, "nn", choices=("nn", "nt", "tn", "tt"))
-                tile = row.get("tile", list, None)
-                if tile is not None:
-                    if len(tile) != 3 or not all(isinstance(t, int) and t > 0 for t in tile):
-                        raise ConfigError(top.path, row.name("tile"), "must be [BLOCK_M, BLOCK_N, BLOCK_K]")
-                    params["tile"] = tuple(tile)
-            default = "_".join(f"{k.lower()}{v}" for k, v in params.items() if k in dims) + f"_{params['dtype']}"
-            name = row.get("name", str, default)
-            shape = Shape(suite=suite, name=name, params=tuple(sorted(params.items())))
-            if any(x.key == shape.key for x in shapes):
-                raise ConfigError(top.path, row.name("name"), f"duplicate shape {shape.key!r}")
-            shapes.append(shape)
-    if not shapes:
-        raise ConfigError(top.path, "suites", "no shapes")
-    subjects = top.data.get("subject", {})
-    for shape in shapes:
-        if shape.suite not in subjects:
-            raise ConfigError(top.path, f"subject.{shape.suite}", f"missing: suite {shape.suite!r} has shapes")
-    return tuple(shapes)
-
-
 def _protocol(sec: _Section) -> Protocol:
     trials = sec.positive("trials", int, 3)
     max_trials = sec.positive("max_trials", int, 24)
@@ -419,15 +277,18 @@ def _protocol(sec: _Section) -> Protocol:
 
 
 
-def _thresholds(sec: _Section) -> Thresholds:
+def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping[str, str] | None = None) -> Thresholds:
+    """`forced`: suites with no control (a pytest subject, a brought suite without `control`), which
+    compare the subject's own speed whatever the config's overall metric says."""
     alpha = sec.get("alpha", float, 0.01)
     if not 0 < alpha < 0.5:
         raise ConfigError(sec.path, sec.name("alpha"), f"must be in (0, 0.5), got {alpha}")
+    suites = tuple(dict.fromkeys(suites))
     tolerances = {}
     for suite, value in sec.get("tolerances", dict, {}).items():
         key = f"{sec.name('tolerances')}.{suite}"
-        if suite not in SUITES:
-            raise ConfigError(sec.path, key, f"unknown suite (known: {', '.join(SUITES)})")
+        if suite not in suites:
+            raise ConfigError(sec.path, key, f"unknown suite (known: {', '.join(suites)})")
         numbers = isinstance(value, list) and len(value) == 2 and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in value)
         if not numbers:
@@ -437,14 +298,16 @@ def _thresholds(sec: _Section) -> Thresholds:
     metrics = raw if isinstance(raw, dict) else {}
     for suite, metric in metrics.items():
         key = f"{sec.name('metric')}.{suite}"
-        if suite not in SUITES:
-            raise ConfigError(sec.path, key, f"unknown suite (known: {', '.join(SUITES)})")
+        if suite not in suites:
+            raise ConfigError(sec.path, key, f"unknown suite (known: {', '.join(suites)})")
         if metric not in METRICS:
             raise ConfigError(sec.path, key, f"must be one of {', '.join(METRICS)}, got {_show(metric)}")
+        if (forced or {}).get(suite) == "speed" and metric == "ratio":
+            raise ConfigError(sec.path, key, f"suite {suite} has no control to take a ratio to: only speed")
     if isinstance(raw, str) and raw not in METRICS:
         raise ConfigError(sec.path, sec.name("metric"), f"must be one of {', '.join(METRICS)}, got {_show(raw)}")
     return Thresholds(min_step_pct=sec.positive("min_step_pct", float, 1.0), alpha=alpha, tolerances=tolerances,
-                      metric=raw if isinstance(raw, str) else "ratio", metrics=dict(metrics))
+                      metric=raw if isinstance(raw, str) else "ratio", metrics={**(forced or {}), **metrics})
 
 
 def _publish(sec: _Section) -> Publish:

@@ -52,3 +52,42 @@ def merge_history(repo: Path) -> dict[str, str]:
     merge = git(repo, "rev-parse", "HEAD")
     last = commit_file(repo, "a.py", "a = 3\n", "tidy up (#951)", 5)
     return {"base": base, "side": side, "main2": main2, "merge": merge, "last": last}
+
+
+BENCH_OPS = '''def work(n):
+    """Sum of 0..n-1, the slow way: the work the benchmark times."""
+    total = 0
+    for _ in range({passes}):
+        total = 0
+        for i in range(n):
+            total += i
+    return total
+'''
+
+BENCH_TEST = '''import pytest
+
+from lib.ops import work
+
+
+@pytest.mark.parametrize("n", [20000])
+def test_work(benchmark, n):
+    benchmark.extra_info["flops"] = float(n)
+    assert benchmark(work, n) == n * (n - 1) // 2
+'''
+
+
+def benchmark_history(repo: Path) -> list[str]:
+    """An upstream with its own pytest-benchmark file: 6 commits on main, the 5th (#5) does the
+    benchmarked work eight times over (pure Python on a shared 2-core VM varies by up to 2x from
+    trial to trial); the others touch docs."""
+    repo.mkdir(parents=True, exist_ok=True)
+    git(repo, "init", "-q", "-b", "main")
+    shas = [commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1)]
+    (repo / "lib" / "ops.py").write_text(BENCH_OPS.format(passes=1))
+    git(repo, "add", "lib/ops.py")
+    shas.append(commit_file(repo, "benchmarks/test_ops.py", BENCH_TEST, "ops and their benchmark (#2)", 2))
+    for k in (3, 4):
+        shas.append(commit_file(repo, f"docs/n{k}.md", f"note {k}\n", f"docs {k} (#{k})", k))
+    shas.append(commit_file(repo, "lib/ops.py", BENCH_OPS.format(passes=8), "recompute to be safe (#5)", 5))
+    shas.append(commit_file(repo, "docs/n6.md", "note 6\n", "docs 6 (#6)", 6))
+    return shas

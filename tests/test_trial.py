@@ -126,6 +126,9 @@ flush_mb = 1
     res = CliRunner().invoke(command, ["--config", str(cfg), "--trials", "2", "--work", str(tmp_path / "w")])
     assert res.exit_code == 0, res.output
     assert "gemm/g" in res.output and "ok" in res.output and sha[:12] in res.output
+    assert "GB/s" in res.output  # bandwidth beside TFLOP/s
+    stored_gbps = [t.protocol.get("subject_gbps") for t in Store(tmp_path / "store.sqlite").trials("bench")]
+    assert all(isinstance(g, float) and g > 0 for g in stored_gbps)
     res = CliRunner().invoke(command, ["--config", str(cfg), "--source", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "not a directory" in res.output
     stored = Store(tmp_path / "store.sqlite").trials("bench")

@@ -3,7 +3,8 @@
 Written from ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879 (aiter/ops/mha.py
 `flash_attn_func`, aiter/tuned_gemm.py `tgemm.mm` -> `gemm_a16w16`, aiter/ops/gemm_op_a8w8.py
 `gemm_a8w8` / `gemm_a8w8_bpreshuffle`, aiter/ops/shuffle.py `shuffle_weight`,
-op_tests/test_gemm_a8w8.py for the scale shapes). NOT YET RUN ON AMD HARDWARE.
+op_tests/test_gemm_a8w8.py for the scale shapes). NOT YET RUN ON AMD HARDWARE. The varlen and
+paged attention and the scaled fp8 GEMM controls are in benches/backends/aiter_calls.py.
 
 Conventions read there:
 - `flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, ...)` with q, k, v
@@ -35,8 +36,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from benches.backends import aiter_calls
 from benches.backends.base import (BackendUnavailable, Prepared, from_layout, load_entry, prepared,
                                    require_gpu, require_module, to_layout)
+from benches.backends.callmap import mapped
 
 GEMM_KINDS = ("a16w16", "a8w8", "a8w8_bpreshuffle")
 
@@ -134,7 +137,7 @@ def pure_control(prep: Prepared, what: str, choice: Mapping[str, Any] | None = N
         print(checked[0], file=sys.stderr, flush=True)
         return out
 
-    return Prepared(run=first_then_plain, output=prep.output)
+    return Prepared(run=first_then_plain, output=prep.output, impl=prep.impl)
 
 
 class _Aiter:
@@ -151,14 +154,33 @@ class _Aiter:
     def shuffle(self, weight: torch.Tensor) -> torch.Tensor:
         return require_module("aiter.ops.shuffle", self.name).shuffle_weight(weight, layout=(16, 16))
 
+    def gfx(self) -> str:
+        """The GPU's gfx name, from torch's device properties ("gfx950:sramecc+:xnack-" -> "gfx950")."""
+        props = torch.cuda.get_device_properties(0)
+        return str(getattr(props, "gcnArchName", "")).split(":")[0]
+
+    def prepare_call(self, call: aiter_calls.Call) -> Prepared:
+        fn = getattr(self.aiter, call.fn, None)
+        if fn is None:
+            raise BackendUnavailable(self.name, f"this aiter has no {call.fn}")
+        return prepared(lambda: fn(*call.args, **call.kwargs), call.output, impl=f"aiter {call.what}")
+
 
 class AiterControl(_Aiter):
     """aiter.flash_attn_func and tuned GEMM / fp8 GEMM in the trial process."""
 
     def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
         if suite == "fa":
-            return pure_control(_prepare_fa(self.aiter.flash_attn_func, inputs, {}), "flash_attn_func")
+            call = aiter_calls.attention(inputs, self.gfx())
+            if call is None:
+                return pure_control(_prepare_fa(self.aiter.flash_attn_func, inputs, {}), "flash_attn_func")
+            return pure_control(self.prepare_call(call), call.what)
         if suite == "gemm":
+            if inputs.get("scaling"):
+                call = aiter_calls.scaled_gemm(inputs, self.fp8())
+                return pure_control(self.prepare_call(call), call.what)
+            if inputs["a"].dim() != 2 or inputs.get("group_sizes") is not None:
+                raise BackendUnavailable(self.name, "no batched or grouped GEMM control through aiter here")
             kind = gemm_kind(inputs["a"].dtype, {})
             (m, k), n = inputs["a"].shape, inputs["b"].shape[1]
             what = f"gemm_{kind} M={m} N={n} K={k}"
@@ -173,15 +195,20 @@ class AiterControl(_Aiter):
 
 
 class AiterSubject(_Aiter):
-    """A kernel of the aiter commit under test, called with aiter's own conventions."""
+    """A kernel of the aiter commit under test, called with aiter's own conventions, or with the
+    subject's declared mapping (benches/backends/callmap.py) when it has one."""
 
-    def __init__(self, entry: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, entry: str, options: Mapping[str, Any] | None = None, layout: str = "bshd",
+                 args: Sequence[str] = (), kwargs: Mapping[str, str] | None = None) -> None:
         super().__init__()
-        self.entry, self.options = entry, dict(options or {})
+        self.entry, self.options, self.layout = entry, dict(options or {}), layout
+        self.args, self.kwargs = tuple(args), dict(kwargs or {})
 
     def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
         fn = load_entry(self.entry, self.name)
         opts = {k: v for k, v in self.options.items() if k != "gemm_kind"}
+        if self.args or self.kwargs:
+            return mapped(fn, suite, inputs, self.layout, self.args, self.kwargs, opts)
         if suite == "fa":
             return _prepare_fa(fn, inputs, opts)
         if suite == "gemm":

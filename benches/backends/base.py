@@ -26,6 +26,7 @@ class BackendUnavailable(Exception):
 class Prepared:
     run: Callable[[], Any]
     output: Callable[[Any], torch.Tensor]
+    impl: str = ""  # what a control runs when that depends on the shape (recorded as control_impl)
 
 
 def _identity(x: Any) -> torch.Tensor:
@@ -40,8 +41,8 @@ class Backend(Protocol):
         ...
 
 
-def prepared(run: Callable[[], Any], output: Callable[[Any], torch.Tensor] = _identity) -> Prepared:
-    return Prepared(run=run, output=output)
+def prepared(run: Callable[[], Any], output: Callable[[Any], torch.Tensor] = _identity, impl: str = "") -> Prepared:
+    return Prepared(run=run, output=output, impl=impl)
 
 
 def load_entry(entry: str, backend: str) -> Callable[..., Any]:

@@ -117,6 +117,18 @@ def _shuffler() -> Callable[..., torch.Tensor]:
     raise BackendUnavailable("flydsl", "no shuffle_weight: install aiter or keep tests/utils.py in the checkout")
 
 
+def unsupported(suite: str, inputs: Mapping[str, Any]) -> str | None:
+    """Shapes this adapter does not pass on: its two entry points take dense attention and a plain
+    (or unit-scaled fp8) 2-D GEMM."""
+    if suite == "fa":
+        g = inputs["geometry"]
+        if g.page_size or not (g.dense_q and g.dense_k):
+            return "the flydsl adapter passes dense attention only (no varlen, no paged KV)"
+    if suite == "gemm" and (inputs.get("scaling") or inputs["a"].dim() != 2 or inputs.get("group_sizes") is not None):
+        return "the flydsl adapter passes a plain 2-D GEMM only (no scales, batches or groups)"
+    return None
+
+
 class FlyDSLSubject:
     name = "flydsl"
 
@@ -126,6 +138,9 @@ class FlyDSLSubject:
         require_module("flydsl", self.name)
 
     def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
+        why = unsupported(suite, inputs)
+        if why:
+            raise BackendUnavailable(self.name, why)
         if suite == "fa":
             fn = load_entry(self.entry or FA_ENTRY, self.name)
             q, k, v = (to_layout(inputs[n], "bshd") for n in ("q", "k", "v"))

@@ -1,7 +1,9 @@
-"""Control on NVIDIA (and ROCm torch): SDPA restricted to the flash / cuDNN backends, cuBLAS GEMM.
+"""Control on NVIDIA (and ROCm torch): SDPA restricted to fused kernels, cuBLAS GEMM.
 
-fp8 GEMM goes through torch._scaled_mm (per-tensor scales of 1, bf16 out), which needs B
-column-major: the copy is made in prepare, outside the timing.
+Attention: the flash / cuDNN backends, and for a masked shape (bottom-right causal with Sq < Sk,
+variable lengths) the memory-efficient one as well, which takes a mask where flash does not;
+never the math fallback (benches/backends/sdpa.py says which form each shape takes).
+GEMM: cuBLAS through torch.matmul and torch._scaled_mm (benches/backends/gemm_control.py).
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from typing import Any, Mapping
 
 import torch
 
+from benches.backends import gemm_control, sdpa
 from benches.backends.base import BackendUnavailable, Prepared, prepared, require_gpu
 
 
-def _sdpa_backends() -> list[Any]:
+def _sdpa_backends(masked: bool = False) -> list[Any]:
     from torch.nn.attention import SDPBackend
 
-    names = ["FLASH_ATTENTION", "CUDNN_ATTENTION"]
+    names = ["FLASH_ATTENTION", "CUDNN_ATTENTION"] + (["EFFICIENT_ATTENTION"] if masked else [])
     return [getattr(SDPBackend, n) for n in names if hasattr(SDPBackend, n)]
 
 
@@ -30,25 +33,16 @@ class TorchCudaControl:
         if suite == "fa":
             from torch.nn.attention import sdpa_kernel
 
-            q, k, v = inputs["q"], inputs["k"], inputs["v"]
-            if q.dtype == torch.float8_e4m3fn:
+            if inputs["q"].dtype == torch.float8_e4m3fn:
                 raise BackendUnavailable(self.name, "torch SDPA has no fp8 attention")
-            causal, scale = inputs["causal"], inputs["sm_scale"]
-            sdpa, backends = torch.nn.functional.scaled_dot_product_attention, _sdpa_backends()
+            plan = sdpa.plan(inputs)
+            backends = _sdpa_backends(plan.mask is not None)
 
             def run() -> torch.Tensor:
                 with sdpa_kernel(backends):
-                    return sdpa(q, k, v, is_causal=causal, scale=scale)
+                    return sdpa.call(plan)
 
-            return prepared(run)
+            return prepared(run, plan.output, impl=plan.impl)
         if suite == "gemm":
-            a, b = inputs["a"], inputs["b"]
-            if a.dtype == torch.float8_e4m3fn:
-                if not hasattr(torch, "_scaled_mm"):
-                    raise BackendUnavailable(self.name, "this torch has no torch._scaled_mm for fp8")
-                a, b = a.contiguous(), b.t().contiguous().t()
-                one = torch.ones((), device=a.device, dtype=torch.float32)
-                out = inputs.get("out_dtype", torch.bfloat16)
-                return prepared(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=out))
-            return prepared(lambda: torch.matmul(a, b))
+            return gemm_control.cuda(inputs)
         raise ValueError(f"unknown suite {suite!r}")

@@ -7,7 +7,7 @@ trial records as compile time.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from benches.backends.base import BackendUnavailable, require_gpu, require_module
 from benches.backends.callable import CallableSubject
@@ -15,8 +15,8 @@ from benches.backends.callable import CallableSubject
 
 class TritonSubject(CallableSubject):
     def __init__(self, entry: str, layout: str = "bhsd", options: Mapping[str, Any] | None = None,
-                 device: str = "cuda") -> None:
-        super().__init__(entry, layout, options, name="triton")
+                 device: str = "cuda", args: Sequence[str] = (), kwargs: Mapping[str, str] | None = None) -> None:
+        super().__init__(entry, layout, options, name="triton", args=args, kwargs=kwargs)
         self.device = device
 
     def load(self) -> None:

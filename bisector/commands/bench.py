@@ -60,14 +60,21 @@ def summarize(records: Sequence[TrialRecord]) -> list[dict[str, object]]:
         rows.append({"shape": shape, "status": status.value, "trials": len(mine), "ok": len(ok),
                      "subject_tflops": med([r.subject_tflops for r in ok]),
                      "control_tflops": med([r.control_tflops for r in ok]), "ratio": med(ratios),
+                     "subject_gbps": med([_number(r.protocol.get("subject_gbps")) for r in ok]),
+                     "control_gbps": med([_number(r.protocol.get("control_gbps")) for r in ok]),
                      "ratio_cv_pct": ratios_cv, "compile_s": med([r.compile_s for r in mine]),
                      "error": next((r.error for r in mine if r.status is not TrialStatus.OK), "")})
     return rows
 
 
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def render(rows: list[dict[str, object]], title: str) -> Table:
     table = Table(title=title)
-    for col in ("shape", "subject TFLOP/s", "control TFLOP/s", "ratio", "CV %", "compile s", "status"):
+    for col in ("shape", "subject TFLOP/s", "control TFLOP/s", "subject GB/s", "control GB/s", "ratio", "CV %",
+                "compile s", "status"):
         table.add_column(col, justify="left" if col in ("shape", "status") else "right")
 
     def fmt(v: object, spec: str) -> str:
@@ -79,8 +86,8 @@ def render(rows: list[dict[str, object]], title: str) -> Table:
             status += f": {str(r['error'])[:80]}"
         style = {"ok": "", "wrong": "bold red"}.get(str(r["status"]), "yellow")
         table.add_row(str(r["shape"]), fmt(r["subject_tflops"], ".4g"), fmt(r["control_tflops"], ".4g"),
-                      fmt(r["ratio"], ".4f"), fmt(r["ratio_cv_pct"], ".2f"), fmt(r["compile_s"], ".2f"), status,
-                      style=style)
+                      fmt(r.get("subject_gbps"), ".4g"), fmt(r.get("control_gbps"), ".4g"), fmt(r["ratio"], ".4f"),
+                      fmt(r["ratio_cv_pct"], ".2f"), fmt(r["compile_s"], ".2f"), status, style=style)
     return table
 
 

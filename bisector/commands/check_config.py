@@ -17,5 +17,12 @@ def command(path: str) -> None:
     click.echo(f"{cfg.name}: {cfg.upstream.repo} ({cfg.upstream.branch}), build {cfg.build.recipe}, "
                f"device {cfg.device}, control {cfg.control}")
     for shape in cfg.shapes:
-        params = " ".join(f"{k}={v}" for k, v in shape.params)
+        params = " ".join(f"{k}={_value(v)}" for k, v in shape.params)
         click.echo(f"  {shape.key:32s} {params}")
+
+
+def _value(v: object) -> str:
+    """A long list (varlen's lengths, a grouped GEMM's Ms) as its size and range."""
+    if isinstance(v, tuple) and len(v) > 8 and all(isinstance(x, int) for x in v):
+        return f"[{len(v)} values {min(v)}..{max(v)}, mean {sum(v) / len(v):.0f}]"
+    return f"[{', '.join(map(str, v))}]" if isinstance(v, tuple) else str(v)

@@ -86,7 +86,8 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         v = raw.get(key)
         return float(v) if isinstance(v, (int, float)) else None
 
-    extra = {k: raw[k] for k in ("flops", "seed", "control_first_s", "mismatched", "tolerance") if k in raw}
+    extra = {k: raw[k] for k in ("flops", "seed", "control_first_s", "mismatched", "tolerance", "bytes", "subject_gbps",
+                                 "control_gbps", "peak_gbps", "control_impl", "benchmark") if k in raw}
     return TrialRecord(
         sha=sha, shape=str(raw["shape"]), status=status,
         subject_ms=tuple(raw.get("subject_ms") or ()), control_ms=tuple(raw.get("control_ms") or ()),
@@ -146,7 +147,10 @@ def memory_limit(config: Config) -> int:
 def default_preload(config: Config) -> tuple[str, ...]:
     if config.protocol.preload is not None:
         return config.protocol.preload
-    extra = ("triton",) if any(s.adapter == "triton" for s in config.subjects.values()) else ()
+    adapters = {s.adapter for s in config.subjects.values()}
+    extra = ("triton",) if "triton" in adapters else ()
+    if "pytest" in adapters:  # the upstream's pytest session: pytest and its plugins (benches/pytest_preload.py)
+        extra += ("benches.pytest_preload",)
     return ("torch", "benches.trial", *extra)
 
 

@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bisector.config import Config
+from bisector.config import Config, Subject
 from bisector.errors import BadInput
 from bisector.model import BuildResult, Shape
 
 
 def shape_spec(shape: Shape) -> dict[str, Any]:
-    params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in shape.params}
+    params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in shape.params}  # tile, varlen, groups
     return {"key": shape.key, "suite": shape.suite, "name": shape.name, "params": params}
 
 
@@ -34,12 +34,11 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
         raise BadInput(f"{config.path}: suites.{suite}: no shapes")
     subjects = {s.suite: config.subjects[s.suite] for s in chosen}
     tolerances = {k: list(v) for k, v in config.thresholds.tolerances.items()}
-    return {
+    spec: dict[str, Any] = {
         "sha": build.sha,
         "suite": suite if suite is not None else ",".join(subjects),
         "shapes": [shape_spec(s) for s in chosen],
-        "subjects": {name: {"entry": sub.entry, "adapter": sub.adapter, "layout": sub.layout,
-                            "options": dict(sub.options)} for name, sub in subjects.items()},
+        "subjects": {name: subject_spec(sub) for name, sub in subjects.items()},
         "control": config.control,
         "device": config.device,
         "source_dirs": source_dirs(build),
@@ -50,6 +49,21 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
         "seed": seed,
         "tolerances": tolerances,
     }
+    modules = {name: {"module": m.module, "path": m.path} for name, m in config.suite_modules.items() if name in subjects}
+    if modules:  # only when there are: the spec of a config without brought suites is as it was
+        spec["suite_modules"] = modules
+    return spec
+
+
+def subject_spec(sub: Subject) -> dict[str, Any]:
+    """A subject as the trial reads it; the mapping and the pytest tests only when given."""
+    out: dict[str, Any] = {"entry": sub.entry, "adapter": sub.adapter, "layout": sub.layout,
+                           "options": dict(sub.options)}
+    if sub.args or sub.kwargs:
+        out.update(args=list(sub.args), kwargs=dict(sub.kwargs))
+    if sub.pytest:
+        out["pytest"] = list(sub.pytest)
+    return out
 
 
 def benches_root() -> str:
