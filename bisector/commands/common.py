@@ -119,3 +119,24 @@ def run_options(func: F) -> F:
 
 def shape_list(text: str) -> tuple[str, ...]:
     return tuple(s for s in text.split(",") if s)
+
+
+def devices_option(func: F) -> F:
+    """`--devices W` of `plan` and `simulate`: the search probes W commits a round (k-ary)."""
+    return click.option("--devices", type=click.IntRange(1, 64), default=1, show_default=True,
+                        help="Devices free: probe W commits at once; shows rounds, trials and wall time "
+                             "against W=1.")(func)
+
+
+def echo_devices(rows: list[dict[str, Any]]) -> None:
+    """Rounds, trials and wall time per device count, one line each, the first (W=1) as the base."""
+    base = rows[0]
+    click.echo(f"{'devices':>7} {'rounds':>7} {'trials':>7} {'wall':>9}  wall vs 1 device")
+    for row in rows:
+        ratio = row["wall_s"] / base["wall_s"] if base["wall_s"] else 1.0
+        click.echo(f"{row['devices']:>7} {row['rounds']:>7.1f} {row['trials']:>7.0f} {_duration(row['wall_s']):>9}"
+                   f"  {ratio:.0%}")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
