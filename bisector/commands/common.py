@@ -112,9 +112,30 @@ def run_options(func: F) -> F:
         click.option("--no-fixes", is_flag=True, help="Do not build and measure the reverts on the tip."),
         click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        click.option("--executor", "executor_kind", type=click.Choice(["local", "dask"]), default=None,
+                     help="Where trials run (default: the config's [executor] kind, else local)."),
+        click.option("--executor-address", default=None,
+                     help="dask: the scheduler (tcp://host:8786), or 'local' for one worker per device here."),
     )):
         func = option(func)
     return func
+
+
+def with_executor(cfg: Any, kind: str | None, address: str | None) -> Any:
+    """The config with `--executor` / `--executor-address` over its `[executor]` (BadInput naming the option)."""
+    from dataclasses import replace
+
+    from bisector.config import executor_problem
+    from bisector.errors import BadInput
+
+    if kind is None and address is None:
+        return cfg
+    kind = kind or (cfg.executor.kind if address is None else "dask")
+    address = address if address is not None else (cfg.executor.address if kind == cfg.executor.kind else None)
+    problem = executor_problem(kind, address)
+    if problem:
+        raise BadInput(f"--executor-address: {problem}")
+    return replace(cfg, executor=replace(cfg.executor, kind=kind, address=address))
 
 
 def shape_list(text: str) -> tuple[str, ...]:
