@@ -101,11 +101,15 @@ class DaskExecutor:
     def _done(self, job: TrialJob, future: Future, dfut: Any) -> None:
         with self._lock:
             self._sent.pop(future, None)
-        if future.done():
+        if future.done() or dfut.cancelled():
             return
         try:
             outcome: TrialOutcome = dfut.result()
         except Exception as exc:  # noqa: BLE001
+            if type(exc).__name__ in ("FutureCancelledError", "CancelledError"):  # cancelled by us or a shutdown
+                if future.cancel():
+                    future.set_running_or_notify_cancel()
+                return
             if type(exc).__name__ != "KilledWorker":
                 if not future.done():
                     future.set_exception(exc)
@@ -133,10 +137,10 @@ class DaskExecutor:
         """Drop a trial not yet run (one running finishes on its worker; its result is not used)."""
         with self._lock:
             dfut = self._sent.pop(future, None)
+        if future.cancel():  # first: the dask future's callback then finds it done
+            future.set_running_or_notify_cancel()
         if dfut is not None:
             dfut.cancel()
-        if future.cancel():
-            future.set_running_or_notify_cancel()
 
     def close(self) -> None:
         with self._lock:
@@ -144,9 +148,9 @@ class DaskExecutor:
             pending = list(self._sent.items())
             self._sent.clear()
         for future, dfut in pending:
-            dfut.cancel()
             if future.cancel():
                 future.set_running_or_notify_cancel()
+            dfut.cancel()
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
