@@ -48,8 +48,8 @@ N = 256
 K = 256
 dtype = "fp32"
 [protocol]
-trials = 2
-max_trials = 2
+trials = 3
+max_trials = 4
 reps = 5
 warmup = 1
 jit_cache_env = []
