@@ -1,11 +1,13 @@
 """Accuracy and cost of step localization on seeded simulated ranges, several methods side by side.
 
-    python benches/search_accuracy.py --ranges 200 --seed 1 [--regime default|quiet]
+    python benches/search_accuracy.py --ranges 200 --seed 1 [--regime default|quiet] [--devices W]
 
 Each range: N commits (50..500), 1..3 steps of 1%..15% (regressions and improvements) in random
 non-empty subsets of 3 shapes, per-trial noise CV 0.5%..5%, 0..10% of commits that do not build
 (never GOOD or BAD). Methods:
-- engine: bisector.search.localize with a SimulatedProbe.
+- engine: bisector.search.localize with a SimulatedProbe; with `--devices W` it splits each suspect
+  interval into W+1 parts and probes W commits a round (k-ary); `rounds / range` counts its
+  probe calls one after the other (bisector/schedule.py).
 - git-bisect: one trial per commit, GOOD vs BAD on the shape that moved most, each midpoint called
   bad when nearer BAD's value than GOOD's; a SKIP midpoint moves to its nearest buildable neighbour.
 - asv / otava / pelt: every buildable commit measured with 3 trials (their mean is the series
@@ -34,6 +36,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from bisector.schedule import Clocked
 from bisector.search import SearchSettings, localize
 from bisector.simulate import SimStep, SimulatedProbe, StepModel
 
@@ -61,6 +64,7 @@ class Outcome:
     found: tuple[Found, ...]
     probed: int
     trials: int
+    rounds: int = 0  # probe calls one after the other (the engine's; 0: not counted)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ REGIMES = {
     "busy-cpu": Regime(cv=(0.05, 0.20), size=(20.0, 60.0), min_step=15.0, trials=4, max_trials=16),
 }
 REGIME = REGIMES["default"]
+DEVICES = 1  # the engine's width: commits probed at once
 
 
 def make_case(seed: int) -> Case:
@@ -107,9 +112,10 @@ def make_case(seed: int) -> Case:
 
 
 def run_engine(case: Case, probe: SimulatedProbe) -> Outcome:
-    r = localize(case.commits, probe, SearchSettings(min_step_pct=REGIME.min_step, initial_repeats=REGIME.trials,
-                                                         max_repeats=REGIME.max_trials))
-    return Outcome(tuple(Found(s.commit, s.candidates) for s in r.steps), r.commits_probed, r.trials)
+    clocked = Clocked(probe, DEVICES)
+    r = localize(case.commits, clocked, SearchSettings(min_step_pct=REGIME.min_step, initial_repeats=REGIME.trials,
+                                                       max_repeats=REGIME.max_trials, width=DEVICES))
+    return Outcome(tuple(Found(s.commit, s.candidates) for s in r.steps), r.commits_probed, r.trials, clocked.rounds)
 
 
 def run_git_bisect(case: Case, probe: SimulatedProbe) -> Outcome:
@@ -223,14 +229,14 @@ def score(case: Case, out: Outcome) -> dict[str, float]:
     return {
         "steps": len(truth), "hits": sum(hit),
         "eligible": sum(eligible), "eligible_hits": sum(h for h, e in zip(hit, eligible) if e),
-        "false": false, "probed": out.probed, "trials": out.trials,
+        "false": false, "probed": out.probed, "trials": out.trials, "rounds": out.rounds,
         "target_probed": len(truth) * math.ceil(math.log2(case.n)) + 4,
     }
 
 
-def run_one(args: tuple[int, str, str]) -> tuple[str, dict[str, float], float]:
-    global REGIME
-    seed, method, regime = args
+def run_one(args: tuple[int, str, str, int]) -> tuple[str, dict[str, float], float]:
+    global REGIME, DEVICES
+    seed, method, regime, DEVICES = args
     REGIME = REGIMES[regime]
     warnings.simplefilter("ignore")
     case = make_case(seed)
@@ -248,9 +254,10 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--regime", choices=sorted(REGIMES), default="default",
                     help="default: CV 0.5-5%%, steps 1-15%%, min step 1%%; quiet: CV 0.1-0.5%%, steps 2-50%%, min step 2%%")
+    ap.add_argument("--devices", type=int, default=1, help="the engine's width: commits probed at once (k-ary)")
     args = ap.parse_args()
     methods = [m for m in args.methods.split(",") if m]
-    work = [(args.seed * 100_000 + r, m, args.regime) for r in range(args.ranges) for m in methods]
+    work = [(args.seed * 100_000 + r, m, args.regime, args.devices) for r in range(args.ranges) for m in methods]
     t0 = time.perf_counter()
     with mp.Pool(args.jobs) as pool:
         results = pool.map(run_one, work, chunksize=4)
@@ -262,16 +269,19 @@ def main() -> None:
         a["within"] = a.get("within", 0.0) + (sc["probed"] <= sc["target_probed"])
         a["secs"] = a.get("secs", 0.0) + secs
     r = args.ranges
-    print(f"{r} ranges, seed {args.seed}, regime {args.regime} {REGIMES[args.regime]}, "
+    print(f"{r} ranges, seed {args.seed}, regime {args.regime} {REGIMES[args.regime]}, devices {args.devices}, "
           f"{time.perf_counter() - t0:.0f} s wall")
     print("| method | exact culprit (steps >= 2x CV) | exact culprit (all steps) | false steps / range "
-          "| distinct commits / range | target k*ceil(log2 N)+4 | ranges within target | trials / range | CPU s / range |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| distinct commits / range | target k*ceil(log2 N)+4 | ranges within target | trials / range | CPU s / range "
+          "| rounds / range |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for m in methods:
         a = agg[m]
+        rounds = f"{a['rounds'] / r:.1f}" if a["rounds"] else "-"
         print(f"| {m} | {a['eligible_hits'] / max(1, a['eligible']):.1%} ({int(a['eligible_hits'])}/{int(a['eligible'])}) "
               f"| {a['hits'] / a['steps']:.1%} | {a['false'] / r:.3f} | {a['probed'] / r:.1f} "
-              f"| {a['target_probed'] / r:.1f} | {a['within'] / r:.0%} | {a['trials'] / r:.0f} | {a['secs'] / r:.2f} |")
+              f"| {a['target_probed'] / r:.1f} | {a['within'] / r:.0%} | {a['trials'] / r:.0f} | {a['secs'] / r:.2f} "
+              f"| {rounds} |")
 
 
 if __name__ == "__main__":

@@ -130,6 +130,38 @@ class Publish:
     bot_login: str = "github-actions[bot]"
 
 
+EXECUTORS = ("local", "dask")
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Where trials run (bisector/runner/choose.py): `local`, this host's devices; `dask`, the
+    GPU workers of a dask.distributed scheduler at `address` ("local": a cluster started on this
+    host, one worker per visible device)."""
+
+    kind: str = "local"
+    address: str | None = None
+    # Commits the search probes at once; None: the devices the executor has (1 for an offline replay
+    # of a dask run, whose workers are not asked: give the run's width to replay it as it ran).
+    width: int | None = None
+
+
+def executor_problem(kind: str, address: str | None) -> str:
+    """Why (kind, address) cannot be used, or "" (shared by the config and `--executor`)."""
+    if kind not in EXECUTORS:
+        return f"must be one of {', '.join(EXECUTORS)}, got {_show(kind)}"
+    if address is None:
+        return ""
+    if kind == "local":
+        return "only a dask executor has an address"
+    if address == "local":
+        return ""
+    m = re.fullmatch(r"(?:(tcp|tls|ucx)://)?(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", address)
+    if not m or not 0 < int(m.group(3)) < 65536:
+        return f"must be \"local\" or a scheduler address such as tcp://host:8786, got {_show(address)}"
+    return ""
+
+
 @dataclass(frozen=True)
 class Config:
     name: str
@@ -148,6 +180,7 @@ class Config:
     store: str | None = None  # SQLite path; None = user cache dir
     description: str = ""
     suite_modules: Mapping[str, SuiteModule] = field(default_factory=dict)  # suites the user brings
+    executor: Executor = Executor()
 
     def shape(self, key: str) -> Shape:
         for s in self.shapes:
@@ -171,7 +204,8 @@ def load(path: str | Path) -> Config:
 
 def parse(data: Mapping[str, Any], path: Path) -> Config:
     top = _Section(path, data, "", ("name", "description", "upstream", "build", "device", "control",
-                                    "subject", "suites", "protocol", "thresholds", "publish", "report", "store"))
+                                    "subject", "suites", "protocol", "thresholds", "publish", "report", "store",
+                                    "executor"))
     up = top.section("upstream", ("repo", "branch", "source_dir"), required=True)
     upstream = Upstream(repo=up.get("repo", str), branch=up.get("branch", str, "main"),
                         source_dir=up.get("source_dir", str, "."))
@@ -216,7 +250,20 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
                                                  "bot_login"))),
         report_dir=top.section("report", ("dir",)).path_value("dir") or absolute_or_none("reports"),
         store=top.path_value("store"),
+        executor=_executor(top.section("executor", ("kind", "address", "width"))),
     )
+
+
+def _executor(sec: _Section) -> Executor:
+    kind = sec.get("kind", str, "local", choices=EXECUTORS)
+    address = sec.get("address", str, None)
+    problem = executor_problem(kind, address)
+    if problem:
+        raise ConfigError(sec.path, sec.name("address"), problem)
+    width = sec.get("width", int, None)
+    if width is not None and width < 1:
+        raise ConfigError(sec.path, sec.name("width"), f"must be >= 1, got {width!r}")
+    return Executor(kind=kind, address=address, width=width)
 
 
 def _build(sec: _Section) -> Build:

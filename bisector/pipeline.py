@@ -32,8 +32,8 @@ from bisector.kernels.collect import step_kernels
 from bisector.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
-from bisector.runner import make_executor
-from bisector.runner.executor import Executor, TrialJob
+from bisector.runner.choose import Trials, offline_width, open_trials
+from bisector.runner.executor import TrialJob
 from bisector.store import Store, campaign_key
 from bisector.throughput import Stage, Throughput, from_records, summarize
 
@@ -98,17 +98,36 @@ class Session:
         self.work.mkdir(parents=True, exist_ok=True)
         cache_root = Path(config.build.cache_dir).absolute() if config.build.cache_dir else self.work / "builds"
         self.builder = Builder(self.repo, config.upstream, config.build, cache_root)
-        self.prefetcher = Prefetcher(self.builder, config.build.parallel)
-        self._executor: Executor | None = None
+        # With the dask executor commits are built on the workers, where their trials run.
+        remote = config.executor.kind != "local" and not offline
+        self.prefetcher = Prefetcher(_RemoteBuilds(self) if remote else self.builder, config.build.parallel)
+        self._trials: Trials | None = None
         self.stages: list[Stage] = []
         self.observer = observer
 
     @property
-    def executor(self) -> Executor:
-        """Started on first use: an offline replay or a report starts no trial process."""
-        if self._executor is None:
-            self._executor = make_executor(self.config, self.work)
-        return self._executor
+    def trials(self) -> Trials:
+        """The executor, started on first use: an offline replay or a report starts no trial process."""
+        if self._trials is None:
+            self._trials = open_trials(self.config, self.work)
+        return self._trials
+
+    @property
+    def executor(self):  # type: ignore[no-untyped-def]
+        return self.trials.executor
+
+    def width(self) -> int:
+        """Commits the search probes at once: the devices the executor has (see runner/choose.py)."""
+        if self.offline:
+            return offline_width(self.config)
+        if self.config.executor.kind == "local":
+            return self.config.executor.width or len(self.config.devices)
+        return self.trials.width(self.config)
+
+    def devices(self) -> int:
+        if self._trials is not None:
+            return self._trials.devices
+        return len(self.config.devices) if self.config.executor.kind == "local" else offline_width(self.config)
 
     def probe(self, patch: str | None = None, patch_hash: str | None = None, offline: bool | None = None,
               shapes: Sequence[Shape] | None = None, max_crashes: int = MAX_CRASHES) -> StoreProbe:
@@ -132,13 +151,13 @@ class Session:
         """This run's trial processes; offline, those of the runs that stored the trials of `shas`."""
         if self.offline:
             timelines, stages = from_records([t for sha in shas for t in self.store.trials(self.campaign, sha=sha)])
-            return summarize(timelines, stages, len(self.config.devices))
-        timelines = self._executor.timelines if self._executor is not None else []
-        return summarize(timelines, self.stages, len(self.config.devices))
+            return summarize(timelines, stages, self.devices())
+        timelines = self._trials.executor.timelines if self._trials is not None else []
+        return summarize(timelines, self.stages, self.devices())
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.close()
+        if self._trials is not None:
+            self._trials.executor.close()
         self.prefetcher.close()
         self.store.close()
 
@@ -154,6 +173,16 @@ class _Lazy:
 
     def cancel(self, future: Future) -> None:
         self.session.executor.cancel(future)
+
+
+class _RemoteBuilds:
+    """The session's builds made by its executor's workers (dask), started by the first build asked for."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def build(self, sha: str, patch: str | None = None):  # type: ignore[no-untyped-def]
+        return self.session.trials.builds.build(sha, patch)
 
 
 class Prefetching:
@@ -210,7 +239,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         if config.device != "cpu" and not options.offline:
             session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
             measure = Prefetching(probe, session.prefetcher, order)
-        settings = search_settings(config)
+        settings = replace(search_settings(config), width=session.width())
         with session.stage("search"):
             result = with_prs(search.localize(order, measure, settings), commits)
             windows = localize_wrong(order, result.measurements, probe)

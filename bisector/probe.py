@@ -136,7 +136,7 @@ class StoreProbe:
     def job(self, sha: str, slot: int, first: bool, after: Future | None, lane: int | None = None) -> TrialJob:
         """The trial in `slot`: its seed follows from the slot, so a resumed run draws the inputs it would have."""
         return TrialJob(self.build_results[sha], self.shapes, self.seed * 1_000_003 + slot, slot=slot,
-                        first=first and self.cold_jit, after=after, lane=lane)
+                        first=first and self.cold_jit, after=after, lane=lane, patch=self.patch)
 
     def stored_only(self, sha: str, repeats: int) -> Measurement:
         """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""

@@ -18,6 +18,13 @@ The search (Pinpoint-style):
 4. Verify each culprit against its parent with fresh trials only (the probe is cumulative: asking
    for `current + n` gives n new trials); steps that do not hold are dropped.
 
+k-ary probes: with `width` W > 1 devices free, step 3 splits the suspect interval into W+1 parts
+and asks for its W inner commits at once (`probe.together`), so a step is pinned in about
+log_{W+1} N rounds instead of log2 N; the grid of step 1 is measured in one round too. The
+decisions stay the same ones (every adjacent pair compared, a shape followed into the part that
+moved most), and the multiple-testing budget counts the (W+1) comparisons of each level. Where
+the commits run is the probe's business: the search only says which it wants together.
+
 Multiple testing: `alpha` is the budget for a false step in the whole search. Detection tests each
 shape at alpha / (shapes x expected comparisons); verification, being an independent second test,
 at alpha / shapes. A false step must pass both.
@@ -49,6 +56,7 @@ class SearchSettings:
     first_look: int = 1
     verify: bool = True  # re-measure each culprit against its parent with fresh trials
     interior_points: int = 3  # measured up front besides GOOD and BAD (see module docstring)
+    width: int = 1  # devices free: commits probed at once when an interval is split (k-ary, k = width + 1)
 
     def __post_init__(self) -> None:
         if self.min_step_pct <= 0 or not 0 < self.alpha < 0.5:
@@ -57,6 +65,8 @@ class SearchSettings:
             raise ValueError("need 1 <= initial_repeats <= max_repeats")
         if not 1 <= self.first_look <= self.initial_repeats:
             raise ValueError("need 1 <= first_look <= initial_repeats")
+        if self.width < 1:
+            raise ValueError("need width >= 1")
 
 
 @dataclass
@@ -116,6 +126,26 @@ class _State:
             if got[sha].status is ProbeStatus.OK:
                 self.meas[sha] = got[sha]  # a commit that measured before keeps its trials if it fails now
 
+    def measure_many(self, idxs: Sequence[int], repeats: int) -> None:
+        """`measure(i, repeats)` for several commits in one round (`probe.together`) when the search
+        may use more than one device; one by one otherwise (then nothing changes for width 1)."""
+        together = getattr(self.probe, "together", None)
+        todo = [i for i in dict.fromkeys(idxs) if i not in self.skipped and (
+            self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < repeats)]
+        if self.settings.width == 1 or together is None or len(todo) < 2:
+            for i in todo:
+                self.measure(i, repeats)
+            return
+        got = together({self.commits[i]: repeats for i in todo})
+        for i in todo:
+            sha, m = self.commits[i], got[self.commits[i]]
+            self.probes.append((sha, repeats))
+            if m.status is ProbeStatus.OK:
+                self.meas[sha] = m
+            elif sha not in self.meas:  # as in `measure`: a commit that measured before keeps its trials
+                self.meas[sha] = m
+                self.skipped.add(i)
+
     def count(self, i: int) -> int:
         return self.meas[self.commits[i]].count()
 
@@ -167,6 +197,41 @@ class _State:
             if min(self.count(i), self.count(j)) <= n:  # the probe gave no more trials: stop here
                 return self.at_cap(i, j, comps)
 
+    def compare_parts(self, parts: Sequence[tuple[int, int]], only: Iterable[str] | None = None
+                      ) -> list[dict[str, Comparison]]:
+        """`compare_pair` of every part, their doublings in one round at a time (width > 1): a
+        level of a k-ary split costs as many rounds as its least clear part, not their sum."""
+        if self.settings.width == 1 or len(parts) < 2:
+            return [self.compare_pair(a, b, only) for a, b in parts]
+        st = self.settings
+        only = tuple(only) if only is not None else None
+        out: dict[int, dict[str, Comparison]] = {}
+        while len(out) < len(parts):
+            wants: dict[int, int] = {}
+            asked: list[tuple[int, int]] = []  # (part, trials a side before this round)
+            for q, (i, j) in enumerate(parts):
+                if q in out:
+                    continue
+                comps = self.compare_now(i, j, self.alpha_detect, only)
+                verdicts = {c.verdict for c in comps.values()}
+                n = min(self.count(i), self.count(j))
+                if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
+                    out[q] = comps
+                elif n >= st.max_repeats:
+                    out[q] = self.at_cap(i, j, comps)
+                else:
+                    target = min(st.max_repeats, 2 * n)
+                    for k in (i, j):
+                        wants[k] = max(wants.get(k, 0), target)
+                    asked.append((q, n))
+            if wants:
+                self.measure_together(wants)
+            for q, n in asked:
+                i, j = parts[q]
+                if min(self.count(i), self.count(j)) <= n:  # the probe gave no more trials: stop here
+                    out[q] = self.at_cap(i, j, self.compare_now(i, j, self.alpha_detect, only))
+        return [out[q] for q in range(len(parts))]
+
     def at_cap(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
         """No more trials for this pair. A shape that moved by twice the minimum step or more,
         significant at a verification's level (not yet at the detection's per-look share), is
@@ -210,17 +275,35 @@ class _State:
         return self.sized(shapes, other, lambda sd, n: sd * math.sqrt(1.0 / n + 1.0 / other) <= third,
                           max(self.settings.initial_repeats, other))
 
-    def middle(self, lo: int, hi: int, need: Iterable[str] = ()) -> int | None:
-        """The commit nearest the middle of (lo, hi) that builds and has the shapes in `need`, probing
-        outwards past SKIPs and past commits whose results for those shapes are wrong."""
+    def split(self, lo: int, hi: int, need: Iterable[str] = ()) -> list[int]:
+        """Up to `width` commits inside (lo, hi) that split it into equal parts, each the nearest to
+        its target that builds and has the shapes in `need` (probing outwards past SKIPs and wrong
+        results, one round for all targets at a time); for width 1, the middle."""
         need = tuple(need)
-        mid = (lo + hi) // 2
-        order = sorted(range(lo + 1, hi), key=lambda k: (abs(k - mid), k))
+        w = min(self.settings.width, hi - lo - 1)
+        targets = [lo + (hi - lo) * q // (w + 1) for q in range(1, w + 1)]
         repeats = self.first_repeats(self.shapes(lo, hi) or need, min(self.count(lo), self.count(hi)))
-        for k in order:
-            if self.measure(k, repeats) and self.usable(k, need):
-                return k
-        return None
+        orders = [sorted(range(lo + 1, hi), key=lambda k: (abs(k - t), k)) for t in targets]
+        tried: set[int] = set()
+        chosen: list[int] = []
+        open_slots = list(range(len(targets)))
+        while open_slots:
+            picks: dict[int, int] = {}
+            for q in open_slots:
+                k = next((k for k in orders[q] if k not in tried and k not in picks.values()), None)
+                if k is not None:
+                    picks[q] = k
+            if not picks:
+                break
+            self.measure_many(list(picks.values()), repeats)
+            tried.update(picks.values())
+            open_slots = []
+            for q, k in picks.items():
+                if self.measure(k, repeats) and self.usable(k, need):
+                    chosen.append(k)
+                else:
+                    open_slots.append(q)
+        return sorted(set(chosen))
 
     def add_candidate(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
         for cand in self.candidates:
@@ -230,20 +313,21 @@ class _State:
         self.candidates.append(_Candidate(lo, hi, dict(dirs), min(self.count(lo), self.count(hi))))
 
     def refine(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
-        mid = None if hi - lo == 1 else self.middle(lo, hi, dirs)
-        if mid is None:  # adjacent, or nothing between builds with usable results: a culprit range
+        points = [] if hi - lo == 1 else self.split(lo, hi, dirs)
+        if not points:  # adjacent, or nothing between builds with usable results: a culprit range
             self.add_candidate(lo, hi, dirs)
             return
-        halves = ((lo, mid), (mid, hi))
-        comps = [self.compare_pair(a, b) for a, b in halves]
+        bounds = [lo, *points, hi]
+        parts = list(zip(bounds, bounds[1:]))
+        comps = self.compare_parts(parts)
         found = [_different(c) for c in comps]
         for shape, sign in dirs.items():
             if any(shape in f for f in found):
                 continue
-            # The step is in one half; follow the half that moved most in its direction.
+            # The step is in one part; follow the part that moved most in its direction (the first on a tie).
             moves = [c[shape].change_pct * sign if shape in c else -math.inf for c in comps]
-            found[0 if moves[0] >= moves[1] else 1][shape] = sign
-        for (a, b), f in zip(halves, found):
+            found[max(range(len(moves)), key=lambda k: (moves[k], -k))][shape] = sign
+        for (a, b), f in zip(parts, found):
             if f:
                 self.refine(a, b, f)
 
@@ -328,6 +412,15 @@ class _State:
         return out
 
 
+def levels(n: int, k: int) -> int:
+    """Rounds of a k-ary split until n commits are down to adjacent pairs: ceil(log_k n), in integers."""
+    out, reach = 0, 1
+    while reach < max(2, n):
+        reach *= k
+        out += 1
+    return out
+
+
 def _different(comps: Mapping[str, Comparison]) -> dict[str, float]:
     return {s: math.copysign(1.0, c.change_pct) for s, c in comps.items() if c.verdict is Verdict.DIFFERENT}
 
@@ -338,16 +431,21 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     n = len(st.commits)
     if n < 2:
         return _result(st, [], [])
+    if settings.width > 1:  # GOOD and BAD in one round; a SKIP among them is walked past below
+        st.measure_many([0, n - 1], settings.initial_repeats)
     lo = next((i for i in range(n) if st.measure(i, settings.initial_repeats)), None)
     hi = next((i for i in range(n - 1, -1, -1) if i != lo and st.measure(i, settings.initial_repeats)), None)
     if lo is None or hi is None or hi <= lo:
         return _result(st, [], [])
     n_shapes = max(1, len(st.shapes(lo, hi)))
-    looks = 2 * math.ceil(math.log2(max(2, hi - lo + 1))) + 2 * settings.interior_points + 2
+    looks = (settings.width + 1) * levels(hi - lo + 1, settings.width + 1) + 2 * settings.interior_points + 2
     st.alpha_detect = settings.alpha / (n_shapes * looks)
     st.alpha_verify = settings.alpha / n_shapes
 
     grid = [lo]
+    if settings.width > 1:  # the interior points in one round; one that does not build moves below
+        st.measure_many([lo + round((hi - lo) * q / (settings.interior_points + 1))
+                         for q in range(1, settings.interior_points + 1)], settings.initial_repeats)
     for q in range(1, settings.interior_points + 1):
         target = lo + round((hi - lo) * q / (settings.interior_points + 1))
         if target <= grid[-1] or target >= hi:
@@ -358,8 +456,15 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
                 grid.append(k)
                 break
     grid.append(hi)
-    for a, b in zip(grid, grid[1:]):
-        st.evaluate(a, b)
+    pairs = list(zip(grid, grid[1:]))
+    if settings.width == 1:
+        for a, b in pairs:
+            st.evaluate(a, b)
+    else:  # the grid's pairs compared in rounds together, then each that moved refined
+        for (a, b), comps in zip(pairs, st.compare_parts(pairs)):
+            diff = _different(comps)
+            if diff:
+                st.refine(a, b, diff)
     st.bridge(grid)
 
     steps, dropped = [], []

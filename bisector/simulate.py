@@ -23,12 +23,13 @@ import math
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from bisector.errors import BadInput, ConfigError
-from bisector.model import Commit, Measurement, ProbeStatus, SearchResult
+from bisector.model import Commit, Measurement, Probe, ProbeStatus, SearchResult
+from bisector.schedule import Clocked
 from bisector.search import SearchSettings, localize
 from bisector.userfile import UserFileError, read_text
 
@@ -176,10 +177,12 @@ class SimulatedProbe:
 
 
 def run_simulation(commits: Sequence[Commit], model: StepModel, noise_cv: float, seed: int,
-                   settings: SearchSettings) -> SearchResult:
-    """The search over the real history `commits` (oldest first) against the step model."""
+                   settings: SearchSettings, clock: Callable[[Probe], Clocked] | None = None) -> SearchResult:
+    """The search over the real history `commits` (oldest first) against the step model; `clock`
+    wraps the probe to count rounds and wall time (bisector/schedule.py)."""
     shas = [c.sha for c in commits]
-    result = localize(shas, SimulatedProbe(shas, model, noise_cv, seed), settings)
+    probe: Probe = SimulatedProbe(shas, model, noise_cv, seed)
+    result = localize(shas, clock(probe) if clock else probe, settings)
     prs = {c.sha: c.pr for c in commits}
     return replace(result, steps=tuple(replace(s, pr=prs.get(s.commit)) for s in result.steps),
                    dropped=tuple(replace(s, pr=prs.get(s.commit)) for s in result.dropped))

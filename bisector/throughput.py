@@ -37,6 +37,7 @@ class Throughput:
     median_s: Mapping[str, float] = field(default_factory=dict)  # per trial, per phase (SPANS, DEVICE_PHASES)
     total_s: Mapping[str, float] = field(default_factory=dict)  # summed over trials
     stages: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # stage -> trials, wall_s, busy
+    per_device: Mapping[int, Mapping[str, float]] = field(default_factory=dict)  # device -> trials, device_s, busy
 
     @property
     def device_busy_fraction(self) -> float:
@@ -52,7 +53,8 @@ class Throughput:
                 "devices": self.devices, "trials_per_minute": round(self.trials_per_minute, 2),
                 "median_s": {k: round(v, 3) for k, v in self.median_s.items()},
                 "total_s": {k: round(v, 2) for k, v in self.total_s.items()},
-                "stages": {k: {m: round(x, 4) for m, x in v.items()} for k, v in self.stages.items()}}
+                "stages": {k: {m: round(x, 4) for m, x in v.items()} for k, v in self.stages.items()},
+                "per_device": {str(k): {m: round(x, 4) for m, x in v.items()} for k, v in self.per_device.items()}}
 
 
 def _own_wall(t: Timeline) -> float:
@@ -78,7 +80,20 @@ def summarize(timelines: Sequence[Timeline], stages: Sequence[Stage], devices: i
     return Throughput(trials=len(timelines), trial_wall_s=sum(_own_wall(t) for t in timelines),
                       device_s=sum(t.span("go", "release") for t in timelines), wall_s=wall, devices=devices,
                       median_s={k: statistics.median(v) for k, v in per.items() if v},
-                      total_s={k: sum(v) for k, v in per.items()}, stages=by_stage)
+                      total_s={k: sum(v) for k, v in per.items()}, stages=by_stage,
+                      per_device=per_device(timelines, wall))
+
+
+def per_device(timelines: Sequence[Timeline], wall_s: float) -> dict[int, dict[str, float]]:
+    """Per device: its trials, the time they held it, and that over the measuring wall time."""
+    out: dict[int, dict[str, float]] = {}
+    for t in timelines:
+        d = out.setdefault(t.device, {"trials": 0.0, "device_s": 0.0, "device_busy_fraction": 0.0})
+        d["trials"] += 1
+        d["device_s"] += t.span("go", "release")
+    for d in out.values():
+        d["device_busy_fraction"] = d["device_s"] / wall_s if wall_s > 0 else 0.0
+    return dict(sorted(out.items()))
 
 
 def describe(t: Throughput) -> str:

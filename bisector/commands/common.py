@@ -112,10 +112,52 @@ def run_options(func: F) -> F:
         click.option("--no-fixes", is_flag=True, help="Do not build and measure the reverts on the tip."),
         click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        click.option("--executor", "executor_kind", type=click.Choice(["local", "dask"]), default=None,
+                     help="Where trials run (default: the config's [executor] kind, else local)."),
+        click.option("--executor-address", default=None,
+                     help="dask: the scheduler (tcp://host:8786), or 'local' for one worker per device here."),
     )):
         func = option(func)
     return func
 
 
+def with_executor(cfg: Any, kind: str | None, address: str | None) -> Any:
+    """The config with `--executor` / `--executor-address` over its `[executor]` (BadInput naming the option)."""
+    from dataclasses import replace
+
+    from bisector.config import executor_problem
+    from bisector.errors import BadInput
+
+    if kind is None and address is None:
+        return cfg
+    kind = kind or (cfg.executor.kind if address is None else "dask")
+    address = address if address is not None else (cfg.executor.address if kind == cfg.executor.kind else None)
+    problem = executor_problem(kind, address)
+    if problem:
+        raise BadInput(f"--executor-address: {problem}")
+    return replace(cfg, executor=replace(cfg.executor, kind=kind, address=address))
+
+
 def shape_list(text: str) -> tuple[str, ...]:
     return tuple(s for s in text.split(",") if s)
+
+
+def devices_option(func: F) -> F:
+    """`--devices W` of `plan` and `simulate`: the search probes W commits a round (k-ary)."""
+    return click.option("--devices", type=click.IntRange(1, 64), default=1, show_default=True,
+                        help="Devices free: probe W commits at once; shows rounds, trials and wall time "
+                             "against W=1.")(func)
+
+
+def echo_devices(rows: list[dict[str, Any]]) -> None:
+    """Rounds, trials and wall time per device count, one line each, the first (W=1) as the base."""
+    base = rows[0]
+    click.echo(f"{'devices':>7} {'rounds':>7} {'trials':>7} {'wall':>9}  wall vs 1 device")
+    for row in rows:
+        ratio = row["wall_s"] / base["wall_s"] if base["wall_s"] else 1.0
+        click.echo(f"{row['devices']:>7} {row['rounds']:>7.1f} {row['trials']:>7.0f} {_duration(row['wall_s']):>9}"
+                   f"  {ratio:.0%}")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"

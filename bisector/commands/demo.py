@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bisector import pipeline
-from bisector.commands.common import USER_PATH, fail_on_error, run_options, shape_list
+from bisector.commands.common import USER_PATH, fail_on_error, run_options, shape_list, with_executor
 from bisector.commands.run import run_and_print
 from bisector.errors import BadInput
 
@@ -34,7 +34,7 @@ def demo_dir(directory: str) -> Path:
 @run_options
 @fail_on_error
 def command(device: str, directory: str, report_dir: str | None, shapes: str, no_fixes: bool, no_hunks: bool,
-            as_json: bool) -> None:
+            as_json: bool, executor_kind: str | None, executor_address: str | None) -> None:
     """Bisect the embedded demo library (40 commits with planted steps) on this machine."""
     from bisector.demo import write_demo_repo
     from bisector.demo.config import demo_config, pick_device
@@ -42,7 +42,7 @@ def command(device: str, directory: str, report_dir: str | None, shapes: str, no
     root = demo_dir(directory)
     device = pick_device(device)
     manifest = write_demo_repo(root / "upstream")
-    cfg = demo_config(device, root / "upstream")
+    cfg = with_executor(demo_config(device, root / "upstream"), executor_kind, executor_address)
     # The report goes under --dir too: run inside a checkout of bisector, the demo must not write
     # over the committed example in reports/.
     options = pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(root / "results.sqlite"),

@@ -14,7 +14,7 @@ import click
 
 from bisector import config, gitrepo
 from bisector.build.dryrun import step_builds
-from bisector.commands.common import USER_PATH, fail_on_error, print_json
+from bisector.commands.common import USER_PATH, devices_option, echo_devices, fail_on_error, print_json
 from bisector.commands.simulate import make_settings, settings_options
 from bisector.errors import BadInput
 from bisector.plan import estimate, noise_from_rows
@@ -40,12 +40,13 @@ from bisector.plan import estimate, noise_from_rows
 @click.option("--build-seconds", type=float, default=0.0, show_default=True, help="seconds per build")
 @click.option("--runs", type=int, default=40, show_default=True, help="simulated ranges")
 @settings_options
+@devices_option
 @click.option("--json", "as_json", is_flag=True)
 @fail_on_error
 def command(repo: str, config_path: str | None, good: str, bad: str, noise_cv: float | None,
             store_path: str | None, csv_path: str | None, campaign: str | None, steps: int, step_pct: float,
             shapes: int, fail_rate: float, trial_seconds: float, build_seconds: float, runs: int, min_step: float,
-            alpha: float, trials: int, max_trials: int, as_json: bool) -> None:
+            alpha: float, trials: int, max_trials: int, devices: int, as_json: bool) -> None:
     """Estimate probes, trials and GPU time for a bisection, from the measured noise; with --config,
     also the builds of each build step over the range (without --noise-cv etc.: only those)."""
     sources = sum(x is not None for x in (noise_cv, store_path, csv_path))
@@ -70,8 +71,13 @@ def command(repo: str, config_path: str | None, good: str, bad: str, noise_cv: f
         raise BadInput("--noise-cv and --fail-rate must be in [0, 1), --runs >= 1")
     n = len(shas)
     plan = estimate(n, noise_cv, steps, step_pct, shapes, fail_rate, trial_seconds, build_seconds, settings, runs)
+    wide = [plan] + ([estimate(n, noise_cv, steps, step_pct, shapes, fail_rate, trial_seconds, build_seconds,
+                               settings, runs, devices=devices)] if devices > 1 else [])
+    rows = [{"devices": p.devices, "rounds": p.rounds_mean, "trials": p.trials_mean, "wall_s": p.wall_s_mean,
+             "found_rate": p.found_rate} for p in wide]
     if as_json:
-        print_json({**plan.as_dict(), "noise_source": source, **({"builds": builds} if builds is not None else {})})
+        print_json({**plan.as_dict(), "noise_source": source, "by_devices": rows,
+                    **({"builds": builds} if builds is not None else {})})
         return
     click.echo(f"{n} commits, {steps} step(s) of {step_pct:g}% expected, noise CV {noise_cv:.2%} from {source}")
     click.echo(f"builds (distinct commits): {plan.probes_mean:.1f} on average, {plan.probes_p90:.0f} at p90 "
@@ -82,6 +88,9 @@ def command(repo: str, config_path: str | None, good: str, bad: str, noise_cv: f
     if build_seconds:
         click.echo(f"build time: {plan.build_hours_mean:.2f} h on average")
     click.echo(f"simulated steps found at the exact commit: {plan.found_rate:.0%} of {runs} runs")
+    if devices > 1:
+        echo_devices(rows)
+        click.echo(f"with {devices} devices, steps found at the exact commit: {wide[-1].found_rate:.0%}")
     if builds is not None:
         _print_builds(n, builds, False)
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import click
 
 from bisector import gitrepo
-from bisector.commands.common import fail_on_error, print_json
+from dataclasses import replace
+
+from bisector.commands.common import devices_option, echo_devices, fail_on_error, print_json
+from bisector.schedule import Clocked
 from bisector.errors import BadInput
 from bisector.search import SearchResult, SearchSettings, result_json
 from bisector.simulate import load_model, run_simulation
@@ -56,16 +59,34 @@ def echo_result(result: SearchResult, subjects: dict[str, str], cost: bool = Tru
 @click.option("--noise", type=float, default=0.01, show_default=True, help="per-trial coefficient of variation")
 @click.option("--seed", type=int, default=0, show_default=True)
 @settings_options
+@devices_option
+@click.option("--trial-seconds", type=float, default=60.0, show_default=True, help="seconds per trial (wall time)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @fail_on_error
 def command(repo: str, good: str, bad: str, model_path: str, noise: float, seed: int, min_step: float,
-            alpha: float, trials: int, max_trials: int, as_json: bool) -> None:
-    """Run the localization engine against a step model over the real commits GOOD..BAD."""
+            alpha: float, trials: int, max_trials: int, devices: int, trial_seconds: float, as_json: bool) -> None:
+    """Run the localization engine against a step model over the real commits GOOD..BAD; with
+    --devices W, also k-ary on W devices, its rounds, trials and wall time against W=1."""
     settings = make_settings(min_step, alpha, trials, max_trials)
     commits = gitrepo.commit_range(gitrepo.open_repo(repo), good, bad)
     model = load_model(model_path, [c.sha for c in commits])
-    result = run_simulation(commits, model, noise, seed, settings)
+    clocks: list[Clocked] = []
+
+    def clock(width: int):  # type: ignore[no-untyped-def]
+        def wrap(probe):  # type: ignore[no-untyped-def]
+            clocks.append(Clocked(probe, width, trial_seconds))
+            return clocks[-1]
+        return wrap
+
+    result = run_simulation(commits, model, noise, seed, settings, clock(1))
+    wide = run_simulation(commits, model, noise, seed, replace(settings, width=devices), clock(devices)) \
+        if devices > 1 else result
+    rows = [c.cost().as_dict() for c in clocks]
     if as_json:
-        print_json(result_json(result))
-    else:
-        echo_result(result, {c.sha: c.subject for c in commits})
+        print_json({**result_json(wide), "by_devices": rows})
+        return
+    echo_result(wide, {c.sha: c.subject for c in commits})
+    if devices > 1:
+        same = {s.commit for s in wide.steps} == {s.commit for s in result.steps}
+        click.echo(f"steps with 1 device: {'the same' if same else ', '.join(s.commit[:10] for s in result.steps)}")
+    echo_devices(rows)

@@ -54,6 +54,7 @@ class TrialJob:
     first: bool = False  # empty the commit's JIT cache dirs first: this trial compiles cold
     after: Future | None = None  # do not take a device before this trial has released its own
     lane: int | None = None  # run on devices[lane % n] (side-by-side rounds spread each commit evenly)
+    patch: str | None = None  # the patch text of a patched build: a remote worker builds it again
 
 
 @dataclass(frozen=True)

@@ -157,8 +157,10 @@ def default_preload(config: Config) -> tuple[str, ...]:
 class TrialFiles:
     """Where one config's trials keep their spec, output and log, and how each is turned into records."""
 
-    def __init__(self, config: Config, work: Path, base_env: Mapping[str, str]) -> None:
+    def __init__(self, config: Config, work: Path, base_env: Mapping[str, str], pin_cpu: bool | None = None) -> None:
         self.config, self.work, self.base_env = config, Path(work).resolve(), dict(base_env)
+        # CPU trials on several cores each take their own core (a dask worker owns one core, and pins too).
+        self.pin_cpu = config.device == "cpu" and (len(config.devices) > 1 if pin_cpu is None else pin_cpu)
         self._count = 0
         self._lock = threading.Lock()
 
@@ -173,20 +175,20 @@ class TrialFiles:
         spec = build_spec(self.config, job.build, None, seed=job.seed, shapes=job.shapes)
         (tdir / "spec.json").write_text(json.dumps(spec, indent=1))
         env, unset = trial_env(self.config, job.build, self.work, device, job.first, self.base_env)
-        cpu = device % (os.cpu_count() or 1) if self.config.device == "cpu" and len(self.config.devices) > 1 else None
+        cpu = device % (os.cpu_count() or 1) if self.pin_cpu else None
         return Prepared(tdir / "spec.json", tdir / "out.json", tdir / "log.txt", tdir, env, unset, cpu)
 
 
 def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str] | None = None,
                   source: str | None = None, ahead: int | None = None, timeout_s: float | None = None,
-                  lock_devices: bool = True) -> Executor:
+                  lock_devices: bool = True, pin_cpu: bool | None = None) -> Executor:
     """The executor of one config's trials, with its worker source and limits."""
     work = Path(work).resolve()
     base = worker_env(config, os.environ if environ is None else environ)
     kind = source or config.protocol.workers
     if kind not in SOURCES:
         raise ValueError(f"unknown worker source {kind!r} (known: {', '.join(SOURCES)})")
-    files = TrialFiles(config, work, base)
+    files = TrialFiles(config, work, base, pin_cpu)
     return Executor(make_source(kind, base, default_preload(config), work / "workers"), config.devices, config.device,
                     files.prepare, records, ahead=default_ahead(config) if ahead is None else ahead,
                     timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,

@@ -1,0 +1,165 @@
+"""The trial executor over dask.distributed: the bot is the client, GPU workers run the trials.
+
+The same interface as the local Executor (`submit(TrialJob) -> Future[TrialOutcome]`, `cancel`,
+`close`, `timelines`), so the probe and the search never learn where a trial ran. Each trial is a
+dask task (bisector/runner/remote.py `trial`) that needs a share of one `GPU` resource: with
+`slots` = 1 + the protocol's workers kept ready, a worker takes that many trials at a time and its
+local executor lends its device to one at a time, preparing the others meanwhile.
+
+- Placement: a side-by-side round's lanes map to the GPU workers in a fixed order (a Latin
+  square over devices, as locally), loosely: a lane whose worker is gone runs elsewhere.
+- A commit's cold first trial comes first: its other trials are sent when it has ended.
+- A worker that dies mid-trial (its trial process dies with it, through the fence) has its task
+  re-run by the scheduler on another worker; the bot gets one result per task, and stores it once
+  (the Batch stores what each future gives, and the store's slot claims stay the bot's).
+- A trial that keeps killing its workers (dask's KilledWorker) is a CRASH record, not a bot error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any
+
+from bisector.config import Config
+from bisector.errors import BisectorError
+from bisector.model import BuildResult
+from bisector.runner import remote
+from bisector.runner.executor import TrialJob, TrialOutcome, Timeline
+
+RESOURCE = "GPU"
+
+
+class DaskExecutor:
+    """Trials of one config on the GPU workers of `client`'s scheduler."""
+
+    def __init__(self, client: Any, config: Config, work: str, *, slots: int = 1, cluster: Any = None,
+                 retries: int = 0) -> None:
+        self.client, self.config, self.work, self.cluster = client, config, str(work), cluster
+        self.slots, self.retries = max(1, slots), retries
+        self.timelines: list[Timeline] = []
+        self.places: dict[int, str] = {}  # global device index -> "worker address / device"
+        self._lock = threading.Lock()
+        self._sent: dict[Future, Any] = {}  # our future -> its dask future
+        self._closed = False
+
+    # -- the cluster ---------------------------------------------------------------------------
+    def gpu_workers(self) -> list[str]:
+        """Addresses of the workers that have a GPU resource, in a fixed order."""
+        info = self.client.scheduler_info()
+        return sorted(a for a, w in info.get("workers", {}).items() if w.get("resources", {}).get(RESOURCE, 0) > 0)
+
+    @property
+    def device_count(self) -> int:
+        """GPU resources on the cluster now: how many commits the search may probe at once."""
+        info = self.client.scheduler_info()
+        return int(sum(w.get("resources", {}).get(RESOURCE, 0) for w in info.get("workers", {}).values()))
+
+    def wait_for_devices(self, n: int, timeout_s: float = 120.0) -> None:
+        """Until `n` GPU workers are up (a cluster just started), or a one-line error."""
+        deadline = time.monotonic() + timeout_s
+        while self.device_count < n:
+            if time.monotonic() > deadline:
+                raise BisectorError(f"dask: {self.device_count} of {n} GPU workers up after {timeout_s:g} s "
+                                    f"(scheduler {self.client.scheduler.address})")
+            time.sleep(0.2)
+
+    # -- builds --------------------------------------------------------------------------------
+    def build(self, sha: str, patch: str | None = None) -> BuildResult:
+        """Built on a worker (no GPU needed): whether the commit builds, for the search's SKIP."""
+        task = remote.RemoteBuild(self.config, self.work, sha, patch)
+        return self.client.submit(remote.build, task, pure=False, key=f"build-{sha[:12]}-{uuid.uuid4().hex[:8]}",
+                                  retries=self.retries).result()
+
+    # -- trials --------------------------------------------------------------------------------
+    def submit(self, job: TrialJob) -> Future:
+        future: Future = Future()
+        after = job.after
+        if after is not None and not after.done():
+            after.add_done_callback(lambda _: self._send(job, future))
+        else:
+            self._send(job, future)
+        return future
+
+    def _send(self, job: TrialJob, future: Future) -> None:
+        with self._lock:
+            if future.done() or self._closed:
+                return
+            task = remote.RemoteTrial(self.config, self.work, job.build.sha, job.patch, job.shapes, job.seed,
+                                      job.slot, job.first)
+            workers = self.gpu_workers()
+            where = [workers[job.lane % len(workers)]] if job.lane is not None and workers else None
+            key = f"trial-{job.build.sha[:12]}-{job.slot}-{uuid.uuid4().hex[:8]}"
+            dfut = self.client.submit(remote.trial, task, key=key, pure=False, resources={RESOURCE: 1.0 / self.slots},
+                                      workers=where, allow_other_workers=where is not None, retries=self.retries)
+            self._sent[future] = dfut
+        dfut.add_done_callback(lambda d: self._done(job, future, d))
+
+    def _done(self, job: TrialJob, future: Future, dfut: Any) -> None:
+        with self._lock:
+            self._sent.pop(future, None)
+        if future.done() or dfut.cancelled():
+            return
+        try:
+            outcome: TrialOutcome = dfut.result()
+        except Exception as exc:  # noqa: BLE001
+            if type(exc).__name__ in ("FutureCancelledError", "CancelledError"):  # cancelled by us or a shutdown
+                if future.cancel():
+                    future.set_running_or_notify_cancel()
+                return
+            if type(exc).__name__ != "KilledWorker":
+                if not future.done():
+                    future.set_exception(exc)
+                return
+            task = remote.RemoteTrial(self.config, self.work, job.build.sha, job.patch, job.shapes, job.seed,
+                                      job.slot, job.first)
+            outcome = remote.failed(task, f"the trial killed every dask worker it ran on ({exc})")
+        outcome = TrialOutcome(outcome.records, self._placed(outcome))
+        with self._lock:
+            self.timelines.append(outcome.timeline)
+        if not future.done():
+            future.set_result(outcome)
+
+    def _placed(self, outcome: TrialOutcome) -> Timeline:
+        """The timeline with its device numbered over the cluster (worker, device) in order of first use."""
+        where = outcome.records[0].protocol.get("where", {}) if outcome.records else {}
+        label = f"{where.get('dask_worker', '?')} / {where.get('device', outcome.timeline.device)}" \
+            if isinstance(where, dict) else "?"
+        with self._lock:
+            index = next((i for i, p in self.places.items() if p == label), len(self.places))
+            self.places[index] = label
+        return replace(outcome.timeline, device=index)
+
+    def cancel(self, future: Future) -> None:
+        """Drop a trial not yet run (one running finishes on its worker; its result is not used)."""
+        with self._lock:
+            dfut = self._sent.pop(future, None)
+        if future.cancel():  # first: the dask future's callback then finds it done
+            future.set_running_or_notify_cancel()
+        if dfut is not None:
+            dfut.cancel()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pending = list(self._sent.items())
+            self._sent.clear()
+        for future, dfut in pending:
+            if future.cancel():
+                future.set_running_or_notify_cancel()
+            dfut.cancel()
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+    def __enter__(self) -> "DaskExecutor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["DaskExecutor", "RESOURCE"]

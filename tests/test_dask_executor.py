@@ -1,0 +1,145 @@
+"""The dask executor on a local cluster of 2 workers: the same steps as the local executor, and a
+worker killed mid-trial loses nothing (its trial re-runs elsewhere, nothing is stored twice)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bisector import config as config_mod
+from bisector import pipeline
+from tests.gitfixtures import commit_file, git
+
+distributed = pytest.importorskip("distributed")
+pytestmark = pytest.mark.slow
+
+KERNEL = '''import torch
+
+
+def matmul(a, b):
+    c = a @ b
+    for _ in range({extra}):  # planted: the same work again
+        c = a @ b
+    return c
+'''
+
+CONFIG = '''name = "dask-test"
+[upstream]
+repo = "{repo}"
+[device]
+kind = "cpu"
+visible = [0, 1]
+[control]
+backend = "torch"
+[subject.gemm]
+entry = "lib.gemm:matmul"
+adapter = "torch"
+[[suites.gemm.shapes]]
+name = "m256"
+M = 256
+N = 256
+K = 256
+dtype = "fp32"
+[protocol]
+trials = 3
+max_trials = 4
+reps = 5
+warmup = 1
+jit_cache_env = []
+[thresholds]
+min_step_pct = 20.0
+alpha = 0.05
+'''
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """Ten commits; #4 makes the GEMM 3x slower, #8 5x faster than that (two planted steps)."""
+    repo = tmp_path_factory.mktemp("up")
+    git(repo, "init", "-q", "-b", "main")
+    shas = [commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1),
+            commit_file(repo, "lib/gemm.py", KERNEL.format(extra=0), "add gemm (#2)", 2)]
+    for k in range(3, 11):
+        extra = 0 if k < 5 else 4 if k < 9 else 0
+        text = KERNEL.format(extra=extra) if k in (5, 9) else f"note {k}\n"
+        shas.append(commit_file(repo, "lib/gemm.py" if k in (5, 9) else f"docs/n{k}.md", text, f"c{k} (#{k})", k))
+    return repo, shas
+
+
+def bisect(tmp: Path, repo: Path, good: str, executor: config_mod.Executor) -> pipeline.RunOutcome:
+    cfg_path = tmp / "cfg.toml"
+    cfg_path.write_text(CONFIG.format(repo=repo))
+    cfg = replace(config_mod.load(cfg_path), executor=executor)
+    options = pipeline.RunOptions(good=good, bad="main", store=str(tmp / "s.sqlite"), work_dir=str(tmp / "work"),
+                                  report_dir=str(tmp / "report"), verify_fixes=False, find_hunks=False)
+    return pipeline.bisect(cfg, options)
+
+
+def stored_twice(store: Path) -> list[tuple]:
+    with sqlite3.connect(store) as db:
+        return db.execute("SELECT sha, patch_hash, slot, shape, COUNT(*) FROM trials "
+                          "GROUP BY sha, patch_hash, slot, shape HAVING COUNT(*) > 1").fetchall()
+
+
+def test_local_cluster_finds_the_steps_the_local_executor_finds(tmp_path: Path, upstream) -> None:
+    repo, shas = upstream
+    (tmp_path / "local").mkdir()
+    (tmp_path / "dask").mkdir()
+    local = bisect(tmp_path / "local", repo, shas[1], config_mod.Executor("local"))
+    remote = bisect(tmp_path / "dask", repo, shas[1], config_mod.Executor("dask", "local"))
+    steps = [s.commit for s in local.result.steps]
+    assert shas[4] in steps and set(steps) <= {shas[4], shas[8]}  # both, bar a busy machine's noise at the fix
+    assert [s.commit for s in remote.result.steps] == steps
+    # The dask run used both workers, each trial ran on a worker, and the bot stored each once.
+    assert remote.report.throughput is not None and len(remote.report.throughput.per_device) == 2
+    assert not stored_twice(tmp_path / "dask" / "s.sqlite")
+
+
+def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, upstream) -> None:
+    from bisector.runner.cluster import local_cluster
+
+    repo, shas = upstream
+    cluster = local_cluster([0, 1])
+    watcher = distributed.Client(cluster, set_as_default=False)
+    killed: list[str] = []
+
+    def kill_one_mid_trial() -> None:
+        """SIGKILL the process of the first worker seen running a trial task (no time assumed)."""
+        deadline = time.monotonic() + 300
+        while not killed and time.monotonic() < deadline:
+            busy = {w: keys for w, keys in watcher.processing().items() if any("trial-" in k for k in keys)}
+            if busy:
+                address = sorted(busy)[0]
+                pids = watcher.run(os.getpid, workers=[address])
+                time.sleep(0.5)  # let the trial process start its work
+                os.kill(pids[address], signal.SIGKILL)
+                killed.append(address)
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=kill_one_mid_trial, daemon=True)
+    thread.start()
+    try:
+        outcome = bisect(tmp_path, repo, shas[6], config_mod.Executor("dask", cluster.scheduler_address))
+    finally:
+        thread.join(timeout=5)
+        watcher.close()
+        cluster.close()
+    assert killed, "no trial was seen running"
+    # The killed trial was run again elsewhere, not stored as a crash; every stored trial ran to its end.
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        statuses = [r[0] for r in db.execute("SELECT status FROM trials")]
+    assert statuses and set(statuses) == {"ok"}
+    assert len(statuses) >= outcome.result.trials
+    assert not stored_twice(tmp_path / "s.sqlite")
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        claims = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'claims'").fetchone()[0]
+        left = db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] if claims else 0
+    assert left == 0  # every claimed trial was stored (or given back): none is waiting for a dead worker
