@@ -120,9 +120,10 @@ EXPECTATIONS: dict[str, Expectation] = {
         "cpu": {"fa/s1024": -25.0, "fa/s2048": -31.0},
         "cuda": {"fa/s16384": -11.0, "fa/s32768": -15.0}}),
     # On the GPU the dropped flag sends the softmax's exp2 to double precision (the CPU twin's precise
-    # path); as `enable_fp_fusion=False` alone it cost 0.6-0.9% on an H200, under the 2% floor.
+    # path, which also keeps P in double for its product with V: a cost no CPU vectorizes away);
+    # as `enable_fp_fusion=False` alone it cost 0.6-0.9% on an H200, under the 2% floor.
     "fastmath_dropped": Expectation("regression", {
-        "cpu": {"fa/s512": -46.0, "fa/s1024": -30.0, "fa/s2048": -26.0},
+        "cpu": {"fa/s512": -50.0, "fa/s1024": -40.0, "fa/s2048": -30.0},
         "cuda": {"fa/s4096": None, "fa/s16384": None, "fa/s32768": None}}),
     "gemm_group_m": Expectation("regression", {
         "cpu": {"gemm/tall": -44.0},
