@@ -91,3 +91,15 @@ def benchmark_history(repo: Path) -> list[str]:
     shas.append(commit_file(repo, "lib/ops.py", BENCH_OPS.format(passes=8), "recompute to be safe (#5)", 5))
     shas.append(commit_file(repo, "docs/n6.md", "note 6\n", "docs 6 (#6)", 6))
     return shas
+
+
+# A GEMM kernel whose commits plant a step by repeating its work `extra` more times.
+PLANTED_MATMUL = '''import torch
+
+
+def matmul(a, b):
+    c = a @ b
+    for _ in range({extra}):  # planted: the same work again
+        c = a @ b
+    return c
+'''

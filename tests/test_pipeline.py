@@ -10,19 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitfixtures import commit_file, git
+from tests.gitfixtures import PLANTED_MATMUL, commit_file, git
 
 pytestmark = pytest.mark.slow
 
-KERNEL = '''import torch
-
-
-def matmul(a, b):
-    c = a @ b
-    for _ in range({extra}):  # planted: the same work again
-        c = a @ b
-    return c
-'''
+KERNEL = PLANTED_MATMUL
 
 CONFIG = '''name = "pipeline-test"
 [upstream]
