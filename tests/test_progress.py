@@ -48,6 +48,16 @@ def test_not_a_terminal_gives_plain_lines_with_commit_action_trials_and_eta() ->
     assert out.getvalue().endswith("\n") and "trial trial" not in out.getvalue()
 
 
+def test_past_the_first_estimate_the_line_says_so_instead_of_a_wrong_eta() -> None:
+    progress, out, clock = plain(expected_probes=1, trials=2)
+    with progress:
+        for k in range(1, 4):
+            clock.now += 10
+            progress(ProbeEvent(A if k < 3 else B, "trial", f"trial {k}/3"))
+    last = out.getvalue().splitlines()[-2]
+    assert last == "progress: bbbbbbb trial 3/3 | commits 2 | trials 3, past the ~2 first estimated | elapsed 30 s"
+
+
 def test_repeated_identical_actions_are_throttled_but_every_new_one_is_printed() -> None:
     progress, out, clock = plain()
     with progress:
@@ -82,15 +92,6 @@ def test_the_estimate_uses_the_real_range_size() -> None:
         progress(ProbeEvent(A, "trial", "trial 1/3"))
     progress.expect_range(5)  # then a bisection of 5 commits: 2*3+4 probes of 3 trials more
     assert progress.expected_trials == 4 + 10 * 3
-
-
-def test_past_the_estimate_the_time_left_is_unknown_not_zero() -> None:
-    progress, out, clock = plain(expected_probes=1, trials=1)
-    with progress:
-        for sha in (A, B, "c" * 40):
-            clock.now += 10
-            progress(ProbeEvent(sha, "trial", "trial 1/1"))
-    assert out.getvalue().splitlines()[2].endswith("trials 3 of ~1 | elapsed 30 s | eta ?")
 
 
 def test_a_terminal_gets_one_live_line_that_ends_with_a_newline() -> None:

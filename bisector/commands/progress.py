@@ -122,10 +122,10 @@ class ProgressLine:
     def _status(self) -> str:
         elapsed = self.clock() - self.started
         done = self.trials - self._running  # the batch just announced is still running
-        if done and self.trials <= self.expected_trials:
-            left = f"~{_duration(max(self.expected_trials - done, 0) * elapsed / done)}"
-        else:
-            left = "?"
+        if self.trials > self.expected_trials:  # unclear pairs or a busy machine bought more trials
+            return (f"commits {len(self.commits)} | trials {self.trials}, past the ~{self.expected_trials} "
+                    f"first estimated | elapsed {_duration(elapsed)}")
+        left = f"~{_duration(max(self.expected_trials - done, 0) * elapsed / done)}" if done else "?"
         return (f"commits {len(self.commits)} | trials {self.trials} of ~{self.expected_trials} | "
                 f"elapsed {_duration(elapsed)} | eta {left}")
 
