@@ -61,18 +61,20 @@ CPU_CLOCKS = ("cpu", "wall")
 
 @dataclass
 class Clock:
-    """Times calls on one device: CUDA/HIP events on a GPU; on the CPU the process's CPU time when
-    torch runs one thread (`cpu_clock="cpu"`), else wall time.
+    """Times calls on one device: CUDA/HIP events on a GPU; on the CPU wall time, or the process's
+    CPU time when asked (`cpu_clock="cpu"`) and torch runs one thread.
 
     Why CPU time: a single-threaded kernel's CPU time leaves out the time the OS gave other
     processes, which wall time counts: on a 2-core machine running two other test suites a GEMM
     read 29-37 ms of wall time and 17-20 ms of CPU time per call (17 ms quiet), so TFLOP/s stay the
     kernel's. The ratio's noise under such load was about the same with either clock
-    (benches/results/cpu-clock-noise.txt). With several threads, CPU time sums them: wall time."""
+    (benches/results/cpu-clock-noise.txt). With several threads, CPU time sums them: wall time.
+    Not the default: in one fresh-clone test run on a loaded machine, most trials of one demo commit
+    read 4x the CPU time of the rest (160 vs 40 ms), which was not explained before it was made opt-in."""
 
     device: str
     flush_size: int
-    cpu_clock: str = "cpu"
+    cpu_clock: str = "wall"
     _buf: torch.Tensor = field(init=False)
 
     def __post_init__(self) -> None:

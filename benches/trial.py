@@ -292,7 +292,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         gate.acquire()
     try:
         with phase("device"):
-            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "cpu"))
+            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, caches)
             peak = machine.device_peak_gbps(device)
             measured: set[str] = set()

@@ -37,20 +37,20 @@ def test_output_contract(tmp_path):
     assert set(out) >= {"machine", "protocol", "telemetry", "results"}
     assert out["telemetry"]["before"] is None and "after" in out["telemetry"]  # no GPU tool on CPU
     assert out["protocol"]["reps"] == 3 and out["protocol"]["flush_bytes"] == 1 << 20
-    assert out["protocol"]["timer"] == "process_time_ns"  # one thread: CPU time, not inflated by other processes
+    assert out["protocol"]["timer"] == "perf_counter_ns"
     for r in out["results"]:
         assert RESULT_KEYS <= set(r) and r["status"] == "ok"
         assert len(r["ratios"]) == 3 and r["ratio"] == sorted(r["ratios"])[1]
         assert r["seed"] in (5, 6)
 
 
-def test_wall_clock_on_request_and_with_several_threads(tmp_path):
-    out = trial.run(spec(cpu_clock="wall"), tmp_path / "out.json")
-    assert out["protocol"]["timer"] == "perf_counter_ns"
+def test_cpu_clock_on_request_and_wall_time_with_several_threads(tmp_path):
+    out = trial.run(spec(cpu_clock="cpu"), tmp_path / "out.json")
+    assert out["protocol"]["timer"] == "process_time_ns"  # one thread: CPU time, not inflated by other processes
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)  # CPU time would sum the threads
-        assert Clock("cpu", 1 << 10).kind == "perf_counter_ns"
+        assert Clock("cpu", 1 << 10, "cpu").kind == "perf_counter_ns"
     finally:
         torch.set_num_threads(threads)
     with pytest.raises(ValueError, match="cpu_clock"):
