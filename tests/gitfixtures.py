@@ -103,3 +103,21 @@ def matmul(a, b):
         c = a @ b
     return c
 '''
+
+
+def gemm_subject(size: int, module: str = "lib.gemm:matmul") -> str:
+    """The TOML of a torch GEMM subject `gemm` with one square fp32 shape `m{size}`."""
+    return (f'[subject.gemm]\nentry = "{module}"\nadapter = "torch"\n'
+            f'[[suites.gemm.shapes]]\nname = "m{size}"\nM = {size}\nN = {size}\nK = {size}\ndtype = "fp32"\n')
+
+
+def cpu_config(name: str, repo: Path, subject: str, *, trials: int, max_trials: int, reps: int,
+               min_step_pct: float, control: str = "torch", jit_cache_env: tuple[str, ...] = (),
+               extra: str = "") -> str:
+    """A bisector config for a test upstream on two CPU "devices": the parts every test shares,
+    with the subject, its trial counts and the step floor it plants against."""
+    jit = ", ".join(f'"{v}"' for v in jit_cache_env)
+    return (f'name = "{name}"\n[upstream]\nrepo = "{repo}"\n[device]\nkind = "cpu"\nvisible = [0, 1]\n'
+            f'[control]\nbackend = "{control}"\n{subject}'
+            f'[protocol]\ntrials = {trials}\nmax_trials = {max_trials}\nreps = {reps}\nwarmup = 1\n'
+            f'jit_cache_env = [{jit}]\n[thresholds]\nmin_step_pct = {min_step_pct}\nalpha = 0.05\n{extra}')

@@ -15,40 +15,13 @@ import pytest
 
 from bisector import config as config_mod
 from bisector import pipeline
-from tests.gitfixtures import PLANTED_MATMUL, commit_file, git
+from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subject, git
 
 distributed = pytest.importorskip("distributed")
 pytestmark = pytest.mark.slow
 
-KERNEL = PLANTED_MATMUL
-
-CONFIG = '''name = "dask-test"
-[upstream]
-repo = "{repo}"
-[device]
-kind = "cpu"
-visible = [0, 1]
-[control]
-backend = "torch"
-[subject.gemm]
-entry = "lib.gemm:matmul"
-adapter = "torch"
-[[suites.gemm.shapes]]
-name = "m256"
-M = 256
-N = 256
-K = 256
-dtype = "fp32"
-[protocol]
-trials = 3
-max_trials = 4
-reps = 5
-warmup = 1
-jit_cache_env = []
-[thresholds]
-min_step_pct = 20.0
-alpha = 0.05
-'''
+def config(repo: Path) -> str:
+    return cpu_config("dask-test", repo, gemm_subject(256), trials=3, max_trials=4, reps=5, min_step_pct=20.0)
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +30,17 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]
     repo = tmp_path_factory.mktemp("up")
     git(repo, "init", "-q", "-b", "main")
     shas = [commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1),
-            commit_file(repo, "lib/gemm.py", KERNEL.format(extra=0), "add gemm (#2)", 2)]
+            commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=0), "add gemm (#2)", 2)]
     for k in range(3, 11):
         extra = 0 if k < 5 else 4 if k < 9 else 0
-        text = KERNEL.format(extra=extra) if k in (5, 9) else f"note {k}\n"
+        text = PLANTED_MATMUL.format(extra=extra) if k in (5, 9) else f"note {k}\n"
         shas.append(commit_file(repo, "lib/gemm.py" if k in (5, 9) else f"docs/n{k}.md", text, f"c{k} (#{k})", k))
     return repo, shas
 
 
 def bisect(tmp: Path, repo: Path, good: str, executor: config_mod.Executor) -> pipeline.RunOutcome:
     cfg_path = tmp / "cfg.toml"
-    cfg_path.write_text(CONFIG.format(repo=repo))
+    cfg_path.write_text(config(repo))
     cfg = replace(config_mod.load(cfg_path), executor=executor)
     options = pipeline.RunOptions(good=good, bad="main", store=str(tmp / "s.sqlite"), work_dir=str(tmp / "work"),
                                   report_dir=str(tmp / "report"), verify_fixes=False, find_hunks=False)

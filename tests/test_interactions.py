@@ -23,7 +23,7 @@ import pytest
 from bisector import gitrepo
 from bisector.interactions import MAX_STEPS, combined_patch, groups, pair_effect
 from bisector.model import Step
-from tests.gitfixtures import commit_file, git as run_git
+from tests.gitfixtures import commit_file, cpu_config, gemm_subject, git as run_git
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"
 INDEX = json.loads((FIXTURES / "index.json").read_text())["steps"]
@@ -125,33 +125,9 @@ def matmul(a, b):
 B = {b}  # planted: more work again, much more with A
 '''
 
-CONFIG = '''name = "interactions-test"
-[upstream]
-repo = "{repo}"
-[device]
-kind = "cpu"
-visible = [0, 1]
-[control]
-backend = "torch"
-[subject.gemm]
-entry = "lib.gemm:matmul"
-adapter = "torch"
-[[suites.gemm.shapes]]
-name = "m512"
-M = 512
-N = 512
-K = 512
-dtype = "fp32"
-[protocol]
-trials = 4
-max_trials = 4
-reps = 5
-warmup = 1
-jit_cache_env = ["TRITON_CACHE_DIR"]
-[thresholds]
-min_step_pct = 10.0
-alpha = 0.05
-'''
+def config(repo: Path) -> str:
+    return cpu_config("interactions-test", repo, gemm_subject(512), trials=4, max_trials=4, reps=5,
+                      min_step_pct=10.0, jit_cache_env=("TRITON_CACHE_DIR",))
 
 
 @pytest.fixture()
@@ -176,7 +152,7 @@ def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
 
 def run(tmp_path: Path, repo: Path, good: str, *extra: str) -> dict:
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG.format(repo=repo))
+    cfg.write_text(config(repo))
     out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good,
                           "--bad", "main", "--store", str(tmp_path / "s.sqlite"), "--work-dir",
                           str(tmp_path / "work"), "--report-dir", str(tmp_path / "report"), "--json",

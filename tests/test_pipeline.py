@@ -10,41 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitfixtures import PLANTED_MATMUL, commit_file, git
+from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subject, git
 
 pytestmark = pytest.mark.slow
 
-KERNEL = PLANTED_MATMUL
-
-CONFIG = '''name = "pipeline-test"
-[upstream]
-repo = "{repo}"
-[device]
-kind = "cpu"
-visible = [0, 1]
-[control]
-backend = "torch"
-[subject.gemm]
-entry = "lib.gemm:matmul"
-adapter = "torch"
-[[suites.gemm.shapes]]
-name = "m512"
-M = 512
-N = 512
-K = 512
-dtype = "fp32"
-[protocol]
-trials = 4
-max_trials = 4
-reps = 5
-warmup = 1
-jit_cache_env = []
-[thresholds]
-min_step_pct = 10.0
-alpha = 0.05
-[publish]
-repo = "ada/lib"
-'''
+def config(repo: Path) -> str:
+    return cpu_config("pipeline-test", repo, gemm_subject(512), trials=4, max_trials=4, reps=5,
+                      min_step_pct=10.0, extra='[publish]\nrepo = "ada/lib"\n')
 
 
 @pytest.fixture()
@@ -53,14 +25,14 @@ def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     shas = [commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1)]
-    shas.append(commit_file(repo, "lib/gemm.py", KERNEL.format(extra=0), "add gemm (#2)", 2))
+    shas.append(commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=0), "add gemm (#2)", 2))
     for k in range(3, 6):
         shas.append(commit_file(repo, f"docs/n{k}.md", f"note {k}\n", f"docs {k} (#{k})", k))
     # The culprit touches three places; only its lib/gemm.py hunk slows the GEMM.
     (repo / "README.md").write_text("lib: a GEMM\n")
     (repo / "lib" / "__init__.py").write_text('"""lib."""\n')
     git(repo, "add", "README.md", "lib/__init__.py")
-    shas.append(commit_file(repo, "lib/gemm.py", KERNEL.format(extra=4), "refactor the loop (#6)", 6))
+    shas.append(commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=4), "refactor the loop (#6)", 6))
     for k in range(7, 9):
         shas.append(commit_file(repo, f"docs/n{k}.md", f"note {k}\n", f"docs {k} (#{k})", k))
     return repo, shas
@@ -68,7 +40,7 @@ def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
 
 def run(tmp_path: Path, repo: Path, good: str, *extra: str) -> dict:
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG.format(repo=repo))
+    cfg.write_text(config(repo))
     out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good,
                           "--bad", "main", "--store", str(tmp_path / "s.sqlite"), "--work-dir",
                           str(tmp_path / "work"), "--report-dir", str(tmp_path / "report"), "--json", *extra],

@@ -13,32 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitfixtures import benchmark_history
+from tests.gitfixtures import benchmark_history, cpu_config
 
 pytestmark = pytest.mark.slow
 
-CONFIG = '''name = "pytest-bench"
-[upstream]
-repo = "{repo}"
-[device]
-kind = "cpu"
-visible = [0, 1]
-[control]
-backend = "none"
-[subject.ops]
+SUBJECT = '''[subject.ops]
 pytest = "benchmarks/test_ops.py::test_work"
 [[suites.ops.shapes]]
 name = "work20k"
 benchmark = "test_work[20000]"
-[protocol]
-trials = 3
-max_trials = 6
-reps = 7
-warmup = 1
-jit_cache_env = []
-[thresholds]
-min_step_pct = 30.0
-alpha = 0.05
 '''
 
 
@@ -46,7 +29,8 @@ def test_pytest_benchmark_subject_bisected_end_to_end(tmp_path: Path) -> None:
     repo = tmp_path / "up"
     shas = benchmark_history(repo)
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG.format(repo=repo))
+    cfg.write_text(cpu_config("pytest-bench", repo, SUBJECT, control="none", trials=3, max_trials=6, reps=7,
+                              min_step_pct=30.0))
     out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", shas[1],
                           "--bad", "main", "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"),
                           "--report-dir", str(tmp_path / "report"), "--json", "--no-hunks", "--no-fixes"],
