@@ -15,8 +15,16 @@ The search (Pinpoint-style):
    When a pair was DIFFERENT in a shape but neither half is, the shape follows the half with the
    larger change in the same direction: a step just above the minimum size is not lost because
    its halves' estimates fell just below it. A gap made only of SKIPs is a culprit range.
-4. Verify each culprit against its parent with fresh trials only (the probe is cumulative: asking
-   for `current + n` gives n new trials); steps that do not hold are dropped.
+4. Verify each culprit against its parent with fresh trials (the probe is cumulative: asking for
+   `current + n` gives n new trials), side by side; a step holds when its fresh trials show it and
+   all the pair's trials agree. Steps that do not hold are dropped.
+5. Account for the whole change: GOOD and BAD are measured again side by side. A shape whose
+   change the verified steps do not explain (at a verification's level) is followed into the
+   segment between them whose ends, also measured again side by side, moved most its way; that
+   segment is bisected on fresh side-by-side trials alone and its culprit verified as above (twice
+   at most). It finds a step that comparisons of trials taken at different times missed, on a
+   machine whose speed wanders (a neighbour that comes and goes): benches/results/demo-replay.txt.
+   A quiet run pays 2 x `initial_repeats` trials for the question.
 
 k-ary probes: with `width` W > 1 devices free, step 3 splits the suspect interval into W+1 parts
 and asks for its W inner commits at once (`probe.together`), so a step is pinned in about
@@ -26,8 +34,9 @@ moved most), and the multiple-testing budget counts the (W+1) comparisons of eac
 the commits run is the probe's business: the search only says which it wants together.
 
 Multiple testing: `alpha` is the budget for a false step in the whole search. Detection tests each
-shape at alpha / (shapes x expected comparisons); verification, being an independent second test,
-at alpha / shapes. A false step must pass both.
+shape at alpha / (shapes x expected comparisons); verification, an independent second test, at
+alpha / (shapes x candidates): when the machine's speed wanders, detection makes many candidates,
+and a few fresh trials a side would pass one of them in forty by chance.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ class SearchSettings:
     first_look: int = 1
     verify: bool = True  # re-measure each culprit against its parent with fresh trials
     interior_points: int = 3  # measured up front besides GOOD and BAD (see module docstring)
+    rechecks: int = 2  # passes of step 5 at most (0: none)
     width: int = 1  # devices free: commits probed at once when an interval is split (k-ary, k = width + 1)
 
     def __post_init__(self) -> None:
@@ -67,6 +77,8 @@ class SearchSettings:
             raise ValueError("need 1 <= first_look <= initial_repeats")
         if self.width < 1:
             raise ValueError("need width >= 1")
+        if self.rechecks < 0:
+            raise ValueError("need rechecks >= 0")
 
 
 @dataclass
@@ -233,15 +245,16 @@ class _State:
         return [out[q] for q in range(len(parts))]
 
     def at_cap(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
-        """No more trials for this pair. A shape that moved by twice the minimum step or more,
-        significant at a verification's level (not yet at the detection's per-look share), is
-        followed as a step: missing it would be final, while a false one costs a verification, whose
-        fresh trials decide (measured: more exact culprits, no more false steps, 6% more trials on
-        noisy ranges; benches/results/search-accuracy.txt). The others stay UNKNOWN, reported as unsure."""
+        """No more trials for this pair. A shape that moved by the minimum step or more, significant
+        at a verification's level (not yet at the detection's per-look share), is followed as a
+        step: missing it would be final, while a false one costs a verification, whose fresh trials
+        decide (measured: more exact culprits, no more false steps, a few % more trials on noisy
+        ranges; benches/results/search-accuracy.txt, demo-replay.txt). The others stay UNKNOWN,
+        reported as unsure."""
         st = self.settings
         out = dict(comps)
         for s, c in comps.items():
-            big = abs(c.change_pct) >= 2 * st.min_step_pct
+            big = abs(c.change_pct) >= st.min_step_pct
             if c.verdict is Verdict.UNKNOWN and big and c.p_value < self.alpha_verify:
                 out[s] = replace(c, verdict=Verdict.DIFFERENT)
         unknown = tuple(s for s, c in out.items() if c.verdict is Verdict.UNKNOWN)
@@ -368,7 +381,7 @@ class _State:
                     break
                 holding = {s for s, c in fresh.items()
                            if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)),
-                                    st.min_step_pct, self.alpha_verify)
+                                    st.min_step_pct, self.alpha_verify / max(1, len(self.candidates)))
                            and (s in cand.dirs or c.verdict is Verdict.DIFFERENT)}
                 settled = all(c.verdict is Verdict.SAME for s, c in fresh.items() if s in cand.dirs)
                 # A found step gets a second, larger look before it is dropped, even where pairs
@@ -379,7 +392,11 @@ class _State:
                 n = min(cap, 2 * n)
         final = self.compare_now(cand.lo, cand.hi, self.alpha_verify)
         if st.verify and not unmeasured:
-            ok = bool(holding)
+            # It holds in its fresh trials and over all of them: two or three fresh trials a side
+            # can show a chance difference (one candidate in a hundred at alpha 1%, and a machine
+            # whose speed wanders makes many candidates), which all the pair's trials then belie.
+            ok = any(s in final and final[s].p_value < self.alpha_verify
+                     and final[s].change_pct * cand.dirs.get(s, final[s].change_pct) > 0 for s in holding)
             # Once the step holds, which shapes it moves is judged on every trial of the pair: a
             # shape that moved less than the others may miss the minimum in four fresh trials alone,
             # and a shape whose fresh trials alone moved (-6% [-14, +2] over all) did not move.
@@ -400,16 +417,75 @@ class _State:
         )
         return step, ok
 
-    def fresh_compare(self, lo: int, hi: int, n: int) -> dict[str, Comparison]:
-        """Ask both commits for n more trials and compare only those."""
+    def unexplained(self, lo: int, hi: int, steps: Sequence[Step]) -> dict[str, float]:
+        """Shapes (-> sign) in which GOOD and BAD, measured again side by side, differ by more than
+        the verified steps account for: the fresh trials of BAD, with the steps' changes (over all
+        their trials) taken out, compared with GOOD's at a verification's level. A false alarm
+        costs a recheck; a run with nothing missing pays 2 x `initial_repeats` trials to ask."""
+        n = self.settings.initial_repeats
+        out = {}
+        for s, (before, after) in self.fresh_samples(lo, hi, n).items():
+            if min(len(before), len(after)) < n:
+                return {}  # no fresh trials to be had (an offline replay)
+            explained = math.exp(sum(math.log1p(step.change_pct[s] / 100.0) for step in steps if s in step.change_pct))
+            rest = self.compare_samples(s, before, [x / explained for x in after], self.alpha_verify)
+            if rest.verdict is Verdict.DIFFERENT:
+                out[s] = math.copysign(1.0, rest.change_pct)
+        return out
+
+    def recheck(self, lo: int, hi: int, found: Sequence[_Candidate], missing: Mapping[str, float]) -> list[_Candidate]:
+        """Step 5 (module docstring): the ends of each segment between `found` measured again side
+        by side; each shape `missing` a step is followed into the segment that moved most its way
+        (by half the minimum step at least), as is a shape whose segment differs outright. Returns
+        the candidates this adds."""
+        cuts = sorted((c.lo, c.hi) for c in found)
+        ends = [lo] + [k for cut in cuts for k in cut] + [hi]
+        segments = [(a, b) for a, b in zip(ends[::2], ends[1::2]) if b > a]
+        st, before = self.settings, len(self.candidates)
+        n = st.initial_repeats
+        fresh = [self.fresh_compare(a, b, n, self.alpha_verify / max(1, len(segments))) for a, b in segments]
+        if any(min(c.n_before, c.n_after) < n for f in fresh for c in f.values()):
+            return []  # no fresh trials to be had (an offline replay): nothing to recheck with
+        follow: dict[int, dict[str, float]] = {q: _different(f) for q, f in enumerate(fresh)}
+        half = st.min_step_pct / 2.0
+        for shape, sign in missing.items():
+            moves = [f[shape].change_pct * sign if shape in f else -math.inf for f in fresh]
+            best = max(range(len(moves)), key=lambda q: moves[q]) if moves else None
+            if best is not None and moves[best] >= half:
+                follow[best][shape] = sign
+        for q, dirs in follow.items():
+            if dirs:
+                self.refine_fresh(*segments[q], dirs)
+        return self.candidates[before:]
+
+    def refine_fresh(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
+        """Bisect (lo, hi) for a step in `dirs` deciding each half on fresh trials alone, the middle
+        measured side by side with each end: the search's own refining already chose on the trials
+        it had, and chose wrong, so none of those are trusted here. It follows the half that moved
+        most in the step's direction, one step per call."""
+        n = self.settings.initial_repeats
+        while hi - lo > 1:
+            points = self.split(lo, hi, dirs)
+            if not points:
+                break
+            mid = points[len(points) // 2]
+            halves = [(lo, mid), (mid, hi)]
+            fresh = [self.fresh_compare(a, b, n) for a, b in halves]
+            moves = [sum(c[s].change_pct * sign for s, sign in dirs.items() if s in c) for c in fresh]
+            lo, hi = halves[0] if moves[0] >= moves[1] else halves[1]
+        self.add_candidate(lo, hi, dirs)
+
+    def fresh_samples(self, lo: int, hi: int, n: int) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+        """Ask both commits for n more trials, side by side; per shape, only those (lo's, hi's)."""
         start = {k: {s: len(v) for s, v in self.meas[self.commits[k]].samples.items()} for k in (lo, hi)}
         self.measure_together({k: self.count(k) + n for k in (lo, hi)})
-        out = {}
-        for s in self.shapes(lo, hi):
-            before = self.samples(lo, s, start[lo].get(s, 0))
-            after = self.samples(hi, s, start[hi].get(s, 0))
-            out[s] = self.compare_samples(s, before, after, self.alpha_verify)
-        return out
+        return {s: (self.samples(lo, s, start[lo].get(s, 0)), self.samples(hi, s, start[hi].get(s, 0)))
+                for s in self.shapes(lo, hi)}
+
+    def fresh_compare(self, lo: int, hi: int, n: int, alpha: float | None = None) -> dict[str, Comparison]:
+        """Compare n fresh trials a side (`fresh_samples`), at a verification's level unless told."""
+        return {s: self.compare_samples(s, before, after, self.alpha_verify if alpha is None else alpha)
+                for s, (before, after) in self.fresh_samples(lo, hi, n).items()}
 
 
 def levels(n: int, k: int) -> int:
@@ -467,11 +543,22 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
                 st.refine(a, b, diff)
     st.bridge(grid)
 
-    steps, dropped = [], []
-    for cand in sorted(st.candidates, key=lambda c: c.lo):
-        step, ok = st.verify(cand)
-        (steps if ok else dropped).append(step)
-    return _result(st, steps, dropped)
+    steps, dropped, holding = [], [], []
+    todo = list(st.candidates)
+    for attempt in range(1 + settings.rechecks):
+        for cand in sorted(todo, key=lambda c: c.lo):
+            step, ok = st.verify(cand)
+            (steps if ok else dropped).append(step)
+            if ok:
+                holding.append(cand)
+        missing = st.unexplained(lo, hi, steps) if settings.verify and attempt < settings.rechecks else {}
+        if not missing:
+            break
+        todo = st.recheck(lo, hi, holding, missing)
+        if not todo:
+            break
+    order = {sha: k for k, sha in enumerate(st.commits)}
+    return _result(st, sorted(steps, key=lambda s: order[s.commit]), sorted(dropped, key=lambda s: order[s.commit]))
 
 
 def _result(st: _State, steps: list[Step], dropped: list[Step]) -> SearchResult:

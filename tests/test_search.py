@@ -158,7 +158,8 @@ def test_unknown_at_the_cap_is_reported_as_uncertain() -> None:
     assert r.uncertain and all(u.shapes == ("fa/s4096",) for u in r.uncertain)
     assert len({(u.before, u.after) for u in r.uncertain}) == len(r.uncertain)  # one entry per pair
     assert result_json(r)["uncertain"][0]["shapes"] == ["fa/s4096"]
-    assert max(n for _, n in r.probes) == 12
+    # the pairs stop doubling at the cap; GOOD and BAD then get their few fresh trials of step 5
+    assert max(n for sha, n in r.probes if sha not in (c[0], c[-1])) == 12
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -170,6 +171,45 @@ def test_flaky_noisy_trials_still_give_the_exact_culprits(seed: int) -> None:
     r = localize(c, SimulatedProbe(c, model, noise_cv=0.03, seed=seed))
     assert sorted(found(r, c)) == [44, 101]
     assert r.dropped == ()
+
+
+def hidden_while_the_grid_is_measured(step_at: int, factor: float, grid_trials: int) -> Callable[[int, str, int], float]:
+    """A machine whose speed wandered: while the first `grid_trials` trials of each shape ran, the
+    commits from `step_at` on read as fast as their parents; from then on, `factor` slower."""
+    seen: dict[str, int] = {}
+
+    def value(i: int, shape: str, t: int) -> float:
+        seen[shape] = seen.get(shape, 0) + 1
+        return factor if i >= step_at and seen[shape] > grid_trials else 1.0
+
+    return value
+
+
+def test_a_step_the_grid_missed_is_found_by_accounting_for_the_whole_change() -> None:
+    # GOOD, BAD and the 3 interior points read the same in their first 3 trials each: no pair
+    # differs, so the search alone finds nothing. GOOD and BAD measured again side by side differ
+    # by 30%, which no step accounts for; the range is bisected on fresh trials and the step found.
+    c = shas(30)
+    r = localize(c, Scripted(c, hidden_while_the_grid_is_measured(20, 0.7, grid_trials=15)))
+    assert found(r, c) == {20: tuple(sorted(SHAPES))}
+    assert r.steps[0].verified
+    no_recheck = localize(c, Scripted(c, hidden_while_the_grid_is_measured(20, 0.7, grid_trials=15)),
+                          SearchSettings(rechecks=0))
+    assert no_recheck.steps == ()
+
+
+def test_a_range_whose_steps_account_for_it_costs_only_the_question() -> None:
+    c = shas(60)
+    probe = Scripted(c, steps_at({25: {"fa/s4096": 0.8}, 41: {"gemm/8192": 1.3}}))
+    r = localize(c, probe)
+    assert sorted(found(r, c)) == [25, 41]
+    plain = Scripted(c, steps_at({25: {"fa/s4096": 0.8}, 41: {"gemm/8192": 1.3}}))
+    localize(c, plain, SearchSettings(rechecks=0))
+    extra = {i: n for i, n in probe.calls} , {i: n for i, n in plain.calls}
+    # the same commits probed; GOOD and BAD alone got more trials (3 each, side by side)
+    assert set(extra[0]) == set(extra[1])
+    assert {i for i in extra[0] if extra[0][i] != extra[1][i]} == {0, 59}
+    assert all(extra[0][i] - extra[1][i] == 3 for i in (0, 59))
 
 
 def test_verification_drops_a_step_that_does_not_hold() -> None:
