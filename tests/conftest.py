@@ -17,3 +17,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoManifest:
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("exports")
+
+
+@pytest.fixture(autouse=True)
+def own_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test, and every `bisector` it starts, gets a user cache dir of its own: the runs it
+    makes must not become the user's "last store", nor a test read the user's (once a test opened
+    a committed report's store that way, and left its WAL files beside it)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.delenv("BISECTOR_STORE", raising=False)
