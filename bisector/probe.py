@@ -202,7 +202,9 @@ class Batch:
                     if r >= len(mine):
                         continue
                     first = r == 0 and probe.cold_jit and not probe.stored(sha)
-                    others = [s[:7] for j, (_, s, m, _) in enumerate(claimed) if j != i and r < len(m)]
+                    # the tip with each revert is the same commit: name the patch, and each once
+                    others = list(dict.fromkeys(s[:7] + (f"+patch {q.patch_hash[:8]}" if q.patch_hash else "")
+                                                for j, (q, s, m, _) in enumerate(claimed) if j != i and r < len(m)))
                     probe.on_event(ProbeEvent(sha, "trial", f"trial {mine[r] + 1}/{mine[-1] + 1}" + (
                         f" (side by side with {', '.join(others)})" if others else ""), probe.patch_hash))
                     # Lanes in a Latin square: on n devices each commit visits each device equally

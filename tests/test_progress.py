@@ -84,14 +84,14 @@ def test_patched_builds_are_named_and_differ_from_the_plain_commit() -> None:
 
 
 def test_the_estimate_uses_the_real_range_size() -> None:
-    assert bisection_probes(3) == 8 and bisection_probes(40) == 16 and bisection_probes(1000) == 24
-    assert ProgressLine.for_range(3, 2, console=Console(file=io.StringIO())).expected_trials == 16
-    assert ProgressLine.for_range(40, 2, console=Console(file=io.StringIO())).expected_trials == 32
+    assert bisection_probes(3) == 10 and bisection_probes(40) == 18 and bisection_probes(1000) == 26
+    assert ProgressLine.for_range(3, 2, console=Console(file=io.StringIO())).expected_trials == 20
+    assert ProgressLine.for_range(40, 2, console=Console(file=io.StringIO())).expected_trials == 36
     progress, _, _ = plain(expected_probes=2, trials=3)  # the nightly A/B: 6 trials
     for _ in range(4):
         progress(ProbeEvent(A, "trial", "trial 1/3"))
-    progress.expect_range(5)  # then a bisection of 5 commits: 2*3+4 probes of 3 trials more
-    assert progress.expected_trials == 4 + 10 * 3
+    progress.expect_range(5)  # then a bisection of 5 commits: 2*3+6 probes of 3 trials more
+    assert progress.expected_trials == 4 + 12 * 3
 
 
 def test_a_terminal_gets_one_live_line_that_ends_with_a_newline() -> None:

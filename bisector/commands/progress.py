@@ -22,8 +22,9 @@ PLAIN_INTERVAL_S = 5.0
 
 
 def bisection_probes(n_commits: int) -> int:
-    """Commits a bisection of n_commits probes, assuming ~2 steps: 2*ceil(log2 N)+4."""
-    return 2 * math.ceil(math.log2(max(n_commits, 2))) + 4
+    """Commits a bisection of n_commits probes, assuming ~2 steps: 2*ceil(log2 N)+4, and GOOD and
+    BAD once more at the end, where the search accounts for the whole change (+2)."""
+    return 2 * math.ceil(math.log2(max(n_commits, 2))) + 6
 
 
 def _isatty(stream: object) -> bool:
