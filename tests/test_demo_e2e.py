@@ -1,4 +1,13 @@
-"""`bisector demo --device cpu`, end to end and for real: 40 commits, trial processes, the store."""
+"""`bisector demo --device cpu`, end to end and for real: 40 commits, trial processes, the store.
+
+Opt-in (`python -m pytest -m demo_e2e`), not part of the default run: it asserts on real timings of
+the demo's CPU kernels, and on this project's 2-core CI VMs those are not always the kernels' own.
+In 2 of 5 fresh-clone runs one or two builds read the tall GEMM ~4x slower than their neighbours
+over all their trials (interleaved with the neighbours', other shapes unaffected, a different
+commit each time, never reproduced on demand: `benches/results/demo-replay.txt`), and the run
+then rightly reports those builds as steps. The search's side (what it does with the noise it
+gets) is covered without a clock by benches/demo_replay.py and tests/test_search.py.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +24,7 @@ import pytest
 from bisector.demo import write_demo_repo
 from bisector.demo.config import demo_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.demo_e2e]
 
 
 # Two shapes that every plant moves (the attention one: dropped remap, dropped fast math; the tall
