@@ -24,7 +24,7 @@ import csv
 import dataclasses
 import math
 import sqlite3
-import subprocess
+import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -96,19 +96,15 @@ class ReplayProbe:
             self.level[s] = phi * self.level[s] + self.rng.normal(0, self.drift_sd * math.sqrt(1 - phi**2))
         return {s: math.exp(x) for s, x in self.level.items()}
 
+    def count(self, sha: str) -> int:
+        return min((len(v) for v in self.have.get(sha, {}).values()), default=0)
+
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
         """Several commits' trials in turns, one trial each at a time (as side by side)."""
-        out = {}
-        while True:
-            behind = [sha for sha, n in wants.items() if self.kind[sha] is not None
-                      and min((len(v) for v in self.have.get(sha, {}).values()), default=0) < n]
-            if not behind:
-                break
+        while behind := [sha for sha, n in wants.items() if self.kind[sha] is not None and self.count(sha) < n]:
             for sha in behind:
-                self(sha, min((len(v) for v in self.have.get(sha, {}).values()), default=0) + 1)
-        for sha, n in wants.items():
-            out[sha] = self(sha, n)
-        return out
+                self(sha, self.count(sha) + 1)
+        return {sha: self(sha, n) for sha, n in wants.items()}
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         kind = self.kind[sha]
@@ -141,11 +137,11 @@ def main() -> None:
     args = ap.parse_args()
     shapes = args.shapes.split(",")
 
-    repo = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True, check=True).stdout.strip())
-    manifest = write_demo_repo(repo / "demo")
+    with tempfile.TemporaryDirectory(prefix="demo-replay-") as tmp:
+        manifest = write_demo_repo(Path(tmp, "demo"))
+        settings = search_settings(demo_config("cpu", Path(tmp, "demo")))
     commits = list(manifest.commits)
     planted = {p.sha: f"#{p.pr}" for p in manifest.steps("cpu")}
-    settings = search_settings(demo_config("cpu", repo / "demo"))
     if args.rechecks is not None:
         settings = dataclasses.replace(settings, rechecks=args.rechecks)
     if args.trials is not None:
