@@ -19,6 +19,7 @@ search compares the subject's own speed (`thresholds.metric = "speed"`). TFLOP/s
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 from pathlib import Path
@@ -66,8 +67,8 @@ def arguments(nodes: Sequence[str], source_dir: str, json_path: Path, reps: int,
     paths = [str(Path(source_dir) / node) for node in nodes]
     warm = ["--benchmark-warmup=on", f"--benchmark-warmup-iterations={warmup}"] if warmup else \
         ["--benchmark-warmup=off"]
-    return [*paths, "--rootdir", source_dir, "-p", "no:cacheprovider", "-o", "addopts=", "-q", "--assert=plain",
-            "--benchmark-only", f"--benchmark-json={json_path}", f"--benchmark-min-rounds={max(reps, 1)}",
+    return [*paths, "--rootdir", source_dir, "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=", "-q",
+            "--assert=plain", "--benchmark-only", f"--benchmark-json={json_path}", f"--benchmark-min-rounds={max(reps, 1)}",
             "--benchmark-max-time=0", *warm]
 
 
@@ -77,6 +78,10 @@ def run_session(nodes: Sequence[str], source_dir: str, out_dir: Path, reps: int,
     json_path = out_dir / "benchmark.json"
     json_path.unlink(missing_ok=True)
     outcomes = Outcomes(sha)
+    # The session is the upstream's alone: not a worker of a pytest-xdist run the bot may sit in
+    # (pytest-benchmark then disables itself), nor led by options from the bot's environment.
+    for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_") or n == "PYTEST_ADDOPTS"]:
+        del os.environ[name]
     code = int(pytest.main(arguments(nodes, source_dir, json_path, reps, warmup), plugins=[outcomes]))
     benches = json.loads(json_path.read_text()).get("benchmarks", []) if json_path.exists() else []
     return code, benches, outcomes

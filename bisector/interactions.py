@@ -179,17 +179,21 @@ def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note:
             errors[combo] = NOT_MEASURED if build.log_tail == NOT_MEASURED else (lines[-1] if lines else "build failed")
             continue
         probes[combo] = probe
-    starts = {c: taken.take(p, tip, n) for c, p in probes.items()}
-    got = dict(zip(probes, side_by_side([(p, tip, starts[c] + n) for c, p in probes.items()])))
-    samples: dict[tuple[str, ...], dict[str, tuple[float, ...]]] = {}
-    for combo, m in got.items():
-        if m.status is not ProbeStatus.OK or m.wrong & set(shape_keys):
-            errors[combo] = "wrong results" if m.wrong & set(shape_keys) else (m.reason or "did not run")[-200:]
-            continue
-        samples[combo] = fresh(m, starts[combo], n)
-        if not any(samples[combo].values()):
-            errors[combo] = m.reason or NOT_MEASURED
     th = config.thresholds
+    # Trials sized to the effect, as in the search: while a pair's verdict is unclear, every
+    # combination gets as many trials again, side by side, up to the protocol's max_trials.
+    cap = max(n, config.protocol.max_trials)
+    starts = {c: taken.take(p, tip, n) for c, p in probes.items()}
+    while True:
+        samples = _measure(probes, tip, starts, n, shape_keys, errors)
+        pairs = _pairs(steps, samples, th.min_step_pct)
+        if n >= cap or not any(p.verdict == "unclear" for p in pairs):
+            break
+        more = min(n, cap - n)
+        for combo, probe in probes.items():
+            if combo not in errors:
+                taken.take(probe, tip, more)  # contiguous with the first n: nothing took in between
+        n += more
     base = samples.get((), {})
     results = []
     for combo in combos:
@@ -201,8 +205,24 @@ def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note:
                if combo and base.get(k) and mine.get(k)}
         results.append(ComboResult(combo, fresh_tflops(probes[combo], tip, starts[combo], n),
                                    {k: c.change_pct for k, c in cmp.items()}, {k: c.ci95 for k, c in cmp.items()}))
-    return Interaction(tuple(s.commit for s in steps), shape_keys, tuple(results),
-                       _pairs(steps, samples, th.min_step_pct), n, note)
+    return Interaction(tuple(s.commit for s in steps), shape_keys, tuple(results), pairs, n, note)
+
+
+def _measure(probes: Mapping[tuple[str, ...], StoreProbe], tip: str, starts: Mapping[tuple[str, ...], int], n: int,
+             shape_keys: Sequence[str], errors: dict[tuple[str, ...], str]) -> dict[tuple[str, ...], dict[str, tuple[float, ...]]]:
+    """Each combination's first n side-by-side samples from its start (measured where missing);
+    a combination that fails or gives wrong results goes into `errors` instead."""
+    live = {c: p for c, p in probes.items() if c not in errors}
+    got = dict(zip(live, side_by_side([(p, tip, starts[c] + n) for c, p in live.items()])))
+    samples: dict[tuple[str, ...], dict[str, tuple[float, ...]]] = {}
+    for combo, m in got.items():
+        if m.status is not ProbeStatus.OK or m.wrong & set(shape_keys):
+            errors[combo] = "wrong results" if m.wrong & set(shape_keys) else (m.reason or "did not run")[-200:]
+            continue
+        samples[combo] = fresh(m, starts[combo], n)
+        if not any(samples[combo].values()):
+            errors[combo] = m.reason or NOT_MEASURED
+    return samples
 
 
 def _pairs(steps: Sequence[Step], samples: Mapping[tuple[str, ...], Mapping[str, Sequence[float]]],
