@@ -20,6 +20,8 @@ from bisector.config import parse
 from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
+from tests.devices import CONTROL, DEVICES, gpu_processes
+from tests.processes import alive
 
 KERNELS = textwrap.dedent('''
     import os, time
@@ -45,10 +47,11 @@ KERNELS = textwrap.dedent('''
 ''')
 
 
-def config(tmp_path: Path, entry: str = "kern:mm", devices=(0,), memory_gb: float = 0.0, env=None, timeout=120.0):
+def config(tmp_path: Path, entry: str = "kern:mm", devices=(0,), memory_gb: float = 0.0, env=None, timeout=120.0,
+           kind: str = "cpu"):
     data = {
-        "name": "x", "upstream": {"repo": str(tmp_path)}, "device": {"kind": "cpu", "visible": list(devices)},
-        "control": {"backend": "torch"}, "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
+        "name": "x", "upstream": {"repo": str(tmp_path)}, "device": {"kind": kind, "visible": list(devices)},
+        "control": {"backend": CONTROL[kind]}, "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
         "suites": {"gemm": {"shapes": [{"name": "a", "M": 96, "N": 64, "K": 64, "dtype": "fp32"}]}},
         "protocol": {"reps": 3, "warmup": 1, "flush_mb": 1, "timeout_s": timeout, "jit_cache_env": [],
                      "memory_gb": memory_gb, "env": env or {}},
@@ -73,11 +76,15 @@ def spans(outcome, name: str) -> list[tuple[float, float]]:
     return [(a, b) for n, _, a, b in outcome.records[0].protocol["phases"] if n == name]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("source", ["fork", "spawn"])
-def test_device_sections_never_overlap_and_setup_runs_alongside(tmp_path: Path, src: Path, source: str) -> None:
-    cfg = config(tmp_path, entry="kern:slow")
+def test_device_sections_never_overlap_and_setup_runs_alongside(tmp_path: Path, src: Path, source: str, device: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg = config(tmp_path, entry="kern:slow", kind=device)
     jobs = [TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(6)]
-    with make_executor(cfg, tmp_path / "work", source=source, ahead=2, lock_devices=False) as executor:
+    # On a GPU also through the host-wide lock of the device, as a bot takes it.
+    with make_executor(cfg, tmp_path / "work", source=source, ahead=2, lock_devices=device != "cpu") as executor:
         outcomes = executor.run(jobs)
     assert all(o.records[0].status is TrialStatus.OK for o in outcomes)
     # From the recorded timestamps: one device section at a time, in the order submitted...
@@ -104,12 +111,17 @@ def test_two_devices_measure_at_once_and_lanes_alternate(tmp_path: Path, src: Pa
         assert all(a[1] <= b[0] for a, b in zip(mine, mine[1:]))
 
 
-def test_runaway_memory_is_killed_and_recorded(tmp_path: Path, src: Path) -> None:
-    cfg = config(tmp_path, entry="kern:hog", memory_gb=0.75)
+@pytest.mark.parametrize("device", DEVICES)
+def test_runaway_memory_is_killed_and_recorded(tmp_path: Path, src: Path, device: str) -> None:
+    # A CUDA process holds a few GiB before the kernel runs: its limit leaves room for that.
+    limit = {"cpu": 0.75, "cuda": 6.0}[device]
+    cfg = config(tmp_path, entry="kern:hog", memory_gb=limit, kind=device)
     with make_executor(cfg, tmp_path / "work", source="fork", lock_devices=False) as executor:
         (outcome,) = executor.run([TrialJob(build(src), cfg.shapes, seed=0)])
     (rec,) = outcome.records
-    assert rec.status is TrialStatus.CRASH and "over the memory limit of 0.8 GiB" in rec.error, rec.error
+    assert rec.status is TrialStatus.CRASH and f"over the memory limit of {limit:.1f} GiB" in rec.error, rec.error
+    # it was the kernel's allocation that was stopped (on the device), not the process's start
+    assert outcome.timeline.go is not None and outcome.timeline.release is not None, outcome.timeline
 
 
 def test_a_cancelled_trial_never_takes_the_device(tmp_path: Path, src: Path) -> None:
@@ -131,38 +143,36 @@ BOT = textwrap.dedent('''
     from bisector.runner import make_executor
     from bisector.runner.executor import TrialJob
     tmp, src = Path(sys.argv[2]), Path(sys.argv[3])
-    cfg = config(tmp, entry="kern:hang", env={"MARK": str(tmp / "mark")})
+    cfg = config(tmp, entry="kern:hang", env={"MARK": str(tmp / "mark")}, kind=sys.argv[5])
     with make_executor(cfg, tmp / "work", source=sys.argv[4], lock_devices=False) as ex:
         ex.run([TrialJob(build(src), cfg.shapes, seed=0)])
 ''')
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
 
-
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("source", ["fork", "spawn"])
-def test_a_killed_bot_takes_its_trial_processes_with_it(tmp_path: Path, src: Path, source: str) -> None:
+def test_a_killed_bot_takes_its_trial_processes_with_it(tmp_path: Path, src: Path, source: str, device: str) -> None:
     bot = subprocess.Popen([sys.executable, "-c", BOT, str(Path(__file__).parents[1]), str(tmp_path), str(src),
-                            source])
+                            source, device])
     mark = tmp_path / "mark"
     deadline = time.monotonic() + 120
     while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
         assert bot.poll() is None, "the bot ended before its trial started"
         time.sleep(0.2)
     kernel = int(mark.read_text())
-    assert _alive(kernel)
+    assert alive(kernel)
+    on_gpu = device == "cuda" and kernel in gpu_processes()  # where the driver shows this PID namespace's PIDs
     bot.send_signal(signal.SIGKILL)
     bot.wait()
     deadline = time.monotonic() + 30
-    while _alive(kernel) and time.monotonic() < deadline:
+    while alive(kernel) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _alive(kernel), "the hung trial outlived its bot"
+    assert not alive(kernel), "the hung trial outlived its bot"
+    if on_gpu:  # and its CUDA context is gone with it: the GPU is free for the next job
+        while kernel in gpu_processes() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert kernel not in gpu_processes()
 
 
 TWO_RUNS = textwrap.dedent('''

@@ -12,17 +12,10 @@ import time
 from pathlib import Path
 
 from bisector.build.steps import run_step
+from tests.processes import alive
 
 HOG = "import time\nkeep = []\nwhile True:\n    keep.append(bytearray(64 << 20))\n    time.sleep(0.01)\n"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
 
 
 def test_a_build_step_over_its_memory_limit_is_killed_and_named(tmp_path: Path) -> None:
@@ -39,9 +32,9 @@ def test_a_timed_out_step_takes_its_children(tmp_path: Path) -> None:
     assert not out.ok and out.reason.startswith("timeout after 2s")
     child = int((tmp_path / "child").read_text())
     deadline = time.monotonic() + 20
-    while _alive(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(child), "the step's background child outlived its timeout"
+    assert not alive(child), "the step's background child outlived its timeout"
 
 
 BOT = textwrap.dedent('''
@@ -62,10 +55,10 @@ def test_a_killed_bot_takes_its_build_with_it(tmp_path: Path) -> None:
     while not (mark.exists() and mark.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.1)
     child = int(mark.read_text())
-    assert _alive(child)
+    assert alive(child)
     bot.send_signal(signal.SIGKILL)
     bot.wait()
     deadline = time.monotonic() + 30
-    while _alive(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _alive(child), "the build step outlived its bot"
+    assert not alive(child), "the build step outlived its bot"

@@ -28,6 +28,7 @@ import pytest
 from bisector.build import Builder
 from bisector.config import Build, BuildStep, Upstream
 from bisector.model import BuildStatus
+from tests.devices import CONTROL, DEVICES
 from tests.fakegithub import FakeGitHub
 from tests.gitfixtures import commit_file, git
 
@@ -128,10 +129,10 @@ cache_dir = "{tmp}/builds"
 [[build.steps]]
 run = "{python} lib/probe.py build"
 [device]
-kind = "cpu"
+kind = "{kind}"
 visible = [0]
 [control]
-backend = "torch"
+backend = "{control}"
 [subject.gemm]
 entry = "lib.gemm:matmul"
 adapter = "torch"
@@ -173,15 +174,17 @@ def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
 
 @pytest.mark.slow
 @needs_proc
-def test_no_token_reaches_the_build_the_import_check_or_the_kernel(tmp_path: Path, upstream) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_token_reaches_the_build_the_import_check_or_the_kernel(tmp_path: Path, upstream, device: str) -> None:
     repo, (good, bad) = upstream
     probes = tmp_path / "probes"
     probes.mkdir()
     with FakeGitHub() as fake:
         fake.add_repo("ada/lib", {"README.md": "lib\n"})
         cfg = tmp_path / "cfg.toml"
-        cfg.write_text(CONFIG.format(repo=repo, tmp=tmp_path, python=sys.executable, url=fake.url))
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT),
+        cfg.write_text(CONFIG.format(repo=repo, tmp=tmp_path, python=sys.executable, url=fake.url, kind=device,
+                                     control=CONTROL[device]))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
                "XDG_CACHE_HOME": str(tmp_path / "cache"), "BISECTOR_LOCK_DIR": str(tmp_path / "locks"),
                "PROBE_DIR": str(probes), "CANARY_SETTING": CANARY, **SECRETS}
         out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good,
@@ -205,6 +208,8 @@ def test_no_token_reaches_the_build_the_import_check_or_the_kernel(tmp_path: Pat
             bots = [a for a in r["ancestors"] if " -m bisector run " in a["cmdline"]]
             assert len(bots) == 1 and f"CANARY_SETTING={CANARY}" in bots[0]["environ"], kind
             assert len(r["ancestors"]) >= 2 and any(a["open_files"] for a in r["ancestors"]), kind
+            if device == "cuda" and kind == "kernel":  # it ran on the GPU, pinned to its device
+                assert r["environ"].get("CUDA_VISIBLE_DEVICES") not in (None, ""), r["environ"]
     text = "\n".join(p.read_text() for p in probes.glob("*.json"))
     assert CANARY in text
     leaked = [needle for needle in NEEDLES if needle in text]
