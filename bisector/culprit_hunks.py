@@ -42,12 +42,27 @@ CARRIED_FRACTION = 0.5
 MAX_ROUNDS = 4
 
 
+def _searched(steps: Sequence[Step]) -> list[Step]:
+    return [s for s in steps if s.verified and not s.candidates]
+
+
+def expected_trials(session: Session, steps: Sequence[Step]) -> int:
+    """Trial processes the hunk searches are expected to take, for the progress display: per
+    culprit of h hunks, ceil(log2 h) halvings, each two subsets and the parent measured n times,
+    within the trial budget."""
+    n, budget = max(1, session.config.protocol.trials), session.config.build.max_hunk_trials
+    total = 0
+    for step in _searched(steps):
+        count = len(hunks.split(gitrepo.commit_diff(session.repo, step.commit)))
+        if count >= 2:
+            total += min(budget, 3 * n * math.ceil(math.log2(count)))
+    return total
+
+
 def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path) -> tuple[HunkFinding, ...]:
     """A finding for every verified step whose commit has two hunks or more."""
     findings = []
-    for step in steps:
-        if step.candidates or not step.verified:
-            continue
+    for step in _searched(steps):
         parts = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
         if len(parts) < 2:
             continue

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
+from bisector.config import Config
 from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step
 from bisector.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.data import FixResult
@@ -45,15 +46,33 @@ class _Slice:
         return fresh_tflops(self.probe, self.sha, self.start, self.n)
 
 
+def _fixable(result: SearchResult) -> list[Step]:
+    """The steps whose revert is tried: verified regressions with one culprit."""
+    return [s for s in result.steps if s.is_regression and not s.candidates]
+
+
+def side_trials(config: Config) -> int:
+    """Fresh trials of each side of a side-by-side check (a revert, an interaction): two at least,
+    a spread to compare against."""
+    return max(2, config.protocol.trials)
+
+
+def expected_trials(result: SearchResult, config: Config) -> int:
+    """Trial processes verify_fixes takes when every revert applies: n each of the tip, of every
+    revert and of each distinct parent (for the progress display's estimate)."""
+    steps = _fixable(result)
+    return side_trials(config) * (1 + len(steps) + len({s.parent for s in steps})) if steps else 0
+
+
 def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commit], out: Path,
                  taken: Taken) -> tuple[tuple[FixResult, ...], dict[str, Path]]:
     """A FixResult (and the patch file) for every verified regression with one culprit."""
-    steps = [s for s in result.steps if s.is_regression and not s.candidates]
+    steps = _fixable(result)
     if not steps:
         return (), {}
     out.mkdir(parents=True, exist_ok=True)
     config, tip = session.config, commits[-1].sha
-    n = max(2, config.protocol.trials)  # two a side at least: a spread to compare against
+    n = side_trials(config)
     patches, failed, reverts, parents = {}, {}, {}, {}
     for step in steps:
         path = out / f"revert-{step.commit[:7]}.patch"

@@ -34,6 +34,8 @@ from scipy import stats as sps
 
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
+from bisector.config import Config
+from bisector.fixes import side_trials
 from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
 from bisector.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.findings import ComboResult, Interaction, PairEffect
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 MAX_STEPS = 3  # 2^3 = 8 builds; more steps on one shape: the three largest on the shared shapes
 
-__all__ = ["MAX_STEPS", "groups", "combined_patch", "pair_effect", "measure_interactions"]
+__all__ = ["MAX_STEPS", "groups", "combined_patch", "pair_effect", "measure_interactions", "expected_trials"]
 
 
 def groups(steps: Sequence[Step]) -> list[tuple[list[Step], tuple[str, ...], str]]:
@@ -142,6 +144,12 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
             (pct(lo), pct(hi)), verdict)
 
 
+def expected_trials(result: SearchResult, config: Config) -> int:
+    """Trial processes the interactions take at first: n of every combination of each group's
+    reverts, the tip included (an unclear pair then asks for more, up to max_trials)."""
+    return sum(2 ** len(steps) * side_trials(config) for steps, _, _ in groups(result.steps))
+
+
 def measure_interactions(session: Session, result: SearchResult, commits: Sequence[Commit],
                          taken: Taken) -> tuple[Interaction, ...]:
     """Every group of verified regressions on shared shapes, their reverts combined on the tip."""
@@ -153,7 +161,7 @@ def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note:
          taken: Taken) -> Interaction:
     config = session.config
     shapes = tuple(s for s in config.shapes if s.key in shape_keys)
-    n = max(2, config.protocol.trials)
+    n = side_trials(config)
     reverts = {s.commit: gitrepo.revert_patch(session.repo, s.commit) for s in steps}
     combos: list[tuple[str, ...]] = [()]
     for k in range(1, len(steps) + 1):

@@ -26,8 +26,8 @@ from bisector.build import Builder, Prefetcher
 from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Shape, TrialRecord,
                             TrialStatus)
-from bisector.fixes import verify_fixes
-from bisector.interactions import measure_interactions
+from bisector.fixes import expected_trials as fixes_expected, verify_fixes
+from bisector.interactions import expected_trials as interactions_expected, measure_interactions
 from bisector.kernels.collect import step_kernels
 from bisector.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
@@ -139,8 +139,10 @@ class Session:
                           on_event=self.observer)
 
     @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        """Mark a measuring stage of the run (search, fixes, hunks) for the throughput summary."""
+    def stage(self, name: str, expect: int = 0) -> Iterator[None]:
+        """Mark a measuring stage of the run (search, fixes, hunks) for the throughput summary, and
+        announce it, with the trials it is expected to take, to the progress display."""
+        self.observer(ProbeEvent("", "stage", name, expect=expect))
         start = time.time()
         try:
             yield
@@ -249,11 +251,11 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         taken = Taken(result.measurements)
         fixes, patches, found, interactions = (), {}, (), ()
         if options.verify_fixes:
-            with session.stage("fixes"):
+            with session.stage("fixes", fixes_expected(result, config) + interactions_expected(result, config)):
                 fixes, patches = verify_fixes(session, result, commits, out, taken)
                 interactions = measure_interactions(session, result, commits, taken)
         if options.find_hunks:
-            with session.stage("hunks"):
+            with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
                            report_dir=out)

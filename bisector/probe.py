@@ -44,9 +44,10 @@ class ProbeEvent:
     """What the progress display shows: the commit being measured and why."""
 
     sha: str
-    action: str  # "build" | "trial" | "skip"
+    action: str  # "build" | "trial" | "skip" | "stage" (sha "", detail the stage's name)
     detail: str = ""
     patch_hash: str | None = None
+    expect: int = 0  # a stage: the trial processes it is expected to take (0: unknown)
 
 
 class StoreProbe:

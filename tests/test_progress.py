@@ -55,7 +55,31 @@ def test_past_the_first_estimate_the_line_says_so_instead_of_a_wrong_eta() -> No
             clock.now += 10
             progress(ProbeEvent(A if k < 3 else B, "trial", f"trial {k}/3"))
     last = out.getvalue().splitlines()[-2]
-    assert last == "progress: bbbbbbb trial 3/3 | commits 2 | trials 3, past the ~2 first estimated | elapsed 30 s"
+    assert last == "progress: bbbbbbb trial 3/3 | commits 2 | trials 3, past the ~2 estimated | elapsed 30 s"
+
+
+def test_each_later_stage_brings_its_own_estimate() -> None:
+    """Once the search has found its steps, the reverts, interactions and hunk searches that follow
+    are counted: the estimate is the trials so far plus the stage's, and the ETA comes back."""
+    progress, out, clock = plain(expected_probes=1, trials=2)
+    with progress:
+        progress(ProbeEvent("", "stage", "search"))
+        for k in range(1, 5):  # the search took 4 trials, 10 s each, 2 estimated
+            clock.now += 10
+            progress(ProbeEvent(A, "trial", f"trial {k}/4"))
+        progress(ProbeEvent("", "stage", "fixes", expect=6))
+        clock.now += 10
+        progress(ProbeEvent(B, "trial", "trial 1/2", patch_hash="f" * 16))
+        progress(ProbeEvent("", "stage", "hunks"))  # nothing expected: the estimate stands
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "progress: aaaaaaa trial 1/4 | search | commits 1 | trials 1 of ~2 | elapsed 10 s | eta ?"
+    assert lines[3] == "progress: aaaaaaa trial 4/4 | search | commits 1 | trials 4, past the ~2 estimated | elapsed 40 s"
+    # 4 trials in 40 s, 6 more expected: ~60 s left
+    assert lines[4] == "progress: stage fixes: ~6 trials | commits 1 | trials 4 of ~10 | elapsed 40 s | eta ~1 min"
+    # 5 trials, 4 done in 50 s, 6 left of 10: ~75 s, shown as ~1 min
+    assert lines[5] == ("progress: bbbbbbb +patch ffffffff trial 1/2 | fixes | commits 2 | trials 5 of ~10 | "
+                        "elapsed 50 s | eta ~1 min")
+    assert lines[6].startswith("progress: stage hunks | commits 2 | trials 5 of ~10")
 
 
 def test_repeated_identical_actions_are_throttled_but_every_new_one_is_printed() -> None:

@@ -105,7 +105,7 @@ def test_relative_paths_from_another_directory_and_plain_progress_in_a_pipe(tmp_
     # 2*ceil(log2 3)+6 = 10 probes of 2 trials (the default 40 would say ~36).
     progress = [line for line in out.stderr.splitlines() if line.startswith("progress: ")]
     shorts = {sha[:7] for sha in shas}
-    steps = [re.match(r"progress: ([0-9a-f]{7}) (build|trial \d/\d( \(side by side with [0-9a-f]{7}\))?) \| commits \d \| trials \d+ of ~20 \| "
+    steps = [re.match(r"progress: ([0-9a-f]{7}) (build|trial \d/\d( \(side by side with [0-9a-f]{7}\))?) \| search \| commits \d \| trials \d+ of ~20 \| "
                       r"elapsed \d+ (s|min) \| eta (\?|~\d+ (s|min))$", line) for line in progress[:-1]]
     assert steps and all(steps), [line for line, m in zip(progress, steps) if not m]
     assert {m.group(1) for m in steps} <= shorts and len({m.group(1) for m in steps}) >= 2

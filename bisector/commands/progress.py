@@ -44,7 +44,8 @@ class ProgressLine:
     """Observer of probe events: a live line on a terminal, plain throttled lines elsewhere.
 
     One trial process measures every suite of a commit, so a commit probed with `trials_per_commit`
-    costs that many trial processes; the estimate is `expected_probes` such commits."""
+    costs that many trial processes; the search's estimate is `expected_probes` such commits, and
+    each later stage announces its own (a "stage" event) once the search has found the steps."""
 
     def __init__(self, expected_probes: int, trials_per_commit: int, console: Console | None = None,
                  clock: Callable[[], float] = time.monotonic, interval_s: float = PLAIN_INTERVAL_S,
@@ -64,6 +65,7 @@ class ProgressLine:
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=False) if live else None
         self._last_key: tuple[str, str, str | None] | None = None
         self._last_at = -math.inf
+        self.stage = ""
 
     @classmethod
     def for_range(cls, n_commits: int, trials_per_commit: int, **kwargs: object) -> "ProgressLine":
@@ -86,6 +88,9 @@ class ProgressLine:
             self._write(f"done: {self._counts()}, elapsed {_duration(self.clock() - self.started)}")
 
     def __call__(self, event: ProbeEvent) -> None:
+        if event.action == "stage":
+            self._enter(event.detail, event.expect)
+            return
         self.commits.add(event.sha)
         self._running = 0
         if event.action == "trial":  # sent as a batch of trials starts: "trial 2/4 (+1 in parallel)"
@@ -105,6 +110,16 @@ class ProgressLine:
         self._last_key, self._last_at = key, now
         self._write(f"{text} | {self._status()}")
 
+    def _enter(self, stage: str, expect: int) -> None:
+        """A new stage of the run (search, fixes, hunks): from here the estimate is what this stage
+        is expected to take on top of the trials so far (each stage's own count, known once the
+        search has found its steps); the search keeps the range's."""
+        self.stage, self._running = stage, 0  # the stage before it has ended: its trials are done
+        if expect:
+            self.expected_trials = self.trials + expect
+        if self.live is None and self.trials:
+            self._write(f"stage {stage}" + (f": ~{expect} trials" if expect else "") + f" | {self._status(False)}")
+
     def _what(self, event: ProbeEvent) -> str:
         """`<sha7>[ +patch h] <action>[: detail]`, the detail's last line only ("trial 3/4", not
         "trial trial 3/4"; a skip's reason rather than the build log above it)."""
@@ -120,14 +135,15 @@ class ProgressLine:
     def _counts(self) -> str:
         return f"commits {len(self.commits)}, trials {self.trials}"
 
-    def _status(self) -> str:
+    def _status(self, with_stage: bool = True) -> str:
         elapsed = self.clock() - self.started
         done = self.trials - self._running  # the batch just announced is still running
+        stage = f"{self.stage} | " if self.stage and with_stage else ""
         if self.trials > self.expected_trials:  # unclear pairs or a busy machine bought more trials
-            return (f"commits {len(self.commits)} | trials {self.trials}, past the ~{self.expected_trials} "
-                    f"first estimated | elapsed {_duration(elapsed)}")
+            return (f"{stage}commits {len(self.commits)} | trials {self.trials}, past the ~{self.expected_trials} "
+                    f"estimated | elapsed {_duration(elapsed)}")
         left = f"~{_duration(max(self.expected_trials - done, 0) * elapsed / done)}" if done else "?"
-        return (f"commits {len(self.commits)} | trials {self.trials} of ~{self.expected_trials} | "
+        return (f"{stage}commits {len(self.commits)} | trials {self.trials} of ~{self.expected_trials} | "
                 f"elapsed {_duration(elapsed)} | eta {left}")
 
     def _write(self, line: str) -> None:
