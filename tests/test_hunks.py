@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Callable
 
 import git
 import pytest
 
-from bisector import gitrepo, hunks
-from tests.gitfixtures import commit_file
+from types import SimpleNamespace
+
+from bisector import culprit_hunks, gitrepo, hunks
+from bisector.config import parse
+from bisector.model import Step
+from tests.gitfixtures import commit_file, cpu_config, gemm_subject
 
 ORIGINAL = [f"line {i}\n" for i in range(1, 41)]
 
@@ -55,6 +60,27 @@ def test_split_names_every_hunk_with_its_file(repo) -> None:
     assert [h.path for h in parts] == ["gone.py", "k.py", "k.py", "k.py", "k.py", "new.py"]
     assert [h.delta for h in parts] == [-1, 0, 2, -1, 1, 1]
     assert parts[1].label == "k.py @@ -2,7 +2,7 @@"
+
+
+def test_the_progress_estimate_of_the_hunk_searches(repo) -> None:
+    """6 hunks: ceil(log2 6) = 3 halvings of two subsets and the parent, n = 2 trials each; a
+    one-hunk culprit, an unverified step and one with candidates take none; the budget caps it."""
+    root, sha = repo
+    one = commit_file(root, "k.py", "changed\n", "one hunk (#4)", 4)
+
+    def step(commit: str, parent: str, verified: bool = True, candidates: tuple[str, ...] = ()) -> Step:
+        return Step(commit, parent, ("gemm/a",), {"gemm/a": -30.0}, {"gemm/a": (-35.0, -25.0)}, {"gemm/a": 1e-6},
+                    verified=verified, candidates=candidates)
+
+    def session(budget: int) -> SimpleNamespace:
+        text = cpu_config("x", root, gemm_subject(64), trials=2, max_trials=4, reps=1, min_step_pct=10.0,
+                          extra=f"[build]\nmax_hunk_trials = {budget}\n")
+        return SimpleNamespace(config=parse(tomllib.loads(text), root / "x.toml"), repo=git.Repo(root))
+
+    steps = [step(sha, sha + "^"), step(one, sha), step(sha, sha + "^", verified=False),
+             step(sha, sha + "^", candidates=(sha, one))]
+    assert culprit_hunks.expected_trials(session(64), steps) == 3 * 2 * 3
+    assert culprit_hunks.expected_trials(session(10), steps) == 10
 
 
 def test_every_subset_applies_exactly_to_the_parent(repo, tmp_path: Path) -> None:
