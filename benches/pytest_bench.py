@@ -68,8 +68,8 @@ def arguments(nodes: Sequence[str], source_dir: str, json_path: Path, reps: int,
     warm = ["--benchmark-warmup=on", f"--benchmark-warmup-iterations={warmup}"] if warmup else \
         ["--benchmark-warmup=off"]
     return [*paths, "--rootdir", source_dir, "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=", "-q",
-            "--assert=plain", "--benchmark-only", f"--benchmark-json={json_path}", f"--benchmark-min-rounds={max(reps, 1)}",
-            "--benchmark-max-time=0", *warm]
+            "--assert=plain", "--benchmark-only", f"--benchmark-json={json_path}",
+            f"--benchmark-min-rounds={max(reps, 1)}", "--benchmark-max-time=0", *warm]
 
 
 def run_session(nodes: Sequence[str], source_dir: str, out_dir: Path, reps: int, warmup: int,

@@ -216,13 +216,16 @@ def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note:
     return Interaction(tuple(s.commit for s in steps), shape_keys, tuple(results), pairs, n, note)
 
 
-def _measure(probes: Mapping[tuple[str, ...], StoreProbe], tip: str, starts: Mapping[tuple[str, ...], int], n: int,
-             shape_keys: Sequence[str], errors: dict[tuple[str, ...], str]) -> dict[tuple[str, ...], dict[str, tuple[float, ...]]]:
+Combo = tuple[str, ...]  # the culprits whose reverts a build of the tip carries
+
+
+def _measure(probes: Mapping[Combo, StoreProbe], tip: str, starts: Mapping[Combo, int], n: int,
+             shape_keys: Sequence[str], errors: dict[Combo, str]) -> dict[Combo, dict[str, tuple[float, ...]]]:
     """Each combination's first n side-by-side samples from its start (measured where missing);
     a combination that fails or gives wrong results goes into `errors` instead."""
     live = {c: p for c, p in probes.items() if c not in errors}
     got = dict(zip(live, side_by_side([(p, tip, starts[c] + n) for c, p in live.items()])))
-    samples: dict[tuple[str, ...], dict[str, tuple[float, ...]]] = {}
+    samples: dict[Combo, dict[str, tuple[float, ...]]] = {}
     for combo, m in got.items():
         if m.status is not ProbeStatus.OK or m.wrong & set(shape_keys):
             errors[combo] = "wrong results" if m.wrong & set(shape_keys) else (m.reason or "did not run")[-200:]

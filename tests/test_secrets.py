@@ -184,7 +184,9 @@ def test_no_token_reaches_the_build_the_import_check_or_the_kernel(tmp_path: Pat
         cfg = tmp_path / "cfg.toml"
         cfg.write_text(CONFIG.format(repo=repo, tmp=tmp_path, python=sys.executable, url=fake.url, kind=device,
                                      control=CONTROL[device]))
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+        # the host's own PYTHONPATH kept behind the checkout (a GPU host's packages may live there)
+        path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": path,
                "XDG_CACHE_HOME": str(tmp_path / "cache"), "BISECTOR_LOCK_DIR": str(tmp_path / "locks"),
                "PROBE_DIR": str(probes), "CANARY_SETTING": CANARY, **SECRETS}
         out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good,
