@@ -95,9 +95,12 @@ def test_device_sections_never_overlap_and_setup_runs_alongside(tmp_path: Path, 
     # ... the timed repetitions inside them (the trial's own clock) never overlap either ...
     timed = sorted(s for o in outcomes for s in spans(o, "timed"))
     assert len(timed) == 6 and all(a[1] <= b[0] for a, b in zip(timed, timed[1:]))
-    # ... while later trials were already started and set up (their imports off the device).
-    ahead = [o for o in outcomes[1:] if o.timeline.want is not None and o.timeline.want < outcomes[0].timeline.release]
-    assert ahead, [o.timeline for o in outcomes]
+    # ... while every next trial's process was already started, setting up (its imports) off the
+    # device as the one before it measured. (Whether its setup also ended in time depends on the
+    # machine's load: a spawned torch import takes seconds on a busy 2-core VM.)
+    for before, after in zip(outcomes, outcomes[1:]):
+        assert after.timeline.started is not None and after.timeline.started < before.timeline.release, \
+            [o.timeline for o in outcomes]
 
 
 def test_two_devices_measure_at_once_and_lanes_alternate(tmp_path: Path, src: Path) -> None:
