@@ -11,14 +11,14 @@ slower than the tip (FixResult.verdict).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config
-from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step
+from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step, Verdict
 from bisector.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.data import FixResult
 from bisector.stats import compare
@@ -94,25 +94,61 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
             base = session.probe(shapes=shapes)
             parents[step.parent] = _Slice(base, step.parent, taken.take(base, step.parent, n), n)
     measured = [s for s in steps if s.commit in reverts]
-    keys = {k for s in measured for k in s.shapes}
     now: _Slice | None = None
     if measured:
+        keys = {k for s in measured for k in s.shapes}
         base = session.probe(shapes=tuple(s for s in config.shapes if s.key in keys))
         now = _Slice(base, tip, taken.take(base, tip, n), n)
-    slices = ([now] if now else []) + list(parents.values()) + list(reverts.values())
-    got = dict(zip((id(s) for s in slices), side_by_side([s.item() for s in slices]))) if slices else {}
+    # Sized to the effect, as the search and its verification are: while a revert's place against
+    # the parent is unclear on a shape, all three sides get as many trials again, side by side, up
+    # to max_trials (on a busy machine one outlier among 4 trials once read "26% still missing").
+    cap = max(n, config.protocol.max_trials)
+    while True:
+        got = _measure(now, parents, reverts)
+        results = {s.commit: _result(session, s, str(patches[s.commit]), now, parents[s.parent], reverts[s.commit],
+                                     got, n) for s in measured if now is not None}
+        if n >= cap or not any(undecided(f, config.thresholds.min_step_pct) for f in results.values()):
+            break
+        more = min(n, cap - n)
+        now = _more(now, more, taken)
+        parents = {sha: _more(sl, more, taken) for sha, sl in parents.items()}
+        reverts = {sha: _more(sl, more, taken) for sha, sl in reverts.items()}
+        n += more
     fixes = []
     for step in steps:
         path = str(patches[step.commit])
         if failed.get(step.commit) == NOT_MEASURED:
             fixes.append(FixResult(step.commit, path, True, shapes=step.shapes, error=NOT_MEASURED))
-            continue
-        if step.commit in failed:
+        elif step.commit in failed:
             fixes.append(FixResult(step.commit, path, applied=False, conflict=failed[step.commit], shapes=step.shapes))
-            continue
-        assert now is not None
-        fixes.append(_result(session, step, path, now, parents[step.parent], reverts[step.commit], got, n))
+        else:
+            fixes.append(results[step.commit])
     return tuple(fixes), patches
+
+
+def _measure(now: _Slice | None, parents: Mapping[str, _Slice], reverts: Mapping[str, _Slice]) -> dict[int, Measurement]:
+    """Every slice's trials, the missing ones measured side by side; by the slice's id."""
+    slices = ([now] if now else []) + list(parents.values()) + list(reverts.values())
+    return dict(zip((id(s) for s in slices), side_by_side([s.item() for s in slices]))) if slices else {}
+
+
+def _more(sl: _Slice | None, more: int, taken: Taken) -> _Slice | None:
+    """The slice with `more` trials after its n (the next ones: nothing took any in between)."""
+    if sl is None:
+        return None
+    start = taken.take(sl.probe, sl.sha, more)
+    assert start == sl.start + sl.n, (start, sl)
+    return replace(sl, n=sl.n + more)
+
+
+def undecided(fix: FixResult, min_step_pct: float) -> bool:
+    """Whether a shape's place against the parent is still open: neither within +-min_step of it
+    (SAME), nor an interval wholly below -min_step (still missing), nor wholly above zero."""
+    for c in fix.vs_parent.values():
+        lo, hi = c.ci95
+        if not (c.verdict is Verdict.SAME or hi < -min_step_pct or lo > 0):
+            return True
+    return False
 
 
 def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice, revert: _Slice,

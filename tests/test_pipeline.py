@@ -15,7 +15,7 @@ from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subj
 pytestmark = pytest.mark.slow
 
 def config(repo: Path) -> str:
-    return cpu_config("pipeline-test", repo, gemm_subject(512), trials=4, max_trials=4, reps=5,
+    return cpu_config("pipeline-test", repo, gemm_subject(512), trials=4, max_trials=8, reps=5,
                       min_step_pct=10.0, extra='[publish]\nrepo = "ada/lib"\n')
 
 
@@ -64,10 +64,11 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
     patch = tmp_path / "report" / f"revert-{shas[5][:7]}.patch"
     assert patch.exists() and "range(4)" in patch.read_text()
     # The revert, built and measured on the tip side by side with the tip and the step's parent,
-    # restores the pre-step speed: no significant loss against the parent, a gain against the tip.
+    # restores the pre-step speed: no significant loss against the parent, a gain against the tip
+    # (4 trials of each, 8 where a busy machine left its place against the parent open).
     (fix,) = result["fixes"]
     shape = fix["shapes"]["gemm/m512"]
-    assert fix["commit"] == shas[5] and fix["applied"] and fix["trials"] == 4
+    assert fix["commit"] == shas[5] and fix["applied"] and fix["trials"] in (4, 8)
     assert shape["verdict"] == "restored", shape
     assert shape["vs_tip"]["change_pct"] > 50 and shape["tflops"]["revert"] > shape["tflops"]["tip"]
     assert "| m512 | **restored**" in report
