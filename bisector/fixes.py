@@ -100,19 +100,26 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         base = session.probe(shapes=tuple(s for s in config.shapes if s.key in keys))
         now = _Slice(base, tip, taken.take(base, tip, n), n)
     # Sized to the effect, as the search and its verification are: while a revert's place against
-    # the parent is unclear on a shape, all three sides get as many trials again, side by side, up
-    # to max_trials (on a busy machine one outlier among 4 trials once read "26% still missing").
+    # the parent is open on a shape, it, its parent and the tip get as many trials again, side by
+    # side, up to max_trials (on a busy machine one outlier among 4 trials once read "26% still
+    # missing"). Each revert is judged on the rounds it was measured in: the tip's and its parent's
+    # trials of those rounds.
     cap = max(n, config.protocol.max_trials)
-    while True:
-        got = _measure(now, parents, reverts)
-        results = {s.commit: _result(session, s, str(patches[s.commit]), now, parents[s.parent], reverts[s.commit],
-                                     got, n) for s in measured if now is not None}
-        if n >= cap or not any(undecided(f, config.thresholds.min_step_pct) for f in results.values()):
+    results: dict[str, FixResult] = {}
+    open_ = measured
+    while open_ and now is not None:
+        got = _measure([now, *parents.values(), *reverts.values()])
+        for step in open_:
+            mine = reverts[step.commit]
+            results[step.commit] = _result(session, step, str(patches[step.commit]), replace(now, n=mine.n),
+                                           replace(parents[step.parent], n=mine.n), mine, got)
+        open_ = [s for s in open_ if undecided(results[s.commit], config.thresholds.min_step_pct)]
+        if not open_ or n >= cap:
             break
         more = min(n, cap - n)
         now = _more(now, more, taken)
-        parents = {sha: _more(sl, more, taken) for sha, sl in parents.items()}
-        reverts = {sha: _more(sl, more, taken) for sha, sl in reverts.items()}
+        parents.update({sha: _more(parents[sha], more, taken) for sha in {s.parent for s in open_}})
+        reverts.update({s.commit: _more(reverts[s.commit], more, taken) for s in open_})
         n += more
     fixes = []
     for step in steps:
@@ -126,16 +133,13 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     return tuple(fixes), patches
 
 
-def _measure(now: _Slice | None, parents: Mapping[str, _Slice], reverts: Mapping[str, _Slice]) -> dict[int, Measurement]:
-    """Every slice's trials, the missing ones measured side by side; by the slice's id."""
-    slices = ([now] if now else []) + list(parents.values()) + list(reverts.values())
-    return dict(zip((id(s) for s in slices), side_by_side([s.item() for s in slices]))) if slices else {}
+def _measure(slices: Sequence[_Slice]) -> dict[tuple[str | None, str], Measurement]:
+    """Every slice's trials, the missing ones measured side by side; by (patch hash, commit)."""
+    return {(sl.probe.patch_hash, sl.sha): m for sl, m in zip(slices, side_by_side([sl.item() for sl in slices]))}
 
 
-def _more(sl: _Slice | None, more: int, taken: Taken) -> _Slice | None:
+def _more(sl: _Slice, more: int, taken: Taken) -> _Slice:
     """The slice with `more` trials after its n (the next ones: nothing took any in between)."""
-    if sl is None:
-        return None
     start = taken.take(sl.probe, sl.sha, more)
     assert start == sl.start + sl.n, (start, sl)
     return replace(sl, n=sl.n + more)
@@ -152,12 +156,14 @@ def undecided(fix: FixResult, min_step_pct: float) -> bool:
 
 
 def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice, revert: _Slice,
-            got: dict[int, Measurement], n: int) -> FixResult:
-    fix_m = got[id(revert)]
+            got: Mapping[tuple[str | None, str], Measurement]) -> FixResult:
+    """One revert's check from the same rounds of the tip, the parent and the patched tip."""
+    fix_m = got[(revert.probe.patch_hash, revert.sha)]
     if fix_m.status is not ProbeStatus.OK or not fix_m.samples:
         return FixResult(step.commit, path, True, shapes=step.shapes,
                          error=(fix_m.reason or "the patched tip gave no usable trial")[-200:])
-    par, tip, mine = parent.samples(got[id(parent)]), now.samples(got[id(now)]), revert.samples(fix_m)
+    par = parent.samples(got[(parent.probe.patch_hash, parent.sha)])
+    tip, mine = now.samples(got[(now.probe.patch_hash, now.sha)]), revert.samples(fix_m)
     th = session.config.thresholds
     alpha = th.alpha / max(1, len(step.shapes))
     both = [s for s in step.shapes if s in mine and s in par and s in tip]
@@ -167,4 +173,4 @@ def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice
                      restored=revert.tflops(),
                      vs_parent={s: compare(par[s], mine[s], th.min_step_pct, alpha, s) for s in both},
                      vs_tip={s: compare(tip[s], mine[s], th.min_step_pct, alpha, s) for s in both},
-                     trials=n, correct=not (fix_m.wrong & set(step.shapes)))
+                     trials=revert.n, correct=not (fix_m.wrong & set(step.shapes)))
