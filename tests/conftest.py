@@ -26,3 +26,9 @@ def own_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     a committed report's store that way, and left its WAL files beside it)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
     monkeypatch.delenv("BISECTOR_STORE", raising=False)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow end-to-end tests first (their order kept): in two test processes a long test taken
+    last leaves the other process idle at the end; started first, the short ones fill around them."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

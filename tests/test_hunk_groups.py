@@ -201,6 +201,7 @@ def _runs(root: Path, sha: str, parts, subset: tuple[int, ...], tree: Path) -> t
     return proc.returncode == 0, proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
 
 
+@pytest.mark.slow
 def test_every_subset_of_groups_runs_where_subsets_of_hunks_do_not(culprit, tmp_path: Path) -> None:
     root, sha = culprit
     parts, groups = parts_and_groups(root, sha)
