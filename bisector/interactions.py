@@ -200,7 +200,7 @@ def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note:
         more = min(n, cap - n)
         for combo, probe in probes.items():
             if combo not in errors:
-                taken.take(probe, tip, more)  # contiguous with the first n: nothing took in between
+                taken.extend(probe, tip, starts[combo], n, more)
         n += more
     base = samples.get((), {})
     results = []

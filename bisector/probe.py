@@ -289,6 +289,12 @@ class Taken:
         self.used[key] = start + n
         return start
 
+    def extend(self, probe: StoreProbe, sha: str, start: int, n: int, more: int) -> None:
+        """`more` samples right after start..start+n, which must be the last ones taken: a follow-up
+        look at a side-by-side question whose answer is still open."""
+        got = self.take(probe, sha, more)
+        assert got == start + n, (got, start, n)
+
 
 def fresh(m: Measurement, start: int, n: int) -> dict[str, tuple[float, ...]]:
     """Per shape, samples start..start+n of a measurement (the side-by-side ones)."""

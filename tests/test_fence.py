@@ -17,7 +17,6 @@ from tests.processes import alive
 HOG = "import time\nkeep = []\nwhile True:\n    keep.append(bytearray(64 << 20))\n    time.sleep(0.01)\n"
 
 
-
 def test_a_build_step_over_its_memory_limit_is_killed_and_named(tmp_path: Path) -> None:
     out = run_step("hog", [sys.executable, "-c", HOG], tmp_path, dict(os.environ), 120.0, tmp_path / "s.log",
                    tmp_path / "all.log", memory_bytes=600 << 20)

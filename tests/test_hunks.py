@@ -6,12 +6,11 @@ import itertools
 import subprocess
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import git
 import pytest
-
-from types import SimpleNamespace
 
 from bisector import culprit_hunks, gitrepo, hunks
 from bisector.config import parse
