@@ -68,7 +68,7 @@ class Clock:
     processes, which wall time counts: on a 2-core machine running two other test suites a GEMM
     read 29-37 ms of wall time and 17-20 ms of CPU time per call (17 ms quiet), so TFLOP/s stay the
     kernel's. The ratio's noise under such load was about the same with either clock
-    (benches/results/cpu-clock-noise.txt). With several threads, CPU time sums them: wall time.
+    (studies/results/cpu-clock-noise.txt). With several threads, CPU time sums them: wall time.
     Not the default: in one fresh-clone test run on a loaded machine, most trials of one demo commit
     read 4x the CPU time of the rest (160 vs 40 ms), which was not explained before it was made opt-in."""
 
@@ -147,7 +147,7 @@ def peak_clock_ratio(subject_ms: Sequence[float], control_ms: Sequence[float], t
     at full clock, 0.999 throttled), which alone gave a 0.7% trial-to-trial ratio CV. The control is
     the clock probe: we keep the pairs whose control time is within `tolerance` of its
     `at_least`-th fastest repetition, as nvbench keeps only differences that hold at the same
-    clock. Re-analysing the 12+12 recorded H200 trials of benches/results/h200-harness-noise.txt
+    clock. Re-analysing the 12+12 recorded H200 trials of studies/results/h200-harness-noise.txt
     this gives ratio CV 0.13% (GEMM, was 0.70%) and 0.44% (attention, was 0.27%)."""
     pairs = sorted(((c, s) for s, c in zip(subject_ms, control_ms) if s > 0 and c > 0))
     if not pairs:

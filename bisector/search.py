@@ -23,7 +23,7 @@ The search (Pinpoint-style):
    segment between them whose ends, also measured again side by side, moved most its way; that
    segment is bisected on fresh side-by-side trials alone and its culprit verified as above (twice
    at most). It finds a step that comparisons of trials taken at different times missed, on a
-   machine whose speed wanders (a neighbour that comes and goes): benches/results/demo-replay.txt.
+   machine whose speed wanders (a neighbour that comes and goes): studies/results/demo-replay.txt.
    A quiet run pays 2 x `initial_repeats` trials for the question.
 
 k-ary probes: with `width` W > 1 devices free, step 3 splits the suspect interval into W+1 parts
@@ -249,7 +249,7 @@ class _State:
         at a verification's level (not yet at the detection's per-look share), is followed as a
         step: missing it would be final, while a false one costs a verification, whose fresh trials
         decide (measured: more exact culprits, no more false steps, a few % more trials on noisy
-        ranges; benches/results/search-accuracy.txt, demo-replay.txt). The others stay UNKNOWN,
+        ranges; studies/results/search-accuracy.txt, demo-replay.txt). The others stay UNKNOWN,
         reported as unsure."""
         st = self.settings
         out = dict(comps)

@@ -230,7 +230,7 @@ def test_triton_kernels_under_interpreter_and_no_bisector_import():
             assert chk.ok, (suite, p, chk)
             print("OK", suite, chk.max_rel_err)
         # The trial side needs only torch (+ triton): it imports nothing from bisector.
-        import sys, benches.trial, benches.harness_noise, benches.backends.aiter, benches.backends.flydsl
+        import sys, benches.trial, studies.harness_noise, benches.backends.aiter, benches.backends.flydsl
         import benches.backends.torch_cuda
         bad = [m for m in sys.modules if m == "bisector" or m.startswith("bisector.")]
         assert not bad, bad

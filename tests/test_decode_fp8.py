@@ -1,4 +1,4 @@
-"""benches/decode_fp8.py, the H200 decode / fp8 GEMM bench, in its CPU-runnable parts: a small config
+"""studies/decode_fp8.py, the H200 decode / fp8 GEMM bench, in its CPU-runnable parts: a small config
 measured end to end (fresh trial processes, controls, correctness), a wrong subject's exit code, a
 bad config's one line, the table's share of peak bandwidth, and the H200 config's shapes read the
 same as the bot reads them."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benches import decode_fp8
+from studies import decode_fp8
 from bisector import config
 from bisector.model import BuildResult, BuildStatus
 from bisector.runner.spec import build_spec
@@ -66,7 +66,7 @@ def bench(tmp_path: Path, text: str, *args: str, trials: int = 2) -> subprocess.
     cfg = tmp_path / "small.toml"
     cfg.write_text(text)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "benches.decode_fp8", "--config", str(cfg), "--trials", str(trials), *args],
+    return subprocess.run([sys.executable, "-m", "studies.decode_fp8", "--config", str(cfg), "--trials", str(trials), *args],
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
 
 
@@ -130,7 +130,7 @@ def test_spreads_pool_every_repetition_and_keep_each_trial():
 
 def test_h200_subjects_compile_for_sm90_within_its_shared_memory(tmp_path, monkeypatch):
     """Nothing here has run on an H200: at least the config's two Triton subjects, with its options,
-    compile ahead of time for sm_90 (benches/kernel_fixtures.py's compile, no GPU) and fit its
+    compile ahead of time for sm_90 (studies/kernel_fixtures.py's compile, no GPU) and fit its
     shared memory (227 KiB a block)."""
     pytest.importorskip("triton")
     import json
@@ -138,7 +138,7 @@ def test_h200_subjects_compile_for_sm90_within_its_shared_memory(tmp_path, monke
     import torch
     from triton.runtime.jit import MockTensor
 
-    from benches.kernel_fixtures import _compile
+    from studies.kernel_fixtures import _compile
     from benches.kernels import triton_attn, triton_fp8_gemm
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))

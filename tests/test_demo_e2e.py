@@ -4,9 +4,9 @@ Opt-in (`python -m pytest -m demo_e2e`), not part of the default run: it asserts
 the demo's CPU kernels, and on this project's 2-core CI VMs those are not always the kernels' own.
 In 2 of 5 fresh-clone runs one or two builds read the tall GEMM ~4x slower than their neighbours
 over all their trials (interleaved with the neighbours', other shapes unaffected, a different
-commit each time, never reproduced on demand: `benches/results/demo-replay.txt`), and the run
+commit each time, never reproduced on demand: `studies/results/demo-replay.txt`), and the run
 then rightly reports those builds as steps. The search's side (what it does with the noise it
-gets) is covered without a clock by benches/demo_replay.py and tests/test_search.py.
+gets) is covered without a clock by studies/demo_replay.py and tests/test_search.py.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
     assert set(found) <= planted, f"steps not planted: {sorted(set(found) - planted)}; measured: {seen}"
     # Every planted step is found, or lies in a pair the run reports as unsure on a shape it moves: on
     # a noisy machine the tool may say "more trials needed here" (replays of real stores: 96-100%
-    # found, 99.5-100% found or reported unsure; python -m benches.demo_replay), never nothing.
+    # found, 99.5-100% found or reported unsure; python -m studies.demo_replay), never nothing.
     unsure = [(commits.index(u["before"]), commits.index(u["after"]), set(u["shapes"])) for u in result["uncertain"]]
     for plant in manifest.steps("cpu"):
         k = commits.index(plant.sha)

@@ -2,7 +2,7 @@
 
 The fixtures (tests/fixtures/kernels/) are the demo's own Triton kernels at the parent and the
 culprit of four planted steps, compiled ahead of time for sm_90 on a CPU machine by
-`python -m benches.kernel_fixtures` (Triton's compiler, ptxas and cuobjdump from its wheel), and
+`python -m studies.kernel_fixtures` (Triton's compiler, ptxas and cuobjdump from its wheel), and
 kept by bisector.kernels.artifacts.keep as a run keeps them next to its report. They were not
 captured on an H200.
 """

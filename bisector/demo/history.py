@@ -4,7 +4,7 @@ Every commit is a full set of knobs; the templates render them into files, so a 
 is a small, real diff in the generated repository. The expectations below are what the planted
 steps do on each flavour's shapes (`configs/cpu-demo.toml`, `configs/h200-demo.toml`): the shapes
 a step moves, and the size measured for it (H200: /work/shared/H200-NOTES.md; CPU:
-`python -m benches.demo_plants`). None means "moves, size not measured there".
+`python -m studies.demo_plants`). None means "moves, size not measured there".
 """
 
 from __future__ import annotations

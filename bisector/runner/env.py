@@ -34,7 +34,7 @@ def pin_device(env: dict[str, str], device: str, index: int) -> None:
 # raises its threshold, at a moment that depends on the process's history. On the CPU that gave one
 # demo kernel one of two speeds ~10% apart per process, and once a whole commit the slow one (an
 # import had moved the moment): a "+19%" step that no code made. With the thresholds fixed its ratio
-# CV fell from 3.8-5.6% to 1.6-2.4% (benches/results/cpu-demo-noise.txt); other shapes were unchanged.
+# CV fell from 3.8-5.6% to 1.6-2.4% (studies/results/cpu-demo-noise.txt); other shapes were unchanged.
 FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 
 

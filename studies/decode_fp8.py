@@ -2,7 +2,7 @@
 a table: median times with the IQR of every repetition, the ratio to the control, TFLOP/s, GB/s
 and the share of the device's peak bandwidth (the JSON adds each trial's medians and outputs).
 
-    python -m benches.decode_fp8 --config configs/h200-decode.toml [--trials 3] [--out results.json]
+    python -m studies.decode_fp8 --config configs/h200-decode.toml [--trials 3] [--out results.json]
                                  [--work DIR: keep the trials' specs, outputs and logs]
 
 Written for the H200 part of issue 15 (paged-KV decode B=200, Sq=1, Sk~2.3k, H=16, Hkv=8, page 16,
@@ -11,7 +11,7 @@ and `gemm`. Each trial is a fresh `python -m benches.trial` process, as the bot 
 subject and the control timed alternately with the cache flushed, the subject's output checked
 against the control's; the first trial starts with an empty Triton cache (cold compile). Exit code
 0 when every shape was right in every trial, 1 otherwise, 2 for a bad config (one line naming file
-and key). Reads the TOML itself (benches imports nothing from bisector); the shapes are normalized
+and key). Reads the TOML itself (as the trial process does); the shapes are normalized
 by benches/shapes.py, the same rules `bisector check-config` applies. The ratio is the control's
 time over the subject's (above 1: the subject is faster), per repetition at full clock on a GPU.
 """
@@ -164,7 +164,7 @@ def render(table: Sequence[Mapping[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benches.decode_fp8", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m studies.decode_fp8", description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="configs/h200-decode.toml", type=Path)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--reps", type=int, default=None, help="timed repetitions (default: the config's)")

@@ -1,8 +1,8 @@
 """How noisy is the harness? N fresh trial processes per suite, Triton subject, control in process.
 
-    python benches/harness_noise.py --trials 12            # on the H200
-    python benches/harness_noise.py --device cpu --trials 3  # tiny shapes, torch subject: logic check
-    python benches/harness_noise.py --from-json benches/results/h200-harness-noise.json
+    python studies/harness_noise.py --trials 12            # on the H200
+    python studies/harness_noise.py --device cpu --trials 3  # tiny shapes, torch subject: logic check
+    python studies/harness_noise.py --from-json studies/results/h200-harness-noise.json
                                    # the recorded raw samples again, through today's ratio estimator
 
 Prints per suite: subject and control TFLOP/s, the trial-to-trial CV of the subject's TFLOP/s and

@@ -1,6 +1,6 @@
 """Measure the demo upstream's planted CPU steps: each planted commit against its parent.
 
-    python -m benches.demo_plants [--trials 3] [--reps 10] [--roles ROLE ...] [--json OUT]
+    python -m studies.demo_plants [--trials 3] [--reps 10] [--roles ROLE ...] [--json OUT]
 
 Writes the demo repository to a temporary directory, exports each commit with `git archive`,
 and times demolib's CPU kernels there in fresh processes (one per trial, one thread, parent and
@@ -9,7 +9,7 @@ configs/cpu-demo.toml. Prints, per planted step and shape, the change in the sub
 ratio next to the expected one, and the trial-to-trial CV of that ratio (the noise a search with
 3 trials per commit has to beat).
 
-A development tool, not part of the trial path: unlike the rest of `benches` it imports
+A development tool, not part of the trial path: like every study, it imports
 `bisector` (for the demo history and the config).
 """
 

@@ -1,6 +1,6 @@
 """Simulated rounds and wall time of a bisection on W devices (k-ary probes), for N commits.
 
-    python -m benches.parallel_rounds [--runs 20] [--trial-seconds 7] > benches/results/parallel-rounds.txt
+    python -m studies.parallel_rounds [--runs 20] [--trial-seconds 7] > studies/results/parallel-rounds.txt
 
 Per N in 50, 500, 5000 and W in 1, 2, 4, 8: `bisector.plan.estimate` on simulated ranges with one
 5% step in one of 3 shapes, per-trial noise CV 1% (an H200's ratio CV is 0.1-0.7%, the CPU's

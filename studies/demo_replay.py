@@ -1,10 +1,10 @@
 """How often the CPU demo's search finds exactly its planted steps, replayed from a real store.
 
-    python -m benches.demo_replay STORE [--replays 400] [--extra-cv 0.05] [--drift 0.1] [--shapes fa/s1024,gemm/tall]
+    python -m studies.demo_replay STORE [--replays 400] [--extra-cv 0.05] [--drift 0.1] [--shapes fa/s1024,gemm/tall]
 
 STORE is the results.sqlite of a `bisector demo --device cpu` run (the end-to-end test keeps its own
 under pytest's basetemp), or a CSV of its trials (`bisector store export`; two are kept beside the
-figures, benches/results/demo-replay-{quiet,busy}.csv). Each commit of the demo history falls in a class: the commits whose
+figures, studies/results/demo-replay-{quiet,busy}.csv). Each commit of the demo history falls in a class: the commits whose
 planted knobs are the same (neutral commits share their neighbours' class). A replay runs the
 search of `configs/cpu-demo.toml` (bisector.search.localize, verification included) over the 40
 commits with a probe that draws every trial, with replacement, from the stored trials of the
@@ -66,7 +66,7 @@ def pools(store: Path, commits: Sequence[str], shapes: Sequence[str]) -> tuple[d
 
 def trials(store: Path) -> list[tuple[str, str, str, float | None]]:
     """(sha, shape, status, ratio) of the search's trials (no patch) from a store, or from a CSV of
-    `bisector store export` (benches/results/demo-replay-*.csv keep those columns of two runs)."""
+    `bisector store export` (studies/results/demo-replay-*.csv keep those columns of two runs)."""
     if store.suffix == ".csv":
         with open(store, newline="") as f:
             return [(r["sha"], r["shape"], r["status"], float(r["ratio"]) if r["ratio"] else None)

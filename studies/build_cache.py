@@ -1,8 +1,8 @@
 """Build-cache timings on a real upstream: cold builds, cache hits, and patched (revert) builds.
 
-    python -m benches.build_cache --repo /tmp/FlagGems --recipe pip --commits 5
+    python -m studies.build_cache --repo /tmp/FlagGems --recipe pip --commits 5
 
-Runs on the host, not in a trial process, so unlike the rest of `benches` it uses `bisector`
+Runs on the host, not in a trial process, so, like every study, it uses `bisector`
 (imported inside `main`, so importing this module from a trial stays free of it).
 """
 

@@ -1,6 +1,6 @@
 """Regenerate tests/fixtures/kernels/: the demo's Triton kernels compiled for sm_90 without a GPU.
 
-    python -m benches.kernel_fixtures [--out tests/fixtures/kernels] [--keep-llir]
+    python -m studies.kernel_fixtures [--out tests/fixtures/kernels] [--keep-llir]
 
 For the parent and the culprit of four planted steps of the demo upstream (#145 num_stages 3 -> 2,
 #131 GROUP_M 8 -> 1, #115 the dropped L2 remap, #122 the dropped fast math), each commit's
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     (args.out / "index.json").write_text(json.dumps(
         {"compiled": "ahead of time for sm_90 (GPUTarget('cuda', 90, 32)) on a CPU machine, by "
-                     "benches/kernel_fixtures.py; not captured on an H200",
+                     "studies/kernel_fixtures.py; not captured on an H200",
          "triton": _triton_version(), "steps": index}, indent=2) + "\n")
     total = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
     print(f"{args.out}: {total / 1024:.0f} KiB", file=sys.stderr)

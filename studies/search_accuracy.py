@@ -1,6 +1,6 @@
 """Accuracy and cost of step localization on seeded simulated ranges, several methods side by side.
 
-    python benches/search_accuracy.py --ranges 200 --seed 1 [--regime default|quiet] [--devices W]
+    python studies/search_accuracy.py --ranges 200 --seed 1 [--regime default|quiet] [--devices W]
 
 Each range: N commits (50..500), 1..3 steps of 1%..15% (regressions and improvements) in random
 non-empty subsets of 3 shapes, per-trial noise CV 0.5%..5%, 0..10% of commits that do not build

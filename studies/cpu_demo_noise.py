@@ -2,7 +2,7 @@
 CPU trials) against glibc's default, moving threshold; or a trial's CPU time against wall time as
 its clock; optionally with other processes loading the machine.
 
-    python -m benches.cpu_demo_noise [--trials 12] [--commits 19,21] [--compare malloc|clock] [--load 2]
+    python -m studies.cpu_demo_noise [--trials 12] [--commits 19,21] [--compare malloc|clock] [--load 2]
 
 Writes the demo repository to a temporary directory and, per mode, runs `--trials` trial processes
 of each commit (index in the demo history) through the executor `bisector demo` uses, two at a

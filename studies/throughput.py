@@ -1,7 +1,7 @@
 """Trial throughput of the executor: trials per minute, where a trial's time goes, and whether the
 numbers stay the same, for worker processes spawned one by one or forked from a zygote.
 
-    python -m benches.throughput [--device cpu|cuda] [--trials 12] [--modes spawn,fork]
+    python -m studies.throughput [--device cpu|cuda] [--trials 12] [--modes spawn,fork]
                                  [--commits 19,21] [--devices N] [--json OUT.json]
 
 Writes the demo repository to a temporary directory, exports two commits of its history (default:
