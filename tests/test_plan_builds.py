@@ -11,7 +11,7 @@ from pathlib import Path
 import git
 import pytest
 
-from bisector.keyfiles import key_from_commit, key_from_dir, pattern_problem
+from bisector.config.keyfiles import key_from_commit, key_from_dir, pattern_problem
 from tests.llvm_pins import pin_history
 
 ROOT = Path(__file__).resolve().parents[1]

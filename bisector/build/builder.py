@@ -15,7 +15,7 @@ Recipes:
   `shared_dir`, default BISECTOR_SHARED_DIR, seen by the later steps too) and is skipped when that
   dir is complete: one LLVM build per pin. An entry may end in a wildcard (`thirdparty/llvm-*`),
   so the key follows a pin that moves to another file; an entry that matches nothing fails the
-  build (`bisector/keyfiles.py`; `bisector plan --config` lists such commits without building).
+  build (`bisector/config/keyfiles.py`; `bisector plan --config` lists such commits without building).
   Steps also see BISECTOR_SHA, BISECTOR_SOURCE (worktree) and BISECTOR_PREFIX (`<entry>/site`,
   first on PYTHONPATH).
 
@@ -45,7 +45,7 @@ from bisector.build.steps import StepOutcome, import_argv, python_path_env, run_
 from bisector.build.worktree import Worktrees, resolve_commit, tree_hash
 from bisector.config import DEFAULT_SHARED_ENV, Build, BuildStep, Upstream
 from bisector.errors import GitError
-from bisector.keyfiles import key_from_dir
+from bisector.config.keyfiles import key_from_dir
 from bisector.model import BuildResult, BuildStatus
 from bisector.runner.memwatch import limit_bytes
 from bisector.trust.filter import scrub

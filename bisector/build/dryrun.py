@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import git
 
 from bisector.config import Build
-from bisector.keyfiles import key_from_commit
+from bisector.config.keyfiles import key_from_commit
 
 
 @dataclass(frozen=True)

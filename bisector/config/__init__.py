@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from bisector import config_suites
-from bisector.config_reader import Section as _Section
-from bisector.config_reader import show as _show
-from bisector.keyfiles import pattern_problem
-from bisector.config_suites import Subject, SuiteModule
+from bisector.config import subjects as config_suites
+from bisector.config.reader import Section as _Section
+from bisector.config.reader import show as _show
+from bisector.config.keyfiles import pattern_problem
+from bisector.config.subjects import Subject, SuiteModule
 from bisector.errors import ConfigError
 from bisector.model import Shape
 from bisector.trust.filter import DEFAULT_TOKEN_ENV
@@ -45,7 +45,7 @@ class BuildStep:
     env: Mapping[str, str] = field(default_factory=dict)
     # Files whose content keys this step's output on its own (e.g. an LLVM pin), so that a range
     # with one pin change costs two builds of the heavy dependency, not one per commit. The last
-    # part of an entry may hold wildcards; each entry must match a file (bisector/keyfiles.py).
+    # part of an entry may hold wildcards; each entry must match a file (bisector/config/keyfiles.py).
     key_files: tuple[str, ...] = ()
     shared_dir: str | None = None  # env var name that receives the shared output dir
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from benches import options as adapter_options
 from benches import shapes as shape_rules
-from bisector.config_reader import Section, show
+from bisector.config.reader import Section, show
 from bisector.errors import ConfigError
 from bisector.model import Shape
 
