@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bisector import evidence, laststore
+from bisector import evidence
+from bisector.store import last_used as laststore
 from bisector.commands.store import command as store_command
 from bisector.errors import EXIT_BAD_INPUT
 from bisector.model import Measurement, ProbeStatus, SearchResult, TrialRecord, TrialStatus, Uncertain

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from bisector.commands.store import command as store_command
 from bisector.errors import EXIT_BAD_INPUT, BadInput, StoreError
-from bisector.migrations import SCHEMA_VERSION, machine_hash
+from bisector.store.migrations import SCHEMA_VERSION, machine_hash
 from bisector.model import BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
 from bisector.store import MissingStore, Store, default_path
 
@@ -122,7 +122,7 @@ def test_commits_builds_and_nights(tmp_path: Path) -> None:
 
 
 # The schema as the first bisector release wrote it, spelled out here on purpose: if a migration
-# in bisector/migrations.py is ever edited instead of appended, this file stops upgrading.
+# in bisector/store/migrations.py is ever edited instead of appended, this file stops upgrading.
 V1_SCHEMA = """
 CREATE TABLE commits (campaign TEXT NOT NULL, sha TEXT NOT NULL, date TEXT, author TEXT, subject TEXT,
     pr INTEGER, PRIMARY KEY (campaign, sha));

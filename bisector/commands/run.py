@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector import gitrepo, laststore, pipeline
+from bisector import gitrepo, pipeline
+from bisector.store import last_used as laststore
 from bisector.commands.common import USER_PATH, fail_on_error, print_json, run_options, shape_list, with_executor
 from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from bisector import laststore
+from bisector.store import last_used as laststore
 from bisector.commands.common import fail_on_error, print_json
 from bisector.store import FORMATS, Store
 

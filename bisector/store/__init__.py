@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping, Sequence, 
 import platformdirs
 
 from bisector.errors import BadInput, StoreError
-from bisector.migrations import SCHEMA_VERSION, machine_hash, migrate, schema_version
+from bisector.store.migrations import SCHEMA_VERSION, machine_hash, migrate, schema_version
 from bisector.model import BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
 from bisector.paths import absolute
 
