@@ -31,7 +31,7 @@ from bisector.model import Measurement, ProbeStatus, Step
 from bisector.probe import NOT_MEASURED, Taken, fresh, side_by_side
 from bisector.report.data import HunkFinding, HunkTry
 from bisector.report.findings import HunkGroup
-from bisector.stats import compare
+from bisector.search.stats import compare
 
 if TYPE_CHECKING:
     from bisector.pipeline import Session

@@ -21,7 +21,7 @@ from bisector.config import Config
 from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step, Verdict
 from bisector.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.data import FixResult
-from bisector.stats import compare
+from bisector.search.stats import compare
 
 if TYPE_CHECKING:
     from bisector.pipeline import Session

@@ -39,7 +39,7 @@ from bisector.fixes import side_trials
 from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
 from bisector.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.findings import ComboResult, Interaction, PairEffect
-from bisector.stats import compare
+from bisector.search.stats import compare
 from bisector.trust.filter import scrub
 
 if TYPE_CHECKING:

@@ -18,8 +18,9 @@ from typing import Callable, Iterator, Mapping, Sequence
 import git
 import platformdirs
 
-from bisector import culprit_hunks, evidence, gitrepo, search
-from bisector.correctness import WrongWindow, localize_wrong
+from bisector import culprit_hunks, gitrepo, search
+from bisector.search import evidence
+from bisector.search.wrong_results import WrongWindow, localize_wrong
 from bisector.errors import BadInput
 from bisector.paths import shown
 from bisector.build import Builder, Prefetcher

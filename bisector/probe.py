@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
 from bisector.runner.executor import TrialJob, TrialOutcome
-from bisector.stats import full_clock_time
+from bisector.search.stats import full_clock_time
 from bisector.store import Owner, Store
 
 # Failed trials in a row after which a shape is not asked for again; a commit with no usable trial

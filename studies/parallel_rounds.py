@@ -2,9 +2,9 @@
 
     python -m studies.parallel_rounds [--runs 20] [--trial-seconds 7] > studies/results/parallel-rounds.txt
 
-Per N in 50, 500, 5000 and W in 1, 2, 4, 8: `bisector.plan.estimate` on simulated ranges with one
+Per N in 50, 500, 5000 and W in 1, 2, 4, 8: `bisector.search.cost.estimate` on simulated ranges with one
 5% step in one of 3 shapes, per-trial noise CV 1% (an H200's ratio CV is 0.1-0.7%, the CPU's
-1.6-2.4%), trials laid out on W devices (bisector/schedule.py). A trial is `--trial-seconds` of
+1.6-2.4%), trials laid out on W devices (bisector/search/schedule.py). A trial is `--trial-seconds` of
 device time (the H200 demo: ~7 s a trial process, ~3.3 s of it on the device).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from bisector.plan import estimate
+from bisector.search.cost import estimate
 
 
 def main() -> None:

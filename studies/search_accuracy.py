@@ -7,7 +7,7 @@ non-empty subsets of 3 shapes, per-trial noise CV 0.5%..5%, 0..10% of commits th
 (never GOOD or BAD). Methods:
 - engine: bisector.search.localize with a SimulatedProbe; with `--devices W` it splits each suspect
   interval into W+1 parts and probes W commits a round (k-ary); `rounds / range` counts its
-  probe calls one after the other (bisector/schedule.py).
+  probe calls one after the other (bisector/search/schedule.py).
 - git-bisect: one trial per commit, GOOD vs BAD on the shape that moved most, each midpoint called
   bad when nearer BAD's value than GOOD's; a SKIP midpoint moves to its nearest buildable neighbour.
 - asv / otava / pelt: every buildable commit measured with 3 trials (their mean is the series
@@ -36,9 +36,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from bisector.schedule import Clocked
+from bisector.search.schedule import Clocked
 from bisector.search import SearchSettings, localize
-from bisector.simulate import SimStep, SimulatedProbe, StepModel
+from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 
 SHAPES = ("fa_s4096", "fa_s16384", "gemm_8192")
 

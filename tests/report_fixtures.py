@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Mapping, Sequence
 
-from bisector.correctness import WrongWindow
+from bisector.search.wrong_results import WrongWindow
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 from bisector.report.data import CommitRow, FixResult, HunkFinding, HunkTry, ReportData, UnsurePair, WrongResult
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bisector.analyze import find_steps, load_csv
+from bisector.search.analyze import find_steps, load_csv
 from bisector.commands.analyze import command
 from bisector.errors import BadInput
-from bisector.simulate import SimStep, SimulatedProbe, StepModel
+from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 
 SHAPES = ("fa/s4096", "gemm/8192")
 

@@ -1,4 +1,4 @@
-from bisector.correctness import localize_wrong
+from bisector.search.wrong_results import localize_wrong
 from bisector.model import Measurement, ProbeStatus
 
 ORDER = [f"c{i:02d}" for i in range(40)]

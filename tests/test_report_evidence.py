@@ -1,5 +1,5 @@
 """What the report shows as evidence, computed from stored trials and a search result
-(bisector/evidence.py), and where the report and `store info` say things are."""
+(bisector/search/evidence.py), and where the report and `store info` say things are."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bisector import evidence
+from bisector.search import evidence
 from bisector.store import last_used as laststore
 from bisector.commands.store import command as store_command
 from bisector.errors import EXIT_BAD_INPUT
 from bisector.model import Measurement, ProbeStatus, SearchResult, TrialRecord, TrialStatus, Uncertain
 from bisector.paths import shown
 from bisector.pipeline import shown_upstream
-from bisector.stats import compare
+from bisector.search.stats import compare
 from bisector.store import Store
 
 

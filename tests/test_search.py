@@ -9,7 +9,7 @@ import pytest
 
 from bisector.model import Measurement, ProbeStatus, Verdict
 from bisector.search import SearchSettings, localize, result_json
-from bisector.simulate import SimStep, SimulatedProbe, StepModel
+from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 
 SHAPES = ("fa/s4096", "fa/s16384", "gemm/8192")
 JITTER = (0.0, 0.003, -0.003, 0.0015, -0.0015, 0.002, -0.002, 0.001, -0.001, 0.0025, -0.0025)

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from bisector.commands.plan import command as plan_command
 from bisector.commands.simulate import command as simulate_command
 from bisector.errors import BadInput, ConfigError
-from bisector.plan import estimate, noise_from_rows
-from bisector.simulate import SimStep, SimulatedProbe, StepModel, parse_model, resolve_prefix
+from bisector.search.cost import estimate, noise_from_rows
+from bisector.search.simulate import SimStep, SimulatedProbe, StepModel, parse_model, resolve_prefix
 from tests.gitfixtures import squash_history
 
 

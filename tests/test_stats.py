@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bisector.model import Verdict
-from bisector.stats import compare, holds, noise_cv
+from bisector.search.stats import compare, holds, noise_cv
 
 
 def _noisy(rng: np.random.Generator, level: float, cv: float, n: int) -> list[float]:

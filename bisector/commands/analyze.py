@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from bisector.analyze import find_steps, load_csv
+from bisector.search.analyze import find_steps, load_csv
 from bisector.commands.common import fail_on_error, print_json
 from bisector.commands.simulate import echo_result
 from bisector.errors import BadInput

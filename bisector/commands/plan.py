@@ -17,7 +17,7 @@ from bisector.build.dryrun import step_builds
 from bisector.commands.common import USER_PATH, devices_option, echo_devices, fail_on_error, print_json
 from bisector.commands.simulate import make_settings, settings_options
 from bisector.errors import BadInput
-from bisector.plan import estimate, noise_from_rows
+from bisector.search.cost import estimate, noise_from_rows
 
 
 @click.command("plan")
@@ -109,7 +109,7 @@ def _print_builds(n: int, builds: list[dict[str, Any]], as_json: bool) -> None:
 
 def _rows(store_path: str | None, csv_path: str | None, campaign: str | None) -> list[dict[str, object]]:
     if csv_path:
-        from bisector.analyze import load_csv
+        from bisector.search.analyze import load_csv
 
         series = load_csv(csv_path, campaign)
         return [{"sha": sha, "shape": shape, "value": v}

@@ -8,10 +8,10 @@ from bisector import gitrepo
 from dataclasses import replace
 
 from bisector.commands.common import devices_option, echo_devices, fail_on_error, print_json
-from bisector.schedule import Clocked
+from bisector.search.schedule import Clocked
 from bisector.errors import BadInput
 from bisector.search import SearchResult, SearchSettings, result_json
-from bisector.simulate import load_model, run_simulation
+from bisector.search.simulate import load_model, run_simulation
 
 
 def settings_options(func):  # type: ignore[no-untyped-def]

@@ -73,7 +73,7 @@ class Protocol:
     trials: int = 3  # first trials per commit; the search doubles up to max_trials
     max_trials: int = 24
     # Trials a commit gets first once the run's trial noise is known: a step of many noise widths
-    # is then decided with one trial a side (bisector/search.py).
+    # is then decided with one trial a side (bisector/search/__init__.py).
     first_look: int = 1
     reps: int = 20  # timed repetitions per trial, subject and control alternating
     warmup: int = 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from bisector.correctness import WrongWindow
+from bisector.search.wrong_results import WrongWindow
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 from bisector.report.findings import HunkGroup, Interaction, StepKernels
 from bisector.throughput import Throughput

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from bisector import stats
+from bisector.search import stats
 from bisector.model import Comparison, Verdict
 
 

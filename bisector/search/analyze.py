@@ -25,7 +25,7 @@ import numpy as np
 
 from bisector.errors import BadInput
 from bisector.model import Measurement, ProbeStatus, SearchResult, Step, Verdict
-from bisector.stats import compare, holds, log_sd
+from bisector.search.stats import compare, holds, log_sd
 
 __all__ = ["Series", "load_csv", "find_steps"]
 

@@ -4,8 +4,8 @@ Given the range's length, the measured per-trial noise, the expected number of s
 size, we simulate `runs` ranges (steps at random commits in random shapes, SKIPs at `fail_rate`)
 and report the distinct commits probed (builds), trials (one trial process covers every shape of
 a suite) and GPU time = trials x seconds per trial. With `devices` W the search probes W commits a
-round (k-ary, bisector/search.py) and the wall time is the rounds laid out on W devices
-(bisector/schedule.py). Pure apart from the simulation's RNG.
+round (k-ary, bisector/search/__init__.py) and the wall time is the rounds laid out on W devices
+(bisector/search/schedule.py). Pure apart from the simulation's RNG.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from bisector.schedule import Clocked
+from bisector.search.schedule import Clocked
 from bisector.search import SearchSettings, localize
-from bisector.simulate import SimStep, SimulatedProbe, StepModel
-from bisector.stats import noise_cv
+from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
+from bisector.search.stats import noise_cv
 
 __all__ = ["Plan", "estimate", "noise_from_rows"]
 

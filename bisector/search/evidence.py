@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence
 from bisector.model import Comparison, Measurement, SearchResult, TrialRecord, TrialStatus
 from bisector.report.data import UnsurePair
 from bisector.search import POOLED_MIN_DF
-from bisector.stats import compare, full_clock_time, log_sd
+from bisector.search.stats import compare, full_clock_time, log_sd
 
 
 def metric_value(trial: TrialRecord, metric: str) -> float | None:

@@ -29,7 +29,7 @@ import numpy as np
 
 from bisector.errors import BadInput, ConfigError
 from bisector.model import Commit, Measurement, Probe, ProbeStatus, SearchResult
-from bisector.schedule import Clocked
+from bisector.search.schedule import Clocked
 from bisector.search import SearchSettings, localize
 from bisector.userfile import UserFileError, read_text
 
@@ -179,7 +179,7 @@ class SimulatedProbe:
 def run_simulation(commits: Sequence[Commit], model: StepModel, noise_cv: float, seed: int,
                    settings: SearchSettings, clock: Callable[[Probe], Clocked] | None = None) -> SearchResult:
     """The search over the real history `commits` (oldest first) against the step model; `clock`
-    wraps the probe to count rounds and wall time (bisector/schedule.py)."""
+    wraps the probe to count rounds and wall time (bisector/search/schedule.py)."""
     shas = [c.sha for c in commits]
     probe: Probe = SimulatedProbe(shas, model, noise_cv, seed)
     result = localize(shas, clock(probe) if clock else probe, settings)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from bisector.model import Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict
-from bisector.stats import compare, holds, log_sd
+from bisector.search.stats import compare, holds, log_sd
 
 # Degrees of freedom from which the pooled noise replaces each pair's own (Welch) estimate.
 POOLED_MIN_DF = 12
