@@ -18,7 +18,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 import git
 import platformdirs
 
-from bisector import culprit_hunks, gitrepo, search
+from bisector import gitrepo, search
+from bisector.why import culprit_hunks
 from bisector.search import evidence
 from bisector.search.wrong_results import WrongWindow, localize_wrong
 from bisector.errors import BadInput
@@ -27,16 +28,16 @@ from bisector.build import Builder, Prefetcher
 from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Shape, TrialRecord,
                             TrialStatus)
-from bisector.fixes import expected_trials as fixes_expected, verify_fixes
-from bisector.interactions import expected_trials as interactions_expected, measure_interactions
-from bisector.kernels.collect import step_kernels
-from bisector.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
+from bisector.why.fixes import expected_trials as fixes_expected, verify_fixes
+from bisector.why.interactions import expected_trials as interactions_expected, measure_interactions
+from bisector.why.kernel_diff.collect import step_kernels
+from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
 from bisector.runner.choose import Trials, offline_width, open_trials
 from bisector.runner.executor import TrialJob
 from bisector.store import Store, campaign_key
-from bisector.throughput import Stage, Throughput, from_records, summarize
+from bisector.runner.time_spent import Stage, Throughput, from_records, summarize
 
 
 @dataclass(frozen=True)

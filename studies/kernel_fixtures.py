@@ -10,7 +10,7 @@ ahead of time for an H100/H200 (`GPUTarget("cuda", 90, 32)`), specialized as Tri
 specialize them for the H200 demo's shapes (configs/h200-demo.toml: Triton's own binder on
 stand-in tensors, so the divisibility hints and `== 1` constants are the JIT's). Each commit
 compiles into its own `TRITON_CACHE_DIR`, laid out as a trial's JIT dir, and is then kept with
-bisector.kernels.artifacts.keep, exactly as the pipeline keeps a run's artifacts next to its report
+bisector.why.kernel_diff.artifacts.keep, exactly as the pipeline keeps a run's artifacts next to its report
 (text stages gzipped, cuobjdump and ptxas -v output from the tools in Triton's wheel).
 
 These are NOT artifacts captured on the H200: Triton here may be newer than the H200's (the
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bisector.demo.history import COMMITS
 from bisector.demo.repo import export_commit, write_demo_repo
-from bisector.kernels.artifacts import keep
+from bisector.why.kernel_diff.artifacts import keep
 
 STEPS = {145: "gemm_stages", 131: "gemm_group_m", 115: "fa_remap_dropped", 122: "fastmath_dropped"}
 TARGET = ("cuda", 90, 32)

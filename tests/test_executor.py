@@ -184,7 +184,7 @@ TWO_RUNS = textwrap.dedent('''
     from dataclasses import replace
     sys.path[:0] = [sys.argv[1]]
     from bisector.model import BuildResult, BuildStatus, Shape, TrialRecord, TrialStatus
-    from bisector.probe import StoreProbe
+    from bisector.runner.probe import StoreProbe
     from bisector.runner.executor import Timeline, TrialOutcome
     from bisector.store import Store
 

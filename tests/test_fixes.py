@@ -1,8 +1,8 @@
-"""When a revert's check on the tip is decided, and when it buys more trials (bisector/fixes.py)."""
+"""When a revert's check on the tip is decided, and when it buys more trials (bisector/why/fixes.py)."""
 
 from __future__ import annotations
 
-from bisector.fixes import undecided
+from bisector.why.fixes import undecided
 from bisector.model import Comparison, Verdict
 from bisector.report.data import FixResult
 

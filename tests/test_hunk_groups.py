@@ -16,7 +16,9 @@ from pathlib import Path
 import git
 import pytest
 
-from bisector import gitrepo, hunk_groups, hunks
+from bisector import gitrepo
+from bisector.why import hunk_groups
+from bisector.why import hunks
 from tests.gitfixtures import commit_file
 
 KERNEL_BEFORE = '''"""A Triton-style kernel module (the decorator stands in for @triton.jit)."""

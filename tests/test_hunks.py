@@ -12,7 +12,9 @@ from typing import Callable
 import git
 import pytest
 
-from bisector import culprit_hunks, gitrepo, hunks
+from bisector import gitrepo
+from bisector.why import culprit_hunks
+from bisector.why import hunks
 from bisector.config import parse
 from bisector.model import Step
 from tests.gitfixtures import commit_file, cpu_config, gemm_subject

@@ -21,7 +21,7 @@ import git
 import pytest
 
 from bisector import gitrepo
-from bisector.interactions import MAX_STEPS, combined_patch, groups, pair_effect
+from bisector.why.interactions import MAX_STEPS, combined_patch, groups, pair_effect
 from bisector.model import Step
 from tests.gitfixtures import commit_file, cpu_config, gemm_subject, git as run_git
 

@@ -3,7 +3,7 @@
 The fixtures (tests/fixtures/kernels/) are the demo's own Triton kernels at the parent and the
 culprit of four planted steps, compiled ahead of time for sm_90 on a CPU machine by
 `python -m studies.kernel_fixtures` (Triton's compiler, ptxas and cuobjdump from its wheel), and
-kept by bisector.kernels.artifacts.keep as a run keeps them next to its report. They were not
+kept by bisector.why.kernel_diff.artifacts.keep as a run keeps them next to its report. They were not
 captured on an H200.
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from bisector.kernels import artifacts, isa, resources
-from bisector.kernels.collect import KERNELS_DIR, compare_dirs, step_kernels
-from bisector.kernels.diff import diff_kernels, normalize
+from bisector.why.kernel_diff import artifacts, isa, resources
+from bisector.why.kernel_diff.collect import KERNELS_DIR, compare_dirs, step_kernels
+from bisector.why.kernel_diff.diff import diff_kernels, normalize
 from bisector.model import Commit, Step
 from bisector.publish.messages import culprit_body
 from bisector.report import markdown

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from bisector.probe import ProbeEvent
+from bisector.runner.probe import ProbeEvent
 
 PLAIN_INTERVAL_S = 5.0
 

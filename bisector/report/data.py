@@ -8,7 +8,7 @@ from typing import Mapping
 from bisector.search.wrong_results import WrongWindow
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 from bisector.report.findings import HunkGroup, Interaction, StepKernels
-from bisector.throughput import Throughput
+from bisector.runner.time_spent import Throughput
 
 METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock"}
 METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed"}
@@ -119,7 +119,7 @@ class HunkFinding:
     diff: str = ""  # the same patch's text
     complete: bool = True  # False: stopped at a budget; the step is within `hunks`
     stopped_at: str = ""  # the budget that stopped it: "builds" (build.max_hunk_builds) or "trials"
-    groups: tuple[HunkGroup, ...] = ()  # hunks searched as one, and why (bisector/hunk_groups.py)
+    groups: tuple[HunkGroup, ...] = ()  # hunks searched as one, and why (bisector/why/hunk_groups.py)
     unresolved: int = 0  # subsets that did not build, import, run or give right results
     shown_minimal: bool = True  # removing any one of `hunks` was measured and lost the step
     one_group: bool = False  # `hunks` are one group, searched as one (never apart)

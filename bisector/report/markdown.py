@@ -16,7 +16,7 @@ from bisector.report import why
 from bisector.report.data import (METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, CommitRow, FixResult, HunkFinding,
                                   ReportData, UnsurePair, metric_of_shape)
 from bisector.report.figures import change, metric_cell, tflops
-from bisector.throughput import describe as describe_throughput
+from bisector.runner.time_spent import describe as describe_throughput
 
 __all__ = ["METRIC_SHORT", "METRIC_WORDS", "diff_block", "metric_of_shape", "metric_words", "render", "step_summary",
            "tflops", "wrong_rows"]

@@ -1,5 +1,5 @@
 """For every verified step: keep the parent's and the culprit's compiled kernels next to the report,
-and compare them (bisector/kernels/diff.py).
+and compare them (bisector/why/kernel_diff/diff.py).
 
 Where the artifacts come from: each commit's first trial compiles into `<work>/jit/<sha>/<var>`
 (bisector/runner/env.py), and the next run of that commit empties it. So they are copied into
@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from bisector.kernels import artifacts
-from bisector.kernels.artifacts import Kernel
-from bisector.kernels.diff import compare, match, normalize, ordered, unified
+from bisector.why.kernel_diff import artifacts
+from bisector.why.kernel_diff.artifacts import Kernel
+from bisector.why.kernel_diff.diff import compare, match, normalize, ordered, unified
 from bisector.model import Step
 from bisector.report.findings import KernelDiff, StepKernels
 from bisector.runner.env import jit_dir

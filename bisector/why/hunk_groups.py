@@ -4,7 +4,7 @@ On a real upstream, 6 of 10 subsets of a culprit's hunks failed to import or com
 (`missing 1 required positional argument: 'k_page_stride'`, `got multiple values for argument
 'BLOCK_M'`, a Triton CompilationError): a `def` whose parameters changed went without its call
 sites. Such a subset says nothing about where the step is, and it costs a build and a trial. So
-before the search splits a commit, hunks are grouped, and the search (bisector/hunks.py) splits
+before the search splits a commit, hunks are grouped, and the search (bisector/why/hunks.py) splits
 groups, never a group:
 
 - Python files are read with `ast` at the parent and at the culprit. A function (a `@triton.jit`
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from bisector.hunks import Hunk
+from bisector.why.hunks import Hunk
 from bisector.report.findings import HunkGroup
 
 __all__ = ["group", "changed_lines"]

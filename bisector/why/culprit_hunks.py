@@ -1,13 +1,13 @@
 """Down from the culprit commit to its hunk: patched builds of the parent, measured like any commit.
 
-Each round of the search (bisector/hunks.py) asks about several subsets of the culprit's hunks at
+Each round of the search (bisector/why/hunks.py) asks about several subsets of the culprit's hunks at
 once: each is applied to the parent and built (cached by patch hash), and all are measured side
 by side with the parent itself, one trial of each per round, on the step's shapes only. The
 parent's drift is then measured once per round, not once per subset, and the culprit's side of
 the comparison is the step as verification measured it (parent and culprit side by side).
 
 Hunks that must travel together (a changed signature and the hunks that use its new names,
-bisector/hunk_groups.py) are grouped first, and the search splits groups, never a group.
+bisector/why/hunk_groups.py) are grouped first, and the search splits groups, never a group.
 
 A subset carries the step when, over the step's shapes, it sits nearer the culprit than the parent:
 the median over shapes of log(subset / parent) / log(culprit / parent) is at least one half. The
@@ -25,10 +25,11 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from bisector import gitrepo, hunk_groups, hunks
+from bisector import gitrepo
+from bisector.why import hunk_groups, hunks
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
-from bisector.probe import NOT_MEASURED, Taken, fresh, side_by_side
+from bisector.runner.probe import NOT_MEASURED, Taken, fresh, side_by_side
 from bisector.report.data import HunkFinding, HunkTry
 from bisector.report.findings import HunkGroup
 from bisector.search.stats import compare

@@ -5,7 +5,7 @@ IR of every stage (`.ttir`, `.ttgir`, `.llir`, then `.ptx` and `.cubin`, or `.am
 Each commit's trials compile into the commit's own cache (bisector/runner/env.py `jit_dir`), which
 the next run of the same commit empties. So the pipeline keeps a copy of the caches of every
 verified step's parent and culprit in the report directory (`kernels/<sha12>/`): the text stages
-gzipped, the binaries replaced by what the tools say about them (bisector/kernels/resources.py).
+gzipped, the binaries replaced by what the tools say about them (bisector/why/kernel_diff/resources.py).
 An offline re-make of the report reads those copies; a report directory moved elsewhere keeps them.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from bisector.kernels import resources
+from bisector.why.kernel_diff import resources
 
 __all__ = ["LEVELS", "Kernel", "find_kernels", "keep", "read_text", "other_files"]
 

@@ -35,9 +35,9 @@ from scipy import stats as sps
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config
-from bisector.fixes import side_trials
+from bisector.why.fixes import side_trials
 from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
-from bisector.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
+from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.findings import ComboResult, Interaction, PairEffect
 from bisector.search.stats import compare
 from bisector.trust.filter import scrub

@@ -15,8 +15,8 @@ import re
 from collections import defaultdict
 from typing import Sequence
 
-from bisector.kernels import artifacts, isa, resources
-from bisector.kernels.artifacts import LEVELS, Kernel
+from bisector.why.kernel_diff import artifacts, isa, resources
+from bisector.why.kernel_diff.artifacts import LEVELS, Kernel
 from bisector.report.findings import KernelDiff, KernelSide
 
 __all__ = ["normalize", "signature", "side", "compare", "match", "diff_kernels", "ordered", "unified",

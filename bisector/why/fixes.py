@@ -1,7 +1,7 @@
 """Candidate fixes: each regression's revert carried to the tip, built, and measured there side by
 side with the tip as it is and the culprit's parent.
 
-Side by side (one trial of each per round, bisector/probe.py `side_by_side`), because the three
+Side by side (one trial of each per round, bisector/runner/probe.py `side_by_side`), because the three
 are compared with each other: measured minutes apart, a busy machine once read "45.6% still
 missing" for a revert that restores fully. All reverts go in one batch with the tip measured once
 per round for all of them; each revert and each parent only on its step's shapes, on the metric
@@ -19,7 +19,7 @@ from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config
 from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step, Verdict
-from bisector.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
+from bisector.runner.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.data import FixResult
 from bisector.search.stats import compare
 

@@ -124,7 +124,7 @@ class HunkSearch:
 def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]],
            budget: int | None = None) -> HunkSearch:
     """Zeller's delta debugging (ddmin) over the commit's hunks (or groups of hunks that must travel
-    together, bisector/hunk_groups.py): keep a chunk, or drop one, while what is left still
+    together, bisector/why/hunk_groups.py): keep a chunk, or drop one, while what is left still
     reproduces the step (`carries_many`: for each subset, does the parent with it applied move as
     the commit did: True, False, or None when unresolved). Only a subset that carries the step
     narrows the search; an unresolved one is neither evidence for the step nor against it
