@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
           + " | change (CV of the trial pairs) |")
     print("|---|---|" + "---|" * (len(commits) + 1))
     from bisector.demo import write_demo_repo
-    from bisector.demo.config import demo_config
+    from bisector.demo.demo_config import demo_config
     from bisector.demo.repo import export_commit
     from bisector.model import BuildResult, BuildStatus
 

@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from bisector.demo.config import demo_config
+from bisector.demo.demo_config import demo_config
 from bisector.demo.history import COMMITS, states
 from bisector.demo.repo import write_demo_repo
 from bisector.model import Measurement, ProbeStatus

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write every figure here too")
     args = ap.parse_args(argv)
     from bisector.demo import write_demo_repo
-    from bisector.demo.config import demo_config
+    from bisector.demo.demo_config import demo_config
     from bisector.demo.repo import export_commit
     from bisector.model import BuildResult, BuildStatus
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bisector.search.analyze import find_steps, load_csv
-from bisector.commands.analyze import command
+from bisector.commands.analyze_cmd import command
 from bisector.errors import BadInput
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from bisector.build import Builder, Prefetcher, bisection_candidates
 from bisector.build.cache import Cache
-from bisector.commands.build import command as build_command
+from bisector.commands.build_cmd import command as build_command
 from bisector.config import Build, BuildStep, Upstream
 from bisector.errors import RefError
 from bisector.model import BuildStatus

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from bisector.demo import write_demo_repo
-from bisector.demo.config import demo_config
+from bisector.demo.demo_config import demo_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.demo_e2e]
 

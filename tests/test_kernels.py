@@ -25,7 +25,7 @@ from bisector.publish.messages import culprit_body
 from bisector.report import markdown
 from bisector.report.data import ReportData
 from bisector.report.findings import KernelDiff
-from bisector.triggers import plan as plan_mod
+from bisector.triggers import outcome_plan as plan_mod
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"
 INDEX = json.loads((FIXTURES / "index.json").read_text())["steps"]

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bisector.commands.publish import command as publish_command
+from bisector.commands.publish_cmd import command as publish_command
 from bisector.config import Publish
 from bisector.errors import BadInput, PublishError
 from bisector.publish import (CulpritPost, PlotLink, PublishPlan, RetryPolicy, RunVerdict, dump_plan, load_plan,
                               publish)
 from bisector.publish import messages
 from bisector.publish.patching import apply_patch, touched_paths
-from bisector.publish.plan import plan_from_dict, plan_to_dict
+from bisector.publish.publish_plan import plan_from_dict, plan_to_dict
 from tests.fakegithub import FakeGitHub
 from tests.gitfixtures import commit_file, git
 

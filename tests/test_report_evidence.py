@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from bisector.search import evidence
 from bisector.store import last_used as laststore
-from bisector.commands.store import command as store_command
+from bisector.commands.store_cmd import command as store_command
 from bisector.errors import EXIT_BAD_INPUT
 from bisector.model import Measurement, ProbeStatus, SearchResult, TrialRecord, TrialStatus, Uncertain
 from bisector.paths import shown

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bisector.commands.plan import command as plan_command
-from bisector.commands.simulate import command as simulate_command
+from bisector.commands.plan_cmd import command as plan_command
+from bisector.commands.simulate_cmd import command as simulate_command
 from bisector.errors import BadInput, ConfigError
 from bisector.search.cost import estimate, noise_from_rows
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel, parse_model, resolve_prefix

@@ -19,7 +19,7 @@ import pandas
 import pytest
 from click.testing import CliRunner
 
-from bisector.commands.store import command as store_command
+from bisector.commands.store_cmd import command as store_command
 from bisector.errors import EXIT_BAD_INPUT, BadInput, StoreError
 from bisector.store.migrations import SCHEMA_VERSION, machine_hash
 from bisector.model import BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus

@@ -90,7 +90,7 @@ def test_partial_output_survives_abort(tmp_path):
 def test_bench_command_on_cpu(tmp_path):
     import git
 
-    from bisector.commands.bench import command
+    from bisector.commands.bench_cmd import command
     from bisector.store import Store
 
     up = tmp_path / "up"

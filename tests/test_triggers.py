@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bisector.commands import handle_comment
-from bisector.commands.publish import command as publish_command
+from bisector.commands import handle_comment_cmd as handle_comment
+from bisector.commands.publish_cmd import command as publish_command
 from bisector.publish.github import RetryPolicy
-from bisector.triggers import commands, thread
-from bisector.triggers.commands import BisectCommand, PerfCommand, Selection, Usage
+from bisector.triggers import thread
+from bisector.triggers import slash_commands as commands
+from bisector.triggers.slash_commands import BisectCommand, PerfCommand, Selection, Usage
 from bisector.triggers.permissions import Permission
 from tests.fakegithub import FakeGitHub
 from tests.gitfixtures import commit_file, git

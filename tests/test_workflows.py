@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from bisector import config as config_mod
-from bisector.triggers import commands
+from bisector.triggers import slash_commands as commands
 from bisector.trust.filter import DEFAULT_TOKEN_ENV, is_secret
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bisector.demo.history import AUTHORS, COMMITS, EXPECTATIONS, SHAPES, START_EPOCH, STEP_S, states
-from bisector.demo.render import render
+from bisector.demo.templating import render
 from bisector.errors import BadInput, GitError
 
 BRANCH = "main"

@@ -19,7 +19,7 @@ from bisector.errors import BadInput
 from bisector.publish import actions
 from bisector.publish.github import (CommentResult, DraftResult, RetryPolicy, StatusResult, connect, guard,
                                      open_draft_pull, own_login, post_status, upsert_comment)
-from bisector.publish.plan import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
+from bisector.publish.publish_plan import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
 
 __all__ = ["CulpritPost", "PlotLink", "PublishOutcome", "PublishPlan", "RetryPolicy", "RunVerdict", "dump_plan",
            "load_plan", "publish"]

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from bisector.config import Publish
 from bisector.publish import messages
-from bisector.publish.plan import PublishPlan
+from bisector.publish.publish_plan import PublishPlan
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ run with missing data never claims "no change".
 
 from __future__ import annotations
 
-from bisector.publish.plan import CulpritPost, PublishPlan, RunVerdict
+from bisector.publish.publish_plan import CulpritPost, PublishPlan, RunVerdict
 from bisector.report.markdown import diff_block
 
 GITHUB_BODY_LIMIT = 65536  # characters GitHub accepts in one comment or PR body

@@ -1,7 +1,7 @@
 """What a report says about *why* a step happened (issue #14), as frozen data for the renderers:
 the compiled kernels' diff across each step, the hunks that had to travel together, and how the
 reverts of steps on the same shapes combine on the tip. Computed by bisector/why/kernel_diff/,
-bisector/why/hunk_groups.py and bisector/why/interactions.py; read by bisector/report/why.py."""
+bisector/why/hunk_groups.py and bisector/why/interactions.py; read by bisector/report/why_sections.py."""
 
 from __future__ import annotations
 

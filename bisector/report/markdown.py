@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from bisector.model import Step, Verdict
-from bisector.report import why
+from bisector.report import why_sections as why
 from bisector.report.data import (METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, CommitRow, FixResult, HunkFinding,
                                   ReportData, UnsurePair, metric_of_shape)
 from bisector.report.figures import change, metric_cell, tflops

@@ -31,10 +31,11 @@ from bisector.config import Config
 from bisector.errors import BadInput, BisectorError, GitError, RefError
 from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
-from bisector.publish.plan import PublishPlan, RunVerdict, dump_plan
+from bisector.publish.publish_plan import PublishPlan, RunVerdict, dump_plan
 from bisector.runner import lock
-from bisector.triggers import commands, perf
-from bisector.triggers import plan as plan_mod
+from bisector.triggers import perf
+from bisector.triggers import slash_commands as commands
+from bisector.triggers import outcome_plan as plan_mod
 from bisector.triggers.event import CommentEvent, ignore_reason, read_event
 from bisector.triggers.permissions import refusal
 from bisector.triggers.thread import DryRunThread, GitHubThread, Thread

@@ -19,11 +19,11 @@ from typing import Callable, Mapping
 from bisector import gitrepo, pipeline, publish
 from bisector.config import Config
 from bisector.model import ProbeStatus
-from bisector.publish.plan import dump_plan
+from bisector.publish.publish_plan import dump_plan
 from bisector.search import uncertain_json
 from bisector.store import Night
 from bisector.triggers import perf
-from bisector.triggers import plan as plan_mod
+from bisector.triggers import outcome_plan as plan_mod
 
 
 @dataclass(frozen=True)

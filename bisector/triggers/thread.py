@@ -16,7 +16,7 @@ from bisector.config import Publish
 from bisector.errors import BadInput
 from bisector.publish.actions import CommentAction
 from bisector.publish.github import RetryPolicy, connect, guard, own_login, upsert_comment
-from bisector.publish.plan import PublishPlan
+from bisector.publish.publish_plan import PublishPlan
 from bisector.triggers import permissions
 from bisector.triggers.event import CommentEvent
 

@@ -10,7 +10,7 @@ import click
 
 from bisector import pipeline
 from bisector.commands.common import USER_PATH, fail_on_error, run_options, shape_list, with_executor
-from bisector.commands.run import run_and_print
+from bisector.commands.run_cmd import run_and_print
 from bisector.errors import BadInput
 
 
@@ -37,7 +37,7 @@ def command(device: str, directory: str, report_dir: str | None, shapes: str, no
             as_json: bool, executor_kind: str | None, executor_address: str | None) -> None:
     """Bisect the embedded demo library (40 commits with planted steps) on this machine."""
     from bisector.demo import write_demo_repo
-    from bisector.demo.config import demo_config, pick_device
+    from bisector.demo.demo_config import demo_config, pick_device
 
     root = demo_dir(directory)
     device = pick_device(device)

@@ -15,8 +15,8 @@ from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
 from bisector.errors import BadInput, BisectorError
 from bisector.model import ProbeStatus
-from bisector.publish.plan import dump_plan
-from bisector.triggers import plan as plan_mod
+from bisector.publish.publish_plan import dump_plan
+from bisector.triggers import outcome_plan as plan_mod
 from bisector.report import summary
 from bisector.report.summary import last_line
 from bisector.model import Comparison

@@ -15,7 +15,7 @@ import click
 from bisector import config, gitrepo
 from bisector.build.dryrun import step_builds
 from bisector.commands.common import USER_PATH, devices_option, echo_devices, fail_on_error, print_json
-from bisector.commands.simulate import make_settings, settings_options
+from bisector.commands.simulate_cmd import make_settings, settings_options
 from bisector.errors import BadInput
 from bisector.search.cost import estimate, noise_from_rows
 

@@ -1,10 +1,10 @@
 """The report's sections on why each step happened (issue #14), from ReportData only: what changed
-in the compiled kernel (bisector/report/kernels.py), the hunks that had to travel together, and
+in the compiled kernel (bisector/report/kernel_section.py), the hunks that had to travel together, and
 how steps on the same shapes combine. markdown.render calls `sections` once."""
 
 from __future__ import annotations
 
-from bisector.report import kernels
+from bisector.report import kernel_section as kernels
 from bisector.report.data import HunkFinding, ReportData
 from bisector.report.findings import ComboResult, Interaction
 

@@ -6,7 +6,7 @@ import click
 
 from bisector.search.analyze import find_steps, load_csv
 from bisector.commands.common import fail_on_error, print_json
-from bisector.commands.simulate import echo_result
+from bisector.commands.simulate_cmd import echo_result
 from bisector.errors import BadInput
 from bisector.search import result_json
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from bisector.model import Step
-from bisector.publish.plan import CulpritPost, PublishPlan, RunVerdict
-from bisector.report import kernels as kernel_report
+from bisector.publish.publish_plan import CulpritPost, PublishPlan, RunVerdict
+from bisector.report import kernel_section as kernel_report
 from bisector.report.data import FixResult, HunkFinding, ReportData
 from bisector.report.markdown import step_summary
 
