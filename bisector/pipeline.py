@@ -33,7 +33,10 @@ from bisector.why.interactions import expected_trials as interactions_expected, 
 from bisector.why.kernel_diff.collect import step_kernels
 from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
-from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
+from bisector.search.evidence import CommitRow
+from bisector.why.fixes import FixResult
+from bisector.report.data import ReportData
+from bisector.search.wrong_results import WrongResult
 from bisector.runner.choose import Trials, offline_width, open_trials
 from bisector.runner.executor import TrialJob
 from bisector.store import Store, campaign_key

@@ -8,7 +8,11 @@ from typing import Mapping, Sequence
 
 from bisector.search.wrong_results import WrongWindow
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
-from bisector.report.data import CommitRow, FixResult, HunkFinding, HunkTry, ReportData, UnsurePair, WrongResult
+from bisector.search.evidence import CommitRow, UnsurePair
+from bisector.why.fixes import FixResult
+from bisector.why.culprit_hunks import HunkFinding, HunkTry
+from bisector.report.data import ReportData
+from bisector.search.wrong_results import WrongResult
 
 
 def sha(i: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bisector.why.fixes import undecided
 from bisector.model import Comparison, Verdict
-from bisector.report.data import FixResult
+from bisector.why.fixes import FixResult
 
 
 def fix(*comparisons: tuple[Verdict, float, float, float]) -> FixResult:

@@ -245,7 +245,8 @@ def test_files_that_do_not_parse_or_are_not_python_are_grouped_by_name_only(tmp_
 def test_the_report_names_the_groups_and_the_unresolved_subsets(culprit) -> None:
     from bisector.model import Commit
     from bisector.report import markdown
-    from bisector.report.data import HunkFinding, HunkTry, ReportData
+    from bisector.why.culprit_hunks import HunkFinding, HunkTry
+    from bisector.report.data import ReportData
 
     root, sha = culprit
     parts, groups = parts_and_groups(root, sha)

@@ -24,7 +24,7 @@ from bisector.model import Commit, Step
 from bisector.publish.messages import culprit_body
 from bisector.report import markdown
 from bisector.report.data import ReportData
-from bisector.report.findings import KernelDiff
+from bisector.why.kernel_diff.diff import KernelDiff
 from bisector.triggers import outcome_plan as plan_mod
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"

@@ -2,7 +2,11 @@ from pathlib import Path
 
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 from bisector.report import markdown, render
-from bisector.report.data import CommitRow, FixResult, HunkFinding, HunkTry, ReportData, WrongResult
+from bisector.search.evidence import CommitRow
+from bisector.why.fixes import FixResult
+from bisector.why.culprit_hunks import HunkFinding, HunkTry
+from bisector.report.data import ReportData
+from bisector.search.wrong_results import WrongResult
 
 
 def commit(i: int, pr: int | None) -> Commit:

@@ -20,8 +20,8 @@ from bisector.triggers import outcome_plan as plan_mod
 from bisector.report import summary
 from bisector.report.summary import last_line
 from bisector.model import Comparison
-from bisector.report.data import FixResult
-from bisector.report.findings import Interaction
+from bisector.why.fixes import FixResult
+from bisector.why.interactions import Interaction
 from bisector.search import result_json
 from bisector.store import default_path
 from bisector.trust import vault

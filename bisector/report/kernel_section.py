@@ -14,7 +14,7 @@ import re
 from typing import Sequence
 
 from bisector.report.data import ReportData
-from bisector.report.findings import KernelDiff, StepKernels
+from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
 
 __all__ = ["section", "step_lines", "kernel_lines", "comment_text", "LEVEL_NAMES"]
 

@@ -13,8 +13,10 @@ from typing import Iterable, Mapping, Sequence
 
 from bisector.model import Step, Verdict
 from bisector.report import why_sections as why
-from bisector.report.data import (METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, CommitRow, FixResult, HunkFinding,
-                                  ReportData, UnsurePair, metric_of_shape)
+from bisector.report.data import metric_of_shape, METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, ReportData
+from bisector.search.evidence import CommitRow, UnsurePair
+from bisector.why.fixes import FixResult
+from bisector.why.culprit_hunks import HunkFinding
 from bisector.report.figures import change, metric_cell, tflops
 from bisector.runner.time_spent import describe as describe_throughput
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from bisector.report.data import FixResult, ReportData
+from bisector.why.fixes import FixResult
+from bisector.report.data import ReportData
 from bisector.report.figures import change
 from bisector.report.markdown import step_summary
 

@@ -5,8 +5,9 @@ how steps on the same shapes combine. markdown.render calls `sections` once."""
 from __future__ import annotations
 
 from bisector.report import kernel_section as kernels
-from bisector.report.data import HunkFinding, ReportData
-from bisector.report.findings import ComboResult, Interaction
+from bisector.why.culprit_hunks import HunkFinding
+from bisector.report.data import ReportData
+from bisector.why.interactions import ComboResult, Interaction
 
 __all__ = ["sections", "groups_section", "interactions_section", "interaction_lines"]
 

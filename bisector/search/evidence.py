@@ -10,12 +10,39 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from bisector.model import Comparison, Measurement, SearchResult, TrialRecord, TrialStatus
-from bisector.report.data import UnsurePair
+from bisector.model import Commit, Comparison, Measurement, SearchResult, TrialRecord, TrialStatus
 from bisector.search import POOLED_MIN_DF
 from bisector.search.stats import compare, full_clock_time, log_sd
+
+
+@dataclass(frozen=True)
+class CommitRow:
+    """One measured commit: medians over its OK trials, per shape."""
+
+    commit: Commit
+    subject_tflops: Mapping[str, float]
+    control_tflops: Mapping[str, float]
+    ratio: Mapping[str, float]
+    trials: Mapping[str, int]
+    samples: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # per-trial subject TFLOP/s
+    # Per trial, in the order measured, the value the search compared (ReportData.metric): the
+    # subject/control ratio, or the full-clock speed as full-clock TFLOP/s. It is what decided the
+    # steps, so the report shows it with its spread beside the TFLOP/s a reader knows.
+    metric: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UnsurePair:
+    """Two neighbouring measured commits still undecided at the trial cap, with what their trials
+    said per unsure shape (change, 95% interval, trials each side): how large a step could hide."""
+
+    before: str
+    after: str
+    shapes: tuple[str, ...]
+    comparisons: tuple[Comparison, ...] = ()  # per shape of `shapes` whose samples are known
 
 
 def metric_value(trial: TrialRecord, metric: str) -> float | None:

@@ -14,6 +14,14 @@ from bisector.model import Measurement, Probe, ProbeStatus
 
 
 @dataclass(frozen=True)
+class WrongResult:
+    sha: str
+    shape: str
+    max_abs_err: float | None
+    max_rel_err: float | None
+
+
+@dataclass(frozen=True)
 class WrongWindow:
     """Shapes wrong from `first` on; `fixed` is the first commit where they are right again (or None)."""
 

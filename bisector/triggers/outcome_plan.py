@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Mapping
 from bisector.model import Step
 from bisector.publish.publish_plan import CulpritPost, PublishPlan, RunVerdict
 from bisector.report import kernel_section as kernel_report
-from bisector.report.data import FixResult, HunkFinding, ReportData
+from bisector.why.fixes import FixResult
+from bisector.why.culprit_hunks import HunkFinding
+from bisector.report.data import ReportData
 from bisector.report.markdown import step_summary
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -30,8 +31,7 @@ from bisector.why import hunk_groups, hunks
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
 from bisector.runner.probe import NOT_MEASURED, Taken, fresh, side_by_side
-from bisector.report.data import HunkFinding, HunkTry
-from bisector.report.findings import HunkGroup
+from bisector.why.hunk_groups import HunkGroup
 from bisector.search.stats import compare
 
 if TYPE_CHECKING:
@@ -41,6 +41,51 @@ if TYPE_CHECKING:
 CARRIED_FRACTION = 0.5
 #: rounds of trials a subset may get while its place stays unclear
 MAX_ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class HunkTry:
+    """The parent with some of the culprit's hunks applied, measured against the parent."""
+
+    hunks: tuple[str, ...]  # labels: path and hunk header
+    carries: bool | None  # sat nearer the culprit than the parent (median over the step's shapes); None: unresolved
+    change_pct: Mapping[str, float] = field(default_factory=dict)  # per step shape; empty if it did not run
+    error: str = ""
+    trials: int = 0  # trials of the subset (the parent had as many, side by side)
+
+
+@dataclass(frozen=True)
+class HunkFinding:
+    """Which of a culprit's hunks carry its step, found by measuring patched builds of its parent."""
+
+    step_commit: str
+    n_hunks: int
+    hunks: tuple[str, ...]  # labels of the hunks found
+    alone: bool  # one hunk carries it; False: `hunks` carry it only together
+    tries: tuple[HunkTry, ...]
+    patch_path: str | None = None  # the found hunks as a patch on the parent
+    diff: str = ""  # the same patch's text
+    complete: bool = True  # False: stopped at a budget; the step is within `hunks`
+    stopped_at: str = ""  # the budget that stopped it: "builds" (build.max_hunk_builds) or "trials"
+    groups: tuple[HunkGroup, ...] = ()  # hunks searched as one, and why (bisector/why/hunk_groups.py)
+    unresolved: int = 0  # subsets that did not build, import, run or give right results
+    shown_minimal: bool = True  # removing any one of `hunks` was measured and lost the step
+    one_group: bool = False  # `hunks` are one group, searched as one (never apart)
+
+    @property
+    def summary(self) -> str:
+        if not self.complete and self.stopped_at == "offline":
+            return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the run ended after "
+                    f"{len(self.tries)} subsets were measured; replayed offline)")
+        if not self.complete:
+            budget = "trials, `build.max_hunk_trials`" if self.stopped_at == "trials" else \
+                "patched builds, `build.max_hunk_builds`"
+            return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the search stopped after "
+                    f"{len(self.tries)} subsets: its budget of {budget}, was spent)")
+        how = "alone" if self.alone else "together, as one group of hunks that must travel together" \
+            if self.one_group else "only together (without any one of them it is gone)" if self.shown_minimal \
+            else "together (a smaller set was unresolved: it did not build, run or give right results)"
+        return f"{len(self.hunks)} of {self.n_hunks} hunks carry the step {how}"
 
 
 def _searched(steps: Sequence[Step]) -> list[Step]:

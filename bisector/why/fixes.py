@@ -11,20 +11,57 @@ slower than the tip (FixResult.verdict).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config
-from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step, Verdict
+from bisector.model import BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict
 from bisector.runner.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
-from bisector.report.data import FixResult
 from bisector.search.stats import compare
 
 if TYPE_CHECKING:
     from bisector.pipeline import Session
+
+
+@dataclass(frozen=True)
+class FixResult:
+    """A candidate patch (the culprit's revert carried to the tip), measured on the tip side by side
+    with the tip as it is and the culprit's parent (one trial of each per round)."""
+
+    step_commit: str
+    patch_path: str | None
+    applied: bool
+    conflict: str = ""  # why the patch did not apply, with the files
+    shapes: tuple[str, ...] = ()
+    baseline: Mapping[str, float] = field(default_factory=dict)  # TFLOP/s: the culprit's parent
+    tip: Mapping[str, float] = field(default_factory=dict)  # TFLOP/s: the tip as it is
+    restored: Mapping[str, float] = field(default_factory=dict)  # TFLOP/s: the tip with the patch
+    vs_parent: Mapping[str, Comparison] = field(default_factory=dict)  # patched tip against the parent (the metric)
+    vs_tip: Mapping[str, Comparison] = field(default_factory=dict)  # patched tip against the tip (the metric)
+    trials: int = 0  # side-by-side trials of each of the three
+    correct: bool = True
+    error: str = ""
+
+    def remaining_pct(self, shape: str) -> float | None:
+        """How far the patched tip still is from the pre-step commit on the search's metric (negative: below)."""
+        c = self.vs_parent.get(shape)
+        return c.change_pct if c is not None else None
+
+    def verdict(self, shape: str) -> str:
+        """restored | partly restored | not restored | slower than the tip | not measured."""
+        par, tip = self.vs_parent.get(shape), self.vs_tip.get(shape)
+        if par is None or tip is None:
+            return "not measured"
+        if tip.verdict is Verdict.DIFFERENT and tip.change_pct < 0:
+            return "slower than the tip"
+        if not (par.verdict is Verdict.DIFFERENT and par.change_pct < 0):
+            return "restored"
+        if tip.verdict is Verdict.DIFFERENT and tip.change_pct > 0:
+            return "partly restored"
+        return "not restored"
 
 
 @dataclass(frozen=True)

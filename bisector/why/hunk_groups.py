@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from bisector.why.hunks import Hunk
-from bisector.report.findings import HunkGroup
 
 __all__ = ["group", "changed_lines"]
 
@@ -37,6 +36,14 @@ _HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 Source = Callable[[str], "str | None"]  # path -> the file's text at one commit, None if absent
+
+
+@dataclass(frozen=True)
+class HunkGroup:
+    """Hunks of one commit that are applied together or not at all, and why."""
+
+    members: tuple[int, ...]  # indices into the commit's hunks
+    reasons: tuple[str, ...]  # e.g. "`_fwd_kernel` (demolib/triton_fa.py): parameters + FAST_EXP"
 
 
 def changed_lines(h: Hunk) -> tuple[set[int], set[int], set[str]]:

@@ -27,6 +27,7 @@ import os
 import statistics
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -38,7 +39,6 @@ from bisector.config import Config
 from bisector.why.fixes import side_trials
 from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
 from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
-from bisector.report.findings import ComboResult, Interaction, PairEffect
 from bisector.search.stats import compare
 from bisector.trust.filter import scrub
 
@@ -48,6 +48,49 @@ if TYPE_CHECKING:
 MAX_STEPS = 3  # 2^3 = 8 builds; more steps on one shape: the three largest on the shared shapes
 
 __all__ = ["MAX_STEPS", "groups", "combined_patch", "pair_effect", "measure_interactions", "expected_trials"]
+
+
+@dataclass(frozen=True)
+class ComboResult:
+    """The tip with some reverts applied (none: the tip itself), measured side by side with the rest."""
+
+    reverted: tuple[str, ...]  # culprit SHAs whose reverts are applied
+    tflops: Mapping[str, float] = field(default_factory=dict)  # per shape, median subject TFLOP/s
+    gain_pct: Mapping[str, float] = field(default_factory=dict)  # per shape, metric change against the tip
+    ci95: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    error: str = ""  # did not apply, build or run
+
+
+@dataclass(frozen=True)
+class PairEffect:
+    """How two steps combine on one shape, from the reverts measured on the tip.
+
+    `alone_pct`: reverting `a` with `b` still in; `with_other_pct`: reverting `a` once `b` is
+    reverted (the gain of both minus the gain of `b`, in log terms). `interaction_pct` is
+    gain(a and b) - gain(a) - gain(b) in log terms, with its 95% interval."""
+
+    a: str
+    b: str
+    shape: str
+    alone_pct: float
+    with_other_pct: float
+    other_alone_pct: float
+    other_with_pct: float
+    interaction_pct: float
+    ci95: tuple[float, float]
+    verdict: str  # "add" | "overlap" | "hide" | "unclear"
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """Steps whose shapes overlap, their reverts measured on the tip in every combination."""
+
+    steps: tuple[str, ...]  # culprit SHAs, oldest first
+    shapes: tuple[str, ...]  # the shapes two or more of them move
+    combos: tuple[ComboResult, ...] = ()  # the tip first, then every combination
+    pairs: tuple[PairEffect, ...] = ()
+    trials: int = 0  # side-by-side trials of each combination
+    note: str = ""  # e.g. more than three steps: only the three largest were combined
 
 
 def groups(steps: Sequence[Step]) -> list[tuple[list[Step], tuple[str, ...], str]]:

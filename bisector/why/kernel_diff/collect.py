@@ -20,7 +20,7 @@ from bisector.why.kernel_diff import artifacts
 from bisector.why.kernel_diff.artifacts import Kernel
 from bisector.why.kernel_diff.diff import compare, match, normalize, ordered, unified
 from bisector.model import Step
-from bisector.report.findings import KernelDiff, StepKernels
+from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
 from bisector.runner.env import jit_dir
 
 __all__ = ["KERNELS_DIR", "keep_commit", "step_kernels", "compare_dirs"]

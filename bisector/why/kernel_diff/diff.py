@@ -11,13 +11,14 @@ the code does not.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections import defaultdict
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 from bisector.why.kernel_diff import artifacts, isa, resources
 from bisector.why.kernel_diff.artifacts import LEVELS, Kernel
-from bisector.report.findings import KernelDiff, KernelSide
 
 __all__ = ["normalize", "signature", "side", "compare", "match", "diff_kernels", "ordered", "unified",
            "changed_values", "SHORT_DIFF_LINES"]
@@ -30,6 +31,68 @@ _META = (("num_warps", "num_warps"), ("num_stages", "num_stages"), ("num_ctas", 
          ("waves_per_eu", "waves_per_eu"), ("matrix_instr_nonkdim", "matrix_instr_nonkdim"), ("kpack", "kpack"))
 # json metadata never compared: differs between any two builds, says nothing about the code
 _VOLATILE = {"hash", "name", "extern_libs", "child_paths"}
+
+
+@dataclass(frozen=True)
+class KernelSide:
+    """One commit's variant of a kernel: its metadata (launch shape, memory, registers) and its
+    instruction histogram (static counts per class)."""
+
+    metadata: Mapping[str, object]
+    histogram: Mapping[str, int]
+    isa: str = ""  # "ptx" | "amdgcn" | "" (no assembly kept)
+
+
+@dataclass(frozen=True)
+class KernelDiff:
+    """A kernel across one step, matched by name and signature between the parent and the culprit."""
+
+    name: str
+    signature: str  # argument types of the parent's (else the culprit's) TTIR entry
+    status: str  # "changed" | "unchanged" | "added" | "removed" | "signature changed"
+    before: KernelSide | None = None  # the parent's
+    after: KernelSide | None = None  # the culprit's
+    first_level: str = ""  # the first IR level that differs ("ttir", "ttgir", "llir", "ptx", "amdgcn")
+    levels_changed: tuple[str, ...] = ()
+    ir_diff: str = ""  # a short unified diff of `first_level` (locations and debug info left out)
+    ir_diff_path: str = ""  # the whole diff, next to the report
+    variants: int = 1  # compiled variants of this name and signature (specializations)
+    changed_values: tuple[str, ...] = ()  # TTIR/TTGIR values whose defining operation changed
+
+    def metadata_rows(self) -> list[tuple[str, object, object]]:
+        """(field, parent, culprit) for every metadata field either side has, changed ones first."""
+        b = dict(self.before.metadata) if self.before else {}
+        a = dict(self.after.metadata) if self.after else {}
+        keys = list(dict.fromkeys([*b, *a]))
+        rows = [(k, b.get(k), a.get(k)) for k in keys]
+        return sorted(rows, key=lambda r: r[1] == r[2])  # stable: changed first, in field order
+
+    def histogram_rows(self) -> list[tuple[str, int, int]]:
+        """(class, parent, culprit) counts, the rows that changed first (largest relative change first)."""
+        b = dict(self.before.histogram) if self.before else {}
+        a = dict(self.after.histogram) if self.after else {}
+        rows = [(k, b.get(k, 0), a.get(k, 0)) for k in sorted(set(b) | set(a))]
+
+        def order(row: tuple[str, int, int]) -> tuple[bool, float, str]:
+            _, x, y = row
+            return (x == y, -abs(math.log((y + 1) / (x + 1))), row[0])
+
+        return sorted(rows, key=order)
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """The compiled kernels across one verified step (parent -> culprit)."""
+
+    step_commit: str
+    parent: str
+    kernels: tuple[KernelDiff, ...] = ()  # every kernel either side compiled, changed ones first
+    note: str = ""  # why there is nothing to compare (no artifacts kept, a format not read)
+    artifacts: str = ""  # where the kept artifacts are, relative to the report
+
+    @property
+    def changed(self) -> tuple[KernelDiff, ...]:
+        return tuple(k for k in self.kernels if k.status != "unchanged")
 
 
 def _strip_locs(text: str) -> str:
