@@ -24,7 +24,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from bisector import gitrepo
 from bisector.why import hunk_groups, hunks
@@ -33,9 +33,8 @@ from bisector.model import Measurement, ProbeStatus, Step
 from bisector.runner.probe import NOT_MEASURED, Taken, fresh, side_by_side
 from bisector.why.hunk_groups import HunkGroup
 from bisector.search.stats import compare
+from bisector.why.session import Session
 
-if TYPE_CHECKING:
-    from bisector.pipeline import Session
 
 #: where between the parent (0) and the culprit (1) a subset must sit to carry the step
 CARRIED_FRACTION = 0.5

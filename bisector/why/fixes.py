@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
@@ -21,9 +21,7 @@ from bisector.config import Config
 from bisector.model import BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict
 from bisector.runner.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.search.stats import compare
-
-if TYPE_CHECKING:
-    from bisector.pipeline import Session
+from bisector.why.session import Session
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from scipy import stats as sps
 
@@ -41,9 +41,8 @@ from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
 from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.search.stats import compare
 from bisector.trust.filter import scrub
+from bisector.why.session import Session
 
-if TYPE_CHECKING:
-    from bisector.pipeline import Session
 
 MAX_STEPS = 3  # 2^3 = 8 builds; more steps on one shape: the three largest on the shared shapes
 
