@@ -16,6 +16,7 @@ from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector.errors import BadInput
 from bisector.model import BuildResult, BuildStatus, TrialRecord, TrialStatus
 from bisector.runner import run_trial
+from bisector.search.samples import cv_pct
 
 _SEVERITY = (TrialStatus.WRONG, TrialStatus.CRASH, TrialStatus.TIMEOUT, TrialStatus.UNAVAILABLE, TrialStatus.OK)
 
@@ -33,10 +34,6 @@ def checkout(source: Path, source_dir: str) -> BuildResult:
         raise BadInput(f"{source}: not a git checkout with a commit") from None
     return BuildResult(sha=sha, status=BuildStatus.OK, source_dir=str((source / source_dir).resolve()),
                        patch_hash="worktree" if dirty else None)
-
-
-def cv_pct(values: Sequence[float]) -> float | None:
-    return statistics.stdev(values) / statistics.mean(values) * 100 if len(values) > 1 else None
 
 
 def summarize(records: Sequence[TrialRecord]) -> list[dict[str, object]]:

@@ -4,23 +4,16 @@ their intervals. One place, so a figure reads the same in every section and in t
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Sequence
 
 from bisector.model import Comparison
+from bisector.report.data import ReportData
+from bisector.search.samples import SampleStats
 
 
 def tflops(value: float) -> str:
     """One decimal at GPU scale (1284.6), four significant digits below (0.08651 on a CPU)."""
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.4g}"
-
-
-def cv_pct(values: Sequence[float]) -> float | None:
-    """Coefficient of variation over trials in percent; None for fewer than two."""
-    if len(values) < 2:
-        return None
-    mean = statistics.fmean(values)
-    return 100.0 * statistics.stdev(values) / mean if mean else None
 
 
 def _cv(cv: float) -> str:
@@ -36,9 +29,9 @@ def metric_cell(values: Sequence[float], metric: str) -> str:
     """`0.6312 ±2.1% (4)`: median over the trials, their spread, how many."""
     if not values:
         return ""
-    cv = cv_pct(values)
-    spread = f" {_cv(cv)}" if cv is not None else ""
-    return f"{metric_value(statistics.median(values), metric)}{spread} ({len(values)})"
+    stats = SampleStats(tuple(values))
+    spread = f" {_cv(stats.cv_pct)}" if stats.cv_pct is not None else ""
+    return f"{metric_value(stats.median, metric)}{spread} ({stats.n})"
 
 
 def change(c: Comparison) -> str:
@@ -49,3 +42,9 @@ def change(c: Comparison) -> str:
 
 def _bound(x: float) -> str:
     return f"{x:+.1f}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")
+
+
+def commit_ref(sha: str, data: ReportData, subject: bool = False) -> str:
+    """`abc1234 (#12)`: a commit as every section names it; with its subject line where asked."""
+    c = data.commit(sha)
+    return f"`{sha[:7]}`" + (f" (#{c.pr})" if c and c.pr else "") + (f" {c.subject}" if subject and c else "")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from bisector.report.figures import commit_ref
 from bisector.report.data import ReportData
 from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
 
@@ -32,11 +33,6 @@ def _fence(text: str, lang: str = "diff") -> list[str]:
 
 def _cell(value: object) -> str:
     return "—" if value is None else str(value).replace("|", "\\|")
-
-
-def _ref(sha: str, data: ReportData) -> str:
-    c = data.commit(sha)
-    return f"`{sha[:7]}`" + (f" (#{c.pr})" if c and c.pr else "") + (f" {c.subject}" if c else "")
 
 
 def _pct(x: int, y: int) -> str:
@@ -85,7 +81,7 @@ def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
 
 
 def step_lines(sk: StepKernels, data: ReportData) -> list[str]:
-    lines = [f"### {_ref(sk.step_commit, data)}", ""]
+    lines = [f"### {commit_ref(sk.step_commit, data, subject=True)}", ""]
     if sk.note and not sk.kernels:
         return lines + [f"Nothing to compare: {sk.note}.", ""]
     if sk.note:

@@ -17,7 +17,7 @@ from bisector.report.data import metric_of_shape, METRIC_SHORT, METRIC_UNIT, MET
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.why.fixes import FixResult
 from bisector.why.culprit_hunks import HunkFinding
-from bisector.report.figures import change, metric_cell, tflops
+from bisector.report.figures import change, commit_ref, metric_cell, tflops
 from bisector.runner.time_spent import describe as describe_throughput
 
 __all__ = ["METRIC_SHORT", "METRIC_WORDS", "diff_block", "metric_of_shape", "metric_words", "render", "step_summary",
@@ -47,11 +47,6 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequence
 
 def _short_shape(shape: str) -> str:
     return shape.split("/", 1)[1] if "/" in shape else shape
-
-
-def _ref(sha: str, data: ReportData) -> str:
-    commit = data.commit(sha)
-    return f"`{sha[:7]}`" + (f" ({_pr(commit.pr)})" if commit and commit.pr else "")
 
 
 def _suites(shapes: Sequence[str]) -> list[str]:
@@ -185,8 +180,8 @@ def unsure_section(data: ReportData) -> list[str]:
                           for s in p.shapes)
         spanned = _spanned(p, data)
         if spanned:
-            cells += " (a step was found between them: " + ", ".join(_ref(s.commit, data) for s in spanned) + ")"
-        rows.append([f"{_ref(p.before, data)}..{_ref(p.after, data)}", _sides(p, data), cells])
+            cells += " (a step was found between them: " + ", ".join(commit_ref(s.commit, data) for s in spanned) + ")"
+        rows.append([f"{commit_ref(p.before, data)}..{commit_ref(p.after, data)}", _sides(p, data), cells])
     table = _table(["pair", "trials", "change [95% CI] per unsure shape"], rows)
     if len(pairs) <= UNSURE_OPEN:
         return [intro, "", *table]
@@ -210,7 +205,7 @@ OUTCOME = {True: "reproduces the step", False: "does not reproduce the step",
 def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
     link = Path(finding.patch_path).name if finding.patch_path else ""
-    lines = [f"- {_ref(finding.step_commit, data)}: {finding.summary}" + (f" ([{link}]({link}))" if link else "") + ":"]
+    lines = [f"- {commit_ref(finding.step_commit, data)}: {finding.summary}" + (f" ([{link}]({link}))" if link else "") + ":"]
     for t in finding.tries:
         moved = "; ".join(filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()),
                                         t.error])) or "not measured"
@@ -256,7 +251,7 @@ def _verdict_cell(fix: FixResult, shape: str, data: ReportData) -> str:
     later = [s for s in data.steps if s.is_regression and s.commit != fix.step_commit and shape in s.shapes
              and _after(s.commit, fix.step_commit, data)]
     if later and verdict != "restored":
-        text += " (also lost to " + ", ".join(f"{_ref(s.commit, data)} {s.change_pct[shape]:+.1f}%"
+        text += " (also lost to " + ", ".join(f"{commit_ref(s.commit, data)} {s.change_pct[shape]:+.1f}%"
                                                for s in later) + ")"
     return text
 
@@ -279,7 +274,7 @@ def _all_trials(row: CommitRow | None, shape: str) -> str:
 
 def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     """One revert: a line saying what was measured, a table per shape, a warning where it hurts."""
-    name = _ref(fix.step_commit, data)
+    name = commit_ref(fix.step_commit, data)
     if not fix.applied:
         return [f"- revert of {name}: does not apply on the tip: {fix.conflict}"]
     if fix.error:
@@ -288,7 +283,7 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     parent = _parent_of(fix, data)
     prow, trow = data.row(parent) if parent else None, data.row(data.bad.sha)
     patch = Path(fix.patch_path).name if fix.patch_path else ""
-    of_parent = f" and the step's parent {_ref(parent, data)}" if parent else " and the step's parent"
+    of_parent = f" and the step's parent {commit_ref(parent, data)}" if parent else " and the step's parent"
     lines = [f"- revert of {name} on the tip ([{patch}]({patch})): {fix.trials} rounds, one trial each of the "
              f"tip with the revert, the tip{of_parent}:", ""]
     rows = []
@@ -412,9 +407,9 @@ def wrong_section(data: ReportData) -> list[str]:
         return []
     lines = ["## Wrong results (never ranked)", ""]
     for w in data.wrong_windows:
-        fixed = f", right again from {_ref(w.fixed, data)}" if w.fixed else ", still wrong at the tip"
-        lines.append(f"- {', '.join(_short_shape(s) for s in w.shapes)}: wrong from {_ref(w.first, data)} "
-                     f"(right at {_ref(w.last_good, data)}){fixed}.")
+        fixed = f", right again from {commit_ref(w.fixed, data)}" if w.fixed else ", still wrong at the tip"
+        lines.append(f"- {', '.join(_short_shape(s) for s in w.shapes)}: wrong from {commit_ref(w.first, data)} "
+                     f"(right at {commit_ref(w.last_good, data)}){fixed}.")
     if data.wrong_windows:
         lines.append("")
     return lines + _table(["commits", "PRs", "shape", "max abs err", "max rel err"], wrong_rows(data))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisector.report import kernel_section as kernels
 from bisector.why.culprit_hunks import HunkFinding
+from bisector.report.figures import commit_ref
 from bisector.report.data import ReportData
 from bisector.why.interactions import ComboResult, Interaction
 
@@ -20,11 +21,6 @@ VERDICT_WORDS = {
 }
 
 
-def _ref(sha: str, data: ReportData) -> str:
-    c = data.commit(sha)
-    return f"`{sha[:7]}`" + (f" (#{c.pr})" if c and c.pr else "")
-
-
 def _shape(key: str) -> str:
     return key.split("/", 1)[-1]
 
@@ -37,12 +33,12 @@ def sections(data: ReportData) -> list[str]:
 def _group_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     lines = []
     for g in finding.groups:
-        lines.append(f"- {_ref(finding.step_commit, data)}: hunks {', '.join(str(i + 1) for i in g.members)} "
+        lines.append(f"- {commit_ref(finding.step_commit, data)}: hunks {', '.join(str(i + 1) for i in g.members)} "
                      f"of {finding.n_hunks} searched as one:")
         lines += [f"  - {why}" for why in g.reasons]
     unresolved = [t for t in finding.tries if t.carries is None]
     if unresolved:
-        lines.append(f"- {_ref(finding.step_commit, data)}: {len(unresolved)} subset(s) unresolved (they neither "
+        lines.append(f"- {commit_ref(finding.step_commit, data)}: {len(unresolved)} subset(s) unresolved (they neither "
                      f"carry nor clear the step):")
         lines += [f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {t.error or 'did not run'}"
                   for t in unresolved]
@@ -74,7 +70,7 @@ def _cell(c: ComboResult, shape: str) -> str:
 
 
 def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
-    names = [_ref(s, data) for s in inter.steps]
+    names = [commit_ref(s, data) for s in inter.steps]
     lines = [f"### {' + '.join(names)} on {', '.join(_shape(s) for s in inter.shapes)}", ""]
     if inter.note:
         lines += [f"Note: {inter.note}.", ""]
@@ -83,18 +79,18 @@ def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
     lines.append("| reverted | " + " | ".join(_shape(s) for s in inter.shapes) + " |")
     lines.append("|---|" + "---:|" * len(inter.shapes))
     for c in inter.combos:
-        label = " + ".join(_ref(s, data) for s in c.reverted) if c.reverted else "none (the tip)"
+        label = " + ".join(commit_ref(s, data) for s in c.reverted) if c.reverted else "none (the tip)"
         if c.error:
             lines.append(f"| {label} | " + " | ".join("—" for _ in inter.shapes) + " |")
             continue
         lines.append(f"| {label} | " + " | ".join(_cell(c, s) for s in inter.shapes) + " |")
     errors = [(c, c.error) for c in inter.combos if c.error]
     if errors:
-        lines += [""] + [f"- {' + '.join(_ref(s, data) for s in c.reverted) or 'the tip'}: {e}" for c, e in errors]
+        lines += [""] + [f"- {' + '.join(commit_ref(s, data) for s in c.reverted) or 'the tip'}: {e}" for c, e in errors]
     if inter.pairs:
         lines.append("")
     for p in inter.pairs:
-        a, b = _ref(p.a, data), _ref(p.b, data)
+        a, b = commit_ref(p.a, data), commit_ref(p.b, data)
         lo, hi = p.ci95
         lines.append(f"- {_shape(p.shape)}: reverting {a} gains {p.alone_pct:+.1f}% with {b} in, "
                      f"{p.with_other_pct:+.1f}% with {b} reverted; reverting {b} gains {p.other_alone_pct:+.1f}% "

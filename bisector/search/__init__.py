@@ -46,10 +46,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from bisector.model import Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict
+from bisector.search.samples import POOLED_MIN_DF, pooled_noise
 from bisector.search.stats import compare, holds, log_sd
-
-# Degrees of freedom from which the pooled noise replaces each pair's own (Welch) estimate.
-POOLED_MIN_DF = 12
 
 __all__ = ["SearchSettings", "localize", "result_json", "uncertain_json"]
 
@@ -173,16 +171,8 @@ class _State:
 
     # -- comparing -----------------------------------------------------------------------------
     def noise(self, shape: str, *pair: Sequence[float]) -> tuple[float, float] | None:
-        """The trial noise of `shape`: pooled over every measured commit once that pool is large,
-        never below the pair's own spread. With 3 trials a side, Welch's t has ~4 degrees of
-        freedom and its interval is 40% wider than the pooled one; the floor keeps a noisier
-        stretch of history from borrowing the calm of the rest."""
-        groups = [m.samples.get(shape, ()) for m in self.meas.values() if shape not in m.wrong]
-        sd, df = log_sd([g for g in groups if len(g) > 1])
-        if df < POOLED_MIN_DF or not math.isfinite(sd):
-            return None
-        own, _ = log_sd([p for p in pair if len(p) > 1])
-        return (max(sd, own if math.isfinite(own) else 0.0), df)
+        """The trial noise of `shape` at this point of the search (samples.pooled_noise)."""
+        return pooled_noise(self.meas.values(), shape, pair)
 
     def compare_samples(self, shape: str, before: Sequence[float], after: Sequence[float],
                         alpha: float) -> Comparison:

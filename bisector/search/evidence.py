@@ -8,14 +8,13 @@ Pure: TrialRecords and a SearchResult in, report dataclasses out. The pipeline c
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from bisector.model import Commit, Comparison, Measurement, SearchResult, TrialRecord, TrialStatus
-from bisector.search import POOLED_MIN_DF
-from bisector.search.stats import compare, full_clock_time, log_sd
+from bisector.model import Commit, Comparison, SearchResult, TrialRecord, TrialStatus
+from bisector.search.samples import pooled_noise, trial_metric
+from bisector.search.stats import compare
 
 
 @dataclass(frozen=True)
@@ -49,15 +48,12 @@ def metric_value(trial: TrialRecord, metric: str) -> float | None:
     """The per-trial value the search compared, in units a reader knows: the subject/control ratio,
     or for "speed" the full-clock speed as full-clock TFLOP/s (the search's 1 / full-clock time,
     scaled by the trial's own TFLOP/s at its median time: the same change in percent)."""
-    if trial.status is not TrialStatus.OK:
-        return None
-    if metric != "speed":
-        return trial.ratio
+    if metric != "speed" or trial.status is not TrialStatus.OK:
+        return trial_metric(trial, metric)
     times = [t for t in trial.subject_ms if t > 0]
     if not times or not trial.subject_tflops:
         return None
-    full = full_clock_time(times)
-    return trial.subject_tflops * statistics.median(times) / full if full > 0 else None
+    return trial_metric(trial, metric, trial.subject_tflops * statistics.median(times))
 
 
 def metric_samples(trials: Sequence[TrialRecord], keys: Sequence[str],
@@ -69,18 +65,6 @@ def metric_samples(trials: Sequence[TrialRecord], keys: Sequence[str],
         if values:
             out[key] = values
     return out
-
-
-def _noise(measurements: Mapping[str, Measurement], shape: str,
-           pair: Sequence[Sequence[float]]) -> tuple[float, float] | None:
-    """The trial noise the search used for a pair (search._State.noise, at the end of the search):
-    pooled over every measured commit once the pool is large, never below the pair's own spread."""
-    groups = [m.samples.get(shape, ()) for m in measurements.values() if shape not in m.wrong]
-    sd, df = log_sd([g for g in groups if len(g) > 1])
-    if df < POOLED_MIN_DF or not math.isfinite(sd):
-        return None
-    own, _ = log_sd([p for p in pair if len(p) > 1])
-    return (max(sd, own if math.isfinite(own) else 0.0), df)
 
 
 def unsure_pairs(result: SearchResult, max_trials: int, min_step_pct: float) -> tuple[UnsurePair, ...]:
@@ -96,6 +80,6 @@ def unsure_pairs(result: SearchResult, max_trials: int, min_step_pct: float) -> 
             after = tuple(b.samples.get(shape, ()))[:max_trials] if b else ()
             if before and after:
                 comparisons.append(compare(before, after, min_step_pct, 1.0, shape,
-                                           _noise(result.measurements, shape, (before, after))))
+                                           pooled_noise(result.measurements.values(), shape, (before, after))))
         out.append(UnsurePair(u.before, u.after, u.shapes, tuple(comparisons)))
     return tuple(out)
