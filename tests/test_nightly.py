@@ -119,7 +119,7 @@ def cli_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 def bisector(tmp: Path, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The real click command in a fresh process (called through its module until cli.py registers it)."""
-    module = name.replace("-", "_")
+    module = name.replace("-", "_") + "_cmd"
     code = f"from bisector.commands.{module} import command; command(prog_name='bisector {name}')"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           env=env or cli_env(tmp), cwd=tmp, timeout=300)

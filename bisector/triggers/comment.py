@@ -33,6 +33,7 @@ from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
 from bisector.publish.publish_plan import PublishPlan, RunVerdict, dump_plan
 from bisector.runner import lock
+from bisector.triggers.ab import ab_until_sure
 from bisector.triggers import perf
 from bisector.triggers import slash_commands as commands
 from bisector.triggers import outcome_plan as plan_mod
@@ -255,17 +256,10 @@ def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job,
         probe = session.probe()
         keys = tuple(s.key for s in config.shapes)
         th = config.thresholds
-        repeats = config.protocol.trials
-        while True:  # the search's rule: double the trials while a shape is undecided
-            mb, mh = probe(base, repeats), probe(head, repeats)
-            if ProbeStatus.SKIP in (mb.status, mh.status):
-                bad = mb if mb.status is ProbeStatus.SKIP else mh
-                notes.append(f"`{bad.sha[:12]}` did not build or run: {bad.reason.strip()[-300:]}")
-                break
-            rows = perf.compare_shapes(keys, mb.samples, mh.samples, th.min_step_pct, th.alpha, mh.wrong)
-            if not perf.unsure(rows) or repeats * 2 > config.protocol.max_trials:
-                break
-            repeats *= 2
+        mb, mh, decided = ab_until_sure(probe, base, head, keys, th, config.protocol)
+        if decided is None:
+            bad = mb if mb.status is ProbeStatus.SKIP else mh
+            notes.append(f"`{bad.sha[:12]}` did not build or run: {bad.reason.strip()[-300:]}")
         tflops = {"base": pipeline.medians(session, base, "subject_tflops"),
                   "head": pipeline.medians(session, head, "subject_tflops"),
                   "control": pipeline.medians(session, head, "control_tflops")}

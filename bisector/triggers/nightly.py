@@ -22,6 +22,7 @@ from bisector.model import ProbeStatus
 from bisector.publish.publish_plan import dump_plan
 from bisector.search import uncertain_json
 from bisector.store import Night
+from bisector.triggers.ab import ab_until_sure
 from bisector.triggers import perf
 from bisector.triggers import outcome_plan as plan_mod
 
@@ -100,19 +101,12 @@ def _compare(session: pipeline.Session, config: Config, date: str, base: str, ti
              work_dir: str | None, verify_fixes: bool, say: Callable[[str], None],
              on_range: Callable[[int], None] = lambda n: None) -> tuple[Night, pipeline.RunOutcome | None]:
     probe = session.probe()
-    th = config.thresholds
     keys = tuple(s.key for s in config.shapes)
-    repeats = config.protocol.trials
-    while True:
-        mb, mt = probe(base, repeats), probe(tip, repeats)
-        if ProbeStatus.SKIP in (mb.status, mt.status):
-            failed = mt if mt.status is ProbeStatus.SKIP else mb
-            return Night(date, tip, False, {"baseline": base, "status": f"{failed.sha[:12]} did not build or run: "
-                                            f"{failed.reason.strip()[-300:]}"}), None
-        rows = perf.compare_shapes(keys, mb.samples, mt.samples, th.min_step_pct, th.alpha, mt.wrong)
-        if not perf.unsure(rows) or repeats * 2 > config.protocol.max_trials:
-            break
-        repeats *= 2
+    mb, mt, rows = ab_until_sure(probe, base, tip, keys, config.thresholds, config.protocol)
+    if rows is None:
+        failed = mt if mt.status is ProbeStatus.SKIP else mb
+        return Night(date, tip, False, {"baseline": base, "status": f"{failed.sha[:12]} did not build or run: "
+                                        f"{failed.reason.strip()[-300:]}"}), None
     shapes = {r.shape: {"verdict": r.verdict.value, "change_pct": r.comparison.change_pct if r.comparison else None,
                         "ci95": list(r.comparison.ci95) if r.comparison else None} for r in rows}
     regressed = [r.shape for r in rows if r.verdict in (perf.PerfVerdict.SLOWER, perf.PerfVerdict.WRONG)]
