@@ -1,6 +1,12 @@
-"""The composition root: the only module that wires concrete parts together.
+"""The composition root of a bisection: wires the config, builds, trials, store, search, why-stages
+and report together for `run`, `demo`, nightly and `/bisect`.
 
-    config -> range -> builds -> trials (subject + control) -> store -> localize -> fixes, hunks -> report
+    config -> range -> builds -> trials (subject + control) -> store -> search -> why (fixes, hunks,
+    interactions, kernels) -> report
+
+Not the only place parts meet: `bench` and `build` (bisector/commands/) and a dask worker's builds
+(bisector/runner/remote.py) wire a builder or an executor of their own. The stages never import
+this module (they name why/session.py's Protocol); see docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""report.md: what a kernel engineer pastes into a PR. Short, exact, no filler, and showing why to
-trust it: every step with the metric and threshold that decided it, every measured commit with
+"""report.md: what a kernel engineer pastes into a PR, showing why to trust it: every step with the metric and threshold that decided it, every measured commit with
 that metric's spread and its number of trials, every unsure pair with what its trials said.
 
 Each section is its own function of ReportData (golden files in tests/golden/report_*.md)."""

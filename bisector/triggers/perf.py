@@ -1,7 +1,9 @@
-"""Pure: the `/perf` A/B answer. Ratio samples of two commits in, a verdict per shape and a table out.
+"""Pure: the `/perf` A/B answer. Per-trial samples of two commits in, a verdict per shape and a table out.
 
-The statistics are the search's own (`stats.compare` on per-trial subject/control ratios), so a
-"slower" here means what a step means in a bisection: significant and at least min_step_pct.
+The samples are the search's own metric per shape (config.Thresholds.metric: the subject/control
+ratio, or the subject's full-clock speed; search/samples.trial_metric) and the statistics are the
+search's (`stats.compare`), so a "slower" here means what a step means in a bisection: significant
+and at least min_step_pct.
 """
 
 from __future__ import annotations
