@@ -67,8 +67,13 @@ def test_expected_shapes_name_config_shapes(demo: DemoManifest) -> None:
         assert keys == set(demo.shape_keys[device])
         for plant in demo.plants.values():
             assert set(plant.shapes(device)) <= keys
+        decode = {"cpu": [], "cuda": ["decode_kernel"]}[device]  # no CPU demo shape takes the decode path
         assert [p.role for p in demo.steps(device)] == ["improvement", "fa_remap_dropped", "fastmath_dropped",
-                                                         "gemm_group_m", "gemm_stages"]
+                                                         "gemm_group_m", *decode, "gemm_stages"]
+        dispatch = {"cpu": [], "cuda": ["dispatch_cost"]}[device]  # a host-side step: call latency only
+        assert [p.role for p in demo.steps(device, "latency")] == ["improvement", "fa_remap_dropped",
+                                                                    "fastmath_dropped", "gemm_group_m", *dispatch,
+                                                                    "gemm_stages"]
     # the planted shape selectivity: some shapes stay put for each of these steps
     assert demo.plants["fa_remap_dropped"].shapes("cpu") == ("fa/s1024", "fa/s2048")
     assert demo.plants["gemm_group_m"].shapes("cuda") == ("gemm/m54560",)

@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
 from bisector.runner.executor import TrialJob, TrialOutcome
-from bisector.search.stats import full_clock_time
+from bisector.call_metrics import search_value
 from bisector.store import Owner, Store
 
 # Failed trials in a row after which a shape is not asked for again; a commit with no usable trial
@@ -148,12 +148,10 @@ class StoreProbe:
         return Measurement(sha, ProbeStatus.SKIP, reason=reason)
 
     def value(self, trial: TrialRecord) -> float | None:
-        """The per-trial sample the search compares (see config.Thresholds.metric)."""
+        """The per-trial sample the search compares (config.Thresholds.metric on its timing)."""
         metric = self.metric.get(trial.shape.split("/", 1)[0], "ratio") if isinstance(self.metric, Mapping) \
             else self.metric
-        if metric == "speed":
-            return 1.0 / full_clock_time(trial.subject_ms) if trial.subject_ms else None
-        return trial.ratio
+        return search_value(trial, metric)
 
     def measurement(self, sha: str, trials: Sequence[TrialRecord], repeats: int | None = None) -> Measurement:
         """The first `repeats` samples per shape, in the order they were measured: a re-run asks the

@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from bisector.call_metrics import latency_tflops, search_value
 from bisector.model import Commit, Comparison, Measurement, SearchResult, TrialRecord, TrialStatus
 from bisector.search import POOLED_MIN_DF
 from bisector.search.stats import compare, full_clock_time, log_sd
@@ -46,13 +47,16 @@ class UnsurePair:
 
 
 def metric_value(trial: TrialRecord, metric: str) -> float | None:
-    """The per-trial value the search compared, in units a reader knows: the subject/control ratio,
+    """The per-trial value the search compared, in units a reader knows: the subject/control ratio
+    (of kernel times, or of latencies), the subject's TFLOP/s at its latency for "latency_speed",
     or for "speed" the full-clock speed as full-clock TFLOP/s (the search's 1 / full-clock time,
     scaled by the trial's own TFLOP/s at its median time: the same change in percent)."""
     if trial.status is not TrialStatus.OK:
         return None
+    if metric == "latency_speed":
+        return latency_tflops(trial)
     if metric != "speed":
-        return trial.ratio
+        return search_value(trial, metric)
     times = [t for t in trial.subject_ms if t > 0]
     if not times or not trial.subject_tflops:
         return None
