@@ -76,6 +76,17 @@ def _events(n: int, external: bool) -> list[tuple[Any, Any]]:
     return [(torch.cuda.Event(**kwargs), torch.cuda.Event(**kwargs)) for _ in range(n)]
 
 
+def _timed_reps(fns: Sequence[Fn], reps: int, flush: Fn, events: list[list[tuple[Any, Any]]]) -> None:
+    """Subject and control in turn, `reps` times: flush, start event, call, end event (queued only)."""
+    for r in range(reps):
+        for per_fn, fn in zip(events, fns):
+            flush()
+            start, end = per_fn[r]
+            start.record()
+            fn()
+            end.record()
+
+
 def graph_times(fns: Sequence[Fn], reps: int, flush: Fn) -> list[list[float]]:
     """ms per fn per repetition: every (flush, event, call, event) captured into one CUDA graph,
     replayed twice (the first replay uploads the graph), the second one read."""
@@ -95,13 +106,7 @@ def graph_times(fns: Sequence[Fn], reps: int, flush: Fn) -> list[list[float]]:
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         with torch.cuda.graph(graph, stream=stream):
-            for r in range(reps):
-                for per_fn, fn in zip(events, fns):
-                    flush()
-                    start, end = per_fn[r]
-                    start.record()
-                    fn()
-                    end.record()
+            _timed_reps(fns, reps, flush, events)
         graph.replay()
         graph.replay()
         torch.cuda.synchronize()
@@ -162,13 +167,7 @@ def event_times(fns: Sequence[Fn], reps: int, flush: Fn) -> list[list[float]]:
     """The old protocol: flush, event, call, event, all queued and read once. Holds the host's
     time whenever a call's launch reaches the device after its flush has ended."""
     events = [_events(reps, external=False) for _ in fns]
-    for r in range(reps):
-        for per_fn, fn in zip(events, fns):
-            flush()
-            start, end = per_fn[r]
-            start.record()
-            fn()
-            end.record()
+    _timed_reps(fns, reps, flush, events)
     torch.cuda.synchronize()
     return [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
 

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from benches.kernel_time import DEVICE_METHODS, host_bound, median
+from benches.kernel_time import DEVICE_METHODS, median
 from bisector.model import TrialRecord, TrialStatus
 from bisector.search.stats import full_clock_time
 
@@ -97,8 +97,3 @@ def figures(trials: Sequence[TrialRecord], shape: str, sha: str) -> CallFigures 
         _us([median(t.subject_host_ms) for t in ok]),
         _us([median(t.control_ms) for t in ok]), _us([median(t.control_latency_ms) for t in ok]),
         _us([median(t.control_host_ms) for t in ok]), len(ok))
-
-
-def trial_host_bound(trial: TrialRecord) -> bool:
-    """Whether one trial's calls were host-bound (its host time per call over its kernel time)."""
-    return host_bound(trial.subject_ms, trial.subject_host_ms, trial.kernel_method)
