@@ -18,7 +18,7 @@ from bisector.errors import EXIT_BAD_INPUT
 
 PR = re.compile(r" \(#(\d+)\)$")
 ORDER = ("good", "improvement", "fa_remap_dropped", "fastmath_dropped", "gemm_group_m", "broken_import",
-         "broken_import_fixed", "wrong_result", "wrong_result_fixed", "gemm_stages")
+         "broken_import_fixed", "decode_kernel", "dispatch_cost", "wrong_result", "wrong_result_fixed", "gemm_stages")
 
 
 def git(repo: str | Path, *args: str) -> str:
@@ -48,6 +48,11 @@ def test_planted_commits_are_first_parent_ancestors_in_order(demo: DemoManifest)
     shas = [demo.good if r == "good" else demo.sha(r) for r in ORDER]
     indices = [demo.commits.index(s) for s in shas]
     assert indices == sorted(indices) and len(set(indices)) == len(indices)
+    # the search's interior points (search.py: lo + round((hi - lo) * q / 4)): the broken commit at the
+    # middle one, the third inside the wrong-result window (the e2e test asserts on both)
+    hi = len(demo.commits) - 1
+    assert round(hi / 2) == demo.index("broken_import")
+    assert demo.index("wrong_result") <= round(hi * 3 / 4) < demo.index("wrong_result_fixed")
     for sha in shas:
         subprocess.run(["git", "merge-base", "--is-ancestor", sha, demo.bad], cwd=demo.path, check=True)
     for role, plant in demo.plants.items():

@@ -88,12 +88,12 @@ COMMITS: tuple[CommitSpec, ...] = (
     CommitSpec(131, "GEMM: GROUP_M 8 -> 1 for better load balance", {"group_m": 1}, "gemm_group_m"),
     CommitSpec(133, "chore: release 0.3.0", {"version": "0.3.0"}),
     CommitSpec(134, "GEMM: comment the grouped program order", {"gemm_comment": True}),
-    CommitSpec(165, "GEMM: decode tiles sized to fill the SMs", {"decode_tile": True}, "decode_kernel",
-               "The small-M dispatch scored tiles by program count, which picked the large-GEMM tile\n"
-               "(28 programs at 64x7168x2048 on 132 SMs); it now scores the waves that stream B."),
     CommitSpec(127, "Share launcher helpers in demolib.utils", {"utils_import": True}, "broken_import",
                "demolib/__init__.py imports demolib.utils (the new module was left out of the PR)."),
     CommitSpec(128, "Add the missing demolib/utils.py", {"utils_file": True}, "broken_import_fixed"),
+    CommitSpec(165, "GEMM: decode tiles sized to fill the SMs", {"decode_tile": True}, "decode_kernel",
+               "The small-M dispatch scored tiles by program count, which picked the large-GEMM tile\n"
+               "(28 programs at 64x7168x2048 on 132 SMs); it now scores the waves that stream B."),
     CommitSpec(166, "dispatch: score split-K tiles too", {"dispatch_split_k": True}, "dispatch_cost",
                "Ahead of a split-K kernel, the small-M dispatch scores split-K tiles as well (none is chosen yet):\n"
                "twice the configs searched on every call, the kernel unchanged."),
