@@ -15,6 +15,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from benches import kernel_time
+
 MiB = 1 << 20
 GPU_FLOOR = 256 * MiB
 INFINITY_CACHE = {"gfx942": 256 * MiB, "gfx950": 256 * MiB}  # MI300X / MI325X, MI350X / MI355X
@@ -132,6 +134,22 @@ class Clock:
                 fn()
                 out[i].append((self._now() - t0) / 1e6)
         return out
+
+    def kernel(self, fns: list[Callable[[], Any]], reps: int) -> kernel_time.KernelTimes:
+        """Cold-cache kernel time per call with the host out of the loop (benches/kernel_time.py):
+        on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time."""
+        if self.gpu:
+            return kernel_time.gpu_kernel_times(fns, reps, self.flush)
+        return kernel_time.KernelTimes(self.kind, self.interleaved(fns, reps))
+
+    def calls(self, fns: list[Callable[[], Any]], kernel: kernel_time.KernelTimes,
+              batches: int) -> kernel_time.CallTimes:
+        """Latency and host time per call beside the kernel time (the same samples on the CPU)."""
+        if not self.gpu:
+            return kernel_time.cpu_calls(kernel.times)
+        slowest = max((kernel_time.median(t) or 0.0) for t in kernel.times)
+        _, host_s = self.wall(lambda: [fn() for fn in fns])  # a host-bound call is sized by its host time
+        return kernel_time.gpu_calls(fns, batches, kernel_time.batch_calls(max(slowest, host_s * 1e3)))
 
 
 def tflops(flops: float, ms: float) -> float:

@@ -29,12 +29,14 @@ import torch
 from benches import backends, machine, suites, telemetry
 from benches.backends.base import Backend, BackendUnavailable, Prepared, prepared
 from benches.correctness import compare
+from benches.kernel_time import CallTimes, KernelTimes
 from benches.suites.dtypes import TOLERANCES
 from benches.timing import Clock, flush_bytes, peak_clock_ratio, tflops
 
 DEFAULT_TOLERANCE = (1e-2, 1e-2)  # a brought suite's shape with no dtype the defaults know
 JIT_ENV = ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR", "FLYDSL_RUNTIME_ENABLE_CACHE", "TRITON_INTERPRET")
 TRACE_CHARS = 4000
+LATENCY_BATCHES = 5  # latency batches per fn and shape (at most `reps`)
 
 
 class Gate(Protocol):
@@ -177,7 +179,11 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
                 fn()
         clock.sync()
     with phase("timed", key):
-        times = clock.interleaved(fns, spec["reps"])
+        kernel = clock.kernel(fns, spec["reps"])
+    times = kernel.times
+    with phase("calls", key):
+        calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]))
+    result.update(call_fields(kernel, calls))
     result["subject_ms"] = times[0]
     result["subject_tflops"] = statistics.median(tflops(flops, ms) for ms in times[0])
     result["subject_gbps"] = rate(nbytes, times[0], 1e9)
@@ -194,6 +200,19 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
     if not check.ok:
         result["error"] = check.describe(atol, rtol)
     return result
+
+
+def call_fields(kernel: KernelTimes, calls: CallTimes) -> dict[str, Any]:
+    """How the kernel times were taken, and latency and host time per call beside them (raw)."""
+    out: dict[str, Any] = {"kernel_method": kernel.method, "latency_calls": calls.calls,
+                           "subject_latency_ms": calls.latency_ms[0], "subject_host_ms": calls.host_ms[0]}
+    if kernel.fallback:
+        out["kernel_fallback"] = kernel.fallback
+    if len(calls.latency_ms) > 1:
+        out["control_latency_ms"], out["control_host_ms"] = calls.latency_ms[1], calls.host_ms[1]
+        pairs = [c / s for s, c in zip(calls.latency_ms[0], calls.latency_ms[1]) if s > 0 and c > 0]
+        out["latency_ratio"] = statistics.median(pairs) if pairs else None
+    return out
 
 
 def _failure(key: str, exc: BaseException) -> dict[str, Any]:

@@ -109,6 +109,19 @@ class TrialRecord:
     started_at: str = ""
     finished_at: str = ""
     slot: int | None = None  # which trial process of its (commit, patch) this was: 0, 1, ...
+    # How subject_ms / control_ms were timed (benches/kernel_time.py): "cuda_graph" or "profiler"
+    # (kernel time, host out of the loop), "device_events", or a CPU clock; "" in older stores.
+    kernel_method: str = ""
+    # Beside the kernel time: per batch the latency of back-to-back calls, per call the host's own time.
+    subject_latency_ms: tuple[float, ...] = ()
+    control_latency_ms: tuple[float, ...] = ()
+    subject_host_ms: tuple[float, ...] = ()
+    control_host_ms: tuple[float, ...] = ()
+    latency_ratio: float | None = None  # median over batches of control/subject latency
+
+
+# TrialRecord's per-call sample lists beside the kernel time (stored together as the call_ms column).
+CALL_KEYS = ("subject_latency_ms", "control_latency_ms", "subject_host_ms", "control_host_ms")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from bisector import gitrepo, search
 from bisector.why import culprit_hunks
 from bisector.search import evidence
 from bisector.search.wrong_results import WrongWindow, localize_wrong
+from bisector.search.call_timing import CallFigures, figures
 from bisector.errors import BadInput
 from bisector.paths import shown
 from bisector.build import Builder, Prefetcher
@@ -145,7 +146,7 @@ class Session:
         return StoreProbe(self.campaign, self.config.shapes if shapes is None else shapes, self.store,
                           self.prefetcher, _Lazy(self), seed=self.config.protocol.seed, patch=patch,
                           patch_hash=patch_hash, recipe=self.config.build.recipe,
-                          cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.metric_of(s.suite) for s in self.config.shapes},
+                          cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.decision_of(s.suite) for s in self.config.shapes},
                           offline=self.offline if offline is None else offline, max_crashes=max_crashes,
                           on_event=self.observer)
 
@@ -281,8 +282,14 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
 
 def metric_text(config: Config) -> str:
     """The metric the steps were tested on: one name, or "fa: speed, gemm: ratio"."""
-    per = {s.suite: config.thresholds.metric_of(s.suite) for s in config.shapes}
+    per = {s.suite: config.thresholds.decision_of(s.suite) for s in config.shapes}
     return next(iter(per.values())) if len(set(per.values())) == 1 else ", ".join(f"{k}: {v}" for k, v in per.items())
+
+
+def call_figures(trials: Sequence[TrialRecord], keys: Sequence[str], measured: Sequence[str]) -> tuple[CallFigures, ...]:
+    """Per shape, kernel time, latency and host time at the first and last measured commits."""
+    ends = list(dict.fromkeys(measured[:1] + measured[-1:]))
+    return tuple(f for key in keys for sha in ends if (f := figures(trials, key, sha)) is not None)
 
 
 def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path) -> None:
@@ -337,7 +344,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
     config, store = session.config, session.store
     out = report_dir or report_path(config, options)
     keys = tuple(s.key for s in config.shapes)
-    metric_of = {s.key: config.thresholds.metric_of(s.suite) for s in config.shapes}
+    metric_of = {s.key: config.thresholds.decision_of(s.suite) for s in config.shapes}
     rows, wrong, machine = [], [], {}
     for commit in commits:
         trials = [t for t in store.trials(session.campaign, sha=commit.sha, patch_hash=None) if t.shape in keys]
@@ -373,7 +380,8 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(store.trials(session.campaign)),
         min_step_pct=config.thresholds.min_step_pct, alpha=config.thresholds.alpha,
-        metric=metric_text(config),
+        metric=metric_text(config), calls=call_figures(store.trials(session.campaign, patch_hash=None), keys,
+                                                       [r.commit.sha for r in rows]),
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
         notes=(("Replayed offline from the stored trials: no commit was built or measured for this report. "
                 "The search, the verification of each step, the reverts and the hunks are replayed as far as "

@@ -18,7 +18,7 @@ from bisector.errors import EXIT_BAD_INPUT
 
 PR = re.compile(r" \(#(\d+)\)$")
 ORDER = ("good", "improvement", "fa_remap_dropped", "fastmath_dropped", "gemm_group_m", "broken_import",
-         "broken_import_fixed", "wrong_result", "wrong_result_fixed", "gemm_stages")
+         "broken_import_fixed", "decode_kernel", "dispatch_cost", "wrong_result", "wrong_result_fixed", "gemm_stages")
 
 
 def git(repo: str | Path, *args: str) -> str:
@@ -48,6 +48,11 @@ def test_planted_commits_are_first_parent_ancestors_in_order(demo: DemoManifest)
     shas = [demo.good if r == "good" else demo.sha(r) for r in ORDER]
     indices = [demo.commits.index(s) for s in shas]
     assert indices == sorted(indices) and len(set(indices)) == len(indices)
+    # the search's interior points (search.py: lo + round((hi - lo) * q / 4)): the broken commit at the
+    # middle one, the third inside the wrong-result window (the e2e test asserts on both)
+    hi = len(demo.commits) - 1
+    assert round(hi / 2) == demo.index("broken_import")
+    assert demo.index("wrong_result") <= round(hi * 3 / 4) < demo.index("wrong_result_fixed")
     for sha in shas:
         subprocess.run(["git", "merge-base", "--is-ancestor", sha, demo.bad], cwd=demo.path, check=True)
     for role, plant in demo.plants.items():
@@ -67,8 +72,13 @@ def test_expected_shapes_name_config_shapes(demo: DemoManifest) -> None:
         assert keys == set(demo.shape_keys[device])
         for plant in demo.plants.values():
             assert set(plant.shapes(device)) <= keys
+        decode = {"cpu": [], "cuda": ["decode_kernel"]}[device]  # no CPU demo shape takes the decode path
         assert [p.role for p in demo.steps(device)] == ["improvement", "fa_remap_dropped", "fastmath_dropped",
-                                                         "gemm_group_m", "gemm_stages"]
+                                                         "gemm_group_m", *decode, "gemm_stages"]
+        dispatch = {"cpu": [], "cuda": ["dispatch_cost"]}[device]  # a host-side step: call latency only
+        assert [p.role for p in demo.steps(device, "latency")] == ["improvement", "fa_remap_dropped",
+                                                                    "fastmath_dropped", "gemm_group_m", *dispatch,
+                                                                    "gemm_stages"]
     # the planted shape selectivity: some shapes stay put for each of these steps
     assert demo.plants["fa_remap_dropped"].shapes("cpu") == ("fa/s1024", "fa/s2048")
     assert demo.plants["gemm_group_m"].shapes("cuda") == ("gemm/m54560",)

@@ -156,17 +156,26 @@ def test_migrates_a_v1_store_and_keeps_its_data(tmp_path: Path) -> None:
     conn.close()
 
     with Store(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION == 4
         (trial,) = store.trials(CAMPAIGN)
         assert trial.slot == 0  # v3: the old row is its commit's first trial process
         assert trial.subject_ms == (1.5, 1.25) and trial.control_ms == (1.0, 1.0)
         assert trial.ratio == 1.0037 and trial.machine == MACHINE and trial.protocol == {"reps": 2}
+        # v4: an old trial has no kernel method, latency or host time (timed by events around each call)
+        assert trial.kernel_method == "" and trial.latency_ratio is None and trial.subject_latency_ms == ()
         assert store.frame().loc[0, "machine_hash"] == machine_hash(MACHINE)  # back-filled
         assert store.commits(CAMPAIGN)[0].pr == 974
         store.record_night(CAMPAIGN, "2026-11-03", "f" * 40, {})  # the table v2 added
-        store.add_trials(CAMPAIGN, [record("f" * 40)])
+        store.add_trials(CAMPAIGN, [record("f" * 40, kernel_method="cuda_graph", latency_ratio=0.4,
+                                           subject_latency_ms=(0.1, 0.12), control_latency_ms=(0.04, 0.05),
+                                           subject_host_ms=(0.09, 0.11, 0.1), control_host_ms=(0.01,))])
     with Store(path) as store:  # opening a current store changes nothing
-        assert store.schema_version == 3 and len(store.trials(CAMPAIGN)) == 2
+        assert store.schema_version == 4 and len(store.trials(CAMPAIGN)) == 2
+        new = store.trials(CAMPAIGN)[1]
+        assert new.kernel_method == "cuda_graph" and new.latency_ratio == 0.4
+        assert new.subject_latency_ms == (0.1, 0.12) and new.subject_host_ms == (0.09, 0.11, 0.1)
+        assert new.control_latency_ms == (0.04, 0.05) and new.control_host_ms == (0.01,)
+        assert store.rows()[1]["call_ms"]["subject_host_ms"] == [0.09, 0.11, 0.1]
         assert store.last_good_night(CAMPAIGN) == ("2026-11-03", "f" * 40)
 
 

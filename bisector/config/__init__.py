@@ -94,6 +94,7 @@ class Protocol:
 
 
 METRICS = ("ratio", "speed")
+TIMINGS = ("kernel", "latency")
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,24 @@ class Thresholds:
     metrics: Mapping[str, str] = field(default_factory=dict)  # suite -> metric, over `metric`
     # Per-suite tolerances of the correctness check, as (atol, rtol).
     tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # Which time per call the metric is taken from (benches/kernel_time.py). "kernel": the kernels'
+    # own time, cold cache, the host out of the loop (a CUDA graph, else the profiler): what an
+    # inference engine running its decode step in a CUDA graph sees. "latency": back-to-back eager
+    # calls, the host's dispatch included. Both are stored and reported; on the CPU they are one.
+    # One for every suite or a table per suite, as `metric` (`timing = { gemm = "latency" }`).
+    timing: str = "kernel"
+    timings: Mapping[str, str] = field(default_factory=dict)
 
     def metric_of(self, suite: str) -> str:
         return self.metrics.get(suite, self.metric)
+
+    def timing_of(self, suite: str) -> str:
+        return self.timings.get(suite, self.timing)
+
+    def decision_of(self, suite: str) -> str:
+        """The metric on the timing: "ratio", "speed", "latency_ratio" or "latency_speed"."""
+        metric = self.metric_of(suite)
+        return f"latency_{metric}" if self.timing_of(suite) == "latency" else metric
 
 
 @dataclass(frozen=True)
@@ -243,8 +259,9 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
                                                     "ahead", "preload", "memory_gb"))),
-        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric")),
-                               (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules)),
+        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
+                               (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
+                               tuple(n for n, sub in subjects.items() if sub.adapter == "pytest")),
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
                                                  "comment_on_requester", "draft_pr", "commit_status",
                                                  "bot_login"))),
@@ -324,7 +341,24 @@ def _protocol(sec: _Section) -> Protocol:
 
 
 
-def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping[str, str] | None = None) -> Thresholds:
+def _per_suite(sec: _Section, key: str, choices: tuple[str, ...], default: str,
+               suites: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    """A key given once for every suite or as a table per suite: (the overall value, suite -> value)."""
+    raw = sec.get(key, (str, dict), default)
+    per = raw if isinstance(raw, dict) else {}
+    for suite, value in per.items():
+        if suite not in suites:
+            raise ConfigError(sec.path, f"{sec.name(key)}.{suite}", f"unknown suite (known: {', '.join(suites)})")
+        if value not in choices:
+            raise ConfigError(sec.path, f"{sec.name(key)}.{suite}",
+                              f"must be one of {', '.join(choices)}, got {_show(value)}")
+    if isinstance(raw, str) and raw not in choices:
+        raise ConfigError(sec.path, sec.name(key), f"must be one of {', '.join(choices)}, got {_show(raw)}")
+    return (raw if isinstance(raw, str) else default), dict(per)
+
+
+def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping[str, str] | None = None,
+                pytest_suites: tuple[str, ...] = ()) -> Thresholds:
     """`forced`: suites with no control (a pytest subject, a brought suite without `control`), which
     compare the subject's own speed whatever the config's overall metric says."""
     alpha = sec.get("alpha", float, 0.01)
@@ -353,8 +387,15 @@ def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping
             raise ConfigError(sec.path, key, f"suite {suite} has no control to take a ratio to: only speed")
     if isinstance(raw, str) and raw not in METRICS:
         raise ConfigError(sec.path, sec.name("metric"), f"must be one of {', '.join(METRICS)}, got {_show(raw)}")
+    timing, timings = _per_suite(sec, "timing", TIMINGS, "kernel", suites)
+    for suite in pytest_suites:
+        if timings.get(suite, timing) == "latency":
+            key = f"{sec.name('timing')}.{suite}" if suite in timings else sec.name("timing")
+            raise ConfigError(sec.path, key, f"suite {suite} is timed by pytest-benchmark, which has no latency "
+                                             "apart from its own time: only kernel")
     return Thresholds(min_step_pct=sec.positive("min_step_pct", float, 1.0), alpha=alpha, tolerances=tolerances,
-                      metric=raw if isinstance(raw, str) else "ratio", metrics={**(forced or {}), **metrics})
+                      metric=raw if isinstance(raw, str) else "ratio", metrics={**(forced or {}), **metrics},
+                      timing=timing, timings=timings)
 
 
 def _publish(sec: _Section) -> Publish:

@@ -23,7 +23,7 @@ STEP_S = 6 * 3600 + 17 * 60
 INITIAL: dict[str, Any] = {
     # planted
     "fa_remap": True, "fastmath": True, "group_m": 8, "num_stages": 3, "k_mask_bug": False,
-    "gemm_tuned": False, "utils_import": False, "utils_file": False,
+    "gemm_tuned": False, "utils_import": False, "utils_file": False, "decode_tile": False, "dispatch_split_k": False,
     # neutral
     "version": "0.1.0", "gemm_refactor": False, "fa_comment": False, "gemm_comment": False,
     "validate_inputs": False, "doc_install": False, "doc_bench": False, "doc_layout": False,
@@ -36,7 +36,7 @@ def derived(knobs: Mapping[str, Any]) -> dict[str, Any]:
     """Knobs the templates read that follow from others (the GEMM tile before/after tuning)."""
     tuned = knobs["gemm_tuned"]
     return {**knobs, "tri_block_n": 256 if tuned else 128, "tri_block_k": 64 if tuned else 128,
-            "cpu_block_k": 4 if tuned else 2}
+            "cpu_block_k": 4 if tuned else 2, "cpu_decode_block_k": 64 if knobs["decode_tile"] else 16}
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,9 @@ class Expectation:
 
     kind: str  # regression | improvement | wrong | fix | broken | broken_fix
     moves: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)  # device -> shape -> %
+    # The time the step shows on (config `thresholds.timing`): None for both, "kernel" for a kernel
+    # step hidden behind a host-bound call's latency, "latency" for a host-side step only.
+    timing: str | None = None
 
 
 # The order is the merge order (PR numbers need not increase). The broken commit and a commit of
@@ -88,6 +91,12 @@ COMMITS: tuple[CommitSpec, ...] = (
     CommitSpec(127, "Share launcher helpers in demolib.utils", {"utils_import": True}, "broken_import",
                "demolib/__init__.py imports demolib.utils (the new module was left out of the PR)."),
     CommitSpec(128, "Add the missing demolib/utils.py", {"utils_file": True}, "broken_import_fixed"),
+    CommitSpec(165, "GEMM: decode tiles sized to fill the SMs", {"decode_tile": True}, "decode_kernel",
+               "The small-M dispatch scored tiles by program count, which picked the large-GEMM tile\n"
+               "(28 programs at 64x7168x2048 on 132 SMs); it now scores the waves that stream B."),
+    CommitSpec(166, "dispatch: score split-K tiles too", {"dispatch_split_k": True}, "dispatch_cost",
+               "Ahead of a split-K kernel, the small-M dispatch scores split-K tiles as well (none is chosen yet):\n"
+               "twice the configs searched on every call, the kernel unchanged."),
     CommitSpec(136, "GEMM: mask the ragged last K tile of A", {"k_mask_bug": True}, "wrong_result",
                "The A-tile mask of the last K step is off by one: that tile is only partly loaded."),
     CommitSpec(137, "docs: changelog wording", {}),
@@ -133,7 +142,12 @@ EXPECTATIONS: dict[str, Expectation] = {
         "cuda": {"gemm/m8192": -30.0, "gemm/m54560": None}}),
     "wrong_result": Expectation("wrong", {
         "cpu": {"gemm/square": None, "gemm/tall": None},
-        "cuda": {"gemm/m8192": None, "gemm/m54560": None}}),
+        "cuda": {"gemm/m8192": None, "gemm/m54560": None, "gemm/decode": None}}),
+    # Behind demolib's small-M dispatch (~100 us of Python a call) the decode GEMM is host-bound:
+    # its kernel step shows on kernel time only, the dispatch's on call latency only. Sizes not yet
+    # measured on an H200 (studies/kernel_time.py measures the shape); no CPU demo shape takes this path.
+    "decode_kernel": Expectation("improvement", {"cuda": {"gemm/decode": None}}, timing="kernel"),
+    "dispatch_cost": Expectation("regression", {"cuda": {"gemm/decode": None}}, timing="latency"),
     "wrong_result_fixed": Expectation("fix"),
     "broken_import": Expectation("broken"),
     "broken_import_fixed": Expectation("broken_fix"),
@@ -141,7 +155,7 @@ EXPECTATIONS: dict[str, Expectation] = {
 
 SHAPES: dict[str, tuple[str, ...]] = {
     "cpu": (*_FA_CPU, "gemm/square", "gemm/tall"),
-    "cuda": (*_FA_CUDA, "gemm/m8192", "gemm/m54560"),
+    "cuda": (*_FA_CUDA, "gemm/m8192", "gemm/m54560", "gemm/decode"),
 }
 
 

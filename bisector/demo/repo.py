@@ -27,7 +27,7 @@ BRANCH = "main"
 _TEMPLATES = (
     "README.md", "pyproject.toml", "docs/kernels.md", "tests/test_kernels.py",
     "demolib/__init__.py", "demolib/cpu_fa.py", "demolib/cpu_gemm.py",
-    "demolib/triton_fa.py", "demolib/triton_gemm.py", "demolib/utils.py",
+    "demolib/triton_fa.py", "demolib/triton_gemm.py", "demolib/utils.py", "demolib/dispatch.py",
 )
 
 
@@ -43,6 +43,7 @@ class Plant:
     subject: str
     kind: str  # regression | improvement | wrong | fix | broken | broken_fix
     moves: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)  # device -> shape -> %
+    timing: str | None = None  # "kernel" | "latency": the one timing the step shows on; None: both
 
     def shapes(self, device: str) -> tuple[str, ...]:
         return tuple(self.moves.get(device, {}))
@@ -85,16 +86,18 @@ class DemoManifest:
         """Commits that do not import: the search must go around them."""
         return self.commits[self.index("broken_import"):self.index("broken_import_fixed")]
 
-    def steps(self, device: str) -> tuple[Plant, ...]:
-        """The performance steps a bisection on `device` should find, oldest first."""
+    def steps(self, device: str, timing: str = "kernel") -> tuple[Plant, ...]:
+        """The performance steps a bisection on `device` should find on `timing` (the config's
+        `thresholds.timing`), oldest first."""
         return tuple(p for p in sorted(self.plants.values(), key=lambda p: self.commits.index(p.sha))
-                     if p.kind in ("regression", "improvement") and p.shapes(device))
+                     if p.kind in ("regression", "improvement") and p.shapes(device) and p.timing in (None, timing))
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "branch": self.branch, "good": self.good, "bad": self.bad,
                 "commits": len(self.commits),
                 "plants": {r: {"sha": p.sha, "pr": p.pr, "subject": p.subject, "kind": p.kind,
-                               "moves": {d: dict(m) for d, m in p.moves.items()}}
+                               "moves": {d: dict(m) for d, m in p.moves.items()},
+                               **({"timing": p.timing} if p.timing else {})}
                            for r, p in self.plants.items()}}
 
 
@@ -193,7 +196,7 @@ def _write(dest: Path) -> DemoManifest:
         if spec.role in EXPECTATIONS:
             exp = EXPECTATIONS[spec.role]
             plants[spec.role] = Plant(role=spec.role, sha=commits[i], pr=spec.pr, subject=spec.subject,
-                                      kind=exp.kind, moves=exp.moves)
+                                      kind=exp.kind, moves=exp.moves, timing=exp.timing)
     return DemoManifest(path=str(dest), branch=BRANCH, commits=commits, prs=tuple(c.pr for c in COMMITS),
                         subjects=tuple(c.subject for c in COMMITS), plants=plants, shape_keys=dict(SHAPES))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from bisector.search.call_timing import CallFigures
 from bisector.model import Commit, Step, Uncertain
 from bisector.runner.time_spent import Throughput
 from bisector.search.evidence import CommitRow, UnsurePair
@@ -14,10 +15,15 @@ from bisector.why.fixes import FixResult
 from bisector.why.interactions import Interaction
 from bisector.why.kernel_diff.diff import StepKernels
 
-METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock"}
-METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed"}
-# What a row shows for each metric: the ratio as it is, the full-clock speed as full-clock TFLOP/s.
-METRIC_UNIT = {"ratio": "ratio", "speed": "full-clock TFLOP/s"}
+METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock",
+                "latency_ratio": "the subject/control ratio of call latencies",
+                "latency_speed": "the subject's own call latency"}
+METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed", "latency_ratio": "latency ratio",
+                "latency_speed": "latency speed"}
+# What a row shows for each metric: the ratio as it is, the full-clock speed as full-clock TFLOP/s,
+# the latency as TFLOP/s at the latency.
+METRIC_UNIT = {"ratio": "ratio", "speed": "full-clock TFLOP/s", "latency_ratio": "latency ratio",
+               "latency_speed": "TFLOP/s at the latency"}
 
 
 def metric_of_shape(metric: str, shape: str) -> str:
@@ -63,6 +69,8 @@ class ReportData:
     throughput: Throughput | None = None  # this run's trial processes and device time
     kernels: tuple[StepKernels, ...] = ()  # the compiled kernels across each verified step
     interactions: tuple[Interaction, ...] = ()  # verified steps on the same shapes, reverts combined
+    # Per shape at the range's ends: kernel time, call latency and host time (report/calls.py).
+    calls: tuple[CallFigures, ...] = ()
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)

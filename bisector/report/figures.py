@@ -21,8 +21,8 @@ def _cv(cv: float) -> str:
 
 
 def metric_value(value: float, metric: str) -> str:
-    """A ratio to four significant digits; a full-clock speed as TFLOP/s."""
-    return tflops(value) if metric == "speed" else f"{value:.4g}"
+    """A ratio to four significant digits; a full-clock speed (or the speed at the latency) as TFLOP/s."""
+    return tflops(value) if metric in ("speed", "latency_speed") else f"{value:.4g}"
 
 
 def metric_cell(values: Sequence[float], metric: str) -> str:

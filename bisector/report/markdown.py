@@ -12,6 +12,7 @@ from typing import Iterable, Mapping, Sequence
 
 from bisector.model import Step, Verdict
 from bisector.report import why_sections as why
+from bisector.report.calls import calls_section
 from bisector.report.data import metric_of_shape, METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, ReportData
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.why.fixes import FixResult
@@ -444,7 +445,7 @@ def files_section(data: ReportData, plots: Sequence[str], csv_name: str) -> list
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
     unsure = unsure_section(data)
     sections = [header(data), steps_section(data) + ([""] + unsure if unsure else []), hunks_section(data),
-                fixes_section(data), why.sections(data), commits_section(data), wrong_section(data),
+                fixes_section(data), why.sections(data), commits_section(data), calls_section(data), wrong_section(data),
                 skipped_section(data), files_section(data, plots, csv_name)]
     lines: list[str] = []
     for section in sections:

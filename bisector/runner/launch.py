@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from bisector.config import Config
-from bisector.model import BuildResult, Shape, TrialRecord, TrialStatus
+from bisector.model import CALL_KEYS, BuildResult, Shape, TrialRecord, TrialStatus
 from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
 from bisector.runner.executor import Executor, Prepared, TrialJob
 from bisector.runner.memwatch import limit_bytes
@@ -87,7 +87,8 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         return float(v) if isinstance(v, (int, float)) else None
 
     extra = {k: raw[k] for k in ("flops", "seed", "control_first_s", "mismatched", "tolerance", "bytes", "subject_gbps",
-                                 "control_gbps", "peak_gbps", "control_impl", "benchmark") if k in raw}
+                                 "control_gbps", "peak_gbps", "control_impl", "benchmark", "latency_calls",
+                                 "kernel_fallback") if k in raw}
     return TrialRecord(
         sha=sha, shape=str(raw["shape"]), status=status,
         subject_ms=tuple(raw.get("subject_ms") or ()), control_ms=tuple(raw.get("control_ms") or ()),
@@ -100,7 +101,8 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
                   "trial_wall_s": round(common["seconds"], 3), "timeline": common["timeline"], "worker": common["worker"],
                   "phases": out.get("phases") or []},
         patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"],
-        slot=common["slot"])
+        slot=common["slot"], kernel_method=str(raw.get("kernel_method") or ""), latency_ratio=num("latency_ratio"),
+        **{k: tuple(raw.get(k) or ()) for k in CALL_KEYS})
 
 
 def records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:

@@ -148,7 +148,7 @@ class StoreProbe:
         return Measurement(sha, ProbeStatus.SKIP, reason=reason)
 
     def value(self, trial: TrialRecord) -> float | None:
-        """The per-trial sample the search compares (see config.Thresholds.metric)."""
+        """The per-trial sample the search compares (config.Thresholds.metric on its timing)."""
         metric = self.metric.get(trial.shape.split("/", 1)[0], "ratio") if isinstance(self.metric, Mapping) \
             else self.metric
         return trial_metric(trial, metric)

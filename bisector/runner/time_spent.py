@@ -17,7 +17,7 @@ from bisector.runner.executor import Timeline
 # Phases of a trial process, in order, with the Timeline marks that bound them.
 SPANS = (("start_imports", "started", "ready"), ("setup", "assigned", "want"), ("queue", "want", "go"),
          ("device", "go", "release"), ("teardown", "release", "ended"))
-DEVICE_PHASES = ("inputs", "compile", "check", "warmup", "timed")  # inside `device`, from the trial
+DEVICE_PHASES = ("inputs", "compile", "check", "warmup", "timed", "calls")  # inside `device`, from the trial
 
 
 @dataclass(frozen=True)

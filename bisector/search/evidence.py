@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from bisector.model import Commit, Comparison, SearchResult, TrialRecord, TrialStatus
+from bisector.search.call_timing import latency_tflops
 from bisector.search.samples import pooled_noise, trial_metric
 from bisector.search.stats import compare
 
@@ -45,9 +46,12 @@ class UnsurePair:
 
 
 def metric_value(trial: TrialRecord, metric: str) -> float | None:
-    """The per-trial value the search compared, in units a reader knows: the subject/control ratio,
+    """The per-trial value the search compared, in units a reader knows: the subject/control ratio
+    (of kernel times, or of latencies), the subject's TFLOP/s at its latency for "latency_speed",
     or for "speed" the full-clock speed as full-clock TFLOP/s (the search's 1 / full-clock time,
     scaled by the trial's own TFLOP/s at its median time: the same change in percent)."""
+    if metric == "latency_speed" and trial.status is TrialStatus.OK:
+        return latency_tflops(trial)
     if metric != "speed" or trial.status is not TrialStatus.OK:
         return trial_metric(trial, metric)
     times = [t for t in trial.subject_ms if t > 0]

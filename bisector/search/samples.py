@@ -21,13 +21,23 @@ from bisector.search.stats import full_clock_time, log_sd
 POOLED_MIN_DF = 12
 
 
+# The config's `timing = "latency"` prefixes the metric's name: "latency_ratio", "latency_speed".
+LATENCY = "latency_"
+
+
 def trial_metric(trial: TrialRecord, metric: str, speed_scale: float = 1.0) -> float | None:
-    """The value one trial gives the search (config.Thresholds.metric): the subject/control ratio,
-    or for "speed" `speed_scale` over the full-clock time (1: the search's own sample; the trial's
-    TFLOP/s times its median time: full-clock TFLOP/s, the same change in percent). None for a
-    trial that did not run right."""
+    """The value one trial gives the search (config.Thresholds.metric on its timing): the
+    subject/control ratio of kernel times, or for "speed" `speed_scale` over the full-clock kernel
+    time (1: the search's own sample; the trial's TFLOP/s times its median time: full-clock
+    TFLOP/s, the same change in percent); "latency_ratio" / "latency_speed" the same on the
+    latency of back-to-back calls. None for a trial that did not run right."""
     if trial.status is not TrialStatus.OK:
         return None
+    if metric == LATENCY + "ratio":
+        return trial.latency_ratio
+    if metric == LATENCY + "speed":
+        latency = [t for t in trial.subject_latency_ms if t > 0]
+        return speed_scale / statistics.median(latency) if latency else None
     if metric == "speed":
         return speed_scale / full_clock_time(trial.subject_ms) if trial.subject_ms else None
     return trial.ratio

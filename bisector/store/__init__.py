@@ -28,7 +28,7 @@ import platformdirs
 
 from bisector.errors import BadInput, StoreError
 from bisector.store.migrations import SCHEMA_VERSION, machine_hash, migrate, schema_version
-from bisector.model import BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
+from bisector.model import CALL_KEYS, BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
 from bisector.paths import absolute
 
 if TYPE_CHECKING:
@@ -44,14 +44,14 @@ COLUMNS = ("id", "campaign", "sha", "shape", "value", "status", "patch_hash", "s
            "subject_ms", "control_ms", "subject_tflops", "control_tflops", "ratio", "compile_s",
            "max_abs_err", "max_rel_err", "error", "log_tail", "machine_hash", "machine", "protocol",
            "telemetry", "started_at", "finished_at", "commit_date", "commit_author", "commit_subject",
-           "commit_pr")
-_JSON_COLUMNS = ("params", "subject_ms", "control_ms", "machine", "protocol", "telemetry")
+           "commit_pr", "kernel_method", "call_ms", "latency_ratio")
+_JSON_COLUMNS = ("params", "subject_ms", "control_ms", "machine", "protocol", "telemetry", "call_ms")
 _SELECT = (
     "SELECT t.id, t.campaign, t.sha, t.shape, t.ratio AS value, t.status, t.patch_hash, t.suite, t.dtype,"
     " t.params, t.subject_ms, t.control_ms, t.subject_tflops, t.control_tflops, t.ratio, t.compile_s,"
     " t.max_abs_err, t.max_rel_err, t.error, t.log_tail, t.machine_hash, t.machine, t.protocol,"
     " t.telemetry, t.started_at, t.finished_at, c.date AS commit_date, c.author AS commit_author,"
-    " c.subject AS commit_subject, c.pr AS commit_pr"
+    " c.subject AS commit_subject, c.pr AS commit_pr, t.kernel_method, t.call_ms, t.latency_ratio"
     " FROM trials t LEFT JOIN commits c ON c.campaign = t.campaign AND c.sha = t.sha"
 )
 
@@ -366,13 +366,15 @@ class Store:
                 params.get("dtype"), _status(r.status), _dumps(list(r.subject_ms)), _dumps(list(r.control_ms)),
                 r.subject_tflops, r.control_tflops, r.ratio, r.compile_s, r.max_abs_err, r.max_rel_err,
                 r.error, r.log_tail, _dumps(dict(r.telemetry)), _dumps(dict(r.machine)),
-                machine_hash(r.machine), _dumps(dict(r.protocol)), r.started_at, r.finished_at, r.slot))
+                machine_hash(r.machine), _dumps(dict(r.protocol)), r.started_at, r.finished_at, r.slot,
+                r.kernel_method or None, _call_ms(r), r.latency_ratio))
         with self._write() as conn:
             conn.executemany(
                 "INSERT INTO trials (campaign, sha, patch_hash, suite, shape, params, dtype, status, subject_ms,"
                 " control_ms, subject_tflops, control_tflops, ratio, compile_s, max_abs_err, max_rel_err, error,"
-                " log_tail, telemetry, machine, machine_hash, protocol, started_at, finished_at, slot)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                " log_tail, telemetry, machine, machine_hash, protocol, started_at, finished_at, slot,"
+                " kernel_method, call_ms, latency_ratio)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             conn.executemany("DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?",
                              sorted({(campaign, r.sha, r.patch_hash or "", r.slot) for r in records
                                      if r.slot is not None}))
@@ -514,7 +516,13 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in rows if not r[0].startswith("sqlite_")}
 
 
+def _call_ms(r: TrialRecord) -> str | None:
+    lists = {k: list(getattr(r, k)) for k in CALL_KEYS if getattr(r, k)}
+    return _dumps(lists) if lists else None
+
+
 def _record(r: sqlite3.Row) -> TrialRecord:
+    calls = json.loads(r["call_ms"]) if r["call_ms"] else {}
     return TrialRecord(
         sha=r["sha"], shape=r["shape"], status=TrialStatus(r["status"]),
         subject_ms=tuple(json.loads(r["subject_ms"])), control_ms=tuple(json.loads(r["control_ms"])),
@@ -522,7 +530,9 @@ def _record(r: sqlite3.Row) -> TrialRecord:
         compile_s=r["compile_s"], max_abs_err=r["max_abs_err"], max_rel_err=r["max_rel_err"],
         error=r["error"] or "", log_tail=r["log_tail"] or "", telemetry=json.loads(r["telemetry"]),
         machine=json.loads(r["machine"]), protocol=json.loads(r["protocol"]), patch_hash=r["patch_hash"],
-        started_at=r["started_at"] or "", finished_at=r["finished_at"] or "", slot=r["slot"])
+        started_at=r["started_at"] or "", finished_at=r["finished_at"] or "", slot=r["slot"],
+        kernel_method=r["kernel_method"] or "", latency_ratio=r["latency_ratio"],
+        **{k: tuple(calls.get(k) or ()) for k in CALL_KEYS})
 
 
 def _finite(value: Any) -> Any:

@@ -105,7 +105,16 @@ def _v3(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3)
+def _v4(conn: sqlite3.Connection) -> None:
+    """Kernel time apart from call latency (issue 26): how each trial's kernel times were taken,
+    the latency and host time per call as raw samples (JSON: subject_latency_ms, control_latency_ms,
+    subject_host_ms, control_host_ms), and the latency ratio. Older rows keep NULL: their samples
+    were timed by events around each call, and they have no latency to compare."""
+    for column in ("kernel_method TEXT", "call_ms TEXT", "latency_ratio REAL"):
+        conn.execute(f"ALTER TABLE trials ADD COLUMN {column}")
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

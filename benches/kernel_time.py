@@ -1,0 +1,233 @@
+"""Kernel time apart from call latency, for calls whose host-side dispatch may outlast their kernels.
+
+Why: a short kernel (10-20 us) behind a Python dispatch of ~100 us, timed by "flush, event, call,
+event", reads the kernel when the launch reaches the queue before the flush ends and the host's
+time when it arrives later: on an H200 one commit's trials read 22 us or 150 us by the luck of the
+process (/work/shared/H200-NOTES.md, issue 26). Here the three are measured apart:
+
+- kernel time, cold cache, host out of the loop. CUDA: every repetition of subject and control
+  (flush, start event, call, end event, interleaved as before) captured once into one CUDA graph
+  and replayed, the events being *external* ones (`torch.cuda.Event(external=True)`: event-record
+  nodes inside the graph, torch >= 2.8), so each repetition's pair holds the call's kernels and
+  nothing of the host. Chosen over "graph of N x (flush + call) minus graph of N x flush" because
+  it keeps one sample per repetition and does not subtract two ~150 us flushes to get 10 us, and
+  over a graph of one call replayed per repetition because a graph launch still leaves its own
+  device-side gap inside the events. Where capture fails (the subject synchronizes, calls
+  `.item()`, allocates outside torch, launches on another stream, or this torch / ROCm cannot time
+  events inside a graph: pytorch issue 168715), the same repetitions run eagerly under
+  `torch.profiler` and each call's kernel time is the sum of its kernels' device durations (CUPTI on
+  NVIDIA, roctracer / rocprofiler through the same kineto API on ROCm: unrun here). Where that fails
+  too, the old event loop ("device_events"). The method is recorded; subject and control always
+  share one, so their ratio compares like with like.
+- call latency: back-to-back calls without a flush, one event pair around a batch, the launch
+  queue kept ahead (what an eager caller sees per call);
+- host time: `perf_counter` around each of those Python calls, no synchronization.
+
+On the CPU the kernel is the call: kernel time is the cold call time and latency and host time are
+the same samples (`cpu_calls`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+GRAPH = "cuda_graph"
+PROFILER = "profiler"
+EVENTS = "device_events"
+DEVICE_METHODS = (GRAPH, PROFILER)  # kernel time with the host out of the loop
+CALL_PREFIX = "bisector.call"
+LATENCY_BATCH_MS = 5.0  # device or host time a latency batch aims at
+LATENCY_MIN_CALLS, LATENCY_MAX_CALLS = 2, 200
+
+Fn = Callable[[], Any]
+
+
+class KernelTimingFailed(RuntimeError):
+    """One kernel-timing method could not time these calls; the message says why."""
+
+
+@dataclass(frozen=True)
+class KernelTimes:
+    method: str  # GRAPH | PROFILER | EVENTS, or the CPU clock's kind
+    times: list[list[float]]  # ms per fn per repetition, cold cache
+    fallback: str = ""  # why a better method was not used ("" when the first choice worked)
+
+
+@dataclass(frozen=True)
+class CallTimes:
+    latency_ms: list[list[float]]  # per fn, per batch: ms per call, back to back
+    host_ms: list[list[float]]  # per fn, per call: the host's own time
+    calls: int  # calls per batch
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _events(n: int, external: bool) -> list[tuple[Any, Any]]:
+    kwargs = {"enable_timing": True, **({"external": True} if external else {})}
+    return [(torch.cuda.Event(**kwargs), torch.cuda.Event(**kwargs)) for _ in range(n)]
+
+
+def _timed_reps(fns: Sequence[Fn], reps: int, flush: Fn, events: list[list[tuple[Any, Any]]]) -> None:
+    """Subject and control in turn, `reps` times: flush, start event, call, end event (queued only)."""
+    for r in range(reps):
+        for per_fn, fn in zip(events, fns):
+            flush()
+            start, end = per_fn[r]
+            start.record()
+            fn()
+            end.record()
+
+
+def graph_times(fns: Sequence[Fn], reps: int, flush: Fn) -> list[list[float]]:
+    """ms per fn per repetition: every (flush, event, call, event) captured into one CUDA graph,
+    replayed twice (the first replay uploads the graph), the second one read."""
+    try:
+        events = [_events(reps, external=True) for _ in fns]
+    except TypeError as exc:  # torch < 2.8: no external events
+        raise KernelTimingFailed(f"this torch cannot time events inside a graph ({_why(exc)})") from None
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        # Warm up on the capture stream (lazy per-stream state such as cuBLAS workspaces), as
+        # torch.cuda.graph's documentation asks.
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for fn in fns:
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            _timed_reps(fns, reps, flush, events)
+        graph.replay()
+        graph.replay()
+        torch.cuda.synchronize()
+        times = [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
+    except Exception as exc:  # noqa: BLE001 - any failure to capture or read means: another method
+        why = _why(exc)
+        del graph
+        torch.cuda.synchronize()  # a broken context raises here: the shape records a crash
+        raise KernelTimingFailed(f"CUDA graph capture failed: {why}") from None
+    del graph
+    if not all(t > 0 and math.isfinite(t) for per_fn in times for t in per_fn):
+        raise KernelTimingFailed("CUDA graph events gave non-positive times")
+    return times
+
+
+def _device_total_us(event: Any) -> float:
+    """Device time of a profiled range and everything launched under it, in us (the attribute was
+    `cuda_time_total` before torch 2.4)."""
+    for name in ("device_time_total", "cuda_time_total"):
+        value = getattr(event, name, None)
+        if value is not None:
+            return float(value)
+    return 0.0
+
+
+def profiler_times(fns: Sequence[Fn], reps: int, flush: Fn) -> list[list[float]]:
+    """ms per fn per repetition: the repetitions run eagerly, each call inside a named
+    `record_function` range; a call's kernel time is the device time of every kernel (and memcpy /
+    memset) launched inside its range, summed (gaps between its kernels left out)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    names = [[f"{CALL_PREFIX}.{i}.{r}" for r in range(reps)] for i in range(len(fns))]
+    torch.cuda.synchronize()
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for r in range(reps):
+                for i, fn in enumerate(fns):
+                    flush()
+                    with record_function(names[i][r]):
+                        fn()
+            torch.cuda.synchronize()
+        found: dict[str, float] = {}
+        for event in prof.events():
+            if event.name.startswith(CALL_PREFIX) and event.device_type == DeviceType.CPU:
+                found[event.name] = found.get(event.name, 0.0) + _device_total_us(event)
+    except Exception as exc:  # noqa: BLE001 - no CUPTI / roctracer, or a profiler error
+        torch.cuda.synchronize()
+        raise KernelTimingFailed(f"torch.profiler failed: {_why(exc)}") from None
+    missing = [n for per in names for n in per if found.get(n, 0.0) <= 0]
+    if missing:
+        raise KernelTimingFailed(f"torch.profiler saw no device time in {len(missing)} of "
+                                 f"{reps * len(fns)} calls (first: {missing[0]})")
+    return [[found[n] / 1e3 for n in per] for per in names]
+
+
+def event_times(fns: Sequence[Fn], reps: int, flush: Fn) -> list[list[float]]:
+    """The old protocol: flush, event, call, event, all queued and read once. Holds the host's
+    time whenever a call's launch reaches the device after its flush has ended."""
+    events = [_events(reps, external=False) for _ in fns]
+    _timed_reps(fns, reps, flush, events)
+    torch.cuda.synchronize()
+    return [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
+
+
+METHODS: dict[str, Callable[[Sequence[Fn], int, Fn], list[list[float]]]] = {
+    GRAPH: graph_times, PROFILER: profiler_times, EVENTS: event_times}
+
+
+def gpu_kernel_times(fns: Sequence[Fn], reps: int, flush: Fn, order: Sequence[str] = (GRAPH, PROFILER, EVENTS)
+                     ) -> KernelTimes:
+    """The first method in `order` that times every fn; `fallback` says why the earlier ones did not."""
+    why: list[str] = []
+    for method in order:
+        try:
+            return KernelTimes(method, METHODS[method](fns, reps, flush), "; ".join(why))
+        except KernelTimingFailed as exc:
+            why.append(str(exc))
+    raise KernelTimingFailed("; ".join(why) or "no kernel-timing method asked for")
+
+
+def batch_calls(per_call_ms: float, budget_ms: float = LATENCY_BATCH_MS) -> int:
+    """Calls per latency batch: about `budget_ms` of work, at least 2 (back to back), at most 200."""
+    if not per_call_ms > 0 or not math.isfinite(per_call_ms):
+        return LATENCY_MAX_CALLS
+    return max(LATENCY_MIN_CALLS, min(LATENCY_MAX_CALLS, int(budget_ms / per_call_ms)))
+
+
+def gpu_calls(fns: Sequence[Fn], batches: int, calls: int) -> CallTimes:
+    """Per fn, `batches` batches of `calls` back-to-back calls (subject and control batches in
+    turn), nothing synchronized until the end: latency per call from one event pair per batch,
+    host time per call from perf_counter."""
+    events = [_events(batches, external=False) for _ in fns]
+    host: list[list[float]] = [[] for _ in fns]
+    torch.cuda.synchronize()
+    for b in range(batches):
+        for i, fn in enumerate(fns):
+            start, end = events[i][b]
+            start.record()
+            for _ in range(calls):
+                t0 = time.perf_counter_ns()
+                fn()
+                host[i].append((time.perf_counter_ns() - t0) / 1e6)
+            end.record()
+    torch.cuda.synchronize()
+    latency = [[s.elapsed_time(e) / calls for s, e in per_fn] for per_fn in events]
+    return CallTimes(latency, host, calls)
+
+
+def cpu_calls(kernel_ms: Sequence[Sequence[float]]) -> CallTimes:
+    """On the CPU the kernel is the call: latency and host time are the kernel-time samples."""
+    return CallTimes([list(t) for t in kernel_ms], [list(t) for t in kernel_ms], 1)
+
+
+def median(values: Sequence[float]) -> float | None:
+    good = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    return statistics.median(good) if good else None
+
+
+def host_bound(kernel_ms: Sequence[float], host_ms: Sequence[float], method: str) -> bool:
+    """Whether the host's own time per call (median) exceeds the kernel time (median). Only a
+    method that keeps the host out of the kernel time can say so; on the CPU the two are one."""
+    kernel, host = median(kernel_ms), median(host_ms)
+    return method in DEVICE_METHODS and kernel is not None and host is not None and host > kernel

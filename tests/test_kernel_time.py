@@ -1,0 +1,178 @@
+"""Kernel time apart from call latency (benches/kernel_time.py, issue 26).
+
+On the CPU, real trials: the fields a trial writes, their way into the store and back, the value
+each decision metric takes, and the report's section (on the CPU kernel time is the call's time:
+never host-bound). On a CUDA GPU (`-m gpu`): graph capture, its fallback to the profiler for a
+subject that synchronizes inside, the profiler path on its own, and a host-bound call flagged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+import torch
+
+from benches import kernel_time, trial
+from bisector.search.call_timing import CallFigures, combined, figures, split
+from bisector.search.samples import trial_metric
+from bisector.search.evidence import metric_value
+from bisector.report.calls import calls_section
+from bisector.runner.launch import _record
+from bisector.store import Store
+from tests.devices import needs_cuda
+from tests.report_fixtures import demo_range
+from tests.test_trial import spec
+
+COMMON = {"tail": "", "log": "trial.log", "patch_hash": None, "started": "2026-12-01T00:00:00+00:00",
+          "finished": "2026-12-01T00:00:05+00:00", "seconds": 5.0, "timeline": {}, "slot": 0, "worker": {}}
+
+
+def test_cpu_trial_stores_kernel_time_latency_and_host_time(tmp_path) -> None:
+    out = trial.run(spec(), tmp_path / "out.json")
+    assert [p[0] for p in out["phases"]].count("calls") == 2  # one per shape, beside "timed"
+    with Store(tmp_path / "s.sqlite") as store:
+        store.add_trials("c", [_record("f" * 40, raw, out, COMMON) for raw in out["results"]])
+        stored = store.trials("c")
+    for raw, rec in zip(out["results"], stored):
+        assert raw["kernel_method"] == rec.kernel_method == "perf_counter_ns"
+        # on the CPU the kernel is the call: latency and host time are the kernel-time samples
+        assert rec.subject_latency_ms == rec.subject_host_ms == rec.subject_ms == tuple(raw["subject_ms"])
+        assert rec.control_latency_ms == rec.control_ms and len(rec.subject_ms) == 3
+        assert rec.latency_ratio == pytest.approx(raw["ratio_all_reps"])
+        assert rec.protocol["latency_calls"] == 1
+        assert trial_metric(rec, "ratio") == rec.ratio and trial_metric(rec, "latency_ratio") == rec.latency_ratio
+        assert trial_metric(rec, "latency_speed") == pytest.approx(1 / kernel_time.median(rec.subject_ms))
+        assert metric_value(rec, "latency_speed") == pytest.approx(rec.subject_tflops, rel=1e-9)
+        fig = figures(stored, rec.shape, rec.sha)
+        assert fig is not None and fig.trials == 1 and not fig.host_bound and not fig.control_host_bound
+        assert fig.kernel_us == fig.latency_us == fig.host_us == pytest.approx(kernel_time.median(rec.subject_ms) * 1e3)
+    data = dataclasses.replace(demo_range(), calls=tuple(figures(stored, r.shape, r.sha) for r in stored))
+    text = "\n".join(calls_section(data))
+    assert "## Kernel time and call latency" in text and "CPU: the call's wall time" in text
+    assert "host-bound**" not in text and text.count("— (one time)") == 2
+
+
+def test_metric_names_carry_the_timing() -> None:
+    assert combined("ratio", "kernel") == "ratio" and combined("speed", "latency") == "latency_speed"
+    assert split("latency_ratio") == ("ratio", "latency") and split("speed") == ("speed", "kernel")
+
+
+def test_config_timing_selects_the_decision_metric(tmp_path) -> None:
+    from bisector.config import load
+    from tests.test_bad_input import CONFIG
+
+    path = tmp_path / "c.toml"
+    path.write_text(CONFIG.format(repo="/tmp/x") + '[thresholds]\nmetric = "speed"\ntiming = { gemm = "latency" }\n')
+    th = load(path).thresholds
+    assert (th.timing_of("gemm"), th.timing_of("fa")) == ("latency", "kernel")
+    assert (th.decision_of("gemm"), th.decision_of("fa")) == ("latency_speed", "speed")
+    path.write_text(CONFIG.format(repo="/tmp/x"))
+    assert load(path).thresholds.decision_of("gemm") == "ratio"  # the default: kernel time
+
+
+def test_a_host_bound_shape_is_said_with_both_figures() -> None:
+    data = demo_range()
+    sha = data.bad.sha
+    fig = CallFigures("gemm/decode", sha, "cuda_graph", kernel_us=15.2, latency_us=101.0, host_us=98.5,
+                      control_kernel_us=7.1, control_latency_us=12.0, control_host_us=6.0, trials=3)
+    quick = dataclasses.replace(fig, shape="gemm/m8192", kernel_us=1400.0, latency_us=1402.0, host_us=110.0)
+    text = "\n".join(calls_section(dataclasses.replace(data, calls=(fig, quick))))
+    assert (f"**gemm/decode is host-bound** at `{sha[:7]}` (bad): the host takes 98.5 µs a call, the kernel "
+            "15.2 µs; an eager caller waits 101 µs a call") in text
+    assert "gemm/m8192 is host-bound" not in text and "| gemm/m8192 | " in text
+    assert "CUDA graph" in text and "steps tested on kernel time" in text
+
+
+def test_latency_batches_are_sized_by_time() -> None:
+    assert kernel_time.batch_calls(0.1) == 50 and kernel_time.batch_calls(100.0) == kernel_time.LATENCY_MIN_CALLS
+    assert kernel_time.batch_calls(0.001) == kernel_time.LATENCY_MAX_CALLS
+    assert kernel_time.host_bound([0.015], [0.1], "cuda_graph") and not kernel_time.host_bound([0.015], [0.1], "perf_counter_ns")
+
+
+# -- on a CUDA GPU -------------------------------------------------------------------------------
+
+def _gemm() -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.randn(64, 2048, device="cuda", dtype=torch.bfloat16),
+            torch.randn(2048, 7168, device="cuda", dtype=torch.bfloat16))
+
+
+def _flush() -> None:
+    _FLUSH.zero_()
+
+
+_FLUSH: torch.Tensor = torch.empty(0)
+
+
+@pytest.fixture
+def flush() -> object:
+    global _FLUSH
+    _FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    yield _flush
+    _FLUSH = torch.empty(0)
+
+
+def _dispatched(a: torch.Tensor, b: torch.Tensor) -> object:
+    """A small GEMM behind ~200 us of Python (no sleep: the host really works)."""
+    def call() -> torch.Tensor:
+        deadline = time.perf_counter() + 200e-6
+        n = 0
+        while time.perf_counter() < deadline:
+            n += len({"m": a.shape[0], "k": a.shape[1]})
+        return a @ b
+    return call
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_graph_capture_times_kernels_without_the_host(flush) -> None:
+    a, b = _gemm()
+    fns = [_dispatched(a, b), lambda: a @ b]
+    for fn in fns:
+        fn()
+    got = kernel_time.gpu_kernel_times(fns, 10, flush)
+    assert got.method == kernel_time.GRAPH and got.fallback == ""
+    assert all(len(t) == 10 and all(0 < x < 0.2 for x in t) for t in got.times)  # a 64x7168x2048 GEMM, not 200 us
+    calls = kernel_time.gpu_calls(fns, 3, 20)
+    assert len(calls.latency_ms[0]) == 3 and len(calls.host_ms[0]) == 60
+    host, kernel = kernel_time.median(calls.host_ms[0]), kernel_time.median(got.times[0])
+    assert host is not None and kernel is not None and host > 0.2 > kernel
+    assert kernel_time.host_bound(got.times[0], calls.host_ms[0], got.method)
+    assert not kernel_time.host_bound(got.times[1], calls.host_ms[1], got.method)  # cuBLAS: a cheap launch
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_subject_that_synchronizes_falls_back_to_the_profiler(flush) -> None:
+    a, b = _gemm()
+
+    def syncs() -> torch.Tensor:
+        c = a @ b
+        c[0, 0].item()  # a synchronization: not allowed while a graph is captured
+        return c
+
+    got = kernel_time.gpu_kernel_times([syncs, lambda: a @ b], 5, flush)
+    assert got.method == kernel_time.PROFILER and "graph capture failed" in got.fallback
+    assert all(len(t) == 5 and all(0 < x < 1.0 for x in t) for t in got.times)
+    after = kernel_time.gpu_kernel_times([lambda: a @ b], 5, flush)  # the context survived the failed capture
+    assert after.method == kernel_time.GRAPH
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_profiler_path_sums_each_calls_kernels(flush) -> None:
+    a, b = _gemm()
+    one = kernel_time.profiler_times([lambda: a @ b], 5, flush)[0]
+    two = kernel_time.profiler_times([lambda: (a @ b, a @ b)], 5, flush)[0]
+    assert kernel_time.median(two) > 1.5 * kernel_time.median(one)  # both kernels of a call counted
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_cuda_trial_records_the_method_and_latency(tmp_path) -> None:
+    out = trial.run(spec(device="cuda", control="torch_cuda", flush_mb=64), tmp_path / "out.json")
+    for r in out["results"]:
+        assert r["status"] == "ok" and r["kernel_method"] in kernel_time.DEVICE_METHODS, r
+        assert len(r["subject_latency_ms"]) == 3 and len(r["subject_host_ms"]) == 3 * r["latency_calls"]
+        assert r["latency_ratio"] > 0
