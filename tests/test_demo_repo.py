@@ -18,7 +18,7 @@ from bisector.errors import EXIT_BAD_INPUT
 
 PR = re.compile(r" \(#(\d+)\)$")
 ORDER = ("good", "improvement", "fa_remap_dropped", "fastmath_dropped", "gemm_group_m", "broken_import",
-         "broken_import_fixed", "wrong_result", "wrong_result_fixed", "gemm_stages")
+         "broken_import_fixed", "wrong_result", "wrong_result_fixed", "gemm_stages", "fa_window")
 
 
 def git(repo: str | Path, *args: str) -> str:
@@ -68,7 +68,7 @@ def test_expected_shapes_name_config_shapes(demo: DemoManifest) -> None:
         for plant in demo.plants.values():
             assert set(plant.shapes(device)) <= keys
         assert [p.role for p in demo.steps(device)] == ["improvement", "fa_remap_dropped", "fastmath_dropped",
-                                                         "gemm_group_m", "gemm_stages"]
+                                                         "gemm_group_m", "gemm_stages", "fa_window"]
     # the planted shape selectivity: some shapes stay put for each of these steps
     assert demo.plants["fa_remap_dropped"].shapes("cpu") == ("fa/s1024", "fa/s2048")
     assert demo.plants["gemm_group_m"].shapes("cuda") == ("gemm/m54560",)

@@ -123,9 +123,38 @@ class HunkFinding:
     unresolved: int = 0  # subsets that did not build, import, run or give right results
     shown_minimal: bool = True  # removing any one of `hunks` was measured and lost the step
     one_group: bool = False  # `hunks` are one group, searched as one (never apart)
+    # Through plumbing (bisector/hunk_plumbing.py): the pieces that only thread a new name through,
+    # applied to the parent as a base; `hunks` are then pieces (statements) of the other hunks.
+    plumbing: tuple[str, ...] = ()  # labels of the hunks that are all plumbing
+    n_plumbing: int = 0  # hunks that are all plumbing
+    n_behaviour: int = 0  # hunks with a behaviour-changing piece
+    n_pieces: int = 0  # behaviour-changing pieces searched
+    found_hunks: int = 0  # hunks the found pieces lie in
+    pieces_in_found: int = 0  # behaviour-changing pieces of those hunks
+    base_carries: bool = False  # the plumbing base alone carried the step
+    base_patch_path: str | None = None
+
+    def _through_plumbing(self) -> str:
+        base = f"on top of {self.n_plumbing} plumbing hunk{'s' * (self.n_plumbing != 1)} applied as a base"
+        if self.base_carries:
+            return (f"the plumbing base alone ({self.n_plumbing} hunks and the plumbing lines of others) carries "
+                    f"the step: it is in what threads the new name through, not in the {self.n_behaviour} "
+                    f"behaviour-changing hunks")
+        if not self.complete:
+            return (f"the step is within {len(self.hunks)} of the {self.n_pieces} behaviour-changing statements "
+                    f"of {self.n_behaviour} hunks, {base} (the search stopped early: {self.stopped_at})")
+        how = "alone" if self.alone else "only together" if self.shown_minimal else "together"
+        verb = "carries" if self.found_hunks == 1 else "carry"
+        text = f"{self.found_hunks} of {self.n_behaviour} behaviour-changing hunks {verb} the step {how}, {base}"
+        if self.pieces_in_found > len(self.hunks):
+            text += (f"; within {'it' if self.found_hunks == 1 else 'them'}, {len(self.hunks)} of "
+                     f"{self.pieces_in_found} statements")
+        return text
 
     @property
     def summary(self) -> str:
+        if self.n_behaviour:
+            return self._through_plumbing()
         if not self.complete and self.stopped_at == "offline":
             return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the run ended after "
                     f"{len(self.tries)} subsets were measured; replayed offline)")
