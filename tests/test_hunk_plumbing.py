@@ -331,6 +331,25 @@ def test_the_report_says_which_hunks_were_plumbing_and_which_lines_carry_the_ste
     assert carried.summary.startswith("the plumbing base alone (9 hunks")
 
 
+
+def test_the_demo_plants_a_cause_among_plumbing(demo) -> None:
+    """The demo's sliding-window commit: grouping ties all its hunks into one; the plan keeps the
+    plumbing apart and leaves the key-block change (CPU and Triton) among what is searched."""
+    repo = git.Repo(demo.path)
+    sha = demo.sha("fa_window")
+    parts = hunks.split(gitrepo.commit_diff(repo, sha))
+    old = lambda p: gitrepo.file_at(repo, f"{sha}^", p)  # noqa: E731
+    new = lambda p: gitrepo.file_at(repo, sha, p)  # noqa: E731
+    groups = hunk_groups.group(parts, old, new)
+    assert [g.members for g in groups] == [tuple(range(len(parts)))]
+    plan = hunk_plumbing.plan(parts, len(parts), old, new)
+    assert plan is not None and len(plan.plumbing_hunks) == 8 and len(plan.behaviour_hunks) == 4
+    searched = {p.label.split(" lines ")[0]: parts[p.hunk].body for p in plan.pieces}
+    assert any("+BLOCK_N = 32" in body for label, body in searched.items() if label.startswith("demolib/cpu_fa.py"))
+    assert any("+BLOCK_N = 16" in body for label, body in searched.items() if label.startswith("demolib/triton_fa"))
+    assert all("window" in parts[i].body or "WINDOW" in parts[i].body for i in plan.plumbing_hunks)
+
+
 @pytest.mark.slow
 @pytest.mark.demo_e2e
 def test_the_cpu_demo_names_the_key_block_not_the_plumbing(tmp_path: Path) -> None:
