@@ -146,8 +146,8 @@ def apply_text(text: str, file_hunks: Sequence[Hunk]) -> str:
     old = text.splitlines(keepends=True)
     out: list[str] = []
     at = 0  # old lines copied so far
-    for h in sorted(file_hunks, key=lambda h: _counts(_HEADER.match(h.header)).__getitem__(0)):  # type: ignore[arg-type]
-        start, length, _, _ = _counts(_HEADER.match(h.header))  # type: ignore[arg-type]
+    headed = [(_counts(_HEADER.match(h.header)), h) for h in file_hunks]  # type: ignore[arg-type]
+    for (start, length, _, _), h in sorted(headed, key=lambda x: x[0][0]):
         first = start if length == 0 else start - 1
         out += old[at:first]
         at = first
@@ -332,7 +332,8 @@ class _Same:
     def _target_new(self, t: ast.AST) -> bool:
         if isinstance(t, (ast.Tuple, ast.List)):
             return all(self._target_new(x) for x in t.elts)
-        return (isinstance(t, ast.Name) and t.id in self.names) or (isinstance(t, ast.Attribute) and t.attr in self.names)
+        return ((isinstance(t, ast.Name) and t.id in self.names)
+                or (isinstance(t, ast.Attribute) and t.attr in self.names))
 
     def _extra_stmt(self, s: ast.stmt) -> bool:
         if isinstance(s, ast.Assign):
@@ -432,10 +433,10 @@ def _label(h: Hunk, keep: tuple[int, ...], n_pieces: int) -> str:
     for i, line in enumerate(h.body.splitlines()):
         tag = line[:1]
         if tag == "-":
-            olds.append(old_at) if i in keep else None
+            olds += [old_at] * (i in keep)
             old_at += 1
         elif tag == "+":
-            news.append(new_at) if i in keep else None
+            news += [new_at] * (i in keep)
             new_at += 1
         elif tag != "\\":
             old_at, new_at = old_at + 1, new_at + 1
