@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--roles", nargs="*", default=["improvement", "fa_remap_dropped", "fastmath_dropped",
-                                                     "gemm_group_m", "gemm_stages"])
+                                                     "gemm_group_m", "gemm_stages", "fa_window"])
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)
     print("| step | PR | shape | expected | measured | trial CV before / after | subject ms |")

@@ -39,7 +39,7 @@ from bisector.pipeline import search_settings
 from bisector.search import localize
 
 # The knobs that move a CPU shape or break a commit; the rest are neutral.
-PLANTED = ("fa_remap", "fastmath", "group_m", "num_stages", "gemm_tuned", "k_mask_bug")
+PLANTED = ("fa_remap", "fastmath", "group_m", "num_stages", "gemm_tuned", "k_mask_bug", "fa_window")
 
 
 def classes() -> list[tuple | None]:

@@ -27,7 +27,8 @@ from bisector.demo.demo_config import demo_config
 pytestmark = [pytest.mark.slow, pytest.mark.demo_e2e]
 
 
-# Two shapes that every plant moves (the attention one: dropped remap, dropped fast math; the tall
+# Two shapes that every plant moves (the attention one: dropped remap, dropped fast math, the smaller
+# key blocks of the sliding-window commit; the tall
 # GEMM: the retune, GROUP_M, num_stages, the wrong-result window), at a third of a trial's cost.
 SHAPES = ("fa/s1024", "gemm/tall")
 
@@ -84,13 +85,17 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
         sign = -1 if plant.kind == "regression" else 1
         assert all(sign * step["change_pct"][k] > 0 for k in moved)
     # Down to the hunk: every plant edits the CPU kernel and its Triton twin; on the CPU the CPU hunk
-    # carries the step (fast-math's two hunks only together: a defaulted flag and the call dropping it).
+    # carries the step (fast-math's two hunks only together: a defaulted flag and the call dropping it;
+    # the sliding-window commit's key block, not the plumbing that threads `window` through every caller).
     hunks = {h["commit"]: h for h in result["hunks"]}
     assert set(hunks) == set(found)
     for plant in (p for p in manifest.steps("cpu") if p.sha in found):
         h = hunks[plant.sha]
         assert h["hunks"] and all(label.startswith("demolib/cpu_") for label in h["hunks"]), (plant.role, h)
         assert h["alone"] == (plant.role != "fastmath_dropped") and len(h["hunks"]) == (1 if h["alone"] else 2)
+        if plant.role == "fa_window":
+            assert len(h["plumbing"]) >= 5 and not set(h["hunks"]) & set(h["plumbing"]), h
+            assert h["hunks"][0].startswith("demolib/cpu_fa.py @@ -12,") and "on top of" in h["summary"], h
     assert manifest.sha("broken_import") in result["skipped"]
     (window,) = result["wrong_windows"]
     assert window["first"] == manifest.sha("wrong_result")

@@ -18,7 +18,7 @@ from bisector.errors import EXIT_BAD_INPUT
 
 PR = re.compile(r" \(#(\d+)\)$")
 ORDER = ("good", "improvement", "fa_remap_dropped", "fastmath_dropped", "gemm_group_m", "broken_import",
-         "broken_import_fixed", "decode_kernel", "dispatch_cost", "wrong_result", "wrong_result_fixed", "gemm_stages")
+         "broken_import_fixed", "decode_kernel", "dispatch_cost", "wrong_result", "wrong_result_fixed", "gemm_stages", "fa_window")
 
 
 def git(repo: str | Path, *args: str) -> str:
@@ -74,11 +74,11 @@ def test_expected_shapes_name_config_shapes(demo: DemoManifest) -> None:
             assert set(plant.shapes(device)) <= keys
         decode = {"cpu": [], "cuda": ["decode_kernel"]}[device]  # no CPU demo shape takes the decode path
         assert [p.role for p in demo.steps(device)] == ["improvement", "fa_remap_dropped", "fastmath_dropped",
-                                                         "gemm_group_m", *decode, "gemm_stages"]
+                                                         "gemm_group_m", *decode, "gemm_stages", "fa_window"]
         dispatch = {"cpu": [], "cuda": ["dispatch_cost"]}[device]  # a host-side step: call latency only
         assert [p.role for p in demo.steps(device, "latency")] == ["improvement", "fa_remap_dropped",
                                                                     "fastmath_dropped", "gemm_group_m", *dispatch,
-                                                                    "gemm_stages"]
+                                                                    "gemm_stages", "fa_window"]
     # the planted shape selectivity: some shapes stay put for each of these steps
     assert demo.plants["fa_remap_dropped"].shapes("cpu") == ("fa/s1024", "fa/s2048")
     assert demo.plants["gemm_group_m"].shapes("cuda") == ("gemm/m54560",)

@@ -45,7 +45,10 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     if as_json:
         windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
         hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
-                  "patch": h.patch_path} for h in outcome.report.hunks]
+                  "patch": h.patch_path, "summary": h.summary,
+                  **({"plumbing": list(h.plumbing), "behaviour_hunks": h.n_behaviour,
+                      "plumbing_carries": h.base_carries, "plumbing_patch": h.base_patch_path}
+                     if h.n_behaviour else {})} for h in outcome.report.hunks]
         print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
                     "fixes": [fix_json(f) for f in outcome.fixes],
                     "kernels": [{"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}

@@ -24,6 +24,7 @@ INITIAL: dict[str, Any] = {
     # planted
     "fa_remap": True, "fastmath": True, "group_m": 8, "num_stages": 3, "k_mask_bug": False,
     "gemm_tuned": False, "utils_import": False, "utils_file": False, "decode_tile": False, "dispatch_split_k": False,
+    "fa_window": False,
     # neutral
     "version": "0.1.0", "gemm_refactor": False, "fa_comment": False, "gemm_comment": False,
     "validate_inputs": False, "doc_install": False, "doc_bench": False, "doc_layout": False,
@@ -34,9 +35,14 @@ INITIAL: dict[str, Any] = {
 
 def derived(knobs: Mapping[str, Any]) -> dict[str, Any]:
     """Knobs the templates read that follow from others (the GEMM tile before/after tuning)."""
-    tuned = knobs["gemm_tuned"]
+    tuned, window = knobs["gemm_tuned"], knobs["fa_window"]
     return {**knobs, "tri_block_n": 256 if tuned else 128, "tri_block_k": 64 if tuned else 128,
-            "cpu_block_k": 4 if tuned else 2, "cpu_decode_block_k": 64 if knobs["decode_tile"] else 16}
+            "cpu_block_k": 4 if tuned else 2, "cpu_decode_block_k": 64 if knobs["decode_tile"] else 16,
+            # the sliding-window argument, threaded through every attention caller (empty before it)
+            "fa_window_param": ", window: int | None = None" if window else "",
+            "fa_window_arg": ", window" if window else "", "fa_window_kwarg": ", window=window" if window else "",
+            "fa_window_kernel_param": " WINDOW," if window else "",
+            "fa_window_launch_arg": " window or 0," if window else ""}
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,9 @@ COMMITS: tuple[CommitSpec, ...] = (
     CommitSpec(152, "chore: release 0.4.2", {"version": "0.4.2"}),
     CommitSpec(145, "GEMM: num_stages 3 -> 2 to save shared memory", {"num_stages": 2}, "gemm_stages"),
     CommitSpec(154, "docs: roadmap", {}),
-    CommitSpec(155, "chore: tidy the changelog", {}),
+    CommitSpec(155, "FA: thread a sliding-window argument through every caller", {"fa_window": True}, "fa_window",
+               "flash_attn(..., window=None) down to both kernels; keys are walked in smaller blocks\n"
+               "so that a window's edge wastes less of the last one."),
     CommitSpec(157, "chore: release 0.5.0", {"version": "0.5.0"}),
     CommitSpec(158, "docs: release notes for 0.5.0", {}),
     CommitSpec(160, "chore: release 0.5.1", {"version": "0.5.1"}),
@@ -140,6 +148,11 @@ EXPECTATIONS: dict[str, Expectation] = {
     "gemm_stages": Expectation("regression", {
         "cpu": {"gemm/square": -33.0, "gemm/tall": -29.0},
         "cuda": {"gemm/m8192": -30.0, "gemm/m54560": None}}),
+    # One commit threads the new argument through every caller (plumbing) and shrinks the key block
+    # (BLOCK_N 256 -> 32 on the CPU, 64 -> 16 in Triton): the cause, among a dozen hunks.
+    "fa_window": Expectation("regression", {
+        "cpu": {"fa/s1024": -54.0, "fa/s2048": -56.0},
+        "cuda": {"fa/s4096": None, "fa/s16384": None, "fa/s32768": None}}),
     "wrong_result": Expectation("wrong", {
         "cpu": {"gemm/square": None, "gemm/tall": None},
         "cuda": {"gemm/m8192": None, "gemm/m54560": None, "gemm/decode": None}}),

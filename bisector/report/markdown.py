@@ -206,6 +206,11 @@ def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
     link = Path(finding.patch_path).name if finding.patch_path else ""
     lines = [f"- {commit_ref(finding.step_commit, data)}: {finding.summary}" + (f" ([{link}]({link}))" if link else "") + ":"]
+    if finding.n_behaviour:
+        base = Path(finding.base_patch_path).name if finding.base_patch_path else ""
+        lines.append(f"  - plumbing (only threads a new name through; applied to the parent as the base of every "
+                     f"subset{f', [{base}]({base})' if base else ''}): "
+                     + ("; ".join(f"`{h}`" for h in finding.plumbing) or "lines inside the other hunks"))
     for t in finding.tries:
         moved = "; ".join(filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()),
                                         t.error])) or "not measured"

@@ -7,7 +7,10 @@ parent's drift is then measured once per round, not once per subset, and the cul
 the comparison is the step as verification measured it (parent and culprit side by side).
 
 Hunks that must travel together (a changed signature and the hunks that use its new names,
-bisector/why/hunk_groups.py) are grouped first, and the search splits groups, never a group.
+bisector/why/hunk_groups.py) are grouped first, and the search splits groups, never a group. When that
+would tie most hunks into one group, the pieces that only thread a new name through are applied as
+a base and the search runs over the behaviour-changing statements on top of it
+(bisector/why/hunk_plumbing.py), after checking that the base alone does not carry the step.
 
 A subset carries the step when, over the step's shapes, it sits nearer the culprit than the parent:
 the median over shapes of log(subset / parent) / log(culprit / parent) is at least one half. The
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from bisector import gitrepo
-from bisector.why import hunk_groups, hunks
+from bisector.why import hunk_groups, hunk_plumbing, hunks
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
 from bisector.runner.probe import NOT_MEASURED, Taken, fresh, side_by_side
@@ -70,9 +73,38 @@ class HunkFinding:
     unresolved: int = 0  # subsets that did not build, import, run or give right results
     shown_minimal: bool = True  # removing any one of `hunks` was measured and lost the step
     one_group: bool = False  # `hunks` are one group, searched as one (never apart)
+    # Through plumbing (bisector/why/hunk_plumbing.py): the pieces that only thread a new name through,
+    # applied to the parent as a base; `hunks` are then pieces (statements) of the other hunks.
+    plumbing: tuple[str, ...] = ()  # labels of the hunks that are all plumbing
+    n_plumbing: int = 0  # hunks that are all plumbing
+    n_behaviour: int = 0  # hunks with a behaviour-changing piece
+    n_pieces: int = 0  # behaviour-changing pieces searched
+    found_hunks: int = 0  # hunks the found pieces lie in
+    pieces_in_found: int = 0  # behaviour-changing pieces of those hunks
+    base_carries: bool = False  # the plumbing base alone carried the step
+    base_patch_path: str | None = None
+
+    def _through_plumbing(self) -> str:
+        base = f"on top of {self.n_plumbing} plumbing hunk{'s' * (self.n_plumbing != 1)} applied as a base"
+        if self.base_carries:
+            return (f"the plumbing base alone ({self.n_plumbing} hunks and the plumbing lines of others) carries "
+                    f"the step: it is in what threads the new name through, not in the {self.n_behaviour} "
+                    f"behaviour-changing hunks")
+        if not self.complete:
+            return (f"the step is within {len(self.hunks)} of the {self.n_pieces} behaviour-changing statements "
+                    f"of {self.n_behaviour} hunks, {base} (the search stopped early: {self.stopped_at})")
+        how = "alone" if self.alone else "only together" if self.shown_minimal else "together"
+        verb = "carries" if self.found_hunks == 1 else "carry"
+        text = f"{self.found_hunks} of {self.n_behaviour} behaviour-changing hunks {verb} the step {how}, {base}"
+        if self.pieces_in_found > len(self.hunks):
+            text += (f"; within {'it' if self.found_hunks == 1 else 'them'}, {len(self.hunks)} of "
+                     f"{self.pieces_in_found} statements")
+        return text
 
     @property
     def summary(self) -> str:
+        if self.n_behaviour:
+            return self._through_plumbing()
         if not self.complete and self.stopped_at == "offline":
             return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the run ended after "
                     f"{len(self.tries)} subsets were measured; replayed offline)")
@@ -111,9 +143,12 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path)
         parts = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
         if len(parts) < 2:
             continue
-        groups = hunk_groups.group(parts, lambda p: gitrepo.file_at(session.repo, step.parent, p),
-                                   lambda p: gitrepo.file_at(session.repo, step.commit, p))
-        findings.append(_one(session, step, parts, groups, taken, out))
+        old = lambda p: gitrepo.file_at(session.repo, step.parent, p)  # noqa: E731
+        new = lambda p: gitrepo.file_at(session.repo, step.commit, p)  # noqa: E731
+        groups = hunk_groups.group(parts, old, new)
+        plumbed = hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+        finding = _plumbed(session, step, plumbed, taken, out, old) if plumbed else None
+        findings.append(finding or _one(session, step, parts, groups, taken, out))
     return tuple(findings)
 
 
@@ -122,10 +157,12 @@ class _Rounds:
     within the trial budget."""
 
     def __init__(self, session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken,
-                 groups: Sequence[tuple[int, ...]] | None = None) -> None:
+                 groups: Sequence[tuple[int, ...]] | None = None, plan: hunk_plumbing.Plan | None = None,
+                 old: hunk_plumbing.Source | None = None) -> None:
         config = session.config
         self.session, self.step, self.parts, self.taken = session, step, parts, taken
         self.groups = tuple(groups) if groups is not None else tuple((i,) for i in range(len(parts)))
+        self.plan, self.old = plan, old  # with a plan, subsets are of its pieces, on top of its base
         self.shapes = tuple(s for s in config.shapes if s.key in step.shapes)
         self.base = session.probe(shapes=self.shapes)
         self.n = max(1, config.protocol.trials)
@@ -137,6 +174,16 @@ class _Rounds:
         """The hunk indices of a subset of groups, in commit order (what patch_of needs)."""
         return tuple(sorted(i for g in subset for i in self.groups[g]))
 
+    def patch(self, subset: tuple[int, ...]) -> str:
+        if self.plan is not None:
+            return self.plan.patch(subset)
+        return hunks.patch_of([self.parts[i] for i in self.hunks_of(subset)])
+
+    def labels(self, subset: tuple[int, ...]) -> tuple[str, ...]:
+        if self.plan is not None:
+            return ("plumbing base",) * bool(self.plan.base) + tuple(self.plan.pieces[i].label for i in subset)
+        return tuple(self.parts[i].label for i in self.hunks_of(subset))
+
     def __call__(self, subsets: Sequence[tuple[int, ...]]) -> list[bool | None]:
         """Rounds of n trials of the parent and of every subset still unclear, side by side, until
         each subset's place between parent and culprit is clear (a subset that sits near either end
@@ -144,12 +191,18 @@ class _Rounds:
         search), or MAX_ROUNDS or the trial budget runs out (then its point estimate decides). A
         subset that does not build, run or give right results is unresolved (None) at once."""
         probes = {}
+        verdicts: dict[tuple[int, ...], bool | str | None] = {s: None for s in subsets}  # str: unresolved
         for subset in subsets:
-            patch = hunks.patch_of([self.parts[i] for i in self.hunks_of(subset)])
+            error = self.plan.compile_error(subset, self.old) if self.plan is not None and self.old else ""
+            if error:  # skipped before it is built: unresolved, no trial spent
+                verdicts[subset] = error
+                continue
+            patch = self.patch(subset)
             probes[subset] = self.session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=self.shapes,
                                                 max_crashes=1)
         parent: dict[str, list[float]] = {}
-        verdicts: dict[tuple[int, ...], bool | str | None] = {s: None for s in subsets}  # str: unresolved
+        if not probes:
+            return [self._skipped(s, str(verdicts[s])) for s in subsets]
         got: dict[tuple[int, ...], Measurement] = {}
         for k in range(MAX_ROUNDS):
             open_ = [s for s in subsets if verdicts[s] is None]
@@ -173,7 +226,12 @@ class _Rounds:
                 verdicts[subset] = self._place(parent, m)
             if all(v is not None for v in verdicts.values()):
                 break
-        return [self._judge(s, parent, got[s], verdicts[s]) for s in subsets]
+        return [self._judge(s, parent, got[s], verdicts[s]) if s in got else self._skipped(s, str(verdicts[s]))
+                for s in subsets]
+
+    def _skipped(self, subset: tuple[int, ...], why: str) -> None:
+        self.tries.append(HunkTry(self.labels(subset), None, {}, why))
+        return None
 
     def _positions(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> dict[str, tuple[float, ...]]:
         """Per shape: where the subset sits between parent (0) and culprit (1), with its 95% bounds."""
@@ -213,7 +271,7 @@ class _Rounds:
 
     def _judge(self, subset: tuple[int, ...], parent: Mapping[str, Sequence[float]], got: Measurement,
                verdict: bool | str | None) -> bool | None:
-        labels = tuple(self.parts[i].label for i in self.hunks_of(subset))
+        labels = self.labels(subset)
         if isinstance(verdict, str):  # unresolved: neither carries nor clears the step
             changes = _changes(self.step, parent, got) if got.status is ProbeStatus.OK else {}
             self.tries.append(HunkTry(labels, None, changes, verdict, trials=got.count()))
@@ -252,3 +310,41 @@ def _changes(step: Step, parent: Mapping[str, Sequence[float]], got: Measurement
         if before and after:  # not a wrong result, and a shape that runs with this subset
             out[shape] = 100.0 * (statistics.median(after) / statistics.median(before) - 1.0)
     return out
+
+
+def _plumbed(session: Session, step: Step, plan: hunk_plumbing.Plan, taken: Taken, out: Path,
+             old: hunk_plumbing.Source) -> HunkFinding | None:
+    """The search over the behaviour-changing pieces, each subset on top of the plumbing base; None
+    (search the groups instead) when the base alone cannot be measured."""
+    rounds = _Rounds(session, step, plan.parts, taken, plan=plan, old=old)
+    budget = session.config.build.max_hunk_builds
+    try:
+        (base_alone,) = rounds([()])
+    except hunks.OutOfBudget:
+        return None
+    if base_alone is None:  # the base did not build or run: the search over groups
+        return None
+    plumbing = tuple(plan.parts[i].label for i in plan.plumbing_hunks)
+    counts = dict(n_plumbing=len(plan.plumbing_hunks), n_behaviour=len(plan.behaviour_hunks),
+                  n_pieces=len(plan.pieces), plumbing=plumbing)
+    out.mkdir(parents=True, exist_ok=True)
+    base_path = out / f"hunk-{step.commit[:7]}-plumbing.patch"
+    base_path.write_text(plan.patch(()))
+    if base_alone:  # the step is in what threads the name through (or a new definition it calls)
+        labels = tuple(p.label for p in plan.base)
+        return HunkFinding(step.commit, len(plan.parts), labels, len(labels) == 1, tuple(rounds.tries),
+                           str(base_path), base_path.read_text(), base_carries=True, base_patch_path=str(base_path),
+                           **counts)
+    found = hunks.search(len(plan.pieces), rounds, budget=max(1, budget - 1))
+    chosen = [plan.pieces[i] for i in found.found]
+    text = hunks.patch_of(hunk_plumbing.Plan(plan.parts, (), tuple(chosen)).hunks_of(range(len(chosen))))
+    path = out / f"hunk-{step.commit[:7]}.patch"
+    path.write_text(text)
+    return HunkFinding(step.commit, len(plan.parts), tuple(p.label for p in chosen), found.alone,
+                       tuple(rounds.tries), str(path), text, complete=found.complete,
+                       stopped_at="" if found.complete else (rounds.stopped or "builds"),
+                       unresolved=len(found.unresolved), shown_minimal=found.shown_minimal,
+                       base_patch_path=str(base_path),
+                       found_hunks=len({p.hunk for p in chosen}),
+                       pieces_in_found=sum(p.hunk in {c.hunk for c in chosen} for p in plan.pieces),
+                       **counts)
