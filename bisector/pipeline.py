@@ -29,6 +29,7 @@ from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, Searc
 from bisector.fixes import expected_trials as fixes_expected, verify_fixes
 from bisector.interactions import expected_trials as interactions_expected, measure_interactions
 from bisector.kernels.collect import step_kernels
+from bisector.kernels.regenerate import compile_commit
 from bisector.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
@@ -247,7 +248,9 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
             windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
         # the JIT caches of the steps' commits, kept beside the report before a later run empties them
-        kernels = step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env)
+        # (a resumed run whose JIT dirs are gone compiles those commits again; offline nothing runs)
+        recompile = None if options.offline else (lambda sha: compile_commit(session, sha))
+        kernels = step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env, recompile)
         taken = Taken(result.measurements)
         fixes, patches, found, interactions = (), {}, (), ()
         if options.verify_fixes:

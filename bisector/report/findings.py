@@ -24,11 +24,12 @@ class KernelSide:
 
 @dataclass(frozen=True)
 class KernelDiff:
-    """A kernel across one step, matched by name and signature between the parent and the culprit."""
+    """A kernel across one step, matched by name between the parent and the culprit, its compiled
+    variants paired by specialization."""
 
     name: str
     signature: str  # argument types of the parent's (else the culprit's) TTIR entry
-    status: str  # "changed" | "unchanged" | "added" | "removed" | "signature changed"
+    status: str  # "changed", "unchanged", "signature changed", "added", "removed", "variant added", "variant removed"
     before: KernelSide | None = None  # the parent's
     after: KernelSide | None = None  # the culprit's
     first_level: str = ""  # the first IR level that differs ("ttir", "ttgir", "llir", "ptx", "amdgcn")
@@ -37,6 +38,8 @@ class KernelDiff:
     ir_diff_path: str = ""  # the whole diff, next to the report
     variants: int = 1  # compiled variants of this name and signature (specializations)
     changed_values: tuple[str, ...] = ()  # TTIR/TTGIR values whose defining operation changed
+    arg_changes: tuple[str, ...] = ()  # arguments added, removed or retyped ("added `page: i32`")
+    respecialized: tuple[str, ...] = ()  # how the paired variants' specializations differ
 
     def metadata_rows(self) -> list[tuple[str, object, object]]:
         """(field, parent, culprit) for every metadata field either side has, changed ones first."""
