@@ -22,6 +22,7 @@ from bisector import culprit_hunks, evidence, gitrepo, search
 from bisector.correctness import WrongWindow, localize_wrong
 from bisector.errors import BadInput
 from bisector.paths import shown
+from bisector import portable
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Shape, TrialRecord,
@@ -264,7 +265,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
                            report_dir=out)
         data = replace(data, hunks=found, throughput=session.throughput(order), kernels=kernels,
                        interactions=interactions)
-        write_trials_csv(session, commits, out / render.CSV_NAME)
+        write_trials_csv(session, commits, out / render.CSV_NAME, out)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)
     finally:
@@ -277,10 +278,21 @@ def metric_text(config: Config) -> str:
     return next(iter(per.values())) if len(set(per.values())) == 1 else ", ".join(f"{k}: {v}" for k, v in per.items())
 
 
-def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path) -> None:
-    """Every trial of the range, with its raw repetitions, for pandas users."""
+def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path, report_dir: Path | None = None) -> None:
+    """Every trial of the range, with its raw repetitions, for pandas users; no path of this machine
+    in it (trials stored by an older bisector kept absolute ones): the upstream as the report shows
+    it, paths under the work dir relative to it, other paths from named roots."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    session.store.export("csv", path, session.campaign, shas=[c.sha for c in commits])
+    repo = session.config.upstream.repo
+    where = portable.roots(session.work, **({} if gitrepo.is_url(repo) else {"upstream": repo}))
+    upstream = shown_upstream(repo, report_dir or path.parent)
+
+    def row(r: dict) -> dict:
+        r = dict(portable.scrub_value(r, where, session.work))  # type: ignore[arg-type]
+        r["campaign"] = f"{session.config.name}:{upstream}"
+        return r
+
+    session.store.export("csv", path, session.campaign, shas=[c.sha for c in commits], portable=row)
 
 
 def report_path(config: Config, options: RunOptions) -> Path:
@@ -352,7 +364,8 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
     logs = {sha: shown(b.log_path, out) for sha, b in probe.build_results.items()
             if b.log_path and sha in skipped and b.status is BuildStatus.FAILED}
     proto = config.protocol
-    cmd = options.command or f"bisector run --config {config.path} --good {options.good} --bad {options.bad}"
+    cmd = portable.command(options.command or f"bisector run --config {config.path} --good {options.good} "
+                                              f"--bad {options.bad}", out)
     return ReportData(
         title=f"bisector: {config.name}, {commits[0].short}..{commits[-1].short}",
         config_name=config.name, upstream=shown_upstream(config.upstream.repo, out), branch=config.upstream.branch,
