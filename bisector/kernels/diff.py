@@ -105,18 +105,9 @@ def ir_diff(before: str, after: str, level: str, limit: int | None = None) -> st
 
 def signature(kernel: Kernel) -> str:
     """The entry's argument types with their attributes, from the TTIR (else the PTX parameters)."""
-    ttir = kernel.text("ttir")
-    if ttir:
-        text = _strip_locs(ttir)
-        start = text.find(f"@{kernel.name}(")
-        if start >= 0:
-            i = j = start + len(kernel.name) + 2
-            depth = 1
-            while j < len(text) and depth:
-                depth += {"(": 1, ")": -1}.get(text[j], 0)
-                j += 1
-            args = re.sub(r"%[\w.$-]+:\s*", "", text[i:j - 1])
-            return " ".join(args.split())
+    text = sigs.entry_text(kernel)
+    if text is not None:
+        return " ".join(re.sub(r"%[\w.$-]+:\s*", "", text).split())
     ptx = kernel.text("ptx")
     if ptx:
         return ", ".join(re.findall(r"\.param\s+(\.[\w.]+(?:\s+\.[\w.]+)*)\s+\w+_param_\d+", ptx))

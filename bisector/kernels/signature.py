@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 
 from bisector.kernels.artifacts import Kernel
 
-__all__ = ["Arg", "args", "arg_changes", "specialization", "distance", "respecialized", "short_type"]
+__all__ = ["Arg", "args", "entry_text", "arg_changes", "specialization", "distance", "respecialized", "short_type"]
 
 # the launch options that make a variant (autotuner configs), as the json names them
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -63,7 +63,8 @@ def _split_top(text: str) -> list[str]:
     return out
 
 
-def _entry_args(kernel: Kernel) -> str | None:
+def entry_text(kernel: Kernel) -> str | None:
+    """The text between the parentheses of the TTIR (else TTGIR) entry, locations left out."""
     ttir = kernel.text("ttir") or kernel.text("ttgir")
     if not ttir:
         return None
@@ -90,7 +91,7 @@ def _json_args(kernel: Kernel) -> tuple[Arg, ...]:
 def args(kernel: Kernel) -> tuple[Arg, ...]:
     """The entry's arguments from the TTIR (named as in Python), else the json's signature, else
     the PTX parameters (named by position)."""
-    text = _entry_args(kernel)
+    text = entry_text(kernel)
     if text is not None:
         out = []
         for i, part in enumerate(_split_top(text)):
