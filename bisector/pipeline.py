@@ -31,6 +31,7 @@ from bisector.search.wrong_results import WrongWindow, localize_wrong
 from bisector.search.call_timing import CallFigures, figures
 from bisector.errors import BadInput
 from bisector.paths import shown
+from bisector import portable
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Shape, TrialRecord,
@@ -38,6 +39,7 @@ from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, Searc
 from bisector.why.fixes import expected_trials as fixes_expected, verify_fixes
 from bisector.why.interactions import expected_trials as interactions_expected, measure_interactions
 from bisector.why.kernel_diff.collect import step_kernels
+from bisector.why.kernel_diff.regenerate import compile_commit
 from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.search.evidence import CommitRow
@@ -259,7 +261,9 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
             windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
         # the JIT caches of the steps' commits, kept beside the report before a later run empties them
-        kernels = step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env)
+        # (a resumed run whose JIT dirs are gone compiles those commits again; offline nothing runs)
+        recompile = None if options.offline else (lambda sha: compile_commit(session, sha))
+        kernels = step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env, recompile)
         taken = Taken(result.measurements)
         fixes, patches, found, interactions = (), {}, (), ()
         if options.verify_fixes:
@@ -273,7 +277,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
                            report_dir=out)
         data = replace(data, hunks=found, throughput=session.throughput(order), kernels=kernels,
                        interactions=interactions)
-        write_trials_csv(session, commits, out / render.CSV_NAME)
+        write_trials_csv(session, commits, out / render.CSV_NAME, out)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)
     finally:
@@ -292,10 +296,21 @@ def call_figures(trials: Sequence[TrialRecord], keys: Sequence[str], measured: S
     return tuple(f for key in keys for sha in ends if (f := figures(trials, key, sha)) is not None)
 
 
-def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path) -> None:
-    """Every trial of the range, with its raw repetitions, for pandas users."""
+def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path, report_dir: Path | None = None) -> None:
+    """Every trial of the range, with its raw repetitions, for pandas users; no path of this machine
+    in it (trials stored by an older bisector kept absolute ones): the upstream as the report shows
+    it, paths under the work dir relative to it, other paths from named roots."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    session.store.export("csv", path, session.campaign, shas=[c.sha for c in commits])
+    repo = session.config.upstream.repo
+    where = portable.roots(session.work, **({} if gitrepo.is_url(repo) else {"upstream": repo}))
+    upstream = shown_upstream(repo, report_dir or path.parent)
+
+    def row(r: dict) -> dict:
+        r = dict(portable.scrub_value(r, where, session.work))  # type: ignore[arg-type]
+        r["campaign"] = f"{session.config.name}:{upstream}"
+        return r
+
+    session.store.export("csv", path, session.campaign, shas=[c.sha for c in commits], portable=row)
 
 
 def report_path(config: Config, options: RunOptions) -> Path:
@@ -367,7 +382,8 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
     logs = {sha: shown(b.log_path, out) for sha, b in probe.build_results.items()
             if b.log_path and sha in skipped and b.status is BuildStatus.FAILED}
     proto = config.protocol
-    cmd = options.command or f"bisector run --config {config.path} --good {options.good} --bad {options.bad}"
+    cmd = portable.command(options.command or f"bisector run --config {config.path} --good {options.good} "
+                                              f"--bad {options.bad}", out)
     return ReportData(
         title=f"bisector: {config.name}, {commits[0].short}..{commits[-1].short}",
         config_name=config.name, upstream=shown_upstream(config.upstream.repo, out), branch=config.upstream.branch,

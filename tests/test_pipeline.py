@@ -6,10 +6,14 @@ import json
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from bisector import config as config_mod
+from bisector.why.kernel_diff.regenerate import compile_commit
+from bisector.pipeline import Session
 from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subject, git
 
 pytestmark = pytest.mark.slow
@@ -84,7 +88,30 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
     assert "1 of 3 hunks carry the step alone: `lib/gemm.py @@" in plan["culprits"][0]["hunk"]
     assert "+    for _ in range(4)" in plan["culprits"][0]["hunk_diff"]
 
+    # Nothing that leaves the machine names one of its directories: the report, its CSV, the plan.
+    for path in (tmp_path / "report").rglob("*"):
+        if path.is_file() and path.suffix in (".md", ".csv", ".json", ".patch", ".diff"):
+            text = path.read_text()
+            for machine in ("/tmp", "/home", "/root", str(tmp_path)):
+                assert machine not in text, (path.name, machine, text[max(0, text.find(machine) - 200):][:400])
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:  # the store's trials: paths under the work dir relative to it
+        logs = [json.loads(p)["log_path"] for (p,) in db.execute("SELECT protocol FROM trials")]
+    assert logs and all(log.startswith("trials/") for log in logs), logs[:3]
+
     before = trials(tmp_path)
+    # A resumed run whose JIT dirs are gone compiles the step's commits again: one cold trial of
+    # the culprit from its kept build, in a real trial process, nothing stored (this CPU subject
+    # compiles no Triton kernel, so the answer says that rather than pretending one was kept).
+    cfg = config_mod.load(tmp_path / "cfg.toml")
+    cfg = replace(cfg, protocol=replace(cfg.protocol, jit_cache_env=("TRITON_CACHE_DIR",)))
+    session = Session(cfg, str(tmp_path / "s.sqlite"), str(tmp_path / "work"))
+    try:
+        why = compile_commit(session, shas[5])
+    finally:
+        session.close()
+    assert why.startswith("a trial of it ran again (ok)") and "compiled no kernel" in why, why
+    assert (tmp_path / "work" / "jit" / shas[5] / "triton_cache_dir").is_dir() and trials(tmp_path) == before
+
     again = run(tmp_path, repo, shas[1])
     assert trials(tmp_path) == before, "a re-run measured again"
     assert [s["commit"] for s in again["steps"]] == [shas[5]]

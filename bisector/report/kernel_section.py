@@ -1,9 +1,10 @@
 """The report section "What changed in the compiled kernel", from ReportData.kernels only.
 
-Per verified step, each kernel that changed between the parent and the culprit: the metadata that
-moved (stages, shared memory, registers, spills) beside the launch shape, the instruction
-histogram with the rows that changed first, the TTIR/TTGIR values whose computation changed,
-and a short diff of the first IR level that differs, folded. Unchanged kernels are named in one
+Per verified step, each kernel that changed between the parent and the culprit (matched by name,
+its variants by specialization): a first line with the facts that moved and explain speed
+(bisector/why/kernel_diff/speed.py), then its signature change, only the metadata and instruction classes
+whose values differ (no row with equal sides), the TTIR/TTGIR values whose computation changed,
+and a short diff of the first IR level that differs, without SSA numbering, folded. Unchanged kernels are named in one
 line: a step that changes no compiled kernel is itself a finding (the cause is elsewhere: launch
 grid, host code, the control).
 """
@@ -14,6 +15,7 @@ import re
 from typing import Sequence
 
 from bisector.report.figures import commit_ref
+from bisector.why.kernel_diff import speed
 from bisector.report.data import ReportData
 from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
 
@@ -21,9 +23,6 @@ __all__ = ["section", "step_lines", "kernel_lines", "comment_text", "LEVEL_NAMES
 
 LEVEL_NAMES = {"ttir": "TTIR", "ttgir": "TTGIR", "llir": "LLVM IR", "ptx": "PTX", "amdgcn": "AMDGCN",
                "metadata": "metadata"}
-# shown even when equal, for context: the launch shape and the resources
-CORE = ("num_warps", "num_stages", "num_ctas", "shared memory bytes", "registers", "spill store bytes",
-        "spill load bytes", "vgprs", "agprs", "sgprs", "scratch bytes", "LDS bytes")
 
 
 def _fence(text: str, lang: str = "diff") -> list[str]:
@@ -41,42 +40,58 @@ def _pct(x: int, y: int) -> str:
     return "new" if x == 0 else f"{100.0 * (y / x - 1):+.0f}%"
 
 
-def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
-    """One changed (added, removed) kernel: a headline, its metadata and histogram tables, its diff."""
-    levels = ", ".join(LEVEL_NAMES.get(lv, lv) for lv in d.levels_changed)
+def _head(d: KernelDiff) -> str:
+    """The first line: the kernel and the facts that moved which explain speed."""
     variants = f", {d.variants} compiled variants" if d.variants > 1 else ""
-    head = f"- `{d.name}` ({d.signature}{variants}): **{d.status}**"
+    facts = speed.headline(d.before, d.after)
+    status = "" if d.status in ("changed", "signature changed") else f" **{d.status}**:"
+    return f"- `{d.name}`{variants}:{status} " + (facts or "no resource or instruction class that explains speed moved")
+
+
+def _how(d: KernelDiff) -> str:
+    """The second line: the signature, how the variants were paired, where the code first differs."""
+    parts = [f"signature changed: {', '.join(d.arg_changes)}"] if d.arg_changes else []
+    if d.respecialized:
+        parts.append("paired with the closest variant: " + ", ".join(d.respecialized))
+    levels = ", ".join(LEVEL_NAMES.get(lv, lv) for lv in d.levels_changed)
     if d.first_level:
-        head += f", from {LEVEL_NAMES.get(d.first_level, d.first_level)} on ({levels})"
+        parts.append(f"code differs from {LEVEL_NAMES.get(d.first_level, d.first_level)} on ({levels})")
     elif d.levels_changed:
-        head += f" ({levels} only)"
+        parts.append(f"{levels} only")
     if d.changed_values:
-        head += "; values computed differently: " + ", ".join(f"`{v}`" for v in d.changed_values)
-    lines = [head, ""]
-    rows = [r for r in d.metadata_rows() if r[1] != r[2] or r[0] in CORE]
+        parts.append("values computed differently: " + ", ".join(f"`{v}`" for v in d.changed_values))
+    return f"  ({d.signature}) " + "; ".join(parts) + "." if parts else f"  ({d.signature})"
+
+
+def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
+    """One changed (added, removed) kernel: the facts that explain speed first, then only the
+    metadata and instruction classes that differ, and its IR diff."""
+    lines = [_head(d), _how(d), ""]
+    moved = [r for r in d.metadata_rows() if r[1] != r[2]]
+    rows = [r for r in moved if r[0] not in speed.FOLDED]
     if rows:
         lines += ["  | metadata | parent | culprit |", "  |---|---:|---:|"]
-        for key, b, a in rows:
-            mark = "**" if b != a else ""
-            lines.append(f"  | {mark}{key}{mark} | {_cell(b)} | {mark}{_cell(a)}{mark} |")
+        lines += [f"  | {key} | {_cell(b)} | {_cell(a)} |" for key, b, a in rows]
         lines.append("")
-    hist = d.histogram_rows()
+    folded = [r for r in moved if r[0] in speed.FOLDED]
+    if folded:  # said, since it differs, but it never explains speed
+        lines += ["  Build metadata that differs: " + "; ".join(f"{k} {_cell(b)} → {_cell(a)}" for k, b, a in folded)
+                  + ".", ""]
+    hist = [r for r in d.histogram_rows() if r[1] != r[2]]
     if hist:
         isa = (d.after or d.before).isa.upper() if (d.after or d.before) else ""  # type: ignore[union-attr]
         lines += [f"  | {isa} instructions (static) | parent | culprit | change |", "  |---|---:|---:|---:|"]
-        for key, b, a in hist:
-            mark = "**" if b != a else ""
-            lines.append(f"  | {mark}{key}{mark} | {b} | {mark}{a}{mark} | {_pct(b, a)} |")
+        lines += [f"  | {key} | {b} | {a} | {_pct(b, a)} |" for key, b, a in hist]
         lines.append("")
     if d.ir_diff:
         name = LEVEL_NAMES.get(d.first_level, d.first_level)
         whole = f"; whole: [{d.ir_diff_path}]({d.ir_diff_path})" if d.ir_diff_path else ""
         body = [*_fence(d.ir_diff), ""]
+        what = f"{name} diff, locations and SSA numbering left out"
         if folded_diff:
-            lines += [f"  <details><summary>{name} diff, locations left out{whole}</summary>", "", *body,
-                      "  </details>", ""]
+            lines += [f"  <details><summary>{what}{whole}</summary>", "", *body, "  </details>", ""]
         else:
-            lines += [f"  {name} diff, locations left out{whole}:", "", *body]
+            lines += [f"  {what}{whole}:", "", *body]
     return lines
 
 
@@ -110,7 +125,8 @@ def section(data: ReportData) -> list[str]:
     if not any(sk.kernels for sk in data.kernels) and len(notes) == 1:  # one reason for every step: say it once
         return lines + [f"Nothing to compare for any step: {notes.pop()}.", ""]
     lines += ["Each verified step's parent and culprit, their kernels as the trials compiled them (kept beside this "
-              "report), matched by name and signature. Counts are static instructions in the assembly; "
+              "report), matched by name, their compiled variants by specialization; only what differs is shown. Counts are "
+              "static instructions in the assembly; occupancy is estimated from registers, shared memory and warps; "
               "IR compared without locations or debug information.", ""]
     for sk in data.kernels:
         lines += step_lines(sk, data)

@@ -16,9 +16,11 @@ import json
 import os
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from bisector import portable
 from bisector.config import Config
 from bisector.model import CALL_KEYS, BuildResult, Shape, TrialRecord, TrialStatus
 from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
@@ -106,7 +108,17 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
 
 
 def records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
-    """One TrialRecord per shape of the job, from the trial's output file and how its process ended."""
+    """One TrialRecord per shape of the job, from the trial's output file and how its process ended;
+    no path of this machine in them (bisector/portable.py): paths under the work dir relative to it."""
+    recs = _records(job, prepared, out, info)
+    work = prepared.cwd.parents[2]  # <work>/trials/<tag>/<slot-stamp>: TrialFiles.prepare
+    where = portable.roots(work)
+    return tuple(replace(r, protocol=portable.scrub_value(r.protocol, where, work),  # type: ignore[arg-type]
+                         log_tail=portable.scrub(r.log_tail, where), error=portable.scrub(r.error, where))
+                 for r in recs)
+
+
+def _records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
     timeline = info["timeline"]
     start = timeline.get("assigned") or timeline.get("submitted")
     end = timeline.get("ended") or start

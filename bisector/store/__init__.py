@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, Sequence, TextIO
 
 import platformdirs
 
@@ -464,11 +464,14 @@ class Store:
         return pandas.DataFrame(self.rows(campaign, shas), columns=list(COLUMNS))
 
     def export(self, fmt: str, out: str | Path | TextIO, campaign: str | None = None,
-               shas: Collection[str] | None = None) -> int:
-        """Write trials as CSV (JSON columns as JSON strings) or a JSON array; returns the count."""
+               shas: Collection[str] | None = None, portable: Callable[[Any], Any] | None = None) -> int:
+        """Write trials as CSV (JSON columns as JSON strings) or a JSON array; returns the count.
+        `portable` rewrites each row's values (bisector/portable.py: no path of this machine)."""
         if fmt not in FORMATS:
             raise BadInput(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
         rows = self.rows(campaign, shas)
+        if portable is not None:
+            rows = [portable(row) for row in rows]
         if isinstance(out, (str, Path)):
             with open(out, "w", newline="", encoding="utf-8") as handle:
                 _write_rows(fmt, rows, handle)

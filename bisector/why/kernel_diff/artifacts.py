@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from bisector import portable
 from bisector.why.kernel_diff import resources
 
 __all__ = ["LEVELS", "Kernel", "find_kernels", "keep", "read_text", "other_files"]
@@ -108,13 +109,15 @@ def keep(src: Path, dest: Path) -> int:
         return 0
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
+    # the IR's locations name the commit's worktree: written from the work dir (<work>/jit/<sha>)
+    where = portable.roots(src.resolve().parents[1]) if len(src.resolve().parents) > 1 else portable.roots()
     for kernel in kernels:
         out = tmp / kernel.directory.relative_to(src)
         out.mkdir(parents=True, exist_ok=True)
         for ext in _TEXT:
             text = read_text(kernel.directory / f"{kernel.name}.{ext}")
             if text is not None:
-                _write_gz(out / f"{kernel.name}.{ext}.gz", text)
+                _write_gz(out / f"{kernel.name}.{ext}.gz", portable.scrub(text, where))
         _describe_binaries(kernel, out)
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)

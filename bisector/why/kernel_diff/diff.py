@@ -1,11 +1,13 @@
 """The compiled kernels of two commits, matched and compared: metadata, histograms, the first IR
 level that differs and a short diff of it. Pure except for reading the artifacts.
 
-Kernels are matched by name and signature (the argument types of the TTIR entry, with their
-specialization attributes); a name whose signature changed is paired as "signature changed", and
-what is left is added or removed. Every level is compared with locations and debug information
-left out: each commit is built in its own worktree, so paths and line numbers differ even where
-the code does not.
+Kernels are matched by name: an argument added, removed or retyped is said as such
+(bisector/why/kernel_diff/signature.py), and the compiled variants of one name are paired by their
+specialization (identical code first, then the closest specialization, then the most similar
+TTGIR); only a name one commit lacks is added or removed. Every level is compared with locations
+and debug information left out: each commit is built in its own worktree, so paths and line
+numbers differ even where the code does not. The diffs shown also leave out the numbering of SSA
+values and registers (`%12`, `%arg3`, `%cst_4`, `%r57`), which one inserted line shifts everywhere.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from bisector.why.kernel_diff import artifacts, isa, resources
+from bisector.why.kernel_diff import signature as sigs
 from bisector.why.kernel_diff.artifacts import LEVELS, Kernel
 
-__all__ = ["normalize", "signature", "side", "compare", "match", "diff_kernels", "ordered", "unified",
+__all__ = ["normalize", "readable", "ir_diff", "signature", "side", "compare", "match", "diff_kernels", "ordered", "unified",
            "changed_values", "SHORT_DIFF_LINES"]
 
 SHORT_DIFF_LINES = 40  # lines of the first differing level shown in the report (the file has all)
@@ -45,11 +48,12 @@ class KernelSide:
 
 @dataclass(frozen=True)
 class KernelDiff:
-    """A kernel across one step, matched by name and signature between the parent and the culprit."""
+    """A kernel across one step, matched by name between the parent and the culprit, its compiled
+    variants paired by specialization."""
 
     name: str
     signature: str  # argument types of the parent's (else the culprit's) TTIR entry
-    status: str  # "changed" | "unchanged" | "added" | "removed" | "signature changed"
+    status: str  # "changed", "unchanged", "signature changed", "added", "removed", "variant added", "variant removed"
     before: KernelSide | None = None  # the parent's
     after: KernelSide | None = None  # the culprit's
     first_level: str = ""  # the first IR level that differs ("ttir", "ttgir", "llir", "ptx", "amdgcn")
@@ -58,6 +62,8 @@ class KernelDiff:
     ir_diff_path: str = ""  # the whole diff, next to the report
     variants: int = 1  # compiled variants of this name and signature (specializations)
     changed_values: tuple[str, ...] = ()  # TTIR/TTGIR values whose defining operation changed
+    arg_changes: tuple[str, ...] = ()  # arguments added, removed or retyped ("added `page: i32`")
+    respecialized: tuple[str, ...] = ()  # how the paired variants' specializations differ
 
     def metadata_rows(self) -> list[tuple[str, object, object]]:
         """(field, parent, culprit) for every metadata field either side has, changed ones first."""
@@ -138,20 +144,36 @@ def normalize(text: str, level: str) -> str:
     return text
 
 
+# SSA and register numbering: `%12`, `%arg3`, `%cst_4` / `%c8_i32_2` (MLIR), `%r57`, `%rd3` (PTX),
+# and branch labels, each reduced to its name without the number
+_NUMBERING = {
+    "ttir": ((r"%\d+\b", "%_"), (r"%arg\d+\b", "%arg"), (r"(%[A-Za-z_][\w$.]*?)_\d+\b", r"\1"), (r"\^bb\d+", "^bb")),
+    "llir": ((r"%\d+\b", "%_"), (r"(%[A-Za-z_.][\w$.]*?)\d+\b", r"\1"), (r"\b(\d+):(?=\s*(;|$))", "_:")),
+    "ptx": ((r"%([a-z]+)\d+\b", r"%\1"), (r"\$L__BB\d+_\d+", "$L__BB")),
+    "amdgcn": ((r"\.LBB\d+_\d+", ".LBB"),),
+}
+_NUMBERING["ttgir"] = _NUMBERING["ttir"]
+
+
+def readable(text: str, level: str) -> str:
+    """A level's text for a diff a person reads: `normalize`d, and without SSA and register numbers."""
+    text = normalize(text, level)
+    for pattern, repl in _NUMBERING.get(level, ()):
+        text = re.sub(pattern, repl, text)
+    return text
+
+
+def ir_diff(before: str, after: str, level: str, limit: int | None = None) -> str:
+    """The diff of one level without renumbering noise; the plain diff where only numbering moved."""
+    text = unified(readable(before, level), readable(after, level), level, limit)
+    return text or unified(normalize(before, level), normalize(after, level), level, limit)
+
+
 def signature(kernel: Kernel) -> str:
     """The entry's argument types with their attributes, from the TTIR (else the PTX parameters)."""
-    ttir = kernel.text("ttir")
-    if ttir:
-        text = _strip_locs(ttir)
-        start = text.find(f"@{kernel.name}(")
-        if start >= 0:
-            i = j = start + len(kernel.name) + 2
-            depth = 1
-            while j < len(text) and depth:
-                depth += {"(": 1, ")": -1}.get(text[j], 0)
-                j += 1
-            args = re.sub(r"%[\w.$-]+:\s*", "", text[i:j - 1])
-            return " ".join(args.split())
+    text = sigs.entry_text(kernel)
+    if text is not None:
+        return " ".join(re.sub(r"%[\w.$-]+:\s*", "", text).split())
     ptx = kernel.text("ptx")
     if ptx:
         return ", ".join(re.findall(r"\.param\s+(\.[\w.]+(?:\s+\.[\w.]+)*)\s+\w+_param_\d+", ptx))
@@ -189,15 +211,17 @@ def _short_types(sig: str) -> str:
     return re.sub(r"!tt\.ptr<([^>]+)>", r"*\1", sig)
 
 
-def compare(before: Kernel | None, after: Kernel | None, status: str, variants: int = 1) -> KernelDiff:
-    """One kernel across a step; `status` says how the two were matched (or that one is missing)."""
+def compare(before: Kernel | None, after: Kernel | None, status: str, variants: int = 1,
+            arg_changes: tuple[str, ...] = ()) -> KernelDiff:
+    """One kernel across a step; `status` says how the two were matched (or that one is missing);
+    `arg_changes` are the kernel's arguments added, removed or retyped (over all its variants)."""
     name = (before or after).name  # type: ignore[union-attr]
     sig = _short_types(signature(before or after))  # type: ignore[arg-type]
-    if before is not None and after is not None and status == "signature changed":
-        sig = f"{sig} -> {_short_types(signature(after))}"
+    if before is not None and after is not None and arg_changes:
+        sig, status = f"{sig} -> {_short_types(signature(after))}", "signature changed"
     if before is None or after is None:
         return KernelDiff(name, sig, status, side(before) if before else None, side(after) if after else None,
-                          variants=variants)
+                          variants=variants, arg_changes=arg_changes)
     changed, first, short, values = [], "", "", ()
     for level in LEVELS:
         a, b = before.text(level), after.text(level)
@@ -208,14 +232,15 @@ def compare(before: Kernel | None, after: Kernel | None, status: str, variants: 
             changed.append(level)
             if not first:
                 first = level
-                short = unified(na, nb, level, SHORT_DIFF_LINES)
+                short = ir_diff(a, b, level, SHORT_DIFF_LINES)
                 values = changed_values(na, nb) if level in ("ttir", "ttgir") else ()
     s_before, s_after = side(before), side(after)
     if not changed and s_before.metadata != s_after.metadata:
         changed.append("metadata")
     kind = status if status != "matched" else ("changed" if changed else "unchanged")
     return KernelDiff(name, sig, kind, s_before, s_after, first, tuple(changed), short, variants=variants,
-                      changed_values=values)
+                      changed_values=values, arg_changes=arg_changes,
+                      respecialized=sigs.respecialized(before, after, arg_changes))
 
 
 _DEF = re.compile(r"^\s*%([A-Za-z_][\w$.]*?)(?:_\d+)?(?::\d+)?\s*=\s*(.*)$")
@@ -248,17 +273,15 @@ def unified(a: str, b: str, level: str, limit: int | None = None) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _group(kernels: Sequence[Kernel]) -> dict[tuple[str, str], list[Kernel]]:
-    out: dict[tuple[str, str], list[Kernel]] = defaultdict(list)
-    for k in kernels:
-        out[(k.name, signature(k))].append(k)
-    return out
-
-
-def _pairs(before: list[Kernel], after: list[Kernel]) -> list[tuple[Kernel | None, Kernel | None]]:
-    """Variants of one name and signature paired: identical ones first, then the most similar TTGIR."""
+def _pairs(before: list[Kernel], after: list[Kernel], changes: Sequence[str] = ()
+           ) -> list[tuple[Kernel | None, Kernel | None]]:
+    """Variants of one name paired: identical ones first, then by the closest specialization, the
+    most similar TTGIR deciding between equally close ones."""
     def key(k: Kernel) -> str:
         return "\n".join(normalize(k.text(lv) or "", lv) for lv in k.levels())
+
+    def code(k: Kernel) -> str:
+        return normalize(k.text("ttgir") or k.text("ttir") or "", "ttgir")
 
     left, right = list(before), list(after)
     pairs: list[tuple[Kernel | None, Kernel | None]] = []
@@ -268,45 +291,45 @@ def _pairs(before: list[Kernel], after: list[Kernel]) -> list[tuple[Kernel | Non
             pairs.append((b, same))
             left.remove(b)
             right.remove(same)
-    while left and right:
-        b = left.pop(0)
-        text = normalize(b.text("ttgir") or b.text("ttir") or "", "ttgir")
-        best = max(right, key=lambda a: difflib.SequenceMatcher(
-            None, text, normalize(a.text("ttgir") or a.text("ttir") or "", "ttgir")).quick_ratio())
-        right.remove(best)
-        pairs.append((b, best))
-    pairs += [(b, None) for b in left] + [(None, a) for a in right]
+    # every remaining (before, after) by specialization distance, then dissimilarity: closest first
+    ranked = sorted(((sigs.distance(b, a, changes), -difflib.SequenceMatcher(None, code(b), code(a)).quick_ratio(),
+                      i, j) for i, b in enumerate(left) for j, a in enumerate(right)))
+    used_b: set[int] = set()
+    used_a: set[int] = set()
+    for _, _, i, j in ranked:
+        if i not in used_b and j not in used_a:
+            pairs.append((left[i], right[j]))
+            used_b.add(i)
+            used_a.add(j)
+    pairs += [(b, None) for i, b in enumerate(left) if i not in used_b]
+    pairs += [(None, a) for j, a in enumerate(right) if j not in used_a]
     return pairs
 
 
-Match = tuple[Kernel | None, Kernel | None, str, int]  # before, after, how matched, variants
+Match = tuple[Kernel | None, Kernel | None, str, int, tuple[str, ...]]  # before, after, how, variants, arg changes
 
 
 def match(before: Sequence[Kernel], after: Sequence[Kernel]) -> list[Match]:
-    """Every kernel of either commit, paired by name and signature; a name whose one signature
-    changed is paired as "signature changed"; the rest are added or removed."""
-    gb, ga = _group(before), _group(after)
+    """Every kernel of either commit, paired by name; its variants paired by specialization. A
+    variant left without a partner is a "variant added" or "variant removed"; a name only one
+    commit has is "added" or "removed"."""
     out: list[Match] = []
-    lone_b = {k: v for k, v in gb.items() if k not in ga}
-    lone_a = {k: v for k, v in ga.items() if k not in gb}
-    for key in [k for k in gb if k in ga]:
-        pairs = _pairs(gb[key], ga[key])
-        out += [(b, a, "matched" if b and a else ("removed" if b else "added"), len(pairs)) for b, a in pairs]
-    by_name_a: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for key in lone_a:
-        by_name_a[key[0]].append(key)
-    for key, kernels in lone_b.items():
-        other = by_name_a.get(key[0])
-        if other and len(other) == 1 and len(kernels) == 1 and len(lone_a[other[0]]) == 1:
-            out.append((kernels[0], lone_a.pop(other.pop())[0], "signature changed", 1))
+    for name in dict.fromkeys([k.name for k in before] + [k.name for k in after]):
+        b = [k for k in before if k.name == name]
+        a = [k for k in after if k.name == name]
+        if not b or not a:
+            out += [(k, None, "removed", len(b), ()) for k in b] + [(None, k, "added", len(a), ()) for k in a]
             continue
-        out += [(k, None, "removed", len(kernels)) for k in kernels]
-    for kernels in lone_a.values():
-        out += [(None, k, "added", len(kernels)) for k in kernels]
+        changes = sigs.arg_changes(b, a)
+        pairs = _pairs(b, a, changes)
+        variants = max(len(b), len(a))
+        out += [(x, y, "matched" if x and y else ("variant removed" if x else "variant added"), variants, changes)
+                for x, y in pairs]
     return out
 
 
-_RANK = {"changed": 0, "signature changed": 0, "added": 1, "removed": 1, "unchanged": 2}
+_RANK = {"changed": 0, "signature changed": 0, "added": 1, "removed": 1, "variant added": 1, "variant removed": 1,
+         "unchanged": 2}
 
 
 def diff_kernels(before: Sequence[Kernel], after: Sequence[Kernel]) -> tuple[KernelDiff, ...]:
