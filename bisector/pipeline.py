@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import git
 import platformdirs
 
-from bisector import culprit_hunks, evidence, gitrepo, search
+from bisector import control_outcome, culprit_hunks, evidence, gitrepo, search
 from bisector.correctness import WrongWindow, localize_wrong
 from bisector.errors import BadInput
 from bisector.paths import shown
@@ -368,4 +368,6 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
                 "The search, the verification of each step, the reverts and the hunks are replayed as far as "
                 "the run measured them: a step whose fresh trials were never taken is unverified, commits "
                 "the search asked for that were never measured are skipped (not measured), and a hunk "
-                "search the run did not finish says where it stopped.",) if options.offline else ()))
+                "search the run did not finish says where it stopped.",) if options.offline else ())
+        + control_outcome.notes((t for t in store.trials(session.campaign, patch_hash=None) if t.shape in keys),
+                                config.control))

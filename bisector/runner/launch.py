@@ -87,7 +87,8 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         return float(v) if isinstance(v, (int, float)) else None
 
     extra = {k: raw[k] for k in ("flops", "seed", "control_first_s", "mismatched", "tolerance", "bytes", "subject_gbps",
-                                 "control_gbps", "peak_gbps", "control_impl", "benchmark") if k in raw}
+                                 "control_gbps", "peak_gbps", "control_impl", "benchmark", "control_status", "control_error")
+             if k in raw}
     return TrialRecord(
         sha=sha, shape=str(raw["shape"]), status=status,
         subject_ms=tuple(raw.get("subject_ms") or ()), control_ms=tuple(raw.get("control_ms") or ()),
