@@ -4,12 +4,14 @@
 
 Setup first, off the device: the commit's modules, the backends, the device context. Then, with
 the device held (the `gate`: the bot lets one trial per device in at a time), per shape: random
-inputs from the trial's seed; the subject's first call timed apart (compile); its output checked
-against the control's; warm-up; `reps` interleaved subject/control calls, each after a cache
-flush. The device is given back before telemetry, the last write and the interpreter's exit.
+inputs from the trial's seed; the subject's first call timed apart (compile), then the control's
+(control_first_s: a library's JIT); the subject's output checked against the control's; warm-up;
+`reps` interleaved subject/control calls, each after a cache flush. The device is given back before telemetry, the last write and the interpreter's exit.
 Every phase is timestamped (`phases`), so the bot can say where a trial's time went and prove
 that no two timed sections shared a device. OUT is rewritten after every shape, so a crash keeps
-what was measured. The spec and output formats are in docs/CONTRACTS.md.
+what was measured. A control that cannot run a shape is the control's failure, never the subject's:
+the subject is timed alone and the result says `control_status: unavailable` with the reason.
+The spec and output formats are in docs/CONTRACTS.md.
 """
 
 from __future__ import annotations
@@ -133,8 +135,52 @@ def _brought_control(name: str, suite: Any, inputs: Mapping[str, Any]) -> Prepar
     return prepared(make(inputs), impl=f"suite {name}: control()")
 
 
+class ControlFailed(Exception):
+    """The control raised while timed: the control's failure, never the subject's."""
+
+
+def _guarded(run: Callable[[], Any]) -> Callable[[], Any]:
+    def guarded() -> Any:
+        try:
+            return run()
+        except Exception as exc:
+            raise ControlFailed(f"{type(exc).__name__}: {exc}") from exc
+    return guarded
+
+
+def _control_failure(exc: BaseException, clock: Clock) -> str:
+    """Why the control failed; the exception again when the device itself no longer answers (a fault
+    the subject left behind surfaces in the next call, whoever makes it: that is the subject's crash)."""
+    print(traceback.format_exc(), file=sys.stderr, flush=True)
+    try:
+        clock.sync()
+    except Exception:
+        raise exc from None
+    cause = exc.__cause__ if isinstance(exc, ControlFailed) and exc.__cause__ is not None else exc
+    return (str(cause) if isinstance(cause, BackendUnavailable) else f"{type(cause).__name__}: {cause}")[:TRACE_CHARS]
+
+
+def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, phase: Phases,
+           key: str) -> tuple[KernelTimes, CallTimes]:
+    """Warm-up, the kernel times of `reps` interleaved repetitions, then call latency and host time."""
+    with phase("warmup", key):
+        for _ in range(spec["warmup"]):
+            for fn in fns:
+                fn()
+        clock.sync()
+    with phase("timed", key):
+        kernel = clock.kernel(fns, spec["reps"])
+    with phase("calls", key):
+        calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]))
+    return kernel, calls
+
+
 def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock: Clock,
-                  subject: Backend, control: Backend | None, phase: Phases) -> dict[str, Any]:
+                  subject: Backend, control: Backend | None, phase: Phases,
+                  control_error: str | None = None) -> dict[str, Any]:
+    """One shape: the subject's result. The control is the reference it is timed against; when the
+    control cannot run (refused, raised, or `control_error` from setup), the subject is timed alone,
+    checked against the suite's reference, and the result says so (`control_status`), without a ratio."""
     name = shape["suite"]
     suite = suites.get(name)
     params, key = shape["params"], shape["key"]
@@ -144,23 +190,35 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
     convert = getattr(suite, "output", None) if name not in suites.SUITES else None
     result: dict[str, Any] = {"shape": key, "status": "crash", "flops": flops, "bytes": nbytes,
                               "seed": spec["seed"] + index}
+    ctrl: Prepared | None = None
     with phase("inputs", key):
         inputs = suite.make_inputs(params, torch_device, spec["seed"] + index)
         subj = subject.prepare(name, inputs)
-        if name in suites.SUITES:
-            ctrl = control.prepare(name, inputs) if control is not None else None
-        else:
-            ctrl = _brought_control(name, suite, inputs)
+        try:
+            if name in suites.SUITES:
+                ctrl = control.prepare(name, inputs) if control is not None else None
+            else:
+                ctrl = _brought_control(name, suite, inputs)
+        except Exception as exc:  # the control's, not the subject's
+            control_error = _control_failure(exc, clock)
         clock.sync()
 
     with phase("compile", key):
         out, result["compile_s"] = clock.wall(subj.run)
+    expected: Any = None
+    if ctrl is not None:
+        # The control's first call apart, as the subject's: a library's JIT (aiter builds its modules
+        # on first use) lands here, in control_first_s, not in the control's timed repetitions.
+        with phase("control_compile", key):
+            try:
+                ref, result["control_first_s"] = clock.wall(ctrl.run)
+                expected = ctrl.output(ref)
+                del ref
+            except Exception as exc:
+                ctrl, control_error = None, _control_failure(exc, clock)
     with phase("check", key):
         got = subj.output(out)
-        if ctrl is not None:
-            ref, result["control_first_s"] = clock.wall(ctrl.run)
-            expected = ctrl.output(ref)
-        else:
+        if ctrl is None:
             expected = suite.reference(inputs)
         if callable(convert):
             got, expected = convert(got), (convert(expected) if ctrl is not None else expected)
@@ -169,21 +227,20 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
         del out, got, expected
     result.update(max_abs_err=check.max_abs_err, max_rel_err=check.max_rel_err, mismatched=check.mismatched,
                   tolerance=[atol, rtol])
+
+    try:
+        kernel, calls = _timed([subj.run] + ([_guarded(ctrl.run)] if ctrl is not None else []), spec, clock, phase,
+                               key)
+    except ControlFailed as exc:
+        ctrl, control_error = None, _control_failure(exc, clock)
+        kernel, calls = _timed([subj.run], spec, clock, phase, key)
     if ctrl is not None and ctrl.impl:
         result["control_impl"] = ctrl.impl
-
-    fns = [subj.run] + ([ctrl.run] if ctrl is not None else [])
-    with phase("warmup", key):
-        for _ in range(spec["warmup"]):
-            for fn in fns:
-                fn()
-        clock.sync()
-    with phase("timed", key):
-        kernel = clock.kernel(fns, spec["reps"])
     times = kernel.times
-    with phase("calls", key):
-        calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]))
     result.update(call_fields(kernel, calls))
+    if control_error is not None:
+        result.update(control_status="unavailable", control_error=control_error)
+        print(f"trial: {key}: control unavailable: {control_error.splitlines()[0][:300]}", file=sys.stderr, flush=True)
     result["subject_ms"] = times[0]
     result["subject_tflops"] = statistics.median(tflops(flops, ms) for ms in times[0])
     result["subject_gbps"] = rate(nbytes, times[0], 1e9)
@@ -297,12 +354,13 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
             # largest source of noise (per-repetition spread of +-25% at 2 threads on 2 cores).
             torch.set_num_threads(int(spec.get("cpu_threads", 1)))
         control: Backend | None = None
-        setup_error: dict[str, Any] | None = None
+        control_error: str | None = None
         try:
             if any(s["suite"] in suites.SUITES for s in spec["shapes"]):
                 control = backends.control(spec["control"], device)
-        except BackendUnavailable as exc:  # the built-in suites' shapes record why
-            setup_error = {"status": "unavailable", "error": str(exc)}
+        except Exception as exc:  # the control's: the built-in suites' subjects are timed alone and say why
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
+            control_error = str(exc) if isinstance(exc, BackendUnavailable) else f"{type(exc).__name__}: {exc}"
         subjects = _load_subjects(spec, device)
         _open_device(device)
         write_json(out_path, output)
@@ -319,16 +377,15 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
                 if shape["key"] in measured:
                     continue
                 subject = subjects.get(shape["suite"])
-                if setup_error is not None and shape["suite"] in suites.SUITES:
-                    results = [{"shape": shape["key"], **setup_error}]
-                elif isinstance(subject, BaseException):
+                if isinstance(subject, BaseException):
                     results = [_failure(shape["key"], subject)]
                 elif subject_specs(spec)[shape["suite"]].get("adapter") == "pytest":
                     results = _pytest_shapes(shape, spec, out_path, phase)
                 else:
                     assert subject is not None
                     try:
-                        results = [measure_shape(shape, index, spec, clock, subject, control, phase)]
+                        results = [measure_shape(shape, index, spec, clock, subject, control, phase,
+                                                 control_error if shape["suite"] in suites.SUITES else None)]
                     except Exception as exc:
                         print(traceback.format_exc(), file=sys.stderr, flush=True)
                         results = [_failure(shape["key"], exc)]

@@ -29,6 +29,7 @@ from bisector.why import culprit_hunks
 from bisector.search import evidence
 from bisector.search.wrong_results import WrongWindow, localize_wrong
 from bisector.search.call_timing import CallFigures, figures
+from bisector.search import control_outcome
 from bisector.errors import BadInput
 from bisector.paths import shown
 from bisector import portable
@@ -403,4 +404,6 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
                 "The search, the verification of each step, the reverts and the hunks are replayed as far as "
                 "the run measured them: a step whose fresh trials were never taken is unverified, commits "
                 "the search asked for that were never measured are skipped (not measured), and a hunk "
-                "search the run did not finish says where it stopped.",) if options.offline else ()))
+                "search the run did not finish says where it stopped.",) if options.offline else ())
+        + control_outcome.notes((t for t in store.trials(session.campaign, patch_hash=None) if t.shape in keys),
+                                config.control))

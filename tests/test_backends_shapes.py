@@ -1,7 +1,8 @@
 """The adapters and controls for the new shapes without a GPU: the Triton kernels under the
 interpreter at small fp16 / fp8 sizes, the SDPA forms per shape kind, the scaled-GEMM control's
-choice and fall-back, aiter's varlen / paged / a8w8 / blockscale operands run through stand-ins
-written from aiter's documented semantics, and the mapping's preallocated output."""
+choice and fall-back, aiter's a8w8 / blockscale operands run through stand-ins written from aiter's
+documented semantics (its attention controls: tests/test_aiter_control.py), and the mapping's
+preallocated output."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from benches.backends import aiter_calls, gemm_control, sdpa
 from benches.backends.base import BackendUnavailable
 from benches.correctness import compare
 from benches.kernels import torch_ref
-from benches.suites import attn_layout as lay
 from benches.suites import flash_attention, gemm
 
 
@@ -118,25 +118,6 @@ def test_cuda_gemm_control_choices_and_fall_back_on_cpu_tensors():
 def _fake_aiter() -> SimpleNamespace:
     """aiter's calls as its docstrings and op_tests define them, in torch."""
 
-    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                               softmax_scale=None, causal=False, **_):
-        assert q.dim() == 3 and cu_seqlens_q.dtype == torch.int32 and isinstance(max_seqlen_k, int)
-        return torch_ref.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, softmax_scale)
-
-    def mha_batch_prefill_func(q, k, v, cu_seqlens_q, kv_indptr, kv_page_indices, max_seqlen_q, max_seqlen_k,
-                               softmax_scale=None, causal=False, kv_last_page_lens=None, **_):
-        page = k.shape[1]
-        ptr, idx, last = kv_indptr.tolist(), kv_page_indices.tolist(), kv_last_page_lens.tolist()
-        keys, values, lens = [], [], []
-        for i in range(len(ptr) - 1):
-            pages = idx[ptr[i]:ptr[i + 1]]
-            n = (len(pages) - 1) * page + last[i]
-            keys.append(k[pages].reshape(-1, *k.shape[2:])[:n])
-            values.append(v[pages].reshape(-1, *v.shape[2:])[:n])
-            lens.append(n)
-        return torch_ref.varlen_attention(q, torch.cat(keys), torch.cat(values), cu_seqlens_q,
-                                          lay.cumulative(lens, "cpu"), causal, softmax_scale)
-
     def gemm_a8w8(xq, wq, x_scale, w_scale, bias=None, dtype=torch.bfloat16):
         assert x_scale.shape == (xq.shape[0], 1) and w_scale.shape == (wq.shape[0], 1)
         return ((xq.float() @ wq.float().t()) * x_scale * w_scale.t()).to(dtype)
@@ -148,34 +129,11 @@ def _fake_aiter() -> SimpleNamespace:
         w = wq.float() * w_scale.repeat_interleave(128, 0).repeat_interleave(128, 1)
         return (x @ w.t()).to(dtype)
 
-    return SimpleNamespace(flash_attn_varlen_func=flash_attn_varlen_func, mha_batch_prefill_func=mha_batch_prefill_func,
-                           gemm_a8w8=gemm_a8w8, gemm_a8w8_blockscale=gemm_a8w8_blockscale)
+    return SimpleNamespace(gemm_a8w8=gemm_a8w8, gemm_a8w8_blockscale=gemm_a8w8_blockscale)
 
 
 def _run(call: aiter_calls.Call) -> torch.Tensor:
     return call.output(getattr(_fake_aiter(), call.fn)(*call.args, **call.kwargs))
-
-
-@pytest.mark.parametrize("row,fn", [
-    ({"B": 3, "H": 4, "Hkv": 2, "varlen": [5, 30, 12], "D": 16, "causal": True}, "flash_attn_varlen_func"),
-    ({"B": 3, "H": 4, "Hkv": 1, "Sq": 1, "varlen": [9, 40, 17], "D": 16, "causal": True, "page_size": 8},
-     "mha_batch_prefill_func"),
-    ({"B": 2, "H": 2, "Sq": 6, "Sk": 20, "D": 16, "causal": True, "page_size": 4}, "mha_batch_prefill_func"),
-])
-def test_aiter_attention_operands(row, fn):
-    inputs = attn(row)
-    call = aiter_calls.attention(inputs, "gfx950")
-    assert call is not None and call.fn == fn
-    assert compare(_run(call), flash_attention.reference(inputs), 1e-5, 1e-5).ok
-    assert aiter_calls.attention(attn({"B": 1, "H": 2, "S": 8, "D": 16}), "gfx950") is None  # flash_attn_func's
-
-
-def test_aiter_varlen_control_refuses_what_aiter_hands_to_flydsl():
-    q, v = torch.empty(4, 2, 192, dtype=torch.bfloat16), torch.empty(4, 2, 128, dtype=torch.bfloat16)
-    assert aiter_calls.varlen_goes_to_flydsl("gfx1250", q, v, paged=False)
-    assert not aiter_calls.varlen_goes_to_flydsl("gfx950", q, v, paged=False)
-    assert not aiter_calls.varlen_goes_to_flydsl("gfx1250", q, v, paged=True)
-    assert not aiter_calls.varlen_goes_to_flydsl("gfx1250", q.float(), v.float(), paged=False)
 
 
 @pytest.mark.parametrize("scaling,fn", [("tensor", "gemm_a8w8"), ("row", "gemm_a8w8"), ("block", "gemm_a8w8_blockscale")])

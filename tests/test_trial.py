@@ -87,11 +87,9 @@ def test_partial_output_survives_abort(tmp_path):
     assert [r["shape"] for r in out["results"]] == ["gemm/a"] and out["results"][0]["status"] == "ok"
 
 
-def test_bench_command_on_cpu(tmp_path):
+def bench_setup(tmp_path, control: str = "torch"):
+    """An upstream checkout of one matmul and a CPU config of one GEMM shape: (config path, sha)."""
     import git
-
-    from bisector.commands.bench_cmd import command
-    from bisector.store import Store
 
     up = tmp_path / "up"
     up.mkdir()
@@ -108,7 +106,7 @@ repo = "{up}"
 [device]
 kind = "cpu"
 [control]
-backend = "torch"
+backend = "{control}"
 [subject.gemm]
 entry = "kern:mm"
 adapter = "torch"
@@ -123,6 +121,14 @@ reps = 3
 warmup = 1
 flush_mb = 1
 ''')
+    return cfg, sha
+
+
+def test_bench_command_on_cpu(tmp_path):
+    from bisector.commands.bench_cmd import command
+    from bisector.store import Store
+
+    cfg, sha = bench_setup(tmp_path)
     res = CliRunner().invoke(command, ["--config", str(cfg), "--trials", "2", "--work", str(tmp_path / "w")])
     assert res.exit_code == 0, res.output
     assert "gemm/g" in res.output and "ok" in res.output and sha[:12] in res.output

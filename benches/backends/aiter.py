@@ -23,6 +23,13 @@ importing aiter, asks aiter's own lookup which implementation a GEMM gets, keeps
 while each control kernel runs the first time, prints the chosen implementation to the trial log,
 and refuses (BackendUnavailable) a control that picked FlyDSL. `gemm_a8w8` (CK) and the dense
 `flash_attn_func` have no FlyDSL path in the code read; their first call is checked all the same.
+
+The varlen control never imports FlyDSL (benches/backends/aiter_calls.py): `flash_attn_varlen_func`
+imports the top-level `flydsl` on every call, and a process holds one module of that name. Pinning
+aiter's own FlyDSL instead would not work either way round: imported before the checkout is on
+sys.path, it would be what the subject's `import flydsl` returns (the subject would no longer be the
+commit under test); imported after, it is the subject's. So the control calls the CK path that
+function ends in (`FlashAttnVarlenFunc.apply`), and refuses when this aiter was built without CK.
 """
 
 from __future__ import annotations
@@ -143,8 +150,9 @@ def pure_control(prep: Prepared, what: str, choice: Mapping[str, Any] | None = N
 class _Aiter:
     name = "aiter"
 
-    def __init__(self) -> None:
-        require_gpu(self.name, "rocm")
+    def __init__(self, need_gpu: bool = True) -> None:
+        if need_gpu:  # False only where a stand-in aiter is tested on the CPU
+            require_gpu(self.name, "rocm")
         os.environ.setdefault(LOG_ENV, "1")  # before aiter is imported: it reads the flag then
         self.aiter = require_module("aiter", self.name)
 
@@ -154,15 +162,23 @@ class _Aiter:
     def shuffle(self, weight: torch.Tensor) -> torch.Tensor:
         return require_module("aiter.ops.shuffle", self.name).shuffle_weight(weight, layout=(16, 16))
 
-    def gfx(self) -> str:
-        """The GPU's gfx name, from torch's device properties ("gfx950:sramecc+:xnack-" -> "gfx950")."""
-        props = torch.cuda.get_device_properties(0)
-        return str(getattr(props, "gcnArchName", "")).split(":")[0]
+    def resolve(self, path: str) -> Any:
+        """An attribute path under `aiter` ("ops.mha.FlashAttnVarlenFunc"), or BackendUnavailable."""
+        obj: Any = self.aiter
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                raise BackendUnavailable(self.name, f"this aiter has no {path}")
+        return obj
 
     def prepare_call(self, call: aiter_calls.Call) -> Prepared:
-        fn = getattr(self.aiter, call.fn, None)
-        if fn is None:
-            raise BackendUnavailable(self.name, f"this aiter has no {call.fn}")
+        fn = self.resolve(call.fn)
+        if call.autograd:
+            if not getattr(self.resolve(call.fn.rsplit(".", 1)[0]), "ENABLE_CK", True):
+                raise BackendUnavailable(self.name, "this aiter is built without CK (ENABLE_CK=0): its varlen "
+                                                    "attention would be Triton's, not the CK control")
+            args = aiter_calls.varlen_args(fn.forward, call.kwargs)
+            return prepared(lambda: fn.apply(*args), call.output, impl=f"aiter {call.what}")
         return prepared(lambda: fn(*call.args, **call.kwargs), call.output, impl=f"aiter {call.what}")
 
 
@@ -171,7 +187,7 @@ class AiterControl(_Aiter):
 
     def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
         if suite == "fa":
-            call = aiter_calls.attention(inputs, self.gfx())
+            call = aiter_calls.attention(inputs)
             if call is None:
                 return pure_control(_prepare_fa(self.aiter.flash_attn_func, inputs, {}), "flash_attn_func")
             return pure_control(self.prepare_call(call), call.what)

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bisector import config as config_mod
+from bisector.search import control_outcome
 from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector.errors import BadInput
 from bisector.model import BuildResult, BuildStatus, TrialRecord, TrialStatus
@@ -60,7 +61,9 @@ def summarize(records: Sequence[TrialRecord]) -> list[dict[str, object]]:
                      "subject_gbps": med([_number(r.protocol.get("subject_gbps")) for r in ok]),
                      "control_gbps": med([_number(r.protocol.get("control_gbps")) for r in ok]),
                      "ratio_cv_pct": ratios_cv, "compile_s": med([r.compile_s for r in mine]),
-                     "error": next((r.error for r in mine if r.status is not TrialStatus.OK), "")})
+                     "control_first_s": med([_number(r.protocol.get("control_first_s")) for r in mine]),
+                     "error": next((r.error for r in mine if r.status is not TrialStatus.OK), ""),
+                     "control_unavailable": any(control_outcome.control_error(r) for r in mine)})
     return rows
 
 
@@ -81,6 +84,8 @@ def render(rows: list[dict[str, object]], title: str) -> Table:
         status = str(r["status"]) + (f" ({r['ok']}/{r['trials']} ok)" if r["ok"] != r["trials"] else "")
         if r["error"]:
             status += f": {str(r['error'])[:80]}"
+        if r.get("control_unavailable"):
+            status += "; no control (below)"
         style = {"ok": "", "wrong": "bold red"}.get(str(r["status"]), "yellow")
         table.add_row(str(r["shape"]), fmt(r["subject_tflops"], ".4g"), fmt(r["control_tflops"], ".4g"),
                       fmt(r.get("subject_gbps"), ".4g"), fmt(r.get("control_gbps"), ".4g"), fmt(r["ratio"], ".4f"),
@@ -123,7 +128,10 @@ def command(config_path: Path, source: str | None, trials: int | None, suites: t
         print_json([{**asdict(r), "status": r.status.value} for r in records])
         return
     title = f"{cfg.name}: {build.sha[:12]}{' (+worktree changes)' if build.patch_hash else ''}, {n} trial(s)"
-    Console().print(render(summarize(records), title))
+    out = Console()
+    out.print(render(summarize(records), title))
+    for note in control_outcome.notes(records, cfg.control):
+        out.print(note, markup=False, soft_wrap=True)
 
 
 def _store(cfg: config_mod.Config, records: Sequence[TrialRecord]) -> None:

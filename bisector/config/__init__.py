@@ -7,8 +7,9 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from benches import control_limits
 from bisector.config import subjects as config_suites
 from bisector.config.reader import Section as _Section
 from bisector.config.reader import show as _show
@@ -242,6 +243,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
     subjects = config_suites.parse_subjects(top, names)
     modules = config_suites.parse_suite_modules(top, names, subjects)
     shapes = config_suites.parse_shapes(top, names, subjects, modules)
+    _check_control(path, control, shapes)
     return Config(
         name=top.get("name", str, path.stem),
         description=top.get("description", str, ""),
@@ -269,6 +271,17 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         store=top.path_value("store"),
         executor=_executor(top.section("executor", ("kind", "address", "width"))),
     )
+
+
+def _check_control(path: Path, control: str, shapes: Sequence[Shape]) -> None:
+    """A shape the control cannot run is the config's error, not a trial's (benches/control_limits.py)."""
+    seen: dict[str, int] = {}
+    for shape in shapes:
+        index = seen[shape.suite] = seen.get(shape.suite, -1) + 1
+        refused = control_limits.refusal(control, shape.suite, shape.as_dict())
+        if refused:
+            key, why = refused
+            raise ConfigError(path, f"suites.{shape.suite}.shapes[{index}].{key}", f"control {control}: {why}")
 
 
 def _executor(sec: _Section) -> Executor:

@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence
 
+from bisector.search.control_outcome import unavailable_by_shape
 from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
 from bisector.runner.executor import TrialJob, TrialOutcome
@@ -165,6 +166,10 @@ class StoreProbe:
             broken.setdefault(error, set()).add(key)
         reason = "; ".join(f"{', '.join(sorted(keys))} {'does' if len(keys) == 1 else 'do'} not run: {error}"
                            for error, keys in sorted(broken.items(), key=lambda kv: sorted(kv[1])))
+        no_control = [f"{key}: no ratio, the control was unavailable: {why.splitlines()[0][:200]}"
+                      for key, (_, _, why) in sorted(unavailable_by_shape(trials).items())
+                      if key in samples and not samples[key] and key not in wrong]
+        reason = "; ".join(r for r in (reason, *no_control) if r)
         return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong and v}, wrong,
                            reason=reason)
 

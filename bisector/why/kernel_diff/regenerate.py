@@ -11,15 +11,35 @@ it), one shape per suite. Its measurements are dropped, never stored: the search
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Protocol
 
-from bisector.why.kernel_diff import artifacts
-from bisector.model import BuildStatus, Shape
+from bisector.config import Config
+from bisector.model import BuildResult, BuildStatus, Shape
 from bisector.runner.env import jit_dir
 from bisector.runner.executor import TrialJob
+from bisector.why.kernel_diff import artifacts
 
-if TYPE_CHECKING:
-    from bisector.pipeline import Session
+
+class _Builds(Protocol):
+    def build(self, sha: str, patch: str | None = None) -> BuildResult: ...
+
+
+class _Executor(Protocol):
+    def submit(self, job: TrialJob) -> Future: ...
+
+
+class Session(Protocol):
+    """What a recompile needs of a run (pipeline.Session is one): named here so that this stage
+    never imports the pipeline that calls it."""
+
+    config: Config
+    work: Path
+    prefetcher: _Builds
+
+    @property
+    def executor(self) -> _Executor: ...
 
 __all__ = ["compile_commit", "one_per_suite", "SLOT"]
 
