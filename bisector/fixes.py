@@ -5,8 +5,9 @@ Side by side (one trial of each per round, bisector/probe.py `side_by_side`), be
 are compared with each other: measured minutes apart, a busy machine once read "45.6% still
 missing" for a revert that restores fully. All reverts go in one batch with the tip measured once
 per round for all of them; each revert and each parent only on its step's shapes, on the metric
-the search decided on. The verdict per shape is restored, partly restored, not restored, or
-slower than the tip (FixResult.verdict).
+the search decided on. The verdict per shape is restored, partly restored, not restored, undecided
+or slower than the tip (FixResult.verdict): judged against what undoing the step's own change
+should buy on the tip, so a later step's loss on the same shape is not counted against it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config
-from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step, Verdict
+from bisector.model import BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Step
 from bisector.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.report.data import FixResult
 from bisector.stats import compare
@@ -129,7 +130,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         elif step.commit in failed:
             fixes.append(FixResult(step.commit, path, applied=False, conflict=failed[step.commit], shapes=step.shapes))
         else:
-            fixes.append(results[step.commit])
+            fixes.append(replace(results[step.commit], later=later_steps(step, result.steps, [c.sha for c in commits])))
     return tuple(fixes), patches
 
 
@@ -145,13 +146,18 @@ def _more(sl: _Slice, more: int, taken: Taken) -> _Slice:
 
 
 def undecided(fix: FixResult, min_step_pct: float) -> bool:
-    """Whether a shape's place against the parent is still open: neither within +-min_step of it
-    (SAME), nor an interval wholly below -min_step (still missing), nor wholly above zero."""
-    for c in fix.vs_parent.values():
-        lo, hi = c.ci95
-        if not (c.verdict is Verdict.SAME or hi < -min_step_pct or lo > 0):
-            return True
-    return False
+    """Whether a shape's verdict is still open (FixResult.verdict: its intervals decide nothing yet)."""
+    fix = replace(fix, min_step_pct=min_step_pct)
+    return any(fix.verdict(s) == "undecided" for s in fix.vs_parent)
+
+
+def later_steps(step: Step, steps: Sequence[Step], order: Sequence[str]) -> dict[str, tuple[tuple[str, float], ...]]:
+    """Per shape of `step`, the verified regressions after it on that shape: (culprit, change)."""
+    index = {sha: i for i, sha in enumerate(order)}
+    at = index.get(step.commit, -1)
+    return {k: tuple((s.commit, s.change_pct[k]) for s in steps
+                     if s.is_regression and not s.candidates and k in s.shapes and index.get(s.commit, -1) > at)
+            for k in step.shapes}
 
 
 def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice, revert: _Slice,
@@ -172,4 +178,5 @@ def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice
                      restored=revert.tflops(),
                      vs_parent={s: compare(par[s], mine[s], th.min_step_pct, alpha, s) for s in both},
                      vs_tip={s: compare(tip[s], mine[s], th.min_step_pct, alpha, s) for s in both},
-                     trials=revert.n, correct=not (fix_m.wrong & set(step.shapes)))
+                     trials=revert.n, correct=not (fix_m.wrong & set(step.shapes)),
+                     own_pct=dict(step.change_pct), min_step_pct=th.min_step_pct)

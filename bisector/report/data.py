@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from bisector.correctness import WrongWindow
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 from bisector.report.findings import HunkGroup, Interaction, StepKernels
 from bisector.throughput import Throughput
 
+if TYPE_CHECKING:
+    from bisector.facts import Action, StepMove
+    from bisector.totals import RunTotals
+
 METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock"}
 METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed"}
 # What a row shows for each metric: the ratio as it is, the full-clock speed as full-clock TFLOP/s.
 METRIC_UNIT = {"ratio": "ratio", "speed": "full-clock TFLOP/s"}
+# Each metric defined where the report first names it.
+METRIC_DEFINITIONS = {
+    "ratio": "ratio = subject TFLOP/s / control TFLOP/s, per repetition in the same process (median over the "
+             "repetitions)",
+    "speed": "full-clock TFLOP/s = the subject's TFLOP/s over its repetitions at full clock (those within 2% of "
+             "its third fastest, before a power-bound kernel throttles; steady to 0.1% between processes)",
+}
 
 
 def metric_of_shape(metric: str, shape: str) -> str:
@@ -75,24 +87,54 @@ class FixResult:
     trials: int = 0  # side-by-side trials of each of the three
     correct: bool = True
     error: str = ""
+    # What the revert should buy on the tip: the step's own change at its culprit (the metric, per
+    # shape), the verified regressions after it on the same shape (culprit, change), and the
+    # resolution (thresholds.min_step_pct) within which a gain counts as the whole of it.
+    own_pct: Mapping[str, float] = field(default_factory=dict)
+    later: Mapping[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
+    min_step_pct: float = 0.0
 
     def remaining_pct(self, shape: str) -> float | None:
         """How far the patched tip still is from the pre-step commit on the search's metric (negative: below)."""
         c = self.vs_parent.get(shape)
         return c.change_pct if c is not None else None
 
+    def expected_pct(self, shape: str) -> float | None:
+        """The gain on the tip that undoes the step's own change: +5.6% for a -5.3% step."""
+        own = self.own_pct.get(shape)
+        return None if own is None or own <= -100 else 100.0 * (100.0 / (100.0 + own) - 1.0)
+
     def verdict(self, shape: str) -> str:
-        """restored | partly restored | not restored | slower than the tip | not measured."""
+        """restored | partly restored | not restored | undecided | slower than the tip | not measured.
+
+        Decided by intervals only. Restored: back within +-min_step of the parent (decided), or its
+        gain on the tip is at least the step's own give-back less min_step (the lower end of the
+        interval says so): a later step's loss on the same shape is that step's, not this revert's.
+        Partly: a gain above zero and below that, both decided. Not restored: no gain above the
+        resolution, decided. Anything else is undecided (more trials would tell)."""
         par, tip = self.vs_parent.get(shape), self.vs_tip.get(shape)
         if par is None or tip is None:
             return "not measured"
         if tip.verdict is Verdict.DIFFERENT and tip.change_pct < 0:
             return "slower than the tip"
-        if not (par.verdict is Verdict.DIFFERENT and par.change_pct < 0):
+        if par.verdict is Verdict.SAME:
             return "restored"
-        if tip.verdict is Verdict.DIFFERENT and tip.change_pct > 0:
+        tol = math.log1p(self.min_step_pct / 100.0)
+        lo, hi = (math.log1p(x / 100.0) if x > -100 else -math.inf for x in tip.ci95)
+        want = self.expected_pct(shape)
+        if want is None:  # the step's size unknown: the parent's interval decides alone
+            p_lo, p_hi = par.ci95
+            if p_hi < -self.min_step_pct:
+                return "partly restored" if lo > 0 else "not restored" if hi < tol else "undecided"
+            return "restored" if p_lo > -self.min_step_pct else "undecided"
+        short = math.log1p(want / 100.0) - tol
+        if lo >= short:
+            return "restored"
+        if hi < short and lo > 0:
             return "partly restored"
-        return "not restored"
+        if hi < min(short, tol):
+            return "not restored"
+        return "undecided"
 
 
 @dataclass(frozen=True)
@@ -177,6 +219,9 @@ class ReportData:
     throughput: Throughput | None = None  # this run's trial processes and device time
     kernels: tuple[StepKernels, ...] = ()  # the compiled kernels across each verified step
     interactions: tuple[Interaction, ...] = ()  # verified steps on the same shapes, reverts combined
+    totals: RunTotals | None = None  # the counts and times every output names (bisector/totals.py)
+    moves: tuple[StepMove, ...] = ()  # each step's subject and control TFLOP/s beside the metric
+    actions: tuple[Action, ...] = ()  # per verified regression, its revert on the tip: the summary first
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)

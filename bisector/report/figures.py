@@ -49,3 +49,23 @@ def change(c: Comparison) -> str:
 
 def _bound(x: float) -> str:
     return f"{x:+.1f}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")
+
+
+P_FLOOR = 1e-12  # below this a p-value says nothing more (and floats print 0 or 5e-210)
+
+
+def p_value(p: float) -> str:
+    """`p < 1e-12` below the floor; `3e-5` under 0.001; two significant digits above (0.012, 0.2)."""
+    if not math.isfinite(p):
+        return "?"
+    if p < P_FLOOR:
+        return "< 1e-12"
+    if p < 1e-3:
+        mantissa, exponent = f"{p:.0e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return f"{p:.2g}"
+
+
+def pct(value: float | None) -> str:
+    """`-33.4%`, or nothing when unknown."""
+    return f"{value:+.1f}%" if value is not None else ""

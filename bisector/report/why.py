@@ -5,7 +5,7 @@ how steps on the same shapes combine. markdown.render calls `sections` once."""
 from __future__ import annotations
 
 from bisector.report import kernels
-from bisector.report.data import HunkFinding, ReportData
+from bisector.report.data import METRIC_UNIT, HunkFinding, ReportData
 from bisector.report.findings import ComboResult, Interaction
 
 __all__ = ["sections", "groups_section", "interactions_section", "interaction_lines"]
@@ -72,13 +72,18 @@ def _cell(c: ComboResult, shape: str) -> str:
     return text
 
 
+def _metric(inter: Interaction, data: ReportData) -> str:
+    names = dict.fromkeys(METRIC_UNIT.get(data.metric_of(s), data.metric_of(s)) for s in inter.shapes)
+    return ", ".join(names)
+
+
 def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
     names = [_ref(s, data) for s in inter.steps]
     lines = [f"### {' + '.join(names)} on {', '.join(_shape(s) for s in inter.shapes)}", ""]
     if inter.note:
         lines += [f"Note: {inter.note}.", ""]
     lines += [f"The tip with every combination of their reverts, {inter.trials} trials of each side by side; "
-              f"TFLOP/s (change of {data.metric} against the tip, 95% interval):", ""]
+              f"TFLOP/s (change of the {_metric(inter, data)} against the tip, 95% interval):", ""]
     lines.append("| reverted | " + " | ".join(_shape(s) for s in inter.shapes) + " |")
     lines.append("|---|" + "---:|" * len(inter.shapes))
     for c in inter.combos:
