@@ -69,7 +69,8 @@ def fix_json(fix: FixResult) -> dict:
 
     return {"commit": fix.step_commit, "patch": fix.patch_path, "applied": fix.applied, "trials": fix.trials,
             "correct": fix.correct, "error": fix.error or fix.conflict,
-            "shapes": {s: {"verdict": fix.verdict(s), "vs_parent": cmp(fix.vs_parent.get(s)),
+            "shapes": {s: {"verdict": fix.verdict(s), "expected_pct": fix.expected_pct(s),
+                           "vs_parent": cmp(fix.vs_parent.get(s)),
                            "vs_tip": cmp(fix.vs_tip.get(s)), "tflops": {"parent": fix.baseline.get(s),
                                                                          "tip": fix.tip.get(s),
                                                                          "revert": fix.restored.get(s)}}

@@ -72,6 +72,12 @@ def _cell(c: ComboResult, shape: str) -> str:
     return text
 
 
+def _own(sha: str, shape: str, data: ReportData) -> str:
+    """` (its step -5.3%)`: what reverting it alone should give back, to read its gains against."""
+    step = next((s for s in data.steps if s.commit == sha and shape in s.change_pct), None)
+    return f" (its step {step.change_pct[shape]:+.1f}%)" if step else ""
+
+
 def _metric(inter: Interaction, data: ReportData) -> str:
     names = dict.fromkeys(METRIC_UNIT.get(data.metric_of(s), data.metric_of(s)) for s in inter.shapes)
     return ", ".join(names)
@@ -100,8 +106,9 @@ def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
     for p in inter.pairs:
         a, b = _ref(p.a, data), _ref(p.b, data)
         lo, hi = p.ci95
-        lines.append(f"- {_shape(p.shape)}: reverting {a} gains {p.alone_pct:+.1f}% with {b} in, "
-                     f"{p.with_other_pct:+.1f}% with {b} reverted; reverting {b} gains {p.other_alone_pct:+.1f}% "
+        lines.append(f"- {_shape(p.shape)}: reverting {a}{_own(p.a, p.shape, data)} gains {p.alone_pct:+.1f}% "
+                     f"with {b} in, {p.with_other_pct:+.1f}% with {b} reverted; reverting "
+                     f"{b}{_own(p.b, p.shape, data)} gains {p.other_alone_pct:+.1f}% "
                      f"with {a} in, {p.other_with_pct:+.1f}% with {a} reverted. Interaction {p.interaction_pct:+.1f}% "
                      f"[{lo:+.1f}, {hi:+.1f}]: the effects **{p.verdict}**"
                      f"{VERDICT_WORDS.get(p.verdict, '').removeprefix(p.verdict)}.")
