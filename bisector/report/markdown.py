@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from bisector.facts import StepMove
 from bisector.model import Step, Verdict
 from bisector.report import why
 from bisector.report.actions import summary_lines
@@ -154,7 +155,7 @@ def steps_table(data: ReportData) -> list[str]:
                    "trials", "verdict"], rows)
 
 
-def _move(sha: str, shape: str, data: ReportData):  # type: ignore[no-untyped-def]
+def _move(sha: str, shape: str, data: ReportData) -> StepMove | None:
     return next((m for m in data.moves if m.commit == sha and m.shape == shape), None)
 
 
@@ -294,11 +295,6 @@ def hunks_section(data: ReportData) -> list[str]:
 
 # -- candidate fixes ---------------------------------------------------------------------------
 
-def _after(sha: str, than: str, data: ReportData) -> bool:
-    order = [c.sha for c in data.range_commits]
-    return sha in order and than in order and order.index(sha) > order.index(than)
-
-
 def _hidden(fix: FixResult, shape: str, data: ReportData) -> str:
     """What the combined reverts said about this revert on this shape: hidden or overlapped by another step."""
     action = next((a for a in data.actions if a.step.commit == fix.step_commit), None)
@@ -325,7 +321,8 @@ def _verdict_cell(fix: FixResult, shape: str, data: ReportData) -> str:
     if par.verdict is not Verdict.SAME and par.ci95[1] < -data.min_step_pct:
         whose = ", ".join(f"{_ref(sha, data)} {change_pct:+.1f}%" for sha, change_pct in later)
         if verdict == "restored":
-            text += (f"; the {-par.change_pct:.1f}% still missing against the parent is the later step's: {whose}"
+            owner = "later steps'" if len(later) > 1 else "later step's"
+            text += (f"; the {-par.change_pct:.1f}% still missing against the parent is the {owner} loss: {whose}"
                      if whose else f"; {-par.change_pct:.1f}% still missing against the parent (no later step "
                      f"found on this shape)")
         elif whose:
