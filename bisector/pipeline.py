@@ -334,9 +334,13 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
     metric_of = {s.key: config.thresholds.metric_of(s.suite) for s in config.shapes}
     every = store.trials(session.campaign)
     measured = measured_commits(every, keys)
+    by_sha: dict[str, list[TrialRecord]] = {}
+    for t in every:
+        if t.patch_hash is None and t.shape in keys:
+            by_sha.setdefault(t.sha, []).append(t)
     rows, wrong, machine = [], [], {}
     for commit in commits:
-        trials = [t for t in every if t.sha == commit.sha and t.patch_hash is None and t.shape in keys]
+        trials = by_sha.get(commit.sha, [])
         ok = [t for t in trials if t.status is TrialStatus.OK]
         for t in trials:
             if t.status is TrialStatus.WRONG and not any(w.sha == t.sha and w.shape == t.shape for w in wrong):
