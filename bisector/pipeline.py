@@ -51,6 +51,9 @@ from bisector.runner.choose import Trials, offline_width, open_trials
 from bisector.runner.executor import TrialJob
 from bisector.store import Store, campaign_key
 from bisector.runner.time_spent import Stage, Throughput, from_records, summarize
+from bisector.why.facts import actions, step_moves
+from bisector.why.interactions import Interaction
+from bisector.store.totals import CallTotals, measured_commits, run_totals
 
 
 @dataclass(frozen=True)
@@ -274,10 +277,11 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         if options.find_hunks:
             with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out)
+        throughput = session.throughput(order)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
-                           report_dir=out)
-        data = replace(data, hunks=found, throughput=session.throughput(order), kernels=kernels,
-                       interactions=interactions)
+                           report_dir=out, interactions=interactions,
+                           this_call_trials=0 if options.offline else throughput.trials)
+        data = replace(data, hunks=found, throughput=throughput, kernels=kernels)
         write_trials_csv(session, commits, out / render.CSV_NAME, out)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)
@@ -356,21 +360,28 @@ def shown_upstream(repo: str, report_dir: Path) -> str:
 
 def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
                 wall_s: float, options: RunOptions, probe: StoreProbe,
-                windows: Sequence[WrongWindow] = (), report_dir: Path | None = None) -> ReportData:
+                windows: Sequence[WrongWindow] = (), report_dir: Path | None = None,
+                interactions: Sequence[Interaction] = (), this_call_trials: int = 0) -> ReportData:
     config, store = session.config, session.store
     out = report_dir or report_path(config, options)
     keys = tuple(s.key for s in config.shapes)
     metric_of = {s.key: config.thresholds.decision_of(s.suite) for s in config.shapes}
+    every = store.trials(session.campaign)
+    measured = measured_commits(every, keys)
+    by_sha: dict[str, list[TrialRecord]] = {}
+    for t in every:
+        if t.patch_hash is None and t.shape in keys:
+            by_sha.setdefault(t.sha, []).append(t)
     rows, wrong, machine = [], [], {}
     for commit in commits:
-        trials = [t for t in store.trials(session.campaign, sha=commit.sha, patch_hash=None) if t.shape in keys]
+        trials = by_sha.get(commit.sha, [])
         ok = [t for t in trials if t.status is TrialStatus.OK]
         for t in trials:
             if t.status is TrialStatus.WRONG and not any(w.sha == t.sha and w.shape == t.shape for w in wrong):
                 wrong.append(WrongResult(t.sha, t.shape, t.max_abs_err, t.max_rel_err))
-        if not ok:
+        if commit.sha not in measured:
             continue
-        machine = machine or dict(ok[0].machine)
+        machine = machine or dict(ok[0].machine if ok else trials[0].machine)
         rows.append(CommitRow(commit, median_by_shape(ok, "subject_tflops"), median_by_shape(ok, "control_tflops"),
                               median_by_shape(ok, "ratio"),
                               {k: sum(t.shape == k for t in ok) for k in keys},
@@ -395,7 +406,10 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         uncertain=result.uncertain,
         unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step_pct),
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
-        trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(store.trials(session.campaign)),
+        trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(every),
+        totals=run_totals(every, [c.sha for c in commits], keys, len(skipped), CallTotals(this_call_trials, wall_s)),
+        moves=step_moves(result.steps, rows, config.thresholds.min_step_pct),
+        actions=actions(result.steps, fixes, interactions), interactions=tuple(interactions),
         min_step_pct=config.thresholds.min_step_pct, alpha=config.thresholds.alpha,
         metric=metric_text(config), calls=call_figures(store.trials(session.campaign, patch_hash=None), keys,
                                                        [r.commit.sha for r in rows]),

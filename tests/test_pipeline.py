@@ -119,3 +119,64 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
     offline = run(tmp_path, repo, shas[1], "--offline", "--no-fixes")
     assert [s["commit"] for s in offline["steps"]] == [shas[5]] and trials(tmp_path) == before
     assert "Replayed offline" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_counts_agree_everywhere_after_a_kill_and_a_resume(tmp_path: Path, upstream) -> None:
+    """A real run killed once some trials are stored, then resumed: the header, the per-commit table,
+    stdout, the progress display's last line and --json name one set of counts, over both calls,
+    with the resumed call's own beside them; never "no trial process ran"."""
+    import os
+    import re
+    import signal
+    import time
+
+    repo, shas = upstream
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(config(repo))
+    args = [sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", shas[1], "--bad", "main",
+            "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"), "--report-dir",
+            str(tmp_path / "report"), "--no-hunks"]
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and first.poll() is None:
+            if (tmp_path / "s.sqlite").exists() and processes(tmp_path) >= 6:
+                break
+            time.sleep(0.5)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)  # the run and its trial processes: a kill -9 mid-run
+        first.wait()
+    killed_at = processes(tmp_path)
+    assert killed_at >= 1
+
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    total = processes(tmp_path)
+    report = (tmp_path / "report" / "report.md").read_text()
+    header = next(line for line in report.splitlines() if line.startswith("Upstream "))
+    counts = re.search(r"(\d+) commits \(GOOD and BAD included\), (\d+) measured.*?; (\d+) trials", header)
+    assert counts, header
+    in_range, measured, trials = (int(x) for x in counts.groups())
+    assert in_range == len(shas) - 1 and trials == total
+    table = report.split("## Per measured commit", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert measured == len(rows), (header, rows)
+    this_call = int(re.search(r"this call: (\d+) trials", header).group(1))
+    assert 0 < this_call == total - killed_at and "over every call" in header
+    assert "no trial process ran" not in report.lower()
+    summary = out.stdout.splitlines()[0]
+    assert counts.group(0) in summary and f"this call: {this_call} trials" in summary
+    done = [line for line in out.stderr.splitlines() if line.startswith("progress: done: ")]
+    assert done and counts.group(0) in done[-1]
+
+    again = run(tmp_path, repo, shas[1], "--no-hunks")  # nothing left to measure: --json says the same
+    totals = again["totals"]
+    assert (totals["range_commits"], totals["measured"], totals["trials"]) == (in_range, measured, total)
+    assert totals["this_call"]["trials"] == 0
+
+
+def processes(tmp_path: Path) -> int:
+    """Trial processes stored (one row per shape each)."""
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        return db.execute("SELECT COUNT(*) FROM (SELECT DISTINCT sha, patch_hash, slot FROM trials)").fetchone()[0]

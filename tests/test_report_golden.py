@@ -14,13 +14,14 @@ from typing import Callable
 
 import pytest
 
-from bisector.report import markdown, summary
+from bisector.report import actions, markdown, summary
 from bisector.report.data import ReportData
 from tests.report_fixtures import full_report
 
 GOLDEN = Path(__file__).parent / "golden"
 
 SECTIONS: dict[str, Callable[[ReportData], list[str]]] = {
+    "actions": actions.summary_lines,
     "header": markdown.header,
     "steps": markdown.steps_section,
     "unsure": markdown.unsure_section,
@@ -49,7 +50,8 @@ def test_the_report_is_its_sections_in_order() -> None:
     data = full_report()
     text = markdown.render(data, ["tflops-fa_s4096.png", "tflops-gemm_m8192.png"])
     at = 0
-    for section in ("header", "steps", "unsure", "hunks", "fixes", "commits", "wrong", "skipped", "files"):
+    assert text.startswith(f"# {data.title}\n\n")
+    for section in ("actions", "header", "steps", "unsure", "hunks", "fixes", "commits", "wrong", "skipped", "files"):
         body = "\n".join(SECTIONS[section](data)).strip("\n")
         found = text.find(body, at)
         assert found >= at, section

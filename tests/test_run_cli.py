@@ -110,8 +110,18 @@ def test_relative_paths_from_another_directory_and_plain_progress_in_a_pipe(tmp_
     assert steps and all(steps), [line for line, m in zip(progress, steps) if not m]
     assert {m.group(1) for m in steps} <= shorts and len({m.group(1) for m in steps}) >= 2
     assert any("eta ~" in line for line in progress), progress
-    assert progress[-1].startswith("progress: done: commits ") and out.stderr.endswith("\n")
+    # its last line: the run's counts, as the report's header and --json name them
+    assert progress[-1].startswith(f"progress: done: {counts_of(result)}; ") and out.stderr.endswith("\n")
     assert "\x1b[" not in out.stderr  # no terminal control codes in a log
+
+
+def counts_of(result: dict) -> str:
+    """The counts (bisector/store/totals.py) from --json's totals."""
+    from bisector.store.totals import CallTotals, RunTotals
+
+    t = dict(result["totals"])
+    call = t.pop("this_call")
+    return RunTotals(**t, this_call=CallTotals(**call)).counts()
 
 
 def test_a_range_where_nothing_builds_fails_and_names_the_failure(tmp_path: Path, upstream) -> None:

@@ -66,6 +66,7 @@ class ProgressLine:
         self._last_key: tuple[str, str, str | None] | None = None
         self._last_at = -math.inf
         self.stage = ""
+        self.final = ""  # the run's own counts (RunTotals), for the last line, once it has them
 
     @classmethod
     def for_range(cls, n_commits: int, trials_per_commit: int, **kwargs: object) -> "ProgressLine":
@@ -82,9 +83,13 @@ class ProgressLine:
 
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
+            if self.final:
+                self.live.update(Text(f"done: {self.final}"))
             self.live.__exit__(*exc)
             return
-        if self.commits:
+        if self.final:
+            self._write(f"done: {self.final}")
+        elif self.commits:
             self._write(f"done: {self._counts()}, elapsed {_duration(self.clock() - self.started)}")
 
     def __call__(self, event: ProbeEvent) -> None:
@@ -133,6 +138,8 @@ class ProgressLine:
         return f"{event.sha[:7]}{patch} {doing}"
 
     def _counts(self) -> str:
+        """This call's: commits it touched and trial processes it started (the run's totals, every
+        call, come at the end from the store)."""
         return f"commits {len(self.commits)}, trials {self.trials}"
 
     def _status(self, with_stage: bool = True) -> str:

@@ -18,6 +18,7 @@ from bisector.model import ProbeStatus
 from bisector.publish.publish_plan import dump_plan
 from bisector.triggers import outcome_plan as plan_mod
 from bisector.report import summary
+from bisector.report.markdown import counts
 from bisector.report.summary import last_line
 from bisector.model import Comparison
 from bisector.why.fixes import FixResult
@@ -42,6 +43,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     laststore.remember(options.store or cfg.store or default_path())  # `store info` reads it next
     with ProgressLine.for_range(n_commits, cfg.protocol.trials) as progress:
         outcome = pipeline.bisect(cfg, options, observer=progress)
+        progress.final = counts(outcome.report)  # its last line says what the report and stdout say
     if as_json:
         windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
         hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
@@ -55,6 +57,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
                                 for k in outcome.report.kernels],
                     "interactions": [interaction_json(i) for i in outcome.report.interactions],
                     "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
+                    "totals": outcome.report.totals.as_json() if outcome.report.totals else None,
                     "report": str(outcome.report_dir / "report.md"), **(extra or {})})
         check_compared(outcome)
         return outcome
@@ -70,7 +73,8 @@ def fix_json(fix: FixResult) -> dict:
 
     return {"commit": fix.step_commit, "patch": fix.patch_path, "applied": fix.applied, "trials": fix.trials,
             "correct": fix.correct, "error": fix.error or fix.conflict,
-            "shapes": {s: {"verdict": fix.verdict(s), "vs_parent": cmp(fix.vs_parent.get(s)),
+            "shapes": {s: {"verdict": fix.verdict(s), "expected_pct": fix.expected_pct(s),
+                           "vs_parent": cmp(fix.vs_parent.get(s)),
                            "vs_tip": cmp(fix.vs_tip.get(s)), "tflops": {"parent": fix.baseline.get(s),
                                                                          "tip": fix.tip.get(s),
                                                                          "revert": fix.restored.get(s)}}

@@ -55,6 +55,11 @@ def _verdict_sentence(plan: PublishPlan) -> str:
     return text
 
 
+def _summary(plan: PublishPlan) -> list[str]:
+    """The report's action summary, the same lines as report.md opens with."""
+    return [*plan.summary.strip().splitlines(), ""] if plan.summary.strip() else []
+
+
 def _missing_section(plan: PublishPlan) -> list[str]:
     if not plan.missing:
         return []
@@ -97,7 +102,7 @@ def _footer(plan: PublishPlan) -> list[str]:
 def culprit_body(plan: PublishPlan, culprit: CulpritPost, draft_url: str | None = None) -> str:
     """The comment on a culprit PR: its step, table, plots and verified patch."""
     lines = [marker(plan.run_id, culprit.pr),
-             f"### bisector: a performance step starts at this PR (run `{plan.run_id}`)", "",
+             f"### bisector: a performance step starts at this PR (run `{plan.run_id}`)", "", *_summary(plan),
              f"Run verdict: **{headline(plan)}**. {_verdict_sentence(plan)}", ""]
     lines += _culprit_section(plan, culprit, draft_url)
     lines += _missing_section(plan)
@@ -111,7 +116,7 @@ def requester_body(plan: PublishPlan, draft_urls: dict[int, str] | None = None) 
     assert plan.requester_pr is not None
     draft_urls = draft_urls or {}
     lines = [marker(plan.run_id, plan.requester_pr), f"### bisector: {headline(plan)} (run `{plan.run_id}`)", "",
-             _verdict_sentence(plan), ""]
+             *_summary(plan), _verdict_sentence(plan), ""]
     for c in plan.culprits:
         if c.pr == plan.requester_pr:
             lines += ["#### This PR is a culprit", ""] + _culprit_section(plan, c, draft_urls.get(c.pr))

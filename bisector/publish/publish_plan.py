@@ -67,6 +67,8 @@ class PublishPlan:
     # A finished answer for the requester PR (a /perf table, or why a command failed), posted there
     # in place of the generated summary: what the measuring side wants said, as data.
     answer: str = ""
+    # The report's action summary (bisector/report/action_summary.py): every comment opens with it.
+    summary: str = ""
 
     def __post_init__(self) -> None:
         if not _RUN_ID.fullmatch(self.run_id):
@@ -168,7 +170,8 @@ def plan_from_dict(data: Any, where: str = "plan") -> PublishPlan:
         run_id=run_id, repo=repo, verdict=verdict, report=top.get("report", str, ""),
         culprits=tuple(culprits), requester_pr=requester, head_sha=top.get("head_sha", str, None),
         base_branch=top.get("base_branch", str, "main"), missing=top.strings("missing"),
-        report_url=top.get("report_url", str, None), answer=top.get("answer", str, ""))
+        report_url=top.get("report_url", str, None), answer=top.get("answer", str, ""),
+        summary=top.get("summary", str, ""))
 
 
 def _positive(r: _Reader, key: str) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from bisector.search.call_timing import CallFigures
 from bisector.model import Commit, Step, Uncertain
@@ -15,6 +15,10 @@ from bisector.why.fixes import FixResult
 from bisector.why.interactions import Interaction
 from bisector.why.kernel_diff.diff import StepKernels
 
+if TYPE_CHECKING:
+    from bisector.why.facts import Action, StepMove
+    from bisector.store.totals import RunTotals
+
 METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock",
                 "latency_ratio": "the subject/control ratio of call latencies",
                 "latency_speed": "the subject's own call latency"}
@@ -24,6 +28,17 @@ METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed", "latency_ratio": 
 # the latency as TFLOP/s at the latency.
 METRIC_UNIT = {"ratio": "ratio", "speed": "full-clock TFLOP/s", "latency_ratio": "latency ratio",
                "latency_speed": "TFLOP/s at the latency"}
+# Each metric defined where the report first names it.
+METRIC_DEFINITIONS = {
+    "ratio": "ratio = subject TFLOP/s / control TFLOP/s, per repetition in the same process (median over the "
+             "repetitions)",
+    "speed": "full-clock TFLOP/s = the subject's TFLOP/s over its repetitions at full clock (those within 2% of "
+             "its third fastest, before a power-bound kernel throttles; steady to 0.1% between processes)",
+    "latency_ratio": "latency ratio = control latency / subject latency, each the time per call of back-to-back "
+                     "calls (host dispatch included)",
+    "latency_speed": "TFLOP/s at the latency = the subject's FLOPs over its time per call of back-to-back calls "
+                     "(host dispatch included)",
+}
 
 
 def metric_of_shape(metric: str, shape: str) -> str:
@@ -69,6 +84,9 @@ class ReportData:
     throughput: Throughput | None = None  # this run's trial processes and device time
     kernels: tuple[StepKernels, ...] = ()  # the compiled kernels across each verified step
     interactions: tuple[Interaction, ...] = ()  # verified steps on the same shapes, reverts combined
+    totals: RunTotals | None = None  # the counts and times every output names (bisector/store/totals.py)
+    moves: tuple[StepMove, ...] = ()  # each step's subject and control TFLOP/s beside the metric
+    actions: tuple[Action, ...] = ()  # per verified regression, its revert on the tip: the summary first
     # Per shape at the range's ends: kernel time, call latency and host time (report/calls.py).
     calls: tuple[CallFigures, ...] = ()
 

@@ -48,3 +48,23 @@ def commit_ref(sha: str, data: ReportData, subject: bool = False) -> str:
     """`abc1234 (#12)`: a commit as every section names it; with its subject line where asked."""
     c = data.commit(sha)
     return f"`{sha[:7]}`" + (f" (#{c.pr})" if c and c.pr else "") + (f" {c.subject}" if subject and c else "")
+
+
+P_FLOOR = 1e-12  # below this a p-value says nothing more (and floats print 0 or 5e-210)
+
+
+def p_value(p: float) -> str:
+    """`p < 1e-12` below the floor; `3e-5` under 0.001; two significant digits above (0.012, 0.2)."""
+    if not math.isfinite(p):
+        return "?"
+    if p < P_FLOOR:
+        return "< 1e-12"
+    if p < 1e-3:
+        mantissa, exponent = f"{p:.0e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return f"{p:.2g}"
+
+
+def pct(value: float | None) -> str:
+    """`-33.4%`, or nothing when unknown."""
+    return f"{value:+.1f}%" if value is not None else ""

@@ -10,17 +10,21 @@ import statistics
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from bisector.why.facts import StepMove
 from bisector.model import Step, Verdict
 from bisector.report import why_sections as why
+from bisector.report.action_summary import summary_lines
 from bisector.report.calls import calls_section
-from bisector.report.data import metric_of_shape, METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, ReportData
+from bisector.report.data import (METRIC_DEFINITIONS, METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, ReportData,
+                                  metric_of_shape)
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.why.fixes import FixResult
 from bisector.why.culprit_hunks import HunkFinding
-from bisector.report.figures import change, commit_ref, metric_cell, tflops
+from bisector.report.figures import change, commit_ref, metric_cell, p_value, pct, tflops
 from bisector.runner.time_spent import describe as describe_throughput
 
-__all__ = ["METRIC_SHORT", "METRIC_WORDS", "diff_block", "metric_of_shape", "metric_words", "render", "step_summary",
+
+__all__ = ["METRIC_SHORT", "METRIC_WORDS", "counts", "diff_block", "metric_of_shape", "metric_words", "render", "step_summary",
            "tflops", "wrong_rows"]
 
 UNSURE_OPEN = 5  # more unsure pairs than this are folded into <details>
@@ -68,24 +72,53 @@ def step_summary(step: Step, data: ReportData) -> str:
 
 # -- header ------------------------------------------------------------------------------------
 
+def machine_text(data: ReportData) -> str:
+    """`NVIDIA H200, driver 580.159.04, torch 2.11.0 (CUDA 13.0), triton 3.6.0, Python 3.12.3`, from the
+    trials' machine fingerprint (benches/machine.py)."""
+    m = data.machine
+    versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}
+    torch = versions.get("torch") or m.get("torch")
+    toolkit = f"CUDA {m['torch_cuda']}" if m.get("torch_cuda") else f"HIP {m['torch_hip']}" if m.get("torch_hip") else ""
+    parts = [str(m.get("device_name") or data.device), f"driver {m['driver']}" if m.get("driver") else "",
+             f"torch {torch}" + (f" ({toolkit})" if toolkit else "") if torch else "",
+             f"triton {versions.get('triton') or m.get('triton')}" if versions.get("triton") or m.get("triton") else "",
+             f"Python {m['python']}" if m.get("python") else ""]
+    return ", ".join(p for p in parts if p)
+
+
+def metric_definitions(metric: str) -> str:
+    """Every metric the run used, defined: "ratio = ...; full-clock TFLOP/s = ..."."""
+    used = dict.fromkeys(p.split(":")[-1].strip() for p in metric.split(","))
+    return "; ".join(METRIC_DEFINITIONS.get(m, m) for m in used)
+
+
+def title(data: ReportData) -> list[str]:
+    return [f"# {data.title}"]
+
+
+def counts(data: ReportData) -> str:
+    """The run's counts and times, from its RunTotals (older data: the search's own counts)."""
+    if data.totals is not None:
+        return f"{data.totals.counts()}; {data.totals.times()}"
+    return (f"{len(data.range_commits)} commits (GOOD and BAD included), {data.commits_probed} measured; "
+            f"{data.trials} trials")
+
+
 def header(data: ReportData) -> list[str]:
-    """Title, what was measured where, and how the steps were decided."""
-    m, proto = data.machine, data.protocol
-    lines = [f"# {data.title}", ""]
-    lines.append(f"Upstream `{data.upstream}` ({data.branch}), range `{data.good.short}`..`{data.bad.short}` "
-                 f"({len(data.range_commits) - 1} commits), {data.commits_probed} commits measured, "
-                 f"{data.trials} trials; this run {data.wall_s / 60:.1f} min, trial processes "
-                 f"{data.trial_s / 60:.1f} min in all.")
-    machine = ", ".join(str(m[k]) for k in ("device_name", "driver", "torch", "triton") if m.get(k))
-    lines.append(f"Machine: {machine or data.device}. Control: {data.control}, timed in the same process, "
+    """What was measured where, and how the steps were decided (the title and the actions come first)."""
+    proto = data.protocol
+    lines = [f"Upstream `{data.upstream}` ({data.branch}), range `{data.good.short}`..`{data.bad.short}`: "
+             f"{counts(data)}."]
+    lines.append(f"Machine: {machine_text(data)}. Control: {data.control}, timed in the same process, "
                  f"alternating with the subject. Cold protocol: a fresh process per trial, a JIT cache of each "
                  f"commit's own emptied before its first trial, {proto.get('reps', '?')} timed repetitions after "
                  f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
                  f"against the control. TFLOP/s are medians over trials of the per-trial median; steps are "
                  f"tested on {metric_words(data.metric)}, one value per trial (minimum step "
-                 f"{data.min_step_pct:g}%), shown beside the TFLOP/s with its spread over the trials.")
+                 f"{data.min_step_pct:g}%), shown beside the TFLOP/s with its spread over the trials. "
+                 f"Metrics: {metric_definitions(data.metric)}.")
     if data.throughput is not None:
-        lines.append(describe_throughput(data.throughput))
+        lines.append(describe_throughput(data.throughput, data.totals))
     lines += [f"\n> {note}" for note in data.notes]
     return lines
 
@@ -113,12 +146,39 @@ def steps_table(data: ReportData) -> list[str]:
                          f"{METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))} "
                          f"≥{data.min_step_pct:g}%",
                          f"{step.change_pct[shape]:+.1f}%", f"[{lo:+.1f}, {hi:+.1f}]",
-                         f"{step.p_value[shape]:.1g}",
+                         _tflops_move(step.commit, shape, data), p_value(step.p_value[shape]),
                          f"{_trials_of(step.parent, shape, data)} + {_trials_of(after, shape, data)}",
                          ("regression" if step.change_pct[shape] < 0 else "improvement")
                          + ("" if step.verified else " (unverified)")])
-    return _table(["culprit", "PR", "subject", "shape", "decided on", "change", "95% CI", "p", "trials", "verdict"],
-                  rows)
+    return _table(["culprit", "PR", "subject", "shape", "decided on", "change", "95% CI", "TFLOP/s change", "p",
+                   "trials", "verdict"], rows)
+
+
+def _move(sha: str, shape: str, data: ReportData) -> StepMove | None:
+    return next((m for m in data.moves if m.commit == sha and m.shape == shape), None)
+
+
+def _tflops_move(sha: str, shape: str, data: ReportData) -> str:
+    """The subject's own TFLOP/s change across the step, and the control's when it moved by more
+    than the step's noise (then the metric and the TFLOP/s disagree for the machine's reasons)."""
+    move = _move(sha, shape, data)
+    if move is None:
+        return ""
+    control = f" (control {pct(move.control_pct)} ⚠)" if move.control_moved else ""
+    return f"{pct(move.subject_pct)}{control}"
+
+
+def control_notes(data: ReportData) -> list[str]:
+    """A line per step and shape whose control moved by more than the step's noise."""
+    moved = [m for m in data.moves if m.control_moved]
+    if not moved:
+        return []
+    return ["⚠ The control moved on: " + "; ".join(
+        f"{commit_ref(m.commit, data)} {_short_shape(m.shape)}, control {pct(m.control_pct)} on this commit against its "
+        f"parent (the step's noise: ±{m.noise_pct:.1f}%), subject {pct(m.subject_pct)}, "
+        f"{METRIC_SHORT.get(data.metric_of(m.shape), data.metric_of(m.shape))} {m.metric_pct:+.1f}%"
+        for m in moved) + ". A control timed in the same process moves with the machine (power, clocks), not "
+        "with the commit: the ratio corrects for it, the subject's TFLOP/s do not."]
 
 
 def steps_section(data: ReportData) -> list[str]:
@@ -129,8 +189,11 @@ def steps_section(data: ReportData) -> list[str]:
                   f"(`thresholds.min_step_pct`) with p below {data.alpha:g} for the whole search "
                   f"(`thresholds.alpha`, shared over shapes and comparisons), then holds against its parent in "
                   f"fresh trials measured side by side. Change, 95% CI and p: over every trial of the parent "
-                  f"and the culprit (trials: parent + culprit).", ""]
+                  f"and the culprit (trials: parent + culprit), on the metric; TFLOP/s change: the subject's "
+                  f"median TFLOP/s, culprit against parent.", ""]
     lines += steps_table(data)
+    notes = control_notes(data)
+    lines += ["", *notes] if notes else []
     if data.dropped:
         lines += ["", "Not confirmed on re-measurement against the parent (dropped): "
                   + "; ".join(step_summary(s, data) for s in data.dropped)]
@@ -236,29 +299,39 @@ def hunks_section(data: ReportData) -> list[str]:
 
 # -- candidate fixes ---------------------------------------------------------------------------
 
-def _after(sha: str, than: str, data: ReportData) -> bool:
-    order = [c.sha for c in data.range_commits]
-    return sha in order and than in order and order.index(sha) > order.index(than)
+def _hidden(fix: FixResult, shape: str, data: ReportData) -> str:
+    """What the combined reverts said about this revert on this shape: hidden or overlapped by another step."""
+    action = next((a for a in data.actions if a.step.commit == fix.step_commit), None)
+    found = [o for o in (action.overlaps if action else ()) if o.shape == shape]
+    return "".join(f"; with {commit_ref(o.other, data)} reverted too it gains {o.with_other_pct:+.1f}% "
+                   f"({'hidden in part by it' if o.verdict == 'hide' else 'overlapping it'})" for o in found)
 
 
 def _verdict_cell(fix: FixResult, shape: str, data: ReportData) -> str:
+    """The verdict and what decided it: the gain on the tip against what undoing the step should give;
+    what is still missing against the parent, and whose it is."""
     verdict = fix.verdict(shape)
     if verdict == "not measured":
         return "not measured"
     if verdict == "slower than the tip":
         return "⚠ **slower than the tip**"
+    tip, par = fix.vs_tip[shape], fix.vs_parent[shape]
+    want = fix.expected_pct(shape)
     text = f"**{verdict}**"
-    par = fix.vs_parent[shape]
-    if verdict == "restored" and par.verdict is Verdict.UNKNOWN:
-        text += f" (unsure: the interval against the parent is wider than ±{data.min_step_pct:g}%)"
-    if verdict in ("partly restored", "not restored"):
-        text += f": {-(fix.remaining_pct(shape) or 0.0):.1f}% still missing"
-    later = [s for s in data.steps if s.is_regression and s.commit != fix.step_commit and shape in s.shapes
-             and _after(s.commit, fix.step_commit, data)]
-    if later and verdict != "restored":
-        text += " (also lost to " + ", ".join(f"{commit_ref(s.commit, data)} {s.change_pct[shape]:+.1f}%"
-                                               for s in later) + ")"
-    return text
+    if verdict != "restored":
+        text += f": {tip.change_pct:+.1f}% on the tip" + (f" where undoing its step should give {want:+.1f}%"
+                                                          if want is not None else "")
+    later = fix.later.get(shape, ())
+    if par.verdict is not Verdict.SAME and par.ci95[1] < -data.min_step_pct:
+        whose = ", ".join(f"{commit_ref(sha, data)} {change_pct:+.1f}%" for sha, change_pct in later)
+        if verdict == "restored":
+            owner = "later steps'" if len(later) > 1 else "later step's"
+            text += (f"; the {-par.change_pct:.1f}% still missing against the parent is the {owner} loss: {whose}"
+                     if whose else f"; {-par.change_pct:.1f}% still missing against the parent (no later step "
+                     f"found on this shape)")
+        elif whose:
+            text += f"; the tip also carries {whose}"
+    return text + _hidden(fix, shape, data)
 
 
 def _parent_of(fix: FixResult, data: ReportData) -> str | None:
@@ -319,7 +392,12 @@ def fixes_section(data: ReportData) -> list[str]:
     lines = ["## Candidate fixes, verified on the tip", "",
              "Each regression's revert, applied to the tip, built, and measured side by side with the tip and "
              "the step's parent. The verdict and both changes are on the metric the step was found on, over "
-             "those rounds; the next three columns are median TFLOP/s of the same rounds. The last two are "
+             "those rounds, judged on the tip against what undoing the step's own change should give there: "
+             f"**restored** when the interval's lower end is within {data.min_step_pct:g}% of that (or the "
+             "revert is back within the threshold of the parent), **partly restored** when it gains above zero "
+             "and short of that, **not restored** when it gains nothing beyond the threshold, and "
+             "**undecided** when the interval allows more than one of these. A later step's loss on the same "
+             "shape is named as that step's. The next three columns are median TFLOP/s of the same rounds. The last two are "
              "the medians over all of the parent's and the tip's trials (their rows below, with the number "
              "of trials), taken at other times, so they may differ from the rounds' figures.", ""]
     for fix in data.fixes:
@@ -382,6 +460,19 @@ def commits_section(data: ReportData) -> list[str]:
 
 # -- wrong results, skipped commits, files -----------------------------------------------------
 
+PR_LIST = 8  # PRs listed one by one; a longer stretch is named by its commits only
+
+
+def pr_list(first: str, last: str, data: ReportData) -> str:
+    """The PRs of the range's commits from `first` to `last`, listed (never "#136 .. #151": PRs
+    numerically between them may have merged elsewhere in the history); past PR_LIST, a count."""
+    order = [c.sha for c in data.range_commits]
+    if first not in order or last not in order:
+        return ""
+    prs = [_pr(c.pr) for c in data.range_commits[order.index(first):order.index(last) + 1] if c.pr]
+    return ", ".join(prs) if len(prs) <= PR_LIST else f"{len(prs)} PRs (see the commits)"
+
+
 def wrong_rows(data: ReportData) -> list[list[str]]:
     """One row per shape and run of measured commits with the same error: a wrong-result window
     of nine commits is one row, not nine."""
@@ -398,12 +489,12 @@ def wrong_rows(data: ReportData) -> list[list[str]]:
             else:
                 runs.append(([w.sha], key))
         for shas, (abs_err, rel_err) in runs:
-            prs = [_pr(c.pr) if (c := data.commit(sha)) else "" for sha in (shas[0], shas[-1])]
             if len(shas) == 1:
-                rows.append([f"`{shas[0][:7]}`", prs[0], _short_shape(shape), abs_err, rel_err])
+                c = data.commit(shas[0])
+                rows.append([f"`{shas[0][:7]}`", _pr(c.pr) if c else "", _short_shape(shape), abs_err, rel_err])
             else:
-                rows.append([f"`{shas[0][:7]}`..`{shas[-1][:7]}` ({len(shas)} measured)", " .. ".join(prs),
-                             _short_shape(shape), abs_err, rel_err])
+                rows.append([f"`{shas[0][:7]}`..`{shas[-1][:7]}` ({len(shas)} measured)",
+                             pr_list(shas[0], shas[-1], data), _short_shape(shape), abs_err, rel_err])
     return rows
 
 
@@ -449,8 +540,9 @@ def files_section(data: ReportData, plots: Sequence[str], csv_name: str) -> list
 
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
     unsure = unsure_section(data)
-    sections = [header(data), steps_section(data) + ([""] + unsure if unsure else []), hunks_section(data),
-                fixes_section(data), why.sections(data), commits_section(data), calls_section(data), wrong_section(data),
+    sections = [title(data), summary_lines(data), header(data), steps_section(data) + ([""] + unsure if unsure else []), hunks_section(data),
+                fixes_section(data), why.sections(data), commits_section(data), calls_section(data),
+                wrong_section(data),
                 skipped_section(data), files_section(data, plots, csv_name)]
     lines: list[str] = []
     for section in sections:

@@ -186,8 +186,10 @@ def figure(data: ReportData, shape: str) -> Figure:
     for a in (ax, sub):
         a.tick_params(axis="x", labelbottom=False)
     ax.set_xlim(-0.6, len(pts) - 0.4)
-    ax.set_title(f"{shape}: {ylabel}, what its steps were tested on; {len(pts)} of the {len(data.range_commits)} "
-                 f"commits of {data.good.short}..{data.bad.short} measured or tried, in order", fontsize=9)
+    skipped = sum(p.kind == "skipped" for p in pts)
+    tried = f", {skipped} skipped" if skipped else ""
+    ax.set_title(f"{shape}: {ylabel}, what its steps were tested on; {len(pts) - skipped} measured{tried} of the "
+                 f"{len(data.range_commits)} commits {data.good.short}..{data.bad.short}, in order", fontsize=9)
 
     handles = [Line2D([], [], color=BLUE, marker="o", ms=3.5, lw=1.1, label="median per commit"),
                Line2D([], [], color=BLUE, marker="o", ms=3, lw=0, alpha=0.4, label="one trial")]

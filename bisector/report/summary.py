@@ -9,7 +9,7 @@ from typing import Sequence
 from bisector.why.fixes import FixResult
 from bisector.report.data import ReportData
 from bisector.report.figures import change
-from bisector.report.markdown import step_summary
+from bisector.report.markdown import counts, step_summary
 
 SHOWN_SKIPS = 5  # skipped commits listed one a line; the rest counted
 
@@ -24,7 +24,7 @@ def _short(shape: str) -> str:
 
 
 def fix_line(fix: FixResult) -> str:
-    """`revert of 36a4b95: s16384 not restored (-61.8% [-63.6, -59.9] against the parent), ...`."""
+    """`revert of 36a4b95: s16384 not restored (+0.1% [-0.4, +0.6] on the tip, undoing its step should give +6.2%), ...`."""
     head = f"revert of {fix.step_commit[:7]}"
     if not fix.applied:
         return f"{head}: does not apply on the tip: {last_line(fix.conflict)}"
@@ -33,9 +33,9 @@ def fix_line(fix: FixResult) -> str:
         return f"{head}: {error if error.startswith('not measured') else 'could not be measured: ' + error}"
     parts = []
     for shape in fix.shapes:
-        verdict = fix.verdict(shape)
-        against = (f" ({change(fix.vs_tip[shape])} against the tip)" if verdict == "slower than the tip"
-                   else f" ({change(fix.vs_parent[shape])} against the parent)" if shape in fix.vs_parent else "")
+        verdict, want = fix.verdict(shape), fix.expected_pct(shape)
+        should = f", undoing its step should give {want:+.1f}%" if want is not None and verdict != "restored" else ""
+        against = f" ({change(fix.vs_tip[shape])} on the tip{should})" if shape in fix.vs_tip else ""
         parts.append(f"{_short(shape)} {verdict}{against}")
     warn = "WARNING, the revert makes the tip slower: " if any(
         fix.verdict(s) == "slower than the tip" for s in fix.shapes) else ""
@@ -44,7 +44,7 @@ def fix_line(fix: FixResult) -> str:
 
 
 def lines(data: ReportData, report: str) -> Sequence[str]:
-    out = [f"{len(data.steps)} step(s), {data.commits_probed} commits probed, {data.trials} trials"]
+    out = [f"{len(data.steps)} step(s); {counts(data)}"]
     out += ["  " + step_summary(step, data) for step in data.steps]
     for w in data.wrong_windows:
         out.append(f"  wrong results in {', '.join(w.shapes)} from {w.first[:7]}"

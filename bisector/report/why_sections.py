@@ -7,7 +7,7 @@ from __future__ import annotations
 from bisector.report import kernel_section as kernels
 from bisector.why.culprit_hunks import HunkFinding
 from bisector.report.figures import commit_ref
-from bisector.report.data import ReportData
+from bisector.report.data import METRIC_UNIT, ReportData
 from bisector.why.interactions import ComboResult, Interaction
 
 __all__ = ["sections", "groups_section", "interactions_section", "interaction_lines"]
@@ -69,13 +69,24 @@ def _cell(c: ComboResult, shape: str) -> str:
     return text
 
 
+def _own(sha: str, shape: str, data: ReportData) -> str:
+    """` (its step -5.3%)`: what reverting it alone should give back, to read its gains against."""
+    step = next((s for s in data.steps if s.commit == sha and shape in s.change_pct), None)
+    return f" (its step {step.change_pct[shape]:+.1f}%)" if step else ""
+
+
+def _metric(inter: Interaction, data: ReportData) -> str:
+    names = dict.fromkeys(METRIC_UNIT.get(data.metric_of(s), data.metric_of(s)) for s in inter.shapes)
+    return ", ".join(names)
+
+
 def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
     names = [commit_ref(s, data) for s in inter.steps]
     lines = [f"### {' + '.join(names)} on {', '.join(_shape(s) for s in inter.shapes)}", ""]
     if inter.note:
         lines += [f"Note: {inter.note}.", ""]
     lines += [f"The tip with every combination of their reverts, {inter.trials} trials of each side by side; "
-              f"TFLOP/s (change of {data.metric} against the tip, 95% interval):", ""]
+              f"TFLOP/s (change of the {_metric(inter, data)} against the tip, 95% interval):", ""]
     lines.append("| reverted | " + " | ".join(_shape(s) for s in inter.shapes) + " |")
     lines.append("|---|" + "---:|" * len(inter.shapes))
     for c in inter.combos:
@@ -92,8 +103,9 @@ def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
     for p in inter.pairs:
         a, b = commit_ref(p.a, data), commit_ref(p.b, data)
         lo, hi = p.ci95
-        lines.append(f"- {_shape(p.shape)}: reverting {a} gains {p.alone_pct:+.1f}% with {b} in, "
-                     f"{p.with_other_pct:+.1f}% with {b} reverted; reverting {b} gains {p.other_alone_pct:+.1f}% "
+        lines.append(f"- {_shape(p.shape)}: reverting {a}{_own(p.a, p.shape, data)} gains {p.alone_pct:+.1f}% "
+                     f"with {b} in, {p.with_other_pct:+.1f}% with {b} reverted; reverting "
+                     f"{b}{_own(p.b, p.shape, data)} gains {p.other_alone_pct:+.1f}% "
                      f"with {a} in, {p.other_with_pct:+.1f}% with {a} reverted. Interaction {p.interaction_pct:+.1f}% "
                      f"[{lo:+.1f}, {hi:+.1f}]: the effects **{p.verdict}**"
                      f"{VERDICT_WORDS.get(p.verdict, '').removeprefix(p.verdict)}.")

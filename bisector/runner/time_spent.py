@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from bisector.runner.executor import Timeline
+from bisector.store.totals import RunTotals
 
 # Phases of a trial process, in order, with the Timeline marks that bound them.
 SPANS = (("start_imports", "started", "ready"), ("setup", "assigned", "want"), ("queue", "want", "go"),
@@ -96,15 +97,20 @@ def per_device(timelines: Sequence[Timeline], wall_s: float) -> dict[int, dict[s
     return dict(sorted(out.items()))
 
 
-def describe(t: Throughput) -> str:
-    """One paragraph for the report's header."""
+def describe(t: Throughput, totals: RunTotals | None = None) -> str:
+    """One paragraph for the report's header: this call's trial processes (a resumed call's are
+    only what was missing; `totals` has every call's)."""
     if not t.trials:
-        return "No trial process ran in this run (everything came from the store)."
+        if totals is not None and totals.trials:
+            return (f"This call ran no trial process: the {totals.trials} trials above came from the store, "
+                    f"measured by earlier calls.")
+        return "No trial process ran in this call (everything came from the store)."
     m = t.median_s
     inside = ", ".join(f"{k} {m.get(k, 0.0):.2f} s" for k in DEVICE_PHASES if m.get(k))
     stages = "; ".join(f"{name} {v['trials']:.0f} trials in {v['wall_s'] / 60:.1f} min, busy "
                        f"{v['device_busy_fraction']:.0%}" for name, v in t.stages.items() if v["trials"])
-    return (f"Where the time went: {t.trials} trial processes in {t.wall_s / 60:.1f} min of measuring "
+    call = f" (this call; {totals.trials} over every call)" if totals is not None and totals.trials != t.trials else ""
+    return (f"Where the time went{call}: {t.trials} trial processes in {t.wall_s / 60:.1f} min of measuring "
             f"({t.trials_per_minute:.1f} a minute), holding the device{'s' if t.devices > 1 else ''} "
             f"{t.device_s / 60:.1f} min: busy {t.device_busy_fraction:.0%} of the time"
             f"{f' over {t.devices} devices' if t.devices > 1 else ''}. Per trial (median): start and imports "

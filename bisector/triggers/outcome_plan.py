@@ -15,6 +15,8 @@ from bisector.report import kernel_section as kernel_report
 from bisector.why.fixes import FixResult
 from bisector.why.culprit_hunks import HunkFinding
 from bisector.report.data import ReportData
+from bisector.report.action_summary import summary_lines
+from bisector.report.figures import p_value
 from bisector.report.markdown import step_summary
 
 if TYPE_CHECKING:
@@ -41,7 +43,7 @@ def _step_table(step: Step) -> str:
     rows = ["| shape | change | 95% CI | p |", "|---|---:|---|---:|"]
     for shape in step.shapes:
         lo, hi = step.ci95[shape]
-        rows.append(f"| {shape} | {step.change_pct[shape]:+.1f}% | [{lo:+.1f}, {hi:+.1f}]% | {step.p_value[shape]:.1g} |")
+        rows.append(f"| {shape} | {step.change_pct[shape]:+.1f}% | [{lo:+.1f}, {hi:+.1f}]% | {p_value(step.p_value[shape])} |")
     return "\n".join(rows)
 
 
@@ -84,7 +86,7 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
     missing = missing_lines(data)
     return PublishPlan(run_id=run_id, repo=repo, verdict=verdict(data.steps, missing), report=report_md,
                        culprits=tuple(culprits), requester_pr=requester_pr, head_sha=data.bad.sha,
-                       base_branch=base_branch, missing=missing)
+                       base_branch=base_branch, missing=missing, summary="\n".join(summary_lines(data)))
 
 
 def from_outcome(config: "Config", outcome: "RunOutcome", run_id: str, repo: str | None = None,

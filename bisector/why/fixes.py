@@ -5,12 +5,14 @@ Side by side (one trial of each per round, bisector/runner/probe.py `side_by_sid
 are compared with each other: measured minutes apart, a busy machine once read "45.6% still
 missing" for a revert that restores fully. All reverts go in one batch with the tip measured once
 per round for all of them; each revert and each parent only on its step's shapes, on the metric
-the search decided on. The verdict per shape is restored, partly restored, not restored, or
-slower than the tip (FixResult.verdict).
+the search decided on. The verdict per shape is restored, partly restored, not restored, undecided
+or slower than the tip (FixResult.verdict): judged against what undoing the step's own change
+should buy on the tip, so a later step's loss on the same shape is not counted against it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -42,24 +44,54 @@ class FixResult:
     trials: int = 0  # side-by-side trials of each of the three
     correct: bool = True
     error: str = ""
+    # What the revert should buy on the tip: the step's own change at its culprit (the metric, per
+    # shape), the verified regressions after it on the same shape (culprit, change), and the
+    # resolution (thresholds.min_step_pct) within which a gain counts as the whole of it.
+    own_pct: Mapping[str, float] = field(default_factory=dict)
+    later: Mapping[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
+    min_step_pct: float = 0.0
 
     def remaining_pct(self, shape: str) -> float | None:
         """How far the patched tip still is from the pre-step commit on the search's metric (negative: below)."""
         c = self.vs_parent.get(shape)
         return c.change_pct if c is not None else None
 
+    def expected_pct(self, shape: str) -> float | None:
+        """The gain on the tip that undoes the step's own change: +5.6% for a -5.3% step."""
+        own = self.own_pct.get(shape)
+        return None if own is None or own <= -100 else 100.0 * (100.0 / (100.0 + own) - 1.0)
+
     def verdict(self, shape: str) -> str:
-        """restored | partly restored | not restored | slower than the tip | not measured."""
+        """restored | partly restored | not restored | undecided | slower than the tip | not measured.
+
+        Decided by intervals only. Restored: back within +-min_step of the parent (decided), or its
+        gain on the tip is at least the step's own give-back less min_step (the lower end of the
+        interval says so): a later step's loss on the same shape is that step's, not this revert's.
+        Partly: a gain above zero and below that, both decided. Not restored: no gain above the
+        resolution, decided. Anything else is undecided (more trials would tell)."""
         par, tip = self.vs_parent.get(shape), self.vs_tip.get(shape)
         if par is None or tip is None:
             return "not measured"
         if tip.verdict is Verdict.DIFFERENT and tip.change_pct < 0:
             return "slower than the tip"
-        if not (par.verdict is Verdict.DIFFERENT and par.change_pct < 0):
+        if par.verdict is Verdict.SAME:
             return "restored"
-        if tip.verdict is Verdict.DIFFERENT and tip.change_pct > 0:
+        tol = math.log1p(self.min_step_pct / 100.0)
+        lo, hi = (math.log1p(x / 100.0) if x > -100 else -math.inf for x in tip.ci95)
+        want = self.expected_pct(shape)
+        if want is None:  # the step's size unknown: the parent's interval decides alone
+            p_lo, p_hi = par.ci95
+            if p_hi < -self.min_step_pct:
+                return "partly restored" if lo > 0 else "not restored" if hi < tol else "undecided"
+            return "restored" if p_lo > -self.min_step_pct else "undecided"
+        short = math.log1p(want / 100.0) - tol
+        if lo >= short:
+            return "restored"
+        if hi < short and lo > 0:
             return "partly restored"
-        return "not restored"
+        if hi < min(short, tol):
+            return "not restored"
+        return "undecided"
 
 
 @dataclass(frozen=True)
@@ -164,7 +196,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         elif step.commit in failed:
             fixes.append(FixResult(step.commit, path, applied=False, conflict=failed[step.commit], shapes=step.shapes))
         else:
-            fixes.append(results[step.commit])
+            fixes.append(replace(results[step.commit], later=later_steps(step, result.steps, [c.sha for c in commits])))
     return tuple(fixes), patches
 
 
@@ -180,13 +212,18 @@ def _more(sl: _Slice, more: int, taken: Taken) -> _Slice:
 
 
 def undecided(fix: FixResult, min_step_pct: float) -> bool:
-    """Whether a shape's place against the parent is still open: neither within +-min_step of it
-    (SAME), nor an interval wholly below -min_step (still missing), nor wholly above zero."""
-    for c in fix.vs_parent.values():
-        lo, hi = c.ci95
-        if not (c.verdict is Verdict.SAME or hi < -min_step_pct or lo > 0):
-            return True
-    return False
+    """Whether a shape's verdict is still open (FixResult.verdict: its intervals decide nothing yet)."""
+    fix = replace(fix, min_step_pct=min_step_pct)
+    return any(fix.verdict(s) == "undecided" for s in fix.vs_parent)
+
+
+def later_steps(step: Step, steps: Sequence[Step], order: Sequence[str]) -> dict[str, tuple[tuple[str, float], ...]]:
+    """Per shape of `step`, the verified regressions after it on that shape: (culprit, change)."""
+    index = {sha: i for i, sha in enumerate(order)}
+    at = index.get(step.commit, -1)
+    return {k: tuple((s.commit, s.change_pct[k]) for s in steps
+                     if s.is_regression and not s.candidates and k in s.shapes and index.get(s.commit, -1) > at)
+            for k in step.shapes}
 
 
 def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice, revert: _Slice,
@@ -207,4 +244,5 @@ def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice
                      restored=revert.tflops(),
                      vs_parent={s: compare(par[s], mine[s], th.min_step_pct, alpha, s) for s in both},
                      vs_tip={s: compare(tip[s], mine[s], th.min_step_pct, alpha, s) for s in both},
-                     trials=revert.n, correct=not (fix_m.wrong & set(step.shapes)))
+                     trials=revert.n, correct=not (fix_m.wrong & set(step.shapes)),
+                     own_pct=dict(step.change_pct), min_step_pct=th.min_step_pct)
