@@ -30,17 +30,14 @@ the same samples (`cpu_calls`).
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
-GRAPH = "cuda_graph"
-PROFILER = "profiler"
-EVENTS = "device_events"
-DEVICE_METHODS = (GRAPH, PROFILER)  # kernel time with the host out of the loop
+from benches.kernel_methods import DEVICE_METHODS, EVENTS, GRAPH, PROFILER, median
+
 CALL_PREFIX = "bisector.call"
 LATENCY_BATCH_MS = 5.0  # device or host time a latency batch aims at
 LATENCY_MIN_CALLS, LATENCY_MAX_CALLS = 2, 200
@@ -219,11 +216,6 @@ def gpu_calls(fns: Sequence[Fn], batches: int, calls: int) -> CallTimes:
 def cpu_calls(kernel_ms: Sequence[Sequence[float]]) -> CallTimes:
     """On the CPU the kernel is the call: latency and host time are the kernel-time samples."""
     return CallTimes([list(t) for t in kernel_ms], [list(t) for t in kernel_ms], 1)
-
-
-def median(values: Sequence[float]) -> float | None:
-    good = [v for v in values if v is not None and math.isfinite(v) and v > 0]
-    return statistics.median(good) if good else None
 
 
 def host_bound(kernel_ms: Sequence[float], host_ms: Sequence[float], method: str) -> bool:

@@ -14,14 +14,14 @@ from typing import Callable
 
 import pytest
 
-from bisector.report import actions, markdown, summary
+from bisector.report import action_summary, markdown, summary
 from bisector.report.data import ReportData
 from tests.report_fixtures import full_report
 
 GOLDEN = Path(__file__).parent / "golden"
 
 SECTIONS: dict[str, Callable[[ReportData], list[str]]] = {
-    "actions": actions.summary_lines,
+    "actions": action_summary.summary_lines,
     "header": markdown.header,
     "steps": markdown.steps_section,
     "unsure": markdown.unsure_section,

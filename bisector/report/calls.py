@@ -6,7 +6,7 @@ per call, the control's beside them, and a plain line for every shape whose call
 
 from __future__ import annotations
 
-from benches.kernel_time import DEVICE_METHODS
+from benches.kernel_methods import DEVICE_METHODS
 from bisector.search.call_timing import CallFigures, split
 from bisector.report.data import ReportData
 

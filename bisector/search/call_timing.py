@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from benches.kernel_time import DEVICE_METHODS, median
+from benches.kernel_methods import DEVICE_METHODS, median
 from bisector.model import TrialRecord, TrialStatus
 from bisector.search.samples import LATENCY
 
