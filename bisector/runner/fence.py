@@ -54,15 +54,19 @@ def kill_session(sid: int) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     for _ in range(20):
-        pids = [p for p in session_pids(sid) if p != os.getpid()]
-        if not pids:
+        if not kill_all([p for p in session_pids(sid) if p != os.getpid()]):
             return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         time.sleep(0.05)
+
+
+def kill_all(pids: list[int]) -> bool:
+    """SIGKILL each of `pids` (gone ones are skipped); False when there were none."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return bool(pids)
 
 
 def descendants(pid: int | str = "self") -> list[int]:
@@ -90,14 +94,8 @@ def kill_descendants() -> None:
     """SIGKILL every descendant of this process and reap those that become its children, until
     none is left (a subreaper sees each orphan again as its own child)."""
     for _ in range(400):
-        pids = descendants()
-        if not pids:
+        if not kill_all(descendants()):
             return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         while True:
             try:
                 if os.waitpid(-1, os.WNOHANG)[0] == 0:

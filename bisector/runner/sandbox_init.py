@@ -117,6 +117,10 @@ def setup(rw: list[str], hide: list[str], shm_mb: int) -> None:
             mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
     if shm_mb and os.path.isdir("/dev/shm"):
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_mb}m,mode=1777")
+    try:  # the cwd was resolved before the binds: walk to it again, onto the writable mount
+        os.chdir(os.getcwd())
+    except OSError:
+        pass
     drop_capabilities()
 
 
