@@ -32,6 +32,7 @@ from bisector.kernels.collect import step_kernels
 from bisector.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.report.data import CommitRow, FixResult, ReportData, WrongResult
+from bisector.runner import sandbox
 from bisector.runner.choose import Trials, offline_width, open_trials
 from bisector.runner.executor import TrialJob
 from bisector.store import Store, campaign_key
@@ -260,7 +261,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
                            report_dir=out)
         data = replace(data, hunks=found, throughput=session.throughput(order), kernels=kernels,
-                       interactions=interactions)
+                       interactions=interactions, isolation=sandbox.probe().describe())
         write_trials_csv(session, commits, out / render.CSV_NAME)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)

@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,13 @@ import bisector
 from bisector.build.steps import run_step
 from bisector.config import parse
 from bisector.model import BuildResult, BuildStatus, TrialStatus
+from bisector.report.markdown import header
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
 from bisector.runner.sandbox import probe
 from tests.devices import CONTROL, DEVICES
 from tests.processes import alive
+from tests.report_fixtures import demo_range
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_sandbox = pytest.mark.skipif(not probe().sandboxed, reason=f"no sandbox on this host: {probe().reason}")
@@ -312,3 +315,14 @@ def test_a_trial_runs_inside_the_sandbox_on_its_device(tmp_path: Path, device: s
     rec = outcome.records[0]
     assert rec.status is TrialStatus.OK, rec.error + rec.log_tail
     assert rec.machine["device_kind"] == device
+
+
+def test_the_isolation_is_probed_and_said(tmp_path: Path) -> None:
+    """Each trial record and the report header say what confined the code under test."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "kern.py").write_text("def mm(a, b):\n    return a @ b\n")
+    rec = trial(tmp_path, src, "mm", "spawn")
+    assert rec.protocol["isolation"] == ("sandbox" if probe().sandboxed else f"none: {probe().reason}")
+    lines = header(replace(demo_range(), isolation=probe().describe()))
+    assert any(line.startswith("Isolation of the code under test: ") for line in lines)

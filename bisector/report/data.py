@@ -177,6 +177,7 @@ class ReportData:
     throughput: Throughput | None = None  # this run's trial processes and device time
     kernels: tuple[StepKernels, ...] = ()  # the compiled kernels across each verified step
     interactions: tuple[Interaction, ...] = ()  # verified steps on the same shapes, reverts combined
+    isolation: str = ""  # what confined the code under test (bisector/runner/sandbox.py), probed at start
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)

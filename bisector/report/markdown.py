@@ -87,6 +87,8 @@ def header(data: ReportData) -> list[str]:
                  f"against the control. TFLOP/s are medians over trials of the per-trial median; steps are "
                  f"tested on {metric_words(data.metric)}, one value per trial (minimum step "
                  f"{data.min_step_pct:g}%), shown beside the TFLOP/s with its spread over the trials.")
+    if data.isolation:
+        lines.append(f"Isolation of the code under test: {data.isolation}.")
     if data.throughput is not None:
         lines.append(describe_throughput(data.throughput))
     lines += [f"\n> {note}" for note in data.notes]

@@ -26,7 +26,7 @@ from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
 from bisector.runner.executor import Executor, Prepared, TrialJob
 from bisector.runner.instrument import snapshot, without_bot
 from bisector.runner.memwatch import limit_bytes
-from bisector.runner.sandbox import sandbox_env
+from bisector.runner.sandbox import probe, sandbox_env
 from bisector.runner.spec import build_spec
 from bisector.runner.workers import SOURCES, make_source
 
@@ -103,6 +103,7 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         telemetry=dict(out.get("telemetry") or {}), machine=dict(out.get("machine") or {}),
         protocol={**(out.get("protocol") or {}), **extra, "log_path": common["log"],
                   "trial_wall_s": round(common["seconds"], 3), "timeline": common["timeline"], "worker": common["worker"],
+                  "isolation": common["isolation"],
                   "phases": out.get("phases") or []},
         patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"],
         slot=common["slot"])
@@ -115,7 +116,8 @@ def records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Map
     end = timeline.get("ended") or start
     common = {"tail": log_tail(prepared.log_path), "log": str(prepared.log_path), "patch_hash": job.build.patch_hash,
               "started": _iso(start), "finished": _iso(end), "seconds": (end or 0) - (start or 0),
-              "timeline": timeline, "slot": job.slot, "worker": info.get("worker", {})}
+              "timeline": timeline, "slot": job.slot, "worker": info.get("worker", {}),
+              "isolation": "sandbox" if probe().sandboxed else f"none: {probe().reason}"}
     done = {str(r.get("shape")): r for r in out.get("results", []) if isinstance(r, dict) and "shape" in r}
     recs = []
     for shape in job.shapes:
