@@ -1,0 +1,1 @@
+"""Scripts that measure the bot itself (not tests: figures, printed)."""
