@@ -3,8 +3,9 @@
 The trial used to get the bot's checkout on its PYTHONPATH (for `benches`), and with it the bot's
 own package: code under test could import `bisector`, find its files and append to one that the
 bot imports later, with the token in memory. Here the trial's path holds a snapshot of the
-`benches` package (content-addressed under the work dir, byte-compiled, files read-only), and
-every PYTHONPATH entry that would show the bot's package is dropped.
+`benches` package (content-addressed in the user's cache, byte-compiled, files read-only; each run
+checks its sources against the bot's before using it), and every PYTHONPATH entry that would show
+the bot's package is dropped.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import shutil
 import stat
 from pathlib import Path
 from typing import Iterator
+
+import platformdirs
 
 SKIP_DIRS = {"__pycache__", "results"}
 
@@ -35,23 +38,27 @@ def benches_package() -> Path:
     return Path(list(benches.__path__)[0]).resolve()
 
 
-def snapshot(work: Path) -> Path:
-    """<work>/instrument/<digest>: a dir holding only a read-only copy of `benches` (made once per
-    content), for the trial's PYTHONPATH."""
+def snapshot(cache: Path | None = None) -> Path:
+    """<cache>/instrument/<digest> (default: the user's cache dir): a dir holding only a read-only
+    copy of `benches`, made once per content, for the trial's PYTHONPATH."""
     source = benches_package()
-    files = list(_files(source))
+    files = {path.relative_to(source): path.read_bytes() for path in _files(source)}
     digest = hashlib.sha256()
-    for path in files:
-        digest.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes() + b"\0")
-    root = Path(work).resolve() / "instrument" / digest.hexdigest()[:16]
-    if (root / ".complete").exists():
+    for rel, data in files.items():
+        digest.update(str(rel).encode() + b"\0" + data + b"\0")
+    base = Path(cache) if cache is not None else Path(platformdirs.user_cache_dir("bisector"))
+    root = base.resolve() / "instrument" / digest.hexdigest()[:16]
+    if (root / ".complete").exists() and all(_same(root / "benches" / rel, data) for rel, data in files.items()):
         return root
+    if root.exists():  # incomplete, or changed since it was made: made again
+        _writable(root)
+        shutil.rmtree(root, ignore_errors=True)
     tmp = root.with_name(root.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    for path in files:
-        dest = tmp / "benches" / path.relative_to(source)
+    for rel, data in files.items():
+        dest = tmp / "benches" / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, dest)
+        dest.write_bytes(data)
     compileall.compile_dir(tmp / "benches", quiet=1, workers=1)
     for dirpath, _, filenames in os.walk(tmp):
         for name in filenames:
@@ -60,8 +67,22 @@ def snapshot(work: Path) -> Path:
     try:
         os.replace(tmp, root)
     except OSError:  # another bot made it first
+        _writable(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
     return root
+
+
+def _same(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _writable(root: Path) -> None:
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            os.chmod(Path(dirpath) / name, stat.S_IRUSR | stat.S_IWUSR)
 
 
 def bot_roots() -> set[str]:

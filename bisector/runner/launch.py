@@ -54,7 +54,7 @@ def worker_env(config: Config, environ: Mapping[str, str], work: Path) -> dict[s
     env = scrub(environ, config.publish.token_env)
     env.update(config.protocol.env)
     pin_allocator(env, config.device)
-    path = (str(snapshot(work)), without_bot(env.get("PYTHONPATH", "")))
+    path = (str(snapshot()), without_bot(env.get("PYTHONPATH", "")))
     env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
     env = sandbox_env(env, work / "scratch")
     env["PYTHONUNBUFFERED"] = "1"
