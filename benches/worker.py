@@ -14,6 +14,11 @@ a socketpair with SCM_RIGHTS). Nothing in the zygote touches the device before i
 child picks its device (CUDA_VISIBLE_DEVICES) and its JIT cache dirs from the trial's environment,
 which CUDA and Triton read when first used, not at import.
 
+Nothing a trial starts outlives it: a worker is a child subreaper (PR_SET_CHILD_SUBREAPER), so
+what its trial started, `setsid` or double-forked, stays below it (and under the bot's memory
+watch); it kills all of that before it exits, and the zygote, a subreaper too, kills any process
+that reaches it from a worker that was killed first.
+
 The messages are JSON lines; the bot side is bisector/runner/workers.py. This module, like all of
 `benches`, imports nothing from `bisector`.
 """
@@ -21,6 +26,7 @@ The messages are JSON lines; the bot side is bisector/runner/workers.py. This mo
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import json
 import os
@@ -30,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
+
+PR_SET_CHILD_SUBREAPER = 36
 
 
 class Channel:
@@ -75,6 +83,49 @@ def preload(modules: Sequence[str]) -> list[str]:
     return failed
 
 
+def become_subreaper() -> None:
+    """Orphans of this process's descendants are re-parented to it, not to the host's init."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def child_pids() -> list[int]:
+    """This process's children (orphans it adopted as a subreaper included)."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            out += [int(x) for x in Path(f"/proc/self/task/{tid}/children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def end_all(keep: frozenset[int] = frozenset()) -> None:
+    """SIGKILL this process's children but `keep`, and reap them; what they leave comes back to
+    this subreaper as children and goes in the next round."""
+    for _ in range(400):
+        strays = [pid for pid in child_pids() if pid not in keep]
+        if not strays:
+            return
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
 def _redirect_output(log: str) -> None:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
@@ -105,7 +156,10 @@ def serve(channel: Channel, started: float, loaded: tuple[float, float], failed:
     from benches import trial  # after the trial's environment is in place
 
     spec = json.loads(Path(job["spec"]).read_text())
-    trial.run(spec, Path(job["out"]), gate=SocketGate(channel))
+    try:
+        trial.run(spec, Path(job["out"]), gate=SocketGate(channel))
+    finally:
+        end_all()  # what the trial started (and its /dev/shm users) goes with it
     channel.send(msg="done", t=time.time())
     return 0
 
@@ -118,6 +172,7 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
     """Fork a worker for every socket the bot sends; report each child's pid and, later, its exit."""
     control.sendall((json.dumps({"msg": "zygote", "pid": os.getpid(), "preload": list(loaded)}) + "\n").encode())
     children: set[int] = set()
+    become_subreaper()
     control.settimeout(0.5)
     while True:
         try:
@@ -134,6 +189,7 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
             pid = os.fork()
             if pid == 0:
                 control.close()
+                become_subreaper()
                 os.setpgid(0, 0)  # its own group: the bot kills a worker without its siblings
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 code = 1
@@ -150,6 +206,7 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
 
 
 def _reap(control: socket.socket, children: set[int]) -> None:
+    end_all(keep=frozenset(children))  # a killed worker's orphans, adopted here
     for pid in list(children):
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -171,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preload", default="torch", help="modules every trial imports, comma-separated")
     parser.add_argument("--zygote", action="store_true", help="fork a worker per request instead")
     args = parser.parse_args(argv)
+    if not args.zygote:
+        become_subreaper()
     started = time.time()
     failed = preload([m for m in args.preload.split(",") if m])
     loaded = (started, time.time())

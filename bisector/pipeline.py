@@ -47,6 +47,7 @@ from bisector.search.evidence import CommitRow
 from bisector.why.fixes import FixResult
 from bisector.report.data import ReportData
 from bisector.search.wrong_results import WrongResult
+from bisector.runner import sandbox
 from bisector.runner.choose import Trials, offline_width, open_trials
 from bisector.runner.executor import TrialJob
 from bisector.store import Store, campaign_key
@@ -281,7 +282,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
                            report_dir=out, interactions=interactions,
                            this_call_trials=0 if options.offline else throughput.trials)
-        data = replace(data, hunks=found, throughput=throughput, kernels=kernels)
+        data = replace(data, hunks=found, throughput=throughput, kernels=kernels,
+                       isolation=sandbox.probe().describe())
         write_trials_csv(session, commits, out / render.CSV_NAME, out)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)

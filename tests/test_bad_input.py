@@ -266,3 +266,52 @@ def test_bad_timing_names_file_and_key(tmp_path: Path, value: str, key: str) -> 
     cfg = write_config(tmp_path, "/tmp/x", CONFIG + f"[thresholds]\ntiming = {value}\n")
     line = one_line_error(bisector(tmp_path, "check-config", str(cfg)), str(cfg), key)
     assert "kernel, latency" in line or "unknown suite" in line
+
+
+def lookalike_db(path: Path) -> str:
+    """Another program's database whose tables happen to carry our first schema's names and which
+    sets a user_version of its own: it used to be "upgraded" (switched to WAL, tables added)."""
+    conn = sqlite3.connect(path)
+    for table in ("commits", "builds", "trials"):
+        conn.execute(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, body TEXT)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    return digest(path)
+
+
+@pytest.mark.parametrize("args", [("store", "info"), ("store", "export")])
+def test_reading_commands_never_upgrade_a_file(tmp_path: Path, args: tuple[str, ...]) -> None:
+    path = tmp_path / "app.db"
+    before = lookalike_db(path)
+    line = one_line_error(bisector(tmp_path, *args, "--store", "app.db"), str(path))
+    assert "never upgrade" in line
+    assert digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("app.db")) == ["app.db"]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+@pytest.mark.parametrize("args", [("store", "info"), ("store", "export")])
+def test_reading_a_wal_store_creates_no_file_beside_it(tmp_path: Path, args: tuple[str, ...]) -> None:
+    path = tmp_path / "r.sqlite"
+    # a real store, in WAL mode, made by a process that has ended: no -wal or -shm left beside it
+    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                    "from tests.test_bad_input import make_store; make_store(Path(sys.argv[1]))", str(path)],
+                   env=env(tmp_path), cwd=ROOT, check=True, timeout=300)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("r.sqlite")) == ["r.sqlite"]
+    before = digest(path)
+    out = bisector(tmp_path, *args, "--store", "r.sqlite")
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("r.sqlite")) == ["r.sqlite"]
+    assert digest(path) == before
+
+
+def test_an_unknown_ref_creates_nothing(tmp_path: Path, upstream) -> None:
+    repo, shas = upstream
+    cfg = write_config(tmp_path, repo)
+    out = bisector(tmp_path, "run", "--config", str(cfg), "--good", "nosuchref", "--bad", shas[-1], "--store",
+                   "s.sqlite", "--work-dir", "work", "--report-dir", "report")
+    assert "nosuchref" in one_line_error(out, "nosuchref")
+    made = sorted(p.name for p in tmp_path.iterdir() if p.name != "c.toml")
+    assert made == [], f"a run refused for a bad ref left {made}"  # no store, work dir, report or last-store

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -166,7 +167,8 @@ def test_build_killed_midway_leaves_no_usable_entry(upstream, tmp_path):
     step_pid = int(pid_file.read_text())
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    os.killpg(step_pid, signal.SIGKILL)  # the step ran in its own session: end it as a crash would not
+    with contextlib.suppress(ProcessLookupError):  # a sandboxed step's pid is its namespace's; gone anyway
+        os.killpg(step_pid, signal.SIGKILL)  # the step ran in its own session: end it as a crash would not
     assert (slot.path / "tree" / "half-built.txt").exists() and not slot.is_complete()
     result = builder.build(shas[1])
     assert result.status is BuildStatus.OK and not result.cache_hit
@@ -224,8 +226,9 @@ def test_pip_recipe_installs_into_per_commit_prefix(upstream, tmp_path):
     assert builder.build(shas[4]).cache_hit
 
 
-def test_shared_step_is_built_once_per_pin(upstream, tmp_path):
+def test_shared_step_is_built_once_per_pin(upstream, tmp_path, monkeypatch):
     repo, shas = upstream
+    monkeypatch.setenv("BISECTOR_SANDBOX_WRITABLE", str(tmp_path))  # the counter lies outside the build
     counter = tmp_path / "llvm-builds.txt"
     llvm = BuildStep(run=f'cat pin.txt >> {counter}; cp pin.txt "$LLVM_DIR/llvm.txt"', key_files=("pin.txt",),
                      shared_dir="LLVM_DIR")
@@ -238,11 +241,12 @@ def test_shared_step_is_built_once_per_pin(upstream, tmp_path):
     assert linked == ["llvm-aaaa", "llvm-aaaa", "llvm-bbbb", "llvm-bbbb"]
 
 
-def test_shared_step_follows_a_pin_that_moves_to_another_file(tmp_path):
+def test_shared_step_follows_a_pin_that_moves_to_another_file(tmp_path, monkeypatch):
     """FlyDSL's LLVM pin moved from llvm-hash.txt to llvm-build-info.json, then a patch came: one
     build per pin, each commit linked to its own; a commit left with no pin file fails that step."""
     repo = tmp_path / "pins"
     eras = pin_history(repo)
+    monkeypatch.setenv("BISECTOR_SANDBOX_WRITABLE", str(tmp_path))  # the counter lies outside the build
     counter = tmp_path / "llvm-builds.txt"
     llvm = BuildStep(run=f'echo "$BISECTOR_SHA" >> {counter}; cp thirdparty/llvm-* "$LLVM_DIR"/',
                      key_files=("scripts/build_llvm.sh", "thirdparty/llvm-*"), shared_dir="LLVM_DIR")

@@ -21,7 +21,7 @@ from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
 from tests.devices import CONTROL, DEVICES, gpu_processes
-from tests.processes import alive
+from tests.processes import alive, host_pid
 
 KERNELS = textwrap.dedent('''
     import os, time
@@ -157,13 +157,13 @@ BOT = textwrap.dedent('''
 @pytest.mark.parametrize("source", ["fork", "spawn"])
 def test_a_killed_bot_takes_its_trial_processes_with_it(tmp_path: Path, src: Path, source: str, device: str) -> None:
     bot = subprocess.Popen([sys.executable, "-c", BOT, str(Path(__file__).parents[1]), str(tmp_path), str(src),
-                            source, device])
+                            source, device], env={**os.environ, "BISECTOR_SANDBOX_WRITABLE": str(tmp_path)})
     mark = tmp_path / "mark"
     deadline = time.monotonic() + 120
     while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
         assert bot.poll() is None, "the bot ended before its trial started"
         time.sleep(0.2)
-    kernel = int(mark.read_text())
+    kernel = host_pid(int(mark.read_text()), f"MARK={mark}")  # a sandboxed trial knows its namespace's pid
     assert alive(kernel)
     on_gpu = device == "cuda" and kernel in gpu_processes()  # where the driver shows this PID namespace's PIDs
     bot.send_signal(signal.SIGKILL)

@@ -140,6 +140,7 @@ def test_missing_module_is_unavailable(tmp_path, upstream):
 
 def test_env_scrubbed_device_pinned_and_jit_dir(tmp_path, upstream, monkeypatch):
     dump = tmp_path / "env.json"
+    monkeypatch.setenv("BISECTOR_SANDBOX_WRITABLE", str(tmp_path))  # where the dump goes
     cfg = make_config(tmp_path, gemm_entry="mykern:env_dump", env={"ENV_DUMP": str(dump), "MY_KNOB": "1"})
     environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GITHUB_TOKEN": "ghp_secret", "GH_TOKEN": "x",
                "MY_BOT_PAT": "pat", "AWS_ACCESS_KEY_ID": "a", "OPENAI_API_KEY": "k", "DB_PASSWORD": "p",

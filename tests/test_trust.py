@@ -34,6 +34,7 @@ OTHER = "ghp_otherTEST0123456789abcdefghijkl"
     "DB_PASS", "DB_PASSWORD", "PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "OPENAI_API_KEY",
     "HF_TOKEN", "NPM_TOKEN", "SSH_AUTH_SOCK", "SENTRY_DSN", "GOOGLE_APPLICATION_CREDENTIALS", "SSH_PRIVATE",
     "GITHUB_SHA", "DOCKER_CREDS", "SESSION_COOKIE",
+    "NETRC", "GIT_ASKPASS", "SSH_ASKPASS", "KUBECONFIG", "DOCKER_CONFIG", "PGPASSFILE", "SLACK_WEBHOOK_URL",
 ])
 def test_secret_names(name: str) -> None:
     assert is_secret(name) and is_secret(name, value="harmless")
@@ -58,6 +59,11 @@ def test_toolchain_names_are_kept(name: str) -> None:
     "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "glpat-abcdefghijklmnopqrst",
     "xoxb-1234567890-abcdefghij", "xoxp-1234-5678-abcdefghijkl", "AKIAIOSFODNN7EXAMPLE",
     "Bearer ghp_" + "e" * 36, "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn...",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",  # a JWT
+    "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    "https://discord.com/api/webhooks/123456789012345678/abcdefghijklmnopqrstuvwxyz0123",
+    "https://acme.webhook.office.com/webhookb2/0a1b2c3d-4e5f",
+    "https://ci.example.com/hooks/build/9f86d081884c7d659a2feaa0c55ad015",
 ])
 def test_secret_values_under_harmless_names(value: str) -> None:
     assert is_secret("DATABASE_URL", value=value) and is_secret("SOME_SETTING", value=value)
@@ -67,7 +73,7 @@ def test_secret_values_under_harmless_names(value: str) -> None:
 @pytest.mark.parametrize("value", [
     "https://pypi.org/simple", "https://download.pytorch.org/whl/cu124", "git+ssh://git@github.com/org/x.git",
     "http://proxy.internal:3128", "http://host:8080/path@v1", "/opt/rocm/bin:/usr/bin", "sm_90a", "ghp",
-    "a_ghp_ but not a token", "AKIA-short",
+    "a_ghp_ but not a token", "AKIA-short", "eyJ", "https://example.com/docs/webhooks/intro",
 ])
 def test_harmless_values_are_kept(value: str) -> None:
     assert not is_secret("PIP_INDEX_URL", value=value)

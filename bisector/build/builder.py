@@ -48,6 +48,7 @@ from bisector.errors import GitError
 from bisector.config.keyfiles import key_from_dir
 from bisector.model import BuildResult, BuildStatus
 from bisector.runner.memwatch import limit_bytes
+from bisector.runner.sandbox import sandbox_env
 from bisector.trust.filter import scrub
 
 
@@ -123,7 +124,10 @@ class Builder:
         with slot.lock:
             if slot.is_complete():  # another process or thread finished it while we waited
                 return self._hit(slot, full, phash, start)
-            result = self._build_locked(slot, full, patch, phash, start)
+            try:
+                result = self._build_locked(slot, full, patch, phash, start)
+            finally:
+                shutil.rmtree(self._scratch(slot), ignore_errors=True)
             if result.status is BuildStatus.FAILED:
                 self.cache.wipe(slot)
                 with self._memo_lock:
@@ -182,7 +186,8 @@ class Builder:
         source = tree / self.upstream.source_dir
         if not source.is_dir():
             return failed(f"source_dir {self.upstream.source_dir!r} missing in commit {sha[:12]}")
-        env = python_path_env(scrub(os.environ), [str(site)])  # upstream code: never a secret
+        env = sandbox_env(python_path_env(scrub(os.environ), [str(site)]), self._scratch(slot))  # never a secret
+        rw = [slot.path, self._scratch(slot)]  # all that its sandboxed steps may write
         env.update(BISECTOR_SHA=sha, BISECTOR_SOURCE=str(tree), BISECTOR_PREFIX=str(site),
                    PIP_DISABLE_PIP_VERSION_CHECK="1")
 
@@ -191,20 +196,20 @@ class Builder:
             argv = [sys.executable, "-m", "pip", "install", "--target", str(site), *self.build_cfg.pip_args,
                     str(source)]
             outcome = run_step("pip", argv, tree, env, 3600.0, slot.log_dir / "01-pip.log", log,
-                               memory_bytes=self.memory_bytes)
+                               memory_bytes=self.memory_bytes, writable=rw)
             if not outcome.ok:
                 return failed(f"pip install failed: {outcome.reason}")
         elif recipe == "command":
             for i, step in enumerate(self.build_cfg.steps, start=1):
-                reason = self._run_command_step(slot, i, step, tree, env, log)
+                reason = self._run_command_step(slot, i, step, tree, env, log, rw)
                 if reason:
                     return failed(reason)
 
         paths = [str(site)] if recipe == "pip" else [str(source), str(site)]
         if self.build_cfg.import_check:
             outcome = run_step("import", import_argv(self.build_cfg.import_check), slot.path,
-                               python_path_env(scrub(os.environ), paths), 600.0, slot.log_dir / "99-import.log", log,
-                               memory_bytes=self.memory_bytes)
+                               sandbox_env(python_path_env(scrub(os.environ), paths), self._scratch(slot)), 600.0,
+                               slot.log_dir / "99-import.log", log, memory_bytes=self.memory_bytes, writable=rw)
             if not outcome.ok:
                 return failed(f"import failed: {self.build_cfg.import_check}: {outcome.reason}")
 
@@ -220,6 +225,10 @@ class Builder:
         return BuildResult(sha=sha, status=BuildStatus.OK, source_dir=str(slot.path / source_rel),
                            prefix=str(slot.path / prefix_rel) if prefix_rel else None, log_path=str(log),
                            seconds=seconds, cache_hit=False, patch_hash=phash)
+
+    def _scratch(self, slot: Slot) -> Path:
+        """The build's temp dir (TMPDIR): with the entry, all its sandboxed steps may write."""
+        return self.cache.root / "scratch" / slot.path.name
 
     def _apply_patch(self, slot: Slot, tree: Path, patch: str, log: Path) -> StepOutcome:
         patch_file = slot.log_dir / "patch.diff"
@@ -237,14 +246,14 @@ class Builder:
         return StepOutcome(outcome.name, False, outcome.seconds, outcome.log_path, f"conflicts in {named}")
 
     def _run_command_step(self, slot: Slot, i: int, step: BuildStep, tree: Path, env: dict[str, str],
-                          log: Path) -> str:
+                          log: Path, rw: list[Path]) -> str:
         """Run one step (or reuse its shared output); returns a failure reason or ''."""
         name = f"step {i}: {step.run}"
         step_log = slot.log_dir / f"{i:02d}-step.log"
         argv = ["bash", "-c", step.run]
         if not step.key_files:
             out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log,
-                           memory_bytes=self.memory_bytes)
+                           memory_bytes=self.memory_bytes, writable=rw)
             return "" if out.ok else f"{name} failed: {out.reason}"
         key = key_from_dir(tree, step.key_files)
         if not key.ok:
@@ -264,7 +273,7 @@ class Builder:
             shutil.rmtree(shared.path, ignore_errors=True)
             shared.path.mkdir(parents=True)
             out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log,
-                           memory_bytes=self.memory_bytes)
+                           memory_bytes=self.memory_bytes, writable=[*rw, shared.path])
             if not out.ok:
                 shutil.rmtree(shared.path, ignore_errors=True)
                 return f"{name} failed: {out.reason}"

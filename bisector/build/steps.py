@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from bisector.runner import sandbox
+from bisector.runner.instrument import without_bot
 from bisector.runner.memwatch import WATCH
 from bisector.runner.workers import fenced
 
@@ -38,17 +40,20 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 
 def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float,
-             log_path: Path, combined_log: Path, memory_bytes: int = 0) -> StepOutcome:
+             log_path: Path, combined_log: Path, memory_bytes: int = 0,
+             writable: Sequence[Path] | None = None) -> StepOutcome:
     """Run `argv` inside the fence (bisector/runner/fence.py: it dies with the bot and takes the
     step's whole process tree), under a memory limit; stdout and stderr go to `log_path`, then to
-    the combined log."""
+    the combined log. With `writable` (upstream code: build steps, import checks) it runs in the
+    sandbox (bisector/runner/sandbox.py) where only those dirs can be written."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     reason = ""
     with open(log_path, "wb") as log:
         log.write(f"$ {' '.join(argv)}\n# cwd {cwd}\n".encode())
         log.flush()
-        proc = subprocess.Popen(fenced(argv), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+        inner = list(argv) if writable is None else sandbox.wrap(argv, writable)
+        proc = subprocess.Popen(fenced(inner), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         breach = WATCH.watch(proc.pid, memory_bytes, kill=proc.terminate)
         try:
@@ -95,9 +100,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def python_path_env(base: Mapping[str, str], paths: Sequence[str]) -> dict[str, str]:
-    """`base` with `paths` first on PYTHONPATH; the host's site-packages (torch) stay visible."""
+    """`base` with `paths` first on PYTHONPATH; the host's site-packages (torch) stay visible,
+    the bot's own package does not (bisector/runner/instrument.py)."""
     env = dict(base)
-    old = env.get("PYTHONPATH", "")
+    old = without_bot(env.get("PYTHONPATH", ""))
     env["PYTHONPATH"] = os.pathsep.join([*paths, *([old] if old else [])])
     return env
 

@@ -13,7 +13,7 @@ from bisector.store import last_used as laststore
 from bisector.commands.common import USER_PATH, fail_on_error, print_json, run_options, shape_list, with_executor
 from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
-from bisector.errors import BadInput, BisectorError
+from bisector.errors import BadInput, BisectorError, RefError
 from bisector.model import ProbeStatus
 from bisector.publish.publish_plan import dump_plan
 from bisector.triggers import outcome_plan as plan_mod
@@ -25,22 +25,33 @@ from bisector.why.fixes import FixResult
 from bisector.why.interactions import Interaction
 from bisector.search import result_json
 from bisector.store import default_path
+from bisector.runner import sandbox
 from bisector.trust import vault
 
 
-def range_size(cfg: config_mod.Config, good: str, bad: str) -> int | None:
-    """Commits in GOOD..BAD, for the time-left estimate; None when it cannot be had without fetching
-    (the pipeline then fetches and reports any problem with the range itself)."""
+def range_size(cfg: config_mod.Config, good: str, bad: str, offline: bool = False) -> int | None:
+    """Commits in GOOD..BAD, for the time-left estimate; None when it cannot be had (the pipeline
+    reports any other problem with the repository). A ref unknown even after a fetch is bad input,
+    raised here: before the store, the work dir or the last-store note are touched."""
     try:
         return len(gitrepo.commit_range(gitrepo.open_repo(cfg.upstream.repo, fetch=False), good, bad))
+    except RefError:
+        try:
+            repo = gitrepo.open_repo(cfg.upstream.repo, fetch=not offline)
+        except BisectorError:
+            return None
+        return len(gitrepo.commit_range(repo, good, bad))
     except BisectorError:
         return None
 
 
 def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
                   extra: dict | None = None) -> pipeline.RunOutcome:
-    n_commits = n_commits or range_size(cfg, options.good, options.bad) or DEFAULT_RANGE
+    n_commits = n_commits or range_size(cfg, options.good, options.bad, options.offline) or DEFAULT_RANGE
     laststore.remember(options.store or cfg.store or default_path())  # `store info` reads it next
+    isolation = sandbox.probe()
+    if not isolation.sandboxed:
+        click.echo(f"warning: code under test runs without a sandbox here: {isolation.describe()}", err=True)
     with ProgressLine.for_range(n_commits, cfg.protocol.trials) as progress:
         outcome = pipeline.bisect(cfg, options, observer=progress)
         progress.final = counts(outcome.report)  # its last line says what the report and stdout say

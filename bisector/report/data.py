@@ -89,6 +89,7 @@ class ReportData:
     actions: tuple[Action, ...] = ()  # per verified regression, its revert on the tip: the summary first
     # Per shape at the range's ends: kernel time, call latency and host time (report/calls.py).
     calls: tuple[CallFigures, ...] = ()
+    isolation: str = ""  # what confined the code under test (bisector/runner/sandbox.py), probed at start
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)

@@ -117,6 +117,8 @@ def header(data: ReportData) -> list[str]:
                  f"tested on {metric_words(data.metric)}, one value per trial (minimum step "
                  f"{data.min_step_pct:g}%), shown beside the TFLOP/s with its spread over the trials. "
                  f"Metrics: {metric_definitions(data.metric)}.")
+    if data.isolation:
+        lines.append(f"Isolation of the code under test: {data.isolation}.")
     if data.throughput is not None:
         lines.append(describe_throughput(data.throughput, data.totals))
     lines += [f"\n> {note}" for note in data.notes]

@@ -358,7 +358,7 @@ class Executor:
             kind = msg.get("msg")
             if kind == "ready":
                 worker.ready = {**msg, "t": time.time()}
-                worker.pid = worker.pgid = int(msg["pid"])
+                worker.found(int(msg["pid"]))
                 if worker in self._starting:
                     self._starting.remove(worker)
                     self._idle.append(worker)

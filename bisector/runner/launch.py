@@ -5,7 +5,8 @@ tail, never an exception here: the bot lives on. The full log stays on disk next
 
 The environment has two parts. The worker's (fixed for the config, given when its process
 starts, before `import torch`): secrets scrubbed, the protocol's variables, the CPU allocator's
-thresholds, `benches` on the path. The trial's (given with the trial): its device and its JIT
+thresholds, a read-only copy of `benches` alone on the path (bisector/runner/instrument.py: the
+bot's own package is never importable there). The trial's (given with the trial): its device and its JIT
 cache dirs, which CUDA and Triton read when first used.
 """
 
@@ -25,8 +26,10 @@ from bisector.config import Config
 from bisector.model import CALL_KEYS, BuildResult, Shape, TrialRecord, TrialStatus
 from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
 from bisector.runner.executor import Executor, Prepared, TrialJob
+from bisector.runner.instrument import snapshot, without_bot
 from bisector.runner.memwatch import limit_bytes
-from bisector.runner.spec import benches_root, build_spec
+from bisector.runner.sandbox import probe, sandbox_env
+from bisector.runner.spec import build_spec
 from bisector.runner.workers import SOURCES, make_source
 
 TAIL_CHARS = 4000
@@ -48,12 +51,14 @@ def log_tail(path: Path, chars: int = TAIL_CHARS) -> str:
         return ""
 
 
-def worker_env(config: Config, environ: Mapping[str, str]) -> dict[str, str]:
+def worker_env(config: Config, environ: Mapping[str, str], work: Path) -> dict[str, str]:
     """What every trial process of `config` starts with, before it imports anything."""
     env = scrub(environ, config.publish.token_env)
     env.update(config.protocol.env)
     pin_allocator(env, config.device)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (benches_root(), env.get("PYTHONPATH", "")) if p)
+    path = (str(snapshot()), without_bot(env.get("PYTHONPATH", "")))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+    env = sandbox_env(env, work / "scratch")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -101,6 +106,7 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         telemetry=dict(out.get("telemetry") or {}), machine=dict(out.get("machine") or {}),
         protocol={**(out.get("protocol") or {}), **extra, "log_path": common["log"],
                   "trial_wall_s": round(common["seconds"], 3), "timeline": common["timeline"], "worker": common["worker"],
+                  "isolation": common["isolation"],
                   "phases": out.get("phases") or []},
         patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"],
         slot=common["slot"], kernel_method=str(raw.get("kernel_method") or ""), latency_ratio=num("latency_ratio"),
@@ -124,7 +130,8 @@ def _records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Ma
     end = timeline.get("ended") or start
     common = {"tail": log_tail(prepared.log_path), "log": str(prepared.log_path), "patch_hash": job.build.patch_hash,
               "started": _iso(start), "finished": _iso(end), "seconds": (end or 0) - (start or 0),
-              "timeline": timeline, "slot": job.slot, "worker": info.get("worker", {})}
+              "timeline": timeline, "slot": job.slot, "worker": info.get("worker", {}),
+              "isolation": "sandbox" if probe().sandboxed else f"none: {probe().reason}"}
     done = {str(r.get("shape")): r for r in out.get("results", []) if isinstance(r, dict) and "shape" in r}
     recs = []
     for shape in job.shapes:
@@ -198,12 +205,16 @@ def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str
                   lock_devices: bool = True, pin_cpu: bool | None = None) -> Executor:
     """The executor of one config's trials, with its worker source and limits."""
     work = Path(work).resolve()
-    base = worker_env(config, os.environ if environ is None else environ)
     kind = source or config.protocol.workers
     if kind not in SOURCES:
         raise ValueError(f"unknown worker source {kind!r} (known: {', '.join(SOURCES)})")
+    base = worker_env(config, os.environ if environ is None else environ, work)
     files = TrialFiles(config, work, base, pin_cpu)
-    return Executor(make_source(kind, base, default_preload(config), work / "workers"), config.devices, config.device,
+    writable = [work / "trials", work / "jit", work / "scratch"]  # all the sandbox lets a trial write
+    for path in writable:
+        path.mkdir(parents=True, exist_ok=True)
+    return Executor(make_source(kind, base, default_preload(config), work / "workers", writable), config.devices,
+                    config.device,
                     files.prepare, records, ahead=default_ahead(config) if ahead is None else ahead,
                     timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,
                     memory_bytes=memory_limit(config), lock_devices=lock_devices)

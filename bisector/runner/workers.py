@@ -8,6 +8,9 @@ every trial needs and waits on its socket for one trial (benches/worker.py is th
   has touched CUDA when it forks; the child picks its device and JIT cache dirs when it gets its
   trial. On a 2-core CPU host this saves the ~2-3 s of CPU that `import torch` costs per trial.
 
+Each process is started in the sandbox (bisector/runner/sandbox.py) where the host allows it:
+its PIDs are then the namespace's, and `Worker.found` translates the pid a worker reports.
+
 Sources only make processes; the executor (bisector/runner/executor.py) decides when and where
 they run. Messages are JSON lines; a source is driven from the executor's one event-loop thread.
 """
@@ -24,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
+
+from bisector.runner import sandbox
 
 FENCE = str(Path(__file__).with_name("fence.py"))
 
@@ -63,7 +68,9 @@ class Worker:
     sock: socket.socket
     started: float
     proc: subprocess.Popen | None = None  # spawned workers; forked ones are the zygote's children
-    pid: int | None = None
+    pid: int | None = None  # as this bot sees it
+    root: int | None = None  # the fence above it (a sandbox's pids are translated below it)
+    inner: int | None = None  # the pid it reported (its own namespace's)
     pgid: int | None = None
     ready: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
@@ -72,6 +79,11 @@ class Worker:
     def __post_init__(self) -> None:
         self.sock.setblocking(False)
         self.lines = Lines(self.sock)
+
+    def found(self, reported: int) -> None:
+        """The worker said its pid: note it, and the pid (and group) this bot knows it by."""
+        self.inner = reported
+        self.pid = self.pgid = sandbox.outer_pid(reported, self.root)
 
     def send(self, **message: Any) -> bool:
         try:
@@ -140,8 +152,10 @@ class SpawnSource:
 
     kind = "spawn"
 
-    def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path) -> None:
+    def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
+                 writable: Sequence[Path] = ()) -> None:
         self.env, self.preload, self.cwd = dict(env), tuple(preload), Path(cwd)
+        self.writable = tuple(writable)
         self.count = 0
 
     def start(self) -> Worker:
@@ -149,13 +163,13 @@ class SpawnSource:
         self.count += 1
         log = open(self.cwd / f"worker-{os.getpid()}-{self.count}.log", "ab")
         try:
-            proc = subprocess.Popen(fenced(worker_command(self.preload, theirs.fileno()), [theirs.fileno()]),
-                                    env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
+            proc = subprocess.Popen(fenced(sandbox.wrap(worker_command(self.preload, theirs.fileno()), self.writable),
+                                           [theirs.fileno()]), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
         finally:
             theirs.close()
             log.close()
-        return Worker(ours, time.time(), proc=proc)
+        return Worker(ours, time.time(), proc=proc, root=proc.pid)
 
     def sockets(self) -> list[socket.socket]:
         return []
@@ -172,12 +186,13 @@ class ForkSource:
 
     kind = "fork"
 
-    def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path) -> None:
+    def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
+                 writable: Sequence[Path] = ()) -> None:
         ours, theirs = socket.socketpair()
         self.log = open(Path(cwd) / f"zygote-{os.getpid()}.log", "ab")
         try:
-            self.proc = subprocess.Popen(fenced(worker_command(preload, theirs.fileno(), zygote=True),
-                                                [theirs.fileno()]),
+            self.proc = subprocess.Popen(fenced(sandbox.wrap(worker_command(preload, theirs.fileno(), zygote=True),
+                                                             writable), [theirs.fileno()]),
                                          env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=self.log,
                                          stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
         finally:
@@ -196,7 +211,7 @@ class ForkSource:
         finally:
             self.control.setblocking(False)
             theirs.close()
-        worker = Worker(ours, time.time())
+        worker = Worker(ours, time.time(), root=self.proc.pid)
         self.waiting.append(worker)
         return worker
 
@@ -206,11 +221,10 @@ class ForkSource:
     def on_readable(self, sock: socket.socket, workers: Sequence[Worker]) -> None:
         for msg in self.lines.read():
             if msg.get("msg") == "forked" and self.waiting:
-                worker = self.waiting.pop(0)
-                worker.pid = worker.pgid = int(msg["pid"])
+                self.waiting.pop(0).found(int(msg["pid"]))
             elif msg.get("msg") == "exited":
                 for worker in workers:
-                    if worker.pid == msg["pid"]:
+                    if worker.inner == msg["pid"]:
                         worker.exit_code = int(msg["code"])
 
     def close(self) -> None:
@@ -229,8 +243,10 @@ class ForkSource:
 SOURCES = ("spawn", "fork")
 
 
-def make_source(kind: str, env: Mapping[str, str], preload: Sequence[str], cwd: Path) -> WorkerSource:
+def make_source(kind: str, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
+                writable: Sequence[Path] = ()) -> WorkerSource:
+    """`writable`: the dirs the sandbox lets these workers write (the run's trial, JIT and scratch dirs)."""
     cwd.mkdir(parents=True, exist_ok=True)
     if kind == "fork":
-        return ForkSource(env, preload, cwd)
-    return SpawnSource(env, preload, cwd)
+        return ForkSource(env, preload, cwd, writable)
+    return SpawnSource(env, preload, cwd, writable)

@@ -172,8 +172,10 @@ class Store:
 
     def __init__(self, path: str | Path | None = None, *, create: bool = True, readonly: bool = False) -> None:
         """readonly: for commands that only read (`store info`, `store export`, `plan --from-store`):
-        the file is opened with SQLite's read-only mode, so neither its journal mode nor its tables
-        can change. (A bisector store of an older schema is still upgraded in place: it is ours.)"""
+        the file is opened with SQLite's read-only mode (immutable when no writer has a -wal beside
+        it: read-only mode would create -wal and -shm files), so neither its journal mode nor its
+        tables can change, and no file appears. A store of an older schema is refused, not
+        upgraded: a file whose tables merely look like ours may be another program's."""
         self.path = Path(absolute(path) if path is not None else absolute(default_path()))
         self.readonly = readonly
         if self.path.is_dir():
@@ -193,7 +195,8 @@ class Store:
     def _connect(self) -> None:
         with self._errors():
             if self.readonly:
-                uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro"
+                live = self.path.with_name(self.path.name + "-wal").exists()
+                uri = f"file:{urllib.parse.quote(str(self.path))}?{'mode=ro' if live else 'immutable=1'}"
                 self._conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                              check_same_thread=False)
             else:
@@ -206,10 +209,10 @@ class Store:
             version, tables = self._identity()
             self._check_version(version)
             self._check_is_ours(version, tables)
-            if self.readonly and version < SCHEMA_VERSION:  # an older store of ours: upgrade it
-                self._conn.close()
-                self.readonly = False
-                self._connect()
+            if self.readonly and version < SCHEMA_VERSION:
+                raise NotAStore(f"{self.path}: schema version {version}, older than this bisector's "
+                                 f"({SCHEMA_VERSION}); reading commands never upgrade a store (a run with it does); "
+                                 "it was left unchanged")
             if self.readonly:
                 return
             self._switch_to_wal()

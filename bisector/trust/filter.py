@@ -15,11 +15,14 @@ from typing import Mapping
 DEFAULT_TOKEN_ENV = "BISECTOR_GITHUB_TOKEN"
 
 # Substrings of a name that mark a credential (AWS_SECRET_ACCESS_KEY, NPM_TOKEN, DB_PASSWORD, ...).
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "PRIVATE", "COOKIE")
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "PRIVATE", "COOKIE", "WEBHOOK")
 # Whole `_`-separated parts of a name: MY_PAT, PAT_GITHUB, DB_PASS, SENTRY_DSN (never PATH or PATCH).
 SECRET_PARTS = frozenset({"PAT", "PASS", "PW", "CRED", "CREDS", "DSN"})
 # Whole families: the runner's GITHUB_* context, cloud and registry logins.
 SECRET_PREFIXES = ("GITHUB_", "GH_", "AWS_", "AZURE_", "GOOGLE_", "HF_", "HUGGING", "NPM_", "PYPI_")
+# Pointers to credential files or programs: the value is a path, what it names is the secret.
+CREDENTIAL_POINTERS = frozenset({"NETRC", "GIT_ASKPASS", "SSH_ASKPASS", "SUDO_ASKPASS", "KUBECONFIG", "DOCKER_CONFIG",
+                                 "PGPASSFILE", "REGISTRY_AUTH_FILE", "BOTO_CONFIG", "VAULT_CONFIG_PATH"})
 # Names that contain a secret word but are harmless and read by toolchains.
 KEEP = frozenset({"KEYTIMEOUT", "TOKENIZERS_PARALLELISM"})
 
@@ -37,7 +40,14 @@ _TOKEN_VALUE = re.compile(
     r"|npm_[A-Za-z0-9]{30,}"  # npm
     r"|pypi-[A-Za-z0-9_-]{40,}"  # PyPI API token
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # a JWT: base64url {"... header . payload . signature
     r")")
+# Webhook URLs carry their credential in the path (Slack, Discord, Teams, generic /webhooks/<id>/<token>).
+_WEBHOOK_URL = re.compile(
+    r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
+    r"|(?:[a-z0-9-]+\.)?discord(?:app)?\.com/api/webhooks/"
+    r"|[a-z0-9.-]*webhook\.office\.com/"
+    r"|[^\s/]+/(?:[^\s]*/)?(?:web)?hooks?/\S*[A-Za-z0-9_-]{16,})", re.IGNORECASE)
 _PARTS = re.compile(r"[^A-Z0-9]+")
 
 
@@ -46,6 +56,8 @@ def secret_name(name: str) -> bool:
     upper = name.upper()
     if upper in KEEP:
         return False
+    if upper in CREDENTIAL_POINTERS:
+        return True
     if any(w in upper for w in SECRET_WORDS) or upper.startswith(SECRET_PREFIXES):
         return True
     return any(part in SECRET_PARTS for part in _PARTS.split(upper))
@@ -53,7 +65,7 @@ def secret_name(name: str) -> bool:
 
 def secret_value(value: str) -> bool:
     """True when the value holds a URL with a password or something shaped like a token."""
-    return bool(_URL_WITH_PASSWORD.search(value) or _TOKEN_VALUE.search(value))
+    return bool(_URL_WITH_PASSWORD.search(value) or _TOKEN_VALUE.search(value) or _WEBHOOK_URL.search(value))
 
 
 def is_secret(name: str, token_env: str | None = None, value: str | None = None) -> bool:

@@ -1,0 +1,190 @@
+"""The first process inside a sandbox: set up its mount view, drop every capability, exec the command.
+
+    unshare --user --map-root-user --mount --pid --fork --kill-child --mount-proc \\
+        python -I -S sandbox_init.py [--rw DIR]... [--hide DIR]... [--shm-mb N] [--probe] -- COMMAND ARG...
+
+Run by path (stdlib only, nothing of bisector is imported, like fence.py). `unshare` gives it new
+user, mount and PID namespaces and a /proc that shows only the sandbox's processes (no ancestor's
+environ). Here, with the capabilities it holds in its own user namespace:
+
+1. every mount is made read-only (mount_setattr, recursively; older kernels: one remount each);
+2. each --rw dir is bound onto itself writable (the trial's dirs, its JIT cache, its scratch);
+3. each --hide dir is covered by an empty read-only tmpfs (the bot's own package);
+4. /dev/shm becomes a private tmpfs of --shm-mb MiB, gone with the sandbox;
+5. the bounding set, ambient and permitted capabilities are dropped and no_new_privs set, so the
+   command (uid 0 of the namespace, the caller's uid outside) cannot undo any of it; mounts made
+   here are locked for any user namespace it creates itself.
+
+It stays as PID 1 of the namespace (reaping orphans) and runs the command as its child, so the
+command's signals behave as anywhere else (PID 1 ignores its own SIGABRT); when the command exits
+this process exits with its status and the kernel kills every process left in the namespace
+(setsid and double-forked ones too). Device nodes (/dev/nvidia*, /dev/kfd,
+/dev/dri) stay usable: a read-only mount does not stop writes to a device node.
+`--probe` does all of that, checks it, prints one JSON line and exits instead of exec'ing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+AT_FDCWD, AT_RECURSIVE = -100, 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and aarch64
+PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 24, 47, 4
+CAPABILITY_V3 = 0x20080522
+# statvfs f_flag bits -> the mount flags a bind remount must repeat (a locked flag may not be dropped)
+_KEEP = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+         (getattr(os, "ST_NOATIME", 1024), MS_NOATIME), (getattr(os, "ST_NODIRATIME", 2048), MS_NODIRATIME),
+         (getattr(os, "ST_RELATIME", 4096), MS_RELATIME))
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SetupError(Exception):
+    pass
+
+
+class MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        raise SetupError(f"{what}: {os.strerror(ctypes.get_errno())}")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: s.encode() if s is not None else None)
+    _check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+           f"mount {source or fstype} on {target}")
+
+
+def set_readonly(path: str, readonly: bool, recursive: bool) -> None:
+    """mount_setattr(2) where the kernel has it (5.12+), else a bind remount of each mount."""
+    attr = MountAttr(MOUNT_ATTR_RDONLY if readonly else 0, 0 if readonly else MOUNT_ATTR_RDONLY, 0, 0)
+    flags = AT_RECURSIVE if recursive else 0
+    ret = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr),
+                       ctypes.c_size_t(ctypes.sizeof(attr)))
+    if ret == 0:
+        return
+    if ctypes.get_errno() not in (38, 22):  # ENOSYS, EINVAL (an older kernel's or arch's answer)
+        _check(ret, f"mount_setattr {path}")
+    points = [p for p in mount_points() if p == path or p.startswith(path.rstrip("/") + "/")] if recursive else [path]
+    for point in points:
+        try:
+            kept = os.statvfs(point).f_flag
+        except OSError:
+            continue
+        flags = MS_REMOUNT | MS_BIND | (MS_RDONLY if readonly else 0)
+        flags |= sum(ms for st, ms in _KEEP if kept & st)
+        mount(None, point, None, flags)
+
+
+def mount_points() -> list[str]:
+    with open("/proc/self/mountinfo") as fh:
+        points = [line.split()[4].replace("\\040", " ") for line in fh]
+    return sorted(set(points), key=len)
+
+
+def drop_capabilities() -> None:
+    """Nothing this process execs can hold a capability: empty bounding set, no ambient ones,
+    no permitted ones, no_new_privs (setuid binaries gain nothing)."""
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: no such cap
+            _check(-1, f"drop capability {cap}")
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_V3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.syscall(126 if os.uname().machine == "x86_64" else 91, header, data), "capset")
+
+
+def setup(rw: list[str], hide: list[str], shm_mb: int) -> None:
+    set_readonly("/", True, recursive=True)
+    for path in rw:
+        if os.path.isdir(path):
+            mount(path, path, None, MS_BIND | MS_REC)
+            set_readonly(path, False, recursive=True)
+    for path in hide:
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
+    if shm_mb and os.path.isdir("/dev/shm"):
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_mb}m,mode=1777")
+    try:  # the cwd was resolved before the binds: walk to it again, onto the writable mount
+        os.chdir(os.getcwd())
+    except OSError:
+        pass
+    drop_capabilities()
+
+
+def probe(rw: list[str], hide: list[str]) -> dict[str, object]:
+    """What the sandbox holds, checked from inside it."""
+    def writable(path: str) -> bool:
+        try:
+            fd = os.open(os.path.join(path, f".probe-{os.getpid()}"), os.O_CREAT | os.O_WRONLY, 0o600)
+        except OSError:
+            return False
+        os.close(fd)
+        os.unlink(os.path.join(path, f".probe-{os.getpid()}"))
+        return True
+
+    with open("/proc/self/status") as fh:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
+    return {"pid": os.getpid(), "uid": os.getuid(), "cap_eff": status.get("CapEff", "").strip(),
+            "cap_bnd": status.get("CapBnd", "").strip(), "procs": sorted(int(p) for p in os.listdir("/proc")
+                                                                          if p.isdigit()),
+            "rw_ok": all(writable(p) for p in rw), "hidden": all(not os.listdir(p) for p in hide),
+            "root_ro": not writable(os.path.dirname(os.path.abspath(__file__))),
+            "shm_tmpfs": os.statvfs("/dev/shm").f_blocks > 0 if os.path.isdir("/dev/shm") else False}
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print("usage: sandbox_init.py [--rw DIR]... [--hide DIR]... [--shm-mb N] [--probe] -- COMMAND...",
+              file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    opts, command = argv[:split], argv[split + 1:]
+    rw = [opts[i + 1] for i, o in enumerate(opts) if o == "--rw"]
+    hide = [opts[i + 1] for i, o in enumerate(opts) if o == "--hide"]
+    shm_mb = int(opts[opts.index("--shm-mb") + 1]) if "--shm-mb" in opts else 0
+    try:
+        setup(rw, hide, shm_mb)
+    except (SetupError, OSError) as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return 125
+    if "--probe" in opts:
+        print(json.dumps(probe(rw, hide)))
+        return 0
+    child = os.fork()
+    if child == 0:
+        try:
+            os.execvp(command[0], command)
+        except OSError as exc:
+            print(f"sandbox: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        os._exit(127)
+    os.closerange(3, 1 << 16)  # the command's sockets are its own: none held open here
+    return wait_for(child)
+
+
+def wait_for(child: int) -> int:
+    """Reap every orphan until `child` ends; its status as a shell gives it (128 + N: signal N)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 127
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
