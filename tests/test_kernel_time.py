@@ -139,7 +139,10 @@ def test_graph_capture_times_kernels_without_the_host(flush) -> None:
     host, kernel = kernel_time.median(calls.host_ms[0]), kernel_time.median(got.times[0])
     assert host is not None and kernel is not None and host > 0.2 > kernel
     assert kernel_time.host_bound(got.times[0], calls.host_ms[0], got.method)
-    assert not kernel_time.host_bound(got.times[1], calls.host_ms[1], got.method)  # cuBLAS: a cheap launch
+    # cuBLAS: a cheap launch (~10-20 us of host, about its kernel's time at this shape: on the
+    # border of host-bound, measured both ways on an H200), far below the dispatch's
+    cublas_host = kernel_time.median(calls.host_ms[1])
+    assert cublas_host is not None and cublas_host < host / 3
 
 
 @needs_cuda

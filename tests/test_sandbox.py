@@ -29,6 +29,7 @@ from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.report.markdown import header
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
+from bisector.runner import sandbox
 from bisector.runner.sandbox import probe
 from tests.devices import CONTROL, DEVICES
 from tests.processes import alive
@@ -304,8 +305,9 @@ def test_a_build_step_writes_only_its_own_dirs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("device", DEVICES)
 @needs_sandbox
-def test_a_trial_runs_inside_the_sandbox_on_its_device(tmp_path: Path, device: str) -> None:
-    """The device nodes pass through: a CUDA trial measures inside the sandbox as outside."""
+def test_a_trial_runs_on_its_device_and_says_how_it_was_confined(tmp_path: Path, device: str) -> None:
+    """A CPU trial runs inside the sandbox; a CUDA trial runs in the fence only (CUDA did not
+    initialize inside the namespaces on an H200 host), measures, and its record says so."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "kern.py").write_text("import os\n\ndef mm(a, b):\n    assert os.getpid() != 1\n    return a @ b\n")
@@ -315,6 +317,7 @@ def test_a_trial_runs_inside_the_sandbox_on_its_device(tmp_path: Path, device: s
     rec = outcome.records[0]
     assert rec.status is TrialStatus.OK, rec.error + rec.log_tail
     assert rec.machine["device_kind"] == device
+    assert rec.protocol["isolation"] == ("sandbox" if device == "cpu" else "fence only: " + sandbox.GPU_UNSANDBOXED)
 
 
 def test_the_isolation_is_probed_and_said(tmp_path: Path) -> None:
@@ -323,6 +326,7 @@ def test_the_isolation_is_probed_and_said(tmp_path: Path) -> None:
     src.mkdir()
     (src / "kern.py").write_text("def mm(a, b):\n    return a @ b\n")
     rec = trial(tmp_path, src, "mm", "spawn")
-    assert rec.protocol["isolation"] == ("sandbox" if probe().sandboxed else f"none: {probe().reason}")
+    assert rec.protocol["isolation"] == sandbox.trial_isolation(gpu=False)
+    assert sandbox.trial_isolation(gpu=False) == ("sandbox" if probe().sandboxed else f"none: {probe().reason}")
     lines = header(replace(demo_range(), isolation=probe().describe()))
     assert any(line.startswith("Isolation of the code under test: ") for line in lines)

@@ -28,7 +28,8 @@ from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
 from bisector.runner.executor import Executor, Prepared, TrialJob
 from bisector.runner.instrument import snapshot, without_bot
 from bisector.runner.memwatch import limit_bytes
-from bisector.runner.sandbox import probe, sandbox_env
+from bisector.runner import sandbox
+from bisector.runner.sandbox import sandbox_env
 from bisector.runner.spec import build_spec
 from bisector.runner.workers import SOURCES, make_source
 
@@ -124,6 +125,11 @@ def records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Map
                  for r in recs)
 
 
+def _uses_gpu(env: Mapping[str, str]) -> bool:
+    """A trial pinned to a GPU (runner/env.pin_device leaves both empty for the CPU)."""
+    return bool(env.get("CUDA_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES"))
+
+
 def _records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
     timeline = info["timeline"]
     start = timeline.get("assigned") or timeline.get("submitted")
@@ -131,7 +137,7 @@ def _records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Ma
     common = {"tail": log_tail(prepared.log_path), "log": str(prepared.log_path), "patch_hash": job.build.patch_hash,
               "started": _iso(start), "finished": _iso(end), "seconds": (end or 0) - (start or 0),
               "timeline": timeline, "slot": job.slot, "worker": info.get("worker", {}),
-              "isolation": "sandbox" if probe().sandboxed else f"none: {probe().reason}"}
+              "isolation": sandbox.trial_isolation(_uses_gpu(prepared.env))}
     done = {str(r.get("shape")): r for r in out.get("results", []) if isinstance(r, dict) and "shape" in r}
     recs = []
     for shape in job.shapes:
@@ -213,7 +219,8 @@ def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str
     writable = [work / "trials", work / "jit", work / "scratch"]  # all the sandbox lets a trial write
     for path in writable:
         path.mkdir(parents=True, exist_ok=True)
-    return Executor(make_source(kind, base, default_preload(config), work / "workers", writable), config.devices,
+    return Executor(make_source(kind, base, default_preload(config), work / "workers", writable,
+                                gpu=config.device != "cpu"), config.devices,
                     config.device,
                     files.prepare, records, ahead=default_ahead(config) if ahead is None else ahead,
                     timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,

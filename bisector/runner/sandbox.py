@@ -33,6 +33,10 @@ INIT = str(Path(__file__).with_name("sandbox_init.py"))
 UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc")
 SHM_MB = 1024  # a trial's (or build step's) private /dev/shm
 SWITCH_ENV = "BISECTOR_SANDBOX"
+# Measured on an H200 host (torch 2.11, driver 580): inside these namespaces CUDA does not initialize
+# (cudaGetDeviceCount: error 304, "OS call failed or operation not supported"), so GPU trials run in
+# the fence with its subreapers only, until the cause is found.
+GPU_UNSANDBOXED = "GPU trials: fence and subreapers only (CUDA did not initialize inside the namespaces: error 304)"
 WRITABLE_ENV = "BISECTOR_SANDBOX_WRITABLE"
 
 
@@ -117,10 +121,29 @@ def probe() -> Isolation:
     return Isolation(True, **common)
 
 
-def wrap(argv: Sequence[str], writable: Sequence[str | Path], hidden: Sequence[str | Path] | None = None) -> list[str]:
-    """`argv` inside a sandbox where this host allows one, else `argv` as it is. `hidden`
-    defaults to the bot's own package dir."""
-    if not probe().sandboxed:
+def applies(gpu: bool) -> bool:
+    """Whether commands of a run on this device are sandboxed: where the host allows it, and not on a GPU."""
+    return probe().sandboxed and not gpu
+
+
+def trial_isolation(gpu: bool) -> str:
+    """The isolation one trial record names."""
+    if applies(gpu):
+        return "sandbox"
+    return f"none: {probe().reason}" if not probe().sandboxed else "fence only: " + GPU_UNSANDBOXED
+
+
+def run_isolation(device: str) -> str:
+    """The report header's isolation line for a run on `device` ("cpu", "cuda", "rocm")."""
+    text = probe().describe()
+    return text if device == "cpu" or not probe().sandboxed else f"{text}; {GPU_UNSANDBOXED}"
+
+
+def wrap(argv: Sequence[str], writable: Sequence[str | Path], hidden: Sequence[str | Path] | None = None,
+         gpu: bool = False) -> list[str]:
+    """`argv` inside a sandbox where this host allows one (and not for a GPU's trials), else `argv`
+    as it is. `hidden` defaults to the bot's own package dir."""
+    if not applies(gpu):
         return list(argv)
     writable = [*writable, *(p for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p)]
     if hidden is None:

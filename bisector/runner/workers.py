@@ -153,9 +153,9 @@ class SpawnSource:
     kind = "spawn"
 
     def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                 writable: Sequence[Path] = ()) -> None:
+                 writable: Sequence[Path] = (), gpu: bool = False) -> None:
         self.env, self.preload, self.cwd = dict(env), tuple(preload), Path(cwd)
-        self.writable = tuple(writable)
+        self.writable, self.gpu = tuple(writable), gpu
         self.count = 0
 
     def start(self) -> Worker:
@@ -163,7 +163,8 @@ class SpawnSource:
         self.count += 1
         log = open(self.cwd / f"worker-{os.getpid()}-{self.count}.log", "ab")
         try:
-            proc = subprocess.Popen(fenced(sandbox.wrap(worker_command(self.preload, theirs.fileno()), self.writable),
+            argv = sandbox.wrap(worker_command(self.preload, theirs.fileno()), self.writable, gpu=self.gpu)
+            proc = subprocess.Popen(fenced(argv,
                                            [theirs.fileno()]), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
         finally:
@@ -187,12 +188,12 @@ class ForkSource:
     kind = "fork"
 
     def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                 writable: Sequence[Path] = ()) -> None:
+                 writable: Sequence[Path] = (), gpu: bool = False) -> None:
         ours, theirs = socket.socketpair()
         self.log = open(Path(cwd) / f"zygote-{os.getpid()}.log", "ab")
         try:
             self.proc = subprocess.Popen(fenced(sandbox.wrap(worker_command(preload, theirs.fileno(), zygote=True),
-                                                             writable), [theirs.fileno()]),
+                                                             writable, gpu=gpu), [theirs.fileno()]),
                                          env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=self.log,
                                          stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
         finally:
@@ -244,9 +245,10 @@ SOURCES = ("spawn", "fork")
 
 
 def make_source(kind: str, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                writable: Sequence[Path] = ()) -> WorkerSource:
-    """`writable`: the dirs the sandbox lets these workers write (the run's trial, JIT and scratch dirs)."""
+                writable: Sequence[Path] = (), gpu: bool = False) -> WorkerSource:
+    """`writable`: the dirs the sandbox lets these workers write (the run's trial, JIT and scratch
+    dirs); `gpu`: the workers run a GPU's trials (no sandbox there, bisector/runner/sandbox.py)."""
     cwd.mkdir(parents=True, exist_ok=True)
     if kind == "fork":
-        return ForkSource(env, preload, cwd, writable)
-    return SpawnSource(env, preload, cwd, writable)
+        return ForkSource(env, preload, cwd, writable, gpu)
+    return SpawnSource(env, preload, cwd, writable, gpu)
