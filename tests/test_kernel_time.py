@@ -26,7 +26,8 @@ from tests.report_fixtures import demo_range
 from tests.test_trial import spec
 
 COMMON = {"tail": "", "log": "trial.log", "patch_hash": None, "started": "2026-12-01T00:00:00+00:00",
-          "finished": "2026-12-01T00:00:05+00:00", "seconds": 5.0, "timeline": {}, "slot": 0, "worker": {}}
+          "finished": "2026-12-01T00:00:05+00:00", "seconds": 5.0, "timeline": {}, "slot": 0, "worker": {},
+          "isolation": "sandbox"}
 
 
 def test_cpu_trial_stores_kernel_time_latency_and_host_time(tmp_path) -> None:
