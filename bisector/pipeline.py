@@ -291,10 +291,9 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         session.close()
 
 
-def metric_text(config: Config) -> str:
-    """The metric the steps were tested on: one name, or "fa: speed, gemm: ratio"."""
-    per = {s.suite: config.thresholds.decision_of(s.suite) for s in config.shapes}
-    return next(iter(per.values())) if len(set(per.values())) == 1 else ", ".join(f"{k}: {v}" for k, v in per.items())
+def metric_by_suite(config: Config) -> dict[str, str]:
+    """What the steps were tested on, per suite: "ratio", "speed", "latency_ratio" or "latency_speed"."""
+    return {s.suite: config.thresholds.decision_of(s.suite) for s in config.shapes}
 
 
 def call_figures(trials: Sequence[TrialRecord], keys: Sequence[str], measured: Sequence[str]) -> tuple[CallFigures, ...]:
@@ -413,7 +412,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         moves=step_moves(result.steps, rows, config.thresholds.min_step_pct),
         actions=actions(result.steps, fixes, interactions), interactions=tuple(interactions),
         min_step_pct=config.thresholds.min_step_pct, alpha=config.thresholds.alpha,
-        metric=metric_text(config), calls=call_figures(store.trials(session.campaign, patch_hash=None), keys,
+        metric=metric_by_suite(config), calls=call_figures(store.trials(session.campaign, patch_hash=None), keys,
                                                        [r.commit.sha for r in rows]),
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
         notes=(("Replayed offline from the stored trials: no commit was built or measured for this report. "

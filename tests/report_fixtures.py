@@ -62,7 +62,7 @@ def series(n: int, measured: Sequence[int], steps: Mapping[int, float], shapes: 
         protocol={"reps": 6, "warmup": 1, "max_trials": 8}, shapes=tuple(shapes), range_commits=cs,
         rows=tuple(rows), steps=tuple(found), skipped={sha(i): "ImportError: no module named x" for i in skipped},
         wrong=wrong_results, commits_probed=len(measured), trials=trials * len(measured), min_step_pct=3.0,
-        metric=metric)
+        metric={k.split("/", 1)[0]: metric for k in shapes})
 
 
 # The three ranges the plots are checked on (issue #17).
@@ -162,7 +162,7 @@ def full_report() -> ReportData:
         wrong=(WrongResult(cs[6].sha, gemm, 18.0, 0.0352),), fixes=fixes, hunks=(hunk,),
         wrong_windows=(WrongWindow((gemm,), cs[6].sha, cs[5].sha, cs[7].sha),),
         commits_probed=8, trials=30, wall_s=600.0, trial_s=840.0, min_step_pct=3.0,
-        metric="fa: speed, gemm: ratio", reproduce=("bisector run --config configs/golden.toml --good v1 --bad main",),
+        metric={"fa": "speed", "gemm": "ratio"}, reproduce=("bisector run --config configs/golden.toml --good v1 --bad main",),
         build_logs={cs[1].sha: "../work/logs/0001ccc.log"},
         # resumed: this call measured 12 of the 60 trial processes
         totals=RunTotals(range_commits=len(cs), measured=len(rows), skipped=1, trials=60, commit_trials=42,

@@ -41,12 +41,6 @@ METRIC_DEFINITIONS = {
 }
 
 
-def metric_of_shape(metric: str, shape: str) -> str:
-    """The metric of one shape's suite, from "speed" or "fa: speed, gemm: ratio"."""
-    per = dict((p.split(":")[0].strip(), p.split(":")[1].strip()) for p in metric.split(",")) if ":" in metric else {}
-    return per.get(shape.split("/", 1)[0], metric)
-
-
 @dataclass(frozen=True)
 class ReportData:
     title: str
@@ -75,7 +69,8 @@ class ReportData:
     wall_s: float = 0.0  # this run; a resumed run measures only what was missing
     trial_s: float = 0.0  # every trial process of the campaign, earlier runs included
     min_step_pct: float = 1.0
-    metric: str = "ratio"  # what the steps were tested on: "speed", or per suite "fa: speed, gemm: ratio"
+    # What the steps were tested on, per suite ("fa" -> "speed"); a suite not named: "ratio".
+    metric: Mapping[str, str] = field(default_factory=dict)
     alpha: float = 0.01  # the search's chance of one false step (config.Thresholds.alpha)
     reproduce: tuple[str, ...] = ()
     build_logs: Mapping[str, str] = field(default_factory=dict)  # sha -> log path
@@ -99,4 +94,4 @@ class ReportData:
 
     def metric_of(self, shape: str) -> str:
         """"ratio" or "speed": what the search compared in this shape's suite."""
-        return metric_of_shape(self.metric, shape)
+        return self.metric.get(shape.split("/", 1)[0], "ratio")

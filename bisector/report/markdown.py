@@ -15,8 +15,7 @@ from bisector.model import Step, Verdict
 from bisector.report import why_sections as why
 from bisector.report.action_summary import summary_lines
 from bisector.report.calls import calls_section
-from bisector.report.data import (METRIC_DEFINITIONS, METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, ReportData,
-                                  metric_of_shape)
+from bisector.report.data import METRIC_DEFINITIONS, METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, ReportData
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.why.fixes import FixResult
 from bisector.why.culprit_hunks import HunkFinding
@@ -24,7 +23,7 @@ from bisector.report.figures import change, commit_ref, metric_cell, p_value, pc
 from bisector.runner.time_spent import describe as describe_throughput
 
 
-__all__ = ["METRIC_SHORT", "METRIC_WORDS", "counts", "diff_block", "metric_of_shape", "metric_words", "render", "step_summary",
+__all__ = ["METRIC_SHORT", "METRIC_WORDS", "counts", "diff_block", "metric_words", "render", "step_summary",
            "tflops", "wrong_rows"]
 
 UNSURE_OPEN = 5  # more unsure pairs than this are folded into <details>
@@ -34,12 +33,12 @@ def _pr(pr: int | None) -> str:
     return f"#{pr}" if pr else ""
 
 
-def metric_words(metric: str) -> str:
-    """"speed" -> words; "fa: speed, gemm: ratio" -> "the subject's own ... (fa) and the ... (gemm)"."""
-    if ":" not in metric:
-        return METRIC_WORDS.get(metric, metric)
-    parts = [p.split(":") for p in metric.split(",")]
-    return " and ".join(f"{METRIC_WORDS.get(m.strip(), m.strip())} ({s.strip()})" for s, m in parts)
+def metric_words(metric: Mapping[str, str]) -> str:
+    """{"fa": "speed"} -> words; {"fa": "speed", "gemm": "ratio"} -> "the subject's own ... (fa) and the ... (gemm)"."""
+    if len(set(metric.values())) <= 1:
+        only = next(iter(metric.values()), "ratio")
+        return METRIC_WORDS.get(only, only)
+    return " and ".join(f"{METRIC_WORDS.get(m, m)} ({suite})" for suite, m in metric.items())
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequence[str] | None = None) -> list[str]:
@@ -86,9 +85,9 @@ def machine_text(data: ReportData) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def metric_definitions(metric: str) -> str:
+def metric_definitions(metric: Mapping[str, str]) -> str:
     """Every metric the run used, defined: "ratio = ...; full-clock TFLOP/s = ..."."""
-    used = dict.fromkeys(p.split(":")[-1].strip() for p in metric.split(","))
+    used = dict.fromkeys(metric.values() or ("ratio",))
     return "; ".join(METRIC_DEFINITIONS.get(m, m) for m in used)
 
 
