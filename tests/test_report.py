@@ -69,7 +69,8 @@ def test_no_step_says_so_with_the_threshold():
     text = markdown.render(replace(data, steps=(), fixes=()))
     assert "No step of 1% or more in any shape between `00aaaaa` and `07aaaaa`." in text
     assert "tested on the subject/control ratio" in text
-    assert "tested on the subject's own speed at full clock" in markdown.render(replace(data, metric={k.split("/", 1)[0]: "speed" for k in data.shapes}))
+    speed = {k.split("/", 1)[0]: "speed" for k in data.shapes}
+    assert "tested on the subject's own speed at full clock" in markdown.render(replace(data, metric=speed))
 
 
 def test_pairs_unsure_at_the_trial_cap_are_named_with_the_cap():
