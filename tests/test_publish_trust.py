@@ -16,10 +16,9 @@ from bisector.commands.publish_cmd import command as publish_command
 from bisector.publish import CulpritPost, PublishPlan, RunVerdict, dump_plan
 from bisector.triggers.comment import to_this_pr
 from tests.fakegithub import FakeGitHub
+from tests.test_publish import ENV, REPO, write_config
 
-REPO = "flydsl/flydsl"
-TOKEN = "ghp_TRUSTtoken0123456789distinctive"
-ENV = {"BISECTOR_GH": TOKEN}
+
 PR, OTHER = 1020, 950
 
 
@@ -39,27 +38,7 @@ def head(fake: FakeGitHub) -> str:
 
 @pytest.fixture
 def config(tmp_path: Path, fake: FakeGitHub) -> Path:
-    path = tmp_path / "c.toml"
-    path.write_text(f"""
-[upstream]
-repo = "https://github.com/{REPO}"
-[device]
-kind = "cpu"
-[control]
-backend = "torch"
-[subject.fa]
-entry = "kernels.attention:fa"
-[[suites.fa.shapes]]
-B = 2
-H = 32
-S = 4096
-D = 128
-[publish]
-repo = "{REPO}"
-token_env = "BISECTOR_GH"
-base_url = "{fake.url}"
-""")
-    return path
+    return write_config(tmp_path, fake)
 
 
 def answer_plan(head: str, **changes: object) -> PublishPlan:
