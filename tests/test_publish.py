@@ -326,12 +326,10 @@ def test_token_appears_in_no_output_log_or_file(fake: FakeGitHub, patch: str, tm
     assert not [t for t in texts if TOKEN in t]
 
 
-def test_cli_publishes_with_the_config_and_env(fake: FakeGitHub, tmp_path: Path) -> None:
-    head = seed(fake)
-    plan_file = tmp_path / "plan.json"
-    dump_plan(make_plan(head=head), plan_file)
-    config = tmp_path / "c.toml"
-    config.write_text(f"""
+def write_config(tmp_path: Path, fake: FakeGitHub, extra: str = "") -> Path:
+    """A whole config whose [publish] table points at the fake server (`extra`: more [publish] keys)."""
+    path = tmp_path / "c.toml"
+    path.write_text(f"""
 [upstream]
 repo = "https://github.com/{REPO}"
 [device]
@@ -349,8 +347,15 @@ D = 128
 repo = "{REPO}"
 token_env = "BISECTOR_GH"
 base_url = "{fake.url}"
-commit_status = false
-""")
+{extra}""")
+    return path
+
+
+def test_cli_publishes_with_the_config_and_env(fake: FakeGitHub, tmp_path: Path) -> None:
+    head = seed(fake)
+    plan_file = tmp_path / "plan.json"
+    dump_plan(make_plan(head=head), plan_file)
+    config = write_config(tmp_path, fake, "commit_status = false\n")
     runner = CliRunner()
     result = runner.invoke(publish_command, ["--plan", str(plan_file), "--config", str(config)], env=ENV)
     assert result.exit_code == 0, result.output

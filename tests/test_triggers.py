@@ -205,9 +205,13 @@ def replay(world: dict, name: str, monkeypatch: pytest.MonkeyPatch, *extra: str,
     return invoke(world, monkeypatch, path, *extra), cid
 
 
-def publish_plan(world: dict, plan: Path):
-    """The workflow's publish job: `bisector publish --plan` with the token and the same config."""
-    return CliRunner().invoke(publish_command, ["--plan", str(plan), "--config", str(world["cfg"])],
+def publish_plan(world: dict, plan: Path, authorized: Path):
+    """The workflow's publish job: `bisector publish --plan` with the token and the same config, held to
+    what the authorize job wrote to its outputs."""
+    out = outputs(authorized)
+    return CliRunner().invoke(publish_command, ["--plan", str(plan), "--config", str(world["cfg"]),
+                                                "--expect-repo", out["repo"], "--expect-pr", out["pr"],
+                                                "--expect-sha", out["head_sha"]],
                               env={"BISECTOR_TEST_TOKEN": TOKEN})
 
 
@@ -276,7 +280,7 @@ def test_authorize_pins_the_head_and_says_so(world: dict, monkeypatch: pytest.Mo
     out = world["tmp"] / "out-11"
     result = invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out))
     assert result.exit_code == 0, result.output
-    assert outputs(out) == {"run": "true", "head_sha": head}
+    assert outputs(out) == {"run": "true", "head_sha": head, "repo": "org/lib", "pr": "11", "verb": "/perf"}
     [queued] = [c for c in world["fake"].issue_comments("org/lib", 11) if f"pr11-c{cid}" in c["body"]]
     assert queued["user"] == "bisector-bot" and f"`{head[:12]}`" in queued["body"] and "not measured" in queued["body"]
     assert [r["content"] for r in world["fake"].reactions[cid]] == ["eyes"]
@@ -289,7 +293,7 @@ def test_authorize_says_no_gpu_for_refusals_and_usage(world: dict, monkeypatch: 
     out = world["tmp"] / f"out-{name}"
     result = invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out))
     assert result.exit_code == 0, result.output
-    assert outputs(out) == {"run": "false", "head_sha": ""}
+    assert outputs(out) == {"run": "false", "head_sha": "", "repo": "", "pr": "", "verb": ""}
 
 
 def test_a_push_after_the_command_is_not_measured(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -312,7 +316,7 @@ def test_a_push_after_the_command_is_not_measured(world: dict, monkeypatch: pyte
     assert len(world["fake"].requests) == before  # the measuring side made no GitHub call
     assert not list((world["tmp"] / "work").glob(f"trials/{pushed[:12]}*"))  # and ran nothing of it
 
-    published = publish_plan(world, plan)  # the publish job posts the refusal in place of "queued"
+    published = publish_plan(world, plan, out)  # the publish job posts the refusal in place of "queued"
     assert published.exit_code == 0, published.output
     [answer] = [c for c in world["fake"].issue_comments("org/lib", 12) if f"pr12-c{cid}" in c["body"]]
     assert answer["user"] == "bisector-bot" and "`/perf` failed: refs/pull/12/head is" in answer["body"]
@@ -342,7 +346,7 @@ def test_perf_on_a_fork_pr_whose_head_is_slower(world: dict, monkeypatch: pytest
     result = invoke(world, monkeypatch, path, "--plan-out", str(plan), "--head-sha", world["head"], token=False)
     assert result.exit_code == 0, result.output
     assert result.output.startswith("perf: slower: gemm/m256 slower")
-    published = publish_plan(world, plan)
+    published = publish_plan(world, plan, out)
     assert published.exit_code == 0, published.output
     [answer] = [c for c in world["fake"].issue_comments("org/lib", 7) if f"pr7-c{cid}" in c["body"]]
     body = answer["body"]

@@ -175,6 +175,20 @@ def test_nightly_measures_on_gpu_runners_and_posts_from_github_hosted() -> None:
     assert download["with"] == {"name": "nightly-plan-${{ matrix.gpu }}", "path": "plan"}
     [post] = publishing_steps(wf, publish)
     assert "--plan plan/publish-plan.json" in post["run"] and "hashFiles('plan/publish-plan.json')" in post["if"]
+    assert post["run"].rstrip().endswith("--nightly")  # a nightly plan answers no PR
+
+
+def test_pr_comment_stores_are_apart_from_the_nightly_store() -> None:
+    """Fork code measured by /perf or /bisect must not write the nightly baseline, nor the folder the
+    nightly caches and restores."""
+    nightly = load("nightly.yml")["jobs"]["measure"]
+    nightly_store = nightly["env"]["BISECTOR_STORE"].replace("${{ matrix.gpu }}", "mi355x")
+    cached = [s["with"]["path"].replace("${{ matrix.gpu }}", "mi355x") for s in nightly["steps"]
+              if s.get("uses", "").startswith("actions/cache/")]
+    pr_store = load("pr-comment.yml")["jobs"]["measure"]["env"]["BISECTOR_STORE"]
+    assert cached and pr_store != nightly_store
+    for folder in cached:
+        assert not pr_store.startswith(folder.rstrip("/") + "/"), (pr_store, folder)
 
 
 def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
@@ -191,8 +205,8 @@ def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
             assert job["if"] == "needs.authorize.outputs.run == 'true'", job_id
     [check] = publishing_steps(wf, authorize)
     assert "--authorize-only --outputs \"$GITHUB_OUTPUT\"" in check["run"]
-    assert authorize["outputs"] == {"run": "${{ steps.%s.outputs.run }}" % check["id"],
-                                    "head_sha": "${{ steps.%s.outputs.head_sha }}" % check["id"]}
+    assert authorize["outputs"] == {key: "${{ steps.%s.outputs.%s }}" % (check["id"], key)
+                                    for key in ("run", "head_sha", "repo", "pr")}
     # the GPU side measures exactly the pinned head and hands its answer over as a plan
     [step] = [s for s in measure["steps"] if "handle-comment" in s.get("run", "")]
     assert step["env"] == {"HEAD_SHA": "${{ needs.authorize.outputs.head_sha }}"}
@@ -204,6 +218,11 @@ def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
     assert publish["if"] == "always() && needs.authorize.outputs.run == 'true'"
     [post] = publishing_steps(wf, publish)
     assert "bisector publish --plan plan/publish-plan.json --config \"$CONFIG\"" in post["run"]
+    # the plan is held to what the authorize job recorded, never to what the measure job says
+    assert ('--expect-repo "$EXPECT_REPO" --expect-pr "$EXPECT_PR" --expect-sha "$EXPECT_SHA"' in post["run"])
+    assert {k: v for k, v in post["env"].items() if k.startswith("EXPECT_")} == {
+        "EXPECT_REPO": "${{ needs.authorize.outputs.repo }}", "EXPECT_PR": "${{ needs.authorize.outputs.pr }}",
+        "EXPECT_SHA": "${{ needs.authorize.outputs.head_sha }}"}
     # never the fork's head: the default branch, or the workflow's own commit
     text = (WORKFLOWS / "pr-comment.yml").read_text()
     assert "head.sha" not in text and "head.ref" not in text

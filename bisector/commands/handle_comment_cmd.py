@@ -37,11 +37,13 @@ def _check(authorize_only: bool, outputs: str | None, plan_out: str | None, head
 
 
 def _write_outputs(path: str, result: Handled) -> None:
-    """Append `run=` and `head_sha=` in the $GITHUB_OUTPUT format."""
+    """Append `run=`, `head_sha=`, `repo=`, `pr=` and `verb=` in the $GITHUB_OUTPUT format: what the
+    publish job holds the plan to (`bisector publish --expect-repo --expect-pr --expect-sha`)."""
     run = "true" if result.action == "authorized" else "false"
+    pr = result.pr or ""
     try:
         with open(path, "a") as fh:
-            fh.write(f"run={run}\nhead_sha={result.head_sha}\n")
+            fh.write(f"run={run}\nhead_sha={result.head_sha}\nrepo={result.repo}\npr={pr}\nverb={result.verb}\n")
     except OSError as exc:
         raise BadInput(f"--outputs {path}: {exc.strerror}") from None
 
@@ -59,7 +61,8 @@ def _write_outputs(path: str, result: Handled) -> None:
 @click.option("--authorize-only", is_flag=True,
               help="Only react, check the permission, answer, and pin the PR head (needs the token, no GPU).")
 @click.option("--outputs", default=None, type=click.Path(dir_okay=False),
-              help="With --authorize-only: append run=true|false and head_sha= to this file ($GITHUB_OUTPUT).")
+              help="With --authorize-only: append run=true|false, head_sha=, repo=, pr=, verb= to this file "
+                   "($GITHUB_OUTPUT).")
 @click.option("--plan-out", "plan_out", default=None, type=click.Path(dir_okay=False),
               help="Only measure (no token, no GitHub call) and write the answer as a publish plan here.")
 @click.option("--head-sha", "head_sha", default=None,

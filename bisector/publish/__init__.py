@@ -17,11 +17,12 @@ from typing import Any, Mapping
 from bisector.config import Publish
 from bisector.errors import BadInput
 from bisector.publish import actions
+from bisector.publish.expectation import Expectation, check
 from bisector.publish.github import (CommentResult, DraftResult, RetryPolicy, StatusResult, connect, guard,
                                      open_draft_pull, own_login, post_status, upsert_comment)
 from bisector.publish.publish_plan import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
 
-__all__ = ["CulpritPost", "PlotLink", "PublishOutcome", "PublishPlan", "RetryPolicy", "RunVerdict", "dump_plan",
+__all__ = ["CulpritPost", "Expectation", "PlotLink", "PublishOutcome", "PublishPlan", "RetryPolicy", "RunVerdict", "dump_plan",
            "load_plan", "publish"]
 
 
@@ -42,10 +43,14 @@ def resolve_config(plan: PublishPlan, cfg: Publish) -> Publish:
 
 
 def publish(plan: PublishPlan, cfg: Publish, env: Mapping[str, str], dry_run_dir: Path | None = None,
-            policy: RetryPolicy = RetryPolicy()) -> PublishOutcome:
+            policy: RetryPolicy = RetryPolicy(), expected: Expectation | None = None) -> PublishOutcome:
+    """`expected`: what the trusted side authorized; a plan asking for anything else posts nothing."""
     cfg = resolve_config(plan, cfg)
     draft_actions, notes = actions.drafts(plan, cfg)
     status_action = actions.status(plan, cfg)
+    if expected is not None:
+        check(plan, expected, (*draft_actions, *actions.comments(plan, cfg),
+                               *((status_action,) if status_action else ())))
     if cfg.commit_status and status_action is None:
         notes += ("no head_sha in the plan: no commit status",)
     if dry_run_dir is not None:

@@ -53,6 +53,9 @@ class Handled:
     message: str  # one line for the log
     answer: str = ""  # where the answer went (comment URL, dry-run file, plan file)
     head_sha: str = ""  # authorized: the PR head pinned for the measuring side
+    repo: str = ""  # authorized: where the answer may go (publish --expect-repo)
+    pr: int = 0  # authorized: the only PR the answer may go to (publish --expect-pr)
+    verb: str = ""  # authorized: /bisect or /perf
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,8 @@ def authorize(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_
         where = thread.answer(tag, f"{tag}\n`{verb}` from @{event.login}: queued for a GPU runner. It measures the PR "
                                    f"head as of now, `{head[:12]}`; commits pushed later are not measured. This "
                                    "comment is replaced by the results.\n")
-        return Handled("authorized", f"{event.login} may run {verb}; PR head pinned at {head[:12]}", where, head)
+        return Handled("authorized", f"{event.login} may run {verb}; PR head pinned at {head[:12]}", where, head,
+                       repo=event.repo, pr=event.number, verb=verb)
     finally:
         thread.close()
 
@@ -190,8 +194,15 @@ def measure(event_path: str | Path, job: Job, pinned: str, plan_out: Path,
     except BisectorError as exc:
         dump_plan(failure_plan(event, command.verb, exc), plan_out)
         raise
-    dump_plan(plan, plan_out)
+    dump_plan(to_this_pr(plan, event.number, pinned), plan_out)
     return replace(handled, answer=str(plan_out))
+
+
+def to_this_pr(plan: PublishPlan, number: int, pinned: str) -> PublishPlan:
+    """What `publish --expect-pr N --expect-sha SHA` accepts: culprits of other PRs stay in the report
+    (nothing checks a culprit a plan names), a status only on the pinned head."""
+    return replace(plan, culprits=tuple(c for c in plan.culprits if c.pr == number),
+                   head_sha=plan.head_sha if plan.head_sha == pinned else None)
 
 
 def failure_plan(event: CommentEvent, verb: str, exc: BisectorError) -> PublishPlan:
@@ -275,4 +286,4 @@ def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job,
 
 
 __all__ = ["Handled", "Job", "authorize", "check_pin", "failure_plan", "fetch_pull_head", "handle", "measure",
-           "run_id"]
+           "run_id", "to_this_pr"]
