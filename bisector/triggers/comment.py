@@ -19,10 +19,11 @@ authorized, and builds and runs it in processes that hold no secret.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 import git
 
@@ -129,16 +130,28 @@ def _gate(event: CommentEvent, command: commands.Command | commands.Usage, threa
     return None
 
 
-def authorize(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None = None) -> Handled:
-    """Everything that needs the token before a GPU runner is taken: permission, usage, the pinned head."""
+@contextlib.contextmanager
+def _gated(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None
+           ) -> Iterator[tuple[CommentEvent, commands.Command | commands.Usage | None, Thread | None, Handled | None]]:
+    """The event read, its thread opened and the command gated (permission, usage): the early
+    answer when there is one; the thread closed on the way out."""
     event, command, reason = _read(event_path, job.config)
     if command is None:
-        return Handled("ignored", reason)
+        yield event, command, None, Handled("ignored", reason)
+        return
     thread = _thread(event, job.config, env, dry_run_dir)
     try:
-        gated = _gate(event, command, thread)
-        if gated is not None:
-            return gated
+        yield event, command, thread, _gate(event, command, thread)
+    finally:
+        thread.close()
+
+
+def authorize(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None = None) -> Handled:
+    """Everything that needs the token before a GPU runner is taken: permission, usage, the pinned head."""
+    with _gated(event_path, job, env, dry_run_dir) as (event, command, thread, early):
+        if early is not None:
+            return early
+        assert thread is not None and not isinstance(command, commands.Usage)  # _gate answered it
         head = thread.pull_head()
         if head is None:
             raise BadInput("--authorize-only needs GitHub to pin the PR head: not in a dry run")
@@ -148,22 +161,15 @@ def authorize(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_
                                    "comment is replaced by the results.\n")
         return Handled("authorized", f"{event.login} may run {verb}; PR head pinned at {head[:12]}", where, head,
                        repo=event.repo, pr=event.number, verb=verb)
-    finally:
-        thread.close()
 
 
 def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None = None,
            say: Callable[[str], None] = lambda s: None) -> Handled:
     """All stages in one process (local use): authorize, measure, post."""
-    event, command, reason = _read(event_path, job.config)
-    if command is None:
-        return Handled("ignored", reason)
-    thread = _thread(event, job.config, env, dry_run_dir)
-    try:
-        gated = _gate(event, command, thread)
-        if gated is not None:
-            return gated
-        assert not isinstance(command, commands.Usage)  # _gate answered it
+    with _gated(event_path, job, env, dry_run_dir) as (event, command, thread, early):
+        if early is not None:
+            return early
+        assert thread is not None and not isinstance(command, commands.Usage)  # _gate answered it
         pinned = thread.pull_head()  # None in a dry run: measured as fetched
         tag, verb = marker(run_id(event), event.number), command.verb
         thread.answer(tag, f"{tag}\n`{verb}` from @{event.login}: queued for the GPU on runner "
@@ -176,8 +182,6 @@ def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir
         result = thread.publish(plan)
         where = ", ".join(c.url for c in result.comments) or ", ".join(result.dry_run_files[:2])
         return replace(handled, answer=where)
-    finally:
-        thread.close()
 
 
 def measure(event_path: str | Path, job: Job, pinned: str, plan_out: Path,
