@@ -74,8 +74,8 @@ class FixResult:
             return "not measured"
         if tip.verdict is Verdict.DIFFERENT and tip.change_pct < 0:
             return "slower than the tip"
-        if par.verdict is Verdict.SAME:
-            return "restored"
+        if par.verdict is Verdict.SAME or -self.min_step_pct < par.ci95[0] <= par.ci95[1] < self.min_step_pct:
+            return "restored"  # back at the parent: the interval lies within the resolution
         tol = math.log1p(self.min_step_pct / 100.0)
         lo, hi = (math.log1p(x / 100.0) if x > -100 else -math.inf for x in tip.ci95)
         want = self.expected_pct(shape)
