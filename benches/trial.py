@@ -17,6 +17,7 @@ The spec and output formats are in docs/CONTRACTS.md.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 import json
 import os
 import statistics
@@ -148,12 +149,12 @@ def _guarded(run: Callable[[], Any]) -> Callable[[], Any]:
     return guarded
 
 
-def _control_failure(exc: BaseException, clock: Clock) -> str:
+def _control_failure(exc: BaseException, sync: Callable[[], None]) -> str:
     """Why the control failed; the exception again when the device itself no longer answers (a fault
     the subject left behind surfaces in the next call, whoever makes it: that is the subject's crash)."""
     print(traceback.format_exc(), file=sys.stderr, flush=True)
     try:
-        clock.sync()
+        sync()
     except Exception:
         raise exc from None
     cause = exc.__cause__ if isinstance(exc, ControlFailed) and exc.__cause__ is not None else exc
@@ -161,8 +162,10 @@ def _control_failure(exc: BaseException, clock: Clock) -> str:
 
 
 def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, phase: Phases,
-           key: str) -> tuple[KernelTimes, CallTimes]:
-    """Warm-up, the kernel times of `reps` interleaved repetitions, then call latency and host time."""
+           key: str, latency: bool) -> tuple[KernelTimes, CallTimes]:
+    """Warm-up, the kernel times of `reps` interleaved repetitions, then the host's time per call and,
+    where it matters (`latency`: the suite is decided on it, or the host's time is within reach of
+    the kernel's), the latency of back-to-back calls."""
     with phase("warmup", key):
         for _ in range(spec["warmup"]):
             for fn in fns:
@@ -171,40 +174,99 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
     with phase("timed", key):
         kernel = clock.kernel(fns, spec["reps"])
     with phase("calls", key):
-        calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]))
+        calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]),
+                            always=latency)
     return kernel, calls
+
+
+@dataclass
+class Staged:
+    """One shape's inputs and prepared calls, made before the device is taken where possible."""
+
+    inputs: Mapping[str, Any]
+    subj: Prepared
+    ctrl: Prepared | None
+    control_error: str | None
+    precompile: dict[str, Any] = field(default_factory=dict)  # how the first calls went off the device
+
+
+def stage_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock_sync: Callable[[], None],
+                subject: Backend, control: Backend | None, control_error: str | None) -> Staged:
+    """Random inputs from the trial's seed and both backends' prepared calls (nothing timed)."""
+    name = shape["suite"]
+    suite = suites.get(name)
+    inputs = suite.make_inputs(shape["params"], "cpu" if spec["device"] == "cpu" else "cuda", spec["seed"] + index)
+    subj = subject.prepare(name, inputs)
+    ctrl: Prepared | None = None
+    try:
+        if name in suites.SUITES:
+            ctrl = control.prepare(name, inputs) if control is not None else None
+        else:
+            ctrl = _brought_control(name, suite, inputs)
+    except Exception as exc:  # the control's, not the subject's
+        control_error = _control_failure(exc, clock_sync)
+    clock_sync()
+    return Staged(inputs, subj, ctrl, control_error)
+
+
+def precompile(staged: Staged) -> dict[str, Any]:
+    """The first calls of subject and control, captured into a CUDA graph that is never replayed:
+    the JIT compile or cache load, the module load, a library's plan (cuDNN, cuBLAS handles) all
+    happen on the host while no kernel runs on the device, so this may overlap another trial's timed
+    section (studies/precompile_overlap.py measures that it does not disturb it). A call that cannot
+    be captured (it synchronizes, autotunes, copies from the host) is left to the first call under
+    the device lock, as before; the reason is kept."""
+    start = time.perf_counter()
+    stream = torch.cuda.Stream()
+    done = []
+    try:
+        for who, prep in (("subject", staged.subj), ("control", staged.ctrl)):
+            if prep is None:
+                continue
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph, stream=stream, capture_error_mode="relaxed"):
+                    prep.run()
+            finally:
+                del graph
+            done.append(who)
+        status = "captured"
+    except Exception as exc:  # noqa: BLE001 - anything uncapturable runs under the lock instead
+        why = str(exc).strip().splitlines()
+        status = f"not captured ({', '.join(done) or 'nothing'} done): {type(exc).__name__}: {why[0][:200] if why else ''}"
+        torch.cuda.synchronize()  # a context the capture broke raises here: the trial crashes, as it would have
+    return {"precompile": status, "precompile_s": round(time.perf_counter() - start, 6)}
 
 
 def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock: Clock,
                   subject: Backend, control: Backend | None, phase: Phases,
-                  control_error: str | None = None) -> dict[str, Any]:
+                  control_error: str | None = None, staged: Staged | None = None,
+                  checked: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One shape: the subject's result. The control is the reference it is timed against; when the
     control cannot run (refused, raised, or `control_error` from setup), the subject is timed alone,
-    checked against the suite's reference, and the result says so (`control_status`), without a ratio."""
+    checked against the suite's reference, and the result says so (`control_status`), without a ratio.
+    `staged`: inputs and first calls made before the device was taken; `checked`: shape key ->
+    tolerance of the shapes whose output at this commit already passed the check in an earlier trial
+    (the check is then skipped: once per commit and shape, not once per trial)."""
     name = shape["suite"]
     suite = suites.get(name)
     params, key = shape["params"], shape["key"]
-    torch_device = "cpu" if spec["device"] == "cpu" else "cuda"
     flops = suite.flops(params)
     nbytes = suite.bytes(params) if callable(getattr(suite, "bytes", None)) else None
     convert = getattr(suite, "output", None) if name not in suites.SUITES else None
     result: dict[str, Any] = {"shape": key, "status": "crash", "flops": flops, "bytes": nbytes,
                               "seed": spec["seed"] + index}
-    ctrl: Prepared | None = None
-    with phase("inputs", key):
-        inputs = suite.make_inputs(params, torch_device, spec["seed"] + index)
-        subj = subject.prepare(name, inputs)
-        try:
-            if name in suites.SUITES:
-                ctrl = control.prepare(name, inputs) if control is not None else None
-            else:
-                ctrl = _brought_control(name, suite, inputs)
-        except Exception as exc:  # the control's, not the subject's
-            control_error = _control_failure(exc, clock)
-        clock.sync()
+    if staged is None:
+        with phase("inputs", key):
+            staged = stage_shape(shape, index, spec, clock.sync, subject, control, control_error)
+    result.update(staged.precompile)
+    inputs, subj, ctrl, control_error = staged.inputs, staged.subj, staged.ctrl, staged.control_error
+    atol, rtol = tolerance(spec, name, suite, params)
+    skip_check = checked is not None and list(checked.get(key) or ()) == [atol, rtol]
 
     with phase("compile", key):
-        out, result["compile_s"] = clock.wall(subj.run)
+        out, first_s = clock.wall(subj.run)
+    result["compile_s"] = first_s + float(staged.precompile.get("precompile_s") or 0.0)
     expected: Any = None
     if ctrl is not None:
         # The control's first call apart, as the subject's: a library's JIT (aiter builds its modules
@@ -212,28 +274,33 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
         with phase("control_compile", key):
             try:
                 ref, result["control_first_s"] = clock.wall(ctrl.run)
-                expected = ctrl.output(ref)
+                expected = None if skip_check else ctrl.output(ref)
                 del ref
             except Exception as exc:
-                ctrl, control_error = None, _control_failure(exc, clock)
-    with phase("check", key):
-        got = subj.output(out)
-        if ctrl is None:
-            expected = suite.reference(inputs)
-        if callable(convert):
-            got, expected = convert(got), (convert(expected) if ctrl is not None else expected)
-        atol, rtol = tolerance(spec, name, suite, params)
-        check = compare(got, expected, atol, rtol)
-        del out, got, expected
-    result.update(max_abs_err=check.max_abs_err, max_rel_err=check.max_rel_err, mismatched=check.mismatched,
-                  tolerance=[atol, rtol])
+                ctrl, control_error = None, _control_failure(exc, clock.sync)
+    if skip_check:
+        result.update(check="skipped: this commit's output passed in an earlier trial", tolerance=[atol, rtol])
+        check = None
+        del out
+    else:
+        with phase("check", key):
+            got = subj.output(out)
+            if ctrl is None:
+                expected = suite.reference(inputs)
+            if callable(convert):
+                got, expected = convert(got), (convert(expected) if ctrl is not None else expected)
+            check = compare(got, expected, atol, rtol)
+            del out, got, expected
+        result.update(check="done", max_abs_err=check.max_abs_err, max_rel_err=check.max_rel_err,
+                      mismatched=check.mismatched, tolerance=[atol, rtol])
 
+    latency = spec.get("timing", {}).get(name) == "latency"
     try:
         kernel, calls = _timed([subj.run] + ([_guarded(ctrl.run)] if ctrl is not None else []), spec, clock, phase,
-                               key)
+                               key, latency)
     except ControlFailed as exc:
-        ctrl, control_error = None, _control_failure(exc, clock)
-        kernel, calls = _timed([subj.run], spec, clock, phase, key)
+        ctrl, control_error = None, _control_failure(exc, clock.sync)
+        kernel, calls = _timed([subj.run], spec, clock, phase, key, latency)
     if ctrl is not None and ctrl.impl:
         result["control_impl"] = ctrl.impl
     times = kernel.times
@@ -253,8 +320,8 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
         # GPUs throttle under power-bound kernels: keep the repetitions at full clock. On the CPU the
         # median of all repetitions was steadier (ratio CV 1.0-4.5% against 1.8-4.4%, 8+8 trials).
         result["ratio"] = result["ratio_all_reps"] if spec["device"] == "cpu" else peak_clock_ratio(times[0], times[1])
-    result["status"] = "ok" if check.ok else "wrong"
-    if not check.ok:
+    result["status"] = "ok" if check is None or check.ok else "wrong"
+    if check is not None and not check.ok:
         result["error"] = check.describe(atol, rtol)
     return result
 
@@ -328,6 +395,46 @@ def _pytest_shapes(shape: Mapping[str, Any], spec: Mapping[str, Any], out_path: 
             return [_failure(s["key"], exc) for s in group]
 
 
+def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException], control: Backend | None,
+               control_error: str | None, phase: Phases) -> dict[str, Staged]:
+    """On a GPU, before the device is taken: every shape's inputs, prepared calls and precompiled
+    first calls (`precompile`), so that the device lock is held for timed work. A shape that fails
+    here is staged again under the lock, where its failure is recorded as before."""
+    staged: dict[str, Staged] = {}
+    if spec["device"] == "cpu" or not spec.get("precompile", True) or not torch.cuda.is_available():
+        return staged
+    for index, shape in enumerate(spec["shapes"]):
+        subject = subjects.get(shape["suite"])
+        if subject is None or isinstance(subject, BaseException) \
+                or subject_specs(spec)[shape["suite"]].get("adapter") == "pytest":
+            continue
+        key = shape["key"]
+        with phase("precompile", key):
+            try:
+                one = stage_shape(shape, index, spec, torch.cuda.synchronize, subject, control,
+                                  control_error if shape["suite"] in suites.SUITES else None)
+                one.precompile = precompile(one)
+                staged.setdefault(key, one)
+            except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
+                print(traceback.format_exc(), file=sys.stderr, flush=True)
+                torch.cuda.synchronize()
+    return staged
+
+
+def _checked(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Shape key -> tolerance of the shapes whose output at this commit passed the check in an
+    earlier trial: the bot writes that file as it stores each trial, and the trial reads it with the
+    device held (the commit's first trial has released it by then)."""
+    path = spec.get("checked_path")
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _open_device(device: str) -> None:
     """Create the device context before queueing for the device: an allocation, no kernel."""
     if device != "cpu" and torch.cuda.is_available():
@@ -363,6 +470,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
             control_error = str(exc) if isinstance(exc, BackendUnavailable) else f"{type(exc).__name__}: {exc}"
         subjects = _load_subjects(spec, device)
         _open_device(device)
+        staged = _stage_all(spec, subjects, control, control_error, phase)
         write_json(out_path, output)
 
     with phase("queue"):
@@ -372,6 +480,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
             clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, caches)
             peak = machine.device_peak_gbps(device)
+            checked = _checked(spec)
             measured: set[str] = set()
             for index, shape in enumerate(spec["shapes"]):
                 if shape["key"] in measured:
@@ -385,7 +494,8 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
                     assert subject is not None
                     try:
                         results = [measure_shape(shape, index, spec, clock, subject, control, phase,
-                                                 control_error if shape["suite"] in suites.SUITES else None)]
+                                                 control_error if shape["suite"] in suites.SUITES else None,
+                                                 staged.pop(shape["key"], None), checked)]
                     except Exception as exc:
                         print(traceback.format_exc(), file=sys.stderr, flush=True)
                         results = [_failure(shape["key"], exc)]

@@ -175,8 +175,41 @@ def test_profiler_path_sums_each_calls_kernels(flush) -> None:
 @needs_cuda
 @pytest.mark.gpu
 def test_cuda_trial_records_the_method_and_latency(tmp_path) -> None:
-    out = trial.run(spec(device="cuda", control="torch_cuda", flush_mb=64), tmp_path / "out.json")
+    latency = dict(spec(device="cuda", control="torch_cuda", flush_mb=64), timing={"gemm": "latency", "fa": "latency"})
+    out = trial.run(latency, tmp_path / "out.json")
     for r in out["results"]:
         assert r["status"] == "ok" and r["kernel_method"] in kernel_time.DEVICE_METHODS, r
         assert len(r["subject_latency_ms"]) == 3 and len(r["subject_host_ms"]) == 3 * r["latency_calls"]
         assert r["latency_ratio"] > 0
+        # inputs drawn and first calls captured before the device was taken; the check ran
+        assert r["precompile"] == "captured" and r["check"] == "done" and r["precompile_s"] > 0, r
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_cuda_latency_batches_only_where_the_host_matters(tmp_path) -> None:
+    """Kernel timing on device-bound shapes: the host's time per call is kept, the latency batches
+    (device time) are not run; a host-bound call still gets them."""
+    out = trial.run(spec(device="cuda", control="torch_cuda", flush_mb=64), tmp_path / "out.json")
+    for r in out["results"]:
+        kernel, host = kernel_time.median(r["subject_ms"]), kernel_time.median(r["subject_host_ms"])
+        assert r["status"] == "ok" and host is not None and kernel is not None, r
+        if host < 0.25 * kernel:
+            assert r["subject_latency_ms"] == [] and r["latency_calls"] == 0, r
+        else:
+            assert len(r["subject_latency_ms"]) == 3, r
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_subject_that_cannot_be_captured_compiles_under_the_lock(tmp_path) -> None:
+    """Precompile is best effort: a first call that synchronizes is not captured, says why, and the
+    trial measures it as before (its first call under the device lock)."""
+    (tmp_path / "synckern.py").write_text("import torch\n\ndef mm(a, b, **kwargs):\n    out = a @ b\n"
+                                         "    torch.cuda.synchronize()\n    return out\n")
+    one = dict(spec(entry="synckern:mm", device="cuda", control="torch_cuda", flush_mb=64),
+               source_dirs=[str(tmp_path)])
+    out = trial.run(one, tmp_path / "out.json")
+    for r in out["results"]:
+        assert r["status"] == "ok" and r["precompile"].startswith("not captured"), r
+    assert "precompile" in [p[0] for p in out["phases"]]

@@ -52,7 +52,7 @@ class TrialJob:
     seed: int
     slot: int = 0  # which trial of this (commit, patch) it is: names its dir and log
     first: bool = False  # empty the commit's JIT cache dirs first: this trial compiles cold
-    after: Future | None = None  # do not take a device before this trial has released its own
+    after: Future | None = None  # do not take a device before this trial has ended and been stored
     lane: int | None = None  # run on devices[lane % n] (side-by-side rounds spread each commit evenly)
     patch: str | None = None  # the patch text of a patched build: a remote worker builds it again
 
@@ -316,8 +316,10 @@ class Executor:
                            key=lambda r: r.seq)
         for run in queue:
             after = run.job.after
-            if after is not None and not after.done() and not getattr(after, "released", False):
-                continue  # waits for its commit's cold first trial; later ones may pass
+            if after is not None and not after.done():
+                # waits for its commit's cold first trial to be stored (its check noted: the later
+                # ones skip theirs); trials of other commits may pass
+                continue
             if run.state != "wants":
                 return  # the next in line is still setting up: keep the order
             if not self._take_file_lock(device):
@@ -349,7 +351,6 @@ class Executor:
                 self._file_locks[run.device].release()
             if "release" not in run.t:
                 run.t["release"] = time.time()
-            setattr(run.future, "released", True)
 
     def _on_message(self, worker: Worker) -> None:
         messages = worker.lines.read()

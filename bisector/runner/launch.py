@@ -96,7 +96,7 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
 
     extra = {k: raw[k] for k in ("flops", "seed", "control_first_s", "mismatched", "tolerance", "bytes", "subject_gbps",
                                  "control_gbps", "peak_gbps", "control_impl", "benchmark", "latency_calls",
-                                 "kernel_fallback", "control_status", "control_error") if k in raw}
+                                 "kernel_fallback", "control_status", "control_error", "check", "precompile", "precompile_s") if k in raw}
     return TrialRecord(
         sha=sha, shape=str(raw["shape"]), status=status,
         subject_ms=tuple(raw.get("subject_ms") or ()), control_ms=tuple(raw.get("control_ms") or ()),
@@ -200,10 +200,39 @@ class TrialFiles:
         tdir = self.work / "trials" / tag / f"{job.slot:03d}-{stamp}-{os.getpid()}-{n}"
         tdir.mkdir(parents=True, exist_ok=True)
         spec = build_spec(self.config, job.build, None, seed=job.seed, shapes=job.shapes)
+        spec["checked_path"] = str(self.checked_path(job))
         (tdir / "spec.json").write_text(json.dumps(spec, indent=1))
         env, unset = trial_env(self.config, job.build, self.work, device, job.first, self.base_env)
         cpu = device % (os.cpu_count() or 1) if self.pin_cpu else None
         return Prepared(tdir / "spec.json", tdir / "out.json", tdir / "log.txt", tdir, env, unset, cpu)
+
+
+    def checked_path(self, job: TrialJob) -> Path:
+        """The file naming the shapes whose output at this build passed the correctness check, with
+        their tolerance: written by the bot as it stores each trial, read by the later trials of the
+        build with the device held, which then skip the check (once per commit and shape). Outside
+        the dirs a trial may write."""
+        tag = job.build.sha + (f"-{job.build.patch_hash}" if job.build.patch_hash else "")
+        return self.work / "checked" / f"{tag}.json"
+
+    def records(self, job: TrialJob, prepared: Prepared, out: Mapping[str, Any],
+                info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
+        """`records`, and the shapes this trial checked and passed noted for the build's later trials."""
+        recs = records(job, prepared, out, info)
+        passed = {r.shape: list(r.protocol.get("tolerance") or ()) for r in recs
+                  if r.status is TrialStatus.OK and r.max_abs_err is not None and r.protocol.get("tolerance")}
+        if passed:
+            path = self.checked_path(job)
+            with self._lock:
+                try:
+                    known = json.loads(path.read_text())
+                except (OSError, ValueError):
+                    known = {}
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps({**known, **passed}, indent=1))
+                os.replace(tmp, path)
+        return recs
 
 
 def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str] | None = None,
@@ -222,7 +251,7 @@ def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str
     return Executor(make_source(kind, base, default_preload(config), work / "workers", writable,
                                 gpu=config.device != "cpu"), config.devices,
                     config.device,
-                    files.prepare, records, ahead=default_ahead(config) if ahead is None else ahead,
+                    files.prepare, files.records, ahead=default_ahead(config) if ahead is None else ahead,
                     timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,
                     memory_bytes=memory_limit(config), lock_devices=lock_devices)
 

@@ -48,6 +48,7 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
         "cpu_clock": config.protocol.cpu_clock,
         "seed": seed,
         "tolerances": tolerances,
+        "timing": {name: config.thresholds.timing_of(name) for name in subjects},
     }
     modules = {name: {"module": m.module, "path": m.path} for name, m in config.suite_modules.items() if name in subjects}
     if modules:  # only when there are: the spec of a config without brought suites is as it was
