@@ -139,29 +139,56 @@ class Clock:
                 out[i].append((self._now() - t0) / 1e6)
         return out
 
-    def kernel(self, fns: list[Callable[[], Any]], reps: int) -> kernel_time.KernelTimes:
+    def host(self, fns: list[Callable[[], Any]]) -> HostShare | None:
+        """The host's own time per call (HOST_SAMPLES calls each, launched on an idle queue and not
+        waited for) against the time of one synchronized call; None on the CPU (the call is the kernel)."""
+        if not self.gpu:
+            return None
+        host = [kernel_time.host_times(fn, HOST_SAMPLES) for fn in fns]
+        calls = [self.wall(fn)[1] * 1e3 for fn in fns]
+        return HostShare(host, calls)
+
+    def kernel(self, fns: list[Callable[[], Any]], reps: int, host: HostShare | None = None) -> kernel_time.KernelTimes:
         """Cold-cache kernel time per call with the host out of the loop (benches/kernel_time.py):
-        on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time."""
+        on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time.
+        Where every call's kernel outlasts its host time by far (`host.device_bound`), the launch
+        queue runs ahead of the device after the first repetition and plain events hold the kernel
+        alone: one pass of the repetitions instead of a graph's warm-up and two replays."""
         if self.gpu:
+            if host is not None and host.device_bound:
+                return kernel_time.gpu_kernel_times(fns, reps, self.flush, order=(kernel_time.EVENTS,))
             return kernel_time.gpu_kernel_times(fns, reps, self.flush)
         return kernel_time.KernelTimes(self.kind, self.interleaved(fns, reps))
 
     def calls(self, fns: list[Callable[[], Any]], kernel: kernel_time.KernelTimes, batches: int,
-              always: bool = True) -> kernel_time.CallTimes:
+              host: HostShare | None = None, always: bool = True) -> kernel_time.CallTimes:
         """The host's time per call and the latency of back-to-back calls beside the kernel time (on
         the CPU the same samples). The latency batches cost device time (0.7 s a trial on the H200
-        demo's attention), so unless `always` they run only where the host's time per call reaches
-        HOST_SHARE of the kernel's: elsewhere the latency is the kernel time and only the host's
-        time is kept (the report's host-bound figures need nothing more)."""
+        demo's attention), so unless `always` they run only where the call is not device-bound:
+        elsewhere the latency is the kernel time and only the host's time is kept (the report's
+        host-bound figures need nothing more)."""
         if not self.gpu:
             return kernel_time.cpu_calls(kernel.times)
-        host = [kernel_time.host_times(fn, HOST_SAMPLES) for fn in fns]
+        host = host or self.host(fns)
+        assert host is not None
+        if not always and host.device_bound:
+            return kernel_time.CallTimes([[] for _ in fns], host.host_ms, 0)
         slowest = max((kernel_time.median(t) or 0.0) for t in kernel.times)
-        fastest = min((kernel_time.median(t) or 0.0) for t in kernel.times)
-        if not always and max(statistics.median(h) for h in host) < HOST_SHARE * fastest:
-            return kernel_time.CallTimes([[] for _ in fns], host, 0)
-        _, host_s = self.wall(lambda: [fn() for fn in fns])  # a host-bound call is sized by its host time
-        return kernel_time.gpu_calls(fns, batches, kernel_time.batch_calls(max(slowest, host_s * 1e3)))
+        # a host-bound call is sized by its host time
+        return kernel_time.gpu_calls(fns, batches, kernel_time.batch_calls(max(slowest, max(host.call_ms))))
+
+
+@dataclass(frozen=True)
+class HostShare:
+    """Per fn: the host's own time per call (ms, samples) and one synchronized call's time (ms)."""
+
+    host_ms: list[list[float]]
+    call_ms: list[float]
+
+    @property
+    def device_bound(self) -> bool:
+        """Every fn's host time is under HOST_SHARE of its call's time (the kernel dominates)."""
+        return all(statistics.median(h) < HOST_SHARE * c for h, c in zip(self.host_ms, self.call_ms))
 
 
 def tflops(flops: float, ms: float) -> float:

@@ -171,11 +171,12 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
             for fn in fns:
                 fn()
         clock.sync()
+        host = clock.host(fns)
     with phase("timed", key):
-        kernel = clock.kernel(fns, spec["reps"])
+        kernel = clock.kernel(fns, spec["reps"], host)
     with phase("calls", key):
         calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]),
-                            always=latency)
+                            host, always=latency)
     return kernel, calls
 
 

@@ -39,7 +39,8 @@ from bisector.pipeline import search_settings
 from bisector.search import localize
 
 # The knobs that move a CPU shape or break a commit; the rest are neutral.
-PLANTED = ("fa_remap", "fastmath", "group_m", "num_stages", "gemm_tuned", "k_mask_bug", "fa_window")
+PLANTED = ("fa_remap", "fastmath", "group_m", "num_stages", "gemm_tuned", "k_mask_bug", "fa_window", "decode_tile",
+           "dispatch_split_k")
 
 
 def classes() -> list[tuple | None]:
@@ -47,13 +48,16 @@ def classes() -> list[tuple | None]:
     return [None if s["utils_import"] and not s["utils_file"] else tuple(s[k] for k in PLANTED) for s in states()]
 
 
-def pools(store: Path, commits: Sequence[str], shapes: Sequence[str]) -> tuple[dict, dict]:
+def pools(store: Path | list[Path], commits: Sequence[str], shapes: Sequence[str], speed: Sequence[str] = ()) -> tuple[dict, dict]:
     """(class, shape) -> stored samples of the search's trials; class -> shapes that were wrong."""
     kinds = classes()
     where = {sha: kinds[i] for i, sha in enumerate(commits)}
     values: dict[tuple, list[float]] = defaultdict(list)
     wrong: dict[tuple, set[str]] = defaultdict(set)
-    for sha, shape, status, ratio in trials(store):
+    for sha, shape, status, ratio, tflops in [t for one in (store if isinstance(store, list) else [store])
+                                              for t in trials(one)]:
+        if shape.split("/", 1)[0] in speed:  # the suite is decided on the subject's own speed
+            ratio = tflops
         kind = where.get(sha)
         if kind is None or shape not in shapes:
             continue
@@ -64,15 +68,16 @@ def pools(store: Path, commits: Sequence[str], shapes: Sequence[str]) -> tuple[d
     return values, wrong
 
 
-def trials(store: Path) -> list[tuple[str, str, str, float | None]]:
-    """(sha, shape, status, ratio) of the search's trials (no patch) from a store, or from a CSV of
+def trials(store: Path) -> list[tuple[str, str, str, float | None, float | None]]:
+    """(sha, shape, status, ratio, subject TFLOP/s) of the search's trials (no patch) from a store, or from a CSV of
     `bisector store export` (studies/results/demo-replay-*.csv keep those columns of two runs)."""
     if store.suffix == ".csv":
         with open(store, newline="") as f:
-            return [(r["sha"], r["shape"], r["status"], float(r["ratio"]) if r["ratio"] else None)
+            return [(r["sha"], r["shape"], r["status"], float(r["ratio"]) if r["ratio"] else None,
+                     float(r["subject_tflops"]) if r.get("subject_tflops") else None)
                     for r in csv.DictReader(f) if not r.get("patch_hash")]
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-        return db.execute("SELECT sha, shape, status, ratio FROM trials WHERE patch_hash IS NULL OR patch_hash = ''"
+        return db.execute("SELECT sha, shape, status, ratio, subject_tflops FROM trials WHERE patch_hash IS NULL OR patch_hash = ''"
                           ).fetchall()
 
 
@@ -126,7 +131,7 @@ class ReplayProbe:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("store", type=Path)
+    ap.add_argument("store", type=Path, nargs="+", help="one or more stores (or CSVs): their trials pooled by class")
     ap.add_argument("--replays", type=int, default=400)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--extra-cv", type=float, default=0.0)
@@ -134,19 +139,23 @@ def main() -> None:
     ap.add_argument("--rechecks", type=int, default=None, help="passes of the search's step 5 (default: the search's)")
     ap.add_argument("--trials", type=int, default=None, help="first trials per commit (default: the config's)")
     ap.add_argument("--shapes", default="fa/s1024,gemm/tall", help="the end-to-end test's two shapes")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="which demo config and plants (cuda: a store of `bisector demo --device cuda`)")
     args = ap.parse_args()
     shapes = args.shapes.split(",")
 
     with tempfile.TemporaryDirectory(prefix="demo-replay-") as tmp:
         manifest = write_demo_repo(Path(tmp, "demo"))
-        settings = search_settings(demo_config("cpu", Path(tmp, "demo")))
+        config = demo_config(args.device, Path(tmp, "demo"))
+        settings = search_settings(config)
     commits = list(manifest.commits)
-    planted = {p.sha: f"#{p.pr}" for p in manifest.steps("cpu")}
+    planted = {p.sha: f"#{p.pr}" for p in manifest.steps(args.device) if any(s in shapes for s in p.shapes(args.device))}
+    speed = [suite for suite in {s.split("/", 1)[0] for s in shapes} if config.thresholds.metric_of(suite) == "speed"]
     if args.rechecks is not None:
         settings = dataclasses.replace(settings, rechecks=args.rechecks)
     if args.trials is not None:
         settings = dataclasses.replace(settings, initial_repeats=args.trials)
-    values, wrong = pools(args.store, commits, shapes)
+    values, wrong = pools(args.store, commits, shapes, speed)
     for kind in sorted({k for k, _ in values}, key=str):
         line = ", ".join(f"{s} {np.median(values[(kind, s)]):.3f} (n={len(values[(kind, s)])})"
                          for s in shapes if (kind, s) in values)

@@ -67,13 +67,14 @@ def variants(scratch: str) -> list[tuple[str, list[str]]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--only", default="", help="run only the variants whose name contains this")
     args = parser.parse_args(argv)
     scratch = os.path.abspath("scratch-sandbox-cuda")
     os.makedirs(scratch, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     lines = [f"# {time.strftime('%Y-%m-%d %H:%M')}, uid {os.getuid()}, kernel {os.uname().release}",
              f"# {'variant':38s} result"]
-    for name, cmd in variants(scratch):
+    for name, cmd in [v for v in variants(scratch) if args.only in v[0]]:
         t0 = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
         out = (proc.stdout.strip().splitlines() or [""])[-1]

@@ -163,7 +163,9 @@ def default_ahead(config: Config) -> int:
         return config.protocol.ahead
     if config.device == "cpu":
         return 0
-    return max(1, min(3, (os.cpu_count() or 4) // (4 * len(config.devices))))
+    # Setup and precompile (off the device) take ~5 s a trial on the H200 demo, the device ~1 s:
+    # about five trials must prepare at once to keep it fed.
+    return max(1, min(6, (os.cpu_count() or 4) // (2 * len(config.devices))))
 
 
 def memory_limit(config: Config) -> int:

@@ -258,7 +258,7 @@ class _State:
         return all(self.samples(k, s) for s in need)
 
     def sized(self, shapes: Iterable[str], other: int, enough: Callable[[float, int], bool], otherwise: int) -> int:
-        """The fewest trials n in [first_look, initial_repeats) a commit needs against one with
+        """The fewest trials n in [first_look, max(initial_repeats, otherwise)) a commit needs against one with
         `other` trials for `enough(sd, n)` to hold in every shape, with the trial noise sd pooled over
         the run; `otherwise` when none does or that noise is not known yet. Trials sized to the
         effect: a quiet machine decides with one trial a side what a noisy one needs many for."""
@@ -267,7 +267,8 @@ class _State:
         if not sds or any(sd is None for sd in sds):
             return otherwise
         worst = max(sd[0] for sd in sds if sd is not None)
-        return next((n for n in range(st.first_look, st.initial_repeats) if enough(worst, n)), otherwise)
+        return next((n for n in range(st.first_look, max(st.initial_repeats, otherwise)) if enough(worst, n)),
+                    otherwise)
 
     def first_repeats(self, shapes: Iterable[str], other: int) -> int:
         """Trials a newly measured commit gets first: as few as show "no step" at once against a
