@@ -306,8 +306,8 @@ def test_a_build_step_writes_only_its_own_dirs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 @needs_sandbox
 def test_a_trial_runs_on_its_device_and_says_how_it_was_confined(tmp_path: Path, device: str) -> None:
-    """A CPU trial runs inside the sandbox; a CUDA trial runs in the fence only (CUDA did not
-    initialize inside the namespaces on an H200 host), measures, and its record says so."""
+    """A trial runs inside the sandbox on the CPU and on a GPU (whose driver initializes there:
+    the namespace's own /proc is writable), measures, and its record says so."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "kern.py").write_text("import os\n\ndef mm(a, b):\n    assert os.getpid() != 1\n    return a @ b\n")
@@ -317,7 +317,23 @@ def test_a_trial_runs_on_its_device_and_says_how_it_was_confined(tmp_path: Path,
     rec = outcome.records[0]
     assert rec.status is TrialStatus.OK, rec.error + rec.log_tail
     assert rec.machine["device_kind"] == device
-    assert rec.protocol["isolation"] == ("sandbox" if device == "cpu" else "fence only: " + sandbox.GPU_UNSANDBOXED)
+    assert rec.protocol["isolation"] == "sandbox" and sandbox.gpu_inside() == ""
+
+
+@needs_sandbox
+def test_the_sandboxs_own_proc_is_writable_but_its_kernel_wide_parts(tmp_path: Path) -> None:
+    """CUDA needs a writable /proc inside the namespaces (error 304 otherwise, on an H200): the
+    sandbox's own /proc is writable (a thread renames itself), /proc/sys and the like are not."""
+    script = ("import os\n"
+              "open(f'/proc/self/task/{os.getpid()}/comm', 'w').write('renamed')\n"
+              "print(open('/proc/self/comm').read().strip())\n"
+              "try:\n    open('/proc/sys/kernel/hostname', 'w').write('pwned')\nexcept OSError as e:\n"
+              "    print('refused', e.errno)\n")
+    out = subprocess.run(sandbox.command([sys.executable, "-I", "-S", "-c", script]), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["renamed", "refused", "30"], out.stdout  # 30: EROFS
+    assert sandbox.gpu_inside() == "" or "did not initialize" in sandbox.gpu_inside()
 
 
 def test_the_isolation_is_probed_and_said(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ import pytest
 from bisector.build import Builder
 from bisector.config import Build, BuildStep, Upstream
 from bisector.model import BuildStatus
+from bisector.runner import sandbox
 from bisector.runner.sandbox import probe as sandbox_probe
 from tests.devices import CONTROL, DEVICES
 from tests.fakegithub import FakeGitHub
@@ -211,8 +212,9 @@ def test_no_token_reaches_the_build_the_import_check_or_the_kernel(tmp_path: Pat
             # the probe really read: its own environment, and the bot's environ among its ancestors'
             assert r["environ"].get("CANARY_SETTING") == CANARY, kind
             bots = [a for a in r["ancestors"] if " -m bisector run " in a["cmdline"]]
-            # its own PID namespace: no ancestor beyond the sandbox's init (a GPU's trials: the fence only)
-            if sandbox_probe().sandboxed and not (device != "cpu" and kind == "kernel"):
+            # its own PID namespace: no ancestor beyond the sandbox's init (a GPU's trials too, where
+            # its driver initializes inside: sandbox.applies)
+            if sandbox_probe().sandboxed and (device == "cpu" or kind != "kernel" or sandbox.applies(gpu=True)):
                 assert not bots and all(a["pid"] > 1 for a in r["ancestors"]), kind
             else:
                 assert len(bots) == 1 and f"CANARY_SETTING={CANARY}" in bots[0]["environ"], kind

@@ -33,10 +33,18 @@ INIT = str(Path(__file__).with_name("sandbox_init.py"))
 UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc")
 SHM_MB = 1024  # a trial's (or build step's) private /dev/shm
 SWITCH_ENV = "BISECTOR_SANDBOX"
-# Measured on an H200 host (torch 2.11, driver 580): inside these namespaces CUDA does not initialize
-# (cudaGetDeviceCount: error 304, "OS call failed or operation not supported"), so GPU trials run in
-# the fence with its subreapers only, until the cause is found.
-GPU_UNSANDBOXED = "GPU trials: fence and subreapers only (CUDA did not initialize inside the namespaces: error 304)"
+# Whether the GPU's driver initializes inside a sandbox, asked once per bot process (a few ms: no
+# torch). On an H200 host it did not while /proc was read-only (error 304; sandbox_init keeps the
+# namespace's own /proc writable since). Where it does not, GPU trials run in the fence only.
+GPU_INIT = """import ctypes, sys
+for lib, init in (("libcuda.so.1", "cuInit"), ("libamdhip64.so", "hipInit")):
+    try:
+        fn = getattr(ctypes.CDLL(lib), init)
+    except (OSError, AttributeError):
+        continue
+    print(lib, fn(0)); sys.exit(0)
+print("no GPU driver")
+"""
 WRITABLE_ENV = "BISECTOR_SANDBOX_WRITABLE"
 
 
@@ -115,28 +123,48 @@ def probe() -> Isolation:
     problems = [what for what, ok in (("own PID namespace", seen.get("pid") == 1),
                                       ("no capabilities", int(seen.get("cap_eff") or "1", 16) == 0),
                                       ("writable dirs", seen.get("rw_ok")), ("hidden dirs", seen.get("hidden")),
-                                      ("read-only root", seen.get("root_ro"))) if not ok]
+                                      ("read-only root", seen.get("root_ro")),
+                                      ("read-only /proc/sys", seen.get("proc_sys_ro"))) if not ok]
     if problems:
         return Isolation(False, "the probe found no " + ", ".join(problems), **common)
     return Isolation(True, **common)
 
 
+@lru_cache(maxsize=1)
+def gpu_inside() -> str:
+    """"" when a GPU driver initializes inside the sandbox (or there is none to ask), else why not."""
+    if not probe().sandboxed:
+        return probe().reason
+    try:
+        out = subprocess.run(command([sys.executable, "-I", "-S", "-c", GPU_INIT]), capture_output=True, text=True,
+                             timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the GPU probe failed: {exc}"
+    said = (out.stdout.strip().splitlines() or [""])[-1]
+    if out.returncode == 0 and (said.endswith(" 0") or said == "no GPU driver"):
+        return ""
+    return f"the GPU driver did not initialize inside the namespaces ({said or out.stderr.strip()[-200:]})"
+
+
 def applies(gpu: bool) -> bool:
-    """Whether commands of a run on this device are sandboxed: where the host allows it, and not on a GPU."""
-    return probe().sandboxed and not gpu
+    """Whether commands of a run on this device are sandboxed: where the host allows it, and for a
+    GPU's trials where its driver initializes inside."""
+    return probe().sandboxed and (not gpu or not gpu_inside())
 
 
 def trial_isolation(gpu: bool) -> str:
     """The isolation one trial record names."""
     if applies(gpu):
         return "sandbox"
-    return f"none: {probe().reason}" if not probe().sandboxed else "fence only: " + GPU_UNSANDBOXED
+    return f"none: {probe().reason}" if not probe().sandboxed else f"fence only: GPU trials: {gpu_inside()}"
 
 
 def run_isolation(device: str) -> str:
     """The report header's isolation line for a run on `device` ("cpu", "cuda", "rocm")."""
     text = probe().describe()
-    return text if device == "cpu" or not probe().sandboxed else f"{text}; {GPU_UNSANDBOXED}"
+    if device == "cpu" or applies(gpu=True) or not probe().sandboxed:
+        return text
+    return f"{text}; GPU trials: fence and subreapers only ({gpu_inside()})"
 
 
 def wrap(argv: Sequence[str], writable: Sequence[str | Path], hidden: Sequence[str | Path] | None = None,

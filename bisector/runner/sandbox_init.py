@@ -7,7 +7,8 @@ Run by path (stdlib only, nothing of bisector is imported, like fence.py). `unsh
 user, mount and PID namespaces and a /proc that shows only the sandbox's processes (no ancestor's
 environ). Here, with the capabilities it holds in its own user namespace:
 
-1. every mount is made read-only (mount_setattr, recursively; older kernels: one remount each);
+1. every mount is made read-only (mount_setattr, recursively; older kernels: one remount each), but
+   the namespace's own /proc, which CUDA needs writable (its kernel-wide parts stay read-only);
 2. each --rw dir is bound onto itself writable (the trial's dirs, its JIT cache, its scratch);
 3. each --hide dir is covered by an empty read-only tmpfs (the bot's own package);
 4. /dev/shm becomes a private tmpfs of --shm-mb MiB, gone with the sandbox;
@@ -106,8 +107,25 @@ def drop_capabilities() -> None:
     _check(libc.syscall(126 if os.uname().machine == "x86_64" else 91, header, data), "capset")
 
 
+# The kernel-wide parts of /proc, kept read-only when the rest of the namespace's own /proc is made
+# writable again (the paths container runtimes keep read-only).
+PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+
+
+def writable_proc() -> None:
+    """The sandbox's own /proc (it shows only the sandbox's processes) writable, but for
+    PROC_READONLY. CUDA does not initialize with a read-only /proc (cudaGetDeviceCount: error 304 on
+    an H200; every other mount read-only it does: studies/results/h200-sandbox-cuda.txt)."""
+    set_readonly("/proc", False, recursive=False)
+    for path in PROC_READONLY:
+        if os.path.exists(path):
+            mount(path, path, None, MS_BIND | MS_REC)
+            set_readonly(path, True, recursive=True)
+
+
 def setup(rw: list[str], hide: list[str], shm_mb: int) -> None:
     set_readonly("/", True, recursive=True)
+    writable_proc()
     for path in rw:
         if os.path.isdir(path):
             mount(path, path, None, MS_BIND | MS_REC)
@@ -142,6 +160,7 @@ def probe(rw: list[str], hide: list[str]) -> dict[str, object]:
                                                                           if p.isdigit()),
             "rw_ok": all(writable(p) for p in rw), "hidden": all(not os.listdir(p) for p in hide),
             "root_ro": not writable(os.path.dirname(os.path.abspath(__file__))),
+            "proc_sys_ro": all(os.statvfs(p).f_flag & os.ST_RDONLY for p in PROC_READONLY if os.path.exists(p)),
             "shm_tmpfs": os.statvfs("/dev/shm").f_blocks > 0 if os.path.isdir("/dev/shm") else False}
 
 
