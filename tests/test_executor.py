@@ -129,7 +129,6 @@ def test_runaway_memory_is_killed_and_recorded(tmp_path: Path, src: Path, device
         assert outcome.timeline.go is not None and outcome.timeline.release is not None, outcome.timeline
     else:
         assert outcome.timeline.assigned is not None and outcome.timeline.go is None, outcome.timeline
-        assert "precompile" in (tmp_path / "work" / rec.protocol["log_path"]).read_text() or rec.log_tail
 
 
 def test_a_cancelled_trial_never_takes_the_device(tmp_path: Path, src: Path) -> None:
