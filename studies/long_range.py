@@ -1,0 +1,105 @@
+"""A real library's range length with one step: how long from a cold start to a verified culprit
+and its measured revert (issue 23: a 389-commit range in <= 60 s on one H200).
+
+    python -m studies.long_range --device cuda [--commits 389] [--at 247] [--shapes fa/s16384] [--dir DIR]
+
+Writes a repository of `--commits` commits of the demo library (bisector/demo): the first holds the
+demo's initial knobs, commit `--at` drops the attention kernel's L2 remap (the demo's #115:
+-11% on fa/s16384 on an H200, -25% on fa/s1024 on the CPU), every other commit changes a notes
+file only. Then runs `bisector run` on it, cold (fresh store, work dir and JIT caches), with the
+demo config of the device, no hunk search, the revert checked on the tip, and prints the wall
+time, the culprit and the revert's verdict, with the run's own throughput figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bisector.demo.demo_config import CONFIG_FILES, default_configs_dir
+from bisector.demo.history import AUTHORS, INITIAL, START_EPOCH, derived
+from bisector.demo.repo import BRANCH, _git, _template, _TEMPLATES, render
+
+STEP = {"fa_remap": False}
+
+
+def fast_import(commits: int, at: int) -> bytes:
+    texts = {name: _template(name) for name in _TEMPLATES}
+    out: list[bytes] = []
+    for i in range(commits):
+        knobs = derived({**INITIAL, **(STEP if i >= at else {})})
+        files = {name: render(texts[name], knobs, name) for name in _TEMPLATES
+                 if name != "demolib/utils.py" or knobs["utils_file"]}
+        files["NOTES.md"] = "".join(f"- note {k}\n" for k in range(i + 1))
+        subject = "FA: simplify the program-id mapping" if i == at else f"docs: note {i}"
+        entries = []
+        for path, text in sorted(files.items()):
+            data = text.encode()
+            out.append(b"blob\nmark :%d\ndata %d\n%s\n" % (1 + i * 100 + len(entries), len(data), data))
+            entries.append(b"M 100644 :%d %s\n" % (1 + i * 100 + len(entries), path.encode()))
+        name, email = AUTHORS[i % len(AUTHORS)]
+        who = f"{name} <{email}> {START_EPOCH + i * 600} +0000".encode()
+        msg = f"{subject} (#{1000 + i})\n".encode()
+        out.append(b"commit refs/heads/%s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s"
+                   % (BRANCH.encode(), 10_000_000 + i, who, who, len(msg), msg))
+        if i:
+            out.append(b"from :%d\n" % (10_000_000 + i - 1))
+        out.append(b"deleteall\n" + b"".join(entries) + b"\n")
+    return b"".join(out) + b"done\n"
+
+
+def write_repo(dest: Path, commits: int, at: int) -> list[str]:
+    dest.mkdir(parents=True)
+    _git(dest, "init", "-q", "-b", BRANCH)
+    _git(dest, "fast-import", "--quiet", "--done", stdin=fast_import(commits, at))
+    _git(dest, "reset", "-q", "--hard", BRANCH)
+    return _git(dest, "rev-list", "--reverse", BRANCH).split()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=sorted(CONFIG_FILES), default="cpu")
+    ap.add_argument("--commits", type=int, default=389)
+    ap.add_argument("--at", type=int, default=247, help="index of the commit that holds the step")
+    ap.add_argument("--shapes", default=None, help="default: fa/s16384 (cuda), fa/s1024 (cpu)")
+    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="append the result line here")
+    args = ap.parse_args(argv)
+    shapes = args.shapes or ("fa/s16384" if args.device == "cuda" else "fa/s1024")
+    root = Path(args.dir or tempfile.mkdtemp(prefix="long-range-")).resolve()
+    shas = write_repo(root / "upstream", args.commits, args.at)
+    config = (default_configs_dir() / CONFIG_FILES[args.device]).read_text()
+    (root / "config.toml").write_text(config.replace('repo = "demo"', f'repo = "{root / "upstream"}"', 1))
+    cmd = [sys.executable, "-m", "bisector", "run", "--config", str(root / "config.toml"), "--good", shas[0],
+           "--bad", shas[-1], "--shapes", shapes, "--no-hunks", "--store", str(root / "results.sqlite"),
+           "--work-dir", str(root / "work"), "--report-dir", str(root / "report"), "--json"]
+    start = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.time() - start
+    (root / "progress.log").write_text(proc.stderr)
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        return proc.returncode
+    data = json.loads(proc.stdout)
+    steps = data.get("steps") or []
+    named = [s.get("commit", "")[:12] for s in steps]
+    fixes = data.get("fixes") or data.get("reverts") or []
+    verdicts = [f.get("verdict") or f.get("status") for f in fixes] if isinstance(fixes, list) else fixes
+    line = (f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} {args.commits} commits, step at {args.at} "
+            f"({shas[args.at][:12]}), shapes {shapes}: {wall:.1f} s wall; culprit {named} "
+            f"({'exact' if named == [shas[args.at][:12]] else 'NOT exact'}); revert {verdicts}; "
+            f"throughput {json.dumps(data.get('throughput', {}))[:400]}")
+    print(line)
+    if args.out:
+        with open(args.out, "a") as fh:
+            fh.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
