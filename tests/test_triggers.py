@@ -166,6 +166,9 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     fake.set_permission("org/lib", "maria", "maintain")
     fake.set_permission("org/lib", "mallory", "read")
     cfg = write_config(tmp, f"file://{tmp / 'upstream'}", base_url=fake.url)
+    # These tests measure fork code on any host, a CI VM without user namespaces too: the config opts in
+    # (tests/test_fork_policy.py checks the refusal without it).
+    cfg.write_text(cfg.read_text() + "\n[triggers]\nallow_unsandboxed_forks = true\n")
     yield {"tmp": tmp, "fake": fake, "cfg": cfg, "base": up["docs"], "head": head}
     fake.stop()
 

@@ -85,7 +85,8 @@ class Breach:
 
     def describe(self) -> str:
         return (f"killed: over the memory limit of {self.limit / 2**30:.1f} GiB "
-                f"(held {self.seen / 2**30:.1f} GiB, resident or in tmpfs; `protocol.memory_gb` or `build.memory_gb` sets it)")
+                f"(held {self.seen / 2**30:.1f} GiB, resident or in tmpfs; `protocol.memory_gb` or `build.memory_gb` "
+                f"sets it)")
 
 
 class MemoryWatch:
