@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from bisector.runner import cgroups, sandbox
+from bisector.runner import cgroups, sandbox, survivors
 from bisector.runner.memwatch import tree
 
 FENCE = str(Path(__file__).with_name("fence.py"))
@@ -43,6 +43,7 @@ def fenced(command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgroups
 def fenced_in(command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgroups.Limits | None = None
               ) -> tuple[list[str], cgroups.Group | None]:
     """`fenced`, and the cgroups made for the command (the fence removes them when it ends)."""
+    survivors.adopt_orphans()  # what outlives its fence comes back to this bot, to be killed
     fds = ",".join(str(fd) for fd in pass_fds)
     group = cgroups.new_group(limits) if limits is not None else None
     inner = [*cgroups.systemd_prefix(limits), *command] if limits is not None else list(command)

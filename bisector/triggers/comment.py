@@ -32,10 +32,10 @@ from bisector.config import Config
 from bisector.errors import BadInput, BisectorError, GitError, RefError
 from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
-from bisector.publish.publish_plan import PublishPlan, RunVerdict, dump_plan
+from bisector.publish.publish_plan import PublishPlan, RunVerdict
 from bisector.runner import lock
 from bisector.triggers.ab import ab_until_sure
-from bisector.triggers import fork_policy, perf
+from bisector.triggers import fork_policy, perf, plan_file
 from bisector.triggers import slash_commands as commands
 from bisector.triggers import outcome_plan as plan_mod
 from bisector.triggers.event import CommentEvent, ignore_reason, read_event
@@ -179,7 +179,7 @@ def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir
         except BisectorError as exc:
             thread.answer(tag, f"{tag}\n`{verb}` failed: {exc}\n")
             raise
-        result = thread.publish(plan)
+        result = thread.publish(plan_file.settle(plan, job.config.publish))
         where = ", ".join(c.url for c in result.comments) or ", ".join(result.dry_run_files[:2])
         return replace(handled, answer=where)
 
@@ -197,9 +197,9 @@ def measure(event_path: str | Path, job: Job, pinned: str, plan_out: Path,
     try:
         plan, handled = _measure(event, command, job, pinned, say, head_repo)
     except BisectorError as exc:
-        dump_plan(failure_plan(event, command.verb, exc), plan_out)
+        plan_file.write(failure_plan(event, command.verb, exc), plan_out, job.config.publish)
         raise
-    dump_plan(to_this_pr(plan, event.number, pinned), plan_out)
+    plan_file.write(to_this_pr(plan, event.number, pinned), plan_out, job.config.publish)
     return replace(handled, answer=str(plan_out))
 
 
