@@ -118,8 +118,8 @@ class Session:
         cache_root = Path(config.build.cache_dir).absolute() if config.build.cache_dir else self.work / "builds"
         self.builder = Builder(self.repo, config.upstream, config.build, cache_root)
         # How the store writes this machine's dirs (bisector/portable.py): no absolute path in it.
-        self.where = portable.roots(self.work, builds=cache_root,
-                                    **({} if gitrepo.is_url(config.upstream.repo) else {"upstream": config.upstream.repo}))
+        local = {} if gitrepo.is_url(config.upstream.repo) else {"upstream": config.upstream.repo}
+        self.where = portable.roots(self.work, builds=cache_root, **local)
         # With the dask executor commits are built on the workers, where their trials run.
         remote = config.executor.kind != "local" and not offline
         self.prefetcher = Prefetcher(_RemoteBuilds(self) if remote else self.builder, config.build.parallel)

@@ -21,10 +21,12 @@ from pathlib import Path
 import pytest
 
 from bisector.build.steps import run_step
-from bisector.model import TrialStatus
-from bisector.runner import cgroups, sandbox
+from bisector.model import BuildResult, BuildStatus, TrialStatus
+from bisector.runner import cgroups, make_executor, sandbox
 from bisector.runner.cgroups import Limits
+from bisector.runner.executor import TrialJob
 from bisector.runner.workers import fenced
+from tests.devices import DEVICES
 from tests.processes import alive
 from tests.test_sandbox import config, notes, trial
 
@@ -136,6 +138,33 @@ def test_tmpfs_written_by_a_trial_counts_against_its_memory(tmp_path: Path, sour
     assert any(line.split(":", 2)[2].endswith(leaf) and cgroups.GROUP_PREFIX in line
                for line in seen["cgroup"].splitlines() if "memory" in line or line.startswith("0::")), seen
     assert not groups_of(os.getpid()), "a trial's cgroup outlived its executor"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("source", ["spawn", "fork"])
+def test_a_trial_in_its_cgroup_measures_on_its_device(tmp_path: Path, device: str, source: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cgroup (where there is one) changes nothing a trial needs: CUDA initializes and measures in it."""
+    src, probes = tmp_path / "src", tmp_path / "probes"
+    src.mkdir()
+    probes.mkdir()
+    monkeypatch.setenv("BISECTOR_SANDBOX_WRITABLE", str(probes))
+    (src / "kern.py").write_text(textwrap.dedent(f'''
+        import json, os
+
+        def mm(a, b):
+            with open(os.path.join({str(probes)!r}, "cgroup-" + str(os.getpid()) + ".json"), "w") as fh:
+                json.dump({{"cgroup": open("/proc/self/cgroup").read()}}, fh)
+            return a @ b
+    '''))
+    cfg = config(tmp_path, "kern:mm", kind=device)
+    with make_executor(cfg, tmp_path / "work", source=source, ahead=0, lock_devices=False) as executor:
+        (outcome,) = executor.run([TrialJob(BuildResult("a" * 40, BuildStatus.OK, str(src)), cfg.shapes, seed=1)])
+    rec = outcome.records[0]
+    assert rec.status is TrialStatus.OK, rec.error + rec.log_tail
+    (seen,) = notes(probes)
+    assert (cgroups.GROUP_PREFIX in seen["cgroup"]) == HOST.active, seen
+    assert not groups_of(os.getpid())
 
 
 KILLED_BOT = textwrap.dedent('''

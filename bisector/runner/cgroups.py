@@ -183,7 +183,8 @@ def _try_limits(hierarchies: Sequence[Hierarchy]) -> str:
                 _write(os.path.join(group, name), value)
         return ""
     except OSError as exc:
-        return f"{exc.strerror or exc} ({exc.filename and os.path.basename(exc.filename)})"
+        where = f" ({os.path.basename(str(exc.filename))})" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}"
     finally:
         for group in reversed(made):
             try:
