@@ -128,6 +128,7 @@ def test_tmpfs_written_by_a_trial_counts_against_its_memory(tmp_path: Path, sour
     probes.mkdir()
     monkeypatch.setenv("BISECTOR_SANDBOX_WRITABLE", str(probes))
     (src / "kern.py").write_text(SHM_KERNEL.format(probe=str(probes), name=name))
+    before = groups_of(os.getpid())
     try:
         rec = trial(tmp_path, src, "fill_shm", source, memory_gb=0.6, timeout=120.0)
     finally:
@@ -137,7 +138,7 @@ def test_tmpfs_written_by_a_trial_counts_against_its_memory(tmp_path: Path, sour
     leaf = "/main" if source == "spawn" else "/w1"
     assert any(line.split(":", 2)[2].endswith(leaf) and cgroups.GROUP_PREFIX in line
                for line in seen["cgroup"].splitlines() if "memory" in line or line.startswith("0::")), seen
-    assert not groups_of(os.getpid()), "a trial's cgroup outlived its executor"
+    assert groups_of(os.getpid()) == before, "a trial's cgroup outlived its executor"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -158,13 +159,14 @@ def test_a_trial_in_its_cgroup_measures_on_its_device(tmp_path: Path, device: st
             return a @ b
     '''))
     cfg = config(tmp_path, "kern:mm", kind=device)
+    before = groups_of(os.getpid())
     with make_executor(cfg, tmp_path / "work", source=source, ahead=0, lock_devices=False) as executor:
         (outcome,) = executor.run([TrialJob(BuildResult("a" * 40, BuildStatus.OK, str(src)), cfg.shapes, seed=1)])
     rec = outcome.records[0]
     assert rec.status is TrialStatus.OK, rec.error + rec.log_tail
     (seen,) = notes(probes)
     assert (cgroups.GROUP_PREFIX in seen["cgroup"]) == HOST.active, seen
-    assert not groups_of(os.getpid())
+    assert groups_of(os.getpid()) == before
 
 
 KILLED_BOT = textwrap.dedent('''

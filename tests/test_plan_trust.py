@@ -22,7 +22,7 @@ from bisector.build.steps import run_step
 from bisector.config import Publish
 from bisector.publish import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
 from bisector.publish.plan_text import ZWSP, problems, rendered
-from bisector.runner import survivors
+from bisector.runner import cgroups, survivors
 from bisector.triggers import plan_file
 from tests.fakegithub import FakeGitHub
 from tests.processes import alive
@@ -133,6 +133,7 @@ def test_the_plan_is_written_after_the_untrusted_is_gone(tmp_path: Path) -> None
                        answer="### bisector `/perf`: the PR head is **same**")
     written = plan_file.write(plan, plan_path, Publish())
     assert survivors.leftovers() == [] and not any(alive(p) for p in escaped)
+    assert cgroups.own_groups() == []  # the killed fence's cgroup (where there are any) is gone too
     [line] = written.missing
     assert line.startswith(f"{len(escaped)} process(es) started by the code under test outlived their trials and "
                            "were killed before this plan was written: ")

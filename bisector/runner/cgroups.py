@@ -108,9 +108,6 @@ class CgroupHost:
         return (f"memory (tmpfs included, no swap) and tasks limited by the kernel per trial and build step, "
                 f"{how}; memory also watched from the bot")
 
-    def as_dict(self) -> dict[str, object]:
-        return {"method": self.method, "reason": self.reason}
-
 
 # -- finding what the host offers --------------------------------------------------------------
 
@@ -450,6 +447,18 @@ def held_memory(pids: Sequence[int]) -> int:
     return total
 
 
+def own_groups() -> list[str]:
+    """The cgroup dirs this bot made that are still there (a fence killed under its command leaves its own)."""
+    prefix = f"{GROUP_PREFIX}{os.getpid()}-"
+    out = []
+    for h in probe().hierarchies:
+        try:
+            out += [os.path.join(h.base, n) for n in sorted(os.listdir(h.base)) if n.startswith(prefix)]
+        except OSError:
+            continue
+    return out
+
+
 def end_leaf(leaf: Leaf | None) -> None:
     """A forked worker's leaf, when it has one, emptied and removed."""
     if leaf is not None:
@@ -457,4 +466,4 @@ def end_leaf(leaf: Leaf | None) -> None:
 
 
 __all__ = ["CgroupHost", "Group", "Leaf", "Limits", "end_leaf", "hard_memory", "held_memory", "new_group",
-           "probe", "systemd_prefix"]
+           "own_groups", "probe", "systemd_prefix"]

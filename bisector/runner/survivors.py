@@ -5,9 +5,10 @@ PID namespace, its cgroup). What can still outlive it: a process whose fence was
 (where there is no sandbox, a trial may SIGKILL its own fence), re-parented to the nearest subreaper
 above. So the bot makes itself that subreaper (`adopt_orphans`, before the first fenced command),
 and before a plan is written `end_leftovers` kills every process below the bot that is not in the
-bot's own session: the fence starts each command in a session of its own, a process can only leave
+bot's own session (the fence starts each command in a session of its own, a process can only leave
 a session for a new one, never join the bot's, and the bot's own children (git, fences, dask) stay
-in its session. What it killed is returned, to be said in the plan.
+in its session) and every process still in a cgroup the bot made, whose dirs it then removes. What
+it killed is returned, to be said in the plan.
 
 Not covered: a process code under test had another service start (a systemd --user unit over
 D-Bus, cron, a container runtime): it never was below the bot.
@@ -21,7 +22,8 @@ import signal
 import sys
 import time
 
-from bisector.runner.fence import descendants
+from bisector.runner import cgroups
+from bisector.runner.fence import cgroup_pids, descendants, remove_cgroup
 
 PR_SET_CHILD_SUBREAPER = 36
 _adopting = False
@@ -57,9 +59,13 @@ def _name(pid: int) -> str:
 
 
 def leftovers() -> list[int]:
-    """Live processes below this one, outside its session: code under test that outlived its command."""
+    """Live processes below this one outside its session, and any in the cgroups it made: code under
+    test that outlived its command (called when no command should run any more)."""
     mine = os.getsid(0)
-    return [pid for pid in descendants(os.getpid()) if (sid := _session(pid)) is not None and sid != mine]
+    below = [pid for pid in descendants(os.getpid()) if (sid := _session(pid)) is not None and sid != mine]
+    grouped = [pid for group in cgroups.own_groups() for pid in cgroup_pids(group)
+               if pid != os.getpid() and _session(pid) is not None]
+    return list(dict.fromkeys(below + grouped))
 
 
 def end_leftovers(within_s: float = 5.0) -> tuple[str, ...]:
@@ -83,6 +89,8 @@ def end_leftovers(within_s: float = 5.0) -> tuple[str, ...]:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
+    for group in cgroups.own_groups():  # left by fences killed under their commands: empty now
+        remove_cgroup(group)
     return tuple(killed.values())
 
 
