@@ -117,6 +117,9 @@ class Session:
         self.work.mkdir(parents=True, exist_ok=True)
         cache_root = Path(config.build.cache_dir).absolute() if config.build.cache_dir else self.work / "builds"
         self.builder = Builder(self.repo, config.upstream, config.build, cache_root)
+        # How the store writes this machine's dirs (bisector/portable.py): no absolute path in it.
+        local = {} if gitrepo.is_url(config.upstream.repo) else {"upstream": config.upstream.repo}
+        self.where = portable.roots(self.work, builds=cache_root, **local)
         # With the dask executor commits are built on the workers, where their trials run.
         remote = config.executor.kind != "local" and not offline
         self.prefetcher = Prefetcher(_RemoteBuilds(self) if remote else self.builder, config.build.parallel)
@@ -155,7 +158,7 @@ class Session:
                           patch_hash=patch_hash, recipe=self.config.build.recipe,
                           cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.decision_of(s.suite) for s in self.config.shapes},
                           offline=self.offline if offline is None else offline, max_crashes=max_crashes,
-                          on_event=self.observer)
+                          on_event=self.observer, where=self.where)
 
     @contextlib.contextmanager
     def stage(self, name: str, expect: int = 0) -> Iterator[None]:

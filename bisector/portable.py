@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from bisector.paths import shown
 
-__all__ = ["Roots", "roots", "relative_to", "scrub", "scrub_value", "command"]
+__all__ = ["Roots", "command", "exported_row", "machine_free", "relative_to", "restore", "roots", "scrub", "scrub_value"]
 
 Roots = Mapping[str, str]  # absolute directory -> how it is written ("<work>", "~")
 
@@ -54,6 +54,14 @@ def scrub(text: str, where: Roots) -> str:
     return text
 
 
+def restore(text: str, where: Roots) -> str:
+    """A path written from a root's name (`<work>/builds/x`) as this machine has it; others unchanged."""
+    for root, label in where.items():
+        if text == label or text.startswith(label + "/"):
+            return root.rstrip(os.sep) + text[len(label):]
+    return text
+
+
 def scrub_value(value: object, where: Roots, base: str | os.PathLike[str] | None = None) -> object:
     """A JSON-like value with every string scrubbed; a string that is a path under `base` made
     relative to it (a trial's log or JIT dir under the work dir)."""
@@ -84,3 +92,43 @@ def command(line: str, report_dir: str | os.PathLike[str]) -> str:
             value = shown(value, report_dir)
         out.append(shlex.quote(f"{flag}{eq}{value}"))
     return " ".join(out)
+
+
+# A path of some machine that no named root covers: under these it names a user, a checkout, a temp dir.
+_MACHINE = re.compile(r"(?<![\w.~<>-])/(?:tmp|home|root|work|Users|var/folders|private|mnt|scratch)"
+                      r"(?:/[^\s\"'`()\[\]{},;:<>|]*)?")
+
+
+_MACHINE_DIRS = ("tmp", "home", "root", "work", "Users", "var", "folders", "private", "mnt", "scratch")
+
+
+def _unnamed(match: re.Match[str]) -> str:
+    parts = [p for p in match.group(0).split("/") if p]
+    keep = parts[-2:] if len(parts) > 3 else parts[-1:] if len(parts) > 1 else []
+    while keep and keep[0] in _MACHINE_DIRS:
+        keep = keep[1:]
+    return "/".join(["…", *keep])
+
+
+def machine_free(value: object, where: Roots | None = None, base: str | None = None) -> object:
+    """A JSON-like value with no absolute path of a machine left: under `base` relative to it, under
+    a root from the root's name, anything else under /tmp, /home, /root, /work (...) as `…/` and
+    its last parts."""
+    scrubbed = scrub_value(value, where if where is not None else roots(), base)
+    if isinstance(scrubbed, str):
+        return _MACHINE.sub(_unnamed, scrubbed)
+    if isinstance(scrubbed, Mapping):
+        return {k: machine_free(v, {}) for k, v in scrubbed.items()}
+    if isinstance(scrubbed, (list, tuple)):
+        return type(scrubbed)(machine_free(v, {}) for v in scrubbed)
+    return scrubbed
+
+
+def exported_row(row: Mapping[str, object]) -> dict[str, object]:
+    """One stored trial as `store export` writes it: its work dir read from its log's path (rows of
+    an older bisector kept absolute ones), then no path of any machine."""
+    protocol = row.get("protocol")
+    log = protocol.get("log_path") if isinstance(protocol, Mapping) else None
+    work = log.split("/trials/", 1)[0] if isinstance(log, str) and log.startswith("/") and "/trials/" in log else None
+    return dict(machine_free(dict(row), roots(work), work))  # type: ignore[arg-type]
+

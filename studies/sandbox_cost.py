@@ -5,7 +5,9 @@
 A spawned trial worker pays this once per trial (unshare, the init's mounts, its fork); a forked
 worker pays it once per run (the zygote's sandbox) and per trial only the subreaper's sweep. The
 command is `python -I -S -c pass` so that the difference is the sandbox's, not an import's.
-Target: at most 50 ms a trial. Prints the medians and the difference.
+Target: at most 50 ms a trial. Prints the medians and the difference; where the host gives
+cgroups (bisector/runner/cgroups.py), also the same with each command in its own cgroup, and what a
+forked worker's own cgroup costs its trial.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bisector.runner import sandbox
+from bisector.runner import cgroups, sandbox
+from bisector.runner.cgroups import Limits
+from bisector.runner.fence import kill_cgroup, remove_cgroup
 from bisector.runner.workers import fenced
 
 
@@ -47,11 +51,40 @@ def main(argv: list[str] | None = None) -> int:
             d.mkdir()
         plain = timed(fenced(command), args.n)
         boxed = timed(fenced(sandbox.wrap(command, dirs)), args.n)
-    a, b = statistics.median(plain), statistics.median(boxed)
+        limited = [timed(fenced(sandbox.wrap(command, dirs), limits=Limits(1 << 30)), 1)[0] for _ in range(args.n)]
+    a, b, c = statistics.median(plain), statistics.median(boxed), statistics.median(limited)
     print(f"fenced, no sandbox: median {a * 1e3:.1f} ms over {args.n}")
     print(f"fenced, sandboxed:  median {b * 1e3:.1f} ms over {args.n}")
     print(f"sandbox cost per spawned trial: {(b - a) * 1e3:.1f} ms (target <= 50 ms)")
+    print(f"limits: {cgroups.probe().method}" + (f" ({cgroups.probe().reason})" if not cgroups.probe().active else ""))
+    if cgroups.probe().active:
+        print(f"fenced, sandboxed, in its cgroup: median {c * 1e3:.1f} ms over {args.n}")
+        print(f"sandbox and cgroup cost per spawned trial: {(c - a) * 1e3:.1f} ms (target <= 50 ms)")
+    if cgroups.probe().hierarchies:
+        print(f"a forked worker's own cgroup (made, entered, emptied, removed): median "
+              f"{statistics.median(leaf_cost(args.n)) * 1e3:.1f} ms over {args.n}")
     return 0
+
+
+def leaf_cost(n: int) -> list[float]:
+    """What a forked worker's cgroup costs its trial: the leaf made and entered, then emptied and removed."""
+    group = cgroups.new_group(Limits(1 << 30))
+    assert group is not None
+    out = []
+    try:
+        for i in range(n):
+            proc = subprocess.Popen(["sleep", "30"])
+            start = time.perf_counter()
+            leaf = group.leaf(f"w{i}", Limits(1 << 30))
+            leaf.adopt(proc.pid)
+            leaf.end()
+            out.append(time.perf_counter() - start)
+            proc.wait()
+    finally:
+        for d in group.dirs:
+            kill_cgroup(d)
+            remove_cgroup(d)
+    return out
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ def config(tmp_path: Path, fake: FakeGitHub) -> Path:
 def answer_plan(head: str, **changes: object) -> PublishPlan:
     """What the measure job writes for `/perf` on #1020, pinned at `head`."""
     plan = PublishPlan(run_id=f"pr{PR}-c77", repo=REPO, verdict=RunVerdict.REGRESSION, report="",
-                       requester_pr=PR, head_sha=head, answer="the PR head is **slower**")
+                       requester_pr=PR, head_sha=head, answer="### bisector `/perf`: the PR head is **slower**")
     return replace(plan, **changes)  # type: ignore[arg-type]
 
 
@@ -65,7 +65,8 @@ def expect(head: str, pr: int = PR) -> tuple[str, ...]:
 def test_the_authorized_answer_is_posted(fake: FakeGitHub, head: str, config: Path, tmp_path: Path) -> None:
     result = post(tmp_path, config, answer_plan(head), *expect(head))
     assert result.exit_code == 0, result.output
-    assert [c["body"].splitlines()[1] for c in fake.issue_comments(REPO, PR)] == ["the PR head is **slower**"]
+    assert [c["body"].splitlines()[1] for c in fake.issue_comments(REPO, PR)] == [
+        "### bisector `/perf`: the PR head is **slower**"]
     assert [(s["sha"], s["state"]) for s in fake.repos[REPO].statuses] == [(head, "failure")]
 
 

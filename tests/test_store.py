@@ -156,7 +156,7 @@ def test_migrates_a_v1_store_and_keeps_its_data(tmp_path: Path) -> None:
     conn.close()
 
     with Store(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 4
+        assert store.schema_version == SCHEMA_VERSION == 5
         (trial,) = store.trials(CAMPAIGN)
         assert trial.slot == 0  # v3: the old row is its commit's first trial process
         assert trial.subject_ms == (1.5, 1.25) and trial.control_ms == (1.0, 1.0)
@@ -170,7 +170,7 @@ def test_migrates_a_v1_store_and_keeps_its_data(tmp_path: Path) -> None:
                                            subject_latency_ms=(0.1, 0.12), control_latency_ms=(0.04, 0.05),
                                            subject_host_ms=(0.09, 0.11, 0.1), control_host_ms=(0.01,))])
     with Store(path) as store:  # opening a current store changes nothing
-        assert store.schema_version == 4 and len(store.trials(CAMPAIGN)) == 2
+        assert store.schema_version == 5 and len(store.trials(CAMPAIGN)) == 2
         new = store.trials(CAMPAIGN)[1]
         assert new.kernel_method == "cuda_graph" and new.latency_ratio == 0.4
         assert new.subject_latency_ms == (0.1, 0.12) and new.subject_host_ms == (0.09, 0.11, 0.1)

@@ -166,6 +166,9 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     fake.set_permission("org/lib", "maria", "maintain")
     fake.set_permission("org/lib", "mallory", "read")
     cfg = write_config(tmp, f"file://{tmp / 'upstream'}", base_url=fake.url)
+    # These tests measure fork code on any host, a CI VM without user namespaces too: the config opts in
+    # (tests/test_fork_policy.py checks the refusal without it).
+    cfg.write_text(cfg.read_text() + "\n[triggers]\nallow_unsandboxed_forks = true\n")
     yield {"tmp": tmp, "fake": fake, "cfg": cfg, "base": up["docs"], "head": head}
     fake.stop()
 
@@ -280,7 +283,8 @@ def test_authorize_pins_the_head_and_says_so(world: dict, monkeypatch: pytest.Mo
     out = world["tmp"] / "out-11"
     result = invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out))
     assert result.exit_code == 0, result.output
-    assert outputs(out) == {"run": "true", "head_sha": head, "repo": "org/lib", "pr": "11", "verb": "/perf"}
+    assert outputs(out) == {"run": "true", "head_sha": head, "repo": "org/lib", "pr": "11", "verb": "/perf",
+                            "head_repo": "org/lib"}
     [queued] = [c for c in world["fake"].issue_comments("org/lib", 11) if f"pr11-c{cid}" in c["body"]]
     assert queued["user"] == "bisector-bot" and f"`{head[:12]}`" in queued["body"] and "not measured" in queued["body"]
     assert [r["content"] for r in world["fake"].reactions[cid]] == ["eyes"]
@@ -293,7 +297,7 @@ def test_authorize_says_no_gpu_for_refusals_and_usage(world: dict, monkeypatch: 
     out = world["tmp"] / f"out-{name}"
     result = invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out))
     assert result.exit_code == 0, result.output
-    assert outputs(out) == {"run": "false", "head_sha": "", "repo": "", "pr": "", "verb": ""}
+    assert outputs(out) == {"run": "false", "head_sha": "", "repo": "", "pr": "", "verb": "", "head_repo": ""}
 
 
 def test_a_push_after_the_command_is_not_measured(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:

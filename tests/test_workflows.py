@@ -206,11 +206,12 @@ def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
     [check] = publishing_steps(wf, authorize)
     assert "--authorize-only --outputs \"$GITHUB_OUTPUT\"" in check["run"]
     assert authorize["outputs"] == {key: "${{ steps.%s.outputs.%s }}" % (check["id"], key)
-                                    for key in ("run", "head_sha", "repo", "pr")}
+                                    for key in ("run", "head_sha", "repo", "pr", "head_repo")}
     # the GPU side measures exactly the pinned head and hands its answer over as a plan
     [step] = [s for s in measure["steps"] if "handle-comment" in s.get("run", "")]
-    assert step["env"] == {"HEAD_SHA": "${{ needs.authorize.outputs.head_sha }}"}
-    assert '--head-sha "$HEAD_SHA" --plan-out publish-plan.json' in step["run"]
+    assert step["env"] == {"HEAD_SHA": "${{ needs.authorize.outputs.head_sha }}",
+                           "HEAD_REPO": "${{ needs.authorize.outputs.head_repo }}"}
+    assert '--head-sha "$HEAD_SHA" --head-repo "$HEAD_REPO" --plan-out publish-plan.json' in step["run"]
     upload = next(s for s in measure["steps"] if s.get("with", {}).get("path") == "publish-plan.json")
     download = next(s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
     assert upload["if"] == "always()" and download["with"] == {"name": upload["with"]["name"], "path": "plan"}

@@ -87,6 +87,7 @@ class Builder:
         self.worktrees = Worktrees(repo, Path(cache_root) / "locks" / "worktrees.lock")
         self.cache = Cache(Path(cache_root), int(build.cache_max_gb * 1e9), on_remove=self._remove_tree)
         self.memory_bytes = limit_bytes(build.memory_gb)  # a step's process tree is killed above it
+        self.limits = {"memory_bytes": self.memory_bytes, "max_tasks": build.max_tasks}  # each step's cgroup
         self._failed: dict[str, BuildResult] = {}
         self._memo_lock = threading.Lock()
 
@@ -196,7 +197,7 @@ class Builder:
             argv = [sys.executable, "-m", "pip", "install", "--target", str(site), *self.build_cfg.pip_args,
                     str(source)]
             outcome = run_step("pip", argv, tree, env, 3600.0, slot.log_dir / "01-pip.log", log,
-                               memory_bytes=self.memory_bytes, writable=rw)
+                               **self.limits, writable=rw)
             if not outcome.ok:
                 return failed(f"pip install failed: {outcome.reason}")
         elif recipe == "command":
@@ -209,7 +210,7 @@ class Builder:
         if self.build_cfg.import_check:
             outcome = run_step("import", import_argv(self.build_cfg.import_check), slot.path,
                                sandbox_env(python_path_env(scrub(os.environ), paths), self._scratch(slot)), 600.0,
-                               slot.log_dir / "99-import.log", log, memory_bytes=self.memory_bytes, writable=rw)
+                               slot.log_dir / "99-import.log", log, **self.limits, writable=rw)
             if not outcome.ok:
                 return failed(f"import failed: {self.build_cfg.import_check}: {outcome.reason}")
 
@@ -235,7 +236,7 @@ class Builder:
         patch_file.write_bytes((patch if patch.endswith("\n") else patch + "\n").encode())
         outcome = run_step("patch", ["git", "apply", "--3way", "--whitespace=nowarn", str(patch_file)], tree,
                            scrub(os.environ), 600.0, slot.log_dir / "00-patch.log", log,
-                           memory_bytes=self.memory_bytes)
+                           **self.limits)
         if outcome.ok:
             return outcome
         text = Path(outcome.log_path).read_text(errors="replace")
@@ -253,7 +254,7 @@ class Builder:
         argv = ["bash", "-c", step.run]
         if not step.key_files:
             out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log,
-                           memory_bytes=self.memory_bytes, writable=rw)
+                           **self.limits, writable=rw)
             return "" if out.ok else f"{name} failed: {out.reason}"
         key = key_from_dir(tree, step.key_files)
         if not key.ok:
@@ -273,7 +274,7 @@ class Builder:
             shutil.rmtree(shared.path, ignore_errors=True)
             shared.path.mkdir(parents=True)
             out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log,
-                           memory_bytes=self.memory_bytes, writable=[*rw, shared.path])
+                           **self.limits, writable=[*rw, shared.path])
             if not out.ok:
                 shutil.rmtree(shared.path, ignore_errors=True)
                 return f"{name} failed: {out.reason}"

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from bisector.runner import sandbox
+from bisector.runner.cgroups import DEFAULT_TASKS, Limits
+from bisector.runner.fence import OOM_LINE
 from bisector.runner.instrument import without_bot
 from bisector.runner.memwatch import WATCH
 from bisector.runner.workers import fenced
@@ -41,11 +43,12 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float,
              log_path: Path, combined_log: Path, memory_bytes: int = 0,
-             writable: Sequence[Path] | None = None) -> StepOutcome:
+             writable: Sequence[Path] | None = None, max_tasks: int = DEFAULT_TASKS) -> StepOutcome:
     """Run `argv` inside the fence (bisector/runner/fence.py: it dies with the bot and takes the
-    step's whole process tree), under a memory limit; stdout and stderr go to `log_path`, then to
-    the combined log. With `writable` (upstream code: build steps, import checks) it runs in the
-    sandbox (bisector/runner/sandbox.py) where only those dirs can be written."""
+    step's whole process tree), under a memory limit and at most `max_tasks` processes and threads
+    (a cgroup of its own where the host allows it, bisector/runner/cgroups.py); stdout and stderr
+    go to `log_path`, then to the combined log. With `writable` (upstream code: build steps, import
+    checks) it runs in the sandbox (bisector/runner/sandbox.py) where only those dirs can be written."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     reason = ""
@@ -53,13 +56,16 @@ def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], 
         log.write(f"$ {' '.join(argv)}\n# cwd {cwd}\n".encode())
         log.flush()
         inner = list(argv) if writable is None else sandbox.wrap(argv, writable)
-        proc = subprocess.Popen(fenced(inner), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(fenced(inner, limits=Limits(memory_bytes, max_tasks)), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         breach = WATCH.watch(proc.pid, memory_bytes, kill=proc.terminate)
         try:
             code = proc.wait(timeout=timeout_s)
             if breach:
                 reason = breach[0].describe()
+            elif code != 0 and _kernel_killed(log_path):
+                reason = (f"killed: over the memory limit of {memory_bytes / 2**30:.1f} GiB (stopped by the kernel's "
+                          "cgroup limit: tmpfs included; `build.memory_gb` sets it)")
             elif code != 0:
                 reason = f"exit {code}"
         except subprocess.TimeoutExpired:
@@ -79,6 +85,12 @@ def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], 
         out.write(log_path.read_text(errors="replace"))
         out.write("\n")
     return StepOutcome(name=name, ok=not reason, seconds=seconds, log_path=str(log_path), reason=reason)
+
+
+def _kernel_killed(log_path: Path) -> bool:
+    """The fence said the kernel's cgroup memory limit killed some of the step's processes."""
+    head = OOM_LINE.split("{", 1)[0]
+    return any(line.startswith(head) for line in tail(log_path, 5).splitlines())
 
 
 def last_output_line(path: Path, limit: int = 200) -> str:

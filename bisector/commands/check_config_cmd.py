@@ -19,6 +19,9 @@ def command(path: str) -> None:
     for shape in cfg.shapes:
         params = " ".join(f"{k}={_value(v)}" for k, v in shape.params)
         click.echo(f"  {shape.key:32s} {params}")
+    if cfg.triggers.allow_unsandboxed_forks:
+        click.echo("triggers: /perf and /bisect may run a fork's code on a runner without a sandbox "
+                   "(allow_unsandboxed_forks)")
 
 
 def _value(v: object) -> str:

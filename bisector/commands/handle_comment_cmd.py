@@ -18,10 +18,11 @@ from bisector.triggers.comment import Handled, Job, authorize, handle, measure
 from bisector.trust import vault
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_REPO = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
 
 
 def _check(authorize_only: bool, outputs: str | None, plan_out: str | None, head_sha: str | None,
-           dry_run: str | None) -> None:
+           dry_run: str | None, head_repo: str | None = None) -> None:
     if authorize_only and plan_out:
         raise BadInput("--authorize-only and --plan-out are two different stages: give one")
     if outputs and not authorize_only:
@@ -34,16 +35,22 @@ def _check(authorize_only: bool, outputs: str | None, plan_out: str | None, head
         raise BadInput("--head-sha goes with --plan-out (alone, the head is pinned from GitHub)")
     if head_sha and not _SHA.fullmatch(head_sha):
         raise BadInput(f"--head-sha: not a full commit SHA: {head_sha[:80]!r}")
+    if head_repo is not None and not plan_out:
+        raise BadInput("--head-repo goes with --plan-out (alone, it is read from GitHub)")
+    if head_repo and not _REPO.fullmatch(head_repo):
+        raise BadInput(f"--head-repo: must be 'owner/name', got {head_repo[:80]!r}")
 
 
 def _write_outputs(path: str, result: Handled) -> None:
-    """Append `run=`, `head_sha=`, `repo=`, `pr=` and `verb=` in the $GITHUB_OUTPUT format: what the
-    publish job holds the plan to (`bisector publish --expect-repo --expect-pr --expect-sha`)."""
+    """Append `run=`, `head_sha=`, `repo=`, `pr=`, `verb=` and `head_repo=` in the $GITHUB_OUTPUT format:
+    what the publish job holds the plan to (`bisector publish --expect-repo --expect-pr --expect-sha`),
+    and where the head lives, for the measure job's fork policy (`--head-repo`)."""
     run = "true" if result.action == "authorized" else "false"
     pr = result.pr or ""
     try:
         with open(path, "a") as fh:
-            fh.write(f"run={run}\nhead_sha={result.head_sha}\nrepo={result.repo}\npr={pr}\nverb={result.verb}\n")
+            fh.write(f"run={run}\nhead_sha={result.head_sha}\nrepo={result.repo}\npr={pr}\nverb={result.verb}\n"
+                     f"head_repo={result.head_repo}\n")
     except OSError as exc:
         raise BadInput(f"--outputs {path}: {exc.strerror}") from None
 
@@ -61,18 +68,21 @@ def _write_outputs(path: str, result: Handled) -> None:
 @click.option("--authorize-only", is_flag=True,
               help="Only react, check the permission, answer, and pin the PR head (needs the token, no GPU).")
 @click.option("--outputs", default=None, type=click.Path(dir_okay=False),
-              help="With --authorize-only: append run=true|false, head_sha=, repo=, pr=, verb= to this file "
-                   "($GITHUB_OUTPUT).")
+              help="With --authorize-only: append run=true|false, head_sha=, repo=, pr=, verb=, head_repo= to this "
+                   "file ($GITHUB_OUTPUT).")
 @click.option("--plan-out", "plan_out", default=None, type=click.Path(dir_okay=False),
               help="Only measure (no token, no GitHub call) and write the answer as a publish plan here.")
+@click.option("--head-repo", "head_repo", default=None,
+              help="With --plan-out: where the PR's head branch lives (owner/name), as --authorize-only read it; "
+                   "without it the head counts as a fork's (refused on a runner without a sandbox).")
 @click.option("--head-sha", "head_sha", default=None,
               help="With --plan-out: the PR head pinned by --authorize-only; any other head is refused.")
 @fail_on_error
 def command(event_path: str, config_path: str, store: str | None, work_dir: str | None, report_dir: str | None,
             dry_run: str | None, authorize_only: bool, outputs: str | None, plan_out: str | None,
-            head_sha: str | None) -> None:
+            head_sha: str | None, head_repo: str | None) -> None:
     """Read a GitHub issue_comment event and run the command it holds, answering in the PR."""
-    _check(authorize_only, outputs, plan_out, head_sha, dry_run)
+    _check(authorize_only, outputs, plan_out, head_sha, dry_run, head_repo)
     cfg = config_mod.load(config_path)
     job = Job(cfg, store, work_dir, report_dir)
     say = lambda s: click.echo(s, err=True)  # noqa: E731
@@ -83,7 +93,7 @@ def command(event_path: str, config_path: str, store: str | None, work_dir: str 
     elif plan_out:
         Path(plan_out).unlink(missing_ok=True)  # never post a plan left by an earlier run
         assert head_sha is not None
-        result = measure(event_path, job, head_sha, Path(plan_out), say=say)
+        result = measure(event_path, job, head_sha, Path(plan_out), say=say, head_repo=head_repo or None)
     else:
         result = handle(event_path, job, vault.publishing_env(), Path(dry_run) if dry_run else None, say=say)
     click.echo(f"{result.action}: {result.message}" + (f" -> {result.answer}" if result.answer else ""))

@@ -15,8 +15,8 @@ from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
 from bisector.errors import BadInput, BisectorError, RefError
 from bisector.model import ProbeStatus
-from bisector.publish.publish_plan import dump_plan
 from bisector.triggers import outcome_plan as plan_mod
+from bisector.triggers import plan_file
 from bisector.report import summary
 from bisector.report.markdown import counts
 from bisector.report.summary import last_line
@@ -146,7 +146,8 @@ def command(config_path: str, good: str, bad: str, store: str | None, work_dir: 
         if publish:
             raise BadInput(f"{cfg.path}: publish.repo: not set, nothing to publish to")
         return
-    dump_plan(plan, outcome.report_dir / "publish-plan.json")  # `bisector publish --plan` posts it later
+    # `bisector publish --plan` posts it later; written (and posted) once nothing of the code under test runs
+    plan = plan_file.write(plan, outcome.report_dir / "publish-plan.json", cfg.publish)
     if publish:
         result = publish_mod.publish(plan, cfg.publish, vault.publishing_env(), Path(dry_run) if dry_run else None)
         for line in (*(c.url for c in result.comments), *result.dry_run_files):

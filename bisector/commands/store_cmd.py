@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from bisector.portable import exported_row
 from bisector.store import last_used as laststore
 from bisector.commands.common import fail_on_error, print_json
 from bisector.store import FORMATS, Store
@@ -63,13 +64,14 @@ def info(store_path: Path | None, as_json: bool) -> None:
               help="Output file (default: stdout).")
 @fail_on_error
 def export(store_path: Path | None, fmt: str, campaign: str | None, out: Path | None) -> None:
-    """Dump one row per trial, with every raw sample, as CSV or JSON."""
+    """Dump one row per trial, with every raw sample, as CSV or JSON: no path of this machine in it
+    (paths under the work dir relative to it, others from named roots or their last parts)."""
     path, why = _which(store_path)
     if why:
         click.echo(f"store: {path} ({why})", err=True)
     with Store(path, readonly=True) as store:
         if out is None:
-            store.export(fmt, click.get_text_stream("stdout"), campaign=campaign)
+            store.export(fmt, click.get_text_stream("stdout"), campaign=campaign, portable=exported_row)
         else:
-            count = store.export(fmt, out, campaign=campaign)
+            count = store.export(fmt, out, campaign=campaign, portable=exported_row)
             click.echo(f"wrote {count} trials to {out}", err=True)

@@ -65,6 +65,7 @@ class Build:
     max_hunk_builds: int = 12
     max_hunk_trials: int = 64  # trial processes the hunk search of one culprit may run (subsets and parent)
     memory_gb: float = 0.0  # a build step's process tree is killed above this (0: half the RAM)
+    max_tasks: int = 8192  # processes and threads of one build step (its cgroup's pids.max, where there is one)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class Protocol:
     ahead: int | None = None  # workers kept ready per device (None: from the CPU count; 0 on CPU)
     preload: tuple[str, ...] | None = None  # modules a worker imports before its trial (None: torch, triton)
     memory_gb: float = 0.0  # a trial's process tree is killed above this (0: half the RAM over the devices)
+    max_tasks: int = 8192  # processes and threads of one trial (its cgroup's pids.max, where there is one)
 
 
 METRICS = ("ratio", "speed")
@@ -147,6 +149,15 @@ class Publish:
     bot_login: str = "github-actions[bot]"
 
 
+@dataclass(frozen=True)
+class Triggers:
+    """How `/perf` and `/bisect` comments are served (bisector/triggers/)."""
+
+    # Measure a fork's code on a host that gives it no sandbox (GPU trials run unsandboxed): off
+    # unless the config says so by name (bisector/triggers/fork_policy.py).
+    allow_unsandboxed_forks: bool = False
+
+
 EXECUTORS = ("local", "dask")
 
 
@@ -198,6 +209,7 @@ class Config:
     description: str = ""
     suite_modules: Mapping[str, SuiteModule] = field(default_factory=dict)  # suites the user brings
     executor: Executor = Executor()
+    triggers: Triggers = Triggers()
 
     def shape(self, key: str) -> Shape:
         for s in self.shapes:
@@ -222,7 +234,7 @@ def load(path: str | Path) -> Config:
 def parse(data: Mapping[str, Any], path: Path) -> Config:
     top = _Section(path, data, "", ("name", "description", "upstream", "build", "device", "control",
                                     "subject", "suites", "protocol", "thresholds", "publish", "report", "store",
-                                    "executor"))
+                                    "executor", "triggers"))
     up = top.section("upstream", ("repo", "branch", "source_dir"), required=True)
     upstream = Upstream(repo=up.get("repo", str), branch=up.get("branch", str, "main"),
                         source_dir=up.get("source_dir", str, "."))
@@ -251,7 +263,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         upstream=upstream,
         build=_build(top.section("build", ("recipe", "pip_args", "steps", "import_check", "cache_dir",
                                            "cache_max_gb", "parallel", "max_hunk_builds", "max_hunk_trials",
-                                           "memory_gb"))),
+                                           "memory_gb", "max_tasks"))),
         device=device,
         devices=tuple(visible),
         control=control,
@@ -260,7 +272,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         suite_modules=modules,
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
-                                                    "ahead", "preload", "memory_gb"))),
+                                                    "ahead", "preload", "memory_gb", "max_tasks"))),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
                                (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
                                tuple(n for n, sub in subjects.items() if sub.adapter == "pytest")),
@@ -270,6 +282,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         report_dir=top.section("report", ("dir",)).path_value("dir") or absolute_or_none("reports"),
         store=top.path_value("store"),
         executor=_executor(top.section("executor", ("kind", "address", "width"))),
+        triggers=Triggers(allow_unsandboxed_forks=top.section("triggers", ("allow_unsandboxed_forks",))
+                          .get("allow_unsandboxed_forks", bool, False)),
     )
 
 
@@ -330,7 +344,7 @@ def _build(sec: _Section) -> Build:
                  cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1),
                  max_hunk_builds=sec.positive("max_hunk_builds", int, 12),
                  max_hunk_trials=sec.positive("max_hunk_trials", int, 64),
-                 memory_gb=sec.non_negative("memory_gb", float, 0.0))
+                 memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec))
 
 
 def _protocol(sec: _Section) -> Protocol:
@@ -350,8 +364,15 @@ def _protocol(sec: _Section) -> Protocol:
                     workers=sec.get("workers", str, "fork", choices=WORKER_SOURCES),
                     ahead=sec.non_negative("ahead", int, None),
                     preload=sec.strings("preload") if "preload" in sec.data else None,
-                    memory_gb=sec.non_negative("memory_gb", float, 0.0))
+                    memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec))
 
+
+def _max_tasks(sec: _Section) -> int:
+    """A cgroup's task limit: below a few dozen, Python and torch cannot even start their threads."""
+    value = sec.positive("max_tasks", int, 8192)
+    if value < 64:
+        raise ConfigError(sec.path, sec.name("max_tasks"), f"must be >= 64 (processes and threads), got {value}")
+    return value
 
 
 def _per_suite(sec: _Section, key: str, choices: tuple[str, ...], default: str,

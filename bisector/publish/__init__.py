@@ -18,6 +18,7 @@ from bisector.config import Publish
 from bisector.errors import BadInput
 from bisector.publish import actions
 from bisector.publish.expectation import Expectation, check
+from bisector.publish.plan_text import web_base
 from bisector.publish.github import (CommentResult, DraftResult, RetryPolicy, StatusResult, connect, guard,
                                      open_draft_pull, own_login, post_status, upsert_comment)
 from bisector.publish.publish_plan import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
@@ -50,7 +51,7 @@ def publish(plan: PublishPlan, cfg: Publish, env: Mapping[str, str], dry_run_dir
     status_action = actions.status(plan, cfg)
     if expected is not None:
         check(plan, expected, (*draft_actions, *actions.comments(plan, cfg),
-                               *((status_action,) if status_action else ())))
+                               *((status_action,) if status_action else ())), web_base(cfg.base_url))
     if cfg.commit_status and status_action is None:
         notes += ("no head_sha in the plan: no commit status",)
     if dry_run_dir is not None:

@@ -1,9 +1,10 @@
 """What a plan may post, recorded by a trusted stage, checked before `publish` sends anything.
 
 A plan file is written on the GPU runner, beside code under test: a forged one could ask for a
-comment on any PR or a success status on any SHA. `publish` therefore takes what the trusted
-side authorized (the authorize job's outputs for a PR comment, the config for the nightly) and
-refuses the whole plan, naming the first action outside it, before any HTTP call.
+comment on any PR or a success status on any SHA, or say anything there. `publish` therefore takes
+what the trusted side authorized (the authorize job's outputs for a PR comment, the config for the
+nightly) and refuses the whole plan, naming the first action outside it or the first text the bot
+would not have written (bisector/publish/plan_text.py), before any HTTP call.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from bisector.errors import BadInput
-from bisector.publish import actions
+from bisector.publish import actions, plan_text
 from bisector.publish.publish_plan import PublishPlan
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -42,8 +43,11 @@ class Expectation:
         return self.pr is not None
 
 
-def check(plan: PublishPlan, expected: Expectation, todo: tuple[actions.Action, ...]) -> None:
-    """Raise BadInput naming the first action (or plan field) the expectation does not allow."""
+def check(plan: PublishPlan, expected: Expectation, todo: tuple[actions.Action, ...],
+          web: str = "https://github.com") -> None:
+    """Raise BadInput naming the first action (or plan field) the expectation does not allow, or the
+    first text the bot would not have written (bisector/publish/plan_text.py; `web`: where the
+    repository's pages live)."""
     if plan.repo != expected.repo:
         raise BadInput(f"plan: repo is {plan.repo!r}, not {expected.repo!r} as authorized: nothing posted")
     if expected.from_comment:
@@ -57,6 +61,10 @@ def check(plan: PublishPlan, expected: Expectation, todo: tuple[actions.Action, 
         problem = _problem(action, expected)
         if problem:
             raise BadInput(f"plan: {describe(action)}: {problem}: nothing posted")
+    said = plan_text.problems(plan, web)
+    if said:
+        more = f" (and {len(said) - 1} more)" if len(said) > 1 else ""
+        raise BadInput(f"plan: {said[0]}{more}: not what the bot writes: nothing posted")
 
 
 def _problem(action: actions.Action, expected: Expectation) -> str:

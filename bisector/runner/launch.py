@@ -25,6 +25,7 @@ from bisector import portable
 from bisector.config import Config
 from bisector.model import CALL_KEYS, BuildResult, Shape, TrialRecord, TrialStatus
 from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
+from bisector.runner.cgroups import Limits
 from bisector.runner.executor import Executor, Prepared, TrialJob
 from bisector.runner.instrument import snapshot, without_bot
 from bisector.runner.memwatch import limit_bytes
@@ -250,8 +251,9 @@ def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str
     writable = [work / "trials", work / "jit", work / "scratch"]  # all the sandbox lets a trial write
     for path in writable:
         path.mkdir(parents=True, exist_ok=True)
+    limits = Limits(memory_limit(config), config.protocol.max_tasks)  # each trial's cgroup, where there are any
     return Executor(make_source(kind, base, default_preload(config), work / "workers", writable,
-                                gpu=config.device != "cpu"), config.devices,
+                                gpu=config.device != "cpu", limits=limits), config.devices,
                     config.device,
                     files.prepare, files.records, ahead=default_ahead(config) if ahead is None else ahead,
                     timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,

@@ -2,9 +2,11 @@
 
 A trial that allocated without bound set off the host's OOM killer, which then chose its victims
 among other jobs. Address-space limits (RLIMIT_AS) do not work with GPU runtimes, which reserve
-huge virtual ranges, and cgroups need privileges a CI runner lacks; so one thread of the bot reads
+huge virtual ranges, and cgroups need privileges a CI runner may lack; so one thread of the bot reads
 the resident memory of every watched tree (the root and its descendants, from /proc) a few times a
-second and kills a tree's process group as soon as it is over its limit. A tree that allocates
+second and kills a tree's process group as soon as it is over its limit. Where the tree runs in
+cgroups of the bot's (bisector/runner/cgroups.py), their anonymous and tmpfs memory counts too, and
+the kernel holds each to a hard limit a margin above this one. A tree that allocates
 faster than the poll can overshoot by a fraction of a second's worth, never without bound.
 
 Where /proc is missing (not Linux) nothing is watched.
@@ -18,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from bisector.runner.cgroups import held_memory
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 POLL_S = 0.2
@@ -66,7 +70,10 @@ def rss(pid: int) -> int:
 
 
 def tree_rss(pid: int) -> int:
-    return sum(rss(p) for p in tree(pid))
+    """Resident bytes of the tree, or, where it runs in the bot's cgroups, the anonymous and tmpfs
+    bytes of those (a trial's /dev/shm, an escapee's memory) when that is more."""
+    pids = tree(pid)
+    return max(sum(rss(p) for p in pids), held_memory(pids))
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,8 @@ class Breach:
 
     def describe(self) -> str:
         return (f"killed: over the memory limit of {self.limit / 2**30:.1f} GiB "
-                f"(resident {self.seen / 2**30:.1f} GiB; `protocol.memory_gb` or `build.memory_gb` sets it)")
+                f"(held {self.seen / 2**30:.1f} GiB, resident or in tmpfs; `protocol.memory_gb` or `build.memory_gb` "
+                f"sets it)")
 
 
 class MemoryWatch:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Protocol, Sequence
 
+from bisector import portable
 from bisector.search.control_outcome import unavailable_by_shape
 from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
@@ -58,8 +59,11 @@ class StoreProbe:
                  executor: TrialExecutor, *, seed: int = 0, patch: str | None = None,
                  patch_hash: str | None = None, recipe: str = "none", cold_jit: bool = True,
                  metric: str | Mapping[str, str] = "ratio", offline: bool = False, max_crashes: int = MAX_CRASHES,
-                 on_event: Callable[[ProbeEvent], None] = lambda e: None) -> None:
+                 on_event: Callable[[ProbeEvent], None] = lambda e: None,
+                 where: portable.Roots | None = None) -> None:
+        """`where`: this machine's dirs and the names the store knows them by (bisector/portable.py)."""
         self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
+        self.where = dict(where or {})
         self.executor, self.seed, self.patch, self.patch_hash = executor, seed, patch, patch_hash
         self.recipe, self.on_event, self.cold_jit = recipe, on_event, cold_jit
         self.metric, self.offline, self.max_crashes = metric, offline, max_crashes
@@ -72,21 +76,32 @@ class StoreProbe:
         out = StoreProbe(self.campaign, shapes, self.store, self.builds, self.executor, seed=self.seed,
                          patch=self.patch, patch_hash=self.patch_hash, recipe=self.recipe, cold_jit=self.cold_jit,
                          metric=self.metric, offline=self.offline, max_crashes=self.max_crashes,
-                         on_event=self.on_event)
+                         on_event=self.on_event, where=self.where)
         out.build_results = self.build_results
         return out
 
     def build(self, sha: str) -> BuildResult:
         if sha not in self.build_results and self.offline:  # the build the run made, never a new one
             made = [b for b in self.store.builds(self.campaign, sha) if b.patch_hash == self.patch_hash]
-            self.build_results[sha] = made[-1] if made else BuildResult(
+            self.build_results[sha] = self._here(made[-1]) if made else BuildResult(
                 sha, BuildStatus.FAILED, "", patch_hash=self.patch_hash, log_tail=NOT_MEASURED)
         if sha not in self.build_results:
             self.on_event(ProbeEvent(sha, "build", patch_hash=self.patch_hash))
             result = self.builds.build(sha, self.patch)
-            self.store.add_build(self.campaign, result, self.recipe)
+            self.store.add_build(self.campaign, self._stored(result), self.recipe)
             self.build_results[sha] = result
         return self.build_results[sha]
+
+    def _stored(self, b: BuildResult) -> BuildResult:
+        """The build as the store keeps it: its paths written from the work and build dirs' names."""
+        out = {k: portable.scrub(v, self.where) if v else v for k, v in
+               (("source_dir", b.source_dir), ("prefix", b.prefix), ("log_path", b.log_path), ("log_tail", b.log_tail))}
+        return replace(b, **out)  # type: ignore[arg-type]
+
+    def _here(self, b: BuildResult) -> BuildResult:
+        """A stored build with its paths on this machine again (an offline replay links its log)."""
+        return replace(b, **{k: portable.restore(v, self.where) if v else v
+                             for k, v in (("source_dir", b.source_dir), ("prefix", b.prefix), ("log_path", b.log_path))})
 
     def stored(self, sha: str) -> list[TrialRecord]:
         keys = {s.key for s in self.shapes}

@@ -10,6 +10,7 @@ cannot see the bot's package, has a private bounded /dev/shm, and leaves nothing
 COMMAND exits the kernel kills the rest of its PID namespace. `probe()` runs that once per bot
 process and says what held; where it fails (no unshare, user namespaces forbidden), commands run
 unsandboxed and `Isolation.describe()` says so (the fence and the subreapers still kill escapees).
+Memory and task limits are cgroups' (bisector/runner/cgroups.py), probed apart and named here.
 
 BISECTOR_SANDBOX=off turns the sandbox off (a debugging aid; the isolation line then says so);
 BISECTOR_SANDBOX_WRITABLE (dirs separated by os.pathsep) names more dirs it may write (a ccache
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from bisector.runner import cgroups
 
 INIT = str(Path(__file__).with_name("sandbox_init.py"))
 UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc")
@@ -57,9 +60,11 @@ class Isolation:
     uid: int = 0  # the bot's uid
     cgroup: str = "none"  # "v2", "v1" (or hybrid), "none": what the host offers
     shm_mb: int = SHM_MB
+    # How each command's memory and tasks are limited (bisector/runner/cgroups.py), or why they are not
+    limits: str = "memory watched from the bot only (no cgroup limits)"
 
     def describe(self) -> str:
-        limits = "memory watched from the bot (no cgroup limits applied; host cgroups: " + self.cgroup + ")"
+        limits = self.limits
         if not self.sandboxed:
             return f"no sandbox ({self.reason}); fence and subreapers only, {limits}"
         return (f"sandbox: user+mount+PID namespaces (uid {self.uid} outside, no capabilities inside), "
@@ -68,7 +73,7 @@ class Isolation:
 
     def as_dict(self) -> dict[str, object]:
         return {"sandboxed": self.sandboxed, "reason": self.reason, "uid": self.uid, "cgroup": self.cgroup,
-                "shm_mb": self.shm_mb, "summary": self.describe()}
+                "shm_mb": self.shm_mb, "limits": self.limits, "summary": self.describe()}
 
 
 def cgroup_kind() -> str:
@@ -96,7 +101,7 @@ def command(argv: Sequence[str], writable: Sequence[str | Path] = (), hidden: Se
 def probe() -> Isolation:
     """Start one sandbox and check from inside what held: its own /proc, no capabilities, a
     writable dir writable, a hidden dir empty, the rest read-only."""
-    common = {"uid": os.getuid(), "cgroup": cgroup_kind()}
+    common = {"uid": os.getuid(), "cgroup": cgroup_kind(), "limits": cgroups.probe().describe()}
     if os.environ.get(SWITCH_ENV, "").lower() in ("0", "off", "no", "false"):
         return Isolation(False, f"{SWITCH_ENV}=off", **common)
     if not sys.platform.startswith("linux"):

@@ -26,18 +26,29 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from bisector.runner import sandbox
+from bisector.runner import cgroups, sandbox, survivors
+from bisector.runner.memwatch import tree
 
 FENCE = str(Path(__file__).with_name("fence.py"))
 
 
-def fenced(command: Sequence[str], pass_fds: Sequence[int] = ()) -> list[str]:
-    """COMMAND run inside the fence: it dies with this bot, taking its whole process tree."""
+def fenced(command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgroups.Limits | None = None) -> list[str]:
+    """COMMAND run inside the fence: it dies with this bot, taking its whole process tree; with
+    `limits`, in a cgroup of its own where the host allows one (bisector/runner/cgroups.py)."""
+    return fenced_in(command, pass_fds, limits)[0]
+
+
+def fenced_in(command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgroups.Limits | None = None
+              ) -> tuple[list[str], cgroups.Group | None]:
+    """`fenced`, and the cgroups made for the command (the fence removes them when it ends)."""
+    survivors.adopt_orphans()  # what outlives its fence comes back to this bot, to be killed
     fds = ",".join(str(fd) for fd in pass_fds)
+    group = cgroups.new_group(limits) if limits is not None else None
+    inner = [*cgroups.systemd_prefix(limits), *command] if limits is not None else list(command)
     return [sys.executable, "-I", FENCE, "--bot", str(os.getpid()), *(["--pass-fds", fds] if fds else []),
-            "--", *command]
+            *(group.fence_args() if group else []), "--", *inner], group
 
 
 class Lines:
@@ -74,6 +85,9 @@ class Worker:
     pgid: int | None = None
     ready: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
+    # A forked worker's own cgroup: made and entered when its pid is known, before any trial.
+    adopt: Callable[[int], cgroups.Leaf | None] | None = None
+    leaf: cgroups.Leaf | None = None
     lines: Lines = field(init=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +98,8 @@ class Worker:
         """The worker said its pid: note it, and the pid (and group) this bot knows it by."""
         self.inner = reported
         self.pid = self.pgid = sandbox.outer_pid(reported, self.root)
+        if self.adopt is not None and self.leaf is None:
+            self.leaf = self.adopt(self.pid)
 
     def send(self, **message: Any) -> bool:
         try:
@@ -116,6 +132,8 @@ class Worker:
             self.sock.close()
         except OSError:
             pass
+        cgroups.end_leaf(self.leaf)  # the trial is over: what it left in its cgroup goes
+        self.leaf = None
         if self.proc is not None:
             try:
                 self.exit_code = self.proc.wait(timeout=wait_s) if wait_s else self.proc.poll()
@@ -153,9 +171,9 @@ class SpawnSource:
     kind = "spawn"
 
     def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                 writable: Sequence[Path] = (), gpu: bool = False) -> None:
+                 writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> None:
         self.env, self.preload, self.cwd = dict(env), tuple(preload), Path(cwd)
-        self.writable, self.gpu = tuple(writable), gpu
+        self.writable, self.gpu, self.limits = tuple(writable), gpu, limits
         self.count = 0
 
     def start(self) -> Worker:
@@ -165,7 +183,7 @@ class SpawnSource:
         try:
             argv = sandbox.wrap(worker_command(self.preload, theirs.fileno()), self.writable, gpu=self.gpu)
             proc = subprocess.Popen(fenced(argv,
-                                           [theirs.fileno()]), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                           [theirs.fileno()], self.limits), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
         finally:
             theirs.close()
@@ -188,12 +206,14 @@ class ForkSource:
     kind = "fork"
 
     def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                 writable: Sequence[Path] = (), gpu: bool = False) -> None:
+                 writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> None:
         ours, theirs = socket.socketpair()
         self.log = open(Path(cwd) / f"zygote-{os.getpid()}.log", "ab")
+        self.limits, self.forks = limits, 0
         try:
-            self.proc = subprocess.Popen(fenced(sandbox.wrap(worker_command(preload, theirs.fileno(), zygote=True),
-                                                             writable, gpu=gpu), [theirs.fileno()]),
+            argv, self.group = fenced_in(sandbox.wrap(worker_command(preload, theirs.fileno(), zygote=True),
+                                                      writable, gpu=gpu), [theirs.fileno()], limits)
+            self.proc = subprocess.Popen(argv,
                                          env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=self.log,
                                          stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
         finally:
@@ -212,9 +232,27 @@ class ForkSource:
         finally:
             self.control.setblocking(False)
             theirs.close()
-        worker = Worker(ours, time.time(), root=self.proc.pid)
+        worker = Worker(ours, time.time(), root=self.proc.pid,
+                        adopt=self._adopt if self.group is not None and self.limits is not None else None)
         self.waiting.append(worker)
         return worker
+
+    def _adopt(self, pid: int) -> cgroups.Leaf | None:
+        """A cgroup of its own for the worker forked as `pid` (one of the zygote's, never another process)."""
+        assert self.group is not None and self.limits is not None
+        if pid == self.proc.pid or pid not in tree(self.proc.pid):
+            return None
+        self.forks += 1
+        try:
+            leaf = self.group.leaf(f"w{self.forks}", self.limits)
+        except OSError:
+            return None  # it stays in the zygote's cgroup, under the same limits shared
+        try:
+            leaf.adopt(pid)
+        except OSError:
+            leaf.end()
+            return None
+        return leaf
 
     def sockets(self) -> list[socket.socket]:
         return [self.control]
@@ -245,10 +283,11 @@ SOURCES = ("spawn", "fork")
 
 
 def make_source(kind: str, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                writable: Sequence[Path] = (), gpu: bool = False) -> WorkerSource:
+                writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> WorkerSource:
     """`writable`: the dirs the sandbox lets these workers write (the run's trial, JIT and scratch
-    dirs); `gpu`: the workers run a GPU's trials (no sandbox there, bisector/runner/sandbox.py)."""
+    dirs); `gpu`: the workers run a GPU's trials (no sandbox there, bisector/runner/sandbox.py);
+    `limits`: each trial's cgroup limits, where the host allows them (bisector/runner/cgroups.py)."""
     cwd.mkdir(parents=True, exist_ok=True)
     if kind == "fork":
-        return ForkSource(env, preload, cwd, writable, gpu)
-    return SpawnSource(env, preload, cwd, writable, gpu)
+        return ForkSource(env, preload, cwd, writable, gpu, limits)
+    return SpawnSource(env, preload, cwd, writable, gpu, limits)

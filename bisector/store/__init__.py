@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, 
 import platformdirs
 
 from bisector.errors import BadInput, StoreError
+from bisector.store import campaigns
 from bisector.store.migrations import SCHEMA_VERSION, machine_hash, migrate, schema_version
 from bisector.model import CALL_KEYS, BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
 from bisector.paths import absolute
@@ -151,8 +152,9 @@ def default_path() -> Path:
 
 
 def campaign_key(config: Config) -> str:
-    """Results are comparable within one config measuring one upstream."""
-    return f"{config.name}:{config.upstream.repo}"
+    """Results are comparable within one config measuring one upstream (bisector/store/campaigns.py:
+    no path of this machine in it)."""
+    return campaigns.campaign_key(config.name, config.upstream.repo)
 
 
 def _now() -> str:

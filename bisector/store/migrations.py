@@ -12,6 +12,8 @@ import json
 import sqlite3
 from typing import Callable, Mapping
 
+from bisector.store.campaigns import renamed
+
 Migration = Callable[[sqlite3.Connection], None]
 
 # Keys of the machine fingerprint that vary from run to run on the same machine (current clocks,
@@ -114,7 +116,23 @@ def _v4(conn: sqlite3.Connection) -> None:
         conn.execute(f"ALTER TABLE trials ADD COLUMN {column}")
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4)
+def _v5(conn: sqlite3.Connection) -> None:
+    """Campaign keys without a path of this machine (bisector/store/campaigns.py): `demo:/tmp/x/upstream`
+    becomes `demo:upstream` in every table, so a run of the same config resumes. Two old keys that
+    now agree (one config, two checkouts of one upstream) are one campaign: their rows are kept,
+    a commit's or a night's row once."""
+    tables = ("commits", "builds", "trials", "nightly", "claims")
+    old = {row[0] for table in tables for row in conn.execute(f"SELECT DISTINCT campaign FROM {table}")}
+    for key in sorted(old):
+        new = renamed(key)
+        if new == key:
+            continue
+        for table in tables:
+            conn.execute(f"UPDATE OR IGNORE {table} SET campaign = ? WHERE campaign = ?", (new, key))
+            conn.execute(f"DELETE FROM {table} WHERE campaign = ?", (key,))  # a row the new key already had
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4, _v5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

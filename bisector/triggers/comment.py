@@ -32,18 +32,17 @@ from bisector.config import Config
 from bisector.errors import BadInput, BisectorError, GitError, RefError
 from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
-from bisector.publish.publish_plan import PublishPlan, RunVerdict, dump_plan
+from bisector.publish.publish_plan import PublishPlan, RunVerdict
 from bisector.runner import lock
 from bisector.triggers.ab import ab_until_sure
-from bisector.triggers import perf
+from bisector.triggers import fork_policy, perf, plan_file
 from bisector.triggers import slash_commands as commands
 from bisector.triggers import outcome_plan as plan_mod
 from bisector.triggers.event import CommentEvent, ignore_reason, read_event
 from bisector.triggers.permissions import refusal
 from bisector.triggers.thread import DryRunThread, GitHubThread, Thread
 
-# A ref into a pull request: fork code, measured only as the pinned head of this PR.
-_PULL_REF = re.compile(r"(?:refs/)?pull/(\d+)/(\w+)(.*)")
+_PULL_REF = fork_policy.PULL_REF  # a ref into a pull request: measured only as the pinned head of this PR
 _PERF_VERDICT = {"slower": RunVerdict.REGRESSION, "wrong results": RunVerdict.REGRESSION,
                  "faster": RunVerdict.IMPROVEMENT, "same": RunVerdict.NO_CHANGE, "not sure": RunVerdict.INCOMPLETE}
 
@@ -57,6 +56,7 @@ class Handled:
     repo: str = ""  # authorized: where the answer may go (publish --expect-repo)
     pr: int = 0  # authorized: the only PR the answer may go to (publish --expect-pr)
     verb: str = ""  # authorized: /bisect or /perf
+    head_repo: str = ""  # authorized: where the PR's head branch lives (a fork's name, or the repo itself)
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def authorize(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_
                                    f"head as of now, `{head[:12]}`; commits pushed later are not measured. This "
                                    "comment is replaced by the results.\n")
         return Handled("authorized", f"{event.login} may run {verb}; PR head pinned at {head[:12]}", where, head,
-                       repo=event.repo, pr=event.number, verb=verb)
+                       repo=event.repo, pr=event.number, verb=verb, head_repo=thread.head_repo() or "")
 
 
 def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None = None,
@@ -175,30 +175,31 @@ def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir
         thread.answer(tag, f"{tag}\n`{verb}` from @{event.login}: queued for the GPU on runner "
                            f"`{lock.runner_name()}`; this comment is replaced by the results.\n")
         try:
-            plan, handled = _measure(event, command, job, pinned, say)
+            plan, handled = _measure(event, command, job, pinned, say, thread.head_repo())
         except BisectorError as exc:
             thread.answer(tag, f"{tag}\n`{verb}` failed: {exc}\n")
             raise
-        result = thread.publish(plan)
+        result = thread.publish(plan_file.settle(plan, job.config.publish))
         where = ", ".join(c.url for c in result.comments) or ", ".join(result.dry_run_files[:2])
         return replace(handled, answer=where)
 
 
 def measure(event_path: str | Path, job: Job, pinned: str, plan_out: Path,
-            say: Callable[[str], None] = lambda s: None) -> Handled:
+            say: Callable[[str], None] = lambda s: None, head_repo: str | None = None) -> Handled:
     """The GPU stage: no token, no GitHub call. The permission was checked and the head pinned by
-    `authorize`; this writes the plan that `bisector publish` posts (the answer, or why it failed)."""
+    `authorize`; this writes the plan that `bisector publish` posts (the answer, or why it failed).
+    `head_repo`: where the PR's head lives, as `authorize` read it (None: a fork's, for all we know)."""
     event, command, reason = _read(event_path, job.config)
     if command is None:
         return Handled("ignored", reason)
     if isinstance(command, commands.Usage):
         return Handled("usage", command.problem)  # answered by the authorize stage
     try:
-        plan, handled = _measure(event, command, job, pinned, say)
+        plan, handled = _measure(event, command, job, pinned, say, head_repo)
     except BisectorError as exc:
-        dump_plan(failure_plan(event, command.verb, exc), plan_out)
+        plan_file.write(failure_plan(event, command.verb, exc), plan_out, job.config.publish)
         raise
-    dump_plan(to_this_pr(plan, event.number, pinned), plan_out)
+    plan_file.write(to_this_pr(plan, event.number, pinned), plan_out, job.config.publish)
     return replace(handled, answer=str(plan_out))
 
 
@@ -214,9 +215,19 @@ def failure_plan(event: CommentEvent, verb: str, exc: BisectorError) -> PublishP
                        requester_pr=event.number, answer=f"`{verb}` failed: {exc}")
 
 
+def refused_plan(event: CommentEvent, answer: str) -> PublishPlan:
+    """The one-line answer of a command this host may not run (bisector/triggers/fork_policy.py)."""
+    return PublishPlan(run_id=run_id(event), repo=event.repo, verdict=RunVerdict.INCOMPLETE, report="",
+                       requester_pr=event.number, answer=answer)
+
+
 def _measure(event: CommentEvent, command: commands.Command, job: Job, pinned: str | None,
-             say: Callable[[str], None]) -> tuple[PublishPlan, Handled]:
+             say: Callable[[str], None], head_repo: str | None = None) -> tuple[PublishPlan, Handled]:
     cfg = job.config
+    refused = fork_policy.refusal(command, event.number, event.repo, head_repo, cfg,
+                                  lambda: gitrepo.open_repo(cfg.upstream.repo))
+    if refused:
+        return refused_plan(event, refused), Handled("refused", refused)
     with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
         if isinstance(command, commands.BisectCommand):
             return _bisect(event, command, job, pinned)

@@ -19,11 +19,10 @@ from typing import Callable, Mapping
 from bisector import gitrepo, pipeline, publish
 from bisector.config import Config
 from bisector.model import ProbeStatus
-from bisector.publish.publish_plan import dump_plan
 from bisector.search import uncertain_json
 from bisector.store import Night
 from bisector.triggers.ab import ab_until_sure
-from bisector.triggers import perf
+from bisector.triggers import perf, plan_file
 from bisector.triggers import outcome_plan as plan_mod
 
 
@@ -87,9 +86,9 @@ def run_night(config: Config, date: str, store: str | None = None, work_dir: str
     bisect_report = night.verdict.get("bisect_report")
     published: tuple[str, ...] = ()
     if plan is not None and plan_out is not None:  # the workflow's publish job posts it
-        dump_plan(plan, plan_out)
+        plan_file.write(plan, plan_out, config.publish)
     elif plan is not None:  # after the night is recorded: nothing measured is lost if publishing fails
-        result = publish.publish(plan, config.publish, env, dry_run_dir)
+        result = publish.publish(plan_file.settle(plan, config.publish), config.publish, env, dry_run_dir)
         published = tuple(c.url for c in result.comments) + result.dry_run_files
     elif bisect_report:
         say("publish.repo is not set: the bisection is in the report only")

@@ -31,6 +31,8 @@ class Thread(Protocol):
 
     def pull_head(self) -> str | None: ...
 
+    def head_repo(self) -> str | None: ...
+
     def answer(self, marker: str, body: str) -> str: ...
 
     def publish(self, plan: PublishPlan) -> publish.PublishOutcome: ...
@@ -54,6 +56,8 @@ class GitHubThread:
         with guard(f"reading repository {event.repo}", self._token):
             self.repo = self.gh.get_repo(event.repo)
         self._login: str | None = None
+        self._head_repo: str | None = None
+        self._head_read = False
 
     def react(self, content: str) -> None:
         with guard(f"reacting to comment {self.event.comment_id}", self._token):
@@ -66,10 +70,19 @@ class GitHubThread:
     def pull_head(self) -> str:
         """The PR's head commit as GitHub has it now: the commit the authorized command measures."""
         with guard(f"reading the head of #{self.event.number}", self._token):
-            sha = self.repo.get_pull(self.event.number).head.sha
+            head = self.repo.get_pull(self.event.number).head
+            sha = head.sha
+            self._head_repo = head.repo.full_name if head.repo is not None else None
+            self._head_read = True
         if not sha:
             raise BadInput(f"#{self.event.number}: GitHub gave no head commit for this pull request")
         return sha
+
+    def head_repo(self) -> str | None:
+        """Where the PR's head branch lives ("owner/name"; None: a deleted fork), read with the head."""
+        if not self._head_read:
+            self.pull_head()
+        return self._head_repo
 
     def answer(self, marker: str, body: str) -> str:
         with guard(f"commenting on #{self.event.number}", self._token):
@@ -112,6 +125,10 @@ class DryRunThread:
 
     def pull_head(self) -> None:
         """No API in a dry run: nothing is pinned, the head is measured as fetched."""
+        return None
+
+    def head_repo(self) -> None:
+        """No API in a dry run: where the head lives is not known (a fork's, for the fork policy)."""
         return None
 
     def answer(self, marker: str, body: str) -> str:

@@ -202,8 +202,9 @@ class FakeGitHub:
 
     def add_pull(self, full_name: str, number: int, head_sha: str | None = None, head_ref: str | None = None,
                  base: str | None = None, title: str = "a pull request", user: str = "alice",
-                 draft: bool = False) -> dict[str, Any]:
-        """A PR (and its issue) whose head is `head_ref` (created at `head_sha` if missing)."""
+                 draft: bool = False, head_repo: str | None = None) -> dict[str, Any]:
+        """A PR (and its issue) whose head is `head_ref` (created at `head_sha` if missing); `head_repo`:
+        the fork ("owner/name") its head branch lives in, the repository itself when None."""
         with self._lock:
             repo = self.repos[full_name]
             base = base or repo.default_branch
@@ -212,7 +213,7 @@ class FakeGitHub:
                 repo.refs[f"refs/heads/{head_ref}"] = head_sha or repo.refs[f"refs/heads/{base}"]
             self.add_issue(full_name, number, title, user)["pull"] = True
             pull = {"number": number, "title": title, "body": "", "user": user, "head": head_ref, "base": base,
-                    "draft": draft, "state": "open"}
+                    "draft": draft, "state": "open", "head_repo": head_repo}
             repo.pulls[number] = pull
             return pull
 
@@ -403,13 +404,17 @@ class FakeGitHub:
         n, api = p["number"], f"{self.url}/repos/{r.full_name}"
         owner = r.full_name.split("/")[0]
 
-        def side(ref: str) -> dict[str, Any]:
-            return {"ref": ref, "label": f"{owner}:{ref}", "sha": r.refs.get(f"refs/heads/{ref}", ""),
-                    "repo": self._repo_json(r), "user": self._user(owner)}
+        def side(ref: str, fork: str | None = None) -> dict[str, Any]:
+            repo = self._repo_json(r) if fork is None else {**self._repo_json(r), "full_name": fork, "fork": True,
+                                                            "name": fork.split("/")[1],
+                                                            "owner": self._user(fork.split("/")[0])}
+            who = owner if fork is None else fork.split("/")[0]
+            return {"ref": ref, "label": f"{who}:{ref}", "sha": r.refs.get(f"refs/heads/{ref}", ""),
+                    "repo": repo, "user": self._user(who)}
 
         return {"id": r.id * 100000 + n, "node_id": f"PR_{n}", "number": n, "state": p["state"], "title": p["title"],
                 "body": p["body"], "draft": p["draft"], "merged": False, "user": self._user(p["user"]),
-                "head": side(p["head"]), "base": side(p["base"]), "url": f"{api}/pulls/{n}",
+                "head": side(p["head"], p.get("head_repo")), "base": side(p["base"]), "url": f"{api}/pulls/{n}",
                 "issue_url": f"{api}/issues/{n}", "comments_url": f"{api}/issues/{n}/comments",
                 "html_url": f"{self.url}/{r.full_name}/pull/{n}", "created_at": NOW, "updated_at": NOW}
 
