@@ -56,7 +56,7 @@ def no_sandbox(config: Config) -> str:
     if sandbox.applies(gpu):
         return ""
     probe = sandbox.probe()
-    return probe.reason if not probe.sandboxed else sandbox.GPU_UNSANDBOXED
+    return probe.reason if not probe.sandboxed else f"GPU trials: fence and subreapers only ({sandbox.gpu_inside()})"
 
 
 def refusal(command: Command, number: int, repo: str, head_repo: str | None, config: Config,
