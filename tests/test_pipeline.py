@@ -88,7 +88,8 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
     assert "1 of 3 hunks carry the step alone" in report and "```diff" in report
     assert report.count("— reproduces the step") == 1 and report.count("— does not reproduce the step") == 1
     plan = json.loads((tmp_path / "report" / "publish-plan.json").read_text())
-    assert plan["culprits"][0]["pr"] == 6 and plan["culprits"][0]["patch"]
+    # the revert patch goes with the culprit when it was measured to restore (undecided: not offered)
+    assert plan["culprits"][0]["pr"] == 6 and (bool(plan["culprits"][0].get("patch")) == (shape["verdict"] == "restored"))
     assert "1 of 3 hunks carry the step alone: `lib/gemm.py @@" in plan["culprits"][0]["hunk"]
     assert "+    for _ in range(4)" in plan["culprits"][0]["hunk_diff"]
 
