@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads(proc.stdout)
     steps = data.get("steps") or []
     named = [s.get("commit", "")[:12] for s in steps]
-    fixes = data.get("fixes") or data.get("reverts") or []
-    verdicts = [f.get("verdict") or f.get("status") for f in fixes] if isinstance(fixes, list) else fixes
+    verdicts = [{shape: v.get("verdict") for shape, v in (f.get("shapes") or {}).items()} for f in data.get("fixes") or []]
     line = (f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} {args.commits} commits, step at {args.at} "
             f"({shas[args.at][:12]}), shapes {shapes}: {wall:.1f} s wall; culprit {named} "
             f"({'exact' if named == [shas[args.at][:12]] else 'NOT exact'}); revert {verdicts}; "
