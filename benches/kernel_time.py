@@ -54,6 +54,7 @@ class KernelTimes:
     method: str  # GRAPH | PROFILER | EVENTS, or the CPU clock's kind
     times: list[list[float]]  # ms per fn per repetition, cold cache
     fallback: str = ""  # why a better method was not used ("" when the first choice worked)
+    faults: list[list[int]] | None = None  # CPU: minor page faults per fn per repetition (benches/timing.py)
 
 
 @dataclass(frozen=True)

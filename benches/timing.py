@@ -8,6 +8,7 @@ MI300/MI355X is 256 MiB), never below 256 MiB; on CPU a few times the last-level
 from __future__ import annotations
 
 import glob
+import resource
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ class Clock:
     flush_size: int
     cpu_clock: str = "wall"
     _buf: torch.Tensor = field(init=False)
+    faults: list[list[int]] = field(init=False, default_factory=list)  # CPU: per fn, per call of the last run
 
     def __post_init__(self) -> None:
         if self.cpu_clock not in CPU_CLOCKS:
@@ -131,12 +133,15 @@ class Clock:
             torch.cuda.synchronize()
             return [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
         out: list[list[float]] = [[] for _ in fns]
+        self.faults = [[] for _ in fns]
         for _ in range(reps):
             for i, fn in enumerate(fns):
                 self.flush()
+                f0 = minor_faults()
                 t0 = self._now()
                 fn()
                 out[i].append((self._now() - t0) / 1e6)
+                self.faults[i].append(minor_faults() - f0)
         return out
 
     def host(self, fns: list[Callable[[], Any]]) -> HostShare | None:
@@ -158,7 +163,8 @@ class Clock:
             if host is not None and host.device_bound:
                 return kernel_time.gpu_kernel_times(fns, reps, self.flush, order=(kernel_time.EVENTS,))
             return kernel_time.gpu_kernel_times(fns, reps, self.flush)
-        return kernel_time.KernelTimes(self.kind, self.interleaved(fns, reps))
+        times = self.interleaved(fns, reps)
+        return kernel_time.KernelTimes(self.kind, times, faults=self.faults)
 
     def calls(self, fns: list[Callable[[], Any]], kernel: kernel_time.KernelTimes, batches: int,
               host: HostShare | None = None, always: bool = True) -> kernel_time.CallTimes:
@@ -189,6 +195,13 @@ class HostShare:
     def device_bound(self) -> bool:
         """Every fn's host time is under HOST_SHARE of its call's time (the kernel dominates)."""
         return all(statistics.median(h) < HOST_SHARE * c for h, c in zip(self.host_ms, self.call_ms))
+
+
+def minor_faults() -> int:
+    """This thread's minor page faults so far. A CPU call that faults on every use of its temporaries
+    (memory handed back to the kernel and mapped afresh each time) reads several times its own
+    speed: kept per call, so that a trial shows it (studies/cpu_slow_builds.py)."""
+    return resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)).ru_minflt
 
 
 def tflops(flops: float, ms: float) -> float:

@@ -333,6 +333,8 @@ def call_fields(kernel: KernelTimes, calls: CallTimes) -> dict[str, Any]:
                            "subject_latency_ms": calls.latency_ms[0], "subject_host_ms": calls.host_ms[0]}
     if kernel.fallback:
         out["kernel_fallback"] = kernel.fallback
+    if kernel.faults:  # CPU: median minor page faults per timed call, subject then control
+        out["timed_faults"] = [statistics.median(f) if f else None for f in kernel.faults]
     if len(calls.latency_ms) > 1:
         out["control_latency_ms"], out["control_host_ms"] = calls.latency_ms[1], calls.host_ms[1]
         pairs = [c / s for s, c in zip(calls.latency_ms[0], calls.latency_ms[1]) if s > 0 and c > 0]

@@ -57,6 +57,28 @@ def test_cpu_clock_on_request_and_wall_time_with_several_threads(tmp_path):
         Clock("cpu", 1 << 10, "tsc")
 
 
+FAULTING = """
+import mmap
+import torch
+
+
+def matmul(a, b, **_):
+    scratch = mmap.mmap(-1, 1 << 22)  # 4 MiB mapped afresh on every call: a fault per page touched
+    for page in range(0, 1 << 22, 4096):
+        scratch[page] = 1
+    scratch.close()
+    return torch.matmul(a, b)
+"""
+
+
+def test_cpu_trials_count_the_page_faults_of_each_timed_call(tmp_path):
+    (tmp_path / "faulting.py").write_text(FAULTING)
+    out = trial.run(spec("faulting:matmul", source_dirs=[str(tmp_path)]), tmp_path / "out.json")
+    for r in out["results"]:
+        subject, control = r["timed_faults"]
+        assert subject >= 1000 and control < 100, r["timed_faults"]
+
+
 def test_control_none_checks_against_reference(tmp_path):
     (tmp_path / "sub.py").write_text("def mm(a, b, tile=None):\n    return (a.float() @ b.float()).to(a.dtype) + 1.0\n")
     out = trial.run(spec("sub:mm", control="none", source_dirs=[str(tmp_path)]), tmp_path / "out.json")

@@ -126,32 +126,32 @@ COMMITS: tuple[CommitSpec, ...] = (
     CommitSpec(161, "docs: point to the benchmark dashboards", {}, "bad"),
 )
 
-_FA_CPU = ("fa/s512", "fa/s1024", "fa/s2048")
+_FA_CPU = ("fa/s512", "fa/s1024")
 _FA_CUDA = ("fa/s4096", "fa/s16384", "fa/s32768")
 
 EXPECTATIONS: dict[str, Expectation] = {
     "improvement": Expectation("improvement", {
-        "cpu": {"gemm/square": 84.0, "gemm/tall": 74.0},
+        "cpu": {"gemm/square": 84.0, "gemm/tall": 55.0},
         "cuda": {"gemm/m8192": 12.0, "gemm/m54560": None}}),
     "fa_remap_dropped": Expectation("regression", {
-        "cpu": {"fa/s1024": -25.0, "fa/s2048": -31.0},
+        "cpu": {"fa/s1024": -40.0},
         "cuda": {"fa/s16384": -11.0, "fa/s32768": -15.0}}),
     # On the GPU the dropped flag sends the softmax's exp2 to double precision (the CPU twin's precise
     # path, which also keeps P in double for its product with V: a cost no CPU vectorizes away);
     # as `enable_fp_fusion=False` alone it cost 0.6-0.9% on an H200, under the 2% floor.
     "fastmath_dropped": Expectation("regression", {
-        "cpu": {"fa/s512": -50.0, "fa/s1024": -40.0, "fa/s2048": -30.0},
+        "cpu": {"fa/s512": -50.0, "fa/s1024": -44.0},
         "cuda": {"fa/s4096": None, "fa/s16384": None, "fa/s32768": None}}),
     "gemm_group_m": Expectation("regression", {
-        "cpu": {"gemm/tall": -44.0},
+        "cpu": {"gemm/tall": -59.0},
         "cuda": {"gemm/m54560": -6.5}}),
     "gemm_stages": Expectation("regression", {
-        "cpu": {"gemm/square": -33.0, "gemm/tall": -29.0},
+        "cpu": {"gemm/square": -33.0, "gemm/tall": -30.0},
         "cuda": {"gemm/m8192": -30.0, "gemm/m54560": None}}),
     # One commit threads the new argument through every caller (plumbing) and shrinks the key block
     # (BLOCK_N 256 -> 32 on the CPU, 64 -> 16 in Triton): the cause, among a dozen hunks.
     "fa_window": Expectation("regression", {
-        "cpu": {"fa/s1024": -54.0, "fa/s2048": -56.0},
+        "cpu": {"fa/s1024": -63.0},
         "cuda": {"fa/s4096": None, "fa/s16384": None, "fa/s32768": None}}),
     "wrong_result": Expectation("wrong", {
         "cpu": {"gemm/square": None, "gemm/tall": None},
