@@ -17,7 +17,7 @@ import pytest
 
 from bisector.build import Builder
 from bisector.config import parse
-from bisector.model import Measurement
+from bisector.model import Measurement, TrialStatus
 from bisector.runner import make_executor
 from bisector.runner.lock import lock_path
 from bisector.runner.probe import StoreProbe
@@ -25,6 +25,7 @@ from bisector.runner.warmer import Warmer, default_parallel, precompile_executor
 from bisector.search import SearchSettings, localize
 from bisector.search.simulate import SimulatedProbe, StepModel, SimStep
 from bisector.store import Store
+from tests.devices import CONTROL, needs_cuda
 from tests.gitfixtures import commit_file, git as run_git
 
 # A kernel whose first call "compiles" into the commit's Triton cache dir: slow when the dir is
@@ -47,22 +48,48 @@ KERNEL = textwrap.dedent('''
 HOLD = "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); print('held', flush=True); time.sleep(600)"
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
+# The same on a GPU with a real Triton kernel: its compile goes to the commit's Triton cache dir.
+TRITON_KERNEL = textwrap.dedent('''
+    import torch
+    import triton
+    import triton.language as tl
+
+    VERSION = {k}
+
+    @triton.jit
+    def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    def mm(a, b):
+        out = a @ b
+        y = torch.empty_like(out)
+        _copy[(triton.cdiv(out.numel(), 1024),)](out, y, out.numel(), BLOCK=1024)
+        return y
+''')
+
+
+def make_upstream(tmp_path: Path, kernel: str) -> tuple[Path, list[str]]:
     repo = tmp_path / "up"
     repo.mkdir()
     run_git(repo, "init", "-q", "-b", "main")
-    shas = [commit_file(repo, "kern.py", KERNEL.format(k=k), f"change {k} (#{900 + k})", 1 + k) for k in range(4)]
+    shas = [commit_file(repo, "kern.py", kernel.format(k=k), f"change {k} (#{900 + k})", 1 + k) for k in range(4)]
     return repo, shas
 
 
-def config(repo: Path, tmp_path: Path, **protocol):
+@pytest.fixture
+def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
+    return make_upstream(tmp_path, KERNEL)
+
+
+def config(repo: Path, tmp_path: Path, kind: str = "cpu", **protocol):
     data = {
-        "name": "w", "upstream": {"repo": str(repo)}, "device": {"kind": "cpu"}, "control": {"backend": "torch"},
+        "name": "w", "upstream": {"repo": str(repo)}, "device": {"kind": kind}, "control": {"backend": CONTROL[kind]},
         "build": {"recipe": "none"}, "subject": {"gemm": {"entry": "kern:mm", "adapter": "torch"}},
         "suites": {"gemm": {"shapes": [{"name": "a", "M": 32, "N": 32, "K": 32, "dtype": "fp32"}]}},
         "protocol": {"reps": 2, "warmup": 1, "flush_mb": 1, "timeout_s": 120.0, "trials": 1,
-                     "jit_cache_env": ["TRITON_CACHE_DIR"], "workers": "spawn", **protocol},
+                     "jit_cache_env": ["TRITON_CACHE_DIR"], "workers": "spawn" if kind == "cpu" else "fork",
+                     **protocol},
     }
     return parse(data, tmp_path / "w.toml")
 
@@ -80,13 +107,13 @@ class Gated:
         return self.builder.build(sha, patch)
 
 
-def setup(tmp_path: Path, repo: Path, parallel: int = 2, gate: str | None = None):
-    cfg = config(repo, tmp_path)
+def setup(tmp_path: Path, repo: Path, parallel: int = 2, gate: str | None = None, kind: str = "cpu"):
+    cfg = config(repo, tmp_path, kind)
     work = tmp_path / "work"
     builder = Builder(git.Repo(repo), cfg.upstream, cfg.build, tmp_path / "cache")
     builds = Gated(builder, gate) if gate else builder
-    warmer = Warmer(builds, lambda: precompile_executor(cfg, work, parallel, source="spawn"), parallel)
-    executor = make_executor(cfg, work, source="spawn", ahead=0)
+    warmer = Warmer(builds, lambda: precompile_executor(cfg, work, parallel), parallel)
+    executor = make_executor(cfg, work, ahead=0)
     store = Store(tmp_path / "s.sqlite")
     probe = StoreProbe("w", cfg.shapes, store, builder, executor, warmer=warmer)
     return cfg, work, builds, warmer, executor, store, probe
@@ -142,6 +169,34 @@ def test_a_prefetch_compiles_cold_off_the_device_and_the_first_trial_keeps_it(tm
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_prefetch_compiles_a_triton_kernel_before_the_first_trial_on_a_gpu(tmp_path, monkeypatch) -> None:
+    repo, shas = make_upstream(tmp_path, TRITON_KERNEL)
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg, work, _, warmer, executor, store, probe = setup(tmp_path, repo, kind="cuda")
+    try:
+        probe.prefetch([shas[1]])
+        warmer.wait(300)
+        (timeline,) = warmer._executor.timelines
+        assert warmer.started == [shas[1]] and timeline.want is None and timeline.go is None
+        assert store.trials("w") == []
+        cache = work / "jit" / shas[1] / "triton_cache_dir"
+        compiled = {p.relative_to(cache) for p in cache.rglob("*") if p.is_file()}
+        assert compiled, "the prefetch compiled nothing into the commit's Triton cache"
+        probe(shas[1], 1)
+        (rec,) = store.trials("w", sha=shas[1])
+        assert rec.status is TrialStatus.OK, rec.error or rec.log_tail
+        assert compiled <= {p.relative_to(cache) for p in cache.rglob("*") if p.is_file()}  # kept, not emptied
+        assert rec.protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is False
+        cold = rec.protocol["cold_compile"]
+        assert cold["by"] == "prefetch" and cold["precompile"] == "captured", cold
+    finally:
+        warmer.close()
+        executor.close()
+        store.close()
 
 
 def test_cancelled_prefetches_never_run(tmp_path, upstream) -> None:
@@ -204,9 +259,10 @@ def test_a_bisection_prefetches_both_halves_midpoints_before_each_round() -> Non
     commits, log = search(17, 11, interior_points=0)
     ix = {sha: k for k, sha in enumerate(commits)}
     calls = [[ix[s] for s in shas] for what, shas in log if what == "prefetch"]
-    # start: no grid; before GOOD..BAD's first split: its middle; then, before measuring each middle
-    # m of (lo, hi), the middles of (lo, m) and (m, hi); the last split's halves have none.
-    assert calls[:6] == [[], [8], [4, 12], [10, 14], [9, 11], []]
+    # Before GOOD and BAD, and again before the grid (none here): the middle, which the first split
+    # measures; then, before measuring each middle m of (lo, hi), the middles of (lo, m) and
+    # (m, hi); the last split's halves have none.
+    assert calls[:6] == [[8], [8], [4, 12], [10, 14], [9, 11], []]
 
 
 @pytest.mark.parametrize("width", [1, 3])

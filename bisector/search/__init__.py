@@ -326,6 +326,16 @@ class _State:
         ks = [*points, *(k for a, b in parts if b - a > 1 for k in self.targets(a, b))]
         ask([self.commits[k] for k in dict.fromkeys(ks) if k not in self.skipped and self.commits[k] not in self.meas])
 
+    def prefetch_grid(self, lo: int, hi: int) -> list[int]:
+        """The grid's interior points between GOOD (lo) and BAD (hi); prefetched, then the split
+        points of its parts (the first refinement's), asked for before GOOD and BAD are measured
+        and again before the grid is."""
+        q1 = self.settings.interior_points + 1
+        targets = [lo + round((hi - lo) * q / q1) for q in range(1, q1)]
+        bounds = sorted({lo, hi, *(t for t in targets if lo < t < hi)})
+        self.prefetch(bounds[1:-1], zip(bounds, bounds[1:]))
+        return targets
+
     def add_candidate(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
         for cand in self.candidates:
             if (cand.lo, cand.hi) == (lo, hi):  # found again through another shape
@@ -515,7 +525,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     n = len(st.commits)
     if n < 2:
         return _result(st, [], [])
-    st.prefetch(round((n - 1) * q / (settings.interior_points + 1)) for q in range(1, settings.interior_points + 1))
+    st.prefetch_grid(0, n - 1)
     if settings.width > 1:  # GOOD and BAD in one round; a SKIP among them is walked past below
         st.measure_many([0, n - 1], settings.initial_repeats)
     lo = next((i for i in range(n) if st.measure(i, settings.initial_repeats)), None)
@@ -528,9 +538,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     st.alpha_verify = settings.alpha / n_shapes
 
     grid = [lo]
-    targets = [lo + round((hi - lo) * q / (settings.interior_points + 1)) for q in range(1, settings.interior_points + 1)]
-    bounds = sorted({lo, hi, *(t for t in targets if lo < t < hi)})
-    st.prefetch(bounds[1:-1], zip(bounds, bounds[1:]))
+    targets = st.prefetch_grid(lo, hi)
     if settings.width > 1:  # the interior points in one round; one that does not build moves below
         st.measure_many(targets, settings.initial_repeats)
     for target in targets:
