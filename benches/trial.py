@@ -425,7 +425,7 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
 def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException],
                     control: Backend | None, control_error: str | None, staged: Mapping[str, Staged],
                     phase: Phases) -> list[dict[str, Any]]:
-    """A prefetch's trial (`"precompile_only": true`, bisector/runner/prefetch.py): the commit's cold
+    """A prefetch's trial (`"precompile_only": true`, bisector/runner/warmer.py): the commit's cold
     compile into its JIT dir and nothing else; the device is never asked for. On a GPU what
     `_stage_all` captured; on the CPU, where nothing is captured, the first calls themselves."""
     out: list[dict[str, Any]] = []

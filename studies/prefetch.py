@@ -115,7 +115,9 @@ def run(repo: Path, shas: list[str], work: Path, parallel: int) -> dict[str, Any
         rows.append({"sha": t.sha[:8], "to_timed_s": (timed - line["submitted"]) if timed else float("nan"),
                      "device_s": (line.get("release") or 0) - (line.get("go") or 0),
                      "prefetched": "cold_compile" in t.protocol})
-    return {"wall_s": wall, "steps": [s.commit[:8] for s in result.steps], "rows": rows,
+    medians = {sha[:8]: {k: round(statistics.median(v), 3) for k, v in m.samples.items() if v} or m.reason[:200]
+               for sha, m in result.measurements.items()}
+    return {"wall_s": wall, "steps": [s.commit[:8] for s in result.steps], "rows": rows, "medians": medians,
             "prefetched": list(warmer.started) if warmer else [], "cancelled": list(warmer.cancelled) if warmer else []}
 
 
@@ -126,6 +128,8 @@ def report(name: str, r: dict[str, Any]) -> str:
     for row in new:
         lines.append(f"  {row['sha']}  asked -> timed {row['to_timed_s']:6.2f} s   device {row['device_s']:5.2f} s"
                      f"{'   (compiled by a prefetch)' if row['prefetched'] else ''}")
+    if not r["steps"]:  # say why: the ratios the search saw
+        lines.append(f"  no step found; median ratio per commit: {r['medians']}")
     inner = new[2:]  # GOOD and BAD are asked for before anything can be prefetched
     if inner:
         lines.append(f"  new commits after GOOD/BAD: median asked -> timed "

@@ -66,18 +66,20 @@ class Warmed:
 
     def cold_compile(self) -> dict[str, dict[str, Any]]:
         """Per precompiled shape, what the first real trial's records keep of the cold compile."""
-        return {key: {"by": "prefetch", **{k: v for k, v in r.items() if k != "shape"}, "log_path": self.log_path}
+        return {key: {"by": "prefetch", **{k: v for k, v in r.items() if k != "shape"}, "log_path": self.log_path,
+                      "trial_wall_s": round(self.seconds, 3)}
                 for key, r in self.shapes.items() if r.get("status") == "precompiled"}
 
 
 def default_parallel(config: Config) -> int:
-    """Prefetches at once: the config's, else a quarter of the host's cores on a GPU host; 0 (off)
-    on the CPU, whose cores are the devices, and where commits are built elsewhere (dask)."""
+    """Prefetches at once: the config's, else a quarter of the host's cores on a GPU host and 0
+    (off) on the CPU, whose cores are the devices; always 0 where commits are built and measured
+    elsewhere (dask) or there is no JIT cache dir to keep warm."""
+    if config.executor.kind != "local" or not config.protocol.jit_cache_env:
+        return 0  # trials built and run elsewhere, or no JIT cache to keep warm
     if config.protocol.prefetch is not None:
         return config.protocol.prefetch
-    if config.device == "cpu" or config.executor.kind != "local" or not config.protocol.jit_cache_env:
-        return 0
-    return max(1, (os.cpu_count() or 4) // 4)
+    return 0 if config.device == "cpu" else max(1, (os.cpu_count() or 4) // 4)
 
 
 class PrecompileTrials(Executor):
