@@ -75,7 +75,7 @@ def config(repo: Path, where: Path) -> Any:
         "control": {"backend": "torch"}, "build": {"recipe": "none"},
         "subject": {"gemm": {"entry": "kern:mm", "adapter": "torch"}},
         "suites": {"gemm": {"shapes": [{"name": "a", "M": 256, "N": 256, "K": 256, "dtype": "fp32"}]}},
-        "protocol": {"reps": 5, "warmup": 1, "flush_mb": 1, "timeout_s": 300.0, "trials": 2, "max_trials": 4,
+        "protocol": {"reps": 5, "warmup": 1, "flush_mb": 1, "timeout_s": 300.0, "trials": 2, "max_trials": 8,
                      "jit_cache_env": ["TRITON_CACHE_DIR"], "workers": "fork"},
     }
     return parse(data, where / "prefetch.toml")
@@ -99,7 +99,7 @@ def run(repo: Path, shas: list[str], work: Path, parallel: int) -> dict[str, Any
     try:
         probe = StoreProbe("study", cfg.shapes, store, builder, executor, warmer=warmer)
         start = time.time()
-        result = localize(shas, probe, SearchSettings(interior_points=0, initial_repeats=2, max_repeats=4,
+        result = localize(shas, probe, SearchSettings(interior_points=0, initial_repeats=2, max_repeats=8,
                                                       rechecks=0))
         wall = time.time() - start
     finally:
@@ -117,13 +117,15 @@ def run(repo: Path, shas: list[str], work: Path, parallel: int) -> dict[str, Any
                      "prefetched": "cold_compile" in t.protocol})
     medians = {sha[:8]: {k: round(statistics.median(v), 3) for k, v in m.samples.items() if v} or m.reason[:200]
                for sha, m in result.measurements.items()}
-    return {"wall_s": wall, "steps": [s.commit[:8] for s in result.steps], "rows": rows, "medians": medians,
+    return {"wall_s": wall, "steps": [s.commit[:8] for s in result.steps], "dropped": [s.commit[:8] for s in result.dropped],
+            "rows": rows, "medians": medians,
             "prefetched": list(warmer.started) if warmer else [], "cancelled": list(warmer.cancelled) if warmer else []}
 
 
 def report(name: str, r: dict[str, Any]) -> str:
     new = r["rows"]
-    lines = [f"{name}: search {r['wall_s']:.1f} s, steps {r['steps']}, {len(new)} commits measured; "
+    lines = [f"{name}: search {r['wall_s']:.1f} s, steps {r['steps']} (dropped at verification {r['dropped']}), "
+             f"{len(new)} commits measured; "
              f"prefetched {len(r['prefetched'])}, cancelled {len(r['cancelled'])}"]
     for row in new:
         lines.append(f"  {row['sha']}  asked -> timed {row['to_timed_s']:6.2f} s   device {row['device_s']:5.2f} s"
