@@ -110,7 +110,7 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
                   "isolation": common["isolation"],
                   "phases": out.get("phases") or [],
                   **({"cold_compile": common["cold_compile"][raw["shape"]]}
-                     if raw["shape"] in common["cold_compile"] else {})},
+                     if raw["shape"] in common.get("cold_compile", {}) else {})},
         patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"],
         slot=common["slot"], kernel_method=str(raw.get("kernel_method") or ""), latency_ratio=num("latency_ratio"),
         **{k: tuple(raw.get(k) or ()) for k in CALL_KEYS})
