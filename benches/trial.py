@@ -424,6 +424,41 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
     return staged
 
 
+def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException],
+                    control: Backend | None, control_error: str | None, staged: Mapping[str, Staged],
+                    phase: Phases) -> list[dict[str, Any]]:
+    """A prefetch's trial (`"precompile_only": true`, bisector/runner/warmer.py): the commit's cold
+    compile into its JIT dir and nothing else; the device is never asked for. On a GPU what
+    `_stage_all` captured; on the CPU, where nothing is captured, the first calls themselves."""
+    out: list[dict[str, Any]] = []
+    for index, shape in enumerate(spec["shapes"]):
+        key, subject = shape["key"], subjects.get(shape["suite"])
+        one = staged.get(key)
+        try:
+            if one is None and spec["device"] == "cpu" and subject is not None \
+                    and not isinstance(subject, BaseException) \
+                    and subject_specs(spec)[shape["suite"]].get("adapter") != "pytest":
+                with phase("precompile", key):
+                    one = stage_shape(shape, index, spec, lambda: None, subject, control,
+                                      control_error if shape["suite"] in suites.SUITES else None)
+                    start = time.perf_counter()
+                    for prep in (one.subj, one.ctrl):
+                        if prep is not None:
+                            prep.run()
+                    one.precompile = {"precompile": "first calls (cpu)",
+                                      "precompile_s": round(time.perf_counter() - start, 6)}
+        except Exception as exc:  # noqa: BLE001 - the real trial records the failure
+            out.append({"shape": key, "status": "not precompiled", "error": f"{type(exc).__name__}: {exc}"[:TRACE_CHARS]})
+            continue
+        if one is None:
+            why = subject if isinstance(subject, BaseException) else "nothing staged (pytest, or staging failed)"
+            out.append({"shape": key, "status": "not precompiled", "error": str(why)[:TRACE_CHARS]})
+        else:
+            out.append({"shape": key, "status": "precompiled", **one.precompile,
+                        "compile_s": one.precompile.get("precompile_s")})
+    return out
+
+
 def _checked(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Shape key -> tolerance of the shapes whose output at this commit passed the check in an
     earlier trial: the bot writes that file as it stores each trial, and the trial reads it with the
@@ -475,6 +510,12 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         _open_device(device)
         staged = _stage_all(spec, subjects, control, control_error, phase)
         write_json(out_path, output)
+    if spec.get("precompile_only"):  # a prefetch: compiled cold, never takes the device
+        output["protocol"] = {"precompile_only": True, "jit_cache_cold": dict(caches), "device": device,
+                              "pid": os.getpid()}
+        output["results"] = precompile_only(spec, subjects, control, control_error, staged, phase)
+        write_json(out_path, output)
+        return output
 
     with phase("queue"):
         gate.acquire()

@@ -50,6 +50,7 @@ from bisector.search.wrong_results import WrongResult
 from bisector.runner import sandbox
 from bisector.runner.choose import Trials, offline_width, open_trials
 from bisector.runner.executor import TrialJob
+from bisector.runner.warmer import Warmer, default_parallel, precompile_executor
 from bisector.store import Store, campaign_key
 from bisector.runner.time_spent import Stage, Throughput, from_records, summarize
 from bisector.why.facts import actions, step_moves
@@ -123,6 +124,10 @@ class Session:
         # With the dask executor commits are built on the workers, where their trials run.
         remote = config.executor.kind != "local" and not offline
         self.prefetcher = Prefetcher(_RemoteBuilds(self) if remote else self.builder, config.build.parallel)
+        # The commits the search may need next, built and compiled cold on spare cores (GPU hosts).
+        parallel = 0 if offline else default_parallel(config)
+        self.warmer = Warmer(self.builder, lambda: precompile_executor(config, self.work, parallel),
+                             parallel) if parallel else None
         self._trials: Trials | None = None
         self.stages: list[Stage] = []
         self.observer = observer
@@ -158,7 +163,7 @@ class Session:
                           patch_hash=patch_hash, recipe=self.config.build.recipe,
                           cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.decision_of(s.suite) for s in self.config.shapes},
                           offline=self.offline if offline is None else offline, max_crashes=max_crashes,
-                          on_event=self.observer, where=self.where)
+                          on_event=self.observer, where=self.where, warmer=self.warmer)
 
     @contextlib.contextmanager
     def stage(self, name: str, expect: int = 0) -> Iterator[None]:
@@ -180,6 +185,8 @@ class Session:
         return summarize(timelines, self.stages, self.devices())
 
     def close(self) -> None:
+        if self.warmer is not None:
+            self.warmer.close()
         if self._trials is not None:
             self._trials.executor.close()
         self.prefetcher.close()
@@ -224,6 +231,9 @@ class Prefetching:
 
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
         return self.probe.together(wants)
+
+    def prefetch(self, shas: Sequence[str]) -> None:
+        self.probe.prefetch(shas)
 
     def prefetch_after(self, sha: str) -> None:
         seen = sorted({self.index[s] for s, _ in self.probe.probes if s in self.index})

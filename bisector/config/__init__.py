@@ -94,6 +94,9 @@ class Protocol:
     preload: tuple[str, ...] | None = None  # modules a worker imports before its trial (None: torch, triton)
     memory_gb: float = 0.0  # a trial's process tree is killed above this (0: half the RAM over the devices)
     max_tasks: int = 8192  # processes and threads of one trial (its cgroup's pids.max, where there is one)
+    # New commits the search may need next, built and compiled cold at once while it measures
+    # (bisector/runner/warmer.py). None: a quarter of the cores on a GPU host, off on the CPU; 0: off.
+    prefetch: int | None = None
 
 
 METRICS = ("ratio", "speed")
@@ -272,7 +275,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         suite_modules=modules,
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
-                                                    "ahead", "preload", "memory_gb", "max_tasks"))),
+                                                    "ahead", "preload", "memory_gb", "max_tasks", "prefetch"))),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
                                (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
                                tuple(n for n, sub in subjects.items() if sub.adapter == "pytest")),
@@ -364,7 +367,8 @@ def _protocol(sec: _Section) -> Protocol:
                     workers=sec.get("workers", str, "fork", choices=WORKER_SOURCES),
                     ahead=sec.non_negative("ahead", int, None),
                     preload=sec.strings("preload") if "preload" in sec.data else None,
-                    memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec))
+                    memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec),
+                    prefetch=sec.non_negative("prefetch", int, None))
 
 
 def _max_tasks(sec: _Section) -> int:

@@ -55,6 +55,9 @@ class TrialJob:
     after: Future | None = None  # do not take a device before this trial has ended and been stored
     lane: int | None = None  # run on devices[lane % n] (side-by-side rounds spread each commit evenly)
     patch: str | None = None  # the patch text of a patched build: a remote worker builds it again
+    # the commit's cold compile, made by a prefetch (bisector/runner/warmer.py), per shape: this trial,
+    # its first, finds the JIT dir warm; its records keep what the prefetch measured
+    cold_compile: Mapping[str, Mapping[str, Any]] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

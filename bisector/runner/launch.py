@@ -110,7 +110,9 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         protocol={**(out.get("protocol") or {}), **extra, "log_path": common["log"],
                   "trial_wall_s": round(common["seconds"], 3), "timeline": common["timeline"], "worker": common["worker"],
                   "isolation": common["isolation"],
-                  "phases": out.get("phases") or []},
+                  "phases": out.get("phases") or [],
+                  **({"cold_compile": common["cold_compile"][raw["shape"]]}
+                     if raw["shape"] in common.get("cold_compile", {}) else {})},
         patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"],
         slot=common["slot"], kernel_method=str(raw.get("kernel_method") or ""), latency_ratio=num("latency_ratio"),
         **{k: tuple(raw.get(k) or ()) for k in CALL_KEYS})
@@ -139,7 +141,8 @@ def _records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Ma
     common = {"tail": log_tail(prepared.log_path), "log": str(prepared.log_path), "patch_hash": job.build.patch_hash,
               "started": _iso(start), "finished": _iso(end), "seconds": (end or 0) - (start or 0),
               "timeline": timeline, "slot": job.slot, "worker": info.get("worker", {}),
-              "isolation": sandbox.trial_isolation(_uses_gpu(prepared.env))}
+              "isolation": sandbox.trial_isolation(_uses_gpu(prepared.env)),
+              "cold_compile": dict(job.cold_compile or {})}
     done = {str(r.get("shape")): r for r in out.get("results", []) if isinstance(r, dict) and "shape" in r}
     recs = []
     for shape in job.shapes:

@@ -19,6 +19,7 @@ from bisector.search.control_outcome import unavailable_by_shape
 from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
 from bisector.runner.executor import TrialJob, TrialOutcome
+from bisector.runner.warmer import Want, Warmer
 from bisector.search.samples import trial_metric
 from bisector.store import Owner, Store
 
@@ -60,13 +61,14 @@ class StoreProbe:
                  patch_hash: str | None = None, recipe: str = "none", cold_jit: bool = True,
                  metric: str | Mapping[str, str] = "ratio", offline: bool = False, max_crashes: int = MAX_CRASHES,
                  on_event: Callable[[ProbeEvent], None] = lambda e: None,
-                 where: portable.Roots | None = None) -> None:
+                 where: portable.Roots | None = None, warmer: Warmer | None = None) -> None:
         """`where`: this machine's dirs and the names the store knows them by (bisector/portable.py)."""
         self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
         self.where = dict(where or {})
         self.executor, self.seed, self.patch, self.patch_hash = executor, seed, patch, patch_hash
         self.recipe, self.on_event, self.cold_jit = recipe, on_event, cold_jit
         self.metric, self.offline, self.max_crashes = metric, offline, max_crashes
+        self.warmer = warmer  # builds and compiles the commits the search may need next (`prefetch`)
         self.build_results: dict[str, BuildResult] = {}
         self.probes: list[tuple[str, int]] = []
         self.owner = Owner.me()
@@ -76,7 +78,7 @@ class StoreProbe:
         out = StoreProbe(self.campaign, shapes, self.store, self.builds, self.executor, seed=self.seed,
                          patch=self.patch, patch_hash=self.patch_hash, recipe=self.recipe, cold_jit=self.cold_jit,
                          metric=self.metric, offline=self.offline, max_crashes=self.max_crashes,
-                         on_event=self.on_event, where=self.where)
+                         on_event=self.on_event, where=self.where, warmer=self.warmer)
         out.build_results = self.build_results
         return out
 
@@ -151,9 +153,23 @@ class StoreProbe:
         return need
 
     def job(self, sha: str, slot: int, first: bool, after: Future | None, lane: int | None = None) -> TrialJob:
-        """The trial in `slot`: its seed follows from the slot, so a resumed run draws the inputs it would have."""
+        """The trial in `slot`: its seed follows from the slot, so a resumed run draws the inputs it would have.
+        A commit's first trial compiles cold (its JIT dir emptied), unless a prefetch compiled it cold
+        already: then its JIT dir is kept and its records carry the prefetch's compile."""
+        warmed = self.warmer.claim(sha, self.patch_hash) if first and self.cold_jit and self.warmer else None
         return TrialJob(self.build_results[sha], self.shapes, self.seed * 1_000_003 + slot, slot=slot,
-                        first=first and self.cold_jit, after=after, lane=lane, patch=self.patch)
+                        first=first and self.cold_jit and warmed is None, after=after, lane=lane, patch=self.patch,
+                        cold_compile=warmed.cold_compile() if warmed is not None else None)
+
+    def prefetch(self, shas: Sequence[str]) -> None:
+        """Commits the search may measure next (most likely first): the warmer builds and compiles
+        those with nothing stored yet while this round is measured, and drops what it had queued for
+        others. Nothing without a warmer (the CPU, offline)."""
+        if self.warmer is None or self.offline:
+            return
+        failed = {s for s, b in self.build_results.items() if b.status is BuildStatus.FAILED}
+        self.warmer.prefetch([Want(sha, self.shapes, self.seed * 1_000_003, self.patch, self.patch_hash)
+                              for sha in dict.fromkeys(shas) if sha not in failed and not self.stored(sha)])
 
     def stored_only(self, sha: str, repeats: int) -> Measurement:
         """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""

@@ -284,8 +284,7 @@ class _State:
         its target that builds and has the shapes in `need` (probing outwards past SKIPs and wrong
         results, one round for all targets at a time); for width 1, the middle."""
         need = tuple(need)
-        w = min(self.settings.width, hi - lo - 1)
-        targets = [lo + (hi - lo) * q // (w + 1) for q in range(1, w + 1)]
+        targets = self.targets(lo, hi)
         repeats = self.first_repeats(self.shapes(lo, hi) or need, min(self.count(lo), self.count(hi)))
         orders = [sorted(range(lo + 1, hi), key=lambda k: (abs(k - t), k)) for t in targets]
         tried: set[int] = set()
@@ -299,6 +298,8 @@ class _State:
                     picks[q] = k
             if not picks:
                 break
+            bounds = sorted({lo, hi, *chosen, *picks.values()})
+            self.prefetch([], zip(bounds, bounds[1:]))
             self.measure_many(list(picks.values()), repeats)
             tried.update(picks.values())
             open_slots = []
@@ -308,6 +309,32 @@ class _State:
                 else:
                     open_slots.append(q)
         return sorted(set(chosen))
+
+    def targets(self, lo: int, hi: int) -> list[int]:
+        """Where `split` cuts (lo, hi): `width` points at equal distances; for width 1, the middle."""
+        w = min(self.settings.width, hi - lo - 1)
+        return [lo + (hi - lo) * q // (w + 1) for q in range(1, w + 1)]
+
+    def prefetch(self, points: Iterable[int], parts: Iterable[tuple[int, int]] = ()) -> None:
+        """Before a round: tell the probe, when it can build and compile commits ahead
+        (`probe.prefetch`), which new ones the search may ask for next: `points`, then the split
+        points of each of `parts` (both halves of a bisection, every part of a k-ary split). The
+        build and cold compile of the next round then overlap this round's trials."""
+        ask = getattr(self.probe, "prefetch", None)
+        if ask is None:
+            return
+        ks = [*points, *(k for a, b in parts if b - a > 1 for k in self.targets(a, b))]
+        ask([self.commits[k] for k in dict.fromkeys(ks) if k not in self.skipped and self.commits[k] not in self.meas])
+
+    def prefetch_grid(self, lo: int, hi: int) -> list[int]:
+        """The grid's interior points between GOOD (lo) and BAD (hi); prefetched, then the split
+        points of its parts (the first refinement's), asked for before GOOD and BAD are measured
+        and again before the grid is."""
+        q1 = self.settings.interior_points + 1
+        targets = [lo + round((hi - lo) * q / q1) for q in range(1, q1)]
+        bounds = sorted({lo, hi, *(t for t in targets if lo < t < hi)})
+        self.prefetch(bounds[1:-1], zip(bounds, bounds[1:]))
+        return targets
 
     def add_candidate(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
         for cand in self.candidates:
@@ -498,6 +525,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     n = len(st.commits)
     if n < 2:
         return _result(st, [], [])
+    st.prefetch_grid(0, n - 1)
     if settings.width > 1:  # GOOD and BAD in one round; a SKIP among them is walked past below
         st.measure_many([0, n - 1], settings.initial_repeats)
     lo = next((i for i in range(n) if st.measure(i, settings.initial_repeats)), None)
@@ -510,11 +538,10 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     st.alpha_verify = settings.alpha / n_shapes
 
     grid = [lo]
+    targets = st.prefetch_grid(lo, hi)
     if settings.width > 1:  # the interior points in one round; one that does not build moves below
-        st.measure_many([lo + round((hi - lo) * q / (settings.interior_points + 1))
-                         for q in range(1, settings.interior_points + 1)], settings.initial_repeats)
-    for q in range(1, settings.interior_points + 1):
-        target = lo + round((hi - lo) * q / (settings.interior_points + 1))
+        st.measure_many(targets, settings.initial_repeats)
+    for target in targets:
         if target <= grid[-1] or target >= hi:
             continue
         near = sorted(range(grid[-1] + 1, hi), key=lambda k: (abs(k - target), k))

@@ -1,0 +1,221 @@
+"""Commits the search may need next, built and compiled cold on the host's spare cores.
+
+A new commit's first trial builds it, sets up a worker and compiles cold (Triton: seconds) before
+it can take the device, and the search asks for new commits one round after another: over a
+27-commit search on one H200 that was most of the time the device stood idle. The warmer does it
+ahead. Given the commits the next round may need (`StoreProbe.prefetch`, which the search calls
+before it measures a round), it builds each (the session's builder: thread-safe, its cache's file
+locks keep two builders of one commit apart) and runs a precompile-only trial of it (benches/trial.py
+`"precompile_only": true`: setup, inputs, the first calls compiled, the JIT dir emptied first so
+the compile is cold; it never asks for the device), at most `parallel` at once. A new request
+cancels the queued ones it no longer names. The commit's first real trial then `claim`s it: its
+JIT dir is warm and not emptied again, and its records say the cold compile was the prefetch's,
+with its time (`protocol.cold_compile`): the commit's first, cold compile is its own measurement.
+
+The warmer touches no store (the probe filters out commits already measured before asking).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from bisector.config import Config
+from bisector.model import BuildResult, BuildStatus, Shape, TrialRecord
+from bisector.runner.executor import Executor, Prepared, TrialJob
+from bisector.runner.launch import TrialFiles, default_preload, memory_limit, worker_env
+from bisector.runner.workers import WorkerSource, make_source
+
+__all__ = ["PrecompileTrials", "Want", "Warmed", "Warmer", "default_parallel", "precompile_executor"]
+
+
+class Builds(Protocol):
+    def build(self, sha: str, patch: str | None = None) -> BuildResult: ...
+
+
+@dataclass(frozen=True)
+class Want:
+    """A commit the search may measure next, as its probe would measure it."""
+
+    sha: str
+    shapes: tuple[Shape, ...]
+    seed: int
+    patch: str | None = None
+    patch_hash: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.sha, self.patch_hash)
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """A commit compiled cold by a precompile-only trial: per shape what the trial said."""
+
+    sha: str
+    patch_hash: str | None
+    shapes: Mapping[str, Mapping[str, Any]]  # key -> {"status", "precompile", "precompile_s", "compile_s"}
+    log_path: str
+    seconds: float  # the prefetch trial's wall time, build not included
+
+    def cold_compile(self) -> dict[str, dict[str, Any]]:
+        """Per precompiled shape, what the first real trial's records keep of the cold compile."""
+        return {key: {"by": "prefetch", **{k: v for k, v in r.items() if k != "shape"}, "log_path": self.log_path,
+                      "trial_wall_s": round(self.seconds, 3)}
+                for key, r in self.shapes.items() if r.get("status") == "precompiled"}
+
+
+def default_parallel(config: Config) -> int:
+    """Prefetches at once: the config's, else a quarter of the host's cores on a GPU host and 0
+    (off) on the CPU, whose cores are the devices; always 0 where commits are built and measured
+    elsewhere (dask) or there is no JIT cache dir to keep warm."""
+    if config.executor.kind != "local" or not config.protocol.jit_cache_env:
+        return 0  # trials built and run elsewhere, or no JIT cache to keep warm
+    if config.protocol.prefetch is not None:
+        return config.protocol.prefetch
+    return 0 if config.device == "cpu" else max(1, (os.cpu_count() or 4) // 4)
+
+
+class PrecompileTrials(Executor):
+    """An executor of precompile-only trials: what each wrote is kept for `output`, and no trial
+    ever gets a device. A precompile-only trial never asks for one; one that did would wait for it
+    until its time limit, never running beside a timed section."""
+
+    def __init__(self, source: WorkerSource, lanes: int, kind: str, prepare: Callable[[TrialJob, int], Prepared],
+                 *, timeout_s: float, memory_bytes: int) -> None:
+        self._outputs: dict[int, tuple[Mapping[str, Any], str]] = {}
+        super().__init__(source, tuple(range(max(1, lanes))), kind, prepare, self._keep, ahead=0,
+                         timeout_s=timeout_s, memory_bytes=memory_bytes, lock_devices=False)
+
+    def _keep(self, job: TrialJob, prepared: Prepared, out: Mapping[str, Any],
+              info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
+        self._outputs[id(job)] = (out, str(prepared.log_path))
+        return ()
+
+    def output(self, job: TrialJob) -> tuple[Mapping[str, Any], str]:
+        """What the ended trial of `job` wrote, and its log's path (once)."""
+        return self._outputs.pop(id(job), ({}, ""))
+
+    def _grant(self, device: int) -> None:
+        return None
+
+
+def precompile_executor(config: Config, work: str | Path, parallel: int, *, source: str | None = None,
+                        environ: Mapping[str, str] | None = None) -> PrecompileTrials:
+    """`parallel` precompile-only trials at once, in the config's trial environment (sandbox,
+    fence, memory limit, the commit's JIT dir), each pinned to the device its real trials use
+    (inputs are staged there; no kernel runs), none ever holding a device or the host's lock."""
+    work = Path(work).resolve()
+    base = worker_env(config, os.environ if environ is None else environ, work)
+    files = TrialFiles(config, work, base)
+    writable = [work / "trials", work / "jit", work / "scratch"]
+    for path in writable:
+        path.mkdir(parents=True, exist_ok=True)
+
+    def prepare(job: TrialJob, lane: int) -> Prepared:
+        made = files.prepare(job, config.devices[lane % len(config.devices)])
+        spec = json.loads(made.spec_path.read_text())
+        spec["precompile_only"] = True
+        spec.pop("checked_path", None)
+        made.spec_path.write_text(json.dumps(spec, indent=1))
+        return made
+
+    source_kind = source or config.protocol.workers
+    return PrecompileTrials(make_source(source_kind, base, default_preload(config), work / "workers" / "prefetch",
+                                        writable, gpu=config.device != "cpu"),
+                            parallel, config.device, prepare, timeout_s=config.protocol.timeout_s,
+                            memory_bytes=memory_limit(config))
+
+
+class Warmer:
+    """Builds and precompiles commits ahead of the search, `parallel` at once, cancellable.
+
+    `make_executor()` (`precompile_executor`) is called on first need: a run that never
+    prefetches starts nothing."""
+
+    def __init__(self, builds: Builds, make_executor: Callable[[], PrecompileTrials], parallel: int) -> None:
+        self.builds, self.make_executor, self.parallel = builds, make_executor, max(1, parallel)
+        self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="warm")
+        self._lock = threading.Lock()
+        self._tasks: dict[tuple[str, str | None], Future] = {}
+        self._claimed: set[tuple[str, str | None]] = set()
+        self._executor: PrecompileTrials | None = None
+        self._closed = False
+        self.asked: list[tuple[str, ...]] = []  # every request, in order: the commits it named
+        self.started: list[str] = []  # commits whose precompile trial was submitted
+        self.cancelled: list[str] = []  # commits dropped before they started
+
+    def prefetch(self, wants: Sequence[Want]) -> None:
+        """Warm these commits (most likely first); queued ones no longer named are cancelled, and a
+        commit already claimed by its first trial is left alone."""
+        with self._lock:
+            if self._closed:
+                return
+            self.asked.append(tuple(w.sha for w in wants))
+            named = {w.key for w in wants}
+            for key, future in list(self._tasks.items()):
+                if key not in named and future.cancel():
+                    del self._tasks[key]
+                    self.cancelled.append(key[0])
+            for want in wants:
+                if want.key not in self._tasks and want.key not in self._claimed:
+                    self._tasks[want.key] = self._pool.submit(self._warm, want)
+
+    def claim(self, sha: str, patch_hash: str | None = None) -> Warmed | None:
+        """The commit's first real trial is about to run: its prefetch if one was made (waiting for
+        one under way: its compile is further along than a new one's would be), else None (a queued
+        one is cancelled) and the trial compiles cold as before."""
+        key = (sha, patch_hash)
+        with self._lock:
+            self._claimed.add(key)
+            future = self._tasks.get(key)
+            if future is not None and future.cancel():
+                del self._tasks[key]
+                self.cancelled.append(sha)
+                return None
+        if future is None:
+            return None
+        try:
+            return future.result()
+        except (CancelledError, Exception):  # noqa: BLE001 - a failed prefetch is a cold first trial
+            return None
+
+    def _warm(self, want: Want) -> Warmed | None:
+        build = self.builds.build(want.sha, want.patch)
+        with self._lock:
+            if build.status is BuildStatus.FAILED or self._closed or want.key in self._claimed:
+                return None  # the search got there first: its first trial compiles, as before
+            if self._executor is None:
+                self._executor = self.make_executor()
+            executor = self._executor
+            self.started.append(want.sha)
+        job = TrialJob(build, want.shapes, want.seed, slot=0, first=True, patch=want.patch)
+        start = time.time()
+        outcome = executor.submit(job).result()
+        out, log = executor.output(job)
+        results = {str(r["shape"]): r for r in out.get("results", ()) if isinstance(r, dict) and "shape" in r}
+        if not any(r.get("status") == "precompiled" for r in results.values()):
+            return None
+        return Warmed(want.sha, want.patch_hash, results, log, (outcome.timeline.ended or time.time()) - start)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until every prefetch asked for so far has ended or was cancelled (for studies and tests)."""
+        with self._lock:
+            futures = list(self._tasks.values())
+        wait(futures, timeout)
+
+    def close(self) -> None:
+        """Drop what is queued, end the prefetch trials under way, wait for builds under way."""
+        with self._lock:
+            self._closed = True
+            for future in self._tasks.values():
+                future.cancel()
+        if self._executor is not None:
+            self._executor.close()
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,286 @@
+"""The warmer on real git commits, a real builder, real SQLite and real trial processes (CPU): a
+prefetch compiles a commit cold without ever taking the device, stores nothing, and leaves a warm
+JIT dir that the commit's first trial keeps; cancelled prefetches never run; and the search names
+the commits its next round may need before it measures each round."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import git
+import pytest
+
+from bisector.build import Builder
+from bisector.config import parse
+from bisector.model import Measurement, TrialStatus
+from bisector.runner import make_executor
+from bisector.runner.lock import lock_path
+from bisector.runner.probe import StoreProbe
+from bisector.runner.warmer import Warmer, default_parallel, precompile_executor
+from bisector.search import SearchSettings, localize
+from bisector.search.simulate import SimulatedProbe, StepModel, SimStep
+from bisector.store import Store
+from tests.devices import CONTROL, needs_cuda
+from tests.gitfixtures import commit_file, git as run_git
+
+# A kernel whose first call "compiles" into the commit's Triton cache dir: slow when the dir is
+# empty, writes its artifact there with the compiling process's pid, instant once it is there.
+KERNEL = textwrap.dedent('''
+    import os, time
+    import torch
+
+    VERSION = {k}
+
+    def mm(a, b):
+        art = os.path.join(os.environ["TRITON_CACHE_DIR"], "mm.bin")
+        if not os.path.exists(art):
+            time.sleep(0.5)  # a cold compile
+            with open(art, "w") as fh:
+                fh.write(str(os.getpid()))
+        return a @ b
+''')
+
+HOLD = "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); print('held', flush=True); time.sleep(600)"
+
+
+# The same on a GPU with a real Triton kernel: its compile goes to the commit's Triton cache dir.
+TRITON_KERNEL = textwrap.dedent('''
+    import torch
+    import triton
+    import triton.language as tl
+
+    VERSION = {k}
+
+    @triton.jit
+    def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    def mm(a, b):
+        out = a @ b
+        y = torch.empty_like(out)
+        _copy[(triton.cdiv(out.numel(), 1024),)](out, y, out.numel(), BLOCK=1024)
+        return y
+''')
+
+
+def make_upstream(tmp_path: Path, kernel: str) -> tuple[Path, list[str]]:
+    repo = tmp_path / "up"
+    repo.mkdir()
+    run_git(repo, "init", "-q", "-b", "main")
+    shas = [commit_file(repo, "kern.py", kernel.format(k=k), f"change {k} (#{900 + k})", 1 + k) for k in range(4)]
+    return repo, shas
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
+    return make_upstream(tmp_path, KERNEL)
+
+
+def config(repo: Path, tmp_path: Path, kind: str = "cpu", **protocol):
+    data = {
+        "name": "w", "upstream": {"repo": str(repo)}, "device": {"kind": kind}, "control": {"backend": CONTROL[kind]},
+        "build": {"recipe": "none"}, "subject": {"gemm": {"entry": "kern:mm", "adapter": "torch"}},
+        "suites": {"gemm": {"shapes": [{"name": "a", "M": 32, "N": 32, "K": 32, "dtype": "fp32"}]}},
+        "protocol": {"reps": 2, "warmup": 1, "flush_mb": 1, "timeout_s": 120.0, "trials": 1,
+                     "jit_cache_env": ["TRITON_CACHE_DIR"], "workers": "spawn" if kind == "cpu" else "fork",
+                     **protocol},
+    }
+    return parse(data, tmp_path / "w.toml")
+
+
+class Gated:
+    """The real builder, whose builds of `hold` wait for `go`: keeps the warmer's one slot busy."""
+
+    def __init__(self, builder: Builder, hold: str) -> None:
+        self.builder, self.hold, self.go, self.entered = builder, hold, threading.Event(), threading.Event()
+
+    def build(self, sha: str, patch: str | None = None):
+        if sha == self.hold:
+            self.entered.set()
+            assert self.go.wait(60)
+        return self.builder.build(sha, patch)
+
+
+def setup(tmp_path: Path, repo: Path, parallel: int = 2, gate: str | None = None, kind: str = "cpu"):
+    cfg = config(repo, tmp_path, kind)
+    work = tmp_path / "work"
+    builder = Builder(git.Repo(repo), cfg.upstream, cfg.build, tmp_path / "cache")
+    builds = Gated(builder, gate) if gate else builder
+    warmer = Warmer(builds, lambda: precompile_executor(cfg, work, parallel), parallel)
+    executor = make_executor(cfg, work, ahead=0)
+    store = Store(tmp_path / "s.sqlite")
+    probe = StoreProbe("w", cfg.shapes, store, builder, executor, warmer=warmer)
+    return cfg, work, builds, warmer, executor, store, probe
+
+
+def artifact(work: Path, sha: str) -> Path:
+    return work / "jit" / sha / "triton_cache_dir" / "mm.bin"
+
+
+def test_a_prefetch_compiles_cold_off_the_device_and_the_first_trial_keeps_it(tmp_path, upstream,
+                                                                              monkeypatch) -> None:
+    repo, shas = upstream
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg, work, _, warmer, executor, store, probe = setup(tmp_path, repo)
+    # Another process holds the device's host lock the whole time: a prefetch that asked for the
+    # device would wait until its time limit; it finishes, and never asked.
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock_path("cpu", 0))], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        probe.prefetch([shas[1]])
+        warmer.wait(120)
+        holder.kill()
+        holder.wait()
+        assert warmer.started == [shas[1]]
+        (timeline,) = warmer._executor.timelines
+        assert timeline.want is None and timeline.go is None and timeline.release is None
+        assert store.trials("w") == []  # a prefetch is no measurement
+        compiled_by = artifact(work, shas[1]).read_text()
+
+        m = probe(shas[1], 1)
+        assert isinstance(m, Measurement) and m.count() == 1
+        (rec,) = store.trials("w", sha=shas[1])
+        # The JIT dir was not emptied: the artifact is the prefetch's, and the trial found it warm.
+        assert artifact(work, shas[1]).read_text() == compiled_by
+        assert rec.protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is False
+        cold = rec.protocol["cold_compile"]
+        assert cold["by"] == "prefetch" and cold["status"] == "precompiled" and cold["compile_s"] >= 0.5
+        assert rec.compile_s < cold["compile_s"]  # its own first call was warm
+
+        # A commit nobody prefetched compiles cold in its first trial, as before.
+        probe(shas[2], 1)
+        (other,) = store.trials("w", sha=shas[2])
+        assert other.protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is True and "cold_compile" not in other.protocol
+        assert other.compile_s >= 0.5
+
+        # Nothing is prefetched for a commit already measured.
+        probe.prefetch([shas[1], shas[2]])
+        assert warmer.asked[-1] == ()
+    finally:
+        warmer.close()
+        executor.close()
+        store.close()
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_prefetch_compiles_a_triton_kernel_before_the_first_trial_on_a_gpu(tmp_path, monkeypatch) -> None:
+    repo, shas = make_upstream(tmp_path, TRITON_KERNEL)
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg, work, _, warmer, executor, store, probe = setup(tmp_path, repo, kind="cuda")
+    try:
+        probe.prefetch([shas[1]])
+        warmer.wait(300)
+        (timeline,) = warmer._executor.timelines
+        assert warmer.started == [shas[1]] and timeline.want is None and timeline.go is None
+        assert store.trials("w") == []
+        cache = work / "jit" / shas[1] / "triton_cache_dir"
+        compiled = {p.relative_to(cache) for p in cache.rglob("*") if p.is_file()}
+        assert compiled, "the prefetch compiled nothing into the commit's Triton cache"
+        probe(shas[1], 1)
+        (rec,) = store.trials("w", sha=shas[1])
+        assert rec.status is TrialStatus.OK, rec.error or rec.log_tail
+        assert compiled <= {p.relative_to(cache) for p in cache.rglob("*") if p.is_file()}  # kept, not emptied
+        assert rec.protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is False
+        cold = rec.protocol["cold_compile"]
+        assert cold["by"] == "prefetch" and cold["precompile"] == "captured", cold
+    finally:
+        warmer.close()
+        executor.close()
+        store.close()
+
+
+def test_cancelled_prefetches_never_run(tmp_path, upstream) -> None:
+    repo, shas = upstream
+    cfg, work, builds, warmer, executor, store, probe = setup(tmp_path, repo, parallel=1, gate=shas[0])
+    try:
+        probe.prefetch([shas[0], shas[1], shas[2]])  # one slot: shas[0] builds, the others wait
+        assert builds.entered.wait(60)
+        probe.prefetch([shas[0], shas[3]])  # shas[1], shas[2] no longer wanted: dropped
+        builds.go.set()
+        warmer.wait(120)
+        # the first trial of a commit whose prefetch was still queued cancels it and compiles cold
+        assert warmer.started == [shas[0], shas[3]] and warmer.cancelled == [shas[1], shas[2]]
+        assert not artifact(work, shas[1]).exists() and not artifact(work, shas[2]).exists()
+        assert artifact(work, shas[0]).exists() and artifact(work, shas[3]).exists()
+    finally:
+        builds.go.set()
+        warmer.close()
+        executor.close()
+        store.close()
+
+
+def test_prefetch_is_on_for_gpu_hosts_off_on_the_cpu_and_can_be_turned_off(tmp_path) -> None:
+    cpu = config(tmp_path, tmp_path)
+    assert default_parallel(cpu) == 0
+    assert default_parallel(replace(cpu, device="cuda")) >= 1
+    off = config(tmp_path, tmp_path, prefetch=0)
+    assert default_parallel(replace(off, device="cuda")) == 0
+    assert default_parallel(config(tmp_path, tmp_path, prefetch=3)) == 3
+
+
+class Recording:
+    """The simulated probe, and what the search asked for in order: measured commits, prefetches."""
+
+    def __init__(self, inner: SimulatedProbe) -> None:
+        self.inner, self.log = inner, []
+
+    def __call__(self, sha: str, repeats: int) -> Measurement:
+        self.log.append(("measure", sha))
+        return self.inner(sha, repeats)
+
+    def together(self, wants):
+        self.log.append(("round", tuple(wants)))
+        return {sha: self.inner(sha, n) for sha, n in wants.items()}
+
+    def prefetch(self, shas) -> None:
+        self.log.append(("prefetch", tuple(shas)))
+
+
+def search(n: int, step: int, **settings) -> tuple[list[str], list]:
+    commits = [f"{k:040x}" for k in range(n)]
+    model = StepModel({"s": 100.0}, (SimStep(commits[step], {"s": 0.8}),), frozenset())
+    probe = Recording(SimulatedProbe(commits, model, noise_cv=0.005, seed=1))
+    result = localize(commits, probe, SearchSettings(**settings))
+    assert [s.commit for s in result.steps] == [commits[step]]
+    return commits, probe.log
+
+
+def test_a_bisection_prefetches_both_halves_midpoints_before_each_round() -> None:
+    commits, log = search(17, 11, interior_points=0)
+    ix = {sha: k for k, sha in enumerate(commits)}
+    calls = [[ix[s] for s in shas] for what, shas in log if what == "prefetch"]
+    # Before GOOD and BAD, and again before the grid (none here): the middle, which the first split
+    # measures; then, before measuring each middle m of (lo, hi), the middles of (lo, m) and
+    # (m, hi); the last split's halves have none.
+    assert calls[:6] == [[8], [8], [4, 12], [10, 14], [9, 11], []]
+
+
+@pytest.mark.parametrize("width", [1, 3])
+def test_every_new_commit_was_prefetched_a_round_ahead(width: int) -> None:
+    commits, log = search(97, 61, width=width)
+    first_seen: dict[str, int] = {}
+    for t, (what, x) in enumerate(log):
+        for sha in ([x] if what == "measure" else x if what == "round" else ()):
+            first_seen.setdefault(sha, t)
+    named: dict[str, int] = {}
+    for t, (what, shas) in enumerate(log):
+        if what == "prefetch":
+            for sha in shas:
+                named.setdefault(sha, t)
+    new = [sha for sha in first_seen if sha not in (commits[0], commits[-1])]
+    assert len(new) >= 6
+    # Every commit the search measured besides GOOD and BAD was named in a prefetch before it was measured,
+    assert all(sha in named and named[sha] < first_seen[sha] for sha in new)
+    # and no prefetch names a commit already measured.
+    assert all(first_seen.get(sha, len(log)) > t for t, (what, shas) in enumerate(log) if what == "prefetch"
+               for sha in shas)
