@@ -64,6 +64,7 @@ CPU_CLOCKS = ("cpu", "wall")
 
 HOST_SHARE = 0.25  # latency batches run where the host's time per call is at least this share of the kernel's
 HOST_SAMPLES = 3
+DEVICE_BOUND_MS = 1.0  # calls shorter than this are timed in a CUDA graph whatever their host time
 
 
 @dataclass
@@ -193,8 +194,12 @@ class HostShare:
 
     @property
     def device_bound(self) -> bool:
-        """Every fn's host time is under HOST_SHARE of its call's time (the kernel dominates)."""
-        return all(statistics.median(h) < HOST_SHARE * c for h, c in zip(self.host_ms, self.call_ms))
+        """Every fn's call takes at least DEVICE_BOUND_MS and its host time is under HOST_SHARE of
+        it: the kernel dominates. A synchronized call of a few microseconds is mostly launch and
+        synchronization, which says nothing of its kernel (an H200 read a 3 us GEMM as 50 us), so
+        short calls keep the CUDA graph."""
+        return all(c >= DEVICE_BOUND_MS and statistics.median(h) < HOST_SHARE * c
+                   for h, c in zip(self.host_ms, self.call_ms))
 
 
 def minor_faults() -> int:
