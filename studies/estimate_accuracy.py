@@ -40,14 +40,15 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bisector.commands.progress import bisection_probes  # noqa: E402
+from bisector.commands.progress import PARTNERS, TRIAL, bisection_probes  # noqa: E402
 from bisector.model import Measurement, ProbeStatus  # noqa: E402
+from bisector.runner.probe import ProbeEvent  # noqa: E402
 from bisector.search import SearchSettings, localize  # noqa: E402
 from bisector.search.forecast import ForecastSettings, SearchForecast, later_trials  # noqa: E402
 from bisector.search.simulate import SimulatedProbe  # noqa: E402
@@ -79,43 +80,60 @@ class Run:
     stages: tuple[str, ...] = ()
 
 
-class Recorder:
-    """A probe wrapper that turns the search's calls into the events the progress line gets."""
+class Announcing:
+    """A simulated probe that sends the events StoreProbe and its Batch send: a build for each new
+    commit, then one "trial k/n (side by side with ...)" per trial, the batch in ABBA order."""
 
-    def __init__(self, probe: SimulatedProbe, commits: Sequence[str]) -> None:
-        self.probe, self.index = probe, {sha: i for i, sha in enumerate(commits)}
+    def __init__(self, probe: SimulatedProbe, observer: Callable[[ProbeEvent], None]) -> None:
+        self.probe, self.observer = probe, observer
         self.have: dict[str, int] = {}
-        self.events: list[Event] = []
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         return self.together({sha: repeats})[sha]
 
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
+        for sha in wants:
+            if sha not in self.have:
+                self.observer(ProbeEvent(sha, "build"))
         got = {sha: self.probe(sha, n) for sha, n in wants.items()}
         new = {sha: max(0, got[sha].count() - self.have.get(sha, 0)) for sha in wants}
         order = list(wants)
         for r in range(max(new.values(), default=0)):
             for sha in order if r % 2 == 0 else order[::-1]:
                 if r < new[sha]:
-                    others = tuple(self.index[o] for o in order if o != sha and r < new[o])
-                    self.events.append(Event(self.index[sha], self.have.get(sha, 0) + r + 1,
-                                             self.have.get(sha, 0) + new[sha], others))
+                    others = [o[:7] for o in order if o != sha and r < new[o]]
+                    detail = f"trial {self.have.get(sha, 0) + r + 1}/{self.have.get(sha, 0) + new[sha]}"
+                    self.observer(ProbeEvent(sha, "trial", detail + (
+                        f" (side by side with {', '.join(others)})" if others else "")))
         for sha in order:
             if got[sha].status is ProbeStatus.SKIP and sha not in self.have:
-                self.events.append(Event(self.index[sha], 0))
+                self.observer(ProbeEvent(sha, "skip", "simulated build failure"))
             self.have[sha] = max(self.have.get(sha, 0), got[sha].count())
         return got
 
 
 def simulated(regime: str, seed: int, devices: int = 1) -> Run:
+    """A search_accuracy range searched, its events read back as the progress line parses them."""
     sa.REGIME = sa.REGIMES[regime]
     case = sa.make_case(seed)
-    rec = Recorder(SimulatedProbe(case.commits, case.model, case.cv, seed=seed), case.commits)
+    index = {sha: i for i, sha in enumerate(case.commits)}
+    prefix = {sha[:7]: i for sha, i in index.items()}
+    events: list[Event] = []
+
+    def record(e: ProbeEvent) -> None:
+        if e.action == "skip":
+            events.append(Event(index[e.sha], 0))
+        elif e.action == "trial":
+            k, n = map(int, TRIAL.findall(e.detail)[0])
+            side = PARTNERS.search(e.detail)
+            events.append(Event(index[e.sha], k, n, tuple(prefix[p] for p in side.group(1).split(", ")) if side else ()))
+
     r = sa.REGIME
-    result = localize(case.commits, rec, SearchSettings(min_step_pct=r.min_step, initial_repeats=r.trials,
-                                                        max_repeats=r.max_trials, width=devices))
-    assert sum(e.k > 0 for e in rec.events) == result.trials
-    return Run(f"{regime} #{seed}", case.n, r.trials, r.max_trials, 1, tuple(rec.events), result.trials)
+    probe = Announcing(SimulatedProbe(case.commits, case.model, case.cv, seed=seed), record)
+    result = localize(case.commits, probe, SearchSettings(min_step_pct=r.min_step, initial_repeats=r.trials,
+                                                          max_repeats=r.max_trials, width=devices))
+    assert sum(e.k > 0 for e in events) == result.trials
+    return Run(f"{regime} #{seed}", case.n, r.trials, r.max_trials, 1, tuple(events), result.trials)
 
 
 def replay(run: Run, with_n: bool = True) -> list[tuple[float, int, float, float]]:

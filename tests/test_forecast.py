@@ -9,54 +9,22 @@ import hashlib
 import io
 import math
 import re
-from typing import Callable, Mapping
+from typing import Callable
 
 from rich.console import Console
 
 from bisector.commands.progress import ProgressLine
-from bisector.model import Measurement, ProbeStatus
 from bisector.runner.probe import ProbeEvent
 from bisector.search import SearchSettings, localize
 from bisector.search.forecast import ForecastSettings, SearchForecast, later_trials
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
+from studies.estimate_accuracy import Announcing
 
 SHAPES = ("fa/s4096", "gemm/8192")
 
 
 def shas(n: int) -> list[str]:
     return [hashlib.sha1(f"forecast {i}".encode()).hexdigest() for i in range(n)]
-
-
-class Announcing:
-    """A simulated probe that sends the events StoreProbe and its Batch send: a build for each new
-    commit, then one "trial k/n (side by side with ...)" per trial, the batch in ABBA order."""
-
-    def __init__(self, probe: SimulatedProbe, observer: Callable[[ProbeEvent], None]) -> None:
-        self.probe, self.observer = probe, observer
-        self.have: dict[str, int] = {}
-
-    def __call__(self, sha: str, repeats: int) -> Measurement:
-        return self.together({sha: repeats})[sha]
-
-    def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
-        for sha in wants:
-            if sha not in self.have:
-                self.observer(ProbeEvent(sha, "build"))
-        got = {sha: self.probe(sha, n) for sha, n in wants.items()}
-        new = {sha: max(0, got[sha].count() - self.have.get(sha, 0)) for sha in wants}
-        order = list(wants)
-        for r in range(max(new.values(), default=0)):
-            for sha in order if r % 2 == 0 else order[::-1]:
-                if r < new[sha]:
-                    others = [o[:7] for o in order if o != sha and r < new[o]]
-                    detail = f"trial {self.have.get(sha, 0) + r + 1}/{self.have.get(sha, 0) + new[sha]}"
-                    self.observer(ProbeEvent(sha, "trial", detail + (
-                        f" (side by side with {', '.join(others)})" if others else "")))
-        for sha in order:
-            if got[sha].status is ProbeStatus.SKIP and sha not in self.have:
-                self.observer(ProbeEvent(sha, "skip", "simulated build failure"))
-            self.have[sha] = max(self.have.get(sha, 0), got[sha].count())
-        return got
 
 
 class Clock:
