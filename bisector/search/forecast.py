@@ -249,7 +249,7 @@ class SearchForecast:
         """Commits the search split intervals at (not GOOD, BAD or the grid)."""
         if self.grid is None or self.index is None:
             return self._good()[self.settings.grid:]
-        return [s for s in self._good() if self.index.get(s) not in self.grid]
+        return [s for s in self._good() if s in self.index and self.index[s] not in self.grid]
 
     def level(self) -> float:
         """Trials a new middle commit ends with: what the recent ones got or will get, else the
