@@ -48,19 +48,22 @@ def test_not_a_terminal_gives_plain_lines_with_commit_action_trials_and_eta() ->
     assert out.getvalue().endswith("\n") and "trial trial" not in out.getvalue()
 
 
-def test_past_the_first_estimate_the_line_says_so_instead_of_a_wrong_eta() -> None:
+def test_past_the_first_estimate_the_line_re_estimates_and_keeps_a_time_left() -> None:
     progress, out, clock = plain(expected_probes=1, trials=2)
     with progress:
         for k in range(1, 4):
             clock.now += 10
             progress(ProbeEvent(A if k < 3 else B, "trial", f"trial {k}/3"))
     last = out.getvalue().splitlines()[-2]
-    assert last == "progress: bbbbbbb trial 3/3 | commits 2 | trials 3, past the ~2 estimated | elapsed 30 s"
+    # 3 trials where 2 were expected: a tenth more (one trial) is left, 2 done in 30 s: ~30 s
+    assert last == "progress: bbbbbbb trial 3/3 | commits 2 | trials 3 of ~4 | elapsed 30 s | eta ~30 s"
+    assert "past the" not in out.getvalue()
 
 
 def test_each_later_stage_brings_its_own_estimate() -> None:
     """Once the search has found its steps, the reverts, interactions and hunk searches that follow
-    are counted: the estimate is the trials so far plus the stage's, and the ETA comes back."""
+    are counted: the estimate is the trials so far plus the stage's; a stage that announces none
+    (no culprit to search hunks in) adds nothing."""
     progress, out, clock = plain(expected_probes=1, trials=2)
     with progress:
         progress(ProbeEvent("", "stage", "search"))
@@ -70,16 +73,17 @@ def test_each_later_stage_brings_its_own_estimate() -> None:
         progress(ProbeEvent("", "stage", "fixes", expect=6))
         clock.now += 10
         progress(ProbeEvent(B, "trial", "trial 1/2", patch_hash="f" * 16))
-        progress(ProbeEvent("", "stage", "hunks"))  # nothing expected: the estimate stands
+        progress(ProbeEvent("", "stage", "hunks"))  # nothing to measure there
     lines = out.getvalue().splitlines()
     assert lines[0] == "progress: aaaaaaa trial 1/4 | search | commits 1 | trials 1 of ~2 | elapsed 10 s | eta ?"
-    assert lines[3] == "progress: aaaaaaa trial 4/4 | search | commits 1 | trials 4, past the ~2 estimated | elapsed 40 s"
+    # past the 2 expected: re-estimated (a tenth more, one trial), 3 done in 40 s: ~27 s left
+    assert lines[3] == "progress: aaaaaaa trial 4/4 | search | commits 1 | trials 4 of ~5 | elapsed 40 s | eta ~27 s"
     # 4 trials in 40 s, 6 more expected: ~60 s left
     assert lines[4] == "progress: stage fixes: ~6 trials | commits 1 | trials 4 of ~10 | elapsed 40 s | eta ~1 min"
     # 5 trials, 4 done in 50 s, 6 left of 10: ~75 s, shown as ~1 min
     assert lines[5] == ("progress: bbbbbbb +patch ffffffff trial 1/2 | fixes | commits 2 | trials 5 of ~10 | "
                         "elapsed 50 s | eta ~1 min")
-    assert lines[6].startswith("progress: stage hunks | commits 2 | trials 5 of ~10")
+    assert lines[6].startswith("progress: stage hunks | commits 2 | trials 5 of ~5")
 
 
 def test_repeated_identical_actions_are_throttled_but_every_new_one_is_printed() -> None:
@@ -107,15 +111,18 @@ def test_patched_builds_are_named_and_differ_from_the_plain_commit() -> None:
     assert "aaaaaaa +patch 01234567 trial 1/2" in out.getvalue().splitlines()[1]
 
 
-def test_the_estimate_uses_the_real_range_size() -> None:
+def test_the_estimate_uses_the_real_range_size_and_the_stages_that_follow() -> None:
     assert bisection_probes(3) == 10 and bisection_probes(40) == 18 and bisection_probes(1000) == 26
-    assert ProgressLine.for_range(3, 2, console=Console(file=io.StringIO())).expected_trials == 20
-    assert ProgressLine.for_range(40, 2, console=Console(file=io.StringIO())).expected_trials == 36
+    first = {n: ProgressLine.for_range(n, 2, console=Console(file=io.StringIO())).expected_trials for n in (3, 40, 1000)}
+    assert 2 * 3 <= first[3] < first[40] < first[1000]  # GOOD, BAD and the middle commit at least
+    later = ProgressLine.for_range(40, 2, stages=("fixes", "hunks"), console=Console(file=io.StringIO()))
+    assert later.expected_trials > first[40]
     progress, _, _ = plain(expected_probes=2, trials=3)  # the nightly A/B: 6 trials
     for _ in range(4):
         progress(ProbeEvent(A, "trial", "trial 1/3"))
-    progress.expect_range(5)  # then a bisection of 5 commits: 2*3+6 probes of 3 trials more
-    assert progress.expected_trials == 4 + 12 * 3
+    progress.expect_range(5)  # then a bisection of 5 commits, forecast on top of the 4 trials
+    assert progress.forecast is not None and progress.forecast.settings.commits == 5
+    assert progress.expected_trials >= 4 + 5 * 3
 
 
 def test_a_terminal_gets_one_live_line_that_ends_with_a_newline() -> None:

@@ -101,13 +101,16 @@ def test_relative_paths_from_another_directory_and_plain_progress_in_a_pipe(tmp_
     assert worktrees_inside_git_dir(repo) == [] and not (repo / ".git" / "work").exists()
 
     # stderr is a pipe: plain progress lines naming the commit, the trials and the time left, as
-    # they happen (not one live frame at the end), estimated from the real range of 3 commits:
-    # 2*ceil(log2 3)+6 = 10 probes of 2 trials (the default 40 would say ~36).
+    # they happen (not one live frame at the end), forecast for the real range of 3 commits (three
+    # commits of 2 trials, their comparisons, a verification and the whole-change check: under 20;
+    # the default range of 40 would start at over 30).
     progress = [line for line in out.stderr.splitlines() if line.startswith("progress: ")]
     shorts = {sha[:7] for sha in shas}
-    steps = [re.match(r"progress: ([0-9a-f]{7}) (build|trial \d/\d( \(side by side with [0-9a-f]{7}\))?) \| search \| commits \d \| trials \d+ of ~20 \| "
-                      r"elapsed \d+ (s|min) \| eta (\?|~\d+ (s|min))$", line) for line in progress[:-1]]
+    steps = [re.match(r"progress: ([0-9a-f]{7}) (build|trial \d+/\d+( \(side by side with [0-9a-f]{7}\))?) \| search \| "
+                      r"commits \d \| trials (\d+) of ~(\d+) \| elapsed \d+ (s|min) \| eta (\?|~\d+ (s|min))$", line)
+             for line in progress[:-1]]
     assert steps and all(steps), [line for line, m in zip(progress, steps) if not m]
+    assert all(int(m.group(4)) < int(m.group(5)) < 20 for m in steps), progress
     assert {m.group(1) for m in steps} <= shorts and len({m.group(1) for m in steps}) >= 2
     assert any("eta ~" in line for line in progress), progress
     # its last line: the run's counts, as the report's header and --json name them

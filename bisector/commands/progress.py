@@ -3,6 +3,10 @@
 On a terminal it is one live line (rich). Anywhere else (CI logs, nohup, `| tee`) a live display
 prints nothing until the end, so it is plain lines instead: one per event, except that the same
 action on the same commit is repeated at most every `interval_s` seconds.
+
+The trials expected in all are re-estimated at every event: during the search from where it is
+and what its trials have shown (bisector/search/forecast.py), plus the later stages the run will
+take; once a later stage starts, from its own announced count. There is always a time left.
 """
 
 from __future__ import annotations
@@ -10,15 +14,18 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Callable, TextIO
+from typing import Callable, Sequence, TextIO
 
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
 from bisector.runner.probe import ProbeEvent
+from bisector.search.forecast import ForecastSettings, SearchForecast, later_trials
 
 PLAIN_INTERVAL_S = 5.0
+TRIAL = re.compile(r"trial (\d+)/(\d+)")
+PARTNERS = re.compile(r"side by side with ([^)]*)\)")
 
 
 def bisection_probes(n_commits: int) -> int:
@@ -44,17 +51,23 @@ class ProgressLine:
     """Observer of probe events: a live line on a terminal, plain throttled lines elsewhere.
 
     One trial process measures every suite of a commit, so a commit probed with `trials_per_commit`
-    costs that many trial processes; the search's estimate is `expected_probes` such commits, and
-    each later stage announces its own (a "stage" event) once the search has found the steps."""
+    costs that many trial processes. Without a `forecast` the estimate is `expected_probes` such
+    commits; with one, what the search forecast expects (fed every probe of the search), plus the
+    later `stages` (names, in order) it expects per culprit; each later stage announces its own
+    count (a "stage" event) once the search has found the steps."""
 
     def __init__(self, expected_probes: int, trials_per_commit: int, console: Console | None = None,
                  clock: Callable[[], float] = time.monotonic, interval_s: float = PLAIN_INTERVAL_S,
-                 live: bool | None = None) -> None:
+                 live: bool | None = None, forecast: SearchForecast | None = None,
+                 stages: tuple[str, ...] = ()) -> None:
         """live: None = a live line only when stderr is a terminal a person watches (FORCE_COLOR
         in a CI log makes rich think it is one, so the stream itself must be a TTY too)."""
         self.console = console or Console(stderr=True)
-        self.expected_trials = max(expected_probes, 1) * max(trials_per_commit, 1)
         self.trials_per_commit = max(trials_per_commit, 1)
+        self.forecast = forecast
+        self.stages = stages
+        self._base = 0  # trials before the estimate now in force began
+        self._expect = max(expected_probes, 1) * self.trials_per_commit  # trials it expects from _base
         self.clock, self.interval_s = clock, interval_s
         self.started = clock()
         self.commits: set[str] = set()
@@ -69,12 +82,37 @@ class ProgressLine:
         self.final = ""  # the run's own counts (RunTotals), for the last line, once it has them
 
     @classmethod
-    def for_range(cls, n_commits: int, trials_per_commit: int, **kwargs: object) -> "ProgressLine":
-        return cls(bisection_probes(n_commits), trials_per_commit, **kwargs)  # type: ignore[arg-type]
+    def for_range(cls, n_commits: int, trials_per_commit: int, *, order: Sequence[str] | None = None,
+                  max_trials: int | None = None, first_look: int = 1, stages: tuple[str, ...] = (),
+                  **kwargs: object) -> "ProgressLine":
+        """The progress of a bisection of `order` (GOOD..BAD, oldest first; else n_commits unnamed),
+        the protocol's trials, followed by `stages` ("fixes", "hunks")."""
+        forecast = SearchForecast(ForecastSettings(len(order) if order else n_commits, trials_per_commit,
+                                                   max(trials_per_commit, max_trials or trials_per_commit),
+                                                   min(first_look, trials_per_commit)), order)
+        return cls(bisection_probes(n_commits), trials_per_commit, forecast=forecast, stages=stages,
+                   **kwargs)  # type: ignore[arg-type]
 
     def expect_range(self, n_commits: int) -> None:
         """A bisection of n_commits follows what was expected so far (the nightly A/B found a step)."""
-        self.expected_trials = self.trials + bisection_probes(n_commits) * self.trials_per_commit
+        self._base, self._expect = self.trials, bisection_probes(n_commits) * self.trials_per_commit
+        cap = max(self.forecast.settings.cap if self.forecast else 0, self.trials_per_commit)
+        self.forecast = SearchForecast(ForecastSettings(n_commits, self.trials_per_commit, cap))
+
+    @property
+    def expected_trials(self) -> int:
+        """Trial processes this run is expected to take in all, now. A stage past its announced
+        count is re-estimated (a tenth of what it took more), so the time left never drops out."""
+        if self.forecast is not None and self.stage in ("", "search"):
+            left = self.forecast.remaining() + later_trials(self.forecast.steps(), self.trials_per_commit,
+                                                            self.stages)
+        else:
+            taken = self.trials - self._base
+            after = self.stages[self.stages.index(self.stage) + 1:] if self.stage in self.stages else ()
+            steps = self.forecast.steps() if self.forecast is not None else 1.0
+            left = (self._expect - taken if taken < self._expect else taken / 10.0 if self._expect else 0.0) \
+                + later_trials(steps, self.trials_per_commit, after)
+        return self.trials + math.ceil(left)
 
     def __enter__(self) -> "ProgressLine":
         if self.live is not None:
@@ -102,6 +140,7 @@ class ProgressLine:
             more = re.search(r"\(\+(\d+) in parallel\)", event.detail)
             self._running = 1 + (int(more.group(1)) if more else 0)
             self.trials += self._running
+        self._follow(event)
         text = self._what(event)
         if self.live is not None:
             self.live.update(Text.assemble((text.split(" ", 1)[0] + " ", "bold"), text.split(" ", 1)[1] + "  ",
@@ -115,13 +154,28 @@ class ProgressLine:
         self._last_key, self._last_at = key, now
         self._write(f"{text} | {self._status()}")
 
+    def _follow(self, event: ProbeEvent) -> None:
+        """The search's own probes (plain commits, in the search stage) feed its forecast."""
+        if self.forecast is None or event.patch_hash or self.stage not in ("", "search"):
+            return
+        if event.action == "build":
+            self.forecast.probed(event.sha)
+        elif event.action == "skip":
+            self.forecast.skip(event.sha)
+        elif event.action == "trial":
+            got, side = TRIAL.search(event.detail), PARTNERS.search(event.detail)
+            k, n = (int(got.group(1)), int(got.group(2))) if got else (self.forecast.count.get(event.sha, 0) + 1, None)
+            partners = [p for p in side.group(1).split(", ") if "+patch" not in p] if side else []
+            for j in range(self._running):
+                self.forecast.trial(event.sha, k + j, n, partners)
+
     def _enter(self, stage: str, expect: int) -> None:
         """A new stage of the run (search, fixes, hunks): from here the estimate is what this stage
         is expected to take on top of the trials so far (each stage's own count, known once the
-        search has found its steps); the search keeps the range's."""
+        search has found its steps) and the stages after it; the search keeps its forecast's."""
         self.stage, self._running = stage, 0  # the stage before it has ended: its trials are done
-        if expect:
-            self.expected_trials = self.trials + expect
+        if expect or stage not in ("", "search"):
+            self._base, self._expect = self.trials, expect
         if self.live is None and self.trials:
             self._write(f"stage {stage}" + (f": ~{expect} trials" if expect else "") + f" | {self._status(False)}")
 
@@ -146,11 +200,9 @@ class ProgressLine:
         elapsed = self.clock() - self.started
         done = self.trials - self._running  # the batch just announced is still running
         stage = f"{self.stage} | " if self.stage and with_stage else ""
-        if self.trials > self.expected_trials:  # unclear pairs or a busy machine bought more trials
-            return (f"{stage}commits {len(self.commits)} | trials {self.trials}, past the ~{self.expected_trials} "
-                    f"estimated | elapsed {_duration(elapsed)}")
-        left = f"~{_duration(max(self.expected_trials - done, 0) * elapsed / done)}" if done else "?"
-        return (f"{stage}commits {len(self.commits)} | trials {self.trials} of ~{self.expected_trials} | "
+        expected = self.expected_trials
+        left = f"~{_duration(max(expected - done, 0) * elapsed / done)}" if done else "?"
+        return (f"{stage}commits {len(self.commits)} | trials {self.trials} of ~{expected} | "
                 f"elapsed {_duration(elapsed)} | eta {left}")
 
     def _write(self, line: str) -> None:

@@ -29,30 +29,33 @@ from bisector.runner import sandbox
 from bisector.trust import vault
 
 
-def range_size(cfg: config_mod.Config, good: str, bad: str, offline: bool = False) -> int | None:
-    """Commits in GOOD..BAD, for the time-left estimate; None when it cannot be had (the pipeline
-    reports any other problem with the repository). A ref unknown even after a fetch is bad input,
-    raised here: before the store, the work dir or the last-store note are touched."""
+def range_order(cfg: config_mod.Config, good: str, bad: str, offline: bool = False) -> list[str] | None:
+    """The commits of GOOD..BAD (oldest first), for the time-left estimate; None when they cannot
+    be had (the pipeline reports any other problem with the repository). A ref unknown even after a
+    fetch is bad input, raised here: before the store, the work dir or the last-store note are touched."""
     try:
-        return len(gitrepo.commit_range(gitrepo.open_repo(cfg.upstream.repo, fetch=False), good, bad))
+        return [c.sha for c in gitrepo.commit_range(gitrepo.open_repo(cfg.upstream.repo, fetch=False), good, bad)]
     except RefError:
         try:
             repo = gitrepo.open_repo(cfg.upstream.repo, fetch=not offline)
         except BisectorError:
             return None
-        return len(gitrepo.commit_range(repo, good, bad))
+        return [c.sha for c in gitrepo.commit_range(repo, good, bad)]
     except BisectorError:
         return None
 
 
 def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
                   extra: dict | None = None) -> pipeline.RunOutcome:
-    n_commits = n_commits or range_size(cfg, options.good, options.bad, options.offline) or DEFAULT_RANGE
+    order = range_order(cfg, options.good, options.bad, options.offline)
+    n_commits = n_commits or (len(order) if order else DEFAULT_RANGE)
     laststore.remember(options.store or cfg.store or default_path())  # `store info` reads it next
     isolation = sandbox.probe()
     if not isolation.sandboxed:
         click.echo(f"warning: code under test runs without a sandbox here: {isolation.describe()}", err=True)
-    with ProgressLine.for_range(n_commits, cfg.protocol.trials) as progress:
+    stages = tuple(name for name, on in (("fixes", options.verify_fixes), ("hunks", options.find_hunks)) if on)
+    with ProgressLine.for_range(n_commits, cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
+                                first_look=cfg.protocol.first_look, stages=stages) as progress:
         outcome = pipeline.bisect(cfg, options, observer=progress)
         progress.final = counts(outcome.report)  # its last line says what the report and stdout say
     if as_json:
