@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from bisector.demo.demo_config import CONFIG_FILES, default_configs_dir
-from bisector.demo.history import AUTHORS, INITIAL, START_EPOCH, derived
-from bisector.demo.repo import BRANCH, _git, _template, _TEMPLATES, render
+from bisector.demo.history import INITIAL, START_EPOCH, derived
+from bisector.demo.repo import BRANCH, _git, _template, _TEMPLATES, commit_record, render
 
 STEP = {"fa_remap": False}
 
@@ -42,14 +42,7 @@ def fast_import(commits: int, at: int) -> bytes:
             data = text.encode()
             out.append(b"blob\nmark :%d\ndata %d\n%s\n" % (1 + i * 100 + len(entries), len(data), data))
             entries.append(b"M 100644 :%d %s\n" % (1 + i * 100 + len(entries), path.encode()))
-        name, email = AUTHORS[i % len(AUTHORS)]
-        who = f"{name} <{email}> {START_EPOCH + i * 600} +0000".encode()
-        msg = f"{subject} (#{1000 + i})\n".encode()
-        out.append(b"commit refs/heads/%s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s"
-                   % (BRANCH.encode(), 10_000_000 + i, who, who, len(msg), msg))
-        if i:
-            out.append(b"from :%d\n" % (10_000_000 + i - 1))
-        out.append(b"deleteall\n" + b"".join(entries) + b"\n")
+        out.append(commit_record(i, 10_000_000, START_EPOCH + i * 600, f"{subject} (#{1000 + i})\n", entries))
     return b"".join(out) + b"done\n"
 
 

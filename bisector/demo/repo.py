@@ -135,17 +135,22 @@ def _fast_import_stream(texts: Mapping[str, str]) -> bytes:
                 blob_marks[data] = mark
                 out.append(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, len(data), data))
             entries.append(b"M 100644 :%d %s\n" % (blob_marks[data], path.encode()))
-        name, email = AUTHORS[i % len(AUTHORS)]
-        when = START_EPOCH + i * STEP_S
         message = f"{spec.subject} (#{spec.pr})\n" + (f"\n{spec.body}\n" if spec.body else "")
-        msg = message.encode()
-        who = f"{name} <{email}> {when} +0000".encode()
-        out.append(b"commit refs/heads/%s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s"
-                   % (BRANCH.encode(), 100000 + i, who, who, len(msg), msg))
-        if i:
-            out.append(b"from :%d\n" % (100000 + i - 1))
-        out.append(b"deleteall\n" + b"".join(entries) + b"\n")
+        out.append(commit_record(i, 100000, START_EPOCH + i * STEP_S, message, entries))
     return b"".join(out)
+
+
+def commit_record(i: int, first_mark: int, when: int, message: str, entries: list[bytes]) -> bytes:
+    """git fast-import's record of the i-th commit on BRANCH (marks first_mark + i), by the i-th
+    author, with `entries` ("M 100644 :mark path") as its whole tree."""
+    name, email = AUTHORS[i % len(AUTHORS)]
+    who = f"{name} <{email}> {when} +0000".encode()
+    msg = message.encode()
+    out = b"commit refs/heads/%s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s" % (
+        BRANCH.encode(), first_mark + i, who, who, len(msg), msg)
+    if i:
+        out += b"from :%d\n" % (first_mark + i - 1)
+    return out + b"deleteall\n" + b"".join(entries) + b"\n"
 
 
 def _git(dest: Path, *args: str, stdin: bytes | None = None) -> str:
