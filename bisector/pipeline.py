@@ -35,7 +35,7 @@ from bisector.paths import shown
 from bisector import portable
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
-from bisector.model import (BuildStatus, Commit, Measurement, ProbeStatus, SearchResult, Shape, TrialRecord,
+from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shape, TrialRecord,
                             TrialStatus)
 from bisector.why.fixes import expected_trials as fixes_expected, verify_fixes
 from bisector.why.interactions import expected_trials as interactions_expected, measure_interactions

@@ -379,7 +379,7 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
         ["---", "---", "---", "---", "---:", "---:", "---:", "---:", "---:"])]
     slower = [s for s in fix.shapes if fix.verdict(s) == "slower than the tip"]
     if slower:
-        lines += ["", f"  > ⚠ **The revert makes the tip slower** in "
+        lines += ["", "  > ⚠ **The revert makes the tip slower** in "
                   + ", ".join(f"{_short_shape(s)} ({change(fix.vs_tip[s])} against the tip)" for s in slower)
                   + ": do not apply it as it is."]
     if not fix.correct:

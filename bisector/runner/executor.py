@@ -23,7 +23,6 @@ device sections overlapped, come from these.
 from __future__ import annotations
 
 import json
-import os
 import selectors
 import socket
 import threading

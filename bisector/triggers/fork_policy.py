@@ -20,7 +20,7 @@ from bisector import gitrepo
 from bisector.config import Config
 from bisector.errors import BisectorError
 from bisector.runner import sandbox
-from bisector.triggers.slash_commands import BisectCommand, Command, PerfCommand
+from bisector.triggers.slash_commands import Command, PerfCommand
 
 # A ref into a pull request: fork code, measured only as the pinned head of this PR.
 PULL_REF = re.compile(r"(?:refs/)?pull/(\d+)/(\w+)(.*)")
