@@ -17,13 +17,13 @@ The spec and output formats are in docs/CONTRACTS.md.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 import json
 import os
 import statistics
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol
 
@@ -180,7 +180,7 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
     return kernel, calls
 
 
-@dataclass
+@dataclass(frozen=True)
 class Staged:
     """One shape's inputs and prepared calls, made before the device is taken where possible."""
 
@@ -416,8 +416,7 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
             try:
                 one = stage_shape(shape, index, spec, torch.cuda.synchronize, subject, control,
                                   control_error if shape["suite"] in suites.SUITES else None)
-                one.precompile = precompile(one)
-                staged.setdefault(key, one)
+                staged.setdefault(key, replace(one, precompile=precompile(one)))
             except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
                 print(traceback.format_exc(), file=sys.stderr, flush=True)
                 torch.cuda.synchronize()
@@ -445,8 +444,8 @@ def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | Ba
                     for prep in (one.subj, one.ctrl):
                         if prep is not None:
                             prep.run()
-                    one.precompile = {"precompile": "first calls (cpu)",
-                                      "precompile_s": round(time.perf_counter() - start, 6)}
+                    one = replace(one, precompile={"precompile": "first calls (cpu)",
+                                                   "precompile_s": round(time.perf_counter() - start, 6)})
         except Exception as exc:  # noqa: BLE001 - the real trial records the failure
             out.append({"shape": key, "status": "not precompiled", "error": f"{type(exc).__name__}: {exc}"[:TRACE_CHARS]})
             continue
