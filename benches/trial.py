@@ -398,6 +398,17 @@ def _pytest_shapes(shape: Mapping[str, Any], spec: Mapping[str, Any], out_path: 
             return [_failure(s["key"], exc) for s in group]
 
 
+def _stageable(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException],
+               shape: Mapping[str, Any]) -> Backend | None:
+    """The shape's subject when its calls can be made before the device is taken: it imported, and
+    it is not a pytest session (that one runs whole, with the device held)."""
+    subject = subjects.get(shape["suite"])
+    if subject is None or isinstance(subject, BaseException) \
+            or subject_specs(spec)[shape["suite"]].get("adapter") == "pytest":
+        return None
+    return subject
+
+
 def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException], control: Backend | None,
                control_error: str | None, phase: Phases) -> dict[str, Staged]:
     """On a GPU, before the device is taken: every shape's inputs, prepared calls and precompiled
@@ -407,9 +418,8 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
     if spec["device"] == "cpu" or not spec.get("precompile", True) or not torch.cuda.is_available():
         return staged
     for index, shape in enumerate(spec["shapes"]):
-        subject = subjects.get(shape["suite"])
-        if subject is None or isinstance(subject, BaseException) \
-                or subject_specs(spec)[shape["suite"]].get("adapter") == "pytest":
+        subject = _stageable(spec, subjects, shape)
+        if subject is None:
             continue
         key = shape["key"]
         with phase("precompile", key):
@@ -431,14 +441,12 @@ def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | Ba
     `_stage_all` captured; on the CPU, where nothing is captured, the first calls themselves."""
     out: list[dict[str, Any]] = []
     for index, shape in enumerate(spec["shapes"]):
-        key, subject = shape["key"], subjects.get(shape["suite"])
+        key, subject, stageable = shape["key"], subjects.get(shape["suite"]), _stageable(spec, subjects, shape)
         one = staged.get(key)
         try:
-            if one is None and spec["device"] == "cpu" and subject is not None \
-                    and not isinstance(subject, BaseException) \
-                    and subject_specs(spec)[shape["suite"]].get("adapter") != "pytest":
+            if one is None and spec["device"] == "cpu" and stageable is not None:
                 with phase("precompile", key):
-                    one = stage_shape(shape, index, spec, lambda: None, subject, control,
+                    one = stage_shape(shape, index, spec, lambda: None, stageable, control,
                                       control_error if shape["suite"] in suites.SUITES else None)
                     start = time.perf_counter()
                     for prep in (one.subj, one.ctrl):
