@@ -64,7 +64,7 @@ CPU_CLOCKS = ("cpu", "wall")
 
 HOST_SHARE = 0.25  # latency batches run where the host's time per call is at least this share of the kernel's
 HOST_SAMPLES = 3
-DEVICE_BOUND_MS = 1.0  # calls shorter than this are timed in a CUDA graph whatever their host time
+DEVICE_BOUND_MS = 1.0  # shorter calls are never device-bound: their latency is measured apart
 
 
 @dataclass
@@ -154,15 +154,15 @@ class Clock:
         calls = [self.wall(fn)[1] * 1e3 for fn in fns]
         return HostShare(host, calls)
 
-    def kernel(self, fns: list[Callable[[], Any]], reps: int, host: HostShare | None = None) -> kernel_time.KernelTimes:
+    def kernel(self, fns: list[Callable[[], Any]], reps: int) -> kernel_time.KernelTimes:
         """Cold-cache kernel time per call with the host out of the loop (benches/kernel_time.py):
         on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time.
-        Where every call's kernel outlasts its host time by far (`host.device_bound`), the launch
-        queue runs ahead of the device after the first repetition and plain events hold the kernel
-        alone: one pass of the repetitions instead of a graph's warm-up and two replays."""
+        Device-bound calls keep the graph too: its first replay brings a power-bound kernel to a
+        steady clock before the read one. Plain events in one pass (tried for calls of 1 ms or more)
+        caught GEMM 8192^3 switching clocks between the subject's and the control's repetitions:
+        its ratio's trial noise went from 0.5% to 4.2% on the H200 demo, attention's from 1.1% to
+        1.3% (studies/results/h200-timing-method.txt), which cost more trials than the pass saved."""
         if self.gpu:
-            if host is not None and host.device_bound:
-                return kernel_time.gpu_kernel_times(fns, reps, self.flush, order=(kernel_time.EVENTS,))
             return kernel_time.gpu_kernel_times(fns, reps, self.flush)
         times = self.interleaved(fns, reps)
         return kernel_time.KernelTimes(self.kind, times, faults=self.faults)
@@ -195,9 +195,9 @@ class HostShare:
     @property
     def device_bound(self) -> bool:
         """Every fn's call takes at least DEVICE_BOUND_MS and its host time is under HOST_SHARE of
-        it: the kernel dominates. A synchronized call of a few microseconds is mostly launch and
-        synchronization, which says nothing of its kernel (an H200 read a 3 us GEMM as 50 us), so
-        short calls keep the CUDA graph."""
+        it: the kernel dominates, and back-to-back latency would only repeat the kernel time. A
+        synchronized call of a few microseconds is mostly launch and synchronization, which says
+        nothing of its kernel (an H200 read a 3 us GEMM as 50 us), so short calls are never so."""
         return all(c >= DEVICE_BOUND_MS and statistics.median(h) < HOST_SHARE * c
                    for h, c in zip(self.host_ms, self.call_ms))
 

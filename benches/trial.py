@@ -173,7 +173,7 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
         clock.sync()
         host = clock.host(fns)
     with phase("timed", key):
-        kernel = clock.kernel(fns, spec["reps"], host)
+        kernel = clock.kernel(fns, spec["reps"])
     with phase("calls", key):
         calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]),
                             host, always=latency)
