@@ -53,6 +53,14 @@ class Commit:
         return self.sha[:7]
 
 
+def min_step_for(shape: str, default: float, by: Mapping[str, float]) -> float:
+    """The smallest change that counts as a step on `shape` ("suite/name"), in percent: its own
+    entry in `by`, else its suite's, else `default`. A short decode GEMM whose trials vary by 2%
+    from process to process pays ~8 trials a commit to settle a 3% step that a large GEMM at 0.5%
+    settles in one; a shape's own resolution keeps it from setting every commit's price."""
+    return by.get(shape, by.get(shape.split("/", 1)[0], default))
+
+
 @dataclass(frozen=True)
 class Shape:
     """One benchmark point. `key` ("suite/name") is how every layer refers to it."""

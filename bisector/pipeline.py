@@ -247,7 +247,8 @@ class Prefetching:
 
 
 def search_settings(config: Config) -> search.SearchSettings:
-    return search.SearchSettings(min_step_pct=config.thresholds.min_step_pct, alpha=config.thresholds.alpha,
+    return search.SearchSettings(min_step_pct=config.thresholds.min_step_pct, min_steps=config.thresholds.min_steps,
+                                 alpha=config.thresholds.alpha,
                                  initial_repeats=config.protocol.trials, max_repeats=config.protocol.max_trials,
                                  first_look=config.protocol.first_look)
 
@@ -418,13 +419,14 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
                   "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
         uncertain=result.uncertain,
-        unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step_pct),
+        unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step),
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(every),
         totals=run_totals(every, [c.sha for c in commits], keys, len(skipped), CallTotals(this_call_trials, wall_s)),
-        moves=step_moves(result.steps, rows, config.thresholds.min_step_pct),
+        moves=step_moves(result.steps, rows, config.thresholds.min_step),
         actions=actions(result.steps, fixes, interactions), interactions=tuple(interactions),
-        min_step_pct=config.thresholds.min_step_pct, alpha=config.thresholds.alpha,
+        min_step_pct=config.thresholds.min_step_pct, min_steps=dict(config.thresholds.min_steps),
+        alpha=config.thresholds.alpha,
         metric=metric_by_suite(config), calls=call_figures(store.trials(session.campaign, patch_hash=None), keys,
                                                        [r.commit.sha for r in rows]),
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),

@@ -167,4 +167,4 @@ def full_report() -> ReportData:
         # resumed: this call measured 12 of the 60 trial processes
         totals=RunTotals(range_commits=len(cs), measured=len(rows), skipped=1, trials=60, commit_trials=42,
                          patched_trials=18, trial_s=1500.0, measuring_s=1020.0, this_call=CallTotals(12, 96.0)),
-        moves=step_moves(steps, rows, 3.0), actions=actions(steps, fixes, ()))
+        moves=step_moves(steps, rows, lambda _: 3.0), actions=actions(steps, fixes, ()))

@@ -206,3 +206,23 @@ def test_paths_in_a_config_are_made_absolute_against_the_current_directory(tmp_p
     assert cfg.store == str(tmp_path / "state" / "r.sqlite") and cfg.report_dir == str(tmp_path / "out")
     assert cfg.build.cache_dir == str(Path.home() / "builds")
     assert config.load(write(tmp_path, GOOD)).report_dir == str(tmp_path / "reports")
+
+
+def test_min_step_per_suite_and_shape(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD + '[thresholds]\nmin_step_pct = { default = 3.0, "fa/s128" = 5, fa = 4.0 }\n'))
+    th = cfg.thresholds
+    assert th.min_step_pct == 3.0 and th.min_step("fa/s128") == 5.0  # the shape's own over its suite's
+    assert th.min_step("fa/other") == 4.0 and th.min_step("gemm/x") == 3.0
+    assert config.load(write(tmp_path, GOOD + "[thresholds]\nmin_step_pct = 2\n")).thresholds.min_step("fa/s128") == 2.0
+
+
+@pytest.mark.parametrize("value, where, says", [
+    ('{ "fa/s999" = 5.0 }', "thresholds.min_step_pct.fa/s999", "unknown suite or shape"),
+    ('{ default = 0 }', "thresholds.min_step_pct.default", "> 0"),
+    ('{ fa = "big" }', "thresholds.min_step_pct.fa", "> 0"),
+    ('-1.0', "thresholds.min_step_pct", "> 0"),
+])
+def test_bad_min_step_names_its_key(tmp_path, value, where, says):
+    with pytest.raises(ConfigError) as err:
+        config.load(write(tmp_path, GOOD + f"[thresholds]\nmin_step_pct = {value}\n"))
+    assert where in str(err.value) and says in str(err.value)

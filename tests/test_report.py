@@ -38,7 +38,7 @@ def make_data() -> ReportData:
         protocol={"reps": 20, "warmup": 3}, shapes=shapes, range_commits=commits, rows=rows, steps=(step,),
         skipped={commits[5].sha: "SyntaxError: invalid syntax"}, fixes=(fix,),
         wrong=(WrongResult(commits[6].sha, "fa/s4096", 0.5, 1.2),), commits_probed=4, trials=12, wall_s=90,
-        moves=step_moves((step,), rows, 1.0), actions=actions((step,), (fix,), ()))
+        moves=step_moves((step,), rows, lambda _: 1.0), actions=actions((step,), (fix,), ()))
 
 
 def test_markdown_has_mission_table_steps_fixes_and_failures():

@@ -46,7 +46,7 @@ def test_an_unsure_pair_is_compared_on_the_samples_the_search_had_at_its_cap() -
                           measurements={a: Measurement(a, ProbeStatus.OK, {"s": before}),
                                         b: Measurement(b, ProbeStatus.OK, {"s": after})},
                           uncertain=(Uncertain(a, b, ("s", "gone")),))
-    (pair,) = evidence.unsure_pairs(result, max_trials=4, min_step_pct=3.0)
+    (pair,) = evidence.unsure_pairs(result, max_trials=4, min_step=lambda _: 3.0)
     assert (pair.before, pair.after, pair.shapes) == (a, b, ("s", "gone"))
     (c,) = pair.comparisons  # "gone" has no samples: named, not compared
     expected = compare(before[:4], after[:4], 3.0, 1.0, "s")

@@ -343,3 +343,30 @@ def test_a_verified_step_names_the_shapes_that_moved_over_all_its_trials() -> No
         named.append(r.steps[0].shapes)
     assert all("a" in s and "c" not in s for s in named)
     assert sum("b" in s for s in named) >= 36
+
+
+def test_a_noisy_shape_with_its_own_minimum_step_does_not_price_every_commit() -> None:
+    # A 10% attention step in 200 commits; the GEMM is flat but its trials vary by ~2% against a 3%
+    # minimum step, so "no step" there takes 8 trials a commit. Given its own resolution of 6%, the
+    # commits that bisect the attention step get two trials first and four at most.
+    c = shas(200)
+
+    def value(i: int, shape: str, t: int) -> float:
+        if shape == "gemm/8192":
+            u = int.from_bytes(hashlib.sha1(f"{i} {t}".encode()).digest()[:4], "big") / 2**32
+            return 1.0 + 0.035 * (u - 0.5) * 2  # uniform +-3.5%: sd 2%
+        return 0.9 if shape == "fa/s4096" and i >= 137 else 1.0
+
+    def bisected(settings: SearchSettings) -> list[int]:
+        r = localize(c, Scripted(c, value), settings)
+        assert found(r, c) == {137: ("fa/s4096",)}
+        grid = {0, 50, 100, 149, 199}
+        return [r.measurements[c[k]].count() for k in range(1, 199)
+                if k not in grid | {136, 137} and c[k] in r.measurements]
+
+    one = SearchSettings(min_step_pct=3.0, max_repeats=8)
+    assert min(bisected(one)) == 8
+    own = bisected(SearchSettings(min_step_pct=3.0, min_steps={"gemm": 6.0}, max_repeats=8))
+    assert own and max(own) <= 4, own
+    with pytest.raises(ValueError):
+        SearchSettings(min_steps={"gemm": 0.0})

@@ -16,7 +16,7 @@ from bisector.config.reader import show as _show
 from bisector.config.keyfiles import pattern_problem
 from bisector.config.subjects import Subject, SuiteModule
 from bisector.errors import ConfigError
-from bisector.model import Shape
+from bisector.model import Shape, min_step_for
 from bisector.trust.filter import DEFAULT_TOKEN_ENV
 from bisector.paths import absolute_or_none
 from bisector.userfile import UserFileError, read_text
@@ -106,6 +106,9 @@ TIMINGS = ("kernel", "latency")
 @dataclass(frozen=True)
 class Thresholds:
     min_step_pct: float = 1.0
+    # A suite's or a shape's own minimum step, over `min_step_pct`:
+    # `min_step_pct = { default = 3.0, "gemm/decode" = 5.0 }` (model.min_step_for says why).
+    min_steps: Mapping[str, float] = field(default_factory=dict)
     alpha: float = 0.01
     # What the search compares per trial. "ratio": the subject/control ratio, which cancels drift.
     # "speed": the subject's own speed at full clock (1 / its full-clock time), for when the
@@ -125,6 +128,10 @@ class Thresholds:
     # One for every suite or a table per suite, as `metric` (`timing = { gemm = "latency" }`).
     timing: str = "kernel"
     timings: Mapping[str, str] = field(default_factory=dict)
+
+    def min_step(self, shape: str) -> float:
+        """The minimum step of `shape` ("suite/name"), in percent."""
+        return min_step_for(shape, self.min_step_pct, self.min_steps)
 
     def metric_of(self, suite: str) -> str:
         return self.metrics.get(suite, self.metric)
@@ -278,7 +285,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
                                                     "ahead", "preload", "memory_gb", "max_tasks", "prefetch"))),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
                                (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
-                               tuple(n for n, sub in subjects.items() if sub.adapter == "pytest")),
+                               tuple(n for n, sub in subjects.items() if sub.adapter == "pytest"),
+                               tuple(shape.key for shape in shapes)),
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
                                                  "comment_on_requester", "draft_pr", "commit_status",
                                                  "bot_login"))),
@@ -395,8 +403,23 @@ def _per_suite(sec: _Section, key: str, choices: tuple[str, ...], default: str,
     return (raw if isinstance(raw, str) else default), dict(per)
 
 
+def _min_steps(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> tuple[float, dict[str, float]]:
+    """`min_step_pct`: one number, or a table of `default` and suites or shapes ("suite/name") -> percent."""
+    raw = sec.get("min_step_pct", (float, dict), 1.0)
+    table = dict(raw) if isinstance(raw, dict) else {"default": raw}
+    out: dict[str, float] = {}
+    for key, value in table.items():
+        where = sec.name("min_step_pct") + ("" if not isinstance(raw, dict) else f".{key}")
+        if key != "default" and key not in suites and key not in shape_keys:
+            raise ConfigError(sec.path, where, f"unknown suite or shape (known: {', '.join((*suites, *shape_keys))})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ConfigError(sec.path, where, f"must be a number > 0, got {_show(value)}")
+        out[key] = float(value)
+    return out.pop("default", 1.0), out
+
+
 def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping[str, str] | None = None,
-                pytest_suites: tuple[str, ...] = ()) -> Thresholds:
+                pytest_suites: tuple[str, ...] = (), shape_keys: tuple[str, ...] = ()) -> Thresholds:
     """`forced`: suites with no control (a pytest subject, a brought suite without `control`), which
     compare the subject's own speed whatever the config's overall metric says."""
     alpha = sec.get("alpha", float, 0.01)
@@ -431,7 +454,8 @@ def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping
             key = f"{sec.name('timing')}.{suite}" if suite in timings else sec.name("timing")
             raise ConfigError(sec.path, key, f"suite {suite} is timed by pytest-benchmark, which has no latency "
                                              "apart from its own time: only kernel")
-    return Thresholds(min_step_pct=sec.positive("min_step_pct", float, 1.0), alpha=alpha, tolerances=tolerances,
+    min_step, min_steps = _min_steps(sec, suites, shape_keys)
+    return Thresholds(min_step_pct=min_step, min_steps=min_steps, alpha=alpha, tolerances=tolerances,
                       metric=raw if isinstance(raw, str) else "ratio", metrics={**(forced or {}), **metrics},
                       timing=timing, timings=timings)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 from bisector.search.call_timing import CallFigures
-from bisector.model import Commit, Step, Uncertain
+from bisector.model import Commit, Step, Uncertain, min_step_for
 from bisector.runner.time_spent import Throughput
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.search.wrong_results import WrongResult, WrongWindow
@@ -69,6 +69,7 @@ class ReportData:
     wall_s: float = 0.0  # this run; a resumed run measures only what was missing
     trial_s: float = 0.0  # every trial process of the campaign, earlier runs included
     min_step_pct: float = 1.0
+    min_steps: Mapping[str, float] = field(default_factory=dict)  # a suite's or shape's own (config.Thresholds)
     # What the steps were tested on, per suite ("fa" -> "speed"); a suite not named: "ratio".
     metric: Mapping[str, str] = field(default_factory=dict)
     alpha: float = 0.01  # the search's chance of one false step (config.Thresholds.alpha)
@@ -91,6 +92,15 @@ class ReportData:
 
     def row(self, sha: str) -> CommitRow | None:
         return next((r for r in self.rows if r.commit.sha == sha), None)
+
+    def min_step(self, shape: str) -> float:
+        return min_step_for(shape, self.min_step_pct, self.min_steps)
+
+    @property
+    def min_step_text(self) -> str:
+        """The minimum step as the report states it: "3%", or "3% (gemm/decode 6%)" with exceptions."""
+        own = ", ".join(f"{k} {v:g}%" for k, v in sorted(self.min_steps.items()))
+        return f"{self.min_step_pct:g}%" + (f" ({own})" if own else "")
 
     def metric_of(self, shape: str) -> str:
         """"ratio" or "speed": what the search compared in this shape's suite."""

@@ -114,7 +114,7 @@ def header(data: ReportData) -> list[str]:
                  f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
                  f"against the control. TFLOP/s are medians over trials of the per-trial median; steps are "
                  f"tested on {metric_words(data.metric)}, one value per trial (minimum step "
-                 f"{data.min_step_pct:g}%), shown beside the TFLOP/s with its spread over the trials. "
+                 f"{data.min_step_text}), shown beside the TFLOP/s with its spread over the trials. "
                  f"Metrics: {metric_definitions(data.metric)}.")
     if data.isolation:
         lines.append(f"Isolation of the code under test: {data.isolation}.")
@@ -133,7 +133,7 @@ def _trials_of(sha: str, shape: str, data: ReportData) -> str:
 
 def steps_table(data: ReportData) -> list[str]:
     if not data.steps:
-        return [f"No step of {data.min_step_pct:g}% or more in any shape between "
+        return [f"No step of {data.min_step_text} or more in any shape between "
                 f"`{data.good.short}` and `{data.bad.short}`."]
     rows = []
     for step in data.steps:
@@ -145,7 +145,7 @@ def steps_table(data: ReportData) -> list[str]:
             lo, hi = step.ci95[shape]
             rows.append([culprit, _pr(step.pr), commit.subject if commit else "", _short_shape(shape),
                          f"{METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))} "
-                         f"≥{data.min_step_pct:g}%",
+                         f"≥{data.min_step(shape):g}%",
                          f"{step.change_pct[shape]:+.1f}%", f"[{lo:+.1f}, {hi:+.1f}]",
                          _tflops_move(step.commit, shape, data), p_value(step.p_value[shape]),
                          f"{_trials_of(step.parent, shape, data)} + {_trials_of(after, shape, data)}",
@@ -186,7 +186,7 @@ def steps_section(data: ReportData) -> list[str]:
     """The steps, the rule that made each one, and the steps that did not hold."""
     lines = ["## Steps", ""]
     if data.steps:
-        lines += [f"A step changes its suite's metric (\"decided on\") by at least {data.min_step_pct:g}% "
+        lines += [f"A step changes its suite's metric (\"decided on\") by at least {data.min_step_text} "
                   f"(`thresholds.min_step_pct`) with p below {data.alpha:g} for the whole search "
                   f"(`thresholds.alpha`, shared over shapes and comparisons), then holds against its parent in "
                   f"fresh trials measured side by side. Change, 95% CI and p: over every trial of the parent "
@@ -235,7 +235,7 @@ def unsure_section(data: ReportData) -> list[str]:
     widest = f" The widest interval of those with no step found between them reaches ±{max(reach):.0f}%." \
         if reach else ""
     intro = (f"Still unsure at the trial cap ({cap} trials a commit), taken as no step: {len(pairs)} "
-             f"pair{'s' if len(pairs) != 1 else ''}. A step near {data.min_step_pct:g}% could hide there; "
+             f"pair{'s' if len(pairs) != 1 else ''}. A step near {data.min_step_text} could hide there; "
              f"raise `protocol.max_trials` to decide.{widest}")
     rows = []
     for p in pairs:
@@ -323,7 +323,7 @@ def _verdict_cell(fix: FixResult, shape: str, data: ReportData) -> str:
         text += f": {tip.change_pct:+.1f}% on the tip" + (f" where undoing its step should give {want:+.1f}%"
                                                           if want is not None else "")
     later = fix.later.get(shape, ())
-    if par.verdict is not Verdict.SAME and par.ci95[1] < -data.min_step_pct:
+    if par.verdict is not Verdict.SAME and par.ci95[1] < -data.min_step(shape):
         whose = ", ".join(f"{commit_ref(sha, data)} {change_pct:+.1f}%" for sha, change_pct in later)
         if verdict == "restored":
             owner = "later steps'" if len(later) > 1 else "later step's"
@@ -394,7 +394,7 @@ def fixes_section(data: ReportData) -> list[str]:
              "Each regression's revert, applied to the tip, built, and measured side by side with the tip and "
              "the step's parent. The verdict and both changes are on the metric the step was found on, over "
              "those rounds, judged on the tip against what undoing the step's own change should give there: "
-             f"**restored** when the interval's lower end is within {data.min_step_pct:g}% of that (or the "
+             f"**restored** when the interval's lower end is within {data.min_step_text} of that (or the "
              "revert is back within the threshold of the parent), **partly restored** when it gains above zero "
              "and short of that, **not restored** when it gains nothing beyond the threshold, and "
              "**undecided** when the interval allows more than one of these. A later step's loss on the same "

@@ -45,7 +45,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from bisector.model import Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict
+from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict,
+                            min_step_for)
 from bisector.search.samples import POOLED_MIN_DF, pooled_noise
 from bisector.search.stats import compare, holds, log_sd
 
@@ -55,6 +56,7 @@ __all__ = ["SearchSettings", "localize", "result_json", "uncertain_json"]
 @dataclass(frozen=True)
 class SearchSettings:
     min_step_pct: float = 1.0  # smaller changes are not steps
+    min_steps: Mapping[str, float] = field(default_factory=dict)  # a suite's or shape's own, over it
     alpha: float = 0.01  # chance of one false step per search
     initial_repeats: int = 3  # trials per commit at first
     max_repeats: int = 24  # UNKNOWN doubles trials up to this
@@ -67,7 +69,7 @@ class SearchSettings:
     width: int = 1  # devices free: commits probed at once when an interval is split (k-ary, k = width + 1)
 
     def __post_init__(self) -> None:
-        if self.min_step_pct <= 0 or not 0 < self.alpha < 0.5:
+        if self.min_step_pct <= 0 or any(v <= 0 for v in self.min_steps.values()) or not 0 < self.alpha < 0.5:
             raise ValueError("min_step_pct must be > 0 and alpha in (0, 0.5)")
         if not 1 <= self.initial_repeats <= self.max_repeats:
             raise ValueError("need 1 <= initial_repeats <= max_repeats")
@@ -77,6 +79,9 @@ class SearchSettings:
             raise ValueError("need width >= 1")
         if self.rechecks < 0:
             raise ValueError("need rechecks >= 0")
+
+    def min_step(self, shape: str) -> float:
+        return min_step_for(shape, self.min_step_pct, self.min_steps)
 
 
 @dataclass
@@ -176,7 +181,7 @@ class _State:
 
     def compare_samples(self, shape: str, before: Sequence[float], after: Sequence[float],
                         alpha: float) -> Comparison:
-        return compare(before, after, self.settings.min_step_pct, alpha, shape, self.noise(shape, before, after))
+        return compare(before, after, self.settings.min_step(shape), alpha, shape, self.noise(shape, before, after))
 
     def compare_now(self, i: int, j: int, alpha: float, only: Iterable[str] | None = None) -> dict[str, Comparison]:
         return {s: self.compare_samples(s, self.samples(i, s), self.samples(j, s), alpha)
@@ -244,7 +249,7 @@ class _State:
         st = self.settings
         out = dict(comps)
         for s, c in comps.items():
-            big = abs(c.change_pct) >= st.min_step_pct
+            big = abs(c.change_pct) >= st.min_step(s)
             if c.verdict is Verdict.UNKNOWN and big and c.p_value < self.alpha_verify:
                 out[s] = replace(c, verdict=Verdict.DIFFERENT)
         unknown = tuple(s for s, c in out.items() if c.verdict is Verdict.UNKNOWN)
@@ -257,27 +262,26 @@ class _State:
         """Commit k has samples of every shape in `need` (a wrong result there is no sample)."""
         return all(self.samples(k, s) for s in need)
 
-    def sized(self, shapes: Iterable[str], other: int, enough: Callable[[float, int], bool], otherwise: int) -> int:
+    def sized(self, shapes: Iterable[str], other: int, enough: Callable[[str, float, int], bool], otherwise: int) -> int:
         """The fewest trials n in [first_look, max(initial_repeats, otherwise)) a commit needs against one with
-        `other` trials for `enough(sd, n)` to hold in every shape, with the trial noise sd pooled over
-        the run; `otherwise` when none does or that noise is not known yet. Trials sized to the
+        `other` trials for `enough(shape, sd, n)` to hold in every shape, with the trial noise sd pooled
+        over the run; `otherwise` when none does or that noise is not known yet. Trials sized to the
         effect: a quiet machine decides with one trial a side what a noisy one needs many for."""
         st = self.settings
-        sds = [self.noise(s) for s in shapes]
-        if not sds or any(sd is None for sd in sds):
+        sds = {s: self.noise(s) for s in shapes}
+        if not sds or any(sd is None for sd in sds.values()):
             return otherwise
-        worst = max(sd[0] for sd in sds if sd is not None)
-        return next((n for n in range(st.first_look, max(st.initial_repeats, otherwise)) if enough(worst, n)),
-                    otherwise)
+        return next((n for n in range(st.first_look, max(st.initial_repeats, otherwise))
+                     if all(enough(s, sd[0], n) for s, sd in sds.items() if sd is not None)), otherwise)
 
     def first_repeats(self, shapes: Iterable[str], other: int) -> int:
         """Trials a newly measured commit gets first: as few as show "no step" at once against a
         neighbour with `other` trials (the change's standard error under a third of the minimum
         step: its 95% interval then fits inside +-min_step around a chance difference of one
-        standard error), else as many as its neighbours have."""
-        third = math.log1p(self.settings.min_step_pct / 100.0) / 3.0
-        return self.sized(shapes, other, lambda sd, n: sd * math.sqrt(1.0 / n + 1.0 / other) <= third,
-                          max(self.settings.initial_repeats, other))
+        standard error), else as many as its neighbours have. Each shape on its own minimum step."""
+        def enough(shape: str, sd: float, n: int) -> bool:
+            return sd * math.sqrt(1.0 / n + 1.0 / other) <= math.log1p(self.settings.min_step(shape) / 100.0) / 3.0
+        return self.sized(shapes, other, enough, max(self.settings.initial_repeats, other))
 
     def split(self, lo: int, hi: int, need: Iterable[str] = ()) -> list[int]:
         """Up to `width` commits inside (lo, hi) that split it into equal parts, each the nearest to
@@ -390,7 +394,7 @@ class _State:
             size = min((abs(math.log1p(c.change_pct / 100.0)) for c in self.compare_now(cand.lo, cand.hi, 1.0,
                                                                                       cand.dirs).values()),
                        default=0.0)
-            n = max(2, self.sized(cand.dirs, 1, lambda sd, k: size >= 10.0 * sd * math.sqrt(2.0 / k),
+            n = max(2, self.sized(cand.dirs, 1, lambda _, sd, k: size >= 10.0 * sd * math.sqrt(2.0 / k),
                                   st.initial_repeats))
             while True:
                 fresh = self.fresh_compare(cand.lo, cand.hi, n)
@@ -399,7 +403,7 @@ class _State:
                     break
                 holding = {s for s, c in fresh.items()
                            if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)),
-                                    st.min_step_pct, self.alpha_verify / max(1, len(self.candidates)))
+                                    st.min_step(s), self.alpha_verify / max(1, len(self.candidates)))
                            and (s in cand.dirs or c.verdict is Verdict.DIFFERENT)}
                 settled = all(c.verdict is Verdict.SAME for s, c in fresh.items() if s in cand.dirs)
                 # A found step gets a second, larger look before it is dropped, even where pairs
@@ -465,11 +469,10 @@ class _State:
         if any(min(c.n_before, c.n_after) < n for f in fresh for c in f.values()):
             return []  # no fresh trials to be had (an offline replay): nothing to recheck with
         follow: dict[int, dict[str, float]] = {q: _different(f) for q, f in enumerate(fresh)}
-        half = st.min_step_pct / 2.0
         for shape, sign in missing.items():
             moves = [f[shape].change_pct * sign if shape in f else -math.inf for f in fresh]
             best = max(range(len(moves)), key=lambda q: moves[q]) if moves else None
-            if best is not None and moves[best] >= half:
+            if best is not None and moves[best] >= st.min_step(shape) / 2.0:
                 follow[best][shape] = sign
         for q, dirs in follow.items():
             if dirs:

@@ -71,7 +71,7 @@ def metric_samples(trials: Sequence[TrialRecord], keys: Sequence[str],
     return out
 
 
-def unsure_pairs(result: SearchResult, max_trials: int, min_step_pct: float) -> tuple[UnsurePair, ...]:
+def unsure_pairs(result: SearchResult, max_trials: int, min_step: Callable[[str], float]) -> tuple[UnsurePair, ...]:
     """Each pair in `result.uncertain`, compared again on the samples the search had at its cap
     (the first `max_trials` of each commit): the difference and interval a reader weighs against
     the minimum step."""
@@ -83,7 +83,7 @@ def unsure_pairs(result: SearchResult, max_trials: int, min_step_pct: float) -> 
             before = tuple(a.samples.get(shape, ()))[:max_trials] if a else ()
             after = tuple(b.samples.get(shape, ()))[:max_trials] if b else ()
             if before and after:
-                comparisons.append(compare(before, after, min_step_pct, 1.0, shape,
+                comparisons.append(compare(before, after, min_step(shape), 1.0, shape,
                                            pooled_noise(result.measurements.values(), shape, (before, after))))
         out.append(UnsurePair(u.before, u.after, u.shapes, tuple(comparisons)))
     return tuple(out)

@@ -18,7 +18,7 @@ def ab_until_sure(probe: Callable[[str, int], Measurement], base: str, other: st
         mb, mo = probe(base, repeats), probe(other, repeats)
         if ProbeStatus.SKIP in (mb.status, mo.status):
             return mb, mo, None
-        rows = perf.compare_shapes(keys, mb.samples, mo.samples, thresholds.min_step_pct, thresholds.alpha, mo.wrong)
+        rows = perf.compare_shapes(keys, mb.samples, mo.samples, thresholds.min_step, thresholds.alpha, mo.wrong)
         if not perf.unsure(rows) or repeats * 2 > protocol.max_trials:
             return mb, mo, rows
         repeats *= 2

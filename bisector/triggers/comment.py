@@ -289,7 +289,7 @@ def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job,
         tflops = {"base": pipeline.medians(session, base, "subject_tflops"),
                   "head": pipeline.medians(session, head, "subject_tflops"),
                   "control": pipeline.medians(session, head, "control_tflops")}
-        rows = perf.compare_shapes(keys, mb.samples, mh.samples, th.min_step_pct, th.alpha, mh.wrong, tflops)
+        rows = perf.compare_shapes(keys, mb.samples, mh.samples, th.min_step, th.alpha, mh.wrong, tflops)
         counts = {"base": mb.count(), "head": mh.count()}
         text = perf.body(rows, head, base, counts, th.min_step_pct, th.alpha, notes)
         plan = PublishPlan(run_id=run_id(event), repo=event.repo, verdict=_PERF_VERDICT[perf.overall(rows)],

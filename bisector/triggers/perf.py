@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from bisector.search import stats
 from bisector.model import Comparison, Verdict
@@ -43,7 +43,7 @@ def verdict_of(c: Comparison) -> PerfVerdict:
 
 
 def compare_shapes(shapes: Sequence[str], base: Mapping[str, Sequence[float]], head: Mapping[str, Sequence[float]],
-                   min_step_pct: float, alpha: float, wrong: frozenset[str] = frozenset(),
+                   min_step: Callable[[str], float], alpha: float, wrong: frozenset[str] = frozenset(),
                    tflops: Mapping[str, Mapping[str, float]] | None = None) -> tuple[ShapeAB, ...]:
     """tflops: {"base": {shape: median}, "head": {...}, "control": {...}} for the table."""
     tf = tflops or {}
@@ -55,7 +55,7 @@ def compare_shapes(shapes: Sequence[str], base: Mapping[str, Sequence[float]], h
         elif not base.get(shape) or not head.get(shape):
             out.append(ShapeAB(shape, PerfVerdict.MISSING, None, *cells))
         else:
-            c = stats.compare(base[shape], head[shape], min_step_pct, alpha, shape)
+            c = stats.compare(base[shape], head[shape], min_step(shape), alpha, shape)
             out.append(ShapeAB(shape, verdict_of(c), c, *cells))
     return tuple(out)
 

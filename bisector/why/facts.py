@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from bisector.model import Step
 from bisector.search.evidence import CommitRow
@@ -39,7 +39,7 @@ def _pct(before: float | None, after: float | None) -> float | None:
     return 100.0 * (after / before - 1.0) if before and after is not None else None
 
 
-def step_moves(steps: Sequence[Step], rows: Sequence[CommitRow], min_step_pct: float) -> tuple[StepMove, ...]:
+def step_moves(steps: Sequence[Step], rows: Sequence[CommitRow], min_step: Callable[[str], float]) -> tuple[StepMove, ...]:
     by_sha = {r.commit.sha: r for r in rows}
     out = []
     for step in steps:
@@ -51,7 +51,7 @@ def step_moves(steps: Sequence[Step], rows: Sequence[CommitRow], min_step_pct: f
             control = _pct(before.control_tflops.get(shape) if before else None,
                            after.control_tflops.get(shape) if after else None)
             out.append(StepMove(step.commit, shape, step.change_pct[shape], subject, control,
-                                max((hi - lo) / 2, min_step_pct / 2)))
+                                max((hi - lo) / 2, min_step(shape) / 2)))
     return tuple(out)
 
 

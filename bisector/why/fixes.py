@@ -20,7 +20,8 @@ from typing import Mapping, Sequence
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config
-from bisector.model import BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict
+from bisector.model import (BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict,
+                            min_step_for)
 from bisector.runner.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.search.stats import compare
 from bisector.why.session import Session
@@ -50,6 +51,7 @@ class FixResult:
     own_pct: Mapping[str, float] = field(default_factory=dict)
     later: Mapping[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
     min_step_pct: float = 0.0
+    min_steps: Mapping[str, float] = field(default_factory=dict)  # a suite's or shape's own (Thresholds)
 
     def remaining_pct(self, shape: str) -> float | None:
         """How far the patched tip still is from the pre-step commit on the search's metric (negative: below)."""
@@ -72,18 +74,19 @@ class FixResult:
         par, tip = self.vs_parent.get(shape), self.vs_tip.get(shape)
         if par is None or tip is None:
             return "not measured"
+        resolution = min_step_for(shape, self.min_step_pct, self.min_steps)
         if tip.verdict is Verdict.DIFFERENT and tip.change_pct < 0:
             return "slower than the tip"
-        if par.verdict is Verdict.SAME or -self.min_step_pct < par.ci95[0] <= par.ci95[1] < self.min_step_pct:
+        if par.verdict is Verdict.SAME or -resolution < par.ci95[0] <= par.ci95[1] < resolution:
             return "restored"  # back at the parent: the interval lies within the resolution
-        tol = math.log1p(self.min_step_pct / 100.0)
+        tol = math.log1p(resolution / 100.0)
         lo, hi = (math.log1p(x / 100.0) if x > -100 else -math.inf for x in tip.ci95)
         want = self.expected_pct(shape)
         if want is None:  # the step's size unknown: the parent's interval decides alone
             p_lo, p_hi = par.ci95
-            if p_hi < -self.min_step_pct:
+            if p_hi < -resolution:
                 return "partly restored" if lo > 0 else "not restored" if hi < tol else "undecided"
-            return "restored" if p_lo > -self.min_step_pct else "undecided"
+            return "restored" if p_lo > -resolution else "undecided"
         short = math.log1p(want / 100.0) - tol
         if lo >= short:
             return "restored"
@@ -180,7 +183,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
             mine = reverts[step.commit]
             results[step.commit] = _result(session, step, str(patches[step.commit]), replace(now, n=mine.n),
                                            replace(parents[step.parent], n=mine.n), mine, got)
-        open_ = [s for s in open_ if undecided(results[s.commit], config.thresholds.min_step_pct)]
+        open_ = [s for s in open_ if undecided(results[s.commit], config.thresholds.min_step_pct, config.thresholds.min_steps)]
         if not open_ or n >= cap:
             break
         more = min(n, cap - n)
@@ -211,9 +214,9 @@ def _more(sl: _Slice, more: int, taken: Taken) -> _Slice:
     return replace(sl, n=sl.n + more)
 
 
-def undecided(fix: FixResult, min_step_pct: float) -> bool:
+def undecided(fix: FixResult, min_step_pct: float, min_steps: Mapping[str, float] | None = None) -> bool:
     """Whether a shape's verdict is still open (FixResult.verdict: its intervals decide nothing yet)."""
-    fix = replace(fix, min_step_pct=min_step_pct)
+    fix = replace(fix, min_step_pct=min_step_pct, min_steps=dict(min_steps or {}))
     return any(fix.verdict(s) == "undecided" for s in fix.vs_parent)
 
 
@@ -242,7 +245,8 @@ def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice
     return FixResult(step.commit, path, True, shapes=step.shapes,
                      baseline=parent.tflops(), tip={s: v for s, v in tip_tflops.items() if s in step.shapes},
                      restored=revert.tflops(),
-                     vs_parent={s: compare(par[s], mine[s], th.min_step_pct, alpha, s) for s in both},
-                     vs_tip={s: compare(tip[s], mine[s], th.min_step_pct, alpha, s) for s in both},
+                     vs_parent={s: compare(par[s], mine[s], th.min_step(s), alpha, s) for s in both},
+                     vs_tip={s: compare(tip[s], mine[s], th.min_step(s), alpha, s) for s in both},
                      trials=revert.n, correct=not (fix_m.wrong & set(step.shapes)),
-                     own_pct=dict(step.change_pct), min_step_pct=th.min_step_pct)
+                     own_pct=dict(step.change_pct), min_step_pct=th.min_step_pct,
+                     min_steps=dict(th.min_steps))

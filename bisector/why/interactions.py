@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from scipy import stats as sps
 
@@ -236,7 +236,7 @@ def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note:
     starts = {c: taken.take(p, tip, n) for c, p in probes.items()}
     while True:
         samples = _measure(probes, tip, starts, n, shape_keys, errors)
-        pairs = _pairs(steps, samples, th.min_step_pct)
+        pairs = _pairs(steps, samples, th.min_step)
         if n >= cap or not any(p.verdict == "unclear" for p in pairs):
             break
         more = min(n, cap - n)
@@ -251,7 +251,7 @@ def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note:
             results.append(ComboResult(combo, error=errors.get(combo, "not measured")))
             continue
         mine = samples[combo]
-        cmp = {k: compare(base[k], mine[k], th.min_step_pct, th.alpha, k) for k in shape_keys
+        cmp = {k: compare(base[k], mine[k], th.min_step(k), th.alpha, k) for k in shape_keys
                if combo and base.get(k) and mine.get(k)}
         results.append(ComboResult(combo, fresh_tflops(probes[combo], tip, starts[combo], n),
                                    {k: c.change_pct for k, c in cmp.items()}, {k: c.ci95 for k, c in cmp.items()}))
@@ -279,7 +279,7 @@ def _measure(probes: Mapping[Combo, StoreProbe], tip: str, starts: Mapping[Combo
 
 
 def _pairs(steps: Sequence[Step], samples: Mapping[tuple[str, ...], Mapping[str, Sequence[float]]],
-           min_step_pct: float) -> tuple[PairEffect, ...]:
+           min_step: Callable[[str], float]) -> tuple[PairEffect, ...]:
     out = []
     for a, b in itertools.combinations(steps, 2):
         keys = [(), (a.commit,), (b.commit,), (a.commit, b.commit)]
@@ -289,6 +289,6 @@ def _pairs(steps: Sequence[Step], samples: Mapping[tuple[str, ...], Mapping[str,
             groups_ = [samples[k].get(shape, ()) for k in keys]
             if not all(groups_):
                 continue
-            alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(*groups_, min_step_pct)
+            alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(*groups_, min_step(shape))
             out.append(PairEffect(a.commit, b.commit, shape, alone, with_other, b_alone, b_with, inter, ci, verdict))
     return tuple(out)
