@@ -157,6 +157,28 @@ def replay(run: Run, with_n: bool = True) -> list[tuple[float, int, float, float
     return out
 
 
+def grid_end(run: Run) -> int:
+    """Trials until the grid (GOOD, BAD, the interior points) has its first trials: what a run has
+    shown at about a minute (the demos: 14-17 trials); the search's first decision comes next."""
+    grid = min(run.commits, 2 + SearchSettings().interior_points)
+    seen: list[int] = []
+    skipped: set[int] = set()
+    trials = 0
+    for e in run.events:
+        if e.k == 0:
+            skipped.add(e.index)
+            continue
+        good = [i for i in seen if i not in skipped]
+        if e.index not in seen:
+            if len(good) >= grid:
+                return trials
+            seen.append(e.index)
+        elif len(good) >= grid and e.k > run.initial:
+            return trials
+        trials += 1
+    return trials
+
+
 def before(run: Run, trials: int) -> float | None:
     """The estimate before this change: None once the run is past it (the line showed no ETA)."""
     expected = bisection_probes(run.commits) * run.initial
@@ -214,13 +236,21 @@ def worst(ratios: Sequence[float]) -> tuple[float, float]:
 def simulated_table(ranges: int, seed: int, devices: int) -> list[str]:
     lines = ["| regime | ranges | final trials (median) | worst over, median / p90 / max | worst under, median / p10 / min "
              f"| ranges always within {WITHIN}x | points within {WITHIN}x | before: estimate / final at 10%, median "
-             "| before: ranges past it (no ETA) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| before: ranges past it (no ETA) | after the grid: estimate / final, median / p10 / p90 "
+             f"| from the grid on: worst over / under, median | from the grid on: ranges always within {WITHIN}x |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for regime in ("default", "quiet", "busy-cpu"):
-        overs, unders, points, finals, past, old_first = [], [], [], [], 0, []
+        overs, unders, points, finals, past, old_first, first, early = [], [], [], [], 0, [], [], []
         for r in range(ranges):
             run = simulated(regime, seed * 100_000 + r, devices)
             final = run.search
-            est = [(trials, search / final) for _, trials, search, _ in replay(run) if trials >= 0.1 * final]
+            replayed = replay(run)
+            g = grid_end(run)
+            after = [search / final for _, trials, search, _ in replayed if trials > g]
+            if after:
+                first.append(after[0])
+                early.append(worst(after))
+            est = [(trials, search / final) for _, trials, search, _ in replayed if trials >= 0.1 * final]
             hi, lo = worst([x for _, x in est])
             overs.append(hi)
             unders.append(lo)
@@ -235,7 +265,10 @@ def simulated_table(ranges: int, seed: int, devices: int) -> list[str]:
                      f"| {np.median(overs):.2f} / {np.percentile(overs, 90):.2f} / {max(overs):.2f} "
                      f"| {np.median(unders):.2f} / {np.percentile(unders, 10):.2f} / {min(unders):.2f} "
                      f"| {within:.0%} | {np.mean((p <= WITHIN) & (p >= 1 / WITHIN)):.0%} "
-                     f"| {np.nanmedian(old_first):.2f} | {past / ranges:.0%} |")
+                     f"| {np.nanmedian(old_first):.2f} | {past / ranges:.0%} "
+                     f"| {np.median(first):.2f} / {np.percentile(first, 10):.2f} / {np.percentile(first, 90):.2f} "
+                     f"| {np.median([h for h, _ in early]):.2f} / {np.median([lo for _, lo in early]):.2f} "
+                     f"| {np.mean([h <= WITHIN and lo >= 1 / WITHIN for h, lo in early]):.0%} |")
     return lines
 
 
