@@ -2,6 +2,7 @@
 
     python studies/estimate_accuracy.py [--ranges 100] [--seed 1] [--runs studies/results/estimate-runs.csv]
     python studies/estimate_accuracy.py --extract NAME=STORE.sqlite ...  # add recorded runs to that file
+    python studies/estimate_accuracy.py --told [--ranges 100]  # what-if: told which grid segments differ
 
 The progress line sees each trial of the search as it starts ("trial k/n" of a commit), builds and
 SKIPs; bisector/search/forecast.py turns that into the trials still to come. This replays those
