@@ -2,6 +2,7 @@
 
     python studies/estimate_accuracy.py [--ranges 100] [--seed 1] [--runs studies/results/estimate-runs.csv]
     python studies/estimate_accuracy.py --extract NAME=STORE.sqlite ...  # add recorded runs to that file
+    python studies/estimate_accuracy.py --told [--ranges 100]  # what-if: told which grid segments differ
 
 The progress line sees each trial of the search as it starts ("trial k/n" of a commit), builds and
 SKIPs; bisector/search/forecast.py turns that into the trials still to come. This replays those
@@ -37,7 +38,7 @@ import csv
 import math
 import sqlite3
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -47,11 +48,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bisector.commands.progress import PARTNERS, TRIAL, bisection_probes  # noqa: E402
-from bisector.model import Measurement, ProbeStatus  # noqa: E402
+from bisector.model import Measurement, ProbeStatus, Verdict  # noqa: E402
 from bisector.runner.probe import ProbeEvent  # noqa: E402
 from bisector.search import SearchSettings, localize  # noqa: E402
 from bisector.search.forecast import ForecastSettings, SearchForecast, later_trials  # noqa: E402
 from bisector.search.simulate import SimulatedProbe  # noqa: E402
+from bisector.search.stats import compare  # noqa: E402
 from studies import search_accuracy as sa  # noqa: E402
 
 RUNS = Path(__file__).resolve().parent / "results" / "estimate-runs.csv"
@@ -78,6 +80,37 @@ class Run:
     events: tuple[Event, ...]
     search: int  # the search's trials (the events before it that are trials)
     stages: tuple[str, ...] = ()
+    # what-if (`told_table`): each commit's first measurement, shape -> samples, and the minimum step
+    first: Mapping[int, Mapping[str, tuple[float, ...]]] = field(default_factory=dict)
+    min_step: float = 0.0
+
+
+class Told(SearchForecast):
+    """What-if (`told_table`): a forecast told, once the grid's first trials are in, which grid
+    segments differ (`shown`; 0: GOOD to the first interior point). The search splits those, so
+    the middle commits still to come are theirs rather than the prior's: per such segment ahead
+    what the finished ones took (one step's depth before any is finished), and what the current
+    one still lacks of it; a segment the search splits anyway counts too. Not in the forecast:
+    the progress line's events carry no measurement, and the grid's first trials show too little
+    (the figures in results/estimate-accuracy.txt)."""
+
+    differing: frozenset[int] | None = None
+
+    def shown(self, differing: set[int]) -> None:
+        self.differing = frozenset(differing)
+
+    def _middles(self) -> tuple[float, float]:
+        depth, rest = super()._middles()
+        if self.differing is None or self.tail is not None or self.grid is None or self.index is None:
+            return depth, rest
+        st, g, seg = self.settings, self.grid, self.segment
+        pos = [self.index[s] for s in self.middles()]
+        differ = self.differing | {q for q in range(len(g) - 1) if any(g[q] < i < g[q + 1] for i in pos)}
+        per = (sum(1 for i in pos if i < g[seg]) + st.depth) / (sum(1 for q in differ if q < seg) + 1)
+        here = sum(1 for i in pos if g[seg] < i < g[seg + 1])
+        current = max(0.0, per - here - depth) if seg in differ else 0.0
+        unprobed = float(max(0, st.commits - max(len(self.seen), st.grid)))
+        return depth, min(unprobed - depth, current + per * sum(1 for q in differ if q > seg))
 
 
 class Announcing:
@@ -87,6 +120,7 @@ class Announcing:
     def __init__(self, probe: SimulatedProbe, observer: Callable[[ProbeEvent], None]) -> None:
         self.probe, self.observer = probe, observer
         self.have: dict[str, int] = {}
+        self.first: dict[str, dict[str, tuple[float, ...]]] = {}  # each commit's first samples
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         return self.together({sha: repeats})[sha]
@@ -109,6 +143,7 @@ class Announcing:
             if got[sha].status is ProbeStatus.SKIP and sha not in self.have:
                 self.observer(ProbeEvent(sha, "skip", "simulated build failure"))
             self.have[sha] = max(self.have.get(sha, 0), got[sha].count())
+            self.first.setdefault(sha, {k: tuple(v) for k, v in got[sha].samples.items()})
         return got
 
 
@@ -133,18 +168,25 @@ def simulated(regime: str, seed: int, devices: int = 1) -> Run:
     result = localize(case.commits, probe, SearchSettings(min_step_pct=r.min_step, initial_repeats=r.trials,
                                                           max_repeats=r.max_trials, width=devices))
     assert sum(e.k > 0 for e in events) == result.trials
-    return Run(f"{regime} #{seed}", case.n, r.trials, r.max_trials, 1, tuple(events), result.trials)
+    return Run(f"{regime} #{seed}", case.n, r.trials, r.max_trials, 1, tuple(events), result.trials,
+               first={index[sha]: v for sha, v in probe.first.items()}, min_step=r.min_step)
 
 
-def replay(run: Run, with_n: bool = True) -> list[tuple[float, int, float, float]]:
-    """(seconds, trials so far, search estimate, whole-run estimate) after each trial of the run."""
+def replay(run: Run, with_n: bool = True, told: Callable[[list[int]], set[int] | None] | None = None
+           ) -> list[tuple[float, int, float, float]]:
+    """(seconds, trials so far, search estimate, whole-run estimate) after each trial of the run;
+    `told`: the forecast is told, at the grid's end, the grid segments it returns for the grid."""
     order = [str(i) for i in range(run.commits)]
-    forecast = SearchForecast(ForecastSettings(run.commits, run.initial, run.cap, run.first_look), order)
-    out, trials = [], 0
+    forecast = Told(ForecastSettings(run.commits, run.initial, run.cap, run.first_look), order)
+    out, trials, g = [], 0, grid_end(run) if told else -1
     for e in run.events:
         if e.k == 0:
             forecast.skip(str(e.index))
             continue
+        if trials == g and forecast.grid is not None and told is not None:
+            differing = told(forecast.grid)
+            if differing is not None:
+                forecast.shown(differing)
         trials += 1
         if trials > run.search:
             break
@@ -155,6 +197,28 @@ def replay(run: Run, with_n: bool = True) -> list[tuple[float, int, float, float
         search = trials + forecast.remaining()
         out.append((e.t, trials, search, search + later_trials(forecast.steps(), run.initial, run.stages)))
     return out
+
+
+def grid_end(run: Run) -> int:
+    """Trials until the grid (GOOD, BAD, the interior points) has its first trials: what a run has
+    shown at about a minute (the demos: 14-17 trials); the search's first decision comes next."""
+    grid = min(run.commits, 2 + SearchSettings().interior_points)
+    seen: list[int] = []
+    skipped: set[int] = set()
+    trials = 0
+    for e in run.events:
+        if e.k == 0:
+            skipped.add(e.index)
+            continue
+        good = [i for i in seen if i not in skipped]
+        if e.index not in seen:
+            if len(good) >= grid:
+                return trials
+            seen.append(e.index)
+        elif len(good) >= grid and e.k > run.initial:
+            return trials
+        trials += 1
+    return trials
 
 
 def before(run: Run, trials: int) -> float | None:
@@ -214,13 +278,21 @@ def worst(ratios: Sequence[float]) -> tuple[float, float]:
 def simulated_table(ranges: int, seed: int, devices: int) -> list[str]:
     lines = ["| regime | ranges | final trials (median) | worst over, median / p90 / max | worst under, median / p10 / min "
              f"| ranges always within {WITHIN}x | points within {WITHIN}x | before: estimate / final at 10%, median "
-             "| before: ranges past it (no ETA) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| before: ranges past it (no ETA) | after the grid: estimate / final, median / p10 / p90 "
+             f"| from the grid on: worst over / under, median | from the grid on: ranges always within {WITHIN}x |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for regime in ("default", "quiet", "busy-cpu"):
-        overs, unders, points, finals, past, old_first = [], [], [], [], 0, []
+        overs, unders, points, finals, past, old_first, first, early = [], [], [], [], 0, [], [], []
         for r in range(ranges):
             run = simulated(regime, seed * 100_000 + r, devices)
             final = run.search
-            est = [(trials, search / final) for _, trials, search, _ in replay(run) if trials >= 0.1 * final]
+            replayed = replay(run)
+            g = grid_end(run)
+            after = [search / final for _, trials, search, _ in replayed if trials > g]
+            if after:
+                first.append(after[0])
+                early.append(worst(after))
+            est = [(trials, search / final) for _, trials, search, _ in replayed if trials >= 0.1 * final]
             hi, lo = worst([x for _, x in est])
             overs.append(hi)
             unders.append(lo)
@@ -235,7 +307,10 @@ def simulated_table(ranges: int, seed: int, devices: int) -> list[str]:
                      f"| {np.median(overs):.2f} / {np.percentile(overs, 90):.2f} / {max(overs):.2f} "
                      f"| {np.median(unders):.2f} / {np.percentile(unders, 10):.2f} / {min(unders):.2f} "
                      f"| {within:.0%} | {np.mean((p <= WITHIN) & (p >= 1 / WITHIN)):.0%} "
-                     f"| {np.nanmedian(old_first):.2f} | {past / ranges:.0%} |")
+                     f"| {np.nanmedian(old_first):.2f} | {past / ranges:.0%} "
+                     f"| {np.median(first):.2f} / {np.percentile(first, 10):.2f} / {np.percentile(first, 90):.2f} "
+                     f"| {np.median([h for h, _ in early]):.2f} / {np.median([lo for _, lo in early]):.2f} "
+                     f"| {np.mean([h <= WITHIN and lo >= 1 / WITHIN for h, lo in early]):.0%} |")
     return lines
 
 
@@ -265,12 +340,85 @@ def recorded_table(runs: Sequence[Run]) -> list[str]:
     return lines
 
 
+# -- what-if: the forecast told which grid segments differ --------------------------------------
+def told_medians(run: Run) -> Callable[[list[int]], set[int]]:
+    """The segments whose ends' first trials (medians, per shape) differ by the minimum step or
+    more: what the grid's own measurements show (simulated ranges: the study has their samples)."""
+    step = math.log1p(run.min_step / 100.0)
+
+    def told(grid: list[int]) -> set[int]:
+        out = set()
+        for q, (a, b) in enumerate(zip(grid, grid[1:])):
+            before, after = run.first.get(a, {}), run.first.get(b, {})
+            if any(abs(math.log(float(np.median(after[k])) / float(np.median(before[k])))) >= step
+                   for k in before if before[k] and after.get(k)):
+                out.add(q)
+        return out
+    return told
+
+
+def told_decided(run: Run) -> Callable[[list[int]], set[int] | None]:
+    """The segments the search's own comparison (stats.compare at alpha 1%) calls DIFFERENT on the
+    grid's first trials, told only when it decides every pair (no shape UNKNOWN): a noisy grid
+    shows nothing yet, and the forecast keeps its prior."""
+    def told(grid: list[int]) -> set[int] | None:
+        out = set()
+        for q, (a, b) in enumerate(zip(grid, grid[1:])):
+            before, after = run.first.get(a, {}), run.first.get(b, {})
+            verdicts = {compare(before[k], after[k], run.min_step, 0.01, k).verdict
+                        for k in before if before[k] and after.get(k)}
+            if Verdict.UNKNOWN in verdicts:
+                return None
+            if Verdict.DIFFERENT in verdicts:
+                out.add(q)
+        return out
+    return told
+
+
+def told_hindsight(run: Run) -> Callable[[list[int]], set[int]]:
+    """The segments the search went on to split: an upper bound of what the grid can show."""
+    trials = [e.index for e in run.events if e.k][:run.search]
+    return lambda grid: {q for q, (a, b) in enumerate(zip(grid, grid[1:])) if any(a < i < b for i in trials)}
+
+
+def told_table(ranges: int, seed: int, devices: int, runs: Sequence[Run]) -> list[str]:
+    lines = ["| regime or run | told | after the grid (recorded: at 1 min): estimate / final, median / p10 / p90 "
+             f"| from there on: worst over / under, median | from there on: ranges always within {WITHIN}x |",
+             "|---|---|---|---|---|"]
+    ways: tuple[tuple[str, Callable[[Run], Callable[[list[int]], set[int] | None]] | None], ...] = (
+        ("nothing", None), ("first medians", told_medians), ("first trials decided", told_decided),
+        ("hindsight", told_hindsight))
+    for regime in ("default", "quiet", "busy-cpu"):
+        cases = [simulated(regime, seed * 100_000 + r, devices) for r in range(ranges)]
+        for name, way in ways:
+            first, early = [], []
+            for run in cases:
+                g = grid_end(run)
+                after = [x / run.search for _, trials, x, _ in replay(run, told=way(run) if way else None) if trials > g]
+                if after:
+                    first.append(after[0])
+                    early.append(worst(after))
+            lines.append(f"| {regime}{f' ({devices} devices)' if devices > 1 else ''} | {name} "
+                         f"| {np.median(first):.2f} / {np.percentile(first, 10):.2f} / {np.percentile(first, 90):.2f} "
+                         f"| {np.median([h for h, _ in early]):.2f} / {np.median([lo for _, lo in early]):.2f} "
+                         f"| {np.mean([h <= WITHIN and lo >= 1 / WITHIN for h, lo in early]):.0%} |")
+    for run in runs:
+        for name, way in ways[:1] + ways[3:]:  # no samples recorded: hindsight only
+            late = [x / run.search for t, _, x, _ in replay(run, False, way(run) if way else None) if t >= 60]
+            if late:
+                lines.append(f"| {run.name} | {name} | {late[0]:.2f} | {max(late):.2f} / {min(late):.2f} "
+                             f"| {'yes' if all(1 / WITHIN <= x <= WITHIN for x in late) else 'no'} |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranges", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--runs", type=Path, default=RUNS)
+    ap.add_argument("--told", action="store_true",
+                    help="what-if: the forecast told at the grid's end which grid segments differ")
     ap.add_argument("--extract", nargs="*", default=[], metavar="NAME=STORE[:TRIALS:MAX_TRIALS:STAGES]",
                     help="append a store's trial sequence to --runs (STAGES: fixes+hunks)")
     args = ap.parse_args()
@@ -287,7 +435,12 @@ def main() -> None:
                 w.writeheader()
             w.writerows(rows)
         return
-    print(f"# python studies/estimate_accuracy.py --ranges {args.ranges} --seed {args.seed} --devices {args.devices}")
+    print(f"# python studies/estimate_accuracy.py --ranges {args.ranges} --seed {args.seed} --devices {args.devices}"
+          + (" --told" if args.told else ""))
+    if args.told:
+        print("\n## what-if: the forecast told, at the grid's end, which grid segments differ (Told, in this file)\n")
+        print("\n".join(told_table(args.ranges, args.seed, args.devices, recorded(args.runs) if args.runs.exists() else [])))
+        return
     print("\n## simulated searches (studies/search_accuracy.py's regimes), judged from 10% of the final trials on\n")
     print("\n".join(simulated_table(args.ranges, args.seed, args.devices)))
     if args.runs.exists():

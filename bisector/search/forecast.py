@@ -15,9 +15,12 @@ left of each part, each corrected by what the run has shown so far:
 - trials per new commit: what the recent middle commits got, or will get: one the search first
   gave `first_look` trials (the noise is small) keeps about those, one given as many as its
   neighbours doubles like the pairs did until the search passes it; before any, the level pairs
-  have doubled to;
+  have doubled to. A doubling is taken to head for the cap (a pair unclear at n trials a side is
+  rarely clear at 2n: the first doubling after the grid is the first sign of a noisy run, a minute
+  in), unless the search has sized a new commit's first trials below the protocol's (the noise
+  is small next to the minimum step: a doubling there is a close call);
 - the commits the search still compares (the current pair, the grid points right of it) raised to
-  the level of the grid points already compared;
+  the level of the grid points already compared (a doubling one at the level it heads for);
 - a verification per culprit (culprits ~ middle commits / depth), at the cost the verifications
   seen so far took, and the whole-change check (2 x initial trials).
 
@@ -58,6 +61,9 @@ class ForecastSettings:
     prior_weight: float = 0.5  # how much range the prior is worth (0.5: half a range of evidence)
     verify_share: float = 0.5  # a verification's fresh trials a side, as a share of a commit's trials
     recent: int = 4  # middle commits whose trials set the level of the next ones
+    # How far toward the cap a pair still doubling is expected to go (0: where it is now, 1: the
+    # cap): a pair that was unclear at n a side is rarely clear at 2n (studies/estimate_accuracy.py)
+    onward: float = 1.0
 
     @property
     def grid(self) -> int:
@@ -88,6 +94,7 @@ class SearchForecast:
         self.first: dict[str, int] = {}  # trials a commit's first batch asked for (n known)
         self.entry: dict[str, int] = {}  # trials a commit's first batch got (n not known)
         self.escalated: dict[str, int] = {}  # commit -> trials its pair doubled it to
+        self.doublings: dict[str, int] = {}  # commit -> times its pairs doubled it
         self.grid: list[int] | None = None
         self.segment = 0  # the grid segment the search is in
         self.frontier = 0  # left end of the furthest interval it has reached
@@ -151,6 +158,7 @@ class SearchForecast:
             self.target[sha] = n or doubled
             if self.tail is None:
                 self.escalated[sha] = min(cap, self.target[sha])
+                self.doublings[sha] = self.doublings.get(sha, 0) + 1
         self.target[sha] = max(self.target[sha], k, n or 0)
         self.count[sha] = max(self.count[sha], k)
         if self.index is None or self.grid is None:
@@ -256,7 +264,7 @@ class SearchForecast:
         level pairs doubled to. A middle commit the search has not passed yet, first given as many
         trials as its neighbours (not `first_look`: the noise is not small), will double like them."""
         st = self.settings
-        doubled = min(st.cap, max(self.escalated.values())) if self.escalated else 0
+        doubled = max((self._projected(s) for s in self.escalated), default=0.0)
         ends: list[float] = []
         for s in self.middles():
             c = self.count[s]
@@ -300,11 +308,27 @@ class SearchForecast:
         """Culprits the search is expected to verify (one per `depth` middle commits, one at least)."""
         return max(1.0, (len(self.middles()) + self.middles_left()) / self.settings.depth)
 
+    def _projected(self, sha: str) -> float:
+        """Trials `sha` is expected to end with, and a commit of the pairs still to come whose
+        trials double like it: once doubled in the search, `onward` of the way from its target to
+        the cap (all of it once doubled twice; none in a quiet run, `_quiet`)."""
+        st, target = self.settings, float(self.target.get(sha, 0))
+        if sha in self.escalated and self.tail is None:
+            share = 0.0 if self._quiet() else 1.0 if self.doublings.get(sha, 0) > 1 else st.onward
+            return min(float(st.cap), target + share * max(0.0, st.cap - target))
+        return min(float(st.cap), target)
+
+    def _quiet(self) -> bool:
+        """A middle commit got fewer first trials than the protocol's: the search sized them to a
+        noise well under the minimum step, so a pair that doubles is a close call, not the rule."""
+        return any(self.first.get(s, self.entry.get(s, self.settings.initial)) < self.settings.initial
+                   for s in self.middles())
+
     def _grid_level(self) -> float:
         """Trials of the grid points compared so far (the initial trials before any is)."""
         if self.index is None or self.grid is None:
             return float(self.settings.initial)
-        compared = [self.target[s] for s, i in self.index.items()
+        compared = [self._projected(s) for s, i in self.index.items()
                     if i in self.grid and i <= self.current[1] and self.count.get(s)]
         return sum(compared) / len(compared) if compared else float(self.settings.initial)
 
@@ -313,11 +337,11 @@ class SearchForecast:
         from the current pair on, to the level the compared ones reached."""
         busy = {*self.last, *([self.fresh] if self.fresh else []),
                 *(s for s, n in self.first.items() if self.count.get(s, n) < n)}
-        pending = sum(max(0, self.target[s] - self.count[s]) for s in busy if s in self.count)
+        pending = sum(max(0.0, self._projected(s) - self.count[s]) for s in busy if s in self.count)
         if self.tail is not None or self.index is None or self.grid is None:
             return float(pending)
         level = self._grid_level()
-        return pending + sum(max(0.0, level - self.target[s]) for s, i in self.index.items()
+        return pending + sum(max(0.0, level - self._projected(s)) for s, i in self.index.items()
                              if i in self.grid and i >= self.current[0] and self.count.get(s))
 
     def remaining(self) -> float:
