@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - start
     (root / "progress.log").write_text(proc.stderr)
+    (root / "run.json").write_text(proc.stdout)
     if proc.returncode != 0:
         print(proc.stderr[-3000:], file=sys.stderr)
         return proc.returncode
