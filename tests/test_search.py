@@ -370,3 +370,29 @@ def test_a_noisy_shape_with_its_own_minimum_step_does_not_price_every_commit() -
     assert own and max(own) <= 4, own
     with pytest.raises(ValueError):
         SearchSettings(min_steps={"gemm": 0.0})
+
+
+def test_a_wrong_result_window_is_crossed_with_one_trial_a_wrong_commit() -> None:
+    """gemm is wrong from 12 to 30 (a grid point among them) and steps at 33. Trials of a noisy
+    machine (sd 2%: a new commit's first look is several trials) are spent on the usable commits:
+    a commit inside the window shows it is wrong in one."""
+    commits = [f"{i:040x}" for i in range(40)]
+    counts: dict[str, int] = {}
+
+    def probe(sha: str, repeats: int) -> Measurement:
+        i = int(sha, 16)
+        counts[sha] = max(counts.get(sha, 0), repeats)
+        noise = [1.0 + 0.035 * (int.from_bytes(hashlib.sha1(f"{i} {k}".encode()).digest()[:4], "big") / 2**31 - 1)
+                 for k in range(counts[sha])]
+        wrong = frozenset({"gemm/a"}) if 12 <= i < 31 else frozenset()
+        gemm = tuple((0.5 if i >= 33 else 0.6) * x for x in noise)
+        return Measurement(sha, ProbeStatus.OK, {"fa/a": tuple(0.6 * x for x in noise)} | ({} if wrong else {"gemm/a": gemm}),
+                           wrong)
+
+    result = localize(commits, probe, SearchSettings(min_step_pct=5.0, max_repeats=8))
+    assert [s.commit for s in result.steps] == [commits[33]]
+    grid = {0, 10, 20, 29, 39}
+    inside = [counts[c] for k, c in enumerate(commits) if 12 <= k < 31 and c in counts and k not in grid]
+    usable = [counts[c] for k, c in enumerate(commits) if not 12 <= k < 31 and c in counts and k not in grid]
+    assert inside and max(inside) == 1, inside
+    assert max(usable) > 1  # the machine's noise asks for more than one trial where a commit is usable

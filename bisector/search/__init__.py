@@ -294,6 +294,12 @@ class _State:
         tried: set[int] = set()
         chosen: list[int] = []
         open_slots = list(range(len(targets)))
+        # Inside a window of wrong results (a commit between lo and hi already wrong on `need`, or a
+        # pick that just was), a commit shows whether it is usable in one trial: the rest of its
+        # trials only once it is. The H200 demo's bridge across its GEMM window paid 4 trials for
+        # each of eight wrong commits (studies/demo_replay.py).
+        first = 1 if need and any(self.commits[k] in self.meas and not self.usable(k, need) and k not in self.skipped
+                                  for k in range(lo + 1, hi)) else repeats
         while open_slots:
             picks: dict[int, int] = {}
             for q in open_slots:
@@ -304,15 +310,19 @@ class _State:
                 break
             bounds = sorted({lo, hi, *chosen, *picks.values()})
             self.prefetch([], zip(bounds, bounds[1:]))
-            self.measure_many(list(picks.values()), repeats)
+            self.measure_many(list(picks.values()), first)
             tried.update(picks.values())
             open_slots = []
             for q, k in picks.items():
-                if self.measure(k, repeats) and self.usable(k, need):
+                if self.measure(k, first) and self.usable(k, need):
                     chosen.append(k)
                 else:
                     open_slots.append(q)
-        return sorted(set(chosen))
+            if open_slots and need:
+                first = 1
+        if any(self.count(k) < repeats for k in chosen):
+            self.measure_many([k for k in chosen if self.count(k) < repeats], repeats)
+        return sorted(k for k in set(chosen) if self.measure(k, repeats))
 
     def targets(self, lo: int, hi: int) -> list[int]:
         """Where `split` cuts (lo, hi): `width` points at equal distances; for width 1, the middle."""
@@ -374,13 +384,19 @@ class _State:
 
     def bridge(self, grid: Sequence[int]) -> None:
         """A shape with wrong results at a grid point has no pair across it: compare its nearest
-        usable grid points on that shape alone, so a step next to a wrong-result window is found."""
+        usable grid points on that shape, so a step next to a wrong-result window is found. The
+        shapes that share those two points are compared together: one search of the gap, not one
+        per shape (the H200 demo's window is wrong on three GEMM shapes: 92 of its ~245 search trials
+        went to bridging them one by one; studies/demo_replay.py)."""
         shapes = sorted({s for g in grid for s in self.meas[self.commits[g]].samples})
+        gaps: dict[tuple[int, int], list[str]] = {}
         for shape in shapes:
             have = [g for g in grid if self.usable(g, (shape,))]
             for a, b in zip(have, have[1:]):
                 if any(a < g < b for g in grid):
-                    self.evaluate(a, b, (shape,))
+                    gaps.setdefault((a, b), []).append(shape)
+        for (a, b), on in sorted(gaps.items()):
+            self.evaluate(a, b, tuple(on))
 
     # -- verifying -----------------------------------------------------------------------------
     def verify(self, cand: _Candidate) -> tuple[Step, bool]:
