@@ -56,6 +56,27 @@ def write_repo(dest: Path, commits: int, at: int) -> list[str]:
     return _git(dest, "rev-list", "--reverse", BRANCH).split()
 
 
+def config_text(device: str, upstream: Path) -> str:
+    """The demo config of `device`, its upstream the written repository."""
+    config = (default_configs_dir() / CONFIG_FILES[device]).read_text()
+    return config.replace('repo = "demo"', f'repo = "{upstream}"', 1)
+
+
+def run_command(root: Path, shas: list[str], shapes: str) -> list[str]:
+    """`bisector run` over the whole written range, cold, everything under `root`, its result as JSON."""
+    return [sys.executable, "-m", "bisector", "run", "--config", str(root / "config.toml"), "--good", shas[0],
+            "--bad", shas[-1], "--shapes", shapes, "--no-hunks", "--store", str(root / "results.sqlite"),
+            "--work-dir", str(root / "work"), "--report-dir", str(root / "report"), "--json"]
+
+
+def emit(line: str, out: Path | None) -> None:
+    """Print the result line, and append it to `out` when given."""
+    print(line)
+    if out:
+        with open(out, "a") as fh:
+            fh.write(line + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=sorted(CONFIG_FILES), default="cpu")
@@ -68,11 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     shapes = args.shapes or ("fa/s16384" if args.device == "cuda" else "fa/s1024")
     root = Path(args.dir or tempfile.mkdtemp(prefix="long-range-")).resolve()
     shas = write_repo(root / "upstream", args.commits, args.at)
-    config = (default_configs_dir() / CONFIG_FILES[args.device]).read_text()
-    (root / "config.toml").write_text(config.replace('repo = "demo"', f'repo = "{root / "upstream"}"', 1))
-    cmd = [sys.executable, "-m", "bisector", "run", "--config", str(root / "config.toml"), "--good", shas[0],
-           "--bad", shas[-1], "--shapes", shapes, "--no-hunks", "--store", str(root / "results.sqlite"),
-           "--work-dir", str(root / "work"), "--report-dir", str(root / "report"), "--json"]
+    (root / "config.toml").write_text(config_text(args.device, root / "upstream"))
+    cmd = run_command(root, shas, shapes)
     start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - start
@@ -89,10 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({shas[args.at][:12]}), shapes {shapes}: {wall:.1f} s wall; culprit {named} "
             f"({'exact' if named == [shas[args.at][:12]] else 'NOT exact'}); revert {verdicts}; "
             f"throughput {json.dumps(data.get('throughput', {}))[:400]}")
-    print(line)
-    if args.out:
-        with open(args.out, "a") as fh:
-            fh.write(line + "\n")
+    emit(line, args.out)
     return 0
 
 
