@@ -91,13 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     shas = write_repo(root / "upstream", args.commits, args.at)
     (root / "config.toml").write_text(config_text(args.device, root / "upstream"))
     cmd = run_command(root, shas, shapes)
+    print(f"long_range: {root}", file=sys.stderr, flush=True)
     start = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with open(root / "progress.log", "w") as log:  # written as the run goes: a stopped run keeps it
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
     wall = time.time() - start
-    (root / "progress.log").write_text(proc.stderr)
     (root / "run.json").write_text(proc.stdout)
     if proc.returncode != 0:
-        print(proc.stderr[-3000:], file=sys.stderr)
+        print((root / "progress.log").read_text()[-3000:], file=sys.stderr)
         return proc.returncode
     data = json.loads(proc.stdout)
     steps = data.get("steps") or []

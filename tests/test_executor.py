@@ -229,3 +229,35 @@ def test_two_runs_on_one_store_never_measure_one_trial_twice(tmp_path: Path) -> 
         claims = db.execute("SELECT COUNT(*) FROM claims").fetchone()[0]
     assert slots == list(range(6)), slots  # six trials between the two runs, each measured once
     assert claims == 0
+
+
+def test_a_zygote_that_dies_is_started_again_and_its_trials_run(tmp_path: Path, src: Path) -> None:
+    # Twice on a fresh H200 host the run's first zygote was gone before its first fork: the bot
+    # died of a broken pipe. Now a new zygote takes over (its log quoted), and the trials run.
+    cfg = config(tmp_path)
+    with make_executor(cfg, tmp_path / "work", source="fork", ahead=0, lock_devices=False) as executor:
+        first = executor.source.proc
+        first.kill()
+        first.wait()
+        outcomes = executor.run([TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(2)])
+        assert executor.source.proc is not first and executor.source.restarts == 1
+        first = executor.source.proc  # and once more, between trials
+        first.kill()
+        first.wait()
+        outcomes += executor.run([TrialJob(build(src), cfg.shapes, seed=2, slot=2)])
+    assert [o.records[0].status for o in outcomes] == [TrialStatus.OK] * 3
+
+
+def test_a_zygote_that_keeps_dying_is_a_clear_error(tmp_path: Path, src: Path) -> None:
+    from bisector.runner.workers import ForkSource, WorkerStartError
+    source = ForkSource(dict(os.environ), [], tmp_path)
+    try:
+        for _ in range(3):
+            source.proc.kill()
+            source.proc.wait()
+            if source.restarts < 2:
+                source.start()
+        with pytest.raises(WorkerStartError, match="died 3 times"):
+            source.start()
+    finally:
+        source.close()

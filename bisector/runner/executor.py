@@ -155,8 +155,7 @@ class Executor:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        for sock in source.sockets():
-            self._selector.register(sock, selectors.EVENT_READ, "source")
+        self._watch_source()
         self._closing = False
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="executor", daemon=True)
@@ -231,6 +230,18 @@ class Executor:
         finally:
             self._shutdown()
 
+    def _watch_source(self) -> None:
+        """Listen to the worker source's own sockets, again when it has new ones (a zygote started
+        anew after it died: workers.ForkSource)."""
+        have = [k for k in self._selector.get_map().values() if k.data == "source"]
+        socks = self.source.sockets()
+        if [k.fileobj for k in have] == socks:
+            return
+        for key in have:
+            self._selector.unregister(key.fd)
+        for sock in socks:
+            self._selector.register(sock, selectors.EVENT_READ, "source")
+
     def _workers(self) -> list[Worker]:
         return [*self._idle, *self._starting, *(r.worker for r in self._runs if r.worker is not None)]
 
@@ -262,6 +273,7 @@ class Executor:
             worker = self.source.start()
             self._starting.append(worker)
             self._selector.register(worker.sock, selectors.EVENT_READ, worker)
+            self._watch_source()
         for worker in [w for w in self._starting if now - w.started > self.timeout_s]:
             self._starting.remove(worker)  # a worker that never got ready (a hung import)
             self._forget(worker)

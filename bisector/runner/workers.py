@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from bisector.errors import BisectorError
 from bisector.runner import cgroups, sandbox, survivors
 from bisector.runner.memwatch import tree
 
@@ -207,12 +208,19 @@ class ForkSource:
 
     def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
                  writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> None:
+        self.log_path = Path(cwd) / f"zygote-{os.getpid()}.log"
+        self.log = open(self.log_path, "ab")
+        self.limits, self.forks, self.restarts = limits, 0, 0
+        self._spawn = (env, preload, cwd, writable, gpu)
+        self.group: cgroups.Group | None = None
+        self._launch()
+
+    def _launch(self) -> None:
+        env, preload, cwd, writable, gpu = self._spawn
         ours, theirs = socket.socketpair()
-        self.log = open(Path(cwd) / f"zygote-{os.getpid()}.log", "ab")
-        self.limits, self.forks = limits, 0
         try:
             argv, self.group = fenced_in(sandbox.wrap(worker_command(preload, theirs.fileno(), zygote=True),
-                                                      writable, gpu=gpu), [theirs.fileno()], limits)
+                                                      writable, gpu=gpu), [theirs.fileno()], self.limits)
             self.proc = subprocess.Popen(argv,
                                          env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=self.log,
                                          stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
@@ -224,18 +232,52 @@ class ForkSource:
         self.exits: dict[int, int] = {}
         ours.setblocking(False)
 
+    def _relaunch(self, why: str) -> None:
+        """The zygote is gone (it died at start or later: seen as a broken pipe on its next fork,
+        twice on a fresh H200 host): a new one, up to ZYGOTE_RESTARTS times; then an error that
+        quotes its log. Workers it had forked keep running; those it never answered for are lost
+        and started again by the executor (`_starting` times out)."""
+        code = self.proc.poll()
+        tail = _tail(self.log_path)
+        if self.restarts >= ZYGOTE_RESTARTS:
+            raise WorkerStartError(f"the worker zygote died {self.restarts + 1} times ({why}; exit code {code}); "
+                                   f"its log {self.log_path}: {tail}")
+        self.restarts += 1
+        print(f"bisector: the worker zygote (pid {self.proc.pid}) is gone ({why}; exit code {code}), starting "
+              f"another ({self.restarts} of {ZYGOTE_RESTARTS}); its log: {tail}", file=sys.stderr, flush=True)
+        try:
+            self.control.close()
+        except OSError:
+            pass
+        if code is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._launch()
+
     def start(self) -> Worker:
+        if self.proc.poll() is not None:
+            self._relaunch("it exited")
         ours, theirs = socket.socketpair()
         try:
-            self.control.setblocking(True)
-            socket.send_fds(self.control, [b"w"], [theirs.fileno()])
+            try:
+                self._ask(theirs)
+            except OSError as exc:  # the zygote died since: a new one, asked again
+                self._relaunch(exc.strerror or type(exc).__name__)
+                self._ask(theirs)
         finally:
-            self.control.setblocking(False)
             theirs.close()
         worker = Worker(ours, time.time(), root=self.proc.pid,
                         adopt=self._adopt if self.group is not None and self.limits is not None else None)
         self.waiting.append(worker)
         return worker
+
+    def _ask(self, theirs: socket.socket) -> None:
+        """Ask the zygote for one fork, handing it the new worker's end of a socket pair."""
+        try:
+            self.control.setblocking(True)
+            socket.send_fds(self.control, [b"w"], [theirs.fileno()])
+        finally:
+            self.control.setblocking(False)
 
     def _adopt(self, pid: int) -> cgroups.Leaf | None:
         """A cgroup of its own for the worker forked as `pid` (one of the zygote's, never another process)."""
@@ -280,6 +322,19 @@ class ForkSource:
 
 
 SOURCES = ("spawn", "fork")
+ZYGOTE_RESTARTS = 2  # a zygote that dies again after this many new ones is an error, with its log
+
+
+class WorkerStartError(BisectorError):
+    """Trial processes cannot be started here; the message quotes why."""
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()[-lines:]
+    except OSError:
+        return "(no log)"
+    return " | ".join(line.strip() for line in text)[-800:] or "(empty)"
 
 
 def make_source(kind: str, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
