@@ -29,7 +29,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -38,10 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from bisector.config import load
-from bisector.demo.demo_config import CONFIG_FILES
 from bisector.runner.cluster import require_distributed, worker_env
 from bisector.runner.lock import lock_path
-from studies.long_range import config_text, emit, run_command, write_repo
+from studies.long_range import config_text, emit, range_args, run_command, written_range
 
 TRIAL_KEY = re.compile(r"trial-([0-9a-f]+)-(\d+)-")
 
@@ -184,20 +182,13 @@ def start_cluster(device: str, threads: int) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", choices=sorted(CONFIG_FILES), default="cpu")
-    ap.add_argument("--commits", type=int, default=40)
-    ap.add_argument("--at", type=int, default=27, help="index of the commit that holds the step")
-    ap.add_argument("--shapes", default=None, help="default: fa/s16384 (cuda), fa/s1024 (cpu)")
+    range_args(ap, 40, 27)
     ap.add_argument("--threads", type=int, default=1, help="threads (trials at once) per dask worker")
     ap.add_argument("--kill-after", type=int, default=5, help="trial tasks ended before the kill")
     ap.add_argument("--fixes", action="store_true", help="also measure the culprit's revert on the tip")
     ap.add_argument("--timeout", type=float, default=480.0, help="seconds the run may take")
-    ap.add_argument("--dir", type=Path, default=None)
-    ap.add_argument("--out", type=Path, default=None, help="append the result line here")
     args = ap.parse_args(argv)
-    shapes = args.shapes or ("fa/s16384" if args.device == "cuda" else "fa/s1024")
-    root = Path(args.dir or tempfile.mkdtemp(prefix="dask-one-gpu-")).resolve()
-    shas = write_repo(root / "upstream", args.commits, args.at)
+    shapes, root, shas = written_range(args, "dask-one-gpu-")
     # The bot, the workers and their trials import this checkout, lock in this run's dir, see one GPU.
     checkout = str(Path(__file__).resolve().parents[1])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, os.environ.get("PYTHONPATH")) if p)

@@ -77,18 +77,28 @@ def emit(line: str, out: Path | None) -> None:
             fh.write(line + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def range_args(ap: argparse.ArgumentParser, commits: int, at: int) -> None:
+    """The options of a synthetic one-step range, shared by the studies that run one."""
     ap.add_argument("--device", choices=sorted(CONFIG_FILES), default="cpu")
-    ap.add_argument("--commits", type=int, default=389)
-    ap.add_argument("--at", type=int, default=247, help="index of the commit that holds the step")
+    ap.add_argument("--commits", type=int, default=commits)
+    ap.add_argument("--at", type=int, default=at, help="index of the commit that holds the step")
     ap.add_argument("--shapes", default=None, help="default: fa/s16384 (cuda), fa/s1024 (cpu)")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None, help="append the result line here")
-    args = ap.parse_args(argv)
+
+
+def written_range(args: argparse.Namespace, prefix: str) -> tuple[str, Path, list[str]]:
+    """(shapes, the run's dir, the written range's SHAs) for `range_args`' options."""
     shapes = args.shapes or ("fa/s16384" if args.device == "cuda" else "fa/s1024")
-    root = Path(args.dir or tempfile.mkdtemp(prefix="long-range-")).resolve()
-    shas = write_repo(root / "upstream", args.commits, args.at)
+    root = Path(args.dir or tempfile.mkdtemp(prefix=prefix)).resolve()
+    return shapes, root, write_repo(root / "upstream", args.commits, args.at)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    range_args(ap, 389, 247)
+    args = ap.parse_args(argv)
+    shapes, root, shas = written_range(args, "long-range-")
     (root / "config.toml").write_text(config_text(args.device, root / "upstream"))
     cmd = run_command(root, shas, shapes)
     print(f"long_range: {root}", file=sys.stderr, flush=True)
