@@ -1,8 +1,8 @@
 """`bisector demo --device cpu`, end to end and for real: 40 commits, trial processes, the store.
 
 Opt-in (`python -m pytest -m demo_e2e`): in the default run it passed in 2 of 4 fresh clones on a
-shared 2-core machine, then failed 1 of 1 when a build's page faults made a real 2x step at a
-neutral commit (README; studies/results/cpu-slow-builds.txt). It asserts on what the run found,
+shared 2-core machine, then in 1 of 2: in the other a build's page faults made a real 2x step at
+a neutral commit (README; studies/results/cpu-slow-builds.txt). It asserts on what the run found,
 never on its speed: on a busy 2-core machine the search buys more trials, or reports a pair unsure,
 rather than miss a step. Each CPU trial records the page faults of its timed calls
 (`timed_faults`), so that a build reading a kernel several times slower than its neighbours
