@@ -386,8 +386,7 @@ class _State:
         """A shape with wrong results at a grid point has no pair across it: compare its nearest
         usable grid points on that shape, so a step next to a wrong-result window is found. The
         shapes that share those two points are compared together: one search of the gap, not one
-        per shape (the H200 demo's window is wrong on three GEMM shapes: 92 of its ~245 search trials
-        went to bridging them one by one; studies/demo_replay.py)."""
+        per shape (the H200 demo's window is wrong on three GEMM shapes; studies/demo_replay.py)."""
         shapes = sorted({s for g in grid for s in self.meas[self.commits[g]].samples})
         gaps: dict[tuple[int, int], list[str]] = {}
         for shape in shapes:
