@@ -84,7 +84,6 @@ class Clock:
     flush_size: int
     cpu_clock: str = "wall"
     _buf: torch.Tensor = field(init=False)
-    faults: list[list[int]] = field(init=False, default_factory=list)  # CPU: per fn, per call of the last run
 
     def __post_init__(self) -> None:
         if self.cpu_clock not in CPU_CLOCKS:
@@ -116,34 +115,21 @@ class Clock:
         self.sync()
         return result, time.perf_counter() - start
 
-    def interleaved(self, fns: list[Callable[[], Any]], reps: int) -> list[list[float]]:
-        """ms per call for each fn, called in turn `reps` times, each after a flush.
-
-        On a GPU everything is queued and read back once at the end, so the device never idles
-        between calls (no clock drop) and host jitter does not enter the figures."""
-        if self.gpu:
-            events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                       for _ in range(reps)] for _ in fns]
-            for r in range(reps):
-                for i, fn in enumerate(fns):
-                    self.flush()
-                    start, end = events[i][r]
-                    start.record()
-                    fn()
-                    end.record()
-            torch.cuda.synchronize()
-            return [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
-        out: list[list[float]] = [[] for _ in fns]
-        self.faults = [[] for _ in fns]
+    def interleaved(self, fns: list[Callable[[], Any]], reps: int) -> tuple[list[list[float]], list[list[int]]]:
+        """CPU: ms per call for each fn, called in turn `reps` times, each after a flush, and the
+        minor page faults of each call (`minor_faults`). A GPU's calls are timed by
+        benches/kernel_time.py."""
+        times: list[list[float]] = [[] for _ in fns]
+        faults: list[list[int]] = [[] for _ in fns]
         for _ in range(reps):
             for i, fn in enumerate(fns):
                 self.flush()
                 f0 = minor_faults()
                 t0 = self._now()
                 fn()
-                out[i].append((self._now() - t0) / 1e6)
-                self.faults[i].append(minor_faults() - f0)
-        return out
+                times[i].append((self._now() - t0) / 1e6)
+                faults[i].append(minor_faults() - f0)
+        return times, faults
 
     def host(self, fns: list[Callable[[], Any]]) -> HostShare | None:
         """The host's own time per call (HOST_SAMPLES calls each, launched on an idle queue and not
@@ -164,8 +150,8 @@ class Clock:
         1.3% (studies/results/h200-timing-method.txt), which cost more trials than the pass saved."""
         if self.gpu:
             return kernel_time.gpu_kernel_times(fns, reps, self.flush)
-        times = self.interleaved(fns, reps)
-        return kernel_time.KernelTimes(self.kind, times, faults=self.faults)
+        times, faults = self.interleaved(fns, reps)
+        return kernel_time.KernelTimes(self.kind, times, faults=faults)
 
     def calls(self, fns: list[Callable[[], Any]], kernel: kernel_time.KernelTimes, batches: int,
               host: HostShare | None = None, always: bool = True) -> kernel_time.CallTimes:

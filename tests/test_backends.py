@@ -200,8 +200,9 @@ def test_cpu_clock_and_flush_size():
     assert flush_bytes("cpu", 3) == 3 << 20
     assert 0 < flush_bytes("cpu") <= 512 << 20
     clock = Clock("cpu", 1 << 20)
-    times = clock.interleaved([lambda: sum(range(1000)), lambda: None], 4)
+    times, faults = clock.interleaved([lambda: sum(range(1000)), lambda: None], 4)
     assert len(times) == 2 and all(len(t) == 4 for t in times) and all(x > 0 for x in times[0])
+    assert [len(f) for f in faults] == [4, 4] and all(f >= 0 for per in faults for f in per)
 
 
 def _interpret(code: str) -> subprocess.CompletedProcess:
