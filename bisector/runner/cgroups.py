@@ -173,11 +173,7 @@ def _try_limits(hierarchies: Sequence[Hierarchy]) -> str:
             group = os.path.join(h.base, f"{GROUP_PREFIX}probe-{os.getpid()}")
             os.mkdir(group)
             made.append(group)
-            for name, value in h.limit_files(limits):
-                if name in ("memory.swap.max", "memory.memsw.limit_in_bytes", "memory.oom.group") and \
-                        not os.path.exists(os.path.join(group, name)):
-                    continue  # no swap accounting here: nothing to turn off
-                _write(os.path.join(group, name), value)
+            _set_limits(group, h, limits)
         return ""
     except OSError as exc:
         where = f" ({os.path.basename(str(exc.filename))})" if exc.filename else ""
@@ -371,7 +367,7 @@ def _set_limits(path: str, h: Hierarchy, limits: Limits) -> None:
     for name, value in h.limit_files(limits):
         file = os.path.join(path, name)
         if name in ("memory.swap.max", "memory.memsw.limit_in_bytes", "memory.oom.group") and not os.path.exists(file):
-            continue
+            continue  # no swap accounting (or group OOM) here: nothing to turn off
         _write(file, value)
 
 
