@@ -114,14 +114,19 @@ def machine_free(value: object, where: Roots | None = None, base: str | None = N
     """A JSON-like value with no absolute path of a machine left: under `base` relative to it, under
     a root from the root's name, anything else under /tmp, /home, /root, /work (...) as `…/` and
     its last parts."""
-    scrubbed = scrub_value(value, where if where is not None else roots(), base)
-    if isinstance(scrubbed, str):
-        return _MACHINE.sub(_unnamed, scrubbed)
-    if isinstance(scrubbed, Mapping):
-        return {k: machine_free(v, {}) for k, v in scrubbed.items()}
-    if isinstance(scrubbed, (list, tuple)):
-        return type(scrubbed)(machine_free(v, {}) for v in scrubbed)
-    return scrubbed
+    return _unnamed_paths(scrub_value(value, where if where is not None else roots(), base))
+
+
+def _unnamed_paths(value: object) -> object:
+    """Every string of a JSON-like value with the machine paths no root covered cut to `…/` and
+    their last parts."""
+    if isinstance(value, str):
+        return _MACHINE.sub(_unnamed, value)
+    if isinstance(value, Mapping):
+        return {k: _unnamed_paths(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unnamed_paths(v) for v in value)
+    return value
 
 
 def exported_row(row: Mapping[str, object]) -> dict[str, object]:
