@@ -154,9 +154,8 @@ def problems(plan: PublishPlan, web: str) -> list[str]:
         text(f"missing[{i}]", line, "missing")
     if plan.report_url is not None:
         url("report_url", plan.report_url)
-    for name, sha in (("head_sha", plan.head_sha),):
-        if sha is not None and not _SHA.fullmatch(sha):
-            out.append(f"{name}: not a commit SHA: {sha[:80]!r}")
+    if plan.head_sha is not None and not _SHA.fullmatch(plan.head_sha):
+        out.append(f"head_sha: not a commit SHA: {plan.head_sha[:80]!r}")
     if not _BRANCH.fullmatch(plan.base_branch):
         out.append(f"base_branch: not a branch name: {plan.base_branch[:80]!r}")
     if len(plan.culprits) > MAX_CULPRITS:
