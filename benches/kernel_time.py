@@ -85,36 +85,49 @@ def _timed_reps(fns: Sequence[Fn], reps: int, flush: Fn, events: list[list[tuple
             end.record()
 
 
-def graph_times(fns: Sequence[Fn], reps: int, flush: Fn) -> list[list[float]]:
-    """ms per fn per repetition: every (flush, event, call, event) captured into one CUDA graph,
-    replayed twice (the first replay uploads the graph), the second one read."""
+def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream: Any = None,
+                warmed: bool = False) -> list[list[float]]:
+    """ms per fn per repetition: every (flush, event, call, event) captured into one CUDA graph and
+    replayed twice. `reads` = 1: the graph holds `reps` repetitions and only the second replay is read
+    (the first uploads the graph and brings a power-bound kernel to a steady clock); 2: it holds half
+    of them and both replays are read, half the device time for the same samples
+    (studies/graph_reads.py measures what that costs in trial noise). `stream`, `warmed`: the capture
+    stream, on which the trial's warm-up calls already ran (else each fn is called once on it first)."""
+    if reads not in (1, 2):
+        raise ValueError(f"graph reads must be 1 or 2, got {reads}")
+    per_graph = math.ceil(reps / reads)
     try:
-        events = [_events(reps, external=True) for _ in fns]
+        events = [_events(per_graph, external=True) for _ in fns]
     except TypeError as exc:  # torch < 2.8: no external events
         raise KernelTimingFailed(f"this torch cannot time events inside a graph ({_why(exc)})") from None
-    stream = torch.cuda.Stream()
+    stream = stream if stream is not None else torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
+    times: list[list[float]] = [[] for _ in fns]
     try:
-        # Warm up on the capture stream (lazy per-stream state such as cuBLAS workspaces), as
-        # torch.cuda.graph's documentation asks.
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for fn in fns:
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
+        if not warmed:
+            # Warm up on the capture stream (lazy per-stream state such as cuBLAS workspaces), as
+            # torch.cuda.graph's documentation asks.
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for fn in fns:
+                    fn()
+            torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         with torch.cuda.graph(graph, stream=stream):
-            _timed_reps(fns, reps, flush, events)
-        graph.replay()
-        graph.replay()
-        torch.cuda.synchronize()
-        times = [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
+            _timed_reps(fns, per_graph, flush, events)
+        for replay in range(2):
+            graph.replay()
+            torch.cuda.synchronize()
+            if replay >= 2 - reads:
+                for out, per_fn in zip(times, events):
+                    out.extend(s.elapsed_time(e) for s, e in per_fn)
+        times, why = [t[:reps] for t in times], ""
     except Exception as exc:  # noqa: BLE001 - any failure to capture or read means: another method
         why = _why(exc)
-        del graph
-        torch.cuda.synchronize()  # a broken context raises here: the shape records a crash
-        raise KernelTimingFailed(f"CUDA graph capture failed: {why}") from None
     del graph
+    if why:
+        torch.cuda.synchronize()  # a broken context raises here: the shape records a crash
+        raise KernelTimingFailed(f"CUDA graph capture failed: {why}")
     if not all(t > 0 and math.isfinite(t) for per_fn in times for t in per_fn):
         raise KernelTimingFailed("CUDA graph events gave non-positive times")
     return times
@@ -174,13 +187,18 @@ METHODS: dict[str, Callable[[Sequence[Fn], int, Fn], list[list[float]]]] = {
     GRAPH: graph_times, PROFILER: profiler_times, EVENTS: event_times}
 
 
-def gpu_kernel_times(fns: Sequence[Fn], reps: int, flush: Fn, order: Sequence[str] = (GRAPH, PROFILER, EVENTS)
-                     ) -> KernelTimes:
-    """The first method in `order` that times every fn; `fallback` says why the earlier ones did not."""
+def gpu_kernel_times(fns: Sequence[Fn], reps: int, flush: Fn, order: Sequence[str] = (GRAPH, PROFILER, EVENTS),
+                     graph_reads: int = 1, stream: Any = None, warmed: bool = False) -> KernelTimes:
+    """The first method in `order` that times every fn; `fallback` says why the earlier ones did not.
+    `graph_reads`, `stream`, `warmed`: the graph's (graph_times)."""
     why: list[str] = []
     for method in order:
         try:
-            return KernelTimes(method, METHODS[method](fns, reps, flush), "; ".join(why))
+            if method == GRAPH:
+                times = graph_times(fns, reps, flush, graph_reads, stream, warmed)
+            else:
+                times = METHODS[method](fns, reps, flush)
+            return KernelTimes(method, times, "; ".join(why))
         except KernelTimingFailed as exc:
             why.append(str(exc))
     raise KernelTimingFailed("; ".join(why) or "no kernel-timing method asked for")

@@ -83,6 +83,7 @@ class Clock:
     device: str
     flush_size: int
     cpu_clock: str = "wall"
+    graph_reads: int = 1  # GPU: replays of the timing graph that are read (benches/kernel_time.graph_times)
     _buf: torch.Tensor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +94,10 @@ class Clock:
         self.gpu = dev == "cuda"
         self._cpu_time = not self.gpu and self.cpu_clock == "cpu" and torch.get_num_threads() == 1
         self._now = time.process_time_ns if self._cpu_time else time.perf_counter_ns
+        # GPU: the warm-up runs on the stream the timing graph is captured on, so that the graph
+        # needs no warm-up call of its own (one call of each fn fewer per shape).
+        self._stream = torch.cuda.Stream() if self.gpu else None
+        self._warmed = False
 
     @property
     def kind(self) -> str:
@@ -106,6 +111,22 @@ class Clock:
 
     def flush(self) -> None:
         self._buf.zero_() if self.gpu else self._buf.fill_(1)
+
+    def warm(self, fns: list[Callable[[], Any]], rounds: int) -> None:
+        """`rounds` calls of each fn in turn, untimed; on a GPU on the capture stream, then synchronized."""
+        if not self.gpu:
+            for _ in range(rounds):
+                for fn in fns:
+                    fn()
+            return
+        self._stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._stream):
+            for _ in range(rounds):
+                for fn in fns:
+                    fn()
+        torch.cuda.current_stream().wait_stream(self._stream)
+        self.sync()
+        self._warmed = rounds > 0
 
     def wall(self, fn: Callable[[], Any]) -> tuple[Any, float]:
         """One synchronized call: (result, seconds). Used for the first (compiling) call."""
@@ -149,7 +170,9 @@ class Clock:
         its ratio's trial noise went from 0.5% to 4.2% on the H200 demo, attention's from 1.1% to
         1.3% (studies/results/h200-timing-method.txt), which cost more trials than the pass saved."""
         if self.gpu:
-            return kernel_time.gpu_kernel_times(fns, reps, self.flush)
+            warmed, self._warmed = self._warmed, False  # a warm-up serves the next shape's graph only
+            return kernel_time.gpu_kernel_times(fns, reps, self.flush, graph_reads=self.graph_reads,
+                                                stream=self._stream, warmed=warmed)
         times, faults = self.interleaved(fns, reps)
         return kernel_time.KernelTimes(self.kind, times, faults=faults)
 

@@ -96,7 +96,8 @@ def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str, caches: Mappi
     env = {k: os.environ[k] for k in JIT_ENV if k in os.environ}
     triton = sys.modules.get("triton")
     used = {"triton_cache_dir": str(triton.knobs.cache.dir)} if triton is not None and hasattr(triton, "knobs") else {}
-    return {"reps": spec["reps"], "warmup": spec["warmup"], "seed": spec["seed"], "flush_bytes": flush,
+    return {"reps": spec["reps"], "warmup": spec["warmup"], "graph_reads": int(spec.get("graph_reads", 1)),
+            "seed": spec["seed"], "flush_bytes": flush,
             "timer": clock_kind, "order": "subject,control interleaved", "jit_env": env,
             "jit_cache_cold": dict(caches), "subjects": subject_specs(spec), "control": spec["control"],
             "device": spec["device"], "pid": os.getpid(), **used}
@@ -167,10 +168,7 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
     where it matters (`latency`: the suite is decided on it, or the host's time is within reach of
     the kernel's), the latency of back-to-back calls."""
     with phase("warmup", key):
-        for _ in range(spec["warmup"]):
-            for fn in fns:
-                fn()
-        clock.sync()
+        clock.warm(fns, spec["warmup"])
         host = clock.host(fns)
     with phase("timed", key):
         kernel = clock.kernel(fns, spec["reps"])
@@ -528,7 +526,8 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         gate.acquire()
     try:
         with phase("device"):
-            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"))
+            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"),
+                          int(spec.get("graph_reads", 1)))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, caches)
             peak = machine.device_peak_gbps(device)
             checked = _checked(spec)

@@ -127,6 +127,19 @@ def _dispatched(a: torch.Tensor, b: torch.Tensor) -> object:
 
 @needs_cuda
 @pytest.mark.gpu
+def test_two_graph_reads_give_every_repetition_from_half_a_graph(flush) -> None:
+    a, b = _gemm()
+    fns = [lambda: a @ b, lambda: (a @ b).float()]
+    one = kernel_time.graph_times(fns, 7, flush, reads=1)
+    two = kernel_time.graph_times(fns, 7, flush, reads=2)  # a graph of 4, both replays read, cut to 7
+    assert [len(t) for t in one] == [len(t) for t in two] == [7, 7]
+    assert all(x > 0 for t in two for x in t)
+    with pytest.raises(ValueError, match="graph reads"):
+        kernel_time.graph_times(fns, 7, flush, reads=3)
+
+
+@needs_cuda
+@pytest.mark.gpu
 def test_graph_capture_times_kernels_without_the_host(flush) -> None:
     a, b = _gemm()
     fns = [_dispatched(a, b), lambda: a @ b]

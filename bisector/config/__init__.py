@@ -79,6 +79,9 @@ class Protocol:
     first_look: int = 1
     reps: int = 20  # timed repetitions per trial, subject and control alternating
     warmup: int = 3
+    # GPU: replays of the timing graph that are read (benches/kernel_time.graph_times): 1 (the first
+    # only warms the clock) or 2 (half the repetitions a replay, half the device time).
+    graph_reads: int = 1
     flush_mb: int = 0  # 0 = sized from the device (>= 2x last-level cache)
     # CPU trials: "wall" times calls by wall time; "cpu" times a single-threaded trial by its
     # process's CPU time, which other processes on a busy machine do not inflate (benches/timing.py).
@@ -280,7 +283,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         subjects=subjects,
         shapes=shapes,
         suite_modules=modules,
-        protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "flush_mb",
+        protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
                                                     "ahead", "preload", "memory_gb", "max_tasks", "prefetch"))),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
@@ -367,7 +370,8 @@ def _protocol(sec: _Section) -> Protocol:
     if first_look > trials:
         raise ConfigError(sec.path, sec.name("first_look"), f"must be <= trials ({trials})")
     return Protocol(trials=trials, max_trials=max_trials, first_look=first_look, reps=sec.positive("reps", int, 20),
-                    warmup=sec.non_negative("warmup", int, 3), flush_mb=sec.non_negative("flush_mb", int, 0),
+                    warmup=sec.non_negative("warmup", int, 3),
+                    graph_reads=sec.get("graph_reads", int, 1, choices=(1, 2)), flush_mb=sec.non_negative("flush_mb", int, 0),
                     cpu_clock=sec.get("cpu_clock", str, "wall", choices=CPU_CLOCKS),
                     timeout_s=sec.positive("timeout_s", float, 600.0),
                     jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),

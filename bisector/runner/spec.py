@@ -44,6 +44,7 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
         "source_dirs": source_dirs(build),
         "reps": config.protocol.reps,
         "warmup": config.protocol.warmup,
+        "graph_reads": config.protocol.graph_reads,
         "flush_mb": config.protocol.flush_mb,
         "cpu_clock": config.protocol.cpu_clock,
         "seed": seed,
