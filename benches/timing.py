@@ -83,7 +83,6 @@ class Clock:
     device: str
     flush_size: int
     cpu_clock: str = "wall"
-    graph_reads: int = 1  # GPU: replays of the timing graph that are read (benches/kernel_time.graph_times)
     _buf: torch.Tensor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -161,7 +160,7 @@ class Clock:
         calls = [self.wall(fn)[1] * 1e3 for fn in fns]
         return HostShare(host, calls)
 
-    def kernel(self, fns: list[Callable[[], Any]], reps: int) -> kernel_time.KernelTimes:
+    def kernel(self, fns: list[Callable[[], Any]], reps: int, graph_reads: int = 1) -> kernel_time.KernelTimes:
         """Cold-cache kernel time per call with the host out of the loop (benches/kernel_time.py):
         on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time.
         Device-bound calls keep the graph too: its first replay brings a power-bound kernel to a
@@ -171,7 +170,7 @@ class Clock:
         1.3% (studies/results/h200-timing-method.txt), which cost more trials than the pass saved."""
         if self.gpu:
             warmed, self._warmed = self._warmed, False  # a warm-up serves the next shape's graph only
-            return kernel_time.gpu_kernel_times(fns, reps, self.flush, graph_reads=self.graph_reads,
+            return kernel_time.gpu_kernel_times(fns, reps, self.flush, graph_reads=graph_reads,
                                                 stream=self._stream, warmed=warmed)
         times, faults = self.interleaved(fns, reps)
         return kernel_time.KernelTimes(self.kind, times, faults=faults)

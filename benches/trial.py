@@ -96,7 +96,7 @@ def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str, caches: Mappi
     env = {k: os.environ[k] for k in JIT_ENV if k in os.environ}
     triton = sys.modules.get("triton")
     used = {"triton_cache_dir": str(triton.knobs.cache.dir)} if triton is not None and hasattr(triton, "knobs") else {}
-    return {"reps": spec["reps"], "warmup": spec["warmup"], "graph_reads": int(spec.get("graph_reads", 1)),
+    return {"reps": spec["reps"], "warmup": spec["warmup"], "graph_reads": dict(spec.get("graph_reads", {})),
             "seed": spec["seed"], "flush_bytes": flush,
             "timer": clock_kind, "order": "subject,control interleaved", "jit_env": env,
             "jit_cache_cold": dict(caches), "subjects": subject_specs(spec), "control": spec["control"],
@@ -171,7 +171,7 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
         clock.warm(fns, spec["warmup"])
         host = clock.host(fns)
     with phase("timed", key):
-        kernel = clock.kernel(fns, spec["reps"])
+        kernel = clock.kernel(fns, spec["reps"], int(spec.get("graph_reads", {}).get(key, 1)))
     with phase("calls", key):
         calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]),
                             host, always=latency)
@@ -526,8 +526,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         gate.acquire()
     try:
         with phase("device"):
-            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"),
-                          int(spec.get("graph_reads", 1)))
+            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, caches)
             peak = machine.device_peak_gbps(device)
             checked = _checked(spec)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 
 class Verdict(enum.Enum):
@@ -53,12 +53,18 @@ class Commit:
         return self.sha[:7]
 
 
-def min_step_for(shape: str, default: float, by: Mapping[str, float]) -> float:
-    """The smallest change that counts as a step on `shape` ("suite/name"), in percent: its own
-    entry in `by`, else its suite's, else `default`. A short decode GEMM whose trials vary by 2%
-    from process to process pays ~8 trials a commit to settle a 3% step that a large GEMM at 0.5%
-    settles in one; a shape's own resolution keeps it from setting every commit's price."""
+def for_shape(shape: str, default: Any, by: Mapping[str, Any]) -> Any:
+    """A setting of `shape` ("suite/name") given per suite or shape: its own entry in `by`, else its
+    suite's, else `default`."""
     return by.get(shape, by.get(shape.split("/", 1)[0], default))
+
+
+def min_step_for(shape: str, default: float, by: Mapping[str, float]) -> float:
+    """The smallest change that counts as a step on `shape`, in percent (`for_shape`). A short decode
+    GEMM whose trials vary by 2% from process to process pays ~8 trials a commit to settle a 3% step
+    that a large GEMM at 0.5% settles in one; a shape's own resolution keeps it from setting every
+    commit's price."""
+    return for_shape(shape, default, by)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
 Why: a GPU trial's timed section captures its repetitions into a CUDA graph and replays it twice,
 reading only the second replay (the first uploads the graph and steadies the clock). On the H200
 demo's attention that is 12 of the 17 calls of subject and control a trial makes for 6 samples.
-`protocol.graph_reads = 2` captures half the repetitions and reads both replays: the same samples
+`protocol.graph_reads = 2` (per suite or shape) captures half the repetitions and reads both replays: the same samples
 for half the device time, if the first replay reads like the second.
 
 Each trial is `python -m benches.trial` in a fresh process, as the bot runs it, at the demo's first
@@ -48,7 +48,7 @@ def trial_spec(source: Path, cfg: Any, reps: int, reads: int, seed: int) -> dict
             "subjects": {name: {"entry": sub.entry, "adapter": sub.adapter, "layout": sub.layout, "options": {}}
                          for name, sub in cfg.subjects.items()},
             "control": cfg.control, "device": "cuda", "source_dirs": [str(source)], "reps": reps,
-            "warmup": cfg.protocol.warmup, "graph_reads": reads, "flush_mb": 0, "seed": seed,
+            "warmup": cfg.protocol.warmup, "graph_reads": {s.key: reads for s in shapes}, "flush_mb": 0, "seed": seed,
             "tolerances": {k: list(v) for k, v in cfg.thresholds.tolerances.items()}}
 
 

@@ -78,7 +78,9 @@ def test_minimal_config_defaults(tmp_path):
     (("[control]\nbackend = \"torch\"", ""), "control", "missing table"),
     (("dtype = \"fp32\"", "dtype = \"fp64\""), "suites.fa.shapes[0].dtype", "must be one of"),
     (("[control]", "[build]\nmax_hunk_builds = 0\n[control]"), "build.max_hunk_builds", "must be > 0"),
-    (("[control]", "[protocol]\ngraph_reads = 3\n[control]"), "protocol.graph_reads", "must be one of"),
+    (("[control]", "[protocol]\ngraph_reads = 3\n[control]"), "protocol.graph_reads", "must be 1 or 2"),
+    (("[control]", "[protocol]\ngraph_reads = { default = 1, attn = 2 }\n[control]"), "protocol.graph_reads.attn",
+     "unknown suite or shape"),
 ])
 def test_bad_values_name_file_and_key(tmp_path, edit, key, problem):
     path = write(tmp_path, GOOD.replace(*edit))

@@ -7,7 +7,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from benches import control_limits
 from bisector.config import subjects as config_suites
@@ -80,8 +80,10 @@ class Protocol:
     reps: int = 20  # timed repetitions per trial, subject and control alternating
     warmup: int = 3
     # GPU: replays of the timing graph that are read (benches/kernel_time.graph_times): 1 (the first
-    # only warms the clock) or 2 (half the repetitions a replay, half the device time).
+    # only warms the clock) or 2 (half the repetitions a replay, half the device time), per suite or
+    # shape like `min_step_pct`: `graph_reads = { default = 1, gemm = 2 }`.
     graph_reads: int = 1
+    graph_reads_by: Mapping[str, int] = field(default_factory=dict)
     flush_mb: int = 0  # 0 = sized from the device (>= 2x last-level cache)
     # CPU trials: "wall" times calls by wall time; "cpu" times a single-threaded trial by its
     # process's CPU time, which other processes on a busy machine do not inflate (benches/timing.py).
@@ -285,7 +287,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         suite_modules=modules,
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
-                                                    "ahead", "preload", "memory_gb", "max_tasks", "prefetch"))),
+                                                    "ahead", "preload", "memory_gb", "max_tasks", "prefetch")),
+                           (*config_suites.BUILTIN, *names), tuple(shape.key for shape in shapes)),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
                                (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
                                tuple(n for n, sub in subjects.items() if sub.adapter == "pytest"),
@@ -361,7 +364,7 @@ def _build(sec: _Section) -> Build:
                  memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec))
 
 
-def _protocol(sec: _Section) -> Protocol:
+def _protocol(sec: _Section, suites: tuple[str, ...] = SUITES, shape_keys: tuple[str, ...] = ()) -> Protocol:
     trials = sec.positive("trials", int, 3)
     max_trials = sec.positive("max_trials", int, 24)
     if max_trials < trials:
@@ -371,7 +374,7 @@ def _protocol(sec: _Section) -> Protocol:
         raise ConfigError(sec.path, sec.name("first_look"), f"must be <= trials ({trials})")
     return Protocol(trials=trials, max_trials=max_trials, first_look=first_look, reps=sec.positive("reps", int, 20),
                     warmup=sec.non_negative("warmup", int, 3),
-                    graph_reads=sec.get("graph_reads", int, 1, choices=(1, 2)), flush_mb=sec.non_negative("flush_mb", int, 0),
+                    **_graph_reads(sec, suites, shape_keys), flush_mb=sec.non_negative("flush_mb", int, 0),
                     cpu_clock=sec.get("cpu_clock", str, "wall", choices=CPU_CLOCKS),
                     timeout_s=sec.positive("timeout_s", float, 600.0),
                     jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
@@ -381,6 +384,12 @@ def _protocol(sec: _Section) -> Protocol:
                     preload=sec.strings("preload") if "preload" in sec.data else None,
                     memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec),
                     prefetch=sec.non_negative("prefetch", int, None))
+
+
+def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:
+    """`graph_reads`: 1 or 2, or a table of `default` and suites or shapes -> 1 or 2."""
+    default, by = _shape_table(sec, "graph_reads", 1, suites, shape_keys, lambda v: v in (1, 2), "1 or 2")
+    return {"graph_reads": int(default), "graph_reads_by": {k: int(v) for k, v in by.items()}}
 
 
 def _max_tasks(sec: _Section) -> int:
@@ -407,19 +416,27 @@ def _per_suite(sec: _Section, key: str, choices: tuple[str, ...], default: str,
     return (raw if isinstance(raw, str) else default), dict(per)
 
 
-def _min_steps(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> tuple[float, dict[str, float]]:
-    """`min_step_pct`: one number, or a table of `default` and suites or shapes ("suite/name") -> percent."""
-    raw = sec.get("min_step_pct", (float, dict), 1.0)
+def _shape_table(sec: _Section, key: str, default: float, suites: tuple[str, ...], shape_keys: tuple[str, ...],
+                 valid: Callable[[Any], bool], must: str) -> tuple[float, dict[str, float]]:
+    """`key`: one value, or a table of `default` and suites or shapes ("suite/name") -> value
+    (model.for_shape reads it): (default, {suite or shape: value})."""
+    raw = sec.get(key, (float, dict), default)
     table = dict(raw) if isinstance(raw, dict) else {"default": raw}
     out: dict[str, float] = {}
-    for key, value in table.items():
-        where = sec.name("min_step_pct") + ("" if not isinstance(raw, dict) else f".{key}")
-        if key != "default" and key not in suites and key not in shape_keys:
+    for name, value in table.items():
+        where = sec.name(key) + ("" if not isinstance(raw, dict) else f".{name}")
+        if name != "default" and name not in suites and name not in shape_keys:
             raise ConfigError(sec.path, where, f"unknown suite or shape (known: {', '.join((*suites, *shape_keys))})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ConfigError(sec.path, where, f"must be a number > 0, got {_show(value)}")
-        out[key] = float(value)
-    return out.pop("default", 1.0), out
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not valid(value):
+            raise ConfigError(sec.path, where, f"must be {must}, got {_show(value)}")
+        out[name] = value
+    return out.pop("default", default), out
+
+
+def _min_steps(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> tuple[float, dict[str, float]]:
+    """`min_step_pct`: one number, or a table of `default` and suites or shapes ("suite/name") -> percent."""
+    default, by = _shape_table(sec, "min_step_pct", 1.0, suites, shape_keys, lambda v: v > 0, "a number > 0")
+    return float(default), {k: float(v) for k, v in by.items()}
 
 
 def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping[str, str] | None = None,

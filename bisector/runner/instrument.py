@@ -15,12 +15,18 @@ import hashlib
 import os
 import shutil
 import stat
+import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator
 
 import platformdirs
 
 SKIP_DIRS = {"__pycache__", "results"}
+# One bot asks from several threads at once (the executor and the warmer open their workers
+# together): they share one copy, made once. The copy's temporary dir is unique per call, so that
+# two bots (processes) making it side by side never delete each other's files.
+_MAKING = threading.Lock()
 
 
 def _files(root: Path) -> Iterator[Path]:
@@ -48,28 +54,30 @@ def snapshot(cache: Path | None = None) -> Path:
         digest.update(str(rel).encode() + b"\0" + data + b"\0")
     base = Path(cache) if cache is not None else Path(platformdirs.user_cache_dir("bisector"))
     root = base.resolve() / "instrument" / digest.hexdigest()[:16]
-    if (root / ".complete").exists() and all(_same(root / "benches" / rel, data) for rel, data in files.items()):
+    with _MAKING:
+        if (root / ".complete").exists() and all(_same(root / "benches" / rel, data) for rel, data in files.items()):
+            return root
+        if root.exists():  # incomplete, or changed since it was made: made again
+            _writable(root)
+            shutil.rmtree(root, ignore_errors=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=root.name + ".tmp-", dir=root.parent))
+        for rel, data in files.items():
+            dest = tmp / "benches" / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        compileall.compile_dir(tmp / "benches", quiet=1, workers=1)
+        for dirpath, _, filenames in os.walk(tmp):
+            for name in filenames:
+                os.chmod(Path(dirpath) / name, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        (tmp / ".complete").write_text("")
+        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep a sandboxed trial of another uid out
+        try:
+            os.replace(tmp, root)
+        except OSError:  # another bot made it first
+            _writable(tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
         return root
-    if root.exists():  # incomplete, or changed since it was made: made again
-        _writable(root)
-        shutil.rmtree(root, ignore_errors=True)
-    tmp = root.with_name(root.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    for rel, data in files.items():
-        dest = tmp / "benches" / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(data)
-    compileall.compile_dir(tmp / "benches", quiet=1, workers=1)
-    for dirpath, _, filenames in os.walk(tmp):
-        for name in filenames:
-            os.chmod(Path(dirpath) / name, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    (tmp / ".complete").write_text("")
-    try:
-        os.replace(tmp, root)
-    except OSError:  # another bot made it first
-        _writable(tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
 
 
 def _same(path: Path, data: bytes) -> bool:

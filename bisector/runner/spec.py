@@ -8,7 +8,7 @@ from typing import Any
 
 from bisector.config import Config, Subject
 from bisector.errors import BadInput
-from bisector.model import BuildResult, Shape
+from bisector.model import BuildResult, Shape, for_shape
 
 
 def shape_spec(shape: Shape) -> dict[str, Any]:
@@ -44,7 +44,8 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
         "source_dirs": source_dirs(build),
         "reps": config.protocol.reps,
         "warmup": config.protocol.warmup,
-        "graph_reads": config.protocol.graph_reads,
+        "graph_reads": {s.key: for_shape(s.key, config.protocol.graph_reads, config.protocol.graph_reads_by)
+                        for s in chosen},
         "flush_mb": config.protocol.flush_mb,
         "cpu_clock": config.protocol.cpu_clock,
         "seed": seed,
