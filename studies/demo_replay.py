@@ -139,6 +139,8 @@ def main() -> None:
     ap.add_argument("--rechecks", type=int, default=None, help="passes of the search's step 5 (default: the search's)")
     ap.add_argument("--trials", type=int, default=None, help="first trials per commit (default: the config's)")
     ap.add_argument("--shapes", default="fa/s1024,gemm/tall", help="the end-to-end test's two shapes")
+    ap.add_argument("--min-step", default=None,
+                    help="minimum steps in percent instead of the config's: default=15,fa/s1024=20 (suites or shapes)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="which demo config and plants (cuda: a store of `bisector demo --device cuda`)")
     args = ap.parse_args()
@@ -155,6 +157,9 @@ def main() -> None:
         settings = dataclasses.replace(settings, rechecks=args.rechecks)
     if args.trials is not None:
         settings = dataclasses.replace(settings, initial_repeats=args.trials)
+    if args.min_step is not None:
+        table = {k: float(v) for k, v in (item.split("=", 1) for item in args.min_step.split(","))}
+        settings = dataclasses.replace(settings, min_step_pct=table.pop("default", settings.min_step_pct), min_steps=table)
     values, wrong = pools(args.store, commits, shapes, speed)
     for kind in sorted({k for k, _ in values}, key=str):
         line = ", ".join(f"{s} {np.median(values[(kind, s)]):.3f} (n={len(values[(kind, s)])})"

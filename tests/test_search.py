@@ -76,6 +76,30 @@ def test_one_step_is_found_exactly_with_few_probes() -> None:
     assert r.dropped == () and r.skipped == ()
 
 
+class Together(Scripted):
+    """A Scripted probe that can also measure several commits in one round, and logs those rounds."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.rounds: list[list[int]] = []
+
+    def together(self, wants: dict[str, int]) -> dict[str, Measurement]:
+        self.rounds.append(sorted(self.index[sha] for sha in wants))
+        return {sha: self(sha, n) for sha, n in wants.items()}
+
+
+def test_one_device_measures_the_ends_and_the_grid_in_one_round_each() -> None:
+    """Their processes then set up at once, and the device does not wait on one commit's setup
+    after another's last trial; the search decides exactly as one commit at a time."""
+    c = shas(200)
+    probe = Together(c, steps_at({137: {"fa/s4096": 0.92}}))
+    r = localize(c, probe, SearchSettings())
+    assert probe.rounds[:2] == [[0, 199], [50, 100, 149]]
+    alone = Scripted(c, steps_at({137: {"fa/s4096": 0.92}}))
+    assert found(r, c) == found(localize(c, alone, SearchSettings()), c) == {137: ("fa/s4096",)}
+    assert sorted(probe.calls) == sorted(alone.calls)
+
+
 def test_two_steps_in_different_shapes() -> None:
     c = shas(120)
     probe = Scripted(c, steps_at({30: {"fa/s16384": 0.9, "gemm/8192": 0.9}, 91: {"fa/s4096": 0.95}}))

@@ -142,12 +142,14 @@ class _State:
                 self.meas[sha] = got[sha]  # a commit that measured before keeps its trials if it fails now
 
     def measure_many(self, idxs: Sequence[int], repeats: int) -> None:
-        """`measure(i, repeats)` for several commits in one round (`probe.together`) when the search
-        may use more than one device; one by one otherwise (then nothing changes for width 1)."""
+        """`measure(i, repeats)` for commits the search measures whatever their values (GOOD, BAD,
+        the grid) in one round (`probe.together`): their trial processes set up at once and take the
+        device in turn. One by one, each commit's setup (seconds on a GPU: context, module load)
+        stood between the device and the previous commit's last trial; the decisions are the same."""
         together = getattr(self.probe, "together", None)
         todo = [i for i in dict.fromkeys(idxs) if i not in self.skipped and (
             self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < repeats)]
-        if self.settings.width == 1 or together is None or len(todo) < 2:
+        if together is None or len(todo) < 2:
             for i in todo:
                 self.measure(i, repeats)
             return
@@ -544,8 +546,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     if n < 2:
         return _result(st, [], [])
     st.prefetch_grid(0, n - 1)
-    if settings.width > 1:  # GOOD and BAD in one round; a SKIP among them is walked past below
-        st.measure_many([0, n - 1], settings.initial_repeats)
+    st.measure_many([0, n - 1], settings.initial_repeats)  # one round; a SKIP among them is walked past below
     lo = next((i for i in range(n) if st.measure(i, settings.initial_repeats)), None)
     hi = next((i for i in range(n - 1, -1, -1) if i != lo and st.measure(i, settings.initial_repeats)), None)
     if lo is None or hi is None or hi <= lo:
@@ -557,8 +558,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
 
     grid = [lo]
     targets = st.prefetch_grid(lo, hi)
-    if settings.width > 1:  # the interior points in one round; one that does not build moves below
-        st.measure_many(targets, settings.initial_repeats)
+    st.measure_many(targets, settings.initial_repeats)  # one round; one that does not build moves below
     for target in targets:
         if target <= grid[-1] or target >= hi:
             continue

@@ -42,7 +42,6 @@ from bisector.triggers.event import CommentEvent, ignore_reason, read_event
 from bisector.triggers.permissions import refusal
 from bisector.triggers.thread import DryRunThread, GitHubThread, Thread
 
-_PULL_REF = fork_policy.PULL_REF  # a ref into a pull request: measured only as the pinned head of this PR
 _PERF_VERDICT = {"slower": RunVerdict.REGRESSION, "wrong results": RunVerdict.REGRESSION,
                  "faster": RunVerdict.IMPROVEMENT, "same": RunVerdict.NO_CHANGE, "not sure": RunVerdict.INCOMPLETE}
 
@@ -239,7 +238,7 @@ def _pinned_range(event: CommentEvent, command: commands.BisectCommand, config: 
     """GOOD and BAD, with this PR's head ref replaced by the pinned commit; other pull refs refused."""
     out = []
     for ref in (command.good, command.bad):
-        match = _PULL_REF.fullmatch(ref)
+        match = fork_policy.PULL_REF.fullmatch(ref)  # a ref into a pull request: only as this PR's pinned head
         if match is None or pinned is None:
             out.append(ref)
             continue
