@@ -126,8 +126,8 @@ class Session:
         self.prefetcher = Prefetcher(_RemoteBuilds(self) if remote else self.builder, config.build.parallel)
         # The commits the search may need next, built and compiled cold on spare cores (GPU hosts).
         parallel = 0 if offline else default_parallel(config)
-        self.warmer = Warmer(self.builder, lambda: precompile_executor(config, self.work, parallel),
-                             parallel) if parallel else None
+        self.warmer = Warmer(self.builder, lambda: precompile_executor(config, self.work, parallel), parallel,
+                             standby=(lambda: self.executor) if config.protocol.standby else None) if parallel else None
         self._trials: Trials | None = None
         self.stages: list[Stage] = []
         self.observer = observer

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -193,6 +194,65 @@ def test_a_prefetch_compiles_a_triton_kernel_before_the_first_trial_on_a_gpu(tmp
         assert rec.protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is False
         cold = rec.protocol["cold_compile"]
         assert cold["by"] == "prefetch" and cold["precompile"] == "captured", cold
+    finally:
+        warmer.close()
+        executor.close()
+        store.close()
+
+
+def standby_setup(tmp_path: Path, repo: Path, kind: str = "cpu"):
+    """A warmer whose prefetches are held first trials of the run's own executor."""
+    cfg = config(repo, tmp_path, kind)
+    work = tmp_path / "work"
+    builder = Builder(git.Repo(repo), cfg.upstream, cfg.build, tmp_path / "cache")
+    executor = make_executor(cfg, work, ahead=0)
+    warmer = Warmer(builder, lambda: precompile_executor(cfg, work, 2), 2, standby=lambda: executor)
+    store = Store(tmp_path / "s.sqlite")
+    return cfg, work, warmer, executor, store, StoreProbe("w", cfg.shapes, store, builder, executor, warmer=warmer)
+
+
+def wait_until(what, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def standbys_at_the_gate(executor, n: int) -> None:
+    """Until `n` held trials have set up and asked for the device (none may have got it)."""
+    wait_until(lambda: sum(r.held and r.state == "wants" for r in list(executor._runs)) == n)
+    assert all(r.state != "on-device" for r in list(executor._runs))
+
+
+@pytest.mark.parametrize("kind", ["cpu", pytest.param("cuda", marks=[needs_cuda, pytest.mark.gpu])])
+def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_asked(tmp_path, monkeypatch,
+                                                                                   kind) -> None:
+    repo, shas = make_upstream(tmp_path, KERNEL if kind == "cpu" else TRITON_KERNEL)
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo, kind)
+    try:
+        probe.prefetch([shas[1], shas[2]])
+        warmer.wait(120)
+        standbys_at_the_gate(executor, 2)
+        assert sorted(warmer.started) == sorted(shas[1:3]) and store.trials("w") == []  # held: nothing measured
+        probe.prefetch([shas[1]])  # the search went the other way: shas[2]'s standby is killed
+        wait_until(lambda: len(executor._runs) == 1)
+        assert warmer.cancelled == [shas[2]]
+        asked = time.time()
+        assert probe(shas[1], 1).count() == 1
+        (rec,) = store.trials("w", sha=shas[1])
+        assert rec.status is TrialStatus.OK, rec.error or rec.log_tail
+        line = rec.protocol["timeline"]
+        assert line["want"] < asked <= line["unheld"] <= line["go"]  # set up before it was asked for
+        assert rec.protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is True  # it is the commit's cold first trial
+        if kind == "cuda":  # its compile was staged before the device: the setup the standby took off the path
+            spans = {name: end - start for name, _, start, end in rec.protocol["phases"]}
+            assert spans["precompile"] > 0 and rec.protocol["precompile"] == "captured"
+        assert store.trials("w", sha=shas[2]) == [] and len(executor.timelines) == 1  # the killed one left none
+        # A later trial of the same commit is an ordinary one; a commit with no standby, as before.
+        probe(shas[1], 2)
+        probe(shas[3], 1)
+        assert [r.protocol["timeline"].get("unheld") for r in store.trials("w", sha=shas[3])] == [None]
     finally:
         warmer.close()
         executor.close()

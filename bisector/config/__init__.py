@@ -102,6 +102,9 @@ class Protocol:
     # New commits the search may need next, built and compiled cold at once while it measures
     # (bisector/runner/warmer.py). None: a quarter of the cores on a GPU host, off on the CPU; 0: off.
     prefetch: int | None = None
+    # ... as held first trials of the run's own executor (set up to the device's gate, unheld when
+    # the search asks: bisector/runner/warmer.py); false: precompile-only trials, their compile kept.
+    standby: bool = True
 
 
 METRICS = ("ratio", "speed")
@@ -287,7 +290,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         suite_modules=modules,
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
-                                                    "ahead", "preload", "memory_gb", "max_tasks", "prefetch")),
+                                                    "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby")),
                            (*config_suites.BUILTIN, *names), tuple(shape.key for shape in shapes)),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
                                (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
@@ -383,7 +386,7 @@ def _protocol(sec: _Section, suites: tuple[str, ...] = SUITES, shape_keys: tuple
                     ahead=sec.non_negative("ahead", int, None),
                     preload=sec.strings("preload") if "preload" in sec.data else None,
                     memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec),
-                    prefetch=sec.non_negative("prefetch", int, None))
+                    prefetch=sec.non_negative("prefetch", int, None), standby=sec.get("standby", bool, True))
 
 
 def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:

@@ -57,6 +57,8 @@ class TrialJob:
     # the commit's cold compile, made by a prefetch (bisector/runner/warmer.py), per shape: this trial,
     # its first, finds the JIT dir warm; its records keep what the prefetch measured
     cold_compile: Mapping[str, Mapping[str, Any]] | None = field(default=None, compare=False)
+    # a standby (bisector/runner/warmer.py): set up now, the device only after `Executor.unhold`
+    hold: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,19 @@ class Timeline:
     release: float | None = None  # device given back
     ended: float | None = None  # process gone, result read
     source: str = "spawn"
+    unheld: float | None = None  # a standby: when the search asked for it (its wait before is not queueing)
     phases: Mapping[str, float] = field(default_factory=dict)  # seconds per phase the trial reported
 
+
+    @property
+    def queued(self) -> float | None:
+        """When it began to wait for the device: asking for it, or a standby's unhold if later."""
+        return max(self.want, self.unheld) if self.want is not None and self.unheld is not None else self.want
+
+    @property
+    def asked(self) -> float:
+        """When the run asked for this trial: its submission, or a standby's unhold."""
+        return self.unheld if self.unheld is not None else self.submitted
 
     def span(self, a: str, b: str) -> float:
         x, y = getattr(self, a), getattr(self, b)
@@ -116,6 +129,7 @@ class _Run:
     device: int = 0
     worker: Worker | None = None
     state: str = "pending"  # pending | assigned | wants | on-device | released | done
+    held: bool = False  # a standby: sets up, never takes the device, no time limit, until unheld
     deadline: float = 0.0
     breach: list[Breach] = field(default_factory=list)
     t: dict[str, float] = field(default_factory=dict)
@@ -169,7 +183,23 @@ class Executor:
             if self._error is not None:
                 raise RuntimeError(f"the trial executor failed: {self._error}") from self._error
             self._seq += 1
-            self._runs.append(_Run(job, self._seq, future, t={"submitted": time.time()}))
+            self._runs.append(_Run(job, self._seq, future, held=job.hold, t={"submitted": time.time()}))
+        self._wake()
+        return future
+
+    def unhold(self, future: Future) -> Future | None:
+        """A standby trial is wanted now: it joins its device's queue as if submitted this moment,
+        its setup (process, context, the commit's compile) already done or under way. None when it
+        is gone (cancelled, or it ended: a crash in its setup), and the caller submits anew."""
+        with self._lock:
+            run = next((r for r in self._runs if r.future is future and r.held), None)
+            if run is None or run.state not in ("pending", "assigned", "wants"):
+                return None
+            self._seq += 1
+            run.held, run.seq = False, self._seq
+            run.t["unheld"] = time.time()
+            if run.state != "pending":
+                run.deadline = time.time() + self.timeout_s
         self._wake()
         return future
 
@@ -259,11 +289,14 @@ class Executor:
         pending = [r for r in runs if r.state == "pending"]
         # Each device takes up to 1 + `ahead` trials at a time (one on it, the rest setting up, in
         # the order they were submitted); a trial's lane, when it has one, names its device.
-        load = {d: sum(1 for r in runs if r.device == d and r.state in self._busy_states) for d in self.devices}
+        load = {d: sum(1 for r in runs if r.device == d and r.state in self._busy_states and not r.held)
+                for d in self.devices}
         fits: list[tuple[_Run, int]] = []
         for run in pending:
             device = self._device_for(run, load)
-            if device is not None:
+            if run.held:  # a standby takes a worker, not a place in its device's queue
+                fits.append((run, device if device is not None else min(load, key=load.__getitem__)))
+            elif device is not None:
                 load[device] += 1
                 fits.append((run, device))
         # Workers: one for every trial that fits, and `ahead` per device ready in reserve for the
@@ -282,7 +315,7 @@ class Executor:
                 break
             self._assign(run, device, self._idle.pop(0), now)
         for run in runs:
-            if run.state in ("assigned", "wants", "on-device", "released") and now > run.deadline:
+            if run.state in ("assigned", "wants", "on-device", "released") and now > run.deadline and not run.held:
                 self._end(run, timed_out=True)
         for device in self.devices:
             self._grant(device)
@@ -326,8 +359,8 @@ class Executor:
         if self._holder[device] is not None:
             return
         with self._lock:
-            queue = sorted((r for r in self._runs if r.device == device and r.state in ("assigned", "wants")),
-                           key=lambda r: r.seq)
+            queue = sorted((r for r in self._runs if r.device == device and r.state in ("assigned", "wants")
+                            and not r.held), key=lambda r: r.seq)
         for run in queue:
             after = run.job.after
             if after is not None and not after.done():
@@ -410,7 +443,7 @@ class Executor:
         timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
                             run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
                             run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind,
-                            phases=phase_seconds(out.get("phases") or ()))
+                            unheld=run.t.get("unheld"), phases=phase_seconds(out.get("phases") or ()))
         info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
                 "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
                 "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict(),

@@ -246,7 +246,9 @@ class Batch:
                     # often, so a faster core cannot pass for a faster commit.
                     lane = i + r
                     job = probe.job(sha, mine[r], first, None if first else firsts.get(i), lane)
-                    future = probe.executor.submit(job)
+                    # the commit's first trial may be set up already, held (bisector/runner/warmer.py)
+                    held = probe.warmer.take(job) if first and probe.warmer is not None else None
+                    future = held or probe.executor.submit(job)
                     futures[future] = (i, mine[r])
                     if first:
                         firsts[i] = future

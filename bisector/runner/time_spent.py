@@ -16,7 +16,7 @@ from bisector.runner.executor import Timeline
 from bisector.store.totals import RunTotals
 
 # Phases of a trial process, in order, with the Timeline marks that bound them.
-SPANS = (("start_imports", "started", "ready"), ("setup", "assigned", "want"), ("queue", "want", "go"),
+SPANS = (("start_imports", "started", "ready"), ("setup", "assigned", "want"), ("queue", "queued", "go"),
          ("device", "go", "release"), ("teardown", "release", "ended"))
 DEVICE_PHASES = ("inputs", "compile", "check", "warmup", "timed", "calls")  # inside `device`, from the trial
 
@@ -63,7 +63,7 @@ def _own_wall(t: Timeline) -> float:
 
 
 def summarize(timelines: Sequence[Timeline], stages: Sequence[Stage], devices: int) -> Throughput:
-    """The run's throughput; a trial belongs to the stage during which it was submitted."""
+    """The run's throughput; a trial belongs to the stage during which it was asked for."""
     wall = sum(s.end - s.start for s in stages)
     per: dict[str, list[float]] = {}
     for t in timelines:
@@ -73,7 +73,7 @@ def summarize(timelines: Sequence[Timeline], stages: Sequence[Stage], devices: i
             per.setdefault(name, []).append(float(t.phases.get(name, 0.0)))
     by_stage = {}
     for s in stages:
-        mine = [t for t in timelines if s.start <= t.submitted <= s.end]
+        mine = [t for t in timelines if s.start <= t.asked <= s.end]
         device = sum(t.span("go", "release") for t in mine)
         span = s.end - s.start
         by_stage[s.name] = {"trials": float(len(mine)), "wall_s": span, "device_s": device,
@@ -132,7 +132,7 @@ def from_records(records: Sequence[object], gap_s: float = 120.0) -> tuple[list[
             continue
         from bisector.runner.executor import phase_seconds
 
-        fields = {k: t.get(k) for k in ("started", "ready", "assigned", "want", "go", "release", "ended")}
+        fields = {k: t.get(k) for k in ("started", "ready", "assigned", "want", "go", "release", "ended", "unheld")}
         seen[key] = Timeline(str(key[0]), key[1], int(t.get("device", 0)), float(t["submitted"]), **fields,
                              source=str(t.get("source", "")), phases=phase_seconds(proto.get("phases") or ()))
     timelines = sorted(seen.values(), key=lambda t: t.submitted)

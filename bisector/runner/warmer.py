@@ -12,6 +12,14 @@ cancels the queued ones it no longer names. The commit's first real trial then `
 JIT dir is warm and not emptied again, and its records say the cold compile was the prefetch's,
 with its time (`protocol.cold_compile`): the commit's first, cold compile is its own measurement.
 
+With `standby` (the run's own executor: GPU hosts) the warmer goes one step further: instead of a
+precompile-only trial it submits the commit's first real trial, held (`TrialJob.hold`): its process
+forks, opens the device context, imports the commit and compiles it cold, stages its inputs, and
+then waits at the gate without a place in the device's queue. When the search asks for that commit
+(`take`), the trial is unheld and takes the device as soon as it is free: on one H200 that setup
+was ~2 s on the path of every round (studies/results/h200-long-range.txt). One no longer named is
+cancelled, its process killed: nothing of it is stored.
+
 The warmer touches no store (the probe filters out commits already measured before asking).
 """
 
@@ -22,7 +30,7 @@ import os
 import threading
 import time
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -133,14 +141,33 @@ def precompile_executor(config: Config, work: str | Path, parallel: int, *, sour
                             memory_bytes=memory_limit(config))
 
 
+def _what_runs(job: TrialJob) -> tuple[Any, ...]:
+    """What a trial measures: its build's code (not the build's own timing) and its inputs."""
+    b = job.build
+    return (b.sha, b.patch_hash, b.source_dir, b.prefix, job.shapes, job.seed, job.slot, job.first)
+
+
+class Holds(Protocol):
+    """The run's executor, as a standby needs it (bisector/runner/executor.py)."""
+
+    def submit(self, job: TrialJob) -> Future: ...
+
+    def unhold(self, future: Future) -> Future | None: ...
+
+    def cancel(self, future: Future) -> None: ...
+
+
 class Warmer:
     """Builds and precompiles commits ahead of the search, `parallel` at once, cancellable.
 
     `make_executor()` (`precompile_executor`) is called on first need: a run that never
-    prefetches starts nothing."""
+    prefetches starts nothing. With `standby`, commits get held first trials instead (see above)."""
 
-    def __init__(self, builds: Builds, make_executor: Callable[[], PrecompileTrials], parallel: int) -> None:
+    def __init__(self, builds: Builds, make_executor: Callable[[], PrecompileTrials], parallel: int,
+                 standby: Callable[[], Holds] | None = None) -> None:
         self.builds, self.make_executor, self.parallel = builds, make_executor, max(1, parallel)
+        self.standby = standby
+        self._held: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}
         self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="warm")
         self._lock = threading.Lock()
         self._tasks: dict[tuple[str, str | None], Future] = {}
@@ -163,6 +190,8 @@ class Warmer:
                 if key not in named and future.cancel():
                     del self._tasks[key]
                     self.cancelled.append(key[0])
+            for key in [k for k in self._held if k not in named]:
+                self._drop_held(key)
             for want in wants:
                 if want.key not in self._tasks and want.key not in self._claimed:
                     self._tasks[want.key] = self._pool.submit(self._warm, want)
@@ -186,16 +215,42 @@ class Warmer:
         except (CancelledError, Exception):  # noqa: BLE001 - a failed prefetch is a cold first trial
             return None
 
+    def take(self, job: TrialJob) -> Future | None:
+        """The commit's standby, unheld, if it is this very trial (same build, shapes, seed, slot);
+        None otherwise (a standby that differs is cancelled) and the caller submits the job."""
+        key = (job.build.sha, job.build.patch_hash)
+        with self._lock:
+            self._claimed.add(key)
+            held = self._held.pop(key, None)
+        if held is None or self.standby is None:
+            return None
+        standby, future = held
+        if _what_runs(standby) != _what_runs(job):
+            self.standby().cancel(future)
+            return None
+        return self.standby().unhold(future)
+
+    def _drop_held(self, key: tuple[str, str | None]) -> None:
+        """Cancel a standby no longer wanted (its process is killed; nothing was stored). Under the lock."""
+        _, future = self._held.pop(key)
+        self.cancelled.append(key[0])
+        if self.standby is not None:
+            self.standby().cancel(future)
+
     def _warm(self, want: Want) -> Warmed | None:
         build = self.builds.build(want.sha, want.patch)
+        job = TrialJob(build, want.shapes, want.seed, slot=0, first=True, patch=want.patch)
         with self._lock:
             if build.status is BuildStatus.FAILED or self._closed or want.key in self._claimed:
                 return None  # the search got there first: its first trial compiles, as before
+            if self.standby is not None:
+                self.started.append(want.sha)
+                self._held[want.key] = (job, self.standby().submit(replace(job, hold=True)))
+                return None
             if self._executor is None:
                 self._executor = self.make_executor()
             executor = self._executor
             self.started.append(want.sha)
-        job = TrialJob(build, want.shapes, want.seed, slot=0, first=True, patch=want.patch)
         start = time.time()
         outcome = executor.submit(job).result()
         out, log = executor.output(job)
@@ -216,6 +271,8 @@ class Warmer:
             self._closed = True
             for future in self._tasks.values():
                 future.cancel()
+            for key in list(self._held):
+                self._drop_held(key)
         if self._executor is not None:
             self._executor.close()
         self._pool.shutdown(wait=True)
