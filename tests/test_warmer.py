@@ -235,9 +235,11 @@ def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_aske
         warmer.wait(120)
         standbys_at_the_gate(executor, 2)
         assert sorted(warmer.started) == sorted(shas[1:3]) and store.trials("w") == []  # held: nothing measured
-        probe.prefetch([shas[1]])  # the search went the other way: shas[2]'s standby is killed
-        wait_until(lambda: len(executor._runs) == 1)
-        assert warmer.cancelled == [shas[2]]
+        # The search names the next round's commits, then measures this round's: a standby the last
+        # request named lives on (shas[1], shas[2]); one named by neither goes (below).
+        probe.prefetch([shas[3]])
+        warmer.wait(120)
+        standbys_at_the_gate(executor, 3)
         asked = time.time()
         assert probe(shas[1], 1).count() == 1
         (rec,) = store.trials("w", sha=shas[1])
@@ -248,11 +250,17 @@ def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_aske
         if kind == "cuda":  # its compile was staged before the device: the setup the standby took off the path
             spans = {name: end - start for name, _, start, end in rec.protocol["phases"]}
             assert spans["precompile"] > 0 and rec.protocol["precompile"] == "captured"
-        assert store.trials("w", sha=shas[2]) == [] and len(executor.timelines) == 1  # the killed one left none
+        probe.prefetch([])  # the search went another way: shas[2]'s standby is killed, shas[3]'s kept
+        wait_until(lambda: len(executor._runs) == 1)
+        assert warmer.cancelled == [shas[2]] and store.trials("w", sha=shas[2]) == []
+        assert len(executor.timelines) == 1  # the killed one left none
+        probe(shas[3], 1)
+        (rec3,) = store.trials("w", sha=shas[3])
+        assert rec3.protocol["timeline"]["unheld"] is not None
         # A later trial of the same commit is an ordinary one; a commit with no standby, as before.
         probe(shas[1], 2)
-        probe(shas[3], 1)
-        assert [r.protocol["timeline"].get("unheld") for r in store.trials("w", sha=shas[3])] == [None]
+        probe(shas[0], 1)
+        assert [r.protocol["timeline"].get("unheld") for r in store.trials("w", sha=shas[0])] == [None]
     finally:
         warmer.close()
         executor.close()

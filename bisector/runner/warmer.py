@@ -168,6 +168,7 @@ class Warmer:
         self.builds, self.make_executor, self.parallel = builds, make_executor, max(1, parallel)
         self.standby = standby
         self._held: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}
+        self._named_before: set[tuple[str, str | None]] = set()
         self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="warm")
         self._lock = threading.Lock()
         self._tasks: dict[tuple[str, str | None], Future] = {}
@@ -190,8 +191,11 @@ class Warmer:
                 if key not in named and future.cancel():
                     del self._tasks[key]
                     self.cancelled.append(key[0])
-            for key in [k for k in self._held if k not in named]:
+            # The search names the next round's commits just before it measures this round's, which
+            # the request before named: a standby lives one request longer than a queued prefetch.
+            for key in [k for k in self._held if k not in named and k not in self._named_before]:
                 self._drop_held(key)
+            self._named_before = named
             for want in wants:
                 if want.key not in self._tasks and want.key not in self._claimed:
                     self._tasks[want.key] = self._pool.submit(self._warm, want)
