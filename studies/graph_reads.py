@@ -35,7 +35,7 @@ from bisector.demo.history import states
 from bisector.runner.spec import shape_spec
 from bisector.search.samples import cv_pct
 from bisector.search.stats import full_clock_time
-from studies.kernel_time import write_demolib
+from studies.kernel_time import no_nvidia_gpu, write_demolib
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "h200-demo.toml"
@@ -81,16 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--out", default=str(ROOT / "studies" / "results" / "h200-graph-reads.txt"))
     args = parser.parse_args(argv)
-    try:
-        import torch
-        import triton
-    except ImportError as exc:
-        print(f"error: studies.graph_reads needs torch and triton: {exc}", file=sys.stderr)
+    why = no_nvidia_gpu("studies.graph_reads")
+    if why:
+        print(why, file=sys.stderr)
         return 2
-    if not torch.cuda.is_available() or torch.version.hip:
-        print("error: studies.graph_reads needs an NVIDIA GPU (torch.cuda.is_available() is False or ROCm)",
-              file=sys.stderr)
-        return 2
+    import torch
+    import triton
     cfg = bisector_config.load(CONFIG)
     lines = [f"# studies.graph_reads on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton "
              f"{triton.__version__}, {time.strftime('%Y-%m-%d %H:%M')}: {args.trials} fresh trial processes per "

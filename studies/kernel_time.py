@@ -102,6 +102,18 @@ def decided(before: list[float], after: list[float]) -> list[str]:
     return out
 
 
+def no_nvidia_gpu(study: str) -> str:
+    """Why `study` cannot run here (a one-line error), or "" where torch, triton and an NVIDIA GPU are."""
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError as exc:
+        return f"error: {study} needs torch and triton: {exc}"
+    if not torch.cuda.is_available() or torch.version.hip:
+        return f"error: {study} needs an NVIDIA GPU (torch.cuda.is_available() is False or ROCm)"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.kernel_time", description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=int, default=10, help="fresh trial processes at the commit before the step")
@@ -109,16 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", default=str(ROOT / "studies" / "results" / "h200-kernel-time.txt"))
     args = parser.parse_args(argv)
-    try:
-        import torch
-        import triton  # noqa: F401
-    except ImportError as exc:
-        print(f"error: studies.kernel_time needs torch and triton: {exc}", file=sys.stderr)
+    why = no_nvidia_gpu("studies.kernel_time")
+    if why:
+        print(why, file=sys.stderr)
         return 2
-    if not torch.cuda.is_available() or torch.version.hip:
-        print("error: studies.kernel_time needs an NVIDIA GPU (torch.cuda.is_available() is False or ROCm)",
-              file=sys.stderr)
-        return 2
+    import torch
+    import triton
     index = next(i for i, c in enumerate(COMMITS) if c.role == ROLE)
     knobs = states()
     lines = [f"# studies.kernel_time on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
