@@ -80,7 +80,6 @@ class Timeline:
     unheld: float | None = None  # a standby: when the search asked for it (its wait before is not queueing)
     phases: Mapping[str, float] = field(default_factory=dict)  # seconds per phase the trial reported
 
-
     @property
     def queued(self) -> float | None:
         """When it began to wait for the device: asking for it, or a standby's unhold if later."""
