@@ -70,11 +70,11 @@ TRITON_KERNEL = textwrap.dedent('''
 ''')
 
 
-def make_upstream(tmp_path: Path, kernel: str) -> tuple[Path, list[str]]:
+def make_upstream(tmp_path: Path, kernel: str, commits: int = 4) -> tuple[Path, list[str]]:
     repo = tmp_path / "up"
     repo.mkdir()
     run_git(repo, "init", "-q", "-b", "main")
-    shas = [commit_file(repo, "kern.py", kernel.format(k=k), f"change {k} (#{900 + k})", 1 + k) for k in range(4)]
+    shas = [commit_file(repo, "kern.py", kernel.format(k=k), f"change {k} (#{900 + k})", 1 + k) for k in range(commits)]
     return repo, shas
 
 
@@ -227,7 +227,7 @@ def standbys_at_the_gate(executor, n: int) -> None:
 @pytest.mark.parametrize("kind", ["cpu", pytest.param("cuda", marks=[needs_cuda, pytest.mark.gpu])])
 def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_asked(tmp_path, monkeypatch,
                                                                                    kind) -> None:
-    repo, shas = make_upstream(tmp_path, KERNEL if kind == "cpu" else TRITON_KERNEL)
+    repo, shas = make_upstream(tmp_path, KERNEL if kind == "cpu" else TRITON_KERNEL, commits=5)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
     cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo, kind)
     try:
@@ -237,9 +237,10 @@ def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_aske
         assert sorted(warmer.started) == sorted(shas[1:3]) and store.trials("w") == []  # held: nothing measured
         # The search names the next round's commits, then measures this round's: a standby the last
         # request named lives on (shas[1], shas[2]); one named by neither goes (below).
-        probe.prefetch([shas[3]])
+        probe.prefetch([shas[3], shas[0], shas[4]])
         warmer.wait(120)
-        standbys_at_the_gate(executor, 3)
+        standbys_at_the_gate(executor, 4)  # 2 x `parallel` at most: the least likely, shas[4], gets none
+        assert sorted(warmer.started) == sorted(shas[:4])
         asked = time.time()
         assert probe(shas[1], 1).count() == 1
         (rec,) = store.trials("w", sha=shas[1])
@@ -251,7 +252,7 @@ def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_aske
             spans = {name: end - start for name, _, start, end in rec.protocol["phases"]}
             assert spans["precompile"] > 0 and rec.protocol["precompile"] == "captured"
         probe.prefetch([])  # the search went another way: shas[2]'s standby is killed, shas[3]'s kept
-        wait_until(lambda: len(executor._runs) == 1)
+        wait_until(lambda: len(executor._runs) == 2)  # shas[3]'s and shas[0]'s
         assert warmer.cancelled == [shas[2]] and store.trials("w", sha=shas[2]) == []
         assert len(executor.timelines) == 1  # the killed one left none
         probe(shas[3], 1)
@@ -259,8 +260,8 @@ def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_aske
         assert rec3.protocol["timeline"]["unheld"] is not None
         # A later trial of the same commit is an ordinary one; a commit with no standby, as before.
         probe(shas[1], 2)
-        probe(shas[0], 1)
-        assert [r.protocol["timeline"].get("unheld") for r in store.trials("w", sha=shas[0])] == [None]
+        probe(shas[4], 1)
+        assert [r.protocol["timeline"].get("unheld") for r in store.trials("w", sha=shas[4])] == [None]
     finally:
         warmer.close()
         executor.close()

@@ -196,9 +196,13 @@ class Warmer:
             for key in [k for k in self._held if k not in named and k not in self._named_before]:
                 self._drop_held(key)
             self._named_before = named
-            for want in wants:
-                if want.key not in self._tasks and want.key not in self._claimed:
-                    self._tasks[want.key] = self._pool.submit(self._warm, want)
+            new = [w for w in wants if w.key not in self._tasks and w.key not in self._claimed]
+            if self.standby is not None:  # each holds a process and its inputs on the device: at most
+                # 2 x `parallel`, as one lives a request longer than the request that named it
+                busy = len(self._held) + sum(1 for f in self._tasks.values() if not f.done())
+                new = new[:max(0, 2 * self.parallel - busy)]  # the most likely first
+            for want in new:
+                self._tasks[want.key] = self._pool.submit(self._warm, want)
 
     def claim(self, sha: str, patch_hash: str | None = None) -> Warmed | None:
         """The commit's first real trial is about to run: its prefetch if one was made (waiting for
