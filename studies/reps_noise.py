@@ -21,6 +21,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from bisector.search.samples import cv_pct
 from bisector.search.stats import full_clock_time
 
 
@@ -50,8 +51,8 @@ def table(store: Path, reps: list[int], metric: str, min_trials: int) -> list[st
             cvs = []
             for group in groups:
                 values = [v for s, c in group if (v := value(s, c, r, metric)) is not None]
-                if len(values) >= min_trials:
-                    cvs.append(statistics.stdev(values) / statistics.fmean(values) * 100)
+                if len(values) >= min_trials and (cv := cv_pct(values)) is not None:
+                    cvs.append(cv)
             cells.append(f"{statistics.median(cvs):.2f}%" if cvs else "-")
         lines.append(f"| {shape} | {len(groups)} | " + " | ".join(cells) + " |")
     return lines

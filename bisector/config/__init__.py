@@ -367,7 +367,7 @@ def _build(sec: _Section) -> Build:
                  memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec))
 
 
-def _protocol(sec: _Section, suites: tuple[str, ...] = SUITES, shape_keys: tuple[str, ...] = ()) -> Protocol:
+def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> Protocol:
     trials = sec.positive("trials", int, 3)
     max_trials = sec.positive("max_trials", int, 24)
     if max_trials < trials:
