@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import torch
 
-from benches import backends, machine, suites, telemetry
+from benches import allocator, backends, machine, suites, telemetry
 from benches.backends.base import Backend, BackendUnavailable, Prepared, prepared
 from benches.correctness import compare
 from benches.kernel_time import CallTimes, KernelTimes
@@ -514,6 +514,8 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         subjects = _load_subjects(spec, device)
         _open_device(device)
         staged = _stage_all(spec, subjects, control, control_error, phase)
+        # after every import and input: the malloc regime is the trial's, not its history's
+        pinned = allocator.pin() if device == "cpu" else {}
         write_json(out_path, output)
     if spec.get("precompile_only"):  # a prefetch: compiled cold, never takes the device
         output["protocol"] = {"precompile_only": True, "jit_cache_cold": dict(caches), "device": device,
@@ -528,6 +530,8 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         with phase("device"):
             clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, caches)
+            if pinned:
+                output["protocol"]["malloc_pinned"] = pinned
             peak = machine.device_peak_gbps(device)
             checked = _checked(spec)
             measured: set[str] = set()
