@@ -74,13 +74,10 @@ def _events(n: int, external: bool) -> list[tuple[Any, Any]]:
     return [(torch.cuda.Event(**kwargs), torch.cuda.Event(**kwargs)) for _ in range(n)]
 
 
-def _timed_reps(fns: Sequence[Fn], reps: int, flush: Fn, events: list[list[tuple[Any, Any]]],
-                idle: Fn | None = None) -> None:
-    """Subject and control in turn, `reps` times: [idle,] flush, start event, call, end event (queued only)."""
+def _timed_reps(fns: Sequence[Fn], reps: int, flush: Fn, events: list[list[tuple[Any, Any]]]) -> None:
+    """Subject and control in turn, `reps` times: flush, start event, call, end event (queued only)."""
     for r in range(reps):
         for per_fn, fn in zip(events, fns):
-            if idle is not None:
-                idle()
             flush()
             start, end = per_fn[r]
             start.record()
@@ -88,34 +85,14 @@ def _timed_reps(fns: Sequence[Fn], reps: int, flush: Fn, events: list[list[tuple
             end.record()
 
 
-def idle_kernel(ms: float) -> Fn | None:
-    """A device-side pause of about `ms` before each timed call: one thread spinning on the clock
-    (`torch.cuda._sleep`), so the GPU draws next to no power and each call starts from the same
-    cool state instead of in the wake of the call before it. A power-bound kernel timed back to back
-    runs at whatever clock its neighbours' heat left (on the H200 the demo's attention without its
-    L2 remap read 22.3-24.4 ms from process to process, the control beside it moving the same way);
-    studies/idle_gap.py measures what a pause buys. Calibrated once against device events."""
-    if ms <= 0:
-        return None
-    probe = 1 << 20
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(probe)
-    end.record()
-    end.synchronize()
-    cycles = max(1, int(probe * ms / max(start.elapsed_time(end), 1e-3)))
-    return lambda: torch.cuda._sleep(cycles)
-
-
 def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream: Any = None,
-                warmed: bool = False, idle_ms: float = 0.0) -> list[list[float]]:
+                warmed: bool = False) -> list[list[float]]:
     """ms per fn per repetition: every (flush, event, call, event) captured into one CUDA graph and
     replayed twice. `reads` = 1: the graph holds `reps` repetitions and only the second replay is read
     (the first uploads the graph and brings a power-bound kernel to a steady clock); 2: it holds half
     of them and both replays are read, half the device time for the same samples
     (studies/graph_reads.py measures what that costs in trial noise). `stream`, `warmed`: the capture
-    stream, on which the trial's warm-up calls already ran (else each fn is called once on it first).
-    `idle_ms`: a device-side pause before each call's flush (`idle_kernel`), captured with it."""
+    stream, on which the trial's warm-up calls already ran (else each fn is called once on it first)."""
     if reads not in (1, 2):
         raise ValueError(f"graph reads must be 1 or 2, got {reads}")
     per_graph = math.ceil(reps / reads)
@@ -135,10 +112,9 @@ def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream:
                 for fn in fns:
                     fn()
             torch.cuda.current_stream().wait_stream(stream)
-        idle = idle_kernel(idle_ms)
         torch.cuda.synchronize()
         with torch.cuda.graph(graph, stream=stream):
-            _timed_reps(fns, per_graph, flush, events, idle)
+            _timed_reps(fns, per_graph, flush, events)
         for replay in range(2):
             graph.replay()
             torch.cuda.synchronize()
@@ -212,14 +188,14 @@ METHODS: dict[str, Callable[[Sequence[Fn], int, Fn], list[list[float]]]] = {
 
 
 def gpu_kernel_times(fns: Sequence[Fn], reps: int, flush: Fn, order: Sequence[str] = (GRAPH, PROFILER, EVENTS),
-                     graph_reads: int = 1, stream: Any = None, warmed: bool = False, idle_ms: float = 0.0) -> KernelTimes:
+                     graph_reads: int = 1, stream: Any = None, warmed: bool = False) -> KernelTimes:
     """The first method in `order` that times every fn; `fallback` says why the earlier ones did not.
-    `graph_reads`, `stream`, `warmed`, `idle_ms`: the graph's (graph_times)."""
+    `graph_reads`, `stream`, `warmed`: the graph's (graph_times)."""
     why: list[str] = []
     for method in order:
         try:
             if method == GRAPH:
-                times = graph_times(fns, reps, flush, graph_reads, stream, warmed, idle_ms)
+                times = graph_times(fns, reps, flush, graph_reads, stream, warmed)
             else:
                 times = METHODS[method](fns, reps, flush)
             return KernelTimes(method, times, "; ".join(why))

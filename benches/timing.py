@@ -160,8 +160,7 @@ class Clock:
         calls = [self.wall(fn)[1] * 1e3 for fn in fns]
         return HostShare(host, calls)
 
-    def kernel(self, fns: list[Callable[[], Any]], reps: int, graph_reads: int = 1,
-               idle_ms: float = 0.0) -> kernel_time.KernelTimes:
+    def kernel(self, fns: list[Callable[[], Any]], reps: int, graph_reads: int = 1) -> kernel_time.KernelTimes:
         """Cold-cache kernel time per call with the host out of the loop (benches/kernel_time.py):
         on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time.
         Device-bound calls keep the graph too: its first replay brings a power-bound kernel to a
@@ -172,7 +171,7 @@ class Clock:
         if self.gpu:
             warmed, self._warmed = self._warmed, False  # a warm-up serves the next shape's graph only
             return kernel_time.gpu_kernel_times(fns, reps, self.flush, graph_reads=graph_reads,
-                                                stream=self._stream, warmed=warmed, idle_ms=idle_ms)
+                                                stream=self._stream, warmed=warmed)
         times, faults = self.interleaved(fns, reps)
         return kernel_time.KernelTimes(self.kind, times, faults=faults)
 

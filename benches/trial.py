@@ -97,7 +97,6 @@ def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str, caches: Mappi
     triton = sys.modules.get("triton")
     used = {"triton_cache_dir": str(triton.knobs.cache.dir)} if triton is not None and hasattr(triton, "knobs") else {}
     return {"reps": spec["reps"], "warmup": spec["warmup"], "graph_reads": dict(spec.get("graph_reads", {})),
-            **({"idle_ms": dict(spec["idle_ms"])} if spec.get("idle_ms") else {}),
             "seed": spec["seed"], "flush_bytes": flush,
             "timer": clock_kind, "order": "subject,control interleaved", "jit_env": env,
             "jit_cache_cold": dict(caches), "subjects": subject_specs(spec), "control": spec["control"],
@@ -172,8 +171,7 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
         clock.warm(fns, spec["warmup"])
         host = clock.host(fns)
     with phase("timed", key):
-        kernel = clock.kernel(fns, spec["reps"], int(spec.get("graph_reads", {}).get(key, 1)),
-                              float(spec.get("idle_ms", {}).get(key, 0.0)))
+        kernel = clock.kernel(fns, spec["reps"], int(spec.get("graph_reads", {}).get(key, 1)))
     with phase("calls", key):
         calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]),
                             host, always=latency)
