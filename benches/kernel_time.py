@@ -232,18 +232,6 @@ def gpu_calls(fns: Sequence[Fn], batches: int, calls: int) -> CallTimes:
     return CallTimes(latency, host, calls)
 
 
-def host_times(fn: Fn, n: int) -> list[float]:
-    """ms of the host's own time for `n` calls, each launched on an idle queue and not waited for."""
-    out = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter_ns()
-        fn()
-        out.append((time.perf_counter_ns() - t0) / 1e6)
-    torch.cuda.synchronize()
-    return out
-
-
 def cpu_calls(kernel_ms: Sequence[Sequence[float]]) -> CallTimes:
     """On the CPU the kernel is the call: latency and host time are the kernel-time samples."""
     return CallTimes([list(t) for t in kernel_ms], [list(t) for t in kernel_ms], 1)

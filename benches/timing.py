@@ -111,21 +111,30 @@ class Clock:
     def flush(self) -> None:
         self._buf.zero_() if self.gpu else self._buf.fill_(1)
 
-    def warm(self, fns: list[Callable[[], Any]], rounds: int) -> None:
-        """`rounds` calls of each fn in turn, untimed; on a GPU on the capture stream, then synchronized."""
+    def warm(self, fns: list[Callable[[], Any]], rounds: int) -> HostShare | None:
+        """At least `rounds` calls of each fn in turn, untimed for the kernel; on a GPU on the capture
+        stream, each call launched on an idle queue and waited for, so the same calls give the host's
+        own time per call and the synchronized call's time (`HostShare`, HOST_SAMPLES of them; None
+        on the CPU, where the call is the kernel). Separate host samples after the warm-up cost two
+        more calls of each fn: 70 ms of device time a trial on the H200 demo's attention."""
         if not self.gpu:
             for _ in range(rounds):
                 for fn in fns:
                     fn()
-            return
-        self._stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self._stream):
-            for _ in range(rounds):
-                for fn in fns:
-                    fn()
-        torch.cuda.current_stream().wait_stream(self._stream)
+            return None
+        host: list[list[float]] = [[] for _ in fns]
+        calls: list[list[float]] = [[] for _ in fns]
         self.sync()
-        self._warmed = rounds > 0
+        with torch.cuda.stream(self._stream):
+            for _ in range(max(rounds, HOST_SAMPLES)):
+                for i, fn in enumerate(fns):
+                    t0 = time.perf_counter_ns()
+                    fn()
+                    host[i].append((time.perf_counter_ns() - t0) / 1e6)
+                    self.sync()
+                    calls[i].append((time.perf_counter_ns() - t0) / 1e6)
+        self._warmed = True
+        return HostShare(host, [statistics.median(c) for c in calls])
 
     def wall(self, fn: Callable[[], Any]) -> tuple[Any, float]:
         """One synchronized call: (result, seconds). Used for the first (compiling) call."""
@@ -151,15 +160,6 @@ class Clock:
                 faults[i].append(minor_faults() - f0)
         return times, faults
 
-    def host(self, fns: list[Callable[[], Any]]) -> HostShare | None:
-        """The host's own time per call (HOST_SAMPLES calls each, launched on an idle queue and not
-        waited for) against the time of one synchronized call; None on the CPU (the call is the kernel)."""
-        if not self.gpu:
-            return None
-        host = [kernel_time.host_times(fn, HOST_SAMPLES) for fn in fns]
-        calls = [self.wall(fn)[1] * 1e3 for fn in fns]
-        return HostShare(host, calls)
-
     def kernel(self, fns: list[Callable[[], Any]], reps: int, graph_reads: int = 1) -> kernel_time.KernelTimes:
         """Cold-cache kernel time per call with the host out of the loop (benches/kernel_time.py):
         on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time.
@@ -184,8 +184,8 @@ class Clock:
         host-bound figures need nothing more)."""
         if not self.gpu:
             return kernel_time.cpu_calls(kernel.times)
-        host = host or self.host(fns)
-        assert host is not None
+        if host is None:
+            raise ValueError("a GPU's call latency needs the host samples of its warm-up (Clock.warm)")
         if not always and host.device_bound:
             return kernel_time.CallTimes([[] for _ in fns], host.host_ms, 0)
         slowest = max((kernel_time.median(t) or 0.0) for t in kernel.times)
@@ -195,7 +195,7 @@ class Clock:
 
 @dataclass(frozen=True)
 class HostShare:
-    """Per fn: the host's own time per call (ms, samples) and one synchronized call's time (ms)."""
+    """Per fn: the host's own time per call (ms, samples) and a synchronized call's time (ms, median)."""
 
     host_ms: list[list[float]]
     call_ms: list[float]

@@ -168,8 +168,7 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
     where it matters (`latency`: the suite is decided on it, or the host's time is within reach of
     the kernel's), the latency of back-to-back calls."""
     with phase("warmup", key):
-        clock.warm(fns, spec["warmup"])
-        host = clock.host(fns)
+        host = clock.warm(fns, spec["warmup"])
     with phase("timed", key):
         kernel = clock.kernel(fns, spec["reps"], int(spec.get("graph_reads", {}).get(key, 1)))
     with phase("calls", key):
