@@ -251,15 +251,24 @@ def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_aske
         if kind == "cuda":  # its compile was staged before the device: the setup the standby took off the path
             spans = {name: end - start for name, _, start, end in rec.protocol["phases"]}
             assert spans["precompile"] > 0 and rec.protocol["precompile"] == "captured"
+        assert warmer.spares == [(shas[1], 1)]  # its next trial, set up and held once the first ended
         probe.prefetch([])  # the search went another way: shas[2]'s standby is killed, shas[3]'s kept
-        wait_until(lambda: len(executor._runs) == 2)  # shas[3]'s and shas[0]'s
+        wait_until(lambda: len(executor._runs) == 3)  # shas[3]'s, shas[0]'s and shas[1]'s spare
         assert warmer.cancelled == [shas[2]] and store.trials("w", sha=shas[2]) == []
         assert len(executor.timelines) == 1  # the killed one left none
         probe(shas[3], 1)
         (rec3,) = store.trials("w", sha=shas[3])
         assert rec3.protocol["timeline"]["unheld"] is not None
-        # A later trial of the same commit is an ordinary one; a commit with no standby, as before.
+        # A later trial of a measured commit comes from its spare: set up before it was asked for.
+        standbys_at_the_gate(executor, 3)  # shas[0]'s standby, the spares of shas[1] and shas[3]
+        assert warmer.spares == [(shas[1], 1), (shas[3], 1)]
+        asked = time.time()
         probe(shas[1], 2)
+        second = [r for r in store.trials("w", sha=shas[1]) if r.slot == 1]
+        assert second and second[0].status is TrialStatus.OK and warmer.spares_taken == [(shas[1], 1)]
+        assert second[0].protocol["timeline"]["want"] < asked <= second[0].protocol["timeline"]["unheld"]
+        assert second[0].protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is False  # the cache its first filled
+        # A commit with no standby, as before.
         probe(shas[4], 1)
         assert [r.protocol["timeline"].get("unheld") for r in store.trials("w", sha=shas[4])] == [None]
     finally:

@@ -246,13 +246,17 @@ class Batch:
                     # often, so a faster core cannot pass for a faster commit.
                     lane = i + r
                     job = probe.job(sha, mine[r], first, None if first else firsts.get(i), lane)
-                    # the commit's first trial may be set up already, held (bisector/runner/warmer.py)
-                    held = probe.warmer.take(job) if first and probe.warmer is not None else None
+                    # the trial may be set up already, held: the commit's first as a standby, a later
+                    # one as a spare (bisector/runner/warmer.py)
+                    held = probe.warmer.take(job) if probe.warmer is not None and job.after is None else None
                     future = held or probe.executor.submit(job)
                     futures[future] = (i, mine[r])
                     if first:
                         firsts[i] = future
-            self._collect(claimed, futures)
+            for i in range(len(claimed)):
+                if i not in firsts:
+                    self._spare(claimed[i], i)
+            self._collect(claimed, futures, firsts)
         finally:
             for probe, sha, mine, _ in claimed:
                 left = [k for k in mine if not any(t.slot == k for t in probe.stored(sha))]
@@ -260,14 +264,25 @@ class Batch:
                     probe.store.unclaim(probe.campaign, sha, probe.patch_hash, left, probe.owner)
         self._wait_for_others(claimed)
 
+    @staticmethod
+    def _spare(item: tuple[StoreProbe, str, list[int], list[int]], i: int) -> None:
+        """The commit's next trial, held ready while this batch is measured: the next round often
+        asks for it (the slot the store hands out next, unless another run takes it first). Made
+        once the commit's cold first trial has ended, so that its compile stays cold."""
+        probe, sha, mine, _ = item
+        if mine and probe.warmer is not None:
+            probe.warmer.spare(probe.job(sha, max(mine) + 1, False, None, i + len(mine)))
+
     def _collect(self, claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]],
-                 futures: dict[Future, tuple[int, int]]) -> None:
+                 futures: dict[Future, tuple[int, int]], firsts: Mapping[int, Future]) -> None:
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 i, _ = futures[future]
                 probe = claimed[i][0]
+                if firsts.get(i) is future:
+                    self._spare(claimed[i], i)
                 if future.cancelled():
                     continue
                 outcome: TrialOutcome = future.result()

@@ -20,6 +20,12 @@ then waits at the gate without a place in the device's queue. When the search as
 was ~2 s on the path of every round (studies/results/h200-long-range.txt). One no longer named is
 cancelled, its process killed: nothing of it is stored.
 
+A spare (`spare`, with standby) is the same for a commit already measured: its next trial, held,
+set up while the round that asked for its last one is measured. When the search asks for more of
+that commit (a close pair doubles, a verification looks again) the spare takes the device at once;
+on one H200 the device otherwise stood idle ~2.4 s at each such round, 134 s of the demo's 12 min
+(reports/2026-12-02-h200-demo). At most `parallel` spares live, the oldest dropped first.
+
 The warmer touches no store (the probe filters out commits already measured before asking).
 """
 
@@ -168,6 +174,7 @@ class Warmer:
         self.builds, self.make_executor, self.parallel = builds, make_executor, max(1, parallel)
         self.standby = standby
         self._held: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}
+        self._spares: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}  # oldest first
         self._named_before: set[tuple[str, str | None]] = set()
         self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="warm")
         self._lock = threading.Lock()
@@ -178,6 +185,8 @@ class Warmer:
         self.asked: list[tuple[str, ...]] = []  # every request, in order: the commits it named
         self.started: list[str] = []  # commits whose precompile trial was submitted
         self.cancelled: list[str] = []  # commits dropped before they started
+        self.spares: list[tuple[str, int]] = []  # (commit, slot) of every spare set up
+        self.spares_taken: list[tuple[str, int]] = []  # those a round then took
 
     def prefetch(self, wants: Sequence[Want]) -> None:
         """Warm these commits (most likely first); queued ones no longer named are cancelled, and a
@@ -224,19 +233,37 @@ class Warmer:
             return None
 
     def take(self, job: TrialJob) -> Future | None:
-        """The commit's standby, unheld, if it is this very trial (same build, shapes, seed, slot);
-        None otherwise (a standby that differs is cancelled) and the caller submits the job."""
+        """The commit's standby or spare, unheld, if it is this very trial (same build, shapes, seed,
+        slot); None otherwise (one that differs is cancelled) and the caller submits the job."""
         key = (job.build.sha, job.build.patch_hash)
         with self._lock:
             self._claimed.add(key)
-            held = self._held.pop(key, None)
+            held = self._held.pop(key, None) or self._spares.pop(key, None)
         if held is None or self.standby is None:
             return None
         standby, future = held
         if _what_runs(standby) != _what_runs(job):
             self.standby().cancel(future)
             return None
+        if not standby.first:
+            self.spares_taken.append((job.build.sha, job.slot))
         return self.standby().unhold(future)
+
+    def spare(self, job: TrialJob) -> None:
+        """Set up `job`, a later trial of a measured commit, held until a round asks for it (`take`).
+        Nothing without standby, or while the commit has a standby or spare already."""
+        if self.standby is None or job.first:
+            return
+        key = (job.build.sha, job.build.patch_hash)
+        with self._lock:
+            if self._closed or key in self._held or key in self._spares:
+                return
+            while len(self._spares) >= self.parallel:
+                _, (_, oldest) = next(iter(self._spares.items()))
+                del self._spares[next(iter(self._spares))]
+                self.standby().cancel(oldest)
+            self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
+            self.spares.append((job.build.sha, job.slot))
 
     def _drop_held(self, key: tuple[str, str | None]) -> None:
         """Cancel a standby no longer wanted (its process is killed; nothing was stored). Under the lock."""
@@ -281,6 +308,10 @@ class Warmer:
                 future.cancel()
             for key in list(self._held):
                 self._drop_held(key)
+            for _, future in self._spares.values():
+                if self.standby is not None:
+                    self.standby().cancel(future)
+            self._spares.clear()
         if self._executor is not None:
             self._executor.close()
         self._pool.shutdown(wait=True)
