@@ -146,14 +146,3 @@ def test_a_doubling_in_a_quiet_run_is_a_close_call_not_the_rule() -> None:
                                 (2, 3, 4, (5,)), (5, 3, 4, (2,))])
     assert quiet.level() < 4 and loud.level() == 8
     assert quiet.remaining() < loud.remaining() / 2
-
-
-def test_fresh_trials_side_by_side_on_a_culprits_pair_are_its_verification_not_a_doubling() -> None:
-    commits = shas(41)
-    # a quiet run: middle commits sized to one trial, down to the adjacent pair (1, 2)
-    forecast = fed(commits, GRID + [(5, 1, 1, ()), (2, 1, 1, ()), (1, 1, 1, ())])
-    before = forecast.trials + forecast.remaining()
-    for i, k, n, partners in ((1, 2, 3, (2,)), (2, 2, 3, (1,))):  # two fresh trials a side: not 2 x 1
-        forecast.trial(commits[i], k, n, [commits[p][:7] for p in partners])
-    assert forecast.tail == "verify" and not forecast.escalated
-    assert forecast.trials + forecast.remaining() <= before + 2  # not the cap for every commit to come

@@ -24,9 +24,8 @@ left of each part, each corrected by what the run has shown so far:
 - a verification per culprit (culprits ~ middle commits / depth), at the cost the verifications
   seen so far took, and the whole-change check (2 x initial trials).
 
-Once the verifications start (an adjacent pair measured again away from the newest commit, or
-given fresh trials side by side, more than twice what it had, or a commit past the cap) no new
-middle commit is expected; once GOOD and BAD are measured again, only
+Once the verifications start (an adjacent pair measured again away from the newest commit, or a
+commit past the cap) no new middle commit is expected; once GOOD and BAD are measured again, only
 the check. studies/estimate_accuracy.py replays it on simulated searches and recorded runs.
 Pure: no clock, no I/O.
 """
@@ -154,12 +153,10 @@ class SearchForecast:
         cap = self.settings.cap
         if k > cap and self.tail is None and self.grid is not None:
             self._enter("verify")  # past the cap: fresh trials of a verification
-        elif self.tail is None and k > self.target[sha] and n and n > 2 * self.count[sha] and self._beside(sha, partners):
-            self._enter("verify")  # a culprit's pair given fresh trials side by side, not doubled
         if k > self.target[sha]:  # a new batch: a doubling (fresh trials, in the tail: n more)
             doubled = max(k, min(cap, 2 * self.count[sha])) if k <= cap and self.tail is None else k
             self.target[sha] = n or doubled
-            if self.tail is None and self.target[sha] > self.settings.initial:  # (not a new commit topped up)
+            if self.tail is None:
                 self.escalated[sha] = min(cap, self.target[sha])
                 self.doublings[sha] = self.doublings.get(sha, 0) + 1
         self.target[sha] = max(self.target[sha], k, n or 0)
@@ -202,14 +199,6 @@ class SearchForecast:
         return k <= self.first[sha] if sha in self.first else sha == self.fresh
 
     # -- where the search is -------------------------------------------------------------------
-    def _beside(self, sha: str, partners: Sequence[str] | None) -> bool:
-        """`sha` is measured side by side with the other commit of a culprit's pair."""
-        other = self._full(partners[0]) if partners and len(partners) == 1 else None
-        if self.index is None or self.grid is None or other is None or sha not in self.index or other not in self.index:
-            return False
-        a, b = sorted((self.index[sha], self.index[other]))
-        return self._neighbours(a)[1] == b and self._adjacent(a, b)
-
     def _pair(self, *pair: int) -> None:
         """The last two commits measured form the pair being compared (or verified, or checked)."""
         if len(pair) != 2:
