@@ -266,14 +266,12 @@ class Batch:
 
     @staticmethod
     def _spare(item: tuple[StoreProbe, str, list[int], list[int]], i: int) -> None:
-        """The commit's next trials, held ready while this batch is measured: the next round often
-        asks for them (a close pair doubles: as many as the commit has; the slots the store hands
-        out next, unless another run takes them first). Made once the commit's cold first trial has
-        ended, so that its compile stays cold."""
+        """The commit's next trial, held ready while this batch is measured: the next round often
+        asks for it (the slot the store hands out next, unless another run takes it first). Made
+        once the commit's cold first trial has ended, so that its compile stays cold."""
         probe, sha, mine, _ = item
         if mine and probe.warmer is not None:
-            for slot in range(max(mine) + 1, 2 * (max(mine) + 1)):
-                probe.warmer.spare(probe.job(sha, slot, False, None, i + slot))
+            probe.warmer.spare(probe.job(sha, max(mine) + 1, False, None, i + len(mine)))
 
     def _collect(self, claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]],
                  futures: dict[Future, tuple[int, int]], firsts: Mapping[int, Future]) -> None:

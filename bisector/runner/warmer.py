@@ -20,11 +20,11 @@ then waits at the gate without a place in the device's queue. When the search as
 was ~2 s on the path of every round (studies/results/h200-long-range.txt). One no longer named is
 cancelled, its process killed: nothing of it is stored.
 
-A spare (`spare`, with standby) is the same for a commit already measured: one of its next trials,
-held, set up while the round that asked for its last ones is measured. When the search asks for
-more of that commit (a close pair doubles, a verification looks again) the spares take the device
-at once; on one H200 the device otherwise stood idle ~2.4 s at each such round, 134 s of the demo's
-12 min (reports/2026-12-02-h200-demo). At most 2 x `parallel` spares live, the oldest dropped first.
+A spare (`spare`, with standby) is the same for a commit already measured: its next trial, held,
+set up while the round that asked for its last one is measured. When the search asks for more of
+that commit (a close pair doubles, a verification looks again) the spare takes the device at once;
+on one H200 the device otherwise stood idle ~2.4 s at each such round, 134 s of the demo's 12 min
+(reports/2026-12-02-h200-demo). At most `parallel` spares live, the oldest dropped first.
 
 The warmer touches no store (the probe filters out commits already measured before asking).
 """
@@ -174,7 +174,7 @@ class Warmer:
         self.builds, self.make_executor, self.parallel = builds, make_executor, max(1, parallel)
         self.standby = standby
         self._held: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}
-        self._spares: dict[tuple[str, str | None, int], tuple[TrialJob, Future]] = {}  # (commit, patch, slot), oldest first
+        self._spares: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}  # oldest first
         self._named_before: set[tuple[str, str | None]] = set()
         self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="warm")
         self._lock = threading.Lock()
@@ -238,7 +238,7 @@ class Warmer:
         key = (job.build.sha, job.build.patch_hash)
         with self._lock:
             self._claimed.add(key)
-            held = self._held.pop(key, None) or self._spares.pop((*key, job.slot), None)
+            held = self._held.pop(key, None) or self._spares.pop(key, None)
         if held is None or self.standby is None:
             return None
         standby, future = held
@@ -251,17 +251,18 @@ class Warmer:
 
     def spare(self, job: TrialJob) -> None:
         """Set up `job`, a later trial of a measured commit, held until a round asks for it (`take`).
-        Nothing without standby, while the commit has a standby, or for a slot that has a spare."""
+        Nothing without standby, or while the commit has a standby or spare already."""
         if self.standby is None or job.first:
             return
         key = (job.build.sha, job.build.patch_hash)
         with self._lock:
-            if self._closed or key in self._held or (*key, job.slot) in self._spares:
+            if self._closed or key in self._held or key in self._spares:
                 return
-            while len(self._spares) >= 2 * self.parallel:
-                oldest = next(iter(self._spares))
-                self.standby().cancel(self._spares.pop(oldest)[1])
-            self._spares[(*key, job.slot)] = (job, self.standby().submit(replace(job, hold=True)))
+            while len(self._spares) >= self.parallel:
+                _, (_, oldest) = next(iter(self._spares.items()))
+                del self._spares[next(iter(self._spares))]
+                self.standby().cancel(oldest)
+            self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
             self.spares.append((job.build.sha, job.slot))
 
     def _drop_held(self, key: tuple[str, str | None]) -> None:
