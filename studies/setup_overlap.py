@@ -1,0 +1,94 @@
+"""Do trial setups that overlap another trial's timed section disturb it? Read from a run's store.
+
+    python -m studies.setup_overlap STORE [STORE ...] [--off 5]
+
+Why: on a GPU host the executor sets up the next trials (process, device context, inputs staged on
+the device, the first calls captured) while one trial holds the device, so that the device never
+waits on a setup (bisector/runner/executor.py, warmer.py: standbys and spares). The capture itself
+was measured not to disturb a timed section (studies/results/h200-precompile-overlap.txt), but
+staging inputs runs kernels (random fills of up to ~1 GB) and a context is made, in another process,
+on the same GPU. Per store and shape: the trials whose value (the ratio to the control) is more than
+`--off` percent from their commit's median, and how many of them had another trial's `setup` phase
+overlapping their `timed` phase, against the same for the rest. Every trial records its phases with
+wall-clock times (`protocol.phases`), so this needs no new measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Process:
+    """One trial process: its setup span and, per shape, its timed span and value."""
+
+    setup: list[tuple[float, float]] = field(default_factory=list)
+    timed: dict[str, tuple[float, float]] = field(default_factory=dict)
+    value: dict[str, float] = field(default_factory=dict)
+
+
+def processes(store: Path) -> dict[tuple[str, str | None, int], Process]:
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT sha, patch_hash, slot, shape, ratio, protocol FROM trials WHERE status = 'ok' "
+                          "AND ratio IS NOT NULL ORDER BY id").fetchall()
+    out: dict[tuple[str, str | None, int], Process] = {}
+    for sha, patch, slot, shape, ratio, protocol in rows:
+        proc = out.setdefault((sha, patch, slot), Process())
+        for name, of, start, end in json.loads(protocol).get("phases") or []:
+            if name == "setup" and (start, end) not in proc.setup:
+                proc.setup.append((start, end))
+            elif name == "timed" and of == shape:
+                proc.timed[shape] = (start, end)
+        proc.value[shape] = ratio
+    return out
+
+
+def table(store: Path, off_pct: float) -> list[str]:
+    procs = processes(store)
+    values: dict[tuple[str, str | None, str], list[float]] = {}
+    for (sha, patch, _), proc in procs.items():
+        for shape, v in proc.value.items():
+            values.setdefault((sha, patch, shape), []).append(v)
+    medians = {k: statistics.median(v) for k, v in values.items()}
+    lines = []
+    for shape in sorted({s for p in procs.values() for s in p.timed}):
+        counts = {True: [0, 0], False: [0, 0]}  # off? -> [trials, with a setup overlapping]
+        for key, proc in procs.items():
+            if shape not in proc.timed:
+                continue
+            a, b = proc.timed[shape]
+            overlapped = any(x < b and y > a for other, p in procs.items() if other != key for x, y in p.setup)
+            off = abs(proc.value[shape] / medians[(key[0], key[1], shape)] - 1) * 100 > off_pct
+            counts[off][0] += 1
+            counts[off][1] += overlapped
+        (n_off, o_off), (n_ok, o_ok) = counts[True], counts[False]
+        lines.append(f"| {store} | {shape} | {n_off} | {o_off} ({100 * o_off / max(1, n_off):.0f}%) | {n_ok} | "
+                     f"{o_ok} ({100 * o_ok / max(1, n_ok):.0f}%) |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m studies.setup_overlap", description=__doc__.split("\n\n")[0])
+    parser.add_argument("stores", type=Path, nargs="+")
+    parser.add_argument("--off", type=float, default=5.0, help="percent from the commit's median that counts as off")
+    args = parser.parse_args(argv)
+    missing = [str(s) for s in args.stores if not s.is_file()]
+    if missing:
+        print(f"setup_overlap: no such store: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    print(f"| store | shape | trials > {args.off:g}% off their commit's median | of them with another trial's setup "
+          f"overlapping their timed section | the other trials | of them overlapped |")
+    print("|---|---|---:|---:|---:|---:|")
+    for store in args.stores:
+        print("\n".join(table(store, args.off)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
