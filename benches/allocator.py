@@ -13,7 +13,6 @@ device section makes the regime the trial's choice, whatever came before.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from typing import Mapping
 

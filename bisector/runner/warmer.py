@@ -259,9 +259,7 @@ class Warmer:
             if self._closed or key in self._held or key in self._spares:
                 return
             while len(self._spares) >= self.parallel:
-                _, (_, oldest) = next(iter(self._spares.items()))
-                del self._spares[next(iter(self._spares))]
-                self.standby().cancel(oldest)
+                self.standby().cancel(self._spares.pop(next(iter(self._spares)))[1])
             self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
             self.spares.append((job.build.sha, job.slot))
 
