@@ -1,6 +1,6 @@
 """`bisector demo --device cpu`, end to end and for real: 40 commits, trial processes, the store.
 
-Opt-in (`python -m pytest -m demo_e2e`): in the default run, in 4 of 9 fresh clones on a shared
+Opt-in (`python -m pytest -m demo_e2e`): in the default run, in 4 of 11 fresh clones on a shared
 2-core machine, a neutral build read the tall GEMM 1.25-4x slower than its neighbours over all its
 trials of the run (#125, the GEMM refactor, in three of them), a real step of that run that the test
 counts as invented: once with ~5760 page faults per call, the last time with no more faults than its
