@@ -7,7 +7,11 @@ history. The environment is read once, when the process starts; a library that c
 import, or a process whose variables did not arrive, runs in the dynamic regime all the same. CI saw
 two neutral builds fault ~5,760 pages on every timed call (2x slower) in all their trials of one run
 (studies/results/cpu-slow-builds.txt). Setting the same values again with mallopt() right before the
-device section makes the regime the trial's choice, whatever came before.
+device section makes the regime the trial's choice, whatever came before. Where it changes the
+regime, the heap grows for a few calls before it settles (torch's memalign'd blocks do not fit the
+holes the freed ones leave until those coalesce: a 1 MiB temporary faulted fresh pages for 6-9 calls
+after the pin, then none; tests/test_allocator.py); where the environment's values were in force, the
+pin changes nothing.
 """
 
 from __future__ import annotations
