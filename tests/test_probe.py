@@ -129,8 +129,10 @@ def test_together_leaves_skips_and_crashes_to_the_ordinary_path(tmp_path: Path) 
     assert got["x"].status is ProbeStatus.SKIP and "no such module" in got["x"].reason
     assert got["c"].status is ProbeStatus.SKIP and "illegal memory access" in got["c"].reason
     # The cold first trial alone; its crash cancels the trials waiting for it; one more crash (or
-    # two side by side on the two devices) makes a SKIP.
-    assert 2 <= sum(s == "c" for s, _, _ in runner.started) <= 3
+    # two side by side on the two devices) makes a SKIP. A crash's cancel races with the executor
+    # lending the freed device to the next trial of the same commit: on a busy machine (a fresh
+    # clone's CI, once in seven runs) one more started first, so the second round's three all ran.
+    assert 2 <= sum(s == "c" for s, _, _ in runner.started) <= 4
 
 
 class RecordingPrefetcher:
