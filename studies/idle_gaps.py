@@ -1,0 +1,77 @@
+"""Where the device stood idle between trials, read from a run's store.
+
+    python -m studies.idle_gaps STORE [STORE ...] [--min-gap 0.3] [--max-gap 30]
+
+Why: a GPU run is as fast as its device is busy, and the device waits whenever the next trial is not
+set up when the last one releases it. Every trial records its timeline (`protocol.timeline`: when it
+was submitted, asked for the device, got it, released it, and, for one set up ahead and held, when it
+was unheld). Per store: the trials, their device time, and the gaps between one trial's release and
+the next one's `go` (longer than `--min-gap`, shorter than `--max-gap`: a longer one is a stop between
+two calls), split by what came next: a commit's first trial (slot 0) or a later one; and how many
+trials came from a standby (a first trial) or a spare (a later one). No new measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Section:
+    """One trial process's hold of the device."""
+
+    go: float
+    release: float
+    slot: int
+    unheld: bool
+
+
+def sections(store: Path) -> list[Section]:
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT sha, patch_hash, slot, protocol FROM trials ORDER BY id").fetchall()
+    seen: dict[tuple[str, str | None, int], Section] = {}
+    for sha, patch, slot, protocol in rows:
+        line = json.loads(protocol).get("timeline") or {}
+        if (sha, patch, slot) not in seen and line.get("go") and line.get("release"):
+            seen[(sha, patch, slot)] = Section(line["go"], line["release"], int(slot or 0), bool(line.get("unheld")))
+    return sorted(seen.values(), key=lambda s: s.go)
+
+
+def row(store: Path, min_gap: float, max_gap: float) -> str:
+    secs = sections(store)
+    gaps = [(b.go - a.release, b) for a, b in zip(secs, secs[1:]) if min_gap < b.go - a.release < max_gap]
+    first = [g for g, b in gaps if b.slot == 0]
+    later = [g for g, b in gaps if b.slot > 0]
+    device = sum(s.release - s.go for s in secs)
+    return (f"| {store} | {len(secs)} | {device:.0f} s ({device / max(1, len(secs)):.2f} s) | "
+            f"{len(first)}, {sum(first):.0f} s | {len(later)}, {sum(later):.0f} s"
+            f"{f' (median {statistics.median(later):.2f} s)' if later else ''} | "
+            f"{sum(s.unheld and s.slot == 0 for s in secs)} | {sum(s.unheld and s.slot > 0 for s in secs)} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m studies.idle_gaps", description=__doc__.split("\n\n")[0])
+    parser.add_argument("stores", type=Path, nargs="+")
+    parser.add_argument("--min-gap", type=float, default=0.3)
+    parser.add_argument("--max-gap", type=float, default=30.0, help="longer gaps are stops between calls")
+    args = parser.parse_args(argv)
+    missing = [str(s) for s in args.stores if not s.is_file()]
+    if missing:
+        print(f"idle_gaps: no such store: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    print(f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial | "
+          "before a later trial | first trials from standbys | later trials from spares |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for store in args.stores:
+        print(row(store, args.min_gap, args.max_gap))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
