@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from studies import no_such_files
+
 
 @dataclass(frozen=True)
 class Section:
@@ -61,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-gap", type=float, default=0.3)
     parser.add_argument("--max-gap", type=float, default=30.0, help="longer gaps are stops between calls")
     args = parser.parse_args(argv)
-    missing = [str(s) for s in args.stores if not s.is_file()]
-    if missing:
-        print(f"idle_gaps: no such store: {', '.join(missing)}", file=sys.stderr)
+    error = no_such_files(args.stores, "store", "idle_gaps")
+    if error:
+        print(error, file=sys.stderr)
         return 2
     print(f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial | "
           "before a later trial | first trials from standbys | later trials from spares |")

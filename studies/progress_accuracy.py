@@ -18,6 +18,8 @@ import re
 import sys
 from pathlib import Path
 
+from studies import no_such_files
+
 LINE = re.compile(r"trials (\d+) of ~(\d+) \| elapsed (?:(\d+) min|(\d+) s)")
 DONE = re.compile(r"done: .*?(\d+) trials \(")
 
@@ -46,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--from-s", type=float, default=60.0, help="judge the lines from this elapsed time on")
     args = parser.parse_args(argv)
-    missing = [str(p) for p in args.logs if not p.is_file()]
-    if missing:
-        print(f"error: no such log: {missing[0]}", file=sys.stderr)
+    error = no_such_files(args.logs, "log", "progress_accuracy")
+    if error:
+        print(error, file=sys.stderr)
         return 2
     print(f"| log | final trials | estimate / final at {args.from_s:.0f} s | worst over / under from then on | "
           "lines within 1.5x |")

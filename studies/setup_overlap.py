@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from studies import no_such_files
+
 
 @dataclass
 class Process:
@@ -78,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stores", type=Path, nargs="+")
     parser.add_argument("--off", type=float, default=5.0, help="percent from the commit's median that counts as off")
     args = parser.parse_args(argv)
-    missing = [str(s) for s in args.stores if not s.is_file()]
-    if missing:
-        print(f"setup_overlap: no such store: {', '.join(missing)}", file=sys.stderr)
+    error = no_such_files(args.stores, "store", "setup_overlap")
+    if error:
+        print(error, file=sys.stderr)
         return 2
     print(f"| store | shape | trials > {args.off:g}% off their commit's median | of them with another trial's setup "
           f"overlapping their timed section | the other trials | of them overlapped |")
