@@ -14,14 +14,13 @@ trials came from a standby (a first trial) or a spare (a later one). No new meas
 from __future__ import annotations
 
 import argparse
-import json
-import sqlite3
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from studies import no_such_files
+from bisector.errors import BadInput
+from studies import no_such_files, trial_processes
 
 
 @dataclass(frozen=True)
@@ -35,14 +34,12 @@ class Section:
 
 
 def sections(store: Path) -> list[Section]:
-    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT sha, patch_hash, slot, protocol FROM trials ORDER BY id").fetchall()
-    seen: dict[tuple[str, str | None, int], Section] = {}
-    for sha, patch, slot, protocol in rows:
-        line = json.loads(protocol).get("timeline") or {}
-        if (sha, patch, slot) not in seen and line.get("go") and line.get("release"):
-            seen[(sha, patch, slot)] = Section(line["go"], line["release"], int(slot or 0), bool(line.get("unheld")))
-    return sorted(seen.values(), key=lambda s: s.go)
+    out = []
+    for (_, _, slot), records in trial_processes(store).items():
+        line = records[0].protocol.get("timeline") or {}
+        if line.get("go") and line.get("release"):
+            out.append(Section(line["go"], line["release"], int(slot or 0), bool(line.get("unheld"))))
+    return sorted(out, key=lambda s: s.go)
 
 
 def row(store: Path, min_gap: float, max_gap: float) -> str:
@@ -71,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
           "before a later trial | first trials from standbys | later trials from spares |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for store in args.stores:
-        print(row(store, args.min_gap, args.max_gap))
+        try:
+            print(row(store, args.min_gap, args.max_gap))
+        except BadInput as exc:  # not a store of ours: a one-line error
+            print(f"idle_gaps: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -16,14 +16,14 @@ wall-clock times (`protocol.phases`), so this needs no new measurement.
 from __future__ import annotations
 
 import argparse
-import json
-import sqlite3
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studies import no_such_files
+from bisector.errors import BadInput
+from bisector.model import TrialStatus
+from studies import no_such_files, trial_processes
 
 
 @dataclass
@@ -35,19 +35,20 @@ class Process:
     value: dict[str, float] = field(default_factory=dict)
 
 
-def processes(store: Path) -> dict[tuple[str, str | None, int], Process]:
-    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT sha, patch_hash, slot, shape, ratio, protocol FROM trials WHERE status = 'ok' "
-                          "AND ratio IS NOT NULL ORDER BY id").fetchall()
-    out: dict[tuple[str, str | None, int], Process] = {}
-    for sha, patch, slot, shape, ratio, protocol in rows:
-        proc = out.setdefault((sha, patch, slot), Process())
-        for name, of, start, end in json.loads(protocol).get("phases") or []:
-            if name == "setup" and (start, end) not in proc.setup:
-                proc.setup.append((start, end))
-            elif name == "timed" and of == shape:
-                proc.timed[shape] = (start, end)
-        proc.value[shape] = ratio
+def processes(store: Path) -> dict[tuple[str, str | None, int | None], Process]:
+    """The trial processes with a ratio in at least one shape, from their OK records."""
+    out: dict[tuple[str, str | None, int | None], Process] = {}
+    for key, records in trial_processes(store).items():
+        for r in records:
+            if r.status is not TrialStatus.OK or r.ratio is None:
+                continue
+            proc = out.setdefault(key, Process())
+            for name, of, start, end in r.protocol.get("phases") or []:
+                if name == "setup" and (start, end) not in proc.setup:
+                    proc.setup.append((start, end))
+                elif name == "timed" and of == r.shape:
+                    proc.timed[r.shape] = (start, end)
+            proc.value[r.shape] = r.ratio
     return out
 
 
@@ -88,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
           f"overlapping their timed section | the other trials | of them overlapped |")
     print("|---|---|---:|---:|---:|---:|")
     for store in args.stores:
-        print("\n".join(table(store, args.off)))
+        try:
+            print("\n".join(table(store, args.off)))
+        except BadInput as exc:  # not a store of ours: a one-line error
+            print(f"setup_overlap: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 
