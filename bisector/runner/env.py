@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from benches.allocator import DEFAULTS as MALLOC_DEFAULTS
 from bisector.trust.filter import is_secret, scrub
 
 # The one secret filter lives in bisector.trust.filter; these names stay importable from here.
@@ -35,7 +36,8 @@ def pin_device(env: dict[str, str], device: str, index: int) -> None:
 # demo kernel one of two speeds ~10% apart per process, and once a whole commit the slow one (an
 # import had moved the moment): a "+19%" step that no code made. With the thresholds fixed its ratio
 # CV fell from 3.8-5.6% to 1.6-2.4% (studies/results/cpu-demo-noise.txt); other shapes were unchanged.
-FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
+# The values are benches/allocator.py's, which the trial sets again itself after its imports.
+FIXED_MALLOC = {name: str(value) for name, value in MALLOC_DEFAULTS.items()}
 
 
 def pin_allocator(env: dict[str, str], device: str) -> None:
