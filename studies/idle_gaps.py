@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bisector.errors import BadInput
-from studies import no_such_files, trial_processes
+from studies import no_such_files
+from studies.stored_trials import trial_processes
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from bisector.errors import BadInput
 from bisector.model import TrialStatus
-from studies import no_such_files, trial_processes
+from studies import no_such_files
+from studies.stored_trials import trial_processes
 
 
 @dataclass
