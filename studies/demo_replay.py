@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import gzip
 import math
 import sqlite3
 import tempfile
@@ -71,8 +72,8 @@ def pools(store: Path | list[Path], commits: Sequence[str], shapes: Sequence[str
 def trials(store: Path) -> list[tuple[str, str, str, float | None, float | None]]:
     """(sha, shape, status, ratio, subject TFLOP/s) of the search's trials (no patch) from a store, or from a CSV of
     `bisector store export` (studies/results/demo-replay-*.csv keep those columns of two runs)."""
-    if store.suffix == ".csv":
-        with open(store, newline="") as f:
+    if store.name.endswith((".csv", ".csv.gz")):
+        with (gzip.open if store.suffix == ".gz" else open)(store, "rt", newline="") as f:
             return [(r["sha"], r["shape"], r["status"], float(r["ratio"]) if r["ratio"] else None,
                      float(r["subject_tflops"]) if r.get("subject_tflops") else None)
                     for r in csv.DictReader(f) if not r.get("patch_hash")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -81,6 +82,17 @@ def test_cli_json_in_the_simulate_form(tmp_path: Path) -> None:
     assert out["steps"][0]["shapes"] == ["gemm/8192"] and out["probes"] == 0 and out["skipped"] == []
     text = CliRunner().invoke(command, [str(path)])
     assert text.exit_code == 0 and c[20][:10] in text.output and "gemm/8192" in text.output
+
+
+def test_a_reports_gzipped_trials_read_as_the_plain_csv(tmp_path: Path) -> None:
+    """Reports write `trials.csv.gz`; `bisector analyze` reads it as it is."""
+    c = shas(60)
+    model = StepModel({s: 1.0 for s in SHAPES}, (SimStep(c[20], {"gemm/8192": 0.9}),), frozenset())
+    plain = write_series(tmp_path / "s.csv", c, model, cv=0.01)
+    packed = tmp_path / "trials.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert find_steps(load_csv(packed)) == find_steps(load_csv(plain))
+    assert [s.commit for s in find_steps(load_csv(packed)).steps] == [c[20]]
 
 
 def test_store_export_columns_and_dates(tmp_path: Path) -> None:

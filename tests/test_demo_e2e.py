@@ -115,7 +115,7 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
         assert f"#{plant.pr}" in report
     assert f"wrong from `{manifest.sha('wrong_result')[:7]}` (#{manifest.pr('wrong_result')})" in report
     assert len(list((tmp_path / "report").glob("tflops-*.png"))) == len(SHAPES)
-    assert (tmp_path / "report" / "trials.csv").stat().st_size > 0
+    assert (tmp_path / "report" / "trials.csv.gz").stat().st_size > 0
     # Its cost, counted rather than timed: at most the trial cap for every commit probed; for each
     # step's verification fresh trials a side that double up to the cap, each look taking new ones
     # (2 + 4 + ... + cap: under twice the cap a side); and the whole-change check's fresh trials of

@@ -7,6 +7,7 @@ two-commit range; then the same store rewritten as an older bisector left it, an
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -64,9 +65,13 @@ def test_store_export_trials_csv_and_report_hold_none_either(ran: dict, fmt: str
     out = bisector(ran["tmp"], "store", "export", "--store", str(ran["store"]), "--format", fmt)
     assert out.returncode == 0 and out.stdout.count("trig:upstream") >= 6, out.stderr[-2000:]
     assert not machine_paths(out.stdout, ran["tmp"]), out.stdout[:3000]
-    for path in (ran["tmp"] / "report").rglob("*"):
+    report = ran["tmp"] / "report"
+    assert (report / "trials.csv.gz").is_file(), sorted(p.name for p in report.iterdir())
+    for path in report.rglob("*"):
         if path.is_file() and path.suffix in (".md", ".csv", ".json"):
             assert not machine_paths(path.read_text(), ran["tmp"]), path
+        elif path.name.endswith(".csv.gz"):
+            assert not machine_paths(gzip.decompress(path.read_bytes()).decode(), ran["tmp"]), path
 
 
 def test_an_offline_replay_finds_its_builds_again(ran: dict) -> None:

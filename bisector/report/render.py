@@ -7,7 +7,7 @@ from pathlib import Path
 from bisector.report import markdown
 from bisector.report.data import ReportData
 
-CSV_NAME = "trials.csv"
+CSV_NAME = "trials.csv.gz"
 
 
 def write_report(data: ReportData, out: Path) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import enum
+import gzip
 import json
 import math
 import os
@@ -471,14 +472,17 @@ class Store:
     def export(self, fmt: str, out: str | Path | TextIO, campaign: str | None = None,
                shas: Collection[str] | None = None, portable: Callable[[Any], Any] | None = None) -> int:
         """Write trials as CSV (JSON columns as JSON strings) or a JSON array; returns the count.
-        `portable` rewrites each row's values (bisector/portable.py: no path of this machine)."""
+        `portable` rewrites each row's values (bisector/portable.py: no path of this machine). A path
+        ending in `.gz` is gzipped: raw repetitions compress ~6x, and a report's files are committed
+        and posted."""
         if fmt not in FORMATS:
             raise BadInput(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
         rows = self.rows(campaign, shas)
         if portable is not None:
             rows = [portable(row) for row in rows]
         if isinstance(out, (str, Path)):
-            with open(out, "w", newline="", encoding="utf-8") as handle:
+            opener = gzip.open if str(out).endswith(".gz") else open
+            with opener(out, "wt", newline="", encoding="utf-8") as handle:
                 _write_rows(fmt, rows, handle)
         else:
             _write_rows(fmt, rows, out)
