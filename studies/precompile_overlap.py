@@ -1,16 +1,23 @@
-"""Does a trial's precompile (inputs drawn, first calls captured, off the device lock) disturb
-another trial's timed section on the same GPU? (issue 23: "may overlap another trial's timed
-section only if measured not to disturb it")
+"""Does a trial's setup, done off the device lock, disturb another trial's timed section on the same
+GPU? (issue 23: "may overlap another trial's timed section only if measured not to disturb it")
 
-    python -m studies.precompile_overlap [--seconds 60] [--out FILE]
+    python -m studies.precompile_overlap [--modes precompile,fill,alloc,context] [--seconds 40] [--out FILE]
 
 Process A times kernels as a trial does (benches.kernel_time: cold cache, CUDA graph, 6 reps of
 subject and control interleaved) in rounds, back to back: a decode GEMM (64x7168x2048 bf16, ~20 us,
 the shortest and so the most exposed), a square GEMM (8192^3) and attention (SDPA, 2x32x4096x128).
-Process B alternates 4 s windows of nothing and of precompiling as benches/trial.py does it:
-random inputs of the demo's sizes drawn on the GPU, then a freshly written Triton kernel (a new
-source each time, so a real compile) and SDPA captured into a CUDA graph that is never replayed.
-The rounds of A that fall wholly in B's busy windows are compared with those in its idle windows.
+Process B alternates 4 s windows of nothing and of one part of a trial's setup, per `--mode`:
+- `precompile`: what benches/trial.py does before the gate: random inputs of the demo's sizes drawn
+  on the GPU (into memory its allocator already holds, after the first time), then a freshly written
+  Triton kernel (a new source each time, so a real compile) and SDPA captured into a CUDA graph that is
+  never replayed;
+- `fill`: the input draws alone, into freshly mapped memory each time (the allocator's cache emptied:
+  a fresh trial process has nothing cached), ~1.2 GB of random fills;
+- `alloc`: the same allocations and frees with no kernel at all;
+- `context`: a fresh process forked from one that imported torch (as the runner's zygote does) makes
+  its CUDA context, allocates 1.2 GB and exits: context creation and teardown, as every trial does.
+The rounds of A that fall wholly in B's busy windows are compared with those in its idle windows:
+median, CV, and the share of rounds more than 5% off the idle median (what makes a trial an outlier).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import time
 from pathlib import Path
 
 WINDOW_S = 4.0
+MODES = ("precompile", "fill", "alloc", "context")
 KERNEL_SRC = '''
 import triton
 import triton.language as tl
@@ -69,11 +77,70 @@ def timer(seconds: float, queue: mp.Queue) -> None:
     queue.put(("done", time.time()))
 
 
-def precompiler(seconds: float, start: float, queue: mp.Queue) -> None:
-    import torch
+FILL_SHAPE = (2, 32, 16384, 128)  # bf16 q, k, v: 3 x 256 MiB, plus the GEMM's 8192^2 operands
+ALLOC_BYTES = 3 * (2 * 32 * 16384 * 128 * 2) + 2 * 8192 * 8192 * 2
+
+
+def _fill(torch, gen) -> list:
+    """The demo's biggest inputs, drawn on the GPU: attention q, k, v and a square GEMM's operands."""
+    out = [torch.randn(*FILL_SHAPE, generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    out += [torch.randn(8192, 8192, generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    return out
+
+
+def _precompile_once(torch, tmp: Path, n: int) -> None:
     import torch.nn.functional as F
 
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(n)
+    q, k, v = (torch.randn(*FILL_SHAPE, generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    path = tmp / f"k{n}.py"
+    path.write_text(KERNEL_SRC.format(factor=1.0 + n * 1e-3))
+    spec = importlib.util.spec_from_file_location(f"k{n}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    xs = torch.randn(1 << 20, generator=gen, device="cuda")
+    ys = torch.empty_like(xs)
+    for fn in (lambda: mod.scale[(1024,)](xs, ys, xs.numel(), BLOCK=1024),
+               lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream(), capture_error_mode="relaxed"):
+            fn()
+        del graph
+
+
+def _fill_once(torch, n: int) -> None:
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(n)
+    xs = _fill(torch, gen)
+    torch.cuda.synchronize()
+    del xs
+    torch.cuda.empty_cache()  # the next draw maps fresh memory, as a fresh trial process does
+
+
+def _alloc_once(torch) -> None:
+    x = torch.empty(ALLOC_BYTES, dtype=torch.int8, device="cuda")
+    torch.cuda.synchronize()
+    del x
+    torch.cuda.empty_cache()
+
+
+def _context_child() -> None:
+    import os
+
+    import torch
+
+    x = torch.empty(ALLOC_BYTES, dtype=torch.int8, device="cuda")  # makes the context
+    torch.cuda.synchronize()
+    del x
+    os._exit(0)
+
+
+def precompiler(seconds: float, start: float, queue: mp.Queue, mode: str) -> None:
+    import torch
+
     tmp = Path(tempfile.mkdtemp(prefix="precompile-overlap-"))
+    forks = mp.get_context("fork")  # this process never touches CUDA in `context` mode, like a zygote
     n = 0
     end = start + seconds
     while time.time() < end:
@@ -87,41 +154,30 @@ def precompiler(seconds: float, start: float, queue: mp.Queue) -> None:
                 time.sleep(0.02)
                 continue
             n += 1
-            gen = torch.Generator(device="cuda")
-            gen.manual_seed(n)
-            q, k, v = (torch.randn(2, 32, 16384, 128, generator=gen, device="cuda", dtype=torch.bfloat16)
-                       for _ in range(3))
-            path = tmp / f"k{n}.py"
-            path.write_text(KERNEL_SRC.format(factor=1.0 + n * 1e-3))
-            spec = importlib.util.spec_from_file_location(f"k{n}", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)  # type: ignore[union-attr]
-            xs = torch.randn(1 << 20, generator=gen, device="cuda")
-            ys = torch.empty_like(xs)
-            for fn in (lambda: mod.scale[(1024,)](xs, ys, xs.numel(), BLOCK=1024),
-                       lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)):
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, stream=torch.cuda.Stream(), capture_error_mode="relaxed"):
-                    fn()
-                del graph
-            del q, k, v, xs, ys
+            if mode == "precompile":
+                _precompile_once(torch, tmp, n)
+            elif mode == "fill":
+                _fill_once(torch, n)
+            elif mode == "alloc":
+                _alloc_once(torch)
+            else:
+                child = forks.Process(target=_context_child)
+                child.start()
+                child.join()
     queue.put(("compiled", n))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+def one_mode(mode: str, seconds: float) -> tuple[list[str], dict]:
+    """Process A's rounds split by B's windows for one mode: table lines and a summary."""
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue()
-    a = ctx.Process(target=timer, args=(args.seconds, queue))
+    a = ctx.Process(target=timer, args=(seconds, queue))
     a.start()
     msg = queue.get(timeout=300)
     assert msg[0] == "ready", msg
-    b = ctx.Process(target=precompiler, args=(args.seconds, time.time(), queue))
+    b = ctx.Process(target=precompiler, args=(seconds, time.time(), queue, mode))
     b.start()
-    rounds, busy, compiled = [], [], 0
+    rounds, busy, done = [], [], 0
     while a.is_alive() or b.is_alive() or not queue.empty():
         try:
             m = queue.get(timeout=5)
@@ -132,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         elif m[0] == "busy":
             busy.append(m[1:])
         elif m[0] == "compiled":
-            compiled = m[1]
+            done = m[1]
     a.join()
     b.join()
 
@@ -143,12 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             return "idle"
         return None
 
-    lines = [f"# {time.strftime('%Y-%m-%d %H:%M')}: {len(rounds)} timed rounds, {compiled} precompiles "
-             f"in {len(busy)} busy windows of {WINDOW_S:g} s",
-             f"# {'case':22s} {'idle us':>9s} {'busy us':>9s} {'delta':>7s} {'idle CV':>8s} {'busy CV':>8s} rounds"]
+    lines = [f"## {mode}: {len(rounds)} timed rounds, {done} setups in {len(busy)} busy windows of {WINDOW_S:g} s"]
     summary = {}
     for name in dict.fromkeys(r[0] for r in rounds):
-        by = {"idle": [], "busy": []}
+        by: dict[str, list[float]] = {"idle": [], "busy": []}
         for n, t0, t1, ms in rounds:
             s = state(t0, t1)
             if n == name and s:
@@ -157,11 +211,35 @@ def main(argv: list[str] | None = None) -> int:
             continue
         mi, mb = statistics.median(by["idle"]), statistics.median(by["busy"])
         cv = {k: statistics.pstdev(v) / statistics.mean(v) * 100 for k, v in by.items()}
-        summary[name] = {"idle_us": mi, "busy_us": mb, "delta_pct": (mb / mi - 1) * 100, **{f"{k}_cv_pct": c for k, c in cv.items()}}
+        off = {k: sum(abs(x / mi - 1) > 0.05 for x in v) / len(v) * 100 for k, v in by.items()}
+        summary[name] = {"idle_us": mi, "busy_us": mb, "delta_pct": (mb / mi - 1) * 100,
+                         **{f"{k}_cv_pct": c for k, c in cv.items()}, **{f"{k}_off5_pct": o for k, o in off.items()}}
         lines.append(f"{name:24s} {mi:9.2f} {mb:9.2f} {(mb / mi - 1) * 100:+6.2f}% {cv['idle']:7.2f}% "
-                     f"{cv['busy']:7.2f}% {len(by['idle'])}/{len(by['busy'])}")
+                     f"{cv['busy']:7.2f}% {off['idle']:6.1f}% {off['busy']:6.1f}% {len(by['idle'])}/{len(by['busy'])}")
+    return lines, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", default="precompile,fill,alloc,context")
+    parser.add_argument("--seconds", type=float, default=40.0, help="per mode")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        print(f"precompile_overlap: unknown mode {unknown[0]!r} (known: {', '.join(MODES)})", file=sys.stderr)
+        return 2
+    lines = [f"# {time.strftime('%Y-%m-%d %H:%M')}: process A times rounds back to back; B alternates "
+             f"{WINDOW_S:g} s idle / busy windows of one setup part ({args.seconds:g} s a mode)",
+             f"# {'case':22s} {'idle us':>9s} {'busy us':>9s} {'delta':>7s} {'idle CV':>8s} {'busy CV':>8s} "
+             f"{'idle>5%':>7s} {'busy>5%':>7s} rounds"]
+    summary = {}
+    for mode in modes:
+        more, summary[mode] = one_mode(mode, args.seconds)
+        lines += more
+        print("\n".join(more), flush=True)
     text = "\n".join(lines)
-    print(text)
     print(json.dumps(summary))
     if args.out:
         args.out.write_text(text + "\n")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bisector.model import Verdict
-from bisector.search.stats import compare, holds, noise_cv
+from bisector.search.stats import compare, holds, log_sd, noise_cv, without_wild
 
 
 def _noisy(rng: np.random.Generator, level: float, cv: float, n: int) -> list[float]:
@@ -103,3 +103,25 @@ def test_noise_cv_is_estimated_from_repeats() -> None:
     groups = [_noisy(rng, level, 0.03, 5) for level in (1.0, 0.9, 1.1, 1.2) * 25]
     assert 0.027 < noise_cv(groups) < 0.033
     assert math.isnan(noise_cv([[1.0], [2.0]]))
+
+
+def test_a_wild_trial_is_left_out_only_far_out_and_only_a_few() -> None:
+    quiet = [1.0, 1.002, 0.998, 1.001, 0.999, 1.0]
+    assert without_wild(quiet + [0.9], 0.002) == tuple(quiet)  # 10% off at a 0.2% noise: out
+    assert without_wild(quiet + [0.99], 0.002) == tuple(quiet + [0.99])  # 5 sds: kept
+    assert without_wild([1.0, 0.9], 0.002) == (1.0, 0.9)  # two trials: no median to trust
+    split = [1.0, 1.0, 1.0, 0.9, 0.9]
+    assert without_wild(split, 0.002) == tuple(split)  # two of five: bimodal, not disturbed
+    assert without_wild(quiet + [0.9], math.nan) == tuple(quiet + [0.9])
+
+
+def test_the_pooled_noise_leaves_out_a_commit_with_a_wild_trial() -> None:
+    rng = np.random.default_rng(12)
+    groups = [_noisy(rng, 1.0, 0.005, 3) for _ in range(40)]
+    quiet, _ = log_sd(groups, screen=True)
+    groups[7][1] *= 0.9
+    assert log_sd(groups)[0] > 0.008  # what the wild trial made of a plain pooled sd
+    assert math.isclose(log_sd(groups, screen=True)[0], quiet, rel_tol=0.05)
+    assert log_sd(groups, screen=True)[1] == 78
+    groups = [_noisy(rng, 1.0, 0.005, 8) for _ in range(20)]
+    assert log_sd(groups, screen=True) == log_sd(groups)  # nothing wild: the same pool

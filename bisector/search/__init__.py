@@ -47,8 +47,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict,
                             min_step_for)
-from bisector.search.samples import POOLED_MIN_DF, pooled_noise
-from bisector.search.stats import compare, holds, log_sd
+from bisector.search.samples import POOLED_MIN_DF, PooledNoise, compare_pooled, pooled_noise
+from bisector.search.stats import holds, log_sd
 
 __all__ = ["SearchSettings", "localize", "result_json", "uncertain_json"]
 
@@ -177,13 +177,13 @@ class _State:
         return sorted(s for s in a.samples if s in b.samples and s not in a.wrong and s not in b.wrong)
 
     # -- comparing -----------------------------------------------------------------------------
-    def noise(self, shape: str, *pair: Sequence[float]) -> tuple[float, float] | None:
+    def noise(self, shape: str) -> PooledNoise | None:
         """The trial noise of `shape` at this point of the search (samples.pooled_noise)."""
-        return pooled_noise(self.meas.values(), shape, pair)
+        return pooled_noise(self.meas.values(), shape)
 
     def compare_samples(self, shape: str, before: Sequence[float], after: Sequence[float],
                         alpha: float) -> Comparison:
-        return compare(before, after, self.settings.min_step(shape), alpha, shape, self.noise(shape, before, after))
+        return compare_pooled(before, after, self.settings.min_step(shape), alpha, shape, self.noise(shape))
 
     def compare_now(self, i: int, j: int, alpha: float, only: Iterable[str] | None = None) -> dict[str, Comparison]:
         return {s: self.compare_samples(s, self.samples(i, s), self.samples(j, s), alpha)
@@ -274,7 +274,7 @@ class _State:
         if not sds or any(sd is None for sd in sds.values()):
             return otherwise
         return next((n for n in range(st.first_look, max(st.initial_repeats, otherwise))
-                     if all(enough(s, sd[0], n) for s, sd in sds.items() if sd is not None)), otherwise)
+                     if all(enough(s, sd.raw_sd, n) for s, sd in sds.items() if sd is not None)), otherwise)
 
     def first_repeats(self, shapes: Iterable[str], other: int) -> int:
         """Trials a newly measured commit gets first: as few as show "no step" at once against a

@@ -14,8 +14,7 @@ from typing import Callable, Mapping, Sequence
 
 from bisector.model import Commit, Comparison, SearchResult, TrialRecord, TrialStatus
 from bisector.search.call_timing import latency_tflops
-from bisector.search.samples import pooled_noise, trial_metric
-from bisector.search.stats import compare
+from bisector.search.samples import compare_pooled, pooled_noise, trial_metric
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def unsure_pairs(result: SearchResult, max_trials: int, min_step: Callable[[str]
             before = tuple(a.samples.get(shape, ()))[:max_trials] if a else ()
             after = tuple(b.samples.get(shape, ()))[:max_trials] if b else ()
             if before and after:
-                comparisons.append(compare(before, after, min_step(shape), 1.0, shape,
-                                           pooled_noise(result.measurements.values(), shape, (before, after))))
+                comparisons.append(compare_pooled(before, after, min_step(shape), 1.0, shape,
+                                                  pooled_noise(result.measurements.values(), shape)))
         out.append(UnsurePair(u.before, u.after, u.shapes, tuple(comparisons)))
     return tuple(out)

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
-from bisector.model import Measurement, TrialRecord, TrialStatus
-from bisector.search.stats import full_clock_time, log_sd
+from bisector.model import Comparison, Measurement, TrialRecord, TrialStatus
+from bisector.search.stats import WILD_MIN_TRIALS, compare, full_clock_time, log_sd, mad_sd, without_wild
 
 # Degrees of freedom from which the pooled noise replaces each pair's own (Welch) estimate.
 POOLED_MIN_DF = 12
+# ... and that the screened pool (the wild commits left out) needs to stand for it: fewer degrees of
+# freedom only widen the t interval, and a pool of 12 with two wild commits left out is still right.
+SCREENED_MIN_DF = 4
 
 
 # The config's `timing = "latency"` prefixes the metric's name: "latency_ratio", "latency_speed".
@@ -51,18 +54,61 @@ def cv_pct(values: Sequence[float]) -> float | None:
     return 100.0 * statistics.stdev(values) / mean if mean else None
 
 
-def pooled_noise(measurements: Iterable[Measurement], shape: str,
-                 pair: Sequence[Sequence[float]]) -> tuple[float, float] | None:
-    """The trial noise of `shape` (log sd, df): pooled over every measured commit once that pool is
-    large, never below the pair's own spread. With 3 trials a side, Welch's t has ~4 degrees of
-    freedom and its interval is 40% wider than the pooled one; the floor keeps a noisier stretch
-    of history from borrowing the calm of the rest."""
-    groups = [m.samples.get(shape, ()) for m in measurements if shape not in m.wrong]
-    sd, df = log_sd([g for g in groups if len(g) > 1])
-    if df < POOLED_MIN_DF or not math.isfinite(sd):
+@dataclass(frozen=True)
+class PooledNoise:
+    """The run's trial noise of one shape, as log sds: `sd` over the commits whose trials are all
+    ordinary (stats.log_sd with its screen), `raw_sd` over every commit, wild trials in; `df` the
+    degrees of freedom of the screened pool."""
+
+    sd: float
+    raw_sd: float
+    df: float
+
+
+def pooled_noise(measurements: Iterable[Measurement], shape: str) -> PooledNoise | None:
+    """The trial noise of `shape` pooled over every measured commit, once that pool is large. With
+    3 trials a side, Welch's t has ~4 degrees of freedom and its interval is 40% wider than the
+    pooled one."""
+    groups = [g for m in measurements if shape not in m.wrong and len(g := m.samples.get(shape, ())) > 1]
+    raw, raw_df = log_sd(groups)
+    sd, df = log_sd(groups, screen=True)
+    if raw_df < POOLED_MIN_DF or not math.isfinite(raw):
         return None
-    own, _ = log_sd([p for p in pair if len(p) > 1])
-    return (max(sd, own if math.isfinite(own) else 0.0), df)
+    if df < SCREENED_MIN_DF or not math.isfinite(sd):
+        sd, df = raw, raw_df
+    return PooledNoise(sd, raw, df)
+
+
+def compare_pooled(before: Sequence[float], after: Sequence[float], min_step_pct: float, alpha: float,
+                   shape: str, pool: PooledNoise | None) -> Comparison:
+    """The search's comparison of two commits. With the run's pooled noise known and 3 trials or
+    more a side (stats.WILD_MIN_TRIALS), their wild trials are left out against the screened pool
+    (stats.without_wild: far from both commits); with fewer, a wild trial cannot be told, so the
+    pool with wild trials in is the noise. Either way the pair's own spread is a floor, so that a
+    noisier stretch of history does not borrow the calm of the rest. Before the pool is known,
+    Welch's t on the pair alone, less the trials wild against the pair's own robust spread
+    (stats.mad_sd: 5 trials a side on). The counts are the trials given, wild ones in: how many
+    the commits have, which the search reads to know fresh trials came."""
+    given = len(before), len(after)
+    if pool is None:
+        scale = mad_sd((before, after))
+        out = compare(*_without_wild_pair(before, after, scale), min_step_pct, alpha, shape)
+    else:
+        sd = pool.raw_sd
+        if min(given) >= WILD_MIN_TRIALS:
+            (before, after), sd = _without_wild_pair(before, after, pool.sd), pool.sd
+        own, _ = log_sd([side for side in (before, after) if len(side) > 1])
+        out = compare(before, after, min_step_pct, alpha, shape, (max(sd, own if math.isfinite(own) else 0.0), pool.df))
+    return replace(out, n_before=given[0], n_after=given[1])
+
+
+def _without_wild_pair(before: Sequence[float], after: Sequence[float],
+                       sd: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Each side less its trials wild against its own median and the other side's (stats.without_wild)."""
+    if len(before) < WILD_MIN_TRIALS or len(after) < WILD_MIN_TRIALS:
+        return tuple(before), tuple(after)
+    return (without_wild(before, sd, (statistics.median(after),)),
+            without_wild(after, sd, (statistics.median(before),)))
 
 
 @dataclass(frozen=True)

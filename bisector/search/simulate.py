@@ -139,10 +139,17 @@ class SimulatedProbe:
     """probe(sha, repeats) over a step model: cumulative, deterministic per (seed, sha)."""
 
     def __init__(self, commits: Sequence[str], model: StepModel, noise_cv: float = 0.01, seed: int = 0,
-                 wrong: Mapping[str, frozenset[str]] | None = None) -> None:
+                 wrong: Mapping[str, frozenset[str]] | None = None, wild: float = 0.0,
+                 wild_pct: tuple[float, float] = (5.0, 10.0)) -> None:
+        """`wild`: the share of trials read `wild_pct` percent off (either way, uniform in the range)
+        on top of the noise, as a GPU host reads a trial whose timed section another process
+        disturbed (studies/results/h200-setup-parts.txt)."""
         if noise_cv < 0:
             raise BadInput(f"noise CV must be >= 0, got {noise_cv}")
+        if not 0.0 <= wild < 1.0:
+            raise BadInput(f"wild trial share must be in [0, 1), got {wild}")
         self.model, self.seed = model, seed
+        self.wild, self.wild_pct = wild, wild_pct
         self.sigma = math.sqrt(math.log1p(noise_cv**2))
         self.wrong = dict(wrong or {})
         self.level: dict[str, dict[str, float]] = {}
@@ -167,6 +174,9 @@ class SimulatedProbe:
         missing = repeats - min(len(v) for v in have.values())
         if missing > 0:
             noise = np.exp(rng.normal(-self.sigma**2 / 2, self.sigma, size=(missing, len(have))))
+            if self.wild:
+                off = rng.uniform(*self.wild_pct, size=noise.shape) / 100.0 * rng.choice((-1.0, 1.0), size=noise.shape)
+                noise *= np.where(rng.random(noise.shape) < self.wild, 1.0 + off, 1.0)
             for j, name in enumerate(have):
                 have[name].extend(float(self.level[sha][name] * x) for x in noise[:, j])
         return Measurement(sha, ProbeStatus.OK, {k: tuple(v) for k, v in have.items()},

@@ -10,6 +10,17 @@ The verdict:
   step of the minimum size can hide there.
 - UNKNOWN: neither yet; the caller buys more trials.
 
+Wild trials. On a GPU host about one trial in thirty reads 5-10% off its commit (another process
+mapping memory or drawing inputs on the device during its timed section:
+studies/results/h200-setup-parts.txt), against a per-trial noise of 0.3-2%. With means and their
+sd, one such trial widens its pair's interval until the pair runs to the trial cap, unsure. So where
+the noise is known from the whole run, a trial more than WILD_SD pooled sds from its commit's
+median (WILD_MIN_TRIALS or more a side) is left out of the search's comparison (`without_wild`, used by
+samples.compare_pooled), against a pool that leaves out the commits whose spread is beyond chance
+(`log_sd(screen=True)`). A pair with fewer trials cannot tell a wild one: it is compared against
+the pool with the wild trials in, as before. Ordinary noise, even a uniform one, never
+reaches WILD_SD: on clean trials nothing changes.
+
 A pure module: no I/O, no imports of builds, stores or devices.
 """
 
@@ -23,7 +34,7 @@ from scipy import special  # the t distribution's cdf and its inverse; scipy.sta
 
 from bisector.model import Comparison, Verdict
 
-__all__ = ["full_clock_time", "compare", "holds", "welch_log", "noise_cv", "log_sd", "LogWelch"]
+__all__ = ["full_clock_time", "compare", "holds", "welch_log", "noise_cv", "log_sd", "LogWelch", "without_wild", "mad_sd"]
 
 
 def full_clock_time(ms: Sequence[float], tolerance: float = 0.02, at_least: int = 3) -> float:
@@ -127,20 +138,56 @@ def holds(comparison: Comparison, direction: float, min_step_pct: float, alpha: 
     return reach >= min_step_pct
 
 
-def log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+WILD_SD = 6.0  # a trial this many pooled sds from its commit's median is left out
+WILD_MIN_TRIALS = 3  # below this a median is no anchor
+WILD_GROUP = 0.001  # a commit whose spread is this unlikely against the others' leaves the pool
+
+
+def without_wild(values: Sequence[float], sd: float, elsewhere: Sequence[float] = ()) -> tuple[float, ...]:
+    """`values` less the trials more than WILD_SD x `sd` (log) from their median and from every
+    level in `elsewhere` (the other commit of a pair): of three trials two wild ones would be the
+    median, and the quiet one, near the other commit, must not be thrown out for them. Only with
+    WILD_MIN_TRIALS or more, and never more than a third of them: a commit whose trials split that
+    much is bimodal, not disturbed, and the comparison must see it."""
+    values = tuple(values)
+    if len(values) < WILD_MIN_TRIALS or not math.isfinite(sd) or sd <= 0.0:
+        return values
+    logs = np.log(np.asarray(values, dtype=float))
+    far = np.abs(logs - np.median(logs)) > WILD_SD * sd
+    for level in elsewhere:
+        far &= np.abs(logs - math.log(level)) > WILD_SD * sd
+    if not far.any() or far.sum() > len(values) // 3:
+        return values
+    return tuple(v for v, wild in zip(values, far) if not wild)
+
+
+def mad_sd(groups: Sequence[Sequence[float]], at_least: int = 5) -> float:
+    """A robust per-trial sd of log values from groups of `at_least` trials or more: 1.4826 x the
+    median absolute deviation from each group's median (NaN with no such group). The scale a pair
+    can give itself before the run's pooled noise is known: a wild trial does not move it."""
+    residuals = [np.abs(x - np.median(x)) for g in groups if len(g) >= at_least
+                 for x in [np.log(np.asarray(g, dtype=float))]]
+    return 1.4826 * float(np.median(np.concatenate(residuals))) if residuals else math.nan
+
+
+def log_sd(groups: Sequence[Sequence[float]], screen: bool = False) -> tuple[float, int]:
     """Per-trial sd of log values pooled over groups of repeats (one group per commit), and its df.
 
-    Within-commit spread is blind to steps between commits. With single trials per commit, the
-    median absolute first difference of the per-commit logs / (0.6745 sqrt 2) is used instead,
-    which steps barely move either.
+    Within-commit spread is blind to steps between commits. With `screen`, a group whose variance
+    is beyond what chance gives one group in a thousand (chi-square) against the groups' median
+    variance is left out of the pool: one trial read 10% off among three would otherwise count for
+    as much as a hundred quiet groups. With single trials per commit, the median absolute first
+    difference of the per-commit logs / (0.6745 sqrt 2) is used instead, which steps barely move
+    either.
     """
-    num, den = 0.0, 0
+    spreads = []  # (sum of squares, df) per group
     for g in groups:
         if len(g) < 2:
             continue
         x = np.log(np.asarray(g, dtype=float))
-        num += float(((x - x.mean()) ** 2).sum())
-        den += len(g) - 1
+        spreads.append((float(((x - x.mean()) ** 2).sum()), len(g) - 1))
+    kept = _without_wild_groups(spreads) if screen else spreads
+    num, den = sum(ss for ss, _ in kept), sum(df for _, df in kept)
     if den > 0:
         return math.sqrt(num / den), den
     singles = np.log(np.asarray([g[0] for g in groups if len(g) == 1], dtype=float))
@@ -148,6 +195,17 @@ def log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
         return float("nan"), 0
     d = np.diff(singles)
     return float(np.median(np.abs(d - np.median(d)))) / 0.6745 / math.sqrt(2.0), len(singles) - 1
+
+
+def _without_wild_groups(spreads: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """The groups whose variance is within chance (chi-square, WILD_GROUP) of the groups' scale,
+    taken as the median of variance / median(chi2_df / df): a few wild groups do not move it."""
+    if len(spreads) < 3:
+        return spreads
+    scale = float(np.median([ss / df / (float(special.chdtri(df, 0.5)) / df) for ss, df in spreads]))
+    if scale <= 0.0:
+        return spreads
+    return [(ss, df) for ss, df in spreads if ss / df <= scale * float(special.chdtri(df, WILD_GROUP)) / df]
 
 
 def noise_cv(groups: Sequence[Sequence[float]]) -> float:
