@@ -71,7 +71,7 @@ def setting_values(factor: str, n: int) -> list[int]:
     """`n` values of the factor: bytes (env, spacer) spread over one page, characters (path), or indices."""
     if factor == "path":
         return [k * 13 for k in range(n)]
-    if factor == "repeat":
+    if factor in ("repeat", "runner"):
         return list(range(n))
     if factor == "offset":  # 1 MiB (from the heap's top) plus offsets spread over one page
         return [(1 << 20) + k * 4096 // n for k in range(n)]
