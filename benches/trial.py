@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import torch
 
-from benches import allocator, backends, machine, suites, telemetry
+from benches import allocator, backends, layout, machine, suites, telemetry
 from benches.backends.base import Backend, BackendUnavailable, Prepared, prepared
 from benches.correctness import compare
 from benches.kernel_time import CallTimes, KernelTimes
@@ -259,6 +259,7 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
             staged = stage_shape(shape, index, spec, clock.sync, subject, control, control_error)
     result.update(staged.precompile)
     inputs, subj, ctrl, control_error = staged.inputs, staged.subj, staged.ctrl, staged.control_error
+    result["input_page_offsets"] = layout.page_offsets(inputs)
     atol, rtol = tolerance(spec, name, suite, params)
     skip_check = checked is not None and list(checked.get(key) or ()) == [atol, rtol]
 

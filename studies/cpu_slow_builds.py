@@ -45,6 +45,7 @@ def zygote() -> int:
             os.sched_setaffinity(0, {job["cpu"]})
             from benches import trial
 
+            spacer = bytearray(job.get("spacer", 0))  # noqa: F841 - kept: moves the heap the trial starts on
             trial.run(json.loads(Path(job["spec"]).read_text()), Path(job["out"]))
             os._exit(0)
         running[pid] = job
@@ -64,6 +65,34 @@ def _answer(running: dict[int, dict[str, Any]]) -> None:
 def usage(ru: resource.struct_rusage) -> dict[str, float]:
     return {"minflt": ru.ru_minflt, "majflt": ru.ru_majflt, "utime": ru.ru_utime, "stime": ru.ru_stime,
             "nvcsw": ru.ru_nvcsw, "nivcsw": ru.ru_nivcsw}
+
+
+def trial_job(config: Any, manifest: Any, exports: Path, tdir: Path, commit: int, trial: int, job_id: int,
+              **extra: Any) -> dict[str, Any]:
+    """One trial of demo commit `commit` (exported under `exports`), its spec written in `tdir`, as the
+    runner builds it (seed = trial index); `extra` rides along in the job (e.g. a zygote's `spacer`)."""
+    from bisector.demo.repo import export_commit
+    from bisector.model import BuildResult, BuildStatus
+    from bisector.runner.spec import build_spec
+
+    sha = manifest.commits[commit]
+    build = BuildResult(sha, BuildStatus.OK, str(export_commit(Path(manifest.path), sha, exports)))
+    tdir.mkdir(parents=True)
+    (tdir / "spec.json").write_text(json.dumps(build_spec(config, build, None, seed=trial, shapes=config.shapes)))
+    return {"id": job_id, "commit": commit, "trial": trial, "cpu": job_id % 2,
+            "spec": str(tdir / "spec.json"), "out": str(tdir / "out.json"),
+            "env": {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}, **extra}
+
+
+def forked(jobs: list[dict[str, Any]], env: dict[str, str], module: str = "studies.cpu_slow_builds") -> list[dict[str, Any]]:
+    """The jobs' trials forked from one zygote (`module --zygote`) started with `env`, two at a time;
+    their wait4 answers."""
+    z = subprocess.run([sys.executable, "-m", module, "--zygote"], env=env, text=True,
+                       input="".join(json.dumps(j) + "\n" for j in jobs), capture_output=True,
+                       cwd=str(Path(__file__).resolve().parents[1]))
+    if z.returncode:
+        raise RuntimeError(z.stderr[-3000:])
+    return [json.loads(line) for line in z.stdout.splitlines() if line.startswith("{")]
 
 
 def spawned(jobs: list[dict[str, Any]], env: dict[str, str]) -> list[dict[str, Any]]:
@@ -101,10 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bisector.demo import write_demo_repo
     from bisector.demo.demo_config import demo_config
-    from bisector.demo.repo import export_commit
-    from bisector.model import BuildResult, BuildStatus
     from bisector.runner.launch import worker_env
-    from bisector.runner.spec import build_spec
 
     with tempfile.TemporaryDirectory(prefix="cpu-slow-builds-") as tmp:
         manifest = write_demo_repo(Path(tmp, "upstream"))
@@ -120,25 +146,16 @@ def main(argv: list[str] | None = None) -> int:
         jobs = []
         for t in range(args.trials):
             for k, i in enumerate(commits if t % 2 == 0 else commits[::-1]):
-                sha = manifest.commits[i]
-                build = BuildResult(sha, BuildStatus.OK, str(export_commit(Path(manifest.path), sha, Path(tmp))))
-                tdir = Path(tmp, "trials", f"{i:02d}-{t}")
-                tdir.mkdir(parents=True)
-                (tdir / "spec.json").write_text(json.dumps(build_spec(config, build, None, seed=t, shapes=config.shapes)))
-                jobs.append({"id": len(jobs), "commit": i, "trial": t, "cpu": len(jobs) % 2,
-                             "spec": str(tdir / "spec.json"), "out": str(tdir / "out.json"),
-                             "env": {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}})
+                jobs.append(trial_job(config, manifest, Path(tmp), Path(tmp, "trials", f"{i:02d}-{t}"), i, t, len(jobs)))
         load = [subprocess.Popen([sys.executable, "-c", LOAD]) for _ in range(args.load)]
         started = time.monotonic()
         try:
             if args.source == "fork":
-                z = subprocess.run([sys.executable, "-m", "studies.cpu_slow_builds", "--zygote"], env=env, text=True,
-                                   input="".join(json.dumps(j) + "\n" for j in jobs), capture_output=True,
-                                   cwd=str(Path(__file__).resolve().parents[1]))
-                if z.returncode:
-                    print(z.stderr[-3000:], file=sys.stderr)
+                try:
+                    answers = forked(jobs, env)
+                except RuntimeError as exc:
+                    print(exc, file=sys.stderr)
                     return 1
-                answers = [json.loads(line) for line in z.stdout.splitlines() if line.startswith("{")]
             else:
                 answers = spawned(jobs, env)
         finally:

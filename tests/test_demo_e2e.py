@@ -6,10 +6,10 @@ trials of the run (#125, the GEMM refactor, in three of them), a real step of th
 counts as invented: once with ~5760 page faults per call, the last time with no more faults than its
 neighbours (studies/results/cpu-slow-builds.txt).
 Every CPU trial now sets glibc's malloc thresholds itself after its imports (benches/allocator.py);
-that did not prevent the second. It asserts on what the run found, never on its
+that did not prevent the second. Memory layout was measured and ruled out (studies/results/cpu-layout-bias.txt). It asserts on what the run found, never on its
 speed: on a busy 2-core machine the search buys more trials, or reports a pair unsure, rather than
-miss a step. Each CPU trial records the page faults of its timed calls (`timed_faults`); a failure's
-message prints them per commit. The search's side (what it does
+miss a step. Each CPU trial records the page faults of its timed calls (`timed_faults`) and where its
+inputs lay in a page (`input_page_offsets`); a failure's message prints both per commit. The search's side (what it does
 with the noise it gets) is covered without a clock by studies/demo_replay.py and tests/test_search.py.
 """
 
@@ -53,17 +53,21 @@ def trial_count(tmp: Path) -> int:
 
 def measured(tmp: Path, commits: list[str]) -> str:
     """What the search saw, for a failure's message: per commit probed, each shape's trials, median
-    ratio and median page faults per timed subject call (a step missed on a noisy machine shows here
-    as two levels too close to call; a build slowed by faulting calls, as thousands of faults)."""
+    ratio, median page faults per timed subject call and its first input's page offsets (a step missed on a
+    noisy machine shows here as two levels too close to call; a build slowed by faulting calls, as
+    thousands of faults; one whose inputs lay elsewhere than its neighbours', as other offsets)."""
     with sqlite3.connect(tmp / "d" / "results.sqlite") as db:
         rows = db.execute("SELECT sha, shape, ratio, protocol FROM trials WHERE status = 'ok' AND ratio IS NOT NULL "
                           "AND (patch_hash IS NULL OR patch_hash = '')").fetchall()
-    per: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    per: dict[tuple[int, str], list[tuple[float, float, int]]] = {}
     for sha, shape, ratio, protocol in rows:
-        faults = (json.loads(protocol).get("timed_faults") or [0])[0] or 0
-        per.setdefault((commits.index(sha), shape), []).append((ratio, faults))
-    return "; ".join(f"{i}:{shape} n={len(v)} {statistics.median(r for r, _ in v):.3f} "
-                     f"({statistics.median(f for _, f in v):.0f} faults)" for (i, shape), v in sorted(per.items()))
+        record = json.loads(protocol)
+        faults = (record.get("timed_faults") or [0])[0] or 0
+        per.setdefault((commits.index(sha), shape), []).append(
+            (ratio, faults, next(iter((record.get("input_page_offsets") or {}).values()), -1)))
+    return "; ".join(f"{i}:{shape} n={len(v)} {statistics.median(r for r, _, _ in v):.3f} "
+                     f"({statistics.median(f for _, f, _ in v):.0f} faults, 1st input at {sorted({a for _, _, a in v})})"
+                     for (i, shape), v in sorted(per.items()))
 
 
 def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_path: Path) -> None:

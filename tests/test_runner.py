@@ -89,6 +89,7 @@ def test_good_subject_gemm(tmp_path, upstream):
         assert r.machine["device_kind"] == "cpu" and r.protocol["reps"] == 3
         assert r.protocol["log_path"].startswith("trials/")  # relative to the work dir: no path of this machine
         assert (tmp_path / "work" / r.protocol["log_path"]).exists()
+        assert set(r.protocol["input_page_offsets"]) == {"a", "b"}  # kept in the store (benches/layout.py)
 
 
 def test_good_subject_fa_bshd_layout(tmp_path, upstream):

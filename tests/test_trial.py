@@ -79,6 +79,34 @@ def test_cpu_trials_count_the_page_faults_of_each_timed_call(tmp_path):
         assert subject >= 1000 and control < 100, r["timed_faults"]
 
 
+PLACEMENT = """
+import json
+import os
+
+import torch
+
+
+def matmul(a, b, **_):
+    with open(os.environ["PLACEMENT_LOG"], "a") as log:  # where the inputs the subject is given lie
+        log.write(json.dumps({"m": a.shape[0], "a": a.data_ptr() % 4096, "b": b.data_ptr() % 4096}) + "\\n")
+    return torch.matmul(a, b)
+"""
+
+
+def test_trials_record_where_their_inputs_lie_in_a_page(tmp_path, monkeypatch):
+    # The CPU demo's tall GEMM reads 28-42 ms by its input's address offset in a page alone
+    # (studies/results/cpu-slow-builds.txt, part 1): each result says which offset its trial had.
+    (tmp_path / "placed.py").write_text(PLACEMENT)
+    monkeypatch.setenv("PLACEMENT_LOG", str(tmp_path / "placement.jsonl"))
+    out = trial.run(spec("placed:matmul", source_dirs=[str(tmp_path)]), tmp_path / "out.json")
+    seen = {}
+    for line in (tmp_path / "placement.jsonl").read_text().splitlines():
+        call = json.loads(line)
+        seen.setdefault(call.pop("m"), set()).add(tuple(sorted(call.items())))
+    for r, m in zip(out["results"], (32, 16)):
+        assert seen[m] == {tuple(sorted(r["input_page_offsets"].items()))}, (r["input_page_offsets"], seen[m])
+
+
 def test_control_none_checks_against_reference(tmp_path):
     (tmp_path / "sub.py").write_text("def mm(a, b, tile=None):\n    return (a.float() @ b.float()).to(a.dtype) + 1.0\n")
     out = trial.run(spec("sub:mm", control="none", source_dirs=[str(tmp_path)]), tmp_path / "out.json")
