@@ -560,6 +560,13 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
                     print(f"trial: {result['shape']}: {result['status']}", file=sys.stderr, flush=True)
                 write_json(out_path, output)
             del clock
+            staged.clear()
+            if device == "cuda":
+                # The trial's memory unmapped while it still holds the device: unmapping slows
+                # another process's kernels (studies/results/h200-setup-parts.txt), and the next
+                # trial is lent the device only once this process has ended (runner/executor.py).
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
     finally:
         gate.release()
     with phase("telemetry"):

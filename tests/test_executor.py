@@ -19,7 +19,7 @@ import pytest
 from bisector.config import parse
 from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.runner import make_executor
-from bisector.runner.executor import TrialJob
+from bisector.runner.executor import TEARDOWN_GRACE_S, TrialJob
 from tests.devices import CONTROL, DEVICES, gpu_processes
 from tests.processes import alive, host_pid
 
@@ -95,6 +95,11 @@ def test_device_sections_never_overlap_and_setup_runs_alongside(tmp_path: Path, 
     # ... the timed repetitions inside them (the trial's own clock) never overlap either ...
     timed = sorted(s for o in outcomes for s in spans(o, "timed"))
     assert len(timed) == 6 and all(a[1] <= b[0] for a, b in zip(timed, timed[1:]))
+    # ... each lent the device only once the one before it ended (its teardown kept off the next
+    # timed section), or TEARDOWN_GRACE_S after its release ...
+    for before, after in zip(outcomes, outcomes[1:]):
+        assert after.timeline.go >= min(before.timeline.ended, before.timeline.release + TEARDOWN_GRACE_S), \
+            [o.timeline for o in outcomes]
     # ... while every next trial's process was already started, setting up (its imports) off the
     # device as the one before it measured. (Whether its setup also ended in time depends on the
     # machine's load: a spawned torch import takes seconds on a busy 2-core VM.)
@@ -148,7 +153,7 @@ BOT = textwrap.dedent('''
     sys.path[:0] = [sys.argv[1]]
     from tests.test_executor import config, build
     from bisector.runner import make_executor
-    from bisector.runner.executor import TrialJob
+    from bisector.runner.executor import TEARDOWN_GRACE_S, TrialJob
     tmp, src = Path(sys.argv[2]), Path(sys.argv[3])
     cfg = config(tmp, entry="kern:hang", env={"MARK": str(tmp / "mark")}, kind=sys.argv[5])
     with make_executor(cfg, tmp / "work", source=sys.argv[4], lock_devices=False) as ex:

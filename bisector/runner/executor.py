@@ -138,6 +138,9 @@ Prepare = Callable[[TrialJob, int], Prepared]
 Finish = Callable[[TrialJob, Prepared, Mapping[str, Any], Mapping[str, Any]], tuple[TrialRecord, ...]]
 
 
+TEARDOWN_GRACE_S = 1.0  # how long a GPU trial that released its device may take to exit before it is lent on
+
+
 class Executor:
     """Runs TrialJobs on `devices` with workers from `source`; `submit` returns a Future[TrialOutcome].
 
@@ -152,7 +155,13 @@ class Executor:
         self.ahead, self.timeout_s, self.memory_bytes = ahead, timeout_s, memory_bytes
         self.lock_devices = lock_devices
         # On the CPU the device is a core: the next trial must not start its timed section while the
-        # last one still exits on that core (freeing torch takes a few hundred ms of CPU).
+        # last one still exits on that core (freeing torch takes a few hundred ms of CPU), and it
+        # counts against the core until then. On a GPU the device is lent on when the last holder's
+        # process has ended too, or TEARDOWN_GRACE_S after its release, whichever comes first: its
+        # teardown (its memory unmapped, its context destroyed) slows another process's kernels
+        # (studies/results/h200-setup-parts.txt), and a trial whose timed section it fell in read
+        # 3-8% slow three times as often (h200-long-range.txt). It costs the release-to-exit time
+        # (0.03 s a trial, median).
         self.hold_until_exit = device_kind == "cpu"
         self.timelines: list[Timeline] = []  # every trial this executor ran, in order of ending
         self._runs: list[_Run] = []
@@ -316,6 +325,8 @@ class Executor:
         for run in runs:
             if run.state in ("assigned", "wants", "on-device", "released") and now > run.deadline and not run.held:
                 self._end(run, timed_out=True)
+            elif run.state == "released" and not self.hold_until_exit and now - run.t["release"] > TEARDOWN_GRACE_S:
+                self._free(run)  # slow to exit: the device goes on
         for device in self.devices:
             self._grant(device)
 
@@ -413,9 +424,7 @@ class Executor:
                 run.state, run.t["want"] = "wants", time.time()
             elif run is not None and kind == "release":
                 run.t["release"] = time.time()
-                if not self.hold_until_exit:
-                    self._free(run)
-                run.state = "released"
+                run.state = "released"  # the device is freed when it ends (`_end`) or after the grace
             elif run is not None and kind == "done":
                 run.t["done"] = time.time()
         if worker.lines.closed:
