@@ -6,11 +6,14 @@ trials of the run (#125, the GEMM refactor, in three of them), a real step of th
 counts as invented: once with ~5760 page faults per call, the last time with no more faults than its
 neighbours (studies/results/cpu-slow-builds.txt).
 Every CPU trial now sets glibc's malloc thresholds itself after its imports (benches/allocator.py);
-that did not prevent the second. Memory layout was measured and ruled out (studies/results/cpu-layout-bias.txt). It asserts on what the run found, never on its
-speed: on a busy 2-core machine the search buys more trials, or reports a pair unsure, rather than
-miss a step. Each CPU trial records the page faults of its timed calls (`timed_faults`) and where its
-inputs lay in a page (`input_page_offsets`); a failure's message prints both per commit. The search's side (what it does
-with the noise it gets) is covered without a clock by studies/demo_replay.py and tests/test_search.py.
+that did not prevent the second. Memory layout was measured and ruled out
+(studies/results/cpu-layout-bias.txt), as was the core a commit's trials ran on (a Latin square
+spreads them: 33-60% on core 1 per commit in the last two CPU demo reports). It asserts on what the
+run found, never on its speed: on a busy 2-core machine the search buys more trials, or reports a
+pair unsure, rather than miss a step. Each CPU trial records the page faults of its timed calls
+(`timed_faults`) and where its inputs lay in a page (`input_page_offsets`); a failure's message
+prints both per commit. The search's side (what it does with the noise it gets) is covered without
+a clock by studies/demo_replay.py and tests/test_search.py.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def measured(tmp: Path, commits: list[str]) -> str:
         per.setdefault((commits.index(sha), shape), []).append(
             (ratio, faults, next(iter((record.get("input_page_offsets") or {}).values()), -1)))
     return "; ".join(f"{i}:{shape} n={len(v)} {statistics.median(r for r, _, _ in v):.3f} "
-                     f"({statistics.median(f for _, f, _ in v):.0f} faults, 1st input at {sorted({a for _, _, a in v})})"
+                     f"({statistics.median(f for _, f, _ in v):.0f} faults, "
+                     f"1st input at {sorted({a for _, _, a in v})})"
                      for (i, shape), v in sorted(per.items()))
 
 

@@ -13,13 +13,13 @@ The verdict:
 Wild trials. On a GPU host about one trial in thirty reads 5-10% off its commit (another process
 mapping memory or drawing inputs on the device during its timed section:
 studies/results/h200-setup-parts.txt), against a per-trial noise of 0.3-2%. With means and their
-sd, one such trial widens its pair's interval until the pair runs to the trial cap, unsure. So where
-the noise is known from the whole run, a trial more than WILD_SD pooled sds from its commit's
-median (WILD_MIN_TRIALS or more a side) is left out of the search's comparison (`without_wild`, used by
-samples.compare_pooled), against a pool that leaves out the commits whose spread is beyond chance
-(`log_sd(screen=True)`). A pair with fewer trials cannot tell a wild one: it is compared against
-the pool with the wild trials in, as before. Ordinary noise, even a uniform one, never
-reaches WILD_SD: on clean trials nothing changes.
+sd, one such trial widens its pair's interval until the pair runs to the trial cap, unsure. So
+where the noise is known from the whole run, a trial more than WILD_SD pooled sds from its
+commit's median and from the other commit's (WILD_MIN_TRIALS or more a side) is left out of the
+search's comparison (`without_wild`, used by samples.compare_pooled), against a pool that leaves
+out the commits whose spread is beyond chance (`log_sd(screen=True)`). A pair with fewer trials
+cannot tell a wild one: it is compared against the pool with the wild trials in, as before.
+Ordinary noise, even a uniform one, never reaches WILD_SD: on clean trials nothing changes.
 
 A pure module: no I/O, no imports of builds, stores or devices.
 """
@@ -34,7 +34,8 @@ from scipy import special  # the t distribution's cdf and its inverse; scipy.sta
 
 from bisector.model import Comparison, Verdict
 
-__all__ = ["full_clock_time", "compare", "holds", "welch_log", "noise_cv", "log_sd", "LogWelch", "without_wild", "mad_sd"]
+__all__ = ["full_clock_time", "compare", "holds", "welch_log", "noise_cv", "log_sd", "LogWelch", "without_wild",
+           "mad_sd"]
 
 
 def full_clock_time(ms: Sequence[float], tolerance: float = 0.02, at_least: int = 3) -> float:
