@@ -19,9 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bisector.errors import BadInput
-from studies import no_such_files
-from studies.stored_trials import trial_processes
+from studies.stored_trials import over_stores, trial_processes
 
 
 @dataclass(frozen=True)
@@ -56,25 +54,14 @@ def row(store: Path, min_gap: float, max_gap: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.idle_gaps", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stores", type=Path, nargs="+")
-    parser.add_argument("--min-gap", type=float, default=0.3)
-    parser.add_argument("--max-gap", type=float, default=30.0, help="longer gaps are stops between calls")
-    args = parser.parse_args(argv)
-    error = no_such_files(args.stores, "store", "idle_gaps")
-    if error:
-        print(error, file=sys.stderr)
-        return 2
-    print(f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial | "
-          "before a later trial | first trials from standbys | later trials from spares |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for store in args.stores:
-        try:
-            print(row(store, args.min_gap, args.max_gap))
-        except BadInput as exc:  # not a store of ours: a one-line error
-            print(f"idle_gaps: {exc}", file=sys.stderr)
-            return 2
-    return 0
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--min-gap", type=float, default=0.3)
+        parser.add_argument("--max-gap", type=float, default=30.0, help="longer gaps are stops between calls")
+
+    return over_stores("idle_gaps", __doc__, argv, options, lambda args: [
+        f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial | "
+        "before a later trial | first trials from standbys | later trials from spares |",
+        "|---|---:|---:|---:|---:|---:|---:|"], lambda store, args: row(store, args.min_gap, args.max_gap))
 
 
 if __name__ == "__main__":

@@ -30,8 +30,7 @@ from bisector.demo.demo_config import demo_config
 from bisector.pipeline import search_settings
 from bisector.search import localize
 from bisector.search.samples import trial_metric
-from studies import no_such_files
-from studies.stored_trials import trial_processes
+from studies.stored_trials import over_stores, trial_processes
 
 COMMITS, STEP_AT, SHAPE = 389, 247, "fa/s16384"
 
@@ -92,22 +91,12 @@ def replay(store: Path, replays: int, seed: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.long_range_replay", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stores", type=Path, nargs="+")
-    parser.add_argument("--replays", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
-    error = no_such_files(args.stores, "store", "long_range_replay")
-    if error:
-        print(error, file=sys.stderr)
-        return 2
-    for store in args.stores:
-        try:
-            print(replay(store, args.replays, args.seed), flush=True)
-        except BadInput as exc:
-            print(f"long_range_replay: {exc}", file=sys.stderr)
-            return 2
-    return 0
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--replays", type=int, default=200)
+        parser.add_argument("--seed", type=int, default=1)
+
+    return over_stores("long_range_replay", __doc__, argv, options, lambda args: [],
+                       lambda store, args: replay(store, args.replays, args.seed))
 
 
 if __name__ == "__main__":

@@ -21,10 +21,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bisector.errors import BadInput
 from bisector.model import TrialStatus
-from studies import no_such_files
-from studies.stored_trials import trial_processes
+from studies.stored_trials import over_stores, trial_processes
 
 
 @dataclass
@@ -78,24 +76,13 @@ def table(store: Path, off_pct: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.setup_overlap", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stores", type=Path, nargs="+")
-    parser.add_argument("--off", type=float, default=5.0, help="percent from the commit's median that counts as off")
-    args = parser.parse_args(argv)
-    error = no_such_files(args.stores, "store", "setup_overlap")
-    if error:
-        print(error, file=sys.stderr)
-        return 2
-    print(f"| store | shape | trials > {args.off:g}% off their commit's median | of them with another trial's setup "
-          f"overlapping their timed section | the other trials | of them overlapped |")
-    print("|---|---|---:|---:|---:|---:|")
-    for store in args.stores:
-        try:
-            print("\n".join(table(store, args.off)))
-        except BadInput as exc:  # not a store of ours: a one-line error
-            print(f"setup_overlap: {exc}", file=sys.stderr)
-            return 2
-    return 0
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--off", type=float, default=5.0, help="percent from the commit's median that counts as off")
+
+    return over_stores("setup_overlap", __doc__, argv, options, lambda args: [
+        f"| store | shape | trials > {args.off:g}% off their commit's median | of them with another trial's setup "
+        f"overlapping their timed section | the other trials | of them overlapped |",
+        "|---|---|---:|---:|---:|---:|"], lambda store, args: "\n".join(table(store, args.off)))
 
 
 if __name__ == "__main__":

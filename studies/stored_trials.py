@@ -6,10 +6,15 @@ Its own module: studies/__init__.py stays free of bisector, which the trial side
 
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
+from typing import Callable, Sequence
 
+from bisector.errors import BadInput
 from bisector.model import TrialRecord
 from bisector.store import Store
+from studies import no_such_files
 
 
 def trial_processes(path: Path) -> dict[tuple[str, str | None, int | None], list[TrialRecord]]:
@@ -21,3 +26,27 @@ def trial_processes(path: Path) -> dict[tuple[str, str | None, int | None], list
             for r in store.trials(campaign.campaign):
                 out.setdefault((r.sha, r.patch_hash, r.slot), []).append(r)
     return out
+
+
+def over_stores(prog: str, doc: str, argv: list[str] | None, options: Callable[[argparse.ArgumentParser], None],
+                header: Callable[[argparse.Namespace], Sequence[str]],
+                per_store: Callable[[Path, argparse.Namespace], str]) -> int:
+    """The `main` of a study that reads stores: STORE... and the study's `options`; a missing file or
+    one that is not a store is a one-line error (exit 2); else the `header` lines and each store's."""
+    parser = argparse.ArgumentParser(prog=f"python -m studies.{prog}", description=doc.split("\n\n")[0])
+    parser.add_argument("stores", type=Path, nargs="+")
+    options(parser)
+    args = parser.parse_args(argv)
+    error = no_such_files(args.stores, "store", prog)
+    if error:
+        print(error, file=sys.stderr)
+        return 2
+    for line in header(args):
+        print(line)
+    for store in args.stores:
+        try:
+            print(per_store(store, args), flush=True)
+        except BadInput as exc:  # not a store of ours: a one-line error
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
+    return 0
