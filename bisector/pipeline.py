@@ -44,6 +44,7 @@ from bisector.why.kernel_diff.regenerate import compile_commit
 from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.search.evidence import CommitRow
+from bisector.search.samples import run_noise
 from bisector.why.fixes import FixResult
 from bisector.report.data import ReportData
 from bisector.search.wrong_results import WrongResult
@@ -291,7 +292,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
                 interactions = measure_interactions(session, result, commits, taken)
         if options.find_hunks:
             with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
-                found = culprit_hunks.find_hunks(session, result.steps, taken, out)
+                noise = run_noise(result.measurements.values(), (k for s in result.steps for k in s.shapes))
+                found = culprit_hunks.find_hunks(session, result.steps, taken, out, noise)
         throughput = session.throughput(order)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
                            report_dir=out, interactions=interactions,

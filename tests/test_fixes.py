@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 from bisector.model import Comparison, Step, Verdict
+from bisector.search.samples import PooledNoise, compare_pooled
+from bisector.search.stats import compare
 from bisector.why.fixes import FixResult, later_steps, undecided
 
 SHAPE = "fa/s16384"
@@ -75,3 +77,16 @@ def test_back_at_the_parent_within_the_resolution_is_restored() -> None:
     f = fix(-78.8, cmp(-6.5, -14.1, 1.8), cmp(400.0, 150.0, 700.0), min_step=15.0)
     assert f.verdict(SHAPE) == "restored"
     assert fix(-78.8, cmp(-6.5, -16.0, 1.8), cmp(400.0, 150.0, 700.0), min_step=15.0).verdict(SHAPE) == "undecided"
+
+
+def test_the_runs_pooled_noise_decides_a_revert_on_two_trials_a_side() -> None:
+    """verify_fixes compares with the noise the search measured (samples.compare_pooled): two trials
+    a side of a quiet GPU tell "restored", where each side's own spread (Welch, t of 4.3 at two a
+    side) leaves it undecided and buys four times the trials."""
+    parent, revert, tip = [0.996, 1.006], [1.005, 0.993], [0.949, 0.939]  # a 0.4%-noise GPU, a -5.5% step
+    pool = PooledNoise(sd=0.004, raw_sd=0.004, df=40)
+    alone = fix(-5.5, compare(parent, revert, 3.0, 0.01, SHAPE), compare(tip, revert, 3.0, 0.01, SHAPE))
+    pooled = fix(-5.5, compare_pooled(parent, revert, 3.0, 0.01, SHAPE, pool),
+                 compare_pooled(tip, revert, 3.0, 0.01, SHAPE, pool))
+    assert undecided(alone, 3.0)
+    assert pooled.verdict(SHAPE) == "restored" and not undecided(pooled, 3.0)

@@ -79,6 +79,13 @@ def pooled_noise(measurements: Iterable[Measurement], shape: str) -> PooledNoise
     return PooledNoise(sd, raw, df)
 
 
+def run_noise(measurements: Iterable[Measurement], shapes: Iterable[str]) -> dict[str, PooledNoise | None]:
+    """Each shape's trial noise pooled over a run's measurements: what the stages after the search
+    (reverts, hunks) compare their few side-by-side trials with, as the search does."""
+    measurements = list(measurements)
+    return {shape: pooled_noise(measurements, shape) for shape in dict.fromkeys(shapes)}
+
+
 def compare_pooled(before: Sequence[float], after: Sequence[float], min_step_pct: float, alpha: float,
                    shape: str, pool: PooledNoise | None) -> Comparison:
     """The search's comparison of two commits. With the run's pooled noise known and 3 trials or

@@ -35,7 +35,7 @@ from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
 from bisector.runner.probe import NOT_MEASURED, Taken, fresh, side_by_side
 from bisector.why.hunk_groups import HunkGroup
-from bisector.search.stats import compare
+from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why.session import Session
 
 
@@ -136,8 +136,11 @@ def expected_trials(session: Session, steps: Sequence[Step]) -> int:
     return total
 
 
-def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path) -> tuple[HunkFinding, ...]:
-    """A finding for every verified step whose commit has two hunks or more."""
+def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
+               noise: Mapping[str, PooledNoise | None] | None = None) -> tuple[HunkFinding, ...]:
+    """A finding for every verified step whose commit has two hunks or more. `noise`: the search's
+    pooled trial noise per shape (samples.run_noise), which places a subset on fewer trials than
+    its own spread does."""
     findings = []
     for step in _searched(steps):
         parts = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
@@ -147,8 +150,8 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path)
         new = lambda p: gitrepo.file_at(session.repo, step.commit, p)  # noqa: E731
         groups = hunk_groups.group(parts, old, new)
         plumbed = hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
-        finding = _plumbed(session, step, plumbed, taken, out, old) if plumbed else None
-        findings.append(finding or _one(session, step, parts, groups, taken, out))
+        finding = _plumbed(session, step, plumbed, taken, out, old, noise or {}) if plumbed else None
+        findings.append(finding or _one(session, step, parts, groups, taken, out, noise or {}))
     return tuple(findings)
 
 
@@ -158,8 +161,9 @@ class _Rounds:
 
     def __init__(self, session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken,
                  groups: Sequence[tuple[int, ...]] | None = None, plan: hunk_plumbing.Plan | None = None,
-                 old: hunk_plumbing.Source | None = None) -> None:
+                 old: hunk_plumbing.Source | None = None, noise: Mapping[str, PooledNoise | None] | None = None) -> None:
         config = session.config
+        self.noise = dict(noise or {})
         self.session, self.step, self.parts, self.taken = session, step, parts, taken
         self.groups = tuple(groups) if groups is not None else tuple((i,) for i in range(len(parts)))
         self.plan, self.old = plan, old  # with a plan, subsets are of its pieces, on top of its base
@@ -240,7 +244,7 @@ class _Rounds:
             before, after, step = parent.get(shape, ()), got.samples.get(shape, ()), self.step.change_pct.get(shape)
             if not before or not after or not step:
                 continue
-            c = compare(before, after, 1.0, 0.05, shape)
+            c = compare_pooled(before, after, 1.0, 0.05, shape, self.noise.get(shape))
             scale = math.log1p(step / 100)
             ends = [math.log1p(x / 100) / scale if x > -100 else math.inf for x in c.ci95]
             out[shape] = (math.log1p(c.change_pct / 100) / scale, min(ends), max(ends))
@@ -285,8 +289,8 @@ class _Rounds:
 
 
 def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], groups: Sequence[HunkGroup], taken: Taken,
-         out: Path) -> HunkFinding:
-    rounds = _Rounds(session, step, parts, taken, [g.members for g in groups])
+         out: Path, noise: Mapping[str, PooledNoise | None]) -> HunkFinding:
+    rounds = _Rounds(session, step, parts, taken, [g.members for g in groups], noise=noise)
     found = hunks.search(len(groups), rounds, budget=session.config.build.max_hunk_builds)
     chosen = rounds.hunks_of(found.found)
     text = hunks.patch_of([parts[i] for i in chosen])
@@ -313,10 +317,10 @@ def _changes(step: Step, parent: Mapping[str, Sequence[float]], got: Measurement
 
 
 def _plumbed(session: Session, step: Step, plan: hunk_plumbing.Plan, taken: Taken, out: Path,
-             old: hunk_plumbing.Source) -> HunkFinding | None:
+             old: hunk_plumbing.Source, noise: Mapping[str, PooledNoise | None]) -> HunkFinding | None:
     """The search over the behaviour-changing pieces, each subset on top of the plumbing base; None
     (search the groups instead) when the base alone cannot be measured."""
-    rounds = _Rounds(session, step, plan.parts, taken, plan=plan, old=old)
+    rounds = _Rounds(session, step, plan.parts, taken, plan=plan, old=old, noise=noise)
     budget = session.config.build.max_hunk_builds
     try:
         (base_alone,) = rounds([()])

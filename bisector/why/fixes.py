@@ -23,7 +23,7 @@ from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict,
                             min_step_for)
 from bisector.runner.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
-from bisector.search.stats import compare
+from bisector.search.samples import PooledNoise, compare_pooled, run_noise
 from bisector.why.session import Session
 
 
@@ -175,6 +175,9 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     # missing"). Each revert is judged on the rounds it was measured in: the tip's and its parent's
     # trials of those rounds.
     cap = max(n, config.protocol.max_trials)
+    # The trial noise the search measured on each shape decides with fewer trials than each side's
+    # own spread (Welch on 2 a side has a t of 4.3), floored by that spread (samples.compare_pooled).
+    pools = run_noise(result.measurements.values(), (k for s in measured for k in s.shapes))
     results: dict[str, FixResult] = {}
     open_ = measured
     while open_ and now is not None:
@@ -182,7 +185,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         for step in open_:
             mine = reverts[step.commit]
             results[step.commit] = _result(session, step, str(patches[step.commit]), replace(now, n=mine.n),
-                                           replace(parents[step.parent], n=mine.n), mine, got)
+                                           replace(parents[step.parent], n=mine.n), mine, got, pools)
         open_ = [s for s in open_ if undecided(results[s.commit], config.thresholds.min_step_pct, config.thresholds.min_steps)]
         if not open_ or n >= cap:
             break
@@ -230,7 +233,7 @@ def later_steps(step: Step, steps: Sequence[Step], order: Sequence[str]) -> dict
 
 
 def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice, revert: _Slice,
-            got: Mapping[tuple[str | None, str], Measurement]) -> FixResult:
+            got: Mapping[tuple[str | None, str], Measurement], pools: Mapping[str, PooledNoise | None]) -> FixResult:
     """One revert's check from the same rounds of the tip, the parent and the patched tip."""
     fix_m = got[(revert.probe.patch_hash, revert.sha)]
     if fix_m.status is not ProbeStatus.OK or not fix_m.samples:
@@ -245,8 +248,8 @@ def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice
     return FixResult(step.commit, path, True, shapes=step.shapes,
                      baseline=parent.tflops(), tip={s: v for s, v in tip_tflops.items() if s in step.shapes},
                      restored=revert.tflops(),
-                     vs_parent={s: compare(par[s], mine[s], th.min_step(s), alpha, s) for s in both},
-                     vs_tip={s: compare(tip[s], mine[s], th.min_step(s), alpha, s) for s in both},
+                     vs_parent={s: compare_pooled(par[s], mine[s], th.min_step(s), alpha, s, pools.get(s)) for s in both},
+                     vs_tip={s: compare_pooled(tip[s], mine[s], th.min_step(s), alpha, s, pools.get(s)) for s in both},
                      trials=revert.n, correct=not (fix_m.wrong & set(step.shapes)),
                      own_pct=dict(step.change_pct), min_step_pct=th.min_step_pct,
                      min_steps=dict(th.min_steps))

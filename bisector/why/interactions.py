@@ -39,6 +39,7 @@ from bisector.config import Config
 from bisector.why.fixes import side_trials
 from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
 from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
+from bisector.search.samples import PooledNoise, run_noise
 from bisector.search.stats import compare
 from bisector.trust.filter import scrub
 from bisector.why.session import Session
@@ -155,10 +156,13 @@ def combined_patch(git_dir: Path, tip: str, patches: Sequence[str]) -> tuple[str
 
 
 def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab: Sequence[float],
-                min_step_pct: float) -> tuple[float, float, float, float, float, tuple[float, float], str]:
+                min_step_pct: float, noise: PooledNoise | None = None,
+                ) -> tuple[float, float, float, float, float, tuple[float, float], str]:
     """(gain a alone, gain a with b reverted, gain b alone, gain b with a reverted, interaction,
     its 95% interval, verdict), all in percent, from the metric's samples of the four builds. The
-    interaction is the difference of differences of mean logs, with a pooled variance."""
+    interaction is the difference of differences of mean logs, with the four builds' pooled
+    variance; with `noise` (the search's trial noise of the shape), the larger of that noise and
+    the builds' own, on the search's degrees of freedom: two trials a build have 4 of their own."""
     logs = [[math.log(x) for x in g if x > 0] for g in (tip, a, b, ab)]
     if any(len(g) < 1 for g in logs):
         raise ValueError("a combination has no sample")
@@ -166,10 +170,14 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
     pct = lambda x: 100.0 * math.expm1(x)  # noqa: E731
     inter = m[3] - m[1] - m[2] + m[0]
     df = sum(len(g) for g in logs) - len(logs)
-    if df < 1:
+    own = sum(sum((x - mg) ** 2 for x in g) for g, mg in zip(logs, m)) / df if df >= 1 else 0.0
+    if noise is not None:  # as the search's comparisons (samples.compare_pooled): the builds' own as a floor
+        pooled, df = max(noise.sd ** 2, own), noise.df
+    elif df < 1:
         return pct(m[1] - m[0]), pct(m[3] - m[2]), pct(m[2] - m[0]), pct(m[3] - m[1]), pct(inter), \
             (-math.inf, math.inf), "unclear"
-    pooled = sum(sum((x - mg) ** 2 for x in g) for g, mg in zip(logs, m)) / df
+    else:
+        pooled = own
     se = math.sqrt(pooled * sum(1.0 / len(g) for g in logs))
     half = float(sps.t.ppf(0.975, df)) * se
     lo, hi = inter - half, inter + half
@@ -195,12 +203,13 @@ def expected_trials(result: SearchResult, config: Config) -> int:
 def measure_interactions(session: Session, result: SearchResult, commits: Sequence[Commit],
                          taken: Taken) -> tuple[Interaction, ...]:
     """Every group of verified regressions on shared shapes, their reverts combined on the tip."""
-    return tuple(_one(session, steps, shapes, note, commits[-1].sha, taken)
+    noise = run_noise(result.measurements.values(), (k for s in result.steps for k in s.shapes))
+    return tuple(_one(session, steps, shapes, note, commits[-1].sha, taken, noise)
                  for steps, shapes, note in groups(result.steps))
 
 
 def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note: str, tip: str,
-         taken: Taken) -> Interaction:
+         taken: Taken, noise: Mapping[str, PooledNoise | None]) -> Interaction:
     config = session.config
     shapes = tuple(s for s in config.shapes if s.key in shape_keys)
     n = side_trials(config)
@@ -236,7 +245,7 @@ def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note:
     starts = {c: taken.take(p, tip, n) for c, p in probes.items()}
     while True:
         samples = _measure(probes, tip, starts, n, shape_keys, errors)
-        pairs = _pairs(steps, samples, th.min_step)
+        pairs = _pairs(steps, samples, th.min_step, noise)
         if n >= cap or not any(p.verdict == "unclear" for p in pairs):
             break
         more = min(n, cap - n)
@@ -279,7 +288,7 @@ def _measure(probes: Mapping[Combo, StoreProbe], tip: str, starts: Mapping[Combo
 
 
 def _pairs(steps: Sequence[Step], samples: Mapping[tuple[str, ...], Mapping[str, Sequence[float]]],
-           min_step: Callable[[str], float]) -> tuple[PairEffect, ...]:
+           min_step: Callable[[str], float], noise: Mapping[str, PooledNoise | None]) -> tuple[PairEffect, ...]:
     out = []
     for a, b in itertools.combinations(steps, 2):
         keys = [(), (a.commit,), (b.commit,), (a.commit, b.commit)]
@@ -289,6 +298,6 @@ def _pairs(steps: Sequence[Step], samples: Mapping[tuple[str, ...], Mapping[str,
             groups_ = [samples[k].get(shape, ()) for k in keys]
             if not all(groups_):
                 continue
-            alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(*groups_, min_step(shape))
+            alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(*groups_, min_step(shape), noise.get(shape))
             out.append(PairEffect(a.commit, b.commit, shape, alone, with_other, b_alone, b_with, inter, ci, verdict))
     return tuple(out)
