@@ -285,14 +285,16 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         recompile = None if options.offline else (lambda sha: compile_commit(session, sha))
         kernels = step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env, recompile)
         taken = Taken(result.measurements)
+        # the trial noise the search measured per shape: what the later stages decide their few
+        # side-by-side trials on (samples.compare_pooled)
+        noise = run_noise(result.measurements.values(), (k for s in result.steps for k in s.shapes))
         fixes, patches, found, interactions = (), {}, (), ()
         if options.verify_fixes:
             with session.stage("fixes", fixes_expected(result, config) + interactions_expected(result, config)):
-                fixes, patches = verify_fixes(session, result, commits, out, taken)
-                interactions = measure_interactions(session, result, commits, taken)
+                fixes, patches = verify_fixes(session, result, commits, out, taken, noise)
+                interactions = measure_interactions(session, result, commits, taken, noise)
         if options.find_hunks:
             with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
-                noise = run_noise(result.measurements.values(), (k for s in result.steps for k in s.shapes))
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out, noise)
         throughput = session.throughput(order)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,

@@ -23,7 +23,7 @@ from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict,
                             min_step_for)
 from bisector.runner.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
-from bisector.search.samples import PooledNoise, compare_pooled, run_noise
+from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why.session import Session
 
 
@@ -135,8 +135,11 @@ def expected_trials(result: SearchResult, config: Config) -> int:
 
 
 def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commit], out: Path,
-                 taken: Taken) -> tuple[tuple[FixResult, ...], dict[str, Path]]:
-    """A FixResult (and the patch file) for every verified regression with one culprit."""
+                 taken: Taken, noise: Mapping[str, PooledNoise | None] | None = None,
+                 ) -> tuple[tuple[FixResult, ...], dict[str, Path]]:
+    """A FixResult (and the patch file) for every verified regression with one culprit. `noise`: the
+    search's trial noise per shape (samples.run_noise), which decides with fewer trials than each
+    side's own spread (Welch on 2 a side has a t of 4.3); that spread is the floor (compare_pooled)."""
     steps = _fixable(result)
     if not steps:
         return (), {}
@@ -175,9 +178,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     # missing"). Each revert is judged on the rounds it was measured in: the tip's and its parent's
     # trials of those rounds.
     cap = max(n, config.protocol.max_trials)
-    # The trial noise the search measured on each shape decides with fewer trials than each side's
-    # own spread (Welch on 2 a side has a t of 4.3), floored by that spread (samples.compare_pooled).
-    pools = run_noise(result.measurements.values(), (k for s in measured for k in s.shapes))
+    pools = dict(noise or {})
     results: dict[str, FixResult] = {}
     open_ = measured
     while open_ and now is not None:

@@ -39,7 +39,7 @@ from bisector.config import Config
 from bisector.why.fixes import side_trials
 from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
 from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
-from bisector.search.samples import PooledNoise, run_noise
+from bisector.search.samples import PooledNoise
 from bisector.search.stats import compare
 from bisector.trust.filter import scrub
 from bisector.why.session import Session
@@ -200,11 +200,11 @@ def expected_trials(result: SearchResult, config: Config) -> int:
     return sum(2 ** len(steps) * side_trials(config) for steps, _, _ in groups(result.steps))
 
 
-def measure_interactions(session: Session, result: SearchResult, commits: Sequence[Commit],
-                         taken: Taken) -> tuple[Interaction, ...]:
-    """Every group of verified regressions on shared shapes, their reverts combined on the tip."""
-    noise = run_noise(result.measurements.values(), (k for s in result.steps for k in s.shapes))
-    return tuple(_one(session, steps, shapes, note, commits[-1].sha, taken, noise)
+def measure_interactions(session: Session, result: SearchResult, commits: Sequence[Commit], taken: Taken,
+                         noise: Mapping[str, PooledNoise | None] | None = None) -> tuple[Interaction, ...]:
+    """Every group of verified regressions on shared shapes, their reverts combined on the tip;
+    `noise`: the search's trial noise per shape (samples.run_noise; `pair_effect`)."""
+    return tuple(_one(session, steps, shapes, note, commits[-1].sha, taken, noise or {})
                  for steps, shapes, note in groups(result.steps))
 
 
