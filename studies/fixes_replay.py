@@ -4,7 +4,7 @@ pooled noise: replayed from a demo report directory's stored trials, without a G
     python -m studies.fixes_replay REPORT_DIR [--rounds 2,4,8]
 
 REPORT_DIR holds a run's `results.sqlite`, its `demo.json` (`--json` output) and `revert-*.patch`
-(as reports/2026-12-02c-h200-demo/ does). For every revert and shape, the first n trials of the
+(as reports/2026-12-02c-h200-demo/ does; thresholds from configs/h200-demo.toml). For every revert and shape, the first n trials of the
 patched tip, of the step's parent and of the tip taken after the search (the store's trials started
 from the first patched one on, in slot order: the fixes' rounds, and at larger n those of the
 interactions after them) are judged as bisector/why/fixes.py judges them, once with
@@ -18,9 +18,12 @@ import argparse
 import collections
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from bisector.build.builder import patch_hash
+from bisector.config import Thresholds
+from bisector.demo.demo_config import demo_config
 from bisector.model import Measurement, ProbeStatus, TrialRecord
 from bisector.search.samples import compare_pooled, run_noise, trial_metric
 from bisector.search.stats import compare
@@ -28,14 +31,14 @@ from bisector.why.fixes import FixResult
 from studies import no_such_files
 from studies.stored_trials import trial_processes
 
-METRIC = {"fa": "speed", "gemm": "ratio"}  # configs/h200-demo.toml's thresholds.metric
-
-
-def value(r: TrialRecord) -> float | None:
-    return trial_metric(r, METRIC.get(r.shape.split("/")[0], "ratio"))
-
-
 def replay(report: Path, rounds: list[int]) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        th: Thresholds = demo_config("cuda", Path(tmp, "demo")).thresholds
+
+    def value(r: TrialRecord) -> float | None:
+        """The trial's value on the metric its suite is decided on (the search's sample)."""
+        return trial_metric(r, th.decision_of(r.shape.split("/")[0]))
+
     result = json.loads((report / "demo.json").read_text())
     steps = {s["commit"]: s for s in result["steps"]}
     records = [r for rs in trial_processes(report / "results.sqlite").values() for r in rs]
@@ -58,15 +61,18 @@ def replay(report: Path, rounds: list[int]) -> list[str]:
         step = next(s for c, s in steps.items() if c.startswith(path.stem.split("-", 1)[1]))
         noise = run_noise(measured, step["shapes"])
         h = patch_hash(path.read_text())
+        alpha = th.alpha / max(1, len(step["shapes"]))  # as fixes._result
         for shape in step["shapes"]:
             mine, parent, now = later(tip, shape, h), later(step["parent"], shape), later(tip, shape)
             for n in (k for k in rounds if len(mine) >= k and len(parent) >= k and len(now) >= k):
                 sides = (parent[:n], mine[:n]), (now[:n], mine[:n])
                 verdicts = []
-                for judge in (lambda b, a: compare(b, a, 3.0, 0.01, shape),
-                              lambda b, a: compare_pooled(b, a, 3.0, 0.01, shape, noise[shape])):
+                step_pct = th.min_step(shape)
+                for judge in (lambda b, a: compare(b, a, step_pct, alpha, shape),
+                              lambda b, a: compare_pooled(b, a, step_pct, alpha, shape, noise[shape])):
                     fix = FixResult(step["commit"], "", True, shapes=(shape,), vs_parent={shape: judge(*sides[0])},
-                                    vs_tip={shape: judge(*sides[1])}, own_pct=step["change_pct"], min_step_pct=3.0)
+                                    vs_tip={shape: judge(*sides[1])}, own_pct=step["change_pct"],
+                                    min_step_pct=th.min_step_pct, min_steps=dict(th.min_steps))
                     verdicts.append(fix.verdict(shape))
                 lines.append(f"| #{step['pr']} | {shape} | {n} | {verdicts[0]} | {verdicts[1]} |")
     return lines

@@ -35,12 +35,12 @@ from studies.stored_trials import over_stores, trial_processes
 COMMITS, STEP_AT, SHAPE = 389, 247, "fa/s16384"
 
 
-def pools(store: Path) -> tuple[list[float], list[float]]:
+def pools(store: Path, metric: str) -> tuple[list[float], list[float]]:
     """The search metric of every OK trial of an unpatched commit, split at the step: (before, after)."""
     per: dict[str, list[float]] = {}
     for (sha, patch, _), records in trial_processes(store).items():
         for r in records:
-            value = trial_metric(r, "speed") if r.shape == SHAPE and patch is None else None
+            value = trial_metric(r, metric) if r.shape == SHAPE and patch is None else None
             if value is not None:
                 per.setdefault(sha, []).append(value)
     if len(per) < 2:
@@ -72,9 +72,10 @@ class PoolProbe:
 
 
 def replay(store: Path, replays: int, seed: int) -> str:
-    before, after = pools(store)
     with tempfile.TemporaryDirectory() as tmp:
-        settings = search_settings(demo_config("cuda", Path(tmp, "demo")))
+        config = demo_config("cuda", Path(tmp, "demo"))
+    settings = search_settings(config)
+    before, after = pools(store, config.thresholds.decision_of(SHAPE.split("/")[0]))
     commits = [hashlib.sha1(f"lr {i}".encode()).hexdigest() for i in range(COMMITS)]
     exact = invented = 0
     trials = []

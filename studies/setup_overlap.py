@@ -77,7 +77,8 @@ def table(store: Path, off_pct: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     def options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--off", type=float, default=5.0, help="percent from the commit's median that counts as off")
+        parser.add_argument("--off", type=float, default=5.0,
+                            help="percent from the commit's median that counts as off")
 
     return over_stores("setup_overlap", __doc__, argv, options, lambda args: [
         f"| store | shape | trials > {args.off:g}% off their commit's median | of them with another trial's setup "

@@ -161,7 +161,8 @@ class _Rounds:
 
     def __init__(self, session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken,
                  groups: Sequence[tuple[int, ...]] | None = None, plan: hunk_plumbing.Plan | None = None,
-                 old: hunk_plumbing.Source | None = None, noise: Mapping[str, PooledNoise | None] | None = None) -> None:
+                 old: hunk_plumbing.Source | None = None,
+                 noise: Mapping[str, PooledNoise | None] | None = None) -> None:
         config = session.config
         self.noise = dict(noise or {})
         self.session, self.step, self.parts, self.taken = session, step, parts, taken

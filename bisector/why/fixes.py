@@ -249,8 +249,10 @@ def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice
     return FixResult(step.commit, path, True, shapes=step.shapes,
                      baseline=parent.tflops(), tip={s: v for s, v in tip_tflops.items() if s in step.shapes},
                      restored=revert.tflops(),
-                     vs_parent={s: compare_pooled(par[s], mine[s], th.min_step(s), alpha, s, pools.get(s)) for s in both},
-                     vs_tip={s: compare_pooled(tip[s], mine[s], th.min_step(s), alpha, s, pools.get(s)) for s in both},
+                     vs_parent={s: compare_pooled(par[s], mine[s], th.min_step(s), alpha, s, pools.get(s))
+                                for s in both},
+                     vs_tip={s: compare_pooled(tip[s], mine[s], th.min_step(s), alpha, s, pools.get(s))
+                             for s in both},
                      trials=revert.n, correct=not (fix_m.wrong & set(step.shapes)),
                      own_pct=dict(step.change_pct), min_step_pct=th.min_step_pct,
                      min_steps=dict(th.min_steps))

@@ -298,6 +298,7 @@ def _pairs(steps: Sequence[Step], samples: Mapping[tuple[str, ...], Mapping[str,
             groups_ = [samples[k].get(shape, ()) for k in keys]
             if not all(groups_):
                 continue
-            alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(*groups_, min_step(shape), noise.get(shape))
+            alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(*groups_, min_step(shape),
+                                                                                 noise.get(shape))
             out.append(PairEffect(a.commit, b.commit, shape, alone, with_other, b_alone, b_with, inter, ci, verdict))
     return tuple(out)
