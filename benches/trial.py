@@ -478,6 +478,16 @@ def _checked(spec: Mapping[str, Any]) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _cold_at_compile(at_start: Mapping[str, bool | None], staged: Mapping[str, Staged]) -> dict[str, bool | None]:
+    """Whether each JIT cache was empty when this trial compiled: at its start where it compiled
+    in its setup (a captured first call), else now, with the device held. A trial set up while its
+    commit's first trial still waited for the device (a standby's companion, bisector/runner/warmer.py)
+    found the cache empty at its start and compiles only after that first trial filled it."""
+    if any(str(one.precompile.get("precompile", "")).startswith("captured") for one in staged.values()):
+        return dict(at_start)
+    return {k: v and _cold(os.environ.get(k)) for k, v in at_start.items()}
+
+
 def _open_device(device: str) -> None:
     """Create the device context before queueing for the device: an allocation, no kernel."""
     if device != "cpu" and torch.cuda.is_available():
@@ -496,8 +506,9 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         for d in reversed(spec.get("source_dirs", [])):
             sys.path.insert(0, d)
         write_json(out_path, output)
-        output["telemetry"]["before"] = telemetry.read(device)
-        output["machine"] = machine.fingerprint(device)
+        with phase("machine"):  # the parts of a setup, timed: what keeps a trial from the device
+            output["telemetry"]["before"] = telemetry.read(device)
+            output["machine"] = machine.fingerprint(device)
         torch.manual_seed(spec["seed"])
         if device == "cpu":
             # One thread: on a small shared machine, intra-op threads waiting on each other were the
@@ -506,13 +517,16 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         control: Backend | None = None
         control_error: str | None = None
         try:
-            if any(s["suite"] in suites.SUITES for s in spec["shapes"]):
-                control = backends.control(spec["control"], device)
+            with phase("control_load"):
+                if any(s["suite"] in suites.SUITES for s in spec["shapes"]):
+                    control = backends.control(spec["control"], device)
         except Exception as exc:  # the control's: the built-in suites' subjects are timed alone and say why
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             control_error = str(exc) if isinstance(exc, BackendUnavailable) else f"{type(exc).__name__}: {exc}"
-        subjects = _load_subjects(spec, device)
-        _open_device(device)
+        with phase("subjects_load"):
+            subjects = _load_subjects(spec, device)
+        with phase("context"):
+            _open_device(device)
         staged = _stage_all(spec, subjects, control, control_error, phase)
         # after every import and input: the malloc regime is the trial's, not its history's
         pinned = allocator.pin() if device == "cpu" else {}
@@ -529,7 +543,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
     try:
         with phase("device"):
             clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"))
-            output["protocol"] = protocol(spec, clock.flush_size, clock.kind, caches)
+            output["protocol"] = protocol(spec, clock.flush_size, clock.kind, _cold_at_compile(caches, staged))
             if pinned:
                 output["protocol"]["malloc_pinned"] = pinned
             peak = machine.device_peak_gbps(device)

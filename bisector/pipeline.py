@@ -266,6 +266,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
     config = select_shapes(config, options.shapes)
     session = Session(config, options.store, options.work_dir, observer, offline=options.offline)
     try:
+        if not options.offline:
+            session.trials  # the trial workers' imports (torch, triton: seconds) overlap the listing and builds
         commits = gitrepo.commit_range(session.repo, options.good, options.bad)
         session.store.add_commits(session.campaign, commits)
         order = [c.sha for c in commits]

@@ -132,6 +132,7 @@ class _Run:
     deadline: float = 0.0
     breach: list[Breach] = field(default_factory=list)
     t: dict[str, float] = field(default_factory=dict)
+    on_ready: list[Callable[[], None]] = field(default_factory=list)  # called once it is set up (`Executor.on_ready`)
 
 
 Prepare = Callable[[TrialJob, int], Prepared]
@@ -210,6 +211,19 @@ class Executor:
                 run.deadline = time.time() + self.timeout_s
         self._wake()
         return future
+
+    def on_ready(self, future: Future, fn: Callable[[], None]) -> None:
+        """Call `fn` (on a thread of its own) once the trial of `future` is set up and asks for its
+        device: at once if it has already, never if it ends before. A standby's companion is set up
+        then (bisector/runner/warmer.py): after the commit's cold compile, before the search asks."""
+        with self._lock:
+            run = next((r for r in self._runs if r.future is future), None)
+            if run is None or run.state == "done":
+                return
+            if run.state not in ("wants", "on-device", "released"):
+                run.on_ready.append(fn)
+                return
+        threading.Thread(target=fn, name="on-ready", daemon=True).start()
 
     def cancel(self, future: Future) -> None:
         """Drop a trial that has not taken its device yet (its process, if any, is killed); one
@@ -421,7 +435,11 @@ class Executor:
                     self._starting.remove(worker)
                     self._idle.append(worker)
             elif run is not None and kind == "want":
-                run.state, run.t["want"] = "wants", time.time()
+                with self._lock:
+                    run.state, run.t["want"] = "wants", time.time()
+                    ready, run.on_ready = run.on_ready, []
+                for fn in ready:
+                    threading.Thread(target=fn, name="on-ready", daemon=True).start()
             elif run is not None and kind == "release":
                 run.t["release"] = time.time()
                 run.state = "released"  # the device is freed when it ends (`_end`) or after the grace

@@ -247,8 +247,9 @@ class Batch:
                     lane = i + r
                     job = probe.job(sha, mine[r], first, None if first else firsts.get(i), lane)
                     # the trial may be set up already, held: the commit's first as a standby, a later
-                    # one as a spare (bisector/runner/warmer.py)
-                    held = probe.warmer.take(job) if probe.warmer is not None and job.after is None else None
+                    # one as a spare, the second of a new commit as its standby's companion, which
+                    # waits for that very first trial (bisector/runner/warmer.py)
+                    held = probe.warmer.take(job) if probe.warmer is not None else None
                     future = held or probe.executor.submit(job)
                     futures[future] = (i, mine[r])
                     if first:

@@ -25,6 +25,9 @@ set up while the round that asked for its last one is measured. When the search 
 that commit (a close pair doubles, a verification looks again) the spare takes the device at once;
 on one H200 the device otherwise stood idle ~2.4 s at each such round, 134 s of the demo's 12 min
 (reports/2026-12-02-h200-demo). At most `parallel` spares live, the oldest dropped first.
+A standby's companion is a spare made as soon as the standby is set up: the commit's second trial,
+which takes the device only after the first has ended (`TrialJob.after`); made only where a spare
+has room, and killed with its standby.
 
 The warmer touches no store (the probe filters out commits already measured before asking).
 """
@@ -153,6 +156,12 @@ def _what_runs(job: TrialJob) -> tuple[Any, ...]:
     return (b.sha, b.patch_hash, b.source_dir, b.prefix, job.shapes, job.seed, job.slot, job.first)
 
 
+def _same_wait(held: TrialJob, job: TrialJob) -> bool:
+    """A held trial may stand for `job` only if it waits for what `job` waits for: the same first
+    trial, or nothing (a companion whose first trial has ended waits for nothing any more)."""
+    return held.after is job.after or (job.after is None and held.after is not None and held.after.done())
+
+
 class Holds(Protocol):
     """The run's executor, as a standby needs it (bisector/runner/executor.py)."""
 
@@ -242,7 +251,7 @@ class Warmer:
         if held is None or self.standby is None:
             return None
         standby, future = held
-        if _what_runs(standby) != _what_runs(job):
+        if _what_runs(standby) != _what_runs(job) or not _same_wait(standby, job):
             self.standby().cancel(future)
             return None
         if not standby.first:
@@ -263,12 +272,30 @@ class Warmer:
             self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
             self.spares.append((job.build.sha, job.slot))
 
+    def _companion(self, key: tuple[str, str | None], job: TrialJob) -> None:
+        """The standby of `key` is set up (its cold compile done): its commit's second trial, held as
+        a spare that takes the device only after the standby. A new commit gets two trials or more
+        whenever the run's noise is not yet known or is not small, and that second one, set up only
+        when the search asked, kept the device idle 1-1.5 s at each new commit of a 389-commit range
+        on one H200 (its setup ~2.3 s against the first trial's ~1 s on the device)."""
+        with self._lock:  # only where a spare has room: the standbys made last are the next round's
+            if self._closed or key not in self._held or key in self._spares or len(self._spares) >= self.parallel:
+                return
+            self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
+            self.spares.append((job.build.sha, job.slot))
+
     def _drop_held(self, key: tuple[str, str | None]) -> None:
-        """Cancel a standby no longer wanted (its process is killed; nothing was stored). Under the lock."""
+        """Cancel a standby no longer wanted, and its companion (their processes are killed; nothing
+        was stored). Under the lock."""
         _, future = self._held.pop(key)
         self.cancelled.append(key[0])
+        companion = self._spares.get(key)
+        if companion is not None and companion[0].after is future:
+            del self._spares[key]
         if self.standby is not None:
             self.standby().cancel(future)
+            if companion is not None and companion[0].after is future:
+                self.standby().cancel(companion[1])
 
     def _warm(self, want: Want) -> Warmed | None:
         build = self.builds.build(want.sha, want.patch)
@@ -278,7 +305,12 @@ class Warmer:
                 return None  # the search got there first: its first trial compiles, as before
             if self.standby is not None:
                 self.started.append(want.sha)
-                self._held[want.key] = (job, self.standby().submit(replace(job, hold=True)))
+                future = self.standby().submit(replace(job, hold=True))
+                self._held[want.key] = (job, future)
+                on_ready = getattr(self.standby(), "on_ready", None)
+                if on_ready is not None:
+                    second = replace(job, seed=want.seed + 1, slot=1, first=False, after=future)
+                    on_ready(future, lambda: self._companion(want.key, second))
                 return None
             if self._executor is None:
                 self._executor = self.make_executor()
