@@ -24,7 +24,9 @@ A spare (`spare`, with standby) is the same for a commit already measured: its n
 set up while the round that asked for its last one is measured. When the search asks for more of
 that commit (a close pair doubles, a verification looks again) the spare takes the device at once;
 on one H200 the device otherwise stood idle ~2.4 s at each such round, 134 s of the demo's 12 min
-(reports/2026-12-02-h200-demo). At most `parallel` spares live, the oldest dropped first.
+(reports/2026-12-02-h200-demo). At most 2 x `parallel` spares live (as many as standbys), the oldest
+dropped first: with `parallel` the spares of GOOD and BAD were gone by the time the grid's first
+pairs doubled, and those doublings set up afresh (~2 s with the device idle, h200-long-range.txt).
 A standby's companion is a spare made as soon as the standby is set up: the commit's second trial,
 which takes the device only after the first has ended (`TrialJob.after`); made only where a spare
 has room, and killed with its standby.
@@ -267,7 +269,7 @@ class Warmer:
         with self._lock:
             if self._closed or key in self._held or key in self._spares:
                 return
-            while len(self._spares) >= self.parallel:
+            while len(self._spares) >= 2 * self.parallel:
                 self.standby().cancel(self._spares.pop(next(iter(self._spares)))[1])
             self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
             self.spares.append((job.build.sha, job.slot))
@@ -279,7 +281,7 @@ class Warmer:
         when the search asked, kept the device idle 1-1.5 s at each new commit of a 389-commit range
         on one H200 (its setup ~2.3 s against the first trial's ~1 s on the device)."""
         with self._lock:  # only where a spare has room: the standbys made last are the next round's
-            if self._closed or key not in self._held or key in self._spares or len(self._spares) >= self.parallel:
+            if self._closed or key not in self._held or key in self._spares or len(self._spares) >= 2 * self.parallel:
                 return
             self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
             self.spares.append((job.build.sha, job.slot))
