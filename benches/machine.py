@@ -6,14 +6,17 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 
 _PACKAGES = ("torch", "triton", "aiter", "flydsl", "numpy")
+NVIDIA_PROC = "/proc/driver/nvidia/version"
 
 # Peak DRAM bandwidth by device name, GB/s (vendors' data sheets), for "achieved bandwidth against
 # the device's peak": decode attention is bound by it. The first name a device's name contains wins.
@@ -33,6 +36,14 @@ def _version(name: str) -> str | None:
 
 
 def _driver() -> str | None:
+    """The GPU driver's version: from the NVIDIA kernel module's file where there is one (a file read,
+    where nvidia-smi is a process of ~0.1 s in every trial's setup), else the vendor's tool."""
+    try:
+        found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", Path(NVIDIA_PROC).read_text())
+        if found:
+            return found.group(1)
+    except OSError:
+        pass
     for cmd in (["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
                 ["amd-smi", "version"]):
         try:

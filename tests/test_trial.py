@@ -201,3 +201,19 @@ def test_peak_clock_ratio_ignores_throttled_repetitions():
     # One unusually fast control repetition does not shrink the kept set to itself.
     control_fast_outlier = [1.30] + [1.375] * 9 + [1.52] * 20
     assert abs(peak_clock_ratio(subject, control_fast_outlier) - 1.375 / 1.40) < 1e-9
+
+
+@pytest.mark.parametrize("line, version", [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Thu Jan  2 2025\n", "570.86.15"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.51.03  Release Build\n", "575.51.03"),
+])
+def test_the_driver_version_is_read_from_the_kernel_module_file_without_nvidia_smi(tmp_path, monkeypatch,
+                                                                                   line, version) -> None:
+    from benches import machine
+
+    (tmp_path / "version").write_text(line + "GCC version:  gcc version 12.2.0\n")
+    monkeypatch.setattr(machine, "NVIDIA_PROC", str(tmp_path / "version"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi to fall back on
+    assert machine._driver() == version
+    monkeypatch.setattr(machine, "NVIDIA_PROC", str(tmp_path / "absent"))
+    assert machine._driver() is None
