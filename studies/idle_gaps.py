@@ -8,7 +8,8 @@ was submitted, asked for the device, got it, released it, and, for one set up ah
 was unheld). Per store: the trials, their device time, and the gaps between one trial's release and
 the next one's `go` (longer than `--min-gap`, shorter than `--max-gap`: a longer one is a stop between
 two calls), split by what came next: a commit's first trial (slot 0) or a later one; and how many
-trials came from a standby (a first trial) or a spare (a later one). No new measurement.
+trials came from a standby (a first trial) or a spare (a later one); and the gaps by what the device
+waited for (`waited_for`). No new measurement.
 """
 
 from __future__ import annotations
@@ -24,12 +25,25 @@ from studies.stored_trials import over_stores, trial_processes
 
 @dataclass(frozen=True)
 class Section:
-    """One trial process's hold of the device."""
+    """One trial process's hold of the device, and when it was asked for."""
 
     go: float
     release: float
     slot: int
     unheld: bool
+    submitted: float = 0.0
+
+
+def waited_for(last: Section, nxt: Section) -> str:
+    """What the device waited for in the gap before `nxt`: a held process (standby or spare) not yet
+    set up when the run asked for it; a fresh one asked for before `last` ended but not yet set up;
+    or one the run asked for only once `last` had ended (a decision), with nothing held for it."""
+    if nxt.unheld:
+        return "held, not set up when asked"
+    return "fresh, set up late" if nxt.submitted < last.release else "asked after the last ended"
+
+
+WAITS = ("held, not set up when asked", "fresh, set up late", "asked after the last ended")
 
 
 def sections(store: Path) -> list[Section]:
@@ -37,7 +51,8 @@ def sections(store: Path) -> list[Section]:
     for (_, _, slot), records in trial_processes(store).items():
         line = records[0].protocol.get("timeline") or {}
         if line.get("go") and line.get("release"):
-            out.append(Section(line["go"], line["release"], int(slot or 0), bool(line.get("unheld"))))
+            out.append(Section(line["go"], line["release"], int(slot or 0), bool(line.get("unheld")),
+                               float(line.get("submitted") or 0.0)))
     return sorted(out, key=lambda s: s.go)
 
 
@@ -47,10 +62,13 @@ def row(store: Path, min_gap: float, max_gap: float) -> str:
     first = [g for g, b in gaps if b.slot == 0]
     later = [g for g, b in gaps if b.slot > 0]
     device = sum(s.release - s.go for s in secs)
+    why = {w: [g for g, (a, b) in ((b.go - a.release, (a, b)) for a, b in zip(secs, secs[1:]))
+                if min_gap < g < max_gap and waited_for(a, b) == w] for w in WAITS}
     return (f"| {store} | {len(secs)} | {device:.0f} s ({device / max(1, len(secs)):.2f} s) | "
             f"{len(first)}, {sum(first):.0f} s | {len(later)}, {sum(later):.0f} s"
             f"{f' (median {statistics.median(later):.2f} s)' if later else ''} | "
-            f"{sum(s.unheld and s.slot == 0 for s in secs)} | {sum(s.unheld and s.slot > 0 for s in secs)} |")
+            f"{sum(s.unheld and s.slot == 0 for s in secs)} | {sum(s.unheld and s.slot > 0 for s in secs)} | "
+            + " | ".join(f"{len(v)}, {sum(v):.0f} s" for v in why.values()) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
 
     return over_stores("idle_gaps", __doc__, argv, options, lambda args: [
         f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial | "
-        "before a later trial | first trials from standbys | later trials from spares |",
-        "|---|---:|---:|---:|---:|---:|---:|"], lambda store, args: row(store, args.min_gap, args.max_gap))
+        "before a later trial | first trials from standbys | later trials from spares | "
+        + " | ".join(f"gaps: {w}" for w in WAITS) + " |",
+        "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(WAITS)], lambda store, args: row(store, args.min_gap, args.max_gap))
 
 
 if __name__ == "__main__":
