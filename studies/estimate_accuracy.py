@@ -15,7 +15,8 @@ events and compares the estimate (trials so far + forecast) with the final count
   a trial's k is its slot + 1; a commit whose every trial crashed is a SKIP after its last one),
   judged from the first minute on. A run's search ends before the batch holding its first
   patched trial (the reverts); its later stages are judged as a whole-run figure against the
-  forecast of them (bisector.search.forecast.later_trials).
+  forecast of them (bisector.search.forecast.later_trials: bisector/search/later_stages.py's
+  model of the run's device kind, "cpu-demo ..." runs the CPU's).
 
 Per regime or run: the worst ratio estimate / final above and below 1 after that point, the share
 of ranges (or points) within 1.5x, and the estimate before this change for comparison
@@ -26,7 +27,9 @@ The recorded runs (studies/results/estimate-runs.csv, one row per trial process)
 - "h200-demo a695462": reports/2026-12-01-h200-demo/results.sqlite (three calls on one H200, each
   resuming the last: the clock jumps between them);
 - "h200-demo stopped at 213": an H200 demo of 2026-12-01 18:42 stopped by its time limit in the
-  search after 213 trials (two calls); its search took more, so its ratios are against a floor.
+  search after 213 trials (two calls); its search took more, so its ratios are against a floor;
+- "h200-demo 346b62c", "h200-demo 6d7d402": reports/2026-12-02b-h200-demo and 2026-12-02c-h200-demo
+  (two calls each; protocol.trials 2, max_trials 8).
 The recorded trials carry no "n" or partners: the replay gives the forecast k alone, as from an
 older log; the simulated ones give both, as the progress line has them.
 """
@@ -87,17 +90,17 @@ class Run:
 
 class Told(SearchForecast):
     """What-if (`told_table`): a forecast told, once the grid's first trials are in, which grid
-    segments differ (`shown`; 0: GOOD to the first interior point). The search splits those, so
-    the middle commits still to come are theirs rather than the prior's: per such segment ahead
-    what the finished ones took (one step's depth before any is finished), and what the current
-    one still lacks of it; a segment the search splits anyway counts too. Not in the forecast:
-    the progress line's events carry no measurement, and the grid's first trials show too little
-    (the figures in results/estimate-accuracy.txt)."""
+    segments differ (`shown`; 0: GOOD to the first interior point; or each one's chance). The
+    search splits those, so the middle commits still to come are theirs rather than the prior's:
+    per such segment ahead what the finished ones took (one step's depth before any is finished),
+    and what the current one still lacks of it; a segment the search splits anyway counts too.
+    Not in the forecast: the progress line's events carry no measurement, and the grid's first
+    trials show too little (the figures in results/estimate-accuracy.txt, results/grid-prior.txt)."""
 
-    differing: frozenset[int] | None = None
+    differing: dict[int, float] | None = None  # segment -> chance it differs (1: it does)
 
-    def shown(self, differing: set[int]) -> None:
-        self.differing = frozenset(differing)
+    def shown(self, differing: set[int] | Mapping[int, float]) -> None:
+        self.differing = dict(differing) if isinstance(differing, Mapping) else {q: 1.0 for q in differing}
 
     def _middles(self) -> tuple[float, float]:
         depth, rest = super()._middles()
@@ -105,12 +108,13 @@ class Told(SearchForecast):
             return depth, rest
         st, g, seg = self.settings, self.grid, self.segment
         pos = [self.index[s] for s in self.middles()]
-        differ = self.differing | {q for q in range(len(g) - 1) if any(g[q] < i < g[q + 1] for i in pos)}
-        per = (sum(1 for i in pos if i < g[seg]) + st.depth) / (sum(1 for q in differ if q < seg) + 1)
+        split = {q for q in range(len(g) - 1) if any(g[q] < i < g[q + 1] for i in pos)}
+        differ = {q: 1.0 if q in split else self.differing.get(q, 0.0) for q in range(len(g) - 1)}
+        per = (sum(1 for i in pos if i < g[seg]) + st.depth) / (sum(w for q, w in differ.items() if q < seg) + 1)
         here = sum(1 for i in pos if g[seg] < i < g[seg + 1])
-        current = max(0.0, per - here - depth) if seg in differ else 0.0
+        current = differ[seg] * max(0.0, per - here - depth)
         unprobed = float(max(0, st.commits - max(len(self.seen), st.grid)))
-        return depth, min(unprobed - depth, current + per * sum(1 for q in differ if q > seg))
+        return depth, min(unprobed - depth, current + per * sum(w for q, w in differ.items() if q > seg))
 
 
 class Announcing:
@@ -172,7 +176,8 @@ def simulated(regime: str, seed: int, devices: int = 1) -> Run:
                first={index[sha]: v for sha, v in probe.first.items()}, min_step=r.min_step)
 
 
-def replay(run: Run, with_n: bool = True, told: Callable[[list[int]], set[int] | None] | None = None
+def replay(run: Run, with_n: bool = True,
+           told: Callable[[list[int]], set[int] | Mapping[int, float] | None] | None = None
            ) -> list[tuple[float, int, float, float]]:
     """(seconds, trials so far, search estimate, whole-run estimate) after each trial of the run;
     `told`: the forecast is told, at the grid's end, the grid segments it returns for the grid."""
@@ -195,8 +200,14 @@ def replay(run: Run, with_n: bool = True, told: Callable[[list[int]], set[int] |
         else:
             forecast.trial(str(e.index), e.k)
         search = trials + forecast.remaining()
-        out.append((e.t, trials, search, search + later_trials(forecast.steps(), run.initial, run.stages)))
+        out.append((e.t, trials, search, search + later_trials(forecast.steps(), run.initial, run.stages, run.cap,
+                                                                 device_of(run))))
     return out
+
+
+def device_of(run: Run) -> str | None:
+    """The device kind a recorded run measured on (its name says: "cpu-demo ..."; else a GPU)."""
+    return "cpu" if run.name.startswith("cpu") else None
 
 
 def grid_end(run: Run) -> int:
@@ -317,7 +328,8 @@ def simulated_table(ranges: int, seed: int, devices: int) -> list[str]:
 def recorded_table(runs: Sequence[Run]) -> list[str]:
     lines = ["| run | commits | search trials (whole run) | estimate at 1 min | worst over / under after 1 min "
              f"| within {WITHIN}x from trial | at 25 / 50 / 75% of the search | whole run: worst over / under "
-             "| before: at 1 min, no ETA from trial |", "|---|---|---|---|---|---|---|---|---|"]
+             "| whole run at 1 / 2 / 3 / 5 min | before: at 1 min, no ETA from trial |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         points = replay(run, with_n=False)
         final, total = run.search, sum(1 for e in run.events if e.k)
@@ -333,10 +345,13 @@ def recorded_table(runs: Sequence[Run]) -> list[str]:
         old_at = before(run, late[0][1])
         old_past = next((trials for _, trials, _, _ in points if before(run, trials) is None), None)
         whole = f"{whi:.2f} / {wlo:.2f}" if run.stages else "-"
+        minutes = " / ".join(next((f"{w:.2f}" for t, _, _, w in late if t >= 60 * m), "-")
+                             for m in (1, 2, 3, 5)) if run.stages else "-"
         lines.append(f"| {run.name} | {run.commits} | {final} ({total}) | {late[0][2]:.2f} ({late[0][1]} trials) "
                      f"| {hi:.2f} / {lo:.2f} | {holds if holds is not None else 'never'} | "
                      + " / ".join(f"{x:.2f}" for x in at)
-                     + f" | {whole} | {'-' if old_at is None else f'{old_at / final:.2f}'}, {old_past or '-'} |")
+                     + f" | {whole} | {minutes} "
+                     + f"| {'-' if old_at is None else f'{old_at / final:.2f}'}, {old_past or '-'} |")
     return lines
 
 

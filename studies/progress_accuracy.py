@@ -8,7 +8,8 @@ the progress output of one call of `bisector run` or `bisector demo` (its stderr
 "... | trials N of ~M | elapsed T | ...", ending with "done: ... K trials ... this call: C trials".
 Per log: the estimate over the final count at the first line past `--from-s` seconds of elapsed
 time, the worst over- and under-estimate from there on, and the share of lines within 1.5x. A
-resumed call counts the whole run's trials, as its progress line does.
+resumed call's line counts that call's trials: its final is the "this call: C trials" of its
+"done:" line. A log may be gzipped (.gz).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import sys
 from pathlib import Path
 
 from studies import no_such_files
+from studies.progress_replay import read
 
 LINE = re.compile(r"trials (\d+) of ~(\d+) \| elapsed (?:(\d+) min|(\d+) s)")
 DONE = re.compile(r"done: .*?(\d+) trials \(")
+THIS_CALL = re.compile(r"this call: (\d+) trials")
 
 
 def elapsed_s(match: re.Match[str]) -> float:
@@ -30,8 +33,8 @@ def elapsed_s(match: re.Match[str]) -> float:
 
 
 def judge(path: Path, from_s: float) -> str:
-    text = path.read_text(errors="replace")
-    done = DONE.findall(text)
+    text = read(path)
+    done = THIS_CALL.findall(text) or DONE.findall(text)
     if not done:
         return f"| {path} | no 'done:' line: the run did not end | | | |"
     final = int(done[-1])

@@ -6,7 +6,9 @@ action on the same commit is repeated at most every `interval_s` seconds.
 
 The trials expected in all are re-estimated at every event: during the search from where it is
 and what its trials have shown (bisector/search/forecast.py), plus the later stages the run will
-take; once a later stage starts, from its own announced count. There is always a time left.
+take per culprit; once a later stage starts, from its own announced count, grown by the rounds its
+checks are expected to go on to and corrected by those its trials show (bisector/search/later_stages.py).
+There is always a time left.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from rich.live import Live
 from rich.text import Text
 
 from bisector.runner.probe import ProbeEvent
-from bisector.search.forecast import ForecastSettings, SearchForecast, later_trials
+from bisector.search.forecast import ForecastSettings, SearchForecast
+from bisector.search.later_stages import LaterModel, StageTracker, model_for
 
 PLAIN_INTERVAL_S = 5.0
 TRIAL = re.compile(r"trial (\d+)/(\d+)")
@@ -53,19 +56,23 @@ class ProgressLine:
     One trial process measures every suite of a commit, so a commit probed with `trials_per_commit`
     costs that many trial processes. Without a `forecast` the estimate is `expected_probes` such
     commits; with one, what the search forecast expects (fed every probe of the search), plus the
-    later `stages` (names, in order) it expects per culprit; each later stage announces its own
-    count (a "stage" event) once the search has found the steps."""
+    later `stages` (names, in order) it expects per culprit (`later`: per device kind; None: none
+    before a stage announces its count); each later stage announces its first rounds (a "stage"
+    event) once the search has found the steps, and its trials are followed from there."""
 
     def __init__(self, expected_probes: int, trials_per_commit: int, console: Console | None = None,
                  clock: Callable[[], float] = time.monotonic, interval_s: float = PLAIN_INTERVAL_S,
                  live: bool | None = None, forecast: SearchForecast | None = None,
-                 stages: tuple[str, ...] = ()) -> None:
+                 stages: tuple[str, ...] = (), later: LaterModel | None = None, max_trials: int = 0) -> None:
         """live: None = a live line only when stderr is a terminal a person watches (FORCE_COLOR
         in a CI log makes rich think it is one, so the stream itself must be a TTY too)."""
         self.console = console or Console(stderr=True)
         self.trials_per_commit = max(trials_per_commit, 1)
         self.forecast = forecast
         self.stages = stages
+        self.later = later or LaterModel()
+        self.cap = max(max_trials, self.trials_per_commit)  # protocol.max_trials: the later checks' cap
+        self.tracker: StageTracker | None = None  # the later stage under way
         self._base = 0  # trials before the estimate now in force began
         self._expect = max(expected_probes, 1) * self.trials_per_commit  # trials it expects from _base
         self.clock, self.interval_s = clock, interval_s
@@ -84,13 +91,14 @@ class ProgressLine:
     @classmethod
     def for_range(cls, n_commits: int, trials_per_commit: int, *, order: Sequence[str] | None = None,
                   max_trials: int | None = None, first_look: int = 1, stages: tuple[str, ...] = (),
-                  **kwargs: object) -> "ProgressLine":
+                  device: str | None = None, **kwargs: object) -> "ProgressLine":
         """The progress of a bisection of `order` (GOOD..BAD, oldest first; else n_commits unnamed),
-        the protocol's trials, followed by `stages` ("fixes", "hunks")."""
+        the protocol's trials, followed by `stages` ("fixes", "hunks") on a `device` kind."""
         forecast = SearchForecast(ForecastSettings(len(order) if order else n_commits, trials_per_commit,
                                                    max(trials_per_commit, max_trials or trials_per_commit),
                                                    min(first_look, trials_per_commit)), order)
         return cls(bisection_probes(n_commits), trials_per_commit, forecast=forecast, stages=stages,
+                   later=model_for(device), max_trials=max_trials or trials_per_commit,
                    **kwargs)  # type: ignore[arg-type]
 
     def expect_range(self, n_commits: int) -> None:
@@ -101,18 +109,26 @@ class ProgressLine:
 
     @property
     def expected_trials(self) -> int:
-        """Trial processes this run is expected to take in all, now. A stage past its announced
-        count is re-estimated (a tenth of what it took more), so the time left never drops out."""
+        """Trial processes this run is expected to take in all, now. A stage whose trials show
+        nothing more to come while it goes on is re-estimated (a tenth of what it took more), so the
+        time left never drops out."""
         if self.forecast is not None and self.stage in ("", "search"):
-            left = self.forecast.remaining() + later_trials(self.forecast.steps(), self.trials_per_commit,
-                                                            self.stages)
+            left = self.forecast.remaining() + self._later(self.stages)
         else:
             taken = self.trials - self._base
             after = self.stages[self.stages.index(self.stage) + 1:] if self.stage in self.stages else ()
-            steps = self.forecast.steps() if self.forecast is not None else 1.0
-            left = (self._expect - taken if taken < self._expect else taken / 10.0 if self._expect else 0.0) \
-                + later_trials(steps, self.trials_per_commit, after)
+            if self.tracker is not None:
+                here = self.tracker.remaining()
+                here = here if here >= 1 or not self._expect else max(here, taken / 10.0)
+            else:
+                here = self._expect - taken if taken < self._expect else taken / 10.0 if self._expect else 0.0
+            left = here + self._later(after)
         return self.trials + math.ceil(left)
+
+    def _later(self, stages: Sequence[str]) -> float:
+        """The trials the later `stages` are expected to take, per culprit the search expects."""
+        steps = self.forecast.steps() if self.forecast is not None else 1.0
+        return self.later.trials(steps, self.trials_per_commit, self.cap, stages)
 
     def __enter__(self) -> "ProgressLine":
         if self.live is not None:
@@ -155,7 +171,14 @@ class ProgressLine:
         self._write(f"{text} | {self._status()}")
 
     def _follow(self, event: ProbeEvent) -> None:
-        """The search's own probes (plain commits, in the search stage) feed its forecast."""
+        """The search's own probes (plain commits, in the search stage) feed its forecast; a later
+        stage's trials its tracker."""
+        if self.tracker is not None and event.action == "trial":
+            got = TRIAL.search(event.detail)
+            if got:
+                for j in range(self._running):
+                    self.tracker.trial((event.sha, event.patch_hash), int(got.group(1)) + j, int(got.group(2)))
+            return
         if self.forecast is None or event.patch_hash or self.stage not in ("", "search"):
             return
         if event.action == "build":
@@ -176,6 +199,8 @@ class ProgressLine:
         self.stage, self._running = stage, 0  # the stage before it has ended: its trials are done
         if expect or stage not in ("", "search"):
             self._base, self._expect = self.trials, expect
+        self.tracker = StageTracker(stage, self.later, expect, self.trials_per_commit, self.cap) \
+            if stage not in ("", "search") else None
         if self.live is None and self.trials:
             self._write(f"stage {stage}" + (f": ~{expect} trials" if expect else "") + f" | {self._status(False)}")
 

@@ -55,7 +55,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
         click.echo(f"warning: code under test runs without a sandbox here: {isolation.describe()}", err=True)
     stages = tuple(name for name, on in (("fixes", options.verify_fixes), ("hunks", options.find_hunks)) if on)
     with ProgressLine.for_range(n_commits, cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
-                                first_look=cfg.protocol.first_look, stages=stages) as progress:
+                                first_look=cfg.protocol.first_look, stages=stages, device=cfg.device) as progress:
         outcome = pipeline.bisect(cfg, options, observer=progress)
         progress.final = counts(outcome.report)  # its last line says what the report and stdout say
     if as_json:

@@ -37,17 +37,16 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from bisector.search.later_stages import model_for
+
 __all__ = ["ForecastSettings", "SearchForecast", "later_trials"]
 
-# Trial processes a later stage takes per culprit, in the protocol's trials (two at least): the
-# recorded demos took 81 for the reverts and interactions and 96 for the hunk searches over 6
-# culprits at 3 trials (CPU), 80 for both over 5 culprits at 2 (H200; reports/2026-12-01-*-demo).
-LATER_PER_STEP = {"fixes": 4.0, "hunks": 5.0}
 
-
-def later_trials(steps: float, trials: int, stages: Iterable[str]) -> float:
-    """Trials the later `stages` are expected to take after a search that found `steps` culprits."""
-    return steps * max(2, trials) * sum(LATER_PER_STEP.get(s, 0.0) for s in stages)
+def later_trials(steps: float, trials: int, stages: Iterable[str], cap: int = 24, device: str | None = None) -> float:
+    """Trials the later `stages` are expected to take after a search that found `steps` culprits,
+    at the protocol's `trials` and max_trials `cap`, on a `device` kind (None: a GPU;
+    bisector/search/later_stages.py, calibrated on the recorded demo runs)."""
+    return model_for(device).trials(steps, trials, cap, stages)
 
 
 @dataclass(frozen=True)

@@ -124,16 +124,36 @@ def _searched(steps: Sequence[Step]) -> list[Step]:
 
 
 def expected_trials(session: Session, steps: Sequence[Step]) -> int:
-    """Trial processes the hunk searches are expected to take, for the progress display: per
-    culprit of h hunks, ceil(log2 h) halvings, each two subsets and the parent measured n times,
-    within the trial budget."""
+    """Trial processes the hunk searches take at first, for the progress display: per culprit, the
+    levels `find_hunks` measures, each two subsets and the parent n times: ceil(log2 g) over its g
+    groups of hunks (one group: nothing to search), or through plumbing the base alone against the
+    parent first, then ceil(log2 p) over its p pieces; within the trial budget. A subset still
+    unclear gets more rounds (MAX_ROUNDS), which the progress line's forecast adds
+    (bisector/search/later_stages.py)."""
     n, budget = max(1, session.config.protocol.trials), session.config.build.max_hunk_trials
+    levels = lambda count: math.ceil(math.log2(count)) if count >= 2 else 0  # noqa: E731
     total = 0
     for step in _searched(steps):
-        count = len(hunks.split(gitrepo.commit_diff(session.repo, step.commit)))
-        if count >= 2:
-            total += min(budget, 3 * n * math.ceil(math.log2(count)))
+        planned = _planned(session, step)
+        if planned is None:
+            continue
+        _, groups, plumbed, _ = planned
+        first = 2 * n + 3 * n * levels(len(plumbed.pieces)) if plumbed else 3 * n * levels(len(groups))
+        total += min(budget, first)
     return total
+
+
+def _planned(session: Session, step: Step) -> tuple[tuple[hunks.Hunk, ...], tuple[HunkGroup, ...],
+                                                    hunk_plumbing.Plan | None, hunk_plumbing.Source] | None:
+    """The culprit's hunks, their groups, its plumbing plan and the parent's files (None: fewer than
+    two hunks: nothing to search)."""
+    parts = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
+    if len(parts) < 2:
+        return None
+    old = lambda p: gitrepo.file_at(session.repo, step.parent, p)  # noqa: E731
+    new = lambda p: gitrepo.file_at(session.repo, step.commit, p)  # noqa: E731
+    groups = hunk_groups.group(parts, old, new)
+    return parts, groups, hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new), old
 
 
 def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
@@ -143,13 +163,10 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
     its own spread does."""
     findings = []
     for step in _searched(steps):
-        parts = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
-        if len(parts) < 2:
+        planned = _planned(session, step)
+        if planned is None:
             continue
-        old = lambda p: gitrepo.file_at(session.repo, step.parent, p)  # noqa: E731
-        new = lambda p: gitrepo.file_at(session.repo, step.commit, p)  # noqa: E731
-        groups = hunk_groups.group(parts, old, new)
-        plumbed = hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+        parts, groups, plumbed, old = planned
         finding = _plumbed(session, step, plumbed, taken, out, old, noise or {}) if plumbed else None
         findings.append(finding or _one(session, step, parts, groups, taken, out, noise or {}))
     return tuple(findings)
