@@ -271,8 +271,12 @@ class Warmer:
                 return
             while len(self._spares) >= 2 * self.parallel:
                 self.standby().cancel(self._spares.pop(next(iter(self._spares)))[1])
-            self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
-            self.spares.append((job.build.sha, job.slot))
+            self._hold_spare(key, job)
+
+    def _hold_spare(self, key: tuple[str, str | None], job: TrialJob) -> None:
+        """Submit `job` held, as the spare of `key`. Under the lock."""
+        self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
+        self.spares.append((job.build.sha, job.slot))
 
     def _companion(self, key: tuple[str, str | None], job: TrialJob) -> None:
         """The standby of `key` is set up (its cold compile done): its commit's second trial, held as
@@ -283,21 +287,19 @@ class Warmer:
         with self._lock:  # only where a spare has room: the standbys made last are the next round's
             if self._closed or key not in self._held or key in self._spares or len(self._spares) >= 2 * self.parallel:
                 return
-            self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
-            self.spares.append((job.build.sha, job.slot))
+            self._hold_spare(key, job)
 
     def _drop_held(self, key: tuple[str, str | None]) -> None:
         """Cancel a standby no longer wanted, and its companion (their processes are killed; nothing
         was stored). Under the lock."""
         _, future = self._held.pop(key)
         self.cancelled.append(key[0])
-        companion = self._spares.get(key)
-        if companion is not None and companion[0].after is future:
-            del self._spares[key]
+        drop = [future]
+        if key in self._spares and self._spares[key][0].after is future:
+            drop.append(self._spares.pop(key)[1])
         if self.standby is not None:
-            self.standby().cancel(future)
-            if companion is not None and companion[0].after is future:
-                self.standby().cancel(companion[1])
+            for one in drop:
+                self.standby().cancel(one)
 
     def _warm(self, want: Want) -> Warmed | None:
         build = self.builds.build(want.sha, want.patch)
