@@ -287,7 +287,8 @@ def main() -> None:
         print(f"| {m} | {a['eligible_hits'] / max(1, a['eligible']):.1%} ({int(a['eligible_hits'])}/{int(a['eligible'])}) "
               f"| {a['hits'] / a['steps']:.1%} | {a['false'] / r:.3f} | {a['probed'] / r:.1f} "
               f"| {a['target_probed'] / r:.1f} | {a['within'] / r:.0%} | {a['trials'] / r:.0f} | {a['secs'] / r:.2f} "
-              f"| {rounds} | {np.median(trials[m]):.0f} / {np.percentile(trials[m], 90):.0f} |")
+              f"| {rounds} "
+              f"| {np.median(trials[m]):.0f} / {np.percentile(trials[m], 90):.0f} |")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """A replay study run once per variant of the search's settings (same seeds), with where its trials went.
 
-    python -m studies.search_growth --variant growth=x2 --variant growth=x1.5 -- STUDY [STUDY's arguments]
+    python -m studies.search_growth --variant max_repeats=8 --variant max_repeats=12 -- STUDY [STUDY's arguments]
 
 STUDY is a module of studies/ that calls `localize` by that name (long_range_replay, search_accuracy,
 demo_replay). Each `--variant` (SearchSettings fields, comma-separated key=value) replaces the
 settings of every search the study runs; its output is printed as it is, then one line per variant:
 the searches' trials by what asked for them (the grid with GOOD and BAD, first looks at new commits,
-more trials for an unclear pair, verification, step 5's fresh trials) and their rounds (probe calls
-one after the other, a pair's commits asked for together as the pipeline's probe does). Written to
-choose how an unclear pair's trials grow (studies/results/search-growth.txt).
+more trials for an unclear pair, verification, step 5's fresh trials), their rounds (probe calls
+one after the other, a pair's commits asked for together as the pipeline's probe does) and the
+candidates verification dropped. Written to choose how an unclear pair's trials grow: the `growth`
+variants of studies/results/search-growth.txt ran at commit e0907ea, whose SearchSettings has them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import importlib
 import statistics
 import sys
 from collections import Counter
-from typing import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -94,9 +96,11 @@ def run(study: str, argv: Sequence[str], changes: Mapping[str, object]) -> list[
     kept_argv, sys.argv = sys.argv, [study, *argv]
     kept_mp = getattr(module, "mp", None)
     if kept_mp is not None:  # a study's worker processes would keep the counts: its work runs here
-        module.mp = InProcess
+        module.mp = SimpleNamespace(Pool=InProcess)
     try:
-        module.main()
+        code = module.main()
+        if code:
+            raise SystemExit(code)
     finally:
         module.localize, sys.argv = kept, kept_argv
         if kept_mp is not None:
@@ -105,12 +109,10 @@ def run(study: str, argv: Sequence[str], changes: Mapping[str, object]) -> list[
 
 
 class InProcess:
-    """`multiprocessing` as a study uses it (`with mp.Pool(jobs) as pool: pool.map(f, work)`), in this process."""
+    """`multiprocessing.Pool` as a study uses it (`with mp.Pool(jobs) as pool: pool.map(f, work)`), in this process."""
 
     def __init__(self, *_: object) -> None:
         pass
-
-    Pool = None  # set below: the class is its own pool
 
     def __enter__(self) -> "InProcess":
         return self
@@ -118,12 +120,8 @@ class InProcess:
     def __exit__(self, *_: object) -> None:
         return None
 
-    @staticmethod
-    def map(f, work, chunksize: int = 1) -> list:  # noqa: ANN001
+    def map(self, f: Callable, work: Iterable, chunksize: int = 1) -> list:
         return [f(w) for w in work]
-
-
-InProcess.Pool = InProcess
 
 
 def summary(label: str, probes: Sequence[Attributed]) -> str:
@@ -132,46 +130,53 @@ def summary(label: str, probes: Sequence[Attributed]) -> str:
     per = {p: statistics.mean(a.trials[p] for a in probes) for p in PHASES}
     total = [sum(a.trials.values()) for a in probes]
     rounds = [sum(a.rounds.values()) for a in probes]
-    later = {p: statistics.mean(a.rounds[p] for a in probes) for p in PHASES}
+    asked = {p: statistics.mean(a.rounds[p] for a in probes) for p in PHASES}
     return (f"{label}: {len(probes)} searches; trials mean {statistics.mean(total):.1f} "
             f"(median {statistics.median(total):.0f}, p90 {np.percentile(total, 90):.0f}) = "
             + ", ".join(f"{p} {per[p]:.1f}" for p in PHASES)
             + f"; rounds mean {statistics.mean(rounds):.1f} (median {statistics.median(rounds):.0f}, "
-            f"p90 {np.percentile(rounds, 90):.0f}) = " + ", ".join(f"{p} {later[p]:.1f}" for p in PHASES)
+            f"p90 {np.percentile(rounds, 90):.0f}) = " + ", ".join(f"{p} {asked[p]:.1f}" for p in PHASES)
             + f"; candidates dropped by verification {sum(a.dropped for a in probes)}")
 
 
 def parse(text: str) -> dict[str, object]:
+    """`key=value,...` as SearchSettings fields; ValueError naming what does not fit."""
     fields = {f.name: f.type for f in dataclasses.fields(SearchSettings)}
     out: dict[str, object] = {}
     for item in filter(None, text.split(",")):
         key, _, value = item.partition("=")
-        if key not in fields:
-            raise SystemExit(f"search_growth: --variant {text!r}: {key!r} is not a SearchSettings field")
-        kind = fields[key]
+        kind = fields.get(key)
+        if kind not in ("str", "bool", "int", "float"):
+            raise ValueError(f"--variant {text!r}: {key!r} is not a SearchSettings field of a plain type")
         out[key] = value if kind == "str" else (value == "true") if kind == "bool" else (
             int(value) if kind == "int" else float(value))
+    dataclasses.replace(SearchSettings(), **out)  # values the settings refuse fail here
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", action="append", default=[], help="SearchSettings changes: growth=x1.5,...")
+    ap.add_argument("--variant", action="append", default=[], help="SearchSettings changes: max_repeats=12,...")
     ap.add_argument("study")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
-    lines = []
-    for text in args.variant or [""]:
+    try:
+        variants = {text: parse(text) for text in args.variant or [""]}
+    except ValueError as bad:
+        ap.error(str(bad))
+    lines, code = [], 0
+    for text, changes in variants.items():
         print(f"## variant {text or 'as configured'}", flush=True)
         try:
-            probes = run(args.study, [a for a in args.args if a != "--"], parse(text))
+            probes = run(args.study, [a for a in args.args if a != "--"], changes)
         except SystemExit as stop:  # a replay that met a commit its store has no trials like, say
             lines.append(f"{text or 'as configured'}: stopped: {stop}")
+            code = max(code, stop.code if isinstance(stop.code, int) else 1)
         else:
             lines.append(summary(text or "as configured", probes))
         print(lines[-1], flush=True)
     print("\n".join(["", "## summary", *lines]))
-    return 0
+    return code
 
 
 if __name__ == "__main__":

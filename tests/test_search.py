@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from typing import Callable
 
 import pytest
@@ -187,22 +186,6 @@ def test_unknown_at_the_cap_is_reported_as_uncertain() -> None:
     assert max(n for sha, n in r.probes if sha not in (c[0], c[-1])) == 12
 
 
-@pytest.mark.parametrize("growth, asked", [(None, [2, 3, 5, 8]), ("x1.5", [2, 3, 5, 8]), ("x2", [2, 4, 8]),
-                                           ("+2", [2, 4, 6, 8])])
-def test_an_unclear_pair_grows_its_trials_by_the_settings_growth(growth: str | None, asked: list[int]) -> None:
-    # A 1% step under 2% trial noise against a 3% minimum step: no pair of the grid is clear before
-    # the cap, so each grid commit is asked for trials along the growth's sequence (by default x1.5:
-    # a close pair is settled with 3 or 5 trials a side where doubling paid 4 or 8).
-    c = shas(30)
-    model = StepModel({"fa/s4096": 1.0}, (SimStep(c[15], {"fa/s4096": 0.99}),), frozenset())
-    settings = SearchSettings(min_step_pct=3.0, initial_repeats=2, max_repeats=8)
-    r = localize(c, SimulatedProbe(c, model, noise_cv=0.02, seed=1),
-                 settings if growth is None else replace(settings, growth=growth))
-    for grid_point in (c[7], c[14], c[22]):
-        assert [n for sha, n in r.probes if sha == grid_point] == asked
-    assert r.steps == () and r.uncertain
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_flaky_noisy_trials_still_give_the_exact_culprits(seed: int) -> None:
     c = shas(150)
@@ -312,9 +295,6 @@ def test_settings_are_validated() -> None:
         SearchSettings(initial_repeats=30, max_repeats=24)
     with pytest.raises(ValueError):
         SearchSettings(alpha=0.7)
-    for growth in ("x1", "+0", "double", "x"):
-        with pytest.raises(ValueError, match="growth"):
-            SearchSettings(growth=growth)
     assert Verdict.UNKNOWN.value == "unknown"
 
 

@@ -59,14 +59,7 @@ class SearchSettings:
     min_steps: Mapping[str, float] = field(default_factory=dict)  # a suite's or shape's own, over it
     alpha: float = 0.01  # chance of one false step per search
     initial_repeats: int = 3  # trials per commit at first
-    max_repeats: int = 24  # UNKNOWN grows trials up to this
-    # How an UNKNOWN pair's trials grow per look: "x2" doubles, "x1.5" multiplies by 1.5 rounded
-    # up, "+2" adds two (a trial more at least, up to max_repeats).
-    growth: str = "x2"
-    verify_growth: str = "x2"  # EXPERIMENT
-    scale_looks: bool = False  # EXPERIMENT
-    count_looks: bool = False  # EXPERIMENT
-    same_scale: bool = False  # EXPERIMENT
+    max_repeats: int = 24  # UNKNOWN doubles trials up to this
     # Trials a commit gets first once the run's noise is known (pooled over the commits measured):
     # a difference of many noise widths is decided by one trial a side; only a close one buys more.
     first_look: int = 1
@@ -86,20 +79,6 @@ class SearchSettings:
             raise ValueError("need width >= 1")
         if self.rechecks < 0:
             raise ValueError("need rechecks >= 0")
-        self.grown(1)  # a growth that does not parse fails here
-
-    def grown(self, n: int, cap: int | None = None) -> int:
-        """Trials a side after one more look at a pair unclear at n (`growth`), at most `cap`
-        (`max_repeats` unless told)."""
-        kind, amount = self.growth[:1], self.growth[1:]
-        try:
-            k = float(amount)
-        except ValueError:
-            k = 0.0
-        if kind not in ("x", "+") or k <= (1.0 if kind == "x" else 0.0):
-            raise ValueError(f"growth must be 'xF' (F > 1) or '+K' (K > 0), got {self.growth!r}")
-        more = math.ceil(n * k - 1e-9) if kind == "x" else n + math.ceil(k)
-        return min(self.max_repeats if cap is None else cap, max(n + 1, more))
 
     def min_step(self, shape: str) -> float:
         return min_step_for(shape, self.min_step_pct, self.min_steps)
@@ -125,7 +104,6 @@ class _State:
     candidates: list[_Candidate] = field(default_factory=list)
     alpha_detect: float = 0.01
     alpha_verify: float = 0.01
-    same_z: float = 1.959964  # EXPERIMENT
 
     # -- probing -------------------------------------------------------------------------------
     def measure(self, i: int, repeats: int) -> bool:
@@ -205,14 +183,7 @@ class _State:
 
     def compare_samples(self, shape: str, before: Sequence[float], after: Sequence[float],
                         alpha: float) -> Comparison:
-        c = compare_pooled(before, after, self.settings.min_step(shape), alpha, shape, self.noise(shape))
-        if c.verdict is Verdict.SAME and self.same_z > 1.96:  # EXPERIMENT
-            L, H = math.log1p(c.ci95[0] / 100), math.log1p(c.ci95[1] / 100)
-            d, h = (L + H) / 2, (H - L) / 2 * self.same_z / 1.959964
-            m = math.log1p(self.settings.min_step(shape) / 100)
-            if not (-m < d - h and d + h < m):
-                c = replace(c, verdict=Verdict.UNKNOWN)
-        return c
+        return compare_pooled(before, after, self.settings.min_step(shape), alpha, shape, self.noise(shape))
 
     def compare_now(self, i: int, j: int, alpha: float, only: Iterable[str] | None = None) -> dict[str, Comparison]:
         return {s: self.compare_samples(s, self.samples(i, s), self.samples(j, s), alpha)
@@ -230,7 +201,7 @@ class _State:
             n = min(self.count(i), self.count(j))
             if n >= st.max_repeats:
                 return self.at_cap(i, j, comps)
-            target = st.grown(n)
+            target = min(st.max_repeats, 2 * n)
             self.measure_together({i: target, j: target})
             if min(self.count(i), self.count(j)) <= n:  # the probe gave no more trials: stop here
                 return self.at_cap(i, j, comps)
@@ -258,7 +229,7 @@ class _State:
                 elif n >= st.max_repeats:
                     out[q] = self.at_cap(i, j, comps)
                 else:
-                    target = st.grown(n)
+                    target = min(st.max_repeats, 2 * n)
                     for k in (i, j):
                         wants[k] = max(wants.get(k, 0), target)
                     asked.append((q, n))
@@ -457,7 +428,7 @@ class _State:
                 cap = max(st.max_repeats, 2 * st.initial_repeats)
                 if holding or settled or n >= cap:
                     break
-                n = replace(st, growth=st.verify_growth).grown(n, cap)
+                n = min(cap, 2 * n)
         final = self.compare_now(cand.lo, cand.hi, self.alpha_verify)
         if st.verify and not unmeasured:
             # It holds in its fresh trials and over all of them: two or three fresh trials a side
@@ -582,30 +553,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
         return _result(st, [], [])
     n_shapes = max(1, len(st.shapes(lo, hi)))
     looks = (settings.width + 1) * levels(hi - lo + 1, settings.width + 1) + 2 * settings.interior_points + 2
-    if settings.scale_looks:
-        def per_pair(s):
-            k, n = 1, settings.initial_repeats
-            while n < settings.max_repeats:
-                n, k = s.grown(n), k + 1
-            return k
-        looks *= per_pair(settings) / per_pair(replace(settings, growth="x2"))
-    if settings.count_looks:
-        def per_pair(s):
-            k, n = 1, settings.initial_repeats
-            while n < settings.max_repeats:
-                n, k = s.grown(n), k + 1
-            return k
-        looks *= per_pair(settings)
     st.alpha_detect = settings.alpha / (n_shapes * looks)
-    if settings.same_scale:
-        def per_pair(s):
-            k, n = 1, settings.initial_repeats
-            while n < settings.max_repeats:
-                n, k = s.grown(n), k + 1
-            return k
-        from scipy import special
-        ratio = per_pair(settings) / per_pair(replace(settings, growth="x2"))
-        st.same_z = float(special.ndtri(1 - 0.025 / ratio))
     st.alpha_verify = settings.alpha / n_shapes
 
     grid = [lo]
