@@ -266,7 +266,9 @@ def main() -> None:
     with mp.Pool(args.jobs) as pool:
         results = pool.map(run_one, work, chunksize=4)
     agg: dict[str, dict[str, float]] = {m: {} for m in methods}
+    trials: dict[str, list[float]] = {m: [] for m in methods}
     for method, sc, secs in results:
+        trials[method].append(sc["trials"])
         a = agg[method]
         for k, v in sc.items():
             a[k] = a.get(k, 0.0) + v
@@ -277,15 +279,16 @@ def main() -> None:
           f"{time.perf_counter() - t0:.0f} s wall")
     print("| method | exact culprit (steps >= 2x CV) | exact culprit (all steps) | false steps / range "
           "| distinct commits / range | target k*ceil(log2 N)+4 | ranges within target | trials / range | CPU s / range "
-          "| rounds / range |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| rounds / range | trials median / p90 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for m in methods:
         a = agg[m]
         rounds = f"{a['rounds'] / r:.1f}" if a["rounds"] else "-"
         print(f"| {m} | {a['eligible_hits'] / max(1, a['eligible']):.1%} ({int(a['eligible_hits'])}/{int(a['eligible'])}) "
               f"| {a['hits'] / a['steps']:.1%} | {a['false'] / r:.3f} | {a['probed'] / r:.1f} "
               f"| {a['target_probed'] / r:.1f} | {a['within'] / r:.0%} | {a['trials'] / r:.0f} | {a['secs'] / r:.2f} "
-              f"| {rounds} |")
+              f"| {rounds} "
+              f"| {np.median(trials[m]):.0f} / {np.percentile(trials[m], 90):.0f} |")
 
 
 if __name__ == "__main__":
