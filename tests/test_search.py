@@ -436,3 +436,40 @@ def test_wild_trials_of_a_quiet_gpu_cost_no_unsure_pairs(seed: int) -> None:
     wild = sum(abs(v / probe.level[sha][s] - 1) > 0.04 for sha, per in probe.samples.items()
                for s, vals in per.items() for v in vals)
     assert wild > 0  # the series had wild trials to leave out
+
+
+def test_inside_a_wrong_result_window_the_next_commit_outwards_is_prefetched_with_each_pick() -> None:
+    """Probing outwards past wrong results asks for one commit after another: each is named for
+    prefetch while the one before is measured, so its setup is off the path (the H200 demo's bridge
+    set up nine commits cold, one by one). The search's decisions are the same."""
+    from bisector.model import Measurement, ProbeStatus
+    from bisector.search import SearchSettings, localize
+
+    commits = [f"{i:040x}" for i in range(40)]
+    counts: dict[str, int] = {}
+    asked: list[list[int]] = []
+    measured: list[int] = []
+
+    class Probe:
+        def __call__(self, sha: str, repeats: int) -> Measurement:
+            i = int(sha, 16)
+            if sha not in counts:
+                measured.append(i)
+            counts[sha] = max(counts.get(sha, 0), repeats)
+            noise = [1.0 + 0.002 * ((k * 7 + i) % 5 - 2) for k in range(counts[sha])]
+            wrong = frozenset({"gemm/a"}) if 22 <= i < 31 else frozenset()
+            samples = {"fa/a": tuple(0.6 * x for x in noise)} | (
+                {} if wrong else {"gemm/a": tuple((0.5 if i >= 33 else 0.6) * x for x in noise)})
+            return Measurement(sha, ProbeStatus.OK, samples, wrong)
+
+        def prefetch(self, shas: list[str]) -> None:
+            asked.append([int(s, 16) for s in shas])
+
+    result = localize(commits, Probe(), SearchSettings(min_step_pct=2.0))
+    assert [(s.commit, s.shapes) for s in result.steps] == [(commits[33], ("gemm/a",))]
+    named = {k for names in asked for k in names}
+    wrong_probed = [i for i in measured if 22 <= i < 31]
+    assert len(wrong_probed) >= 3  # the bridge walked through the window
+    # every commit the walk measured after the first was named before it was measured
+    later = [i for i in measured[measured.index(wrong_probed[0]) + 1:] if 20 <= i <= 32]
+    assert later and all(i in named for i in later), (later, asked)

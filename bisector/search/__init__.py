@@ -311,7 +311,13 @@ class _State:
             if not picks:
                 break
             bounds = sorted({lo, hi, *chosen, *picks.values()})
-            self.prefetch([], zip(bounds, bounds[1:]))
+            # Inside a window of wrong results a pick is often wrong too, and the next one outwards
+            # is asked for at once: named first, it is set up while this one is measured (the H200
+            # demo's bridge probed nine commits one by one, ~5 s of cold setup each on the path).
+            fallbacks = [k for q in picks if (k := next((k for k in orders[q] if k not in tried
+                                                         and k not in picks.values()), None)) is not None] \
+                if first == 1 and need else []
+            self.prefetch(fallbacks, zip(bounds, bounds[1:]))
             self.measure_many(list(picks.values()), first)
             tried.update(picks.values())
             open_slots = []
