@@ -32,6 +32,7 @@ class Section:
     slot: int
     unheld: bool
     submitted: float = 0.0
+    patched: bool = False  # a patched build's trial (a revert, a hunk subset)
 
 
 def waited_for(last: Section, nxt: Section) -> str:
@@ -48,11 +49,11 @@ WAITS = ("held, not set up when asked", "fresh, set up late", "asked after the l
 
 def sections(store: Path) -> list[Section]:
     out = []
-    for (_, _, slot), records in trial_processes(store).items():
+    for (_, patch, slot), records in trial_processes(store).items():
         line = records[0].protocol.get("timeline") or {}
         if line.get("go") and line.get("release"):
             out.append(Section(line["go"], line["release"], int(slot or 0), bool(line.get("unheld")),
-                               float(line.get("submitted") or 0.0)))
+                               float(line.get("submitted") or 0.0), bool(patch)))
     return sorted(out, key=lambda s: s.go)
 
 
@@ -60,12 +61,14 @@ def row(store: Path, min_gap: float, max_gap: float) -> str:
     secs = sections(store)
     gaps = [(b.go - a.release, b) for a, b in zip(secs, secs[1:]) if min_gap < b.go - a.release < max_gap]
     first = [g for g, b in gaps if b.slot == 0]
+    patched_first = [g for g, b in gaps if b.slot == 0 and b.patched]
     later = [g for g, b in gaps if b.slot > 0]
     device = sum(s.release - s.go for s in secs)
     why = {w: [g for g, (a, b) in ((b.go - a.release, (a, b)) for a, b in zip(secs, secs[1:]))
                 if min_gap < g < max_gap and waited_for(a, b) == w] for w in WAITS}
     return (f"| {store} | {len(secs)} | {device:.0f} s ({device / max(1, len(secs)):.2f} s) | "
-            f"{len(first)}, {sum(first):.0f} s | {len(later)}, {sum(later):.0f} s"
+            f"{len(first)}, {sum(first):.0f} s ({len(patched_first)}, {sum(patched_first):.0f} s patched) | "
+            f"{len(later)}, {sum(later):.0f} s"
             f"{f' (median {statistics.median(later):.2f} s)' if later else ''} | "
             f"{sum(s.unheld and s.slot == 0 for s in secs)} | {sum(s.unheld and s.slot > 0 for s in secs)} | "
             + " | ".join(f"{len(v)}, {sum(v):.0f} s" for v in why.values()) + " |")
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--max-gap", type=float, default=30.0, help="longer gaps are stops between calls")
 
     return over_stores("idle_gaps", __doc__, argv, options, lambda args: [
-        f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial | "
+        f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial (of them a patched build's) | "
         "before a later trial | first trials from standbys | later trials from spares | "
         + " | ".join(f"gaps: {w}" for w in WAITS) + " |",
         "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(WAITS)], lambda store, args: row(store, args.min_gap, args.max_gap))
