@@ -15,8 +15,7 @@ events and compares the estimate (trials so far + forecast) with the final count
   a trial's k is its slot + 1; a commit whose every trial crashed is a SKIP after its last one),
   judged from the first minute on. A run's search ends before the batch holding its first
   patched trial (the reverts); its later stages are judged as a whole-run figure against the
-  forecast of them (bisector.search.forecast.later_trials: bisector/search/later_stages.py's
-  model of the run's device kind, "cpu-demo ..." runs the CPU's).
+  forecast of them (bisector/search/later_stages.py's model of the run's device kind, "cpu-demo ..." runs the CPU's).
 
 Per regime or run: the worst ratio estimate / final above and below 1 after that point, the share
 of ranges (or points) within 1.5x, and the estimate before this change for comparison
@@ -54,7 +53,8 @@ from bisector.commands.progress import PARTNERS, TRIAL, bisection_probes  # noqa
 from bisector.model import Measurement, ProbeStatus, Verdict  # noqa: E402
 from bisector.runner.probe import ProbeEvent  # noqa: E402
 from bisector.search import SearchSettings, localize  # noqa: E402
-from bisector.search.forecast import ForecastSettings, SearchForecast, later_trials  # noqa: E402
+from bisector.search.forecast import ForecastSettings, SearchForecast  # noqa: E402
+from bisector.search.later_stages import model_for  # noqa: E402
 from bisector.search.simulate import SimulatedProbe  # noqa: E402
 from bisector.search.stats import compare  # noqa: E402
 from studies import search_accuracy as sa  # noqa: E402
@@ -200,8 +200,8 @@ def replay(run: Run, with_n: bool = True,
         else:
             forecast.trial(str(e.index), e.k)
         search = trials + forecast.remaining()
-        out.append((e.t, trials, search, search + later_trials(forecast.steps(), run.initial, run.stages, run.cap,
-                                                                 device_of(run))))
+        out.append((e.t, trials, search, search + model_for(device_of(run)).trials(forecast.steps(), run.initial, run.cap,
+                                                                                  run.stages)))
     return out
 
 

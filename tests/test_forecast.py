@@ -16,7 +16,7 @@ from rich.console import Console
 from bisector.commands.progress import ProgressLine
 from bisector.runner.probe import ProbeEvent
 from bisector.search import SearchSettings, localize
-from bisector.search.forecast import ForecastSettings, SearchForecast, later_trials
+from bisector.search.forecast import ForecastSettings, SearchForecast
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 from studies.estimate_accuracy import Announcing
 
@@ -86,12 +86,6 @@ def test_without_the_order_the_forecast_still_counts_down_and_never_reaches_zero
         forecast.trial(f"c{j // 3}", j % 3 + 1, 3)
         left.append(forecast.remaining())
     assert left[-1] < left[0] and min(left) > 0
-
-
-def test_later_stages_add_trials_per_culprit() -> None:
-    assert later_trials(2.0, 3, ()) == 0
-    assert later_trials(2.0, 3, ("fixes", "hunks")) > later_trials(2.0, 3, ("fixes",)) > 0
-    assert later_trials(4.0, 3, ("fixes",)) == 2 * later_trials(2.0, 3, ("fixes",))
 
 
 def test_a_noisy_search_converges_on_its_trials_and_the_line_always_has_an_eta() -> None:

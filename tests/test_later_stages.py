@@ -185,3 +185,10 @@ def test_a_resumed_call_is_judged_against_its_own_count(tmp_path: Path) -> None:
                    "progress: done: 42 commits; 471 trials (327 on the commits, 144 on patched builds); "
                    "this call: 40 trials, 2.8 min\n")
     assert progress_accuracy.judge(log, 60.0).startswith(f"| {log} | 40 | 1.12 |")
+
+
+def test_later_stages_add_trials_per_culprit() -> None:
+    later = model_for(None)
+    assert later.trials(2.0, 3, 24, ()) == 0
+    assert later.trials(2.0, 3, 24, ("fixes", "hunks")) > later.trials(2.0, 3, 24, ("fixes",)) > 0
+    assert later.trials(4.0, 3, 24, ("fixes",)) == 2 * later.trials(2.0, 3, 24, ("fixes",))

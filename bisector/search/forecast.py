@@ -35,18 +35,9 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
-from bisector.search.later_stages import model_for
-
-__all__ = ["ForecastSettings", "SearchForecast", "later_trials"]
-
-
-def later_trials(steps: float, trials: int, stages: Iterable[str], cap: int = 24, device: str | None = None) -> float:
-    """Trials the later `stages` are expected to take after a search that found `steps` culprits,
-    at the protocol's `trials` and max_trials `cap`, on a `device` kind (None: a GPU;
-    bisector/search/later_stages.py, calibrated on the recorded demo runs)."""
-    return model_for(device).trials(steps, trials, cap, stages)
+__all__ = ["ForecastSettings", "SearchForecast"]
 
 
 @dataclass(frozen=True)

@@ -167,8 +167,8 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
         if planned is None:
             continue
         parts, groups, plumbed, old = planned
-        finding = _plumbed(session, step, plumbed, taken, out, old, noise or {}) if plumbed else None
-        findings.append(finding or _one(session, step, parts, groups, taken, out, noise or {}))
+        finding = _plumbed(session, step, plumbed, taken, out, old, noise) if plumbed else None
+        findings.append(finding or _one(session, step, parts, groups, taken, out, noise))
     return tuple(findings)
 
 
@@ -307,7 +307,7 @@ class _Rounds:
 
 
 def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], groups: Sequence[HunkGroup], taken: Taken,
-         out: Path, noise: Mapping[str, PooledNoise | None]) -> HunkFinding:
+         out: Path, noise: Mapping[str, PooledNoise | None] | None) -> HunkFinding:
     rounds = _Rounds(session, step, parts, taken, [g.members for g in groups], noise=noise)
     found = hunks.search(len(groups), rounds, budget=session.config.build.max_hunk_builds)
     chosen = rounds.hunks_of(found.found)
@@ -335,7 +335,7 @@ def _changes(step: Step, parent: Mapping[str, Sequence[float]], got: Measurement
 
 
 def _plumbed(session: Session, step: Step, plan: hunk_plumbing.Plan, taken: Taken, out: Path,
-             old: hunk_plumbing.Source, noise: Mapping[str, PooledNoise | None]) -> HunkFinding | None:
+             old: hunk_plumbing.Source, noise: Mapping[str, PooledNoise | None] | None) -> HunkFinding | None:
     """The search over the behaviour-changing pieces, each subset on top of the plumbing base; None
     (search the groups instead) when the base alone cannot be measured."""
     rounds = _Rounds(session, step, plan.parts, taken, plan=plan, old=old, noise=noise)
