@@ -59,13 +59,12 @@ def sections(store: Path) -> list[Section]:
 
 def row(store: Path, min_gap: float, max_gap: float) -> str:
     secs = sections(store)
-    gaps = [(b.go - a.release, b) for a, b in zip(secs, secs[1:]) if min_gap < b.go - a.release < max_gap]
-    first = [g for g, b in gaps if b.slot == 0]
-    patched_first = [g for g, b in gaps if b.slot == 0 and b.patched]
-    later = [g for g, b in gaps if b.slot > 0]
+    gaps = [(b.go - a.release, a, b) for a, b in zip(secs, secs[1:]) if min_gap < b.go - a.release < max_gap]
+    first = [g for g, _, b in gaps if b.slot == 0]
+    patched_first = [g for g, _, b in gaps if b.slot == 0 and b.patched]
+    later = [g for g, _, b in gaps if b.slot > 0]
     device = sum(s.release - s.go for s in secs)
-    why = {w: [g for g, (a, b) in ((b.go - a.release, (a, b)) for a, b in zip(secs, secs[1:]))
-                if min_gap < g < max_gap and waited_for(a, b) == w] for w in WAITS}
+    why = {w: [g for g, a, b in gaps if waited_for(a, b) == w] for w in WAITS}
     return (f"| {store} | {len(secs)} | {device:.0f} s ({device / max(1, len(secs)):.2f} s) | "
             f"{len(first)}, {sum(first):.0f} s ({len(patched_first)}, {sum(patched_first):.0f} s patched) | "
             f"{len(later)}, {sum(later):.0f} s"

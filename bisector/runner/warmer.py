@@ -183,6 +183,7 @@ class Warmer:
     def __init__(self, builds: Builds, make_executor: Callable[[], PrecompileTrials], parallel: int,
                  standby: Callable[[], Holds] | None = None) -> None:
         self.builds, self.make_executor, self.parallel = builds, make_executor, max(1, parallel)
+        self.held_cap = 2 * self.parallel  # standbys alive at most, and spares alike
         self.standby = standby
         self._held: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}
         self._spares: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}  # oldest first
@@ -220,7 +221,7 @@ class Warmer:
             if self.standby is not None:  # each holds a process and its inputs on the device: at most
                 # 2 x `parallel`, as one lives a request longer than the request that named it
                 busy = len(self._held) + sum(1 for f in self._tasks.values() if not f.done())
-                new = new[:max(0, 2 * self.parallel - busy)]  # the most likely first
+                new = new[:max(0, self.held_cap - busy)]  # the most likely first
             for want in new:
                 self._tasks[want.key] = self._pool.submit(self._warm, want)
 
@@ -269,7 +270,7 @@ class Warmer:
         with self._lock:
             if self._closed or key in self._held or key in self._spares:
                 return
-            while len(self._spares) >= 2 * self.parallel:
+            while len(self._spares) >= self.held_cap:
                 self.standby().cancel(self._spares.pop(next(iter(self._spares)))[1])
             self._hold_spare(key, job)
 
@@ -285,7 +286,7 @@ class Warmer:
         when the search asked, kept the device idle 1-1.5 s at each new commit of a 389-commit range
         on one H200 (its setup ~2.3 s against the first trial's ~1 s on the device)."""
         with self._lock:  # only where a spare has room: the standbys made last are the next round's
-            if self._closed or key not in self._held or key in self._spares or len(self._spares) >= 2 * self.parallel:
+            if self._closed or key not in self._held or key in self._spares or len(self._spares) >= self.held_cap:
                 return
             self._hold_spare(key, job)
 
