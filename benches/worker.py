@@ -168,10 +168,14 @@ def _socket(fd: int) -> socket.socket:
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
 
 
+RETIRE = b"r"  # the bot's word to a zygote it replaced (bisector/runner/workers.py: ForkSource.renew)
+
+
 def zygote(control: socket.socket, started: float, loaded: tuple[float, float], failed: Sequence[str]) -> int:
     """Fork a worker for every socket the bot sends; report each child's pid and, later, its exit."""
     control.sendall((json.dumps({"msg": "zygote", "pid": os.getpid(), "preload": list(loaded)}) + "\n").encode())
     children: set[int] = set()
+    retired = False  # the bot made a new zygote: fork no more, end once the last child has
     become_subreaper()
     control.settimeout(0.5)
     while True:
@@ -180,11 +184,15 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
         except socket.timeout:
             data, fds = b"", []
             _reap(control, children)
+            if retired and not children:
+                return 0
             continue
         except OSError:
             return 0
         if not data and not fds:
             return 0  # the bot is gone: the fence around us takes the children
+        if RETIRE in data:
+            retired = True
         for fd in fds:
             pid = os.fork()
             if pid == 0:
@@ -203,6 +211,8 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
             children.add(pid)
             control.sendall((json.dumps({"msg": "forked", "pid": pid}) + "\n").encode())
         _reap(control, children)
+        if retired and not children:
+            return 0
 
 
 def _reap(control: socket.socket, children: set[int]) -> None:

@@ -255,12 +255,12 @@ def test_a_forked_worker_is_moved_only_if_it_is_the_zygotes(tmp_path: Path) -> N
     source = ForkSource(dict(os.environ), ("json",), tmp_path, limits=Limits(1 << 30, 256))
     try:
         stranger = subprocess.Popen(["sleep", "60"])
-        assert source._adopt(stranger.pid) is None and alive(stranger.pid)
+        assert source._adopt(source.zygote, stranger.pid) is None and alive(stranger.pid)
         assert cgroups.GROUP_PREFIX not in Path(f"/proc/{stranger.pid}/cgroup").read_text()
         stranger.kill()
         stranger.wait()
     finally:
-        source.control.close()
+        source.zygote.control.close()
         source.proc.terminate()
         source.proc.wait()
         source.log.close()

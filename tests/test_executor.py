@@ -253,6 +253,29 @@ def test_a_zygote_that_dies_is_started_again_and_its_trials_run(tmp_path: Path, 
     assert [o.records[0].status for o in outcomes] == [TrialStatus.OK] * 3
 
 
+def test_a_new_lineage_runs_in_a_new_zygote_and_the_replaced_one_ends_with_its_last_worker(
+        tmp_path: Path, src: Path) -> None:
+    # A step is verified in processes that share no history with the trials that found it: a new
+    # zygote's forks. Older workers still serve trials that ask for no lineage; the replaced
+    # zygote forks no more and ends once they have.
+    cfg = config(tmp_path)
+    with make_executor(cfg, tmp_path / "work", source="fork", ahead=1, lock_devices=False) as executor:
+        first = executor.run([TrialJob(build(src), cfg.shapes, seed=0, slot=0)])
+        old = executor.source.proc
+        lineage = executor.renew_lineage()
+        fresh = executor.run([TrialJob(build(src), cfg.shapes, seed=k, slot=k, lineage=lineage) for k in (1, 2)])
+        assert executor.source.proc is not old and old.poll() is None  # its reserve worker is alive
+        later = executor.run([TrialJob(build(src), cfg.shapes, seed=3, slot=3)])
+        deadline = time.time() + 30
+        while old.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert old.poll() is not None  # the replaced zygote ended with its last worker
+        assert executor.run([TrialJob(build(src), cfg.shapes, seed=4, slot=4, lineage=lineage)])[0].records
+    lineages = [o.records[0].protocol["worker"]["lineage"] for o in first + fresh + later]
+    assert lineages == [0, 1, 1, 0]  # the last one: the old zygote's reserve worker, taken first
+    assert all(o.records[0].status is TrialStatus.OK for o in first + fresh + later)
+
+
 def test_a_zygote_that_keeps_dying_is_a_clear_error(tmp_path: Path, src: Path) -> None:
     from bisector.runner.workers import ForkSource, WorkerStartError
     source = ForkSource(dict(os.environ), [], tmp_path)

@@ -473,3 +473,20 @@ def test_inside_a_wrong_result_window_the_next_commit_outwards_is_prefetched_wit
     # every commit the walk measured after the first was named before it was measured
     later = [i for i in measured[measured.index(wrong_probed[0]) + 1:] if 20 <= i <= 32]
     assert later and all(i in named for i in later), (later, asked)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_build_slow_only_in_the_search_s_worker_lineage_does_not_verify(seed: int) -> None:
+    # The CPU demo's CI failure: a neutral build (here 15, the middle of a grid pair) read 21% slow
+    # in all its trials forked from the run's one zygote. Fresh trials come from a new lineage
+    # (`independent`), where it reads as it is: no step there, and the real one beside it is found.
+    c = shas(40)
+    model = StepModel({"gemm/tall": 1.0}, (SimStep(c[17], {"gemm/tall": 0.8}),), frozenset())
+    probe = SimulatedProbe(c, model, noise_cv=0.04, seed=seed, lineage_bias={c[15]: 0.79})
+    r = localize(c, probe)
+    assert found(r, c) == {17: ("gemm/tall",)}
+    assert any(s.commit in (c[15], c[16]) for s in r.dropped)  # looked at, and not verified
+    # The same trials from one lineage only (a probe that cannot renew one, as before): the biased
+    # build passes for a step.
+    blind = SimulatedProbe(c, model, noise_cv=0.04, seed=seed, lineage_bias={c[15]: 0.79})
+    assert 15 in found(localize(c, lambda sha, n: blind(sha, n)), c)

@@ -59,6 +59,9 @@ class TrialJob:
     cold_compile: Mapping[str, Mapping[str, Any]] | None = field(default=None, compare=False)
     # a standby (bisector/runner/warmer.py): set up now, the device only after `Executor.unhold`
     hold: bool = field(default=False, compare=False)
+    # the oldest worker lineage it may run in (`Executor.renew_lineage`): a verification's fresh
+    # trials share no process history with the trials that found the step
+    lineage: int = 0
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,19 @@ Finish = Callable[[TrialJob, Prepared, Mapping[str, Any], Mapping[str, Any]], tu
 TEARDOWN_GRACE_S = 1.0  # how long a GPU trial that released its device may take to exit before it is lent on
 
 
+def _unmatched(wants: Sequence[int], have: Sequence[int]) -> int:
+    """How many of the lineages `wants` find no worker of their own in `have` (one whose lineage is
+    the same or newer), each worker taken once."""
+    left = sorted(have, reverse=True)
+    short = 0
+    for want in sorted(wants, reverse=True):
+        if left and left[0] >= want:
+            left.pop(0)
+        else:
+            short += 1
+    return short
+
+
 class Executor:
     """Runs TrialJobs on `devices` with workers from `source`; `submit` returns a Future[TrialOutcome].
 
@@ -171,6 +187,7 @@ class Executor:
         self._holder: dict[int, _Run | None] = {d: None for d in self.devices}
         self._file_locks: dict[int, FileLock] = {}
         self._seq = 0
+        self._lineage = source.lineage  # the lineage asked for (`renew_lineage`); the loop renews the source
         self._cancel: list[Future] = []
         self._reaping: list[Worker] = []  # gone from our view, their process not yet collected
         self._lock = threading.Lock()
@@ -211,6 +228,19 @@ class Executor:
                 run.deadline = time.time() + self.timeout_s
         self._wake()
         return future
+
+    def renew_lineage(self) -> int:
+        """A new worker lineage (`WorkerSource.renew`): jobs that name it run in processes that share
+        no history with any trial before (a new zygote's forks). Older workers still serve the rest."""
+        with self._lock:
+            self._lineage += 1
+            lineage = self._lineage
+        self._wake()
+        return lineage
+
+    @property
+    def lineage(self) -> int:
+        return self._lineage
 
     def on_ready(self, future: Future, fn: Callable[[], None]) -> None:
         """Call `fn` (on a thread of its own) once the trial of `future` is set up and asks for its
@@ -271,6 +301,7 @@ class Executor:
                             pass
                     elif key.data == "source":
                         self.source.on_readable(key.fileobj, self._workers())  # type: ignore[arg-type]
+                        self._watch_source()  # a replaced zygote that ended is heard no more
                     else:
                         self._on_message(key.data)
         except BaseException as exc:  # a bug here must not leave callers waiting for ever
@@ -321,10 +352,18 @@ class Executor:
             elif device is not None:
                 load[device] += 1
                 fits.append((run, device))
+        with self._lock:
+            lineage = self._lineage
+        while self.source.lineage < lineage:
+            self.source.renew()
+            self._watch_source()
         # Workers: one for every trial that fits, and `ahead` per device ready in reserve for the
-        # trials the search asks for next (their imports are then done before they are known).
+        # trials the search asks for next (their imports are then done before they are known);
+        # more where the trials that fit ask for a newer lineage than the workers at hand.
         want_workers = len(fits) + self.ahead * len(self.devices)
-        while len(self._idle) + len(self._starting) < want_workers:
+        short = _unmatched([r.job.lineage for r, _ in fits], [w.lineage for w in [*self._idle, *self._starting]])
+        new = max(short, want_workers - len(self._idle) - len(self._starting))
+        for _ in range(new):
             worker = self.source.start()
             self._starting.append(worker)
             self._selector.register(worker.sock, selectors.EVENT_READ, worker)
@@ -333,9 +372,10 @@ class Executor:
             self._starting.remove(worker)  # a worker that never got ready (a hung import)
             self._forget(worker)
         for run, device in fits:
-            if not self._idle:
-                break
-            self._assign(run, device, self._idle.pop(0), now)
+            worker = next((w for w in self._idle if w.lineage >= run.job.lineage), None)
+            if worker is not None:
+                self._idle.remove(worker)
+                self._assign(run, device, worker, now)
         for run in runs:
             if run.state in ("assigned", "wants", "on-device", "released") and now > run.deadline and not run.held:
                 self._end(run, timed_out=True)
@@ -473,7 +513,7 @@ class Executor:
         info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
                 "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
                 "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict(),
-                "worker": {"source": self.source.kind,
+                "worker": {"source": self.source.kind, "lineage": worker.lineage if worker else None,
                            "cuda_initialized_before_trial": bool(worker and worker.ready.get("cuda_initialized"))}}
         with self._lock:
             self._runs.remove(run)

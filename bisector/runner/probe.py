@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from bisector import portable
 from bisector.search.control_outcome import unavailable_by_shape
@@ -72,6 +73,7 @@ class StoreProbe:
         self.build_results: dict[str, BuildResult] = {}
         self.probes: list[tuple[str, int]] = []
         self.owner = Owner.me()
+        self.lineage = 0  # the worker lineage its trials ask for (`independent`)
 
     def restricted(self, shapes: Sequence[Shape]) -> "StoreProbe":
         """The same probe over fewer shapes (a revert or a hunk is measured where its step is)."""
@@ -152,6 +154,22 @@ class StoreProbe:
             need = max(need, repeats - done[s.key])
         return need
 
+    @contextmanager
+    def independent(self) -> Iterator[None]:
+        """Trials asked for inside run in a new worker lineage (`Executor.renew_lineage`): processes
+        that share no history with the trials before, a new zygote's forks. A step is verified so:
+        one CI run read a neutral build 21% slow in all 25 trials forked from one zygote, and
+        normally through a new one (studies/results/cpu-slow-builds.txt)."""
+        renew = getattr(self.executor, "renew_lineage", None)
+        if renew is None or self.offline:
+            yield
+            return
+        before, self.lineage = self.lineage, renew()
+        try:
+            yield
+        finally:
+            self.lineage = before
+
     def job(self, sha: str, slot: int, first: bool, after: Future | None, lane: int | None = None) -> TrialJob:
         """The trial in `slot`: its seed follows from the slot, so a resumed run draws the inputs it would have.
         A commit's first trial compiles cold (its JIT dir emptied), unless a prefetch compiled it cold
@@ -159,7 +177,7 @@ class StoreProbe:
         warmed = self.warmer.claim(sha, self.patch_hash) if first and self.cold_jit and self.warmer else None
         return TrialJob(self.build_results[sha], self.shapes, self.seed * 1_000_003 + slot, slot=slot,
                         first=first and self.cold_jit and warmed is None, after=after, lane=lane, patch=self.patch,
-                        cold_compile=warmed.cold_compile() if warmed is not None else None)
+                        cold_compile=warmed.cold_compile() if warmed is not None else None, lineage=self.lineage)
 
     def prefetch(self, shas: Sequence[str]) -> None:
         """Commits the search may measure next (most likely first): the warmer builds and compiles

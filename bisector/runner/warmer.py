@@ -246,7 +246,8 @@ class Warmer:
 
     def take(self, job: TrialJob) -> Future | None:
         """The commit's standby or spare, unheld, if it is this very trial (same build, shapes, seed,
-        slot); None otherwise (one that differs is cancelled) and the caller submits the job."""
+        slot, in a lineage it may run in); None otherwise (one that differs is cancelled) and the
+        caller submits the job."""
         key = (job.build.sha, job.build.patch_hash)
         with self._lock:
             self._claimed.add(key)
@@ -254,7 +255,7 @@ class Warmer:
         if held is None or self.standby is None:
             return None
         standby, future = held
-        if _what_runs(standby) != _what_runs(job) or not _same_wait(standby, job):
+        if _what_runs(standby) != _what_runs(job) or not _same_wait(standby, job) or standby.lineage < job.lineage:
             self.standby().cancel(future)
             return None
         if not standby.first:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from benches.worker import RETIRE
 from bisector.errors import BisectorError
 from bisector.runner import cgroups, sandbox, survivors
 from bisector.runner.memwatch import tree
@@ -89,6 +90,7 @@ class Worker:
     # A forked worker's own cgroup: made and entered when its pid is known, before any trial.
     adopt: Callable[[int], cgroups.Leaf | None] | None = None
     leaf: cgroups.Leaf | None = None
+    lineage: int = 0  # its source's lineage when it was made (`WorkerSource.renew`)
     lines: Lines = field(init=False)
 
     def __post_init__(self) -> None:
@@ -151,8 +153,11 @@ class Worker:
 
 class WorkerSource(Protocol):
     kind: str
+    lineage: int  # bumped by `renew`: the workers made since share no process history with older ones
 
     def start(self) -> Worker: ...
+
+    def renew(self) -> int: ...
 
     def sockets(self) -> list[socket.socket]: ...
 
@@ -175,7 +180,12 @@ class SpawnSource:
                  writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> None:
         self.env, self.preload, self.cwd = dict(env), tuple(preload), Path(cwd)
         self.writable, self.gpu, self.limits = tuple(writable), gpu, limits
-        self.count = 0
+        self.count, self.lineage = 0, 0
+
+    def renew(self) -> int:
+        """Every spawned worker is a fresh interpreter already: only the count moves on."""
+        self.lineage += 1
+        return self.lineage
 
     def start(self) -> Worker:
         ours, theirs = socket.socketpair()
@@ -189,7 +199,7 @@ class SpawnSource:
         finally:
             theirs.close()
             log.close()
-        return Worker(ours, time.time(), proc=proc, root=proc.pid)
+        return Worker(ours, time.time(), proc=proc, root=proc.pid, lineage=self.lineage)
 
     def sockets(self) -> list[socket.socket]:
         return []
@@ -201,8 +211,43 @@ class SpawnSource:
         pass
 
 
+@dataclass
+class _Zygote:
+    """One zygote process, the socket it is asked for forks on, and the workers it has not yet named."""
+
+    proc: subprocess.Popen
+    control: socket.socket
+    group: cgroups.Group | None
+    lines: Lines = field(init=False)
+    waiting: list[Worker] = field(default_factory=list)  # asked for, pid not yet known (answered in order)
+
+    def __post_init__(self) -> None:
+        self.control.setblocking(False)
+        self.lines = Lines(self.control)
+
+    def close(self, wait_s: float = 10.0) -> None:
+        try:
+            self.control.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait()
+
+
 class ForkSource:
-    """Workers forked from one fenced zygote that has imported the preload modules once."""
+    """Workers forked from one fenced zygote that has imported the preload modules once.
+
+    `renew` starts a new lineage: later workers come from another zygote, one that has forked no
+    trial before. Every worker forked from one zygote inherits its heap and its history, so a build
+    can read slower in all its trials of one run and normally in the next: on the 2-core CI machine
+    a neutral demo build read 21% slow over its 25 trials of one run, and normally through a new
+    zygote (studies/results/cpu-slow-builds.txt). A step is therefore verified in a new lineage
+    (bisector/search: `independent`). The replaced zygote forks no more and ends with its last child;
+    on a GPU host the next one is started at each renewal, so that the renewal after it does not
+    wait for imports."""
 
     kind = "fork"
 
@@ -210,27 +255,53 @@ class ForkSource:
                  writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> None:
         self.log_path = Path(cwd) / f"zygote-{os.getpid()}.log"
         self.log = open(self.log_path, "ab")
-        self.limits, self.forks, self.restarts = limits, 0, 0
+        self.limits, self.forks, self.restarts, self.lineage = limits, 0, 0, 0
         self._spawn = (env, preload, cwd, writable, gpu)
-        self.group: cgroups.Group | None = None
-        self._launch()
+        self.zygote = self._launch()
+        self._next: _Zygote | None = None  # started at a renewal, for the next one
+        self._retired: list[_Zygote] = []  # replaced, still the parent of live workers
 
-    def _launch(self) -> None:
+    @property
+    def proc(self) -> subprocess.Popen:
+        return self.zygote.proc
+
+    @property
+    def group(self) -> cgroups.Group | None:
+        return self.zygote.group
+
+    def _launch(self) -> _Zygote:
         env, preload, cwd, writable, gpu = self._spawn
         ours, theirs = socket.socketpair()
         try:
-            argv, self.group = fenced_in(sandbox.wrap(worker_command(preload, theirs.fileno(), zygote=True),
-                                                      writable, gpu=gpu), [theirs.fileno()], self.limits)
-            self.proc = subprocess.Popen(argv,
-                                         env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                         stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
+            argv, group = fenced_in(sandbox.wrap(worker_command(preload, theirs.fileno(), zygote=True),
+                                                 writable, gpu=gpu), [theirs.fileno()], self.limits)
+            proc = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=self.log,
+                                    stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
         finally:
             theirs.close()
-        self.control = ours
-        self.lines = Lines(ours)
-        self.waiting: list[Worker] = []  # asked for, pid not yet known (the zygote answers in order)
-        self.exits: dict[int, int] = {}
-        ours.setblocking(False)
+        return _Zygote(proc, ours, group)
+
+    def renew(self) -> int:
+        """A new lineage: workers started from now on come from a zygote that has forked nothing yet.
+        The replaced one is told to fork no more and to end once its last worker has."""
+        old = self.zygote
+        fresh, self._next = self._next, None
+        self.zygote = fresh if fresh is not None and fresh.proc.poll() is None else self._launch()
+        if fresh is not None and fresh is not self.zygote:
+            fresh.close(0.0)
+        if self._spawn[4]:  # a GPU host has cores to spare for it; two CPU cores time trials
+            self._next = self._launch()
+        self.lineage += 1
+        try:
+            old.control.setblocking(True)
+            old.control.sendall(RETIRE)
+            old.control.setblocking(False)
+            for worker in old.waiting:
+                worker.lineage = min(worker.lineage, self.lineage - 1)
+            self._retired.append(old)
+        except OSError:  # it is gone already
+            old.close(0.0)
+        return self.lineage
 
     def _relaunch(self, why: str) -> None:
         """The zygote is gone (it died at start or later: seen as a broken pipe on its next fork,
@@ -246,13 +317,13 @@ class ForkSource:
         print(f"bisector: the worker zygote (pid {self.proc.pid}) is gone ({why}; exit code {code}), starting "
               f"another ({self.restarts} of {ZYGOTE_RESTARTS}); its log: {tail}", file=sys.stderr, flush=True)
         try:
-            self.control.close()
+            self.zygote.control.close()
         except OSError:
             pass
         if code is None:
             self.proc.kill()
             self.proc.wait()
-        self._launch()
+        self.zygote = self._launch()
 
     def start(self) -> Worker:
         if self.proc.poll() is not None:
@@ -266,27 +337,30 @@ class ForkSource:
                 self._ask(theirs)
         finally:
             theirs.close()
-        worker = Worker(ours, time.time(), root=self.proc.pid,
-                        adopt=self._adopt if self.group is not None and self.limits is not None else None)
-        self.waiting.append(worker)
+        z = self.zygote
+        worker = Worker(ours, time.time(), root=z.proc.pid, lineage=self.lineage,
+                        adopt=(lambda pid: self._adopt(z, pid)) if z.group is not None and self.limits is not None
+                        else None)
+        z.waiting.append(worker)
         return worker
 
     def _ask(self, theirs: socket.socket) -> None:
         """Ask the zygote for one fork, handing it the new worker's end of a socket pair."""
+        control = self.zygote.control
         try:
-            self.control.setblocking(True)
-            socket.send_fds(self.control, [b"w"], [theirs.fileno()])
+            control.setblocking(True)
+            socket.send_fds(control, [b"w"], [theirs.fileno()])
         finally:
-            self.control.setblocking(False)
+            control.setblocking(False)
 
-    def _adopt(self, pid: int) -> cgroups.Leaf | None:
+    def _adopt(self, z: _Zygote, pid: int) -> cgroups.Leaf | None:
         """A cgroup of its own for the worker forked as `pid` (one of the zygote's, never another process)."""
-        assert self.group is not None and self.limits is not None
-        if pid == self.proc.pid or pid not in tree(self.proc.pid):
+        assert z.group is not None and self.limits is not None
+        if pid == z.proc.pid or pid not in tree(z.proc.pid):
             return None
         self.forks += 1
         try:
-            leaf = self.group.leaf(f"w{self.forks}", self.limits)
+            leaf = z.group.leaf(f"w{self.forks}", self.limits)
         except OSError:
             return None  # it stays in the zygote's cgroup, under the same limits shared
         try:
@@ -296,28 +370,30 @@ class ForkSource:
             return None
         return leaf
 
+    def _all(self) -> list[_Zygote]:
+        return [self.zygote, *([self._next] if self._next is not None else []), *self._retired]
+
     def sockets(self) -> list[socket.socket]:
-        return [self.control]
+        return [z.control for z in self._all()]
 
     def on_readable(self, sock: socket.socket, workers: Sequence[Worker]) -> None:
-        for msg in self.lines.read():
-            if msg.get("msg") == "forked" and self.waiting:
-                self.waiting.pop(0).found(int(msg["pid"]))
+        z = next((z for z in self._all() if z.control is sock), None)
+        if z is None:
+            return
+        for msg in z.lines.read():
+            if msg.get("msg") == "forked" and z.waiting:
+                z.waiting.pop(0).found(int(msg["pid"]))
             elif msg.get("msg") == "exited":
                 for worker in workers:
-                    if worker.inner == msg["pid"]:
+                    if worker.inner == msg["pid"] and worker.root == z.proc.pid:
                         worker.exit_code = int(msg["code"])
+        if z.lines.closed and z in self._retired:  # its last worker ended, and so did it
+            self._retired.remove(z)
+            z.close(1.0)
 
     def close(self) -> None:
-        try:
-            self.control.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.terminate()
-            self.proc.wait()
+        for z in self._all():
+            z.close()
         self.log.close()
 
 

@@ -17,7 +17,9 @@ The search (Pinpoint-style):
    its halves' estimates fell just below it. A gap made only of SKIPs is a culprit range.
 4. Verify each culprit against its parent with fresh trials (the probe is cumulative: asking for
    `current + n` gives n new trials), side by side; a step holds when its fresh trials show it and
-   all the pair's trials agree. Steps that do not hold are dropped.
+   all the pair's trials agree. Steps that do not hold are dropped. The fresh trials come from a
+   new worker lineage where the probe has one (`independent`): a build that read slow in every
+   trial forked from one zygote (its history, not its code) does not verify.
 5. Account for the whole change: GOOD and BAD are measured again side by side. A shape whose
    change the verified steps do not explain (at a verification's level) is followed into the
    segment between them whose ends, also measured again side by side, moved most its way; that
@@ -42,8 +44,9 @@ and a few fresh trials a side would pass one of them in forty by chance.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
 
 from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict,
                             min_step_for)
@@ -104,6 +107,7 @@ class _State:
     candidates: list[_Candidate] = field(default_factory=list)
     alpha_detect: float = 0.01
     alpha_verify: float = 0.01
+    fresh_lineage: bool = False  # inside `independent`
 
     # -- probing -------------------------------------------------------------------------------
     def measure(self, i: int, repeats: int) -> bool:
@@ -406,7 +410,30 @@ class _State:
             self.evaluate(a, b, tuple(on))
 
     # -- verifying -----------------------------------------------------------------------------
+    def independent(self) -> ContextManager[None]:
+        """Trials asked for inside come from one new worker lineage where the probe has one
+        (`StoreProbe.independent`), also those of nested calls: fresh trials share no process
+        history with the trials that found a step, so a build that reads slow in every trial of
+        one lineage (not by its code) does not verify."""
+        fresh = getattr(self.probe, "independent", None)
+        if fresh is None or self.fresh_lineage:
+            return nullcontext()
+        return self._within(fresh())
+
+    @contextmanager
+    def _within(self, lineage: ContextManager[None]) -> Iterator[None]:
+        with lineage:
+            self.fresh_lineage = True
+            try:
+                yield
+            finally:
+                self.fresh_lineage = False
+
     def verify(self, cand: _Candidate) -> tuple[Step, bool]:
+        with self.independent():
+            return self._verify(cand)
+
+    def _verify(self, cand: _Candidate) -> tuple[Step, bool]:
         st = self.settings
         holding: set[str] = set()
         unmeasured = False  # the probe could not give the fresh trials (an offline replay): unverified
@@ -483,6 +510,10 @@ class _State:
         by side; each shape `missing` a step is followed into the segment that moved most its way
         (by half the minimum step at least), as is a shape whose segment differs outright. Returns
         the candidates this adds."""
+        with self.independent():  # one new lineage for its segments and their bisection
+            return self._recheck(lo, hi, found, missing)
+
+    def _recheck(self, lo: int, hi: int, found: Sequence[_Candidate], missing: Mapping[str, float]) -> list[_Candidate]:
         cuts = sorted((c.lo, c.hi) for c in found)
         ends = [lo] + [k for cut in cuts for k in cut] + [hi]
         segments = [(a, b) for a, b in zip(ends[::2], ends[1::2]) if b > a]
@@ -520,9 +551,11 @@ class _State:
         self.add_candidate(lo, hi, dirs)
 
     def fresh_samples(self, lo: int, hi: int, n: int) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
-        """Ask both commits for n more trials, side by side; per shape, only those (lo's, hi's)."""
+        """Ask both commits for n more trials, side by side, in a new worker lineage (`independent`);
+        per shape, only those (lo's, hi's)."""
         start = {k: {s: len(v) for s, v in self.meas[self.commits[k]].samples.items()} for k in (lo, hi)}
-        self.measure_together({k: self.count(k) + n for k in (lo, hi)})
+        with self.independent():
+            self.measure_together({k: self.count(k) + n for k in (lo, hi)})
         return {s: (self.samples(lo, s, start[lo].get(s, 0)), self.samples(hi, s, start[hi].get(s, 0)))
                 for s in self.shapes(lo, hi)}
 
