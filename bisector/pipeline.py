@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 
 import git
 import platformdirs
@@ -206,6 +206,11 @@ class _Lazy:
     def cancel(self, future: Future) -> None:
         self.session.executor.cancel(future)
 
+    def renew_lineage(self) -> int:
+        """A new worker lineage where the executor has one (not the dask executor's: 0, any worker)."""
+        renew = getattr(self.session.executor, "renew_lineage", None)
+        return renew() if renew is not None else 0
+
 
 class _RemoteBuilds:
     """The session's builds made by its executor's workers (dask), started by the first build asked for."""
@@ -235,6 +240,9 @@ class Prefetching:
 
     def prefetch(self, shas: Sequence[str]) -> None:
         self.probe.prefetch(shas)
+
+    def independent(self) -> ContextManager[None]:
+        return self.probe.independent()
 
     def prefetch_after(self, sha: str) -> None:
         seen = sorted({self.index[s] for s, _ in self.probe.probes if s in self.index})

@@ -102,6 +102,12 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
     with sqlite3.connect(tmp_path / "s.sqlite") as db:  # the store's trials: paths under the work dir relative to it
         logs = [json.loads(p)["log_path"] for (p,) in db.execute("SELECT protocol FROM trials")]
     assert logs and all(log.startswith("trials/") for log in logs), logs[:3]
+    # The step was verified on fresh trials of a new worker lineage (a zygote that forked none of the
+    # search's trials): the culprit's trials come from both.
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        lineages = {json.loads(p)["worker"]["lineage"] for (p,) in db.execute(
+            "SELECT protocol FROM trials WHERE sha = ? AND patch_hash IS NULL", (shas[5],))}
+    assert 0 in lineages and max(lineages) >= 1, lineages
 
     before = trials(tmp_path)
     # A resumed run whose JIT dirs are gone compiles the step's commits again: one cold trial of
