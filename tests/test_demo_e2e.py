@@ -1,19 +1,21 @@
 """`bisector demo --device cpu`, end to end and for real: 40 commits, trial processes, the store.
 
-Opt-in (`python -m pytest -m demo_e2e`): in the default run, in 4 of 11 fresh clones on a shared
-2-core machine, a neutral build read the tall GEMM 1.25-4x slower than its neighbours over all its
-trials of the run (#125, the GEMM refactor, in three of them), a real step of that run that the test
-counts as invented: once with ~5760 page faults per call, the last time with no more faults than its
-neighbours (studies/results/cpu-slow-builds.txt).
-Every CPU trial now sets glibc's malloc thresholds itself after its imports (benches/allocator.py);
-that did not prevent the second. Memory layout was measured and ruled out
-(studies/results/cpu-layout-bias.txt), as was the core a commit's trials ran on (a Latin square
-spreads them: 33-60% on core 1 per commit in the last two CPU demo reports). It asserts on what the
-run found, never on its speed: on a busy 2-core machine the search buys more trials, or reports a
-pair unsure, rather than miss a step. Each CPU trial records the page faults of its timed calls
-(`timed_faults`) and where its inputs lay in a page (`input_page_offsets`); a failure's message
-prints both per commit. The search's side (what it does with the noise it gets) is covered without
-a clock by studies/demo_replay.py and tests/test_search.py.
+In the default run again (alone: `python -m pytest -m demo_e2e`). It had been opt-in: in 4 of 11
+fresh clones on a shared 2-core machine, a neutral build read the tall GEMM 1.25-4x slower than its
+neighbours over all its trials of the run (#125, the GEMM refactor, in three of them), a real step
+of that run that the test counts as invented: once with ~5760 page faults per call, the last time
+with no more faults than its neighbours (studies/results/cpu-slow-builds.txt). Measured and ruled
+out as the cause: glibc's malloc thresholds (every CPU trial now pins them, benches/allocator.py),
+the inputs' memory layout (studies/results/cpu-layout-bias.txt), the core a commit's trials ran on
+(a Latin square spreads them). What remained is the process lineage: every trial of a run was
+forked from one zygote, and the same builds read normally through a new one. The search now
+verifies every step on fresh trials from a new zygote (bisector/runner/workers.py,
+`ForkSource.renew`), where such a build reads as it is and its step is dropped.
+It asserts on what the run found, never on its speed: on a busy 2-core machine the search buys more
+trials, or reports a pair unsure, rather than miss a step. Each CPU trial records the page faults of
+its timed calls (`timed_faults`), where its inputs lay in a page (`input_page_offsets`) and its
+worker lineage; a failure's message prints them per commit. The search's side (what it does with
+the noise it gets) is covered without a clock by studies/demo_replay.py and tests/test_search.py.
 """
 
 from __future__ import annotations
@@ -56,21 +58,27 @@ def trial_count(tmp: Path) -> int:
 
 def measured(tmp: Path, commits: list[str]) -> str:
     """What the search saw, for a failure's message: per commit probed, each shape's trials, median
-    ratio, median page faults per timed subject call and its first input's page offsets (a step missed on a
-    noisy machine shows here as two levels too close to call; a build slowed by faulting calls, as
-    thousands of faults; one whose inputs lay elsewhere than its neighbours', as other offsets)."""
+    ratio, median page faults per timed subject call, its first input's page offsets and the median
+    per worker lineage (a step missed on a noisy machine shows here as two levels too close to call;
+    a build slowed by faulting calls, as thousands of faults; one whose inputs lay elsewhere than its
+    neighbours', as other offsets; one slow in one lineage only, as lineages that disagree)."""
     with sqlite3.connect(tmp / "d" / "results.sqlite") as db:
         rows = db.execute("SELECT sha, shape, ratio, protocol FROM trials WHERE status = 'ok' AND ratio IS NOT NULL "
                           "AND (patch_hash IS NULL OR patch_hash = '')").fetchall()
-    per: dict[tuple[int, str], list[tuple[float, float, int]]] = {}
+    per: dict[tuple[int, str], list[tuple[float, float, int, int]]] = {}
     for sha, shape, ratio, protocol in rows:
         record = json.loads(protocol)
         faults = (record.get("timed_faults") or [0])[0] or 0
         per.setdefault((commits.index(sha), shape), []).append(
-            (ratio, faults, next(iter((record.get("input_page_offsets") or {}).values()), -1)))
-    return "; ".join(f"{i}:{shape} n={len(v)} {statistics.median(r for r, _, _ in v):.3f} "
-                     f"({statistics.median(f for _, f, _ in v):.0f} faults, "
-                     f"1st input at {sorted({a for _, _, a in v})})"
+            (ratio, faults, next(iter((record.get("input_page_offsets") or {}).values()), -1),
+             int((record.get("worker") or {}).get("lineage") or 0)))
+
+    def lineages(v: list[tuple[float, float, int, int]]) -> str:
+        return ", ".join(f"{k}: {statistics.median(r for r, _, _, q in v if q == k):.3f}" for k in sorted({q for *_, q in v}))
+
+    return "; ".join(f"{i}:{shape} n={len(v)} {statistics.median(r for r, *_ in v):.3f} "
+                     f"({statistics.median(f for _, f, _, _ in v):.0f} faults, "
+                     f"1st input at {sorted({a for _, _, a, _ in v})}, by lineage {lineages(v)})"
                      for (i, shape), v in sorted(per.items()))
 
 

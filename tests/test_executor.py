@@ -253,12 +253,14 @@ def test_a_zygote_that_dies_is_started_again_and_its_trials_run(tmp_path: Path, 
     assert [o.records[0].status for o in outcomes] == [TrialStatus.OK] * 3
 
 
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_new_lineage_runs_in_a_new_zygote_and_the_replaced_one_ends_with_its_last_worker(
-        tmp_path: Path, src: Path) -> None:
+        tmp_path: Path, src: Path, device: str) -> None:
     # A step is verified in processes that share no history with the trials that found it: a new
     # zygote's forks. Older workers still serve trials that ask for no lineage; the replaced
-    # zygote forks no more and ends once they have.
-    cfg = config(tmp_path)
+    # zygote forks no more and ends once they have. (On a GPU host the next zygote is started
+    # at each renewal.)
+    cfg = config(tmp_path, kind=device)
     with make_executor(cfg, tmp_path / "work", source="fork", ahead=1, lock_devices=False) as executor:
         first = executor.run([TrialJob(build(src), cfg.shapes, seed=0, slot=0)])
         old = executor.source.proc
