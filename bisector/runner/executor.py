@@ -238,10 +238,6 @@ class Executor:
         self._wake()
         return lineage
 
-    @property
-    def lineage(self) -> int:
-        return self._lineage
-
     def on_ready(self, future: Future, fn: Callable[[], None]) -> None:
         """Call `fn` (on a thread of its own) once the trial of `future` is set up and asks for its
         device: at once if it has already, never if it ends before. A standby's companion is set up

@@ -296,8 +296,6 @@ class ForkSource:
             old.control.setblocking(True)
             old.control.sendall(RETIRE)
             old.control.setblocking(False)
-            for worker in old.waiting:
-                worker.lineage = min(worker.lineage, self.lineage - 1)
             self._retired.append(old)
         except OSError:  # it is gone already
             old.close(0.0)
