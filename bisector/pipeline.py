@@ -311,7 +311,9 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
                            report_dir=out, interactions=interactions,
                            this_call_trials=0 if options.offline else throughput.trials)
         data = replace(data, hunks=found, throughput=throughput, kernels=kernels,
-                       isolation=sandbox.run_isolation(config.device))
+                       isolation=sandbox.run_isolation(config.device),
+                       fresh_lineage=any(int((t.protocol.get("worker") or {}).get("lineage") or 0) > 0
+                                         for s in result.steps for t in probe.stored(s.commit)))
         write_trials_csv(session, commits, out / render.CSV_NAME, out)
         render.write_report(data, out)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)

@@ -108,6 +108,7 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
         lineages = {json.loads(p)["worker"]["lineage"] for (p,) in db.execute(
             "SELECT protocol FROM trials WHERE sha = ? AND patch_hash IS NULL", (shas[5],))}
     assert 0 in lineages and max(lineages) >= 1, lineages
+    assert "in trial processes that share no history with the search's" in report
 
     before = trials(tmp_path)
     # A resumed run whose JIT dirs are gone compiles the step's commits again: one cold trial of

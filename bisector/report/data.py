@@ -86,6 +86,8 @@ class ReportData:
     # Per shape at the range's ends: kernel time, call latency and host time (report/calls.py).
     calls: tuple[CallFigures, ...] = ()
     isolation: str = ""  # what confined the code under test (bisector/runner/sandbox.py), probed at start
+    # the steps' fresh trials came from a new worker lineage (bisector/runner/workers.py: ForkSource.renew)
+    fresh_lineage: bool = False
 
     def commit(self, sha: str) -> Commit | None:
         return next((c for c in self.range_commits if c.sha == sha), None)

@@ -189,7 +189,10 @@ def steps_section(data: ReportData) -> list[str]:
         lines += [f"A step changes its suite's metric (\"decided on\") by at least {data.min_step_text} "
                   f"(`thresholds.min_step_pct`) with p below {data.alpha:g} for the whole search "
                   f"(`thresholds.alpha`, shared over shapes and comparisons), then holds against its parent in "
-                  f"fresh trials measured side by side. Change, 95% CI and p: over every trial of the parent "
+                  f"fresh trials measured side by side"
+                  + (", in trial processes that share no history with the search's (forked from a new zygote)"
+                     if data.fresh_lineage else "")
+                  + f". Change, 95% CI and p: over every trial of the parent "
                   f"and the culprit (trials: parent + culprit), on the metric; TFLOP/s change: the subject's "
                   f"median TFLOP/s, culprit against parent.", ""]
     lines += steps_table(data)
