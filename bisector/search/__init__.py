@@ -430,10 +430,6 @@ class _State:
                 self.fresh_lineage = False
 
     def verify(self, cand: _Candidate) -> tuple[Step, bool]:
-        with self.independent():
-            return self._verify(cand)
-
-    def _verify(self, cand: _Candidate) -> tuple[Step, bool]:
         st = self.settings
         holding: set[str] = set()
         unmeasured = False  # the probe could not give the fresh trials (an offline replay): unverified
@@ -621,12 +617,15 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     steps, dropped, holding = [], [], []
     todo = list(st.candidates)
     for attempt in range(1 + settings.rechecks):
-        for cand in sorted(todo, key=lambda c: c.lo):
-            step, ok = st.verify(cand)
-            (steps if ok else dropped).append(step)
-            if ok:
-                holding.append(cand)
-        missing = st.unexplained(lo, hi, steps) if settings.verify and attempt < settings.rechecks else {}
+        # one new worker lineage a pass: none of its candidates was found in it (a recheck's are
+        # found in a lineage of their own, and verified in the next pass's)
+        with st.independent():
+            for cand in sorted(todo, key=lambda c: c.lo):
+                step, ok = st.verify(cand)
+                (steps if ok else dropped).append(step)
+                if ok:
+                    holding.append(cand)
+            missing = st.unexplained(lo, hi, steps) if settings.verify and attempt < settings.rechecks else {}
         if not missing:
             break
         todo = st.recheck(lo, hi, holding, missing)
