@@ -114,6 +114,13 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
     assert set(hunks) == set(found)
     for plant in (p for p in manifest.steps("cpu") if p.sha in found):
         h = hunks[plant.sha]
+        if h["unsettled"]:
+            # A subset still unclear after its rounds was placed by its point estimate, and the finding
+            # says so: on a busy machine that may keep a Triton hunk beside the CPU one (seen once: the
+            # carrying hunk read -7.4% over 12 trials where its step read -25%), never lose the CPU hunk.
+            assert any(label.startswith("demolib/cpu_") for label in h["hunks"]), (plant.role, h)
+            assert "stayed unclear after" in h["summary"], h
+            continue
         assert h["hunks"] and all(label.startswith("demolib/cpu_") for label in h["hunks"]), (plant.role, h)
         assert h["alone"] == (plant.role != "fastmath_dropped") and len(h["hunks"]) == (1 if h["alone"] else 2)
         if plant.role == "fa_window":

@@ -61,7 +61,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     if as_json:
         windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
         hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
-                  "patch": h.patch_path, "summary": h.summary,
+                  "patch": h.patch_path, "summary": h.summary, "unsettled": [list(u) for u in h.unsettled],
                   **({"plumbing": list(h.plumbing), "behaviour_hunks": h.n_behaviour,
                       "plumbing_carries": h.base_carries, "plumbing_patch": h.base_patch_path}
                      if h.n_behaviour else {})} for h in outcome.report.hunks]

@@ -283,7 +283,7 @@ def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
                                         t.error])) or "not measured"
         trials = f" ({t.trials} trials)" if t.trials else ""
         lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
-                     f" — {OUTCOME[t.carries]}")
+                     f" — {OUTCOME[t.carries]}" + ("" if t.settled else " (still unclear: by its point estimate)"))
     diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
     return [*lines, "", *diff_block(diff), ""]
 

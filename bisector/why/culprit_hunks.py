@@ -54,6 +54,7 @@ class HunkTry:
     change_pct: Mapping[str, float] = field(default_factory=dict)  # per step shape; empty if it did not run
     error: str = ""
     trials: int = 0  # trials of the subset (the parent had as many, side by side)
+    settled: bool = True  # False: still unclear after MAX_ROUNDS rounds, placed by its point estimate
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,17 @@ class HunkFinding:
     base_carries: bool = False  # the plumbing base alone carried the step
     base_patch_path: str | None = None
 
+    @property
+    def unsettled(self) -> tuple[tuple[str, ...], ...]:
+        """The subsets still unclear at the round cap, placed by their point estimate: the finding
+        rests on them, so it is a likely answer, not a measured one."""
+        return tuple(t.hunks for t in self.tries if not t.settled)
+
+    def _unclear(self) -> str:
+        n = len(self.unsettled)
+        return (f"; {n} subset{'s' * (n != 1)} stayed unclear after {MAX_ROUNDS} rounds and "
+                f"{'were' if n != 1 else 'was'} placed by {'their' if n != 1 else 'its'} point estimate") if n else ""
+
     def _through_plumbing(self) -> str:
         base = f"on top of {self.n_plumbing} plumbing hunk{'s' * (self.n_plumbing != 1)} applied as a base"
         if self.base_carries:
@@ -103,6 +115,9 @@ class HunkFinding:
 
     @property
     def summary(self) -> str:
+        return self._summary() + self._unclear()
+
+    def _summary(self) -> str:
         if self.n_behaviour:
             return self._through_plumbing()
         if not self.complete and self.stopped_at == "offline":
@@ -300,9 +315,10 @@ class _Rounds:
             return None
         changes = _changes(self.step, parent, got)
         pos = self._positions(parent, got)
-        if verdict is None:  # still unclear at the cap: the point estimate decides
+        settled = verdict is not None
+        if verdict is None:  # still unclear at the cap: the point estimate decides, and the report says so
             verdict = statistics.median(p[0] for p in pos.values()) >= CARRIED_FRACTION
-        self.tries.append(HunkTry(labels, verdict, changes, got.reason, trials=got.count()))
+        self.tries.append(HunkTry(labels, verdict, changes, got.reason, trials=got.count(), settled=settled))
         return verdict
 
 
