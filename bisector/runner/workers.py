@@ -257,6 +257,7 @@ class ForkSource:
         self.log = open(self.log_path, "ab")
         self.limits, self.forks, self.restarts, self.lineage = limits, 0, 0, 0
         self._spawn = (env, preload, cwd, writable, gpu)
+        self._prestart = gpu  # a GPU host has cores to spare for the next zygote; two CPU cores time trials
         self.zygote = self._launch()
         self._next: _Zygote | None = None  # started at a renewal, for the next one
         self._retired: list[_Zygote] = []  # replaced, still the parent of live workers
@@ -289,7 +290,7 @@ class ForkSource:
         self.zygote = fresh if fresh is not None and fresh.proc.poll() is None else self._launch()
         if fresh is not None and fresh is not self.zygote:
             fresh.close(0.0)
-        if self._spawn[4]:  # a GPU host has cores to spare for it; two CPU cores time trials
+        if self._prestart:
             self._next = self._launch()
         self.lineage += 1
         try:
