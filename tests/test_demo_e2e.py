@@ -1,6 +1,9 @@
 """`bisector demo --device cpu`, end to end and for real: 40 commits, trial processes, the store.
 
-In the default run again (alone: `python -m pytest -m demo_e2e`). It had been opt-in: in 4 of 11
+Opt-in (`python -m pytest -m demo_e2e`). Back in the default run for five fresh clones on a busy 2-core
+machine (2026-12-02, code 17def57) it passed in 4: in the fifth, the GROUP_M=8 refactor builds faulted
+~3000-5760 pages per timed call in the trials of one worker lineage and read normally in another, and the
+verification's lineage was the faulting one, so #131's real step did not verify. Before: in 4 of 11
 fresh clones on a shared 2-core machine, a neutral build read the tall GEMM 1.25-4x slower than its
 neighbours over all its trials of the run (#125, the GEMM refactor, in three of them), a real step
 of that run that the test counts as invented: once with ~5760 page faults per call, the last time
@@ -10,7 +13,8 @@ the inputs' memory layout (studies/results/cpu-layout-bias.txt), the core a comm
 (a Latin square spreads them). What remained is the process lineage: every trial of a run was
 forked from one zygote, and the same builds read normally through a new one. The search now
 verifies every step on fresh trials from a new zygote (bisector/runner/workers.py,
-`ForkSource.renew`), where such a build reads as it is and its step is dropped.
+`ForkSource.renew`), where such a build reads as it is and its step is dropped; that does not help when
+the bias falls on the verification's lineage instead (the fifth clone above).
 It asserts on what the run found, never on its speed: on a busy 2-core machine the search buys more
 trials, or reports a pair unsure, rather than miss a step. Each CPU trial records the page faults of
 its timed calls (`timed_faults`), where its inputs lay in a page (`input_page_offsets`) and its
