@@ -7,7 +7,7 @@ from typing import Callable
 
 import pytest
 
-from bisector.model import Measurement, ProbeStatus, Verdict
+from bisector.model import Measurement, ProbeStatus, SearchResult, Verdict
 from bisector.search import SearchSettings, localize, result_json
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 
@@ -486,7 +486,29 @@ def test_a_build_slow_only_in_the_search_s_worker_lineage_does_not_verify(seed: 
     r = localize(c, probe)
     assert found(r, c) == {17: ("gemm/tall",)}
     assert any(s.commit in (c[15], c[16]) for s in r.dropped)  # looked at, and not verified
+    assert probe.opened >= 2  # ... in two new lineages: the pass's, and a second look's before it was dropped
     # The same trials from one lineage only (a probe that cannot renew one, as before): the biased
     # build passes for a step.
     blind = SimulatedProbe(c, model, noise_cv=0.04, seed=seed, lineage_bias={c[15]: 0.79})
     assert 15 in found(localize(c, lambda sha, n: blind(sha, n)), c)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_step_whose_parent_reads_slow_in_the_verification_s_lineage_only_gets_a_second_look(seed: int) -> None:
+    # Run 203 of the CPU demo in CI (studies/results/cpu-slow-builds.txt, part 9): a real -54% step's
+    # parent read ~2x slow in the verification's lineage only, as slow as the step's commit, so its
+    # fresh trials denied it. Another new lineage looks before the step is dropped.
+    c = shas(40)
+    model = StepModel({"gemm/tall": 1.0}, (SimStep(c[17], {"gemm/tall": 0.46}),), frozenset())
+
+    def run(second_look: bool) -> tuple[SearchResult, SimulatedProbe]:
+        probe = SimulatedProbe(c, model, noise_cv=0.04, seed=seed, lineage_bias={c[16]: 0.46}, biased_lineage=1)
+        return localize(c, probe, SearchSettings(second_look=second_look)), probe
+
+    found_now, probe = run(True)
+    assert found(found_now, c) == {17: ("gemm/tall",)}
+    assert probe.opened >= 2  # the pass's lineage and the second look's
+    step = found_now.steps[0]
+    assert -60 < step.change_pct["gemm/tall"] < -48  # judged without the biased look's trials
+    assert found(run(False)[0], c) == {}  # one look: the biased lineage drops the real step
+

@@ -190,7 +190,8 @@ def steps_section(data: ReportData) -> list[str]:
                   f"(`thresholds.min_step_pct`) with p below {data.alpha:g} for the whole search "
                   f"(`thresholds.alpha`, shared over shapes and comparisons), then holds against its parent in "
                   f"fresh trials measured side by side"
-                  + (", in trial processes that share no history with the search's (forked from a new zygote)"
+                  + (", in trial processes that share no history with the search's (forked from a new zygote; "
+                     "a step those deny gets a second look from another new zygote before it is dropped)"
                      if data.fresh_lineage else "")
                   + f". Change, 95% CI and p: over every trial of the parent "
                   f"and the culprit (trials: parent + culprit), on the metric; TFLOP/s change: the subject's "

@@ -69,6 +69,7 @@ class SearchSettings:
     verify: bool = True  # re-measure each culprit against its parent with fresh trials
     interior_points: int = 3  # measured up front besides GOOD and BAD (see module docstring)
     rechecks: int = 2  # passes of step 5 at most (0: none)
+    second_look: bool = True  # a step its first fresh look drops is looked at in another lineage
     width: int = 1  # devices free: commits probed at once when an interval is split (k-ary, k = width + 1)
 
     def __post_init__(self) -> None:
@@ -85,6 +86,9 @@ class SearchSettings:
 
     def min_step(self, shape: str) -> float:
         return min_step_for(shape, self.min_step_pct, self.min_steps)
+
+
+_Counts = dict[int, dict[str, int]]  # commit index -> shape -> trials
 
 
 @dataclass
@@ -189,9 +193,21 @@ class _State:
                         alpha: float) -> Comparison:
         return compare_pooled(before, after, self.settings.min_step(shape), alpha, shape, self.noise(shape))
 
-    def compare_now(self, i: int, j: int, alpha: float, only: Iterable[str] | None = None) -> dict[str, Comparison]:
-        return {s: self.compare_samples(s, self.samples(i, s), self.samples(j, s), alpha)
+    def compare_now(self, i: int, j: int, alpha: float, only: Iterable[str] | None = None,
+                    aside: tuple[_Counts, _Counts] | None = None) -> dict[str, Comparison]:
+        """Compare all trials of i and j per shape; `aside`: the trials between two `counts` left out."""
+        def kept(k: int, s: str) -> tuple[float, ...]:
+            got = self.samples(k, s)
+            if aside is None:
+                return got
+            a, b = aside[0][k].get(s, 0), aside[1][k].get(s, 0)
+            return got[:a] + got[b:]
+        return {s: self.compare_samples(s, kept(i, s), kept(j, s), alpha)
                 for s in self.shapes(i, j) if only is None or s in only}
+
+    def counts(self, *idxs: int) -> _Counts:
+        """Trials per shape of each commit now: where the next fresh trials will start."""
+        return {k: {s: len(v) for s, v in self.meas[self.commits[k]].samples.items()} for k in idxs}
 
     def compare_pair(self, i: int, j: int, only: Iterable[str] | None = None) -> dict[str, Comparison]:
         """Compare, doubling trials while some shape is UNKNOWN and none is DIFFERENT."""
@@ -420,19 +436,26 @@ class _State:
             return nullcontext()
         return self._within(fresh())
 
+    def another_lineage(self) -> ContextManager[None]:
+        """As `independent`, and a new lineage also inside one: a second look at a step whose first
+        fresh look (in the pass's lineage) disagreed with the search."""
+        fresh = getattr(self.probe, "independent", None)
+        return nullcontext() if fresh is None else self._within(fresh())
+
     @contextmanager
     def _within(self, lineage: ContextManager[None]) -> Iterator[None]:
         with lineage:
-            self.fresh_lineage = True
+            before, self.fresh_lineage = self.fresh_lineage, True
             try:
                 yield
             finally:
-                self.fresh_lineage = False
+                self.fresh_lineage = before
 
     def verify(self, cand: _Candidate) -> tuple[Step, bool]:
         st = self.settings
         holding: set[str] = set()
         unmeasured = False  # the probe could not give the fresh trials (an offline replay): unverified
+        aside: tuple[_Counts, _Counts] | None = None  # a look whose trials the final judgement leaves out
         if st.verify:
             # Fresh trials sized to the step found: enough that it stands ten noise widths clear
             # (two a side at least, so the pair's own spread floors the pooled noise); doubled below
@@ -442,23 +465,21 @@ class _State:
                        default=0.0)
             n = max(2, self.sized(cand.dirs, 1, lambda _, sd, k: size >= 10.0 * sd * math.sqrt(2.0 / k),
                                   st.initial_repeats))
-            while True:
-                fresh = self.fresh_compare(cand.lo, cand.hi, n)
-                if any(min(c.n_before, c.n_after) < n for c in fresh.values()):
-                    unmeasured = True
-                    break
-                holding = {s for s, c in fresh.items()
-                           if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)),
-                                    st.min_step(s), self.alpha_verify / max(1, len(self.candidates)))
-                           and (s in cand.dirs or c.verdict is Verdict.DIFFERENT)}
-                settled = all(c.verdict is Verdict.SAME for s, c in fresh.items() if s in cand.dirs)
-                # A found step gets a second, larger look before it is dropped, even where pairs
-                # of the search may not double (max_repeats == initial_repeats).
-                cap = max(st.max_repeats, 2 * st.initial_repeats)
-                if holding or settled or n >= cap:
-                    break
-                n = min(cap, 2 * n)
-        final = self.compare_now(cand.lo, cand.hi, self.alpha_verify)
+            alpha = self.alpha_verify / max(1, len(self.candidates))
+            first = self.counts(cand.lo, cand.hi)
+            holding, unmeasured = self.look(cand, n, alpha)
+            if not holding and not unmeasured and st.second_look:
+                # One worker lineage can read one build ~2x slow throughout, another reads it as it
+                # is (studies/results/cpu-slow-builds.txt, part 9: a real step's parent, slow in the
+                # verification's lineage only, made the step vanish there). Before a step is dropped,
+                # another new lineage looks, at half the level (two chances to hold); if it holds
+                # there, the first look's trials are set aside: two lineages (the search's and this
+                # one) against one.
+                look = (first, self.counts(cand.lo, cand.hi))
+                with self.another_lineage():
+                    holding, unmeasured = self.look(cand, n, alpha / 2.0)
+                aside = look if holding else None
+        final = self.compare_now(cand.lo, cand.hi, self.alpha_verify, aside=aside)
         if st.verify and not unmeasured:
             # It holds in its fresh trials and over all of them: two or three fresh trials a side
             # can show a chance difference (one candidate in a hundred at alpha 1%, and a machine
@@ -484,6 +505,29 @@ class _State:
             candidates=between if len(between) > 1 else (), verified=ok and st.verify and not unmeasured,
         )
         return step, ok
+
+    def look(self, cand: _Candidate, n: int, alpha: float) -> tuple[set[str], bool]:
+        """Fresh trials of the candidate's pair, n a side, doubled while unclear: the shapes in which
+        they show the step, and whether the probe could not give them (an offline replay)."""
+        st = self.settings
+        while True:
+            fresh = self.fresh_compare(cand.lo, cand.hi, n)
+            if any(min(c.n_before, c.n_after) < n for c in fresh.values()):
+                return set(), True
+            holding = self.holding(cand, fresh, alpha)
+            settled = all(c.verdict is Verdict.SAME for s, c in fresh.items() if s in cand.dirs)
+            # A found step gets a second, larger look before it is dropped, even where pairs
+            # of the search may not double (max_repeats == initial_repeats).
+            cap = max(st.max_repeats, 2 * st.initial_repeats)
+            if holding or settled or n >= cap:
+                return holding, False
+            n = min(cap, 2 * n)
+
+    def holding(self, cand: _Candidate, fresh: Mapping[str, Comparison], alpha: float) -> set[str]:
+        """Shapes in which a look's fresh trials show the candidate's step (or a new one outright)."""
+        return {s for s, c in fresh.items()
+                if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)), self.settings.min_step(s), alpha)
+                and (s in cand.dirs or c.verdict is Verdict.DIFFERENT)}
 
     def unexplained(self, lo: int, hi: int, steps: Sequence[Step]) -> dict[str, float]:
         """Shapes (-> sign) in which GOOD and BAD, measured again side by side, differ by more than
@@ -549,7 +593,7 @@ class _State:
     def fresh_samples(self, lo: int, hi: int, n: int) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
         """Ask both commits for n more trials, side by side, in a new worker lineage (`independent`);
         per shape, only those (lo's, hi's)."""
-        start = {k: {s: len(v) for s, v in self.meas[self.commits[k]].samples.items()} for k in (lo, hi)}
+        start = self.counts(lo, hi)
         with self.independent():
             self.measure_together({k: self.count(k) + n for k in (lo, hi)})
         return {s: (self.samples(lo, s, start[lo].get(s, 0)), self.samples(hi, s, start[hi].get(s, 0)))

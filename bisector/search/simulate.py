@@ -141,19 +141,22 @@ class SimulatedProbe:
 
     def __init__(self, commits: Sequence[str], model: StepModel, noise_cv: float = 0.01, seed: int = 0,
                  wrong: Mapping[str, frozenset[str]] | None = None, wild: float = 0.0,
-                 wild_pct: tuple[float, float] = (5.0, 10.0), lineage_bias: Mapping[str, float] | None = None) -> None:
+                 wild_pct: tuple[float, float] = (5.0, 10.0), lineage_bias: Mapping[str, float] | None = None,
+                 biased_lineage: int = 0) -> None:
         """`wild`: the share of trials read `wild_pct` percent off (either way, uniform in the range)
         on top of the noise, as a GPU host reads a trial whose timed section another process
         disturbed (studies/results/h200-setup-parts.txt). `lineage_bias`: commit -> a factor on
-        every trial of it made in the run's first worker lineage (outside `independent`), as a
-        neutral CPU build read 21% slow in all its trials forked from one zygote."""
+        every trial of it made in worker lineage `biased_lineage` (0: the run's first, outside
+        `independent`; k: the k-th opened), as a neutral CPU build read 21% slow in all its trials
+        forked from one zygote, and a step's parent ~2x slow in the verification's only."""
         if noise_cv < 0:
             raise BadInput(f"noise CV must be >= 0, got {noise_cv}")
         if not 0.0 <= wild < 1.0:
             raise BadInput(f"wild trial share must be in [0, 1), got {wild}")
         self.model, self.seed = model, seed
         self.wild, self.wild_pct = wild, wild_pct
-        self.lineage_bias, self.lineage = dict(lineage_bias or {}), 0
+        self.lineage_bias, self.biased_lineage, self.lineage = dict(lineage_bias or {}), biased_lineage, 0
+        self.opened = 0  # lineages opened so far
         self.sigma = math.sqrt(math.log1p(noise_cv**2))
         self.wrong = dict(wrong or {})
         self.level: dict[str, dict[str, float]] = {}
@@ -181,7 +184,7 @@ class SimulatedProbe:
             if self.wild:
                 off = rng.uniform(*self.wild_pct, size=noise.shape) / 100.0 * rng.choice((-1.0, 1.0), size=noise.shape)
                 noise *= np.where(rng.random(noise.shape) < self.wild, 1.0 + off, 1.0)
-            bias = self.lineage_bias.get(sha, 1.0) if self.lineage == 0 else 1.0
+            bias = self.lineage_bias.get(sha, 1.0) if self.lineage == self.biased_lineage else 1.0
             for j, name in enumerate(have):
                 have[name].extend(float(self.level[sha][name] * bias * x) for x in noise[:, j])
         return Measurement(sha, ProbeStatus.OK, {k: tuple(v) for k, v in have.items()},
@@ -190,7 +193,8 @@ class SimulatedProbe:
     @contextmanager
     def independent(self) -> Iterator[None]:
         """Trials drawn inside come from a new lineage (`StoreProbe.independent`)."""
-        before, self.lineage = self.lineage, self.lineage + 1
+        self.opened += 1
+        before, self.lineage = self.lineage, self.opened
         try:
             yield
         finally:
