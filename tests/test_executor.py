@@ -278,6 +278,21 @@ def test_a_new_lineage_runs_in_a_new_zygote_and_the_replaced_one_ends_with_its_l
     assert all(o.records[0].status is TrialStatus.OK for o in first + fresh + later)
 
 
+def test_lineages_asked_for_with_nothing_to_run_start_no_zygote(tmp_path: Path, src: Path) -> None:
+    # A resumed run whose verifications' fresh trials are all stored asks for a lineage a pass and
+    # runs nothing in it: no zygote is started for those. The first trial that needs a newer
+    # lineage renews the source once, straight to its lineage.
+    cfg = config(tmp_path)
+    with make_executor(cfg, tmp_path / "work", source="fork", ahead=0, lock_devices=False) as executor:
+        old = executor.source.proc
+        asked = [executor.renew_lineage() for _ in range(3)]
+        time.sleep(0.3)  # a loop turn or more
+        assert executor.source.proc is old and executor.source.lineage == 0
+        out = executor.run([TrialJob(build(src), cfg.shapes, seed=1, slot=1, lineage=asked[-1])])
+        assert executor.source.proc is not old and executor.source.lineage == asked[-1] == 3
+    assert out[0].records[0].protocol["worker"]["lineage"] == 3
+
+
 def test_a_zygote_that_keeps_dying_is_a_clear_error(tmp_path: Path, src: Path) -> None:
     from bisector.runner.workers import ForkSource, WorkerStartError
     source = ForkSource(dict(os.environ), [], tmp_path)

@@ -230,8 +230,9 @@ class Executor:
         return future
 
     def renew_lineage(self) -> int:
-        """A new worker lineage (`WorkerSource.renew`): jobs that name it run in processes that share
-        no history with any trial before (a new zygote's forks). Older workers still serve the rest."""
+        """A new worker lineage (`WorkerSource.renew`, once a job that names it fits): jobs that name
+        it run in processes that share no history with any trial before (a new zygote's forks).
+        Older workers still serve the rest."""
         with self._lock:
             self._lineage += 1
             lineage = self._lineage
@@ -348,10 +349,11 @@ class Executor:
             elif device is not None:
                 load[device] += 1
                 fits.append((run, device))
-        with self._lock:
-            lineage = self._lineage
-        while self.source.lineage < lineage:
-            self.source.renew()
+        # The source is renewed when a trial that fits asks for a newer lineage than it makes, not
+        # when one is asked for: a resumed run whose fresh trials are all stored starts no zygote.
+        newest = max((r.job.lineage for r, _ in fits), default=0)
+        if self.source.lineage < newest:
+            self.source.renew(newest)
             self._watch_source()
         # Workers: one for every trial that fits, and `ahead` per device ready in reserve for the
         # trials the search asks for next (their imports are then done before they are known);

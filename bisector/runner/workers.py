@@ -157,7 +157,7 @@ class WorkerSource(Protocol):
 
     def start(self) -> Worker: ...
 
-    def renew(self) -> int: ...
+    def renew(self, to: int = 0) -> int: ...
 
     def sockets(self) -> list[socket.socket]: ...
 
@@ -182,9 +182,10 @@ class SpawnSource:
         self.writable, self.gpu, self.limits = tuple(writable), gpu, limits
         self.count, self.lineage = 0, 0
 
-    def renew(self) -> int:
-        """Every spawned worker is a fresh interpreter already: only the count moves on."""
-        self.lineage += 1
+    def renew(self, to: int = 0) -> int:
+        """Every spawned worker is a fresh interpreter already: only the count moves on (to `to`
+        at least: lineages no job asked for are skipped)."""
+        self.lineage = max(self.lineage + 1, to)
         return self.lineage
 
     def start(self) -> Worker:
@@ -282,9 +283,10 @@ class ForkSource:
             theirs.close()
         return _Zygote(proc, ours, group)
 
-    def renew(self) -> int:
-        """A new lineage: workers started from now on come from a zygote that has forked nothing yet.
-        The replaced one is told to fork no more and to end once its last worker has."""
+    def renew(self, to: int = 0) -> int:
+        """A new lineage (numbered `to` at least: lineages no job asked for cost no zygote): workers
+        started from now on come from a zygote that has forked nothing yet. The replaced one is told
+        to fork no more and to end once its last worker has."""
         old = self.zygote
         fresh, self._next = self._next, None
         self.zygote = fresh if fresh is not None and fresh.proc.poll() is None else self._launch()
@@ -292,7 +294,7 @@ class ForkSource:
             fresh.close(0.0)
         if self._prestart:
             self._next = self._launch()
-        self.lineage += 1
+        self.lineage = max(self.lineage + 1, to)
         try:
             old.control.setblocking(True)
             old.control.sendall(RETIRE)
