@@ -144,12 +144,13 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
     assert len(list((tmp_path / "report").glob("tflops-*.png"))) == len(SHAPES)
     assert (tmp_path / "report" / "trials.csv.gz").stat().st_size > 0
     # Its cost, counted rather than timed: at most the trial cap for every commit probed; for each
-    # step's verification fresh trials a side that double up to the cap, each look taking new ones
+    # step's verification two looks at most (the second from another lineage, before a step is
+    # dropped), each of fresh trials a side that double up to the cap, each round taking new ones
     # (2 + 4 + ... + cap: under twice the cap a side); and the whole-change check's fresh trials of
     # GOOD and BAD on each of its passes. Over that, the search probes more than its own rules allow.
     protocol = demo_config("cpu", Path(result["repo"])).protocol
     most = max(protocol.max_trials, 2 * protocol.trials)
-    cap = (protocol.max_trials * result["probes"] + 4 * most * (len(result["steps"]) + len(result["dropped"]))
+    cap = (protocol.max_trials * result["probes"] + 2 * 4 * most * (len(result["steps"]) + len(result["dropped"]))
            + 2 * protocol.trials * (1 + 2))  # rechecks: bisector.search.Settings.rechecks (2)
     assert result["trials"] <= cap, f"the CPU demo measured {result['trials']} trials ({seconds:.0f} s)"
     before = trial_count(tmp_path)

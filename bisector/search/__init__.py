@@ -455,6 +455,7 @@ class _State:
         st = self.settings
         holding: set[str] = set()
         unmeasured = False  # the probe could not give the fresh trials (an offline replay): unverified
+        fresh: dict[str, Comparison] | None = None  # the holding look's last comparisons
         aside: tuple[_Counts, _Counts] | None = None  # a look whose trials the final judgement leaves out
         if st.verify:
             # Fresh trials sized to the step found: enough that it stands ten noise widths clear
@@ -467,8 +468,8 @@ class _State:
                                   st.initial_repeats))
             alpha = self.alpha_verify / max(1, len(self.candidates))
             first = self.counts(cand.lo, cand.hi)
-            holding, unmeasured = self.look(cand, n, alpha)
-            if not holding and not unmeasured and st.second_look:
+            holding, fresh = self.look(cand, n, alpha)
+            if not holding and fresh is not None and st.second_look:
                 # One worker lineage can read one build ~2x slow throughout, another reads it as it
                 # is (studies/results/cpu-slow-builds.txt, part 9: a real step's parent, slow in the
                 # verification's lineage only, made the step vanish there). Before a step is dropped,
@@ -477,8 +478,9 @@ class _State:
                 # one) against one.
                 look = (first, self.counts(cand.lo, cand.hi))
                 with self.another_lineage():
-                    holding, unmeasured = self.look(cand, n, alpha / 2.0)
+                    holding, fresh = self.look(cand, n, alpha / 2.0)
                 aside = look if holding else None
+            unmeasured = fresh is None
         final = self.compare_now(cand.lo, cand.hi, self.alpha_verify, aside=aside)
         if st.verify and not unmeasured:
             # It holds in its fresh trials and over all of them: two or three fresh trials a side
@@ -488,8 +490,13 @@ class _State:
                      and final[s].change_pct * cand.dirs.get(s, final[s].change_pct) > 0 for s in holding)
             # Once the step holds, which shapes it moves is judged on every trial of the pair: a
             # shape that moved less than the others may miss the minimum in four fresh trials alone,
-            # and a shape whose fresh trials alone moved (-6% [-14, +2] over all) did not move.
-            moved = holding | {s for s, c in final.items() if c.verdict is Verdict.DIFFERENT}
+            # and a shape whose fresh trials alone moved (-6% [-14, +2] over all) did not move. A
+            # shape joins from all the trials only where the fresh ones lean its way and do not
+            # rule it out: on a busy CPU a shape read +25% over all trials of a -59% step, its
+            # control +121%, a disturbance of the search's trials that the fresh ones did not share.
+            moved = holding | {s for s, c in final.items() if c.verdict is Verdict.DIFFERENT
+                               and fresh is not None and s in fresh and fresh[s].verdict is not Verdict.SAME
+                               and fresh[s].change_pct * c.change_pct > 0}
             shapes = sorted(s for s in moved if s in final and final[s].p_value < self.alpha_verify) or sorted(holding)
         else:
             shapes = sorted(cand.dirs)
@@ -506,21 +513,22 @@ class _State:
         )
         return step, ok
 
-    def look(self, cand: _Candidate, n: int, alpha: float) -> tuple[set[str], bool]:
+    def look(self, cand: _Candidate, n: int, alpha: float) -> tuple[set[str], dict[str, Comparison] | None]:
         """Fresh trials of the candidate's pair, n a side, doubled while unclear: the shapes in which
-        they show the step, and whether the probe could not give them (an offline replay)."""
+        they show the step, and the last round's comparisons (None: the probe could not give fresh
+        trials, an offline replay)."""
         st = self.settings
         while True:
             fresh = self.fresh_compare(cand.lo, cand.hi, n)
             if any(min(c.n_before, c.n_after) < n for c in fresh.values()):
-                return set(), True
+                return set(), None
             holding = self.holding(cand, fresh, alpha)
             settled = all(c.verdict is Verdict.SAME for s, c in fresh.items() if s in cand.dirs)
             # A found step gets a second, larger look before it is dropped, even where pairs
             # of the search may not double (max_repeats == initial_repeats).
             cap = max(st.max_repeats, 2 * st.initial_repeats)
             if holding or settled or n >= cap:
-                return holding, False
+                return holding, fresh
             n = min(cap, 2 * n)
 
     def holding(self, cand: _Candidate, fresh: Mapping[str, Comparison], alpha: float) -> set[str]:
