@@ -154,6 +154,11 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
            + 2 * protocol.trials * (1 + 2))  # rechecks: bisector.search.Settings.rechecks (2)
     assert result["trials"] <= cap, f"the CPU demo measured {result['trials']} trials ({seconds:.0f} s)"
     before = trial_count(tmp_path)
+    # Every CPU trial ran with the runner's malloc thresholds, whatever this process's environment
+    # held (a dask LocalCluster started by an earlier test in it leaves a 64 KiB trim threshold).
+    with sqlite3.connect(tmp_path / "d" / "results.sqlite") as db:
+        pinned = {row[0] for row in db.execute("SELECT json_extract(protocol, '$.malloc_pinned') FROM trials")}
+    assert {json.loads(p)["MALLOC_TRIM_THRESHOLD_"] for p in pinned if p} == {64 << 20}, pinned
 
     # Resumable: the same command again measures nothing new and finds the same steps.
     again, _ = demo(tmp_path)

@@ -4,6 +4,7 @@ a scrubbed environment; a per-commit JIT cache emptied before the first trial.""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from bisector.config import parse
 from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.runner import build_spec, run_trial
 from bisector.runner.env import is_secret, jit_dir, pin_allocator, pin_device, prepare_jit, scrub
+from bisector.runner.launch import worker_env
 
 SUBJECTS = textwrap.dedent('''
     import json, os, time
@@ -199,16 +201,35 @@ def test_pin_device():
     assert env == {"CUDA_VISIBLE_DEVICES": "2"}
 
 
-def test_cpu_trials_get_a_fixed_malloc_policy_that_a_config_can_override():
+def test_cpu_trials_get_a_fixed_malloc_policy_that_a_config_can_override(tmp_path):
     env = {}
     pin_allocator(env, "cpu")
     assert env == {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}
-    env = {"MALLOC_MMAP_THRESHOLD_": "131072"}
-    pin_allocator(env, "cpu")
-    assert env["MALLOC_MMAP_THRESHOLD_"] == "131072"
     env = {}
     pin_allocator(env, "cuda")
     assert env == {}
+    # What the bot's own environment holds is not a choice: dask's Nanny leaves a 64 KiB trim
+    # threshold there. The config's `protocol.env` is.
+    inherited = {"MALLOC_TRIM_THRESHOLD_": "65536", "HOME": "/root"}
+    env = worker_env(make_config(tmp_path), inherited, tmp_path)
+    assert env["MALLOC_TRIM_THRESHOLD_"] == "67108864" and env["MALLOC_MMAP_THRESHOLD_"] == "33554432"
+    env = worker_env(make_config(tmp_path, env={"MALLOC_MMAP_THRESHOLD_": "131072"}), inherited, tmp_path)
+    assert env["MALLOC_MMAP_THRESHOLD_"] == "131072" and env["MALLOC_TRIM_THRESHOLD_"] == "67108864"
+
+
+def test_a_dask_nanny_leaves_a_malloc_trim_threshold_in_the_environment_of_its_process():
+    # Why the runner overrides inherited malloc settings: starting a LocalCluster's nanny writes
+    # distributed's pre-spawn environment into this process's os.environ. If a release stops doing
+    # so this fails, and the override can say so.
+    import subprocess
+    import sys
+    code = ("import os\nfrom distributed import LocalCluster\n"
+            "with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None):\n"
+            "    print(os.environ.get('MALLOC_TRIM_THRESHOLD_'))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "65536"
 
 
 def test_build_spec_follows_contract(tmp_path, upstream):

@@ -41,10 +41,14 @@ FIXED_MALLOC = {name: str(value) for name, value in MALLOC_DEFAULTS.items()}
 
 
 def pin_allocator(env: dict[str, str], device: str) -> None:
-    """CPU trials: fixed glibc malloc thresholds, unless the caller set its own."""
+    """CPU trials: fixed glibc malloc thresholds, over whatever the bot's environment holds (a
+    config's own choice, `protocol.env`, is applied after). Inherited values are not a choice:
+    dask's Nanny writes MALLOC_TRIM_THRESHOLD_=65536 into the os.environ of the process that starts
+    it (`distributed.nanny.pre-spawn-environ`), so a bot that had run a LocalCluster, and every dask
+    worker, passed a 64 KiB trim threshold on to its CPU trials: the heap trimmed between calls, a
+    build's kernel faulting thousands of pages a call (studies/results/cpu-slow-builds.txt, part 10)."""
     if device == "cpu":
-        for name, value in FIXED_MALLOC.items():
-            env.setdefault(name, value)
+        env.update(FIXED_MALLOC)
 
 
 def jit_dir(work: Path, sha: str, patch_hash: str | None = None) -> Path:

@@ -56,8 +56,8 @@ def log_tail(path: Path, chars: int = TAIL_CHARS) -> str:
 def worker_env(config: Config, environ: Mapping[str, str], work: Path) -> dict[str, str]:
     """What every trial process of `config` starts with, before it imports anything."""
     env = scrub(environ, config.publish.token_env)
-    env.update(config.protocol.env)
     pin_allocator(env, config.device)
+    env.update(config.protocol.env)  # a config's explicit choice wins
     path = (str(snapshot()), without_bot(env.get("PYTHONPATH", "")))
     env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
     env = sandbox_env(env, work / "scratch")
