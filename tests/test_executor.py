@@ -21,7 +21,7 @@ from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.runner import make_executor
 from bisector.runner.executor import TEARDOWN_GRACE_S, TrialJob
 from tests.devices import CONTROL, DEVICES, gpu_processes
-from tests.processes import alive, host_pid
+from tests.processes import alive, describe, host_pid
 
 KERNELS = textwrap.dedent('''
     import os, time
@@ -180,7 +180,7 @@ def test_a_killed_bot_takes_its_trial_processes_with_it(tmp_path: Path, src: Pat
     deadline = time.monotonic() + 30
     while alive(kernel) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not alive(kernel), "the hung trial outlived its bot"
+    assert not alive(kernel), f"the hung trial outlived its bot: {describe(kernel)}"
     if on_gpu:  # and its CUDA context is gone with it: the GPU is free for the next job
         while kernel in gpu_processes() and time.monotonic() < deadline:
             time.sleep(0.5)
