@@ -1,20 +1,13 @@
 """`bisector demo --device cpu`, end to end and for real: 40 commits, trial processes, the store.
 
-Opt-in (`python -m pytest -m demo_e2e`). Back in the default run for five fresh clones on a busy 2-core
-machine (2026-12-02, code 17def57) it passed in 4: in the fifth, the GROUP_M=8 refactor builds faulted
-~3000-5760 pages per timed call in the trials of one worker lineage and read normally in another, and the
-verification's lineage was the faulting one, so #131's real step did not verify. Before: in 4 of 11
-fresh clones on a shared 2-core machine, a neutral build read the tall GEMM 1.25-4x slower than its
-neighbours over all its trials of the run (#125, the GEMM refactor, in three of them), a real step
-of that run that the test counts as invented: once with ~5760 page faults per call, the last time
-with no more faults than its neighbours (studies/results/cpu-slow-builds.txt). Measured and ruled
-out as the cause: glibc's malloc thresholds (every CPU trial now pins them, benches/allocator.py),
-the inputs' memory layout (studies/results/cpu-layout-bias.txt), the core a commit's trials ran on
-(a Latin square spreads them). What remained is the process lineage: every trial of a run was
-forked from one zygote, and the same builds read normally through a new one. The search now
-verifies every step on fresh trials from a new zygote (bisector/runner/workers.py,
-`ForkSource.renew`), where such a build reads as it is and its step is dropped; that does not help when
-the bias falls on the verification's lineage instead (the fifth clone above).
+In the default run (`python -m pytest -m demo_e2e` for it alone). It was opt-in for most of 2026-12-02: in some
+fresh clones on the 2-core CI VM a build read a shape up to 4x slower over all its trials, faulting
+thousands of pages per timed call. The cause (studies/results/cpu-slow-builds.txt, part 10): dask's
+Nanny writes MALLOC_TRIM_THRESHOLD_=65536 into the environment of the process that starts a
+LocalCluster; the xdist worker that had run the dask test passed it on to this test's bot, whose CPU
+trials then ran in glibc's history-dependent trim regime (on the VM of 2026-12-02 it hid the planted
+#115 in 3 of 5 clones). The runner's thresholds now override what the bot inherits, and the test
+asserts every trial ran with them.
 It asserts on what the run found, never on its speed: on a busy 2-core machine the search buys more
 trials, or reports a pair unsure, rather than miss a step. Each CPU trial records the page faults of
 its timed calls (`timed_faults`), where its inputs lay in a page (`input_page_offsets`) and its

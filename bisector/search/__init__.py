@@ -476,10 +476,10 @@ class _State:
                 # another new lineage looks, at half the level (two chances to hold); if it holds
                 # there, the first look's trials are set aside: two lineages (the search's and this
                 # one) against one.
-                look = (first, self.counts(cand.lo, cand.hi))
+                denied = (first, self.counts(cand.lo, cand.hi))
                 with self.another_lineage():
                     holding, fresh = self.look(cand, n, alpha / 2.0)
-                aside = look if holding else None
+                aside = denied if holding else None
             unmeasured = fresh is None
         final = self.compare_now(cand.lo, cand.hi, self.alpha_verify, aside=aside)
         if st.verify and not unmeasured:
