@@ -37,22 +37,24 @@ def host_pid(inner: int, marker: str) -> int:
     return inner
 
 
+
+def _cmdline(pid: int, limit: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return fh.read().replace(b"\0", b" ").decode(errors="replace")[:limit]
+
+
 def describe(pid: int) -> str:
     """A live process in one line, for a failure's message: its name, state, parent and command."""
     try:
         with open(f"/proc/{pid}/status") as fh:
             fields = dict(line.split(":", 1) for line in fh if ":" in line)
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+        cmd = _cmdline(pid, 200)
     except OSError as exc:
         return f"pid {pid}: {exc}"
-    return (f"pid {pid} {fields.get('Name', '').strip()} state {fields.get('State', '').strip()} "
-            f"parent {fields.get('PPid', '').strip()} ({describe_parent(int(fields.get('PPid', '0') or 0))}): {cmd}")
-
-
-def describe_parent(pid: int) -> str:
+    parent = int(fields.get("PPid", "0") or 0)
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace")[:160]
+        parent_cmd = _cmdline(parent, 160)
     except OSError:
-        return "gone"
+        parent_cmd = "gone"
+    return (f"pid {pid} {fields.get('Name', '').strip()} state {fields.get('State', '').strip()} "
+            f"parent {parent} ({parent_cmd}): {cmd}")
