@@ -100,6 +100,21 @@ def test_one_device_measures_the_ends_and_the_grid_in_one_round_each() -> None:
     assert sorted(probe.calls) == sorted(alone.calls)
 
 
+def test_the_verifications_first_looks_and_the_whole_change_are_asked_in_one_round() -> None:
+    """Judged one by one, each candidate's fresh trials set up only once the look before had ended
+    (the H200 idle ~2.3 s a verification). They are asked for together, GOOD and BAD's fresh trials
+    for the whole change with them; the decisions and the trials asked for are the same."""
+    c = shas(120)
+    table = {30: {"fa/s16384": 0.9}, 61: {"fa/s4096": 0.93}, 91: {"fa/s4096": 1.08}}
+    probe = Together(c, steps_at(table))
+    r = localize(c, probe)
+    assert found(r, c) == {30: ("fa/s16384",), 61: ("fa/s4096",), 91: ("fa/s4096",)}
+    assert [29, 30, 60, 61, 90, 91, 0, 119] in [sorted(x, key=[29, 30, 60, 61, 90, 91, 0, 119].index)
+                                                for x in probe.rounds if len(x) == 8]
+    alone = Scripted(c, steps_at(table))
+    assert found(localize(c, alone), c) == found(r, c) and sorted(probe.calls) == sorted(alone.calls)
+
+
 def test_two_steps_in_different_shapes() -> None:
     c = shas(120)
     probe = Scripted(c, steps_at({30: {"fa/s16384": 0.9, "gemm/8192": 0.9}, 91: {"fa/s4096": 0.95}}))

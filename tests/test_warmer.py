@@ -280,6 +280,36 @@ def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_aske
         store.close()
 
 
+def test_a_standby_for_the_part_refined_next_displaces_one_for_later_and_a_dropped_one_comes_back(
+        tmp_path, monkeypatch) -> None:
+    """The search names the commits it needs next first, then those of the parts it will come back
+    to (`_State.pending`). With every held slot taken, a newly named commit that ranks above a held
+    one takes its slot; a commit whose standby went is set up again when named again (the H200 demo
+    set up 12 commits on the device's path that an earlier request had named)."""
+    repo, shas = make_upstream(tmp_path, KERNEL, commits=5)
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
+    try:
+        assert warmer.held_cap == 4
+        probe.prefetch(shas[1:])
+        warmer.wait(120)
+        assert sorted(warmer.started) == sorted(shas[1:]) and warmer.cancelled == []
+        probe.prefetch(shas)  # shas[0] first: the least likely held one, shas[4], makes room
+        warmer.wait(120)
+        assert warmer.cancelled == [shas[4]] and warmer.started[-1] == shas[0]
+        probe.prefetch([shas[4], *shas[:4]])  # named first again: set up again, in shas[3]'s slot
+        warmer.wait(120)
+        assert warmer.cancelled == [shas[4], shas[3]] and warmer.started.count(shas[4]) == 2
+        assert sorted(k[0] for k in warmer._held) == sorted([shas[4], *shas[:3]])
+        assert probe(shas[4], 1).count() == 1  # from its second standby: set up before it was asked for
+        (rec,) = store.trials("w", sha=shas[4])
+        assert rec.status is TrialStatus.OK and rec.protocol["timeline"]["unheld"] is not None
+    finally:
+        warmer.close()
+        executor.close()
+        store.close()
+
+
 def test_cancelled_prefetches_never_run(tmp_path, upstream) -> None:
     repo, shas = upstream
     cfg, work, builds, warmer, executor, store, probe = setup(tmp_path, repo, parallel=1, gate=shas[0])
@@ -340,10 +370,10 @@ def test_a_bisection_prefetches_both_halves_midpoints_before_each_round() -> Non
     commits, log = search(17, 11, interior_points=0)
     ix = {sha: k for k, sha in enumerate(commits)}
     calls = [[ix[s] for s in shas] for what, shas in log if what == "prefetch"]
-    # Before GOOD and BAD, and again before the grid (none here): the middle, which the first split
-    # measures; then, before measuring each middle m of (lo, hi), the middles of (lo, m) and
-    # (m, hi); the last split's halves have none.
-    assert calls[:6] == [[8], [8], [4, 12], [10, 14], [9, 11], []]
+    # Before GOOD and BAD, again before the grid (none here) and before GOOD and BAD are compared:
+    # the middle, which the first split measures; then, before measuring each middle m of (lo, hi),
+    # the middles of (lo, m) and (m, hi); the last split's halves have none.
+    assert calls[:7] == [[8], [8], [8], [4, 12], [10, 14], [9, 11], []]
 
 
 @pytest.mark.parametrize("width", [1, 3])
@@ -365,3 +395,29 @@ def test_every_new_commit_was_prefetched_a_round_ahead(width: int) -> None:
     # and no prefetch names a commit already measured.
     assert all(first_seen.get(sha, len(log)) > t for t, (what, shas) in enumerate(log) if what == "prefetch"
                for sha in shas)
+
+
+def test_with_several_steps_each_new_commit_is_named_in_one_of_the_two_requests_before_it() -> None:
+    """The warmer keeps a standby while the last request or the one before names it, the first
+    2 x `parallel` of them: the search, depth first, names the parts it will come back to after
+    the part it refines now, so their standbys are not dropped meanwhile (the H200 demo set up 12
+    new commits on the device's path, each named long before)."""
+    commits = [f"{k:040x}" for k in range(97)]
+    model = StepModel({"s": 100.0, "t": 100.0}, (SimStep(commits[13], {"s": 0.8}), SimStep(commits[40], {"t": 1.2}),
+                                                 SimStep(commits[44], {"s": 1.15}), SimStep(commits[83], {"t": 0.9})),
+                      frozenset())
+    probe = Recording(SimulatedProbe(commits, model, noise_cv=0.005, seed=1))
+    result = localize(commits, probe, SearchSettings())
+    assert [commits.index(s.commit) for s in result.steps] == [13, 40, 44, 83]
+    requests: list[tuple[str, ...]] = []
+    seen = {commits[0], commits[-1]}
+    late = []
+    for what, x in probe.log:
+        if what == "prefetch":
+            requests.append(x)
+            continue
+        for sha in ([x] if what == "measure" else x):
+            if sha not in seen and not any(sha in r[:8] for r in requests[-2:]):
+                late.append(commits.index(sha))
+            seen.add(sha)
+    assert len(seen) > 20 and late == []

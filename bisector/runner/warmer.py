@@ -221,9 +221,22 @@ class Warmer:
             if self.standby is not None:  # each holds a process and its inputs on the device: at most
                 # 2 x `parallel`, as one lives a request longer than the request that named it
                 busy = len(self._held) + sum(1 for f in self._tasks.values() if not f.done())
-                new = new[:max(0, self.held_cap - busy)]  # the most likely first
+                new = new[:max(0, self.held_cap - busy + self._make_room(wants, new, busy))]  # the most likely first
             for want in new:
                 self._tasks[want.key] = self._pool.submit(self._warm, want)
+
+    def _make_room(self, wants: Sequence[Want], new: Sequence[Want], busy: int) -> int:
+        """Drop the standbys this request names after new commits that find no room (the search
+        names the part it refines next before those it will come back to); how many went. Under the lock."""
+        rank = {w.key: q for q, w in enumerate(wants)}
+        dropped = 0
+        for want in new[max(0, self.held_cap - busy):]:
+            lower = [k for k in self._held if rank.get(k, -1) > rank[want.key]]
+            if not lower:
+                break
+            self._drop_held(max(lower, key=rank.__getitem__))
+            dropped += 1
+        return dropped
 
     def claim(self, sha: str, patch_hash: str | None = None) -> Warmed | None:
         """The commit's first real trial is about to run: its prefetch if one was made (waiting for
@@ -295,6 +308,7 @@ class Warmer:
         """Cancel a standby no longer wanted, and its companion (their processes are killed; nothing
         was stored). Under the lock."""
         _, future = self._held.pop(key)
+        self._tasks.pop(key, None)  # named again later, it gets a new standby
         self.cancelled.append(key[0])
         drop = [future]
         if key in self._spares and self._spares[key][0].after is future:

@@ -112,6 +112,11 @@ class _State:
     alpha_detect: float = 0.01
     alpha_verify: float = 0.01
     fresh_lineage: bool = False  # inside `independent`
+    # Parts the search will refine after the one it is in (depth first), next first: their split
+    # points are named in every prefetch, so their standbys outlive the recursion into this part.
+    pending: list[tuple[int, int]] = field(default_factory=list)
+    # Fresh trials asked for a pair ahead of its look (`look_ahead`): (lo, hi) -> (where they start, n).
+    ahead: dict[tuple[int, int], tuple[_Counts, int]] = field(default_factory=dict)
 
     # -- probing -------------------------------------------------------------------------------
     def measure(self, i: int, repeats: int) -> bool:
@@ -360,11 +365,15 @@ class _State:
     def prefetch(self, points: Iterable[int], parts: Iterable[tuple[int, int]] = ()) -> None:
         """Before a round: tell the probe, when it can build and compile commits ahead
         (`probe.prefetch`), which new ones the search may ask for next: `points`, then the split
-        points of each of `parts` (both halves of a bisection, every part of a k-ary split). The
-        build and cold compile of the next round then overlap this round's trials."""
+        points of each of `parts` (both halves of a bisection, every part of a k-ary split), then
+        those of the parts still `pending`. The build and cold compile of the next round then
+        overlap this round's trials, and a part's standby outlives the refining of the one before
+        it (the H200 demo set up 12 new commits on the device's path that an earlier request had
+        named)."""
         ask = getattr(self.probe, "prefetch", None)
         if ask is None:
             return
+        parts = [*parts, *self.pending]
         ks = [*points, *(k for a, b in parts if b - a > 1 for k in self.targets(a, b))]
         ask([self.commits[k] for k in dict.fromkeys(ks) if k not in self.skipped and self.commits[k] not in self.meas])
 
@@ -400,11 +409,23 @@ class _State:
             # The step is in one part; follow the part that moved most in its direction (the first on a tie).
             moves = [c[shape].change_pct * sign if shape in c else -math.inf for c in comps]
             found[max(range(len(moves)), key=lambda k: (moves[k], -k))][shape] = sign
-        for (a, b), f in zip(parts, found):
-            if f:
+        todo = [(a, b, f) for (a, b), f in zip(parts, found) if f]
+        for q, (a, b, f) in enumerate(todo):
+            with self.queued([(x, y) for x, y, _ in todo[q + 1:]]):
                 self.refine(a, b, f)
 
+    @contextmanager
+    def queued(self, parts: Sequence[tuple[int, int]]) -> Iterator[None]:
+        """Inside, `parts` are pending (refined next, in order), before those pending already."""
+        before = self.pending
+        self.pending = [*parts, *before]
+        try:
+            yield
+        finally:
+            self.pending = before
+
     def evaluate(self, lo: int, hi: int, only: Iterable[str] | None = None) -> None:
+        self.prefetch([], [(lo, hi)])  # its middle, split first if the pair differs (a bridge's gap)
         comps = self.compare_pair(lo, hi, only)
         diff = _different(comps)
         if diff:
@@ -458,16 +479,9 @@ class _State:
         fresh: dict[str, Comparison] | None = None  # the holding look's last comparisons
         aside: tuple[_Counts, _Counts] | None = None  # a look whose trials the final judgement leaves out
         if st.verify:
-            # Fresh trials sized to the step found: enough that it stands ten noise widths clear
-            # (two a side at least, so the pair's own spread floors the pooled noise); doubled below
-            # only while the answer is unclear.
-            size = min((abs(math.log1p(c.change_pct / 100.0)) for c in self.compare_now(cand.lo, cand.hi, 1.0,
-                                                                                      cand.dirs).values()),
-                       default=0.0)
-            n = max(2, self.sized(cand.dirs, 1, lambda _, sd, k: size >= 10.0 * sd * math.sqrt(2.0 / k),
-                                  st.initial_repeats))
+            # its first look's trials asked for ahead, or asked for now
+            first, n = self.ahead.get((cand.lo, cand.hi)) or (self.counts(cand.lo, cand.hi), self.look_size(cand))
             alpha = self.alpha_verify / max(1, len(self.candidates))
-            first = self.counts(cand.lo, cand.hi)
             holding, fresh = self.look(cand, n, alpha)
             if not holding and fresh is not None and st.second_look:
                 # One worker lineage can read one build ~2x slow throughout, another reads it as it
@@ -512,6 +526,34 @@ class _State:
             candidates=between if len(between) > 1 else (), verified=ok and st.verify and not unmeasured,
         )
         return step, ok
+
+    def look_size(self, cand: _Candidate) -> int:
+        """Fresh trials a side of a candidate's first look, sized to the step found: enough that it
+        stands ten noise widths clear (two a side at least, so the pair's own spread floors the
+        pooled noise); `look` doubles them only while the answer is unclear."""
+        size = min((abs(math.log1p(c.change_pct / 100.0))
+                    for c in self.compare_now(cand.lo, cand.hi, 1.0, cand.dirs).values()), default=0.0)
+        return max(2, self.sized(cand.dirs, 1, lambda _, sd, k: size >= 10.0 * sd * math.sqrt(2.0 / k),
+                                 self.settings.initial_repeats))
+
+    def look_ahead(self, pairs: Sequence[tuple[int, int, int]]) -> None:
+        """The first fresh look of each pair (lo, hi, n a side) asked for in one round, side by side,
+        before the looks are judged one by one: judged in turn, each look's trials set up only once
+        the look before had ended (~2.3 s with the H200 idle, each verification of the demo). A pair
+        sharing a commit with one before it is left to its own round."""
+        mine: dict[tuple[int, int], int] = {}
+        used: set[int] = set()
+        for lo, hi, n in pairs:
+            if (lo, hi) not in mine and not {lo, hi} & used and self.commits[lo] in self.meas and self.commits[hi] in self.meas:
+                mine[(lo, hi)] = n
+                used |= {lo, hi}
+        if len(mine) < 2:
+            return
+        starts = {pair: self.counts(*pair) for pair in mine}
+        with self.independent():
+            self.measure_together({k: self.count(k) + n for (lo, hi), n in mine.items() for k in (lo, hi)})
+        for pair, n in mine.items():
+            self.ahead[pair] = (starts[pair], n)
 
     def look(self, cand: _Candidate, n: int, alpha: float) -> tuple[set[str], dict[str, Comparison] | None]:
         """Fresh trials of the candidate's pair, n a side, doubled while unclear: the shapes in which
@@ -601,9 +643,11 @@ class _State:
     def fresh_samples(self, lo: int, hi: int, n: int) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
         """Ask both commits for n more trials, side by side, in a new worker lineage (`independent`);
         per shape, only those (lo's, hi's)."""
-        start = self.counts(lo, hi)
-        with self.independent():
-            self.measure_together({k: self.count(k) + n for k in (lo, hi)})
+        start, asked = self.ahead.pop((lo, hi), (None, 0))
+        if start is None or asked != n:  # not asked for ahead (`look_ahead`), or not as many
+            start = self.counts(lo, hi)
+            with self.independent():
+                self.measure_together({k: self.count(k) + n for k in (lo, hi)})
         return {s: (self.samples(lo, s, start[lo].get(s, 0)), self.samples(hi, s, start[hi].get(s, 0)))
                 for s in self.shapes(lo, hi)}
 
@@ -657,8 +701,9 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     grid.append(hi)
     pairs = list(zip(grid, grid[1:]))
     if settings.width == 1:
-        for a, b in pairs:
-            st.evaluate(a, b)
+        for q, (a, b) in enumerate(pairs):
+            with st.queued(pairs[q + 1:]):
+                st.evaluate(a, b)
     else:  # the grid's pairs compared in rounds together, then each that moved refined
         for (a, b), comps in zip(pairs, st.compare_parts(pairs)):
             diff = _different(comps)
@@ -672,12 +717,17 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
         # one new worker lineage a pass: none of its candidates was found in it (a recheck's are
         # found in a lineage of their own, and verified in the next pass's)
         with st.independent():
+            check = settings.verify and attempt < settings.rechecks  # the whole change asked below
+            if settings.verify:
+                st.look_ahead([(c.lo, c.hi, st.look_size(c)) for c in sorted(todo, key=lambda c: c.lo)]
+                              + ([(lo, hi, settings.initial_repeats)] if check else []))
             for cand in sorted(todo, key=lambda c: c.lo):
                 step, ok = st.verify(cand)
                 (steps if ok else dropped).append(step)
                 if ok:
                     holding.append(cand)
-            missing = st.unexplained(lo, hi, steps) if settings.verify and attempt < settings.rechecks else {}
+            missing = st.unexplained(lo, hi, steps) if check else {}
+            st.ahead.clear()  # a look asked for ahead and not taken is not fresh in the next pass
         if not missing:
             break
         todo = st.recheck(lo, hi, holding, missing)

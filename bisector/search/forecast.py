@@ -6,7 +6,8 @@ follow is where the search is (bisector/search/__init__.py): GOOD, BAD and the i
 then the grid's pairs from left to right, each compared (a pair still unclear doubles both
 commits' trials, up to max_repeats) and, when it moved, split at its middle commit until a step
 sits between a commit and its parent; then each culprit verified with fresh trials side by side,
-and GOOD and BAD measured again for the whole-change check. The forecast is the sum of what is
+and GOOD and BAD measured again for the whole-change check (the culprits' first looks and the check
+asked for in one round: `_looks_ahead`). The forecast is the sum of what is
 left of each part, each corrected by what the run has shown so far:
 
 - commits still to split: the current interval's depth (log2 of its half width) plus, for the
@@ -93,6 +94,7 @@ class SearchForecast:
         self.tail: str | None = None  # None, "verify" or "check"
         self.tail_start = 0
         self.verified: set[tuple[int, int]] = set()
+        self.ahead: set[str] = set()  # the round of every first look and the check (`_looks_ahead`)
         self.since_pair = 0
         self.trials = 0
 
@@ -153,6 +155,8 @@ class SearchForecast:
         self.count[sha] = max(self.count[sha], k)
         if self.index is None or self.grid is None:
             return
+        if partners is not None and len(partners) > 1 and self._looks_ahead(sha, partners):
+            return
         if partners is None:
             if len(self.last) == 2:
                 self._pair(*(self.index[s] for s in self.last if s in self.index))
@@ -160,6 +164,25 @@ class SearchForecast:
             other = self._full(partners[0])
             if other is not None and other in self.index and sha in self.index:
                 self._pair(self.index[sha], self.index[other])
+
+    def _looks_ahead(self, sha: str, partners: Sequence[str]) -> bool:
+        """A round of commits measured before, GOOD and BAD among them: the verifications' first looks
+        and the whole-change check, asked for at once (`_State.look_ahead`). Its adjacent pairs are
+        the culprits verified; what is left is the round's trials (and a look that doubles)."""
+        assert self.index is not None
+        ring = {sha, *(f for p in partners if (f := self._full(p)) is not None)}
+        good = self._good()
+        if len(good) < 2 or not {good[0], good[1]} <= ring or any(self.entry.get(s, self.count[s]) == 0 for s in ring):
+            return False
+        self._enter("verify")
+        batch = max(1, self.target[sha] - self.count[sha] + 1)  # what the round asks of each, as of this one
+        for s in ring - self.ahead - {sha}:
+            self.target[s] = max(self.target[s], self.count[s] + batch)
+        self.ahead |= ring
+        at = sorted(self.index[s] for s in ring if s in self.index)
+        self.verified |= {(a, b) for a, b in zip(at, at[1:]) if self._adjacent(a, b)}
+        self.since_pair = 0
+        return True
 
     def skip(self, sha: str) -> None:
         """`sha` does not build or run: the search walks past it (a grid point to its neighbour)."""
@@ -348,4 +371,7 @@ class SearchForecast:
             verify = max(0.0, (self.steps() - pairs) * per) + max(0.0, per - self.since_pair)
         elif self.tail == "check":
             verify, check = 0.0, max(1.0, check - (self.trials - self.tail_start))
+        if self.ahead:  # the looks and the check asked for at once: what is left of that round
+            verify = max(1.0, sum(max(0, self.target[s] - self.count[s]) for s in self.ahead if s in self.count))
+            check = 0.0
         return grid_left + self._raise() + self.middles_left() * t + verify + check
