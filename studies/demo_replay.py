@@ -14,7 +14,9 @@ store's; `--drift` by a slow one that wanders with time, each shape on its own (
 comes and goes: an AR(1) walk over the trials in the order they run, of that stationary spread,
 losing half its memory in about 20 trials). Commits asked for together draw in turns, as the
 runner runs their trials side by side. A replay passes when the steps found are exactly the planted ones (as the end-to-end
-test asks); the table gives the pass rate, the steps missed and invented, and trials per replay.
+test asks); the table gives the pass rate, the steps missed and invented, and trials per replay;
+then, over the planted steps found, the shapes a step named that its plant does not move (the
+manifest's `moves` for the device) and those it moves that the step left out.
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ def main() -> None:
         settings = search_settings(config)
     commits = list(manifest.commits)
     planted = {p.sha: f"#{p.pr}" for p in manifest.steps(args.device) if any(s in shapes for s in p.shapes(args.device))}
+    moves = {p.sha: set(p.shapes(args.device)) & set(shapes) for p in manifest.steps(args.device)}
     speed = [suite for suite in {s.split("/", 1)[0] for s in shapes} if config.thresholds.metric_of(suite) == "speed"]
     if args.rechecks is not None:
         settings = dataclasses.replace(settings, rechecks=args.rechecks)
@@ -168,11 +171,15 @@ def main() -> None:
         print(f"class {dict(zip(PLANTED, kind))}: {line}")
 
     passed, flagged, missed, extra, trials = 0, 0, Counter(), Counter(), []
+    joined, left_out = Counter(), Counter()  # shapes a found step named that its plant does not move, and the reverse
     for r in range(args.replays):
         probe = ReplayProbe(commits, values, wrong, shapes, seed=args.seed * 100_003 + r, extra_cv=args.extra_cv,
                             drift=args.drift)
         result = localize(commits, probe, settings)
         found = {s.commit for s in result.steps}
+        for step in (s for s in result.steps if s.commit in planted):
+            joined.update(f"{planted[step.commit]} {k}" for k in set(step.shapes) - moves[step.commit])
+            left_out.update(f"{planted[step.commit]} {k}" for k in moves[step.commit] - set(step.shapes))
         lost = set(planted) - found
         missed.update(planted[s] for s in lost)
         extra.update(f"#{COMMITS[commits.index(s)].pr}" for s in found - set(planted))
@@ -185,6 +192,8 @@ def main() -> None:
           f"trials {settings.initial_repeats}: exactly the planted steps in {passed / args.replays:.1%} "
           f"(or the rest reported unsure: {flagged / args.replays:.1%}); missed {dict(missed)}; "
           f"invented {dict(extra)}; trials/replay median {np.median(trials):.0f}, p90 {np.percentile(trials, 90):.0f}")
+    print(f"shapes a found step named that its plant does not move: {dict(joined) or 'none'}; "
+          f"shapes it moves that a found step left out: {dict(left_out) or 'none'}")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def test_expected_shapes_name_config_shapes(demo: DemoManifest) -> None:
                                                                     "gemm_stages", "fa_window"]
     # the planted shape selectivity: some shapes stay put for each of these steps
     assert demo.plants["fa_remap_dropped"].shapes("cpu") == ("fa/s1024",)
-    assert demo.plants["gemm_group_m"].shapes("cuda") == ("gemm/m54560",)
+    assert demo.plants["gemm_group_m"].shapes("cuda") == ("gemm/m8192",)
 
 
 def test_rewriting_the_same_dir_reuses_the_repository(demo: DemoManifest) -> None:
