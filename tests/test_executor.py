@@ -306,3 +306,21 @@ def test_a_zygote_that_keeps_dying_is_a_clear_error(tmp_path: Path, src: Path) -
             source.start()
     finally:
         source.close()
+
+
+def test_with_prestart_the_first_renewal_takes_a_zygote_started_with_the_first(tmp_path: Path) -> None:
+    # On a GPU host the verification's new lineage waited 8.3 s for its zygote's imports (the H200
+    # demo of 2026-12-03): the next zygote is started with the first, and again at each renewal.
+    from bisector.runner.workers import ForkSource
+    source = ForkSource(dict(os.environ), [], tmp_path, prestart=True)
+    plain = ForkSource(dict(os.environ), [], tmp_path)
+    try:
+        ahead = source._next
+        assert ahead is not None and ahead.proc.poll() is None and plain._next is None  # the CPU default: none
+        assert source.renew() == 1
+        assert source.zygote is ahead and source._next is not None and source._next is not ahead
+        worker = source.start()
+        assert worker.root == ahead.proc.pid  # forked by the zygote started ahead
+    finally:
+        source.close()
+        plain.close()

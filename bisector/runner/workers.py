@@ -247,20 +247,22 @@ class ForkSource:
     a neutral demo build read 21% slow over its 25 trials of one run, and normally through a new
     zygote (studies/results/cpu-slow-builds.txt). A step is therefore verified in a new lineage
     (bisector/search: `independent`). The replaced zygote forks no more and ends with its last child;
-    on a GPU host the next one is started at each renewal, so that the renewal after it does not
-    wait for imports."""
+    on a GPU host (`prestart`) the next one is started with the first and at each renewal, so that
+    no renewal waits for imports (the H200 demo's verification round waited 8.3 s for its zygote)."""
 
     kind = "fork"
 
     def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                 writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> None:
+                 writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None,
+                 prestart: bool | None = None) -> None:
         self.log_path = Path(cwd) / f"zygote-{os.getpid()}.log"
         self.log = open(self.log_path, "ab")
         self.limits, self.forks, self.restarts, self.lineage = limits, 0, 0, 0
         self._spawn = (env, preload, cwd, writable, gpu)
-        self._prestart = gpu  # a GPU host has cores to spare for the next zygote; two CPU cores time trials
+        # a GPU host has cores to spare for the next zygote; two CPU cores time trials
+        self._prestart = gpu if prestart is None else prestart
         self.zygote = self._launch()
-        self._next: _Zygote | None = None  # started at a renewal, for the next one
+        self._next: _Zygote | None = self._launch() if self._prestart else None  # the next renewal's
         self._retired: list[_Zygote] = []  # replaced, still the parent of live workers
 
     @property
