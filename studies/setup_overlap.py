@@ -1,6 +1,6 @@
 """Do trial setups that overlap another trial's timed section disturb it? Read from a run's store.
 
-    python -m studies.setup_overlap STORE [STORE ...] [--off 5]
+    python -m studies.setup_overlap STORE [STORE ...] [--off 5] [--by-part]
 
 Why: on a GPU host the executor sets up the next trials (process, device context, inputs staged on
 the device, the first calls captured) while one trial holds the device, so that the device never
@@ -11,6 +11,11 @@ on the same GPU. Per store and shape: the trials whose value (the ratio to the c
 `--off` percent from their commit's median, and how many of them had another trial's `setup` phase
 overlapping their `timed` phase, against the same for the rest. Every trial records its phases with
 wall-clock times (`protocol.phases`), so this needs no new measurement.
+
+`--by-part` splits the setup into its parts (`context`: the device context made; `precompile`: a
+shape's inputs drawn on the device and its first calls captured, the largest shape apart; `rest`:
+imports, the machine read, the backends loaded) and gives, per part, how many off trials and how
+many others it overlapped: which part disturbs.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class Process:
     """One trial process: its setup span and, per shape, its timed span and value."""
 
     setup: list[tuple[float, float]] = field(default_factory=list)
+    parts: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # setup part -> spans
     timed: dict[str, tuple[float, float]] = field(default_factory=dict)
     value: dict[str, float] = field(default_factory=dict)
 
@@ -45,13 +51,27 @@ def processes(store: Path) -> dict[tuple[str, str | None, int | None], Process]:
             for name, of, start, end in r.protocol.get("phases") or []:
                 if name == "setup" and (start, end) not in proc.setup:
                     proc.setup.append((start, end))
+                elif name in SETUP_PARTS:
+                    part = f"precompile {of}" if name == "precompile" else name
+                    spans = proc.parts.setdefault(SETUP_PARTS[name] if name != "precompile" else part, [])
+                    if (start, end) not in spans:
+                        spans.append((start, end))
                 elif name == "timed" and of == r.shape:
                     proc.timed[r.shape] = (start, end)
             proc.value[r.shape] = r.ratio
     return out
 
 
-def table(store: Path, off_pct: float) -> list[str]:
+# the phases a setup is made of (benches/trial.py `run`), by the part this study names them
+SETUP_PARTS = {"context": "context", "precompile": "precompile", "machine": "rest", "control_load": "rest",
+               "subjects_load": "rest"}
+
+
+def _overlaps(spans: list[tuple[float, float]], a: float, b: float) -> bool:
+    return any(x < b and y > a for x, y in spans)
+
+
+def table(store: Path, off_pct: float, by_part: bool = False) -> list[str]:
     procs = processes(store)
     values: dict[tuple[str, str | None, str], list[float]] = {}
     for (sha, patch, _), proc in procs.items():
@@ -61,17 +81,23 @@ def table(store: Path, off_pct: float) -> list[str]:
     lines = []
     for shape in sorted({s for p in procs.values() for s in p.timed}):
         counts = {True: [0, 0], False: [0, 0]}  # off? -> [trials, with a setup overlapping]
+        by: dict[str, dict[bool, int]] = {}  # setup part -> off? -> trials it overlapped
         for key, proc in procs.items():
             if shape not in proc.timed:
                 continue
             a, b = proc.timed[shape]
-            overlapped = any(x < b and y > a for other, p in procs.items() if other != key for x, y in p.setup)
+            others = [p for other, p in procs.items() if other != key]
+            overlapped = any(_overlaps(p.setup, a, b) for p in others)
             off = abs(proc.value[shape] / medians[(key[0], key[1], shape)] - 1) * 100 > off_pct
             counts[off][0] += 1
             counts[off][1] += overlapped
+            for part in {part for p in others for part, spans in p.parts.items() if _overlaps(spans, a, b)}:
+                by.setdefault(part, {True: 0, False: 0})[off] += 1
         (n_off, o_off), (n_ok, o_ok) = counts[True], counts[False]
         lines.append(f"| {store} | {shape} | {n_off} | {o_off} ({100 * o_off / max(1, n_off):.0f}%) | {n_ok} | "
-                     f"{o_ok} ({100 * o_ok / max(1, n_ok):.0f}%) |")
+                     f"{o_ok} ({100 * o_ok / max(1, n_ok):.0f}%) |"
+                     + (" " + ", ".join(f"{part} {n[True]}/{n_off} vs {n[False]}/{n_ok}" for part, n in sorted(by.items()))
+                        + " |" if by_part else ""))
     return lines
 
 
@@ -79,11 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     def options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--off", type=float, default=5.0,
                             help="percent from the commit's median that counts as off")
+        parser.add_argument("--by-part", action="store_true",
+                            help="which part of the setups overlapped: off trials against the others")
 
     return over_stores("setup_overlap", __doc__, argv, options, lambda args: [
         f"| store | shape | trials > {args.off:g}% off their commit's median | of them with another trial's setup "
-        f"overlapping their timed section | the other trials | of them overlapped |",
-        "|---|---|---:|---:|---:|---:|"], lambda store, args: "\n".join(table(store, args.off)))
+        f"overlapping their timed section | the other trials | of them overlapped |"
+        + (" by setup part: off overlapped vs others overlapped |" if args.by_part else ""),
+        "|---|---|---:|---:|---:|---:|" + ("---|" if args.by_part else "")],
+        lambda store, args: "\n".join(table(store, args.off, args.by_part)))
 
 
 if __name__ == "__main__":
