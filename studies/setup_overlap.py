@@ -12,8 +12,8 @@ on the same GPU. Per store and shape: the trials whose value (the ratio to the c
 overlapping their `timed` phase, against the same for the rest. Every trial records its phases with
 wall-clock times (`protocol.phases`), so this needs no new measurement.
 
-`--by-part` splits the setup into its parts (`context`: the device context made; `precompile`: a
-shape's inputs drawn on the device and its first calls captured, the largest shape apart; `rest`:
+`--by-part` splits the setup into its parts (`context`: the device context made; `precompile <shape>`:
+that shape's inputs drawn on the device and its first calls captured, each shape apart; `rest`:
 imports, the machine read, the backends loaded) and gives, per part, how many off trials and how
 many others it overlapped: which part disturbs.
 """
@@ -28,6 +28,12 @@ from pathlib import Path
 
 from bisector.model import TrialStatus
 from studies.stored_trials import over_stores, trial_processes
+
+
+# the phases a setup is made of (benches/trial.py `run`), by the part this study names them
+# (a `precompile` phase by its shape: "precompile <shape>")
+SETUP_PARTS = {"context": "context", "precompile": "precompile", "machine": "rest", "control_load": "rest",
+               "subjects_load": "rest"}
 
 
 @dataclass
@@ -52,19 +58,13 @@ def processes(store: Path) -> dict[tuple[str, str | None, int | None], Process]:
                 if name == "setup" and (start, end) not in proc.setup:
                     proc.setup.append((start, end))
                 elif name in SETUP_PARTS:
-                    part = f"precompile {of}" if name == "precompile" else name
-                    spans = proc.parts.setdefault(SETUP_PARTS[name] if name != "precompile" else part, [])
+                    spans = proc.parts.setdefault(f"precompile {of}" if name == "precompile" else SETUP_PARTS[name], [])
                     if (start, end) not in spans:
                         spans.append((start, end))
                 elif name == "timed" and of == r.shape:
                     proc.timed[r.shape] = (start, end)
             proc.value[r.shape] = r.ratio
     return out
-
-
-# the phases a setup is made of (benches/trial.py `run`), by the part this study names them
-SETUP_PARTS = {"context": "context", "precompile": "precompile", "machine": "rest", "control_load": "rest",
-               "subjects_load": "rest"}
 
 
 def _overlaps(spans: list[tuple[float, float]], a: float, b: float) -> bool:

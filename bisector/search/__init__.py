@@ -718,10 +718,11 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
         # found in a lineage of their own, and verified in the next pass's)
         with st.independent():
             check = settings.verify and attempt < settings.rechecks  # the whole change asked below
+            todo = sorted(todo, key=lambda c: c.lo)
             if settings.verify:
-                st.look_ahead([(c.lo, c.hi, st.look_size(c)) for c in sorted(todo, key=lambda c: c.lo)]
+                st.look_ahead([(c.lo, c.hi, st.look_size(c)) for c in todo]
                               + ([(lo, hi, settings.initial_repeats)] if check else []))
-            for cand in sorted(todo, key=lambda c: c.lo):
+            for cand in todo:
                 step, ok = st.verify(cand)
                 (steps if ok else dropped).append(step)
                 if ok:
