@@ -55,6 +55,7 @@ class KernelTimes:
     times: list[list[float]]  # ms per fn per repetition, cold cache
     fallback: str = ""  # why a better method was not used ("" when the first choice worked)
     faults: list[list[int]] | None = None  # CPU: minor page faults per fn per repetition (benches/timing.py)
+    heat_calls: int = 0  # GRAPH: untimed calls of each fn ahead of the repetitions (graph_times' `heat`)
 
 
 @dataclass(frozen=True)
@@ -86,16 +87,22 @@ def _timed_reps(fns: Sequence[Fn], reps: int, flush: Fn, events: list[list[tuple
 
 
 def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream: Any = None,
-                warmed: bool = False) -> list[list[float]]:
+                warmed: bool = False, heat: int = 0) -> list[list[float]]:
     """ms per fn per repetition: every (flush, event, call, event) captured into one CUDA graph and
     replayed twice. `reads` = 1: the graph holds `reps` repetitions and only the second replay is read
     (the first uploads the graph and brings a power-bound kernel to a steady clock); 2: it holds half
     of them and both replays are read, half the device time for the same samples
-    (studies/graph_reads.py measures what that costs in trial noise). `stream`, `warmed`: the capture
-    stream, on which the trial's warm-up calls already ran (else each fn is called once on it first)."""
+    (studies/graph_reads.py measures what that costs in trial noise). `heat` > 0 (with `reads` = 1):
+    the graph starts with `heat` untimed calls of each fn in turn and is replayed once: a heater sized
+    to the clock's settling time instead of a whole unread replay (studies/lean_timing.py).
+    `stream`, `warmed`: the capture stream, on which the trial's warm-up calls already ran (else each
+    fn is called once on it first)."""
     if reads not in (1, 2):
         raise ValueError(f"graph reads must be 1 or 2, got {reads}")
+    if heat < 0 or (heat and reads != 1):
+        raise ValueError(f"a graph's heater needs reads = 1 and heat >= 0, got heat {heat} with reads {reads}")
     per_graph = math.ceil(reps / reads)
+    replays = 1 if heat else 2
     try:
         events = [_events(per_graph, external=True) for _ in fns]
     except TypeError as exc:  # torch < 2.8: no external events
@@ -114,11 +121,14 @@ def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream:
             torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         with torch.cuda.graph(graph, stream=stream):
+            for _ in range(heat):
+                for fn in fns:
+                    fn()
             _timed_reps(fns, per_graph, flush, events)
-        for replay in range(2):
+        for replay in range(replays):
             graph.replay()
             torch.cuda.synchronize()
-            if replay >= 2 - reads:
+            if replay >= replays - reads:
                 for out, per_fn in zip(times, events):
                     out.extend(s.elapsed_time(e) for s, e in per_fn)
         times, why = [t[:reps] for t in times], ""
@@ -188,20 +198,29 @@ METHODS: dict[str, Callable[[Sequence[Fn], int, Fn], list[list[float]]]] = {
 
 
 def gpu_kernel_times(fns: Sequence[Fn], reps: int, flush: Fn, order: Sequence[str] = (GRAPH, PROFILER, EVENTS),
-                     graph_reads: int = 1, stream: Any = None, warmed: bool = False) -> KernelTimes:
+                     graph_reads: int = 1, stream: Any = None, warmed: bool = False, heat: int = 0) -> KernelTimes:
     """The first method in `order` that times every fn; `fallback` says why the earlier ones did not.
-    `graph_reads`, `stream`, `warmed`: the graph's (graph_times)."""
+    `graph_reads`, `stream`, `warmed`, `heat`: the graph's (graph_times)."""
     why: list[str] = []
     for method in order:
         try:
             if method == GRAPH:
-                times = graph_times(fns, reps, flush, graph_reads, stream, warmed)
-            else:
-                times = METHODS[method](fns, reps, flush)
-            return KernelTimes(method, times, "; ".join(why))
+                times = graph_times(fns, reps, flush, graph_reads, stream, warmed, heat)
+                return KernelTimes(method, times, "; ".join(why), heat_calls=heat)
+            return KernelTimes(method, METHODS[method](fns, reps, flush), "; ".join(why))
         except KernelTimingFailed as exc:
             why.append(str(exc))
     raise KernelTimingFailed("; ".join(why) or "no kernel-timing method asked for")
+
+
+def heat_calls(heat_ms: float, call_ms: Sequence[float] | None) -> int:
+    """Untimed calls of each fn ahead of a timing graph's repetitions for about `heat_ms` of device
+    time, from one synchronized call of each (the warm-up's); 0 (a whole unread replay instead) when
+    no heater is asked for or the calls' times are unknown."""
+    per_round = sum(c for c in call_ms or () if c > 0 and math.isfinite(c))
+    if heat_ms <= 0 or per_round <= 0:
+        return 0
+    return max(1, math.ceil(heat_ms / per_round))
 
 
 def batch_calls(per_call_ms: float, budget_ms: float = LATENCY_BATCH_MS) -> int:

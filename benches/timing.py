@@ -111,12 +111,14 @@ class Clock:
     def flush(self) -> None:
         self._buf.zero_() if self.gpu else self._buf.fill_(1)
 
-    def warm(self, fns: list[Callable[[], Any]], rounds: int) -> HostShare | None:
+    def warm(self, fns: list[Callable[[], Any]], rounds: int, host_samples: int = HOST_SAMPLES) -> HostShare | None:
         """At least `rounds` calls of each fn in turn, untimed for the kernel; on a GPU on the capture
         stream, each call launched on an idle queue and waited for, so the same calls give the host's
-        own time per call and the synchronized call's time (`HostShare`, HOST_SAMPLES of them; None
-        on the CPU, where the call is the kernel). Separate host samples after the warm-up cost two
-        more calls of each fn: 70 ms of device time a trial on the H200 demo's attention."""
+        own time per call and the synchronized call's time (`HostShare`; None on the CPU, where the
+        call is the kernel). Up to `host_samples` rounds, but a round that shows every call
+        device-bound ends it once `rounds` are done: its host time only says the kernel dominates,
+        and two more rounds were 108 ms of device time a trial on the H200 demo's attention after
+        its -60% step (the timing graph's own heater, not the warm-up, brings the clock to steady)."""
         if not self.gpu:
             for _ in range(rounds):
                 for fn in fns:
@@ -126,15 +128,18 @@ class Clock:
         calls: list[list[float]] = [[] for _ in fns]
         self.sync()
         with torch.cuda.stream(self._stream):
-            for _ in range(max(rounds, HOST_SAMPLES)):
+            for done in range(1, max(rounds, host_samples, 1) + 1):
                 for i, fn in enumerate(fns):
                     t0 = time.perf_counter_ns()
                     fn()
                     host[i].append((time.perf_counter_ns() - t0) / 1e6)
                     self.sync()
                     calls[i].append((time.perf_counter_ns() - t0) / 1e6)
+                share = HostShare(host, [statistics.median(c) for c in calls])
+                if done >= rounds and share.device_bound:
+                    break
         self._warmed = True
-        return HostShare(host, [statistics.median(c) for c in calls])
+        return share
 
     def wall(self, fn: Callable[[], Any]) -> tuple[Any, float]:
         """One synchronized call: (result, seconds). Used for the first (compiling) call."""
@@ -160,18 +165,22 @@ class Clock:
                 faults[i].append(minor_faults() - f0)
         return times, faults
 
-    def kernel(self, fns: list[Callable[[], Any]], reps: int, graph_reads: int = 1) -> kernel_time.KernelTimes:
+    def kernel(self, fns: list[Callable[[], Any]], reps: int, graph_reads: int = 1, heat_ms: float = 0.0,
+               host: HostShare | None = None) -> kernel_time.KernelTimes:
         """Cold-cache kernel time per call with the host out of the loop (benches/kernel_time.py):
         on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time.
         Device-bound calls keep the graph too: its first replay brings a power-bound kernel to a
         steady clock before the read one. Plain events in one pass (tried for calls of 1 ms or more)
         caught GEMM 8192^3 switching clocks between the subject's and the control's repetitions:
         its ratio's trial noise went from 0.5% to 4.2% on the H200 demo, attention's from 1.1% to
-        1.3% (studies/results/h200-timing-method.txt), which cost more trials than the pass saved."""
+        1.3% (studies/results/h200-timing-method.txt), which cost more trials than the pass saved.
+        `heat_ms` (with one graph read): the graph's heater instead of its unread first replay, sized
+        from the warm-up's synchronized calls (`host`)."""
         if self.gpu:
             warmed, self._warmed = self._warmed, False  # a warm-up serves the next shape's graph only
+            heat = kernel_time.heat_calls(heat_ms, host.call_ms if host else None) if graph_reads == 1 else 0
             return kernel_time.gpu_kernel_times(fns, reps, self.flush, graph_reads=graph_reads,
-                                                stream=self._stream, warmed=warmed)
+                                                stream=self._stream, warmed=warmed, heat=heat)
         times, faults = self.interleaved(fns, reps)
         return kernel_time.KernelTimes(self.kind, times, faults=faults)
 

@@ -34,7 +34,7 @@ from benches.backends.base import Backend, BackendUnavailable, Prepared, prepare
 from benches.correctness import compare
 from benches.kernel_time import CallTimes, KernelTimes
 from benches.suites.dtypes import TOLERANCES
-from benches.timing import Clock, flush_bytes, peak_clock_ratio, tflops
+from benches.timing import HOST_SAMPLES, Clock, flush_bytes, peak_clock_ratio, tflops
 
 DEFAULT_TOLERANCE = (1e-2, 1e-2)  # a brought suite's shape with no dtype the defaults know
 JIT_ENV = ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR", "FLYDSL_RUNTIME_ENABLE_CACHE", "TRITON_INTERPRET")
@@ -97,6 +97,7 @@ def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str, caches: Mappi
     triton = sys.modules.get("triton")
     used = {"triton_cache_dir": str(triton.knobs.cache.dir)} if triton is not None and hasattr(triton, "knobs") else {}
     return {"reps": spec["reps"], "warmup": spec["warmup"], "graph_reads": dict(spec.get("graph_reads", {})),
+            "graph_heat_ms": dict(spec.get("graph_heat_ms", {})),
             "seed": spec["seed"], "flush_bytes": flush,
             "timer": clock_kind, "order": "subject,control interleaved", "jit_env": env,
             "jit_cache_cold": dict(caches), "subjects": subject_specs(spec), "control": spec["control"],
@@ -168,9 +169,10 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
     where it matters (`latency`: the suite is decided on it, or the host's time is within reach of
     the kernel's), the latency of back-to-back calls."""
     with phase("warmup", key):
-        host = clock.warm(fns, spec["warmup"])
+        host = clock.warm(fns, spec["warmup"], int(spec.get("host_samples", HOST_SAMPLES)))
     with phase("timed", key):
-        kernel = clock.kernel(fns, spec["reps"], int(spec.get("graph_reads", {}).get(key, 1)))
+        kernel = clock.kernel(fns, spec["reps"], int(spec.get("graph_reads", {}).get(key, 1)),
+                              float(spec.get("graph_heat_ms", {}).get(key, 0.0)), host)
     with phase("calls", key):
         calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]),
                             host, always=latency)
@@ -331,6 +333,8 @@ def call_fields(kernel: KernelTimes, calls: CallTimes) -> dict[str, Any]:
                            "subject_latency_ms": calls.latency_ms[0], "subject_host_ms": calls.host_ms[0]}
     if kernel.fallback:
         out["kernel_fallback"] = kernel.fallback
+    if kernel.heat_calls:
+        out["graph_heat_calls"] = kernel.heat_calls
     if kernel.faults:  # CPU: median minor page faults per timed call, subject then control
         out["timed_faults"] = [statistics.median(f) if f else None for f in kernel.faults]
     if len(calls.latency_ms) > 1:

@@ -5,7 +5,8 @@ GPU? (issue 23: "may overlap another trial's timed section only if measured not 
 
 Process A times kernels as a trial does (benches.kernel_time: cold cache, CUDA graph, 6 reps of
 subject and control interleaved) in rounds, back to back: a decode GEMM (64x7168x2048 bf16, ~20 us,
-the shortest and so the most exposed), a square GEMM (8192^3) and attention (SDPA, 2x32x4096x128).
+the shortest and so the most exposed), a square GEMM (8192^3) and attention (SDPA, 2x32x4096x128
+causal, and the demo's 2x32x16384x128).
 Process B alternates 4 s windows of nothing and of one part of a trial's setup, per `--mode`:
 - `precompile`: what benches/trial.py does before the gate: random inputs of the demo's sizes drawn
   on the GPU (into memory its allocator already holds, after the first time), then a freshly written
@@ -60,9 +61,12 @@ def timer(seconds: float, queue: mp.Queue) -> None:
     a, b = r(64, 2048), r(2048, 7168)
     x, y = r(8192, 8192), r(8192, 8192)
     q, k, v = r(2, 32, 4096, 128), r(2, 32, 4096, 128), r(2, 32, 4096, 128)
+    ql, kl, vl = r(*FILL_SHAPE), r(*FILL_SHAPE), r(*FILL_SHAPE)
     cases = {"gemm 64x7168x2048": [lambda: a @ b, lambda: torch.mm(a, b)],
              "gemm 8192^3": [lambda: x @ y, lambda: torch.mm(x, y)],
-             "sdpa 2x32x4096x128": [lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)] * 2}
+             "sdpa 2x32x4096x128": [lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)] * 2,
+             # the demo's attention size: ~15 ms a call, long enough for one disturbance to land in a call
+             "sdpa 2x32x16384x128": [lambda: F.scaled_dot_product_attention(ql, kl, vl)] * 2}
     for fns in cases.values():  # warm
         for fn in fns:
             fn()

@@ -36,6 +36,18 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
+def test_graph_heater_is_set_per_suite_or_shape_and_reaches_the_trial_spec(tmp_path):
+    from bisector.model import BuildResult, BuildStatus
+    from bisector.runner.spec import build_spec
+
+    text = GOOD.replace("[control]", "[protocol]\ngraph_reads = { default = 2, fa = 1 }\n"
+                                     "graph_heat_ms = { default = 0, fa = 150 }\n[control]")
+    cfg = config.load(write(tmp_path, text))
+    assert (cfg.protocol.graph_heat_ms, dict(cfg.protocol.graph_heat_ms_by)) == (0.0, {"fa": 150.0})
+    spec = build_spec(cfg, BuildResult(sha="d" * 40, status=BuildStatus.OK, source_dir=str(tmp_path)), "fa", seed=1)
+    assert spec["graph_heat_ms"] == {"fa/s128": 150.0} and spec["graph_reads"] == {"fa/s128": 1}
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "configs").glob("*.toml")))
 def test_shipped_configs_load(name):
     cfg = config.load(ROOT / "configs" / name)
@@ -81,6 +93,10 @@ def test_minimal_config_defaults(tmp_path):
     (("[control]", "[protocol]\ngraph_reads = 3\n[control]"), "protocol.graph_reads", "must be 1 or 2"),
     (("[control]", "[protocol]\ngraph_reads = { default = 1, attn = 2 }\n[control]"), "protocol.graph_reads.attn",
      "unknown suite or shape"),
+    (("[control]", "[protocol]\ngraph_heat_ms = { default = 0, fa = -5 }\n[control]"), "protocol.graph_heat_ms.fa",
+     "must be a number >= 0"),
+    (("[control]", "[protocol]\ngraph_reads = { default = 1, fa = 2 }\ngraph_heat_ms = 100\n[control]"),
+     "protocol.graph_heat_ms", "a heater needs graph_reads = 1, and fa reads 2 replays"),
 ])
 def test_bad_values_name_file_and_key(tmp_path, edit, key, problem):
     path = write(tmp_path, GOOD.replace(*edit))

@@ -92,6 +92,13 @@ def test_latency_batches_are_sized_by_time() -> None:
     assert kernel_time.host_bound([0.015], [0.1], "cuda_graph") and not kernel_time.host_bound([0.015], [0.1], "perf_counter_ns")
 
 
+def test_a_graph_heater_is_sized_from_the_warm_up_calls() -> None:
+    assert kernel_time.heat_calls(150.0, [42.0, 15.0]) == 3  # ceil(150 / 57): about 150 ms of both calls
+    assert kernel_time.heat_calls(150.0, [400.0, 300.0]) == 1  # at least one call of each
+    assert kernel_time.heat_calls(0.0, [1.0]) == kernel_time.heat_calls(150.0, None) == 0  # none asked / unknown
+    assert kernel_time.heat_calls(150.0, [float("nan"), 0.0]) == 0
+
+
 # -- on a CUDA GPU -------------------------------------------------------------------------------
 
 def _gemm() -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,6 +143,37 @@ def test_two_graph_reads_give_every_repetition_from_half_a_graph(flush) -> None:
     assert all(x > 0 for t in two for x in t)
     with pytest.raises(ValueError, match="graph reads"):
         kernel_time.graph_times(fns, 7, flush, reads=3)
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_heater_replaces_the_unread_replay(flush) -> None:
+    a, b = _gemm()
+    fns = [lambda: a @ b, lambda: (a @ b).float()]
+    got = kernel_time.gpu_kernel_times(fns, 5, flush, heat=3)
+    assert got.method == kernel_time.GRAPH and got.heat_calls == 3
+    assert [len(t) for t in got.times] == [5, 5] and all(x > 0 for t in got.times for x in t)
+    with pytest.raises(ValueError, match="heater needs reads = 1"):
+        kernel_time.graph_times(fns, 5, flush, reads=2, heat=3)
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_device_bound_warm_up_stops_after_its_rounds() -> None:
+    """Host samples matter where the host may dominate; a call that is all kernel is warmed `rounds`
+    times, a short one HOST_SAMPLES times."""
+    from benches.timing import HOST_SAMPLES, Clock
+
+    clock = Clock("cuda", 64 << 20)
+    big = [torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    a, b = _gemm()
+    clock.warm([lambda: big[0] @ big[1], lambda: a[:1] @ b[:, :64]], rounds=1)  # first use of the clock's stream
+    long = clock.warm([lambda: big[0] @ big[1]], rounds=1)
+    short = clock.warm([lambda: a[:1] @ b[:, :64]], rounds=1)
+    assert long is not None and short is not None and long.device_bound and not short.device_bound
+    assert len(long.host_ms[0]) == 1 and len(short.host_ms[0]) == HOST_SAMPLES
+    assert len(clock.warm([lambda: big[0] @ big[1]], rounds=1, host_samples=HOST_SAMPLES).host_ms[0]) == 1
+    assert len(clock.warm([lambda: big[0] @ big[1]], rounds=2).host_ms[0]) == 2
 
 
 @needs_cuda

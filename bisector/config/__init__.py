@@ -16,7 +16,7 @@ from bisector.config.reader import show as _show
 from bisector.config.keyfiles import pattern_problem
 from bisector.config.subjects import Subject, SuiteModule
 from bisector.errors import ConfigError
-from bisector.model import Shape, min_step_for
+from bisector.model import Shape, for_shape, min_step_for
 from bisector.trust.filter import DEFAULT_TOKEN_ENV
 from bisector.paths import absolute_or_none
 from bisector.userfile import UserFileError, read_text
@@ -84,6 +84,11 @@ class Protocol:
     # shape like `min_step_pct`: `graph_reads = { default = 1, gemm = 2 }`.
     graph_reads: int = 1
     graph_reads_by: Mapping[str, int] = field(default_factory=dict)
+    # GPU, where one replay is read: ms of untimed subject/control calls the timing graph starts with,
+    # replayed once, instead of a whole unread first replay (benches/kernel_time.graph_times' heater);
+    # 0 keeps the unread replay. Per suite or shape like `graph_reads`.
+    graph_heat_ms: float = 0.0
+    graph_heat_ms_by: Mapping[str, float] = field(default_factory=dict)
     flush_mb: int = 0  # 0 = sized from the device (>= 2x last-level cache)
     # CPU trials: "wall" times calls by wall time; "cpu" times a single-threaded trial by its
     # process's CPU time, which other processes on a busy machine do not inflate (benches/timing.py).
@@ -288,7 +293,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         subjects=subjects,
         shapes=shapes,
         suite_modules=modules,
-        protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads", "flush_mb",
+        protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads",
+                                                    "graph_heat_ms", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
                                                     "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby")),
                            (*config_suites.BUILTIN, *names), tuple(shape.key for shape in shapes)),
@@ -390,9 +396,16 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
 
 
 def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:
-    """`graph_reads`: 1 or 2, or a table of `default` and suites or shapes -> 1 or 2."""
+    """`graph_reads`: 1 or 2, or a table of `default` and suites or shapes -> 1 or 2; `graph_heat_ms`:
+    ms >= 0 the same way, where one replay is read (a heater replaces the unread replay)."""
     default, by = _shape_table(sec, "graph_reads", 1, suites, shape_keys, lambda v: v in (1, 2), "1 or 2")
-    return {"graph_reads": int(default), "graph_reads_by": {k: int(v) for k, v in by.items()}}
+    heat, heat_by = _shape_table(sec, "graph_heat_ms", 0.0, suites, shape_keys, lambda v: v >= 0, "a number >= 0")
+    for key in ("default", *suites, *shape_keys):
+        if for_shape(key, heat, heat_by) > 0 and for_shape(key, default, by) != 1:
+            raise ConfigError(sec.path, sec.name("graph_heat_ms"),
+                              f"a heater needs graph_reads = 1, and {key} reads 2 replays")
+    return {"graph_reads": int(default), "graph_reads_by": {k: int(v) for k, v in by.items()},
+            "graph_heat_ms": float(heat), "graph_heat_ms_by": {k: float(v) for k, v in heat_by.items()}}
 
 
 def _max_tasks(sec: _Section) -> int:
