@@ -43,21 +43,39 @@ LATENCY_BATCHES = 5  # latency batches per fn and shape (at most `reps`)
 
 
 class Gate(Protocol):
-    """The device, lent by the bot: `acquire` blocks until no other trial's device section runs there."""
+    """The device, lent by the bot: `acquire` blocks until no other trial's device section runs there.
+    `brief`: a short loan in the middle of the setup (the inputs drawn), given back while the process
+    goes on; the bot lends the device on at once, not when the process has ended."""
 
-    def acquire(self) -> None: ...
+    def acquire(self, brief: bool = False) -> None: ...
 
-    def release(self) -> None: ...
+    def release(self, brief: bool = False) -> None: ...
 
 
 class OpenGate:
     """A trial run on its own (tests, `python -m benches.trial`): nothing to wait for."""
 
-    def acquire(self) -> None:
+    def acquire(self, brief: bool = False) -> None:
         pass
 
-    def release(self) -> None:
+    def release(self, brief: bool = False) -> None:
         pass
+
+
+@contextlib.contextmanager
+def briefly(gate: Gate, phase: "Phases", sync: Callable[[], None] = lambda: torch.cuda.synchronize()) -> Iterator[None]:
+    """The device held for a setup's kernels (its inputs drawn), its work finished before it is given
+    back. Why: on the H200 another process's input draws (random fills, kernels time-sliced with the
+    timed ones) made attention read 60% slow and a square GEMM 2x slow for as long as they ran; its
+    allocations alone 1% (studies/results/h200-setup-overlap.txt, 2026-12-03, `fill` / `alloc`)."""
+    with phase("queue_staging"):
+        gate.acquire(brief=True)
+    try:
+        with phase("staging"):
+            yield
+            sync()
+    finally:
+        gate.release(brief=True)
 
 
 class Phases:
@@ -412,23 +430,33 @@ def _stageable(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
 
 
 def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException], control: Backend | None,
-               control_error: str | None, phase: Phases) -> dict[str, Staged]:
-    """On a GPU, before the device is taken: every shape's inputs, prepared calls and precompiled
-    first calls (`precompile`), so that the device lock is held for timed work. A shape that fails
-    here is staged again under the lock, where its failure is recorded as before."""
+               control_error: str | None, phase: Phases, gate: Gate) -> dict[str, Staged]:
+    """On a GPU, before the trial's device section: every shape's inputs and prepared calls, drawn in
+    one brief loan of the device (`briefly`), then the first calls precompiled (`precompile`: captured,
+    off the device), so that the device section holds timed work. A shape that fails here is staged
+    again under the lock, where its failure is recorded as before."""
     staged: dict[str, Staged] = {}
     if spec["device"] == "cpu" or not spec.get("precompile", True) or not torch.cuda.is_available():
         return staged
-    for index, shape in enumerate(spec["shapes"]):
-        subject = _stageable(spec, subjects, shape)
-        if subject is None:
-            continue
-        key = shape["key"]
+    drawn: dict[str, Staged] = {}
+    stageable = [(index, shape, subject) for index, shape in enumerate(spec["shapes"])
+                 if (subject := _stageable(spec, subjects, shape)) is not None]
+    if not stageable:
+        return staged
+    with briefly(gate, phase):  # the inputs' kernels never run beside another trial's timed section
+        for index, shape, subject in stageable:
+            with phase("inputs", shape["key"]):
+                try:
+                    drawn.setdefault(shape["key"], stage_shape(
+                        shape, index, spec, torch.cuda.synchronize, subject, control,
+                        control_error if shape["suite"] in suites.SUITES else None))
+                except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
+                    print(traceback.format_exc(), file=sys.stderr, flush=True)
+                    torch.cuda.synchronize()
+    for key, one in drawn.items():  # captures only: no kernel runs, the device is not held
         with phase("precompile", key):
             try:
-                one = stage_shape(shape, index, spec, torch.cuda.synchronize, subject, control,
-                                  control_error if shape["suite"] in suites.SUITES else None)
-                staged.setdefault(key, replace(one, precompile=precompile(one)))
+                staged[key] = replace(one, precompile=precompile(one))
             except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
                 print(traceback.format_exc(), file=sys.stderr, flush=True)
                 torch.cuda.synchronize()
@@ -531,7 +559,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
             subjects = _load_subjects(spec, device)
         with phase("context"):
             _open_device(device)
-        staged = _stage_all(spec, subjects, control, control_error, phase)
+        staged = _stage_all(spec, subjects, control, control_error, phase, gate)
         # after every import and input: the malloc regime is the trial's, not its history's
         pinned = allocator.pin() if device == "cpu" else {}
         write_json(out_path, output)

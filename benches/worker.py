@@ -63,13 +63,13 @@ class SocketGate:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
 
-    def acquire(self) -> None:
-        self.channel.send(msg="want", t=time.time())
+    def acquire(self, brief: bool = False) -> None:
+        self.channel.send(msg="want", t=time.time(), **({"brief": True} if brief else {}))
         while "go" not in self.channel.recv():
             pass
 
-    def release(self) -> None:
-        self.channel.send(msg="release", t=time.time())
+    def release(self, brief: bool = False) -> None:
+        self.channel.send(msg="release", t=time.time(), **({"brief": True} if brief else {}))
 
 
 def preload(modules: Sequence[str]) -> list[str]:

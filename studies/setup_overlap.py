@@ -13,9 +13,10 @@ overlapping their `timed` phase, against the same for the rest. Every trial reco
 wall-clock times (`protocol.phases`), so this needs no new measurement.
 
 `--by-part` splits the setup into its parts (`context`: the device context made; `precompile <shape>`:
-that shape's inputs drawn on the device and its first calls captured, each shape apart; `rest`:
-imports, the machine read, the backends loaded) and gives, per part, how many off trials and how
-many others it overlapped: which part disturbs.
+that shape's first calls captured, each shape apart, and before 2026-12-03 its inputs drawn on the
+device too; `staging`: since then, every shape's inputs drawn in a brief loan of the device, which
+no timed section may overlap; `rest`: imports, the machine read, the backends loaded) and gives,
+per part, how many off trials and how many others it overlapped: which part disturbs.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from studies.stored_trials import over_stores, trial_processes
 # the phases a setup is made of (benches/trial.py `run`), by the part this study names them
 # (a `precompile` phase by its shape: "precompile <shape>")
 SETUP_PARTS = {"context": "context", "precompile": "precompile", "machine": "rest", "control_load": "rest",
-               "subjects_load": "rest"}
+               "subjects_load": "rest", "staging": "staging"}
 
 
 @dataclass

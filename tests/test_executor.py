@@ -48,15 +48,37 @@ KERNELS = textwrap.dedent('''
 
 
 def config(tmp_path: Path, entry: str = "kern:mm", devices=(0,), memory_gb: float = 0.0, env=None, timeout=120.0,
-           kind: str = "cpu"):
+           kind: str = "cpu", preload: list[str] | None = None):
     data = {
         "name": "x", "upstream": {"repo": str(tmp_path)}, "device": {"kind": kind, "visible": list(devices)},
         "control": {"backend": CONTROL[kind]}, "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
         "suites": {"gemm": {"shapes": [{"name": "a", "M": 96, "N": 64, "K": 64, "dtype": "fp32"}]}},
         "protocol": {"reps": 3, "warmup": 1, "flush_mb": 1, "timeout_s": timeout, "jit_cache_env": [],
-                     "memory_gb": memory_gb, "env": env or {}},
+                     "memory_gb": memory_gb, "env": env or {}, **({"preload": preload} if preload else {})},
     }
     return parse(data, tmp_path / "x.toml")
+
+
+def holds(outcomes) -> list[tuple[float, float]]:
+    """Every span a device was held, sorted: trials' device sections and their setups' brief loans."""
+    return sorted([(o.timeline.go, o.timeline.release) for o in outcomes] + [b for o in outcomes for b in o.timeline.briefs])
+
+
+# A worker preload that gives a CPU trial the brief loan a GPU trial takes in its setup (its inputs
+# drawn), with a span long enough to overlap whatever the executor would wrongly let run beside it.
+STAGE_ON_CPU = textwrap.dedent('''
+    import time
+    from benches import trial
+
+    _stage_all = trial._stage_all
+
+    def staged_on_cpu(spec, subjects, control, control_error, phase, gate):
+        with trial.briefly(gate, phase, sync=lambda: None):
+            time.sleep(0.15)
+        return _stage_all(spec, subjects, control, control_error, phase, gate)
+
+    trial._stage_all = staged_on_cpu
+''')
 
 
 @pytest.fixture
@@ -90,8 +112,10 @@ def test_device_sections_never_overlap_and_setup_runs_alongside(tmp_path: Path, 
     # From the recorded timestamps: one device section at a time, in the order submitted...
     sections = [(o.timeline.go, o.timeline.release) for o in outcomes]
     assert sections == sorted(sections)
-    for (_, end), (start, _) in zip(sections, sections[1:]):
-        assert end <= start, sections
+    held = holds(outcomes)  # on a GPU with each setup's brief loan for its inputs among them
+    assert len(held) == 6 * (1 if device == "cpu" else 2)
+    for (_, end), (start, _) in zip(held, held[1:]):
+        assert end <= start, held
     # ... the timed repetitions inside them (the trial's own clock) never overlap either ...
     timed = sorted(s for o in outcomes for s in spans(o, "timed"))
     assert len(timed) == 6 and all(a[1] <= b[0] for a, b in zip(timed, timed[1:]))
@@ -117,6 +141,31 @@ def test_two_devices_measure_at_once_and_lanes_alternate(tmp_path: Path, src: Pa
     for d in (0, 1):
         mine = sorted((o.timeline.go, o.timeline.release) for o in outcomes if o.timeline.device == d)
         assert all(a[1] <= b[0] for a, b in zip(mine, mine[1:]))
+
+
+def test_brief_loans_in_setups_hold_the_device_alone_and_it_is_lent_on_at_once(tmp_path: Path, src: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "stage_on_cpu.py").write_text(STAGE_ON_CPU)
+    monkeypatch.setenv("PYTHONPATH", str(hook))
+    cfg = config(tmp_path, entry="kern:slow", preload=["torch", "stage_on_cpu"])
+    jobs = [TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(5)]
+    with make_executor(cfg, tmp_path / "work", source="spawn", ahead=2) as executor:
+        outcomes = executor.run(jobs)
+    assert all(o.records[0].status is TrialStatus.OK for o in outcomes)
+    held = holds(outcomes)
+    assert len(held) == 10 and all(len(o.timeline.briefs) == 1 for o in outcomes)
+    for (_, end), (start, _) in zip(held, held[1:]):
+        assert end <= start, held  # a loan never beside another trial's device section or loan
+    for o in outcomes:
+        (go, release), = o.timeline.briefs
+        (a, b), = spans(o, "staging")
+        assert go <= a <= b <= release  # the trial's staging inside the loan the executor recorded
+        # Lent on while the process goes on: its own device section, after the loan, before it ended
+        # (a CPU device section is otherwise lent on only once its process has ended).
+        assert release <= o.timeline.go < o.timeline.ended
+        assert o.timeline.device_s == pytest.approx(o.timeline.release - o.timeline.go + release - go)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -7,8 +7,9 @@ under a lock held from process start to exit: the GPU did timed work 0.84% of a 
 
 - Workers (bisector/runner/workers.py) are started before their trials are known, so their
   imports overlap other trials' device time; `ahead` ready workers are kept per device.
-- A trial holds its device only from `go` to `release`: compile, inputs, correctness check,
-  warm-up and timed repetitions. Every other phase runs alongside another trial's device section.
+- A trial holds its device only from `go` to `release`: compile, correctness check, warm-up and
+  timed repetitions, and once, briefly, in its setup (`brief`): its inputs drawn, kernels that
+  must not run beside another trial's timed section. Every other phase runs alongside one.
 - Per device, trials get the device in the order they were submitted (side-by-side rounds keep
   their ABBA order), never two at once; a trial that must wait for another (the first, cold-JIT
   trial of its commit) lets later ones pass. The device's file lock (bisector/runner/lock.py) is
@@ -82,6 +83,12 @@ class Timeline:
     source: str = "spawn"
     unheld: float | None = None  # a standby: when the search asked for it (its wait before is not queueing)
     phases: Mapping[str, float] = field(default_factory=dict)  # seconds per phase the trial reported
+    briefs: tuple[tuple[float, float], ...] = ()  # (go, release) of its brief loans in its setup (inputs drawn)
+
+    @property
+    def device_s(self) -> float:
+        """Seconds it held its device: the device section and its brief loans."""
+        return self.span("go", "release") + sum(max(0.0, b - a) for a, b in self.briefs)
 
     @property
     def queued(self) -> float | None:
@@ -136,6 +143,8 @@ class _Run:
     breach: list[Breach] = field(default_factory=list)
     t: dict[str, float] = field(default_factory=dict)
     on_ready: list[Callable[[], None]] = field(default_factory=list)  # called once it is set up (`Executor.on_ready`)
+    brief: float | None = None  # asking for a brief loan since (its setup's inputs), not yet lent
+    briefs: list[list[float]] = field(default_factory=list)  # [go, release] of its brief loans
 
 
 Prepare = Callable[[TrialJob, int], Prepared]
@@ -421,8 +430,20 @@ class Executor:
         if self._holder[device] is not None:
             return
         with self._lock:
+            briefs = sorted((r for r in self._runs if r.device == device and r.brief is not None and r.state == "assigned"),
+                            key=lambda r: r.brief or 0.0)
             queue = sorted((r for r in self._runs if r.device == device and r.state in ("assigned", "wants")
                             and not r.held), key=lambda r: r.seq)
+        if briefs:
+            # A setup's brief loan first, standbys' too: tens of ms, and the trial behind it would
+            # otherwise wait for a whole device section of another trial to draw its inputs.
+            if self._take_file_lock(device):
+                run = briefs[0]
+                self._holder[device], run.brief = run, None
+                run.briefs.append([time.time(), 0.0])
+                if not run.worker or not run.worker.send(go=run.briefs[-1][0]):
+                    self._end(run)
+            return
         for run in queue:
             after = run.job.after
             if after is not None and not after.done():
@@ -458,7 +479,9 @@ class Executor:
             self._holder[run.device] = None
             if self.lock_devices and run.device in self._file_locks:
                 self._file_locks[run.device].release()
-            if "release" not in run.t:
+            if run.briefs and not run.briefs[-1][1]:
+                run.briefs[-1][1] = time.time()  # ended (or gave back) during a brief loan
+            elif "go" in run.t and "release" not in run.t:
                 run.t["release"] = time.time()
 
     def _on_message(self, worker: Worker) -> None:
@@ -472,6 +495,10 @@ class Executor:
                 if worker in self._starting:
                     self._starting.remove(worker)
                     self._idle.append(worker)
+            elif run is not None and kind == "want" and msg.get("brief"):
+                run.brief = time.time()
+            elif run is not None and kind == "release" and msg.get("brief"):
+                self._free(run)  # the process goes on setting up: the device is lent on at once
             elif run is not None and kind == "want":
                 with self._lock:
                     run.state, run.t["want"] = "wants", time.time()
@@ -507,7 +534,8 @@ class Executor:
         timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
                             run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
                             run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind,
-                            unheld=run.t.get("unheld"), phases=phase_seconds(out.get("phases") or ()))
+                            unheld=run.t.get("unheld"), phases=phase_seconds(out.get("phases") or ()),
+                            briefs=tuple((a, b) for a, b in run.briefs))
         info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
                 "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
                 "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict(),

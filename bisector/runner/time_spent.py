@@ -2,8 +2,9 @@
 
 Pure: it reads the executor's timelines (bisector/runner/executor.py), one per trial process of
 this run, and the run's stages (search, fixes, hunks) as wall-clock spans. `device_s` is the time
-trials held a device (go to release: compile, inputs, correctness check, warm-up, timed
-repetitions); `device_busy_fraction` is device_s over (measuring wall time x devices).
+trials held a device (go to release: compile, correctness check, warm-up, timed repetitions;
+and the brief loans of their setups, their inputs drawn); `device_busy_fraction` is device_s over
+(measuring wall time x devices).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from bisector.store.totals import RunTotals
 # Phases of a trial process, in order, with the Timeline marks that bound them.
 SPANS = (("start_imports", "started", "ready"), ("setup", "assigned", "want"), ("queue", "queued", "go"),
          ("device", "go", "release"), ("teardown", "release", "ended"))
-DEVICE_PHASES = ("inputs", "compile", "check", "warmup", "timed", "calls")  # inside `device`, from the trial
+DEVICE_PHASES = ("staging", "inputs", "compile", "check", "warmup", "timed", "calls")  # inside `device`, from the trial
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,12 @@ def summarize(timelines: Sequence[Timeline], stages: Sequence[Stage], devices: i
     by_stage = {}
     for s in stages:
         mine = [t for t in timelines if s.start <= t.asked <= s.end]
-        device = sum(t.span("go", "release") for t in mine)
+        device = sum(t.device_s for t in mine)
         span = s.end - s.start
         by_stage[s.name] = {"trials": float(len(mine)), "wall_s": span, "device_s": device,
                             "device_busy_fraction": device / (span * devices) if span > 0 and devices else 0.0}
     return Throughput(trials=len(timelines), trial_wall_s=sum(_own_wall(t) for t in timelines),
-                      device_s=sum(t.span("go", "release") for t in timelines), wall_s=wall, devices=devices,
+                      device_s=sum(t.device_s for t in timelines), wall_s=wall, devices=devices,
                       median_s={k: statistics.median(v) for k, v in per.items() if v},
                       total_s={k: sum(v) for k, v in per.items()}, stages=by_stage,
                       per_device=per_device(timelines, wall))
@@ -91,7 +92,7 @@ def per_device(timelines: Sequence[Timeline], wall_s: float) -> dict[int, dict[s
     for t in timelines:
         d = out.setdefault(t.device, {"trials": 0.0, "device_s": 0.0, "device_busy_fraction": 0.0})
         d["trials"] += 1
-        d["device_s"] += t.span("go", "release")
+        d["device_s"] += t.device_s
     for d in out.values():
         d["device_busy_fraction"] = d["device_s"] / wall_s if wall_s > 0 else 0.0
     return dict(sorted(out.items()))
@@ -134,7 +135,8 @@ def from_records(records: Sequence[object], gap_s: float = 120.0) -> tuple[list[
 
         fields = {k: t.get(k) for k in ("started", "ready", "assigned", "want", "go", "release", "ended", "unheld")}
         seen[key] = Timeline(str(key[0]), key[1], int(t.get("device", 0)), float(t["submitted"]), **fields,
-                             source=str(t.get("source", "")), phases=phase_seconds(proto.get("phases") or ()))
+                             source=str(t.get("source", "")), phases=phase_seconds(proto.get("phases") or ()),
+                             briefs=tuple((float(a), float(b)) for a, b in t.get("briefs") or ()))
     timelines = sorted(seen.values(), key=lambda t: t.submitted)
     stages: list[Stage] = []
     for t in timelines:
