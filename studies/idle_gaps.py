@@ -33,6 +33,7 @@ class Section:
     unheld: bool
     submitted: float = 0.0
     patched: bool = False  # a patched build's trial (a revert, a hunk subset)
+    briefs: tuple[tuple[float, float], ...] = ()  # its setup's brief loans of the device (inputs drawn)
 
 
 def waited_for(last: Section, nxt: Section) -> str:
@@ -53,17 +54,25 @@ def sections(store: Path) -> list[Section]:
         line = records[0].protocol.get("timeline") or {}
         if line.get("go") and line.get("release"):
             out.append(Section(line["go"], line["release"], int(slot or 0), bool(line.get("unheld")),
-                               float(line.get("submitted") or 0.0), bool(patch)))
+                               float(line.get("submitted") or 0.0), bool(patch),
+                               tuple((float(a), float(b)) for a, b in line.get("briefs") or ())))
     return sorted(out, key=lambda s: s.go)
+
+
+def idle(a: Section, b: Section, loans: list[tuple[float, float]]) -> float:
+    """The device's idle time between two device sections: the gap less the setups' brief loans in it."""
+    held = sum(max(0.0, min(y, b.go) - max(x, a.release)) for x, y in loans)
+    return b.go - a.release - held
 
 
 def row(store: Path, min_gap: float, max_gap: float) -> str:
     secs = sections(store)
-    gaps = [(b.go - a.release, a, b) for a, b in zip(secs, secs[1:]) if min_gap < b.go - a.release < max_gap]
+    loans = sorted(loan for s in secs for loan in s.briefs)
+    gaps = [(gap, a, b) for a, b in zip(secs, secs[1:]) if min_gap < (gap := idle(a, b, loans)) < max_gap]
     first = [g for g, _, b in gaps if b.slot == 0]
     patched_first = [g for g, _, b in gaps if b.slot == 0 and b.patched]
     later = [g for g, _, b in gaps if b.slot > 0]
-    device = sum(s.release - s.go for s in secs)
+    device = sum(s.release - s.go + sum(y - x for x, y in s.briefs) for s in secs)
     why = {w: [g for g, a, b in gaps if waited_for(a, b) == w] for w in WAITS}
     return (f"| {store} | {len(secs)} | {device:.0f} s ({device / max(1, len(secs)):.2f} s) | "
             f"{len(first)}, {sum(first):.0f} s ({len(patched_first)}, {sum(patched_first):.0f} s patched) | "
