@@ -1,22 +1,23 @@
-"""A shorter device section per trial: the warm-up cut to its rounds where every call is device-bound,
-and a heater in the timing graph instead of its unread first replay, against the protocol before.
+"""A shorter device section per trial: a heater in the timing graph instead of its unread first replay.
 
-    python -m studies.lean_timing [--trials 4] [--modes now,warm1,heat50,heat150] [--out FILE]
+    python -m studies.lean_timing [--trials 4] [--modes replay,heat50,heat150] [--out FILE]
 
 Why: on the H200 demo (reports/2026-12-03-h200-demo) attention took 266 of the 395 s the device was
 held: per trial 0.72 s timed (two replays of 6 subject/control repetitions, the first unread) and
 0.18 s of warm-up (three synchronized rounds, for host samples that only say the call is all
-kernel). Modes (each trial `python -m benches.trial` in a fresh process, as the bot runs it):
-- `now`: the protocol before (three warm-up rounds; attention's graph replayed twice, the second read);
-- `warm1`: the warm-up stops after its configured rounds once every call is device-bound;
-- `heatN`: as warm1, and attention's graph starts with ~N ms of untimed subject/control calls and is
-  replayed once (configs' `protocol.graph_heat_ms`).
-GEMM keeps its two read replays in every mode. Two commits of the demo history: the first, and #122's
+kernel; a device-bound warm-up now stops after its configured round, in every mode here). Modes
+(each trial `python -m benches.trial` in a fresh process, as the bot runs it):
+- `replay`: attention's graph replayed twice, the second read (the protocol before);
+- `heatN`: attention's graph starts with ~N ms of untimed subject/control calls and is replayed once
+  (configs' `protocol.graph_heat_ms`).
+GEMM keeps its two read replays in every mode. (The first run, 2026-12-03 08:42, named two modes
+`now` and `warm1` that ran the same protocol, the early warm-up stop in both: their difference is
+the study's resolution at 4 trials a mode.) Two commits of the demo history: the first, and #122's
 (attention 2.5x slower after its fast-math flag is dropped). Modes and commits alternate, so a
 drift of the machine falls on all; one discarded trial per commit compiles first. Printed and
 written per commit, shape and mode: the median of the value the search decides on (attention: the
 subject's full-clock speed; GEMM: the ratio to cuBLAS), its trial-to-trial CV, the difference to
-`now`, warm-up + timed seconds per trial; per mode the device section per trial; and attention's
+the first mode, warm-up + timed seconds per trial; per mode the device section per trial; and attention's
 repetitions in order (each over its trial's median): a clock still settling shows as a slope.
 Needs one NVIDIA GPU with triton; exits 2 with a one-line reason elsewhere.
 """
@@ -44,13 +45,11 @@ FA = "fa/s16384"
 def mode_spec(base: dict[str, Any], mode: str) -> dict[str, Any]:
     """The trial spec of one mode (see the module's docstring)."""
     spec = dict(base, graph_reads={k: (1 if k.startswith("fa/") else 2) for k in base["graph_reads"]})
-    if mode == "now":
-        return dict(spec, host_samples=3)
-    if mode == "warm1":
+    if mode == "replay":
         return spec
     if mode.startswith("heat") and mode[4:].isdigit():
         return dict(spec, graph_heat_ms={FA: float(mode[4:])})
-    raise ValueError(f"unknown mode {mode!r} (now, warm1, heat<ms>)")
+    raise ValueError(f"unknown mode {mode!r} (replay, heat<ms>)")
 
 
 def commit_sources(work: Path) -> dict[str, Path]:
@@ -69,7 +68,7 @@ def rep_profile(trials: list[dict[str, Any]]) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.lean_timing", description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=4, help="fresh trial processes per mode and commit")
-    parser.add_argument("--modes", default="now,warm1,heat50,heat150")
+    parser.add_argument("--modes", default="replay,heat50,heat150")
     parser.add_argument("--out", default=str(ROOT / "studies" / "results" / "h200-lean-timing.txt"))
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -120,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                         if result["shape"] == FA:
                             fa_trials[mode].append(result)
                     print(f"trial {seed}: {name} {mode}, device {device[mode][-1]:.2f} s", flush=True)
-    lines += ["", "| commit | shape | mode | value (median) | trial CV % | vs now | warm-up + timed s (median) |",
+    lines += ["", "| commit | shape | mode | value (median) | trial CV % | vs the first mode | warm-up + timed s (median) |",
               "|---|---|---|---:|---:|---:|---:|"]
     for name in sources:
         for shape in SHAPES:
