@@ -84,6 +84,7 @@ class Timeline:
     unheld: float | None = None  # a standby: when the search asked for it (its wait before is not queueing)
     phases: Mapping[str, float] = field(default_factory=dict)  # seconds per phase the trial reported
     briefs: tuple[tuple[float, float], ...] = ()  # (go, release) of its brief loans in its setup (inputs drawn)
+    slot: int | None = None  # which trial of its commit (or patched build) it was: 0 the first
 
     @property
     def device_s(self) -> float:
@@ -535,7 +536,7 @@ class Executor:
                             run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
                             run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind,
                             unheld=run.t.get("unheld"), phases=phase_seconds(out.get("phases") or ()),
-                            briefs=tuple((a, b) for a, b in run.briefs))
+                            briefs=tuple((a, b) for a, b in run.briefs), slot=run.job.slot)
         info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
                 "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
                 "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict(),

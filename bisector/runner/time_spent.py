@@ -40,6 +40,9 @@ class Throughput:
     total_s: Mapping[str, float] = field(default_factory=dict)  # summed over trials
     stages: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # stage -> trials, wall_s, busy
     per_device: Mapping[int, Mapping[str, float]] = field(default_factory=dict)  # device -> trials, device_s, busy
+    # A commit's later trials (slot > 0): their device time against their warm-up and timed work, the
+    # share of a device section that measures (issue 23: at most 2x)
+    later: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def device_busy_fraction(self) -> float:
@@ -56,7 +59,8 @@ class Throughput:
                 "median_s": {k: round(v, 3) for k, v in self.median_s.items()},
                 "total_s": {k: round(v, 2) for k, v in self.total_s.items()},
                 "stages": {k: {m: round(x, 4) for m, x in v.items()} for k, v in self.stages.items()},
-                "per_device": {str(k): {m: round(x, 4) for m, x in v.items()} for k, v in self.per_device.items()}}
+                "per_device": {str(k): {m: round(x, 4) for m, x in v.items()} for k, v in self.per_device.items()},
+                "later_trials": {k: round(v, 4) for k, v in self.later.items()}}
 
 
 def _own_wall(t: Timeline) -> float:
@@ -83,7 +87,18 @@ def summarize(timelines: Sequence[Timeline], stages: Sequence[Stage], devices: i
                       device_s=sum(t.device_s for t in timelines), wall_s=wall, devices=devices,
                       median_s={k: statistics.median(v) for k, v in per.items() if v},
                       total_s={k: sum(v) for k, v in per.items()}, stages=by_stage,
-                      per_device=per_device(timelines, wall))
+                      per_device=per_device(timelines, wall), later=later_trials(timelines))
+
+
+def later_trials(timelines: Sequence[Timeline]) -> dict[str, float]:
+    """A commit's later trials (their first compiled cold): trials, device_s, the warm-up and timed
+    work inside it, and device_s over that work. Empty when there are none or their slot is unknown."""
+    later = [t for t in timelines if t.slot]
+    work = sum(float(t.phases.get("warmup", 0.0)) + float(t.phases.get("timed", 0.0)) for t in later)
+    if not later or work <= 0:
+        return {}
+    device = sum(t.device_s for t in later)
+    return {"trials": float(len(later)), "device_s": device, "warmup_timed_s": work, "device_over_warmup_timed": device / work}
 
 
 def per_device(timelines: Sequence[Timeline], wall_s: float) -> dict[int, dict[str, float]]:
@@ -118,7 +133,10 @@ def describe(t: Throughput, totals: RunTotals | None = None) -> str:
             f"{m.get('start_imports', 0):.2f} s, setup {m.get('setup', 0):.2f} s (both off the device, overlapped "
             f"with other trials), waiting for the device {m.get('queue', 0):.2f} s, on the device "
             f"{m.get('device', 0):.2f} s ({inside}), teardown {m.get('teardown', 0):.2f} s."
-            + (f" By stage: {stages}." if stages else ""))
+            + (f" By stage: {stages}." if stages else "")
+            + (f" A later trial held the device {t.later['device_s'] / t.later['trials']:.2f} s for "
+               f"{t.later['warmup_timed_s'] / t.later['trials']:.2f} s of warm-up and timed work "
+               f"({t.later['device_over_warmup_timed']:.2f}x)." if t.later else ""))
 
 
 def from_records(records: Sequence[object], gap_s: float = 120.0) -> tuple[list[Timeline], list[Stage]]:
@@ -136,7 +154,8 @@ def from_records(records: Sequence[object], gap_s: float = 120.0) -> tuple[list[
         fields = {k: t.get(k) for k in ("started", "ready", "assigned", "want", "go", "release", "ended", "unheld")}
         seen[key] = Timeline(str(key[0]), key[1], int(t.get("device", 0)), float(t["submitted"]), **fields,
                              source=str(t.get("source", "")), phases=phase_seconds(proto.get("phases") or ()),
-                             briefs=tuple((float(a), float(b)) for a, b in t.get("briefs") or ()))
+                             briefs=tuple((float(a), float(b)) for a, b in t.get("briefs") or ()),
+                             slot=int(key[2]) if key[2] is not None else None)
     timelines = sorted(seen.values(), key=lambda t: t.submitted)
     stages: list[Stage] = []
     for t in timelines:
