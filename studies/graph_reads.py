@@ -75,22 +75,44 @@ def decided_value(result: dict[str, Any]) -> float:
     return float(result["ratio"])
 
 
+def shape_figures(output: dict[str, Any]) -> list[tuple[dict[str, Any], float, float]]:
+    """Per shape of one trial: its result, the value decided on and its warm-up + timed seconds;
+    a shape that did not measure is an error (a study compares like with like)."""
+    out = []
+    for result in output["results"]:
+        if result.get("status") != "ok":
+            raise RuntimeError(f"{result['shape']}: {result.get('status')}: {result.get('error', '')[:300]}")
+        out.append((result, decided_value(result), sum(end - start for phase, shape, start, end in output["phases"]
+                                                       if phase in ("warmup", "timed") and shape == result["shape"])))
+    return out
+
+
+def gpu_header(study: str, what: str) -> tuple[Any, str] | None:
+    """The H200 demo config and a results file's first line (the GPU, torch, triton, the date,
+    `what`), or None with the reason printed where there is no NVIDIA GPU."""
+    why = no_nvidia_gpu(f"studies.{study}")
+    if why:
+        print(why, file=sys.stderr)
+        return None
+    import torch
+    import triton
+    return bisector_config.load(CONFIG), (f"# studies.{study} on {torch.cuda.get_device_name(0)}, torch "
+                                          f"{torch.__version__}, triton {triton.__version__}, "
+                                          f"{time.strftime('%Y-%m-%d %H:%M')}: {what}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.graph_reads", description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=10, help="fresh trial processes per mode")
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--out", default=str(ROOT / "studies" / "results" / "h200-graph-reads.txt"))
     args = parser.parse_args(argv)
-    why = no_nvidia_gpu("studies.graph_reads")
-    if why:
-        print(why, file=sys.stderr)
+    found = gpu_header("graph_reads", f"{args.trials} fresh trial processes per mode, alternating; reps {args.reps}, "
+                                      f"warm-up {{}}; shapes {', '.join(SHAPES)}")
+    if found is None:
         return 2
-    import torch
-    import triton
-    cfg = bisector_config.load(CONFIG)
-    lines = [f"# studies.graph_reads on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton "
-             f"{triton.__version__}, {time.strftime('%Y-%m-%d %H:%M')}: {args.trials} fresh trial processes per "
-             f"mode, alternating; reps {args.reps}, warm-up {cfg.protocol.warmup}; shapes {', '.join(SHAPES)}"]
+    cfg, header = found
+    lines = [header.format(cfg.protocol.warmup)]
     print(lines[0], flush=True)
     values: dict[tuple[int, str], list[float]] = {}
     device: dict[int, list[float]] = {1: [], 2: []}
@@ -104,13 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             reads = 1 + k % 2
             output = run_trial(trial_spec(source, cfg, args.reps, reads, k), work, cache)
             device[reads].append(spans(output, "device"))
-            for result in output["results"]:
-                if result.get("status") != "ok":
-                    raise RuntimeError(f"{result['shape']}: {result.get('status')}: {result.get('error', '')[:300]}")
+            for result, value, seconds in shape_figures(output):
                 key = (reads, result["shape"])
-                values.setdefault(key, []).append(decided_value(result))
-                timed.setdefault(key, []).append(sum(end - start for phase, shape, start, end in output["phases"]
-                                                     if phase in ("warmup", "timed") and shape == result["shape"]))
+                values.setdefault(key, []).append(value)
+                timed.setdefault(key, []).append(seconds)
             print(f"trial {k}: reads {reads}, device {device[reads][-1]:.2f} s", flush=True)
     lines += ["", "| shape | reads | value (median) | trial CV % | vs reads=1 | warm-up + timed s (median) |",
               "|---|---:|---:|---:|---:|---:|"]

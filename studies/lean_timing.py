@@ -28,15 +28,13 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bisector import config as bisector_config
 from bisector.demo.history import COMMITS, states
 from bisector.search.samples import cv_pct
-from studies.graph_reads import CONFIG, SHAPES, decided_value, run_trial, spans, trial_spec
-from studies.kernel_time import no_nvidia_gpu, write_demolib
+from studies.graph_reads import SHAPES, gpu_header, run_trial, shape_figures, spans, trial_spec
+from studies.kernel_time import write_demolib
 
 ROOT = Path(__file__).resolve().parents[1]
 FA = "fa/s16384"
@@ -78,16 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"studies.lean_timing: --modes: {exc}", file=sys.stderr)
         return 2
-    why = no_nvidia_gpu("studies.lean_timing")
-    if why:
-        print(why, file=sys.stderr)
+    found = gpu_header("lean_timing", f"{args.trials} fresh trial processes per mode and commit, alternating; "
+                                      f"reps {{}}, warm-up {{}}; modes {', '.join(modes)}")
+    if found is None:
         return 2
-    import torch
-    import triton
-    cfg = bisector_config.load(CONFIG)
-    lines = [f"# studies.lean_timing on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton "
-             f"{triton.__version__}, {time.strftime('%Y-%m-%d %H:%M')}: {args.trials} fresh trial processes per mode "
-             f"and commit, alternating; reps {cfg.protocol.reps}, warm-up {cfg.protocol.warmup}; modes {', '.join(modes)}"]
+    cfg, header = found
+    lines = [header.format(cfg.protocol.reps, cfg.protocol.warmup)]
     print(lines[0], flush=True)
     values: dict[tuple[str, str, str], list[float]] = {}
     timed: dict[tuple[str, str, str], list[float]] = {}
@@ -108,14 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                     output = run_trial(mode_spec(trial_spec(source, cfg, cfg.protocol.reps, 1, seed), mode), work,
                                        caches[name])
                     device[mode].append(spans(output, "device"))
-                    for result in output["results"]:
-                        if result.get("status") != "ok":
-                            raise RuntimeError(f"{result['shape']}: {result.get('status')}: {result.get('error', '')[:300]}")
+                    for result, value, seconds in shape_figures(output):
                         key = (name, result["shape"], mode)
-                        values.setdefault(key, []).append(decided_value(result))
-                        timed.setdefault(key, []).append(sum(
-                            end - start for phase, shape, start, end in output["phases"]
-                            if phase in ("warmup", "timed") and shape == result["shape"]))
+                        values.setdefault(key, []).append(value)
+                        timed.setdefault(key, []).append(seconds)
                         if result["shape"] == FA:
                             fa_trials[mode].append(result)
                     print(f"trial {seed}: {name} {mode}, device {device[mode][-1]:.2f} s", flush=True)

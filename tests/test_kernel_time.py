@@ -132,11 +132,15 @@ def _dispatched(a: torch.Tensor, b: torch.Tensor) -> object:
     return call
 
 
+def _subject_and_control() -> list[object]:
+    a, b = _gemm()
+    return [lambda: a @ b, lambda: (a @ b).float()]
+
+
 @needs_cuda
 @pytest.mark.gpu
 def test_two_graph_reads_give_every_repetition_from_half_a_graph(flush) -> None:
-    a, b = _gemm()
-    fns = [lambda: a @ b, lambda: (a @ b).float()]
+    fns = _subject_and_control()
     one = kernel_time.graph_times(fns, 7, flush, reads=1)
     two = kernel_time.graph_times(fns, 7, flush, reads=2)  # a graph of 4, both replays read, cut to 7
     assert [len(t) for t in one] == [len(t) for t in two] == [7, 7]
@@ -148,8 +152,7 @@ def test_two_graph_reads_give_every_repetition_from_half_a_graph(flush) -> None:
 @needs_cuda
 @pytest.mark.gpu
 def test_a_heater_replaces_the_unread_replay(flush) -> None:
-    a, b = _gemm()
-    fns = [lambda: a @ b, lambda: (a @ b).float()]
+    fns = _subject_and_control()
     got = kernel_time.gpu_kernel_times(fns, 5, flush, heat=3)
     assert got.method == kernel_time.GRAPH and got.heat_calls == 3
     assert [len(t) for t in got.times] == [5, 5] and all(x > 0 for t in got.times for x in t)
