@@ -31,10 +31,10 @@ class Gate:
     def __init__(self) -> None:
         self.events: list[tuple[str, float]] = []
 
-    def acquire(self) -> None:
+    def acquire(self, brief: bool = False) -> None:
         self.events.append(("acquire", time.time()))
 
-    def release(self) -> None:
+    def release(self, brief: bool = False) -> None:
         self.events.append(("release", time.time()))
 
 
