@@ -67,13 +67,18 @@ def holds(outcomes) -> list[tuple[float, float]]:
 # A worker preload that gives a CPU trial the brief loan a GPU trial takes in its setup (its inputs
 # drawn), with a span long enough to overlap whatever the executor would wrongly let run beside it.
 STAGE_ON_CPU = textwrap.dedent('''
+    import os
     import time
+    from pathlib import Path
     from benches import trial
 
     _stage_all = trial._stage_all
 
     def staged_on_cpu(spec, subjects, control, control_error, phase, gate):
         with trial.briefly(gate, phase, sync=lambda: None):
+            if spec["seed"] == 99:  # a setup that hangs in its loan
+                Path(os.environ["IN_LOAN"]).write_text("in")
+                time.sleep(600)
             time.sleep(0.15)
         return _stage_all(spec, subjects, control, control_error, phase, gate)
 
@@ -143,13 +148,19 @@ def test_two_devices_measure_at_once_and_lanes_alternate(tmp_path: Path, src: Pa
         assert all(a[1] <= b[0] for a, b in zip(mine, mine[1:]))
 
 
-def test_brief_loans_in_setups_hold_the_device_alone_and_it_is_lent_on_at_once(tmp_path: Path, src: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def staged_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str = "kern:slow"):
+    """A CPU config whose trials take a brief loan in their setup (STAGE_ON_CPU); seed 99 hangs in it."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "stage_on_cpu.py").write_text(STAGE_ON_CPU)
     monkeypatch.setenv("PYTHONPATH", str(hook))
-    cfg = config(tmp_path, entry="kern:slow", preload=["torch", "stage_on_cpu"])
+    marker = tmp_path / "work" / "scratch" / "in-loan"  # where a sandboxed trial may write
+    return config(tmp_path, entry=entry, preload=["torch", "stage_on_cpu"], env={"IN_LOAN": str(marker)}), marker
+
+
+def test_brief_loans_in_setups_hold_the_device_alone_and_it_is_lent_on_at_once(tmp_path: Path, src: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg, _ = staged_config(tmp_path, monkeypatch)
     jobs = [TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(5)]
     with make_executor(cfg, tmp_path / "work", source="spawn", ahead=2) as executor:
         outcomes = executor.run(jobs)
@@ -166,6 +177,29 @@ def test_brief_loans_in_setups_hold_the_device_alone_and_it_is_lent_on_at_once(t
         # (a CPU device section is otherwise lent on only once its process has ended).
         assert release <= o.timeline.go < o.timeline.ended
         assert o.timeline.device_s == pytest.approx(o.timeline.release - o.timeline.go + release - go)
+
+
+@pytest.mark.parametrize("how", ["cancelled", "held too long"])
+def test_a_trial_that_hangs_in_its_brief_loan_gives_the_device_back(tmp_path: Path, src: Path, how: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelled in its loan, or a standby (no time limit) holding it past BRIEF_LIMIT_S: the device
+    goes on to the next trial."""
+    from bisector.runner import executor as executor_module
+
+    monkeypatch.setattr(executor_module, "BRIEF_LIMIT_S", 3.0)
+    cfg, marker = staged_config(tmp_path, monkeypatch, entry="kern:mm")
+    with make_executor(cfg, tmp_path / "work", source="spawn", ahead=1) as executor:
+        hung = executor.submit(TrialJob(build(src), cfg.shapes, seed=99, slot=0, hold=how == "held too long"))
+        deadline = time.time() + 120
+        while not marker.exists():
+            assert time.time() < deadline, "the hanging setup never took its loan"
+            time.sleep(0.05)
+        later = executor.submit(TrialJob(build(src), cfg.shapes, seed=1, slot=1))
+        if how == "cancelled":
+            executor.cancel(hung)
+        outcome = later.result(timeout=120)
+    assert outcome.records[0].status is TrialStatus.OK
+    assert hung.cancelled() if how == "cancelled" else hung.result(timeout=5).records[0].status is not TrialStatus.OK
 
 
 @pytest.mark.parametrize("device", DEVICES)

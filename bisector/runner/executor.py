@@ -153,6 +153,7 @@ Finish = Callable[[TrialJob, Prepared, Mapping[str, Any], Mapping[str, Any]], tu
 
 
 TEARDOWN_GRACE_S = 1.0  # how long a GPU trial that released its device may take to exit before it is lent on
+BRIEF_LIMIT_S = 60.0  # a setup's brief loan (its inputs drawn, ~0.05 s) held longer: the trial is ended
 
 
 def _unmatched(wants: Sequence[int], have: Sequence[int]) -> int:
@@ -387,6 +388,9 @@ class Executor:
         for run in runs:
             if run.state in ("assigned", "wants", "on-device", "released") and now > run.deadline and not run.held:
                 self._end(run, timed_out=True)
+            elif self._holder.get(run.device) is run and run.briefs and not run.briefs[-1][1] \
+                    and now - run.briefs[-1][0] > BRIEF_LIMIT_S:
+                self._end(run, timed_out=True)  # a standby (no deadline) hung in its loan: the device goes on
             elif run.state == "released" and not self.hold_until_exit and now - run.t["release"] > TEARDOWN_GRACE_S:
                 self._free(run)  # slow to exit: the device goes on
         for device in self.devices:
@@ -566,9 +570,11 @@ class Executor:
             WATCH.forget(worker.pid)
 
     def _drop(self, run: _Run) -> None:
-        """A cancelled trial: no result, no device time; its worker (if it had one) is killed."""
+        """A cancelled trial: no result, no device time; its worker (if it had one) is killed, and a
+        brief loan it held in its setup ends with it."""
         if run.worker is not None:
             self._forget(run.worker)
+        self._free(run)
         run.state = "done"
         with self._lock:
             self._runs.remove(run)
