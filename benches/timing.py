@@ -111,11 +111,11 @@ class Clock:
     def flush(self) -> None:
         self._buf.zero_() if self.gpu else self._buf.fill_(1)
 
-    def warm(self, fns: list[Callable[[], Any]], rounds: int, host_samples: int = HOST_SAMPLES) -> HostShare | None:
+    def warm(self, fns: list[Callable[[], Any]], rounds: int) -> HostShare | None:
         """At least `rounds` calls of each fn in turn, untimed for the kernel; on a GPU on the capture
         stream, each call launched on an idle queue and waited for, so the same calls give the host's
         own time per call and the synchronized call's time (`HostShare`; None on the CPU, where the
-        call is the kernel). Up to `host_samples` rounds, but a round that shows every call
+        call is the kernel). Up to HOST_SAMPLES rounds, but a round that shows every call
         device-bound ends it once `rounds` are done: its host time only says the kernel dominates,
         and two more rounds were 108 ms of device time a trial on the H200 demo's attention after
         its -60% step (the timing graph's own heater, not the warm-up, brings the clock to steady)."""
@@ -128,7 +128,7 @@ class Clock:
         calls: list[list[float]] = [[] for _ in fns]
         self.sync()
         with torch.cuda.stream(self._stream):
-            for done in range(1, max(rounds, host_samples, 1) + 1):
+            for done in range(1, max(rounds, HOST_SAMPLES, 1) + 1):
                 for i, fn in enumerate(fns):
                     t0 = time.perf_counter_ns()
                     fn()

@@ -34,7 +34,7 @@ from benches.backends.base import Backend, BackendUnavailable, Prepared, prepare
 from benches.correctness import compare
 from benches.kernel_time import CallTimes, KernelTimes
 from benches.suites.dtypes import TOLERANCES
-from benches.timing import HOST_SAMPLES, Clock, flush_bytes, peak_clock_ratio, tflops
+from benches.timing import Clock, flush_bytes, peak_clock_ratio, tflops
 
 DEFAULT_TOLERANCE = (1e-2, 1e-2)  # a brought suite's shape with no dtype the defaults know
 JIT_ENV = ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR", "FLYDSL_RUNTIME_ENABLE_CACHE", "TRITON_INTERPRET")
@@ -187,7 +187,7 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
     where it matters (`latency`: the suite is decided on it, or the host's time is within reach of
     the kernel's), the latency of back-to-back calls."""
     with phase("warmup", key):
-        host = clock.warm(fns, spec["warmup"], int(spec.get("host_samples", HOST_SAMPLES)))
+        host = clock.warm(fns, spec["warmup"])
     with phase("timed", key):
         kernel = clock.kernel(fns, spec["reps"], int(spec.get("graph_reads", {}).get(key, 1)),
                               float(spec.get("graph_heat_ms", {}).get(key, 0.0)), host)

@@ -175,7 +175,6 @@ def test_a_device_bound_warm_up_stops_after_its_rounds() -> None:
     short = clock.warm([lambda: a[:1] @ b[:, :64]], rounds=1)
     assert long is not None and short is not None and long.device_bound and not short.device_bound
     assert len(long.host_ms[0]) == 1 and len(short.host_ms[0]) == HOST_SAMPLES
-    assert len(clock.warm([lambda: big[0] @ big[1]], rounds=1, host_samples=HOST_SAMPLES).host_ms[0]) == 1
     assert len(clock.warm([lambda: big[0] @ big[1]], rounds=2).host_ms[0]) == 2
 
 
