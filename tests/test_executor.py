@@ -4,7 +4,6 @@ trial never runs, and two runs on one store never measure one trial twice."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

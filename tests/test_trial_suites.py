@@ -4,9 +4,7 @@ pytest-benchmark tests run in the trial's process between the gate's acquire and
 
 from __future__ import annotations
 
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
