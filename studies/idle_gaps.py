@@ -17,30 +17,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from bisector.runner.executor import Timeline
+from bisector.runner.time_spent import from_records
 from studies.stored_trials import over_stores, trial_processes
 
 
-@dataclass(frozen=True)
-class Section:
-    """One trial process's hold of the device, and when it was asked for."""
-
-    go: float
-    release: float
-    slot: int
-    unheld: bool
-    submitted: float = 0.0
-    patched: bool = False  # a patched build's trial (a revert, a hunk subset)
-    briefs: tuple[tuple[float, float], ...] = ()  # its setup's brief loans of the device (inputs drawn)
-
-
-def waited_for(last: Section, nxt: Section) -> str:
+def waited_for(last: Timeline, nxt: Timeline) -> str:
     """What the device waited for in the gap before `nxt`: a held process (standby or spare) not yet
     set up when the run asked for it; a fresh one asked for before `last` ended but not yet set up;
     or one the run asked for only once `last` had ended (a decision), with nothing held for it."""
-    if nxt.unheld:
+    if nxt.unheld is not None:
         return "held, not set up when asked"
     return "fresh, set up late" if nxt.submitted < last.release else "asked after the last ended"
 
@@ -48,19 +36,16 @@ def waited_for(last: Section, nxt: Section) -> str:
 WAITS = ("held, not set up when asked", "fresh, set up late", "asked after the last ended")
 
 
-def sections(store: Path) -> list[Section]:
-    out = []
-    for (_, patch, slot), records in trial_processes(store).items():
-        line = records[0].protocol.get("timeline") or {}
-        if line.get("go") and line.get("release"):
-            out.append(Section(line["go"], line["release"], int(slot or 0), bool(line.get("unheld")),
-                               float(line.get("submitted") or 0.0), bool(patch),
-                               tuple((float(a), float(b)) for a, b in line.get("briefs") or ())))
-    return sorted(out, key=lambda s: s.go)
+def sections(store: Path) -> list[Timeline]:
+    """The trial processes that held the device, by when they got it (time_spent.from_records: their
+    stored timelines, brief loans included)."""
+    timelines, _ = from_records([r for records in trial_processes(store).values() for r in records])
+    return sorted((t for t in timelines if t.go and t.release), key=lambda t: t.go)
 
 
-def idle(a: Section, b: Section, loans: list[tuple[float, float]]) -> float:
+def idle(a: Timeline, b: Timeline, loans: list[tuple[float, float]]) -> float:
     """The device's idle time between two device sections: the gap less the setups' brief loans in it."""
+    assert a.release is not None and b.go is not None
     held = sum(max(0.0, min(y, b.go) - max(x, a.release)) for x, y in loans)
     return b.go - a.release - held
 
@@ -69,16 +54,17 @@ def row(store: Path, min_gap: float, max_gap: float) -> str:
     secs = sections(store)
     loans = sorted(loan for s in secs for loan in s.briefs)
     gaps = [(gap, a, b) for a, b in zip(secs, secs[1:]) if min_gap < (gap := idle(a, b, loans)) < max_gap]
-    first = [g for g, _, b in gaps if b.slot == 0]
-    patched_first = [g for g, _, b in gaps if b.slot == 0 and b.patched]
-    later = [g for g, _, b in gaps if b.slot > 0]
-    device = sum(s.release - s.go + sum(y - x for x, y in s.briefs) for s in secs)
+    first = [g for g, _, b in gaps if not b.slot]
+    patched_first = [g for g, _, b in gaps if not b.slot and b.patch_hash]
+    later = [g for g, _, b in gaps if b.slot]
+    device = sum(s.device_s for s in secs)
     why = {w: [g for g, a, b in gaps if waited_for(a, b) == w] for w in WAITS}
     return (f"| {store} | {len(secs)} | {device:.0f} s ({device / max(1, len(secs)):.2f} s) | "
             f"{len(first)}, {sum(first):.0f} s ({len(patched_first)}, {sum(patched_first):.0f} s patched) | "
             f"{len(later)}, {sum(later):.0f} s"
             f"{f' (median {statistics.median(later):.2f} s)' if later else ''} | "
-            f"{sum(s.unheld and s.slot == 0 for s in secs)} | {sum(s.unheld and s.slot > 0 for s in secs)} | "
+            f"{sum(s.unheld is not None and not s.slot for s in secs)} | "
+            f"{sum(s.unheld is not None and bool(s.slot) for s in secs)} | "
             + " | ".join(f"{len(v)}, {sum(v):.0f} s" for v in why.values()) + " |")
 
 
