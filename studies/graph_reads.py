@@ -87,9 +87,9 @@ def shape_figures(output: dict[str, Any]) -> list[tuple[dict[str, Any], float, f
     return out
 
 
-def gpu_header(study: str, what: str) -> tuple[Any, str] | None:
-    """The H200 demo config and a results file's first line (the GPU, torch, triton, the date,
-    `what`), or None with the reason printed where there is no NVIDIA GPU."""
+def gpu_header(study: str) -> tuple[Any, str] | None:
+    """The H200 demo config and the start of a results file's first line (the study, the GPU, torch,
+    triton, the date), or None with the reason printed where there is no NVIDIA GPU."""
     why = no_nvidia_gpu(f"studies.{study}")
     if why:
         print(why, file=sys.stderr)
@@ -98,7 +98,7 @@ def gpu_header(study: str, what: str) -> tuple[Any, str] | None:
     import triton
     return bisector_config.load(CONFIG), (f"# studies.{study} on {torch.cuda.get_device_name(0)}, torch "
                                           f"{torch.__version__}, triton {triton.__version__}, "
-                                          f"{time.strftime('%Y-%m-%d %H:%M')}: {what}")
+                                          f"{time.strftime('%Y-%m-%d %H:%M')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,12 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--out", default=str(ROOT / "studies" / "results" / "h200-graph-reads.txt"))
     args = parser.parse_args(argv)
-    found = gpu_header("graph_reads", f"{args.trials} fresh trial processes per mode, alternating; reps {args.reps}, "
-                                      f"warm-up {{}}; shapes {', '.join(SHAPES)}")
+    found = gpu_header("graph_reads")
     if found is None:
         return 2
     cfg, header = found
-    lines = [header.format(cfg.protocol.warmup)]
+    lines = [f"{header}: {args.trials} fresh trial processes per mode, alternating; reps {args.reps}, "
+             f"warm-up {cfg.protocol.warmup}; shapes {', '.join(SHAPES)}"]
     print(lines[0], flush=True)
     values: dict[tuple[int, str], list[float]] = {}
     device: dict[int, list[float]] = {1: [], 2: []}

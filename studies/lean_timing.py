@@ -76,12 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"studies.lean_timing: --modes: {exc}", file=sys.stderr)
         return 2
-    found = gpu_header("lean_timing", f"{args.trials} fresh trial processes per mode and commit, alternating; "
-                                      f"reps {{}}, warm-up {{}}; modes {', '.join(modes)}")
+    found = gpu_header("lean_timing")
     if found is None:
         return 2
     cfg, header = found
-    lines = [header.format(cfg.protocol.reps, cfg.protocol.warmup)]
+    lines = [f"{header}: {args.trials} fresh trial processes per mode and commit, alternating; "
+             f"reps {cfg.protocol.reps}, warm-up {cfg.protocol.warmup}; modes {', '.join(modes)}"]
     print(lines[0], flush=True)
     values: dict[tuple[str, str, str], list[float]] = {}
     timed: dict[tuple[str, str, str], list[float]] = {}
