@@ -81,10 +81,10 @@ def test_back_at_the_parent_within_the_resolution_is_restored() -> None:
 
 def test_the_runs_pooled_noise_decides_a_revert_on_two_trials_a_side() -> None:
     """verify_fixes compares with the noise the search measured (samples.compare_pooled): two trials
-    a side of a quiet GPU tell "restored", where each side's own spread (Welch, t of 4.3 at two a
-    side) leaves it undecided and buys four times the trials."""
-    parent, revert, tip = [0.996, 1.006], [1.005, 0.993], [0.949, 0.939]  # a 0.4%-noise GPU, a -5.5% step
-    pool = PooledNoise(sd=0.004, raw_sd=0.004, df=40)
+    a side of a quiet GPU tell "restored", where each side's own spread (Welch, t of 2.9 for the 90%
+    interval at two a side) leaves it undecided and buys four times the trials."""
+    parent, revert, tip = [0.994, 1.008], [1.007, 0.992], [0.949, 0.939]  # a 0.6%-noise GPU, a -5.5% step
+    pool = PooledNoise(sd=0.006, raw_sd=0.006, df=40)
     alone = fix(-5.5, compare(parent, revert, 3.0, 0.01, SHAPE), compare(tip, revert, 3.0, 0.01, SHAPE))
     pooled = fix(-5.5, compare_pooled(parent, revert, 3.0, 0.01, SHAPE, pool),
                  compare_pooled(tip, revert, 3.0, 0.01, SHAPE, pool))

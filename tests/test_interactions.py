@@ -57,8 +57,8 @@ def test_verdicts_add_overlap_hide_unclear() -> None:
 def test_the_runs_trial_noise_decides_a_pair_on_two_trials_a_build() -> None:
     """Two trials of each of the four builds (the H200's protocol) leave 4 degrees of freedom: an
     independent pair reads unclear. On the search's pooled noise of the shape (many degrees of
-    freedom, the builds' own spread as a floor) it is decided; a pool quieter than the builds'
-    own spread does not narrow the interval below what that spread allows."""
+    freedom) it is decided; a pool far quieter than the builds' own spread (beyond chance) does not
+    narrow the interval below what that spread allows."""
     builds = [[c * 0.993, c * 1.007] for c in (1.0, 1.2, 1.1, 1.32)]  # a 1% trial noise, independent reverts
     alone = pair_effect(*builds, 3.0)
     pooled = pair_effect(*builds, 3.0, PooledNoise(sd=0.01, raw_sd=0.01, df=60))
@@ -66,7 +66,7 @@ def test_the_runs_trial_noise_decides_a_pair_on_two_trials_a_build() -> None:
     assert alone[-1] == "unclear" and pooled[-1] == "add"
     width = lambda r: r[-2][1] - r[-2][0]  # noqa: E731
     assert width(pooled) < 0.75 * width(alone)  # t of 2.0 instead of 2.8
-    assert width(quieter) > 0.97 * width(pooled)  # the builds' own spread (0.99%) is the floor
+    assert width(quieter) > 0.97 * width(pooled)  # the builds' own spread (0.99%) stands
 
 
 def step(sha: str, shapes: dict[str, float]) -> Step:

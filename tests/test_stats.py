@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bisector.model import Verdict
+from bisector.search.samples import pair_sd
 from bisector.search.stats import compare, holds, log_sd, noise_cv, without_wild
 
 
@@ -125,3 +126,23 @@ def test_the_pooled_noise_leaves_out_a_commit_with_a_wild_trial() -> None:
     assert log_sd(groups, screen=True)[1] == 78
     groups = [_noisy(rng, 1.0, 0.005, 8) for _ in range(20)]
     assert log_sd(groups, screen=True) == log_sd(groups)  # nothing wild: the same pool
+
+
+def test_same_is_two_one_sided_tests_at_five_percent() -> None:
+    """SAME needs the 90% interval inside +-min_step (TOST at 5% a side), not the 95% one: a change
+    whose 95% interval pokes out while its 90% one fits is SAME; the reported interval stays 95%."""
+    noise = (0.01, 1000.0)  # a known 1% trial noise, 4 trials a side: se 0.707%
+    c = compare([1.0] * 4, [1.006] * 4, 3.0, 0.01, "x", noise)  # +0.6%: 90% to +1.77%, 95% to +2.0%
+    assert c.verdict is Verdict.SAME and c.ci95[1] > 1.9
+    c = compare([1.0] * 4, [1.016] * 4, 3.0, 0.01, "x", noise)  # +1.6%: 90% to +2.8%, 95% to +3.0%
+    assert c.verdict is Verdict.SAME and c.ci95[1] > 3.0
+    assert compare([1.0] * 4, [1.019] * 4, 3.0, 0.01, "x", noise).verdict is Verdict.UNKNOWN  # 90% to +3.1%
+
+
+def test_a_pairs_own_spread_replaces_the_pool_only_beyond_chance() -> None:
+    """Two trials a side have 2 degrees of freedom of their own: a spread twice the pool's is
+    chance (F of 4 against a 1% point of 5.0 at 2 and 60 df), ten times is not."""
+    assert pair_sd(0.01, 60.0, 0.02, 2) == 0.01
+    assert pair_sd(0.01, 60.0, 0.10, 2) == 0.10
+    assert pair_sd(0.01, 60.0, 0.005, 2) == 0.01  # a quieter pair never narrows the pool's interval
+    assert pair_sd(0.01, 60.0, math.nan, 0) == 0.01

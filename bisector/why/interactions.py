@@ -39,7 +39,7 @@ from bisector.config import Config
 from bisector.why.fixes import side_trials
 from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
 from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
-from bisector.search.samples import PooledNoise
+from bisector.search.samples import PooledNoise, pair_sd
 from bisector.search.stats import compare
 from bisector.trust.filter import scrub
 from bisector.why.session import Session
@@ -161,8 +161,9 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
     """(gain a alone, gain a with b reverted, gain b alone, gain b with a reverted, interaction,
     its 95% interval, verdict), all in percent, from the metric's samples of the four builds. The
     interaction is the difference of differences of mean logs, with the four builds' pooled
-    variance; with `noise` (the search's trial noise of the shape), the larger of that noise and
-    the builds' own, on the search's degrees of freedom: two trials a build have 4 of their own."""
+    variance; with `noise` (the search's trial noise of the shape), that noise, or the builds' own
+    where it is wider beyond chance (samples.pair_sd), on the search's degrees of freedom: two
+    trials a build have 4 of their own."""
     logs = [[math.log(x) for x in g if x > 0] for g in (tip, a, b, ab)]
     if any(len(g) < 1 for g in logs):
         raise ValueError("a combination has no sample")
@@ -171,8 +172,8 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
     inter = m[3] - m[1] - m[2] + m[0]
     df = sum(len(g) for g in logs) - len(logs)
     own = sum(sum((x - mg) ** 2 for x in g) for g, mg in zip(logs, m)) / df if df >= 1 else 0.0
-    if noise is not None:  # as the search's comparisons (samples.compare_pooled): the builds' own as a floor
-        pooled, df = max(noise.sd ** 2, own), noise.df
+    if noise is not None:  # as the search's comparisons (samples.compare_pooled)
+        pooled, df = pair_sd(noise.sd, noise.df, math.sqrt(own), df) ** 2, noise.df
     elif df < 1:
         return pct(m[1] - m[0]), pct(m[3] - m[2]), pct(m[2] - m[0]), pct(m[3] - m[1]), pct(inter), \
             (-math.inf, math.inf), "unclear"
