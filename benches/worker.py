@@ -73,14 +73,35 @@ class SocketGate:
 
 
 def preload(modules: Sequence[str]) -> list[str]:
-    """Import what every trial imports; a module missing here is the trial's to report, not ours."""
+    """Import what every trial imports, then compute what each trial's first kernel call would
+    compute again from the same files (`triton_key`); a module missing here is the trial's to
+    report, not ours."""
     failed = []
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - e.g. triton absent on a CPU host
             failed.append(name)
+    if "triton" in modules and "triton" not in failed:
+        triton_key()
     return failed
+
+
+def triton_key() -> bool:
+    """Triton's own cache key (a sha256 of its compiler's files and of libtriton, ~0.3-0.4 s of CPU),
+    computed once here: it is cached per process, and every trial's first JIT call, also a warm
+    cache's, would hash the same files again on the host where other trials set up
+    (studies/results/h200-first-calls.txt). It reads files only, never the device. False where this
+    Triton has no such function."""
+    try:
+        from triton.runtime.cache import triton_key as key
+    except ImportError:
+        return False
+    try:
+        key()
+    except Exception:  # noqa: BLE001 - a trial computes it itself, as it did before
+        return False
+    return True
 
 
 def become_subreaper() -> None:

@@ -12,7 +12,8 @@ round 0 on), its second, SDPA's first call (the control, flash or cuDNN as the t
 second. Variants change what the parent did before forking:
 - plain: imported torch and triton (as the zygote does);
 - libs: also mapped the CUDA libraries torch loads lazily (cuDNN, cuBLAS, cuBLASLt, NVRTC), so a
-  child does not link them again.
+  child does not link them again;
+- key: also computed Triton's own cache key (benches.worker.triton_key, as the zygote now does).
 The fingerprint is timed by part: package versions (importlib.metadata), platform, device properties.
 Prints, per variant, each part's median and max over the rounds after the first (round 0 fills the
 JIT cache and is shown apart). Needs a CUDA device.
@@ -114,7 +115,7 @@ def fork_round(upstream: Path) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--variants", default="plain,libs")
+    ap.add_argument("--variants", default="plain,libs,key")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     import torch  # noqa: F401 - what the zygote imports
@@ -138,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             if variant == "libs":
                 mapped = map_cuda_libraries()
                 print(f"# mapped {len(mapped)} libraries: {', '.join(mapped[:8])}...", flush=True)
+            if variant == "key":
+                from benches.worker import triton_key
+
+                triton_key()
             rounds = [fork_round(upstream) for _ in range(args.rounds)]
             cells = [f"{statistics.median(r[k] for r in rounds):.3f} (max {max(r[k] for r in rounds):.3f})"
                      for k in first]
