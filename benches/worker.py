@@ -265,7 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = preload([m for m in args.preload.split(",") if m])
     loaded = (started, time.time())
     if args.zygote:
-        return zygote(_socket(args.fd), started, loaded, failed)
+        code = zygote(_socket(args.fd), started, loaded, failed)
+        # Its workers are reaped and it holds nothing but its log: end without the interpreter's
+        # teardown, which with torch loaded took ~1 s of the bot's exit (it waits for its zygotes).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return serve(Channel(_socket(args.fd)), started, loaded, failed)
 
 

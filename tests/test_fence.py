@@ -61,3 +61,26 @@ def test_a_killed_bot_takes_its_build_with_it(tmp_path: Path) -> None:
     while alive(child) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not alive(child), "the build step outlived its bot"
+
+
+def test_a_zombie_of_the_session_is_not_waited_for() -> None:
+    """A process that has exited but is not yet reaped runs nothing: the fence's kill loop does not
+    poll on it (it kept every zygote's fence, and so the bot's exit, waiting a whole second)."""
+    from bisector.runner import fence
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    stat = Path(f"/proc/{proc.pid}/stat")
+    deadline = time.monotonic() + 60
+    while stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z":  # exited, not reaped
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.01)
+    try:
+        assert fence.session_pids(proc.pid) == []
+        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        try:
+            assert fence.session_pids(live.pid) == [live.pid]
+        finally:
+            live.kill()
+            live.wait()
+    finally:
+        proc.wait()

@@ -38,7 +38,10 @@ OOM_LINE = "fence: the kernel killed {n} process(es) of this command over its cg
 
 
 def session_pids(sid: int) -> list[int]:
-    """Every process whose session is `sid` (field 6 of /proc/PID/stat)."""
+    """Every live process whose session is `sid` (field 6 of /proc/PID/stat). A zombie is left out:
+    it runs nothing, and it stays listed until this process (its subreaper) reaps it, which
+    `kill_descendants` does next; counted, it kept `kill_session` polling for its whole second on
+    every zygote's exit (the bot's own exit waited on it)."""
     out = []
     for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not name.isdigit():
@@ -49,7 +52,7 @@ def session_pids(sid: int) -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 3 and int(fields[3]) == sid:
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
             out.append(int(name))
     return out
 
