@@ -276,6 +276,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
     try:
         if not options.offline:
             session.trials  # the trial workers' imports (torch, triton: seconds) overlap the listing and builds
+        render.import_plotting_in_background()
         commits = gitrepo.commit_range(session.repo, options.good, options.bad)
         session.store.add_commits(session.campaign, commits)
         order = [c.sha for c in commits]

@@ -93,3 +93,16 @@ def test_write_report_writes_a_png_per_shape(tmp_path: Path) -> None:
     render.write_report(data, tmp_path)
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["tflops-fa_s1024.png"]
     assert (tmp_path / "tflops-fa_s1024.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_matplotlib_is_imported_on_a_thread_while_trials_run() -> None:
+    """The pipeline starts the plotting library's import at the run's start (render.import_plotting_in_background):
+    the report at the end finds it loaded, on the Agg backend (no display on a GPU host)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom bisector.report import render\nassert 'matplotlib' not in sys.modules\n"
+            "render.import_plotting_in_background().join(120)\nimport matplotlib\n"
+            "assert 'matplotlib.pyplot' in sys.modules and matplotlib.get_backend().lower() == 'agg'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from scipy import stats as sps
+from scipy import special  # the t distribution's inverse; scipy.stats takes ~1 s to import
 
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
@@ -180,7 +180,7 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
     else:
         pooled = own
     se = math.sqrt(pooled * sum(1.0 / len(g) for g in logs))
-    half = float(sps.t.ppf(0.975, df)) * se
+    half = float(special.stdtrit(df, 0.975)) * se
     lo, hi = inter - half, inter + half
     floor = math.log1p(min_step_pct / 100)
     if lo > 0 and inter >= floor:
