@@ -163,10 +163,20 @@ def serve(channel: Channel, started: float, loaded: tuple[float, float], failed:
     cuda = bool(torch is not None and torch.cuda.is_initialized())
     channel.send(msg="ready", pid=os.getpid(), started=started, preload=list(loaded), preload_failed=list(failed),
                  cuda_initialized=cuda)
+    opened: dict[str, str] = {}
     try:
-        job = channel.recv()["job"]
+        message = channel.recv()
+        while "job" not in message:
+            if "device" in message:
+                opened, seconds = open_device(message["device"])
+                channel.send(msg="opened", t=time.time(), s=seconds)
+            message = channel.recv()
+        job = message["job"]
     except EOFError:
         return 0  # the pool was closed before this worker got a trial
+    changed = {k: v for k, v in opened.items() if job["env"].get(k, v) != v or k in job.get("unset", ())}
+    if changed:  # the bot's guarantee (one device a pool) broken: never time on another device's context
+        raise RuntimeError(f"the device this worker opened differs from its trial's: {sorted(changed)}")
     _redirect_output(job["log"])
     os.chdir(job["cwd"])
     for name in job.get("unset", ()):
@@ -183,6 +193,22 @@ def serve(channel: Channel, started: float, loaded: tuple[float, float], failed:
         end_all()  # what the trial started (and its /dev/shm users) goes with it
     channel.send(msg="done", t=time.time())
     return 0
+
+
+def open_device(prelude: dict[str, Any]) -> tuple[dict[str, str], float | None]:
+    """Apply the device's environment (bisector/runner/executor.py `Prelude`) and create its context,
+    as the trial would first thing (benches.trial `_open_device`): an allocation, no kernel. Returns
+    the environment applied and the seconds it took (None where there is no device to open)."""
+    env = {str(k): str(v) for k, v in prelude.get("env", {}).items()}
+    for name in prelude.get("unset", ()):
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    torch = sys.modules.get("torch")
+    if prelude.get("kind") == "cpu" or torch is None or not torch.cuda.is_available():
+        return env, None
+    start = time.perf_counter()
+    torch.empty(1, device="cuda")
+    return env, round(time.perf_counter() - start, 6)
 
 
 def _socket(fd: int) -> socket.socket:

@@ -406,3 +406,17 @@ def test_with_prestart_the_first_renewal_takes_a_zygote_started_with_the_first(t
     finally:
         source.close()
         plain.close()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_idle_worker_opens_the_one_device_before_its_trial(tmp_path: Path, src: Path, device: str) -> None:
+    """With one device an idle worker creates its context while it waits for a trial (executor
+    `Prelude`): the trial's record says how long that took; on the CPU there is nothing to open."""
+    cfg = config(tmp_path, kind=device)
+    with make_executor(cfg, tmp_path / "work", source="fork", lock_devices=False) as executor:
+        outcomes = executor.run([TrialJob(build(src), cfg.shapes, seed=s, slot=s) for s in range(2)])
+    for outcome in outcomes:
+        (rec,) = outcome.records
+        assert rec.status is TrialStatus.OK, rec.error
+        opened = rec.protocol["worker"]["device_opened_s"]
+        assert (opened is None) if device == "cpu" else (opened > 0), rec.protocol["worker"]

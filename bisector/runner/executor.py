@@ -130,6 +130,19 @@ class Prepared:
     cpu: int | None = None
 
 
+@dataclass(frozen=True)
+class Prelude:
+    """What an idle worker opens its device with before its trial is known: the device's kind and
+    the environment every trial on it sets (pinned device, the config's variables; no JIT dirs).
+    Creating a CUDA context took ~1 s of a trial's setup on a busy H200 host (0.25 s alone), on the
+    device's critical path whenever a round asked for more trials than were set up
+    (studies/results/h200-long-range.txt); an idle worker has that second to spare."""
+
+    kind: str
+    env: Mapping[str, str]
+    unset: tuple[str, ...] = ()
+
+
 @dataclass
 class _Run:
     job: TrialJob
@@ -150,6 +163,7 @@ class _Run:
 
 Prepare = Callable[[TrialJob, int], Prepared]
 Finish = Callable[[TrialJob, Prepared, Mapping[str, Any], Mapping[str, Any]], tuple[TrialRecord, ...]]
+Preludes = Callable[[int], Prelude]
 
 
 TEARDOWN_GRACE_S = 1.0  # how long a GPU trial that released its device may take to exit before it is lent on
@@ -177,8 +191,10 @@ class Executor:
 
     def __init__(self, source: WorkerSource, devices: Sequence[int], device_kind: str, prepare: Prepare,
                  finish: Finish, *, ahead: int = 0, timeout_s: float = 600.0, memory_bytes: int = 0,
-                 lock_devices: bool = True) -> None:
+                 lock_devices: bool = True, prelude: Preludes | None = None) -> None:
         self.source, self.devices, self.kind = source, tuple(devices), device_kind
+        # With one device every worker's trial runs there: an idle worker opens it while it waits.
+        self.prelude = prelude(self.devices[0]) if prelude and len(self.devices) == 1 and device_kind != "cpu" else None
         self.prepare, self.finish = prepare, finish
         self.ahead, self.timeout_s, self.memory_bytes = ahead, timeout_s, memory_bytes
         self.lock_devices = lock_devices
@@ -500,6 +516,11 @@ class Executor:
                 if worker in self._starting:
                     self._starting.remove(worker)
                     self._idle.append(worker)
+                    if self.prelude is not None:
+                        worker.send(device={"kind": self.prelude.kind, "env": dict(self.prelude.env),
+                                            "unset": list(self.prelude.unset)})
+            elif kind == "opened":
+                worker.ready["opened_s"] = msg.get("s")
             elif run is not None and kind == "want" and msg.get("brief"):
                 run.brief = time.time()
             elif run is not None and kind == "release" and msg.get("brief"):
@@ -545,7 +566,8 @@ class Executor:
                 "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
                 "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict(),
                 "worker": {"source": self.source.kind, "lineage": worker.lineage if worker else None,
-                           "cuda_initialized_before_trial": bool(worker and worker.ready.get("cuda_initialized"))}}
+                           "cuda_initialized_before_trial": bool(worker and worker.ready.get("cuda_initialized")),
+                           "device_opened_s": worker.ready.get("opened_s") if worker else None}}
         with self._lock:
             self._runs.remove(run)
             self.timelines.append(timeline)

@@ -26,7 +26,7 @@ from bisector.config import Config
 from bisector.model import CALL_KEYS, BuildResult, Shape, TrialRecord, TrialStatus
 from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
 from bisector.runner.cgroups import Limits
-from bisector.runner.executor import Executor, Prepared, TrialJob
+from bisector.runner.executor import Executor, Prelude, Prepared, TrialJob
 from bisector.runner.instrument import snapshot, without_bot
 from bisector.runner.memwatch import limit_bytes
 from bisector.runner import sandbox
@@ -72,6 +72,16 @@ def trial_env(config: Config, build: BuildResult, work: Path, device_index: int,
     pin_device(env, config.device, device_index)
     env.update(prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first))
     env.update(config.protocol.env)  # a config's explicit choice wins
+    changed = {k: v for k, v in env.items() if base.get(k) != v}
+    return changed, tuple(k for k in base if k not in env)
+
+
+def device_env(config: Config, device_index: int, base: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What every trial on `device_index` sets (and unsets) whatever its build: `trial_env` less the
+    JIT dirs. An idle worker opens the device with it before its trial is known (`Prelude`)."""
+    env = dict(base)
+    pin_device(env, config.device, device_index)
+    env.update(config.protocol.env)
     changed = {k: v for k, v in env.items() if base.get(k) != v}
     return changed, tuple(k for k in base if k not in env)
 
@@ -214,6 +224,11 @@ class TrialFiles:
         return Prepared(tdir / "spec.json", tdir / "out.json", tdir / "log.txt", tdir, env, unset, cpu)
 
 
+    def prelude(self, device: int) -> Prelude:
+        """The device environment an idle worker opens its device in (benches.worker.open_device)."""
+        env, unset = device_env(self.config, device, self.base_env)
+        return Prelude(self.config.device, env, unset)
+
     def checked_path(self, job: TrialJob) -> Path:
         """The file naming the shapes whose output at this build passed the correctness check, with
         their tolerance: written by the bot as it stores each trial, read by the later trials of the
@@ -261,7 +276,7 @@ def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str
                     config.device,
                     files.prepare, files.records, ahead=default_ahead(config) if ahead is None else ahead,
                     timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,
-                    memory_bytes=memory_limit(config), lock_devices=lock_devices)
+                    memory_bytes=memory_limit(config), lock_devices=lock_devices, prelude=files.prelude)
 
 
 def run_trial(config: Config, build: BuildResult, suite: str | None, *, work: str | Path, trial_index: int = 0,
@@ -279,4 +294,4 @@ def run_trial(config: Config, build: BuildResult, suite: str | None, *, work: st
     return outcome.records
 
 
-__all__ = ["TrialFiles", "make_executor", "records", "run_trial", "trial_env", "worker_env"]
+__all__ = ["TrialFiles", "device_env", "make_executor", "records", "run_trial", "trial_env", "worker_env"]
