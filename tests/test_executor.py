@@ -420,3 +420,20 @@ def test_an_idle_worker_opens_the_one_device_before_its_trial(tmp_path: Path, sr
         assert rec.status is TrialStatus.OK, rec.error
         opened = rec.protocol["worker"]["device_opened_s"]
         assert (opened is None) if device == "cpu" else (opened > 0), rec.protocol["worker"]
+
+
+def test_a_precompile_only_trial_gets_its_brief_loan_and_never_a_device_section(tmp_path: Path, src: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prefetches' executor (warmer.PrecompileTrials) lends a setup its brief loan for its
+    inputs: it lent nothing before, and on a GPU every prefetch waited for its loan until its time
+    limit, compiling nothing (tests/test_warmer.py's GPU test). It still never lends a device section."""
+    from bisector.runner.warmer import precompile_executor
+
+    cfg, _ = staged_config(tmp_path, monkeypatch, entry="kern:mm")
+    cfg = replace(cfg, protocol=replace(cfg.protocol, timeout_s=60.0))
+    with precompile_executor(cfg, tmp_path / "work", 2, source="spawn") as executor:
+        outcomes = executor.run([TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(2)])
+    for outcome in outcomes:
+        (go, release), = outcome.timeline.briefs
+        assert go <= release and outcome.timeline.go is None and outcome.timeline.want is None, outcome.timeline
+        assert outcome.timeline.ended - outcome.timeline.started < 50, "it waited for its loan until its time limit"

@@ -447,24 +447,31 @@ class Executor:
         device = min(self.devices, key=lambda d: (load[d], self.devices.index(d)))
         return device if load[device] < room else None
 
-    def _grant(self, device: int) -> None:
+    def _grant_brief(self, device: int) -> bool:
+        """Lend the free device for a setup's brief loan, if one is asked for; True when one was."""
         if self._holder[device] is not None:
-            return
+            return False
         with self._lock:
             briefs = sorted((r for r in self._runs if r.device == device and r.brief is not None and r.state == "assigned"),
                             key=lambda r: r.brief or 0.0)
+        if not briefs:
+            return False
+        if self._take_file_lock(device):
+            run = briefs[0]
+            self._holder[device], run.brief = run, None
+            run.briefs.append([time.time(), 0.0])
+            if not run.worker or not run.worker.send(go=run.briefs[-1][0]):
+                self._end(run)
+        return True
+
+    def _grant(self, device: int) -> None:
+        # A setup's brief loan first, standbys' too: tens of ms, and the trial behind it would
+        # otherwise wait for a whole device section of another trial to draw its inputs.
+        if self._holder[device] is not None or self._grant_brief(device):
+            return
+        with self._lock:
             queue = sorted((r for r in self._runs if r.device == device and r.state in ("assigned", "wants")
                             and not r.held), key=lambda r: r.seq)
-        if briefs:
-            # A setup's brief loan first, standbys' too: tens of ms, and the trial behind it would
-            # otherwise wait for a whole device section of another trial to draw its inputs.
-            if self._take_file_lock(device):
-                run = briefs[0]
-                self._holder[device], run.brief = run, None
-                run.briefs.append([time.time(), 0.0])
-                if not run.worker or not run.worker.send(go=run.briefs[-1][0]):
-                    self._end(run)
-            return
         for run in queue:
             after = run.job.after
             if after is not None and not after.done():

@@ -103,8 +103,8 @@ def default_parallel(config: Config) -> int:
 
 class PrecompileTrials(Executor):
     """An executor of precompile-only trials: what each wrote is kept for `output`, and no trial
-    ever gets a device. A precompile-only trial never asks for one; one that did would wait for it
-    until its time limit, never running beside a timed section."""
+    ever gets a device section. A precompile-only trial never asks for one; one that did would wait
+    for it until its time limit, never running beside a timed section."""
 
     def __init__(self, source: WorkerSource, lanes: int, kind: str, prepare: Callable[[TrialJob, int], Prepared],
                  *, timeout_s: float, memory_bytes: int) -> None:
@@ -122,7 +122,14 @@ class PrecompileTrials(Executor):
         return self._outputs.pop(id(job), ({}, ""))
 
     def _grant(self, device: int) -> None:
-        return None
+        """Brief loans only: a precompile-only trial draws its inputs in one on a GPU, as every
+        setup does (benches/trial.py `briefly`), and a lane that never lent them left each prefetch
+        waiting for its loan until its time limit, compiling nothing (found by the GPU test of this
+        module, broken since brief loans came in at 08f9b14). The loan is this executor's lane, not
+        the run's device: it keeps prefetches' draws apart from each other, not from the run's
+        timed sections (a prefetch draws beside them, as every setup did before brief loans).
+        Never a device section."""
+        self._grant_brief(device)
 
 
 def precompile_executor(config: Config, work: str | Path, parallel: int, *, source: str | None = None,
