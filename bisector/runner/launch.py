@@ -68,20 +68,19 @@ def worker_env(config: Config, environ: Mapping[str, str], work: Path) -> dict[s
 def trial_env(config: Config, build: BuildResult, work: Path, device_index: int, first: bool,
               base: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
     """The variables one trial sets on top of its worker's (and those it unsets): device, JIT dirs."""
+    return device_env(config, device_index, base,
+                      prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first))
+
+
+def device_env(config: Config, device_index: int, base: Mapping[str, str],
+               jit: Mapping[str, str] | None = None) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What every trial on `device_index` sets (and unsets) on top of `base`, plus a build's `jit`
+    dirs when given (`trial_env`). Without them, what an idle worker opens the device with before
+    its trial is known (`Prelude`)."""
     env = dict(base)
     pin_device(env, config.device, device_index)
-    env.update(prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first))
+    env.update(jit or {})
     env.update(config.protocol.env)  # a config's explicit choice wins
-    changed = {k: v for k, v in env.items() if base.get(k) != v}
-    return changed, tuple(k for k in base if k not in env)
-
-
-def device_env(config: Config, device_index: int, base: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
-    """What every trial on `device_index` sets (and unsets) whatever its build: `trial_env` less the
-    JIT dirs. An idle worker opens the device with it before its trial is known (`Prelude`)."""
-    env = dict(base)
-    pin_device(env, config.device, device_index)
-    env.update(config.protocol.env)
     changed = {k: v for k, v in env.items() if base.get(k) != v}
     return changed, tuple(k for k in base if k not in env)
 
