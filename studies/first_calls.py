@@ -1,20 +1,19 @@
 """Where a later trial's setup goes on a GPU host, part by part, in processes forked as the trial
 workers are (bisector/runner/workers.py: a zygote that imported torch and triton forks one per trial).
 
-    python -m studies.first_calls [--rounds 8] [--variants plain,libs,static]
+    python -m studies.first_calls [--rounds 8] [--variants plain,libs,key]
 
 A later trial's setup took ~3 s on one H200 in the 389-commit range (context 0.95 s, precompile
 1.25 s with the JIT cache warm, machine fingerprint 0.2 s: studies/results/h200-long-range.txt), and
 a doubling that finds no process set up waits on it. Each round forks a child from this process,
-which times in order: the device runtime's init, a context (a first tensor), the machine
-fingerprint (benches.machine), the demo's attention kernel's first call (its JIT cache warm from
-round 0 on), its second, SDPA's first call (the control, flash or cuDNN as the trials allow), its
-second. Variants change what the parent did before forking:
+which times in order: the machine fingerprint's parts (package versions, platform), the device
+runtime's init, the device properties, a context (a first tensor), the demo's attention kernel's
+first call (its JIT cache warm from round 0 on), its second, SDPA's first call (the control, flash
+or cuDNN as the trials allow), its second. Variants change what the parent did before forking:
 - plain: imported torch and triton (as the zygote does);
 - libs: also mapped the CUDA libraries torch loads lazily (cuDNN, cuBLAS, cuBLASLt, NVRTC), so a
   child does not link them again;
 - key: also computed Triton's own cache key (benches.worker.triton_key, as the zygote now does).
-The fingerprint is timed by part: package versions (importlib.metadata), platform, device properties.
 Prints, per variant, each part's median and max over the rounds after the first (round 0 fills the
 JIT cache and is shown apart). Needs a CUDA device.
 """

@@ -222,7 +222,6 @@ class TrialFiles:
         cpu = device % (os.cpu_count() or 1) if self.pin_cpu else None
         return Prepared(tdir / "spec.json", tdir / "out.json", tdir / "log.txt", tdir, env, unset, cpu)
 
-
     def prelude(self, device: int) -> Prelude:
         """The device environment an idle worker opens its device in (benches.worker.open_device)."""
         env, unset = device_env(self.config, device, self.base_env)
