@@ -37,7 +37,7 @@ from bisector.build import Builder, Prefetcher
 from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shape, TrialRecord,
                             TrialStatus)
-from bisector.why.fixes import expected_trials as fixes_expected, verify_fixes
+from bisector.why.fixes import expected_trials as fixes_expected, set_up_reverts, verify_fixes
 from bisector.why.interactions import expected_trials as interactions_expected, measure_interactions
 from bisector.why.kernel_diff.collect import step_kernels
 from bisector.why.kernel_diff.regenerate import compile_commit
@@ -223,10 +223,12 @@ class _RemoteBuilds:
 
 
 class Prefetching:
-    """A probe that, after each commit, builds the midpoints the search may ask next."""
+    """A probe that, after each commit, builds the midpoints the search may ask next, and sets up
+    the reverts of the steps it is about to verify (`expect_steps`)."""
 
-    def __init__(self, probe: StoreProbe, prefetcher: Prefetcher, order: Sequence[str]) -> None:
-        self.probe, self.prefetcher = probe, prefetcher
+    def __init__(self, probe: StoreProbe, prefetcher: Prefetcher, order: Sequence[str],
+                 expect: Callable[[Sequence[tuple[str, Mapping[str, float]]]], None] = lambda found: None) -> None:
+        self.probe, self.prefetcher, self.expect = probe, prefetcher, expect
         self.index = {sha: i for i, sha in enumerate(order)}
         self.order = order
 
@@ -243,6 +245,9 @@ class Prefetching:
 
     def independent(self) -> ContextManager[None]:
         return self.probe.independent()
+
+    def expect_steps(self, found: Sequence[tuple[str, Mapping[str, float]]]) -> None:
+        self.expect(found)
 
     def prefetch_after(self, sha: str) -> None:
         seen = sorted({self.index[s] for s, _ in self.probe.probes if s in self.index})
@@ -282,10 +287,13 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         order = [c.sha for c in commits]
         probe = session.probe()
         measure = probe
-        # On the CPU a background build would steal the trials' cores; offline nothing is built.
-        if config.device != "cpu" and not options.offline:
+        # On the CPU a background build would steal the trials' cores (unless the config asks for
+        # prefetches: a warmer then exists); offline nothing is built.
+        if (config.device != "cpu" or session.warmer is not None) and not options.offline:
             session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
-            measure = Prefetching(probe, session.prefetcher, order)
+            measure = Prefetching(probe, session.prefetcher, order,
+                                  expect=lambda found: set_up_reverts(session, order[-1], found) if options.verify_fixes
+                                  else None)
         settings = replace(search_settings(config), width=session.width())
         with session.stage("search"):
             result = with_prs(search.localize(order, measure, settings), commits)

@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -69,6 +70,25 @@ def run_command(root: Path, shas: list[str], shapes: str) -> list[str]:
             "--work-dir", str(root / "work"), "--report-dir", str(root / "report"), "--json"]
 
 
+def timed_run(cmd: list[str], log_path: Path, start: float) -> tuple[subprocess.Popen, str]:
+    """Run `cmd`, its stderr written to `log_path` line by line as it comes, each line stamped with
+    the seconds since `start` ("[  12.34] progress: ..."), and a last line when the process has
+    exited: where the wall goes before the first trial and after the last (imports, report, exit)
+    shows without a profiler. Returns the ended process and its stdout."""
+    with open(log_path, "w") as log:  # written as the run goes: a stopped run keeps it
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        for line in proc.stderr:  # type: ignore[union-attr]
+            log.write(f"[{time.time() - start:8.2f}] {line}")
+            log.flush()
+        proc.wait()
+        reader.join()
+        log.write(f"[{time.time() - start:8.2f}] exited {proc.returncode}\n")
+    return proc, "".join(out)
+
+
 def emit(line: str, out: Path | None) -> None:
     """Print the result line, and append it to `out` when given."""
     print(line)
@@ -103,14 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     cmd = run_command(root, shas, shapes)
     print(f"long_range: {root}", file=sys.stderr, flush=True)
     start = time.time()
-    with open(root / "progress.log", "w") as log:  # written as the run goes: a stopped run keeps it
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+    proc, stdout = timed_run(cmd, root / "progress.log", start)
     wall = time.time() - start
-    (root / "run.json").write_text(proc.stdout)
+    (root / "run.json").write_text(stdout)
     if proc.returncode != 0:
         print((root / "progress.log").read_text()[-3000:], file=sys.stderr)
         return proc.returncode
-    data = json.loads(proc.stdout)
+    data = json.loads(stdout)
     steps = data.get("steps") or []
     named = [s.get("commit", "")[:12] for s in steps]
     verdicts = [{shape: v.get("verdict") for shape, v in (f.get("shapes") or {}).items()} for f in data.get("fixes") or []]

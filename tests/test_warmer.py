@@ -25,7 +25,7 @@ from bisector.runner.probe import StoreProbe
 from bisector.runner.warmer import Warmer, default_parallel, precompile_executor
 from bisector.search import SearchSettings, localize
 from bisector.search.simulate import SimulatedProbe, StepModel, SimStep
-from bisector.store import Store
+from bisector.store import Store, campaign_key
 from tests.devices import CONTROL, needs_cuda
 from tests.gitfixtures import commit_file, git as run_git
 
@@ -421,3 +421,43 @@ def test_with_several_steps_each_new_commit_is_named_in_one_of_the_two_requests_
                 late.append(commits.index(sha))
             seen.add(sha)
     assert len(seen) > 20 and late == []
+
+
+SLOW_KERNEL = textwrap.dedent('''
+    import torch
+
+    def mm(a, b):
+        out = a @ b
+        for _ in range({extra}):  # the regression: extra work
+            out = a @ b
+        return out
+''')
+
+
+@pytest.mark.slow
+def test_the_revert_of_a_step_being_verified_is_set_up_on_the_tip_ahead(tmp_path) -> None:
+    """The search tells the run which one-commit regressions it is about to verify, and the run
+    sets up each one's revert on the tip meanwhile: the fixes stage's first trial of the patched
+    tip comes from a standby (unheld when asked), not from a cold setup after verification."""
+    from bisector import pipeline
+    from bisector.runner.time_spent import from_records
+
+    repo = tmp_path / "up"
+    repo.mkdir()
+    run_git(repo, "init", "-q", "-b", "main")
+    shas = [commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=0), "kernel (#900)", 1),
+            commit_file(repo, "NOTES.md", "one\n", "notes (#901)", 2),
+            commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=30), "kernel: extra work (#902)", 3),
+            commit_file(repo, "NOTES.md", "one\ntwo\n", "notes (#903)", 4)]
+    cfg = config(repo, tmp_path, prefetch=2, standby=True, trials=2, max_trials=4)
+    options = pipeline.RunOptions(good=shas[0], bad=shas[-1], store=str(tmp_path / "s.sqlite"),
+                                  work_dir=str(tmp_path / "work"), report_dir=str(tmp_path / "report"),
+                                  find_hunks=False)
+    outcome = pipeline.bisect(cfg, options)
+    assert [s.commit for s in outcome.result.steps] == [shas[2]]
+    assert [f.applied for f in outcome.fixes] == [True]
+    with Store(tmp_path / "s.sqlite", readonly=True) as store:
+        patched = [t for t in store.trials(campaign_key(cfg)) if t.patch_hash]
+    assert {t.sha for t in patched} == {shas[-1]}, "the revert was measured on the tip"
+    first = min(from_records(patched)[0], key=lambda tl: tl.submitted)
+    assert first.unheld is not None, "the revert's first trial was set up ahead, held, and unheld when asked"

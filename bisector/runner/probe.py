@@ -185,9 +185,14 @@ class StoreProbe:
         others. Nothing without a warmer (the CPU, offline)."""
         if self.warmer is None or self.offline:
             return
+        self.warmer.prefetch(self.wants(shas))
+
+    def wants(self, shas: Sequence[str]) -> list[Want]:
+        """The warmer's requests for these commits as this probe measures them (its patch, shapes
+        and first trial's seed), those not known to fail and with nothing stored yet."""
         failed = {s for s, b in self.build_results.items() if b.status is BuildStatus.FAILED}
-        self.warmer.prefetch([Want(sha, self.shapes, self.seed * 1_000_003, self.patch, self.patch_hash)
-                              for sha in dict.fromkeys(shas) if sha not in failed and not self.stored(sha)])
+        return [Want(sha, self.shapes, self.seed * 1_000_003, self.patch, self.patch_hash)
+                for sha in dict.fromkeys(shas) if sha not in failed and not self.stored(sha)]
 
     def stored_only(self, sha: str, repeats: int) -> Measurement:
         """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""

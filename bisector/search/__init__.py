@@ -555,6 +555,18 @@ class _State:
         for pair, n in mine.items():
             self.ahead[pair] = (starts[pair], n)
 
+    def expect(self, cands: Sequence[_Candidate]) -> None:
+        """Tell the probe, where it listens (`probe.expect_steps`), which one-commit steps are about
+        to be verified, with their changes so far: a run that measures more of a step afterwards (its
+        revert on the tip) can set that up while the verification's trials hold the device."""
+        tell = getattr(self.probe, "expect_steps", None)
+        if tell is None:
+            return
+        found = [(self.commits[c.hi], {s: comp.change_pct for s, comp in self.compare_now(c.lo, c.hi, 1.0, c.dirs).items()})
+                 for c in cands if c.hi - c.lo == 1]
+        if found:
+            tell(found)
+
     def look(self, cand: _Candidate, n: int, alpha: float) -> tuple[set[str], dict[str, Comparison] | None]:
         """Fresh trials of the candidate's pair, n a side, doubled while unclear: the shapes in which
         they show the step, and the last round's comparisons (None: the probe could not give fresh
@@ -719,6 +731,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
         with st.independent():
             check = settings.verify and attempt < settings.rechecks  # the whole change asked below
             todo = sorted(todo, key=lambda c: c.lo)
+            st.expect(todo)
             if settings.verify:
                 st.look_ahead([(c.lo, c.hi, st.look_size(c)) for c in todo]
                               + ([(lo, hi, settings.initial_repeats)] if check else []))

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import git
+
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config
@@ -134,6 +136,34 @@ def expected_trials(result: SearchResult, config: Config) -> int:
     return side_trials(config) * (1 + len(steps) + len({s.parent for s in steps})) if steps else 0
 
 
+def revert_probe(session: Session, patch: str, shapes: Sequence[str]) -> StoreProbe:
+    """The probe a revert is measured through: its patch, on its step's shapes (in config order)."""
+    keep = tuple(s for s in session.config.shapes if s.key in shapes)
+    return session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=keep, max_crashes=1)
+
+
+def set_up_reverts(session: Session, tip: str, found: Sequence[tuple[str, Mapping[str, float]]]) -> None:
+    """The reverts of the regressions the search is about to verify (commit -> change per shape so
+    far), set up on the tip while it verifies them: built, compiled cold and each one's first trial
+    held by the warmer (bisector/runner/warmer.py), so the fixes stage takes the device at once.
+    Before, that stage began with a patched build's cold setup, 1.8 s with the H200 idle on the
+    389-commit range (studies/results/h200-long-range.txt). A guess: a step the verification drops,
+    or whose shapes it changes, leaves its standby unused, and the warmer cancels it."""
+    if session.warmer is None or session.offline:
+        return
+    wants = []
+    for commit, change in found:
+        if sum(change.values()) >= 0:  # an improvement: no revert is tried (`_fixable`)
+            continue
+        try:
+            patch = gitrepo.revert_patch(session.repo, commit)
+        except git.GitCommandError:
+            continue  # the fixes stage says why
+        wants += revert_probe(session, patch, tuple(change)).wants([tip])
+    if wants:
+        session.warmer.prefetch(wants)
+
+
 def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commit], out: Path,
                  taken: Taken, noise: Mapping[str, PooledNoise | None] | None = None,
                  ) -> tuple[tuple[FixResult, ...], dict[str, Path]]:
@@ -153,7 +183,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         path.write_text(patch)
         patches[step.commit] = path
         shapes = tuple(s for s in config.shapes if s.key in step.shapes)
-        patched = session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=shapes, max_crashes=1)
+        patched = revert_probe(session, patch, step.shapes)
         build = patched.build(tip)
         if build.status is BuildStatus.FAILED and build.log_tail == NOT_MEASURED:
             failed[step.commit] = NOT_MEASURED  # an offline replay of a run that ended before the reverts

@@ -13,11 +13,14 @@ import git
 from bisector.config import Config
 from bisector.model import Shape
 from bisector.runner.probe import MAX_CRASHES, StoreProbe
+from bisector.runner.warmer import Warmer
 
 
 class Session(Protocol):
     config: Config
     repo: git.Repo
+    offline: bool
+    warmer: Warmer | None  # sets up what a stage will measure next (GPU hosts); None: nothing ahead
 
     def probe(self, patch: str | None = None, patch_hash: str | None = None, offline: bool | None = None,
               shapes: Sequence[Shape] | None = None, max_crashes: int = MAX_CRASHES) -> StoreProbe: ...
