@@ -174,6 +174,11 @@ class Comparison:
     n_after: int
 
 
+def regression(change_pct: Mapping[str, float]) -> bool:
+    """A change, per shape in percent, that is a regression on the whole: its sum is negative."""
+    return sum(change_pct.values()) < 0
+
+
 @dataclass(frozen=True)
 class Step:
     """A localized change: `commit` is the first commit after which the shapes moved."""
@@ -190,7 +195,7 @@ class Step:
 
     @property
     def is_regression(self) -> bool:
-        return sum(self.change_pct.values()) < 0
+        return regression(self.change_pct)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict,
-                            min_step_for)
+                            min_step_for, regression)
 from bisector.runner.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why.session import Session
@@ -153,7 +153,7 @@ def set_up_reverts(session: Session, tip: str, found: Sequence[tuple[str, Mappin
         return
     wants = []
     for commit, change in found:
-        if sum(change.values()) >= 0:  # an improvement: no revert is tried (`_fixable`)
+        if not regression(change):  # an improvement: no revert is tried (`_fixable`)
             continue
         try:
             patch = gitrepo.revert_patch(session.repo, commit)
@@ -182,7 +182,6 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         patch = gitrepo.revert_patch(session.repo, step.commit)
         path.write_text(patch)
         patches[step.commit] = path
-        shapes = tuple(s for s in config.shapes if s.key in step.shapes)
         patched = revert_probe(session, patch, step.shapes)
         build = patched.build(tip)
         if build.status is BuildStatus.FAILED and build.log_tail == NOT_MEASURED:
@@ -194,7 +193,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
             continue
         reverts[step.commit] = _Slice(patched, tip, taken.take(patched, tip, n), n)
         if step.parent not in parents:
-            base = session.probe(shapes=shapes)
+            base = session.probe(shapes=patched.shapes)
             parents[step.parent] = _Slice(base, step.parent, taken.take(base, step.parent, n), n)
     measured = [s for s in steps if s.commit in reverts]
     now: _Slice | None = None
