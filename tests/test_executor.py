@@ -408,6 +408,37 @@ def test_with_prestart_the_first_renewal_takes_a_zygote_started_with_the_first(t
         plain.close()
 
 
+def test_workers_of_the_next_lineage_are_forked_ahead_and_serve_its_first_trials(
+        tmp_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A verification round asks for a new lineage's trials all at once; forks made then opened the
+    # H200 while the device idled (3.8 s on the 389-commit range). Where the next zygote is started
+    # ahead (GPU hosts), workers are forked from it ahead too, once a device was lent: no trial
+    # takes them before the renewal, and the new lineage's first trials run in them.
+    from bisector.runner import launch, workers
+    def prestarted(kind, env, preload, cwd, *args, **kwargs):
+        cwd.mkdir(parents=True, exist_ok=True)
+        return workers.ForkSource(env, preload, cwd, *args, **kwargs, prestart=True)
+
+    monkeypatch.setattr(launch, "make_source", prestarted)
+    cfg = config(tmp_path)
+    with make_executor(cfg, tmp_path / "work", source="fork", ahead=1, lock_devices=False) as executor:
+        first = executor.run([TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(3)])
+        ahead = executor.source._next
+        deadline = time.time() + 60
+        while time.time() < deadline and sum(w.lineage == workers.AHEAD_OF_RENEWAL and bool(w.ready)
+                                             for w in executor._idle) < 2:
+            time.sleep(0.05)
+        forked = {w.root for w in executor._idle if w.lineage == workers.AHEAD_OF_RENEWAL}
+        assert forked == {ahead.proc.pid}  # (1 + ahead) forks of the next zygote, ready and unused
+        renewed = time.time()
+        lineage = executor.renew_lineage()
+        fresh = executor.run([TrialJob(build(src), cfg.shapes, seed=k, slot=k, lineage=lineage) for k in (3, 4)])
+        assert executor.source.zygote is ahead
+    assert [o.records[0].protocol["worker"]["lineage"] for o in first + fresh] == [0, 0, 0, 1, 1]
+    assert all(o.timeline.started < renewed for o in fresh)  # forked before the renewal was asked
+    assert all(o.records[0].status is TrialStatus.OK for o in first + fresh)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_an_idle_worker_opens_the_one_device_before_its_trial(tmp_path: Path, src: Path, device: str) -> None:
     """With one device an idle worker creates its context while it waits for a trial (executor

@@ -47,7 +47,7 @@ def thin_ticks(fig: Figure, ax: Axes, positions: Sequence[float], labels: Sequen
     left; a label that would collide with one kept is dropped (its tick stays, unlabelled). The
     indices kept, in order. `style`: the labels' Text properties (rotation, fontsize)."""
     ax.set_xticks(list(positions), list(labels), **style)
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     ticks = ax.get_xticklabels()
     boxes = [_box(t, fig) for t in ticks]
     order = list(dict.fromkeys([*priority, *range(len(labels))]))

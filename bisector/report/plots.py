@@ -210,13 +210,13 @@ def figure(data: ReportData, shape: str) -> Figure:
     ticks = [p.label for p in pts]
     ctl.set_xticks(xs, ticks, rotation=90, fontsize=6.5)
     ctl.set_xlabel("the commits measured (or tried), in range order, equally spaced", fontsize=7)
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     fig.set_layout_engine("none")
     # Labels that must stay: the ends and each culprit, then each step's parent, then the rest.
     culprits = [index[s.commit] for s in steps if s.commit in index]
     parents = [index[s.parent] for s in steps]
     labels.thin_ticks(fig, ctl, xs, ticks, [0, len(pts) - 1, *culprits, *parents], rotation=90, fontsize=6.5)
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     rows = labels.stack(fig, texts, ROW)
     _headroom(ax, [v for p in pts for v in p.metric], rows)
     return fig

@@ -38,7 +38,7 @@ from filelock import FileLock, Timeout
 from bisector.model import BuildResult, Shape, TrialRecord
 from bisector.runner import lock as locks
 from bisector.runner.memwatch import WATCH, Breach
-from bisector.runner.workers import Worker, WorkerSource
+from bisector.runner.workers import AHEAD_OF_RENEWAL, Worker, WorkerSource
 
 TICK_S = 0.2
 
@@ -214,6 +214,7 @@ class Executor:
         self._holder: dict[int, _Run | None] = {d: None for d in self.devices}
         self._file_locks: dict[int, FileLock] = {}
         self._seq = 0
+        self._granted = False  # a device section was lent once (`_fork_ahead_of_renewal` waits for it)
         self._lineage = source.lineage  # the lineage asked for (`renew_lineage`); the loop renews the source
         self._cancel: list[Future] = []
         self._reaping: list[Worker] = []  # gone from our view, their process not yet collected
@@ -382,17 +383,18 @@ class Executor:
         if self.source.lineage < newest:
             self.source.renew(newest)
             self._watch_source()
+            for worker in [w for w in [*self._idle, *self._starting] if w.lineage == AHEAD_OF_RENEWAL]:
+                self._discard(worker)  # forked ahead by a zygote that died before it became current
         # Workers: one for every trial that fits, and `ahead` per device ready in reserve for the
         # trials the search asks for next (their imports are then done before they are known);
         # more where the trials that fit ask for a newer lineage than the workers at hand.
         want_workers = len(fits) + self.ahead * len(self.devices)
-        short = _unmatched([r.job.lineage for r, _ in fits], [w.lineage for w in [*self._idle, *self._starting]])
-        new = max(short, want_workers - len(self._idle) - len(self._starting))
-        for _ in range(new):
-            worker = self.source.start()
-            self._starting.append(worker)
-            self._selector.register(worker.sock, selectors.EVENT_READ, worker)
-            self._watch_source()
+        have = [w for w in [*self._idle, *self._starting] if w.lineage != AHEAD_OF_RENEWAL]
+        short = _unmatched([r.job.lineage for r, _ in fits], [w.lineage for w in have])
+        for _ in range(max(short, want_workers - len(have))):
+            self._started(self.source.start())
+        if self._granted:
+            self._fork_ahead_of_renewal()
         for worker in [w for w in self._starting if now - w.started > self.timeout_s]:
             self._starting.remove(worker)  # a worker that never got ready (a hung import)
             self._forget(worker)
@@ -411,6 +413,31 @@ class Executor:
                 self._free(run)  # slow to exit: the device goes on
         for device in self.devices:
             self._grant(device)
+
+    def _started(self, worker: Worker) -> None:
+        self._starting.append(worker)
+        self._selector.register(worker.sock, selectors.EVENT_READ, worker)
+        self._watch_source()
+
+    def _discard(self, worker: Worker) -> None:
+        for pool in (self._idle, self._starting):
+            if worker in pool:
+                pool.remove(worker)
+        self._forget(worker)
+
+    def _fork_ahead_of_renewal(self) -> None:
+        """Keep workers of the next lineage forked and idle (`WorkerSource.start_next`), their device
+        opened: as many as the devices' queues take at once, as a verification round asks for that
+        many trials of a new lineage at once. Only once a device was first lent: the cold start
+        needs every core, and a renewal comes tens of seconds later."""
+        if not self.ahead:
+            return
+        have = sum(w.lineage == AHEAD_OF_RENEWAL for w in [*self._idle, *self._starting])
+        for _ in range((1 + self.ahead) * len(self.devices) - have):
+            worker = self.source.start_next()
+            if worker is None:
+                return
+            self._started(worker)
 
     def _assign(self, run: _Run, device: int, worker: Worker, now: float) -> None:
         run.device = device
@@ -483,6 +510,7 @@ class Executor:
             if not self._take_file_lock(device):
                 return
             self._holder[device] = run
+            self._granted = True
             run.state = "on-device"
             run.t["go"] = time.time()
             if not run.worker or not run.worker.send(go=run.t["go"]):
