@@ -412,8 +412,8 @@ def test_workers_of_the_next_lineage_are_forked_ahead_and_serve_its_first_trials
         tmp_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A verification round asks for a new lineage's trials all at once; forks made then opened the
     # H200 while the device idled (3.8 s on the 389-commit range). Where the next zygote is started
-    # ahead (GPU hosts), workers are forked from it ahead too, once a device was lent: no trial
-    # takes them before the renewal, and the new lineage's first trials run in them.
+    # ahead (GPU hosts), workers are forked from it ahead too, in the cold start: no trial takes
+    # them before the renewal, and the new lineage's first trials run in them.
     from bisector.runner import launch, workers
     def prestarted(kind, env, preload, cwd, *args, **kwargs):
         cwd.mkdir(parents=True, exist_ok=True)

@@ -214,7 +214,7 @@ class Executor:
         self._holder: dict[int, _Run | None] = {d: None for d in self.devices}
         self._file_locks: dict[int, FileLock] = {}
         self._seq = 0
-        self._granted = False  # a device section was lent once (`_fork_ahead_of_renewal` waits for it)
+        self._granted = False  # a device section was lent once (`_fork_ahead_of_renewal` only before)
         self._lineage = source.lineage  # the lineage asked for (`renew_lineage`); the loop renews the source
         self._cancel: list[Future] = []
         self._reaping: list[Worker] = []  # gone from our view, their process not yet collected
@@ -393,7 +393,7 @@ class Executor:
         short = _unmatched([r.job.lineage for r, _ in fits], [w.lineage for w in have])
         for _ in range(max(short, want_workers - len(have))):
             self._started(self.source.start())
-        if self._granted:
+        if not self._granted:
             self._fork_ahead_of_renewal()
         for worker in [w for w in self._starting if now - w.started > self.timeout_s]:
             self._starting.remove(worker)  # a worker that never got ready (a hung import)
@@ -428,8 +428,11 @@ class Executor:
     def _fork_ahead_of_renewal(self) -> None:
         """Keep workers of the next lineage forked and idle (`WorkerSource.start_next`), their device
         opened: as many as the devices' queues take at once, as a verification round asks for that
-        many trials of a new lineage at once. Only once a device was first lent: the cold start
-        needs every core, and a renewal comes tens of seconds later."""
+        many trials of a new lineage at once. Only before a device was first lent: each opens a
+        device context (~2 s on the H200), and a context made in another process slowed attention
+        kernels' timed rounds 9.7% (studies/results/h200-setup-parts.txt); in the cold start no
+        timed section runs yet. Forked at the first renewal's zygote only: a later renewal (a
+        second look) forks when it is asked, as before."""
         if not self.ahead:
             return
         have = sum(w.lineage == AHEAD_OF_RENEWAL for w in [*self._idle, *self._starting])
