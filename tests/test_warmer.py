@@ -366,16 +366,14 @@ def search(n: int, step: int, **settings) -> tuple[list[str], list]:
     return commits, probe.log
 
 
-def test_a_bisection_prefetches_both_halves_midpoints_and_theirs_before_each_round() -> None:
+def test_a_bisection_prefetches_both_halves_midpoints_before_each_round() -> None:
     commits, log = search(17, 11, interior_points=0)
     ix = {sha: k for k, sha in enumerate(commits)}
     calls = [[ix[s] for s in shas] for what, shas in log if what == "prefetch"]
     # Before GOOD and BAD, again before the grid (none here) and before GOOD and BAD are compared:
-    # the middle, which the first split measures, then the middles of its halves; then, before
-    # measuring each middle m of (lo, hi), the middles of (lo, m) and (m, hi), then those of their
-    # halves (a round after next); the last split's halves have none.
-    assert calls[:7] == [[8, 4, 12], [8, 4, 12], [8, 4, 12], [4, 12, 2, 6, 10, 14], [10, 14, 9, 11, 13, 15],
-                         [9, 11], []]
+    # the middle, which the first split measures; then, before measuring each middle m of (lo, hi),
+    # the middles of (lo, m) and (m, hi); the last split's halves have none.
+    assert calls[:7] == [[8], [8], [8], [4, 12], [10, 14], [9, 11], []]
 
 
 @pytest.mark.parametrize("width", [1, 3])

@@ -366,22 +366,15 @@ class _State:
         """Before a round: tell the probe, when it can build and compile commits ahead
         (`probe.prefetch`), which new ones the search may ask for next: `points`, then the split
         points of each of `parts` (both halves of a bisection, every part of a k-ary split), then
-        those of the parts still `pending`, then the round after next's (the split points of the
-        parts' parts). The build and cold compile of the next round then overlap this round's
-        trials, and a part's standby outlives the refining of the one before it (the H200 demo set
-        up 12 new commits on the device's path that an earlier request had named). A round after
-        next is named now since a first trial's setup (~2.7 s on the H200) outlasts the round
-        before it (~1.1 s on the device): on the 389-commit range each midpoint named only one
-        round ahead kept the device idle 1-2 s (6.5 s in all)."""
+        those of the parts still `pending`. The build and cold compile of the next round then
+        overlap this round's trials, and a part's standby outlives the refining of the one before
+        it (the H200 demo set up 12 new commits on the device's path that an earlier request had
+        named)."""
         ask = getattr(self.probe, "prefetch", None)
         if ask is None:
             return
-        def cut(parts: Iterable[tuple[int, int]]) -> list[tuple[int, list[int], int]]:
-            return [(a, self.targets(a, b), b) for a, b in parts if b - a > 1]
-
-        now = cut(parts)
-        after_next = cut(p for a, ts, b in now for p in zip([a, *ts], [*ts, b]))
-        ks = [*points, *(k for _, ts, _ in [*now, *cut(self.pending), *after_next] for k in ts)]
+        parts = [*parts, *self.pending]
+        ks = [*points, *(k for a, b in parts if b - a > 1 for k in self.targets(a, b))]
         ask([self.commits[k] for k in dict.fromkeys(ks) if k not in self.skipped and self.commits[k] not in self.meas])
 
     def prefetch_grid(self, lo: int, hi: int) -> list[int]:
