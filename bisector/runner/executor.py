@@ -399,7 +399,8 @@ class Executor:
             self._starting.remove(worker)  # a worker that never got ready (a hung import)
             self._forget(worker)
         for run, device in fits:
-            worker = next((w for w in self._idle if w.lineage >= run.job.lineage), None)
+            # the oldest lineage that may run it: newer workers are kept for the trials that need them
+            worker = min((w for w in self._idle if w.lineage >= run.job.lineage), key=lambda w: w.lineage, default=None)
             if worker is not None:
                 self._idle.remove(worker)
                 self._assign(run, device, worker, now)
