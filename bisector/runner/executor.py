@@ -428,19 +428,16 @@ class Executor:
 
     def _fork_ahead_of_renewal(self) -> None:
         """Keep workers of the next lineage forked and idle (`WorkerSource.start_next`), their device
-        opened: twice as many as the devices' queues take at once, as a verification round asks
-        for a new lineage's trials at once and its standbys (10 trials for one step on the
-        389-commit range). Forks made then for the rest opened their contexts while the round's
-        first trials set up, and those setups took 3.1 s against 1.1 s after them (a context made
-        serializes in the driver). Only before a device was first lent: each opens a device context
-        (~2 s on the H200), and a context made in another process slowed attention kernels' timed
-        rounds 9.7% (studies/results/h200-setup-parts.txt); in the cold start no timed section
-        runs yet. Forked at the first renewal's zygote only: a later renewal (a second look) forks
-        when it is asked, as before."""
+        opened: as many as the devices' queues take at once, as a verification round asks for that
+        many trials of a new lineage at once. Only before a device was first lent: each opens a
+        device context (~2 s on the H200), and a context made in another process slowed attention
+        kernels' timed rounds 9.7% (studies/results/h200-setup-parts.txt); in the cold start no
+        timed section runs yet. Forked at the first renewal's zygote only: a later renewal (a
+        second look) forks when it is asked, as before."""
         if not self.ahead:
             return
         have = sum(w.lineage == AHEAD_OF_RENEWAL for w in [*self._idle, *self._starting])
-        for _ in range(2 * (1 + self.ahead) * len(self.devices) - have):
+        for _ in range((1 + self.ahead) * len(self.devices) - have):
             worker = self.source.start_next()
             if worker is None:
                 return
