@@ -215,6 +215,8 @@ class Executor:
         self._file_locks: dict[int, FileLock] = {}
         self._seq = 0
         self._granted = False  # a device section was lent once (`_fork_ahead_of_renewal` only before)
+        self._unopened: list[Worker] = []  # forked ahead, ready, their device not yet opened (`_open_ahead`)
+        self._opening: Worker | None = None  # the one forked ahead opening it now
         self._lineage = source.lineage  # the lineage asked for (`renew_lineage`); the loop renews the source
         self._cancel: list[Future] = []
         self._reaping: list[Worker] = []  # gone from our view, their process not yet collected
@@ -385,6 +387,10 @@ class Executor:
             self._watch_source()
             for worker in [w for w in [*self._idle, *self._starting] if w.lineage == AHEAD_OF_RENEWAL]:
                 self._discard(worker)  # forked ahead by a zygote that died before it became current
+            for worker in self._unopened:  # wanted now: each opens the device at once
+                if worker in self._idle:
+                    self._open(worker)
+            self._unopened, self._opening = [], None
         # Workers: one for every trial that fits, and `ahead` per device ready in reserve for the
         # trials the search asks for next (their imports are then done before they are known);
         # more where the trials that fit ask for a newer lineage than the workers at hand.
@@ -426,14 +432,34 @@ class Executor:
                 pool.remove(worker)
         self._forget(worker)
 
+    def _open(self, worker: Worker) -> None:
+        """Have an idle worker open the one device while it waits (`Prelude`)."""
+        if self.prelude is not None:
+            worker.send(device={"kind": self.prelude.kind, "env": dict(self.prelude.env),
+                                "unset": list(self.prelude.unset)})
+
+    def _open_ahead(self) -> None:
+        """The workers forked ahead of a renewal open the device one at a time: opened at once, 7
+        contexts took 1.5-4.6 s each on the H200 (0.3 s alone) and the range's first trial waited
+        7-9 s from its worker's readiness to its device section, against 5.4 s without them."""
+        if self._opening is not None and self._opening in self._idle:
+            return
+        self._opening = None
+        while self._unopened and self._opening is None:
+            worker = self._unopened.pop(0)
+            if worker in self._idle:
+                self._open(worker)
+                self._opening = worker
+
     def _fork_ahead_of_renewal(self) -> None:
         """Keep workers of the next lineage forked and idle (`WorkerSource.start_next`), their device
         opened: as many as the devices' queues take at once, as a verification round asks for that
-        many trials of a new lineage at once. Only before a device was first lent: each opens a
-        device context (~2 s on the H200), and a context made in another process slowed attention
-        kernels' timed rounds 9.7% (studies/results/h200-setup-parts.txt); in the cold start no
-        timed section runs yet. Forked at the first renewal's zygote only: a later renewal (a
-        second look) forks when it is asked, as before."""
+        many trials of a new lineage at once. Forked only before a device was first lent, in the
+        cold start, where no timed section runs yet: a context made in another process slowed
+        attention kernels' timed rounds 9.7% (studies/results/h200-setup-parts.txt), and forked at
+        the first grant they opened theirs in the range's first timed section. They open the device
+        one at a time (`_open_ahead`). Forked for the first renewal only: a later one (a second
+        look) forks when it is asked, as before."""
         if not self.ahead:
             return
         have = sum(w.lineage == AHEAD_OF_RENEWAL for w in [*self._idle, *self._starting])
@@ -555,11 +581,16 @@ class Executor:
                 if worker in self._starting:
                     self._starting.remove(worker)
                     self._idle.append(worker)
-                    if self.prelude is not None:
-                        worker.send(device={"kind": self.prelude.kind, "env": dict(self.prelude.env),
-                                            "unset": list(self.prelude.unset)})
+                    if worker.lineage == AHEAD_OF_RENEWAL and self.prelude is not None:
+                        self._unopened.append(worker)
+                        self._open_ahead()
+                    else:
+                        self._open(worker)
             elif kind == "opened":
                 worker.ready["opened_s"] = msg.get("s")
+                if worker is self._opening:
+                    self._opening = None
+                    self._open_ahead()
             elif run is not None and kind == "want" and msg.get("brief"):
                 run.brief = time.time()
             elif run is not None and kind == "release" and msg.get("brief"):
