@@ -151,8 +151,8 @@ def config(repo: Path) -> str:
 def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
     """Two steps on one shape: A doubles the GEMM's work, B then takes it from 2 to 33 GEMMs. Reverted
     on the tip, each alone goes back to 2 (+1550%), both to 1 (+3200%): the effects overlap, by -88%
-    (log -2.1), far outside what a busy 2-core machine's trials blur (from 2 to 9 GEMMs, -56%, one
-    run in about five read "unclear" there: -26% [-57, +27] on 8 trials a build)."""
+    (log -2.1), far outside what a busy 2-core machine's trials blur (from 2 to 9 GEMMs, -56%, 3 of
+    8 runs read "unclear" there: -26% [-57, +27] on 8 trials a build)."""
     st = INDEX["145"]
     before = FIXTURES / st["parent"][:12] / "triton_cache_dir"
     after = FIXTURES / st["culprit"][:12] / "triton_cache_dir"
