@@ -415,6 +415,7 @@ def test_workers_of_the_next_lineage_are_forked_ahead_and_serve_its_first_trials
     # ahead (GPU hosts), workers are forked from it ahead too, in the cold start: no trial takes
     # them before the renewal, and the new lineage's first trials run in them.
     from bisector.runner import launch, workers
+
     def prestarted(kind, env, preload, cwd, *args, **kwargs):
         cwd.mkdir(parents=True, exist_ok=True)
         return workers.ForkSource(env, preload, cwd, *args, **kwargs, prestart=True)
