@@ -402,8 +402,7 @@ class Executor:
         if not self._granted:
             self._fork_ahead_of_renewal()
         for worker in [w for w in self._starting if now - w.started > self.timeout_s]:
-            self._starting.remove(worker)  # a worker that never got ready (a hung import)
-            self._forget(worker)
+            self._discard(worker)  # a worker that never got ready (a hung import)
         for run, device in fits:
             # the oldest lineage that may run it: newer workers are kept for the trials that need them
             worker = min((w for w in self._idle if w.lineage >= run.job.lineage), key=lambda w: w.lineage, default=None)
@@ -426,11 +425,12 @@ class Executor:
         self._selector.register(worker.sock, selectors.EVENT_READ, worker)
         self._watch_source()
 
-    def _discard(self, worker: Worker) -> None:
+    def _discard(self, worker: Worker, kill: bool = True) -> None:
+        """A worker without a trial leaves the pools (idle or starting) and is forgotten."""
         for pool in (self._idle, self._starting):
             if worker in pool:
                 pool.remove(worker)
-        self._forget(worker)
+        self._forget(worker, kill=kill)
 
     def _open(self, worker: Worker) -> None:
         """Have an idle worker open the one device while it waits (`Prelude`)."""
@@ -610,10 +610,7 @@ class Executor:
             if run is not None:
                 self._end(run)
             else:
-                for pool in (self._idle, self._starting):
-                    if worker in pool:
-                        pool.remove(worker)
-                self._forget(worker, kill=False)
+                self._discard(worker, kill=False)
 
     def _end(self, run: _Run, timed_out: bool = False) -> None:
         """The trial is over (exited, killed or timed out): free its device, read its output."""
