@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import json
+import sqlite3
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,7 +20,7 @@ from bisector.why import culprit_hunks
 from bisector.why import hunks
 from bisector.config import parse
 from bisector.model import Step
-from tests.gitfixtures import commit_file, cpu_config, gemm_subject
+from tests.gitfixtures import commit_file, cpu_config, gemm_subject, git as run_git
 
 ORIGINAL = [f"line {i}\n" for i in range(1, 41)]
 
@@ -195,3 +198,111 @@ def test_searching_groups_instead_of_hunks_never_splits_a_group() -> None:
     for hunk_set in asked:
         for g in groups:
             assert set(g) <= set(hunk_set) or not set(g) & set(hunk_set)
+
+
+def misread(needed: set[int], wrong: dict[tuple[int, ...], list[bool]]):
+    """Like `scripted`, but the listed subsets read as given on their first looks (a busy machine's
+    misreads), truly after: each call is one look on fresh trials."""
+    looks: dict[tuple[int, ...], int] = {}
+
+    def outcome(subset: tuple[int, ...]) -> bool:
+        k = looks[subset] = looks.get(subset, 0) + 1
+        reads = wrong.get(subset, [])
+        return reads[k - 1] if k <= len(reads) else needed <= set(subset)
+    return lambda subsets: [outcome(s) for s in subsets]
+
+
+def test_a_misread_removal_does_not_make_an_inert_hunk_needed() -> None:
+    # The demo's plants: the CPU hunk (0) carries the step, its Triton twin (1) is inert on the CPU.
+    # One misread of (0,) made ddmin end at both, "only together" (a busy 2-core CI run).
+    carries = misread({0}, {(0,): [False]})
+    assert hunks.search(2, carries).found == (0, 1)  # without a second look
+    carries = misread({0}, {(0,): [False]})
+    found = hunks.search(2, carries, look_again=carries)
+    assert found.found == (0,) and found.alone and found.complete
+    assert [ok for part, ok in found.tried if part == (0,)] == [False, True, True]
+
+
+def test_only_together_is_looked_at_again_and_kept_when_it_holds() -> None:
+    asked: list[list[tuple[int, ...]]] = []
+    truth = scripted({0, 1})
+
+    def again(subsets):
+        asked.append(list(subsets))
+        return truth(subsets)
+    found = hunks.search(3, truth, look_again=again)
+    assert found.found == (0, 1) and found.shown_minimal and not found.alone
+    assert asked == [[(1,), (0,)]]  # each removal once more, and no third look where the two agree
+    # A second look that misreads is outvoted by the third.
+    carries = misread({0, 1}, {(0,): [False, True]})
+    found = hunks.search(3, carries, look_again=carries)
+    assert found.found == (0, 1) and found.shown_minimal
+    assert [ok for part, ok in found.tried if part == (0,)] == [False, True, False]
+
+
+def test_a_look_again_past_the_budget_leaves_the_first_looks() -> None:
+    def spent(subsets):
+        raise hunks.OutOfBudget
+    found = hunks.search(8, scripted({4, 6}), look_again=spent)
+    assert found.found == (4, 6) and found.complete and found.shown_minimal
+
+
+TUNED = '''# the GEMM's repeat count, read by lib/gemm.py
+EXTRA = {extra}
+'''
+USES_TUNED = '''import torch
+
+from lib import tuning
+
+
+def matmul(a, b):
+    c = a @ b
+    for _ in range({loop}):
+        c = a @ b
+    return c
+'''
+
+
+@pytest.mark.slow
+def test_two_hunks_needed_together_are_measured_twice_on_fresh_trials(tmp_path: Path) -> None:
+    """`bisector run` for real (CPU trials) on a commit whose two hunks, in two files, carry its step
+    only together: one sets a repeat count the kernel never read, the other makes the kernel read it.
+    Each removal is measured once more on fresh trials of the subset and the parent, so one
+    misread cannot make an inert hunk look needed (tests above); here both looks agree."""
+    repo = tmp_path / "up"
+    repo.mkdir()
+    run_git(repo, "init", "-q", "-b", "main")
+    commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1)
+    commit_file(repo, "lib/tuning.py", TUNED.format(extra=0), "tuning (#2)", 2)
+    good = commit_file(repo, "lib/gemm.py", USES_TUNED.format(loop=0), "add gemm (#3)", 3)
+    (repo / "lib" / "tuning.py").write_text(TUNED.format(extra=6))
+    run_git(repo, "add", "lib/tuning.py")
+    bad = commit_file(repo, "lib/gemm.py", USES_TUNED.format(loop="tuning.EXTRA"), "read the tuned count (#4)", 4)
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(cpu_config("together-test", repo, gemm_subject(384), trials=3, max_trials=8, reps=5,
+                              min_step_pct=10.0))
+    cmd = [sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good, "--bad", bad,
+           "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"), "--report-dir",
+           str(tmp_path / "report"), "--no-fixes", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert [s["commit"] for s in result["steps"]] == [bad]
+    (h,) = result["hunks"]
+    assert h["of"] == 2 and not h["alone"] and len(h["hunks"]) == 2, h
+    assert "only together" in h["summary"], h
+    report = (tmp_path / "report" / "report.md").read_text()
+    for path in ("lib/gemm.py", "lib/tuning.py"):  # each hunk alone (the other removed): twice, fresh
+        first, second = (ln for ln in report.splitlines() if ln.startswith(f"  - parent + `{path}"))
+        assert "look 2, on fresh trials" in second and "look" not in first and "does not reproduce" in second
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        per_patch = dict(db.execute("SELECT patch_hash, COUNT(*) FROM trials "
+                                    "WHERE patch_hash IS NOT NULL AND patch_hash != '' GROUP BY patch_hash"))
+        stored = db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+    assert len(per_patch) == 2 and all(n >= 6 for n in per_patch.values()), per_patch
+    # Resumed: the same questions in the same order take the same slices; nothing new is measured.
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["hunks"][0]["hunks"] == h["hunks"]
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == stored

@@ -282,7 +282,7 @@ def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     for t in finding.tries:
         moved = "; ".join(filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()),
                                         t.error])) or "not measured"
-        trials = f" ({t.trials} trials)" if t.trials else ""
+        trials = f" ({t.trials} trials{f', look {t.look}, on fresh trials' if t.look > 1 else ''})" if t.trials else ""
         lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
                      f" — {OUTCOME[t.carries]}" + ("" if t.settled else " (still unclear: by its point estimate)"))
     diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -55,6 +55,7 @@ class HunkTry:
     error: str = ""
     trials: int = 0  # trials of the subset (the parent had as many, side by side)
     settled: bool = True  # False: still unclear after MAX_ROUNDS rounds, placed by its point estimate
+    look: int = 1  # 2, 3: the same subset measured again on fresh trials (hunks.search's look_again)
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,7 @@ class _Rounds:
         if not probes:
             return [self._skipped(s, str(verdicts[s])) for s in subsets]
         got: dict[tuple[int, ...], Measurement] = {}
+        first: dict[tuple[int, ...], int] = {}  # where this look's trials of each subset begin
         for k in range(MAX_ROUNDS):
             open_ = [s for s in subsets if verdicts[s] is None]
             cost = self.n * (len(open_) + 1)
@@ -251,24 +253,34 @@ class _Rounds:
                 break
             self.trials_left -= cost
             start = self.taken.take(self.base, self.step.parent, self.n)
+            for s in open_:
+                if s in first:
+                    self.taken.extend(probes[s], self.step.parent, first[s], k * self.n, self.n)
+                else:
+                    first[s] = self.taken.take(probes[s], self.step.parent, self.n)
             measured = side_by_side([(self.base, self.step.parent, start + self.n)]
-                                    + [(probes[s], self.step.parent, (k + 1) * self.n) for s in open_])
+                                    + [(probes[s], self.step.parent, first[s] + (k + 1) * self.n) for s in open_])
             for shape, values in fresh(measured[0], start, self.n).items():
                 parent.setdefault(shape, []).extend(values)
             if self.base.offline and any(m.reason == NOT_MEASURED for m in measured):
                 self.stopped = "offline"  # the run ended before this round: say so, conclude nothing
                 raise hunks.OutOfBudget
             for subset, m in zip(open_, measured[1:]):
-                got[subset] = m
-                verdicts[subset] = self._place(parent, m)
+                got[subset] = replace(m, samples=fresh(m, first[subset], (k + 1) * self.n))
+                verdicts[subset] = self._place(parent, got[subset])
             if all(v is not None for v in verdicts.values()):
                 break
         return [self._judge(s, parent, got[s], verdicts[s]) if s in got else self._skipped(s, str(verdicts[s]))
                 for s in subsets]
 
     def _skipped(self, subset: tuple[int, ...], why: str) -> None:
-        self.tries.append(HunkTry(self.labels(subset), None, {}, why))
+        self.tries.append(HunkTry(self.labels(subset), None, {}, why, look=self._look(subset)))
         return None
+
+    def _look(self, subset: tuple[int, ...]) -> int:
+        """Which look at this subset the next try is: 1, or 2 and 3 when it is measured again."""
+        labels = self.labels(subset)
+        return 1 + sum(t.hunks == labels for t in self.tries)
 
     def _positions(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> dict[str, tuple[float, ...]]:
         """Per shape: where the subset sits between parent (0) and culprit (1), with its 95% bounds."""
@@ -311,21 +323,22 @@ class _Rounds:
         labels = self.labels(subset)
         if isinstance(verdict, str):  # unresolved: neither carries nor clears the step
             changes = _changes(self.step, parent, got) if got.status is ProbeStatus.OK else {}
-            self.tries.append(HunkTry(labels, None, changes, verdict, trials=got.count()))
+            self.tries.append(HunkTry(labels, None, changes, verdict, trials=got.count(), look=self._look(subset)))
             return None
         changes = _changes(self.step, parent, got)
         pos = self._positions(parent, got)
         settled = verdict is not None
         if verdict is None:  # still unclear at the cap: the point estimate decides, and the report says so
             verdict = statistics.median(p[0] for p in pos.values()) >= CARRIED_FRACTION
-        self.tries.append(HunkTry(labels, verdict, changes, got.reason, trials=got.count(), settled=settled))
+        self.tries.append(HunkTry(labels, verdict, changes, got.reason, trials=got.count(), settled=settled,
+                                  look=self._look(subset)))
         return verdict
 
 
 def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], groups: Sequence[HunkGroup], taken: Taken,
          out: Path, noise: Mapping[str, PooledNoise | None] | None) -> HunkFinding:
     rounds = _Rounds(session, step, parts, taken, [g.members for g in groups], noise=noise)
-    found = hunks.search(len(groups), rounds, budget=session.config.build.max_hunk_builds)
+    found = hunks.search(len(groups), rounds, budget=session.config.build.max_hunk_builds, look_again=rounds)
     chosen = rounds.hunks_of(found.found)
     text = hunks.patch_of([parts[i] for i in chosen])
     path = out / f"hunk-{step.commit[:7]}.patch"
@@ -373,7 +386,7 @@ def _plumbed(session: Session, step: Step, plan: hunk_plumbing.Plan, taken: Take
         return HunkFinding(step.commit, len(plan.parts), labels, len(labels) == 1, tuple(rounds.tries),
                            str(base_path), base_path.read_text(), base_carries=True, base_patch_path=str(base_path),
                            **counts)
-    found = hunks.search(len(plan.pieces), rounds, budget=max(1, budget - 1))
+    found = hunks.search(len(plan.pieces), rounds, budget=max(1, budget - 1), look_again=rounds)
     chosen = [plan.pieces[i] for i in found.found]
     text = hunks.patch_of(hunk_plumbing.Plan(plan.parts, (), tuple(chosen)).hunks_of(range(len(chosen))))
     path = out / f"hunk-{step.commit[:7]}.patch"
