@@ -15,11 +15,11 @@ import contextlib
 import re
 import statistics
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Mapping, Sequence
+from typing import Callable, ContextManager, Iterator, Mapping, Sequence, TypeVar
 
 import git
 import platformdirs
@@ -57,6 +57,8 @@ from bisector.runner.time_spent import Stage, Throughput, from_records, summariz
 from bisector.why.facts import actions, step_moves
 from bisector.why.interactions import Interaction
 from bisector.store.totals import CallTotals, measured_commits, run_totals
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,18 @@ class Prefetching:
         self.prefetcher.prefetch([self.order[(i + j) // 2] for j in neighbours if abs(i - j) > 1])
 
 
+def beside(work: Callable[[], T], background: bool) -> Future:
+    """`work`'s result as a future: on a thread of its own while the caller goes on, or done now."""
+    if not background:
+        done: Future = Future()
+        done.set_result(work())
+        return done
+    pool = ThreadPoolExecutor(1, thread_name_prefix="beside")
+    future = pool.submit(work)
+    pool.shutdown(wait=False)
+    return future
+
+
 def search_settings(config: Config) -> search.SearchSettings:
     return search.SearchSettings(min_step_pct=config.thresholds.min_step_pct, min_steps=config.thresholds.min_steps,
                                  alpha=config.thresholds.alpha,
@@ -302,7 +316,10 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         # the JIT caches of the steps' commits, kept beside the report before a later run empties them
         # (a resumed run whose JIT dirs are gone compiles those commits again; offline nothing runs)
         recompile = None if options.offline else (lambda sha: compile_commit(session, sha))
-        kernels = step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env, recompile)
+        # Beside the later stages on a GPU host: reading the kernels runs cuobjdump and ptxas on each
+        # (13-16 s for the H200 demo's seven steps, the device idle meanwhile); on the CPU, after.
+        kernels_later = beside(lambda: step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env,
+                                                    recompile), config.device != "cpu" and not options.offline)
         taken = Taken(result.measurements)
         # the trial noise the search measured per shape: what the later stages decide their few
         # side-by-side trials on (samples.compare_pooled)
@@ -315,6 +332,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         if options.find_hunks:
             with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out, noise)
+        kernels = kernels_later.result()
         throughput = session.throughput(order)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
                            report_dir=out, interactions=interactions,

@@ -6,6 +6,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from bisector import config as config_mod
 from bisector.why.kernel_diff.regenerate import compile_commit
-from bisector.pipeline import Session
+from bisector.pipeline import Session, beside
 from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subject, git
 
 pytestmark = pytest.mark.slow
@@ -195,3 +196,25 @@ def processes(tmp_path: Path) -> int:
             return db.execute("SELECT COUNT(*) FROM (SELECT DISTINCT sha, patch_hash, slot FROM trials)").fetchone()[0]
         except sqlite3.OperationalError:  # the store file exists, its schema not yet
             return 0
+
+
+def test_work_beside_the_later_stages_runs_on_its_own_thread_and_raises_where_asked() -> None:
+    """The kernels' reading (cuobjdump, ptxas) goes on beside the fixes stage on a GPU host: its
+    result, or its error, comes where the report asks for it."""
+    started = threading.Event()
+    release = threading.Event()
+
+    def work() -> str:
+        started.set()
+        assert release.wait(30)
+        return threading.current_thread().name
+    later = beside(work, background=True)
+    assert started.wait(30) and not later.done()  # the caller goes on meanwhile
+    release.set()
+    assert later.result(30) != threading.current_thread().name
+    assert beside(lambda: threading.current_thread().name, background=False).result() == threading.current_thread().name
+
+    def broken() -> None:
+        raise ValueError("no cuobjdump output")
+    with pytest.raises(ValueError, match="no cuobjdump"):
+        beside(broken, background=True).result(30)

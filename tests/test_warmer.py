@@ -461,3 +461,35 @@ def test_the_revert_of_a_step_being_verified_is_set_up_on_the_tip_ahead(tmp_path
     assert {t.sha for t in patched} == {shas[-1]}, "the revert was measured on the tip"
     first = min(from_records(patched)[0], key=lambda tl: tl.submitted)
     assert first.unheld is not None, "the revert's first trial was set up ahead, held, and unheld when asked"
+
+
+@pytest.mark.slow
+def test_the_hunk_searches_first_subsets_are_set_up_on_the_parent_ahead(tmp_path) -> None:
+    """Before each culprit's hunk search the run sets up the subsets it measures first (and the next
+    culprit's): each subset's first trial comes from a standby held on the parent, not from a cold
+    setup of a new patched build after the last round ended."""
+    from bisector import pipeline
+    from bisector.runner.time_spent import from_records
+
+    repo = tmp_path / "up"
+    repo.mkdir()
+    run_git(repo, "init", "-q", "-b", "main")
+    shas = [commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=0), "kernel (#900)", 1),
+            commit_file(repo, "NOTES.md", "one\n", "notes (#901)", 2)]
+    (repo / "NOTES.md").write_text("one\nthe kernel does more\n")
+    run_git(repo, "add", "NOTES.md")
+    shas.append(commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=30), "kernel: extra work (#902)", 3))
+    cfg = config(repo, tmp_path, prefetch=2, standby=True, trials=2, max_trials=4)
+    options = pipeline.RunOptions(good=shas[0], bad=shas[-1], store=str(tmp_path / "s.sqlite"),
+                                  work_dir=str(tmp_path / "work"), report_dir=str(tmp_path / "report"),
+                                  verify_fixes=False)
+    outcome = pipeline.bisect(cfg, options)
+    assert [s.commit for s in outcome.result.steps] == [shas[2]]
+    (finding,) = outcome.report.hunks
+    assert finding.alone and finding.hunks[0].startswith("kern.py"), finding
+    with Store(tmp_path / "s.sqlite", readonly=True) as store:
+        patched = [t for t in store.trials(campaign_key(cfg)) if t.patch_hash]
+    assert {t.sha for t in patched} == {shas[1]} and len({t.patch_hash for t in patched}) == 2
+    for patch in {t.patch_hash for t in patched}:
+        first = min(from_records([t for t in patched if t.patch_hash == patch])[0], key=lambda tl: tl.submitted)
+        assert first.unheld is not None, f"subset {patch}: its first trial was not set up ahead and held"

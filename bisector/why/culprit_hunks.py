@@ -33,7 +33,7 @@ from bisector import gitrepo
 from bisector.why import hunk_groups, hunk_plumbing, hunks
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
-from bisector.runner.probe import NOT_MEASURED, Taken, fresh, side_by_side
+from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, side_by_side
 from bisector.why.hunk_groups import HunkGroup
 from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why.session import Session
@@ -159,8 +159,10 @@ def expected_trials(session: Session, steps: Sequence[Step]) -> int:
     return total
 
 
-def _planned(session: Session, step: Step) -> tuple[tuple[hunks.Hunk, ...], tuple[HunkGroup, ...],
-                                                    hunk_plumbing.Plan | None, hunk_plumbing.Source] | None:
+Planned = tuple[tuple[hunks.Hunk, ...], tuple[HunkGroup, ...], hunk_plumbing.Plan | None, hunk_plumbing.Source]
+
+
+def _planned(session: Session, step: Step) -> Planned | None:
     """The culprit's hunks, their groups, its plumbing plan and the parent's files (None: fewer than
     two hunks: nothing to search)."""
     parts = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
@@ -177,15 +179,33 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
     """A finding for every verified step whose commit has two hunks or more. `noise`: the search's
     pooled trial noise per shape (samples.run_noise), which places a subset on fewer trials than
     its own spread does."""
+    searched = [(step, planned) for step in _searched(steps) if (planned := _planned(session, step)) is not None]
     findings = []
-    for step in _searched(steps):
-        planned = _planned(session, step)
-        if planned is None:
-            continue
-        parts, groups, plumbed, old = planned
+    for i, (step, (parts, groups, plumbed, old)) in enumerate(searched):
+        _set_up_ahead(session, taken, searched[i:i + 2])
         finding = _plumbed(session, step, plumbed, taken, out, old, noise) if plumbed else None
         findings.append(finding or _one(session, step, parts, groups, taken, out, noise))
     return tuple(findings)
+
+
+def _set_up_ahead(session: Session, taken: Taken, upcoming: Sequence[tuple[Step, Planned]]) -> None:
+    """The subsets this culprit's search measures first, and the next culprit's, set up on the
+    parent ahead (built, compiled cold, first trial held by the warmer, bisector/runner/warmer.py).
+    Each search began with cold setups of new patched builds while the device waited: on the H200
+    demo at 6a03608, 21 gaps and 22 s of the hunk stage's 70 s (studies/results/h200-demo-device-time.txt)."""
+    if session.warmer is None or session.offline:
+        return
+    wants = []
+    for step, (parts, groups, plumbed, old) in upcoming:
+        if plumbed is not None:
+            rounds = _Rounds(session, step, plumbed.parts, taken, plan=plumbed, old=old)
+            first = [s for s in [(), *hunks.chunks(range(len(plumbed.pieces)))] if not plumbed.compile_error(s, old)]
+        else:
+            rounds = _Rounds(session, step, parts, taken, [g.members for g in groups])
+            first = hunks.chunks(range(len(groups)))
+        wants += [w for subset in first for w in rounds.probe_of(subset).wants([step.parent])]
+    if wants:
+        session.warmer.prefetch(wants)
 
 
 class _Rounds:
@@ -222,6 +242,11 @@ class _Rounds:
             return ("plumbing base",) * bool(self.plan.base) + tuple(self.plan.pieces[i].label for i in subset)
         return tuple(self.parts[i].label for i in self.hunks_of(subset))
 
+    def probe_of(self, subset: tuple[int, ...]) -> StoreProbe:
+        """The probe the subset is measured through: its patch on the parent, on the step's shapes."""
+        patch = self.patch(subset)
+        return self.session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=self.shapes, max_crashes=1)
+
     def __call__(self, subsets: Sequence[tuple[int, ...]]) -> list[bool | None]:
         """Rounds of n trials of the parent and of every subset still unclear, side by side, until
         each subset's place between parent and culprit is clear (a subset that sits near either end
@@ -235,9 +260,7 @@ class _Rounds:
             if error:  # skipped before it is built: unresolved, no trial spent
                 verdicts[subset] = error
                 continue
-            patch = self.patch(subset)
-            probes[subset] = self.session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=self.shapes,
-                                                max_crashes=1)
+            probes[subset] = self.probe_of(subset)
         parent: dict[str, list[float]] = {}
         if not probes:
             return [self._skipped(s, str(verdicts[s])) for s in subsets]

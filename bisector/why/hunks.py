@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-__all__ = ["Hunk", "HunkSearch", "OutOfBudget", "split", "patch_of", "search"]
+__all__ = ["Hunk", "HunkSearch", "OutOfBudget", "chunks", "split", "patch_of", "search"]
 
 _HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 
@@ -197,17 +197,23 @@ class OutOfBudget(Exception):
     """The build or trial budget is spent."""
 
 
+def chunks(cands: Sequence[int], parts: int = 2) -> list[tuple[int, ...]]:
+    """`cands` cut into `parts` runs of near-equal length: ddmin's subsets at one level (with the
+    default, what the search measures first)."""
+    size = len(cands) / parts
+    return [tuple(cands[round(i * size):round((i + 1) * size)]) for i in range(parts)]
+
+
 def _ddmin(cands: tuple[int, ...], test: Callable[[Sequence[tuple[int, ...]]], list[bool]]) -> tuple[int, ...]:
     parts = 2
     while len(cands) >= 2:
-        size = len(cands) / parts
-        chunks = [cands[round(i * size):round((i + 1) * size)] for i in range(parts)]
-        kept = next((c for c, ok in zip(chunks, test(chunks)) if ok), None)
+        level = chunks(cands, parts)
+        kept = next((c for c, ok in zip(level, test(level)) if ok), None)
         if kept is not None:
             cands, parts = kept, 2
             continue
         if parts > 2:  # with two chunks each complement is the other chunk, already tried
-            rests = [tuple(x for x in cands if x not in c) for c in chunks]
+            rests = [tuple(x for x in cands if x not in c) for c in level]
             rest = next((r for r, ok in zip(rests, test(rests)) if ok), None)
             if rest is not None:
                 cands, parts = rest, max(parts - 1, 2)
