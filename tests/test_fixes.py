@@ -51,6 +51,15 @@ def test_decided_short_of_its_step() -> None:
     assert fix(-10.0, cmp(-15.0, -16.0, -14.0), cmp(-4.0, -5.0, -3.0)).verdict(SHAPE) == "slower than the tip"
 
 
+def test_short_of_the_searchs_step_but_maybe_back_at_the_parent_is_not_partly() -> None:
+    # The H200 demo's revert of #145 on m54560 (2026-12-04): +54.2% [+48, +60] on the tip where the
+    # search's -41.1% step gives back +69.7%, while the same rounds put it at -4.5% [-10.1, +1.5] of
+    # the parent: the two intervals disagree on how large the step is, so more trials, not "partly".
+    f = fix(-41.1, cmp(-4.5, -10.1, 1.5), cmp(54.2, 48.0, 60.0))
+    assert f.verdict(SHAPE) == "undecided" and undecided(f, 3.0)
+    assert fix(-41.1, cmp(-9.0, -12.0, -6.0), cmp(54.2, 48.0, 60.0)).verdict(SHAPE) == "partly restored"
+
+
 def test_a_gain_that_may_be_some_or_none_is_undecided() -> None:
     # [-2, +30] for a step whose give-back is +100%: short of it, but nothing or a part of it.
     assert fix(-50.0, cmp(-40.0, -45.0, -35.0), cmp(12.0, -2.0, 30.0)).verdict(SHAPE) == "undecided"
