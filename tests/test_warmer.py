@@ -493,3 +493,29 @@ def test_the_hunk_searches_first_subsets_are_set_up_on_the_parent_ahead(tmp_path
     for patch in {t.patch_hash for t in patched}:
         first = min(from_records([t for t in patched if t.patch_hash == patch])[0], key=lambda tl: tl.submitted)
         assert first.unheld is not None, f"subset {patch}: its first trial was not set up ahead and held"
+
+
+@pytest.mark.slow
+def test_past_the_spare_cap_the_first_item_of_a_round_keeps_its_spare(tmp_path, monkeypatch) -> None:
+    """A round of more commits than spares may live (2 x `parallel`): the spares made last survive,
+    and the first item's is made last, since the later stages put there what every round measures
+    (the tip beside each revert): its next trial comes from its spare."""
+    from bisector.runner.probe import side_by_side
+
+    repo, shas = make_upstream(tmp_path, KERNEL, commits=6)
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
+    try:
+        assert warmer.held_cap == 4
+        for sha in shas:
+            assert probe(sha, 1).count() == 1
+        side_by_side([(probe, sha, 2) for sha in shas])
+        assert {(sha, 2) for sha in shas} <= set(warmer.spares)  # a spare made for every commit's next trial
+        probe(shas[0], 3)
+        assert (shas[0], 2) in warmer.spares_taken, warmer.spares_taken
+        (third,) = [r for r in store.trials("w", sha=shas[0]) if r.slot == 2]
+        assert third.protocol["timeline"]["unheld"] is not None
+    finally:
+        warmer.close()
+        executor.close()
+        store.close()

@@ -277,7 +277,10 @@ class Batch:
                     futures[future] = (i, mine[r])
                     if first:
                         firsts[i] = future
-            for i in range(len(claimed)):
+            # The first item last: the later stages put there what every round measures (the tip, a
+            # hunk search's parent), and past 2 x `parallel` spares the oldest go first; the tip of the
+            # H200 demo's fixes stage, one of nine, waited ~2 s a round for a fresh setup.
+            for i in reversed(range(len(claimed))):
                 if i not in firsts:
                     self._spare(claimed[i], i)
             self._collect(claimed, futures, firsts)
