@@ -434,12 +434,21 @@ SLOW_KERNEL = textwrap.dedent('''
 ''')
 
 
+def run_with_standbys(tmp_path: Path, repo: Path, good: str, bad: str, **options):
+    """`pipeline.bisect` over good..bad on the CPU with prefetches and standbys on: (config, outcome)."""
+    from bisector import pipeline
+
+    cfg = config(repo, tmp_path, prefetch=2, standby=True, trials=2, max_trials=4)
+    return cfg, pipeline.bisect(cfg, pipeline.RunOptions(
+        good=good, bad=bad, store=str(tmp_path / "s.sqlite"), work_dir=str(tmp_path / "work"),
+        report_dir=str(tmp_path / "report"), **options))
+
+
 @pytest.mark.slow
 def test_the_revert_of_a_step_being_verified_is_set_up_on_the_tip_ahead(tmp_path) -> None:
     """The search tells the run which one-commit regressions it is about to verify, and the run
     sets up each one's revert on the tip meanwhile: the fixes stage's first trial of the patched
     tip comes from a standby (unheld when asked), not from a cold setup after verification."""
-    from bisector import pipeline
     from bisector.runner.time_spent import from_records
 
     repo = tmp_path / "up"
@@ -449,11 +458,7 @@ def test_the_revert_of_a_step_being_verified_is_set_up_on_the_tip_ahead(tmp_path
             commit_file(repo, "NOTES.md", "one\n", "notes (#901)", 2),
             commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=30), "kernel: extra work (#902)", 3),
             commit_file(repo, "NOTES.md", "one\ntwo\n", "notes (#903)", 4)]
-    cfg = config(repo, tmp_path, prefetch=2, standby=True, trials=2, max_trials=4)
-    options = pipeline.RunOptions(good=shas[0], bad=shas[-1], store=str(tmp_path / "s.sqlite"),
-                                  work_dir=str(tmp_path / "work"), report_dir=str(tmp_path / "report"),
-                                  find_hunks=False)
-    outcome = pipeline.bisect(cfg, options)
+    cfg, outcome = run_with_standbys(tmp_path, repo, shas[0], shas[-1], find_hunks=False)
     assert [s.commit for s in outcome.result.steps] == [shas[2]]
     assert [f.applied for f in outcome.fixes] == [True]
     with Store(tmp_path / "s.sqlite", readonly=True) as store:
@@ -468,7 +473,6 @@ def test_the_hunk_searches_first_subsets_are_set_up_on_the_parent_ahead(tmp_path
     """Before each culprit's hunk search the run sets up the subsets it measures first (and the next
     culprit's): each subset's first trial comes from a standby held on the parent, not from a cold
     setup of a new patched build after the last round ended."""
-    from bisector import pipeline
     from bisector.runner.time_spent import from_records
 
     repo = tmp_path / "up"
@@ -479,11 +483,7 @@ def test_the_hunk_searches_first_subsets_are_set_up_on_the_parent_ahead(tmp_path
     (repo / "NOTES.md").write_text("one\nthe kernel does more\n")
     run_git(repo, "add", "NOTES.md")
     shas.append(commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=30), "kernel: extra work (#902)", 3))
-    cfg = config(repo, tmp_path, prefetch=2, standby=True, trials=2, max_trials=4)
-    options = pipeline.RunOptions(good=shas[0], bad=shas[-1], store=str(tmp_path / "s.sqlite"),
-                                  work_dir=str(tmp_path / "work"), report_dir=str(tmp_path / "report"),
-                                  verify_fixes=False)
-    outcome = pipeline.bisect(cfg, options)
+    cfg, outcome = run_with_standbys(tmp_path, repo, shas[0], shas[-1], verify_fixes=False)
     assert [s.commit for s in outcome.result.steps] == [shas[2]]
     (finding,) = outcome.report.hunks
     assert finding.alone and finding.hunks[0].startswith("kern.py"), finding
