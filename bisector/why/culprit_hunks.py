@@ -34,6 +34,7 @@ from bisector.why import hunk_groups, hunk_plumbing, hunks
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
 from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, side_by_side
+from bisector.runner.warmer import Want
 from bisector.why.hunk_groups import HunkGroup
 from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why.session import Session
@@ -180,32 +181,32 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
     pooled trial noise per shape (samples.run_noise), which places a subset on fewer trials than
     its own spread does."""
     searched = [(step, planned) for step in _searched(steps) if (planned := _planned(session, step)) is not None]
+    ahead = [] if session.warmer is None or session.offline else [_first_wants(session, taken, *s) for s in searched]
     findings = []
     for i, (step, (parts, groups, plumbed, old)) in enumerate(searched):
-        _set_up_ahead(session, taken, searched[i:i + 2])
+        # This culprit's first subsets and the next one's, set up on the parent ahead (built, compiled
+        # cold, first trial held by the warmer, bisector/runner/warmer.py): each search began with cold
+        # setups of new patched builds while the device waited (on the H200 demo at 6a03608, 21 gaps
+        # and 22 s of the hunk stage's 70 s, studies/results/h200-demo-device-time.txt). One request
+        # names both, since the warmer drops what a request no longer names.
+        if wants := [w for later in ahead[i:i + 2] for w in later]:
+            session.warmer.prefetch(wants)
         finding = _plumbed(session, step, plumbed, taken, out, old, noise) if plumbed else None
         findings.append(finding or _one(session, step, parts, groups, taken, out, noise))
     return tuple(findings)
 
 
-def _set_up_ahead(session: Session, taken: Taken, upcoming: Sequence[tuple[Step, Planned]]) -> None:
-    """The subsets this culprit's search measures first, and the next culprit's, set up on the
-    parent ahead (built, compiled cold, first trial held by the warmer, bisector/runner/warmer.py).
-    Each search began with cold setups of new patched builds while the device waited: on the H200
-    demo at 6a03608, 21 gaps and 22 s of the hunk stage's 70 s (studies/results/h200-demo-device-time.txt)."""
-    if session.warmer is None or session.offline:
-        return
-    wants = []
-    for step, (parts, groups, plumbed, old) in upcoming:
-        if plumbed is not None:
-            rounds = _Rounds(session, step, plumbed.parts, taken, plan=plumbed, old=old)
-            first = [s for s in [(), *hunks.chunks(range(len(plumbed.pieces)))] if not plumbed.compile_error(s, old)]
-        else:
-            rounds = _Rounds(session, step, parts, taken, [g.members for g in groups])
-            first = hunks.chunks(range(len(groups)))
-        wants += [w for subset in first for w in rounds.probe_of(subset).wants([step.parent])]
-    if wants:
-        session.warmer.prefetch(wants)
+def _first_wants(session: Session, taken: Taken, step: Step, planned: Planned) -> list[Want]:
+    """The warmer's requests for the subsets a culprit's search measures first, on its parent: the
+    plumbing base alone and the first halves of the pieces, or the first halves of the groups."""
+    parts, groups, plumbed, old = planned
+    if plumbed is not None:
+        rounds = _Rounds(session, step, plumbed.parts, taken, plan=plumbed, old=old)
+        first = [s for s in [(), *hunks.chunks(range(len(plumbed.pieces)))] if not plumbed.compile_error(s, old)]
+    else:
+        rounds = _Rounds(session, step, parts, taken, [g.members for g in groups])
+        first = hunks.chunks(range(len(groups)))
+    return [w for subset in first for w in rounds.probe_of(subset).wants([step.parent])]
 
 
 class _Rounds:
