@@ -38,7 +38,6 @@ from bisector.config import Config
 from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shape, TrialRecord,
                             TrialStatus)
 from bisector.why.fixes import expected_trials as fixes_expected, set_up_reverts, verify_fixes
-from bisector.why.interactions import expected_trials as interactions_expected, measure_interactions
 from bisector.why.kernel_diff.collect import step_kernels
 from bisector.why.kernel_diff.regenerate import compile_commit
 from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
@@ -326,9 +325,9 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         noise = run_noise(result.measurements.values(), (k for s in result.steps for k in s.shapes))
         fixes, patches, found, interactions = (), {}, (), ()
         if options.verify_fixes:
-            with session.stage("fixes", fixes_expected(result, config) + interactions_expected(result, config)):
-                fixes, patches = verify_fixes(session, result, commits, out, taken, noise)
-                interactions = measure_interactions(session, result, commits, taken, noise)
+            with session.stage("fixes", fixes_expected(result, config)):
+                on_tip = verify_fixes(session, result, commits, out, taken, noise)
+                fixes, patches, interactions = on_tip.fixes, dict(on_tip.patches), on_tip.interactions
         if options.find_hunks:
             with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out, noise)

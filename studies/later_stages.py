@@ -61,7 +61,7 @@ RUNS = (
     Run("cpu-demo 7099852 (12-02)", "cpu", (R / "2026-12-02-cpu-demo/progress.log",), CPU),
     # its progress-2-resumed.log holds both calls' lines; call 2 entered the fixes stage before any
     # trial of its own, so no line shows the count: 2 x (1 + 4 reverts + 4 parents) + 2 x 2^3
-    # (#115, #122, #155 on fa/s16384), as fixes and interactions.expected_trials count it
+    # (#115, #122, #155 on fa/s16384), as the fixes and interactions of that day counted it
     Run("h200-demo a695462 (12-01)", "cuda", (R / "2026-12-01-h200-demo/progress-2-resumed.log",), GPU_NO_131,
         (("fixes", 34),)),
     Run("h200-demo (12-02)", "cuda", (R / "2026-12-02-h200-demo/progress-1-cold-start.log",

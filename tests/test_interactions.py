@@ -193,6 +193,13 @@ def test_two_steps_on_one_shape_overlap_and_the_kernels_show_offline(tmp_path: P
     assert both > one_a > 100 and both > one_b > 100  # each revert alone restores a lot, both the most
     (pair,) = inter["pairs"]
     assert pair["verdict"] == "overlap" and pair["ci95"][1] < 0  # 33 -> 2 each alone, 33 -> 1 together
+    # The tip and each single revert are measured once, in the fixes' rounds, side by side with the
+    # combination: the group takes their trials instead of measuring them again after the fixes.
+    fixes = {f["commit"]: f["trials"] for f in result["fixes"]}
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        patched = sorted(n for (n,) in db.execute("SELECT COUNT(DISTINCT slot) FROM trials WHERE sha = ? "
+                                                  "AND patch_hash IS NOT NULL GROUP BY patch_hash", (shas[-1],)))
+    assert patched == sorted([max(fixes[c], inter["trials"]) for c in (shas[3], shas[5])] + [inter["trials"]])
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Steps that interact" in report and "the effects **overlap**" in report
     assert f"| `{shas[3][:7]}` (#4) + `{shas[5][:7]}` (#6) |" in report

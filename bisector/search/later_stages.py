@@ -1,12 +1,12 @@
 """How many trials the stages after the search take, for the progress line's whole-run estimate.
 
 Each later stage measures checks side by side in rounds (bisector/why/):
-- "fixes": verify_fixes measures the tip, each culprit's parent and each revert carried to the tip,
-  n = max(2, protocol.trials) trials each (fixes.expected_trials: n (1 + reverts + parents)); while
-  a revert's place is open, it, its parent and the tip get as many trials again: n, 2n, 4n, ... up
-  to protocol.max_trials. Then each group of k regressions on shared shapes has its reverts
-  combined on the tip, 2^k builds of n trials (interactions.expected_trials), doubling alike while
-  a pair is unclear.
+- "fixes": verify_fixes measures the tip, each culprit's parent, each revert carried to the tip and
+  each interacting group's combinations of two or more reverts (2^k - 1 - k builds for k steps on
+  shared shapes; the tip and the single reverts are shared), n = max(2, protocol.trials) trials
+  each (fixes.expected_trials); while a revert's place is open, it, its parent and the tip get as
+  many trials again, and while a group's pair is unclear its combinations and single reverts do:
+  n, 2n, 4n, ... up to protocol.max_trials.
 - "hunks": per culprit, delta debugging over its hunk groups (or a plumbing base, then the pieces on
   top of it): a level measures two subsets and the parent, n = protocol.trials each; a subset
   still unclear gets n more, up to MAX_ROUNDS rounds (culprit_hunks.expected_trials counts the

@@ -21,11 +21,13 @@ import git
 
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
-from bisector.config import Config
+from bisector.config import Config, Thresholds
 from bisector.model import (BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict,
                             min_step_for, regression)
 from bisector.runner.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.search.samples import PooledNoise, compare_pooled
+from bisector.why import interactions
+from bisector.why.interactions import Interaction
 from bisector.why.session import Session
 
 
@@ -133,10 +135,13 @@ def side_trials(config: Config) -> int:
 
 
 def expected_trials(result: SearchResult, config: Config) -> int:
-    """Trial processes verify_fixes takes when every revert applies: n each of the tip, of every
-    revert and of each distinct parent (for the progress display's estimate)."""
+    """Trial processes verify_fixes takes at first when every revert applies: n each of the tip, of
+    every revert, of each distinct parent and of each interacting group's combinations of two or
+    more reverts (for the progress display's estimate)."""
     steps = _fixable(result)
-    return side_trials(config) * (1 + len(steps) + len({s.parent for s in steps})) if steps else 0
+    builds = 1 + len(steps) + len({s.parent for s in steps})
+    return side_trials(config) * (builds + sum(interactions.multi_combos(g) for g, _, _ in interactions.groups(result.steps))) \
+        if steps else 0
 
 
 def revert_probe(session: Session, patch: str, shapes: Sequence[str]) -> StoreProbe:
@@ -167,22 +172,36 @@ def set_up_reverts(session: Session, tip: str, found: Sequence[tuple[str, Mappin
         session.warmer.prefetch(wants)
 
 
+@dataclass(frozen=True)
+class OnTheTip:
+    """What the fixes stage measured on the tip: each revert's check (and its patch file) and how
+    the reverts of steps on shared shapes combine."""
+
+    fixes: tuple[FixResult, ...] = ()
+    patches: Mapping[str, Path] = field(default_factory=dict)
+    interactions: tuple[Interaction, ...] = ()
+
+
 def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commit], out: Path,
-                 taken: Taken, noise: Mapping[str, PooledNoise | None] | None = None,
-                 ) -> tuple[tuple[FixResult, ...], dict[str, Path]]:
-    """A FixResult (and the patch file) for every verified regression with one culprit. `noise`: the
-    search's trial noise per shape (samples.run_noise), which decides with fewer trials than each
-    side's own spread (Welch on 2 a side has a t of 4.3); that spread is the floor (compare_pooled)."""
+                 taken: Taken, noise: Mapping[str, PooledNoise | None] | None = None) -> OnTheTip:
+    """A FixResult (and the patch file) for every verified regression with one culprit, and an
+    Interaction for every group of them on shared shapes. `noise`: the search's trial noise per
+    shape (samples.run_noise), which decides with fewer trials than each side's own spread (Welch
+    on 2 a side has a t of 4.3); that spread is the floor (compare_pooled).
+
+    One batch of rounds: the tip, each parent, each revert and each group's combinations of two
+    or more reverts, one trial of each per round. A group takes the tip and its single reverts
+    from the same rounds instead of measuring them again."""
     steps = _fixable(result)
     if not steps:
-        return (), {}
+        return OnTheTip()
     out.mkdir(parents=True, exist_ok=True)
     config, tip = session.config, commits[-1].sha
     n = side_trials(config)
-    patches, failed, reverts, parents = {}, {}, {}, {}
+    patches, failed, reverts, parents, texts = {}, {}, {}, {}, {}
     for step in steps:
         path = out / f"revert-{step.commit[:7]}.patch"
-        patch = gitrepo.revert_patch(session.repo, step.commit)
+        patch = texts[step.commit] = gitrepo.revert_patch(session.repo, step.commit)
         path.write_text(patch)
         patches[step.commit] = path
         patched = revert_probe(session, patch, step.shapes)
@@ -198,34 +217,46 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         if step.parent not in parents:
             base = session.probe(shapes=patched.shapes)
             parents[step.parent] = _Slice(base, step.parent, taken.take(base, step.parent, n), n)
+    plans = [interactions.set_up(session, g, keys, note, tip, texts) for g, keys, note in interactions.groups(result.steps)]
+    combos = [{c: _Slice(p, tip, taken.take(p, tip, n), n) for c, p in plan.probes.items()} for plan in plans]
     measured = [s for s in steps if s.commit in reverts]
     now: _Slice | None = None
-    if measured:
-        keys = {k for s in measured for k in s.shapes}
+    if measured or any(combos):
+        keys = {k for s in measured for k in s.shapes} | {k for plan in plans for k in plan.shapes}
         base = session.probe(shapes=tuple(s for s in config.shapes if s.key in keys))
         now = _Slice(base, tip, taken.take(base, tip, n), n)
     # Sized to the effect, as the search and its verification are: while a revert's place against
     # the parent is open on a shape, it, its parent and the tip get as many trials again, side by
     # side, up to max_trials (on a busy machine one outlier among 4 trials once read "26% still
-    # missing"). Each revert is judged on the rounds it was measured in: the tip's and its parent's
-    # trials of those rounds.
+    # missing"); while a group's pair is unclear, its combinations and single reverts do. Each
+    # revert and each group is judged on the rounds it was measured in: the first n trials of the
+    # tip and of every other build it is compared with.
     cap = max(n, config.protocol.max_trials)
     pools = dict(noise or {})
     results: dict[str, FixResult] = {}
-    open_ = measured
-    while open_ and now is not None:
-        got = _measure([now, *parents.values(), *reverts.values()])
-        for step in open_:
+    judged: dict[int, Interaction] = {}  # a group's verdict from its last round
+    th = config.thresholds
+    open_fixes, open_groups = measured, [i for i, c in enumerate(combos) if c]
+    while (open_fixes or open_groups) and now is not None:
+        got = _measure([now, *{s.parent: parents[s.parent] for s in open_fixes}.values(),
+                        *_needed(reverts, open_fixes, open_groups, plans).values(),
+                        *(sl for i in open_groups for sl in combos[i].values())])
+        for step in open_fixes:
             mine = reverts[step.commit]
             results[step.commit] = _result(session, step, str(patches[step.commit]), replace(now, n=mine.n),
                                            replace(parents[step.parent], n=mine.n), mine, got, pools)
-        open_ = [s for s in open_ if undecided(results[s.commit], config.thresholds.min_step_pct, config.thresholds.min_steps)]
-        if not open_ or n >= cap:
+        for i in open_groups:
+            judged[i] = _interaction(plans[i], n, _group_slices(plans[i], now, reverts, combos[i]), failed, got, th, pools)
+        open_fixes = [s for s in open_fixes if undecided(results[s.commit], th.min_step_pct, th.min_steps)]
+        open_groups = [i for i in open_groups if any(p.verdict == "unclear" for p in judged[i].pairs)]
+        if not (open_fixes or open_groups) or n >= cap:
             break
         more = min(n, cap - n)
         now = _more(now, more, taken)
-        parents.update({sha: _more(parents[sha], more, taken) for sha in {s.parent for s in open_}})
-        reverts.update({s.commit: _more(reverts[s.commit], more, taken) for s in open_})
+        parents.update({sha: _more(parents[sha], more, taken) for sha in {s.parent for s in open_fixes}})
+        reverts.update({c: _more(sl, more, taken) for c, sl in _needed(reverts, open_fixes, open_groups, plans).items()})
+        for i in open_groups:
+            combos[i] = {c: _more(sl, more, taken) for c, sl in combos[i].items()}
         n += more
     fixes = []
     for step in steps:
@@ -236,7 +267,50 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
             fixes.append(FixResult(step.commit, path, applied=False, conflict=failed[step.commit], shapes=step.shapes))
         else:
             fixes.append(replace(results[step.commit], later=later_steps(step, result.steps, [c.sha for c in commits])))
-    return tuple(fixes), patches
+    return OnTheTip(tuple(fixes), patches, tuple(
+        judged.get(i) or _unjudged(plan, now, reverts, failed, side_trials(config), th, pools)
+        for i, plan in enumerate(plans)))
+
+
+def _needed(reverts: Mapping[str, _Slice], open_fixes: Sequence[Step], open_groups: Sequence[int],
+            plans: Sequence[interactions.Plan]) -> dict[str, _Slice]:
+    """The reverts the next round measures: those still undecided, and the single reverts of a group
+    whose pairs are still unclear."""
+    want = {s.commit for s in open_fixes} | {s.commit for i in open_groups for s in plans[i].steps}
+    return {c: sl for c, sl in reverts.items() if c in want}
+
+
+def _group_slices(plan: interactions.Plan, now: _Slice, reverts: Mapping[str, _Slice],
+                  combos: Mapping[interactions.Combo, _Slice]) -> dict[interactions.Combo, _Slice]:
+    """A group's builds: the tip and its single reverts (the stage's own), and its combinations."""
+    singles = {(s.commit,): reverts[s.commit] for s in plan.steps if s.commit in reverts}
+    return {(): now, **singles, **combos}
+
+
+def _interaction(plan: interactions.Plan, n: int, slices: Mapping[interactions.Combo, _Slice],
+                 failed: Mapping[str, str], got: Mapping[tuple[str | None, str], Measurement], th: Thresholds,
+                 pools: Mapping[str, PooledNoise | None]) -> Interaction:
+    """A group judged on the first n trials of each of its builds (from the same rounds)."""
+    samples, tflops = {}, {}
+    errors = {**plan.errors, **{(s.commit,): failed[s.commit] for s in plan.steps if s.commit in failed}}
+    for combo, sl in slices.items():
+        sl = replace(sl, n=n)
+        mine, why = interactions.samples_of(got[(sl.probe.patch_hash, sl.sha)], sl.start, n, plan.shapes)
+        if why:
+            errors[combo] = why
+        else:
+            samples[combo], tflops[combo] = mine, sl.tflops()
+    return interactions.result(plan, samples, tflops, errors, interactions.pairs(plan, samples, th.min_step, pools), n, th)
+
+
+def _unjudged(plan: interactions.Plan, now: _Slice | None, reverts: Mapping[str, _Slice], failed: Mapping[str, str],
+              n: int, th: Thresholds, pools: Mapping[str, PooledNoise | None]) -> Interaction:
+    """A group none of whose combinations built: its tip and single reverts as the first round
+    measured them (nothing to judge a pair on), or nothing measured at all."""
+    if now is None:
+        return _interaction(plan, 0, {}, failed, {}, th, pools)
+    slices = {c: replace(sl, n=n) for c, sl in _group_slices(plan, now, reverts, {}).items()}
+    return _interaction(plan, n, slices, failed, _measure(list(slices.values())), th, pools)
 
 
 def _measure(slices: Sequence[_Slice]) -> dict[tuple[str | None, str], Measurement]:

@@ -6,8 +6,9 @@ but 1.4% with it on. A fix measured alone then leaves a "loose end" only the oth
 when two or more verified regressions move a shape in common, their reverts are applied to the tip
 in every combination (k <= 3 steps: 2^k builds, the tip itself included; each combination's patch
 is the reverts applied in turn with `git apply --3way` to a scratch index of the tip, and is built
-and cached by its hash like any patched build),
-and all are measured side by side with the tip in one batch, on the shapes two or more of them move.
+and cached by its hash like any patched build). The tip and the single reverts are the fixes
+stage's; the combinations of two or more are measured in its rounds (fixes.verify_fixes), side by
+side with them, on the shapes two or more of the steps move.
 
 Per pair of steps and shape, in log terms (percent of the tip): I = gain(both reverted) -
 gain(a reverted) - gain(b reverted).
@@ -33,12 +34,10 @@ from typing import Callable, Mapping, Sequence
 
 from scipy import special  # the t distribution's inverse; scipy.stats takes ~1 s to import
 
-from bisector import gitrepo
 from bisector.build.builder import patch_hash
-from bisector.config import Config
-from bisector.why.fixes import side_trials
-from bisector.model import BuildStatus, Commit, ProbeStatus, SearchResult, Step
-from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
+from bisector.config import Thresholds
+from bisector.model import BuildStatus, Measurement, ProbeStatus, Step
+from bisector.runner.probe import NOT_MEASURED, StoreProbe, fresh
 from bisector.search.samples import PooledNoise, pair_sd
 from bisector.search.stats import compare
 from bisector.trust.filter import scrub
@@ -47,7 +46,7 @@ from bisector.why.session import Session
 
 MAX_STEPS = 3  # 2^3 = 8 builds; more steps on one shape: the three largest on the shared shapes
 
-__all__ = ["MAX_STEPS", "groups", "combined_patch", "pair_effect", "measure_interactions", "expected_trials"]
+__all__ = ["MAX_STEPS", "groups", "combined_patch", "pair_effect", "Plan", "set_up", "samples_of", "pairs", "result"]
 
 
 @dataclass(frozen=True)
@@ -195,103 +194,74 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
             (pct(lo), pct(hi)), verdict)
 
 
-def expected_trials(result: SearchResult, config: Config) -> int:
-    """Trial processes the interactions take at first: n of every combination of each group's
-    reverts, the tip included (an unclear pair then asks for more, up to max_trials)."""
-    return sum(2 ** len(steps) * side_trials(config) for steps, _, _ in groups(result.steps))
-
-
-def measure_interactions(session: Session, result: SearchResult, commits: Sequence[Commit], taken: Taken,
-                         noise: Mapping[str, PooledNoise | None] | None = None) -> tuple[Interaction, ...]:
-    """Every group of verified regressions on shared shapes, their reverts combined on the tip;
-    `noise`: the search's trial noise per shape (samples.run_noise; `pair_effect`)."""
-    return tuple(_one(session, steps, shapes, note, commits[-1].sha, taken, noise or {})
-                 for steps, shapes, note in groups(result.steps))
-
-
-def _one(session: Session, steps: list[Step], shape_keys: tuple[str, ...], note: str, tip: str,
-         taken: Taken, noise: Mapping[str, PooledNoise | None]) -> Interaction:
-    config = session.config
-    shapes = tuple(s for s in config.shapes if s.key in shape_keys)
-    n = side_trials(config)
-    reverts = {s.commit: gitrepo.revert_patch(session.repo, s.commit) for s in steps}
-    combos: list[tuple[str, ...]] = [()]
-    for k in range(1, len(steps) + 1):
-        combos += [tuple(s.commit for s in c) for c in itertools.combinations(steps, k)]
-    probes: dict[tuple[str, ...], StoreProbe] = {}
-    errors: dict[tuple[str, ...], str] = {}
-    repo_dir = Path(session.repo.git_dir)
-    for combo in combos:
-        if not combo:
-            probes[combo] = session.probe(shapes=shapes)
-            continue
-        if len(combo) == 1:  # the revert the fixes built: same patch, same build, fresh trials
-            patch, why = reverts[combo[0]], ""
-        else:  # newest culprit first, as one would revert them by hand
-            patch, why = combined_patch(repo_dir, tip, [reverts[c] for c in reversed(combo)])
-        if why:
-            errors[combo] = f"the reverts do not apply together: {why}"
-            continue
-        probe = session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=shapes, max_crashes=1)
-        build = probe.build(tip)
-        if build.status is BuildStatus.FAILED:
-            lines = build.log_tail.strip().splitlines()
-            errors[combo] = NOT_MEASURED if build.log_tail == NOT_MEASURED else (lines[-1] if lines else "build failed")
-            continue
-        probes[combo] = probe
-    th = config.thresholds
-    # Trials sized to the effect, as in the search: while a pair's verdict is unclear, every
-    # combination gets as many trials again, side by side, up to the protocol's max_trials.
-    cap = max(n, config.protocol.max_trials)
-    starts = {c: taken.take(p, tip, n) for c, p in probes.items()}
-    while True:
-        samples = _measure(probes, tip, starts, n, shape_keys, errors)
-        pairs = _pairs(steps, samples, th.min_step, noise)
-        if n >= cap or not any(p.verdict == "unclear" for p in pairs):
-            break
-        more = min(n, cap - n)
-        for combo, probe in probes.items():
-            if combo not in errors:
-                taken.extend(probe, tip, starts[combo], n, more)
-        n += more
-    base = samples.get((), {})
-    results = []
-    for combo in combos:
-        if combo in errors or combo not in samples:
-            results.append(ComboResult(combo, error=errors.get(combo, "not measured")))
-            continue
-        mine = samples[combo]
-        cmp = {k: compare(base[k], mine[k], th.min_step(k), th.alpha, k) for k in shape_keys
-               if combo and base.get(k) and mine.get(k)}
-        results.append(ComboResult(combo, fresh_tflops(probes[combo], tip, starts[combo], n),
-                                   {k: c.change_pct for k, c in cmp.items()}, {k: c.ci95 for k, c in cmp.items()}))
-    return Interaction(tuple(s.commit for s in steps), shape_keys, tuple(results), pairs, n, note)
-
-
 Combo = tuple[str, ...]  # the culprits whose reverts a build of the tip carries
 
 
-def _measure(probes: Mapping[Combo, StoreProbe], tip: str, starts: Mapping[Combo, int], n: int,
-             shape_keys: Sequence[str], errors: dict[Combo, str]) -> dict[Combo, dict[str, tuple[float, ...]]]:
-    """Each combination's first n side-by-side samples from its start (measured where missing);
-    a combination that fails or gives wrong results goes into `errors` instead."""
-    live = {c: p for c, p in probes.items() if c not in errors}
-    got = dict(zip(live, side_by_side([(p, tip, starts[c] + n) for c, p in live.items()])))
-    samples: dict[Combo, dict[str, tuple[float, ...]]] = {}
-    for combo, m in got.items():
-        if m.status is not ProbeStatus.OK or m.wrong & set(shape_keys):
-            errors[combo] = "wrong results" if m.wrong & set(shape_keys) else (m.reason or "did not run")[-200:]
-            continue
-        samples[combo] = fresh(m, starts[combo], n)
-        if not any(samples[combo].values()):
-            errors[combo] = m.reason or NOT_MEASURED
-    return samples
+@dataclass(frozen=True)
+class Plan:
+    """A group's combinations of two or more reverts, set up on the tip. The tip itself and each
+    single revert are the fixes stage's own builds, measured in the same rounds (fixes.verify_fixes):
+    measured again here, they took 48 of an H200 demo's 144 fixes-stage trials."""
+
+    steps: tuple[Step, ...]
+    shapes: tuple[str, ...]  # the shapes two or more of them move
+    note: str
+    probes: Mapping[Combo, StoreProbe]  # the combinations of two or more that built
+    errors: Mapping[Combo, str]  # those that did not apply together or did not build
+
+    @property
+    def combos(self) -> list[Combo]:
+        """Every combination, the tip (no revert) first, then the single reverts, then larger."""
+        out: list[Combo] = [()]
+        for k in range(1, len(self.steps) + 1):
+            out += [tuple(s.commit for s in c) for c in itertools.combinations(self.steps, k)]
+        return out
 
 
-def _pairs(steps: Sequence[Step], samples: Mapping[tuple[str, ...], Mapping[str, Sequence[float]]],
-           min_step: Callable[[str], float], noise: Mapping[str, PooledNoise | None]) -> tuple[PairEffect, ...]:
+def multi_combos(steps: Sequence[Step]) -> int:
+    """How many combinations of two or more reverts a group of `steps` builds."""
+    return 2 ** len(steps) - 1 - len(steps)
+
+
+def set_up(session: Session, steps: Sequence[Step], shape_keys: tuple[str, ...], note: str, tip: str,
+           reverts: Mapping[str, str]) -> Plan:
+    """The group's combined reverts (culprit -> its revert patch), each built on the tip."""
+    shapes = tuple(s for s in session.config.shapes if s.key in shape_keys)
+    probes: dict[Combo, StoreProbe] = {}
+    errors: dict[Combo, str] = {}
+    repo_dir = Path(session.repo.git_dir)
+    for k in range(2, len(steps) + 1):
+        for group in itertools.combinations(steps, k):
+            combo = tuple(s.commit for s in group)
+            # newest culprit first, as one would revert them by hand
+            patch, why = combined_patch(repo_dir, tip, [reverts[c] for c in reversed(combo)])
+            if why:
+                errors[combo] = f"the reverts do not apply together: {why}"
+                continue
+            probe = session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=shapes, max_crashes=1)
+            build = probe.build(tip)
+            if build.status is BuildStatus.FAILED:
+                lines = build.log_tail.strip().splitlines()
+                errors[combo] = NOT_MEASURED if build.log_tail == NOT_MEASURED else (lines[-1] if lines else "build failed")
+                continue
+            probes[combo] = probe
+    return Plan(tuple(steps), shape_keys, note, probes, errors)
+
+
+def samples_of(m: Measurement, start: int, n: int, shape_keys: Sequence[str]) -> tuple[dict[str, tuple[float, ...]], str]:
+    """(samples start..start+n per shape, "") of a combination's measurement, or ({}, why) where it
+    failed, gave wrong results or gave no sample."""
+    if m.status is not ProbeStatus.OK or m.wrong & set(shape_keys):
+        return {}, "wrong results" if m.wrong & set(shape_keys) else (m.reason or "did not run")[-200:]
+    got = {k: v for k, v in fresh(m, start, n).items() if k in shape_keys}
+    return (got, "") if any(got.values()) else ({}, m.reason or NOT_MEASURED)
+
+
+def pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], min_step: Callable[[str], float],
+          noise: Mapping[str, PooledNoise | None]) -> tuple[PairEffect, ...]:
+    """Every pair of the group's steps on every shape both move, where all four builds measured."""
     out = []
-    for a, b in itertools.combinations(steps, 2):
+    for a, b in itertools.combinations(plan.steps, 2):
         keys = [(), (a.commit,), (b.commit,), (a.commit, b.commit)]
         if not all(k in samples for k in keys):
             continue
@@ -303,3 +273,20 @@ def _pairs(steps: Sequence[Step], samples: Mapping[tuple[str, ...], Mapping[str,
                                                                                  noise.get(shape))
             out.append(PairEffect(a.commit, b.commit, shape, alone, with_other, b_alone, b_with, inter, ci, verdict))
     return tuple(out)
+
+
+def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], tflops: Mapping[Combo, Mapping[str, float]],
+           errors: Mapping[Combo, str], found: tuple[PairEffect, ...], n: int, thresholds: Thresholds) -> Interaction:
+    """The group's Interaction: each combination against the tip, from the same rounds."""
+    base = samples.get((), {})
+    out = []
+    for combo in plan.combos:
+        if combo in errors or combo not in samples:
+            out.append(ComboResult(combo, error=errors.get(combo, "not measured")))
+            continue
+        mine = samples[combo]
+        cmp = {k: compare(base[k], mine[k], thresholds.min_step(k), thresholds.alpha, k) for k in plan.shapes
+               if combo and base.get(k) and mine.get(k)}
+        out.append(ComboResult(combo, {k: v for k, v in tflops.get(combo, {}).items() if k in plan.shapes},
+                               {k: c.change_pct for k, c in cmp.items()}, {k: c.ci95 for k, c in cmp.items()}))
+    return Interaction(tuple(s.commit for s in plan.steps), plan.shapes, tuple(out), found, n, plan.note)
