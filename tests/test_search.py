@@ -452,41 +452,50 @@ def test_wild_trials_of_a_quiet_gpu_cost_no_unsure_pairs(seed: int) -> None:
     assert wild > 0  # the series had wild trials to leave out
 
 
-def test_inside_a_wrong_result_window_the_next_commit_outwards_is_prefetched_with_each_pick() -> None:
+@pytest.mark.parametrize("n, window, step", [(40, (22, 31), 33), (40, (21, 33), 35), (80, (30, 60), 65)])
+def test_inside_a_wrong_result_window_every_commit_is_named_a_measurement_ahead(n: int, window: tuple[int, int],
+                                                                                step: int) -> None:
     """Probing outwards past wrong results asks for one commit after another: each is named for
-    prefetch while the one before is measured, so its setup is off the path (the H200 demo's bridge
-    set up nine commits cold, one by one). The search's decisions are the same."""
+    prefetch before the commit measured before it, so its setup is off the path (the H200 demo's
+    bridge set up nine commits cold, one by one; then five more where the walk passed a commit
+    already measured, or began at the bridge's first split). The search's decisions are the same."""
     from bisector.model import Measurement, ProbeStatus
     from bisector.search import SearchSettings, localize
 
-    commits = [f"{i:040x}" for i in range(40)]
+    commits = [f"{i:040x}" for i in range(n)]
     counts: dict[str, int] = {}
-    asked: list[list[int]] = []
-    measured: list[int] = []
+    log: list[tuple[str, list[int]]] = []  # ("prefetch", commits) or ("measure", [commit]), in order
 
     class Probe:
         def __call__(self, sha: str, repeats: int) -> Measurement:
             i = int(sha, 16)
             if sha not in counts:
-                measured.append(i)
+                log.append(("measure", [i]))
             counts[sha] = max(counts.get(sha, 0), repeats)
             noise = [1.0 + 0.002 * ((k * 7 + i) % 5 - 2) for k in range(counts[sha])]
-            wrong = frozenset({"gemm/a"}) if 22 <= i < 31 else frozenset()
+            wrong = frozenset({"gemm/a"}) if window[0] <= i < window[1] else frozenset()
             samples = {"fa/a": tuple(0.6 * x for x in noise)} | (
-                {} if wrong else {"gemm/a": tuple((0.5 if i >= 33 else 0.6) * x for x in noise)})
+                {} if wrong else {"gemm/a": tuple((0.5 if i >= step else 0.6) * x for x in noise)})
             return Measurement(sha, ProbeStatus.OK, samples, wrong)
 
         def prefetch(self, shas: list[str]) -> None:
-            asked.append([int(s, 16) for s in shas])
+            log.append(("prefetch", [int(s, 16) for s in shas]))
 
     result = localize(commits, Probe(), SearchSettings(min_step_pct=2.0))
-    assert [(s.commit, s.shapes) for s in result.steps] == [(commits[33], ("gemm/a",))]
-    named = {k for names in asked for k in names}
-    wrong_probed = [i for i in measured if 22 <= i < 31]
-    assert len(wrong_probed) >= 3  # the bridge walked through the window
-    # every commit the walk measured after the first was named before it was measured
-    later = [i for i in measured[measured.index(wrong_probed[0]) + 1:] if 20 <= i <= 32]
-    assert later and all(i in named for i in later), (later, asked)
+    assert [(s.commit, s.shapes) for s in result.steps] == [(commits[step], ("gemm/a",))]
+    measured = [i for what, (i, *_) in ((w, x) for w, x in log if x) if what == "measure"]
+    assert len([i for i in measured if window[0] <= i < window[1]]) >= 3  # the walk went through the window
+    named: set[int] = set()
+    before_last: set[int] = set()  # named before the last measurement began
+    late = []
+    for what, ks in log:
+        if what == "prefetch":
+            named |= set(ks)
+            continue
+        if ks[0] not in (0, n - 1) and ks[0] not in before_last:
+            late.append(ks[0])
+        before_last = set(named)
+    assert late == [], (late, log)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -43,6 +43,7 @@ and a few fresh trials a side would pass one of them in forty by chance.
 
 from __future__ import annotations
 
+import itertools
 import math
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -52,6 +53,8 @@ from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchR
                             min_step_for)
 from bisector.search.samples import POOLED_MIN_DF, PooledNoise, compare_pooled, pooled_noise
 from bisector.search.stats import holds, log_sd
+
+WALK_AHEAD = 2  # commits named ahead per pick of a walk through wrong results (`split`)
 
 __all__ = ["SearchSettings", "localize", "result_json", "uncertain_json"]
 
@@ -339,9 +342,11 @@ class _State:
             # Inside a window of wrong results a pick is often wrong too, and the next one outwards
             # is asked for at once: named first, it is set up while this one is measured (the H200
             # demo's bridge probed nine commits one by one, ~5 s of cold setup each on the path).
-            fallbacks = [k for q in picks if (k := next((k for k in orders[q] if k not in tried
-                                                         and k not in picks.values()), None)) is not None] \
-                if first == 1 and need else []
+            # Two a pick, and none already measured: a measured one costs no trial, and the walk
+            # went on to a commit nobody had named (5 cold setups of 3.5-4.6 s on that demo's path).
+            fallbacks = [k for q in picks for k in itertools.islice(
+                (k for k in orders[q] if k not in tried and k not in picks.values() and not self.measured(k)),
+                WALK_AHEAD)] if first == 1 and need else []
             self.prefetch(fallbacks, zip(bounds, bounds[1:]))
             self.measure_many(list(picks.values()), first)
             tried.update(picks.values())
@@ -362,11 +367,12 @@ class _State:
         w = min(self.settings.width, hi - lo - 1)
         return [lo + (hi - lo) * q // (w + 1) for q in range(1, w + 1)]
 
-    def prefetch(self, points: Iterable[int], parts: Iterable[tuple[int, int]] = ()) -> None:
+    def prefetch(self, points: Iterable[int], parts: Iterable[tuple[int, int]] = (), last: Iterable[int] = ()) -> None:
         """Before a round: tell the probe, when it can build and compile commits ahead
         (`probe.prefetch`), which new ones the search may ask for next: `points`, then the split
         points of each of `parts` (both halves of a bisection, every part of a k-ary split), then
-        those of the parts still `pending`. The build and cold compile of the next round then
+        those of the parts still `pending`, then the next level's behind a split point already
+        measured (`hidden`), then `last`. The build and cold compile of the next round then
         overlap this round's trials, and a part's standby outlives the refining of the one before
         it (the H200 demo set up 12 new commits on the device's path that an earlier request had
         named)."""
@@ -374,8 +380,25 @@ class _State:
         if ask is None:
             return
         parts = [*parts, *self.pending]
-        ks = [*points, *(k for a, b in parts if b - a > 1 for k in self.targets(a, b))]
-        ask([self.commits[k] for k in dict.fromkeys(ks) if k not in self.skipped and self.commits[k] not in self.meas])
+        ks = [*points, *(k for a, b in parts if b - a > 1 for k in self.targets(a, b)),
+              *(k for a, b in parts for k in self.hidden(a, b)), *last]
+        ask([self.commits[k] for k in dict.fromkeys(ks) if not self.measured(k)])
+
+    def measured(self, k: int) -> bool:
+        """Commit k has trials already, or does not build: asking for it costs no new trial."""
+        return k in self.skipped or self.commits[k] in self.meas
+
+    def hidden(self, lo: int, hi: int) -> list[int]:
+        """The next level's split points behind a split point of (lo, hi) already measured: the
+        search reaches them with no trial in between (the H200 demo's split(33, 41) reused the
+        measured 37 and asked for 35 at once, set up cold: 3.6 s idle)."""
+        if hi - lo <= 1:
+            return []
+        cuts = self.targets(lo, hi)
+        known = [c not in self.skipped and self.commits[c] in self.meas for c in cuts]
+        bounds = [lo, *cuts, hi]
+        return [k for q, c in enumerate(cuts) if known[q]
+                for a, b in ((bounds[q], c), (c, bounds[q + 2])) if b - a > 1 for k in self.targets(a, b)]
 
     def prefetch_grid(self, lo: int, hi: int) -> list[int]:
         """The grid's interior points between GOOD (lo) and BAD (hi); prefetched, then the split
@@ -384,7 +407,10 @@ class _State:
         q1 = self.settings.interior_points + 1
         targets = [lo + round((hi - lo) * q / q1) for q in range(1, q1)]
         bounds = sorted({lo, hi, *(t for t in targets if lo < t < hi)})
-        self.prefetch(bounds[1:-1], zip(bounds, bounds[1:]))
+        # last, each point's nearest neighbour: where the grid moves when a point does not build
+        # (the H200 demo's 3ebbba9 did not import; 7ebe652, asked for then, waited 4.2 s cold)
+        near = [t - 1 for q, t in enumerate(bounds[1:-1], 1) if t - 1 > bounds[q - 1]]  # localize's order
+        self.prefetch(bounds[1:-1], zip(bounds, bounds[1:]), near)
         return targets
 
     def add_candidate(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
@@ -436,6 +462,11 @@ class _State:
         usable grid points on that shape, so a step next to a wrong-result window is found. The
         shapes that share those two points are compared together: one search of the gap, not one
         per shape (the H200 demo's window is wrong on three GEMM shapes; studies/demo_replay.py)."""
+        for (a, b), on in self.bridge_gaps(grid).items():
+            self.evaluate(a, b, on)
+
+    def bridge_gaps(self, grid: Sequence[int]) -> dict[tuple[int, int], tuple[str, ...]]:
+        """The pairs `bridge` compares, (a, b) -> the shapes, in order; known once the grid is measured."""
         shapes = sorted({s for g in grid for s in self.meas[self.commits[g]].samples})
         gaps: dict[tuple[int, int], list[str]] = {}
         for shape in shapes:
@@ -443,8 +474,7 @@ class _State:
             for a, b in zip(have, have[1:]):
                 if any(a < g < b for g in grid):
                     gaps.setdefault((a, b), []).append(shape)
-        for (a, b), on in sorted(gaps.items()):
-            self.evaluate(a, b, tuple(on))
+        return {gap: tuple(on) for gap, on in sorted(gaps.items())}
 
     # -- verifying -----------------------------------------------------------------------------
     def independent(self) -> ContextManager[None]:
@@ -712,15 +742,18 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
                 break
     grid.append(hi)
     pairs = list(zip(grid, grid[1:]))
-    if settings.width == 1:
-        for q, (a, b) in enumerate(pairs):
-            with st.queued(pairs[q + 1:]):
-                st.evaluate(a, b)
-    else:  # the grid's pairs compared in rounds together, then each that moved refined
-        for (a, b), comps in zip(pairs, st.compare_parts(pairs)):
-            diff = _different(comps)
-            if diff:
-                st.refine(a, b, diff)
+    # the bridge's gaps are known now: pending while the grid's pairs are refined, so their first
+    # split points are set up ahead (the H200 demo's bridge began with a 4.2 s cold setup)
+    with st.queued(list(st.bridge_gaps(grid))):
+        if settings.width == 1:
+            for q, (a, b) in enumerate(pairs):
+                with st.queued(pairs[q + 1:]):
+                    st.evaluate(a, b)
+        else:  # the grid's pairs compared in rounds together, then each that moved refined
+            for (a, b), comps in zip(pairs, st.compare_parts(pairs)):
+                diff = _different(comps)
+                if diff:
+                    st.refine(a, b, diff)
     st.bridge(grid)
 
     steps, dropped, holding = [], [], []
