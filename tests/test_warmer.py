@@ -567,3 +567,31 @@ def test_a_grid_point_that_does_not_build_has_its_replacement_named_ahead() -> N
     named = {sha for what, x in probe.log[:grid_round] if what == "prefetch" for sha in x}
     moved_to = next(x for what, x in probe.log[grid_round + 1:] if what == "measure" and x != commits[broken])
     assert moved_to == commits[broken - 1] and moved_to in named
+
+
+def test_a_trial_asked_for_while_its_standby_is_being_built_waits_for_that_standby(tmp_path, monkeypatch) -> None:
+    """The run asks for a commit whose standby the warmer is still building: the trial waits the
+    moment it takes and comes from the standby, instead of a second, cold setup beside it (under a
+    busy CI a hunk subset named just before its round lost that race)."""
+    repo, shas = make_upstream(tmp_path, KERNEL, commits=3)
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg = config(repo, tmp_path)
+    builder = Builder(git.Repo(repo), cfg.upstream, cfg.build, tmp_path / "cache")
+    gated = Gated(builder, shas[1])
+    executor = make_executor(cfg, tmp_path / "work", ahead=0)
+    warmer = Warmer(gated, lambda: precompile_executor(cfg, tmp_path / "work", 2), 2, standby=lambda: executor)
+    store = Store(tmp_path / "s.sqlite")
+    probe = StoreProbe("w", cfg.shapes, store, builder, executor, warmer=warmer)
+    try:
+        probe.prefetch([shas[1]])
+        assert gated.entered.wait(60)  # the warmer is building it
+        threading.Timer(1.0, gated.go.set).start()  # and ends while the trial below is being asked for
+        assert probe(shas[1], 1).count() == 1
+        (rec,) = store.trials("w", sha=shas[1])
+        assert rec.status is TrialStatus.OK and rec.protocol["timeline"]["unheld"] is not None
+        assert warmer.started == [shas[1]]
+    finally:
+        gated.go.set()
+        warmer.close()
+        executor.close()
+        store.close()

@@ -250,8 +250,15 @@ class Warmer:
     def claim(self, sha: str, patch_hash: str | None = None) -> Warmed | None:
         """The commit's first real trial is about to run: its prefetch if one was made (waiting for
         one under way: its compile is further along than a new one's would be), else None (a queued
-        one is cancelled) and the trial compiles cold as before."""
+        one is cancelled) and the trial compiles cold as before. With standbys, a standby being built
+        and submitted is waited for first (a moment: the trial's own build is done by now), so that
+        `take` finds it: claimed before, it was never submitted and the trial set up cold beside it
+        (a CPU run's hunk subset, named just before its round, lost that race under a busy CI)."""
         key = (sha, patch_hash)
+        with self._lock:
+            task = self._tasks.get(key)
+        if task is not None and self.standby is not None and task.running():
+            wait([task])
         with self._lock:
             self._claimed.add(key)
             future = self._tasks.get(key)

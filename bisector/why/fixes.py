@@ -300,7 +300,8 @@ def _interaction(plan: interactions.Plan, n: int, slices: Mapping[interactions.C
             errors[combo] = why
         else:
             samples[combo], tflops[combo] = mine, sl.tflops()
-    return interactions.result(plan, samples, tflops, errors, interactions.pairs(plan, samples, th.min_step, pools), n, th)
+    return interactions.result(plan, samples, tflops, errors, interactions.pairs(plan, samples, th.min_step, pools), n, th,
+                               pools)
 
 
 def _unjudged(plan: interactions.Plan, now: _Slice | None, reverts: Mapping[str, _Slice], failed: Mapping[str, str],

@@ -38,8 +38,7 @@ from bisector.build.builder import patch_hash
 from bisector.config import Thresholds
 from bisector.model import BuildStatus, Measurement, ProbeStatus, Step
 from bisector.runner.probe import NOT_MEASURED, StoreProbe, fresh
-from bisector.search.samples import PooledNoise, pair_sd
-from bisector.search.stats import compare
+from bisector.search.samples import PooledNoise, compare_pooled, pair_sd
 from bisector.trust.filter import scrub
 from bisector.why.session import Session
 
@@ -276,8 +275,11 @@ def pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], mi
 
 
 def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], tflops: Mapping[Combo, Mapping[str, float]],
-           errors: Mapping[Combo, str], found: tuple[PairEffect, ...], n: int, thresholds: Thresholds) -> Interaction:
-    """The group's Interaction: each combination against the tip, from the same rounds."""
+           errors: Mapping[Combo, str], found: tuple[PairEffect, ...], n: int, thresholds: Thresholds,
+           noise: Mapping[str, PooledNoise | None]) -> Interaction:
+    """The group's Interaction: each combination against the tip, from the same rounds, on the
+    search's trial noise as the reverts' checks are (samples.compare_pooled): a single revert's line
+    and its check, on the same trials, read the same."""
     base = samples.get((), {})
     out = []
     for combo in plan.combos:
@@ -285,8 +287,8 @@ def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], t
             out.append(ComboResult(combo, error=errors.get(combo, "not measured")))
             continue
         mine = samples[combo]
-        cmp = {k: compare(base[k], mine[k], thresholds.min_step(k), thresholds.alpha, k) for k in plan.shapes
-               if combo and base.get(k) and mine.get(k)}
+        cmp = {k: compare_pooled(base[k], mine[k], thresholds.min_step(k), thresholds.alpha, k, noise.get(k))
+               for k in plan.shapes if combo and base.get(k) and mine.get(k)}
         out.append(ComboResult(combo, {k: v for k, v in tflops.get(combo, {}).items() if k in plan.shapes},
                                {k: c.change_pct for k, c in cmp.items()}, {k: c.ci95 for k, c in cmp.items()}))
     return Interaction(tuple(s.commit for s in plan.steps), plan.shapes, tuple(out), found, n, plan.note)
