@@ -194,6 +194,7 @@ class Warmer:
         self.standby = standby
         self._held: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}
         self._spares: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}  # oldest first
+        self._ahead: set[tuple[str, str | None]] = set()  # spares set up for a later round (`spare`)
         self._named_before: set[tuple[str, str | None]] = set()
         self._next: list[tuple[str, str | None]] = []  # the latest request's commits, most likely first
         self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="warm")
@@ -281,6 +282,7 @@ class Warmer:
         with self._lock:
             self._claimed.add(key)
             held = self._held.pop(key, None) or self._spares.pop(key, None)
+            self._ahead.discard(key)
         if held is None or self.standby is None:
             return None
         standby, future = held
@@ -291,9 +293,11 @@ class Warmer:
             self.spares_taken.append((job.build.sha, job.slot))
         return self.standby().unhold(future)
 
-    def spare(self, job: TrialJob) -> None:
+    def spare(self, job: TrialJob, ahead: bool = False) -> None:
         """Set up `job`, a later trial of a measured commit, held until a round asks for it (`take`).
-        Nothing without standby, or while the commit has a standby or spare already."""
+        Nothing without standby, or while the commit has a standby or spare already. Past the cap
+        the oldest spare goes, one set up `ahead` (for a round after the next ones: a hunk search's
+        parent) last."""
         if self.standby is None or job.first:
             return
         key = (job.build.sha, job.build.patch_hash)
@@ -301,8 +305,12 @@ class Warmer:
             if self._closed or key in self._held or key in self._spares:
                 return
             while len(self._spares) >= self.held_cap:
-                self.standby().cancel(self._spares.pop(next(iter(self._spares)))[1])
+                oldest = next((k for k in self._spares if k not in self._ahead), next(iter(self._spares)))
+                self._ahead.discard(oldest)
+                self.standby().cancel(self._spares.pop(oldest)[1])
             self._hold_spare(key, job)
+            if ahead:
+                self._ahead.add(key)
 
     def _hold_spare(self, key: tuple[str, str | None], job: TrialJob) -> None:
         """Submit `job` held, as the spare of `key`. Under the lock."""
@@ -324,7 +332,7 @@ class Warmer:
                 # for), never another companion: held processes stay within the cap. With the cap
                 # full of spares from 20-30 s on, the H200 demo's search made 2 companions, and
                 # each new commit's second trial waited ~1 s on its setup (18 times).
-                oldest = next((k for k, (j, _) in self._spares.items() if j.after is None), None)
+                oldest = next((k for k, (j, _) in self._spares.items() if j.after is None and k not in self._ahead), None)
                 if oldest is None or key not in self._next[:self.parallel]:
                     return
                 self.standby().cancel(self._spares.pop(oldest)[1])

@@ -54,7 +54,8 @@ from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchR
 from bisector.search.samples import POOLED_MIN_DF, PooledNoise, compare_pooled, pooled_noise
 from bisector.search.stats import holds, log_sd
 
-WALK_AHEAD = 2  # commits named ahead per pick of a walk through wrong results (`split`)
+WALK_AHEAD = 3  # commits named ahead per pick of a walk through wrong results (`split`): a pick holds the
+# device ~1.6 s on the H200 demo, a cold setup takes 4-5 s (two ahead still left 9 s of waits there)
 
 __all__ = ["SearchSettings", "localize", "result_json", "uncertain_json"]
 
