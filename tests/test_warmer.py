@@ -521,36 +521,6 @@ def test_past_the_spare_cap_the_first_item_of_a_round_keeps_its_spare(tmp_path, 
         store.close()
 
 
-def test_past_the_spare_cap_a_new_commits_companion_takes_the_oldest_spares_place(tmp_path, monkeypatch) -> None:
-    """With every spare slot held by later trials of measured commits, the standby of a commit the
-    search names first still gets its companion (its second trial, set up ahead): the oldest spare
-    of a measured commit makes room. Held processes stay within the cap."""
-    from bisector.runner.probe import side_by_side
-
-    repo, shas = make_upstream(tmp_path, KERNEL, commits=6)
-    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
-    try:
-        assert warmer.held_cap == 4
-        for sha in shas[:4]:
-            assert probe(sha, 1).count() == 1
-        side_by_side([(probe, sha, 2) for sha in shas[:4]])  # a spare each for their third trials: the cap
-        wait_until(lambda: len(warmer._spares) == 4)
-        oldest = next(iter(warmer._spares))
-        probe.prefetch([shas[5]])
-        warmer.wait(120)
-        wait_until(lambda: (shas[5], None) in warmer._spares)
-        assert oldest not in warmer._spares and len(warmer._spares) == warmer.held_cap
-        assert probe(shas[5], 2).count() == 2
-        assert (shas[5], 1) in warmer.spares_taken  # the second trial from its companion
-        second = [r for r in store.trials("w", sha=shas[5]) if r.slot == 1]
-        assert second and second[0].protocol["timeline"]["unheld"] is not None
-    finally:
-        warmer.close()
-        executor.close()
-        store.close()
-
-
 def test_a_grid_point_that_does_not_build_has_its_replacement_named_ahead() -> None:
     """Where a grid point does not build the grid moves to its neighbour: named last in the requests
     before the grid is measured, it is set up ahead where there is room (the H200 demo's 7ebe652,

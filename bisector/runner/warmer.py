@@ -196,7 +196,6 @@ class Warmer:
         self._spares: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}  # oldest first
         self._ahead: set[tuple[str, str | None]] = set()  # spares set up for a later round (`spare`)
         self._named_before: set[tuple[str, str | None]] = set()
-        self._next: list[tuple[str, str | None]] = []  # the latest request's commits, most likely first
         self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="warm")
         self._lock = threading.Lock()
         self._tasks: dict[tuple[str, str | None], Future] = {}
@@ -226,7 +225,6 @@ class Warmer:
             for key in [k for k in self._held if k not in named and k not in self._named_before]:
                 self._drop_held(key)
             self._named_before = named
-            self._next = [w.key for w in wants]
             new = [w for w in wants if w.key not in self._tasks and w.key not in self._claimed]
             if self.standby is not None:  # each holds a process and its inputs on the device: at most
                 # 2 x `parallel`, as one lives a request longer than the request that named it
@@ -323,19 +321,12 @@ class Warmer:
         whenever the run's noise is not yet known or is not small, and that second one, set up only
         when the search asked, kept the device idle 1-1.5 s at each new commit of a 389-commit range
         on one H200 (its setup ~2.3 s against the first trial's ~1 s on the device)."""
-        with self._lock:
-            if self._closed or key not in self._held or key in self._spares:
+        with self._lock:  # only where a spare has room: the standbys made last are the next round's
+            # (no room made for it: companions that displaced spares read 2-3x noisier than fresh
+            # second trials on the H200 demo, and its search took 215 trials instead of 170;
+            # studies/results/h200-demo-device-time.txt)
+            if self._closed or key not in self._held or key in self._spares or len(self._spares) >= self.held_cap:
                 return
-            if len(self._spares) >= self.held_cap:
-                # Past the cap, a companion of the next round's first `parallel` commits takes the
-                # place of the oldest spare of a measured commit (a later trial a round may not ask
-                # for), never another companion: held processes stay within the cap. With the cap
-                # full of spares from 20-30 s on, the H200 demo's search made 2 companions, and
-                # each new commit's second trial waited ~1 s on its setup (18 times).
-                oldest = next((k for k, (j, _) in self._spares.items() if j.after is None and k not in self._ahead), None)
-                if oldest is None or key not in self._next[:self.parallel]:
-                    return
-                self.standby().cancel(self._spares.pop(oldest)[1])
             self._hold_spare(key, job)
 
     def _drop_held(self, key: tuple[str, str | None]) -> None:
