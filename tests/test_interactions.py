@@ -199,13 +199,15 @@ def test_two_steps_on_one_shape_overlap_and_the_kernels_show_offline(tmp_path: P
     with sqlite3.connect(tmp_path / "s.sqlite") as db:
         patched = sorted(n for (n,) in db.execute("SELECT COUNT(DISTINCT slot) FROM trials WHERE sha = ? "
                                                   "AND patch_hash IS NOT NULL GROUP BY patch_hash", (shas[-1],)))
-    assert patched == [inter["trials"]] * 3
-    # A revert measured on for its group is judged on the same trials: its check and its line agree.
+    assert patched == sorted([max(fixes[c], inter["trials"]) for c in (shas[3], shas[5])] + [inter["trials"]])
+    # A revert is judged on at least its group's trials, and where on as many, its check and its
+    # line in the group's table read the same trials and agree.
     for c in (shas[3], shas[5]):
         fix = next(f for f in result["fixes"] if f["commit"] == c)
-        assert fix["trials"] == inter["trials"]
-        assert fix["shapes"]["gemm/m512"]["vs_tip"]["change_pct"] == pytest.approx(
-            combos[(c,)]["gain_pct"]["gemm/m512"], abs=1e-3)
+        assert fix["trials"] >= inter["trials"]
+        if fix["trials"] == inter["trials"]:
+            assert fix["shapes"]["gemm/m512"]["vs_tip"]["change_pct"] == pytest.approx(
+                combos[(c,)]["gain_pct"]["gemm/m512"], abs=1e-3)
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Steps that interact" in report and "the effects **overlap**" in report
     assert f"| `{shas[3][:7]}` (#4) + `{shas[5][:7]}` (#6) |" in report
