@@ -44,6 +44,9 @@ class Run:
     logs: tuple[Path, ...]  # its calls' progress logs, in order
     culprits: tuple[str, ...]  # the verified culprits (each README; SHA prefixes): the later stages run per culprit
     announced: tuple[tuple[str, int], ...] = ()  # a stage's count where no line of the log shows it
+    # "apart": the interactions measured the tip and the single reverts again after the fixes;
+    # "merged" (from 18122bb): their combinations measured in the fixes' rounds, those shared
+    fixes_rules: str = "apart"
 
 
 R = ROOT / "reports"
@@ -70,6 +73,10 @@ RUNS = (
                                                R / "2026-12-02b-h200-demo/progress-2-resumed.log"), GPU_NO_131),
     Run("h200-demo 6d7d402 (12-02c)", "cuda", (R / "2026-12-02c-h200-demo/progress-1-cold-start.log",
                                                R / "2026-12-02c-h200-demo/progress-2-resumed.log"), GPU),
+    Run("h200-demo 75e338a (12-04b)", "cuda", (R / "2026-12-04b-h200-demo/progress-75e338a.log",), GPU,
+        fixes_rules="merged"),
+    Run("h200-demo 130d8c6 (12-04b)", "cuda", (R / "2026-12-04b-h200-demo/progress-130d8c6.log",), GPU,
+        fixes_rules="merged"),
 )
 
 
@@ -166,7 +173,8 @@ def main() -> int:
                 cells.append(f"{f.trials} / {f.announced} ({f.trials / f.announced:.2f}{logged})" if f.announced else "-")
                 per.append((f.trials / culprits / n, f.announced / culprits / n))
                 qs.append(f"{f.opened / max(1, f.opened + f.closed):.2f} ({f.opened} / {f.closed})")
-                acc = pooled.setdefault(kind, {}).setdefault(stage, [0, 0, 0, 0, 0])
+                acc = pooled.setdefault(kind, {}).setdefault(f"fixes ({run.fixes_rules})" if stage == "fixes" else stage,
+                                                            [0, 0, 0, 0, 0])
                 acc[0] += f.announced / n
                 acc[1] += culprits
                 acc[2] += f.opened
@@ -178,14 +186,15 @@ def main() -> int:
           "| growth: model at that q / measured (trials / announced) | q that grows as measured | CALIBRATED: first / q |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for kind, stages in pooled.items():
-        for stage, (first, culprits, opened, closed, trials) in stages.items():
+        for label, (first, culprits, opened, closed, trials) in stages.items():
+            stage = label.split(" ")[0]
             model = model_for("cpu" if kind == "cpu" else "cuda")
             cost: StageCost = model.stages[stage]
             q = opened / max(1, opened + closed)
             cfg = load(ROOT / "configs" / CONFIG_FILES["cpu" if kind == "cpu" else "cuda"])
             growth = lambda x: LaterModel({stage: StageCost(first / culprits, x, cost.rule)}).growth(  # noqa: E731
                 stage, cfg.protocol.trials, cfg.protocol.max_trials)
-            print(f"| {kind} | {stage} | {first / culprits:.2f} | {q:.2f} | {growth(q):.2f} / {trials / first:.2f} "
+            print(f"| {kind} | {label} | {first / culprits:.2f} | {q:.2f} | {growth(q):.2f} / {trials / first:.2f} "
                   f"| {fit(growth, trials / first):.2f} | {cost.first:.2f} / {cost.q:.2f} |")
     return 0
 

@@ -192,3 +192,37 @@ def test_later_stages_add_trials_per_culprit() -> None:
     assert later.trials(2.0, 3, 24, ()) == 0
     assert later.trials(2.0, 3, 24, ("fixes", "hunks")) > later.trials(2.0, 3, 24, ("fixes",)) > 0
     assert later.trials(4.0, 3, 24, ("fixes",)) == 2 * later.trials(2.0, 3, 24, ("fixes",))
+
+
+def test_a_round_whose_partners_the_log_cut_short_replays_as_it_ran() -> None:
+    """The plain log cuts a line at 120 characters: in a round of many commits (the verifications'
+    first looks and the whole-change check) each line loses its closing parenthesis and some
+    partners. The replay puts the round's commits back from the run of such lines, so it reads the
+    round as the run did (read as cut, its estimate climbed to 1.6x where the run's stayed at 1.2x)."""
+    order = [hashlib.sha1(f"cut {i}".encode()).hexdigest() for i in range(41)]
+    cfg = demo_config("cuda", Path("demo"))
+    out, now = io.StringIO(), [0.0]
+    line = ProgressLine.for_range(len(order), cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
+                                  first_look=cfg.protocol.first_look, stages=(), device=cfg.device,
+                                  console=Console(file=out, width=400), clock=lambda: now[0], live=False)
+    search = [(0, 1, 2), (40, 1, 2), (0, 2, 2), (40, 2, 2), (10, 1, 2), (20, 1, 2), (30, 1, 2), (10, 2, 2),
+              (20, 2, 2), (30, 2, 2), (5, 1, 2), (5, 2, 2), (7, 1, 2), (7, 2, 2), (8, 1, 2), (8, 2, 2),
+              (25, 1, 2), (25, 2, 2), (27, 1, 2), (27, 2, 2), (28, 1, 2), (28, 2, 2), (15, 1, 2), (15, 2, 2),
+              (16, 1, 2), (16, 2, 2), (35, 1, 2), (35, 2, 2), (36, 1, 2), (36, 2, 2)]
+    # four culprits' pairs and the whole change, asked for at once: more partners than a line holds
+    ring = [0, 7, 8, 15, 16, 27, 28, 35, 36, 40, 10, 20, 30]
+    with line:
+        for i, k, n in search:
+            now[0] += 1.5
+            line(ProbeEvent(order[i], "trial", f"trial {k}/{n}"))
+        for k in (3, 4):
+            for i in ring:
+                now[0] += 1.5
+                others = ", ".join(order[j][:7] for j in ring if j != i)
+                line(ProbeEvent(order[i], "trial", f"trial {k}/4 (side by side with {others})"))
+    lines, _ = progress_replay.parse(out.getvalue())
+    assert any("side by side with" in ln.event.detail and not ln.event.detail.rstrip().endswith(")")
+               for ln in lines if ln.event is not None), "no line was cut: the test shows nothing"
+    shown = [ln.shown for ln in lines if ln.event is not None]
+    replayed = progress_replay.replay(lines, order, "cuda", ())
+    assert [r for ln, r in zip(lines, replayed) if ln.event is not None] == shown
