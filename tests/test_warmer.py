@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -502,6 +503,19 @@ def test_past_the_spare_cap_the_first_item_of_a_round_keeps_its_spare(tmp_path, 
     (the tip beside each revert): its next trial comes from its spare."""
     from bisector.runner.probe import side_by_side
 
+    with six_measured_once(tmp_path, monkeypatch) as (shas, warmer, store, probe):
+        side_by_side([(probe, sha, 2) for sha in shas])
+        assert {(sha, 2) for sha in shas} <= set(warmer.spares)  # a spare made for every commit's next trial
+        probe(shas[0], 3)
+        assert (shas[0], 2) in warmer.spares_taken, warmer.spares_taken
+        (third,) = [r for r in store.trials("w", sha=shas[0]) if r.slot == 2]
+        assert third.protocol["timeline"]["unheld"] is not None
+
+
+@contextmanager
+def six_measured_once(tmp_path: Path, monkeypatch):
+    """Six commits measured once each through a standby warmer whose cap is four spares:
+    (shas, warmer, store, probe), closed after."""
     repo, shas = make_upstream(tmp_path, KERNEL, commits=6)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
     cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
@@ -509,12 +523,7 @@ def test_past_the_spare_cap_the_first_item_of_a_round_keeps_its_spare(tmp_path, 
         assert warmer.held_cap == 4
         for sha in shas:
             assert probe(sha, 1).count() == 1
-        side_by_side([(probe, sha, 2) for sha in shas])
-        assert {(sha, 2) for sha in shas} <= set(warmer.spares)  # a spare made for every commit's next trial
-        probe(shas[0], 3)
-        assert (shas[0], 2) in warmer.spares_taken, warmer.spares_taken
-        (third,) = [r for r in store.trials("w", sha=shas[0]) if r.slot == 2]
-        assert third.protocol["timeline"]["unheld"] is not None
+        yield shas, warmer, store, probe
     finally:
         warmer.close()
         executor.close()
@@ -573,13 +582,7 @@ def test_a_spare_set_up_ahead_outlives_the_rounds_spares_and_serves_the_next_tri
     the oldest of theirs go, not this one, and the commit's next trial comes from it."""
     from bisector.runner.probe import side_by_side
 
-    repo, shas = make_upstream(tmp_path, KERNEL, commits=6)
-    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
-    try:
-        assert warmer.held_cap == 4
-        for sha in shas:
-            assert probe(sha, 1).count() == 1
+    with six_measured_once(tmp_path, monkeypatch) as (shas, warmer, store, probe):
         probe.spare_next(shas[0])
         assert (shas[0], 1) in warmer.spares
         side_by_side([(probe, sha, 2) for sha in shas[1:]])  # five commits' spares for four slots
@@ -588,7 +591,3 @@ def test_a_spare_set_up_ahead_outlives_the_rounds_spares_and_serves_the_next_tri
         assert (shas[0], 1) in warmer.spares_taken
         second = [r for r in store.trials("w", sha=shas[0]) if r.slot == 1]
         assert second and second[0].protocol["timeline"]["unheld"] is not None
-    finally:
-        warmer.close()
-        executor.close()
-        store.close()
