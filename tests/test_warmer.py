@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -503,19 +502,6 @@ def test_past_the_spare_cap_the_first_item_of_a_round_keeps_its_spare(tmp_path, 
     (the tip beside each revert): its next trial comes from its spare."""
     from bisector.runner.probe import side_by_side
 
-    with six_measured_once(tmp_path, monkeypatch) as (shas, warmer, store, probe):
-        side_by_side([(probe, sha, 2) for sha in shas])
-        assert {(sha, 2) for sha in shas} <= set(warmer.spares)  # a spare made for every commit's next trial
-        probe(shas[0], 3)
-        assert (shas[0], 2) in warmer.spares_taken, warmer.spares_taken
-        (third,) = [r for r in store.trials("w", sha=shas[0]) if r.slot == 2]
-        assert third.protocol["timeline"]["unheld"] is not None
-
-
-@contextmanager
-def six_measured_once(tmp_path: Path, monkeypatch):
-    """Six commits measured once each through a standby warmer whose cap is four spares:
-    (shas, warmer, store, probe), closed after."""
     repo, shas = make_upstream(tmp_path, KERNEL, commits=6)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
     cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
@@ -523,7 +509,12 @@ def six_measured_once(tmp_path: Path, monkeypatch):
         assert warmer.held_cap == 4
         for sha in shas:
             assert probe(sha, 1).count() == 1
-        yield shas, warmer, store, probe
+        side_by_side([(probe, sha, 2) for sha in shas])
+        assert {(sha, 2) for sha in shas} <= set(warmer.spares)  # a spare made for every commit's next trial
+        probe(shas[0], 3)
+        assert (shas[0], 2) in warmer.spares_taken, warmer.spares_taken
+        (third,) = [r for r in store.trials("w", sha=shas[0]) if r.slot == 2]
+        assert third.protocol["timeline"]["unheld"] is not None
     finally:
         warmer.close()
         executor.close()
@@ -574,20 +565,3 @@ def test_a_trial_asked_for_while_its_standby_is_being_built_waits_for_that_stand
         warmer.close()
         executor.close()
         store.close()
-
-
-def test_a_spare_set_up_ahead_outlives_the_rounds_spares_and_serves_the_next_trial(tmp_path, monkeypatch) -> None:
-    """`spare_next`: a commit's next trial held for a round that comes after others (a hunk search's
-    parent while the culprit before is searched). Rounds of other commits then fill the spare slots;
-    the oldest of theirs go, not this one, and the commit's next trial comes from it."""
-    from bisector.runner.probe import side_by_side
-
-    with six_measured_once(tmp_path, monkeypatch) as (shas, warmer, store, probe):
-        probe.spare_next(shas[0])
-        assert (shas[0], 1) in warmer.spares
-        side_by_side([(probe, sha, 2) for sha in shas[1:]])  # five commits' spares for four slots
-        assert (shas[0], None) in warmer._spares and len(warmer._spares) == warmer.held_cap
-        assert probe(shas[0], 2).count() == 2
-        assert (shas[0], 1) in warmer.spares_taken
-        second = [r for r in store.trials("w", sha=shas[0]) if r.slot == 1]
-        assert second and second[0].protocol["timeline"]["unheld"] is not None

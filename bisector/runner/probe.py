@@ -8,7 +8,6 @@ the device in turn, so the device does not wait on a process start between two t
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import time
 from contextlib import contextmanager
@@ -179,15 +178,6 @@ class StoreProbe:
         return TrialJob(self.build_results[sha], self.shapes, self.seed * 1_000_003 + slot, slot=slot,
                         first=first and self.cold_jit and warmed is None, after=after, lane=lane, patch=self.patch,
                         cold_compile=warmed.cold_compile() if warmed is not None else None, lineage=self.lineage)
-
-    def spare_next(self, sha: str) -> None:
-        """The commit's next trial (the lowest free slot, as the store will claim it) set up and held
-        ahead, for a round that comes after others (a hunk search's parent: its first round of every
-        culprit waited 1-2 s for a fresh setup, 7 times on the H200 demo). Nothing without a warmer."""
-        if self.warmer is None or self.offline or self.build(sha).status is BuildStatus.FAILED:
-            return
-        used = {t.slot for t in self.store.trials(self.campaign, sha=sha, patch_hash=self.patch_hash)}
-        self.warmer.spare(self.job(sha, next(k for k in itertools.count() if k not in used), False, None), ahead=True)
 
     def prefetch(self, shas: Sequence[str]) -> None:
         """Commits the search may measure next (most likely first): the warmer builds and compiles

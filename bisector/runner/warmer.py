@@ -194,7 +194,6 @@ class Warmer:
         self.standby = standby
         self._held: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}
         self._spares: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}  # oldest first
-        self._ahead: set[tuple[str, str | None]] = set()  # spares set up for a later round (`spare`)
         self._named_before: set[tuple[str, str | None]] = set()
         self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="warm")
         self._lock = threading.Lock()
@@ -280,7 +279,6 @@ class Warmer:
         with self._lock:
             self._claimed.add(key)
             held = self._held.pop(key, None) or self._spares.pop(key, None)
-            self._ahead.discard(key)
         if held is None or self.standby is None:
             return None
         standby, future = held
@@ -291,11 +289,9 @@ class Warmer:
             self.spares_taken.append((job.build.sha, job.slot))
         return self.standby().unhold(future)
 
-    def spare(self, job: TrialJob, ahead: bool = False) -> None:
+    def spare(self, job: TrialJob) -> None:
         """Set up `job`, a later trial of a measured commit, held until a round asks for it (`take`).
-        Nothing without standby, or while the commit has a standby or spare already. Past the cap
-        the oldest spare goes, one set up `ahead` (for a round after the next ones: a hunk search's
-        parent) last."""
+        Nothing without standby, or while the commit has a standby or spare already."""
         if self.standby is None or job.first:
             return
         key = (job.build.sha, job.build.patch_hash)
@@ -303,12 +299,8 @@ class Warmer:
             if self._closed or key in self._held or key in self._spares:
                 return
             while len(self._spares) >= self.held_cap:
-                oldest = next((k for k in self._spares if k not in self._ahead), next(iter(self._spares)))
-                self._ahead.discard(oldest)
-                self.standby().cancel(self._spares.pop(oldest)[1])
+                self.standby().cancel(self._spares.pop(next(iter(self._spares)))[1])
             self._hold_spare(key, job)
-            if ahead:
-                self._ahead.add(key)
 
     def _hold_spare(self, key: tuple[str, str | None], job: TrialJob) -> None:
         """Submit `job` held, as the spare of `key`. Under the lock."""

@@ -343,7 +343,7 @@ class _State:
             # Inside a window of wrong results a pick is often wrong too, and the next one outwards
             # is asked for at once: named first, it is set up while this one is measured (the H200
             # demo's bridge probed nine commits one by one, ~5 s of cold setup each on the path).
-            # Two a pick, and none already measured: a measured one costs no trial, and the walk
+            # `WALK_AHEAD` a pick, none already measured: a measured one costs no trial, and the walk
             # went on to a commit nobody had named (5 cold setups of 3.5-4.6 s on that demo's path).
             fallbacks = [k for q in picks for k in itertools.islice(
                 (k for k in orders[q] if k not in tried and k not in picks.values() and not self.measured(k)),

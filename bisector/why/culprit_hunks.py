@@ -189,22 +189,16 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
         # setups of new patched builds while the device waited (on the H200 demo at 6a03608, 21 gaps
         # and 22 s of the hunk stage's 70 s, studies/results/h200-demo-device-time.txt). One request
         # names both, since the warmer drops what a request no longer names.
-        if wants := [w for later, _ in ahead[i:i + 2] for w in later]:
+        if wants := [w for later in ahead[i:i + 2] for w in later]:
             session.warmer.prefetch(wants)
-        # And the parents' next trials (the first culprit's and the next one's, then the next one's),
-        # held past the rounds' own spares: each search's first round waited 1-2 s for a fresh setup.
-        for j in [0, 1] if i == 0 else [i + 1]:
-            if j < len(ahead):
-                ahead[j][1].spare_next(searched[j][0].parent)
         finding = _plumbed(session, step, plumbed, taken, out, old, noise) if plumbed else None
         findings.append(finding or _one(session, step, parts, groups, taken, out, noise))
     return tuple(findings)
 
 
-def _first_wants(session: Session, taken: Taken, step: Step, planned: Planned) -> tuple[list[Want], StoreProbe]:
+def _first_wants(session: Session, taken: Taken, step: Step, planned: Planned) -> list[Want]:
     """The warmer's requests for the subsets a culprit's search measures first, on its parent: the
-    plumbing base alone and the first halves of the pieces, or the first halves of the groups; and
-    the probe its rounds measure the parent through."""
+    plumbing base alone and the first halves of the pieces, or the first halves of the groups."""
     parts, groups, plumbed, old = planned
     if plumbed is not None:
         rounds = _Rounds(session, step, plumbed.parts, taken, plan=plumbed, old=old)
@@ -212,7 +206,7 @@ def _first_wants(session: Session, taken: Taken, step: Step, planned: Planned) -
     else:
         rounds = _Rounds(session, step, parts, taken, [g.members for g in groups])
         first = hunks.chunks(range(len(groups)))
-    return [w for subset in first for w in rounds.probe_of(subset).wants([step.parent])], rounds.base
+    return [w for subset in first for w in rounds.probe_of(subset).wants([step.parent])]
 
 
 class _Rounds:

@@ -139,9 +139,10 @@ def expected_trials(result: SearchResult, config: Config) -> int:
     every revert, of each distinct parent and of each interacting group's combinations of two or
     more reverts (for the progress display's estimate)."""
     steps = _fixable(result)
-    builds = 1 + len(steps) + len({s.parent for s in steps})
-    return side_trials(config) * (builds + sum(interactions.multi_combos(g) for g, _, _ in interactions.groups(result.steps))) \
-        if steps else 0
+    if not steps:
+        return 0
+    combos = sum(interactions.multi_combos(g) for g, _, _ in interactions.groups(result.steps))
+    return side_trials(config) * (1 + len(steps) + len({s.parent for s in steps}) + combos)
 
 
 def revert_probe(session: Session, patch: str, shapes: Sequence[str]) -> StoreProbe:
