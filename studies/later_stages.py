@@ -62,6 +62,7 @@ RUNS = (
     Run("cpu-demo e8f80c2 reps 8", "cpu", (LOGS / "cpu-demo-reps8-e8f80c2.log.gz",), CPU),
     Run("cpu-demo a350e3d", "cpu", (LOGS / "cpu-demo-a350e3d-run1.log.gz",), CPU),
     Run("cpu-demo 7099852 (12-02)", "cpu", (R / "2026-12-02-cpu-demo/progress.log",), CPU),
+    Run("cpu-demo f6f2e2c (12-04)", "cpu", (LOGS / "cpu-demo-f6f2e2c.log.gz",), CPU, fixes_rules="merged"),
     # its progress-2-resumed.log holds both calls' lines; call 2 entered the fixes stage before any
     # trial of its own, so no line shows the count: 2 x (1 + 4 reverts + 4 parents) + 2 x 2^3
     # (#115, #122, #155 on fa/s16384), as the fixes and interactions of that day counted it
