@@ -6,7 +6,7 @@ bisector/search/later_stages.py's CALIBRATED.
 Per run, from its progress logs (every call, in order; the events read back as
 studies/progress_replay.py does): the trials of the search, of the reverts and interactions
 ("fixes") and of the hunk searches ("hunks"), against what each stage announced when it started
-(its first rounds: fixes.expected_trials + interactions.expected_trials, culprit_hunks.expected_trials)
+(its first rounds: fixes.expected_trials, the interactions once apart included, culprit_hunks.expected_trials)
 and per verified culprit; and, followed by later_stages.StageTracker, how often a check went on to
 another round: q = rounds gone on to / (those + checks decided short of the cap). Pooled per device
 kind: the first rounds per culprit and q that CALIBRATED holds.
