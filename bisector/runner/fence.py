@@ -34,6 +34,7 @@ import time
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 LEAF = "main"  # the leaf cgroup of the fenced command, under each --cgroup dir
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what stops the fence (the bot's death: SIGTERM)
 OOM_LINE = "fence: the kernel killed {n} process(es) of this command over its cgroup memory limit"
 
 
@@ -219,9 +220,17 @@ def main(argv: list[str]) -> int:
     groups = [opts[i + 1] for i, o in enumerate(opts) if o == "--cgroup"]
     _die_with(bot)
     leaves = [os.path.join(g, LEAF) for g in groups]
+    # A stop that comes while COMMAND starts waits until `stop` can take its session: by default
+    # it ended this process alone, and COMMAND lived on (a build step, when the bot was killed
+    # just as it started on a busy machine; tests/test_fence.py).
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+
+    def prepare() -> None:  # in COMMAND, before it runs: the signals as they were, its cgroups
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+        join_cgroups(leaves)
+
     try:
-        child = subprocess.Popen(command, start_new_session=True, pass_fds=fds,
-                                 preexec_fn=(lambda: join_cgroups(leaves)) if leaves else None)
+        child = subprocess.Popen(command, start_new_session=True, pass_fds=fds, preexec_fn=prepare)
     except (OSError, subprocess.SubprocessError) as exc:  # never run it outside its limits
         print(f"fence: cannot start {command[0]}" + (" in its cgroup" if groups else "") + f": {exc}",
               file=sys.stderr)
@@ -237,8 +246,9 @@ def main(argv: list[str]) -> int:
         end_cgroups(groups)
         os._exit(128 + signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in STOPS:
         signal.signal(sig, stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # one that came meanwhile is handled now
     code = child.wait()  # a signal still reaches `stop` while this waits (PEP 475)
     kill_session(child.pid)
     kill_descendants()
