@@ -295,8 +295,7 @@ def _interaction(plan: interactions.Plan, n: int, slices: Mapping[interactions.C
             errors[combo] = why
         else:
             samples[combo], tflops[combo] = mine, sl.tflops()
-    return interactions.result(plan, samples, tflops, errors, interactions.pairs(plan, samples, th.min_step, pools), n, th,
-                               pools)
+    return interactions.result(plan, samples, tflops, errors, n, th, pools)
 
 
 def _unjudged(plan: interactions.Plan, now: _Slice | None, reverts: Mapping[str, _Slice], failed: Mapping[str, str],
@@ -305,7 +304,7 @@ def _unjudged(plan: interactions.Plan, now: _Slice | None, reverts: Mapping[str,
     measured them (nothing to judge a pair on), or nothing measured at all."""
     if now is None:
         return _interaction(plan, 0, {}, failed, {}, th, pools)
-    slices = {c: replace(sl, n=n) for c, sl in _group_slices(plan, now, reverts, {}).items()}
+    slices = _group_slices(plan, now, reverts, {})
     return _interaction(plan, n, slices, failed, _measure(list(slices.values())), th, pools)
 
 

@@ -45,7 +45,7 @@ from bisector.why.session import Session
 
 MAX_STEPS = 3  # 2^3 = 8 builds; more steps on one shape: the three largest on the shared shapes
 
-__all__ = ["MAX_STEPS", "groups", "combined_patch", "pair_effect", "Plan", "set_up", "samples_of", "pairs", "result"]
+__all__ = ["MAX_STEPS", "groups", "combined_patch", "pair_effect", "Plan", "set_up", "samples_of", "result"]
 
 
 @dataclass(frozen=True)
@@ -256,8 +256,8 @@ def samples_of(m: Measurement, start: int, n: int, shape_keys: Sequence[str]) ->
     return (got, "") if any(got.values()) else ({}, m.reason or NOT_MEASURED)
 
 
-def pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], min_step: Callable[[str], float],
-          noise: Mapping[str, PooledNoise | None]) -> tuple[PairEffect, ...]:
+def _pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], min_step: Callable[[str], float],
+           noise: Mapping[str, PooledNoise | None]) -> tuple[PairEffect, ...]:
     """Every pair of the group's steps on every shape both move, where all four builds measured."""
     out = []
     for a, b in itertools.combinations(plan.steps, 2):
@@ -275,11 +275,11 @@ def pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], mi
 
 
 def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], tflops: Mapping[Combo, Mapping[str, float]],
-           errors: Mapping[Combo, str], found: tuple[PairEffect, ...], n: int, thresholds: Thresholds,
+           errors: Mapping[Combo, str], n: int, thresholds: Thresholds,
            noise: Mapping[str, PooledNoise | None]) -> Interaction:
-    """The group's Interaction: each combination against the tip, from the same rounds, on the
-    search's trial noise as the reverts' checks are (samples.compare_pooled): a single revert's line
-    and its check, on the same trials, read the same."""
+    """The group's Interaction: each combination against the tip, and each pair's effect, from the
+    same rounds, on the search's trial noise as the reverts' checks are (samples.compare_pooled): a
+    single revert's line and its check, on the same trials, read the same."""
     base = samples.get((), {})
     out = []
     for combo in plan.combos:
@@ -291,4 +291,5 @@ def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], t
                for k in plan.shapes if combo and base.get(k) and mine.get(k)}
         out.append(ComboResult(combo, {k: v for k, v in tflops.get(combo, {}).items() if k in plan.shapes},
                                {k: c.change_pct for k, c in cmp.items()}, {k: c.ci95 for k, c in cmp.items()}))
-    return Interaction(tuple(s.commit for s in plan.steps), plan.shapes, tuple(out), found, n, plan.note)
+    return Interaction(tuple(s.commit for s in plan.steps), plan.shapes, tuple(out),
+                       _pairs(plan, samples, thresholds.min_step, noise), n, plan.note)
