@@ -63,15 +63,17 @@ class OpenGate:
 
 
 @contextlib.contextmanager
-def briefly(gate: Gate, phase: "Phases", sync: Callable[[], None] = lambda: torch.cuda.synchronize()) -> Iterator[None]:
+def briefly(gate: Gate, phase: "Phases", sync: Callable[[], None] = lambda: torch.cuda.synchronize(),
+            name: str = "staging") -> Iterator[None]:
     """The device held for a setup's kernels (its inputs drawn), its work finished before it is given
     back. Why: on the H200 another process's input draws (random fills, kernels time-sliced with the
     timed ones) made attention read 60% slow and a square GEMM 2x slow for as long as they ran; its
-    allocations alone 1% (studies/results/h200-setup-overlap.txt, 2026-12-03, `fill` / `alloc`)."""
-    with phase("queue_staging"):
+    allocations alone 1% (studies/results/h200-setup-overlap.txt, 2026-12-03, `fill` / `alloc`).
+    `name`: the phase the loan is recorded as (queued for as "queue_" + name)."""
+    with phase(f"queue_{name}"):
         gate.acquire(brief=True)
     try:
-        with phase("staging"):
+        with phase(name):
             yield
             sync()
     finally:
@@ -206,6 +208,7 @@ class Staged:
     ctrl: Prepared | None
     control_error: str | None
     precompile: dict[str, Any] = field(default_factory=dict)  # how the first calls went off the device
+    graphs: tuple[Any, ...] = ()  # the precompile's captures, held until the device section (`precompile`)
 
 
 def stage_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock_sync: Callable[[], None],
@@ -227,33 +230,51 @@ def stage_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], c
     return Staged(inputs, subj, ctrl, control_error)
 
 
-def precompile(staged: Staged) -> dict[str, Any]:
+def precompile(staged: Staged, pool: Any = None) -> tuple[dict[str, Any], tuple[Any, ...]]:
     """The first calls of subject and control, captured into a CUDA graph that is never replayed:
     the JIT compile or cache load, the module load, a library's plan (cuDNN, cuBLAS handles) all
     happen on the host while no kernel runs on the device, so this may overlap another trial's timed
     section (studies/precompile_overlap.py measures that it does not disturb it). A call that cannot
     be captured (it synchronizes, autotunes, copies from the host) is left to the first call under
-    the device lock, as before; the reason is kept."""
+    the device lock, as before; the reason is kept.
+
+    Captured with capture_begin/capture_end into `pool` (one for the trial's captures), not
+    `torch.cuda.graph`: that context empties the allocator's cache on entry, and each capture then
+    unmapped the previous one's outputs while another trial was timed; unmapping slows another
+    process's kernels (studies/results/h200-setup-parts.txt), and the trials far off their build's
+    median had a precompile overlapping their timed section 2-3x as often as the others (the H200
+    demo stores of 2026-12-04; studies/setup_steps.py). The graphs are returned, to be dropped under
+    the device lock, where the trial's memory is unmapped."""
     start = time.perf_counter()
     stream = torch.cuda.Stream()
-    done = []
+    pool = pool if pool is not None else torch.cuda.graph_pool_handle()
+    done, graphs = [], []
     try:
         for who, prep in (("subject", staged.subj), ("control", staged.ctrl)):
             if prep is None:
                 continue
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph, stream=stream, capture_error_mode="relaxed"):
-                    prep.run()
-            finally:
-                del graph
+            graphs.append(_captured(prep.run, stream, pool))
             done.append(who)
         status = "captured"
     except Exception as exc:  # noqa: BLE001 - anything uncapturable runs under the lock instead
         why = str(exc).strip().splitlines()
         status = f"not captured ({', '.join(done) or 'nothing'} done): {type(exc).__name__}: {why[0][:200] if why else ''}"
         torch.cuda.synchronize()  # a context the capture broke raises here: the trial crashes, as it would have
-    return {"precompile": status, "precompile_s": round(time.perf_counter() - start, 6)}
+    return {"precompile": status, "precompile_s": round(time.perf_counter() - start, 6)}, tuple(graphs)
+
+
+def _captured(fn: Callable[[], Any], stream: Any, pool: Any) -> Any:
+    """`fn` captured into a new graph on `stream` from `pool` (relaxed: a library's lazy setup on
+    another stream does not end the capture); its outputs freed back to the pool at once."""
+    graph = torch.cuda.CUDAGraph()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph.capture_begin(pool=pool, capture_error_mode="relaxed")
+        try:
+            fn()
+        finally:
+            graph.capture_end()
+    return graph
 
 
 def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock: Clock,
@@ -453,10 +474,12 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
                 except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
                     print(traceback.format_exc(), file=sys.stderr, flush=True)
                     torch.cuda.synchronize()
+    pool = torch.cuda.graph_pool_handle()  # one for every capture: each reuses what the one before freed
     for key, one in drawn.items():  # captures only: no kernel runs, the device is not held
         with phase("precompile", key):
             try:
-                staged[key] = replace(one, precompile=precompile(one))
+                how, graphs = precompile(one, pool)
+                staged[key] = replace(one, precompile=how, graphs=graphs)
             except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
                 print(traceback.format_exc(), file=sys.stderr, flush=True)
                 torch.cuda.synchronize()
@@ -568,6 +591,10 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
                               "pid": os.getpid()}
         output["results"] = precompile_only(spec, subjects, control, control_error, staged, phase)
         write_json(out_path, output)
+        if staged:  # its inputs and captures unmapped in a brief loan, not beside a timed section at exit
+            staged.clear()
+            with briefly(gate, phase, name="unmap"):
+                torch.cuda.empty_cache()
         return output
 
     with phase("queue"):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from benches import kernel_time, trial
+from benches.backends.base import prepared
 from bisector.search.call_timing import CallFigures, combined, figures, split
 from bisector.search.samples import trial_metric
 from bisector.search.evidence import metric_value
@@ -266,3 +267,20 @@ def test_a_subject_that_cannot_be_captured_compiles_under_the_lock(tmp_path) -> 
     for r in out["results"]:
         assert r["status"] == "ok" and r["precompile"].startswith("not captured"), r
     assert "precompile" in [p[0] for p in out["phases"]]
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_precompile_unmaps_nothing_outside_the_lock() -> None:
+    """The precompile's captures leave the allocator's cache as it was: memory another trial's
+    timed section would see unmapped stays mapped until the trial drops it under the device lock
+    (torch.cuda.graph empties the cache on entry, and that unmapping disturbed other trials)."""
+    a, b = _gemm()
+    spare = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    del spare  # cached, not unmapped
+    reserved = torch.cuda.memory_reserved()
+    staged = trial.Staged({}, prepared(lambda: a @ b), prepared(lambda: torch.mm(a, b)), None)
+    how, graphs = trial.precompile(staged)
+    assert how["precompile"] == "captured" and len(graphs) == 2, how
+    assert torch.cuda.memory_reserved() >= reserved
+    del graphs
