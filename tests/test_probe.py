@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bisector.model import BuildResult, BuildStatus, ProbeStatus, Shape, TrialRecord, TrialStatus
-from bisector.runner.probe import StoreProbe
+from bisector.runner.probe import At, StoreProbe, Taken, fresh
 from bisector.runner.executor import Timeline, TrialJob, TrialOutcome
 from bisector.store import Store
 
@@ -33,12 +33,14 @@ class Runner:
     def __init__(self, crash: tuple[str, ...] = (), meet: threading.Barrier | None = None,
                  broken: dict[str, set[str]] | None = None) -> None:
         self.crash, self.started, self.lock, self.running, self.overlaps = crash, [], threading.Lock(), set(), []
+        self.shapes_run: list[tuple[str, tuple[str, ...]]] = []  # (sha, the shapes a trial process measured)
         self.broken = broken or {}  # sha -> shape keys that crash while the others run
         self.meet = meet  # trials that must run at once wait here for each other (a busy CI core can be slow)
 
     def __call__(self, build: BuildResult, suite, shapes, *, first: bool, seed: int) -> list[TrialRecord]:
         with self.lock:
             self.started.append((build.sha, first, seed))
+            self.shapes_run.append((build.sha, tuple(sh.key for sh in shapes)))
             if self.running:
                 self.overlaps.append(frozenset(self.running | {build.sha}))
             self.running.add(build.sha)
@@ -178,3 +180,26 @@ def test_shapes_that_fail_alike_are_named_once(tmp_path: Path) -> None:
     m = probe(tmp_path, runner, parallel=1, shapes=three)("a", 3)
     assert m.reason == "fa/s128, fa/s64 do not run: TypeError: _run() missing 'fastmath'"
     assert set(m.samples) == {"gemm/m64"} and m.count() == 3
+
+
+def test_shaped_measures_only_the_shapes_asked_each_to_its_own_count(tmp_path: Path) -> None:
+    """A pair unclear on one shape doubles that shape alone: its trial processes measure only it,
+    the measurement holds only it, and a later full probe does not cut its extra samples back."""
+    runner = Runner()
+    p = probe(tmp_path, runner, parallel=2, shapes=TWO)
+    p.together({"a": 2, "b": 2})
+    runner.shapes_run.clear()
+    got = p.shaped({"a": {"fa/s64": 4}, "b": {"fa/s64": 4, "gemm/m64": 3}})
+    assert sorted(runner.shapes_run) == [("a", ("fa/s64",))] * 2 + [("b", ("gemm/m64", "fa/s64"))] * 2
+    assert {k: len(v) for k, v in got["a"].samples.items()} == {"fa/s64": 4}
+    assert {k: len(v) for k, v in got["b"].samples.items()} == {"fa/s64": 4, "gemm/m64": 3}  # each cut at its count
+    runner.shapes_run.clear()
+    full = p("a", 2)  # what the search had: nothing new is measured
+    assert runner.shapes_run == [] and full.count() == 2
+    # Later stages take fresh samples after each shape's own count.
+    taken = Taken({"a": p.measurement("a", p.stored("a"), At({"fa/s64": 4, "gemm/m64": 2}))})
+    start = taken.take(p, "a", 2)
+    assert start == At({"gemm/m64": 2, "fa/s64": 4}) and (start.of("fa/s64"), start.of("gemm/m64")) == (4, 2)
+    m = p("a", start + 2)
+    assert sorted(runner.shapes_run) == [("a", ("gemm/m64", "fa/s64"))] * 2  # fa 4 -> 6, gemm 2 -> 4
+    assert {k: len(v) for k, v in fresh(m, start, 2).items()} == {"gemm/m64": 2, "fa/s64": 2}

@@ -535,3 +535,47 @@ def test_a_step_whose_parent_reads_slow_in_the_verification_s_lineage_only_gets_
     assert -60 < step.change_pct["gemm/tall"] < -48  # judged without the biased look's trials
     assert found(run(False)[0], c) == {}  # one look: the biased lineage drops the real step
 
+
+
+class Shaped(Scripted):
+    """A Scripted probe that also measures only some shapes of measured commits (`shaped`), as the
+    StoreProbe does, and logs which shapes each of those calls asked for."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.shaped_calls: list[tuple[int, tuple[str, ...]]] = []
+
+    def shaped(self, wants: dict[str, dict[str, int]]) -> dict[str, Measurement]:
+        out = {}
+        for sha, per in wants.items():
+            i = self.index[sha]
+            self.shaped_calls.append((i, tuple(sorted(per))))
+            have = self.have[sha]
+            for s, n in per.items():
+                while len(have[s]) < n:
+                    t = len(have[s])
+                    have[s].append(self.value(i, s, t) * (1.0 + JITTER[(t + 3 * i + SHAPES.index(s)) % len(JITTER)]))
+            out[sha] = Measurement(sha, ProbeStatus.OK, {s: tuple(have[s][:n]) for s, n in per.items()})
+        return out
+
+
+def test_a_pair_unclear_on_one_shape_doubles_that_shape_alone() -> None:
+    """The GEMM is flat but noisy (sd 2% against a 3% minimum step), attention quiet with a 10% step:
+    the pairs the GEMM leaves unclear double the GEMM only, so the commits bisected on attention keep
+    few attention trials; the culprit is the same one a probe measuring every shape finds."""
+    c = shas(200)
+
+    def value(i: int, shape: str, t: int) -> float:
+        if shape == "gemm/8192":
+            u = int.from_bytes(hashlib.sha1(f"{i} {t}".encode()).digest()[:4], "big") / 2**32
+            return 1.0 + 0.035 * (u - 0.5) * 2
+        return 0.9 if shape == "fa/s4096" and i >= 137 else 1.0
+
+    settings = SearchSettings(min_step_pct=3.0, max_repeats=8)
+    probe = Shaped(c, value)
+    r = localize(c, probe, settings)
+    assert found(r, c) == found(localize(c, Scripted(c, value), settings), c) == {137: ("fa/s4096",)}
+    assert probe.shaped_calls and any(shapes == ("gemm/8192",) for _, shapes in probe.shaped_calls)
+    counts = [{s: len(v) for s, v in m.samples.items()} for m in r.measurements.values()]
+    assert any(n["gemm/8192"] > n["fa/s4096"] for n in counts), counts  # attention not doubled with the GEMM
+    assert sum(n["fa/s4096"] for n in counts) < sum(n["gemm/8192"] for n in counts)

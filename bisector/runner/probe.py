@@ -33,6 +33,30 @@ POLL_S = 1.0  # how often a trial another run is measuring is looked for in the 
 NOT_MEASURED = "not measured (offline replay)"
 
 
+@dataclass(frozen=True)
+class At:
+    """A position in a commit's samples, per shape: `base[shape] + offset`. The search measures a
+    pair's unclear shapes alone, so a commit's shapes can hold different numbers of samples; a slice
+    that begins after them begins at each shape's own count. Adding an int moves every shape."""
+
+    base: Mapping[str, int]
+    offset: int = 0
+
+    def __add__(self, n: int) -> "At":
+        return At(self.base, self.offset + n)
+
+    def of(self, shape: str) -> int:
+        return self.base.get(shape, 0) + self.offset
+
+
+Count = int | At  # samples wanted of every shape, or of each shape its own
+
+
+def of(count: Count, shape: str) -> int:
+    """The count for `shape`."""
+    return count.of(shape) if isinstance(count, At) else count
+
+
 class TrialExecutor(Protocol):
     def submit(self, job: TrialJob) -> Future: ...
 
@@ -81,7 +105,7 @@ class StoreProbe:
                          patch=self.patch, patch_hash=self.patch_hash, recipe=self.recipe, cold_jit=self.cold_jit,
                          metric=self.metric, offline=self.offline, max_crashes=self.max_crashes,
                          on_event=self.on_event, where=self.where, warmer=self.warmer)
-        out.build_results = self.build_results
+        out.build_results, out.lineage = self.build_results, self.lineage
         return out
 
     def build(self, sha: str) -> BuildResult:
@@ -111,7 +135,7 @@ class StoreProbe:
         keys = {s.key for s in self.shapes}
         return [t for t in self.store.trials(self.campaign, sha=sha, patch_hash=self.patch_hash) if t.shape in keys]
 
-    def __call__(self, sha: str, repeats: int) -> Measurement:
+    def __call__(self, sha: str, repeats: Count) -> Measurement:
         self.probes.append((sha, repeats))
         if self.offline:
             return self.stored_only(sha, repeats)
@@ -137,11 +161,20 @@ class StoreProbe:
         got = side_by_side([(self, sha, n) for sha, n in wants.items()])
         return dict(zip(wants, got))
 
+    def shaped(self, wants: Mapping[str, Mapping[str, int]]) -> dict[str, Measurement]:
+        """`together` with each commit's own count per shape, and only those shapes: the trial
+        processes asked for measure only them (a pair unclear on the decode GEMM alone doubles
+        without timing attention again). The measurements hold the shapes asked for, each cut at
+        its count."""
+        items = [(self.restricted([s for s in self.shapes if s.key in per]), sha, At(dict(per)))
+                 for sha, per in wants.items() if any(s.key in per for s in self.shapes)]
+        return {sha: m for (_, sha, _), m in zip(items, side_by_side(items))}
+
     def counts(self, trials: Sequence[TrialRecord]) -> dict[str, int]:
         """Usable trials per shape key."""
         return {s.key: sum(t.shape == s.key and t.status in USABLE for t in trials) for s in self.shapes}
 
-    def missing(self, trials: Sequence[TrialRecord], repeats: int) -> int:
+    def missing(self, trials: Sequence[TrialRecord], repeats: Count) -> int:
         """Trial processes still needed for `repeats` usable trials of every shape worth asking for:
         not those whose last `max_crashes` trials all failed (a commit that breaks attention but not
         the GEMM gives GEMM samples and stops there, instead of crashing for ever)."""
@@ -151,7 +184,7 @@ class StoreProbe:
             recent = [t.status for t in trials if t.shape == s.key][-self.max_crashes:]
             if len(recent) == self.max_crashes and all(r in FAILED for r in recent):
                 continue
-            need = max(need, repeats - done[s.key])
+            need = max(need, of(repeats, s.key) - done[s.key])
         return need
 
     @contextmanager
@@ -194,7 +227,7 @@ class StoreProbe:
         return [Want(sha, self.shapes, self.seed * 1_000_003, self.patch, self.patch_hash)
                 for sha in dict.fromkeys(shas) if sha not in failed and not self.stored(sha)]
 
-    def stored_only(self, sha: str, repeats: int) -> Measurement:
+    def stored_only(self, sha: str, repeats: Count) -> Measurement:
         """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""
         trials = self.stored(sha)
         if any(t.status in USABLE for t in trials):
@@ -208,11 +241,12 @@ class StoreProbe:
             else self.metric
         return trial_metric(trial, metric)
 
-    def measurement(self, sha: str, trials: Sequence[TrialRecord], repeats: int | None = None) -> Measurement:
+    def measurement(self, sha: str, trials: Sequence[TrialRecord], repeats: Count | None = None) -> Measurement:
         """The first `repeats` samples per shape, in the order they were measured: a re-run asks the
         same questions, gets the same answers, and so measures nothing twice."""
         samples = {s.key: tuple(v for t in trials if t.shape == s.key and t.status is TrialStatus.OK
-                                and (v := self.value(t)) is not None)[:repeats] for s in self.shapes}
+                                and (v := self.value(t)) is not None)[:None if repeats is None else of(repeats, s.key)]
+                   for s in self.shapes}
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
         broken: dict[str, set[str]] = {}  # last error -> shapes that never ran
         for key, error in {t.shape: (t.error or t.log_tail).strip()[-200:] for t in trials
@@ -228,7 +262,7 @@ class StoreProbe:
                            reason=reason)
 
 
-Item = tuple[StoreProbe, str, int]  # (probe, sha, trial processes wanted now)
+Item = tuple[StoreProbe, str, Count]  # (probe, sha, samples wanted of each shape)
 
 
 class Batch:
@@ -355,36 +389,39 @@ class Taken:
     """Which of each (patch, commit)'s samples this run has used so far: the search's come first,
     then every side-by-side comparison takes the next n. Fresh trials are then told apart from
     older ones, and a resumed run, asking the same questions in the same order, gets the same
-    slices from the store."""
+    slices from the store. Per shape (`At`): the search leaves a commit's shapes with different
+    counts where it doubled a pair's trials on some shapes only."""
 
     def __init__(self, measurements: Mapping[str, Measurement]) -> None:
-        self.used: dict[tuple[str | None, str], int] = {(None, sha): m.count() for sha, m in measurements.items()}
+        self.used: dict[tuple[str | None, str], At] = {
+            (None, sha): At({k: len(v) for k, v in m.samples.items()}) for sha, m in measurements.items()}
 
-    def take(self, probe: StoreProbe, sha: str, n: int) -> int:
+    def take(self, probe: StoreProbe, sha: str, n: int) -> At:
         """The start of the next n samples of `sha` under `probe`'s patch; they are now spoken for."""
         key = (probe.patch_hash, sha)
-        start = self.used.get(key, 0)
+        start = self.used.get(key, At({}))
         self.used[key] = start + n
         return start
 
-    def extend(self, probe: StoreProbe, sha: str, start: int, n: int, more: int) -> None:
+    def extend(self, probe: StoreProbe, sha: str, start: At, n: int, more: int) -> None:
         """`more` samples right after start..start+n, which must be the last ones taken: a follow-up
         look at a side-by-side question whose answer is still open."""
         got = self.take(probe, sha, more)
         assert got == start + n, (got, start, n)
 
 
-def fresh(m: Measurement, start: int, n: int) -> dict[str, tuple[float, ...]]:
+def fresh(m: Measurement, start: Count, n: int) -> dict[str, tuple[float, ...]]:
     """Per shape, samples start..start+n of a measurement (the side-by-side ones)."""
-    return {k: v[start:start + n] for k, v in m.samples.items() if len(v) > start}
+    return {k: v[of(start, k):of(start, k) + n] for k, v in m.samples.items() if len(v) > of(start, k)}
 
 
-def fresh_tflops(probe: StoreProbe, sha: str, start: int, n: int) -> dict[str, float]:
+def fresh_tflops(probe: StoreProbe, sha: str, start: Count, n: int) -> dict[str, float]:
     """Per shape, the median subject TFLOP/s of the same OK trials `fresh` takes."""
     out = {}
     for shape in probe.shapes:
+        at = of(start, shape.key)
         values = [t.subject_tflops for t in probe.stored(sha) if t.shape == shape.key and t.status is TrialStatus.OK
-                  and probe.value(t) is not None][start:start + n]
+                  and probe.value(t) is not None][at:at + n]
         if values and all(v is not None for v in values):
             out[shape.key] = statistics.median(values)  # type: ignore[type-var]
     return out

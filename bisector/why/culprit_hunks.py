@@ -33,7 +33,7 @@ from bisector import gitrepo
 from bisector.why import hunk_groups, hunk_plumbing, hunks
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step
-from bisector.runner.probe import NOT_MEASURED, StoreProbe, Taken, fresh, side_by_side
+from bisector.runner.probe import NOT_MEASURED, At, StoreProbe, Taken, fresh, side_by_side
 from bisector.runner.warmer import Want
 from bisector.why.hunk_groups import HunkGroup
 from bisector.search.samples import PooledNoise, compare_pooled
@@ -266,7 +266,7 @@ class _Rounds:
         if not probes:
             return [self._skipped(s, str(verdicts[s])) for s in subsets]
         got: dict[tuple[int, ...], Measurement] = {}
-        first: dict[tuple[int, ...], int] = {}  # where this look's trials of each subset begin
+        first: dict[tuple[int, ...], At] = {}  # where this look's trials of each subset begin
         for k in range(MAX_ROUNDS):
             open_ = [s for s in subsets if verdicts[s] is None]
             cost = self.n * (len(open_) + 1)

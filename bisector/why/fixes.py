@@ -24,7 +24,7 @@ from bisector.build.builder import patch_hash
 from bisector.config import Config, Thresholds
 from bisector.model import (BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict,
                             min_step_for, regression)
-from bisector.runner.probe import NOT_MEASURED, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
+from bisector.runner.probe import NOT_MEASURED, At, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why import interactions
 from bisector.why.interactions import Interaction
@@ -110,7 +110,7 @@ class _Slice:
 
     probe: StoreProbe
     sha: str
-    start: int
+    start: At
     n: int
 
     def item(self) -> Item:

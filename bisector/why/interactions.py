@@ -37,7 +37,7 @@ from scipy import special  # the t distribution's inverse; scipy.stats takes ~1 
 from bisector.build.builder import patch_hash
 from bisector.config import Thresholds
 from bisector.model import BuildStatus, Measurement, ProbeStatus, Step
-from bisector.runner.probe import NOT_MEASURED, StoreProbe, fresh
+from bisector.runner.probe import NOT_MEASURED, Count, StoreProbe, fresh
 from bisector.search.samples import PooledNoise, compare_pooled, pair_sd
 from bisector.trust.filter import scrub
 from bisector.why.session import Session
@@ -247,7 +247,7 @@ def set_up(session: Session, steps: Sequence[Step], shape_keys: tuple[str, ...],
     return Plan(tuple(steps), shape_keys, note, probes, errors)
 
 
-def samples_of(m: Measurement, start: int, n: int, shape_keys: Sequence[str]) -> tuple[dict[str, tuple[float, ...]], str]:
+def samples_of(m: Measurement, start: Count, n: int, shape_keys: Sequence[str]) -> tuple[dict[str, tuple[float, ...]], str]:
     """(samples start..start+n per shape, "") of a combination's measurement, or ({}, why) where it
     failed, gave wrong results or gave no sample."""
     if m.status is not ProbeStatus.OK or m.wrong & set(shape_keys):
