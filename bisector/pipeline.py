@@ -241,6 +241,9 @@ class Prefetching:
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
         return self.probe.together(wants)
 
+    def shaped(self, wants: Mapping[str, Mapping[str, int]]) -> dict[str, Measurement]:
+        return self.probe.shaped(wants)
+
     def prefetch(self, shas: Sequence[str]) -> None:
         self.probe.prefetch(shas)
 

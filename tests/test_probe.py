@@ -203,3 +203,19 @@ def test_shaped_measures_only_the_shapes_asked_each_to_its_own_count(tmp_path: P
     m = p("a", start + 2)
     assert sorted(runner.shapes_run) == [("a", ("gemm/m64", "fa/s64"))] * 2  # fa 4 -> 6, gemm 2 -> 4
     assert {k: len(v) for k, v in fresh(m, start, 2).items()} == {"gemm/m64": 2, "fa/s64": 2}
+
+
+def test_the_gpu_path_prefetching_probe_offers_the_search_every_capability_of_the_store_probe(tmp_path: Path) -> None:
+    """The search looks its probe's optional methods up by name (`getattr(self.probe, ...)`): a
+    wrapper that lacks one silently turns it off on the GPU path (the H200 demo doubled every shape
+    for a pair unclear on one, through a Prefetching without `shaped`, while the CPU path did not)."""
+    import re
+
+    import bisector.search as search
+    from bisector.pipeline import Prefetching
+
+    asked = set(re.findall(r'getattr\(self\.probe, "(\w+)"', Path(search.__file__).read_text()))
+    assert {"together", "shaped", "prefetch", "independent"} <= asked
+    store_probe = probe(tmp_path, Runner(), parallel=1)
+    p = Prefetching(store_probe, RecordingPrefetcher(), ["c0"])
+    assert [name for name in sorted(asked) if hasattr(store_probe, name) and not hasattr(p, name)] == []
