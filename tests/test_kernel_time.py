@@ -271,16 +271,22 @@ def test_a_subject_that_cannot_be_captured_compiles_under_the_lock(tmp_path) -> 
 
 @needs_cuda
 @pytest.mark.gpu
-def test_a_precompile_unmaps_nothing_outside_the_lock() -> None:
+def test_a_precompile_unmaps_nothing_outside_the_lock(monkeypatch) -> None:
     """The precompile's captures leave the allocator's cache as it was: memory another trial's
     timed section would see unmapped stays mapped until the trial drops it under the device lock
     (torch.cuda.graph empties the cache on entry, and that unmapping disturbed other trials)."""
+    import gc
+
     a, b = _gemm()
+    gc.collect()  # earlier tests' graphs: a graph dropped here would release its pool and unmap it
     spare = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     del spare  # cached, not unmapped
+    torch.cuda.synchronize()
+    emptied: list[int] = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
     reserved = torch.cuda.memory_reserved()
     staged = trial.Staged({}, prepared(lambda: a @ b), prepared(lambda: torch.mm(a, b)), None)
     how, graphs = trial.precompile(staged)
     assert how["precompile"] == "captured" and len(graphs) == 2, how
-    assert torch.cuda.memory_reserved() >= reserved
+    assert emptied == [] and torch.cuda.memory_reserved() >= reserved, (emptied, reserved, torch.cuda.memory_reserved())
     del graphs
