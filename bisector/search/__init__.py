@@ -7,7 +7,8 @@ The search (Pinpoint-style):
    both steps are found unless they fall between the same two grid points; for one step the grid
    costs one extra commit, since bisection would probe the middle one anyway.
 2. Compare every adjacent pair of measured commits per shape (stats.compare). UNKNOWN doubles the
-   trials of both commits up to `max_repeats`; UNKNOWN at the cap counts as SAME-but-uncertain and
+   trials of both commits up to `max_repeats`, of the unclear shapes only where the probe can measure
+   some shapes alone (`probe.shaped`); UNKNOWN at the cap counts as SAME-but-uncertain and
    is reported in `uncertain`, unless the change is twice the minimum step and significant at a
    verification's level: then it is followed as a step, and verification decides.
 3. Refine every pair that is DIFFERENT in any shape by probing its middle commit (SKIP-aware: the
