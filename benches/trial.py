@@ -253,7 +253,7 @@ def precompile(staged: Staged, pool: Any = None) -> tuple[dict[str, Any], tuple[
         for who, prep in (("subject", staged.subj), ("control", staged.ctrl)):
             if prep is None:
                 continue
-            graphs.append(_captured(prep.run, stream, pool))
+            graphs.append(captured(prep.run, stream, pool))
             done.append(who)
         status = "captured"
     except Exception as exc:  # noqa: BLE001 - anything uncapturable runs under the lock instead
@@ -263,7 +263,7 @@ def precompile(staged: Staged, pool: Any = None) -> tuple[dict[str, Any], tuple[
     return {"precompile": status, "precompile_s": round(time.perf_counter() - start, 6)}, tuple(graphs)
 
 
-def _captured(fn: Callable[[], Any], stream: Any, pool: Any) -> Any:
+def captured(fn: Callable[[], Any], stream: Any, pool: Any) -> Any:
     """`fn` captured into a new graph on `stream` from `pool` (relaxed: a library's lazy setup on
     another stream does not end the capture); its outputs freed back to the pool at once."""
     graph = torch.cuda.CUDAGraph()

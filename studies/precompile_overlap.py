@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 WINDOW_S = 4.0
 MODES = ("precompile", "fill", "alloc", "context")
@@ -171,6 +172,15 @@ def precompiler(seconds: float, start: float, queue: mp.Queue, mode: str) -> Non
     queue.put(("compiled", n))
 
 
+def messages(queue: mp.Queue, alive: Callable[[], bool]) -> Iterator[tuple]:
+    """What the study's processes put on `queue`, while any of them is `alive` or some is left."""
+    while alive() or not queue.empty():
+        try:
+            yield queue.get(timeout=5)
+        except Exception:  # noqa: BLE001 - queue.Empty
+            continue
+
+
 def one_mode(mode: str, seconds: float) -> tuple[list[str], dict]:
     """Process A's rounds split by B's windows for one mode: table lines and a summary."""
     ctx = mp.get_context("spawn")
@@ -182,11 +192,7 @@ def one_mode(mode: str, seconds: float) -> tuple[list[str], dict]:
     b = ctx.Process(target=precompiler, args=(seconds, time.time(), queue, mode))
     b.start()
     rounds, busy, done = [], [], 0
-    while a.is_alive() or b.is_alive() or not queue.empty():
-        try:
-            m = queue.get(timeout=5)
-        except Exception:  # noqa: BLE001 - queue.Empty
-            continue
+    for m in messages(queue, lambda: a.is_alive() or b.is_alive()):
         if m[0] == "round":
             rounds.append(m[1:])
         elif m[0] == "busy":

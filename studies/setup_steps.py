@@ -42,7 +42,8 @@ from typing import Any
 
 from bisector.demo.history import states
 from studies.kernel_time import write_demolib
-from studies.precompile_overlap import timer
+from benches.trial import captured
+from studies.precompile_overlap import messages, timer
 
 MODES = ("free", "keep")
 GAP_S = 0.25  # between a child's steps: a round overlapping two steps is told apart from one that overlaps one
@@ -82,15 +83,7 @@ def child_steps(mode: str, source: str, queue: mp.Queue) -> None:
                 fn()
             del graph
             return
-        graph = torch.cuda.CUDAGraph()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            graph.capture_begin(pool=pool, capture_error_mode="relaxed")
-            try:
-                fn()
-            finally:
-                graph.capture_end()
-        kept.append(graph)
+        kept.append(captured(fn, stream, pool))  # benches/trial.py's precompile now
 
     q, k, v = inputs["fa"]
     span("fa_subject", lambda: capture(lambda: fa.flash_attn(q, k, v)))
@@ -135,11 +128,7 @@ def one_mode(mode: str, seconds: float, source: Path, cache: Path) -> tuple[list
     b.start()
     rounds, steps, n = [], [], 0
     open_exit: list[float] = []
-    while b.is_alive() or not queue.empty():
-        try:
-            m = queue.get(timeout=5)
-        except Exception:  # noqa: BLE001 - queue.Empty
-            continue
+    for m in messages(queue, b.is_alive):
         if m[0] == "round":
             rounds.append(m[1:])
         elif m[0] == "step" and m[1] == "exit":
