@@ -203,6 +203,22 @@ def test_peak_clock_ratio_ignores_throttled_repetitions():
     assert abs(peak_clock_ratio(subject, control_fast_outlier) - 1.375 / 1.40) < 1e-9
 
 
+def test_a_ratio_of_calls_disturbed_one_by_one_is_read_from_each_side_s_fastest_call():
+    """Another process's work slows single calls, now the subject's, now the control's: the
+    peak-clock anchor lands on a slow control and reads the pair 31% off; the fastest calls agree
+    with the undisturbed trials. A clock drop, which slows both sides alike, keeps the peak-clock ratio."""
+    from benches.timing import device_ratio, peak_clock_ratio
+
+    # an H200 demo trial of gemm/m8192 (its build's median ratio 0.982)
+    subject = [1.424, 1.806, 2.357, 1.408, 2.341, 2.626]
+    control = [2.103, 1.379, 2.266, 2.274, 1.381, 1.777]
+    assert peak_clock_ratio(subject, control) < 0.7
+    ratio, disturbed = device_ratio(subject, control)
+    assert disturbed and abs(ratio - 1.379 / 1.408) < 1e-9
+    throttled = ([1.40] * 10 + [1.52] * 20, [1.375] * 10 + [1.52] * 20)
+    assert device_ratio(*throttled) == (peak_clock_ratio(*throttled), False)
+
+
 @pytest.mark.parametrize("line, version", [
     ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Thu Jan  2 2025\n", "570.86.15"),
     ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.51.03  Release Build\n", "575.51.03"),
