@@ -234,7 +234,7 @@ def precompile(staged: Staged, pool: Any = None) -> tuple[dict[str, Any], tuple[
     """The first calls of subject and control, captured into a CUDA graph that is never replayed:
     the JIT compile or cache load, the module load, a library's plan (cuDNN, cuBLAS handles) all
     happen on the host while no kernel runs on the device, so this may overlap another trial's timed
-    section (studies/precompile_overlap.py measures that it does not disturb it). A call that cannot
+    section (studies/precompile_overlap.py measured the captures themselves not to disturb it). A call that cannot
     be captured (it synchronizes, autotunes, copies from the host) is left to the first call under
     the device lock, as before; the reason is kept.
 

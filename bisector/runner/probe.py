@@ -95,7 +95,7 @@ class StoreProbe:
         self.metric, self.offline, self.max_crashes = metric, offline, max_crashes
         self.warmer = warmer  # builds and compiles the commits the search may need next (`prefetch`)
         self.build_results: dict[str, BuildResult] = {}
-        self.probes: list[tuple[str, int]] = []
+        self.probes: list[tuple[str, Count]] = []
         self.owner = Owner.me()
         self.lineage = 0  # the worker lineage its trials ask for (`independent`)
 
