@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import sqlite3
 import statistics
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from benches.timing import device_ratio, peak_clock_ratio
+from bisector.search.stats import log_sd
 
 Rule = Callable[[Sequence[float], Sequence[float]], float]
 RULES: dict[str, Rule] = {
@@ -52,20 +52,12 @@ def gemm_trials(db: sqlite3.Connection) -> list[tuple[int, str, str | None, str,
 
 
 def figures(values: dict[tuple[str | None, str], list[float]]) -> str:
-    devs, ss, df = [], 0.0, 0
-    for v in values.values():
-        if len(v) < 4:
-            continue
-        mid = statistics.median(v)
-        devs += [abs(100.0 * (x / mid - 1.0)) for x in v]
-        logs = [math.log(x) for x in v]
-        mean = sum(logs) / len(logs)
-        ss += sum((x - mean) ** 2 for x in logs)
-        df += len(logs) - 1
+    builds = [v for v in values.values() if len(v) >= 4]
+    devs = [abs(100.0 * (x / statistics.median(v) - 1.0)) for v in builds for x in v]
+    sd, df = log_sd(builds)  # the search's raw pooled sd (samples.pooled_noise)
     if not devs or not df:
         return "-"
-    return (f"{sum(d > OFF_PCT for d in devs)}/{len(devs)} off, sd {100 * math.sqrt(ss / df):.2f}%, "
-            f"median dev {statistics.median(devs):.2f}%")
+    return f"{sum(d > OFF_PCT for d in devs)}/{len(devs)} off, sd {100 * sd:.2f}%, median dev {statistics.median(devs):.2f}%"
 
 
 def report(store: Path) -> str:

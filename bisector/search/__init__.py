@@ -135,7 +135,7 @@ class _State:
         if have is not None and have.status is ProbeStatus.OK and len({len(v) for v in have.samples.values()}) > 1:
             # shapes measured unequally (`measure_shaped`): only those short of `repeats`, so that
             # none is cut back to it
-            self.measure_shaped({i: {s: repeats for s, v in have.samples.items() if len(v) < repeats}})
+            self.measure_shaped({i: dict.fromkeys(have.samples, repeats)})
             return True
         m = self.probe(sha, repeats)
         self.probes.append((sha, repeats))
@@ -249,7 +249,7 @@ class _State:
 
     def after(self, k: int, n: int) -> dict[str, int]:
         """n trials more of every shape of commit k: each shape's count now, plus n."""
-        return {s: len(v) + n for s, v in self.meas[self.commits[k]].samples.items()}
+        return {s: c + n for s, c in self.counts(k)[k].items()}
 
     def counts(self, *idxs: int) -> _Counts:
         """Trials per shape of each commit now: where the next fresh trials will start."""
