@@ -82,8 +82,9 @@ def lock_holder(path: Path) -> int | None:
     return None
 
 
-def kill_one_mid_trial(watcher: Any, device_lock: Path, after: int, kill: Kill, stop: threading.Event) -> None:
-    """SIGKILL the worker holding the device once `after` trial tasks have ended (no time assumed);
+def kill_one_mid_trial(watcher: Any, device_locks: list[Path], after: int, kill: Kill,
+                       stop: threading.Event) -> None:
+    """SIGKILL a worker holding a device (one of `device_locks`) once `after` trial tasks have ended (no time assumed);
     if no worker is seen holding it for 20 s (or /proc/locks cannot be read), the first worker seen
     running a trial, 0.5 s in, as tests/test_dask_executor.py does."""
     pids: dict[str, int] = {}
@@ -98,9 +99,9 @@ def kill_one_mid_trial(watcher: Any, device_lock: Path, after: int, kill: Kill, 
                 since = since or time.monotonic()
                 if set(busy) - set(pids):
                     pids = watcher.run(os.getpid)
-                holder = lock_holder(device_lock)
-                target, how = next((w for w in sorted(busy) if pids.get(w) == holder), None), "holding the device"
-                if target is None and (holder == -1 or time.monotonic() - since > 20):
+                holders = {lock_holder(lock) for lock in device_locks}
+                target, how = next((w for w in sorted(busy) if pids.get(w) in holders), None), "holding a device"
+                if target is None and (-1 in holders or time.monotonic() - since > 20):
                     target, how = sorted(busy)[0], "running a trial (no lock holder seen)"
                     time.sleep(0.5)
                 if target is not None:
@@ -122,19 +123,20 @@ def trial_processes(store: Path) -> list[dict[str, Any]]:
         where = proto.get("where") or {}
         entry = out.setdefault((sha, patch, slot, proto.get("log_path")), {
             "sha": sha, "slot": slot, "statuses": [], "worker": where.get("dask_worker", "?"),
+            "device": where.get("device", 0),
             "timeline": proto.get("timeline") or {}})
         entry["statuses"].append(status)
     return list(out.values())
 
 
 def device_overlaps(procs: list[dict[str, Any]]) -> tuple[int, int, int, int]:
-    """(device sections, sections that began before an earlier one ended, of those across workers,
-    pairs of trial processes of two workers alive at once): the lock's evidence."""
-    spans = sorted((t["go"], t["release"], p["worker"]) for p in procs for t in [p["timeline"]]
+    """(device sections, sections that began before an earlier one on the same device ended, of those
+    across workers, pairs of trial processes of two workers alive at once): the lock's evidence."""
+    spans = sorted((t["go"], t["release"], p["worker"], p.get("device", 0)) for p in procs for t in [p["timeline"]]
                    if t.get("go") is not None and t.get("release") is not None)
     overlaps = cross = 0
-    for i, (go, _, worker) in enumerate(spans):
-        earlier = [(r, w) for _, r, w in spans[:i] if r > go]
+    for i, (go, _, worker, device) in enumerate(spans):
+        earlier = [(r, w) for _, r, w, d in spans[:i] if r > go and d == device]
         overlaps += bool(earlier)
         cross += any(w != worker for _, w in earlier)
     alive = [(t["assigned"] if t.get("assigned") is not None else t.get("started"), t.get("ended"), p["worker"])
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     load(root / "config.toml")  # a bad edit fails here, in one line, before anything runs
     cmd = run_command(root, shas, shapes) + ([] if args.fixes else ["--no-fixes"])
     kill, stop = Kill(), threading.Event()
-    killer = threading.Thread(target=kill_one_mid_trial, args=(watcher, device_lock, args.kill_after, kill, stop),
+    killer = threading.Thread(target=kill_one_mid_trial, args=(watcher, [device_lock], args.kill_after, kill, stop),
                               daemon=True)
     killer.start()
     start = time.time()

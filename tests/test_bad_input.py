@@ -119,6 +119,14 @@ def test_demo_dir_naming_a_file(tmp_path: Path, where: str) -> None:
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["notes.txt"]
 
 
+@pytest.mark.parametrize("given", ["a,1", "0,0", ","])
+def test_demo_visible_devices_that_are_not_a_list_of_indices(tmp_path: Path, given: str) -> None:
+    line = one_line_error(bisector(tmp_path, "demo", "--device", "cpu", "--dir", "d", "--visible", given),
+                          "--visible", repr(given))
+    assert "device indices" in line or "named twice" in line
+    assert not (tmp_path / "d").exists()  # refused before the demo repository was written
+
+
 def make_store(path: Path) -> None:
     with Store(path) as store:
         store.add_commits("c", [Commit("a" * 40, "2026-08-01", "ann", "s", 1)])

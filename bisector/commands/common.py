@@ -116,18 +116,24 @@ def run_options(func: F) -> F:
                      help="Where trials run (default: the config's [executor] kind, else local)."),
         click.option("--executor-address", default=None,
                      help="dask: the scheduler (tcp://host:8786), or 'local' for one worker per device here."),
+        click.option("--visible", default=None, metavar="I,J,...",
+                     help="Device indices to run on (default: the config's [device] visible); two or more "
+                          "probe that many commits at once."),
     )):
         func = option(func)
     return func
 
 
-def with_executor(cfg: Any, kind: str | None, address: str | None) -> Any:
-    """The config with `--executor` / `--executor-address` over its `[executor]` (BadInput naming the option)."""
+def with_cli_overrides(cfg: Any, kind: str | None, address: str | None, visible: str | None = None) -> Any:
+    """The config with `--executor` / `--executor-address` over its `[executor]` and `--visible` over its
+    `[device] visible` (BadInput naming the option)."""
     from dataclasses import replace
 
     from bisector.config import executor_problem
     from bisector.errors import BadInput
 
+    if visible is not None:
+        cfg = replace(cfg, devices=device_list(visible))
     if kind is None and address is None:
         return cfg
     kind = kind or (cfg.executor.kind if address is None else "dask")
@@ -136,6 +142,18 @@ def with_executor(cfg: Any, kind: str | None, address: str | None) -> Any:
     if problem:
         raise BadInput(f"--executor-address: {problem}")
     return replace(cfg, executor=replace(cfg.executor, kind=kind, address=address))
+
+
+def device_list(text: str) -> tuple[int, ...]:
+    """`--visible 0,1` as device indices, or BadInput naming the option and what is wrong."""
+    from bisector.errors import BadInput
+
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise BadInput(f"--visible: must be comma-separated device indices (0,1), got {text!r}")
+    if len(set(parts)) != len(parts):
+        raise BadInput(f"--visible: a device is named twice in {text!r}")
+    return tuple(int(p) for p in parts)
 
 
 def shape_list(text: str) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bisector import pipeline
-from bisector.commands.common import USER_PATH, fail_on_error, run_options, shape_list, with_executor
+from bisector.commands.common import USER_PATH, fail_on_error, run_options, shape_list, with_cli_overrides
 from bisector.commands.run_cmd import run_and_print
 from bisector.errors import BadInput
 
@@ -34,15 +34,16 @@ def demo_dir(directory: str) -> Path:
 @run_options
 @fail_on_error
 def command(device: str, directory: str, report_dir: str | None, shapes: str, no_fixes: bool, no_hunks: bool,
-            as_json: bool, executor_kind: str | None, executor_address: str | None) -> None:
+            as_json: bool, executor_kind: str | None, executor_address: str | None,
+            visible: str | None) -> None:
     """Bisect the embedded demo library (40 commits with planted steps) on this machine."""
     from bisector.demo import write_demo_repo
     from bisector.demo.demo_config import demo_config, pick_device
 
     root = demo_dir(directory)
     device = pick_device(device)
+    cfg = with_cli_overrides(demo_config(device, root / "upstream"), executor_kind, executor_address, visible)
     manifest = write_demo_repo(root / "upstream")
-    cfg = with_executor(demo_config(device, root / "upstream"), executor_kind, executor_address)
     # The report goes under --dir too: run inside a checkout of bisector, the demo must not write
     # over the committed example in reports/.
     options = pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(root / "results.sqlite"),

@@ -10,7 +10,7 @@ import click
 from bisector import config as config_mod
 from bisector import gitrepo, pipeline
 from bisector.store import last_used as laststore
-from bisector.commands.common import USER_PATH, fail_on_error, print_json, run_options, shape_list, with_executor
+from bisector.commands.common import USER_PATH, fail_on_error, print_json, run_options, shape_list, with_cli_overrides
 from bisector import publish as publish_mod
 from bisector.commands.progress import ProgressLine
 from bisector.errors import BadInput, BisectorError, RefError
@@ -136,9 +136,10 @@ def check_compared(outcome: pipeline.RunOutcome) -> None:
 @fail_on_error
 def command(config_path: str, good: str, bad: str, store: str | None, work_dir: str | None,
             report_dir: str | None, shapes: str, no_fixes: bool, no_hunks: bool, offline: bool, publish: bool,
-            dry_run: str | None, as_json: bool, executor_kind: str | None, executor_address: str | None) -> None:
+            dry_run: str | None, as_json: bool, executor_kind: str | None, executor_address: str | None,
+            visible: str | None) -> None:
     """Localize every TFLOP/s step between GOOD and BAD and write a report. Re-run to resume."""
-    cfg = with_executor(config_mod.load(config_path), executor_kind, executor_address)
+    cfg = with_cli_overrides(config_mod.load(config_path), executor_kind, executor_address, visible)
     options = pipeline.RunOptions(good=good, bad=bad, store=store, work_dir=work_dir, report_dir=report_dir,
                                   shapes=shape_list(shapes), verify_fixes=not no_fixes,
                                   find_hunks=not no_hunks, offline=offline,
