@@ -125,10 +125,12 @@ class Session:
         self.where = portable.roots(self.work, builds=cache_root, **local)
         # With the dask executor commits are built on the workers, where their trials run.
         remote = config.executor.kind != "local" and not offline
-        self.prefetcher = Prefetcher(_RemoteBuilds(self) if remote else self.builder, config.build.parallel)
-        # The commits the search may need next, built and compiled cold on spare cores (GPU hosts).
+        builds = _RemoteBuilds(self) if remote else self.builder
+        self.prefetcher = Prefetcher(builds, config.build.parallel)
+        # The commits the search may need next, built and compiled cold on spare cores (GPU hosts),
+        # or with dask set up and held on the workers (standbys).
         parallel = 0 if offline else default_parallel(config)
-        self.warmer = Warmer(self.builder, lambda: precompile_executor(config, self.work, parallel), parallel,
+        self.warmer = Warmer(builds, lambda: precompile_executor(config, self.work, parallel), parallel,
                              standby=(lambda: self.executor) if config.protocol.standby else None) if parallel else None
         self._trials: Trials | None = None
         self.stages: list[Stage] = []

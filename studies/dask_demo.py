@@ -4,8 +4,8 @@
                                 [--no-kill] [--timeout 540] [--dir DIR] [--out FILE]
 
 Issue 24 on the hardware it names: starts a scheduler and one Nanny-supervised worker per device
-(`bisector.runner.cluster.local_cluster`, what `--executor-address local` starts, here in this
-process so it can watch and kill a worker), and runs
+(`bisector.runner.cluster.local_cluster`, what `--executor-address local` starts, with the same
+`HOLD` room for standbys and spares, here in this process so it can watch and kill a worker), and runs
 
     bisector demo --device D --visible 0,1 --executor dask --executor-address <scheduler> --json
 
@@ -38,6 +38,7 @@ from bisector.demo.demo_config import demo_config
 from bisector.runner.cluster import local_cluster, require_distributed
 from bisector.runner.launch import default_ahead
 from bisector.runner.lock import lock_path
+from bisector.runner.warmer import held_room
 from studies.dask_one_gpu import Kill, device_overlaps, kill_one_mid_trial, reruns, store_counts, trial_processes
 from studies.long_range import emit
 
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     locks = [lock_path(args.device, d) for d in devices]
 
     t0 = time.time()
-    cluster = local_cluster(devices, threads=1 + default_ahead(config))
+    cluster = local_cluster(devices, threads=1 + default_ahead(config), holds=held_room(config))
     watcher = require_distributed().Client(cluster, set_as_default=False)
     watcher.wait_for_workers(len(devices), timeout=120)
     cluster_s = time.time() - t0

@@ -111,3 +111,47 @@ def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, upstream) -> No
         claims = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'claims'").fetchone()[0]
         left = db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] if claims else 0
     assert left == 0  # every claimed trial was stored (or given back): none is waiting for a dead worker
+
+
+def timelines(store: Path) -> dict[tuple[str, int], dict]:
+    """Each stored trial process's timeline, by (commit, slot)."""
+    import json
+
+    with sqlite3.connect(store) as db:
+        rows = db.execute("SELECT sha, slot, protocol FROM trials WHERE patch_hash IS NULL").fetchall()
+    out = {}
+    for sha, slot, protocol in rows:
+        proto = json.loads(protocol or "{}")
+        out[(sha, slot)] = proto.get("timeline") or {}
+    return out
+
+
+def test_held_trials_wait_set_up_on_the_workers_until_the_bot_opens_their_gate(tmp_path: Path, upstream) -> None:
+    """With HOLD room (a JIT cache and `[protocol] prefetch`), the run holds standbys and spares on its
+    workers, and sends a commit's later trials with its cold first one, each waiting at its gate:
+    the same steps, trials the search took already set up, none on a device before its commit's
+    first trial released it, nothing stored twice."""
+    repo, shas = upstream
+    text = cpu_config("dask-hold", repo, gemm_subject(256), trials=3, max_trials=4, reps=5, min_step_pct=20.0,
+                      jit_cache_env=("BISECTOR_TEST_JIT",)).replace("[thresholds]", "prefetch = 2\n[thresholds]")
+    (tmp_path / "cfg.toml").write_text(text)
+    cfg = replace(config_mod.load(tmp_path / "cfg.toml"), executor=config_mod.Executor("dask", "local"))
+    options = pipeline.RunOptions(good=shas[1], bad="main", store=str(tmp_path / "s.sqlite"),
+                                  work_dir=str(tmp_path / "work"), report_dir=str(tmp_path / "report"),
+                                  verify_fixes=False, find_hunks=False)
+    outcome = pipeline.bisect(cfg, options)
+    steps = {s.commit for s in outcome.result.steps}
+    assert shas[4] in steps and steps <= {shas[4], shas[8]}
+    assert not stored_twice(tmp_path / "s.sqlite")
+    seen = timelines(tmp_path / "s.sqlite")
+    # Standbys and spares: set up before the search asked for them, then unheld.
+    assert [t for t in seen.values() if t.get("unheld")]
+    # A later trial sent with its commit's first one: set up meanwhile, on a device only after it.
+    early = 0
+    for (sha, slot), t in seen.items():
+        first = seen.get((sha, 0))
+        if slot == 0 or first is None or t.get("go") is None:
+            continue
+        assert t["go"] >= first["release"] - 1e-3, (sha, slot)
+        early += t["submitted"] < first["ended"]
+    assert early

@@ -41,11 +41,12 @@ def open_trials(config: Config, work: str | Path) -> Trials:
 def open_dask(config: Config, work: str | Path) -> Trials:
     from bisector.runner.cluster import local_cluster, require_distributed
     from bisector.runner.dask_executor import DaskExecutor
+    from bisector.runner.warmer import held_room
 
     distributed = require_distributed()
     address = config.executor.address or "local"
     slots = 1 + default_ahead(config)
-    cluster = local_cluster(config.devices, threads=slots) if address == "local" else None
+    cluster = local_cluster(config.devices, threads=slots, holds=held_room(config)) if address == "local" else None
     try:
         client = distributed.Client(cluster if cluster is not None else address, timeout="60s",
                                     set_as_default=False)

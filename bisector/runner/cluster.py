@@ -35,12 +35,15 @@ def worker_env(device: int, environ: Mapping[str, str] | None = None) -> dict[st
     return env
 
 
-def local_cluster(devices: Sequence[int], threads: int = 1) -> Any:
-    """A scheduler and one worker per device on this host (no dashboard), ready to connect to."""
+def local_cluster(devices: Sequence[int], threads: int = 1, holds: int = 0) -> Any:
+    """A scheduler and one worker per device on this host (no dashboard), ready to connect to.
+    `threads` trials at a time share the device; `holds` more may wait set up, off the device
+    (the `HOLD` resource: standbys and spares, bisector/runner/dask_executor.py)."""
     distributed = require_distributed()
     from distributed import Nanny, Scheduler, SpecCluster
 
-    workers = {f"device-{d}": {"cls": Nanny, "options": {"nthreads": max(1, threads), "resources": {"GPU": 1},
+    resources = {"GPU": 1, **({"HOLD": holds} if holds else {})}
+    workers = {f"device-{d}": {"cls": Nanny, "options": {"nthreads": max(1, threads) + holds, "resources": resources,
                                                            "env": worker_env(d), "memory_limit": 0}}
                for d in devices}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": None, "host": "127.0.0.1"}}

@@ -8,7 +8,14 @@ local executor lends its device to one at a time, preparing the others meanwhile
 
 - Placement: a side-by-side round's lanes map to the GPU workers in a fixed order (a Latin
   square over devices, as locally), loosely: a lane whose worker is gone runs elsewhere.
-- A commit's cold first trial comes first: its other trials are sent when it has ended.
+- A commit's cold first trial comes first: its other trials are sent at once, set up on their
+  workers and held at a gate (a dask `Event`) that opens when the first has ended; on a cluster
+  without `HOLD` room they are sent only then.
+- Standbys and spares (bisector/runner/warmer.py `standby`): a trial submitted with `hold` is set up
+  on a worker with `HOLD` room and waits at its gate until `unhold` opens it, or `cancel` drops it
+  (its process killed, nothing stored). Held trials take `HOLD`, not a share of the `GPU`, so they
+  never keep a trial the search waits for from a worker. Without `HOLD` room a held trial is not
+  sent: `unhold` answers None and the caller submits it anew, as a standby that ended does.
 - A worker that dies mid-trial (its trial process dies with it, through the fence) has its task
   re-run by the scheduler on another worker; the bot gets one result per task, and stores it once
   (the Batch stores what each future gives, and the store's slot claims stay the bot's).
@@ -20,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +38,7 @@ from bisector.runner import remote
 from bisector.runner.executor import TrialJob, TrialOutcome, Timeline
 
 RESOURCE = "GPU"
+HOLD = "HOLD"  # a worker's room for trials set up and waiting at their gate
 
 
 class DaskExecutor:
@@ -44,6 +52,10 @@ class DaskExecutor:
         self.places: dict[int, str] = {}  # global device index -> "worker address / device"
         self._lock = threading.Lock()
         self._sent: dict[Future, Any] = {}  # our future -> its dask future
+        self._gates: dict[Future, tuple[str, TrialJob]] = {}  # a trial waiting at its gate -> the gate, its job
+        # Gates are opened from here: `after`'s callbacks run where a blocking call to the scheduler must not.
+        self._signals = ThreadPoolExecutor(1, thread_name_prefix="dask-gates")
+        self._can_hold: bool | None = None
         self._closed = False
 
     # -- the cluster ---------------------------------------------------------------------------
@@ -57,6 +69,14 @@ class DaskExecutor:
         """GPU resources on the cluster now: how many commits the search may probe at once."""
         info = self.client.scheduler_info()
         return int(sum(w.get("resources", {}).get(RESOURCE, 0) for w in info.get("workers", {}).values()))
+
+    @property
+    def can_hold(self) -> bool:
+        """Whether a worker has `HOLD` room: asked once, when a trial first wants to be held."""
+        if self._can_hold is None:
+            info = self.client.scheduler_info()
+            self._can_hold = any(w.get("resources", {}).get(HOLD, 0) > 0 for w in info.get("workers", {}).values())
+        return self._can_hold
 
     def wait_for_devices(self, n: int, timeout_s: float = 120.0) -> None:
         """Until `n` GPU workers are up (a cluster just started), or a one-line error."""
@@ -78,29 +98,75 @@ class DaskExecutor:
     def submit(self, job: TrialJob) -> Future:
         future: Future = Future()
         after = job.after
-        if after is not None and not after.done():
+        waits = after is not None and not after.done()
+        if (job.hold or waits) and self.can_hold:
+            self._send(job, future, gate=f"gate-{job.build.sha[:12]}-{job.slot}-{uuid.uuid4().hex[:8]}")
+            if not job.hold:
+                self._open_after(future, after)
+        elif job.hold:  # nowhere to hold it: `unhold` says so, and the caller submits it anew
+            if future.cancel():
+                future.set_running_or_notify_cancel()
+        elif waits:
             after.add_done_callback(lambda _: self._send(job, future))
         else:
             self._send(job, future)
         return future
 
-    def _send(self, job: TrialJob, future: Future) -> None:
+    def unhold(self, future: Future) -> Future | None:
+        """A held trial is wanted now: its gate opens (once its commit's first trial has ended, for a
+        later one). None when it is gone (dropped, or it ended in its setup): the caller submits anew."""
+        with self._lock:
+            entry = self._gates.get(future)
+        if entry is None or future.done():
+            return None
+        self._open_after(future, entry[1].after)
+        return future
+
+    def _open_after(self, future: Future, after: Future | None) -> None:
+        if after is not None and not after.done():
+            after.add_done_callback(lambda _: self._signal(future))
+        else:
+            self._signal(future)
+
+    def _signal(self, future: Future, drop: bool = False) -> None:
+        try:
+            self._signals.submit(self._open, future, drop)
+        except RuntimeError:  # closed: its worker's task ends with the cluster or client
+            pass
+
+    def _open(self, future: Future, drop: bool = False) -> None:
+        """Set the gate of a held trial (its drop Event first, when it is not wanted)."""
+        from distributed import Event
+
+        with self._lock:
+            entry = self._gates.pop(future, None)
+        if entry is None:
+            return
+        if drop:
+            Event(remote.drop_name(entry[0]), client=self.client).set()
+        Event(entry[0], client=self.client).set()
+
+    def _send(self, job: TrialJob, future: Future, gate: str = "") -> None:
         with self._lock:
             if future.done() or self._closed:
                 return
             task = remote.RemoteTrial(self.config, self.work, job.build.sha, job.patch, job.shapes, job.seed,
-                                      job.slot, job.first)
+                                      job.slot, job.first, gate)
             workers = self.gpu_workers()
             where = [workers[job.lane % len(workers)]] if job.lane is not None and workers else None
             key = f"trial-{job.build.sha[:12]}-{job.slot}-{uuid.uuid4().hex[:8]}"
-            dfut = self.client.submit(remote.trial, task, key=key, pure=False, resources={RESOURCE: 1.0 / self.slots},
+            need = {HOLD: 1} if gate else {RESOURCE: 1.0 / self.slots}
+            dfut = self.client.submit(remote.trial, task, key=key, pure=False, resources=need,
                                       workers=where, allow_other_workers=where is not None, retries=self.retries)
             self._sent[future] = dfut
+            if gate:
+                self._gates[future] = (gate, job)
         dfut.add_done_callback(lambda d: self._done(job, future, d))
 
     def _done(self, job: TrialJob, future: Future, dfut: Any) -> None:
         with self._lock:
             self._sent.pop(future, None)
+            self._gates.pop(future, None)
         if future.done() or dfut.cancelled():
             return
         try:
@@ -137,8 +203,11 @@ class DaskExecutor:
         """Drop a trial not yet run (one running finishes on its worker; its result is not used)."""
         with self._lock:
             dfut = self._sent.pop(future, None)
+            gated = future in self._gates
         if future.cancel():  # first: the dask future's callback then finds it done
             future.set_running_or_notify_cancel()
+        if gated:  # set up and waiting on its worker: it drops its trial process and returns
+            self._signal(future, drop=True)
         if dfut is not None:
             dfut.cancel()
 
@@ -147,10 +216,14 @@ class DaskExecutor:
             self._closed = True
             pending = list(self._sent.items())
             self._sent.clear()
+            gated = list(self._gates)
         for future, dfut in pending:
             if future.cancel():
                 future.set_running_or_notify_cancel()
             dfut.cancel()
+        for future in gated:  # held on their workers: each drops its trial process and ends
+            self._open(future, drop=True)
+        self._signals.shutdown(wait=True)
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()

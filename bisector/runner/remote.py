@@ -54,6 +54,14 @@ class RemoteTrial:
     seed: int
     slot: int
     first: bool
+    # A dask Event's name: the trial sets up now and takes the device only once the bot sets it (a
+    # standby, a spare, a commit's later trial waiting for its first); "" runs it straight away.
+    gate: str = ""
+
+
+def drop_name(gate: str) -> str:
+    """The Event the bot sets, before the gate itself, when the held trial is not wanted after all."""
+    return f"{gate}-drop"
 
 
 def worker_device() -> int:
@@ -113,11 +121,27 @@ def trial(task: RemoteTrial) -> TrialOutcome:
     made = h.builder.build(task.sha, task.patch)
     if made.status is BuildStatus.FAILED:
         return failed(task, f"build failed on {socket.gethostname()}: {made.log_tail.strip()[-300:]}")
-    job = TrialJob(made, task.shapes, task.seed, slot=task.slot, first=task.first, patch=task.patch)
-    outcome = h.executor.submit(job).result()
+    job = TrialJob(made, task.shapes, task.seed, slot=task.slot, first=task.first, patch=task.patch,
+                   hold=bool(task.gate))
+    future = h.executor.submit(job)
+    if task.gate:
+        if not _gate_opens(task.gate):
+            h.executor.cancel(future)
+            return TrialOutcome((), Timeline(task.sha, None, worker_device(), time.time()))
+        future = h.executor.unhold(future) or future  # None: it ended in its setup; its outcome says how
+    outcome = future.result()
     at = where()
     records = tuple(replace(r, protocol={**r.protocol, "where": at}) for r in outcome.records)
     return TrialOutcome(records, outcome.timeline)
+
+
+def _gate_opens(gate: str) -> bool:
+    """Wait in this task's thread (set up meanwhile, off the device) until the bot opens the gate;
+    False when it dropped the trial instead."""
+    from distributed import Event
+
+    Event(gate).wait()
+    return not Event(drop_name(gate)).is_set()
 
 
 def failed(task: RemoteTrial, error: str) -> TrialOutcome:
@@ -130,4 +154,4 @@ def failed(task: RemoteTrial, error: str) -> TrialOutcome:
     return TrialOutcome(records, Timeline(task.sha, phash, worker_device(), time.time()))
 
 
-__all__ = ["RemoteBuild", "RemoteTrial", "build", "trial", "failed", "DEVICE_ENV", "WORK_ENV"]
+__all__ = ["RemoteBuild", "RemoteTrial", "build", "trial", "failed", "drop_name", "DEVICE_ENV", "WORK_ENV"]

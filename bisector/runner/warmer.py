@@ -51,7 +51,7 @@ from bisector.runner.executor import Executor, Prepared, TrialJob
 from bisector.runner.launch import TrialFiles, default_preload, memory_limit, worker_env
 from bisector.runner.workers import WorkerSource, make_source
 
-__all__ = ["PrecompileTrials", "Want", "Warmed", "Warmer", "default_parallel", "precompile_executor"]
+__all__ = ["PrecompileTrials", "Want", "Warmed", "Warmer", "default_parallel", "held_room", "precompile_executor"]
 
 
 class Builds(Protocol):
@@ -92,13 +92,19 @@ class Warmed:
 
 def default_parallel(config: Config) -> int:
     """Prefetches at once: the config's, else a quarter of the host's cores on a GPU host and 0
-    (off) on the CPU, whose cores are the devices; always 0 where commits are built and measured
-    elsewhere (dask) or there is no JIT cache dir to keep warm."""
-    if config.executor.kind != "local" or not config.protocol.jit_cache_env:
-        return 0  # trials built and run elsewhere, or no JIT cache to keep warm
+    (off) on the CPU, whose cores are the devices. With dask only as standbys (the trials held on
+    the workers, `DaskExecutor.submit`): a precompile would run on the bot's host, not where the
+    trials run. 0 where there is no JIT cache dir to keep warm."""
+    if not config.protocol.jit_cache_env or (config.executor.kind != "local" and not config.protocol.standby):
+        return 0
     if config.protocol.prefetch is not None:
         return config.protocol.prefetch
     return 0 if config.device == "cpu" else max(1, (os.cpu_count() or 4) // 4)
+
+
+def held_room(config: Config) -> int:
+    """Trials the warmer may hold set up at once, standbys and spares: 2 x `parallel` each."""
+    return 4 * default_parallel(config)
 
 
 class PrecompileTrials(Executor):
