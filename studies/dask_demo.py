@@ -39,7 +39,8 @@ from bisector.runner.cluster import local_cluster, require_distributed
 from bisector.runner.launch import default_ahead
 from bisector.runner.lock import lock_path
 from bisector.runner.warmer import held_room
-from studies.dask_one_gpu import Kill, device_overlaps, kill_one_mid_trial, reruns, store_counts, trial_processes
+from studies.dask_one_gpu import (Kill, device_overlaps, kill_one_mid_trial, killed_line, store_counts,
+                                  trial_processes)
 from studies.long_range import emit
 
 
@@ -118,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     statuses, twice, left = store_counts(store) if procs else (Counter(), 0, 0)
     sections, overlaps, cross, _ = device_overlaps(procs)
     per_device = Counter(str(p["device"]) for p in procs)
-    killed = ("no kill asked" if args.no_kill else
-              f"killed {kill.address} (pid {kill.pid}, {kill.how}) with {len(kill.keys)} trial task(s): "
-              f"{'; '.join(reruns(kill, procs))}" if kill.address else
-              f"NO worker killed ({len(kill.seen)} trial tasks seen; {kill.how or 'none held a device'})")
+    killed = "no kill asked" if args.no_kill else killed_line(kill, procs)
     line = (f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} dask demo, {len(devices)} workers (devices "
             f"{args.visible}), shapes {','.join(shapes)}: rc {rc}, {wall:.1f} s wall (+{cluster_s:.1f} s cluster "
             f"start), measuring {throughput.get('wall_s')} s; probe calls {len(data.get('probe_calls') or [])}, "

@@ -160,6 +160,14 @@ def reruns(kill: Kill, procs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def killed_line(kill: Kill, procs: list[dict[str, Any]]) -> str:
+    """The worker killed and where each of its trials ran again, or why none was."""
+    if not kill.address:
+        return f"NO worker killed ({len(kill.seen)} trial tasks seen; {kill.how or 'none held a device'})"
+    return (f"killed {kill.address} (pid {kill.pid}, {kill.how}) with {len(kill.keys)} trial task(s): "
+            f"{'; '.join(reruns(kill, procs))}")
+
+
 def store_counts(store: Path) -> tuple[Counter, int, int]:
     """Stored statuses, rows stored twice, and claims left (the queries of tests/test_dask_executor.py)."""
     with sqlite3.connect(store) as db:
@@ -237,9 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     per_worker = {k: int(v.get("trials", 0)) for k, v in (throughput.get("per_device") or {}).items()}
     busy = (f"{throughput['device_s'] / throughput['wall_s']:.0%}" if throughput.get("wall_s") else "?")
     workers = Counter(p["worker"] for p in procs)
-    killed = (f"killed {kill.address} (pid {kill.pid}, {kill.how}) with {len(kill.keys)} trial task(s): "
-              f"{'; '.join(reruns(kill, procs))}") if kill.address else \
-        f"NO worker killed ({len(kill.seen)} trial tasks seen; {kill.how or 'none held the device'})"
+    killed = killed_line(kill, procs)
     line = (f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} dask, 2 workers x {args.threads} thread on one device, "
             f"width 2, {args.commits} commits, step at {args.at} ({shas[args.at][:12]}), shape {shapes}, "
             f"fixes {'on' if args.fixes else 'off'}: rc {rc}, {wall:.1f} s wall (+{cluster_s:.1f} s cluster start); "
