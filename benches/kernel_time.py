@@ -29,10 +29,11 @@ the same samples (`cpu_calls`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -86,6 +87,23 @@ def _timed_reps(fns: Sequence[Fn], reps: int, flush: Fn, events: list[list[tuple
             end.record()
 
 
+@contextlib.contextmanager
+def rng_kept_on_failure() -> Iterator[None]:
+    """A capture that fails (a subject that synchronizes) leaves the default CUDA generator marked as
+    capturing: torch ends its capture in `capture_end`, which raises before the generator's epilogue,
+    and every random draw after it in the process raised "Offset increment outside graph capture"
+    (a later shape's inputs; seen on the H200). The generator's state is cloned before and put back
+    on failure (torch >= 2.4; nothing on older ones)."""
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    saved = gen.clone_state() if hasattr(gen, "clone_state") else None
+    try:
+        yield
+    except BaseException:
+        if saved is not None:
+            gen.graphsafe_set_state(saved)
+        raise
+
+
 def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream: Any = None,
                 warmed: bool = False, heat: int = 0) -> list[list[float]]:
     """ms per fn per repetition: every (flush, event, call, event) captured into one CUDA graph and
@@ -120,7 +138,7 @@ def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream:
                     fn()
             torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
+        with rng_kept_on_failure(), torch.cuda.graph(graph, stream=stream):
             for _ in range(heat):
                 for fn in fns:
                     fn()

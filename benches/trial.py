@@ -32,7 +32,7 @@ import torch
 from benches import allocator, backends, layout, machine, suites, telemetry
 from benches.backends.base import Backend, BackendUnavailable, Prepared, prepared
 from benches.correctness import compare
-from benches.kernel_time import CallTimes, KernelTimes
+from benches.kernel_time import CallTimes, KernelTimes, rng_kept_on_failure
 from benches.suites.dtypes import TOLERANCES
 from benches.timing import Clock, device_ratio, flush_bytes, tflops
 
@@ -268,7 +268,7 @@ def captured(fn: Callable[[], Any], stream: Any, pool: Any) -> Any:
     another stream does not end the capture); its outputs freed back to the pool at once."""
     graph = torch.cuda.CUDAGraph()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+    with rng_kept_on_failure(), torch.cuda.stream(stream):
         graph.capture_begin(pool=pool, capture_error_mode="relaxed")
         try:
             fn()
