@@ -70,11 +70,14 @@ def test_local_cluster_finds_the_steps_the_local_executor_finds(tmp_path: Path, 
     assert not stored_twice(tmp_path / "dask" / "s.sqlite")
 
 
-def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, upstream) -> None:
+@pytest.mark.parametrize("devices", [[0, 1], [0]], ids=["two workers", "one worker"])
+def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, upstream, devices: list[int]) -> None:
+    """With two workers the killed one's trial runs on the other; with one, on the worker its nanny
+    starts in its place (a trial pinned to the dead worker's lane waited there for good)."""
     from bisector.runner.cluster import local_cluster
 
     repo, shas = upstream
-    cluster = local_cluster([0, 1])
+    cluster = local_cluster(devices)
     watcher = distributed.Client(cluster, set_as_default=False)
     killed: list[str] = []
 
@@ -94,13 +97,19 @@ def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, upstream) -> No
 
     thread = threading.Thread(target=kill_one_mid_trial, daemon=True)
     thread.start()
+    outcomes: list[pipeline.RunOutcome] = []
+    run = threading.Thread(target=lambda: outcomes.append(
+        bisect(tmp_path, repo, shas[6], config_mod.Executor("dask", cluster.scheduler_address))), daemon=True)
     try:
-        outcome = bisect(tmp_path, repo, shas[6], config_mod.Executor("dask", cluster.scheduler_address))
+        run.start()
+        run.join(timeout=600)
     finally:
         thread.join(timeout=5)
         watcher.close()
         cluster.close()
     assert killed, "no trial was seen running"
+    assert outcomes, "the run did not end after the kill (a trial left waiting for the dead worker)"
+    outcome = outcomes[0]
     # The killed trial was run again elsewhere, not stored as a crash; every stored trial ran to its end.
     with sqlite3.connect(tmp_path / "s.sqlite") as db:
         statuses = [r[0] for r in db.execute("SELECT status FROM trials")]

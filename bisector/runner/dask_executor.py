@@ -152,8 +152,12 @@ class DaskExecutor:
                 return
             task = remote.RemoteTrial(self.config, self.work, job.build.sha, job.patch, job.shapes, job.seed,
                                       job.slot, job.first, gate)
+            # A lane pins its trial loosely to one worker, and only where there are two to choose
+            # from: a trial pinned to the one worker of a cluster, when that worker died, stayed
+            # "no-worker" for good after its nanny had started a new one (dask re-checks no loose
+            # restriction then; studies/dask_demo.py --visible 0 hung so).
             workers = self.gpu_workers()
-            where = [workers[job.lane % len(workers)]] if job.lane is not None and workers else None
+            where = [workers[job.lane % len(workers)]] if job.lane is not None and len(workers) > 1 else None
             key = f"trial-{job.build.sha[:12]}-{job.slot}-{uuid.uuid4().hex[:8]}"
             need = {HOLD: 1} if gate else {RESOURCE: 1.0 / self.slots}
             dfut = self.client.submit(remote.trial, task, key=key, pure=False, resources=need,
