@@ -164,3 +164,33 @@ def test_held_trials_wait_set_up_on_the_workers_until_the_bot_opens_their_gate(t
         assert t["go"] >= first["release"] - 1e-3, (sha, slot)
         early += t["submitted"] < first["ended"]
     assert early
+
+
+def test_a_later_trial_runs_while_every_hold_is_taken(tmp_path: Path, upstream) -> None:
+    """A commit's later trial, sent gated with its first, takes a share of the GPU like any trial the
+    search waits for, not the HOLD room: with that room filled by a standby never unheld, it still
+    runs once its first has ended (it waited for good when it took HOLD: the one-H200 demo stalled)."""
+    from bisector.runner.cluster import local_cluster
+    from bisector.runner.dask_executor import DaskExecutor
+    from bisector.runner.executor import TrialJob
+
+    repo, shas = upstream
+    (tmp_path / "cfg.toml").write_text(config(repo).replace("visible = [0, 1]", "visible = [0]"))
+    cfg = config_mod.load(tmp_path / "cfg.toml")
+    cluster = local_cluster([0], threads=2, holds=1)
+    client = distributed.Client(cluster, set_as_default=False)
+    executor = DaskExecutor(client, cfg, str(tmp_path / "work"), slots=2, cluster=cluster)
+    try:
+        executor.wait_for_devices(1)
+        assert executor.can_hold
+        build = executor.build(shas[2])
+        standby = executor.submit(TrialJob(build, cfg.shapes, 7, slot=5, first=True, hold=True))
+        first = executor.submit(TrialJob(build, cfg.shapes, 1, slot=0, first=True))
+        later = executor.submit(TrialJob(build, cfg.shapes, 2, slot=1, after=first))
+        outcome = later.result(timeout=240)
+        assert first.done() and [r.status.value for r in outcome.records] == ["ok"]
+        assert outcome.timeline.go >= first.result().timeline.release - 1e-3  # on the device after its first
+        assert not standby.done()  # still held, set up, waiting at its gate
+        executor.cancel(standby)
+    finally:
+        executor.close()

@@ -8,9 +8,10 @@ local executor lends its device to one at a time, preparing the others meanwhile
 
 - Placement: a side-by-side round's lanes map to the GPU workers in a fixed order (a Latin
   square over devices, as locally), loosely: a lane whose worker is gone runs elsewhere.
-- A commit's cold first trial comes first: its other trials are sent at once, set up on their
-  workers and held at a gate (a dask `Event`) that opens when the first has ended; on a cluster
-  without `HOLD` room they are sent only then.
+- A commit's cold first trial comes first: its other trials are sent at once (each with a share
+  of the `GPU`, as any trial the search waits for), set up on their workers and held at a gate (a
+  dask `Event`) that opens when the first has ended; on a cluster without `HOLD` room (no held
+  trials) they are sent only then.
 - Standbys and spares (bisector/runner/warmer.py `standby`): a trial submitted with `hold` is set up
   on a worker with `HOLD` room and waits at its gate until `unhold` opens it, or `cancel` drops it
   (its process killed, nothing stored). Held trials take `HOLD`, not a share of the `GPU`, so they
@@ -159,7 +160,10 @@ class DaskExecutor:
             workers = self.gpu_workers()
             where = [workers[job.lane % len(workers)]] if job.lane is not None and len(workers) > 1 else None
             key = f"trial-{job.build.sha[:12]}-{job.slot}-{uuid.uuid4().hex[:8]}"
-            need = {HOLD: 1} if gate else {RESOURCE: 1.0 / self.slots}
+            # Only what the warmer holds takes `HOLD`: a later trial waiting for its first is one the
+            # search waits for, and with every `HOLD` taken by standbys and spares it would wait for
+            # good (the one-H200 dask demo stalled so).
+            need = {HOLD: 1} if job.hold else {RESOURCE: 1.0 / self.slots}
             dfut = self.client.submit(remote.trial, task, key=key, pure=False, resources=need,
                                       workers=where, allow_other_workers=where is not None, retries=self.retries)
             self._sent[future] = dfut
