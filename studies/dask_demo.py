@@ -25,10 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -40,8 +38,7 @@ from bisector.runner.cluster import local_cluster, require_distributed
 from bisector.runner.launch import default_ahead
 from bisector.runner.lock import lock_path
 from bisector.runner.warmer import held_room
-from studies.dask_one_gpu import (Kill, device_overlaps, kill_one_mid_trial, killed_line, store_counts,
-                                  trial_processes)
+from studies.dask_one_gpu import device_overlaps, killed_line, run_killing_one, store_counts, trial_processes
 from studies.long_range import emit
 
 
@@ -117,28 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [sys.executable, "-m", "bisector", "demo", "--device", args.device, "--dir", str(root), "--json",
            "--visible", args.visible, "--executor", "dask", "--executor-address", cluster.scheduler_address]
     cmd += ["--shapes", ",".join(shapes)] if args.shapes else []
-    kill, stop = Kill(), threading.Event()
-    killer = threading.Thread(target=kill_one_mid_trial, args=(watcher, locks, args.kill_after, kill, stop),
-                              daemon=True)
-    if not args.no_kill:
-        killer.start()
-    start = time.time()
-    with open(root / "progress.log", "w") as log:
-        try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=args.timeout)
-            rc, stdout = proc.returncode, proc.stdout
-        except subprocess.TimeoutExpired as exc:
-            rc, stdout = 124, (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        finally:
-            wall = time.time() - start
-            stop.set()
-            if killer.is_alive():
-                killer.join(timeout=10)
-            watcher.close()
-            cluster.close()
+    rc, stdout, wall, kill = run_killing_one(cmd, watcher, cluster, locks, None if args.no_kill else args.kill_after,
+                                             args.timeout, root / "progress.log")
     (root / "demo.json").write_text(stdout)
-    if rc != 0:
-        print((root / "progress.log").read_text()[-3000:], file=sys.stderr)
     data = json.loads(stdout) if rc == 0 and stdout.strip() else {}
     found, exact = planted_line(args.device, shapes, data.get("steps") or [], manifest)
     throughput = data.get("throughput") or {}

@@ -190,6 +190,34 @@ def start_cluster(device: str, threads: int) -> Any:
                                     silence_logs=logging.ERROR)
 
 
+def run_killing_one(cmd: list[str], watcher: Any, cluster: Any, device_locks: list[Path], after: int | None,
+                    timeout: float, log: Path) -> tuple[int, str, float, Kill]:
+    """Run the bot's command (its stderr to `log`) while `kill_one_mid_trial` watches the cluster (no
+    kill with `after` None); then close the watcher and the cluster. (rc, stdout, wall seconds, the
+    kill); rc 124 when it ran past `timeout`. The tail of `log` is printed when rc is not 0."""
+    kill, stop = Kill(), threading.Event()
+    killer = threading.Thread(target=kill_one_mid_trial, args=(watcher, device_locks, after, kill, stop), daemon=True)
+    if after is not None:
+        killer.start()
+    start = time.time()
+    with open(log, "w") as err:
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout)
+            rc, stdout = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as exc:
+            rc, stdout = 124, (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        finally:
+            wall = time.time() - start
+            stop.set()
+            if killer.is_alive():
+                killer.join(timeout=10)
+            watcher.close()
+            cluster.close()
+    if rc != 0:
+        print(log.read_text()[-3000:], file=sys.stderr)
+    return rc, stdout, wall, kill
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     range_args(ap, 40, 27)
@@ -215,27 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     (root / "config.toml").write_text(dask_config(args.device, root / "upstream", cluster.scheduler_address))
     load(root / "config.toml")  # a bad edit fails here, in one line, before anything runs
     cmd = run_command(root, shas, shapes) + ([] if args.fixes else ["--no-fixes"])
-    kill, stop = Kill(), threading.Event()
-    killer = threading.Thread(target=kill_one_mid_trial, args=(watcher, [device_lock], args.kill_after, kill, stop),
-                              daemon=True)
-    killer.start()
-    start = time.time()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, stdout = 124, ""
-        stderr = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-    finally:
-        wall = time.time() - start
-        stop.set()
-        killer.join(timeout=10)
-        watcher.close()
-        cluster.close()
-    (root / "progress.log").write_text(stderr)
+    rc, stdout, wall, kill = run_killing_one(cmd, watcher, cluster, [device_lock], args.kill_after, args.timeout,
+                                             root / "progress.log")
     (root / "run.json").write_text(stdout)
-    if rc != 0:
-        print(stderr[-3000:], file=sys.stderr)
     data = json.loads(stdout) if rc == 0 and stdout.strip() else {}
     named = [s.get("commit", "")[:12] for s in data.get("steps") or []]
     throughput = data.get("throughput") or {}
