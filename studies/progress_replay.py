@@ -47,6 +47,7 @@ from bisector.commands.progress import ProgressLine  # noqa: E402
 from bisector.config import load as load_config  # noqa: E402
 from bisector.demo.demo_config import CONFIG_FILES  # noqa: E402
 from bisector.runner.probe import ProbeEvent  # noqa: E402
+from studies.stored_trials import plain_store  # noqa: E402
 
 LINE = re.compile(r"^progress: (?P<what>.*?) \| (?:(?P<stage>[a-z]+) \| )?commits \d+ \| trials (?P<n>\d+) of ~(?P<m>\d+)"
                   r" \| elapsed (?:(?P<min>\d+) min|(?P<s>\d+) s|(?P<h>[\d.]+) h)")
@@ -241,11 +242,12 @@ def read(path: Path) -> str:
 
 
 def commits_of(store: Path) -> list[str]:
-    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
-    try:
-        return [r[0] for r in db.execute("SELECT sha FROM commits ORDER BY rowid")]
-    finally:
-        db.close()
+    with plain_store(store) as plain:
+        db = sqlite3.connect(f"file:{plain}?mode=ro", uri=True)
+        try:
+            return [r[0] for r in db.execute("SELECT sha FROM commits ORDER BY rowid")]
+        finally:
+            db.close()
 
 
 def main(argv: list[str] | None = None) -> int:

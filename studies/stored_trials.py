@@ -7,9 +7,13 @@ Its own module: studies/__init__.py stays free of bisector, which the trial side
 from __future__ import annotations
 
 import argparse
+import gzip
+import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from bisector.errors import BadInput
 from bisector.model import TrialRecord
@@ -26,6 +30,20 @@ def trial_processes(path: Path) -> dict[tuple[str, str | None, int | None], list
             for r in store.trials(campaign.campaign):
                 out.setdefault((r.sha, r.patch_hash, r.slot), []).append(r)
     return out
+
+
+@contextmanager
+def plain_store(path: Path) -> Iterator[Path]:
+    """`path`, or for a gzipped store (studies/results keeps them so) its SQLite file unpacked into a
+    temporary directory for as long as the block runs."""
+    if path.suffix != ".gz":
+        yield path
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp, path.stem)
+        with gzip.open(path) as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        yield plain
 
 
 def over_stores(prog: str, doc: str, argv: list[str] | None, options: Callable[[argparse.ArgumentParser], None],
@@ -45,8 +63,9 @@ def over_stores(prog: str, doc: str, argv: list[str] | None, options: Callable[[
         print(line)
     for store in args.stores:
         try:
-            print(per_store(store, args), flush=True)
-        except BadInput as exc:  # not a store of ours: a one-line error
+            with plain_store(store) as plain:
+                print(per_store(plain, args).replace(str(plain), str(store)), flush=True)
+        except (BadInput, gzip.BadGzipFile) as exc:  # not a store of ours: a one-line error
             print(f"{prog}: {exc}", file=sys.stderr)
             return 2
     return 0
