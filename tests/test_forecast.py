@@ -140,3 +140,32 @@ def test_a_doubling_in_a_quiet_run_is_a_close_call_not_the_rule() -> None:
                                 (2, 3, 4, (5,)), (5, 3, 4, (2,))])
     assert quiet.level() < 4 and loud.level() == 8
     assert quiet.remaining() < loud.remaining() / 2
+
+
+GRID81 = [(i, k, 2, ()) for i in (0, 80, 20, 40, 60) for k in (1, 2)]
+
+
+def test_a_walk_through_wrong_results_is_not_taken_for_more_steps() -> None:
+    """Inside a window of wrong results the search asks one trial of each commit outwards from its
+    split point (search `split`); those commits are not middle commits of more steps (the H200
+    demo's walk of ten took the estimate to 2.3x its final count)."""
+    commits = shas(81)
+    split = fed(commits, GRID81 + [(30, 1, 1, ())])
+    walked = fed(commits, GRID81 + [(i, 1, 1, ()) for i in (30, 29, 31, 28, 32, 27, 33, 26, 34)])
+    assert walked.steps() <= split.steps()
+    assert walked.remaining() <= split.remaining()
+    assert walked.middles() == [commits[30]]
+
+
+def test_a_pair_past_the_cap_then_a_new_commit_is_still_the_search() -> None:
+    """A bridge across wrong results compares a pair again on its shapes, past the cap: taken for
+    a verification until the search asks for a new commit to split at, which ends that reading."""
+    commits = shas(81)
+    pair = [(i, k, 8, (j,)) for k in range(3, 9) for i, j in ((20, 40), (40, 20))]
+    doubled = fed(commits, GRID81 + pair)
+    bridged = fed(commits, GRID81 + pair + [(20, 9, 10, (40,)), (20, 10, 10, (40,))])
+    assert bridged.tail == "verify"
+    for k in (1, 2):
+        bridged.trial(commits[30], k, 2)
+    assert bridged.tail is None
+    assert bridged.trials + bridged.remaining() >= doubled.trials + doubled.remaining()
