@@ -117,7 +117,7 @@ def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str, caches: Mappi
     triton = sys.modules.get("triton")
     used = {"triton_cache_dir": str(triton.knobs.cache.dir)} if triton is not None and hasattr(triton, "knobs") else {}
     return {"reps": spec["reps"], "warmup": spec["warmup"], "graph_reads": dict(spec.get("graph_reads", {})),
-            "graph_heat_ms": dict(spec.get("graph_heat_ms", {})),
+            "graph_heat_ms": dict(spec.get("graph_heat_ms", {})), "settle_ms": dict(spec.get("settle_ms", {})),
             "seed": spec["seed"], "flush_bytes": flush,
             "timer": clock_kind, "order": "subject,control interleaved", "jit_env": env,
             "jit_cache_cold": dict(caches), "subjects": subject_specs(spec), "control": spec["control"],
@@ -190,6 +190,11 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
     the kernel's), the latency of back-to-back calls."""
     with phase("warmup", key):
         host = clock.warm(fns, spec["warmup"])
+    settle = float(spec.get("settle_ms", {}).get(key, 0.0))
+    if settle > 0 and clock.gpu:  # the clock dip a heavy shape before left passes (config.Protocol.settle_ms)
+        with phase("settle", key):
+            torch.cuda.synchronize()
+            time.sleep(settle / 1000.0)
     with phase("timed", key):
         kernel = clock.kernel(fns, spec["reps"], int(spec.get("graph_reads", {}).get(key, 1)),
                               float(spec.get("graph_heat_ms", {}).get(key, 0.0)), host)

@@ -48,6 +48,17 @@ def test_graph_heater_is_set_per_suite_or_shape_and_reaches_the_trial_spec(tmp_p
     assert spec["graph_heat_ms"] == {"fa/s128": 150.0} and spec["graph_reads"] == {"fa/s128": 1}
 
 
+def test_a_settle_is_set_per_suite_or_shape_and_reaches_the_trial_spec(tmp_path):
+    from bisector.model import BuildResult, BuildStatus
+    from bisector.runner.spec import build_spec
+
+    cfg = config.load(write(tmp_path, GOOD.replace("[control]", '[protocol]\nsettle_ms = { default = 0, "fa/s128" = 200 }\n[control]')))
+    assert (cfg.protocol.settle_ms, dict(cfg.protocol.settle_ms_by)) == (0.0, {"fa/s128": 200.0})
+    spec = build_spec(cfg, BuildResult(sha="d" * 40, status=BuildStatus.OK, source_dir=str(tmp_path)), "fa", seed=1)
+    assert spec["settle_ms"] == {"fa/s128": 200.0}
+    assert config.load(write(tmp_path, GOOD)).protocol.settle_ms == 0.0  # none unless asked for
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "configs").glob("*.toml")))
 def test_shipped_configs_load(name):
     cfg = config.load(ROOT / "configs" / name)
@@ -97,6 +108,8 @@ def test_minimal_config_defaults(tmp_path):
      "must be a number >= 0"),
     (("[control]", "[protocol]\ngraph_reads = { default = 1, fa = 2 }\ngraph_heat_ms = 100\n[control]"),
      "protocol.graph_heat_ms", "a heater needs graph_reads = 1, and fa reads 2 replays"),
+    (("[control]", "[protocol]\nsettle_ms = { default = 0, fa = -1 }\n[control]"), "protocol.settle_ms.fa",
+     "must be a number >= 0"),
 ])
 def test_bad_values_name_file_and_key(tmp_path, edit, key, problem):
     path = write(tmp_path, GOOD.replace(*edit))

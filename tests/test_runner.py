@@ -237,7 +237,7 @@ def test_build_spec_follows_contract(tmp_path, upstream):
     spec = build_spec(cfg, BuildResult(sha="d" * 40, status=BuildStatus.OK, source_dir=str(upstream),
                                        prefix=str(tmp_path / "site")), "gemm", seed=7)
     assert set(spec) == {"sha", "suite", "shapes", "subjects", "control", "device", "source_dirs", "reps", "warmup", "graph_reads",
-                         "graph_heat_ms", "flush_mb", "cpu_clock", "seed", "tolerances", "timing"}
+                         "graph_heat_ms", "settle_ms", "flush_mb", "cpu_clock", "seed", "tolerances", "timing"}
     assert spec["timing"] == {"gemm": "kernel"}
     assert spec["shapes"][1] == {"key": "gemm/b", "suite": "gemm", "name": "b",
                                  "params": {"K": 64, "M": 32, "N": 32, "dtype": "bf16", "layout": "tn"}}

@@ -89,6 +89,12 @@ class Protocol:
     # 0 keeps the unread replay. Per suite or shape like `graph_reads`.
     graph_heat_ms: float = 0.0
     graph_heat_ms_by: Mapping[str, float] = field(default_factory=dict)
+    # GPU: ms the trial leaves the device idle before a shape's timed repetitions, per suite or shape
+    # like `graph_reads`. A short kernel timed right after heavy ones runs in the clock dip their power
+    # cap left (H200: 1300-1450 MHz, back to 1980 within 100-200 ms; the demo's decode GEMM read 32 us
+    # after the big shapes and 25 us alone: studies/results/h200-clock-settle.txt).
+    settle_ms: float = 0.0
+    settle_ms_by: Mapping[str, float] = field(default_factory=dict)
     flush_mb: int = 0  # 0 = sized from the device (>= 2x last-level cache)
     # CPU trials: "wall" times calls by wall time; "cpu" times a single-threaded trial by its
     # process's CPU time, which other processes on a busy machine do not inflate (benches/timing.py).
@@ -294,7 +300,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         shapes=shapes,
         suite_modules=modules,
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads",
-                                                    "graph_heat_ms", "flush_mb",
+                                                    "graph_heat_ms", "settle_ms", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
                                                     "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby")),
                            (*config_suites.BUILTIN, *names), tuple(shape.key for shape in shapes)),
@@ -383,7 +389,7 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
         raise ConfigError(sec.path, sec.name("first_look"), f"must be <= trials ({trials})")
     return Protocol(trials=trials, max_trials=max_trials, first_look=first_look, reps=sec.positive("reps", int, 20),
                     warmup=sec.non_negative("warmup", int, 3),
-                    **_graph_reads(sec, suites, shape_keys), flush_mb=sec.non_negative("flush_mb", int, 0),
+                    **_graph_reads(sec, suites, shape_keys), **_settle(sec, suites, shape_keys), flush_mb=sec.non_negative("flush_mb", int, 0),
                     cpu_clock=sec.get("cpu_clock", str, "wall", choices=CPU_CLOCKS),
                     timeout_s=sec.positive("timeout_s", float, 600.0),
                     jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
@@ -406,6 +412,12 @@ def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, 
                               f"a heater needs graph_reads = 1, and {key} reads 2 replays")
     return {"graph_reads": int(default), "graph_reads_by": {k: int(v) for k, v in by.items()},
             "graph_heat_ms": float(heat), "graph_heat_ms_by": {k: float(v) for k, v in heat_by.items()}}
+
+
+def _settle(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:
+    """`settle_ms`: ms >= 0, or a table of `default` and suites or shapes -> ms."""
+    settle, by = _shape_table(sec, "settle_ms", 0.0, suites, shape_keys, lambda v: v >= 0, "a number >= 0")
+    return {"settle_ms": float(settle), "settle_ms_by": {k: float(v) for k, v in by.items()}}
 
 
 def _max_tasks(sec: _Section) -> int:

@@ -48,6 +48,7 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
                         for s in chosen},
         "graph_heat_ms": {s.key: for_shape(s.key, config.protocol.graph_heat_ms, config.protocol.graph_heat_ms_by)
                           for s in chosen},
+        "settle_ms": {s.key: for_shape(s.key, config.protocol.settle_ms, config.protocol.settle_ms_by) for s in chosen},
         "flush_mb": config.protocol.flush_mb,
         "cpu_clock": config.protocol.cpu_clock,
         "seed": seed,

@@ -19,7 +19,7 @@ from bisector.store.totals import RunTotals
 # Phases of a trial process, in order, with the Timeline marks that bound them.
 SPANS = (("start_imports", "started", "ready"), ("setup", "assigned", "want"), ("queue", "queued", "go"),
          ("device", "go", "release"), ("teardown", "release", "ended"))
-DEVICE_PHASES = ("staging", "inputs", "compile", "check", "warmup", "timed", "calls")  # inside `device`, from the trial
+DEVICE_PHASES = ("staging", "inputs", "compile", "check", "warmup", "settle", "timed", "calls")  # inside `device`, from the trial
 
 
 @dataclass(frozen=True)
