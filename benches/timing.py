@@ -98,6 +98,25 @@ class Clock:
         # needs no warm-up call of its own (one call of each fn fewer per shape).
         self._stream = torch.cuda.Stream() if self.gpu else None
         self._warmed = False
+        # when the device last ran timed work: the clock is made as the trial takes the device, whose
+        # last user synchronized before it let go
+        self._worked = time.perf_counter()
+
+    def settle(self, ms: float) -> float:
+        """GPU: leave the device idle until `ms` have passed since its last timed work (this trial's
+        shape before, or the trial that held the device before it); the seconds it waited. A short
+        kernel timed in the clock dip a heavy one leaves reads slow (config.Protocol.settle_ms);
+        what the trial did meanwhile (its compile, check and warm-up) counts toward the wait."""
+        left = ms / 1000.0 - (time.perf_counter() - self._worked) if self.gpu and ms > 0 else 0.0
+        if left <= 0:
+            return 0.0
+        torch.cuda.synchronize()
+        time.sleep(left)
+        return left
+
+    def worked(self) -> None:
+        """Timed work on the device ended now (`settle` counts from here)."""
+        self._worked = time.perf_counter()
 
     @property
     def kind(self) -> str:

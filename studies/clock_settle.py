@@ -3,6 +3,7 @@ after the trial's attention and large GEMMs and 25 us in a trial that timed it a
 commit), so trials of different shape sets disagreed by 28% on it against a 6% minimum step.
 
     python -m studies.clock_settle [--heavy-s 1.0] [--after-s 1.5] [--rounds 3]
+    python -m studies.clock_settle --demo-trials 6 [--no-settle]
 
 On one GPU: the demo's Triton GEMM (demolib at the demo's tip, written to a temporary directory) and
 torch.matmul (cuBLAS) at the decode shape (64 x 7168 x 2048 bf16), each call captured in a CUDA graph
@@ -10,6 +11,11 @@ and its replay timed alone by device events after an L2 flush, as the trials tim
 the `--after-s` seconds after `--heavy-s` of the demo's largest GEMM (54560 x 8192 x 8192 bf16,
 power-bound). Prints the median kernel time per time bin since the heavy work ended, with random
 inputs, both kernels interleaved call by call, and the SM clock when torch can read it.
+
+`--demo-trials N`: N trial processes of the demo's tip with configs/h200-demo.toml's spec (its four
+shapes, its `settle_ms`; `--no-settle` without), run back to back as `python -m benches.trial`, the
+first cold: per trial the order it timed the shapes in, the decode GEMM's kernel time and ratio, and
+how long it settled. Run with a settle and without, it shows what the settle changes in real trials.
 """
 
 from __future__ import annotations
@@ -29,12 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heavy-s", type=float, default=1.0)
     ap.add_argument("--after-s", type=float, default=1.5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--demo-trials", type=int, default=0)
+    ap.add_argument("--no-settle", action="store_true")
     args = ap.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         print("error: clock_settle: needs a CUDA or ROCm GPU", file=sys.stderr)
         return 2
+    if args.demo_trials:
+        return demo_trials(args.demo_trials, not args.no_settle)
     from bisector.demo import write_demo_repo
 
     tmp = tempfile.mkdtemp(prefix="clock-settle-")
@@ -106,6 +116,42 @@ def main(argv: list[str] | None = None) -> int:
             mhz = f"{statistics.median(clocks):.0f}" if clocks else "-"
             print(f"| {when} | {lo}-{hi} | {med.get('triton', float('nan')):.1f} | {med.get('cublas', float('nan')):.1f} "
                   f"| {len(part)} | {mhz} |")
+    return 0
+
+
+def demo_trials(n: int, settle: bool) -> int:
+    """N real trial processes of the demo's tip, its four H200 shapes (see the module docstring)."""
+    import json
+    import os
+    import subprocess
+
+    from bisector.demo import demo_config, write_demo_repo
+    from bisector.model import BuildResult, BuildStatus
+    from bisector.runner.spec import build_spec
+
+    tmp = Path(tempfile.mkdtemp(prefix="clock-settle-"))
+    manifest = write_demo_repo(tmp / "upstream")
+    config = demo_config("cuda", tmp / "upstream")
+    shapes = tuple(s for s in config.shapes if s.key in ("fa/s16384", "gemm/m8192", "gemm/m54560", "gemm/decode"))
+    build = BuildResult(sha=manifest.bad, status=BuildStatus.OK, source_dir=str(tmp / "upstream"))
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / "triton"))
+    print(f"# {n} trials of the demo's tip ({manifest.bad[:7]}), settle {'on' if settle else 'off'}")
+    print("| trial | order timed | decode us (subject, median) | decode ratio | settled ms |")
+    print("|---|---|---:|---:|---:|")
+    for k in range(n):
+        spec = build_spec(config, build, None, seed=k, shapes=shapes)
+        if not settle:
+            spec["settle_ms"] = {}
+        spec_path, out_path = tmp / f"spec-{k}.json", tmp / f"out-{k}.json"
+        spec_path.write_text(json.dumps(spec))
+        subprocess.run([sys.executable, "-m", "benches.trial", str(spec_path), str(out_path)], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        out = json.loads(out_path.read_text())
+        order = [shape for name, shape, _, _ in out["phases"] if name == "timed"]
+        decode = next(r for r in out["results"] if r["shape"] == "gemm/decode")
+        settled = sum(end - start for name, _, start, end in out["phases"] if name == "settle")
+        print(f"| {k} | {', '.join(order)} | {1000 * statistics.median(decode['subject_ms']):.1f} "
+              f"| {decode.get('ratio', float('nan')):.3f} | {1000 * settled:.0f} |")
     return 0
 
 

@@ -246,18 +246,41 @@ def test_a_cpu_trial_never_settles(tmp_path) -> None:
     assert "settle" not in [p[0] for p in out["phases"]] and out["protocol"]["settle_ms"] == {"gemm/a": 500.0}
 
 
+def test_shapes_with_a_settle_are_timed_first_keeping_their_index() -> None:
+    one = dict(spec(), settle_ms={"gemm/b": 200.0, "gemm/a": 0.0})
+    assert [(i, s["key"]) for i, s in trial.settled_first(one)] == [(1, "gemm/b"), (0, "gemm/a")]
+    assert [s["key"] for _, s in trial.settled_first(spec())] == ["gemm/a", "gemm/b"]  # none: the spec's order
+
+
 @needs_cuda
 @pytest.mark.gpu
-def test_a_cuda_trial_settles_before_the_timed_repetitions_of_the_shapes_asked(tmp_path) -> None:
-    """The device idle for `settle_ms` after the warm-up and before the timed repetitions, of the
-    shapes named only (the demo's decode GEMM timed after attention read 32 us, alone 25 us)."""
+def test_a_settle_waits_only_what_is_left_since_the_last_timed_work() -> None:
+    from benches.timing import Clock
+
+    clock = Clock("cuda", 1 << 20)
+    clock.worked()
+    assert 0.08 <= clock.settle(100.0) <= 0.1
+    time.sleep(0.12)
+    assert clock.settle(100.0) == 0.0  # the trial's other work took as long already
+    assert Clock("cpu", 1 << 20).settle(100.0) == 0.0
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_cuda_trial_times_the_settled_shape_first_and_settles_before_its_timed_repetitions(tmp_path) -> None:
+    """The device idle until `settle_ms` have passed since the device section began (its compile
+    and warm-up count), after the warm-up and before the timed repetitions, of the shapes named
+    only, and those shapes first (the demo's decode GEMM timed after the big GEMMs read 32 us,
+    alone 25 us)."""
     one = spec(device="cuda", control="torch_cuda", flush_mb=64)
-    key = one["shapes"][0]["key"]
-    out = trial.run(dict(one, settle_ms={key: 150.0}), tmp_path / "out.json")
-    phases = [(name, shape, end - start) for name, shape, start, end in out["phases"]]
-    settles = [(shape, s) for name, shape, s in phases if name == "settle"]
-    assert [shape for shape, _ in settles] == [key] and 0.15 <= settles[0][1] < 0.5, settles
-    order = [name for name, shape, _ in phases if shape == key and name in ("warmup", "settle", "timed")]
+    key = one["shapes"][1]["key"]
+    out = trial.run(dict(one, settle_ms={key: 400.0}), tmp_path / "out.json")
+    device = next(start for name, _, start, _ in out["phases"] if name == "device")
+    settles = [(shape, start, end) for name, shape, start, end in out["phases"] if name == "settle"]
+    assert [shape for shape, _, _ in settles] == [key] and settles[0][2] - device >= 0.4, settles
+    timed = [shape for name, shape, _, _ in out["phases"] if name == "timed"]
+    assert timed == [key, one["shapes"][0]["key"]]
+    order = [name for name, shape, _, _ in out["phases"] if shape == key and name in ("warmup", "settle", "timed")]
     assert order == ["warmup", "settle", "timed"]
     assert all(r["status"] == "ok" for r in out["results"]), out["results"]
 

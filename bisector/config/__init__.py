@@ -89,9 +89,10 @@ class Protocol:
     # 0 keeps the unread replay. Per suite or shape like `graph_reads`.
     graph_heat_ms: float = 0.0
     graph_heat_ms_by: Mapping[str, float] = field(default_factory=dict)
-    # GPU: ms the trial leaves the device idle before a shape's timed repetitions, per suite or shape
-    # like `graph_reads`. A short kernel timed right after heavy ones runs in the clock dip their power
-    # cap left (H200: 1300-1450 MHz, back to 1980 within 100-200 ms; the demo's decode GEMM read 32 us
+    # GPU: ms since the device's last timed work before a shape's timed repetitions (the device left
+    # idle for what is left of it; such shapes are timed first in a trial), per suite or shape like
+    # `graph_reads`. A short kernel timed right after heavy ones runs in the clock dip their power cap
+    # left (H200: 1300-1450 MHz, back to 1980 within 100-200 ms; the demo's decode GEMM read 32 us
     # after the big shapes and 25 us alone: studies/results/h200-clock-settle.txt).
     settle_ms: float = 0.0
     settle_ms_by: Mapping[str, float] = field(default_factory=dict)
