@@ -7,10 +7,11 @@ commit), so trials of different shape sets disagreed by 28% on it against a 6% m
 
 On one GPU: the demo's Triton GEMM (demolib at the demo's tip, written to a temporary directory) and
 torch.matmul (cuBLAS) at the decode shape (64 x 7168 x 2048 bf16), each call captured in a CUDA graph
-and its replay timed alone by device events after an L2 flush, as the trials time it: first on an idle GPU (2 s without work), then in
-the `--after-s` seconds after `--heavy-s` of the demo's largest GEMM (54560 x 8192 x 8192 bf16,
-power-bound). Prints the median kernel time per time bin since the heavy work ended, with random
-inputs, both kernels interleaved call by call, and the SM clock when torch can read it.
+and its replay timed alone by device events after an L2 flush, as the trials time it: first on an idle
+GPU (2 s without work), then in the `--after-s` seconds after `--heavy-s` of the demo's largest GEMM
+(54560 x 8192 x 8192 bf16, power-bound). Prints the median kernel time per time bin since the heavy
+work ended, with random inputs, both kernels interleaved call by call, and the SM clock when torch can
+read it.
 
 `--demo-trials N`: N trial processes of the demo's tip with configs/h200-demo.toml's spec (its four
 shapes, its `settle_ms`; `--no-settle` without), run back to back as `python -m benches.trial`, the
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    a, b = torch.randn(64, 2048, device=dev, dtype=torch.bfloat16), torch.randn(2048, 7168, device=dev, dtype=torch.bfloat16)
+    a = torch.randn(64, 2048, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(2048, 7168, device=dev, dtype=torch.bfloat16)
     big_a = torch.randn(54560, 8192, device=dev, dtype=torch.bfloat16)
     big_b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device=dev)

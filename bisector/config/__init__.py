@@ -390,7 +390,8 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
         raise ConfigError(sec.path, sec.name("first_look"), f"must be <= trials ({trials})")
     return Protocol(trials=trials, max_trials=max_trials, first_look=first_look, reps=sec.positive("reps", int, 20),
                     warmup=sec.non_negative("warmup", int, 3),
-                    **_graph_reads(sec, suites, shape_keys), **_settle(sec, suites, shape_keys), flush_mb=sec.non_negative("flush_mb", int, 0),
+                    **_graph_reads(sec, suites, shape_keys), **_settle(sec, suites, shape_keys),
+                    flush_mb=sec.non_negative("flush_mb", int, 0),
                     cpu_clock=sec.get("cpu_clock", str, "wall", choices=CPU_CLOCKS),
                     timeout_s=sec.positive("timeout_s", float, 600.0),
                     jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),

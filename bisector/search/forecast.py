@@ -221,8 +221,8 @@ class SearchForecast:
     def _walked_to(self, sha: str) -> bool:
         """`sha` is a step of a walk through a window of wrong results (search `split`): one trial,
         next to a commit that got one trial too and far from the other side, where a split point
-        sits in the middle of its interval. Counted as middle commits, the H200 demo's walk of ten raised the
-        middles expected ahead and the estimate to 2.3x the final count."""
+        sits in the middle of its interval. Counted as middle commits, the H200 demo's walk of ten
+        raised the middles expected ahead and the estimate to 2.3x the final count."""
         if self.index is None or self.grid is None or sha not in self.index:
             return False
         i = self.index[sha]
