@@ -45,9 +45,11 @@ LATENCY_BATCHES = 5  # latency batches per fn and shape (at most `reps`)
 class Gate(Protocol):
     """The device, lent by the bot: `acquire` blocks until no other trial's device section runs there.
     `brief`: a short loan in the middle of the setup (the inputs drawn), given back while the process
-    goes on; the bot lends the device on at once, not when the process has ended."""
+    goes on; the bot lends the device on at once, not when the process has ended. `acquire` returns
+    the grant: its `shapes`, when present, are the only ones the device section times (a trial set
+    up ahead for all its shapes, asked for a few of them; bisector/runner/warmer.py `take`)."""
 
-    def acquire(self, brief: bool = False) -> None: ...
+    def acquire(self, brief: bool = False) -> Mapping[str, Any]: ...
 
     def release(self, brief: bool = False) -> None: ...
 
@@ -55,8 +57,8 @@ class Gate(Protocol):
 class OpenGate:
     """A trial run on its own (tests, `python -m benches.trial`): nothing to wait for."""
 
-    def acquire(self, brief: bool = False) -> None:
-        pass
+    def acquire(self, brief: bool = False) -> Mapping[str, Any]:
+        return {}
 
     def release(self, brief: bool = False) -> None:
         pass
@@ -618,18 +620,22 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         return output
 
     with phase("queue"):
-        gate.acquire()
+        granted = gate.acquire()
+    # the shapes this trial times: all, or those the grant names (each keeps its index, its inputs' seed)
+    wanted = set(granted["shapes"]) if granted.get("shapes") is not None else {s["key"] for s in spec["shapes"]}
     try:
         with phase("device"):
             clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, _cold_at_compile(caches, staged))
+            if granted.get("shapes") is not None:  # set up for more shapes than it was asked to time
+                output["protocol"]["granted_shapes"] = list(granted["shapes"])
             if pinned:
                 output["protocol"]["malloc_pinned"] = pinned
             peak = machine.device_peak_gbps(device)
             checked = _checked(spec)
             measured: set[str] = set()
             for index, shape in settled_first(spec):
-                if shape["key"] in measured:
+                if shape["key"] in measured or shape["key"] not in wanted:
                     continue
                 subject = subjects.get(shape["suite"])
                 if isinstance(subject, BaseException):

@@ -63,10 +63,11 @@ class SocketGate:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
 
-    def acquire(self, brief: bool = False) -> None:
+    def acquire(self, brief: bool = False) -> dict[str, Any]:
         self.channel.send(msg="want", t=time.time(), **({"brief": True} if brief else {}))
-        while "go" not in self.channel.recv():
+        while "go" not in (message := self.channel.recv()):
             pass
+        return message
 
     def release(self, brief: bool = False) -> None:
         self.channel.send(msg="release", t=time.time(), **({"brief": True} if brief else {}))

@@ -29,8 +29,9 @@ class Gate:
     def __init__(self) -> None:
         self.events: list[tuple[str, float]] = []
 
-    def acquire(self, brief: bool = False) -> None:
+    def acquire(self, brief: bool = False) -> dict:
         self.events.append(("acquire", time.time()))
+        return {}
 
     def release(self, brief: bool = False) -> None:
         self.events.append(("release", time.time()))

@@ -83,11 +83,12 @@ def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
     return make_upstream(tmp_path, KERNEL)
 
 
-def config(repo: Path, tmp_path: Path, kind: str = "cpu", **protocol):
+def config(repo: Path, tmp_path: Path, kind: str = "cpu", shapes: int = 1, **protocol):
     data = {
         "name": "w", "upstream": {"repo": str(repo)}, "device": {"kind": kind}, "control": {"backend": CONTROL[kind]},
         "build": {"recipe": "none"}, "subject": {"gemm": {"entry": "kern:mm", "adapter": "torch"}},
-        "suites": {"gemm": {"shapes": [{"name": "a", "M": 32, "N": 32, "K": 32, "dtype": "fp32"}]}},
+        "suites": {"gemm": {"shapes": [{"name": name, "M": 32, "N": 32, "K": 32, "dtype": "fp32"}
+                                       for name in "abc"[:shapes]]}},
         "protocol": {"reps": 2, "warmup": 1, "flush_mb": 1, "timeout_s": 120.0, "trials": 1,
                      "jit_cache_env": ["TRITON_CACHE_DIR"], "workers": "spawn" if kind == "cpu" else "fork",
                      **protocol},
@@ -200,9 +201,9 @@ def test_a_prefetch_compiles_a_triton_kernel_before_the_first_trial_on_a_gpu(tmp
         store.close()
 
 
-def standby_setup(tmp_path: Path, repo: Path, kind: str = "cpu"):
+def standby_setup(tmp_path: Path, repo: Path, kind: str = "cpu", shapes: int = 1):
     """A warmer whose prefetches are held first trials of the run's own executor."""
-    cfg = config(repo, tmp_path, kind)
+    cfg = config(repo, tmp_path, kind, shapes)
     work = tmp_path / "work"
     builder = Builder(git.Repo(repo), cfg.upstream, cfg.build, tmp_path / "cache")
     executor = make_executor(cfg, work, ahead=0)
@@ -496,6 +497,69 @@ def test_the_hunk_searches_first_subsets_are_set_up_on_the_parent_ahead(tmp_path
 
 
 @pytest.mark.slow
+def test_a_spare_set_up_for_every_shape_times_only_the_shapes_a_doubling_asks_for(tmp_path, monkeypatch) -> None:
+    """A pair unclear on one shape doubles on that shape alone (`StoreProbe.shaped`), while the
+    commit's spare was set up for all of them: the spare stands for that trial, told at its grant
+    which shapes to time, and its records are those shapes'. A spare for fewer shapes than asked for,
+    or a commit's first trial, is set up afresh."""
+    repo, shas = make_upstream(tmp_path, KERNEL, commits=2)
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo, shapes=3)
+    try:
+        assert [s.key for s in cfg.shapes] == ["gemm/a", "gemm/b", "gemm/c"]
+        assert probe(shas[0], 2).count() == 2  # slots 0, 1; slot 2 set up ahead as the commit's spare
+        wait_until(lambda: (shas[0], 2) in warmer.spares and any(r.held and r.state == "wants" for r in executor._runs))
+        probe.shaped({shas[0]: {"gemm/b": 3}})
+        assert warmer.spares_taken == [(shas[0], 2)]
+        third = [r for r in store.trials("w", sha=shas[0]) if r.slot == 2]
+        assert [(r.shape, r.status) for r in third] == [("gemm/b", TrialStatus.OK)], [r.error for r in third]
+        assert third[0].protocol["timeline"]["unheld"] is not None  # set up before it was asked for
+        assert third[0].protocol["granted_shapes"] == ["gemm/b"]
+        assert third[0].protocol["seed"] == probe.job(shas[0], 2, False, None).seed + 1  # its index among all three
+        # Its next spare is the restricted probe's, for gemm/b alone: a doubling on gemm/a is not its to stand for.
+        wait_until(lambda: (shas[0], 3) in warmer.spares)
+        probe.shaped({shas[0]: {"gemm/a": 3}})
+        fourth = [r for r in store.trials("w", sha=shas[0]) if r.slot == 3]
+        assert [r.shape for r in fourth] == ["gemm/a"] and fourth[0].protocol["timeline"]["unheld"] is None
+        assert "granted_shapes" not in fourth[0].protocol
+    finally:
+        warmer.close()
+        executor.close()
+        store.close()
+
+
+def test_a_new_commits_next_spare_sets_up_as_soon_as_its_companion_is_taken(tmp_path, monkeypatch) -> None:
+    """A new commit measured twice at once (its standby and the companion that waits for it): its
+    third trial is set up as the round is submitted, not once its first trial has ended; the
+    standby had compiled before the companion was made, so no compile of it is warm by its doing."""
+    repo, shas = make_upstream(tmp_path, KERNEL, commits=2)
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
+    try:
+        probe.prefetch([shas[1]])
+        warmer.wait(120)
+        wait_until(lambda: (shas[1], 1) in warmer.spares)  # the companion
+        # Another process holds the device: the round's trials cannot end before it lets go.
+        holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock_path("cpu", 0))], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            measured = threading.Thread(target=lambda: probe(shas[1], 2), daemon=True)
+            measured.start()
+            wait_until(lambda: (shas[1], 2) in warmer.spares)  # held, with the round's trials still waiting
+            assert store.trials("w", sha=shas[1]) == [] and all(t.go is None for t in executor.timelines)
+        finally:
+            holder.kill()
+            holder.wait()
+        measured.join(120)
+        recs = store.trials("w", sha=shas[1])
+        assert sorted(r.slot for r in recs) == [0, 1]
+        assert [r for r in recs if r.slot == 0][0].protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is True
+    finally:
+        warmer.close()
+        executor.close()
+        store.close()
+
+
 def test_past_the_spare_cap_the_first_item_of_a_round_keeps_its_spare(tmp_path, monkeypatch) -> None:
     """A round of more commits than spares may live (2 x `parallel`): the spares made last survive,
     and the first item's is made last, since the later stages put there what every round measures

@@ -34,7 +34,7 @@ from typing import Any
 
 from bisector.config import Config
 from bisector.errors import BisectorError
-from bisector.model import BuildResult
+from bisector.model import BuildResult, Shape
 from bisector.runner import remote
 from bisector.runner.executor import TrialJob, TrialOutcome, Timeline
 
@@ -113,12 +113,17 @@ class DaskExecutor:
             self._send(job, future)
         return future
 
-    def unhold(self, future: Future) -> Future | None:
+    def unhold(self, future: Future, shapes: tuple[Shape, ...] | None = None) -> Future | None:
         """A held trial is wanted now: its gate opens (once its commit's first trial has ended, for a
-        later one). None when it is gone (dropped, or it ended in its setup): the caller submits anew."""
+        later one). None when it is gone (dropped, or it ended in its setup): the caller submits anew.
+        A worker's gate (a dask Event) carries no shapes: one wanted for some of its shapes only is
+        dropped, and submitted anew."""
         with self._lock:
             entry = self._gates.get(future)
         if entry is None or future.done():
+            return None
+        if shapes is not None:
+            self.cancel(future)
             return None
         self._open_after(future, entry[1].after)
         return future

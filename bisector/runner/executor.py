@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -158,6 +158,7 @@ class _Run:
     t: dict[str, float] = field(default_factory=dict)
     on_ready: list[Callable[[], None]] = field(default_factory=list)  # called once it is set up (`Executor.on_ready`)
     brief: float | None = None  # asking for a brief loan since (its setup's inputs), not yet lent
+    only: tuple[str, ...] | None = None  # a standby unheld for some of its shapes: the grant names them
     briefs: list[list[float]] = field(default_factory=list)  # [go, release] of its brief loans
 
 
@@ -215,8 +216,8 @@ class Executor:
         self._file_locks: dict[int, FileLock] = {}
         self._seq = 0
         self._granted = False  # a device section was lent once (`_fork_ahead_of_renewal` only before)
-        self._unopened: list[Worker] = []  # forked ahead, ready, their device not yet opened (`_open_ahead`)
-        self._opening: Worker | None = None  # the one forked ahead opening it now
+        self._unopened: list[Worker] = []  # ready and idle, their device not yet opened (`_open_ahead`)
+        self._opening: Worker | None = None  # the idle one opening it now
         self._lineage = source.lineage  # the lineage asked for (`renew_lineage`); the loop renews the source
         self._cancel: list[Future] = []
         self._reaping: list[Worker] = []  # gone from our view, their process not yet collected
@@ -243,14 +244,20 @@ class Executor:
         self._wake()
         return future
 
-    def unhold(self, future: Future) -> Future | None:
+    def unhold(self, future: Future, shapes: tuple[Shape, ...] | None = None) -> Future | None:
         """A standby trial is wanted now: it joins its device's queue as if submitted this moment,
         its setup (process, context, the commit's compile) already done or under way. None when it
-        is gone (cancelled, or it ended: a crash in its setup), and the caller submits anew."""
+        is gone (cancelled, or it ended: a crash in its setup), and the caller submits anew.
+        `shapes`: some of the job's, the only ones it times (its grant names them) and records."""
         with self._lock:
             run = next((r for r in self._runs if r.future is future and r.held), None)
             if run is None or run.state not in ("pending", "assigned", "wants"):
                 return None
+            if shapes is not None:
+                keys = {s.key for s in run.job.shapes}
+                if not shapes or any(s.key not in keys for s in shapes):
+                    raise ValueError(f"unhold: {[s.key for s in shapes]} are not shapes of the held trial")
+                run.job, run.only = replace(run.job, shapes=tuple(shapes)), tuple(s.key for s in shapes)
             self._seq += 1
             run.held, run.seq = False, self._seq
             run.t["unheld"] = time.time()
@@ -439,9 +446,12 @@ class Executor:
                                 "unset": list(self.prelude.unset)})
 
     def _open_ahead(self) -> None:
-        """The workers forked ahead of a renewal open the device one at a time: opened at once, 7
-        contexts took 1.5-4.6 s each on the H200 (0.3 s alone) and the range's first trial waited
-        7-9 s from its worker's readiness to its device section, against 5.4 s without them."""
+        """Idle workers open the device one at a time: opened at once, 7 contexts took 1.5-4.6 s
+        each on the H200 (0.3 s alone), and the range's first trial waited 7-9 s from its worker's
+        readiness to its device section (5.4 s with the workers forked ahead of a renewal, the
+        first to be queued so). The others of a cold start still opened theirs together: 2.4-3.2 s
+        each, seven at once, on the 389-commit range at 7483081. A worker given a trial opens it at
+        once (`_assign`), beside at most the one opening it here."""
         if self._opening is not None and self._opening in self._idle:
             return
         self._opening = None
@@ -486,6 +496,9 @@ class Executor:
         run.state, run.deadline = "assigned", now + self.timeout_s
         if worker.pid is not None:
             run.breach = WATCH.watch(worker.pid, self.memory_bytes, worker.pgid)
+        if worker in self._unopened:  # its trial is here: it opens the device now, ahead of the queue
+            self._unopened.remove(worker)
+            self._open(worker)
         if not worker.send(job=job):
             self._end(run)
 
@@ -543,7 +556,7 @@ class Executor:
             self._granted = True
             run.state = "on-device"
             run.t["go"] = time.time()
-            if not run.worker or not run.worker.send(go=run.t["go"]):
+            if not run.worker or not run.worker.send(go=run.t["go"], **({"shapes": list(run.only)} if run.only else {})):
                 self._end(run)
             return
 
@@ -581,11 +594,9 @@ class Executor:
                 if worker in self._starting:
                     self._starting.remove(worker)
                     self._idle.append(worker)
-                    if worker.lineage == AHEAD_OF_RENEWAL and self.prelude is not None:
+                    if self.prelude is not None:
                         self._unopened.append(worker)
                         self._open_ahead()
-                    else:
-                        self._open(worker)
             elif kind == "opened":
                 worker.ready["opened_s"] = msg.get("s")
                 if worker is self._opening:

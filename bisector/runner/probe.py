@@ -311,6 +311,11 @@ class Batch:
                     futures[future] = (i, mine[r])
                     if first:
                         firsts[i] = future
+                    elif held is not None and i in firsts and r == 1:
+                        # a new commit's companion, made once its standby had compiled: its next
+                        # trial can set up now, not when the first ends, a device section before
+                        # the round that doubles the pair asks for it (most of the H200 demo's)
+                        self._spare(claimed[i], i)
             # The first item last: the later stages put there what every round measures (the tip, a
             # hunk search's parent), and past 2 x `parallel` spares the oldest go first; the tip of the
             # H200 demo's fixes stage, one of nine, waited ~2 s a round for a fresh setup.

@@ -166,9 +166,23 @@ def precompile_executor(config: Config, work: str | Path, parallel: int, *, sour
 
 
 def _what_runs(job: TrialJob) -> tuple[Any, ...]:
-    """What a trial measures: its build's code (not the build's own timing) and its inputs."""
+    """What a trial measures, its shapes aside: its build's code (not the build's own timing) and its inputs."""
     b = job.build
-    return (b.sha, b.patch_hash, b.source_dir, b.prefix, job.shapes, job.seed, job.slot, job.first)
+    return (b.sha, b.patch_hash, b.source_dir, b.prefix, job.seed, job.slot, job.first)
+
+
+def _timed_of(held: TrialJob, job: TrialJob) -> tuple[Shape, ...] | None | bool:
+    """Which of `held`'s shapes it must time to stand for `job`: None for all of them (the same
+    shapes), `job`'s when they are some of a later trial's (a pair doubled on the shapes it left
+    unclear, while the spare was set up for all: on the H200 demo 33 of its 35 device waits for a
+    decision, 49 s, were such trials set up afresh; reports/2026-12-04f-h200-demo), False when it
+    cannot. A commit's first trial times all its shapes: its correctness checks are the commit's."""
+    if held.shapes == job.shapes:
+        return None
+    have = {s.key for s in held.shapes}
+    if job.first or not job.shapes or any(s.key not in have for s in job.shapes):
+        return False
+    return job.shapes
 
 
 def _same_wait(held: TrialJob, job: TrialJob) -> bool:
@@ -182,7 +196,7 @@ class Holds(Protocol):
 
     def submit(self, job: TrialJob) -> Future: ...
 
-    def unhold(self, future: Future) -> Future | None: ...
+    def unhold(self, future: Future, shapes: tuple[Shape, ...] | None = None) -> Future | None: ...
 
     def cancel(self, future: Future) -> None: ...
 
@@ -288,12 +302,14 @@ class Warmer:
         if held is None or self.standby is None:
             return None
         standby, future = held
-        if _what_runs(standby) != _what_runs(job) or not _same_wait(standby, job) or standby.lineage < job.lineage:
+        timed = _timed_of(standby, job)
+        if (timed is False or _what_runs(standby) != _what_runs(job) or not _same_wait(standby, job)
+                or standby.lineage < job.lineage):
             self.standby().cancel(future)
             return None
         if not standby.first:
             self.spares_taken.append((job.build.sha, job.slot))
-        return self.standby().unhold(future)
+        return self.standby().unhold(future, shapes=timed or None)
 
     def spare(self, job: TrialJob) -> None:
         """Set up `job`, a later trial of a measured commit, held until a round asks for it (`take`).
