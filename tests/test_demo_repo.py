@@ -137,6 +137,34 @@ def test_wrong_result_commit_gives_wrong_gemm_on_cpu(demo: DemoManifest, exports
     assert git(demo.path, "rev-parse", "HEAD").strip() == demo.bad
 
 
+PICK = ("import sys; from bisector.demo.demo_config import gpu_visible, pick_device; "
+        "print(gpu_visible(), pick_device('auto'), 'torch' in sys.modules)")
+
+
+def test_the_demo_picks_its_device_without_importing_torch_in_the_bot() -> None:
+    """The bot imports no torch to pick the demo's device (3.4 s ahead of everything on the H200
+    host); here, a CPU build of torch: the CPU, and `--device cuda` refused in one line."""
+    from bisector.demo import DemoDeviceError, pick_device
+
+    out = subprocess.run([sys.executable, "-c", PICK], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(torch.cuda.is_available()), "cuda" if torch.cuda.is_available() else "cpu", "False"]
+    if not torch.cuda.is_available():
+        with pytest.raises(DemoDeviceError, match="--device cuda: no CUDA GPU"):
+            pick_device("cuda")
+
+
+def test_a_cuda_torch_without_a_visible_gpu_is_not_a_gpu(tmp_path: Path) -> None:
+    """A CUDA build of torch (as its version.py records it) and triton, but no device this process may
+    see: the CPU, as torch.cuda.is_available() would say."""
+    for name, text in (("torch", "cuda: Optional[str] = '12.4'\nhip: Optional[str] = None\n"), ("triton", "")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('the bot must not import this')\n")
+        (tmp_path / name / "version.py").write_text(text)
+    env = {"PYTHONPATH": str(tmp_path), "CUDA_VISIBLE_DEVICES": "-1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", PICK], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.split() == ["False", "cpu", "False"]
+
+
 def test_demo_config_points_at_the_written_repo(demo: DemoManifest) -> None:
     from bisector.demo import DemoDeviceError, demo_config, pick_device
 
