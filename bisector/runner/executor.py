@@ -216,8 +216,8 @@ class Executor:
         self._file_locks: dict[int, FileLock] = {}
         self._seq = 0
         self._granted = False  # a device section was lent once (`_fork_ahead_of_renewal` only before)
-        self._unopened: list[Worker] = []  # ready and idle, their device not yet opened (`_open_ahead`)
-        self._opening: Worker | None = None  # the idle one opening it now
+        self._unopened: list[Worker] = []  # forked ahead, ready, their device not yet opened (`_open_ahead`)
+        self._opening: Worker | None = None  # the one forked ahead opening it now
         self._lineage = source.lineage  # the lineage asked for (`renew_lineage`); the loop renews the source
         self._cancel: list[Future] = []
         self._reaping: list[Worker] = []  # gone from our view, their process not yet collected
@@ -446,12 +446,14 @@ class Executor:
                                 "unset": list(self.prelude.unset)})
 
     def _open_ahead(self) -> None:
-        """Idle workers open the device one at a time: opened at once, 7 contexts took 1.5-4.6 s
-        each on the H200 (0.3 s alone), and the range's first trial waited 7-9 s from its worker's
-        readiness to its device section (5.4 s with the workers forked ahead of a renewal, the
-        first to be queued so). The others of a cold start still opened theirs together: 2.4-3.2 s
-        each, seven at once, on the 389-commit range at 7483081. A worker given a trial opens it at
-        once (`_assign`), beside at most the one opening it here."""
+        """The workers forked ahead of a renewal open the device one at a time: opened at once, 7
+        contexts took 1.5-4.6 s each on the H200 (0.3 s alone) and the range's first trial waited
+        7-9 s from its worker's readiness to its device section, against 5.4 s without them.
+        The cold start's other workers open theirs at once, as soon as they are ready. Queued one at
+        a time as well (tried at fe3c15e: ~13 workers at ~0.4 s each from 5.7 s, the first device
+        section at 10.6 s), their opening likely ran into the range's first timed sections: GOOD's
+        and BAD's first trials read 4% slow and a close pair took 8 trials a side, 75.5 s against
+        62.8 s (studies/results/h200-long-range.txt)."""
         if self._opening is not None and self._opening in self._idle:
             return
         self._opening = None
@@ -496,9 +498,6 @@ class Executor:
         run.state, run.deadline = "assigned", now + self.timeout_s
         if worker.pid is not None:
             run.breach = WATCH.watch(worker.pid, self.memory_bytes, worker.pgid)
-        if worker in self._unopened:  # its trial is here: it opens the device now, ahead of the queue
-            self._unopened.remove(worker)
-            self._open(worker)
         if not worker.send(job=job):
             self._end(run)
 
@@ -594,9 +593,11 @@ class Executor:
                 if worker in self._starting:
                     self._starting.remove(worker)
                     self._idle.append(worker)
-                    if self.prelude is not None:
+                    if worker.lineage == AHEAD_OF_RENEWAL and self.prelude is not None:
                         self._unopened.append(worker)
                         self._open_ahead()
+                    else:
+                        self._open(worker)
             elif kind == "opened":
                 worker.ready["opened_s"] = msg.get("s")
                 if worker is self._opening:
