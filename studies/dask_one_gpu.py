@@ -190,6 +190,26 @@ def start_cluster(device: str, threads: int) -> Any:
                                     silence_logs=logging.ERROR)
 
 
+def scheduler_state(client: Any) -> str:
+    """The scheduler's tasks by kind and state, and each worker's threads, tasks processing and
+    resources in use against its own (JSON): a run cut at its timeout says what it waited on (the
+    one-H200 dask demo stalled at a new commit's first round on 2026-12-04, cause unknown)."""
+    def snapshot(dask_scheduler: Any = None) -> dict[str, Any]:
+        tasks: Counter = Counter()
+        for key, ts in dask_scheduler.tasks.items():
+            name = key if isinstance(key, str) else str(key[0])
+            tasks[f"{name.split('-')[0]} {ts.state}"] += 1
+        workers = {ws.address: {"nthreads": ws.nthreads, "processing": len(ws.processing),
+                                "used": dict(ws.used_resources), "resources": dict(ws.resources)}
+                   for ws in dask_scheduler.workers.values()}
+        return {"tasks": dict(tasks), "workers": workers}
+
+    try:
+        return json.dumps(client.run_on_scheduler(snapshot))
+    except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the run's own result
+        return f"unreadable ({type(exc).__name__}: {exc})"
+
+
 def run_killing_one(cmd: list[str], watcher: Any, cluster: Any, device_locks: list[Path], after: int | None,
                     timeout: float, log: Path) -> tuple[int, str, float, Kill]:
     """Run the bot's command (its stderr to `log`) while `kill_one_mid_trial` watches the cluster (no
@@ -201,11 +221,17 @@ def run_killing_one(cmd: list[str], watcher: Any, cluster: Any, device_locks: li
         killer.start()
     start = time.time()
     with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout)
-            rc, stdout = proc.returncode, proc.stdout
-        except subprocess.TimeoutExpired as exc:
-            rc, stdout = 124, (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            stdout, _ = proc.communicate(timeout=timeout)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            # what the run was waiting on, read while the bot still holds its tasks (a stall's cause)
+            err.write(f"scheduler at the cut: {scheduler_state(watcher)}\n")
+            err.flush()
+            proc.kill()
+            stdout, _ = proc.communicate()
+            rc = 124
         finally:
             wall = time.time() - start
             stop.set()
