@@ -16,7 +16,7 @@ fresh one and the scheduler re-runs its trial elsewhere. Prints one line (append
 wall time, probe calls (a k-ary round is one call), trials, the planted steps found, missed and
 extra (the demo's manifest), the kill and where its trials re-ran, stored statuses, rows stored
 twice, claims left, device sections that overlapped on one device, and each device's busy share
-and idle gaps by cause (`device_gaps`). The run's --json is kept
+and idle gaps by what it waited for (`studies.idle_gaps.device_gaps`). The run's --json is kept
 as demo.json, its progress as progress.log, its store and report in `--dir`.
 """
 
@@ -39,6 +39,7 @@ from bisector.runner.launch import default_ahead
 from bisector.runner.lock import lock_path
 from bisector.runner.warmer import held_room
 from studies.dask_one_gpu import device_overlaps, killed_line, run_killing_one, store_counts, trial_processes
+from studies.idle_gaps import device_gaps
 from studies.long_range import emit
 
 
@@ -53,33 +54,6 @@ def planted_line(device: str, shapes: list[str], found: list[dict[str, Any]], ma
     extra = sorted(prs.get(s, s[:10]) for s in named - set(planted))
     exact = not missed and not extra
     return f"planted {len(planted)}: found {hit}, missed {missed}, extra {extra}", exact
-
-
-def device_gaps(procs: list[dict[str, Any]]) -> str:
-    """Per device: how busy it was over its span (a trial's go..release), and its idle gaps by cause:
-    the next trial asked for (sent, or unheld) only after the last released; set up late (asked
-    before, but ready only after); the lock's hand-off (ready before)."""
-    by_device: dict[str, list[dict[str, Any]]] = {}
-    for p in procs:
-        t = p["timeline"]
-        if t.get("go") is not None and t.get("release") is not None:
-            by_device.setdefault(str(p["device"]), []).append(t)
-    parts = []
-    for device, spans in sorted(by_device.items()):
-        spans.sort(key=lambda t: t["go"])
-        busy = sum(t["release"] - t["go"] for t in spans)
-        span = spans[-1]["release"] - spans[0]["go"]
-        gaps = {"asked after": [0, 0.0], "set up late": [0, 0.0], "hand-off": [0, 0.0]}
-        for a, b in zip(spans, spans[1:]):
-            gap = b["go"] - a["release"]
-            asked = b.get("unheld") or b.get("submitted") or b.get("assigned") or 0.0
-            cause = "asked after" if asked > a["release"] else \
-                "set up late" if (b.get("want") or 0.0) > a["release"] else "hand-off"
-            gaps[cause][0] += 1
-            gaps[cause][1] += max(0.0, gap)
-        parts.append(f"device {device} busy {busy:.0f} s of {span:.0f} s ({busy / max(span, 1e-9):.0%}), gaps: "
-                     + ", ".join(f"{k} {n} ({t:.0f} s)" for k, (n, t) in gaps.items()))
-    return "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{throughput.get('trials')}, per device {dict(per_device)}); {found} "
             f"({'exact' if exact else 'NOT exact'}); {killed}; stored statuses {dict(statuses)}; stored twice "
             f"{twice}; claims left {left}; device sections {sections}: {overlaps} overlapped on one device "
-            f"({cross} across workers); {device_gaps(procs)}; files in {root}")
+            f"({cross} across workers); {device_gaps(store) if procs else 'no device sections'}; files in {root}")
     emit(line, args.out)
     return rc
 

@@ -9,7 +9,10 @@ was unheld). Per store: the trials, their device time, and the gaps between one 
 the next one's `go` (longer than `--min-gap`, shorter than `--max-gap`: a longer one is a stop between
 two calls), split by what came next: a commit's first trial (slot 0) or a later one; and how many
 trials came from a standby (a first trial) or a spare (a later one); and the gaps by what the device
-waited for (`waited_for`). No new measurement.
+waited for (`waited_for`). No new measurement. `device_gaps` is the same per device, for runs on
+several (studies/dask_demo.py). Until 2026-12-04 (late) a held trial unheld only after the last had
+released counted as "held, not set up when asked", and a gap before a trial set up in time as one of
+the set-up kinds; they are now "asked after the last ended" and "hand-off".
 """
 
 from __future__ import annotations
@@ -25,15 +28,20 @@ from studies.stored_trials import over_stores, trial_processes
 
 
 def waited_for(last: Timeline, nxt: Timeline) -> str:
-    """What the device waited for in the gap before `nxt`: a held process (standby or spare) not yet
-    set up when the run asked for it; a fresh one asked for before `last` ended but not yet set up;
-    or one the run asked for only once `last` had ended (a decision), with nothing held for it."""
-    if nxt.unheld is not None:
-        return "held, not set up when asked"
-    return "fresh, set up late" if nxt.submitted < last.release else "asked after the last ended"
+    """What the device waited for in the gap before `nxt`: a trial the run asked for (submitted, or a
+    held one unheld) only once `last` had released it, a decision; one asked for before but set up
+    only after, held ahead (a standby or spare) or fresh; or nothing but the device's hand-off (set up
+    and asking before `last` released)."""
+    assert last.release is not None
+    asked = nxt.unheld if nxt.unheld is not None else nxt.submitted
+    if asked > last.release:
+        return "asked after the last ended"
+    if nxt.want is not None and nxt.want <= last.release:
+        return "hand-off"
+    return "held, not set up when asked" if nxt.unheld is not None else "fresh, set up late"
 
 
-WAITS = ("held, not set up when asked", "fresh, set up late", "asked after the last ended")
+WAITS = ("asked after the last ended", "held, not set up when asked", "fresh, set up late", "hand-off")
 
 
 def sections(store: Path) -> list[Timeline]:
@@ -48,6 +56,26 @@ def idle(a: Timeline, b: Timeline, loans: list[tuple[float, float]]) -> float:
     assert a.release is not None and b.go is not None
     held = sum(max(0.0, min(y, b.go) - max(x, a.release)) for x, y in loans)
     return b.go - a.release - held
+
+
+def device_gaps(store: Path, min_gap: float = 0.05) -> str:
+    """Per device: how busy it was over its span (first go to last release), and its idle gaps longer
+    than `min_gap` by what it waited for (`waited_for`): one line for a run on several devices."""
+    secs = sections(store)
+    parts = []
+    for device in sorted({s.device for s in secs}):
+        mine = [s for s in secs if s.device == device]
+        loans = sorted(loan for s in mine for loan in s.briefs)
+        busy = sum(s.device_s for s in mine)
+        span = max(s.release or 0.0 for s in mine) - min(s.go or 0.0 for s in mine)
+        why = {w: [0, 0.0] for w in WAITS}
+        for a, b in zip(mine, mine[1:]):
+            if (gap := idle(a, b, loans)) > min_gap:
+                why[waited_for(a, b)][0] += 1
+                why[waited_for(a, b)][1] += gap
+        parts.append(f"device {device} busy {busy:.0f} s of {span:.0f} s ({busy / max(span, 1e-9):.0%}), gaps: "
+                     + ", ".join(f"{w} {n} ({s:.0f} s)" for w, (n, s) in why.items()))
+    return "; ".join(parts)
 
 
 def row(store: Path, min_gap: float, max_gap: float) -> str:

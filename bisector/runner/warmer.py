@@ -174,8 +174,8 @@ def _what_runs(job: TrialJob) -> tuple[Any, ...]:
 def _timed_of(held: TrialJob, job: TrialJob) -> tuple[Shape, ...] | None | bool:
     """Which of `held`'s shapes it must time to stand for `job`: None for all of them (the same
     shapes), `job`'s when they are some of a later trial's (a pair doubled on the shapes it left
-    unclear, while the spare was set up for all: on the H200 demo 33 of its 35 device waits for a
-    decision, 49 s, were such trials set up afresh; reports/2026-12-04f-h200-demo), False when it
+    unclear, while the spare was set up for all: 33 of the 35 trials the H200 demo submitted afresh
+    once the last had ended, 49 s of device waits; reports/2026-12-04f-h200-demo), False when it
     cannot. A commit's first trial times all its shapes: its correctness checks are the commit's."""
     if held.shapes == job.shapes:
         return None
