@@ -171,18 +171,16 @@ def _what_runs(job: TrialJob) -> tuple[Any, ...]:
     return (b.sha, b.patch_hash, b.source_dir, b.prefix, job.seed, job.slot, job.first)
 
 
-def _timed_of(held: TrialJob, job: TrialJob) -> tuple[Shape, ...] | None | bool:
-    """Which of `held`'s shapes it must time to stand for `job`: None for all of them (the same
-    shapes), `job`'s when they are some of a later trial's (a pair doubled on the shapes it left
-    unclear, while the spare was set up for all: 33 of the 35 trials the H200 demo submitted afresh
-    once the last had ended, 49 s of device waits; reports/2026-12-04f-h200-demo), False when it
-    cannot. A commit's first trial times all its shapes: its correctness checks are the commit's."""
+def _stands_for(held: TrialJob, job: TrialJob) -> bool:
+    """Whether `held`'s shapes serve `job`: the same ones, or, for a later trial, some of them, which
+    alone it then times (a pair doubled on the shapes it left unclear while the spare was set up for
+    all: 33 of the 35 trials the H200 demo submitted afresh once the last had ended, 49 s of device
+    waits; reports/2026-12-04f-h200-demo). A commit's first trial times all its shapes: its
+    correctness checks are the commit's."""
     if held.shapes == job.shapes:
-        return None
+        return True
     have = {s.key for s in held.shapes}
-    if job.first or not job.shapes or any(s.key not in have for s in job.shapes):
-        return False
-    return job.shapes
+    return not job.first and bool(job.shapes) and all(s.key in have for s in job.shapes)
 
 
 def _same_wait(held: TrialJob, job: TrialJob) -> bool:
@@ -302,14 +300,13 @@ class Warmer:
         if held is None or self.standby is None:
             return None
         standby, future = held
-        timed = _timed_of(standby, job)
-        if (timed is False or _what_runs(standby) != _what_runs(job) or not _same_wait(standby, job)
+        if (not _stands_for(standby, job) or _what_runs(standby) != _what_runs(job) or not _same_wait(standby, job)
                 or standby.lineage < job.lineage):
             self.standby().cancel(future)
             return None
         if not standby.first:
             self.spares_taken.append((job.build.sha, job.slot))
-        return self.standby().unhold(future, shapes=timed or None)
+        return self.standby().unhold(future, shapes=None if standby.shapes == job.shapes else job.shapes)
 
     def spare(self, job: TrialJob) -> None:
         """Set up `job`, a later trial of a measured commit, held until a round asks for it (`take`).
