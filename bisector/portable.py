@@ -49,7 +49,7 @@ def scrub(text: str, where: Roots) -> str:
     """`text` with every path under a root written from the root's name."""
     for root, label in where.items():
         root = root.rstrip(os.sep)
-        if root:
+        if root and root in text:  # most strings hold no path: no pattern compiled or run for them
             text = re.sub(re.escape(root) + r"(?=[/\s\"'),:;]|$)", lambda _m, lb=label: lb, text)
     return text
 
