@@ -620,15 +620,15 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         return output
 
     with phase("queue"):
-        granted = gate.acquire()
+        only = gate.acquire().get("shapes")
     # the shapes this trial times: all, or those the grant names (each keeps its index, its inputs' seed)
-    wanted = set(granted["shapes"]) if granted.get("shapes") is not None else {s["key"] for s in spec["shapes"]}
+    wanted = set(only) if only is not None else {s["key"] for s in spec["shapes"]}
     try:
         with phase("device"):
             clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, _cold_at_compile(caches, staged))
-            if granted.get("shapes") is not None:  # set up for more shapes than it was asked to time
-                output["protocol"]["granted_shapes"] = list(granted["shapes"])
+            if only is not None:  # set up for more shapes than it was asked to time
+                output["protocol"]["granted_shapes"] = list(only)
             if pinned:
                 output["protocol"]["malloc_pinned"] = pinned
             peak = machine.device_peak_gbps(device)

@@ -71,8 +71,9 @@ def device_gaps(store: Path, min_gap: float = 0.05) -> str:
         why = {w: [0, 0.0] for w in WAITS}
         for a, b in zip(mine, mine[1:]):
             if (gap := idle(a, b, loans)) > min_gap:
-                why[waited_for(a, b)][0] += 1
-                why[waited_for(a, b)][1] += gap
+                tally = why[waited_for(a, b)]
+                tally[0] += 1
+                tally[1] += gap
         parts.append(f"device {device} busy {busy:.0f} s of {span:.0f} s ({busy / max(span, 1e-9):.0%}), gaps: "
                      + ", ".join(f"{w} {n} ({s:.0f} s)" for w, (n, s) in why.items()))
     return "; ".join(parts)
