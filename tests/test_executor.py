@@ -33,6 +33,10 @@ KERNELS = textwrap.dedent('''
         time.sleep(0.1)  # a device section long enough for the next trials to set up meanwhile
         return a @ b
 
+    def slower(a, b):
+        time.sleep(0.3)
+        return a @ b
+
     def hog(a, b):
         keep = []
         while True:  # allocates without bound, a page at a time so it is resident
@@ -227,6 +231,27 @@ def test_a_cancelled_trial_never_takes_the_device(tmp_path: Path, src: Path) -> 
         assert first.result().records[0].status is TrialStatus.OK
         assert second.cancelled()
     assert len(executor.timelines) == 1
+
+
+def test_the_next_trial_takes_the_device_before_the_last_ones_records_are_stored(tmp_path: Path, src: Path) -> None:
+    cfg = config(tmp_path, entry="kern:slower")
+    stored: dict[int, float] = {}
+    with make_executor(cfg, tmp_path / "work", source="fork", ahead=1, lock_devices=False) as executor:
+        finish = executor.finish
+
+        def slow_to_store(job, prepared, out, info):
+            time.sleep(1.5 if job.seed == 0 else 0.0)  # storing the first trial takes long
+            records = finish(job, prepared, out, info)
+            stored[job.seed] = time.time()
+            return records
+
+        executor.finish = slow_to_store
+        first, second = executor.run([TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(2)])
+    assert first.records[0].status is TrialStatus.OK and second.records[0].status is TrialStatus.OK
+    # the second was set up and waiting while the first measured (1.5 s of 0.3 s calls) ...
+    assert second.timeline.want < first.timeline.ended, (first.timeline, second.timeline)
+    # ... and was lent the device once the first had ended, not once its records were stored
+    assert first.timeline.ended <= second.timeline.go < stored[0] - 1.0, (first.timeline, second.timeline, stored)
 
 
 BOT = textwrap.dedent('''
