@@ -75,8 +75,8 @@ class SocketGate:
 
 def preload(modules: Sequence[str]) -> list[str]:
     """Import what every trial imports, then compute what each trial's first kernel call would
-    compute again from the same files (`triton_key`); a module missing here is the trial's to
-    report, not ours."""
+    compute again from the same files (`triton_key`) and import what it would import (`TRITON_LAZY`);
+    a module missing here is the trial's to report, not ours."""
     failed = []
     for name in modules:
         try:
@@ -85,7 +85,18 @@ def preload(modules: Sequence[str]) -> list[str]:
             failed.append(name)
     if "triton" in modules and "triton" not in failed:
         triton_key()
+        for name in TRITON_LAZY:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - not in this Triton: its first call imports nothing of it
+                pass
     return failed
+
+
+# What Triton imports only at a kernel's first call: Triton 3.6's argument specializer imports its Gluon
+# dialect, 0.15 s of a later trial's 0.25 s precompile of the demo's attention alone on the H200 host
+# (its .py files compiled anew: the image's site-packages keep no bytecode; studies/precompile_parts.py).
+TRITON_LAZY = ("triton.experimental.gluon",)
 
 
 def triton_key() -> bool:

@@ -1,14 +1,15 @@
 """Where a later trial's precompile goes, on the demo's tip: real trial processes, profiled.
 
-    python -m studies.precompile_parts [--trials 4] [--top 25]
+    python -m studies.precompile_parts [--trials 4] [--top 25] [--parallel 6]
 
 A later trial of the H200 demo spent 1.1-1.25 s in the precompile of fa/s16384 with its commit's
 JIT cache warm (reports/2026-12-04g-h200-demo), and a trial set up late keeps the device idle for
 it. A forked child timed the same two first calls at 0.18 + 0.10 s uncaptured
 (studies/results/h200-first-calls.txt). Here each trial is `python -m benches.trial` on the demo's
-tip with its four H200 shapes, Triton's own cache key computed first (as the workers' zygote does),
+tip with its four H200 shapes, after the workers' zygote's preload (benches.worker.preload),
 and `benches.trial.precompile` wrapped in cProfile: per shape the seconds, and for the later trials
-the functions that took most of them (cumulative). Needs a CUDA device.
+the functions that took most of them (cumulative). With `--parallel K`, then K more trials at once
+(a GPU host's trials set up side by side), their precompile per shape. Needs a CUDA device.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from pathlib import Path
 
 CHILD = """
 import cProfile, io, json, pstats, sys, time
-from benches.worker import triton_key
-triton_key()
+from benches.worker import preload
+preload(["torch", "triton"])
 import benches.trial as trial
 plain = trial.precompile
 report = {}
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--parallel", type=int, default=0)
     args = ap.parse_args(argv)
     from bisector.demo import demo_config, write_demo_repo
     from bisector.model import BuildResult, BuildStatus
@@ -61,21 +63,33 @@ def main(argv: list[str] | None = None) -> int:
     shapes = tuple(s for s in config.shapes if s.key in keys)
     build = BuildResult(sha=manifest.bad, status=BuildStatus.OK, source_dir=str(tmp / "upstream"))
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / "triton"))
-    for k in range(args.trials):
+    def start(k: int) -> tuple[subprocess.Popen, Path, Path]:
         spec = build_spec(config, build, None, seed=k, shapes=shapes)
         spec_path, out_path, prof_path = tmp / f"spec-{k}.json", tmp / f"out-{k}.json", tmp / f"prof-{k}.json"
         spec_path.write_text(json.dumps(spec))
-        subprocess.run([sys.executable, "-c", CHILD, str(spec_path), str(out_path), str(prof_path), str(args.top)],
-                       env=env, check=True, stdout=subprocess.DEVNULL)
+        return (subprocess.Popen([sys.executable, "-c", CHILD, str(spec_path), str(out_path), str(prof_path),
+                                  str(args.top)], env=env, stdout=subprocess.DEVNULL), out_path, prof_path)
+
+    def spans(out_path: Path) -> dict[str, float]:
         out = json.loads(out_path.read_text())
+        return {shape: round(end - start, 3) for name, shape, start, end in out["phases"] if name == "precompile"}
+
+    for k in range(args.trials):
+        proc, out_path, prof_path = start(k)
+        if proc.wait():
+            return proc.returncode
         prof = json.loads(prof_path.read_text())
-        spans = {shape: round(end - start, 3) for name, shape, start, end in out["phases"] if name == "precompile"}
-        status = {r["shape"]: r.get("precompile") for r in out["results"]}
-        print(f"## trial {k} ({'JIT cache cold' if k == 0 else 'warm'}): precompile per shape {spans}; {status}",
+        print(f"## trial {k} ({'JIT cache cold' if k == 0 else 'warm'}): precompile per shape {spans(out_path)}",
               flush=True)
         if k == args.trials - 1:
             for q, one in sorted(prof.items()):
                 print(f"### the last trial's precompile {q} ({one['s']:.3f} s)\n{one['profile']}", flush=True)
+    together = [start(args.trials + k) for k in range(args.parallel)]
+    for k, (proc, out_path, _) in enumerate(together):
+        if proc.wait():
+            return proc.returncode
+        print(f"## trial {args.trials + k} ({args.parallel} at once): precompile per shape {spans(out_path)}",
+              flush=True)
     return 0
 
 

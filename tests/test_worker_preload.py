@@ -33,6 +33,19 @@ def test_a_forked_trial_inherits_tritons_cache_key() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_a_forked_trial_inherits_what_tritons_first_call_imports() -> None:
+    """Triton 3.6 imported its Gluon dialect at each trial's first kernel call (0.15 s of the demo's
+    attention precompile on the H200 host); the zygote imports it before it forks."""
+    pytest.importorskip("triton")
+    code = ("import sys, importlib.util; from benches import worker; worker.preload(['triton']); "
+            "sys.exit(0 if all(n in sys.modules for n in worker.TRITON_LAZY if importlib.util.find_spec(n)) else 3)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    fresh = subprocess.run([sys.executable, "-c", "import sys, triton; sys.exit('triton.experimental.gluon' in sys.modules)"],
+                           capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == 0, "importing triton alone loads Gluon already: the preload would change nothing"
+
+
 def test_a_preload_without_triton_computes_nothing() -> None:
     proc = subprocess.run([sys.executable, "-c", "from benches import worker; import sys; "
                            "worker.preload(['json']); sys.exit('triton' in sys.modules)"],
