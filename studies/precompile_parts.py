@@ -1,6 +1,7 @@
 """Where a later trial's precompile goes, on the demo's tip: real trial processes, profiled.
 
     python -m studies.precompile_parts [--trials 4] [--top 25] [--parallel 6]
+    python -m studies.precompile_parts --executor [--trials 4] [--top 25]
 
 A later trial of the H200 demo spent 1.1-1.25 s in the precompile of fa/s16384 with its commit's
 JIT cache warm (reports/2026-12-04g-h200-demo), and a trial set up late keeps the device idle for
@@ -9,7 +10,10 @@ it. A forked child timed the same two first calls at 0.18 + 0.10 s uncaptured
 tip with its four H200 shapes, after the workers' zygote's preload (benches.worker.preload),
 and `benches.trial.precompile` wrapped in cProfile: per shape the seconds, and for the later trials
 the functions that took most of them (cumulative). With `--parallel K`, then K more trials at once
-(a GPU host's trials set up side by side), their precompile per shape. Needs a CUDA device.
+(a GPU host's trials set up side by side), their precompile per shape. With `--executor`, the trials
+run as the bot runs them instead (the demo config's executor: forked from its zygote, in its
+sandbox, one after another), the profile printed by a preload hook into each trial's log.
+Needs a CUDA device.
 """
 
 from __future__ import annotations
@@ -46,11 +50,59 @@ open(sys.argv[3], "w").write(json.dumps(report))
 """
 
 
+HOOK = """
+import cProfile, io, pstats, sys, time
+import benches.trial as trial
+plain = trial.precompile
+def profiled(staged, pool=None):
+    prof = cProfile.Profile()
+    start = time.perf_counter()
+    prof.enable()
+    try:
+        return plain(staged, pool)
+    finally:
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats({top})
+        print(f"precompile_parts: {{time.perf_counter() - start:.3f}} s\\n{{text.getvalue()}}", file=sys.stderr, flush=True)
+trial.precompile = profiled
+"""
+
+
+def through_executor(config, build, shapes, tmp: Path, trials: int, top: int) -> int:  # noqa: ANN001
+    """`trials` trials of the demo's tip, one at a time, as the bot runs them."""
+    import dataclasses
+
+    from bisector.runner import make_executor
+    from bisector.runner.executor import TrialJob
+    from bisector.runner.launch import default_preload
+
+    hook = tmp / "hook"
+    hook.mkdir()
+    (hook / "precompile_parts_hook.py").write_text(HOOK.format(top=top))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    protocol = dataclasses.replace(config.protocol, preload=(*default_preload(config), "precompile_parts_hook"))
+    config = dataclasses.replace(config, protocol=protocol)
+    with make_executor(config, tmp / "work", lock_devices=False) as executor:
+        for k in range(trials):
+            (outcome,) = executor.run([TrialJob(build, shapes, k, slot=k, first=k == 0)])
+            rec = outcome.records[0]
+            spans = {shape: round(end - start, 3) for name, shape, start, end in rec.protocol["phases"]
+                     if name == "precompile"}
+            print(f"## trial {k} ({'JIT cache cold' if k == 0 else 'warm'}; {rec.protocol.get('isolation')}): "
+                  f"precompile per shape {spans}", flush=True)
+            if k == trials - 1:
+                log = (tmp / "work" / rec.protocol["log_path"]).read_text()
+                print("### its log's profiles\n" + log[log.find("precompile_parts:"):], flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--parallel", type=int, default=0)
+    ap.add_argument("--executor", action="store_true")
     args = ap.parse_args(argv)
     from bisector.demo import demo_config, write_demo_repo
     from bisector.model import BuildResult, BuildStatus
@@ -62,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("fa/s16384", "gemm/m8192", "gemm/m54560", "gemm/decode")
     shapes = tuple(s for s in config.shapes if s.key in keys)
     build = BuildResult(sha=manifest.bad, status=BuildStatus.OK, source_dir=str(tmp / "upstream"))
+    if args.executor:
+        return through_executor(config, build, shapes, tmp, args.trials, args.top)
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / "triton"))
     def start(k: int) -> tuple[subprocess.Popen, Path, Path]:
         spec = build_spec(config, build, None, seed=k, shapes=shapes)
