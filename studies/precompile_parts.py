@@ -69,7 +69,8 @@ trial.precompile = profiled
 """
 
 
-def through_executor(config, build, shapes, tmp: Path, trials: int, top: int) -> int:  # noqa: ANN001
+def through_executor(config, build, shapes, tmp: Path, trials: int, top: int,  # noqa: ANN001
+                     env: dict[str, str] | None = None) -> int:
     """`trials` trials of the demo's tip, one at a time, as the bot runs them."""
     import dataclasses
 
@@ -81,7 +82,9 @@ def through_executor(config, build, shapes, tmp: Path, trials: int, top: int) ->
     hook.mkdir()
     (hook / "precompile_parts_hook.py").write_text(HOOK.format(top=top))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    protocol = dataclasses.replace(config.protocol, preload=(*default_preload(config), "precompile_parts_hook"))
+    scratch = str(tmp / "work" / "scratch")
+    protocol = dataclasses.replace(config.protocol, preload=(*default_preload(config), "precompile_parts_hook"),
+                                   env={**config.protocol.env, **{k: v.format(scratch=scratch) for k, v in (env or {}).items()}})
     config = dataclasses.replace(config, protocol=protocol)
     with make_executor(config, tmp / "work", lock_devices=False) as executor:
         for k in range(trials):
@@ -94,6 +97,7 @@ def through_executor(config, build, shapes, tmp: Path, trials: int, top: int) ->
             if k == trials - 1:
                 log = (tmp / "work" / rec.protocol["log_path"]).read_text()
                 print("### its log's profiles\n" + log[log.find("precompile_parts:"):], flush=True)
+    print(f"# CUDA cache dir after: {sorted(p.name for p in (tmp / 'work' / 'scratch').iterdir())}", flush=True)
     return 0
 
 
@@ -103,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--parallel", type=int, default=0)
     ap.add_argument("--executor", action="store_true")
+    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE set in the trials' environment "
+                    "(--executor; {scratch} is the run's scratch dir, which a sandboxed trial may write)")
     args = ap.parse_args(argv)
     from bisector.demo import demo_config, write_demo_repo
     from bisector.model import BuildResult, BuildStatus
@@ -115,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     shapes = tuple(s for s in config.shapes if s.key in keys)
     build = BuildResult(sha=manifest.bad, status=BuildStatus.OK, source_dir=str(tmp / "upstream"))
     if args.executor:
-        return through_executor(config, build, shapes, tmp, args.trials, args.top)
+        extra = dict(kv.split("=", 1) for kv in args.env)
+        return through_executor(config, build, shapes, tmp, args.trials, args.top, extra)
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / "triton"))
     def start(k: int) -> tuple[subprocess.Popen, Path, Path]:
         spec = build_spec(config, build, None, seed=k, shapes=shapes)
