@@ -585,34 +585,6 @@ def test_past_the_spare_cap_the_first_item_of_a_round_keeps_its_spare(tmp_path, 
         store.close()
 
 
-def test_past_the_spare_cap_a_standbys_companion_outlives_older_spares(tmp_path, monkeypatch) -> None:
-    """A companion is made as its standby sets up, before the rounds that then make spares of the
-    commits they measured: past the cap those spares go first, and the new commit's second trial
-    is still set up when the search asks for the commit."""
-    from bisector.runner.probe import side_by_side
-
-    repo, shas = make_upstream(tmp_path, KERNEL, commits=6)
-    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
-    try:
-        assert warmer.held_cap == 4
-        probe.prefetch([shas[4], shas[5]])
-        warmer.wait(120)
-        wait_until(lambda: {(shas[4], 1), (shas[5], 1)} <= set(warmer.spares))  # both companions
-        for sha in shas[:3]:
-            assert probe(sha, 1).count() == 1
-        side_by_side([(probe, sha, 2) for sha in shas[:3]])  # a spare made for each: past the cap
-        assert {(sha, 2) for sha in shas[:3]} <= set(warmer.spares)
-        kept = {key[0]: job.slot for key, (job, _) in warmer._spares.items()}
-        assert len(kept) == 4 and kept.get(shas[4]) == 1 and kept.get(shas[5]) == 1, kept
-        assert probe(shas[4], 2).count() == 2
-        assert (shas[4], 1) in warmer.spares_taken
-    finally:
-        warmer.close()
-        executor.close()
-        store.close()
-
-
 def test_a_grid_point_that_does_not_build_has_its_replacement_named_ahead() -> None:
     """Where a grid point does not build the grid moves to its neighbour: named last in the requests
     before the grid is measured, it is set up ahead where there is room (the H200 demo's 7ebe652,

@@ -25,7 +25,7 @@ set up while the round that asked for its last one is measured. When the search 
 that commit (a close pair doubles, a verification looks again) the spare takes the device at once;
 on one H200 the device otherwise stood idle ~2.4 s at each such round, 134 s of the demo's 12 min
 (reports/2026-12-02-h200-demo). At most 2 x `parallel` spares live (as many as standbys), the oldest
-dropped first (a standby's companion last): with `parallel` the spares of GOOD and BAD were gone by the time the grid's first
+dropped first: with `parallel` the spares of GOOD and BAD were gone by the time the grid's first
 pairs doubled, and those doublings set up afresh (~2 s with the device idle, h200-long-range.txt).
 A standby's companion is a spare made as soon as the standby is set up: the commit's second trial,
 which takes the device only after the first has ended (`TrialJob.after`); made only where a spare
@@ -318,16 +318,8 @@ class Warmer:
             if self._closed or key in self._held or key in self._spares:
                 return
             while len(self._spares) >= self.held_cap:
-                self.standby().cancel(self._spares.pop(self._evicted())[1])
+                self.standby().cancel(self._spares.pop(next(iter(self._spares)))[1])
             self._hold_spare(key, job)
-
-    def _evicted(self) -> tuple[str, str | None]:
-        """The spare a new one replaces: the oldest, a standby's companion last. A companion is made
-        as soon as its standby is set up, so it was the oldest spare when the rounds after it made
-        theirs, and the H200 demo's new commits then set up their second trial when asked: 16 of
-        them kept the device idle 1.3-2 s each (25 s; reports/2026-12-04g-h200-demo). Under the lock."""
-        return next((k for k, (job, _) in self._spares.items() if job.after is None or job.after.done()),
-                    next(iter(self._spares)))
 
     def _hold_spare(self, key: tuple[str, str | None], job: TrialJob) -> None:
         """Submit `job` held, as the spare of `key`. Under the lock."""
