@@ -335,7 +335,10 @@ class Warmer:
         with self._lock:  # only where a spare has room: the standbys made last are the next round's
             # (no room made for it: companions that displaced spares read 2-3x noisier than fresh
             # second trials on the H200 demo, and its search took 215 trials instead of 170;
-            # studies/results/h200-demo-device-time.txt)
+            # studies/results/h200-demo-device-time.txt; kept past the cap instead of evicted first,
+            # 18 companions read 0.44% / 2.5% median / p90 off their build's median against 0.24% /
+            # 1.0% for fresh second trials, and the demo took 321 trials against 283-287:
+            # reports/2026-12-04h-h200-demo)
             if self._closed or key not in self._held or key in self._spares or len(self._spares) >= self.held_cap:
                 return
             self._hold_spare(key, job)
