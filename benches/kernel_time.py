@@ -57,6 +57,7 @@ class KernelTimes:
     fallback: str = ""  # why a better method was not used ("" when the first choice worked)
     faults: list[list[int]] | None = None  # CPU: minor page faults per fn per repetition (benches/timing.py)
     heat_calls: int = 0  # GRAPH: untimed calls of each fn ahead of the repetitions (graph_times' `heat`)
+    set_aside: tuple[list[list[float]], ...] = ()  # earlier reads of the same calls, disturbed (benches/trial.py)
 
 
 @dataclass(frozen=True)
