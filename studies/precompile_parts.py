@@ -2,6 +2,7 @@
 
     python -m studies.precompile_parts [--trials 4] [--top 25] [--parallel 6]
     python -m studies.precompile_parts --executor [--trials 4] [--top 25]
+    python -m studies.precompile_parts --sdpa
 
 A later trial of the H200 demo spent 1.1-1.25 s in the precompile of fa/s16384 with its commit's
 JIT cache warm (reports/2026-12-04g-h200-demo), and a trial set up late keeps the device idle for
@@ -12,7 +13,9 @@ and `benches.trial.precompile` wrapped in cProfile: per shape the seconds, and f
 the functions that took most of them (cumulative). With `--parallel K`, then K more trials at once
 (a GPU host's trials set up side by side), their precompile per shape. With `--executor`, the trials
 run as the bot runs them instead (the demo config's executor: forked from its zygote, in its
-sandbox, one after another), the profile printed by a preload hook into each trial's log.
+sandbox, one after another), the profile printed by a preload hook into each trial's log. With
+`--sdpa`, SDPA's first and second call at fa/s16384 in fresh interpreters, per backend (torch's
+default, flash, cuDNN, efficient), with the driver's PTX cache on and off, and after a tiny call.
 Needs a CUDA device.
 """
 
@@ -101,15 +104,56 @@ def through_executor(config, build, shapes, tmp: Path, trials: int, top: int,  #
     return 0
 
 
+SDPA_CHILD = """
+import sys, time, torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+torch.empty(1, device="cuda")
+q, k, v = (torch.randn((2, 32, 16384, 128), device="cuda", dtype=torch.bfloat16) for _ in range(3))
+torch.cuda.synchronize()
+if sys.argv[2] == "tiny":
+    t = time.perf_counter()
+    s = torch.randn((1, 1, 128, 64), device="cuda", dtype=torch.bfloat16)
+    torch.nn.functional.scaled_dot_product_attention(s, s, s)
+    torch.cuda.synchronize()
+    print(f"tiny call first {time.perf_counter() - t:.3f} s; ", end="")
+backends = {"default": None, "flash": [SDPBackend.FLASH_ATTENTION], "cudnn": [SDPBackend.CUDNN_ATTENTION],
+            "efficient": [SDPBackend.EFFICIENT_ATTENTION]}[sys.argv[1]]
+def call():
+    if backends is None:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    with sdpa_kernel(backends):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+for name in ("first", "second"):
+    t = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    print(f"{name} {time.perf_counter() - t:.3f} s", end="; " if name == "first" else "\\n")
+"""
+
+
+def sdpa_first_calls() -> int:
+    """SDPA's first call per backend in fresh interpreters (see the module docstring)."""
+    for label, extra, first in (("PTX cache on", {}, ""), ("CUDA_CACHE_DISABLE=1", {"CUDA_CACHE_DISABLE": "1"}, ""),
+                                ("after a tiny call", {}, "tiny")):
+        for backend in ("default", "flash", "cudnn", "efficient"):
+            out = subprocess.run([sys.executable, "-c", SDPA_CHILD, backend, first], env=dict(os.environ, **extra),
+                                 capture_output=True, text=True)
+            print(f"{label} | {backend}: {out.stdout.strip() or out.stderr.strip()[-300:]}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--parallel", type=int, default=0)
     ap.add_argument("--executor", action="store_true")
+    ap.add_argument("--sdpa", action="store_true")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE set in the trials' environment "
                     "(--executor; {scratch} is the run's scratch dir, which a sandboxed trial may write)")
     args = ap.parse_args(argv)
+    if args.sdpa:
+        return sdpa_first_calls()
     from bisector.demo import demo_config, write_demo_repo
     from bisector.model import BuildResult, BuildStatus
     from bisector.runner.spec import build_spec
