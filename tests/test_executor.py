@@ -34,7 +34,7 @@ KERNELS = textwrap.dedent('''
         return a @ b
 
     def slower(a, b):
-        time.sleep(0.3)
+        time.sleep(0.5)
         return a @ b
 
     def hog(a, b):
@@ -248,7 +248,7 @@ def test_the_next_trial_takes_the_device_before_the_last_ones_records_are_stored
         executor.finish = slow_to_store
         first, second = executor.run([TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(2)])
     assert first.records[0].status is TrialStatus.OK and second.records[0].status is TrialStatus.OK
-    # the second was set up and waiting while the first measured (1.5 s of 0.3 s calls) ...
+    # the second was set up and waiting while the first measured (2.5 s of 0.5 s calls) ...
     assert second.timeline.want < first.timeline.ended, (first.timeline, second.timeline)
     # ... and was lent the device once the first had ended, not once its records were stored
     assert first.timeline.ended <= second.timeline.go < stored[0] - 1.0, (first.timeline, second.timeline, stored)
