@@ -29,32 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-CHILD = """
-import cProfile, io, json, pstats, sys, time
-from benches.worker import preload
-preload(["torch", "triton"])
-import benches.trial as trial
-plain = trial.precompile
-report = {}
-def profiled(staged, pool=None):
-    prof = cProfile.Profile()
-    start = time.perf_counter()
-    prof.enable()
-    try:
-        return plain(staged, pool)
-    finally:
-        prof.disable()
-        text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(int(sys.argv[4]))
-        report[str(len(report))] = {"s": time.perf_counter() - start, "profile": text.getvalue()}
-trial.precompile = profiled
-trial.main([sys.argv[1], sys.argv[2]])
-open(sys.argv[3], "w").write(json.dumps(report))
-"""
-
-
-HOOK = """
-import cProfile, io, pstats, sys, time
+# benches.trial's precompile wrapped in cProfile; each call's seconds and profile go to `kept(seconds, text)`
+PROFILED = """
+import cProfile, io, pstats, time
 import benches.trial as trial
 plain = trial.precompile
 def profiled(staged, pool=None):
@@ -67,9 +44,29 @@ def profiled(staged, pool=None):
         prof.disable()
         text = io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats({top})
-        print(f"precompile_parts: {{time.perf_counter() - start:.3f}} s\\n{{text.getvalue()}}", file=sys.stderr, flush=True)
+        kept(time.perf_counter() - start, text.getvalue())
 trial.precompile = profiled
 """
+
+# a trial in a fresh interpreter after the zygote's preload: argv spec, out, profiles' JSON
+CHILD = """
+import json, sys
+from benches.worker import preload
+preload(["torch", "triton"])
+report = {{}}
+def kept(seconds, text):
+    report[str(len(report))] = {{"s": seconds, "profile": text}}
+""" + PROFILED + """
+trial.main([sys.argv[1], sys.argv[2]])
+open(sys.argv[3], "w").write(json.dumps(report))
+"""
+
+# the zygote's preload hook (`--executor`): the profiles go to the trial's log
+HOOK = """
+import sys
+def kept(seconds, text):
+    print(f"precompile_parts: {{seconds:.3f}} s\\n{{text}}", file=sys.stderr, flush=True)
+""" + PROFILED
 
 
 def through_executor(config, build, shapes, tmp: Path, trials: int, top: int,  # noqa: ANN001
@@ -172,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = build_spec(config, build, None, seed=k, shapes=shapes)
         spec_path, out_path, prof_path = tmp / f"spec-{k}.json", tmp / f"out-{k}.json", tmp / f"prof-{k}.json"
         spec_path.write_text(json.dumps(spec))
-        return (subprocess.Popen([sys.executable, "-c", CHILD, str(spec_path), str(out_path), str(prof_path),
-                                  str(args.top)], env=env, stdout=subprocess.DEVNULL), out_path, prof_path)
+        return (subprocess.Popen([sys.executable, "-c", CHILD.format(top=args.top), str(spec_path), str(out_path),
+                                  str(prof_path)], env=env, stdout=subprocess.DEVNULL), out_path, prof_path)
 
     def spans(out_path: Path) -> dict[str, float]:
         out = json.loads(out_path.read_text())
