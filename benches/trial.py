@@ -200,16 +200,16 @@ REREAD_SPREAD = 1.3  # a side's slowest repetition this far over its median: a d
 
 
 def spread(times: list[list[float]]) -> float:
-    """The largest slowest-over-median of a read's sides: ~1.0-1.1 for a steady kernel, 1.2 for a
-    power-bound GEMM that throttles within the read; another process's kernels time-sliced in
-    read 1.4-3x (a context opened, a cold compile's module loaded beside it)."""
+    """The largest slowest-over-median of a read's sides: ~1.0-1.1 for a steady kernel, up to ~1.2
+    for a power-bound GEMM that throttles within the read; a read with another process's kernels
+    time-sliced in had calls at 1.4-3x (the 389-commit range's cold start on one H200)."""
     return max((max(t) / statistics.median(t) for t in times if t and statistics.median(t) > 0), default=1.0)
 
 
 def _read_undisturbed(read: Callable[[], KernelTimes], rereads: int) -> KernelTimes:
     """`read()`, and up to `rereads` reads more while the last was disturbed (`spread` over
     REREAD_SPREAD); the steadiest is kept, the others ride along raw (`set_aside`). On one H200 the
-    389-commit range's first trials read 2-3.5% off in their cold start (calls of 20 us read 37-58 us
+    389-commit range's first trials read 2-3.5% off in their cold start (calls of 20 ms read 37-58 ms
     in two of them), and those pairs doubled: a read costs 0.1-0.4 s, a doubling 2 trials or more."""
     reads = [read()]
     while len(reads) <= rereads and spread(reads[-1].times) > REREAD_SPREAD:

@@ -236,7 +236,7 @@ def test_the_driver_version_is_read_from_the_kernel_module_file_without_nvidia_s
 
 
 def test_a_disturbed_gpu_read_is_read_again_and_the_steadiest_kept_with_the_others_raw():
-    """Calls of 20 us that read 37-58 us in a read (another process's kernels time-sliced in) are
+    """Calls of 20 ms that read 37-58 ms in a read (another process's kernels time-sliced in) are
     read again, up to REREADS times; the steadiest read is kept and the others ride along raw."""
     from benches.kernel_time import CallTimes, KernelTimes
     from benches.trial import REREADS, _read_undisturbed, call_fields, spread
