@@ -8,6 +8,7 @@ upstream's .git, every commit was skipped and the run reported "no step".
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def absolute(path: str | os.PathLike[str]) -> str:
@@ -35,3 +36,14 @@ def shown(path: str | os.PathLike[str], base: str | os.PathLike[str], max_up: in
             break
         ups += 1
     return rel if ups <= max_up else os.path.basename(target.rstrip(os.sep)) or target
+
+
+def work_dir_for(config_name: str, given: str | os.PathLike[str] | None) -> Path:
+    """A run's work dir, absolute: the one given, else `<user cache>/bisector/work/<config name>`.
+    Absolute because git runs with cwd=<repo>/.git and builds inside worktrees (a relative --work-dir
+    put every worktree inside the upstream's .git and skipped every commit)."""
+    if given:
+        return Path(given).absolute()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("bisector")) / "work" / config_name

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Mapping, Sequence, TypeVar
 
 import git
-import platformdirs
 
 from bisector import gitrepo, search
 from bisector.why import culprit_hunks
@@ -31,7 +30,7 @@ from bisector.search.wrong_results import WrongWindow, localize_wrong
 from bisector.search.call_timing import CallFigures, figures
 from bisector.search import control_outcome
 from bisector.errors import BadInput
-from bisector.paths import shown
+from bisector.paths import shown, work_dir_for
 from bisector import portable
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config
@@ -113,10 +112,7 @@ class Session:
             raise BadInput(f"{config.path}: upstream.repo: {exc}") from None
         self.store = Store(store_path or config.store)
         self.campaign = campaign_key(config)
-        # Absolute: git runs with cwd=<repo>/.git and builds inside worktrees (a relative --work-dir
-        # put every worktree inside the upstream's .git and skipped every commit).
-        default_work = Path(platformdirs.user_cache_dir("bisector")) / "work" / config.name
-        self.work = Path(work_dir or default_work).absolute()
+        self.work = work_dir_for(config.name, work_dir)
         self.work.mkdir(parents=True, exist_ok=True)
         cache_root = Path(config.build.cache_dir).absolute() if config.build.cache_dir else self.work / "builds"
         self.builder = Builder(self.repo, config.upstream, config.build, cache_root)

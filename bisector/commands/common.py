@@ -15,13 +15,16 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 import platformdirs
 
-from bisector.errors import EXIT_FAILURE, BisectorError
+from bisector.errors import EXIT_FAILURE, BisectorError, RefError
 from bisector.paths import absolute
+
+if TYPE_CHECKING:
+    from bisector.config import Config
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INTERRUPTED = 130
@@ -179,3 +182,22 @@ def echo_devices(rows: list[dict[str, Any]]) -> None:
 
 def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def range_order(cfg: Config, good: str, bad: str, offline: bool = False) -> list[str] | None:
+    """The commits of GOOD..BAD (oldest first), for the time-left estimate; None when they cannot
+    be had (the pipeline reports any other problem with the repository). A ref unknown even after a
+    fetch is bad input, raised here: before the store, the work dir, the trial workers or the
+    last-store note are touched."""
+    from bisector import gitrepo
+
+    try:
+        return [c.sha for c in gitrepo.commit_range(gitrepo.open_repo(cfg.upstream.repo, fetch=False), good, bad)]
+    except RefError:
+        try:
+            repo = gitrepo.open_repo(cfg.upstream.repo, fetch=not offline)
+        except BisectorError:
+            return None
+        return [c.sha for c in gitrepo.commit_range(repo, good, bad)]
+    except BisectorError:
+        return None

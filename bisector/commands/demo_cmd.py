@@ -8,10 +8,9 @@ from pathlib import Path
 
 import click
 
-from bisector import pipeline
 from bisector.commands.common import USER_PATH, fail_on_error, run_options, shape_list, with_cli_overrides
-from bisector.commands.run_cmd import run_and_print
 from bisector.errors import BadInput
+from bisector.runner.launch import start_workers
 
 
 def demo_dir(directory: str) -> Path:
@@ -43,6 +42,10 @@ def command(device: str, directory: str, report_dir: str | None, shapes: str, no
     root = demo_dir(directory)
     device = pick_device(device)
     cfg = with_cli_overrides(demo_config(device, root / "upstream"), executor_kind, executor_address, visible)
+    start_workers(cfg, root / "work")  # their imports overlap the demo repo's writing and the bot's own
+    from bisector import pipeline
+    from bisector.commands.run_job import run_and_print
+
     manifest = write_demo_repo(root / "upstream")
     # The report goes under --dir too: run inside a checkout of bisector, the demo must not write
     # over the committed example in reports/.

@@ -8,117 +8,10 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector import gitrepo, pipeline
-from bisector.store import last_used as laststore
-from bisector.commands.common import USER_PATH, fail_on_error, print_json, run_options, shape_list, with_cli_overrides
-from bisector import publish as publish_mod
-from bisector.commands.progress import ProgressLine
-from bisector.errors import BadInput, BisectorError, RefError
-from bisector.model import ProbeStatus
-from bisector.triggers import outcome_plan as plan_mod
-from bisector.triggers import plan_file
-from bisector.report import summary
-from bisector.report.markdown import counts
-from bisector.report.summary import last_line
-from bisector.model import Comparison
-from bisector.why.fixes import FixResult
-from bisector.why.interactions import Interaction
-from bisector.search import result_json
-from bisector.store import default_path
-from bisector.runner import sandbox
-from bisector.trust import vault
-
-
-def range_order(cfg: config_mod.Config, good: str, bad: str, offline: bool = False) -> list[str] | None:
-    """The commits of GOOD..BAD (oldest first), for the time-left estimate; None when they cannot
-    be had (the pipeline reports any other problem with the repository). A ref unknown even after a
-    fetch is bad input, raised here: before the store, the work dir or the last-store note are touched."""
-    try:
-        return [c.sha for c in gitrepo.commit_range(gitrepo.open_repo(cfg.upstream.repo, fetch=False), good, bad)]
-    except RefError:
-        try:
-            repo = gitrepo.open_repo(cfg.upstream.repo, fetch=not offline)
-        except BisectorError:
-            return None
-        return [c.sha for c in gitrepo.commit_range(repo, good, bad)]
-    except BisectorError:
-        return None
-
-
-def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
-                  extra: dict | None = None) -> pipeline.RunOutcome:
-    order = range_order(cfg, options.good, options.bad, options.offline)
-    n_commits = n_commits or (len(order) if order else DEFAULT_RANGE)
-    laststore.remember(options.store or cfg.store or default_path())  # `store info` reads it next
-    isolation = sandbox.probe()
-    if not isolation.sandboxed:
-        click.echo(f"warning: code under test runs without a sandbox here: {isolation.describe()}", err=True)
-    stages = tuple(name for name, on in (("fixes", options.verify_fixes), ("hunks", options.find_hunks)) if on)
-    with ProgressLine.for_range(n_commits, cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
-                                first_look=cfg.protocol.first_look, stages=stages, device=cfg.device) as progress:
-        outcome = pipeline.bisect(cfg, options, observer=progress)
-        progress.final = counts(outcome.report)  # its last line says what the report and stdout say
-    if as_json:
-        windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
-        hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
-                  "patch": h.patch_path, "summary": h.summary, "unsettled": [list(u) for u in h.unsettled],
-                  **({"plumbing": list(h.plumbing), "behaviour_hunks": h.n_behaviour,
-                      "plumbing_carries": h.base_carries, "plumbing_patch": h.base_patch_path}
-                     if h.n_behaviour else {})} for h in outcome.report.hunks]
-        print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
-                    "fixes": [fix_json(f) for f in outcome.fixes],
-                    "kernels": [{"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}
-                                for k in outcome.report.kernels],
-                    "interactions": [interaction_json(i) for i in outcome.report.interactions],
-                    "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
-                    "totals": outcome.report.totals.as_json() if outcome.report.totals else None,
-                    "report": str(outcome.report_dir / "report.md"), **(extra or {})})
-        check_compared(outcome)
-        return outcome
-    for line in summary.lines(outcome.report, str(outcome.report_dir / "report.md")):
-        click.echo(line)
-    check_compared(outcome)
-    return outcome
-
-
-def fix_json(fix: FixResult) -> dict:
-    def cmp(c: Comparison | None) -> dict | None:
-        return None if c is None else {"change_pct": round(c.change_pct, 3), "ci95": [round(x, 3) for x in c.ci95]}
-
-    return {"commit": fix.step_commit, "patch": fix.patch_path, "applied": fix.applied, "trials": fix.trials,
-            "correct": fix.correct, "error": fix.error or fix.conflict,
-            "shapes": {s: {"verdict": fix.verdict(s), "expected_pct": fix.expected_pct(s),
-                           "vs_parent": cmp(fix.vs_parent.get(s)),
-                           "vs_tip": cmp(fix.vs_tip.get(s)), "tflops": {"parent": fix.baseline.get(s),
-                                                                         "tip": fix.tip.get(s),
-                                                                         "revert": fix.restored.get(s)}}
-                       for s in fix.shapes}}
-
-
-def interaction_json(inter: Interaction) -> dict:
-    return {"steps": list(inter.steps), "shapes": list(inter.shapes), "trials": inter.trials,
-            "combos": [{"reverted": list(c.reverted), "gain_pct": dict(c.gain_pct), "error": c.error}
-                       for c in inter.combos],
-            "pairs": [{"a": p.a, "b": p.b, "shape": p.shape, "verdict": p.verdict,
-                       "interaction_pct": round(p.interaction_pct, 3), "ci95": [round(x, 3) for x in p.ci95]}
-                      for p in inter.pairs]}
-
-
-DEFAULT_RANGE = 40  # commits assumed for the estimate when the range cannot be counted up front
-
-
-def check_compared(outcome: pipeline.RunOutcome) -> None:
-    """A run that measured fewer than two commits compared nothing: "no step" would be a lie, so
-    it fails (exit 1) naming why the commits were skipped. The report is written all the same."""
-    measured = [sha for sha, m in outcome.result.measurements.items() if m.status is ProbeStatus.OK]
-    if len(measured) >= 2:
-        return
-    skipped = outcome.report.skipped
-    tip = outcome.commits[-1].sha
-    example = tip if tip in skipped else next(iter(skipped), None)
-    why = f"; {example[:7]}: {last_line(skipped[example])}" if example else ""
-    raise BisectorError(f"nothing compared: {len(measured)} of {len(outcome.commits)} commits measured, "
-                        f"{len(skipped)} skipped{why} (report: {outcome.report_dir / 'report.md'})")
+from bisector.commands.common import USER_PATH, fail_on_error, range_order, run_options, shape_list, with_cli_overrides
+from bisector.errors import BadInput
+from bisector.paths import work_dir_for
+from bisector.runner.launch import start_workers
 
 
 @click.command("run")
@@ -140,11 +33,19 @@ def command(config_path: str, good: str, bad: str, store: str | None, work_dir: 
             visible: str | None) -> None:
     """Localize every TFLOP/s step between GOOD and BAD and write a report. Re-run to resume."""
     cfg = with_cli_overrides(config_mod.load(config_path), executor_kind, executor_address, visible)
+    order = range_order(cfg, good, bad, offline)  # a bad ref is bad input before anything is started
+    if not offline:
+        start_workers(cfg, work_dir_for(cfg.name, work_dir))
+    from bisector import pipeline
+    from bisector.commands.run_job import run_and_print
+    from bisector.triggers import outcome_plan as plan_mod
+    from bisector.triggers import plan_file
+
     options = pipeline.RunOptions(good=good, bad=bad, store=store, work_dir=work_dir, report_dir=report_dir,
                                   shapes=shape_list(shapes), verify_fixes=not no_fixes,
                                   find_hunks=not no_hunks, offline=offline,
                                   command=" ".join(["bisector", *sys.argv[1:]]))
-    outcome = run_and_print(cfg, options, as_json)
+    outcome = run_and_print(cfg, options, as_json, order=order)
     plan = plan_mod.from_outcome(cfg, outcome, f"run-{cfg.name}-{outcome.commits[0].short}-{outcome.commits[-1].short}")
     if plan is None:
         if publish:
@@ -153,6 +54,9 @@ def command(config_path: str, good: str, bad: str, store: str | None, work_dir: 
     # `bisector publish --plan` posts it later; written (and posted) once nothing of the code under test runs
     plan = plan_file.write(plan, outcome.report_dir / "publish-plan.json", cfg.publish)
     if publish:
+        from bisector import publish as publish_mod
+        from bisector.trust import vault
+
         result = publish_mod.publish(plan, cfg.publish, vault.publishing_env(), Path(dry_run) if dry_run else None)
         for line in (*(c.url for c in result.comments), *result.dry_run_files):
             click.echo(f"published: {line}", err=as_json)

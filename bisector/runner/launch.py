@@ -12,12 +12,13 @@ cache dirs, which CUDA and Triton read when first used.
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import json
 import os
 import signal
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -32,7 +33,7 @@ from bisector.runner.memwatch import limit_bytes
 from bisector.runner import sandbox
 from bisector.runner.sandbox import sandbox_env
 from bisector.runner.spec import build_spec
-from bisector.runner.workers import SOURCES, make_source
+from bisector.runner.workers import SOURCES, WorkerSource, make_source
 
 TAIL_CHARS = 4000
 _STATUS = {"ok": TrialStatus.OK, "wrong": TrialStatus.WRONG, "crash": TrialStatus.CRASH,
@@ -255,22 +256,71 @@ class TrialFiles:
         return recs
 
 
-def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str] | None = None,
-                  source: str | None = None, ahead: int | None = None, timeout_s: float | None = None,
-                  lock_devices: bool = True, pin_cpu: bool | None = None) -> Executor:
-    """The executor of one config's trials, with its worker source and limits."""
+@dataclass(frozen=True)
+class SourceArgs:
+    """Everything a config's worker source is made from: two equal ones make the same workers."""
+
+    kind: str
+    env: tuple[tuple[str, str], ...]
+    preload: tuple[str, ...]
+    work: Path
+    gpu: bool
+    limits: Limits
+
+    @property
+    def writable(self) -> list[Path]:
+        return [self.work / "trials", self.work / "jit", self.work / "scratch"]  # all the sandbox lets a trial write
+
+    def make(self) -> WorkerSource:
+        for path in self.writable:
+            path.mkdir(parents=True, exist_ok=True)
+        return make_source(self.kind, dict(self.env), self.preload, self.work / "workers", self.writable,
+                           gpu=self.gpu, limits=self.limits)
+
+
+def source_args(config: Config, work: str | Path, environ: Mapping[str, str] | None = None,
+                source: str | None = None) -> SourceArgs:
     work = Path(work).resolve()
     kind = source or config.protocol.workers
     if kind not in SOURCES:
         raise ValueError(f"unknown worker source {kind!r} (known: {', '.join(SOURCES)})")
     base = worker_env(config, os.environ if environ is None else environ, work)
-    files = TrialFiles(config, work, base, pin_cpu)
-    writable = [work / "trials", work / "jit", work / "scratch"]  # all the sandbox lets a trial write
-    for path in writable:
-        path.mkdir(parents=True, exist_ok=True)
-    limits = Limits(memory_limit(config), config.protocol.max_tasks)  # each trial's cgroup, where there are any
-    return Executor(make_source(kind, base, default_preload(config), work / "workers", writable,
-                                gpu=config.device != "cpu", limits=limits), config.devices,
+    return SourceArgs(kind, tuple(sorted(base.items())), tuple(default_preload(config)), work, config.device != "cpu",
+                      Limits(memory_limit(config), config.protocol.max_tasks))  # each trial's cgroup, where there are any
+
+
+_EARLY: dict[SourceArgs, WorkerSource] = {}
+
+
+def start_workers(config: Config, work: str | Path) -> None:
+    """Start the worker source `make_executor` will make for `config` and `work` now, before the
+    command imports the rest of the bot: its zygote's imports (torch, Triton: 7 s on a fresh H200
+    host) then overlap the bot's own (the search, the report, PyGithub: 2.8 s there before the
+    zygote started; 4 s on a busy 2-core VM). A source no executor takes is closed at exit."""
+    if config.executor.kind != "local":
+        return
+    args = source_args(config, work)
+    if args not in _EARLY:
+        if not _EARLY:
+            atexit.register(_close_early)
+        _EARLY[args] = args.make()
+
+
+def _close_early() -> None:
+    while _EARLY:
+        _EARLY.popitem()[1].close()
+
+
+def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str] | None = None,
+                  source: str | None = None, ahead: int | None = None, timeout_s: float | None = None,
+                  lock_devices: bool = True, pin_cpu: bool | None = None) -> Executor:
+    """The executor of one config's trials, with its worker source (the one `start_workers` started
+    for them, if any) and limits."""
+    args = source_args(config, work, environ, source)
+    work = args.work
+    files = TrialFiles(config, work, dict(args.env), pin_cpu)
+    workers = _EARLY.pop(args, None) or args.make()
+    return Executor(workers, config.devices,
                     config.device,
                     files.prepare, files.records, ahead=default_ahead(config) if ahead is None else ahead,
                     timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,
@@ -292,4 +342,5 @@ def run_trial(config: Config, build: BuildResult, suite: str | None, *, work: st
     return outcome.records
 
 
-__all__ = ["TrialFiles", "device_env", "make_executor", "records", "run_trial", "trial_env", "worker_env"]
+__all__ = ["SourceArgs", "TrialFiles", "device_env", "make_executor", "records", "run_trial", "source_args",
+           "start_workers", "trial_env", "worker_env"]

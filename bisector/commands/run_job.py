@@ -1,0 +1,103 @@
+"""The main job as the commands run it (`bisector run`, `bisector demo`): the bisection with its
+progress line, then its result printed. Imported by those commands only after they have started
+the trial workers (bisector/runner/launch.py `start_workers`): this module brings in the search and
+the report, seconds of imports that the workers' own then overlap."""
+
+from __future__ import annotations
+
+import click
+
+from bisector import config as config_mod
+from bisector import pipeline
+from bisector.store import last_used as laststore
+from bisector.commands.common import print_json, range_order
+from bisector.commands.progress import ProgressLine
+from bisector.errors import BisectorError
+from bisector.model import ProbeStatus
+from bisector.report import summary
+from bisector.report.markdown import counts
+from bisector.report.summary import last_line
+from bisector.model import Comparison
+from bisector.why.fixes import FixResult
+from bisector.why.interactions import Interaction
+from bisector.search import result_json
+from bisector.store import default_path
+from bisector.runner import sandbox
+
+
+def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
+                  extra: dict | None = None, order: list[str] | None = None) -> pipeline.RunOutcome:
+    """`pipeline.bisect` with its progress line, then its result (JSON or a summary); `order`: the
+    range's commits when the command listed them already (`range_order`)."""
+    order = order if order is not None else range_order(cfg, options.good, options.bad, options.offline)
+    n_commits = n_commits or (len(order) if order else DEFAULT_RANGE)
+    laststore.remember(options.store or cfg.store or default_path())  # `store info` reads it next
+    isolation = sandbox.probe()
+    if not isolation.sandboxed:
+        click.echo(f"warning: code under test runs without a sandbox here: {isolation.describe()}", err=True)
+    stages = tuple(name for name, on in (("fixes", options.verify_fixes), ("hunks", options.find_hunks)) if on)
+    with ProgressLine.for_range(n_commits, cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
+                                first_look=cfg.protocol.first_look, stages=stages, device=cfg.device) as progress:
+        outcome = pipeline.bisect(cfg, options, observer=progress)
+        progress.final = counts(outcome.report)  # its last line says what the report and stdout say
+    if as_json:
+        windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
+        hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
+                  "patch": h.patch_path, "summary": h.summary, "unsettled": [list(u) for u in h.unsettled],
+                  **({"plumbing": list(h.plumbing), "behaviour_hunks": h.n_behaviour,
+                      "plumbing_carries": h.base_carries, "plumbing_patch": h.base_patch_path}
+                     if h.n_behaviour else {})} for h in outcome.report.hunks]
+        print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
+                    "fixes": [fix_json(f) for f in outcome.fixes],
+                    "kernels": [{"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}
+                                for k in outcome.report.kernels],
+                    "interactions": [interaction_json(i) for i in outcome.report.interactions],
+                    "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
+                    "totals": outcome.report.totals.as_json() if outcome.report.totals else None,
+                    "report": str(outcome.report_dir / "report.md"), **(extra or {})})
+        check_compared(outcome)
+        return outcome
+    for line in summary.lines(outcome.report, str(outcome.report_dir / "report.md")):
+        click.echo(line)
+    check_compared(outcome)
+    return outcome
+
+
+def fix_json(fix: FixResult) -> dict:
+    def cmp(c: Comparison | None) -> dict | None:
+        return None if c is None else {"change_pct": round(c.change_pct, 3), "ci95": [round(x, 3) for x in c.ci95]}
+
+    return {"commit": fix.step_commit, "patch": fix.patch_path, "applied": fix.applied, "trials": fix.trials,
+            "correct": fix.correct, "error": fix.error or fix.conflict,
+            "shapes": {s: {"verdict": fix.verdict(s), "expected_pct": fix.expected_pct(s),
+                           "vs_parent": cmp(fix.vs_parent.get(s)),
+                           "vs_tip": cmp(fix.vs_tip.get(s)), "tflops": {"parent": fix.baseline.get(s),
+                                                                         "tip": fix.tip.get(s),
+                                                                         "revert": fix.restored.get(s)}}
+                       for s in fix.shapes}}
+
+
+def interaction_json(inter: Interaction) -> dict:
+    return {"steps": list(inter.steps), "shapes": list(inter.shapes), "trials": inter.trials,
+            "combos": [{"reverted": list(c.reverted), "gain_pct": dict(c.gain_pct), "error": c.error}
+                       for c in inter.combos],
+            "pairs": [{"a": p.a, "b": p.b, "shape": p.shape, "verdict": p.verdict,
+                       "interaction_pct": round(p.interaction_pct, 3), "ci95": [round(x, 3) for x in p.ci95]}
+                      for p in inter.pairs]}
+
+
+DEFAULT_RANGE = 40  # commits assumed for the estimate when the range cannot be counted up front
+
+
+def check_compared(outcome: pipeline.RunOutcome) -> None:
+    """A run that measured fewer than two commits compared nothing: "no step" would be a lie, so
+    it fails (exit 1) naming why the commits were skipped. The report is written all the same."""
+    measured = [sha for sha, m in outcome.result.measurements.items() if m.status is ProbeStatus.OK]
+    if len(measured) >= 2:
+        return
+    skipped = outcome.report.skipped
+    tip = outcome.commits[-1].sha
+    example = tip if tip in skipped else next(iter(skipped), None)
+    why = f"; {example[:7]}: {last_line(skipped[example])}" if example else ""
+    raise BisectorError(f"nothing compared: {len(measured)} of {len(outcome.commits)} commits measured, "
+                        f"{len(skipped)} skipped{why} (report: {outcome.report_dir / 'report.md'})")
