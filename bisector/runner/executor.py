@@ -640,10 +640,11 @@ class Executor:
         self._free(run)
         run.state = "done"
         run.t["ended"] = time.time()
-        if not self._granting:
-            # lent on before this trial's output is read and stored: on the H200 demo the next trial,
-            # set up and asked for, waited 0.1-1.2 s after the last one's exit in 43 of ~200 hand-offs
-            # (12.7 s), while the loop stored records beside the search's own threads
+        if not self._granting and not self.hold_until_exit:
+            # A GPU is lent on before this trial's output is read and stored: on the H200 demo the
+            # next trial, set up and asked for, waited 0.1-1.2 s after the last one's exit in 43 of
+            # ~200 hand-offs (12.7 s), while the loop stored records beside the search's own threads.
+            # Not a CPU core: the bot's storing would run beside the next trial's timed calls there.
             self._grant(run.device)
         try:
             out = json.loads(run.prepared.out_path.read_text()) if run.prepared else {}
