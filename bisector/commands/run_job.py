@@ -5,6 +5,8 @@ the report, seconds of imports that the workers' own then overlap."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from bisector import config as config_mod
@@ -25,11 +27,15 @@ from bisector.store import default_path
 from bisector.runner import sandbox
 
 
+UNLISTED = object()  # `run_and_print`'s range not listed by the command yet
+
+
 def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
-                  extra: dict | None = None, order: list[str] | None = None) -> pipeline.RunOutcome:
-    """`pipeline.bisect` with its progress line, then its result (JSON or a summary); `order`: the
-    range's commits when the command listed them already (`range_order`)."""
-    order = order if order is not None else range_order(cfg, options.good, options.bad, options.offline)
+                  extra: dict | None = None, order: Any = UNLISTED) -> pipeline.RunOutcome:
+    """`pipeline.bisect` with its progress line, then its result (JSON or a summary); `order`: what
+    the command's `range_order` gave, when it listed the range already."""
+    if order is UNLISTED:
+        order = range_order(cfg, options.good, options.bad, options.offline)
     n_commits = n_commits or (len(order) if order else DEFAULT_RANGE)
     laststore.remember(options.store or cfg.store or default_path())  # `store info` reads it next
     isolation = sandbox.probe()
