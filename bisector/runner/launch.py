@@ -301,11 +301,10 @@ def start_workers(config: Config, work: str | Path) -> None:
         return
     args = source_args(config, work)
     if args not in _EARLY:
-        if not _EARLY:
-            atexit.register(_close_early)
         _EARLY[args] = args.make()
 
 
+@atexit.register
 def _close_early() -> None:
     while _EARLY:
         _EARLY.popitem()[1].close()
