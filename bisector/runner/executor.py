@@ -215,7 +215,6 @@ class Executor:
         self._holder: dict[int, _Run | None] = {d: None for d in self.devices}
         self._file_locks: dict[int, FileLock] = {}
         self._seq = 0
-        self._granting = False  # inside `_grant`
         self._granted = False  # a device section was lent once (`_fork_ahead_of_renewal` only before)
         self._unopened: list[Worker] = []  # forked ahead, ready, their device not yet opened (`_open_ahead`)
         self._opening: Worker | None = None  # the one forked ahead opening it now
@@ -535,13 +534,6 @@ class Executor:
         return True
 
     def _grant(self, device: int) -> None:
-        self._granting = True  # a trial that cannot be told to go ends here: its `_end` grants no more
-        try:
-            self._grant_next(device)
-        finally:
-            self._granting = False
-
-    def _grant_next(self, device: int) -> None:
         # A setup's brief loan first, standbys' too: tens of ms, and the trial behind it would
         # otherwise wait for a whole device section of another trial to draw its inputs.
         if self._holder[device] is not None or self._grant_brief(device):
@@ -628,19 +620,20 @@ class Executor:
                 run.t["done"] = time.time()
         if worker.lines.closed:
             if run is not None:
-                self._end(run)
+                self._end(run, lend_on=True)
             else:
                 self._discard(worker, kill=False)
 
-    def _end(self, run: _Run, timed_out: bool = False) -> None:
-        """The trial is over (exited, killed or timed out): free its device, read its output."""
+    def _end(self, run: _Run, timed_out: bool = False, lend_on: bool = False) -> None:
+        """The trial is over (exited, killed or timed out): free its device, read its output.
+        `lend_on`: its process exited, and a GPU goes to the next trial before the output is read."""
         worker = run.worker
         if worker is not None:
             self._forget(worker, kill=timed_out or not worker.lines.closed, wait_s=0.0 if "done" in run.t else 5.0)
         self._free(run)
         run.state = "done"
         run.t["ended"] = time.time()
-        if not self._granting and not self.hold_until_exit:
+        if lend_on and not self.hold_until_exit:
             # A GPU is lent on before this trial's output is read and stored: on the H200 demo the
             # next trial, set up and asked for, waited 0.1-1.2 s after the last one's exit in 43 of
             # ~200 hand-offs (12.7 s), while the loop stored records beside the search's own threads.

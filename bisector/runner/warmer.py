@@ -127,7 +127,7 @@ class PrecompileTrials(Executor):
         """What the ended trial of `job` wrote, and its log's path (once)."""
         return self._outputs.pop(id(job), ({}, ""))
 
-    def _grant_next(self, device: int) -> None:
+    def _grant(self, device: int) -> None:
         """Brief loans only: a precompile-only trial draws its inputs in one on a GPU, as every
         setup does (benches/trial.py `briefly`), and a lane that never lent them left each prefetch
         waiting for its loan until its time limit, compiling nothing (found by the GPU test of this
