@@ -203,7 +203,8 @@ def spread(times: list[list[float]]) -> float:
     """The largest slowest-over-median of a read's sides: ~1.0-1.1 for a steady kernel, up to ~1.2
     for a power-bound GEMM that throttles within the read; a read with another process's kernels
     time-sliced in had calls at 1.4-3x (the 389-commit range's cold start on one H200)."""
-    return max((max(t) / statistics.median(t) for t in times if t and statistics.median(t) > 0), default=1.0)
+    sides = [(max(t), statistics.median(t)) for t in times if t]
+    return max((slowest / middle for slowest, middle in sides if middle > 0), default=1.0)
 
 
 def _read_undisturbed(read: Callable[[], KernelTimes], rereads: int) -> KernelTimes:
