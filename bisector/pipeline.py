@@ -43,6 +43,7 @@ from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.search.evidence import CommitRow
 from bisector.search.samples import run_noise
+from bisector.search.outlook import SearchBasis
 from bisector.why.fixes import FixResult
 from bisector.report.data import ReportData
 from bisector.search.wrong_results import WrongResult
@@ -166,10 +167,11 @@ class Session:
                           on_event=self.observer, where=self.where, warmer=self.warmer)
 
     @contextlib.contextmanager
-    def stage(self, name: str, expect: int = 0) -> Iterator[None]:
+    def stage(self, name: str, expect: int = 0, basis: SearchBasis | None = None) -> Iterator[None]:
         """Mark a measuring stage of the run (search, fixes, hunks) for the throughput summary, and
-        announce it, with the trials it is expected to take, to the progress display."""
-        self.observer(ProbeEvent("", "stage", name, expect=expect))
+        announce it, with the trials it is expected to take (the search: what its outlook re-runs it
+        on), to the progress display."""
+        self.observer(ProbeEvent("", "stage", name, expect=expect, basis=basis))
         start = time.time()
         try:
             yield
@@ -309,7 +311,9 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
                                   expect=lambda found: set_up_reverts(session, order[-1], found) if options.verify_fixes
                                   else None)
         settings = replace(search_settings(config), width=session.width())
-        with session.stage("search"):
+        basis = SearchBasis(tuple(order), settings, together=getattr(measure, "together", None) is not None,
+                            shaped=getattr(measure, "shaped", None) is not None)
+        with session.stage("search", basis=basis):
             result = with_prs(search.localize(order, measure, settings), commits)
             windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)

@@ -119,7 +119,8 @@ class Told(SearchForecast):
 
 class Announcing:
     """A simulated probe that sends the events StoreProbe and its Batch send: a build for each new
-    commit, then one "trial k/n (side by side with ...)" per trial, the batch in ABBA order."""
+    commit, then one "trial k/n (side by side with ...)" per trial, the batch in ABBA order, then
+    each commit's measurement ("measured")."""
 
     def __init__(self, probe: SimulatedProbe, observer: Callable[[ProbeEvent], None]) -> None:
         self.probe, self.observer = probe, observer
@@ -148,6 +149,7 @@ class Announcing:
                 self.observer(ProbeEvent(sha, "skip", "simulated build failure"))
             self.have[sha] = max(self.have.get(sha, 0), got[sha].count())
             self.first.setdefault(sha, {k: tuple(v) for k, v in got[sha].samples.items()})
+            self.observer(ProbeEvent(sha, "measured", measurement=got[sha]))
         return got
 
 

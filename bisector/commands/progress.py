@@ -4,8 +4,10 @@ On a terminal it is one live line (rich). Anywhere else (CI logs, nohup, `| tee`
 prints nothing until the end, so it is plain lines instead: one per event, except that the same
 action on the same commit is repeated at most every `interval_s` seconds.
 
-The trials expected in all are re-estimated at every event: during the search from where it is
-and what its trials have shown (bisector/search/forecast.py), plus the later stages the run will
+The trials expected in all are re-estimated at every event: during the search from its outlook
+(the search run on to its end in worlds drawn from its measurements, on a thread beside the run:
+bisector/search/outlook.py, commands/outlook_follow.py) once GOOD and BAD are measured, before that
+from where it is (bisector/search/forecast.py), plus the later stages the run will
 take per culprit; once a later stage starts, from its own announced count, grown by the rounds its
 checks are expected to go on to and corrected by those its trials show (bisector/search/later_stages.py).
 There is always a time left.
@@ -22,7 +24,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from bisector.commands.outlook_follow import OutlookFollow
 from bisector.runner.probe import ProbeEvent
+from bisector.search.outlook import SearchBasis
 from bisector.search.forecast import ForecastSettings, SearchForecast
 from bisector.search.later_stages import LaterModel, StageTracker, model_for
 
@@ -63,12 +67,16 @@ class ProgressLine:
     def __init__(self, expected_probes: int, trials_per_commit: int, console: Console | None = None,
                  clock: Callable[[], float] = time.monotonic, interval_s: float = PLAIN_INTERVAL_S,
                  live: bool | None = None, forecast: SearchForecast | None = None,
-                 stages: tuple[str, ...] = (), later: LaterModel | None = None, max_trials: int = 0) -> None:
+                 stages: tuple[str, ...] = (), later: LaterModel | None = None, max_trials: int = 0,
+                 follow: Callable[[SearchBasis], OutlookFollow] | None = OutlookFollow) -> None:
         """live: None = a live line only when stderr is a terminal a person watches (FORCE_COLOR
-        in a CI log makes rich think it is one, so the stream itself must be a TTY too)."""
+        in a CI log makes rich think it is one, so the stream itself must be a TTY too). `follow`
+        makes the search's outlook once its stage says what the search runs on (None: the event
+        forecast alone)."""
         self.console = console or Console(stderr=True)
         self.trials_per_commit = max(trials_per_commit, 1)
         self.forecast = forecast
+        self.follow_with, self.follow = follow, None  # type: OutlookFollow | None
         self.stages = stages
         self.later = later or LaterModel()
         self.cap = max(max_trials, self.trials_per_commit)  # protocol.max_trials: the later checks' cap
@@ -112,7 +120,11 @@ class ProgressLine:
         """Trial processes this run is expected to take in all, now. A stage whose trials show
         nothing more to come while it goes on is re-estimated (a tenth of what it took more), so the
         time left never drops out."""
-        if self.forecast is not None and self.stage in ("", "search"):
+        seen = self.follow.latest if self.follow is not None else None
+        if seen is not None and self.stage == "search":
+            # a search not done yet has a trial to come, whatever its last outlook said
+            left = max(1.0, seen.trials + seen.outlook.remaining - self.trials) + self._later(self.stages)
+        elif self.forecast is not None and self.stage in ("", "search"):
             left = self.forecast.remaining() + self._later(self.stages)
         else:
             taken = self.trials - self._base
@@ -127,7 +139,8 @@ class ProgressLine:
 
     def _later(self, stages: Sequence[str]) -> float:
         """The trials the later `stages` are expected to take, per culprit the search expects."""
-        steps = self.forecast.steps() if self.forecast is not None else 1.0
+        seen = self.follow.latest if self.follow is not None else None
+        steps = seen.outlook.steps if seen is not None else self.forecast.steps() if self.forecast is not None else 1.0
         return self.later.trials(steps, self.trials_per_commit, self.cap, stages)
 
     def __enter__(self) -> "ProgressLine":
@@ -136,6 +149,7 @@ class ProgressLine:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._unfollow()
         if self.live is not None:
             if self.final:
                 self.live.update(Text(f"done: {self.final}"))
@@ -148,7 +162,11 @@ class ProgressLine:
 
     def __call__(self, event: ProbeEvent) -> None:
         if event.action == "stage":
-            self._enter(event.detail, event.expect)
+            self._enter(event.detail, event.expect, event.basis)
+            return
+        if event.action == "measured":
+            if self.follow is not None and event.measurement is not None and not event.patch_hash:
+                self.follow.measure(event.measurement, self.trials)
             return
         self.commits.add(event.sha)
         self._running = 0
@@ -192,17 +210,26 @@ class ProgressLine:
             for j in range(self._running):
                 self.forecast.trial(event.sha, k + j, n, partners)
 
-    def _enter(self, stage: str, expect: int) -> None:
+    def _enter(self, stage: str, expect: int, basis: SearchBasis | None = None) -> None:
         """A new stage of the run (search, fixes, hunks): from here the estimate is what this stage
         is expected to take on top of the trials so far (each stage's own count, known once the
-        search has found its steps) and the stages after it; the search keeps its forecast's."""
+        search has found its steps) and the stages after it; the search keeps its forecast's, and
+        follows its outlook where the stage says what the search runs on."""
         self.stage, self._running = stage, 0  # the stage before it has ended: its trials are done
+        self._unfollow()
+        if basis is not None and self.follow_with is not None:
+            self.follow = self.follow_with(basis)
         if expect or stage not in ("", "search"):
             self._base, self._expect = self.trials, expect
         self.tracker = StageTracker(stage, self.later, expect, self.trials_per_commit, self.cap) \
             if stage not in ("", "search") else None
         if self.live is None and self.trials:
             self._write(f"stage {stage}" + (f": ~{expect} trials" if expect else "") + f" | {self._status(False)}")
+
+    def _unfollow(self) -> None:
+        if self.follow is not None:
+            self.follow.close()
+            self.follow = None
 
     def _what(self, event: ProbeEvent) -> str:
         """`<sha7>[ +patch h] <action>[: detail]`, the detail's last line only ("trial 3/4", not

@@ -17,6 +17,7 @@ from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from bisector import portable
 from bisector.search.control_outcome import unavailable_by_shape
+from bisector.search.outlook import SearchBasis
 from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
 from bisector.runner.executor import TrialJob, TrialOutcome
@@ -69,13 +70,16 @@ class BuildSource(Protocol):
 
 @dataclass(frozen=True)
 class ProbeEvent:
-    """What the progress display shows: the commit being measured and why."""
+    """What the progress display shows: the commit being measured and why; and what the search
+    has measured, for its outlook (bisector/search/outlook.py)."""
 
     sha: str
-    action: str  # "build" | "trial" | "skip" | "stage" (sha "", detail the stage's name)
+    action: str  # "build" | "trial" | "skip" | "measured" | "stage" (sha "", detail the stage's name)
     detail: str = ""
     patch_hash: str | None = None
     expect: int = 0  # a stage: the trial processes it is expected to take (0: unknown)
+    measurement: Measurement | None = None  # "measured": what the probe hands the search
+    basis: SearchBasis | None = None  # the search's stage: what its outlook re-runs the search on
 
 
 class StoreProbe:
@@ -136,6 +140,11 @@ class StoreProbe:
         return [t for t in self.store.trials(self.campaign, sha=sha, patch_hash=self.patch_hash) if t.shape in keys]
 
     def __call__(self, sha: str, repeats: Count) -> Measurement:
+        got = self._measure(sha, repeats)
+        self.on_event(ProbeEvent(sha, "measured", patch_hash=self.patch_hash, measurement=got))
+        return got
+
+    def _measure(self, sha: str, repeats: Count) -> Measurement:
         self.probes.append((sha, repeats))
         if self.offline:
             return self.stored_only(sha, repeats)

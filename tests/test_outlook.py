@@ -1,0 +1,131 @@
+"""The search's outlook (bisector/search/outlook.py): the search re-run to its end on the trials it
+had, then on trials drawn from a world its measurements allow. It retraces the real search exactly
+(nothing left once the search is done), it tells a range of many steps from one of none right after
+the grid, and the progress line follows it on a thread of its own. No clock in the assertions."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import time
+
+from rich.console import Console
+
+from bisector.commands.outlook_follow import OutlookFollow
+from bisector.commands.progress import ProgressLine
+from bisector.model import Measurement, ProbeStatus
+from bisector.runner.probe import ProbeEvent
+from bisector.search import SearchSettings, localize
+from bisector.search.outlook import SearchBasis, merged, outlook
+from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
+from studies.estimate_accuracy import Announcing
+
+SHAPES = ("fa/s4096", "gemm/8192")
+SETTINGS = SearchSettings(min_step_pct=2.0, initial_repeats=3, max_repeats=12)
+
+
+def shas(n: int, tag: str = "outlook") -> list[str]:
+    return [hashlib.sha1(f"{tag} {i}".encode()).hexdigest() for i in range(n)]
+
+
+def probe_for(commits: list[str], at: tuple[int, ...], noise: float = 0.01, fails: tuple[int, ...] = ()) -> SimulatedProbe:
+    steps = tuple(SimStep(commits[i], {SHAPES[q % 2]: 0.8 if q % 2 else 1.25}) for q, i in enumerate(at))
+    return SimulatedProbe(commits, StepModel({s: 1.0 for s in SHAPES}, steps, frozenset(commits[i] for i in fails)),
+                          noise, seed=5)
+
+
+class Watched:
+    """Announcing's events kept: the measurements as the search holds them, after each batch."""
+
+    def __init__(self, commits: list[str], probe: SimulatedProbe) -> None:
+        self.measured: dict[str, Measurement] = {}
+        self.trials = 0
+        self.snapshots: list[tuple[int, dict[str, Measurement]]] = []
+        self.probe = Announcing(probe, self.watch)
+
+    def watch(self, event: ProbeEvent) -> None:
+        if event.action == "trial":
+            self.trials += 1
+        elif event.action == "measured" and event.measurement is not None:
+            self.measured[event.sha] = merged(self.measured.get(event.sha), event.measurement)
+            self.snapshots.append((self.trials, dict(self.measured)))
+
+
+def test_on_what_a_finished_search_measured_the_outlook_retraces_it_and_expects_nothing_more() -> None:
+    commits = shas(90)
+    watched = Watched(commits, probe_for(commits, (17, 52, 70), noise=0.02, fails=(33, 34)))
+    result = localize(commits, watched.probe, SETTINGS)
+    basis = SearchBasis(tuple(commits), SETTINGS, together=True, shaped=False)
+    done = outlook(basis, watched.measured, draws=4)
+    assert done is not None and done.remaining == 0 and done.steps == len(result.steps) == 3
+    # a probe the search measures one commit at a time with takes another path: told so, it retraces that one
+    alone = Watched(commits, probe_for(commits, (17, 52, 70), noise=0.02, fails=(33, 34)))
+    localize(commits, lambda sha, n: alone.probe.together({sha: n})[sha], SETTINGS)
+    assert outlook(SearchBasis(tuple(commits), SETTINGS, together=False, shaped=False), alone.measured,
+                   draws=2).remaining == 0  # type: ignore[union-attr]
+
+
+def test_right_after_the_grid_a_range_of_four_steps_is_expected_to_take_more_than_a_flat_one() -> None:
+    commits = shas(200)
+    outlooks, finals = {}, {}
+    for name, at in (("flat", ()), ("four", (20, 70, 120, 170))):
+        watched = Watched(commits, probe_for(commits, at))
+        finals[name] = localize(commits, watched.probe, SETTINGS).trials
+        grid = next(m for t, m in watched.snapshots if sum(x.status is ProbeStatus.OK for x in m.values()) >= 5)
+        got = outlook(SearchBasis(tuple(commits), SETTINGS, together=True, shaped=False), grid, draws=8)
+        assert got is not None
+        outlooks[name] = (sum(x.count() for x in grid.values()) + got.remaining, got.steps)
+    assert finals["four"] > 2 * finals["flat"]
+    assert outlooks["four"][0] > 2 * outlooks["flat"][0] and outlooks["four"][1] >= 3 > outlooks["flat"][1]
+    for name in finals:  # and each within 1.5x of what its search took
+        assert finals[name] / 1.5 <= outlooks[name][0] <= 1.5 * finals[name], (name, outlooks[name], finals[name])
+
+
+def test_nothing_to_draw_from_before_good_and_bad_are_measured() -> None:
+    commits = shas(20)
+    basis = SearchBasis(tuple(commits), SETTINGS)
+    assert outlook(basis, {}) is None
+    one = {commits[0]: Measurement(commits[0], ProbeStatus.OK, {SHAPES[0]: (1.0, 1.01, 0.99)})}
+    assert outlook(basis, one) is None
+
+
+def test_the_progress_line_follows_the_outlook_once_the_search_stage_says_what_it_runs_on() -> None:
+    commits = shas(120, "line")
+    out = io.StringIO()
+    progress = ProgressLine.for_range(len(commits), 3, order=commits, max_trials=12, console=Console(file=out, width=250),
+                                      interval_s=0.0, follow=lambda b: OutlookFollow(b, threaded=False, draws=4))
+    seen: list[tuple[int, int, bool]] = []
+
+    def watch(event: ProbeEvent) -> None:
+        progress(event)
+        if event.action == "trial":
+            seen.append((progress.trials, progress.expected_trials, progress.follow.latest is not None))
+
+    with progress:
+        progress(ProbeEvent("", "stage", "search", basis=SearchBasis(tuple(commits), SETTINGS, True, False)))
+        final = localize(commits, Announcing(probe_for(commits, (30, 90), noise=0.01), watch), SETTINGS).trials
+        assert progress.follow is not None and progress.follow.latest is not None
+        last = progress.follow.latest
+        assert last.trials == final and last.outlook.remaining == 0 and last.outlook.steps == 2
+        progress(ProbeEvent("", "stage", "fixes", expect=10))
+        assert progress.follow is None  # a later stage: the search's outlook is closed
+    followed = [(t, e) for t, e, on in seen if on]
+    assert followed and followed[0][0] <= 7  # from GOOD and BAD on; within 1.5x from the grid's trials on
+    assert all(final / 1.5 <= e <= 1.5 * final for t, e in followed if t > 5 * 3), (final, followed)
+    assert all(e > t for t, e, _ in seen)  # a time left on every line
+
+
+def test_on_its_own_thread_the_outlook_catches_up_with_the_latest_measurements_and_stops_when_closed() -> None:
+    commits = shas(60, "thread")
+    watched = Watched(commits, probe_for(commits, (25,)))
+    localize(commits, watched.probe, SETTINGS)
+    follow = OutlookFollow(SearchBasis(tuple(commits), SETTINGS, True, False), duty=0.5, draws=2)
+    for trials, snapshot in watched.snapshots:
+        for m in snapshot.values():
+            follow.measure(m, trials)
+    deadline = time.monotonic() + 60
+    while (follow.latest is None or follow.latest.trials != watched.trials) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert follow.latest is not None and follow.latest.trials == watched.trials and follow.latest.outlook.remaining == 0
+    follow.close()
+    assert follow._thread is not None and not follow._thread.is_alive() and follow.failed is None
