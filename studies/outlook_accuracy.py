@@ -5,9 +5,10 @@ replaced in the progress line (bisector/search/forecast.py), on studies/search_a
         [--draws 8] [--jobs 2]
 
 Each range is searched once (the engine against a SimulatedProbe, as the progress line sees it:
-studies/estimate_accuracy.Announcing). At every 5% of the trials it took, both estimates of the
-search's trials in all are taken: the outlook on the measurements the search holds then (made at
-once, as if its thread kept up), the event forecast on the events so far. Judged as estimate /
+studies/estimate_accuracy.Announcing). At 5% and every 10% of the trials it took, both estimates of the
+search's trials in all are taken: the progress line's (the outlook on the measurements the search
+holds then, made at once as if its thread kept up; the event forecast before GOOD and BAD are
+measured), and the event forecast's alone, as the line had it before. Judged as estimate /
 final: per range the worst ratio over and under from 10% of its trials on (a "first minute" of a
 search of a few hundred trials: the H200 demo's first minute is 14-17 trials of ~250), the share of
 ranges always within 1.5x from there, and the ratios at 5, 10, 25 and 50%.
@@ -24,6 +25,7 @@ of the search's k-th trial in the store.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import multiprocessing as mp
 import sys
@@ -42,7 +44,7 @@ from studies import estimate_accuracy as ea  # noqa: E402
 from studies import search_accuracy as sa  # noqa: E402
 
 WITHIN = 1.5
-MARKS = tuple(k / 20 for k in range(1, 20))
+MARKS = (0.05, *(k / 10 for k in range(1, 10)))
 SHOWN = (0.05, 0.1, 0.25, 0.5)
 
 
@@ -72,7 +74,8 @@ def one(args: tuple[str, int, int, int]) -> tuple[int, list[tuple[float, float, 
                     settings).trials
     assert took == final, (took, final)
     events = {t: est for _, t, est, _ in ea.replay(ea.simulated(regime, seed, devices))}
-    return final, [(t / final, est / final, events.get(t, math.nan) / final) for t, est in sorted(outlooks.items())]
+    return final, [(t / final, (events[t] if math.isnan(est) else est) / final, events[t] / final)
+                   for t, est in sorted(outlooks.items())]
 
 
 def within(x: np.ndarray) -> np.ndarray:
@@ -85,7 +88,7 @@ def table(rows: dict[str, list[tuple[int, list[tuple[float, float, float]]]]], d
            + " | ".join(f"at {f:.0%}: median (p10-p90)" for f in SHOWN) + " |",
            "|---|---|---|---|---|---|---|" + "---|" * len(SHOWN)]
     for regime, runs in rows.items():
-        for name, col in (("events", 2), ("outlook", 1)):
+        for name, col in (("events alone", 2), ("line (outlook)", 1)):
             late = [[p[col] for p in pts if p[0] >= 0.1] for _, pts in runs]
             points = np.array([x for xs in late for x in xs])
             at = []
@@ -170,6 +173,8 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--draws", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--save", type=Path, help="write each range's ratios here (JSON), to table again with --load")
+    ap.add_argument("--load", type=Path, help="table the ranges a --save wrote instead of searching them")
     ap.add_argument("--recorded", nargs="*", default=[], metavar="DEVICE=STORE",
                     help="replay recorded demo runs (device cuda or cpu) instead of the simulated ranges")
     args = ap.parse_args()
@@ -177,12 +182,18 @@ def main() -> None:
         print("\n".join(recorded_table([recorded(*spec.split("=", 1)[:1], Path(spec.split("=", 1)[1]))
                                          for spec in args.recorded])))
         return
+    if args.load:
+        saved = json.loads(args.load.read_text())
+        print("\n".join(table(saved["rows"], saved["devices"])))
+        return
     rows = {}
     with mp.get_context("fork").Pool(args.jobs) as pool:
         for regime in args.regimes.split(","):
             work = [(regime, args.seed * 100_000 + k, args.devices, args.draws) for k in range(args.ranges)]
             rows[regime] = pool.map(one, work)
             print(f"{regime}: {len(rows[regime])} ranges", file=sys.stderr, flush=True)
+    if args.save:
+        args.save.write_text(json.dumps({"devices": args.devices, "rows": rows}))
     print("\n".join(table(rows, args.devices)))
 
 

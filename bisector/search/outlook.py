@@ -37,9 +37,8 @@ from bisector.search import SearchSettings, _merged_measurement, localize
 
 __all__ = ["Outlook", "SearchBasis", "outlook"]
 
-np_mean = np.mean
-STEP_SIZE_IN_MIN_STEPS = 4.0
-WILD = 4.0  # a residual beyond this many robust sds is a wild trial, not the noise new trials are drawn with  # tau: a step's size, its sd, in minimum steps (the regimes' steps: 1-15x)
+STEP_SIZE_IN_MIN_STEPS = 4.0  # tau, the sd of a step's size, in minimum steps (the regimes' steps: 1-15x theirs)
+WILD = 4.0  # a trial further off its commit than this many robust sds is wild: not the noise new trials are drawn with
 
 
 @dataclass(frozen=True)
@@ -70,66 +69,76 @@ class _World:
 
     def __init__(self, commits: Sequence[str], measured: Mapping[str, Measurement], settings: SearchSettings,
                  rng: np.random.Generator, steps_prior: float) -> None:
-        self.commits, self.rng = commits, rng
+        self.commits, self.rng, self.settings, self.steps_prior = commits, rng, settings, steps_prior
         self.index = {sha: i for i, sha in enumerate(commits)}
+        self.span = max(1, len(commits) - 1)
         ok = {self.index[s]: m for s, m in measured.items() if s in self.index and m.status is ProbeStatus.OK}
         failed = sum(1 for s, m in measured.items() if s in self.index and m.status is ProbeStatus.SKIP)
         self.fail_rate = (failed + 0.5) / (len(ok) + failed + 5.0)
+        self.fails: dict[int, bool] = {}
         self.known = sorted(ok)
         self.wrong = {i: m.wrong for i, m in ok.items()}
         shapes = sorted({s for m in ok.values() for s in m.samples})
-        n = max(1, len(commits) - 1)
-        logs: dict[str, dict[int, np.ndarray]] = {}
-        sds: dict[str, float] = {}
+        self.logs = {shape: _screened({i: np.log(np.asarray(ok[i].samples[shape], dtype=float)) for i in self.known
+                                       if shape not in ok[i].wrong and ok[i].samples.get(shape)}) for shape in shapes}
+        self.sds: dict[str, float] = {}
         self.residuals: dict[str, np.ndarray] = {}
         for shape in shapes:
-            logs[shape] = _screened({i: np.log(np.asarray(ok[i].samples[shape], dtype=float)) for i in self.known
-                                     if shape not in ok[i].wrong and ok[i].samples.get(shape)})
-            res = [(v - v.mean()) * math.sqrt(len(v) / (len(v) - 1)) for v in logs[shape].values() if len(v) > 1]
+            res = [(v - v.mean()) * math.sqrt(len(v) / (len(v) - 1)) for v in self.logs[shape].values() if len(v) > 1]
             pooled = np.concatenate(res) if res else np.zeros(0)
-            floor = math.log1p(settings.min_step(shape) / 100.0) / 2
-            sds[shape] = float(np.sqrt(np.mean(pooled**2))) if len(pooled) >= 4 else floor
-            self.residuals[shape] = pooled if len(pooled) >= 4 else rng.normal(0.0, floor, 64)
-        # A step between two measured neighbours, from every shape measured at both: a step moves
-        # some shapes (each with even odds before the trials show it), a shape it moves by ~N(0, tau^2)
-        def ratio(shape: str, a: int, b: int) -> float:
-            la, lb = logs[shape][a], logs[shape][b]
-            tau = STEP_SIZE_IN_MIN_STEPS * math.log1p(settings.min_step(shape) / 100.0)
-            return _log_ratio(float(lb.mean() - la.mean()), sds[shape] ** 2 * (1.0 / len(la) + 1.0 / len(lb)),
-                              tau * tau)
+            guess = math.log1p(settings.min_step(shape) / 100.0) / 2  # before two trials of a commit: half a step
+            self.sds[shape] = float(np.sqrt(np.mean(pooled**2))) if len(pooled) >= 4 else guess
+            self.residuals[shape] = pooled if len(pooled) >= 4 else rng.normal(0.0, guess, 64)
+        drawn = self._steps(shapes)
+        self.levels = {shape: self._levels(shape, drawn) for shape in shapes}  # shape -> (points, levels, steps at)
 
-        drawn: dict[int, tuple[int, set[str]]] = {}  # a gap's left end -> where its step is, the shapes it moves
+    def _ratio(self, shape: str, a: int, b: int) -> float:
+        """log of how much better a step (of size ~N(0, tau^2)) explains the difference of a and b than none."""
+        la, lb = self.logs[shape][a], self.logs[shape][b]
+        tau = STEP_SIZE_IN_MIN_STEPS * math.log1p(self.settings.min_step(shape) / 100.0)
+        return _log_ratio(float(lb.mean() - la.mean()), self.sds[shape] ** 2 * (1.0 / len(la) + 1.0 / len(lb)),
+                          tau * tau)
+
+    def _steps(self, shapes: Sequence[str]) -> dict[int, tuple[int, set[str]]]:
+        """A step or none between each two measured neighbours (a -> where it is, the shapes it
+        moves), on every shape measured at both: a step moves each shape with even odds before the
+        trials show it, so each brings (R + 1) / 2 of its own likelihood ratio R."""
+        drawn: dict[int, tuple[int, set[str]]] = {}
         for a, b in zip(self.known, self.known[1:]):
-            ratios = {s: ratio(s, a, b) for s in shapes if a in logs[s] and b in logs[s]}
-            # each shape moved by the step with even odds: its likelihood (R + 1) / 2 over no step's
+            ratios = {s: self._ratio(s, a, b) for s in shapes if a in self.logs[s] and b in self.logs[s]}
             shown = sum(math.log(0.5) + np.logaddexp(r, 0.0) for r in ratios.values())
-            if rng.random() < _chance(_log_odds(steps_prior * (b - a) / n) + shown):
-                moved = {s for s in shapes if rng.random() < (_chance(ratios[s]) if s in ratios else 0.5)}
-                drawn[a] = (int(a + 1 + math.floor(rng.random() * (b - a))), moved)
-        self.levels: dict[str, tuple[list[int], list[float], list[int]]] = {}  # shape -> (points, levels, steps at)
-        for shape in shapes:
-            pts = sorted(logs[shape])
-            steps_at: list[int] = []
-            blocks: list[list[int]] = [[pts[0]]] if pts else []
-            for a, b in zip(pts, pts[1:]):
-                inside = [drawn[g] for g in self.known if a <= g < b and g in drawn]
-                if self.known[self.known.index(a) + 1] == b:  # neighbours in the run: the gap's own draw
-                    at = next((where for where, moved in inside if shape in moved), None)
-                else:  # a window of wrong results between: this shape's own trials decide
-                    chance = _chance(_log_odds(0.5 * steps_prior * (b - a) / n) + ratio(shape, a, b))
-                    at = None if rng.random() >= chance else \
-                        inside[0][0] if inside else int(a + 1 + math.floor(rng.random() * (b - a)))
-                if at is None:
-                    blocks[-1].append(b)
-                else:
-                    steps_at.append(at)
-                    blocks.append([b])
-            level: dict[int, float] = {}
-            for block in blocks:
-                weight = sum(len(logs[shape][i]) for i in block)
-                level.update(dict.fromkeys(block, sum(float(logs[shape][i].sum()) for i in block) / weight))
-            self.levels[shape] = (pts, [level[i] for i in pts], steps_at)
-        self.fails: dict[int, bool] = {}
+            if self.rng.random() < _chance(_log_odds(self.steps_prior * (b - a) / self.span) + shown):
+                moved = {s for s in shapes if self.rng.random() < (_chance(ratios[s]) if s in ratios else 0.5)}
+                drawn[a] = (self._between(a, b), moved)
+        return drawn
+
+    def _between(self, a: int, b: int) -> int:
+        return int(a + 1 + math.floor(self.rng.random() * (b - a)))
+
+    def _levels(self, shape: str, drawn: Mapping[int, tuple[int, set[str]]]) -> tuple[list[int], list[float], list[int]]:
+        """The shape's measured commits, their levels and the commits its steps sit at: measured
+        commits with no step between them share one level (their trials pooled)."""
+        logs = self.logs[shape]
+        pts = sorted(logs)
+        steps_at: list[int] = []
+        blocks: list[list[int]] = [[pts[0]]] if pts else []
+        for a, b in zip(pts, pts[1:]):
+            inside = [drawn[g] for g in self.known if a <= g < b and g in drawn]
+            if self.known[self.known.index(a) + 1] == b:  # neighbours in the run: the gap's own draw
+                at = next((where for where, moved in inside if shape in moved), None)
+            else:  # a window of wrong results between: this shape's own trials decide
+                odds = _log_odds(0.5 * self.steps_prior * (b - a) / self.span) + self._ratio(shape, a, b)
+                at = None if self.rng.random() >= _chance(odds) else inside[0][0] if inside else self._between(a, b)
+            if at is None:
+                blocks[-1].append(b)
+            else:
+                steps_at.append(at)
+                blocks.append([b])
+        level: dict[int, float] = {}
+        for block in blocks:
+            weight = sum(len(logs[i]) for i in block)
+            level.update(dict.fromkeys(block, sum(float(logs[i].sum()) for i in block) / weight))
+        return pts, [level[i] for i in pts], steps_at
 
     def fails_at(self, sha: str) -> bool:
         i = self.index[sha]
@@ -269,7 +278,7 @@ def outlook(basis: SearchBasis, measured: Mapping[str, Measurement], *, draws: i
         replay = _Replay(measured, world, basis.together, basis.shaped)
         steps.append(len(localize(commits, replay, basis.settings).steps))
         left.append(replay.trials)
-    return Outlook(float(np_mean(left)), float(np.percentile(left, 10)), float(np.percentile(left, 90)),
+    return Outlook(float(np.mean(left)), float(np.percentile(left, 10)), float(np.percentile(left, 90)),
                    float(np.mean(steps)), draws)
 
 
