@@ -1,5 +1,9 @@
 """How many more trials a running search will take, from the trials it has asked for so far.
 
+The progress line uses it until the search's outlook (outlook.py: the search re-run on its
+measurements) has GOOD and BAD to draw from, and where no outlook is made (a probe that sends no
+measurements, a stage that does not say what the search runs on).
+
 The progress display sees each trial as it starts (its commit and "trial k/n": the commit's k-th
 trial of n asked for now), never a measurement, so it cannot tell which pairs differ. What it can
 follow is where the search is (bisector/search/__init__.py): GOOD, BAD and the interior grid first;
