@@ -104,8 +104,9 @@ def table(rows: dict[str, list[tuple[int, list[tuple[float, float, float]]]]], d
     return out
 
 
-def recorded(device: str, store: Path) -> tuple[str, int, list[tuple[int, float, float]]]:
-    """(name, the search's trials, [(trials so far, seconds into the run, outlook of the total)])."""
+def recorded(device: str, store: Path) -> tuple[str, int, int, list[tuple[int, float, float, float]]]:
+    """(name, the search's trials, the run's, [(trials so far, seconds into the run, the outlook of
+    the search's total, the line's of the run's: the later stages expected per culprit it expects)])."""
     import gzip
     import shutil
     import sqlite3
@@ -115,6 +116,7 @@ def recorded(device: str, store: Path) -> tuple[str, int, list[tuple[int, float,
     from bisector import pipeline
     from bisector.demo import write_demo_repo
     from bisector.demo.demo_config import demo_config
+    from bisector.search.later_stages import model_for
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -128,9 +130,12 @@ def recorded(device: str, store: Path) -> tuple[str, int, list[tuple[int, float,
             raise SystemExit(f"{store}: the demo upstream written now is not the one its run measured")
         starts = sorted(datetime.fromisoformat(r[0]) for r in con.execute(
             "SELECT MIN(started_at) FROM trials WHERE patch_hash IS NULL GROUP BY sha, slot"))
+        whole = con.execute("SELECT COUNT(*) FROM (SELECT 1 FROM trials GROUP BY sha, patch_hash, slot)").fetchone()[0]
         con.close()
+        cfg = demo_config(device, root / "upstream")
+        later = model_for(device)
         follow: OutlookFollow | None = None
-        points: list[tuple[int, float]] = []
+        points: list[tuple[int, float, float]] = []
 
         def watch(event: ProbeEvent) -> None:
             nonlocal follow
@@ -141,27 +146,29 @@ def recorded(device: str, store: Path) -> tuple[str, int, list[tuple[int, float,
                 follow.measure(event.measurement, 0)
                 done = sum(max(map(len, m.samples.values()), default=0) for m in follow.measured.values())
                 seen = follow.latest
-                points.append((done, math.nan if seen is None else done + seen.outlook.remaining))
+                search = math.nan if seen is None else done + seen.outlook.remaining
+                points.append((done, search, search + (math.nan if seen is None else later.trials(
+                    seen.outlook.steps, cfg.protocol.trials, cfg.protocol.max_trials, ("fixes", "hunks")))))
 
-        cfg = demo_config(device, root / "upstream")
         pipeline.bisect(cfg, pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(db),
                                                  work_dir=str(root / "work"), report_dir=str(root / "report"),
                                                  offline=True, verify_fixes=False, find_hunks=False), observer=watch)
     final = points[-1][0]
-    at = [(starts[min(len(starts), t) - 1] - starts[0]).total_seconds() if t else 0.0 for t, _ in points]
-    return str(store), final, [(t, s, est) for (t, est), s in zip(points, at)]
+    at = [(starts[min(len(starts), t) - 1] - starts[0]).total_seconds() if t else 0.0 for t, _, _ in points]
+    return str(store), final, whole, [(t, s, search, line) for (t, search, line), s in zip(points, at)]
 
 
-def recorded_table(runs: list[tuple[str, int, list[tuple[int, float, float]]]]) -> list[str]:
-    out = ["| run | search trials | outlook / final at 0.5 / 1 / 2 / 3 min | within 1.5x from | worst over / under from 1 min |",
-           "|---|---|---|---|---|"]
-    for name, final, pts in runs:
-        ratio = [(s, est / final) for _, s, est in pts if not math.isnan(est)]
-        at = [next((r for s, r in ratio if s >= m * 60), math.nan) for m in (0.5, 1, 2, 3)]
-        bad = [s for s, r in ratio if not 1 / WITHIN <= r <= WITHIN]
-        after = [r for s, r in ratio if s >= 60] or [math.nan]
-        out.append(f"| {name} | {final} | {' / '.join(f'{x:.2f}' for x in at)} "
-                   f"| {(max(bad) / 60 if bad else 0):.1f} min | {max(after):.2f} / {min(after):.2f} |")
+def recorded_table(runs: list[tuple[str, int, int, list[tuple[int, float, float, float]]]]) -> list[str]:
+    out = ["| run | trials: search (run) | estimate / final | at 0.5 / 1 / 2 / 3 min | every line within 1.5x from "
+           "| worst over / under from 1 min |", "|---|---|---|---|---|---|"]
+    for name, final, whole, pts in runs:
+        for what, col, of in (("search (outlook)", 2, final), ("run (the line)", 3, whole)):
+            ratio = [(p[1], p[col] / of) for p in pts if not math.isnan(p[col])]
+            at = [next((r for s, r in ratio if s >= m * 60), math.nan) for m in (0.5, 1, 2, 3)]
+            bad = [s for s, r in ratio if not 1 / WITHIN <= r <= WITHIN]
+            after = [r for s, r in ratio if s >= 60] or [math.nan]
+            out.append(f"| {name} | {final} ({whole}) | {what} | {' / '.join(f'{x:.2f}' for x in at)} "
+                       f"| {(max(bad) / 60 if bad else 0):.1f} min | {max(after):.2f} / {min(after):.2f} |")
     return out
 
 
