@@ -238,10 +238,9 @@ class _Replay:
             served[shape] = max(before, n)
             new = max(new, served[shape] - max(before, len(have)))
         self.trials += new
-        shapes = served if full else per
-        return Measurement(sha, ProbeStatus.OK, {
-            s: (tuple(rec.samples.get(s, ())) if rec is not None else ()) .__add__(tuple(drawn.get(s, ())))[:served[s]]
-            for s in shapes}, wrong=wrong)
+        had = rec.samples if rec is not None else {}
+        return Measurement(sha, ProbeStatus.OK, {s: (*had.get(s, ()), *drawn.get(s, ()))[:served[s]]
+                                                 for s in (served if full else per)}, wrong=wrong)
 
     def _shapes(self, sha: str) -> list[str]:
         rec = self.measured.get(sha)
