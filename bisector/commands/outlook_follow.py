@@ -14,8 +14,6 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
-
 from bisector.model import Measurement
 from bisector.search.outlook import Outlook, SearchBasis, merged, outlook
 
@@ -37,9 +35,8 @@ class OutlookFollow:
     """Fed the search's measurements (`measured`); `latest` is the newest outlook done. With
     `threaded` False each measurement's outlook is made at once, in the caller (tests, studies)."""
 
-    def __init__(self, basis: SearchBasis, *, threaded: bool = True, duty: float = DUTY, draws: int = DRAWS,
-                 compute: Callable[..., Outlook | None] = outlook) -> None:
-        self.basis, self.duty, self.draws, self.compute = basis, duty, draws, compute
+    def __init__(self, basis: SearchBasis, *, threaded: bool = True, duty: float = DUTY, draws: int = DRAWS) -> None:
+        self.basis, self.duty, self.draws = basis, duty, draws
         self.threaded = threaded
         self.measured: dict[str, Measurement] = {}
         self.latest: Seen | None = None
@@ -69,7 +66,7 @@ class OutlookFollow:
             measured, trials, version = dict(self.measured), self._trials, self._version
         if version == self._done:
             return
-        got = self.compute(self.basis, measured, draws=self.draws)
+        got = outlook(self.basis, measured, draws=self.draws)
         self._done = version
         if got is not None:
             self.latest = Seen(got, trials)

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from bisector.commands.outlook_follow import OutlookFollow
+from bisector.commands.outlook_follow import OutlookFollow, Seen
 from bisector.runner.probe import ProbeEvent
 from bisector.search.outlook import SearchBasis
 from bisector.search.forecast import ForecastSettings, SearchForecast
@@ -120,7 +120,7 @@ class ProgressLine:
         """Trial processes this run is expected to take in all, now. A stage whose trials show
         nothing more to come while it goes on is re-estimated (a tenth of what it took more), so the
         time left never drops out."""
-        seen = self.follow.latest if self.follow is not None else None
+        seen = self._seen
         if seen is not None and self.stage == "search":
             # a search not done yet has a trial to come, whatever its last outlook said
             left = max(1.0, seen.trials + seen.outlook.remaining - self.trials) + self._later(self.stages)
@@ -137,9 +137,14 @@ class ProgressLine:
             left = here + self._later(after)
         return self.trials + math.ceil(left)
 
+    @property
+    def _seen(self) -> Seen | None:
+        """The search's latest outlook, while it is followed."""
+        return self.follow.latest if self.follow is not None else None
+
     def _later(self, stages: Sequence[str]) -> float:
         """The trials the later `stages` are expected to take, per culprit the search expects."""
-        seen = self.follow.latest if self.follow is not None else None
+        seen = self._seen
         steps = seen.outlook.steps if seen is not None else self.forecast.steps() if self.forecast is not None else 1.0
         return self.later.trials(steps, self.trials_per_commit, self.cap, stages)
 
