@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import time
 
 from rich.console import Console
@@ -129,3 +130,23 @@ def test_on_its_own_thread_the_outlook_catches_up_with_the_latest_measurements_a
     assert follow.latest is not None and follow.latest.trials == watched.trials and follow.latest.outlook.remaining == 0
     follow.close()
     assert follow._thread is not None and not follow._thread.is_alive() and follow.failed is None
+
+
+def test_the_threaded_outlook_is_made_in_a_child_process_at_nice_19_ended_when_closed() -> None:
+    """A bot thread at nice 19 held the GIL while the OS ran other work: the bot's own threads
+    waited on it (the H200 demo's rounds 10-14 s apart). The outlook is made in a child process."""
+    commits = shas(40, "child")
+    watched = Watched(commits, probe_for(commits, (20,)))
+    localize(commits, watched.probe, SETTINGS)
+    follow = OutlookFollow(SearchBasis(tuple(commits), SETTINGS, True, False), duty=0.5, draws=2)
+    for m in watched.snapshots[-1][1].values():
+        follow.measure(m, watched.trials)
+    deadline = time.monotonic() + 60
+    while follow.latest is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert follow.latest is not None and follow.latest.outlook.remaining == 0
+    child = follow._process.process
+    assert child.pid != os.getpid() and child.is_alive()
+    assert os.getpriority(os.PRIO_PROCESS, child.pid) == 19
+    follow.close()
+    assert not child.is_alive() and follow.failed is None

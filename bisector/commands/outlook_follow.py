@@ -1,19 +1,26 @@
 """The search's outlook (bisector/search/outlook.py), kept up to date beside the run.
 
 An outlook runs the search to its end a few times (0.1-1 s in all), too long to hold up the
-probe events that feed the progress line, and the device must not wait on it. So it runs on a
-thread of its own, on the measurements as they come: the latest one is taken up when the last
-outlook is done, and the thread then rests long enough that it uses at most `duty` of one core
-(at the lowest priority, where the OS lets a thread have its own): on the CPU the trials time
-on the same cores."""
+probe events that feed the progress line, and the device must not wait on it. So a thread takes
+the measurements as they come (the latest one when the last outlook is done) to a child process
+that makes the outlook at nice 19, and then rests long enough that the child uses at most `duty`
+of one core: on the CPU the trials time on the same cores.
+
+A child process, not a thread of the bot's: a thread at nice 19 holds the GIL while the OS runs
+other work before it, and on the H200 host, 16 cores busy with trial setups, the bot's own threads
+waited on it: the demo's rounds came 10-14 s apart instead of 1-3 s (2026-12-05)."""
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import threading
 import time
+import traceback
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
 from bisector.model import Measurement
 from bisector.search.outlook import Outlook, SearchBasis, merged, outlook
 
@@ -31,9 +38,51 @@ class Seen:
     trials: int
 
 
+class OutlookProcess:
+    """A child process, at nice 19, that makes outlooks (spawned: the bot has threads running)."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child,), name="bisector-outlook", daemon=True)
+        self.process.start()
+        child.close()
+
+    def __call__(self, basis: SearchBasis, measured: dict[str, Measurement], draws: int) -> Outlook | None:
+        self._conn.send((basis, measured, draws))
+        ok, value = self._conn.recv()
+        if not ok:
+            raise RuntimeError(f"the outlook process failed:\n{value}")
+        return value
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.join(timeout=5.0)
+        self._conn.close()
+
+
+def _serve(conn: Connection) -> None:
+    """The child's loop: an outlook for each (basis, measurements, draws) it is sent."""
+    try:
+        os.nice(19)
+    except OSError:
+        pass
+    while True:
+        try:
+            basis, measured, draws = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply = (True, outlook(basis, measured, draws=draws))
+        except Exception:  # sent back: the parent logs it and falls back to the event forecast
+            reply = (False, traceback.format_exc())
+        conn.send(reply)
+
+
 class OutlookFollow:
     """Fed the search's measurements (`measured`); `latest` is the newest outlook done. With
-    `threaded` False each measurement's outlook is made at once, in the caller (tests, studies)."""
+    `threaded` False each measurement's outlook is made at once, in the caller (tests, studies);
+    else in an `OutlookProcess`, started with the first measurement."""
 
     def __init__(self, basis: SearchBasis, *, threaded: bool = True, duty: float = DUTY, draws: int = DRAWS) -> None:
         self.basis, self.duty, self.draws = basis, duty, draws
@@ -47,6 +96,7 @@ class OutlookFollow:
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._process: OutlookProcess | None = None
 
     def measure(self, m: Measurement, trials: int) -> None:
         """The search now holds `m` (merged into what it had); `trials`: trial processes started so far."""
@@ -66,13 +116,26 @@ class OutlookFollow:
             measured, trials, version = dict(self.measured), self._trials, self._version
         if version == self._done:
             return
-        got = outlook(self.basis, measured, draws=self.draws)
+        if self._process is not None:
+            got = self._process(self.basis, measured, self.draws)
+        else:
+            got = outlook(self.basis, measured, draws=self.draws)
         self._done = version
         if got is not None:
             self.latest = Seen(got, trials)
 
     def _run(self) -> None:
-        _lowest_priority()
+        try:
+            process = OutlookProcess()
+        except Exception as exc:
+            log.exception("the search's outlook process did not start; the progress line follows its event forecast")
+            self.failed = exc
+            return
+        with self._lock:
+            self._process = process
+        if self._closed.is_set():  # closed while the child started: `close` did not see it
+            process.close()
+            return
         while True:
             self._wake.wait()
             self._wake.clear()
@@ -82,6 +145,8 @@ class OutlookFollow:
             try:
                 self._update()
             except Exception as exc:  # a bug here must not stop the run: the event forecast stands in
+                if self._closed.is_set():  # the child ended by `close` mid-outlook
+                    return
                 log.exception("the search's outlook failed; the progress line falls back to its event forecast")
                 self.failed = exc
                 return
@@ -89,16 +154,13 @@ class OutlookFollow:
                 return
 
     def close(self) -> None:
+        """Stop following: the child is ended, an outlook it was making with it."""
         self._closed.set()
         self._wake.set()
+        with self._lock:
+            process = self._process
+        if process is not None:
+            process.close()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
-
-
-def _lowest_priority() -> None:
-    """This thread at nice 19 where threads have their own (Linux); elsewhere as it is."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):
-        pass
 
