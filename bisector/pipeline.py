@@ -294,10 +294,12 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
     started = time.monotonic()
     config = select_shapes(config, options.shapes)
     session = Session(config, options.store, options.work_dir, observer, offline=options.offline)
+    plotting = render.PlotPool.for_shapes(len(config.shapes))
     try:
         if not options.offline:
             session.trials  # the trial workers' imports (torch, triton: seconds) overlap the listing and builds
-        render.import_plotting_in_background()
+        if plotting is None:
+            render.import_plotting_in_background()
         commits = gitrepo.commit_range(session.repo, options.good, options.bad)
         session.store.add_commits(session.campaign, commits)
         order = [c.sha for c in commits]
@@ -345,10 +347,13 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
                        isolation=sandbox.run_isolation(config.device),
                        fresh_lineage=any(int((t.protocol.get("worker") or {}).get("lineage") or 0) > 0
                                          for s in result.steps for t in probe.stored(s.commit)))
-        write_trials_csv(session, commits, out / render.CSV_NAME, out)
-        render.write_report(data, out)
+        drawing = plotting.render(data, out) if plotting is not None else ()
+        write_trials_csv(session, commits, out / render.CSV_NAME, out)  # while the plots are drawn
+        render.write_report(data, out, drawing)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)
     finally:
+        if plotting is not None:
+            plotting.close()
         session.close()
 
 

@@ -6,6 +6,7 @@ labels, step labels, titles, axis labels and the legend."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -93,6 +94,23 @@ def test_write_report_writes_a_png_per_shape(tmp_path: Path) -> None:
     render.write_report(data, tmp_path)
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["tflops-fa_s1024.png"]
     assert (tmp_path / "tflops-fa_s1024.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_plot_pool_draws_each_shape_in_its_own_process_and_the_report_links_them(tmp_path: Path) -> None:
+    """On a GPU host the plots are drawn side by side in processes started while the trials run
+    (render.PlotPool); the report is the one drawn here, one after another."""
+    data = fx.five_step_range()
+    pool = render.PlotPool(2)
+    try:
+        drawing = pool.render(data, tmp_path / "pool")
+        pids = {f.result(timeout=120) for f in pool._ready}
+        render.write_report(data, tmp_path / "pool", drawing)
+    finally:
+        pool.close()
+    render.write_report(data, tmp_path / "here")
+    assert os.getpid() not in pids
+    assert (tmp_path / "pool" / "report.md").read_text() == (tmp_path / "here" / "report.md").read_text()
+    assert sorted(p.name for p in (tmp_path / "pool").glob("*.png")) == ["tflops-fa_s1024.png"]
 
 
 def test_matplotlib_is_imported_on_a_thread_while_trials_run() -> None:
