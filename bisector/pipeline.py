@@ -294,8 +294,9 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
     started = time.monotonic()
     config = select_shapes(config, options.shapes)
     session = Session(config, options.store, options.work_dir, observer, offline=options.offline)
-    plotting = render.PlotPool.for_shapes(len(config.shapes))
+    plotting: render.PlotPool | None = None
     try:
+        plotting = render.PlotPool.for_shapes(len(config.shapes))
         if not options.offline:
             session.trials  # the trial workers' imports (torch, triton: seconds) overlap the listing and builds
         if plotting is None:

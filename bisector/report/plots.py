@@ -230,10 +230,6 @@ def render_shape(data: ReportData, shape: str, out: Path) -> Path:
     return path
 
 
-def render_all(data: ReportData, out: Path) -> list[Path]:
-    return [render_shape(data, shape, out) for shape in data.shapes]
-
-
 def _legend_outside(ax: plt.Axes) -> None:
     """Right of the axes: inside, a legend hid the first commits' points (the GOOD end)."""
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)

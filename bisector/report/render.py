@@ -36,7 +36,6 @@ class PlotPool:
     after another after its last trial; drawn side by side, about one plot's time."""
 
     def __init__(self, workers: int) -> None:
-        self.workers = workers
         self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_plot_worker)
         self._ready = [self._pool.submit(os.getpid) for _ in range(workers)]  # start them now
@@ -73,15 +72,16 @@ def write_report(data: ReportData, out: Path, drawing: Sequence[Future[Path]] = 
     from bisector.report import plots  # matplotlib: half a second, paid only when a report is written
 
     out.mkdir(parents=True, exist_ok=True)
-    drawn = list(drawing)
-    paths = []
-    for shape, future in zip(data.shapes, drawn):
-        try:
-            paths.append(future.result())
-        except Exception:
-            paths.append(plots.render_shape(data, shape, out))
-    if not drawn:
-        paths = plots.render_all(data, out)
+    futures: Sequence[Future[Path] | None] = drawing or [None] * len(data.shapes)
+    paths = [_drawn(future) or plots.render_shape(data, shape, out) for shape, future in zip(data.shapes, futures)]
     path = out / "report.md"
     path.write_text(markdown.render(data, [p.name for p in paths], CSV_NAME))
     return path
+
+
+def _drawn(future: Future[Path] | None) -> Path | None:
+    """The plot a `PlotPool` drew; None where it was not asked to, or failed (then drawn here)."""
+    try:
+        return future.result() if future is not None else None
+    except Exception:
+        return None
