@@ -70,20 +70,23 @@ DEVICE_BOUND_MS = 1.0  # shorter calls are never device-bound: their latency is 
 
 @dataclass
 class Clock:
-    """Times calls on one device: CUDA/HIP events on a GPU; on the CPU wall time, or the process's
-    CPU time when asked (`cpu_clock="cpu"`) and torch runs one thread.
+    """Times calls on one device: CUDA/HIP events on a GPU; on the CPU the process's CPU time where
+    torch runs one thread (`cpu_clock="cpu"`, the default), else wall time.
 
-    Why CPU time: a single-threaded kernel's CPU time leaves out the time the OS gave other
-    processes, which wall time counts: on a 2-core machine running two other test suites a GEMM
-    read 29-37 ms of wall time and 17-20 ms of CPU time per call (17 ms quiet), so TFLOP/s stay the
-    kernel's. The ratio's noise under such load was about the same with either clock
-    (studies/results/cpu-clock-noise.txt). With several threads, CPU time sums them: wall time.
-    Not the default: in one fresh-clone test run on a loaded machine, most trials of one demo commit
-    read 4x the CPU time of the rest (160 vs 40 ms), which was not explained before it was made opt-in."""
+    Why CPU time: on a core shared with another process the OS gives each a slice of ~4 ms in turn,
+    and wall time counts the other's slices: beside two busy loops on the 2-core CI VM a 2 ms control
+    call read 2, 6, 10 or 14 ms (one slice lost or not), so each repetition's ratio took one of a few
+    levels and a trial's median fell on one or the other by how the calls met the slices; a build's
+    ratio moved 30-60% with no change in its code, and the CPU demo end to end missed a planted step
+    (studies/results/cpu-slow-builds.txt, part 11). CPU time leaves those slices out: the ratio's
+    trial-to-trial spread 2-5% against 10-37% under the same load, about equal on quiet cores
+    (studies/results/cpu-clock-noise.txt). With several threads CPU time sums them: wall time then.
+    Page faults are kernel time charged to the process, so a call that faults reads slow on either
+    clock; each trial records them (`timed_faults`)."""
 
     device: str
     flush_size: int
-    cpu_clock: str = "wall"
+    cpu_clock: str = "cpu"
     _buf: torch.Tensor = field(init=False)
 
     def __post_init__(self) -> None:

@@ -654,7 +654,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
     wanted = set(only) if only is not None else {s["key"] for s in spec["shapes"]}
     try:
         with phase("device"):
-            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "wall"))
+            clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "cpu"))
             output["protocol"] = protocol(spec, clock.flush_size, clock.kind, _cold_at_compile(caches, staged))
             if only is not None:  # set up for more shapes than it was asked to time
                 output["protocol"]["granted_shapes"] = list(only)

@@ -2,12 +2,13 @@
 CPU trials) against glibc's default, moving threshold; or a trial's CPU time against wall time as
 its clock; optionally with other processes loading the machine.
 
-    python -m studies.cpu_demo_noise [--trials 12] [--commits 19,21] [--compare malloc|clock] [--load 2]
+    python -m studies.cpu_demo_noise [--trials 12] [--commits 19,21] [--compare malloc|clock] [--load 2 [--load-kind spin]]
 
 Writes the demo repository to a temporary directory and, per mode, runs `--trials` trial processes
 of each commit (index in the demo history) through the executor `bisector demo` uses, two at a
 time on two cores, commits alternating between the cores. `--load N` keeps N single-threaded
-processes multiplying 1024x1024 matrices meanwhile (a busy CI machine). Prints per shape and commit
+processes multiplying 1024x1024 matrices meanwhile (a busy CI machine), or, with `--load-kind spin`,
+N empty loops (the busy loops beside the fresh-clone CI runs of studies/results/cpu-slow-builds.txt). Prints per shape and commit
 the median subject/control ratio and the trial-to-trial CV of that ratio, and the relative change
 between the two commits (the step a search would see) with its trial-to-trial spread.
 A benchmark, not a test; it imports `bisector`.
@@ -28,6 +29,7 @@ from typing import Any
 
 LOAD = ("import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\n"
         "while True:\n    a = torch.mm(a, a).div_(1024.0)\n")
+SPIN = "while True:\n    pass\n"
 
 
 def run_mode(fixed: bool, builds: dict[int, Any], config: Any, trials: int,
@@ -66,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commits", default="19,21", help="demo history indices (default: either side of #127)")
     ap.add_argument("--compare", choices=("malloc", "clock"), default="malloc")
     ap.add_argument("--load", type=int, default=0, help="busy processes running meanwhile")
+    ap.add_argument("--load-kind", choices=("matmul", "spin"), default="matmul")
     args = ap.parse_args(argv)
     commits = [int(c) for c in args.commits.split(",")]
     print(f"| {args.compare} | shape | " + " | ".join(f"commit {i}: ratio (CV)" for i in commits)
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         modes = ({"fixed": (True, config), "default": (False, config)} if args.compare == "malloc" else
                  {clock: (True, dataclasses.replace(config, protocol=dataclasses.replace(config.protocol, cpu_clock=clock)))
                   for clock in ("cpu", "wall")})
-        load = [subprocess.Popen([sys.executable, "-c", LOAD]) for _ in range(args.load)]
+        load = [subprocess.Popen([sys.executable, "-c", SPIN if args.load_kind == "spin" else LOAD]) for _ in range(args.load)]
         try:
             for name, (fixed, cfg) in modes.items():
                 result = run_mode(fixed, builds, cfg, args.trials, Path(tmp, "work", name))

@@ -38,7 +38,7 @@ def test_cpu_trial_stores_kernel_time_latency_and_host_time(tmp_path) -> None:
         store.add_trials("c", [_record("f" * 40, raw, out, COMMON) for raw in out["results"]])
         stored = store.trials("c")
     for raw, rec in zip(out["results"], stored):
-        assert raw["kernel_method"] == rec.kernel_method == "perf_counter_ns"
+        assert raw["kernel_method"] == rec.kernel_method == "process_time_ns"  # one thread: its CPU time
         # on the CPU the kernel is the call: latency and host time are the kernel-time samples
         assert rec.subject_latency_ms == rec.subject_host_ms == rec.subject_ms == tuple(raw["subject_ms"])
         assert rec.control_latency_ms == rec.control_ms and len(rec.subject_ms) == 3
@@ -52,7 +52,7 @@ def test_cpu_trial_stores_kernel_time_latency_and_host_time(tmp_path) -> None:
         assert fig.kernel_us == fig.latency_us == fig.host_us == pytest.approx(kernel_time.median(rec.subject_ms) * 1e3)
     data = dataclasses.replace(demo_range(), calls=tuple(figures(stored, r.shape, r.sha) for r in stored))
     text = "\n".join(calls_section(data))
-    assert "## Kernel time and call latency" in text and "CPU: the call's wall time" in text
+    assert "## Kernel time and call latency" in text and "CPU: the call's CPU time" in text
     assert "host-bound**" not in text and text.count("— (one time)") == 2
 
 

@@ -4,6 +4,8 @@ a file rewritten after every shape, and the `bisector bench` command end to end 
 from __future__ import annotations
 
 import json
+import os
+import statistics
 import subprocess
 import sys
 
@@ -37,24 +39,59 @@ def test_output_contract(tmp_path):
     assert set(out) >= {"machine", "protocol", "telemetry", "results"}
     assert out["telemetry"]["before"] is None and "after" in out["telemetry"]  # no GPU tool on CPU
     assert out["protocol"]["reps"] == 3 and out["protocol"]["flush_bytes"] == 1 << 20
-    assert out["protocol"]["timer"] == "perf_counter_ns"
+    assert out["protocol"]["timer"] == "process_time_ns"  # one thread: its CPU time (benches/timing.py)
     for r in out["results"]:
         assert RESULT_KEYS <= set(r) and r["status"] == "ok"
         assert len(r["ratios"]) == 3 and r["ratio"] == sorted(r["ratios"])[1]
         assert r["seed"] in (5, 6)
 
 
-def test_cpu_clock_on_request_and_wall_time_with_several_threads(tmp_path):
-    out = trial.run(spec(cpu_clock="cpu"), tmp_path / "out.json")
-    assert out["protocol"]["timer"] == "process_time_ns"  # one thread: CPU time, not inflated by other processes
+def test_wall_time_on_request_and_with_several_threads(tmp_path):
+    out = trial.run(spec(cpu_clock="wall"), tmp_path / "out.json")
+    assert out["protocol"]["timer"] == "perf_counter_ns"
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)  # CPU time would sum the threads
-        assert Clock("cpu", 1 << 10, "cpu").kind == "perf_counter_ns"
+        assert Clock("cpu", 1 << 10).kind == "perf_counter_ns"
     finally:
         torch.set_num_threads(threads)
     with pytest.raises(ValueError, match="cpu_clock"):
         Clock("cpu", 1 << 10, "tsc")
+
+
+SHARED_CORE = """
+import json, os, statistics, subprocess, sys, time
+import torch
+from benches.timing import Clock
+torch.set_num_threads(1)
+core = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {core})
+spin = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {%d})\\nwhile True: pass" % core])
+try:
+    time.sleep(0.3)
+    work = lambda: sum(range(600_000))  # ~8 ms of one core: longer than a slice
+    cpu, wall = Clock("cpu", 1 << 16), Clock("cpu", 1 << 16, "wall")
+    out = {}
+    for _ in range(3):
+        for name, clock in (("cpu", cpu), ("wall", wall)):
+            out.setdefault(name, []).extend(clock.interleaved([work], 10)[0][0])
+finally:
+    spin.kill()
+print(json.dumps({**out, "kind": cpu.kind}))
+"""
+
+
+def test_cpu_time_leaves_out_the_slices_of_a_process_sharing_the_core():
+    """A busy process on the trial's core takes every other slice of it: wall time counts them
+    (a call reads whole slices longer), the default CPU clock does not."""
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this OS")
+    out = json.loads(subprocess.run([sys.executable, "-c", SHARED_CORE], capture_output=True, text=True, check=True,
+                                    timeout=300).stdout)
+    assert out["kind"] == "process_time_ns"
+    cpu, wall = statistics.median(out["cpu"]), statistics.median(out["wall"])
+    assert wall > 1.5 * cpu, (cpu, wall)  # the core was shared: wall time counted the other's slices
+    assert statistics.quantiles(out["cpu"], n=10)[-1] < 1.5 * cpu, out["cpu"]
 
 
 FAULTING = """

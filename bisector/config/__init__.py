@@ -97,9 +97,9 @@ class Protocol:
     settle_ms: float = 0.0
     settle_ms_by: Mapping[str, float] = field(default_factory=dict)
     flush_mb: int = 0  # 0 = sized from the device (>= 2x last-level cache)
-    # CPU trials: "wall" times calls by wall time; "cpu" times a single-threaded trial by its
-    # process's CPU time, which other processes on a busy machine do not inflate (benches/timing.py).
-    cpu_clock: str = "wall"
+    # CPU trials: "cpu" times a single-threaded trial by its process's CPU time, which other
+    # processes sharing its core do not inflate (benches/timing.py); "wall" by wall time.
+    cpu_clock: str = "cpu"
     timeout_s: float = 600.0
     jit_cache_env: tuple[str, ...] = ("TRITON_CACHE_DIR",)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -392,7 +392,7 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
                     warmup=sec.non_negative("warmup", int, 3),
                     **_graph_reads(sec, suites, shape_keys), **_settle(sec, suites, shape_keys),
                     flush_mb=sec.non_negative("flush_mb", int, 0),
-                    cpu_clock=sec.get("cpu_clock", str, "wall", choices=CPU_CLOCKS),
+                    cpu_clock=sec.get("cpu_clock", str, "cpu", choices=CPU_CLOCKS),
                     timeout_s=sec.positive("timeout_s", float, 600.0),
                     jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
                     env=sec.str_map("env"), seed=sec.get("seed", int, 0),
