@@ -9,8 +9,10 @@ without the cache plugin (nothing written into the checkout), with plain asserts
 every module of a plugin's package it imports during the session: hypothesis's took ~3 s of each
 trial; a failed check still reads AssertionError, with its line), `--benchmark-only`, exactly the
 protocol's repetitions as rounds (`--benchmark-min-rounds`, `--benchmark-max-time=0`; a test that
-calls `benchmark.pedantic` keeps its own), its warm-up, and `--benchmark-json`, whose raw rounds
-(seconds per iteration) become the shape's `subject_ms`. A test that fails on an assertion is a
+calls `benchmark.pedantic` keeps its own), its warm-up, the trial clock's timer (on the CPU the
+process's CPU time by default, as every other subject: wall time counted a busy neighbour's 4 ms
+slices, benches/timing.py), and `--benchmark-json`, whose raw rounds (seconds per iteration) become
+the shape's `subject_ms`. A test that fails on an assertion is a
 wrong result, one that raises is a crash, a skipped one is unavailable. There is no control: the
 search compares the subject's own speed (`thresholds.metric = "speed"`). TFLOP/s and GB/s come from
 `flops` / `bytes` in the benchmark's `extra_info`, else in the shape.
@@ -62,18 +64,23 @@ class Outcomes:
             self.by_node.setdefault(report.nodeid, ("ok", ""))
 
 
-def arguments(nodes: Sequence[str], source_dir: str, json_path: Path, reps: int, warmup: int) -> list[str]:
-    """pytest's command line for one trial."""
+TIMERS = {"process_time_ns": "time.process_time", "perf_counter_ns": "time.perf_counter"}
+
+
+def arguments(nodes: Sequence[str], source_dir: str, json_path: Path, reps: int, warmup: int,
+              clock_kind: str = "perf_counter_ns") -> list[str]:
+    """pytest's command line for one trial; `clock_kind` is the trial clock's (`Clock.kind`)."""
     paths = [str(Path(source_dir) / node) for node in nodes]
     warm = ["--benchmark-warmup=on", f"--benchmark-warmup-iterations={warmup}"] if warmup else \
         ["--benchmark-warmup=off"]
     return [*paths, "--rootdir", source_dir, "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=", "-q",
             "--assert=plain", "--benchmark-only", f"--benchmark-json={json_path}",
-            f"--benchmark-min-rounds={max(reps, 1)}", "--benchmark-max-time=0", *warm]
+            f"--benchmark-min-rounds={max(reps, 1)}", "--benchmark-max-time=0",
+            f"--benchmark-timer={TIMERS.get(clock_kind, 'time.perf_counter')}", *warm]
 
 
 def run_session(nodes: Sequence[str], source_dir: str, out_dir: Path, reps: int, warmup: int,
-                sha: str = "") -> tuple[int, list[dict[str, Any]], Outcomes]:
+                sha: str = "", clock_kind: str = "perf_counter_ns") -> tuple[int, list[dict[str, Any]], Outcomes]:
     """Run the tests in this process: (pytest's exit code, the benchmarks of its JSON, outcomes)."""
     json_path = out_dir / "benchmark.json"
     json_path.unlink(missing_ok=True)
@@ -82,7 +89,7 @@ def run_session(nodes: Sequence[str], source_dir: str, out_dir: Path, reps: int,
     # (pytest-benchmark then disables itself), nor led by options from the bot's environment.
     for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_") or n == "PYTEST_ADDOPTS"]:
         del os.environ[name]
-    code = int(pytest.main(arguments(nodes, source_dir, json_path, reps, warmup), plugins=[outcomes]))
+    code = int(pytest.main(arguments(nodes, source_dir, json_path, reps, warmup, clock_kind), plugins=[outcomes]))
     benches = json.loads(json_path.read_text()).get("benchmarks", []) if json_path.exists() else []
     return code, benches, outcomes
 
@@ -128,7 +135,8 @@ def shape_result(shape: Mapping[str, Any], benches: Sequence[Mapping[str, Any]],
 
 
 def measure(shapes: Sequence[Mapping[str, Any]], subject: Mapping[str, Any], source_dir: str, out_dir: Path,
-            reps: int, warmup: int, sha: str = "") -> list[dict[str, Any]]:
+            reps: int, warmup: int, sha: str = "", clock_kind: str = "perf_counter_ns") -> list[dict[str, Any]]:
     """Every shape of one pytest subject from one session."""
-    code, benches, outcomes = run_session(list(subject.get("pytest") or ()), source_dir, out_dir, reps, warmup, sha)
+    code, benches, outcomes = run_session(list(subject.get("pytest") or ()), source_dir, out_dir, reps, warmup, sha,
+                                          clock_kind)
     return [shape_result(shape, benches, outcomes, code) for shape in shapes]

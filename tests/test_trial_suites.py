@@ -185,3 +185,33 @@ def test_pytest_benchmarks_as_shapes(tmp_path):
     (acquired, t0), (released, t1) = gate.events
     assert acquired == "acquire" and released == "release" and t0 <= session[2] <= session[3] <= t1
     assert (out_dir / "benchmark.json").exists() and not (up / ".pytest_cache").exists()
+
+
+SLEEPER = '''
+import time
+
+def test_sleep(benchmark):
+    benchmark(time.sleep, 0.005)
+'''
+
+
+@pytest.mark.parametrize("cpu_clock", ["cpu", "wall"])
+def test_pytest_benchmarks_timed_by_the_trial_clock(tmp_path, cpu_clock):
+    """The session's rounds read the trial's clock: on the CPU its CPU time by default, so a round
+    that waits (here sleeps 5 ms, as it would while a busy neighbour holds the core) reads ~0, and
+    wall time where the protocol asks for it."""
+    up = tmp_path / "up"
+    (up / "benchmarks").mkdir(parents=True)
+    test_file = f"benchmarks/test_sleep_{cpu_clock}.py"  # a name per session: both run in this one process
+    (up / test_file).write_text(SLEEPER)
+    sub = {"s": {"entry": "", "adapter": "pytest", "layout": "bhsd", "options": {}, "pytest": [test_file]}}
+    out_dir = tmp_path / "trial"
+    out_dir.mkdir()
+    out = trial.run(spec([shape("s", "sleep", {"benchmark": "test_sleep"})], sub, source_dirs=[str(up)], reps=3,
+                         control="none", cpu_clock=cpu_clock), out_dir / "out.json", Gate())
+    (r,) = out["results"]
+    assert r["status"] == "ok" and len(r["subject_ms"]) == 3
+    if cpu_clock == "cpu":
+        assert out["protocol"]["timer"] == "process_time_ns" and max(r["subject_ms"]) < 2.0
+    else:
+        assert out["protocol"]["timer"] == "perf_counter_ns" and min(r["subject_ms"]) >= 5.0
