@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import math
@@ -363,3 +364,52 @@ def test_cli_info_and_export(tmp_path: Path) -> None:
     result = runner.invoke(store_command, ["export", "--store", str(tmp_path / "none.sqlite")])
     assert result.exit_code == EXIT_BAD_INPUT
     assert result.output.strip() == f"error: {tmp_path / 'none.sqlite'}: no such store"
+
+
+def test_copy_takes_the_trials_a_killed_writer_left_in_its_wal(tmp_path: Path) -> None:
+    """`bisector store copy` after the bot was killed: its last trials sit in the -wal beside the file
+    (no checkpoint ran), so a copy of the file alone lacks them; the command's copy has them all, in
+    one file a run can resume from."""
+    script, path, start = tmp_path / "writer.py", tmp_path / "live.sqlite", tmp_path / "go"
+    script.write_text(WRITER)
+    start.touch()
+    size = 4
+    proc = spawn(script, path, "w", 100_000, size, start)
+    assert proc.stdout is not None
+    reported = [int(proc.stdout.readline()) for _ in range(5)]
+    os.kill(proc.pid, signal.SIGKILL)
+    reported += [int(line) for line in proc.stdout]
+    proc.wait(timeout=10)
+    assert path.with_name("live.sqlite-wal").stat().st_size > 0
+
+    plain = tmp_path / "plain.sqlite"
+    plain.write_bytes(path.read_bytes())  # what `cp` of the store file alone carries
+    with sqlite3.connect(plain) as conn:
+        in_plain = conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0] if conn.execute(
+            "SELECT name FROM sqlite_master WHERE name = 'trials'").fetchone() else 0
+    assert in_plain < len(reported) * size
+
+    copied = tmp_path / "carry" / "copy.sqlite"
+    cli = [sys.executable, "-m", "bisector", "store", "copy", "--store", str(path), "--out"]
+    out = subprocess.run([*cli, str(copied)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    count = int(out.stderr.split("copied ")[1].split()[0])
+    assert count >= len(reported) * size
+    assert not copied.with_name("copy.sqlite-wal").exists() and integrity(copied) == "ok"
+    with sqlite3.connect(copied) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    with Store(copied) as store:  # a run resumes from the copy
+        assert len(store.trials("c")) == count
+        for b in reported:
+            check_batch(store.trials("c", sha=f"w-{b}"), b, size)
+
+    packed = tmp_path / "copy.sqlite.gz"
+    assert subprocess.run([*cli, str(packed)], capture_output=True, text=True, timeout=120).returncode == 0
+    (tmp_path / "unpacked.sqlite").write_bytes(gzip.decompress(packed.read_bytes()))
+    with Store(tmp_path / "unpacked.sqlite", readonly=True) as store:
+        assert len(store.trials("c")) == count
+
+    again = subprocess.run([*cli, str(copied)], capture_output=True, text=True, timeout=120)
+    assert again.returncode == EXIT_BAD_INPUT
+    assert again.stderr.strip() == f"error: {copied}: exists; a store copy never overwrites a file"
+    assert not list(tmp_path.glob("**/*.part*"))

@@ -1,7 +1,8 @@
-"""`bisector store info|export`: look into the result store, or dump its trials for pandas.
+"""`bisector store info|export|copy`: look into the result store, dump its trials for pandas, or copy
+it whole to carry it elsewhere (a run resumes from the copy).
 
-Both only read: the store is opened read-only, and a file that is not a bisector store is refused
-before anything could be written to it."""
+All three only read: the store is opened read-only, and a file that is not a bisector store is
+refused before anything could be written to it."""
 
 from __future__ import annotations
 
@@ -75,3 +76,19 @@ def export(store_path: Path | None, fmt: str, campaign: str | None, out: Path | 
         else:
             count = store.export(fmt, out, campaign=campaign, portable=exported_row)
             click.echo(f"wrote {count} trials to {out}", err=True)
+
+
+@command.command("copy")
+@_STORE_OPTION
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The copy, a new file (never overwritten); a name ending in .gz is gzipped.")
+@fail_on_error
+def copy(store_path: Path | None, out: Path) -> None:
+    """Copy the whole store into one file, also while a run writes to it or after one was killed:
+    its latest trials may sit in the -wal beside the file, which a plain copy leaves behind."""
+    path, why = _which(store_path)
+    if why:
+        click.echo(f"store: {path} ({why})", err=True)
+    with Store(path, readonly=True) as store:
+        count = store.copy(out)
+    click.echo(f"copied {count} trials to {out}", err=True)
