@@ -276,15 +276,16 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
     assert integrity(path) == "ok"
 
 
-def test_kill_9_keeps_every_committed_trial(tmp_path: Path) -> None:
-    script, path, start = tmp_path / "writer.py", tmp_path / "killed.sqlite", tmp_path / "go"
+def killed_writer(tmp_path: Path, path: Path, size: int, batches: int) -> list[int]:
+    """A writer process killed with SIGKILL somewhere after it reported `batches` batches of `size`
+    trials; the batches it reported (each committed)."""
+    script, start = tmp_path / "writer.py", tmp_path / "go"
     script.write_text(WRITER)
     start.touch()
-    size = 32
     proc = spawn(script, path, "w", 100_000, size, start)
     assert proc.stdout is not None
     reported = []
-    while len(reported) < 40:
+    while len(reported) < batches:
         line = proc.stdout.readline()
         assert line, proc.stderr.read() if proc.stderr else "writer died"
         reported.append(int(line))
@@ -294,6 +295,12 @@ def test_kill_9_keeps_every_committed_trial(tmp_path: Path) -> None:
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
     assert reported == list(range(len(reported)))
+    return reported
+
+
+def test_kill_9_keeps_every_committed_trial(tmp_path: Path) -> None:
+    path, size = tmp_path / "killed.sqlite", 32
+    reported = killed_writer(tmp_path, path, size, 40)
 
     assert integrity(path) == "ok"
     with Store(path) as store:
@@ -370,16 +377,8 @@ def test_copy_takes_the_trials_a_killed_writer_left_in_its_wal(tmp_path: Path) -
     """`bisector store copy` after the bot was killed: its last trials sit in the -wal beside the file
     (no checkpoint ran), so a copy of the file alone lacks them; the command's copy has them all, in
     one file a run can resume from."""
-    script, path, start = tmp_path / "writer.py", tmp_path / "live.sqlite", tmp_path / "go"
-    script.write_text(WRITER)
-    start.touch()
-    size = 4
-    proc = spawn(script, path, "w", 100_000, size, start)
-    assert proc.stdout is not None
-    reported = [int(proc.stdout.readline()) for _ in range(5)]
-    os.kill(proc.pid, signal.SIGKILL)
-    reported += [int(line) for line in proc.stdout]
-    proc.wait(timeout=10)
+    path, size = tmp_path / "live.sqlite", 4
+    reported = killed_writer(tmp_path, path, size, 5)
     assert path.with_name("live.sqlite-wal").stat().st_size > 0
 
     plain = tmp_path / "plain.sqlite"
