@@ -183,6 +183,36 @@ def test_jit_dirs_per_commit_and_patch(tmp_path):
     assert not (Path(first["TRITON_CACHE_DIR"]) / "kept.cubin").exists()
 
 
+
+def test_jit_dirs_prepared_by_several_trials_of_a_commit_at_once(tmp_path):
+    """Trials of one commit are set up at once (held trials, dask workers), first trials too: one's
+    emptying of the commit's JIT dir must not fail another's setup nor leave it a path that no longer
+    exists (a fresh CI clone failed here: mkdir's parent removed under it by another first trial)."""
+    import threading
+
+    work, names = tmp_path / "work", ("TRITON_CACHE_DIR", "BISECTOR_TEST_JIT")
+    errors: list[BaseException] = []
+
+    def prepare(first: bool) -> None:
+        try:
+            for _ in range(150):
+                got = prepare_jit(work, "d" * 40, None, names, first=first)
+                try:  # a cache worth emptying, written as a running trial would (another may empty it)
+                    (Path(got["TRITON_CACHE_DIR"]) / "k.cubin").write_text("x")
+                except FileNotFoundError:
+                    pass
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=prepare, args=(k < 3,)) for k in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, repr(errors[0])
+    final = prepare_jit(work, "d" * 40, None, names, first=False)
+    assert all(Path(v).is_dir() for v in final.values())
+
 def test_scrub_rules():
     env = {"PATH": "p", "HOME": "h", "GITHUB_TOKEN": "t", "GITHUB_SHA": "s", "GH_HOST": "g", "AWS_REGION": "r",
            "SSH_AUTH_SOCK": "s", "HIP_VISIBLE_DEVICES": "0", "ROCM_PATH": "/opt/rocm", "BOT_PAT": "x",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 from benches.allocator import DEFAULTS as MALLOC_DEFAULTS
@@ -58,13 +62,24 @@ def jit_dir(work: Path, sha: str, patch_hash: str | None = None) -> Path:
 
 def prepare_jit(work: Path, sha: str, patch_hash: str | None, names: tuple[str, ...], first: bool) -> dict[str, str]:
     """Env vars pointing each JIT cache variable to its own dir under the commit's JIT dir; the
-    whole dir is emptied before the commit's first trial, so that trial's compile is cold."""
+    whole dir is emptied before the commit's first trial, so that trial's compile is cold.
+
+    Trials of one commit are set up at once (held trials; dask workers in other processes), first
+    trials too: one's emptying removed the dir under another's mkdir (FileNotFoundError) or met
+    its new files (OSError, directory not empty) and failed that setup. An flock on a file beside
+    the dir makes the emptying and the making one step, across threads and processes; the old dir
+    is renamed away before it is removed, so a trial still writing into it cannot fail the removal."""
     root = jit_dir(work, sha, patch_hash)
-    if first and root.exists():
-        shutil.rmtree(root)
-    out = {}
-    for name in names:
-        path = root / name.lower()
-        path.mkdir(parents=True, exist_ok=True)
-        out[name] = str(path)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.with_name(root.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if first and root.exists():  # moved aside first: a trial still writing there cannot fail the removal
+            aside = root.with_name(f"{root.name}.emptied-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}")
+            os.rename(root, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        out = {}
+        for name in names:
+            path = root / name.lower()
+            path.mkdir(parents=True, exist_ok=True)
+            out[name] = str(path)
     return out
