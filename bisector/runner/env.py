@@ -73,7 +73,7 @@ def prepare_jit(work: Path, sha: str, patch_hash: str | None, names: tuple[str, 
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(root.with_name(root.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if first and root.exists():  # moved aside first: a trial still writing there cannot fail the removal
+        if first and root.exists():
             aside = root.with_name(f"{root.name}.emptied-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}")
             os.rename(root, aside)
             shutil.rmtree(aside, ignore_errors=True)
