@@ -64,23 +64,20 @@ class Outcomes:
             self.by_node.setdefault(report.nodeid, ("ok", ""))
 
 
-TIMERS = {"process_time_ns": "time.process_time", "perf_counter_ns": "time.perf_counter"}
-
-
 def arguments(nodes: Sequence[str], source_dir: str, json_path: Path, reps: int, warmup: int,
-              clock_kind: str = "perf_counter_ns") -> list[str]:
-    """pytest's command line for one trial; `clock_kind` is the trial clock's (`Clock.kind`)."""
+              timer: str) -> list[str]:
+    """pytest's command line for one trial; `timer` is the trial clock's (`Clock.host_timer`)."""
     paths = [str(Path(source_dir) / node) for node in nodes]
     warm = ["--benchmark-warmup=on", f"--benchmark-warmup-iterations={warmup}"] if warmup else \
         ["--benchmark-warmup=off"]
     return [*paths, "--rootdir", source_dir, "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=", "-q",
             "--assert=plain", "--benchmark-only", f"--benchmark-json={json_path}",
             f"--benchmark-min-rounds={max(reps, 1)}", "--benchmark-max-time=0",
-            f"--benchmark-timer={TIMERS.get(clock_kind, 'time.perf_counter')}", *warm]
+            f"--benchmark-timer={timer}", *warm]
 
 
 def run_session(nodes: Sequence[str], source_dir: str, out_dir: Path, reps: int, warmup: int,
-                sha: str = "", clock_kind: str = "perf_counter_ns") -> tuple[int, list[dict[str, Any]], Outcomes]:
+                sha: str, timer: str) -> tuple[int, list[dict[str, Any]], Outcomes]:
     """Run the tests in this process: (pytest's exit code, the benchmarks of its JSON, outcomes)."""
     json_path = out_dir / "benchmark.json"
     json_path.unlink(missing_ok=True)
@@ -89,7 +86,7 @@ def run_session(nodes: Sequence[str], source_dir: str, out_dir: Path, reps: int,
     # (pytest-benchmark then disables itself), nor led by options from the bot's environment.
     for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_") or n == "PYTEST_ADDOPTS"]:
         del os.environ[name]
-    code = int(pytest.main(arguments(nodes, source_dir, json_path, reps, warmup, clock_kind), plugins=[outcomes]))
+    code = int(pytest.main(arguments(nodes, source_dir, json_path, reps, warmup, timer), plugins=[outcomes]))
     benches = json.loads(json_path.read_text()).get("benchmarks", []) if json_path.exists() else []
     return code, benches, outcomes
 
@@ -135,8 +132,8 @@ def shape_result(shape: Mapping[str, Any], benches: Sequence[Mapping[str, Any]],
 
 
 def measure(shapes: Sequence[Mapping[str, Any]], subject: Mapping[str, Any], source_dir: str, out_dir: Path,
-            reps: int, warmup: int, sha: str = "", clock_kind: str = "perf_counter_ns") -> list[dict[str, Any]]:
+            reps: int, warmup: int, sha: str, timer: str) -> list[dict[str, Any]]:
     """Every shape of one pytest subject from one session."""
     code, benches, outcomes = run_session(list(subject.get("pytest") or ()), source_dir, out_dir, reps, warmup, sha,
-                                          clock_kind)
+                                          timer)
     return [shape_result(shape, benches, outcomes, code) for shape in shapes]

@@ -127,6 +127,12 @@ class Clock:
             return "device_events"
         return "process_time_ns" if self._cpu_time else "perf_counter_ns"
 
+    @property
+    def host_timer(self) -> str:
+        """This clock's host timer as `module.function` in seconds, for a tool that times calls
+        itself (pytest-benchmark's `--benchmark-timer`): CPU time where the clock reads it."""
+        return "time.process_time" if self._cpu_time else "time.perf_counter"
+
     def sync(self) -> None:
         if self.gpu:
             torch.cuda.synchronize()

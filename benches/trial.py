@@ -475,7 +475,7 @@ def _load_subjects(spec: Mapping[str, Any], device: str) -> dict[str, Backend | 
 
 
 def _pytest_shapes(shape: Mapping[str, Any], spec: Mapping[str, Any], out_path: Path, phase: Phases,
-                   clock_kind: str) -> list[dict[str, Any]]:
+                   timer: str) -> list[dict[str, Any]]:
     """Every shape of `shape`'s pytest suite, from one session (benches/pytest_bench.py)."""
     from benches import pytest_bench
 
@@ -484,7 +484,7 @@ def _pytest_shapes(shape: Mapping[str, Any], spec: Mapping[str, Any], out_path: 
     with phase("pytest", name):
         try:
             return pytest_bench.measure(group, subject_specs(spec)[name], spec["source_dirs"][0], out_path.parent,
-                                        spec["reps"], spec["warmup"], str(spec.get("sha", "")), clock_kind)
+                                        spec["reps"], spec["warmup"], str(spec.get("sha", "")), timer)
         except Exception as exc:
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             return [_failure(s["key"], exc) for s in group]
@@ -670,7 +670,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
                 if isinstance(subject, BaseException):
                     results = [_failure(shape["key"], subject)]
                 elif subject_specs(spec)[shape["suite"]].get("adapter") == "pytest":
-                    results = _pytest_shapes(shape, spec, out_path, phase, clock.kind)
+                    results = _pytest_shapes(shape, spec, out_path, phase, clock.host_timer)
                 else:
                     assert subject is not None
                     try:
