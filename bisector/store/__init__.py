@@ -500,11 +500,11 @@ class Store:
         if target.exists():
             raise BadInput(f"{target}: exists; a store copy never overwrites a file")
         target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_name(target.name + ".part")
-        part.unlink(missing_ok=True)
+        db, packed = target.with_name(target.name + ".part"), target.with_name(target.name + ".gz.part")
+        db.unlink(missing_ok=True)  # a killed copy's
         try:
             with self._lock, self._errors():
-                out = sqlite3.connect(part)
+                out = sqlite3.connect(db)
                 try:
                     self._conn.backup(out)
                     out.execute("PRAGMA journal_mode = DELETE")
@@ -512,13 +512,14 @@ class Store:
                 finally:
                     out.close()
             if target.name.endswith(".gz"):
-                with open(part, "rb") as raw, gzip.open(part.with_name(part.name + ".gz"), "wb") as packed:
-                    shutil.copyfileobj(raw, packed)
-                part.unlink()
-                part = part.with_name(part.name + ".gz")
-            part.replace(target)
+                with open(db, "rb") as raw, gzip.open(packed, "wb") as zipped:
+                    shutil.copyfileobj(raw, zipped)
+                packed.replace(target)
+            else:
+                db.replace(target)
         finally:
-            part.unlink(missing_ok=True)
+            db.unlink(missing_ok=True)
+            packed.unlink(missing_ok=True)
         return count
 
     # -- nightly -----------------------------------------------------------------------------
