@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -66,20 +64,35 @@ def prepare_jit(work: Path, sha: str, patch_hash: str | None, names: tuple[str, 
 
     Trials of one commit are set up at once (held trials; dask workers in other processes), first
     trials too: one's emptying removed the dir under another's mkdir (FileNotFoundError) or met
-    its new files (OSError, directory not empty) and failed that setup. An flock on a file beside
-    the dir makes the emptying and the making one step, across threads and processes; the old dir
-    is renamed away before it is removed, so a trial still writing into it cannot fail the removal."""
+    its new files (OSError, directory not empty) and failed that setup. So the old dir is renamed
+    away in one step before it is removed, and a dir whose parent another setup renamed away
+    meanwhile is made again. No lock: the JIT dirs are writable by the trials, and a lock file a
+    trial can open is one it can hold, stalling the bot's setups."""
     root = jit_dir(work, sha, patch_hash)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.with_name(root.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if first and root.exists():
-            aside = root.with_name(f"{root.name}.emptied-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}")
+    if first:
+        aside = root.with_name(f"{root.name}.emptied-{os.getpid()}-{time.monotonic_ns()}")
+        try:
             os.rename(root, aside)
-            shutil.rmtree(aside, ignore_errors=True)
-        out = {}
-        for name in names:
-            path = root / name.lower()
-            path.mkdir(parents=True, exist_ok=True)
-            out[name] = str(path)
+        except FileNotFoundError:  # nothing there yet, or another first trial's setup moved it
+            pass
+        else:
+            shutil.rmtree(aside, ignore_errors=True)  # a trial still writing there may leave some behind
+    out = {}
+    for name in names:
+        path = root / name.lower()
+        _make_dir(path)
+        out[name] = str(path)
     return out
+
+
+def _make_dir(path: Path, tries: int = 20) -> None:
+    """mkdir -p, again where another setup renamed a part of the path away meanwhile: between the
+    parent's making and the child's (FileNotFoundError), or between mkdir's EEXIST and its check
+    that the path is a dir (FileExistsError)."""
+    for _ in range(tries - 1):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return
+        except (FileNotFoundError, FileExistsError):
+            continue
+    path.mkdir(parents=True, exist_ok=True)
