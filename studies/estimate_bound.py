@@ -36,9 +36,13 @@ from bisector.search import SearchSettings, localize  # noqa: E402
 from bisector.search.simulate import SimulatedProbe  # noqa: E402
 from studies import estimate_accuracy as ea  # noqa: E402
 from studies import search_accuracy as sa  # noqa: E402
+from studies.outlook_accuracy import WITHIN, within  # noqa: E402
 
-WITHIN = 1.5
 Samples = dict[str, dict[str, list[float]]]
+
+
+def copied(samples: Samples) -> Samples:
+    return {sha: {k: list(v) for k, v in shapes.items()} for sha, shapes in samples.items()}
 
 
 def kept_at(case: sa.Case, settings: SearchSettings, seed: int, shares: list[float]) -> tuple[int, dict[float, Samples]]:
@@ -56,7 +60,7 @@ def kept_at(case: sa.Case, settings: SearchSettings, seed: int, shares: list[flo
         elif event.action == "measured":
             for share, mark in marks.items():
                 if share not in kept and trials >= mark:
-                    kept[share] = {sha: {k: list(v) for k, v in shapes.items()} for sha, shapes in probe.samples.items()}
+                    kept[share] = copied(probe.samples)
 
     assert localize(case.commits, ea.Announcing(probe, watch), settings).trials == final
     return final, kept
@@ -66,7 +70,7 @@ def future(case: sa.Case, settings: SearchSettings, kept: Samples, seed: int) ->
     """The search's final trials in the true world with `kept` as every commit's first samples and
     fresh noise (`seed`) after them."""
     probe = SimulatedProbe(case.commits, case.model, case.cv, seed=seed)
-    probe.samples = {sha: {k: list(v) for k, v in shapes.items()} for sha, shapes in kept.items()}
+    probe.samples = copied(kept)
     return localize(case.commits, probe, settings).trials
 
 
@@ -87,7 +91,7 @@ def outlook_within(saved: dict, regime: str, share: float, finals: list[int]) ->
     if not runs or [f for f, _ in runs[:len(finals)]] != finals:
         return "n/a (other ranges)"
     xs = np.array([min(pts, key=lambda p: abs(p[0] - share))[1] for _, pts in runs[:len(finals)]])
-    return f"{np.mean((xs <= WITHIN) & (xs >= 1 / WITHIN)):.0%}"
+    return f"{np.mean(within(xs)):.0%}"
 
 
 def main() -> None:
@@ -113,7 +117,7 @@ def main() -> None:
             for share in shares:
                 fut = [np.array(f[str(share)], dtype=float) for _, f in runs]
                 oracle = np.array([final / np.median(f) for final, f in zip(finals, fut)])
-                hit = np.mean((oracle <= WITHIN) & (oracle >= 1 / WITHIN))
+                hit = np.mean(within(oracle))
                 wide = np.mean([f.max() / f.min() > WITHIN**2 for f in fut])
                 spread = np.median([np.percentile(f, 90) / np.percentile(f, 10) for f in fut])
                 print(f"| {regime} | {len(runs)} | {share:.0%} | {hit:.0%} | {wide:.0%} | {spread:.2f} "
