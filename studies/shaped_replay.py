@@ -1,4 +1,5 @@
-"""What measuring only a pair's unclear shapes saves, replayed on an H200 demo run's stored trials.
+"""What measuring only a pair's unclear shapes, and a split point's moved ones, saves, replayed on an
+H200 demo run's stored trials.
 
     python -m studies.shaped_replay STORE [STORE ...]     (an H200 demo's results.sqlite, unzipped)
 
@@ -7,7 +8,9 @@ the H200 demo attention is ~0.78 s of a trial's device work and the decode GEMM 
 pairs unclear on the decode GEMM alone doubled attention too. Each store's search is replayed
 offline twice (`bisector run --offline`'s path: stored trials only, in the order they were
 measured): once through a probe without `shaped` (every shape doubled, as before) and once with
-it. Printed per store and mode: the steps found with their shapes, the samples the search used per
+it, and once more with split points measured on the shapes their part moved in only
+(`SearchSettings.split_on_moved`; the first two replays split on every shape, as the runs did).
+Printed per store and mode: the steps found with their shapes, the samples the search used per
 shape, and their device time at the store's own median device seconds per shape and trial
 (compile + warm-up + timed + latency calls). A replay with `shaped` reads fewer samples than the run
 measured, always the first ones stored, so it can decide a close pair otherwise than a run would.
@@ -19,6 +22,7 @@ import argparse
 import json
 import statistics
 import tempfile
+from dataclasses import replace
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Mapping
@@ -60,8 +64,8 @@ def device_s(store: Path) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in per.items() if v}
 
 
-def replay(store: Path, shaped: bool) -> SearchResult:
-    """The store's search replayed offline, with or without `shaped`."""
+def replay(store: Path, shaped: bool, split_on_moved: bool = False) -> SearchResult:
+    """The store's search replayed offline, with or without `shaped` (and `split_on_moved`)."""
     work = Path(tempfile.mkdtemp(prefix="shaped-replay-"))
     manifest = write_demo_repo(work / "demo" / "upstream")  # the campaign is named after its directory
     config = demo_config("cuda", work / "demo" / "upstream")
@@ -69,7 +73,7 @@ def replay(store: Path, shaped: bool) -> SearchResult:
     kept = search.localize
 
     def localize(commits, probe, settings=search.SearchSettings()):  # type: ignore[no-untyped-def]
-        got.append(kept(commits, probe if shaped else Unshaped(probe), settings))
+        got.append(kept(commits, probe if shaped else Unshaped(probe), replace(settings, split_on_moved=split_on_moved)))
         return got[-1]
 
     search.localize = localize
@@ -85,14 +89,14 @@ def replay(store: Path, shaped: bool) -> SearchResult:
 def rows(store: Path) -> str:
     cost = device_s(store)
     lines = [f"## {store}: device s per shape and trial " + json.dumps({k: round(v, 3) for k, v in sorted(cost.items())})]
-    for shaped in (False, True):
-        result = replay(store, shaped)
+    for shaped, moved in ((False, False), (True, False), (True, True)):
+        result = replay(store, shaped, moved)
         used: Counter[str] = Counter()
         for m in result.measurements.values():
             for shape, values in m.samples.items():
                 used[shape] += len(values)
         steps = ", ".join(f"{s.commit[:7]} {'+'.join(s.shapes)}" for s in result.steps)
-        lines.append(f"{'shaped' if shaped else 'every shape'}: steps {steps}; dropped {len(result.dropped)}; samples "
+        lines.append(f"{'split on moved' if moved else 'shaped' if shaped else 'every shape'}: steps {steps}; dropped {len(result.dropped)}; samples "
                      + json.dumps(dict(sorted(used.items())))
                      + f"; device s {sum(cost.get(s, 0.0) * n for s, n in used.items()):.1f}")
     return "\n".join(lines)

@@ -258,3 +258,13 @@ def test_bad_min_step_names_its_key(tmp_path, value, where, says):
     with pytest.raises(ConfigError) as err:
         config.load(write(tmp_path, GOOD + f"[thresholds]\nmin_step_pct = {value}\n"))
     assert where in str(err.value) and says in str(err.value)
+
+
+def test_split_points_on_every_shape_when_the_config_says_so(tmp_path):
+    from bisector.pipeline import search_settings
+
+    assert search_settings(config.load(write(tmp_path, GOOD))).split_on_moved
+    cfg = config.load(write(tmp_path, GOOD.replace("[control]", "[protocol]\nsplit_on_moved = false\n[control]")))
+    assert cfg.protocol.split_on_moved is False and search_settings(cfg).split_on_moved is False
+    with pytest.raises(ConfigError, match="split_on_moved"):
+        config.load(write(tmp_path, GOOD.replace("[control]", "[protocol]\nsplit_on_moved = \"no\"\n[control]")))

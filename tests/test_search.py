@@ -208,7 +208,9 @@ def test_flaky_noisy_trials_still_give_the_exact_culprits(seed: int) -> None:
                       frozenset({c[7], c[77], c[120]}))
     r = localize(c, SimulatedProbe(c, model, noise_cv=0.03, seed=seed))
     assert sorted(found(r, c)) == [44, 101]
-    assert r.dropped == ()
+    # a false candidate of these noisy trials is dropped at its verification in ~1 run of 10 (3-4 of
+    # seeds 0-29, with and without `split_on_moved`): a verification's cost, no false step
+    assert len(r.dropped) <= 1
 
 
 def hidden_while_the_grid_is_measured(step_at: int, factor: float, grid_trials: int) -> Callable[[int, str, int], float]:
@@ -446,7 +448,9 @@ def test_wild_trials_of_a_quiet_gpu_cost_no_unsure_pairs(seed: int) -> None:
     probe = SimulatedProbe(c, model, noise_cv=0.004, seed=seed, wild=0.05)
     r = localize(c, probe, SearchSettings(min_step_pct=3.0, max_repeats=8))
     assert sorted(found(r, c)) == [70]
-    assert r.uncertain == () and r.dropped == ()
+    # A split point measured once, on its moved shape alone (`split_on_moved`), can read wild and be
+    # followed: its verification drops it (a look's cost, no false step)
+    assert r.uncertain == () and len(r.dropped) <= 1
     wild = sum(abs(v / probe.level[sha][s] - 1) > 0.04 for sha, per in probe.samples.items()
                for s, vals in per.items() for v in vals)
     assert wild > 0  # the series had wild trials to leave out
@@ -550,7 +554,7 @@ class Shaped(Scripted):
         for sha, per in wants.items():
             i = self.index[sha]
             self.shaped_calls.append((i, tuple(sorted(per))))
-            have = self.have[sha]
+            have = self.have.setdefault(sha, {s: [] for s in SHAPES})
             for s, n in per.items():
                 while len(have[s]) < n:
                     t = len(have[s])
@@ -571,7 +575,7 @@ def test_a_pair_unclear_on_one_shape_doubles_that_shape_alone() -> None:
             return 1.0 + 0.035 * (u - 0.5) * 2
         return 0.9 if shape == "fa/s4096" and i >= 137 else 1.0
 
-    settings = SearchSettings(min_step_pct=3.0, max_repeats=8)
+    settings = SearchSettings(min_step_pct=3.0, max_repeats=8, split_on_moved=False)  # doublings alone
     probe = Shaped(c, value)
     r = localize(c, probe, settings)
     assert found(r, c) == found(localize(c, Scripted(c, value), settings), c) == {137: ("fa/s4096",)}
@@ -579,3 +583,30 @@ def test_a_pair_unclear_on_one_shape_doubles_that_shape_alone() -> None:
     counts = [{s: len(v) for s, v in m.samples.items()} for m in r.measurements.values()]
     assert any(n["gemm/8192"] > n["fa/s4096"] for n in counts), counts  # attention not doubled with the GEMM
     assert sum(n["fa/s4096"] for n in counts) < sum(n["gemm/8192"] for n in counts)
+
+
+def test_split_points_are_measured_on_the_shapes_their_part_moved_in() -> None:
+    """A GEMM step bisected among attention shapes: its split points time the GEMM alone
+    (`split_on_moved`; on the H200 demo attention was ~3 s of a first trial's 4.3 s on the device),
+    the culprit is the one a probe measuring every shape finds, and the step's pair is measured
+    on every shape before it is judged, so that the shapes it moved are named from all of them."""
+    c = shas(200)
+    value = steps_at({137: {"gemm/8192": 0.9, "fa/s16384": 0.95}})
+    settings = SearchSettings(min_step_pct=3.0, max_repeats=8)
+    probe = Shaped(c, value)
+    r = localize(c, probe, settings)
+    assert found(r, c) == found(localize(c, Scripted(c, value), settings), c) == {137: ("fa/s16384", "gemm/8192")}
+    grid = {0, 199, *(round(199 * q / 4) for q in (1, 2, 3))}
+    points = {c.index(sha): m for sha, m in r.measurements.items()}
+    lacking = {i for i, m in points.items() if set(m.samples) != set(SHAPES)}
+    assert lacking and not lacking & grid  # some split points lack a shape; GOOD, BAD and the grid have all
+    assert all("fa/s4096" not in points[i].samples for i in lacking)  # the shape that never moved
+    assert set(points[136].samples) == set(points[137].samples) == set(SHAPES)  # the step's pair, filled
+
+
+def test_split_on_every_shape_when_asked() -> None:
+    """`split_on_moved=False`: every commit the search measures has every shape."""
+    c = shas(120)
+    r = localize(c, Shaped(c, steps_at({70: {"gemm/8192": 0.9}})), SearchSettings(min_step_pct=3.0, split_on_moved=False))
+    assert found(r, c) == {70: ("gemm/8192",)}
+    assert all(set(m.samples) == set(SHAPES) for m in r.measurements.values())

@@ -117,6 +117,9 @@ class Protocol:
     # ... as held first trials of the run's own executor (set up to the device's gate, unheld when
     # the search asks: bisector/runner/warmer.py); false: precompile-only trials, their compile kept.
     standby: bool = True
+    # A commit the search splits a part at is measured on the shapes that moved between the part's
+    # ends only; false: on every shape (bisector/search/__init__.py, SearchSettings.split_on_moved).
+    split_on_moved: bool = True
 
 
 METRICS = ("ratio", "speed")
@@ -303,7 +306,8 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads",
                                                     "graph_heat_ms", "settle_ms", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
-                                                    "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby")),
+                                                    "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby",
+                                                    "split_on_moved")),
                            (*config_suites.BUILTIN, *names), tuple(shape.key for shape in shapes)),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
                                (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
@@ -400,7 +404,8 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
                     ahead=sec.non_negative("ahead", int, None),
                     preload=sec.strings("preload") if "preload" in sec.data else None,
                     memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec),
-                    prefetch=sec.non_negative("prefetch", int, None), standby=sec.get("standby", bool, True))
+                    prefetch=sec.non_negative("prefetch", int, None), standby=sec.get("standby", bool, True),
+                    split_on_moved=sec.get("split_on_moved", bool, True))
 
 
 def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:

@@ -460,7 +460,18 @@ def commits_section(data: ReportData) -> list[str]:
             "median ±CV over the same trials (number of trials). The metric, not the TFLOP/s, decides a step: "
             "on a busy machine TFLOP/s move between neighbours with no step while the ratio to the control, "
             "timed in the same process, holds. ◀ marks a culprit; wrong: the output disagreed with the "
-            "control's.", "", *results_table(data)]
+            "control's." + (BLANK_NOTE if _some_unmeasured(data) else ""), "", *results_table(data)]
+
+
+BLANK_NOTE = (" A blank: no trial of that shape ran at the commit; the search measures a commit it splits a part "
+              "at on the shapes that moved between the part's ends only.")
+
+
+def _some_unmeasured(data: ReportData) -> bool:
+    """Some measured commit lacks a shape the others have (`SearchSettings.split_on_moved`)."""
+    wrong = {(w.sha, w.shape) for w in data.wrong}
+    return any(s not in row.subject_tflops and (row.commit.sha, s) not in wrong
+               for row in data.rows for s in data.shapes if any(s in r.subject_tflops for r in data.rows))
 
 
 # -- wrong results, skipped commits, files -----------------------------------------------------

@@ -76,6 +76,13 @@ class SearchSettings:
     rechecks: int = 2  # passes of step 5 at most (0: none)
     second_look: bool = True  # a step its first fresh look drops is looked at in another lineage
     width: int = 1  # devices free: commits probed at once when an interval is split (k-ary, k = width + 1)
+    # A commit probed to split a part is measured on the shapes that moved, or may have, between the
+    # part's ends (not shown the same there: `_State.open_shapes`), where the probe measures shapes
+    # alone (`probe.shaped`); False: on every shape. On the H200 demo's six shapes a GEMM step's split
+    # points timed attention too, ~3 s of a first trial's 4.3 s on the device. What it gives up: the
+    # chance find, at a split point, of two opposite steps that cancel between the part's ends on a
+    # shape that read the same there (the grid is what looks for those: module docstring, step 1).
+    split_on_moved: bool = True
 
     def __post_init__(self) -> None:
         if self.min_step_pct <= 0 or any(v <= 0 for v in self.min_steps.values()) or not 0 < self.alpha < 0.5:
@@ -122,6 +129,7 @@ class _State:
     pending: list[tuple[int, int]] = field(default_factory=list)
     # Fresh trials asked for a pair ahead of its look (`look_ahead`): (lo, hi) -> (where they start, n).
     ahead: dict[tuple[int, int], tuple[_Counts, int]] = field(default_factory=dict)
+    every_shape: frozenset[str] = frozenset()  # the shapes GOOD and BAD were measured on
 
     # -- probing -------------------------------------------------------------------------------
     def measure(self, i: int, repeats: int) -> bool:
@@ -132,9 +140,10 @@ class _State:
         have = self.meas.get(sha)
         if have is not None and have.count() >= repeats:
             return True
-        if have is not None and have.status is ProbeStatus.OK and len({len(v) for v in have.samples.values()}) > 1:
-            # shapes measured unequally (`measure_shaped`): only those short of `repeats`, so that
-            # none is cut back to it
+        if have is not None and have.status is ProbeStatus.OK and getattr(self.probe, "shaped", None) is not None and (
+                len({len(v) for v in have.samples.values()}) > 1 or self.every_shape - set(have.samples) - have.wrong):
+            # shapes measured unequally (`measure_shaped`), or some only (a split point, `split_on_moved`):
+            # only those short of `repeats`, so that none is cut back to it and none is added
             self.measure_shaped({i: dict.fromkeys(have.samples, repeats)})
             return True
         m = self.probe(sha, repeats)
@@ -209,6 +218,28 @@ class _State:
                 self.meas[sha] = m
                 self.skipped.add(i)
 
+    def measure_points(self, idxs: Sequence[int], repeats: int, on: Sequence[str]) -> None:
+        """`measure_many` for split points, each measured on the shapes `on` only where the search
+        splits on the moved shapes (`SearchSettings.split_on_moved`) and the probe can (`probe.shaped`).
+        A new commit that does not build or run becomes a SKIP, as in `measure_many`."""
+        shaped = getattr(self.probe, "shaped", None)
+        if not (on and self.settings.split_on_moved and shaped is not None):
+            self.measure_many(idxs, repeats)
+            return
+        idxs = [i for i in dict.fromkeys(idxs) if i not in self.skipped]
+        self.measure_shaped({i: dict.fromkeys(on, repeats) for i in idxs if self.commits[i] in self.meas})
+        new = [i for i in idxs if self.commits[i] not in self.meas]
+        if not new:
+            return
+        got = shaped({self.commits[i]: dict.fromkeys(on, repeats) for i in new})
+        for i in new:
+            sha = self.commits[i]
+            m = got.get(sha) or Measurement(sha, ProbeStatus.SKIP, reason="not measured")
+            self.probes.append((sha, repeats))
+            self.meas[sha] = m
+            if m.status is not ProbeStatus.OK:
+                self.skipped.add(i)
+
     def count(self, i: int, shapes: Iterable[str] | None = None) -> int:
         """Trials of commit i: the fewest of any shape (of `shapes`, where given)."""
         m = self.meas[self.commits[i]]
@@ -247,9 +278,23 @@ class _State:
         return {s: self.compare_samples(s, kept(i, s), kept(j, s), alpha)
                 for s in self.shapes(i, j) if only is None or s in only}
 
-    def after(self, k: int, n: int) -> dict[str, int]:
-        """n trials more of every shape of commit k: each shape's count now, plus n."""
-        return {s: c + n for s, c in self.counts(k)[k].items()}
+    def fresh_wants(self, lo: int, hi: int, n: int, also: Iterable[str] = ()) -> dict[int, dict[str, int]]:
+        """n trials more of each shape lo and hi share, and of `also`, for each of the two: the shape's
+        count now plus n. A shape the commit lacks (a split point measured on the shapes it was
+        followed for: `split_on_moved`) is first brought to the trials it has of the shared ones, so
+        that a step is judged on as many trials of it as of the shapes the search followed."""
+        shared = self.shapes(lo, hi)
+        on = sorted({*shared, *also})
+        wants = {}
+        for k in (lo, hi):
+            have, base = self.meas[self.commits[k]].samples, self.count(k, shared)
+            wants[k] = {s: (len(have[s]) if s in have else base) + n for s in on}
+        return wants
+
+    def unshared(self, lo: int, hi: int) -> list[str]:
+        """The run's shapes lo and hi do not both have samples of, other than those wrong at either."""
+        wrong = self.meas[self.commits[lo]].wrong | self.meas[self.commits[hi]].wrong
+        return sorted(self.every_shape - set(self.shapes(lo, hi)) - wrong)
 
     def counts(self, *idxs: int) -> _Counts:
         """Trials per shape of each commit now: where the next fresh trials will start."""
@@ -361,7 +406,8 @@ class _State:
         results, one round for all targets at a time); for width 1, the middle."""
         need = tuple(need)
         targets = self.targets(lo, hi)
-        repeats = self.first_repeats(self.shapes(lo, hi) or need, min(self.count(lo), self.count(hi)))
+        on = self.open_shapes(lo, hi, need)
+        repeats = self.first_repeats(on or self.shapes(lo, hi) or need, min(self.count(lo, on or None), self.count(hi, on or None)))
         orders = [sorted(range(lo + 1, hi), key=lambda k: (abs(k - t), k)) for t in targets]
         tried: set[int] = set()
         chosen: list[int] = []
@@ -390,7 +436,7 @@ class _State:
                 (k for k in orders[q] if k not in tried and k not in picks.values() and not self.measured(k)),
                 WALK_AHEAD)] if first == 1 and need else []
             self.prefetch(fallbacks, zip(bounds, bounds[1:]))
-            self.measure_many(list(picks.values()), first)
+            self.measure_points(list(picks.values()), first, on)
             tried.update(picks.values())
             open_slots = []
             for q, k in picks.items():
@@ -400,9 +446,22 @@ class _State:
                     open_slots.append(q)
             if open_slots and need:
                 first = 1
-        if any(self.count(k) < repeats for k in chosen):
-            self.measure_many([k for k in chosen if self.count(k) < repeats], repeats)
+        if any(self.count(k, on or None) < repeats for k in chosen):
+            self.measure_points([k for k in chosen if self.count(k, on or None) < repeats], repeats, on)
+        if on:
+            return sorted(k for k in set(chosen) if k not in self.skipped)
         return sorted(k for k in set(chosen) if self.measure(k, repeats))
+
+    def open_shapes(self, lo: int, hi: int, need: Sequence[str]) -> tuple[str, ...]:
+        """The shapes a split point of (lo, hi) is measured on (`SearchSettings.split_on_moved`): those
+        followed (`need`) and every other the part's ends have not shown the same, a step hides behind
+        another: a pair's doubling stops at its first DIFFERENT shape (the H200 demo's first grid part
+        was DIFFERENT on the GEMM and still unclear on attention, whose -6% step it also held). () where
+        every shape is measured (the setting off, or a probe without `shaped`)."""
+        if not self.settings.split_on_moved or getattr(self.probe, "shaped", None) is None:
+            return ()
+        unsettled = (s for s, c in self.compare_now(lo, hi, self.alpha_detect).items() if c.verdict is not Verdict.SAME)
+        return tuple(sorted({*need, *unsettled}))
 
     def targets(self, lo: int, hi: int) -> list[int]:
         """Where `split` cuts (lo, hi): `width` points at equal distances; for width 1, the middle."""
@@ -623,7 +682,8 @@ class _State:
             return
         starts = {pair: self.counts(*pair) for pair in mine}
         with self.independent():
-            self.measure_shaped({k: self.after(k, n) for (lo, hi), n in mine.items() for k in (lo, hi)})
+            self.measure_shaped({k: per for (lo, hi), n in mine.items()
+                                 for k, per in self.fresh_wants(lo, hi, n, self.unshared(lo, hi)).items()})
         for pair, n in mine.items():
             self.ahead[pair] = (starts[pair], n)
 
@@ -645,7 +705,7 @@ class _State:
         trials, an offline replay)."""
         st = self.settings
         while True:
-            fresh = self.fresh_compare(cand.lo, cand.hi, n)
+            fresh = self.fresh_compare(cand.lo, cand.hi, n, also=self.unshared(cand.lo, cand.hi))
             if any(min(c.n_before, c.n_after) < n for c in fresh.values()):
                 return set(), None
             holding = self.holding(cand, fresh, alpha)
@@ -693,7 +753,9 @@ class _State:
         segments = [(a, b) for a, b in zip(ends[::2], ends[1::2]) if b > a]
         st, before = self.settings, len(self.candidates)
         n = st.initial_repeats
-        fresh = [self.fresh_compare(a, b, n, self.alpha_verify / max(1, len(segments))) for a, b in segments]
+        # a segment's ends measured on the missing shapes too: a split point was measured on the
+        # shapes it was followed for only (`split_on_moved`)
+        fresh = [self.fresh_compare(a, b, n, self.alpha_verify / max(1, len(segments)), missing) for a, b in segments]
         if any(min(c.n_before, c.n_after) < n for f in fresh for c in f.values()):
             return []  # no fresh trials to be had (an offline replay): nothing to recheck with
         follow: dict[int, dict[str, float]] = {q: _different(f) for q, f in enumerate(fresh)}
@@ -724,21 +786,23 @@ class _State:
             lo, hi = halves[0] if moves[0] >= moves[1] else halves[1]
         self.add_candidate(lo, hi, dirs)
 
-    def fresh_samples(self, lo: int, hi: int, n: int) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
-        """Ask both commits for n more trials, side by side, in a new worker lineage (`independent`);
-        per shape, only those (lo's, hi's)."""
+    def fresh_samples(self, lo: int, hi: int, n: int, also: Iterable[str] = ()
+                      ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+        """Ask both commits for n more trials of the shapes they share (and `also`), side by side,
+        in a new worker lineage (`independent`); per shape, only those (lo's, hi's)."""
         start, asked = self.ahead.pop((lo, hi), (None, 0))
         if start is None or asked != n:  # not asked for ahead (`look_ahead`), or not as many
             start = self.counts(lo, hi)
             with self.independent():
-                self.measure_shaped({k: self.after(k, n) for k in (lo, hi)})
+                self.measure_shaped(self.fresh_wants(lo, hi, n, also))
         return {s: (self.samples(lo, s, start[lo].get(s, 0)), self.samples(hi, s, start[hi].get(s, 0)))
                 for s in self.shapes(lo, hi)}
 
-    def fresh_compare(self, lo: int, hi: int, n: int, alpha: float | None = None) -> dict[str, Comparison]:
+    def fresh_compare(self, lo: int, hi: int, n: int, alpha: float | None = None, also: Iterable[str] = ()
+                      ) -> dict[str, Comparison]:
         """Compare n fresh trials a side (`fresh_samples`), at a verification's level unless told."""
         return {s: self.compare_samples(s, before, after, self.alpha_verify if alpha is None else alpha)
-                for s, (before, after) in self.fresh_samples(lo, hi, n).items()}
+                for s, (before, after) in self.fresh_samples(lo, hi, n, also).items()}
 
 
 def levels(n: int, k: int) -> int:
@@ -778,6 +842,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     hi = next((i for i in range(n - 1, -1, -1) if i != lo and st.measure(i, settings.initial_repeats)), None)
     if lo is None or hi is None or hi <= lo:
         return _result(st, [], [])
+    st.every_shape = frozenset(s for k in (lo, hi) for m in [st.meas[st.commits[k]]] for s in (*m.samples, *m.wrong))
     n_shapes = max(1, len(st.shapes(lo, hi)))
     looks = (settings.width + 1) * levels(hi - lo + 1, settings.width + 1) + 2 * settings.interior_points + 2
     st.alpha_detect = settings.alpha / (n_shapes * looks)

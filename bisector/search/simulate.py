@@ -176,19 +176,40 @@ class SimulatedProbe:
         self.calls.append((sha, repeats))
         if sha in self.model.fails:
             return Measurement(sha, ProbeStatus.SKIP, reason="simulated build failure")
-        rng = self.rngs.setdefault(sha, np.random.default_rng([self.seed, int.from_bytes(hashlib.sha1(sha.encode()).digest()[:8], 'big')]))
         have = self.samples.setdefault(sha, {name: [] for name in self.model.shapes})
         missing = repeats - min(len(v) for v in have.values())
         if missing > 0:
-            noise = np.exp(rng.normal(-self.sigma**2 / 2, self.sigma, size=(missing, len(have))))
-            if self.wild:
-                off = rng.uniform(*self.wild_pct, size=noise.shape) / 100.0 * rng.choice((-1.0, 1.0), size=noise.shape)
-                noise *= np.where(rng.random(noise.shape) < self.wild, 1.0 + off, 1.0)
-            bias = self.lineage_bias.get(sha, 1.0) if self.lineage == self.biased_lineage else 1.0
+            noise = self._draw(sha, missing, len(have))
             for j, name in enumerate(have):
-                have[name].extend(float(self.level[sha][name] * bias * x) for x in noise[:, j])
+                have[name].extend(float(self.level[sha][name] * x) for x in noise[:, j])
         return Measurement(sha, ProbeStatus.OK, {k: tuple(v) for k, v in have.items()},
                            wrong=self.wrong.get(sha, frozenset()))
+
+    def shaped(self, wants: Mapping[str, Mapping[str, int]]) -> dict[str, Measurement]:
+        """Each commit's own count per shape, of those shapes only (`StoreProbe.shaped`)."""
+        out = {}
+        for sha, per in wants.items():
+            self.calls.append((sha, max(per.values(), default=0)))
+            if sha in self.model.fails:
+                out[sha] = Measurement(sha, ProbeStatus.SKIP, reason="simulated build failure")
+                continue
+            have = self.samples.setdefault(sha, {name: [] for name in self.model.shapes})
+            for name, n in per.items():
+                if name in have and n > len(have[name]):
+                    have[name].extend(float(self.level[sha][name] * x) for x in self._draw(sha, n - len(have[name]), 1)[:, 0])
+            out[sha] = Measurement(sha, ProbeStatus.OK, {k: tuple(float(x) for x in have[k][:per[k]]) for k in per if k in have},
+                                   wrong=self.wrong.get(sha, frozenset()))
+        return out
+
+    def _draw(self, sha: str, rows: int, cols: int) -> np.ndarray:
+        """Trial factors (noise, wild reads, the lineage's bias) for `rows` trials of `cols` shapes."""
+        rng = self.rngs.setdefault(sha, np.random.default_rng([self.seed, int.from_bytes(hashlib.sha1(sha.encode()).digest()[:8], 'big')]))
+        noise = np.exp(rng.normal(-self.sigma**2 / 2, self.sigma, size=(rows, cols)))
+        if self.wild:
+            off = rng.uniform(*self.wild_pct, size=noise.shape) / 100.0 * rng.choice((-1.0, 1.0), size=noise.shape)
+            noise *= np.where(rng.random(noise.shape) < self.wild, 1.0 + off, 1.0)
+        bias = self.lineage_bias.get(sha, 1.0) if self.lineage == self.biased_lineage else 1.0
+        return noise * bias
 
     @contextmanager
     def independent(self) -> Iterator[None]:

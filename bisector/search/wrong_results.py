@@ -37,8 +37,8 @@ def _first_flip(order: Sequence[str], lo: int, hi: int, probe: Probe, shapes: fr
 
     def state(i: int) -> bool | None:
         sha = order[i]
-        if sha not in seen:
-            seen[sha] = probe(sha, 1)
+        if sha not in seen or seen[sha].status is ProbeStatus.OK and not shapes <= knows(seen[sha]):
+            seen[sha] = probe(sha, 1)  # a split point the search measured on other shapes only
         m = seen[sha]
         return None if m.status is ProbeStatus.SKIP else bool(m.wrong & shapes)
 
@@ -58,19 +58,43 @@ def _first_flip(order: Sequence[str], lo: int, hi: int, probe: Probe, shapes: fr
     return hi
 
 
+def knows(m: Measurement) -> set[str]:
+    """The shapes a measurement says right or wrong of: the search measures a split point on the
+    shapes its part moved in only (`SearchSettings.split_on_moved`)."""
+    return set(m.samples) | set(m.wrong)
+
+
+def _flips(order: Sequence[str], seen: Mapping[str, Measurement], points: Sequence[int]
+           ) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
+    """(a, b, shapes wrong at b and not at a, shapes wrong at a and not at b), each shape compared
+    between the measured commits that know it (`knows`), in order: a commit measured on other
+    shapes only sits between two that do without ending or starting their window."""
+    last: dict[str, int] = {}
+    found: dict[tuple[int, int], tuple[set[str], set[str]]] = {}
+    for b in points:
+        now = seen[order[b]]
+        for shape in sorted(knows(now)):
+            a = last.get(shape)
+            last[shape] = b
+            if a is None:
+                continue
+            was, wrong = shape in seen[order[a]].wrong, shape in now.wrong
+            if was != wrong:
+                found.setdefault((a, b), (set(), set()))[0 if wrong else 1].add(shape)
+    return [(a, b, frozenset(new), frozenset(gone)) for (a, b), (new, gone) in sorted(found.items(), key=lambda kv: kv[0][::-1])]
+
+
 def localize_wrong(order: Sequence[str], measured: Mapping[str, Measurement], probe: Probe) -> tuple[WrongWindow, ...]:
     """Every window of wrong results among the measured commits, its start and its fix bisected."""
     seen = dict(measured)
     points = [i for i, sha in enumerate(order) if sha in seen and seen[sha].status is ProbeStatus.OK]
     windows = []
-    for a, b in zip(points, points[1:]):
-        new = seen[order[b]].wrong - seen[order[a]].wrong
+    for a, b, new, gone in _flips(order, seen, points):
         if new:
-            first = _first_flip(order, a, b, probe, frozenset(new), True, seen)
-            windows.append([frozenset(new), first, None])
-        gone = seen[order[a]].wrong - seen[order[b]].wrong
+            first = _first_flip(order, a, b, probe, new, True, seen)
+            windows.append([new, first, None])
         if gone:
-            fixed = _first_flip(order, a, b, probe, frozenset(gone), False, seen)
+            fixed = _first_flip(order, a, b, probe, gone, False, seen)
             for window in windows:
                 if window[0] & gone and window[2] is None:
                     window[2] = fixed
