@@ -501,12 +501,22 @@ def _stageable(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
     return subject
 
 
+STAGING_RESERVE = 0.3  # share of the device's memory a setup leaves free for the trial that measures
+
+
 def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException], control: Backend | None,
                control_error: str | None, phase: Phases, gate: Gate) -> dict[str, Staged]:
     """On a GPU, before the trial's device section: every shape's inputs and prepared calls, drawn in
     one brief loan of the device (`briefly`), then the first calls precompiled (`precompile`: captured,
     off the device), so that the device section holds timed work. A shape that fails here is staged
-    again under the lock, where its failure is recorded as before."""
+    again under the lock, where its failure is recorded as before.
+
+    Only while the device has `staging_reserve` of its memory free (STAGING_RESERVE): the trials set up
+    ahead each hold their staged shapes until their turn, and on one H100 (80 GB) eleven of the H200
+    demo's six-shape trials held 6.3 GiB each, so the one measuring ran out of memory on three commits,
+    which were skipped as if they did not run. A shape over that line is staged in the device section
+    (a "deferred" phase says so), where the trials waiting hold only what they staged before. 30%: the
+    measuring trial's own ~8 GiB there, and the captures of setups that passed the line just before."""
     staged: dict[str, Staged] = {}
     if spec["device"] == "cpu" or not spec.get("precompile", True) or not torch.cuda.is_available():
         return staged
@@ -515,8 +525,15 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
                  if (subject := _stageable(spec, subjects, shape)) is not None]
     if not stageable:
         return staged
+    reserve = float(spec.get("staging_reserve", STAGING_RESERVE))
     with briefly(gate, phase):  # the inputs' kernels never run beside another trial's timed section
         for index, shape, subject in stageable:
+            free, total = torch.cuda.mem_get_info()
+            if free < reserve * total:  # left to the device section, staged there when its turn comes
+                with phase("deferred", shape["key"]):
+                    print(f"trial: {shape['key']}: staged under the lock: {free / 2**30:.1f} of {total / 2**30:.1f}"
+                          f" GiB free, under the {reserve:.0%} kept for the trial that measures", file=sys.stderr, flush=True)
+                continue
             with phase("inputs", shape["key"]):
                 try:
                     drawn.setdefault(shape["key"], stage_shape(
@@ -534,6 +551,19 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
             except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
                 print(traceback.format_exc(), file=sys.stderr, flush=True)
                 torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    if staged and free < reserve * total:
+        # setups that passed the line together took the device under it (their captures allocate after
+        # the line is read): the last to see that gives its shapes back, to be staged under the lock
+        print(f"trial: staged shapes given back: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free after staging",
+              file=sys.stderr, flush=True)
+        for key in staged:
+            with phase("unstaged", key):
+                pass
+        staged.clear()
+        drawn.clear()
+        with briefly(gate, phase, name="unmap"):  # unmapped in a loan, not beside another trial's timed section
+            torch.cuda.empty_cache()
     return staged
 
 
@@ -582,6 +612,33 @@ def _checked(spec: Mapping[str, Any]) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+OOM_RETRIES = 2  # a shape measured again after running out of device memory
+OOM_WAIT_S = 2.0
+
+
+def _measured(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock: Clock, subject: Backend,
+              control: Backend | None, phase: Phases, control_error: str | None, staged: Staged | None,
+              checked: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`measure_shape`, or the failure it raised. A CUDA out-of-memory error is tried again (after
+    OOM_WAIT_S, staged afresh) up to OOM_RETRIES times: other trials set up ahead hold device memory,
+    and one that staged past the reserve gives it back within seconds (`_stage_all`); a commit that
+    needs more than the device has fails every time, as before."""
+    for attempt in range(OOM_RETRIES + 1):
+        try:
+            return measure_shape(shape, index, spec, clock, subject, control, phase, control_error, staged, checked)
+        except Exception as exc:
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
+            if not (isinstance(exc, torch.cuda.OutOfMemoryError) and attempt < OOM_RETRIES):
+                return _failure(shape["key"], exc)
+            staged = None
+            with phase("oom_wait", shape["key"]):
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                    torch.cuda.empty_cache()
+                time.sleep(OOM_WAIT_S)
+    raise AssertionError("unreachable")
 
 
 def _cold_at_compile(at_start: Mapping[str, bool | None], staged: Mapping[str, Staged]) -> dict[str, bool | None]:
@@ -673,13 +730,9 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
                     results = _pytest_shapes(shape, spec, out_path, phase, clock.host_timer)
                 else:
                     assert subject is not None
-                    try:
-                        results = [measure_shape(shape, index, spec, clock, subject, control, phase,
-                                                 control_error if shape["suite"] in suites.SUITES else None,
-                                                 staged.pop(shape["key"], None), checked)]
-                    except Exception as exc:
-                        print(traceback.format_exc(), file=sys.stderr, flush=True)
-                        results = [_failure(shape["key"], exc)]
+                    results = [_measured(shape, index, spec, clock, subject, control, phase,
+                                         control_error if shape["suite"] in suites.SUITES else None,
+                                         staged.pop(shape["key"], None), checked)]
                 for result in results:
                     if peak and result.get("subject_gbps") is not None:
                         result["peak_gbps"] = peak

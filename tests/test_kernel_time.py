@@ -336,3 +336,45 @@ def test_a_precompile_unmaps_nothing_outside_the_lock(monkeypatch) -> None:
     assert how["precompile"] == "captured" and len(graphs) == 2, how
     assert emptied == [] and torch.cuda.memory_reserved() >= reserved, (emptied, reserved, torch.cuda.memory_reserved())
     del graphs
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_setup_leaves_its_shapes_to_the_device_section_when_the_device_is_short_of_memory(tmp_path) -> None:
+    """Trials set up ahead hold their staged inputs until their turn: with the device's free memory
+    under the reserve, a setup stages nothing and the trial stages and measures under the lock."""
+    free, total = torch.cuda.mem_get_info()
+    hog = torch.empty(max(0, free - int(0.1 * total)), dtype=torch.uint8, device="cuda")  # ~10% left free
+    try:
+        out = trial.run(spec(device="cuda", control="torch_cuda", flush_mb=64), tmp_path / "out.json")
+    finally:
+        del hog
+        torch.cuda.empty_cache()
+    deferred = {shape for name, shape, _, _ in out["phases"] if name == "deferred"}
+    assert deferred == {r["shape"] for r in out["results"]}
+    for r in out["results"]:
+        assert r["status"] == "ok" and "precompile" not in r, r  # staged and compiled under the lock
+    roomy = trial.run(spec(device="cuda", control="torch_cuda", flush_mb=64), tmp_path / "roomy.json")
+    assert not any(name == "deferred" for name, *_ in roomy["phases"])
+    assert all(r["precompile"] == "captured" for r in roomy["results"])
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_setup_that_staged_past_the_reserve_gives_its_shapes_back(tmp_path) -> None:
+    """Setups that pass the reserve together take the device under it with their captures: the one
+    that finds the device under it after staging gives its shapes back and stages them under the lock."""
+    big = {"key": "gemm/big", "suite": "gemm", "name": "big",
+           "params": {"M": 16384, "N": 16384, "K": 16384, "dtype": "bf16", "layout": "nn"}}
+    one = dict(spec(device="cuda", control="torch_cuda", flush_mb=64), shapes=[big], staging_reserve=0.2)
+    free, total = torch.cuda.mem_get_info()
+    hog = torch.empty(max(0, free - int(0.2 * total) - (1 << 30)), dtype=torch.uint8, device="cuda")  # 1 GiB over
+    try:
+        out = trial.run(one, tmp_path / "out.json")
+    finally:
+        del hog
+        torch.cuda.empty_cache()
+    names = [(name, shape) for name, shape, _, _ in out["phases"]]
+    assert ("inputs", "gemm/big") in names and ("unstaged", "gemm/big") in names and ("unmap", None) in names
+    (r,) = out["results"]
+    assert r["status"] == "ok" and "precompile" not in r, r

@@ -296,3 +296,35 @@ def test_a_disturbed_gpu_read_is_read_again_and_the_steadiest_kept_with_the_othe
     assert _read_undisturbed(reads(sliced, steady), 0).times == sliced  # the CPU: never read again
     fields = call_fields(again, CallTimes([[], []], [[], []], 0))
     assert fields["disturbed_reads"] == [sliced]
+
+
+def test_a_shape_out_of_device_memory_is_measured_again_and_fails_only_when_it_keeps_failing(tmp_path, monkeypatch):
+    """Trials set up ahead hold device memory until their turn: an out-of-memory error in the device
+    section is tried again after a wait (staged afresh); one that recurs every time is the commit's."""
+    import torch
+
+    monkeypatch.setattr(trial, "OOM_WAIT_S", 0.01)
+    real, raised = trial.measure_shape, []
+
+    def short_once(shape, *args, **kwargs):
+        if shape["key"] == "gemm/a" and not raised:
+            raised.append(shape["key"])
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.67 GiB")
+        return real(shape, *args, **kwargs)
+
+    monkeypatch.setattr(trial, "measure_shape", short_once)
+    out = trial.run(spec(), tmp_path / "once.json")
+    assert [r["status"] for r in out["results"]] == ["ok", "ok"] and raised == ["gemm/a"]
+    assert [s for n, s, *_ in out["phases"] if n == "oom_wait"] == ["gemm/a"]
+
+    def always_short(shape, *args, **kwargs):
+        if shape["key"] == "gemm/a":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 900 GiB")
+        return real(shape, *args, **kwargs)
+
+    monkeypatch.setattr(trial, "measure_shape", always_short)
+    out = trial.run(spec(), tmp_path / "always.json")
+    status = {r["shape"]: r["status"] for r in out["results"]}
+    assert status == {"gemm/a": "crash", "gemm/b": "ok"}
+    assert "out of memory" in next(r["error"] for r in out["results"] if r["shape"] == "gemm/a")
+    assert sum(n == "oom_wait" for n, *_ in out["phases"]) == trial.OOM_RETRIES
