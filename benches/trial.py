@@ -513,8 +513,8 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
 
     Only while the device has `staging_reserve` of its memory free (STAGING_RESERVE): the trials set up
     ahead each hold their staged shapes until their turn, and on one H100 (80 GB) eleven of the H200
-    demo's six-shape trials held 6.3 GiB each, so the one measuring ran out of memory on three commits,
-    which were skipped as if they did not run. A shape over that line is staged in the device section
+    demo's six-shape trials held 6.3 GiB each, so the one measuring ran out of memory, and two real
+    commits were skipped as if they did not run. A shape over that line is staged in the device section
     (a "deferred" phase says so), where the trials waiting hold only what they staged before. 30%: the
     measuring trial's own ~8 GiB there, and the captures of setups that passed the line just before."""
     staged: dict[str, Staged] = {}

@@ -117,8 +117,8 @@ class Protocol:
     # ... as held first trials of the run's own executor (set up to the device's gate, unheld when
     # the search asks: bisector/runner/warmer.py); false: precompile-only trials, their compile kept.
     standby: bool = True
-    # A commit the search splits a part at is measured on the shapes that moved between the part's
-    # ends only; false: on every shape (bisector/search/__init__.py, SearchSettings.split_on_moved).
+    # A commit the search splits a part at is measured on the shapes that moved, or may have, between
+    # the part's ends; false: on every shape (bisector/search/__init__.py, SearchSettings.split_on_moved).
     split_on_moved: bool = True
 
 

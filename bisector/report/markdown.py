@@ -464,7 +464,7 @@ def commits_section(data: ReportData) -> list[str]:
 
 
 BLANK_NOTE = (" A blank: no trial of that shape ran at the commit; the search measures a commit it splits a part "
-              "at on the shapes that moved between the part's ends only.")
+              "at on the shapes that moved, or may have, between the part's ends only.")
 
 
 def _some_unmeasured(data: ReportData) -> bool:

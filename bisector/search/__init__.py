@@ -219,11 +219,9 @@ class _State:
                 self.skipped.add(i)
 
     def measure_points(self, idxs: Sequence[int], repeats: int, on: Sequence[str]) -> None:
-        """`measure_many` for split points, each measured on the shapes `on` only where the search
-        splits on the moved shapes (`SearchSettings.split_on_moved`) and the probe can (`probe.shaped`).
+        """`measure_many` for split points, on the shapes `on` only (`open_shapes`; () for every shape).
         A new commit that does not build or run becomes a SKIP, as in `measure_many`."""
-        shaped = getattr(self.probe, "shaped", None)
-        if not (on and self.settings.split_on_moved and shaped is not None):
+        if not on:
             self.measure_many(idxs, repeats)
             return
         idxs = [i for i in dict.fromkeys(idxs) if i not in self.skipped]
@@ -231,6 +229,7 @@ class _State:
         new = [i for i in idxs if self.commits[i] not in self.meas]
         if not new:
             return
+        shaped = getattr(self.probe, "shaped")  # `on` is () without it
         got = shaped({self.commits[i]: dict.fromkeys(on, repeats) for i in new})
         for i in new:
             sha = self.commits[i]
@@ -407,7 +406,9 @@ class _State:
         need = tuple(need)
         targets = self.targets(lo, hi)
         on = self.open_shapes(lo, hi, need)
-        repeats = self.first_repeats(on or self.shapes(lo, hi) or need, min(self.count(lo, on or None), self.count(hi, on or None)))
+        sized = on or None  # a split point's trials sized on the shapes it is measured on
+        repeats = self.first_repeats(on or self.shapes(lo, hi) or need,
+                                     min(self.count(lo, sized), self.count(hi, sized)))
         orders = [sorted(range(lo + 1, hi), key=lambda k: (abs(k - t), k)) for t in targets]
         tried: set[int] = set()
         chosen: list[int] = []
@@ -446,18 +447,19 @@ class _State:
                     open_slots.append(q)
             if open_slots and need:
                 first = 1
-        if any(self.count(k, on or None) < repeats for k in chosen):
-            self.measure_points([k for k in chosen if self.count(k, on or None) < repeats], repeats, on)
+        if any(self.count(k, sized) < repeats for k in chosen):
+            self.measure_points([k for k in chosen if self.count(k, sized) < repeats], repeats, on)
         if on:
             return sorted(k for k in set(chosen) if k not in self.skipped)
         return sorted(k for k in set(chosen) if self.measure(k, repeats))
 
     def open_shapes(self, lo: int, hi: int, need: Sequence[str]) -> tuple[str, ...]:
         """The shapes a split point of (lo, hi) is measured on (`SearchSettings.split_on_moved`): those
-        followed (`need`) and every other the part's ends have not shown the same, a step hides behind
-        another: a pair's doubling stops at its first DIFFERENT shape (the H200 demo's first grid part
-        was DIFFERENT on the GEMM and still unclear on attention, whose -6% step it also held). () where
-        every shape is measured (the setting off, or a probe without `shaped`)."""
+        followed (`need`), and every other one the part's ends have not shown the same. A pair's
+        doubling stops at its first DIFFERENT shape, and a step can hide behind it: the H200 demo's
+        first grid part was DIFFERENT on the GEMM and still unclear on attention, whose -6% step it
+        also held (studies/results/split-on-moved.txt). () where every shape is measured (the setting
+        off, or a probe without `shaped`)."""
         if not self.settings.split_on_moved or getattr(self.probe, "shaped", None) is None:
             return ()
         unsettled = (s for s, c in self.compare_now(lo, hi, self.alpha_detect).items() if c.verdict is not Verdict.SAME)

@@ -196,14 +196,16 @@ class SimulatedProbe:
             have = self.samples.setdefault(sha, {name: [] for name in self.model.shapes})
             for name, n in per.items():
                 if name in have and n > len(have[name]):
-                    have[name].extend(float(self.level[sha][name] * x) for x in self._draw(sha, n - len(have[name]), 1)[:, 0])
-            out[sha] = Measurement(sha, ProbeStatus.OK, {k: tuple(float(x) for x in have[k][:per[k]]) for k in per if k in have},
+                    drawn = self._draw(sha, n - len(have[name]), 1)[:, 0]
+                    have[name].extend(float(self.level[sha][name] * x) for x in drawn)
+            out[sha] = Measurement(sha, ProbeStatus.OK, {k: tuple(have[k][:per[k]]) for k in per if k in have},
                                    wrong=self.wrong.get(sha, frozenset()))
         return out
 
     def _draw(self, sha: str, rows: int, cols: int) -> np.ndarray:
         """Trial factors (noise, wild reads, the lineage's bias) for `rows` trials of `cols` shapes."""
-        rng = self.rngs.setdefault(sha, np.random.default_rng([self.seed, int.from_bytes(hashlib.sha1(sha.encode()).digest()[:8], 'big')]))
+        key = int.from_bytes(hashlib.sha1(sha.encode()).digest()[:8], "big")
+        rng = self.rngs.setdefault(sha, np.random.default_rng([self.seed, key]))
         noise = np.exp(rng.normal(-self.sigma**2 / 2, self.sigma, size=(rows, cols)))
         if self.wild:
             off = rng.uniform(*self.wild_pct, size=noise.shape) / 100.0 * rng.choice((-1.0, 1.0), size=noise.shape)

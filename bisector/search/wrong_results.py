@@ -81,7 +81,8 @@ def _flips(order: Sequence[str], seen: Mapping[str, Measurement], points: Sequen
             was, wrong = shape in seen[order[a]].wrong, shape in now.wrong
             if was != wrong:
                 found.setdefault((a, b), (set(), set()))[0 if wrong else 1].add(shape)
-    return [(a, b, frozenset(new), frozenset(gone)) for (a, b), (new, gone) in sorted(found.items(), key=lambda kv: kv[0][::-1])]
+    by_b = sorted(found.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+    return [(a, b, frozenset(new), frozenset(gone)) for (a, b), (new, gone) in by_b]
 
 
 def localize_wrong(order: Sequence[str], measured: Mapping[str, Measurement], probe: Probe) -> tuple[WrongWindow, ...]:
