@@ -542,15 +542,8 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
                 except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
                     print(traceback.format_exc(), file=sys.stderr, flush=True)
                     torch.cuda.synchronize()
-    pool = torch.cuda.graph_pool_handle()  # one for every capture: each reuses what the one before freed
-    for key, one in drawn.items():  # captures only: no kernel runs, the device is not held
-        with phase("precompile", key):
-            try:
-                how, graphs = precompile(one, pool)
-                staged[key] = replace(one, precompile=how, graphs=graphs)
-            except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
-                print(traceback.format_exc(), file=sys.stderr, flush=True)
-                torch.cuda.synchronize()
+    staged = _precompiled(drawn, phase)
+    drawn.clear()
     free, total = torch.cuda.mem_get_info()
     if staged and free < reserve * total:
         # setups that passed the line together took the device under it (their captures allocate after
@@ -560,10 +553,26 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
         for key in staged:
             with phase("unstaged", key):
                 pass
-        staged.clear()
-        drawn.clear()
+        staged.clear()  # the last references to their inputs and captures: `_precompiled` keeps none
         with briefly(gate, phase, name="unmap"):  # unmapped in a loan, not beside another trial's timed section
             torch.cuda.empty_cache()
+    return staged
+
+
+def _precompiled(drawn: Mapping[str, Staged], phase: Phases) -> dict[str, Staged]:
+    """Each drawn shape with its first calls captured (`precompile`), in one graph pool: captures only,
+    no kernel runs, the device is not held. A function of its own so that no loop variable outlives it
+    holding a shape's tensors, which `_stage_all` may give back."""
+    pool = torch.cuda.graph_pool_handle()  # one for every capture: each reuses what the one before freed
+    staged: dict[str, Staged] = {}
+    for key, one in drawn.items():
+        with phase("precompile", key):
+            try:
+                how, graphs = precompile(one, pool)
+                staged[key] = replace(one, precompile=how, graphs=graphs)
+            except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
+                print(traceback.format_exc(), file=sys.stderr, flush=True)
+                torch.cuda.synchronize()
     return staged
 
 
@@ -632,12 +641,13 @@ def _measured(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clo
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             if not (isinstance(exc, torch.cuda.OutOfMemoryError) and attempt < OOM_RETRIES):
                 return _failure(shape["key"], exc)
-            staged = None
-            with phase("oom_wait", shape["key"]):
-                if torch.cuda.is_available():
-                    torch.cuda.synchronize()
-                    torch.cuda.empty_cache()
-                time.sleep(OOM_WAIT_S)
+        # out of the except block: the failed attempt's frames, and the tensors they held, are gone
+        staged = None
+        with phase("oom_wait", shape["key"]):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+            time.sleep(OOM_WAIT_S)
     raise AssertionError("unreachable")
 
 

@@ -155,6 +155,11 @@ class Measurement:
     def count(self) -> int:
         return min((len(v) for v in self.samples.values()), default=0)
 
+    def known(self) -> frozenset[str]:
+        """The shapes this measurement says right or wrong of: a split point the search measured on
+        some shapes only (`SearchSettings.split_on_moved`) lacks the others."""
+        return frozenset(self.samples) | self.wrong
+
 
 # probe(sha, repeats) -> Measurement with at least `repeats` samples per shape (or SKIP).
 # Calls are cumulative: asking again with a larger `repeats` adds trials, never repeats them.

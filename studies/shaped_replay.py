@@ -1,4 +1,4 @@
-"""What measuring only a pair's unclear shapes, and a split point's moved ones, saves, replayed on an
+"""What measuring only a pair's unclear shapes, and a split point's open ones, saves, replayed on an
 H200 demo run's stored trials.
 
     python -m studies.shaped_replay STORE [STORE ...]     (an H200 demo's results.sqlite, unzipped)
@@ -8,8 +8,8 @@ the H200 demo attention is ~0.78 s of a trial's device work and the decode GEMM 
 pairs unclear on the decode GEMM alone doubled attention too. Each store's search is replayed
 offline twice (`bisector run --offline`'s path: stored trials only, in the order they were
 measured): once through a probe without `shaped` (every shape doubled, as before) and once with
-it, and once more with split points measured on the shapes their part moved in only
-(`SearchSettings.split_on_moved`; the first two replays split on every shape, as the runs did).
+it, and once more with split points measured only on the shapes not shown the same between their
+part's ends (`SearchSettings.split_on_moved`; the first two replays split on every shape, as the runs did).
 Printed per store and mode: the steps found with their shapes, the samples the search used per
 shape, and their device time at the store's own median device seconds per shape and trial
 (compile + warm-up + timed + latency calls). A replay with `shaped` reads fewer samples than the run
@@ -22,8 +22,8 @@ import argparse
 import json
 import statistics
 import tempfile
-from dataclasses import replace
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -96,7 +96,8 @@ def rows(store: Path) -> str:
             for shape, values in m.samples.items():
                 used[shape] += len(values)
         steps = ", ".join(f"{s.commit[:7]} {'+'.join(s.shapes)}" for s in result.steps)
-        lines.append(f"{'split on moved' if moved else 'shaped' if shaped else 'every shape'}: steps {steps}; dropped {len(result.dropped)}; samples "
+        mode = "split on open shapes" if moved else "shaped" if shaped else "every shape"
+        lines.append(f"{mode}: steps {steps}; dropped {len(result.dropped)}; samples "
                      + json.dumps(dict(sorted(used.items())))
                      + f"; device s {sum(cost.get(s, 0.0) * n for s, n in used.items()):.1f}")
     return "\n".join(lines)

@@ -141,7 +141,7 @@ class _State:
         if have is not None and have.count() >= repeats:
             return True
         if have is not None and have.status is ProbeStatus.OK and getattr(self.probe, "shaped", None) is not None and (
-                len({len(v) for v in have.samples.values()}) > 1 or self.every_shape - set(have.samples) - have.wrong):
+                len({len(v) for v in have.samples.values()}) > 1 or self.every_shape - have.known()):
             # shapes measured unequally (`measure_shaped`), or some only (a split point, `split_on_moved`):
             # only those short of `repeats`, so that none is cut back to it and none is added
             self.measure_shaped({i: dict.fromkeys(have.samples, repeats)})
@@ -844,7 +844,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     hi = next((i for i in range(n - 1, -1, -1) if i != lo and st.measure(i, settings.initial_repeats)), None)
     if lo is None or hi is None or hi <= lo:
         return _result(st, [], [])
-    st.every_shape = frozenset(s for k in (lo, hi) for m in [st.meas[st.commits[k]]] for s in (*m.samples, *m.wrong))
+    st.every_shape = st.meas[st.commits[lo]].known() | st.meas[st.commits[hi]].known()
     n_shapes = max(1, len(st.shapes(lo, hi)))
     looks = (settings.width + 1) * levels(hi - lo + 1, settings.width + 1) + 2 * settings.interior_points + 2
     st.alpha_detect = settings.alpha / (n_shapes * looks)

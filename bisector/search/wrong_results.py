@@ -37,7 +37,7 @@ def _first_flip(order: Sequence[str], lo: int, hi: int, probe: Probe, shapes: fr
 
     def state(i: int) -> bool | None:
         sha = order[i]
-        if sha not in seen or seen[sha].status is ProbeStatus.OK and not shapes <= knows(seen[sha]):
+        if sha not in seen or seen[sha].status is ProbeStatus.OK and not shapes <= seen[sha].known():
             seen[sha] = probe(sha, 1)  # a split point the search measured on other shapes only
         m = seen[sha]
         return None if m.status is ProbeStatus.SKIP else bool(m.wrong & shapes)
@@ -58,22 +58,16 @@ def _first_flip(order: Sequence[str], lo: int, hi: int, probe: Probe, shapes: fr
     return hi
 
 
-def knows(m: Measurement) -> set[str]:
-    """The shapes a measurement says right or wrong of: the search measures a split point on the
-    shapes its part moved in only (`SearchSettings.split_on_moved`)."""
-    return set(m.samples) | set(m.wrong)
-
-
 def _flips(order: Sequence[str], seen: Mapping[str, Measurement], points: Sequence[int]
            ) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
     """(a, b, shapes wrong at b and not at a, shapes wrong at a and not at b), each shape compared
-    between the measured commits that know it (`knows`), in order: a commit measured on other
+    between the measured commits that know it (`Measurement.known`), in order: a commit measured on other
     shapes only sits between two that do without ending or starting their window."""
     last: dict[str, int] = {}
     found: dict[tuple[int, int], tuple[set[str], set[str]]] = {}
     for b in points:
         now = seen[order[b]]
-        for shape in sorted(knows(now)):
+        for shape in now.known():
             a = last.get(shape)
             last[shape] = b
             if a is None:
