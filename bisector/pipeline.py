@@ -280,7 +280,8 @@ def search_settings(config: Config) -> search.SearchSettings:
     return search.SearchSettings(min_step_pct=config.thresholds.min_step_pct, min_steps=config.thresholds.min_steps,
                                  alpha=config.thresholds.alpha,
                                  initial_repeats=config.protocol.trials, max_repeats=config.protocol.max_trials,
-                                 first_look=config.protocol.first_look, split_on_moved=config.protocol.split_on_moved)
+                                 first_look=config.protocol.first_look, split_on_moved=config.protocol.split_on_moved,
+                                 verify_on_open=config.protocol.verify_on_open)
 
 
 def with_prs(result: SearchResult, commits: Sequence[Commit]) -> SearchResult:

@@ -260,11 +260,12 @@ def test_bad_min_step_names_its_key(tmp_path, value, where, says):
     assert where in str(err.value) and says in str(err.value)
 
 
-def test_split_points_on_every_shape_when_the_config_says_so(tmp_path):
+@pytest.mark.parametrize("key", ["split_on_moved", "verify_on_open"])
+def test_the_search_measures_every_shape_when_the_config_says_so(tmp_path, key):
     from bisector.pipeline import search_settings
 
-    assert search_settings(config.load(write(tmp_path, GOOD))).split_on_moved
-    cfg = config.load(write(tmp_path, GOOD.replace("[control]", "[protocol]\nsplit_on_moved = false\n[control]")))
-    assert cfg.protocol.split_on_moved is False and search_settings(cfg).split_on_moved is False
-    with pytest.raises(ConfigError, match="split_on_moved"):
-        config.load(write(tmp_path, GOOD.replace("[control]", "[protocol]\nsplit_on_moved = \"no\"\n[control]")))
+    assert getattr(search_settings(config.load(write(tmp_path, GOOD))), key)
+    cfg = config.load(write(tmp_path, GOOD.replace("[control]", f"[protocol]\n{key} = false\n[control]")))
+    assert getattr(cfg.protocol, key) is False and getattr(search_settings(cfg), key) is False
+    with pytest.raises(ConfigError, match=key):
+        config.load(write(tmp_path, GOOD.replace("[control]", f"[protocol]\n{key} = \"no\"\n[control]")))

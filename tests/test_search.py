@@ -610,3 +610,22 @@ def test_split_on_every_shape_when_asked() -> None:
     r = localize(c, Shaped(c, steps_at({70: {"gemm/8192": 0.9}})), SearchSettings(min_step_pct=3.0, split_on_moved=False))
     assert found(r, c) == {70: ("gemm/8192",)}
     assert all(set(m.samples) == set(SHAPES) for m in r.measurements.values())
+
+
+def test_a_verification_looks_again_only_at_the_shapes_still_in_question() -> None:
+    """A GEMM step whose pair attention already shows the same (every shape measured at its split
+    points): the verification's fresh trials time the GEMM and leave attention out
+    (`verify_on_open`); with the setting off they time every shape. The step, its shapes and the
+    GEMM's trials are the same either way."""
+    c = shas(200)
+    value = steps_at({137: {"gemm/8192": 0.9}})
+
+    def pair_counts(on: bool) -> dict[str, int]:
+        settings = SearchSettings(min_step_pct=3.0, max_repeats=8, split_on_moved=False, verify_on_open=on)
+        r = localize(c, Shaped(c, value), settings)
+        assert found(r, c) == {137: ("gemm/8192",)} and r.steps[0].verified
+        return {s: len(r.measurements[c[136]].samples[s]) + len(r.measurements[c[137]].samples[s]) for s in SHAPES}
+
+    on, off = pair_counts(True), pair_counts(False)
+    assert on["gemm/8192"] == off["gemm/8192"]
+    assert on["fa/s4096"] < off["fa/s4096"] and on["fa/s16384"] < off["fa/s16384"], (on, off)

@@ -120,6 +120,9 @@ class Protocol:
     # A commit the search splits a part at is measured on the shapes that moved, or may have, between
     # the part's ends; false: on every shape (bisector/search/__init__.py, SearchSettings.split_on_moved).
     split_on_moved: bool = True
+    # A verification's fresh trials measure the step's shapes and those its pair has not shown the
+    # same; false: every shape (SearchSettings.verify_on_open).
+    verify_on_open: bool = True
 
 
 METRICS = ("ratio", "speed")
@@ -307,7 +310,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
                                                     "graph_heat_ms", "settle_ms", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
                                                     "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby",
-                                                    "split_on_moved")),
+                                                    "split_on_moved", "verify_on_open")),
                            (*config_suites.BUILTIN, *names), tuple(shape.key for shape in shapes)),
         thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
                                (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
@@ -405,7 +408,8 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
                     preload=sec.strings("preload") if "preload" in sec.data else None,
                     memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec),
                     prefetch=sec.non_negative("prefetch", int, None), standby=sec.get("standby", bool, True),
-                    split_on_moved=sec.get("split_on_moved", bool, True))
+                    split_on_moved=sec.get("split_on_moved", bool, True),
+                    verify_on_open=sec.get("verify_on_open", bool, True))
 
 
 def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:

@@ -83,6 +83,13 @@ class SearchSettings:
     # chance find, at a split point, of two opposite steps that cancel between the part's ends on a
     # shape that read the same there (the grid is what looks for those: module docstring, step 1).
     split_on_moved: bool = True
+    # A verification's fresh looks measure the candidate's shapes, those its pair has not shown the
+    # same, and those it lacks (brought to n trials beyond the look's n at most), where the probe
+    # measures shapes alone (`_State.look_shapes`); False: every shape, lacking ones brought to the
+    # pair's count first. On one H100 the demo's verification round took ~78 trials of all four
+    # shapes (110 s). A shape shown the same over the pair's trials could not join the step from
+    # its fresh trials alone before either (a shape joins on all of the pair's trials).
+    verify_on_open: bool = True
 
     def __post_init__(self) -> None:
         if self.min_step_pct <= 0 or any(v <= 0 for v in self.min_steps.values()) or not 0 < self.alpha < 0.5:
@@ -129,6 +136,8 @@ class _State:
     pending: list[tuple[int, int]] = field(default_factory=list)
     # Fresh trials asked for a pair ahead of its look (`look_ahead`): (lo, hi) -> (where they start, n).
     ahead: dict[tuple[int, int], tuple[_Counts, int]] = field(default_factory=dict)
+    # The shapes a pair's verification looks at (`look_shapes`), fixed at its first look.
+    looked_on: dict[tuple[int, int], tuple[str, ...] | None] = field(default_factory=dict)
     every_shape: frozenset[str] = frozenset()  # the shapes GOOD and BAD were measured on
 
     # -- probing -------------------------------------------------------------------------------
@@ -277,16 +286,22 @@ class _State:
         return {s: self.compare_samples(s, kept(i, s), kept(j, s), alpha)
                 for s in self.shapes(i, j) if only is None or s in only}
 
-    def fresh_wants(self, lo: int, hi: int, n: int, also: Iterable[str] = ()) -> dict[int, dict[str, int]]:
-        """n trials more of each shape lo and hi share, and of `also`, for each of the two: the shape's
-        count now plus n. A shape the commit lacks (a split point measured on the shapes it was
-        followed for: `split_on_moved`) is first brought to the trials it has of the shared ones, so
-        that a step is judged on as many trials of it as of the shapes the search followed."""
+    def fresh_wants(self, lo: int, hi: int, n: int, also: Iterable[str] = (),
+                    only: Iterable[str] | None = None) -> dict[int, dict[str, int]]:
+        """n trials more of each shape lo and hi share, and of `also` (of those, `only` where given),
+        for each of the two: the shape's count now plus n. A shape the commit lacks (a split point
+        measured on its part's open shapes: `split_on_moved`) is first brought to the trials it has
+        of the shared ones, so that a step is judged on as many trials of it as of the shapes the
+        search followed; in a look on open shapes (`only`: `look_shapes`) to n of them at most. A
+        pair whose noisy GEMM had doubled to eight trials otherwise took eight trial processes more
+        for the shapes it lacked (the H100 demo's #115 pair, 10 trials where 4 would do)."""
         shared = self.shapes(lo, hi)
-        on = sorted({*shared, *also})
+        on = sorted(s for s in {*shared, *also} if only is None or s in only)
         wants = {}
         for k in (lo, hi):
             have, base = self.meas[self.commits[k]].samples, self.count(k, shared)
+            if only is not None:
+                base = min(base, n)
             wants[k] = {s: (len(have[s]) if s in have else base) + n for s in on}
         return wants
 
@@ -615,7 +630,8 @@ class _State:
             # its first look's trials asked for ahead, or asked for now
             first, n = self.ahead.get((cand.lo, cand.hi)) or (self.counts(cand.lo, cand.hi), self.look_size(cand))
             alpha = self.alpha_verify / max(1, len(self.candidates))
-            holding, fresh = self.look(cand, n, alpha)
+            on = self.look_shapes(cand)
+            holding, fresh = self.look(cand, n, alpha, on)
             if not holding and fresh is not None and st.second_look:
                 # One worker lineage can read one build ~2x slow throughout, another reads it as it
                 # is (studies/results/cpu-slow-builds.txt, part 9: a real step's parent, slow in the
@@ -625,7 +641,7 @@ class _State:
                 # one) against one.
                 denied = (first, self.counts(cand.lo, cand.hi))
                 with self.another_lineage():
-                    holding, fresh = self.look(cand, n, alpha / 2.0)
+                    holding, fresh = self.look(cand, n, alpha / 2.0, on)
                 aside = denied if holding else None
             unmeasured = fresh is None
         final = self.compare_now(cand.lo, cand.hi, self.alpha_verify, aside=aside)
@@ -669,25 +685,44 @@ class _State:
         return max(2, self.sized(cand.dirs, 1, lambda _, sd, k: size >= 10.0 * sd * math.sqrt(2.0 / k),
                                  self.settings.initial_repeats))
 
-    def look_ahead(self, pairs: Sequence[tuple[int, int, int]]) -> None:
-        """The first fresh look of each pair (lo, hi, n a side) asked for in one round, side by side,
-        before the looks are judged one by one: judged in turn, each look's trials set up only once
-        the look before had ended (~2.3 s with the H200 idle, each verification of the demo). A pair
-        sharing a commit with one before it is left to its own round."""
-        mine: dict[tuple[int, int], int] = {}
+    def look_ahead(self, pairs: Sequence[tuple[int, int, int, tuple[str, ...] | None]]) -> None:
+        """The first fresh look of each pair (lo, hi, n a side, on these shapes or None: every one)
+        asked for in one round, side by side, before the looks are judged one by one: judged in
+        turn, each look's trials set up only once the look before had ended (~2.3 s with the H200
+        idle, each verification of the demo). A pair sharing a commit with one before it is left to
+        its own round."""
+        mine: dict[tuple[int, int], tuple[int, tuple[str, ...] | None]] = {}
         used: set[int] = set()
-        for lo, hi, n in pairs:
+        for lo, hi, n, on in pairs:
             if (lo, hi) not in mine and not {lo, hi} & used and self.commits[lo] in self.meas and self.commits[hi] in self.meas:
-                mine[(lo, hi)] = n
+                mine[(lo, hi)] = (n, on)
                 used |= {lo, hi}
         if len(mine) < 2:
             return
         starts = {pair: self.counts(*pair) for pair in mine}
         with self.independent():
-            self.measure_shaped({k: per for (lo, hi), n in mine.items()
-                                 for k, per in self.fresh_wants(lo, hi, n, self.unshared(lo, hi)).items()})
-        for pair, n in mine.items():
+            self.measure_shaped({k: per for (lo, hi), (n, on) in mine.items()
+                                 for k, per in self.fresh_wants(lo, hi, n, self.unshared(lo, hi), on).items()})
+        for pair, (n, _) in mine.items():
             self.ahead[pair] = (starts[pair], n)
+
+    def look_shapes(self, cand: _Candidate) -> tuple[str, ...] | None:
+        """The shapes a verification's fresh looks measure (`SearchSettings.verify_on_open`): the
+        candidate's own, those the pair has not shown the same over its trials, and those it lacks
+        (a split point measured on its part's open shapes only); None (every shape) with the setting
+        off or a probe without `shaped`. A lacking shape was shown the same between the ends of a
+        part around the pair, but two steps that cancel there are each found this way (simulated:
+        a -17% GEMM step beside a +23% one, both inside a part that read +2%). Fixed at a pair's
+        first ask, so a look asked for ahead and the looks after it agree."""
+        pair = (cand.lo, cand.hi)
+        if pair not in self.looked_on:
+            if not self.settings.verify_on_open or getattr(self.probe, "shaped", None) is None:
+                self.looked_on[pair] = None
+            else:
+                same = {s for s, c in self.compare_now(cand.lo, cand.hi, self.alpha_verify).items()
+                        if c.verdict is Verdict.SAME and s not in cand.dirs}
+                self.looked_on[pair] = tuple(sorted({*self.shapes(*pair), *self.unshared(*pair)} - same))
+        return self.looked_on[pair]
 
     def expect(self, cands: Sequence[_Candidate]) -> None:
         """Tell the probe, where it listens (`probe.expect_steps`), which one-commit steps are about
@@ -701,13 +736,14 @@ class _State:
         if found:
             tell(found)
 
-    def look(self, cand: _Candidate, n: int, alpha: float) -> tuple[set[str], dict[str, Comparison] | None]:
-        """Fresh trials of the candidate's pair, n a side, doubled while unclear: the shapes in which
-        they show the step, and the last round's comparisons (None: the probe could not give fresh
-        trials, an offline replay)."""
+    def look(self, cand: _Candidate, n: int, alpha: float, on: Iterable[str] | None = None
+             ) -> tuple[set[str], dict[str, Comparison] | None]:
+        """Fresh trials of the candidate's pair, n a side (of the shapes `on`, None: every one),
+        doubled while unclear: the shapes in which they show the step, and the last round's
+        comparisons (None: the probe could not give fresh trials, an offline replay)."""
         st = self.settings
         while True:
-            fresh = self.fresh_compare(cand.lo, cand.hi, n, also=self.unshared(cand.lo, cand.hi))
+            fresh = self.fresh_compare(cand.lo, cand.hi, n, also=self.unshared(cand.lo, cand.hi), only=on)
             if any(min(c.n_before, c.n_after) < n for c in fresh.values()):
                 return set(), None
             holding = self.holding(cand, fresh, alpha)
@@ -788,23 +824,25 @@ class _State:
             lo, hi = halves[0] if moves[0] >= moves[1] else halves[1]
         self.add_candidate(lo, hi, dirs)
 
-    def fresh_samples(self, lo: int, hi: int, n: int, also: Iterable[str] = ()
+    def fresh_samples(self, lo: int, hi: int, n: int, also: Iterable[str] = (), only: Iterable[str] | None = None
                       ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
-        """Ask both commits for n more trials of the shapes they share (and `also`), side by side,
-        in a new worker lineage (`independent`); per shape, only those (lo's, hi's)."""
+        """Ask both commits for n more trials of the shapes they share (and `also`; of those, `only`
+        where given), side by side, in a new worker lineage (`independent`); per shape, only those
+        (lo's, hi's)."""
+        only = None if only is None else set(only)
         start, asked = self.ahead.pop((lo, hi), (None, 0))
         if start is None or asked != n:  # not asked for ahead (`look_ahead`), or not as many
             start = self.counts(lo, hi)
             with self.independent():
-                self.measure_shaped(self.fresh_wants(lo, hi, n, also))
+                self.measure_shaped(self.fresh_wants(lo, hi, n, also, only))
         return {s: (self.samples(lo, s, start[lo].get(s, 0)), self.samples(hi, s, start[hi].get(s, 0)))
-                for s in self.shapes(lo, hi)}
+                for s in self.shapes(lo, hi) if only is None or s in only}
 
-    def fresh_compare(self, lo: int, hi: int, n: int, alpha: float | None = None, also: Iterable[str] = ()
-                      ) -> dict[str, Comparison]:
+    def fresh_compare(self, lo: int, hi: int, n: int, alpha: float | None = None, also: Iterable[str] = (),
+                      only: Iterable[str] | None = None) -> dict[str, Comparison]:
         """Compare n fresh trials a side (`fresh_samples`), at a verification's level unless told."""
         return {s: self.compare_samples(s, before, after, self.alpha_verify if alpha is None else alpha)
-                for s, (before, after) in self.fresh_samples(lo, hi, n, also).items()}
+                for s, (before, after) in self.fresh_samples(lo, hi, n, also, only).items()}
 
 
 def levels(n: int, k: int) -> int:
@@ -887,8 +925,8 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
             todo = sorted(todo, key=lambda c: c.lo)
             st.expect(todo)
             if settings.verify:
-                st.look_ahead([(c.lo, c.hi, st.look_size(c)) for c in todo]
-                              + ([(lo, hi, settings.initial_repeats)] if check else []))
+                st.look_ahead([(c.lo, c.hi, st.look_size(c), st.look_shapes(c)) for c in todo]
+                              + ([(lo, hi, settings.initial_repeats, None)] if check else []))
             for cand in todo:
                 step, ok = st.verify(cand)
                 (steps if ok else dropped).append(step)
