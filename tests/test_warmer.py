@@ -500,8 +500,8 @@ def test_the_hunk_searches_first_subsets_are_set_up_on_the_parent_ahead(tmp_path
 def test_a_spare_set_up_for_every_shape_times_only_the_shapes_a_doubling_asks_for(tmp_path, monkeypatch) -> None:
     """A pair unclear on one shape doubles on that shape alone (`StoreProbe.shaped`), while the
     commit's spare was set up for all of them: the spare stands for that trial, told at its grant
-    which shapes to time, and its records are those shapes'. A spare for fewer shapes than asked for,
-    or a commit's first trial, is set up afresh."""
+    which shapes to time, and its records are those shapes'. A spare for fewer shapes than asked for
+    is set up afresh."""
     repo, shas = make_upstream(tmp_path, KERNEL, commits=2)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
     cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo, shapes=3)
@@ -522,6 +522,33 @@ def test_a_spare_set_up_for_every_shape_times_only_the_shapes_a_doubling_asks_fo
         fourth = [r for r in store.trials("w", sha=shas[0]) if r.slot == 3]
         assert [r.shape for r in fourth] == ["gemm/a"] and fourth[0].protocol["timeline"]["unheld"] is None
         assert "granted_shapes" not in fourth[0].protocol
+    finally:
+        warmer.close()
+        executor.close()
+        store.close()
+
+
+@pytest.mark.slow
+def test_a_standby_set_up_for_every_shape_stands_for_a_split_points_first_trial_on_some(tmp_path, monkeypatch) -> None:
+    """A split point is timed on its part's open shapes only (`split_on_moved`) while its standby was
+    set up for every shape: the standby stands for that first trial, told at its grant which shapes
+    to time; it is the commit's cold first trial, and its records are those shapes' alone."""
+    repo, shas = make_upstream(tmp_path, KERNEL, commits=3)
+    monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
+    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo, shapes=3)
+    try:
+        probe.prefetch([shas[1]])
+        warmer.wait(120)
+        wait_until(lambda: any(r.held and r.state == "wants" and r.job.slot == 0 for r in list(executor._runs)))
+        asked = time.time()
+        got = probe.shaped({shas[1]: {"gemm/b": 1}})
+        assert set(got[shas[1]].samples) == {"gemm/b"}
+        (rec,) = store.trials("w", sha=shas[1])
+        assert rec.shape == "gemm/b" and rec.status is TrialStatus.OK, rec.error or rec.log_tail
+        line = rec.protocol["timeline"]
+        assert line["want"] < asked <= line["unheld"]  # the standby, set up before it was asked for
+        assert rec.protocol["granted_shapes"] == ["gemm/b"]
+        assert rec.protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is True  # the commit's cold first trial
     finally:
         warmer.close()
         executor.close()

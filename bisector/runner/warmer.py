@@ -172,15 +172,17 @@ def _what_runs(job: TrialJob) -> tuple[Any, ...]:
 
 
 def _stands_for(held: TrialJob, job: TrialJob) -> bool:
-    """Whether `held`'s shapes serve `job`: the same ones, or, for a later trial, some of them, which
-    alone it then times (a pair doubled on the shapes it left unclear while the spare was set up for
-    all: 33 of the 35 trials the H200 demo submitted afresh once the last had ended, 49 s of device
-    waits; reports/2026-12-04f-h200-demo). A commit's first trial times all its shapes: its
-    correctness checks are the commit's."""
+    """Whether `held`'s shapes serve `job`: the same ones, or some of them, which alone it then times.
+    A later trial: a pair doubled on the shapes it left unclear while the spare was set up for all
+    (33 of the 35 trials the H200 demo submitted afresh once the last had ended, 49 s of device
+    waits; reports/2026-12-04f-h200-demo). A first trial: a split point timed on its part's open
+    shapes (`split_on_moved`) while its standby was set up for every shape (the H100 demo took 14
+    standbys instead of ~50, each new commit's device idle 2-4 s). Its correctness checks are those
+    of the shapes it times, as for a first trial submitted with them alone."""
     if held.shapes == job.shapes:
         return True
     have = {s.key for s in held.shapes}
-    return not job.first and bool(job.shapes) and all(s.key in have for s in job.shapes)
+    return bool(job.shapes) and all(s.key in have for s in job.shapes)
 
 
 def _same_wait(held: TrialJob, job: TrialJob) -> bool:
