@@ -8,8 +8,12 @@ subject that synchronizes inside, the profiler path on its own, and a host-bound
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import subprocess
+import sys
 import time
+from typing import Iterator
 
 import pytest
 import torch
@@ -338,18 +342,34 @@ def test_a_precompile_unmaps_nothing_outside_the_lock(monkeypatch) -> None:
     del graphs
 
 
+HOG = ("import sys, torch; torch.cuda.init(); free, _ = torch.cuda.mem_get_info(); "
+       "x = torch.empty(max(0, free - int(sys.argv[1])), dtype=torch.uint8, device='cuda'); "
+       "torch.cuda.synchronize(); print('held', flush=True); sys.stdin.read()")
+
+
+@contextlib.contextmanager
+def device_memory_held(leave_free: int) -> Iterator[None]:
+    """Another process holds the device's memory down to `leave_free` bytes free, as the trials set
+    up ahead do, until the block ends. In a process of its own: a tensor of this one was still held
+    after `del` when earlier tests of the file had run (the next tests' trials saw 8 of 79 GiB free)."""
+    hog = subprocess.Popen([sys.executable, "-c", HOG, str(leave_free)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == "held"
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+
+
 @needs_cuda
 @pytest.mark.gpu
 def test_a_setup_leaves_its_shapes_to_the_device_section_when_the_device_is_short_of_memory(tmp_path) -> None:
     """Trials set up ahead hold their staged inputs until their turn: with the device's free memory
     under the reserve, a setup stages nothing and the trial stages and measures under the lock."""
-    free, total = torch.cuda.mem_get_info()
-    hog = torch.empty(max(0, free - int(0.1 * total)), dtype=torch.uint8, device="cuda")  # ~10% left free
-    try:
+    _, total = torch.cuda.mem_get_info()
+    with device_memory_held(int(0.1 * total)):  # ~10% left free
         out = trial.run(spec(device="cuda", control="torch_cuda", flush_mb=64), tmp_path / "out.json")
-    finally:
-        del hog
-        torch.cuda.empty_cache()
     deferred = {shape for name, shape, _, _ in out["phases"] if name == "deferred"}
     assert deferred == {r["shape"] for r in out["results"]}
     for r in out["results"]:
@@ -367,13 +387,9 @@ def test_a_setup_that_staged_past_the_reserve_gives_its_shapes_back(tmp_path) ->
     big = {"key": "gemm/big", "suite": "gemm", "name": "big",
            "params": {"M": 16384, "N": 16384, "K": 16384, "dtype": "bf16", "layout": "nn"}}
     one = dict(spec(device="cuda", control="torch_cuda", flush_mb=64), shapes=[big], staging_reserve=0.2)
-    free, total = torch.cuda.mem_get_info()
-    hog = torch.empty(max(0, free - int(0.2 * total) - (1 << 30)), dtype=torch.uint8, device="cuda")  # 1 GiB over
-    try:
+    _, total = torch.cuda.mem_get_info()
+    with device_memory_held(int(0.2 * total) + (1 << 30)):  # 1 GiB over the line
         out = trial.run(one, tmp_path / "out.json")
-    finally:
-        del hog
-        torch.cuda.empty_cache()
     names = [(name, shape) for name, shape, _, _ in out["phases"]]
     assert ("inputs", "gemm/big") in names and ("unstaged", "gemm/big") in names and ("unmap", None) in names
     (r,) = out["results"]
