@@ -147,8 +147,9 @@ def test_the_hunk_searches_announce_the_levels_find_hunks_measures(demo) -> None
 
 
 def test_a_log_the_line_wrote_replays_to_the_estimates_it_shows(tmp_path: Path) -> None:
-    """studies/progress_replay.py reads a plain log back into events, the trials the throttle left
-    out put back: replayed through the same code, every line shows the estimate the log shows."""
+    """studies/progress_replay.py reads a plain (or stamped) log back into events, the trials the
+    throttle left out put back: replayed through the same code, every line shows the estimate the
+    log shows."""
     order = [hashlib.sha1(f"replay {i}".encode()).hexdigest() for i in range(41)]
     cfg = demo_config("cuda", Path("demo"))
     out, now = io.StringIO(), [0.0]
@@ -169,6 +170,9 @@ def test_a_log_the_line_wrote_replays_to_the_estimates_it_shows(tmp_path: Path) 
                 line(ProbeEvent(sha, "trial", f"trial {k}/2", patch_hash=patch))
     lines, final = progress_replay.parse(out.getvalue())
     assert final is None or final == line.trials
+    # a device call's log, each line stamped with seconds since its start (.device/stamp.py), reads the same
+    stamped = "".join(f"[{0.5 * k:8.2f}] {text}\n" for k, text in enumerate(out.getvalue().splitlines()))
+    assert progress_replay.parse(stamped) == (lines, final)
     assert sum(e.action == "trial" for e, _ in progress_replay.unthrottled(lines)) == line.trials
     shown = [ln.shown for ln in lines if ln.event is not None]
     replayed = progress_replay.replay(lines, order, "cuda", ("fixes", "hunks"))
