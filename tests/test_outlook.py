@@ -150,3 +150,28 @@ def test_the_threaded_outlook_is_made_in_a_child_process_at_nice_19_ended_when_c
     assert os.getpriority(os.PRIO_PROCESS, child.pid) == 19
     follow.close()
     assert not child.is_alive() and follow.failed is None
+
+
+def test_a_part_that_moved_two_suites_is_drawn_as_a_step_of_each_at_its_own_commit() -> None:
+    """GOOD and BAD twenty commits apart, both attention and a GEMM moved: the outlook's worlds put
+    each suite's step at a commit of its own (a kernel change moves its own kernel; the H100 demo's
+    first grid part held #108 on the GEMMs and #115 on attention), and the two GEMM shapes' at one.
+    So the outlook expects more steps than the one a world with a single step there would find."""
+    import numpy as np
+
+    from bisector.search.outlook import _World
+
+    commits = shas(21, "suites")
+    shapes = ("fa/s4096", "gemm/8192", "gemm/54560")
+    jitter = (1.0, 1.004, 0.996)
+    good = Measurement(commits[0], ProbeStatus.OK, {s: tuple(100.0 * j for j in jitter) for s in shapes})
+    bad = Measurement(commits[-1], ProbeStatus.OK, {s: tuple((80.0 if s.startswith("fa") else 125.0) * j for j in jitter)
+                                                    for s in shapes})
+    apart = 0
+    for seed in range(20):
+        world = _World(commits, {commits[0]: good, commits[-1]: bad}, SETTINGS, np.random.default_rng(seed), 2.0)
+        at = {s: world.levels[s][2] for s in shapes}
+        assert all(len(v) == 1 for v in at.values()), at  # every shape moved, once
+        assert at["gemm/8192"] == at["gemm/54560"]  # one suite, one commit
+        apart += at["fa/s4096"] != at["gemm/8192"]
+    assert apart >= 15  # at 20 places each, the two suites' steps meet at one commit about one draw in twenty

@@ -14,7 +14,10 @@ with the measurements (`_World`):
   where no step is drawn between them; a pair of measured neighbours holds a step with the
   posterior chance of one given their difference, its standard error from the run's pooled noise,
   and a prior of `steps_prior` steps a range spread over the commits (a step's size ~ N(0, tau^2),
-  tau a few minimum steps); the step sits at a commit drawn uniformly between them;
+  tau a few minimum steps); the step sits at a commit drawn uniformly between them, one for each
+  suite whose shapes it moves (a kernel change moves its own kernel: on the H100 demo the first
+  grid part's attention and GEMM moves were two steps, #108 and #115, and a world that drew one
+  there left the estimate at 0.67 of the final after a minute; 0.80 with a step per suite);
 - a new trial is the level times a noise residual drawn from the run's own (heavy tails and all);
 - a commit not measured yet fails to build at the rate the measured ones did, and is wrong on a
   shape where both its measured neighbours are.
@@ -99,23 +102,26 @@ class _World:
         return _log_ratio(float(lb.mean() - la.mean()), self.sds[shape] ** 2 * (1.0 / len(la) + 1.0 / len(lb)),
                           tau * tau)
 
-    def _steps(self, shapes: Sequence[str]) -> dict[int, tuple[int, set[str]]]:
-        """A step or none between each two measured neighbours (a -> where it is, the shapes it
-        moves), on every shape measured at both: a step moves each shape with even odds before the
-        trials show it, so each brings (R + 1) / 2 of its own likelihood ratio R."""
-        drawn: dict[int, tuple[int, set[str]]] = {}
+    def _steps(self, shapes: Sequence[str]) -> dict[int, list[tuple[int, set[str]]]]:
+        """A step or none between each two measured neighbours (a -> where each suite's part of it
+        is, the shapes it moves), on every shape measured at both: a step moves each shape with even
+        odds before the trials show it, so each brings (R + 1) / 2 of its own likelihood ratio R."""
+        drawn: dict[int, list[tuple[int, set[str]]]] = {}
         for a, b in zip(self.known, self.known[1:]):
             ratios = {s: self._ratio(s, a, b) for s in shapes if a in self.logs[s] and b in self.logs[s]}
             shown = sum(math.log(0.5) + np.logaddexp(r, 0.0) for r in ratios.values())
             if self.rng.random() < _chance(_log_odds(self.steps_prior * (b - a) / self.span) + shown):
                 moved = {s for s in shapes if self.rng.random() < (_chance(ratios[s]) if s in ratios else 0.5)}
-                drawn[a] = (self._between(a, b), moved)
+                suites: dict[str, set[str]] = {}
+                for s in moved:
+                    suites.setdefault(_suite(s), set()).add(s)
+                drawn[a] = [(self._between(a, b), group) for group in suites.values()] or [(self._between(a, b), set())]
         return drawn
 
     def _between(self, a: int, b: int) -> int:
         return int(a + 1 + math.floor(self.rng.random() * (b - a)))
 
-    def _levels(self, shape: str, drawn: Mapping[int, tuple[int, set[str]]]) -> tuple[list[int], list[float], list[int]]:
+    def _levels(self, shape: str, drawn: Mapping[int, list[tuple[int, set[str]]]]) -> tuple[list[int], list[float], list[int]]:
         """The shape's measured commits, their levels and the commits its steps sit at: measured
         commits with no step between them share one level (their trials pooled)."""
         logs = self.logs[shape]
@@ -123,7 +129,7 @@ class _World:
         steps_at: list[int] = []
         blocks: list[list[int]] = [[pts[0]]] if pts else []
         for a, b in zip(pts, pts[1:]):
-            inside = [drawn[g] for g in self.known if a <= g < b and g in drawn]
+            inside = [step for g in self.known if a <= g < b and g in drawn for step in drawn[g]]
             if self.known[self.known.index(a) + 1] == b:  # neighbours in the run: the gap's own draw
                 at = next((where for where, moved in inside if shape in moved), None)
             else:  # a window of wrong results between: this shape's own trials decide
@@ -175,6 +181,11 @@ class _World:
     def draw(self, sha: str, shape: str) -> float:
         res = self.residuals.get(shape, np.zeros(1))
         return float(math.exp(self.level(sha, shape) + res[int(self.rng.integers(len(res)))]))
+
+
+def _suite(shape: str) -> str:
+    """A shape key's suite ("fa/s16384" -> "fa"); "" for a key without one (one suite for all)."""
+    return shape.split("/", 1)[0] if "/" in shape else ""
 
 
 def _screened(logs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
