@@ -6,8 +6,10 @@ import os
 
 
 def alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie. The process may end between any two reads of
-    /proc: any error reading its stat means it is gone."""
+    """True while `pid` exists and is neither a zombie nor dead (state X: it has exited and is being
+    torn down; a fresh clone's run saw a killed bot's trial in that state after 30 s, its parent
+    the sandbox's init being torn down too). The process may end between any two reads of /proc:
+    any error reading its stat means it is gone."""
     try:
         os.kill(pid, 0)
         with open(f"/proc/{pid}/stat") as fh:
@@ -16,7 +18,7 @@ def alive(pid: int) -> bool:
         return True  # no /proc here (not Linux), but the signal reached it
     except (ProcessLookupError, OSError, IndexError):
         return False
-    return state != "Z"
+    return state not in ("Z", "X")
 
 
 def host_pid(inner: int, marker: str) -> int:
