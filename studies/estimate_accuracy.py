@@ -153,6 +153,15 @@ class Announcing:
         return got
 
 
+def reference_trials(case: sa.Case, seed: int, settings: SearchSettings) -> int:
+    """The trials a range's search takes through `Announcing` with no one listening: the path a run
+    watched through it takes (it forwards neither `shaped` nor `independent`, which SimulatedProbe
+    has had since the split points' open shapes; the bare probe's search took 438 trials, the
+    watched one 450)."""
+    return localize(case.commits, Announcing(SimulatedProbe(case.commits, case.model, case.cv, seed=seed),
+                                             lambda _event: None), settings).trials
+
+
 def simulated(regime: str, seed: int, devices: int = 1) -> Run:
     """A search_accuracy range searched, its events read back as the progress line parses them."""
     sa.REGIME = sa.REGIMES[regime]

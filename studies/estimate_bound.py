@@ -48,9 +48,7 @@ def copied(samples: Samples) -> Samples:
 def kept_at(case: sa.Case, settings: SearchSettings, seed: int, shares: list[float]) -> tuple[int, dict[float, Samples]]:
     """(the search's final trials, {share: every commit's samples once the search had that share of
     its trials}), taken at the first measurement handed to the search past each share."""
-    # through the wrapper the run below uses (it forwards neither `shaped` nor `independent`): the same path
-    final = localize(case.commits, ea.Announcing(SimulatedProbe(case.commits, case.model, case.cv, seed=seed),
-                                                 lambda _event: None), settings).trials
+    final = ea.reference_trials(case, seed, settings)
     marks = {share: max(1, math.ceil(share * final)) for share in shares}
     probe = SimulatedProbe(case.commits, case.model, case.cv, seed=seed)
     trials, kept = 0, {}

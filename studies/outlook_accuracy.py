@@ -54,11 +54,7 @@ def one(args: tuple[str, int, int, int]) -> tuple[int, list[tuple[float, float, 
     sa.REGIME = sa.REGIMES[regime]
     r, case = sa.REGIME, sa.make_case(seed)
     settings = SearchSettings(min_step_pct=r.min_step, initial_repeats=r.trials, max_repeats=r.max_trials, width=devices)
-    # through the same wrapper as the run the outlooks are made on below: it forwards neither `shaped` nor
-    # `independent`, which SimulatedProbe has had since the split points' open shapes, and the search
-    # takes another path with them (the two runs then differed: 450 against 438 trials)
-    final = localize(case.commits, ea.Announcing(SimulatedProbe(case.commits, case.model, case.cv, seed=seed),
-                                                 lambda _event: None), settings).trials
+    final = ea.reference_trials(case, seed, settings)
     marks = sorted({max(1, math.ceil(f * final)) for f in MARKS})
     follow = OutlookFollow(SearchBasis(tuple(case.commits), settings, together=True, shaped=False),
                            threaded=False, draws=draws)

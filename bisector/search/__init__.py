@@ -477,8 +477,12 @@ class _State:
         off, or a probe without `shaped`)."""
         if not self.settings.split_on_moved or getattr(self.probe, "shaped", None) is None:
             return ()
-        unsettled = (s for s, c in self.compare_now(lo, hi, self.alpha_detect).items() if c.verdict is not Verdict.SAME)
-        return tuple(sorted({*need, *unsettled}))
+        return tuple(sorted({*need, *(set(self.shapes(lo, hi)) - self.shown_same(lo, hi))}))
+
+    def shown_same(self, lo: int, hi: int) -> set[str]:
+        """The shapes lo and hi share whose trials so far show them the same (SAME: an equivalence
+        interval, whatever the test's level)."""
+        return {s for s, c in self.compare_now(lo, hi, self.alpha_verify).items() if c.verdict is Verdict.SAME}
 
     def targets(self, lo: int, hi: int) -> list[int]:
         """Where `split` cuts (lo, hi): `width` points at equal distances; for width 1, the middle."""
@@ -719,8 +723,7 @@ class _State:
             if not self.settings.verify_on_open or getattr(self.probe, "shaped", None) is None:
                 self.looked_on[pair] = None
             else:
-                same = {s for s, c in self.compare_now(cand.lo, cand.hi, self.alpha_verify).items()
-                        if c.verdict is Verdict.SAME and s not in cand.dirs}
+                same = self.shown_same(*pair) - set(cand.dirs)
                 self.looked_on[pair] = tuple(sorted({*self.shapes(*pair), *self.unshared(*pair)} - same))
         return self.looked_on[pair]
 
