@@ -45,7 +45,9 @@ class Run:
     culprits: tuple[str, ...]  # the verified culprits (each README; SHA prefixes): the later stages run per culprit
     announced: tuple[tuple[str, int], ...] = ()  # a stage's count where no line of the log shows it
     # "apart": the interactions measured the tip and the single reverts again after the fixes;
-    # "merged" (from 18122bb): their combinations measured in the fixes' rounds, those shared
+    # "merged" (from 18122bb): their combinations measured in the fixes' rounds, those shared;
+    # "shaped" (from 81a933b): merged, each shape's fresh samples after its own count, and a search
+    # that measures a pair's unclear shapes and a split point's open ones alone (c228dbd)
     fixes_rules: str = "apart"
 
 
@@ -74,10 +76,17 @@ RUNS = (
                                                R / "2026-12-02b-h200-demo/progress-2-resumed.log"), GPU_NO_131),
     Run("h200-demo 6d7d402 (12-02c)", "cuda", (R / "2026-12-02c-h200-demo/progress-1-cold-start.log",
                                                R / "2026-12-02c-h200-demo/progress-2-resumed.log"), GPU),
+    # two of five runs at cc7a9ff on 2 quiet cores (all five took 195 trials, 93 / 35 / 67 by stage),
+    # and one of two with both cores held by busy loops (199 and 212 trials; fixes 35 and 34)
+    Run("cpu-demo cc7a9ff run 1 (12-05)", "cpu", (LOGS / "cpu-demo-cc7a9ff-run1.log.gz",), CPU, fixes_rules="shaped"),
+    Run("cpu-demo cc7a9ff run 2 (12-05)", "cpu", (LOGS / "cpu-demo-cc7a9ff-run2.log.gz",), CPU, fixes_rules="shaped"),
+    Run("cpu-demo cc7a9ff busy (12-05)", "cpu", (LOGS / "cpu-demo-cc7a9ff-busy.log.gz",), CPU, fixes_rules="shaped"),
     Run("h200-demo 75e338a (12-04b)", "cuda", (R / "2026-12-04b-h200-demo/progress-75e338a.log",), GPU,
         fixes_rules="merged"),
     Run("h200-demo 130d8c6 (12-04b)", "cuda", (R / "2026-12-04b-h200-demo/progress-130d8c6.log",), GPU,
         fixes_rules="merged"),
+    # an H100, not an H200: the four-shape demo (--shapes fa/s16384,gemm/m8192,gemm/m54560,gemm/decode)
+    Run("h100-demo 2b326d7 (12-05)", "cuda", (R / "2026-12-05-h100-demo/progress.log",), GPU, fixes_rules="shaped"),
 )
 
 

@@ -47,10 +47,11 @@ def test_a_check_costs_its_first_round_when_decided_at_once_and_the_cap_when_nev
 
 def test_the_h200_later_stages_cost_more_per_culprit_than_the_cpu_ones() -> None:
     """The recorded demos (studies/later_stages.py): a check of the H200's 3% step stays open more
-    often than one of the CPU's 15-20%, so a culprit costs more of the protocol's trials there."""
+    often than one of the CPU's 15-20% (none went on past its first round in the CPU runs at
+    cc7a9ff, quiet or busy), so a culprit costs more of the protocol's trials there."""
     gpu, cpu = model_for("cuda"), model_for("cpu")
     assert model_for(None) is gpu and model_for("rocm") is gpu
-    assert gpu.growth("fixes", 2, 8) > cpu.growth("fixes", 3, 16) > 1.0
+    assert gpu.growth("fixes", 2, 8) > cpu.growth("fixes", 3, 16) >= 1.0
     assert gpu.trials(1.0, 2, 8, ("fixes", "hunks")) / 2 > cpu.trials(1.0, 3, 16, ("fixes", "hunks")) / 3
 
 

@@ -86,9 +86,12 @@ def onward(cost: StageCost, n: int, level: int, cap: int) -> float:
 # per device kind ("cpu"; "gpu": any other): the first rounds per verified culprit as the stages
 # announce them, and the q whose growth is what the stages took over those. The fixes stage with
 # the interactions' combinations in its rounds (18122bb): on the H200 2.3 first rounds a culprit,
-# x2.81 (two runs); on the CPU 2.7, x1.94 (one run). Hunks x0.97 on the CPU, x1.35 on the H200.
+# x2.81 (two runs). On the CPU from 81a933b (fresh samples after each shape's own count, the search
+# on a pair's unclear shapes): 2.7 first rounds, and not one check went on past its first round in
+# seven runs at cc7a9ff (five quiet, two with both cores busy), so q = 0 (x1.94 at f6f2e2c, q 0.44,
+# over-estimated those runs by 1.56x at one minute). Hunks x0.86-0.97 on the CPU, x1.35 on the H200.
 CALIBRATED = {
-    "cpu": LaterModel({"fixes": StageCost(2.7, 0.44, "double"), "hunks": StageCost(4.3, 0.0, "rounds")}),
+    "cpu": LaterModel({"fixes": StageCost(2.7, 0.0, "double"), "hunks": StageCost(4.3, 0.0, "rounds")}),
     "gpu": LaterModel({"fixes": StageCost(2.3, 0.73, "double"), "hunks": StageCost(4.2, 0.26, "rounds")}),
 }
 
