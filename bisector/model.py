@@ -222,6 +222,7 @@ class SearchResult:
     skipped: tuple[str, ...]
     wrong: Mapping[str, frozenset[str]]  # sha -> shapes with wrong results
     uncertain: tuple[Uncertain, ...] = ()
+    processes: int | None = None  # trial processes the search's measurements came from (None: not counted)
 
     @property
     def commits_probed(self) -> int:
@@ -229,4 +230,9 @@ class SearchResult:
 
     @property
     def trials(self) -> int:
+        """Trial processes the search took, as it counted them (`processes`); a result made
+        elsewhere counts each commit's smallest per-shape count, which misses processes that
+        measured some shapes only."""
+        if self.processes is not None:
+            return self.processes
         return sum(m.count() for m in self.measurements.values())

@@ -119,24 +119,37 @@ class Told(SearchForecast):
 
 class Announcing:
     """A simulated probe that sends the events StoreProbe and its Batch send: a build for each new
-    commit, then one "trial k/n (side by side with ...)" per trial, the batch in ABBA order, then
-    each commit's measurement ("measured")."""
+    commit, then one "trial k/n (side by side with ...)" per trial process, the batch in ABBA order,
+    then each commit's measurement ("measured"). Calls that measure some shapes only (`shaped`) and
+    fresh lineages (`independent`) go through to the SimulatedProbe, as the pipeline's search makes
+    them: k counts a commit's trial processes, whatever shapes each measured."""
 
     def __init__(self, probe: SimulatedProbe, observer: Callable[[ProbeEvent], None]) -> None:
         self.probe, self.observer = probe, observer
-        self.have: dict[str, int] = {}
+        self.have: dict[str, int] = {}  # trial processes per commit
+        self.counts: dict[str, dict[str, int]] = {}  # samples per commit and shape
         self.first: dict[str, dict[str, tuple[float, ...]]] = {}  # each commit's first samples
+        self.independent = probe.independent
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         return self.together({sha: repeats})[sha]
 
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
-        for sha in wants:
+        return self._announce(list(wants), lambda: {sha: self.probe(sha, n) for sha, n in wants.items()})
+
+    def shaped(self, wants: Mapping[str, Mapping[str, int]]) -> dict[str, Measurement]:
+        return self._announce(list(wants), lambda: self.probe.shaped(wants))
+
+    def _announce(self, order: list[str], measure: Callable[[], dict[str, Measurement]]) -> dict[str, Measurement]:
+        for sha in order:
             if sha not in self.have:
                 self.observer(ProbeEvent(sha, "build"))
-        got = {sha: self.probe(sha, n) for sha, n in wants.items()}
-        new = {sha: max(0, got[sha].count() - self.have.get(sha, 0)) for sha in wants}
-        order = list(wants)
+        got = measure()
+        new = {}
+        for sha in order:  # a call's processes: its largest gain over the shapes it measured
+            had = self.counts.setdefault(sha, {})
+            new[sha] = max((len(v) - had.get(k, 0) for k, v in got[sha].samples.items()), default=0)
+            had.update({k: max(had.get(k, 0), len(v)) for k, v in got[sha].samples.items()})
         for r in range(max(new.values(), default=0)):
             for sha in order if r % 2 == 0 else order[::-1]:
                 if r < new[sha]:
@@ -147,19 +160,16 @@ class Announcing:
         for sha in order:
             if got[sha].status is ProbeStatus.SKIP and sha not in self.have:
                 self.observer(ProbeEvent(sha, "skip", "simulated build failure"))
-            self.have[sha] = max(self.have.get(sha, 0), got[sha].count())
+            self.have[sha] = self.have.get(sha, 0) + max(0, new[sha])
             self.first.setdefault(sha, {k: tuple(v) for k, v in got[sha].samples.items()})
             self.observer(ProbeEvent(sha, "measured", measurement=got[sha]))
         return got
 
 
 def reference_trials(case: sa.Case, seed: int, settings: SearchSettings) -> int:
-    """The trials a range's search takes through `Announcing` with no one listening: the path a run
-    watched through it takes (it forwards neither `shaped` nor `independent`, which SimulatedProbe
-    has had since the split points' open shapes; the bare probe's search took 438 trials, the
-    watched one 450)."""
-    return localize(case.commits, Announcing(SimulatedProbe(case.commits, case.model, case.cv, seed=seed),
-                                             lambda _event: None), settings).trials
+    """The trial processes a range's search takes, unwatched: what the watched one (through
+    `Announcing`, the same calls) must come to."""
+    return localize(case.commits, SimulatedProbe(case.commits, case.model, case.cv, seed=seed), settings).trials
 
 
 def simulated(regime: str, seed: int, devices: int = 1) -> Run:

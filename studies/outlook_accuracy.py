@@ -56,7 +56,7 @@ def one(args: tuple[str, int, int, int]) -> tuple[int, list[tuple[float, float, 
     settings = SearchSettings(min_step_pct=r.min_step, initial_repeats=r.trials, max_repeats=r.max_trials, width=devices)
     final = ea.reference_trials(case, seed, settings)
     marks = sorted({max(1, math.ceil(f * final)) for f in MARKS})
-    follow = OutlookFollow(SearchBasis(tuple(case.commits), settings, together=True, shaped=False),
+    follow = OutlookFollow(SearchBasis(tuple(case.commits), settings, together=True, shaped=True),
                            threaded=False, draws=draws)
     trials, outlooks = 0, {}
 

@@ -29,6 +29,7 @@ class Scripted:
         self.index = {c: i for i, c in enumerate(commits)}
         self.have: dict[str, dict[str, list[float]]] = {}
         self.calls: list[tuple[int, int]] = []
+        self.processes = 0  # trial processes run: a call's largest gain over the shapes it measures
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         i = self.index[sha]
@@ -36,6 +37,7 @@ class Scripted:
         if i in self.skip:
             return Measurement(sha, ProbeStatus.SKIP, reason="build failed")
         have = self.have.setdefault(sha, {s: [] for s in SHAPES})
+        self.processes += max(0, max(repeats - len(v) for v in have.values()))
         for s, vals in have.items():
             while len(vals) < repeats:
                 t = len(vals)
@@ -555,6 +557,7 @@ class Shaped(Scripted):
             i = self.index[sha]
             self.shaped_calls.append((i, tuple(sorted(per))))
             have = self.have.setdefault(sha, {s: [] for s in SHAPES})
+            self.processes += max(0, max(n - len(have[s]) for s, n in per.items()))
             for s, n in per.items():
                 while len(have[s]) < n:
                     t = len(have[s])
@@ -583,6 +586,28 @@ def test_a_pair_unclear_on_one_shape_doubles_that_shape_alone() -> None:
     counts = [{s: len(v) for s, v in m.samples.items()} for m in r.measurements.values()]
     assert any(n["gemm/8192"] > n["fa/s4096"] for n in counts), counts  # attention not doubled with the GEMM
     assert sum(n["fa/s4096"] for n in counts) < sum(n["gemm/8192"] for n in counts)
+
+
+def test_the_search_counts_the_trial_processes_that_measured_some_shapes_only() -> None:
+    """A search whose pairs doubled the GEMM alone and whose split points timed some shapes: its
+    trials (and `--json`'s) are the trial processes the probe ran, not each commit's smallest
+    per-shape count (an H100 demo's `--json` said 124 for a search of 326)."""
+    c = shas(200)
+    u = lambda i, t: int.from_bytes(hashlib.sha1(f"{i} {t}".encode()).digest()[:4], "big") / 2**32  # noqa: E731
+
+    def value(i: int, shape: str, t: int) -> float:
+        if shape == "gemm/8192":
+            return (0.9 if i >= 61 else 1.0) * (1.0 + 0.07 * (u(i, t) - 0.5))
+        return 0.9 if shape == "fa/s4096" and i >= 137 else 1.0
+
+    probe = Shaped(c, value)
+    r = localize(c, probe, SearchSettings(min_step_pct=3.0, max_repeats=8))
+    assert found(r, c) == {61: ("gemm/8192",), 137: ("fa/s4096",)}
+    smallest = sum(m.count() for m in r.measurements.values())
+    assert r.trials == probe.processes == result_json(r)["trials"]
+    assert r.trials > smallest  # the processes that measured some shapes only
+    plain = Scripted(c, value)
+    assert localize(c, plain, SearchSettings(min_step_pct=3.0, max_repeats=8)).trials == plain.processes
 
 
 def test_split_points_are_measured_on_the_shapes_their_part_moved_in() -> None:
