@@ -161,6 +161,12 @@ class Measurement:
         return frozenset(self.samples) | self.wrong
 
 
+def processes_beyond(had: Mapping[str, int], m: Measurement) -> int:
+    """Trial processes `m` holds beyond `had` (its samples per shape before): a process measures
+    every shape it was asked for, so a probe call's processes are its largest gain over them."""
+    return max(0, max((len(v) - had.get(k, 0) for k, v in m.samples.items()), default=0))
+
+
 # probe(sha, repeats) -> Measurement with at least `repeats` samples per shape (or SKIP).
 # Calls are cumulative: asking again with a larger `repeats` adds trials, never repeats them.
 Probe = Callable[[str, int], Measurement]

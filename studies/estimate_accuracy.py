@@ -50,7 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bisector.commands.progress import PARTNERS, TRIAL, bisection_probes  # noqa: E402
-from bisector.model import Measurement, ProbeStatus, Verdict  # noqa: E402
+from bisector.model import Measurement, ProbeStatus, Verdict, processes_beyond  # noqa: E402
 from bisector.runner.probe import ProbeEvent  # noqa: E402
 from bisector.search import SearchSettings, localize  # noqa: E402
 from bisector.search.forecast import ForecastSettings, SearchForecast  # noqa: E402
@@ -146,9 +146,9 @@ class Announcing:
                 self.observer(ProbeEvent(sha, "build"))
         got = measure()
         new = {}
-        for sha in order:  # a call's processes: its largest gain over the shapes it measured
+        for sha in order:
             had = self.counts.setdefault(sha, {})
-            new[sha] = max((len(v) - had.get(k, 0) for k, v in got[sha].samples.items()), default=0)
+            new[sha] = processes_beyond(had, got[sha])
             had.update({k: max(had.get(k, 0), len(v)) for k, v in got[sha].samples.items()})
         for r in range(max(new.values(), default=0)):
             for sha in order if r % 2 == 0 else order[::-1]:
@@ -160,7 +160,7 @@ class Announcing:
         for sha in order:
             if got[sha].status is ProbeStatus.SKIP and sha not in self.have:
                 self.observer(ProbeEvent(sha, "skip", "simulated build failure"))
-            self.have[sha] = self.have.get(sha, 0) + max(0, new[sha])
+            self.have[sha] = self.have.get(sha, 0) + new[sha]
             self.first.setdefault(sha, {k: tuple(v) for k, v in got[sha].samples.items()})
             self.observer(ProbeEvent(sha, "measured", measurement=got[sha]))
         return got

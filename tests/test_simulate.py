@@ -152,3 +152,21 @@ def test_plan_command(upstream, tmp_path: Path) -> None:
     assert "noise CV 1.00%" in res.output and "GPU time" in res.output
     res = CliRunner().invoke(plan_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1]])
     assert res.exit_code == 2 and "exactly one of" in res.output
+
+
+def test_plan_and_simulate_search_the_way_the_pipeline_does() -> None:
+    """Through schedule.Clocked (`plan`, `simulate`, the accuracy study) the search measures a split
+    point's open shapes alone, as through the pipeline's StoreProbe, and the trial processes Clocked
+    counts are the search's own; before, Clocked hid `shaped` and every commit was timed on every shape."""
+    from bisector.search import SearchSettings, localize
+    from bisector.search.schedule import Clocked
+
+    commits = [f"{i:040x}" for i in range(1, 121)]
+    model = StepModel(("fa/s4096", "gemm/8192"), (SimStep(commits[70], {"gemm/8192": 0.9}),), frozenset())
+    settings = SearchSettings(min_step_pct=3.0)
+    bare = localize(commits, SimulatedProbe(commits, model, 0.005, seed=3), settings)
+    clocked = Clocked(SimulatedProbe(commits, model, 0.005, seed=3))
+    through = localize(commits, clocked, settings)
+    assert [s.commit for s in through.steps] == [s.commit for s in bare.steps] == [commits[70]]
+    assert any(set(m.samples) == {"gemm/8192"} for m in through.measurements.values())  # split points on the GEMM
+    assert through.trials == bare.trials == clocked.trials

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
 
 from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict,
-                            min_step_for)
+                            min_step_for, processes_beyond)
 from bisector.search.samples import POOLED_MIN_DF, PooledNoise, compare_pooled, pooled_noise
 from bisector.search.stats import holds, log_sd
 
@@ -148,8 +148,7 @@ class _State:
         smallest count, summed, missed the processes that measured some shapes only: an H100
         demo's `--json` said 124 trials for a search of 326."""
         old = self.meas.get(sha)
-        before = old.samples if old is not None else {}
-        self.processes += max(0, max((len(v) - len(before.get(k, ())) for k, v in m.samples.items()), default=0))
+        self.processes += processes_beyond({k: len(v) for k, v in old.samples.items()} if old else {}, m)
         self.meas[sha] = m
 
     def measure(self, i: int, repeats: int) -> bool:

@@ -14,7 +14,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from bisector.model import Measurement, Probe
+from bisector.model import Measurement, Probe, processes_beyond
 
 __all__ = ["Cost", "Clocked", "makespan"]
 
@@ -54,30 +54,44 @@ class Cost:
 
 
 class Clocked:
-    """A probe that counts the rounds and trials it is asked for and their wall time on `devices`
-    devices (`trial_s` a trial, `build_s` once per round that needs a new build: builds of one
-    round run side by side on the workers)."""
+    """A probe that counts the rounds and trial processes it is asked for and their wall time on
+    `devices` devices (`trial_s` a trial, `build_s` once per round that needs a new build: builds of
+    one round run side by side on the workers). Calls that measure some shapes alone (`shaped`) and
+    fresh lineages (`independent`) go through where the wrapped probe has them, so the search takes
+    the path it takes through the pipeline's StoreProbe."""
 
     def __init__(self, probe: Probe, devices: int = 1, trial_s: float = 60.0, build_s: float = 0.0) -> None:
         self.probe, self.devices, self.trial_s, self.build_s = probe, max(1, devices), trial_s, build_s
-        self.have: dict[str, int] = {}
+        self.counts: dict[str, dict[str, int]] = {}  # samples per commit and shape so far
         self.rounds = 0
         self.trials = 0
         self.wall_s = 0.0
+        if getattr(probe, "shaped", None) is None:
+            self.shaped = None  # type: ignore[assignment]
+        fresh = getattr(probe, "independent", None)
+        if fresh is not None:
+            self.independent = fresh
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         return self.together({sha: repeats})[sha]
 
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
-        got = {sha: self.probe(sha, n) for sha, n in wants.items()}
-        new = [max(0, got[sha].count() - self.have.get(sha, 0)) for sha in wants]
-        built = any(sha not in self.have for sha in wants)
-        for sha in wants:
-            self.have[sha] = max(self.have.get(sha, 0), got[sha].count())
+        return self._round({sha: self.probe(sha, n) for sha, n in wants.items()})
+
+    def shaped(self, wants: Mapping[str, Mapping[str, int]]) -> dict[str, Measurement]:
+        return self._round(self.probe.shaped(wants))  # type: ignore[attr-defined]
+
+    def _round(self, got: Mapping[str, Measurement]) -> dict[str, Measurement]:
+        built = any(sha not in self.counts for sha in got)
+        new = []
+        for sha, m in got.items():
+            had = self.counts.setdefault(sha, {})
+            new.append(processes_beyond(had, m))
+            had.update({k: max(had.get(k, 0), len(v)) for k, v in m.samples.items()})
         self.rounds += 1
         self.trials += sum(new)
         self.wall_s += makespan(new, self.devices) * self.trial_s + (self.build_s if built else 0.0)
-        return got
+        return dict(got)
 
     def cost(self) -> Cost:
         return Cost(self.devices, self.rounds, self.trials, self.wall_s)
