@@ -167,6 +167,24 @@ def processes_beyond(had: Mapping[str, int], m: Measurement) -> int:
     return max(0, max((len(v) - had.get(k, 0) for k, v in m.samples.items()), default=0))
 
 
+class SampleCounts:
+    """The samples per commit and shape a wrapped probe has handed on so far, for the wrappers that
+    count trial processes as the search does (schedule.Clocked, the studies' Announcing)."""
+
+    def __init__(self) -> None:
+        self._by_sha: dict[str, dict[str, int]] = {}
+
+    def __contains__(self, sha: object) -> bool:
+        return sha in self._by_sha
+
+    def add(self, sha: str, m: Measurement) -> int:
+        """Record `m` as sha's latest; the trial processes it adds (`processes_beyond`)."""
+        had = self._by_sha.setdefault(sha, {})
+        new = processes_beyond(had, m)
+        had.update({k: max(had.get(k, 0), len(v)) for k, v in m.samples.items()})
+        return new
+
+
 # probe(sha, repeats) -> Measurement with at least `repeats` samples per shape (or SKIP).
 # Calls are cumulative: asking again with a larger `repeats` adds trials, never repeats them.
 Probe = Callable[[str, int], Measurement]

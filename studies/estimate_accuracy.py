@@ -50,7 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bisector.commands.progress import PARTNERS, TRIAL, bisection_probes  # noqa: E402
-from bisector.model import Measurement, ProbeStatus, Verdict, processes_beyond  # noqa: E402
+from bisector.model import Measurement, ProbeStatus, SampleCounts, Verdict  # noqa: E402
 from bisector.runner.probe import ProbeEvent  # noqa: E402
 from bisector.search import SearchSettings, localize  # noqa: E402
 from bisector.search.forecast import ForecastSettings, SearchForecast  # noqa: E402
@@ -127,7 +127,7 @@ class Announcing:
     def __init__(self, probe: SimulatedProbe, observer: Callable[[ProbeEvent], None]) -> None:
         self.probe, self.observer = probe, observer
         self.have: dict[str, int] = {}  # trial processes per commit
-        self.counts: dict[str, dict[str, int]] = {}  # samples per commit and shape
+        self.counts = SampleCounts()
         self.first: dict[str, dict[str, tuple[float, ...]]] = {}  # each commit's first samples
         self.independent = probe.independent
 
@@ -145,11 +145,7 @@ class Announcing:
             if sha not in self.have:
                 self.observer(ProbeEvent(sha, "build"))
         got = measure()
-        new = {}
-        for sha in order:
-            had = self.counts.setdefault(sha, {})
-            new[sha] = processes_beyond(had, got[sha])
-            had.update({k: max(had.get(k, 0), len(v)) for k, v in got[sha].samples.items()})
+        new = {sha: self.counts.add(sha, got[sha]) for sha in order}
         for r in range(max(new.values(), default=0)):
             for sha in order if r % 2 == 0 else order[::-1]:
                 if r < new[sha]:

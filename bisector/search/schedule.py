@@ -14,7 +14,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from bisector.model import Measurement, Probe, processes_beyond
+from bisector.model import Measurement, Probe, SampleCounts
 
 __all__ = ["Cost", "Clocked", "makespan"]
 
@@ -62,7 +62,7 @@ class Clocked:
 
     def __init__(self, probe: Probe, devices: int = 1, trial_s: float = 60.0, build_s: float = 0.0) -> None:
         self.probe, self.devices, self.trial_s, self.build_s = probe, max(1, devices), trial_s, build_s
-        self.counts: dict[str, dict[str, int]] = {}  # samples per commit and shape so far
+        self.counts = SampleCounts()
         self.rounds = 0
         self.trials = 0
         self.wall_s = 0.0
@@ -81,17 +81,13 @@ class Clocked:
     def shaped(self, wants: Mapping[str, Mapping[str, int]]) -> dict[str, Measurement]:
         return self._round(self.probe.shaped(wants))  # type: ignore[attr-defined]
 
-    def _round(self, got: Mapping[str, Measurement]) -> dict[str, Measurement]:
+    def _round(self, got: dict[str, Measurement]) -> dict[str, Measurement]:
         built = any(sha not in self.counts for sha in got)
-        new = []
-        for sha, m in got.items():
-            had = self.counts.setdefault(sha, {})
-            new.append(processes_beyond(had, m))
-            had.update({k: max(had.get(k, 0), len(v)) for k, v in m.samples.items()})
+        new = [self.counts.add(sha, m) for sha, m in got.items()]
         self.rounds += 1
         self.trials += sum(new)
         self.wall_s += makespan(new, self.devices) * self.trial_s + (self.build_s if built else 0.0)
-        return dict(got)
+        return got
 
     def cost(self) -> Cost:
         return Cost(self.devices, self.rounds, self.trials, self.wall_s)
