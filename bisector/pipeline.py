@@ -33,7 +33,7 @@ from bisector.errors import BadInput
 from bisector.paths import shown, work_dir_for
 from bisector import portable
 from bisector.build import Builder, Prefetcher
-from bisector.config import Config
+from bisector.config import Config, select_shapes  # noqa: F401 - the triggers call pipeline.select_shapes
 from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shape, TrialRecord,
                             TrialStatus)
 from bisector.why.fixes import expected_trials as fixes_expected, set_up_reverts, verify_fixes
@@ -87,17 +87,6 @@ class RunOutcome:
 
 Observer = Callable[[ProbeEvent], None]
 
-
-def select_shapes(config: Config, only: Sequence[str]) -> Config:
-    """Keep the shapes named by key ("fa/s4096"), short name ("s4096") or suite ("fa")."""
-    if not only:
-        return config
-    keep = tuple(s for s in config.shapes if s.key in only or s.name in only or s.suite in only)
-    unknown = [o for o in only if not any(o in (s.key, s.name, s.suite) for s in config.shapes)]
-    if unknown or not keep:
-        raise BadInput(f"{config.path}: no shape or suite named {', '.join(unknown or only)} "
-                       f"(have: {', '.join(s.key for s in config.shapes)})")
-    return replace(config, shapes=keep)
 
 
 class Session:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from bisector import config
-from bisector.commands.common import fail_on_error
+from bisector.commands.common import check_upstream, fail_on_error
 
 
 @click.command("check-config")
@@ -14,6 +14,7 @@ from bisector.commands.common import fail_on_error
 def command(path: str) -> None:
     """Validate a config file; exit 2 with `file: key: problem` when it is wrong."""
     cfg = config.load(path)
+    check_upstream(cfg)
     click.echo(f"{cfg.name}: {cfg.upstream.repo} ({cfg.upstream.branch}), build {cfg.build.recipe}, "
                f"device {cfg.device}, control {cfg.control}")
     for shape in cfg.shapes:

@@ -105,6 +105,19 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
+def relative_paths(data: Any) -> Any:
+    """`data` with every absolute path of a file or dir that exists written relative to the current
+    directory: a run's JSON is pasted into issues and CI logs, where `/home/<user>/...` names a
+    machine, not a result."""
+    if isinstance(data, dict):
+        return {key: relative_paths(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [relative_paths(value) for value in data]
+    if isinstance(data, str) and os.path.isabs(data) and "\n" not in data and os.path.exists(data):
+        return os.path.relpath(data)
+    return data
+
+
 def run_options(func: F) -> F:
     """What `run` and `demo` share (asv's common_args): where the report goes, which shapes, which
     stages after the search, and JSON output."""
@@ -184,6 +197,53 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
 
 
+def checked_shapes(cfg: Config, text: str) -> Config:
+    """The config cut to `--shapes`, checked before a command starts workers or writes anything: a
+    typo then leaves no work dir, demo upstream or last-store note behind (BadInput naming the option)."""
+    from bisector.config import select_shapes
+    from bisector.errors import BadInput, ConfigError
+
+    try:
+        return select_shapes(cfg, shape_list(text))
+    except ConfigError as exc:
+        raise BadInput(f"--shapes: {exc.problem}") from None
+
+
+def check_upstream(cfg: Config) -> None:
+    """A local upstream that is not there is bad input before anything starts, with how to point the
+    config at one: the shipped demo configs hold the placeholder `repo = "demo"`, which only
+    `bisector demo` fills in."""
+    from bisector.errors import ConfigError
+    from bisector.gitrepo import is_url
+
+    repo = cfg.upstream.repo
+    if is_url(repo) or Path(repo).expanduser().is_dir():
+        return
+    if repo == "demo":
+        how = ("a placeholder that `bisector demo` fills in: run `bisector demo` (same options), or write the "
+               "demo's upstream once with `bisector demo --dir D` and set repo = \"D/upstream\"")
+    else:
+        how = "no such directory here; set it to a local checkout or a git URL"
+    raise ConfigError(cfg.path, "upstream.repo", f"{repo!r}: {how}")
+
+
+def commit_range(repo: Any, good: str, bad: str) -> tuple[Any, ...]:
+    """`gitrepo.commit_range`, naming the likeliest mistake: GOOD and BAD given the wrong way round."""
+    from bisector import gitrepo
+
+    try:
+        return gitrepo.commit_range(repo, good, bad)
+    except RefError as exc:
+        try:
+            swapped = repo.is_ancestor(gitrepo.resolve(repo, bad), gitrepo.resolve(repo, good))
+        except BisectorError:
+            swapped = False
+        if swapped:
+            raise RefError(f"{good} is a descendant of {bad}, not an ancestor: did you swap --good and --bad?") \
+                from None
+        raise exc from None
+
+
 def range_order(cfg: Config, good: str, bad: str, offline: bool = False) -> list[str] | None:
     """The commits of GOOD..BAD (oldest first), for the time-left estimate; None when they cannot
     be had (the pipeline reports any other problem with the repository). A ref unknown even after a
@@ -192,12 +252,12 @@ def range_order(cfg: Config, good: str, bad: str, offline: bool = False) -> list
     from bisector import gitrepo
 
     try:
-        return [c.sha for c in gitrepo.commit_range(gitrepo.open_repo(cfg.upstream.repo, fetch=False), good, bad)]
+        return [c.sha for c in commit_range(gitrepo.open_repo(cfg.upstream.repo, fetch=False), good, bad)]
     except RefError:
         try:
             repo = gitrepo.open_repo(cfg.upstream.repo, fetch=not offline)
         except BisectorError:
             return None
-        return [c.sha for c in gitrepo.commit_range(repo, good, bad)]
+        return [c.sha for c in commit_range(repo, good, bad)]
     except BisectorError:
         return None

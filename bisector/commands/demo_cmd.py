@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from bisector.commands.common import USER_PATH, fail_on_error, run_options, shape_list, with_cli_overrides
+from bisector.commands.common import USER_PATH, checked_shapes, fail_on_error, run_options, shape_list, with_cli_overrides
 from bisector.errors import BadInput
 from bisector.runner.launch import start_workers
 
@@ -42,6 +42,7 @@ def command(device: str, directory: str, report_dir: str | None, shapes: str, no
     root = demo_dir(directory)
     device = pick_device(device)
     cfg = with_cli_overrides(demo_config(device, root / "upstream"), executor_kind, executor_address, visible)
+    cfg = checked_shapes(cfg, shapes)  # a typo writes nothing: no upstream, no work dir, no last-store note
     start_workers(cfg, root / "work")  # their imports overlap the demo repo's writing and the bot's own
     from bisector import pipeline
     from bisector.commands.run_job import run_and_print

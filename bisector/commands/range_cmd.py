@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bisector import gitrepo
-from bisector.commands.common import fail_on_error, print_json
+from bisector.commands.common import commit_range, fail_on_error, print_json
 
 
 @click.command("range")
@@ -20,7 +20,7 @@ from bisector.commands.common import fail_on_error, print_json
 @fail_on_error
 def command(good: str, bad: str, repo_path: str, as_json: bool) -> None:
     """List GOOD..BAD along first parents: short SHA, date, author, PR, subject."""
-    commits = gitrepo.commit_range(gitrepo.open_repo(repo_path), good, bad)
+    commits = commit_range(gitrepo.open_repo(repo_path), good, bad)
     if as_json:
         print_json([asdict(c) for c in commits])
         return

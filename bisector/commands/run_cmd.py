@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector.commands.common import USER_PATH, fail_on_error, range_order, run_options, shape_list, with_cli_overrides
+from bisector.commands.common import (USER_PATH, check_upstream, checked_shapes, fail_on_error, range_order,
+                                     run_options, shape_list, with_cli_overrides)
 from bisector.errors import BadInput
 from bisector.paths import work_dir_for
 from bisector.runner.launch import start_workers
@@ -33,7 +34,9 @@ def command(config_path: str, good: str, bad: str, store: str | None, work_dir: 
             visible: str | None) -> None:
     """Localize every TFLOP/s step between GOOD and BAD and write a report. Re-run to resume."""
     cfg = with_cli_overrides(config_mod.load(config_path), executor_kind, executor_address, visible)
-    order = range_order(cfg, good, bad, offline)  # a bad ref is bad input before anything is started
+    check_upstream(cfg)  # bad input is refused before anything is started or written
+    cfg = checked_shapes(cfg, shapes)
+    order = range_order(cfg, good, bad, offline)
     if not offline:
         start_workers(cfg, work_dir_for(cfg.name, work_dir))
     from bisector import pipeline

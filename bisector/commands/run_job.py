@@ -5,6 +5,7 @@ the report, seconds of imports that the workers' own then overlap."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,7 +13,7 @@ import click
 from bisector import config as config_mod
 from bisector import pipeline
 from bisector.store import last_used as laststore
-from bisector.commands.common import print_json, range_order
+from bisector.commands.common import print_json, range_order, relative_paths
 from bisector.commands.progress import ProgressLine
 from bisector.errors import BisectorError
 from bisector.model import ProbeStatus
@@ -37,15 +38,18 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     if order is UNLISTED:
         order = range_order(cfg, options.good, options.bad, options.offline)
     n_commits = n_commits or (len(order) if order else DEFAULT_RANGE)
-    laststore.remember(options.store or cfg.store or default_path())  # `store info` reads it next
     isolation = sandbox.probe()
     if not isolation.sandboxed:
         click.echo(f"warning: code under test runs without a sandbox here: {isolation.describe()}", err=True)
     stages = tuple(name for name, on in (("fixes", options.verify_fixes), ("hunks", options.find_hunks)) if on)
-    with ProgressLine.for_range(n_commits, cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
-                                first_look=cfg.protocol.first_look, stages=stages, device=cfg.device) as progress:
-        outcome = pipeline.bisect(cfg, options, observer=progress)
-        progress.final = counts(outcome.report)  # its last line says what the report and stdout say
+    note = StoreNote(Path(options.store or cfg.store or default_path()))
+    try:
+        with ProgressLine.for_range(n_commits, cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
+                                    first_look=cfg.protocol.first_look, stages=stages, device=cfg.device) as progress:
+            outcome = pipeline.bisect(cfg, options, observer=lambda event: (note.update(), progress(event)))
+            progress.final = counts(outcome.report)  # its last line says what the report and stdout say
+    finally:
+        note.update()
     if as_json:
         windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
         hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
@@ -53,20 +57,33 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
                   **({"plumbing": list(h.plumbing), "behaviour_hunks": h.n_behaviour,
                       "plumbing_carries": h.base_carries, "plumbing_patch": h.base_patch_path}
                      if h.n_behaviour else {})} for h in outcome.report.hunks]
-        print_json({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
+        print_json(relative_paths({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
                     "fixes": [fix_json(f) for f in outcome.fixes],
                     "kernels": [{"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}
                                 for k in outcome.report.kernels],
                     "interactions": [interaction_json(i) for i in outcome.report.interactions],
                     "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
                     "totals": outcome.report.totals.as_json() if outcome.report.totals else None,
-                    "report": str(outcome.report_dir / "report.md"), **(extra or {})})
+                    "report": str(outcome.report_dir / "report.md"), **(extra or {})}))
         check_compared(outcome)
         return outcome
     for line in summary.lines(outcome.report, str(outcome.report_dir / "report.md")):
         click.echo(line)
     check_compared(outcome)
     return outcome
+
+
+class StoreNote:
+    """The last-store note (`store info` reads it next), written once this run's store exists: a run
+    that fails before it stores anything leaves the note on the last store that does."""
+
+    def __init__(self, store: Path) -> None:
+        self.store, self.noted = store, False
+
+    def update(self) -> None:
+        if not self.noted and self.store.is_file():
+            laststore.remember(self.store)
+            self.noted = True
 
 
 def fix_json(fix: FixResult) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -252,6 +252,19 @@ class Config:
             if s.key == key:
                 return s
         raise KeyError(key)
+
+
+def select_shapes(config: Config, only: Sequence[str]) -> Config:
+    """Keep the shapes named by key ("fa/s4096"), short name ("s4096") or suite ("fa"). Here, not in
+    the pipeline, so a command checks `--shapes` before it starts workers or writes anything."""
+    if not only:
+        return config
+    keep = tuple(s for s in config.shapes if s.key in only or s.name in only or s.suite in only)
+    unknown = [o for o in only if not any(o in (s.key, s.name, s.suite) for s in config.shapes)]
+    if unknown or not keep:
+        raise ConfigError(config.path, "", f"no shape or suite named {', '.join(unknown or only)} "
+                          f"(have: {', '.join(s.key for s in config.shapes)})")
+    return replace(config, shapes=keep)
 
 
 def load(path: str | Path) -> Config:
