@@ -269,11 +269,9 @@ def device_ratio(subject_ms: Sequence[float], control_ms: Sequence[float]) -> tu
     calls: then single calls were slowed, now the subject's, now the control's (another process's
     work time-sliced in: 1.4 ms calls read 1.8-6.5 ms in alternate repetitions), and the control's
     slow calls misled the clock anchor; the fastest call of each side is the undisturbed one. A
-    clock drop slows both sides of a pair alike and leaves the two ratios together. Recomputed
-    from the raw repetitions of five H200 demo stores (2026-12-04): gemm/m8192 trials more than 3%
-    off their build's median 12-13 -> 2-4 a run and its raw trial sd 6.5-8.3% -> 0.9-2.9%, the
-    median deviation unchanged; gemm/m54560, which throttles within a trial, and the decode GEMM
-    about as before (studies/ratio_rules.py)."""
+    clock drop slows both sides of a pair alike and leaves the two ratios together. On the raw
+    repetitions of recorded H200 demo stores this cut a square GEMM's trials far off their build's
+    median about fourfold, the median unchanged (studies/ratio_rules.py)."""
     peak = peak_clock_ratio(subject_ms, control_ms)
     fast_s, fast_c = min((s for s in subject_ms if s > 0), default=0.0), min((c for c in control_ms if c > 0), default=0.0)
     if not (fast_s > 0 and fast_c > 0) or not math.isfinite(peak):

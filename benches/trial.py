@@ -70,7 +70,7 @@ def briefly(gate: Gate, phase: "Phases", sync: Callable[[], None] = lambda: torc
     """The device held for a setup's kernels (its inputs drawn), its work finished before it is given
     back. Why: on the H200 another process's input draws (random fills, kernels time-sliced with the
     timed ones) made attention read 60% slow and a square GEMM 2x slow for as long as they ran; its
-    allocations alone 1% (studies/results/h200-setup-overlap.txt, 2026-12-03, `fill` / `alloc`).
+    allocations alone 1% (studies/results/h200-setup-overlap.txt, `fill` / `alloc`).
     `name`: the phase the loan is recorded as (queued for as "queue_" + name)."""
     with phase(f"queue_{name}"):
         gate.acquire(brief=True)
@@ -286,8 +286,8 @@ def precompile(staged: Staged, pool: Any = None) -> tuple[dict[str, Any], tuple[
     `torch.cuda.graph`: that context empties the allocator's cache on entry, and each capture then
     unmapped the previous one's outputs while another trial was timed; unmapping slows another
     process's kernels (studies/results/h200-setup-parts.txt), and the trials far off their build's
-    median had a precompile overlapping their timed section 2-3x as often as the others (the H200
-    demo stores of 2026-12-04; studies/setup_steps.py). The graphs are returned, to be dropped under
+    median had a precompile overlapping their timed section 2-3x as often as the others (H200
+    demo stores; studies/setup_steps.py). The graphs are returned, to be dropped under
     the device lock, where the trial's memory is unmapped."""
     start = time.perf_counter()
     stream = torch.cuda.Stream()

@@ -7,8 +7,8 @@ that makes the outlook at nice 19, and then rests long enough that the child use
 of one core: on the CPU the trials time on the same cores.
 
 A child process, not a thread of the bot's: a thread at nice 19 holds the GIL while the OS runs
-other work before it, and on the H200 host, 16 cores busy with trial setups, the bot's own threads
-waited on it: the demo's rounds came 10-14 s apart instead of 1-3 s (2026-12-05)."""
+other work before it, and on a GPU host whose cores are busy with trial setups the bot's own threads
+waited on it: the search's rounds came 10-14 s apart instead of 1-3 s."""
 
 from __future__ import annotations
 

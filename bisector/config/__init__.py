@@ -142,7 +142,7 @@ class Thresholds:
     # remap slowed SDPA by the same 5%, hiding the step in the ratio).
     # One metric for every suite, or a table per suite (`metric = { fa = "speed", gemm = "ratio" }`):
     # on the H200 the ratio hid the attention steps while a power-throttled GEMM's own speed varied
-    # by 4% from trial to trial and its ratio by 1% (reports/*-h200-demo/).
+    # by 4% from trial to trial and its ratio by 1% (measured on one H200).
     metric: str = "ratio"
     metrics: Mapping[str, str] = field(default_factory=dict)  # suite -> metric, over `metric`
     # Per-suite tolerances of the correctness check, as (atol, rtol).

@@ -143,8 +143,8 @@ EXPECTATIONS: dict[str, Expectation] = {
         "cpu": {"fa/s512": -50.0, "fa/s1024": -44.0},
         "cuda": {"fa/s4096": None, "fa/s16384": None, "fa/s32768": None}}),
     # On the H200 the demo's GEMM (K=2048) loses its L2 grouping at M=8192, not at M=54560 (the
-    # tutorial kernel's 8192x8192 shape lost 6.5% there: H200-NOTES): in the ratio to cuBLAS, -4.8%,
-    # -7.3% and -5.5% on gemm/m8192 and -0.4% on gemm/m54560 in the H200 demos of 2026-12-02d, e, f.
+    # tutorial kernel's 8192x8192 shape lost 6.5% there: H200-NOTES): in the ratio to cuBLAS about
+    # -5 to -7% on gemm/m8192 and under 1% on gemm/m54560 in the recorded H200 demos.
     "gemm_group_m": Expectation("regression", {
         "cpu": {"gemm/tall": -59.0},
         "cuda": {"gemm/m8192": -6.0}}),

@@ -23,8 +23,8 @@ cancelled, its process killed: nothing of it is stored.
 A spare (`spare`, with standby) is the same for a commit already measured: its next trial, held,
 set up while the round that asked for its last one is measured. When the search asks for more of
 that commit (a close pair doubles, a verification looks again) the spare takes the device at once;
-on one H200 the device otherwise stood idle ~2.4 s at each such round, 134 s of the demo's 12 min
-(reports/2026-12-02-h200-demo). At most 2 x `parallel` spares live (as many as standbys), the oldest
+on one H200 the device otherwise stood idle ~2.4 s at each such round, about a fifth of the
+demo's measuring time. At most 2 x `parallel` spares live (as many as standbys), the oldest
 dropped first: with `parallel` the spares of GOOD and BAD were gone by the time the grid's first
 pairs doubled, and those doublings set up afresh (~2 s with the device idle, h200-long-range.txt).
 A standby's companion is a spare made as soon as the standby is set up: the commit's second trial,
@@ -174,10 +174,10 @@ def _what_runs(job: TrialJob) -> tuple[Any, ...]:
 def _stands_for(held: TrialJob, job: TrialJob) -> bool:
     """Whether `held`'s shapes serve `job`: the same ones, or some of them, which alone it then times.
     A later trial: a pair doubled on the shapes it left unclear while the spare was set up for all
-    (33 of the 35 trials the H200 demo submitted afresh once the last had ended, 49 s of device
-    waits; reports/2026-12-04f-h200-demo). A first trial: a split point timed on its part's open
-    shapes (`split_on_moved`) while its standby was set up for every shape (the H100 demo took 14
-    standbys instead of ~50, each new commit's device idle 2-4 s). Its correctness checks are those
+    (most of the trials an H200 demo submitted afresh once the last had ended, each a device
+    wait). A first trial: a split point timed on its part's open
+    shapes (`split_on_moved`) while its standby was set up for every shape (else a quarter of the
+    standbys are used and each new commit's device idles 2-4 s). Its correctness checks are those
     of the shapes it times, as for a first trial submitted with them alone."""
     if held.shapes == job.shapes:
         return True
@@ -335,12 +335,9 @@ class Warmer:
         when the search asked, kept the device idle 1-1.5 s at each new commit of a 389-commit range
         on one H200 (its setup ~2.3 s against the first trial's ~1 s on the device)."""
         with self._lock:  # only where a spare has room: the standbys made last are the next round's
-            # (no room made for it: companions that displaced spares read 2-3x noisier than fresh
-            # second trials on the H200 demo, and its search took 215 trials instead of 170;
-            # studies/results/h200-demo-device-time.txt; kept past the cap instead of evicted first,
-            # 18 companions read 0.44% / 2.5% median / p90 off their build's median against 0.24% /
-            # 1.0% for fresh second trials, and the demo took 321 trials against 283-287:
-            # reports/2026-12-04h-h200-demo)
+            # (no room made for it: companions that displaced spares, or were kept past the cap,
+            # read about twice as noisy as fresh second trials, and the search took more trials;
+            # studies/results/h200-demo-device-time.txt)
             if self._closed or key not in self._held or key in self._spares or len(self._spares) >= self.held_cap:
                 return
             self._hold_spare(key, job)

@@ -186,8 +186,8 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
     for i, (step, (parts, groups, plumbed, old)) in enumerate(searched):
         # This culprit's first subsets and the next one's, set up on the parent ahead (built, compiled
         # cold, first trial held by the warmer, bisector/runner/warmer.py): each search began with cold
-        # setups of new patched builds while the device waited (on the H200 demo at 6a03608, 21 gaps
-        # and 22 s of the hunk stage's 70 s, studies/results/h200-demo-device-time.txt). One request
+        # setups of new patched builds while the device waited (on an H200 demo, a third of the hunk
+        # stage's time: studies/results/h200-demo-device-time.txt). One request
         # names both, since the warmer drops what a request no longer names.
         if wants := [w for later in ahead[i:i + 2] for w in later]:
             session.warmer.prefetch(wants)
