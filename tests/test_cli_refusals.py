@@ -98,3 +98,15 @@ def test_a_reversed_range_asks_whether_good_and_bad_were_swapped(tmp: Path) -> N
     other = commit_file(repo, "x.py", "X = 1\n", "unrelated", 4)
     out = bisector(tmp, "range", shas[0], other, "--repo", str(repo))
     assert out.returncode == 2 and "swap" not in out.stderr and "not an ancestor" in out.stderr
+
+
+def test_an_upstream_that_is_no_repository_is_refused_before_anything_starts(tmp: Path) -> None:
+    (tmp / "plain").mkdir()
+    (tmp / "cfg.toml").write_text(CONFIG.format(repo=tmp / "plain", source_dir="."))
+    for args in (("check-config", "../cfg.toml"),
+                 ("run", "--config", "../cfg.toml", "--good", "v1", "--bad", "main", "--work-dir", "work")):
+        out = bisector(tmp, *args)
+        assert out.returncode == 2, out.stderr
+        assert "upstream.repo" in out.stderr and "not a git repository" in out.stderr
+    assert sorted(p.name for p in (tmp / "here").iterdir()) == []
+    assert last_store(tmp) == str(tmp / "kept.sqlite")

@@ -216,8 +216,16 @@ def check_upstream(cfg: Config) -> None:
     from bisector.errors import ConfigError
     from bisector.gitrepo import is_url
 
+    from bisector.gitrepo import open_repo
+
     repo = cfg.upstream.repo
-    if is_url(repo) or Path(repo).expanduser().is_dir():
+    if is_url(repo):
+        return  # not fetched here: check-config stays offline, and `run` fetches it next
+    if Path(repo).expanduser().is_dir():
+        try:
+            open_repo(repo, fetch=False)
+        except BisectorError as exc:
+            raise ConfigError(cfg.path, "upstream.repo", f"{exc}; set it to a local checkout or a git URL") from None
         return
     if repo == "demo":
         how = ("a placeholder that `bisector demo` fills in: run `bisector demo` (same options), or write the "
