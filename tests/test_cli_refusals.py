@@ -49,7 +49,9 @@ def last_store(tmp: Path) -> str:
 @pytest.mark.parametrize("name", ["cpu-demo.toml", "h200-demo.toml"])
 def test_a_demo_config_says_how_to_point_it_at_a_repo(tmp: Path, name: str) -> None:
     for args in (("check-config", str(ROOT / "configs" / name)),
-                 ("run", "--config", str(ROOT / "configs" / name), "--good", "v1", "--bad", "main")):
+                 ("run", "--config", str(ROOT / "configs" / name), "--good", "v1", "--bad", "main"),
+                 ("build", "--config", str(ROOT / "configs" / name), "main"),
+                 ("nightly", "--config", str(ROOT / "configs" / name), "--plan-out", "plan.json")):
         out = bisector(tmp, *args)
         assert out.returncode == 2, out.stderr
         line = out.stderr.strip()

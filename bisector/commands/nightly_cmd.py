@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector.commands.common import USER_PATH, fail_on_error
+from bisector.commands.common import USER_PATH, check_upstream, fail_on_error
 from bisector.commands.progress import ProgressLine
 from bisector.errors import BadInput
 from bisector.runner import lock
@@ -45,6 +45,7 @@ def command(config_path: str, store: str | None, date: str | None, work_dir: str
     if plan_out and dry_run:
         raise BadInput("--plan-out posts nothing already: drop --dry-run")
     cfg = config_mod.load(config_path)
+    check_upstream(cfg)
     night = _date(date)
     say = lambda s: click.echo(s, err=True)  # noqa: E731
     if plan_out:
