@@ -450,10 +450,9 @@ class Executor:
         contexts took 1.5-4.6 s each on the H200 (0.3 s alone) and the range's first trial waited
         7-9 s from its worker's readiness to its device section, against 5.4 s without them.
         The cold start's other workers open theirs at once, as soon as they are ready. Queued one at
-        a time as well (tried at fe3c15e: ~13 workers at ~0.4 s each from 5.7 s, the first device
-        section at 10.6 s), their opening likely ran into the range's first timed sections: GOOD's
-        and BAD's first trials read 4% slow and a close pair took 8 trials a side, 75.5 s against
-        62.8 s (studies/results/h200-long-range.txt)."""
+        a time as well, their opening ran into the range's first timed sections (~13 workers at
+        ~0.4 s each): GOOD's and BAD's first trials read 4% slow and a close pair took 8 trials a
+        side (studies/results/h200-long-range.txt)."""
         if self._opening is not None and self._opening in self._idle:
             return
         self._opening = None

@@ -130,8 +130,8 @@ class PrecompileTrials(Executor):
     def _grant(self, device: int) -> None:
         """Brief loans only: a precompile-only trial draws its inputs in one on a GPU, as every
         setup does (benches/trial.py `briefly`), and a lane that never lent them left each prefetch
-        waiting for its loan until its time limit, compiling nothing (found by the GPU test of this
-        module, broken since brief loans came in at 08f9b14). The loan is this executor's lane, not
+        waiting for its loan until its time limit, compiling nothing (the GPU test of this module
+        checks it). The loan is this executor's lane, not
         the run's device: it keeps prefetches' draws apart from each other, not from the run's
         timed sections (a prefetch draws beside them, as every setup did before brief loans).
         Never a device section."""

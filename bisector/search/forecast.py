@@ -158,7 +158,7 @@ class SearchForecast:
         if k > cap and self.tail is None and self.grid is not None and partners is None:
             # past the cap: fresh trials of a verification, where the partners are not known (an older
             # log); with them `_pair` tells a culprit's pair, and a search pair past the cap (a shape
-            # doubled again: the H200 demo's 31a639a at 9/10) is not one (the estimate fell to 0.23x)
+            # doubled again) is not one (counted as one, an estimate fell to 0.23x)
             self._enter("verify")
         if k > self.target[sha]:  # a new batch: a doubling (fresh trials, in the tail: n more)
             doubled = max(k, min(cap, 2 * self.count[sha])) if k <= cap and self.tail is None else k
