@@ -1,0 +1,122 @@
+"""Screen and confirm real steps by hand, apart from the bot: for each (library, commit) of a plan,
+check the commit out of the small upstream copy (studies/real_repos.py) and, in a fresh process with
+a fresh TRITON_CACHE_DIR, time every shape of the library's config (benches/real/<lib>/config.toml)
+with `triton.testing.do_bench(..., return_mode="median")`, subject and torch control, after checking
+the subject's output against the control's.
+
+    python -m studies.real_screen --repos DIR --plan plan.json --out screen.json
+
+plan.json: [{"lib": "liger", "sha": "<40 hex>", "label": "540575bc^"}, ...]. Prints one line per
+(commit, shape) as it goes and writes every figure to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT / "benches" / "real"
+
+
+def one(lib: str, src: Path) -> list[dict]:
+    """In this (fresh) process: time every shape of `lib`'s config at the checkout `src`."""
+    import importlib
+
+    import torch
+    import triton
+
+    cfg = tomllib.loads((REAL / lib / "config.toml").read_text())
+    sys.path[:0] = [str(src / cfg["upstream"]["source_dir"]), str(REAL / lib)]
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    end = time.time() + 0.5
+    while time.time() < end:  # bring the clock up before anything is timed
+        a @ a
+    torch.cuda.synchronize()
+    out = []
+    for name, suite_cfg in cfg["suites"].items():
+        mod_name, _, cls = suite_cfg["module"].partition(":")
+        suite = getattr(importlib.import_module(mod_name), cls)()
+        emod, _, efn = cfg["subject"][name]["entry"].partition(":")
+        for shape in suite_cfg["shapes"]:
+            params = {k: v for k, v in shape.items() if k != "name"}
+            row = {"lib": lib, "shape": f"{name}/{shape['name']}"}
+            try:
+                fn = getattr(importlib.import_module(emod), efn)
+                inputs = suite.make_inputs(params, "cuda", 0)
+                t0 = time.time()
+                got = suite.output(fn(**inputs))
+                torch.cuda.synchronize()
+                row["first_call_s"] = round(time.time() - t0, 3)
+                ctrl = suite.control(inputs)
+                want = suite.output(ctrl())
+                row["max_abs_err"] = float((got - want).abs().max())
+                row["subject_ms"] = triton.testing.do_bench(lambda: fn(**inputs), return_mode="median")
+                row["control_ms"] = triton.testing.do_bench(ctrl, return_mode="median")
+                row["gbps"] = suite.bytes(params) / row["subject_ms"] / 1e6
+            except Exception as exc:  # a commit that does not run is a finding too
+                row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+            out.append(row)
+            del inputs
+            torch.cuda.empty_cache()
+    return out
+
+
+def checkout(repos: Path, lib: str, sha: str, dest: Path) -> None:
+    # a worktree, as the bot's builds make: `git archive` does not honour the copy's stand-in blobs
+    subprocess.run(["git", "--git-dir", str(repos / f"{lib}.git"), "worktree", "add", "-q", "--detach", str(dest), sha],
+                   check=True, capture_output=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repos", type=Path)
+    ap.add_argument("--plan", type=Path)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--one", nargs=2, metavar=("LIB", "SRC"), help=argparse.SUPPRESS)
+    ap.add_argument("--timeout", type=float, default=150)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args.one[0], Path(args.one[1]))))
+        return 0
+    plan = json.loads(args.plan.read_text())
+    work = Path(tempfile.mkdtemp(prefix="real-screen-"))
+    rows: list[dict] = []
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                         text=True).stdout.strip()
+    for i, item in enumerate(plan):
+        src = work / f"{i}-{item['sha'][:12]}"
+        checkout(args.repos.resolve(), item["lib"], item["sha"], src)
+        env = {**os.environ, "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        t0 = time.time()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "studies.real_screen", "--one", item["lib"], str(src)],
+                                  capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.timeout)
+            found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
+                [{"lib": item["lib"], "shape": "*", "error": proc.stderr[-600:]}]
+        except subprocess.TimeoutExpired:
+            found = [{"lib": item["lib"], "shape": "*", "error": f"timed out after {args.timeout} s"}]
+        for row in found:
+            row.update(sha=item["sha"], label=item.get("label", item["sha"][:8]), process_s=round(time.time() - t0, 1),
+                       gpu=gpu)
+            rows.append(row)
+            if "error" in row:
+                print(f"{row['lib']:10} {row['label']:12} {row['shape']:18} ERROR {row['error'][-300:]}", flush=True)
+            else:
+                print(f"{row['lib']:10} {row['label']:12} {row['shape']:18} subject {row['subject_ms']:.4f} ms  "
+                      f"control {row['control_ms']:.4f} ms  ratio {row['control_ms'] / row['subject_ms']:.3f}  "
+                      f"err {row['max_abs_err']:.3g}  first {row['first_call_s']:.1f} s", flush=True)
+        args.out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The real ranges' CPU parts (benches/real/*/range.toml): each description is valid (a bad one is
+one line naming the file and the key), and, where a copy of the upstream is here
+(`$BISECTOR_REAL_MIRRORS`/<owner>+<name>/repo, default /work/.mirror), the range resolves to its
+described length with every culprit on it, the culprit builds with the config's recipe (none) from
+a small copy of the range (studies/real_repos.py) with the suite's entry file in the build, and its
+diff splits into hunks that include the described files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import git
+import pytest
+
+from benches.real.ranges import RANGES_DIR, DescriptionError, load, load_all
+from bisector import config as config_mod
+from bisector import gitrepo
+from bisector.build.builder import Builder
+from bisector.model import BuildStatus
+from bisector.why import hunk_groups, hunks
+from studies.real_repos import copy_range
+
+MIRRORS = Path(os.environ.get("BISECTOR_REAL_MIRRORS", "/work/.mirror"))
+DESCRIPTIONS = load_all(RANGES_DIR)
+
+
+def test_every_library_has_a_valid_description_and_config():
+    assert {d.lib for d in DESCRIPTIONS} >= {"liger", "flash_attn", "fla"}
+    for d in DESCRIPTIONS:
+        cfg = config_mod.load(d.config)
+        shapes = {s.key for s in cfg.shapes}
+        for step in d.steps:
+            assert set(step.shapes) <= shapes, (d.path, step.culprit, set(step.shapes) - shapes)
+        assert d.commits >= 300
+
+
+def mirror(desc):
+    path = MIRRORS / desc.upstream.replace("/", "+") / "repo"
+    if not path.is_dir():
+        pytest.skip(f"no copy of {desc.upstream} at {path} (set BISECTOR_REAL_MIRRORS to a folder of mirrors)")
+    return path
+
+
+@pytest.mark.parametrize("desc", DESCRIPTIONS, ids=[d.lib for d in DESCRIPTIONS])
+def test_range_resolves_builds_and_plans_hunks(desc, tmp_path):
+    # the small copy the device run carries: the range's commits, the good one shallow
+    copy = tmp_path / "up.git"
+    copy_range(mirror(desc), copy, desc.good, desc.bad)
+    cfg = config_mod.load(desc.config)
+    repo = git.Repo(copy)
+    shas = [c.sha for c in gitrepo.commit_range(repo, desc.good, desc.bad)]
+    assert len(shas) == desc.commits and shas[0] == desc.good and shas[-1] == desc.bad
+    assert set(desc.culprits) <= set(shas[1:])
+    builder = Builder(repo, cfg.upstream, cfg.build, tmp_path / "cache")
+    step = desc.steps[0]
+    for sha in (step.culprit, f"{step.culprit}^"):
+        built = builder.build(gitrepo.resolve(repo, sha))
+        assert built.status == BuildStatus.OK, built.log_tail
+        for f in step.files:
+            assert (Path(built.source_dir).parent / f).is_file() or (Path(built.source_dir) / f).is_file(), f
+    parent = gitrepo.resolve(repo, f"{step.culprit}^")
+    parts = hunks.split(gitrepo.commit_diff(repo, step.culprit))
+    assert set(step.files) <= {h.path for h in parts}
+    groups = hunk_groups.group(parts, lambda p: gitrepo.file_at(repo, parent, p),
+                               lambda p: gitrepo.file_at(repo, step.culprit, p))
+    assert sorted(i for g in groups for i in g.members) == list(range(len(parts)))
+
+
+GOOD = (RANGES_DIR / "liger" / "range.toml").read_text()
+
+
+@pytest.mark.parametrize("edit,key,problem", [
+    (('lib = "liger"\n', ""), "lib", "missing"),
+    (('good = "cd6ec3289a938fcba1f09b2bb62e0cc3f4aed102"', 'good = "cd6ec32"'), "good", "full 40-hex"),
+    (("commits = 341", 'commits = "341"'), "commits", "must be int"),
+    (('config = "config.toml"', 'config = "nope.toml"'), "config", "no file"),
+    (('kind = "improvement"', 'kind = "faster"'), "steps[0].kind", "must be one of"),
+    (('"ln/t16k_d4096" = -0.5', '"ln/t16k_d4096" = 0.5'), "steps[0].shapes.ln/t16k_d4096", "does not match kind"),
+    (('status = "candidate"', 'status = "maybe"'), "steps[0].status", "must be one of"),
+    (('threaded = false', 'threaded = false\nhunks = 3'), "steps[0].hunks", "unknown key"),
+    (('upstream = "linkedin/Liger-Kernel"', 'upstream = "Liger-Kernel"'), "upstream", "owner/name"),
+])
+def test_a_bad_description_names_file_and_key(tmp_path, edit, key, problem):
+    assert edit[0] in GOOD
+    (tmp_path / "config.toml").write_text((RANGES_DIR / "liger" / "config.toml").read_text())
+    path = tmp_path / "range.toml"
+    path.write_text(GOOD.replace(*edit, 1))
+    with pytest.raises(DescriptionError) as err:
+        load(path)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{path}: {key}: ") and problem in msg, msg
+
+
+def test_the_study_exits_2_with_the_one_line_on_a_bad_description(tmp_path):
+    lib = tmp_path / "liger"
+    lib.mkdir()
+    (lib / "config.toml").write_text((RANGES_DIR / "liger" / "config.toml").read_text())
+    (lib / "range.toml").write_text(GOOD.replace("commits = 341", "commits = -1"))
+    proc = subprocess.run(["python", "-c", f"import sys, studies.real_ranges as r; r.RANGES_DIR = __import__('pathlib')"
+                           f".Path({str(tmp_path)!r}); sys.exit(r.main(['--libs', 'liger']))"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    assert proc.returncode == 2 and proc.stderr.strip() == f"error: {lib / 'range.toml'}: commits: must be at least 2, got -1"
