@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -48,6 +49,43 @@ Fn = Callable[[], Any]
 
 class KernelTimingFailed(RuntimeError):
     """One kernel-timing method could not time these calls; the message says why."""
+
+
+class NoDeviceWork(RuntimeError):
+    """A timed call left no more work between its events than an empty event pair: its kernels ran
+    on a stream other than the one timed (a launcher bound to a stream fixed when it was prepared)
+    or not at all. An error of the call, never a measurement, and no reason to try another method."""
+
+
+IDLE_FACTOR = 2.0  # a call reading at most this many empty event pairs did no work on the timed stream
+
+
+def idle_calls(times: Sequence[Sequence[float]], empty_ms: float, factor: float = IDLE_FACTOR) -> list[int]:
+    """The fns whose median time is no more than `factor` times an empty event pair's, `empty_ms`."""
+    return [i for i, per in enumerate(times) if per and statistics.median(per) <= factor * empty_ms]
+
+
+_empty_pair: dict[int, float] = {}
+
+
+def empty_pair_ms(stream: Any, pairs: int = 16) -> float:
+    """What an event pair with nothing between reads inside a CUDA graph on this device (median of
+    `pairs`, the second replay), measured once per process and device."""
+    device = torch.cuda.current_device()
+    if device not in _empty_pair:
+        events = _events(pairs, external=True)
+        graph = torch.cuda.CUDAGraph()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.graph(graph, stream=stream):
+            for start, end in events:
+                start.record()
+                end.record()
+        for _ in range(2):
+            graph.replay()
+        torch.cuda.synchronize()
+        _empty_pair[device] = statistics.median(s.elapsed_time(e) for s, e in events)
+        del graph
+    return _empty_pair[device]
 
 
 @dataclass(frozen=True)
@@ -159,6 +197,13 @@ def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream:
         raise KernelTimingFailed(f"CUDA graph capture failed: {why}")
     if not all(t > 0 and math.isfinite(t) for per_fn in times for t in per_fn):
         raise KernelTimingFailed("CUDA graph events gave non-positive times")
+    empty = empty_pair_ms(stream)
+    idle = idle_calls(times, empty)
+    if idle:
+        got = statistics.median(times[idle[0]])
+        raise NoDeviceWork(f"timed call {idle[0]} read {got * 1e3:.2f} us, no more than {IDLE_FACTOR:g} empty event "
+                           f"pairs ({empty * 1e3:.2f} us): its kernels ran outside the timed stream (a launcher "
+                           "bound to a stream fixed in advance?) or not at all")
     return times
 
 

@@ -676,8 +676,6 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
     caches = {k: _cold(os.environ.get(k)) for k in ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR")
               if k in os.environ}
     with phase("setup"):
-        for d in reversed(spec.get("source_dirs", [])):
-            sys.path.insert(0, d)
         write_json(out_path, output)
         with phase("machine"):  # the parts of a setup, timed: what keeps a trial from the device
             output["telemetry"]["before"] = telemetry.read(device)
@@ -696,6 +694,10 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         except Exception as exc:  # the control's: the built-in suites' subjects are timed alone and say why
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             control_error = str(exc) if isinstance(exc, BackendUnavailable) else f"{type(exc).__name__}: {exc}"
+        # The checkout goes on sys.path only now: the control's imports resolve to the installed
+        # library (and never to a package of the commit under test, e.g. aiter's FlyDSL).
+        for d in reversed(spec.get("source_dirs", [])):
+            sys.path.insert(0, d)
         with phase("subjects_load"):
             subjects = _load_subjects(spec, device)
         with phase("context"):

@@ -8,10 +8,12 @@ size 1 and fp8 only with descales. Refusals before the trial: `bisector check-co
 
 from __future__ import annotations
 
+import importlib
 import sys
 import textwrap
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from benches import control_limits, shapes
@@ -218,3 +220,203 @@ name = "bad"
     res = CliRunner().invoke(command, [str(cfg)])
     assert res.exit_code == 2, res.output
     assert f"suites.fa.shapes[1].{key}: control aiter: " in res.output and words in res.output
+
+
+# A stand-in aiter shaped like ROCm/aiter@e4048607 where the subject's FlyDSL could leak in:
+# `aiter/__init__` -> `ops/attention` -> `ops/triton/gluon/pa_decode_gluon` imports `flydsl.*`
+# inside try/except; `aiter.ops.flydsl.utils.is_flydsl_available` is a find_spec asked at every
+# call; `tuned_gemm` imports it (falling back to False on ImportError) and its lru-cached
+# `get_GEMM_A16W16_config` takes a FlyDSL kernel when it says True.
+CHAIN = {
+    "aiter/__init__.py": "from .ops.attention import *  # noqa\nfrom .ops.mha import *  # noqa\n",
+    "aiter/ops/__init__.py": "",
+    "aiter/ops/attention.py": "from aiter.ops.triton.gluon.pa_decode_gluon import FLYDSL_PS_REDUCE_AVAILABLE\n",
+    "aiter/ops/triton/__init__.py": "",
+    "aiter/ops/triton/gluon/__init__.py": "",
+    "aiter/ops/triton/gluon/pa_decode_gluon.py": textwrap.dedent('''
+        FLYDSL_PS_REDUCE_AVAILABLE = True
+        try:
+            import flydsl.compiler as flyc
+        except Exception:
+            FLYDSL_PS_REDUCE_AVAILABLE = False
+        '''),
+    "aiter/ops/flydsl/__init__.py": "from .utils import is_flydsl_available\nif is_flydsl_available():\n    import flydsl\n",
+    "aiter/ops/flydsl/utils.py": textwrap.dedent('''
+        import importlib.util
+
+        def is_flydsl_available():
+            return importlib.util.find_spec("flydsl") is not None
+        '''),
+    "aiter/tuned_gemm.py": textwrap.dedent('''
+        import functools
+        try:
+            from aiter.ops.flydsl.utils import is_flydsl_available
+        except ImportError:
+            def is_flydsl_available():
+                return False
+
+        @functools.lru_cache(maxsize=4096)
+        def get_GEMM_A16W16_config(M, N, K, bias, dtype, otype, scaleAB=False, bpreshuffle=False):
+            if is_flydsl_available():
+                return {"libtype": "flydsl", "kernelName": "flydsl_hgemm_splitk"}
+            return {"libtype": "hipblaslt", "kernelName": ""}
+        '''),
+}
+
+SUBJECT_FLYDSL = '''
+import os
+from pathlib import Path
+
+Path(os.environ["SUBJECT_FLYDSL_MARK"]).write_text("imported")
+'''
+
+
+@pytest.fixture
+def chain(tmp_path, monkeypatch):
+    """The installed stand-in aiter on sys.path; the checkout's `flydsl` (which records its import)
+    put on sys.path only when the test says, as benches/trial.py does after the control is loaded."""
+    site, checkout = tmp_path / "site", tmp_path / "checkout"
+    for rel, text in {**CHAIN, "aiter/ops/mha.py": textwrap.dedent(MHA)}.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    (checkout / "flydsl").mkdir(parents=True)
+    (checkout / "flydsl" / "__init__.py").write_text(SUBJECT_FLYDSL)
+    (checkout / "flydsl" / "compiler.py").write_text("")
+    mark = tmp_path / "flydsl-imported"
+    monkeypatch.setenv("SUBJECT_FLYDSL_MARK", str(mark))
+    monkeypatch.setenv("AITER_LOG_TUNED_CONFIG", "1")
+    monkeypatch.syspath_prepend(str(site))
+    yield checkout, mark, monkeypatch
+    for name in [m for m in sys.modules if m.split(".")[0] in ("aiter", "flydsl")]:
+        del sys.modules[name]
+
+
+def test_the_control_imports_aiter_without_the_subjects_flydsl_and_never_picks_it_later(chain):
+    from benches.backends.aiter import a16w16_choice
+
+    checkout, mark, monkeypatch = chain
+    control = AiterControl(need_gpu=False)  # the trial's order: the control before the checkout
+    assert not mark.exists() and not any(m.split(".")[0] == "flydsl" for m in sys.modules)
+    assert control.aiter.ops.attention.FLYDSL_PS_REDUCE_AVAILABLE is False
+    monkeypatch.syspath_prepend(str(checkout))
+    import flydsl  # the subject's, loaded under its own name and from the checkout
+
+    assert mark.exists() and flydsl.__file__.startswith(str(checkout))
+    # Asked now, with the subject's FlyDSL importable, aiter's lookup still keeps the control off it.
+    tuned = sys.modules["aiter.tuned_gemm"]
+    choice = a16w16_choice(tuned, 64, 7168, 2048, torch.bfloat16)
+    assert choice["libtype"] == "hipblaslt"
+
+
+def test_the_stand_in_chain_is_faithful_an_unguarded_import_reaches_the_subjects_flydsl(chain):
+    checkout, mark, monkeypatch = chain
+    monkeypatch.syspath_prepend(str(checkout))  # the order before: the checkout first, then aiter
+    import aiter  # noqa: F401
+
+    assert mark.exists()  # pa_decode_gluon's `import flydsl.compiler` ran the subject's code
+    tuned = importlib.import_module("aiter.tuned_gemm")
+    assert tuned.get_GEMM_A16W16_config(64, 7168, 2048, False, "bf16", "bf16")["libtype"] == "flydsl"
+
+
+def test_a_flydsl_loaded_before_the_control_is_refused_loudly(chain):
+    checkout, mark, monkeypatch = chain
+    monkeypatch.syspath_prepend(str(checkout))
+    import flydsl  # noqa: F401
+
+    with pytest.raises(RuntimeError, match="must be imported first"):
+        AiterControl(need_gpu=False)
+
+
+def test_the_trial_loads_the_control_before_the_checkout_is_on_sys_path(tmp_path, monkeypatch):
+    from benches import backends, trial
+
+    seen: list[list[str]] = []
+    real = backends.control
+
+    def recording(name, device):
+        seen.append(list(sys.path))
+        return real(name, device)
+
+    monkeypatch.setattr(backends, "control", recording)
+    (tmp_path / "sub_order.py").write_text("from benches.kernels.torch_ref import matmul as mm\n")
+    spec = {"sha": "abc", "suite": "gemm", "device": "cpu", "seed": 0, "control": "torch", "reps": 3, "warmup": 1,
+            "source_dirs": [str(tmp_path)], "subjects": {"gemm": {"entry": "sub_order:mm", "adapter": "callable"}},
+            "shapes": [{"suite": "gemm", "key": "gemm/t", "params": {"M": 32, "N": 32, "K": 32, "dtype": "fp32"}}]}
+    out = trial.run(spec, tmp_path / "out.json")
+    assert seen and str(tmp_path) not in seen[0]
+    assert out["results"][0]["status"] == "ok", out["results"][0]
+
+
+def fp8_inputs(row: dict) -> dict:
+    return flash_attention.make_inputs(shapes.normalize_attention({"dtype": "fp8", **row}), "cpu", 0)
+
+
+@pytest.mark.parametrize("row,fn", [
+    ({"B": 2, "H": 2, "S": 8, "D": 128}, aiter_calls.DENSE_FP8),
+    ({"B": 2, "H": 2, "varlen": [5, 9], "D": 128}, aiter_calls.VARLEN_FP8),
+])
+def test_fp8_attention_controls_take_aiters_per_tensor_path_with_the_subjects_descales(row, fn):
+    from benches.backends.flydsl import fa_kwargs
+
+    shape = fp8_inputs(row)
+    call = aiter_calls.attention(shape)
+    assert call is not None and call.fn == fn and not call.autograd
+    control_descales = [a for a in call.args if isinstance(a, torch.Tensor) and a.shape == (1,)]
+    subject = fa_kwargs(shape["q"], False, {})
+    assert len(control_descales) == 3
+    for got, name in zip(control_descales, ("q_descale", "k_descale", "v_descale")):
+        assert got.dtype == subject[name].dtype == torch.float32 and torch.equal(got, subject[name])
+    assert call.args[0].dtype == torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("row,key,words", [
+    ({"S": 64, "D": 64}, "D", "fp8 dense attention (flash_attn_fp8_pertensor_func) has kernels for head sizes 128, 256 only, got 64"),
+    ({"S": 64, "D": 96}, "D", "head sizes 128, 256 only, got 96"),
+    ({"varlen": [5, 9], "D": 64}, "D", "fp8 varlen attention (flash_attn_varlen_fp8_pertensor_func) has kernels for head sizes 128 only"),
+    ({"varlen": [5, 9], "D": 256}, "D", "head sizes 128 only, got 256"),
+])
+def test_fp8_head_sizes_without_aiter_kernels_are_refused(row, key, words):
+    params = shapes.normalize_attention({"B": 2, "H": 2, "dtype": "fp8", **row})
+    got = control_limits.refusal("aiter", "fa", params)
+    assert got == (key, got[1]) and words in got[1]
+    with pytest.raises(BackendUnavailable, match=words.split("(")[0].strip()):
+        aiter_calls.attention(fp8_inputs(row | {"B": 2, "H": 2}))
+    assert control_limits.refusal("aiter", "fa", shapes.normalize_attention(
+        {"B": 2, "H": 2, "dtype": "fp8", "S": 64, "D": 128})) is None
+
+
+@pytest.mark.parametrize("suite,row,key,words", [
+    ("fa", 'B = 2\nH = 4\nvarlen = [5, 9]\nD = 128', "varlen", "passes dense attention only"),
+    ("fa", 'B = 2\nH = 4\nSq = 1\nSk = 64\nD = 128\npage_size = 16', "page_size", "passes dense attention only"),
+    ("fa", 'B = 2\nH = 4\nS = 64\nD = 64\ndtype = "fp8"', "D", "built for head size 128 only"),
+    ("gemm", 'M = 64\nN = 128\nK = 256\nbatch = 2\ntile = [64, 64, 64]', "batch", "plain 2-D GEMM only"),
+    ("gemm", 'M = 64\nN = 128\nK = 256\ndtype = "fp8_e4m3"\nscaling = "row"\ntile = [64, 64, 64]', "scaling",
+     "plain 2-D GEMM only"),
+])
+def test_check_config_refuses_what_the_flydsl_adapter_refuses(tmp_path, suite, row, key, words):
+    """The same rule in `bisector check-config` and in the adapter at every trial."""
+    from benches.backends import flydsl
+    from benches.suites import SUITES
+    from bisector.commands.check_config_cmd import command
+
+    cfg = tmp_path / "flydsl.toml"
+    cfg.write_text(f'''
+[upstream]
+repo = "https://example.invalid/FlyDSL.git"
+[device]
+kind = "rocm"
+[control]
+backend = "none"
+[subject.{suite}]
+adapter = "flydsl"
+entry = "kernels.x:y"
+[[suites.{suite}.shapes]]
+name = "x"
+{row}
+''')
+    res = CliRunner().invoke(command, [str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert f"suites.{suite}.shapes[0].{key}: subject adapter flydsl: " in res.output and words in res.output
+    params = {k.strip(): eval(v.strip().replace("true", "True")) for k, v in (ln.split("=") for ln in row.splitlines())}
+    normal = shapes.normalize_attention(params) if suite == "fa" else shapes.normalize_gemm(params)
+    assert words in flydsl.unsupported(suite, SUITES[suite].make_inputs(normal, "cpu", 0))

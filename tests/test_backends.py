@@ -112,14 +112,14 @@ def test_flydsl_gemm_plumbing():
                                    "in_dtype": "fp8", "out_dtype": "bf16", "waves_per_eu": 2}
     assert plan.weight.shape == (128, 256) and plan.out_dtype == torch.bfloat16
     c = torch.empty(64, 128, dtype=torch.bfloat16)
-    args = launch_args(plan, plan.weight, c, stream="S")
+    args = launch_args(plan, plan.weight, c)
     assert args[1].dtype == torch.int8 and args[1].numel() == 64 * 256 and args[2].dtype == torch.int8
     assert args[3].shape == (64,) and args[4].shape == (128,) and args[5].numel() == 0
-    assert args[6:] == (64, 128, "S")
+    assert args[6:] == (64, 128)
     bf = plan_gemm(torch.randn(64, 256, dtype=torch.bfloat16), torch.randn(256, 64, dtype=torch.bfloat16),
                    None, {"tile": [64, 64, 64]})
     assert bf.compile_kwargs["in_dtype"] == "bf16"
-    assert launch_args(bf, bf.weight, torch.empty(64, 64, dtype=torch.bfloat16), None)[3].numel() == 0
+    assert launch_args(bf, bf.weight, torch.empty(64, 64, dtype=torch.bfloat16))[3].numel() == 0
     with pytest.raises(ValueError, match="needs a tile"):
         plan_gemm(a, b, None, {})
     with pytest.raises(ValueError, match="must divide K"):
@@ -288,3 +288,15 @@ def test_pci_address_from_device_properties():
     assert telemetry.bdf(props) == "0000:0c:00.0"
     assert telemetry.bdf(SimpleNamespace(pci_bus_id=3)) is None
     assert telemetry.hip_device_bdf() is None  # CPU torch: no HIP device
+
+
+def test_the_flydsl_gemm_launches_on_the_stream_current_at_each_call(monkeypatch):
+    from benches.backends.flydsl import on_current_stream
+
+    streams = iter(["graph-capture-stream", "default-stream"])
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: next(streams))
+    seen = []
+    call = on_current_stream(lambda *args: seen.append(args[-1]), ("c", "a", "b"))
+    call()
+    call()
+    assert seen == ["graph-capture-stream", "default-stream"]

@@ -104,6 +104,14 @@ def test_a_graph_heater_is_sized_from_the_warm_up_calls() -> None:
     assert kernel_time.heat_calls(150.0, [float("nan"), 0.0]) == 0
 
 
+def test_a_call_that_reads_no_more_than_an_empty_event_pair_is_idle() -> None:
+    empty = 0.002  # ms
+    times = [[0.0150, 0.0160, 0.0155], [0.0021, 0.0030, 0.0025], [0.0035, 0.0036, 0.0034]]
+    assert kernel_time.idle_calls(times, empty) == [1, 2]
+    assert kernel_time.idle_calls(times, empty, factor=1.0) == []
+    assert kernel_time.idle_calls([[0.0050, 0.0052]], empty) == []
+
+
 # -- on a CUDA GPU -------------------------------------------------------------------------------
 
 def _gemm() -> tuple[torch.Tensor, torch.Tensor]:
@@ -394,3 +402,29 @@ def test_a_setup_that_staged_past_the_reserve_gives_its_shapes_back(tmp_path) ->
     assert ("inputs", "gemm/big") in names and ("unstaged", "gemm/big") in names and ("unmap", None) in names
     (r,) = out["results"]
     assert r["status"] == "ok" and "precompile" not in r, r
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_launcher_bound_to_another_stream_is_an_error_not_a_measurement(flush) -> None:
+    """A call whose kernel goes to a stream fixed when it was prepared (FlyDSL's launcher took the
+    stream of that moment) runs outside the timing graph's side stream: its events hold no work."""
+    from benches.backends.flydsl import on_current_stream
+
+    a, b = _gemm()
+    bound = torch.cuda.Stream()
+    out = torch.empty(64, 7168, device="cuda", dtype=torch.bfloat16)
+
+    def launch(x, y, o, stream):
+        with torch.cuda.stream(stream):
+            torch.matmul(x, y, out=o)
+
+    stale = lambda: launch(a, b, out, bound)  # noqa: E731 - the stream fixed in advance
+    with pytest.raises(kernel_time.NoDeviceWork, match="outside the timed stream"):
+        kernel_time.gpu_kernel_times([lambda: a @ b, stale], 5, flush)
+    current = on_current_stream(launch, (a, b, out))  # the stream current at each call
+    got = kernel_time.gpu_kernel_times([lambda: a @ b, current], 5, flush)
+    assert got.method == kernel_time.GRAPH
+    assert kernel_time.idle_calls(got.times, kernel_time.empty_pair_ms(torch.cuda.Stream())) == []
+    print(f"empty event pair {kernel_time.empty_pair_ms(torch.cuda.Stream()) * 1e3:.2f} us; "
+          f"GEMM {sorted(got.times[1])[2] * 1e3:.1f} us")

@@ -18,11 +18,19 @@ Conventions read there:
 Control purity: aiter's tuned bf16/fp16 GEMM (`gemm_a16w16`, picked by the lru-cached
 `get_GEMM_A16W16_config`) and `gemm_a8w8_bpreshuffle` can dispatch to FlyDSL kernels, and inside a
 trial FlyDSL is the commit under test: a control that ran it would move with the subject and hide
-its steps. So the control sets AITER_LOG_TUNED_CONFIG=1 (read when aiter is imported) before
-importing aiter, asks aiter's own lookup which implementation a GEMM gets, keeps aiter's log lines
-while each control kernel runs the first time, prints the chosen implementation to the trial log,
-and refuses (BackendUnavailable) a control that picked FlyDSL. `gemm_a8w8` (CK) and the dense
-`flash_attn_func` have no FlyDSL path in the code read; their first call is checked all the same.
+its steps. So the control is imported before the checkout is on sys.path, with `flydsl`
+unimportable, and every `is_flydsl_available` of aiter's is pinned to False afterwards
+(benches/backends/aiter_isolation.py): its lookups skip FlyDSL kernels whatever the subject's
+commit holds. As a second line, the control sets AITER_LOG_TUNED_CONFIG=1 (read when aiter is
+imported), asks aiter's own lookup which implementation a GEMM gets, keeps aiter's log lines while
+each control kernel runs the first time, prints the chosen implementation to the trial log, and
+refuses (BackendUnavailable) a control that picked FlyDSL all the same.
+
+fp8 attention: the control calls aiter's per-tensor fp8 entry points, `flash_attn_fp8_pertensor_func`
+(dense) and `flash_attn_varlen_fp8_pertensor_func` (varlen), the path aiter's own
+op_tests/test_mha_fp8.py and test_mha_varlen_fp8.py measure, with the same unit descales the subject
+gets (benches/suites/fp8.py `unit_descales`). `flash_attn_func` would pass no descales (mha.py
+hard-codes them to None) and reach CK's no-scale fp8 kernel instead.
 
 The varlen control never imports FlyDSL (benches/backends/aiter_calls.py): `flash_attn_varlen_func`
 imports the top-level `flydsl` on every call, and a process holds one module of that name. Pinning
@@ -43,7 +51,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from benches.backends import aiter_calls
+from benches.backends import aiter_calls, aiter_isolation
 from benches.backends.base import (BackendUnavailable, Prepared, from_layout, load_entry, prepared,
                                    require_gpu, require_module, to_layout)
 from benches.backends.callmap import mapped
@@ -154,7 +162,10 @@ class _Aiter:
         if need_gpu:  # False only where a stand-in aiter is tested on the CPU
             require_gpu(self.name, "rocm")
         os.environ.setdefault(LOG_ENV, "1")  # before aiter is imported: it reads the flag then
-        self.aiter = require_module("aiter", self.name)
+        self.aiter = self._import()
+
+    def _import(self) -> Any:
+        return require_module("aiter", self.name)
 
     def fp8(self) -> torch.dtype | None:
         return getattr(getattr(self.aiter, "dtypes", None), "fp8", None)
@@ -183,7 +194,17 @@ class _Aiter:
 
 
 class AiterControl(_Aiter):
-    """aiter.flash_attn_func and tuned GEMM / fp8 GEMM in the trial process."""
+    """aiter.flash_attn_func and tuned GEMM / fp8 GEMM in the trial process, imported without the
+    subject's FlyDSL and pinned off it (benches/backends/aiter_isolation.py)."""
+
+    def _import(self) -> Any:
+        try:
+            package, pinned = aiter_isolation.import_control("aiter")
+        except ImportError as exc:
+            raise BackendUnavailable(self.name, f"cannot import 'aiter': {exc}") from None
+        print(f"aiter control: imported without FlyDSL; FlyDSL off in {', '.join(pinned) or 'no module'}",
+              file=sys.stderr, flush=True)
+        return package
 
     def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
         if suite == "fa":

@@ -11,6 +11,13 @@ Read at ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:
   and CK is built (ENABLE_CK), `FlashAttnVarlenFunc.apply(...)`, the same positional arguments
   `flash_attn_varlen_func` passes, bound by name to `FlashAttnVarlenFunc.forward`'s signature
   (`varlen_args`), so a reordered or extended signature is followed or refused, never misread.
+- fp8 dense and varlen attention: `flash_attn_fp8_pertensor_func(q, k, v, q_descale, k_descale,
+  v_descale, causal=False, window_size=..., softmax_scale=None, sink_ptr=None)` and
+  `flash_attn_varlen_fp8_pertensor_func(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q,
+  cu_seqlens_k, max_seqlen_q, max_seqlen_k, ..., causal=False, ..., softmax_scale=None, ...)`, the
+  calls of op_tests/test_mha_fp8.py and test_mha_varlen_fp8.py; neither imports FlyDSL. The plain
+  entry points hard-code the descales to None (`FlashAttnFunc.forward`, `FlashAttnVarlenFunc.forward`)
+  and would time CK's no-scale fp8 kernel, not the per-tensor one the subject is given descales for.
 - `mha_batch_prefill_func(q, k, v, cu_seqlens_q, kv_indptr, kv_page_indices, max_seqlen_q,
   max_seqlen_k, ..., softmax_scale=None, ..., causal=False, ..., kv_last_page_lens=None, ...,
   q_descale=None, k_descale=None, v_descale=None, kv_block_descale=None, ...)` with the "linear"
@@ -36,11 +43,14 @@ from typing import Any, Callable, Mapping
 import torch
 
 from benches import control_limits
-from benches.backends.base import BackendUnavailable
+from benches.backends.base import BackendUnavailable, from_layout, to_layout
 from benches.backends.gemm_control import expand_scales
 from benches.suites import attn_layout as lay
+from benches.suites import fp8
 
 
+DENSE_FP8 = "flash_attn_fp8_pertensor_func"  # aiter/ops/mha.py: q, k, v, q/k/v_descale, causal=, softmax_scale=
+VARLEN_FP8 = "flash_attn_varlen_fp8_pertensor_func"  # q, k, v, descales, cu_seqlens_q/k, max_seqlen_q/k, ...
 VARLEN_CK = "ops.mha.FlashAttnVarlenFunc"  # under `aiter`: what flash_attn_varlen_func ends in on CK
 KV_INDEX_PAD = 256  # zeros past the last page index: batch prefill may read that far ahead
 
@@ -90,8 +100,9 @@ def attention(inputs: Mapping[str, Any]) -> Call | None:
     refused = control_limits.aiter_attention_refusal(g)
     if refused:
         raise BackendUnavailable("aiter", refused[1])
+    is_fp8 = g.dtype == "fp8"
     if g.dense_q and g.dense_k and not g.page_size:
-        return None
+        return dense_fp8(inputs) if is_fp8 else None
     q = lay.as_thd(inputs["q"], g.dense_q).contiguous()
     scale, causal = inputs["sm_scale"], inputs["causal"]
 
@@ -101,6 +112,12 @@ def attention(inputs: Mapping[str, Any]) -> Call | None:
     if g.page_size:
         return paged(inputs, q, output)
     k, v = (lay.as_thd(inputs[n], g.dense_k).contiguous() for n in ("k", "v"))
+    if is_fp8:
+        descales = fp8.unit_descales(q.device)
+        args = (q, k, v, *(descales[n] for n in fp8.ATTENTION_DESCALES), inputs["cu_seqlens_q"],
+                inputs["cu_seqlens_k"], inputs["max_seqlen_q"], inputs["max_seqlen_k"])
+        return Call(VARLEN_FP8, args, {"causal": causal, "softmax_scale": scale}, output,
+                    f"{VARLEN_FP8} (per-tensor descales)")
     # What flash_attn_varlen_func passes FlashAttnVarlenFunc.apply, by name (its defaults for the rest).
     named = {"q": q, "k": k, "v": v, "cu_seqlens_q": inputs["cu_seqlens_q"], "cu_seqlens_k": inputs["cu_seqlens_k"],
              "max_seqlen_q": inputs["max_seqlen_q"], "max_seqlen_k": inputs["max_seqlen_k"], "min_seqlen_q": 0,
@@ -111,6 +128,16 @@ def attention(inputs: Mapping[str, Any]) -> Call | None:
              "is_v3_atomic_fp32": True, "how_v3_bf16_cvt": 1, "sink_ptr": None}
     return Call(VARLEN_CK, (), named, output, "FlashAttnVarlenFunc (CK, flash_attn_varlen_func without FlyDSL)",
                 autograd=True)
+
+
+def dense_fp8(inputs: Mapping[str, Any]) -> Call:
+    """fp8 dense attention as aiter's op_tests/test_mha_fp8.py calls it: q, k, v as [B, S, H, D],
+    per-tensor descales positional after them."""
+    q, k, v = (to_layout(inputs[n], "bshd") for n in ("q", "k", "v"))
+    descales = fp8.unit_descales(q.device)
+    args = (q, k, v, *(descales[n] for n in fp8.ATTENTION_DESCALES))
+    return Call(DENSE_FP8, args, {"causal": inputs["causal"], "softmax_scale": inputs["sm_scale"]},
+                lambda o: from_layout(_first(o), "bshd"), f"{DENSE_FP8} (per-tensor descales)")
 
 
 def paged(inputs: Mapping[str, Any], q: torch.Tensor, output: Callable[[Any], torch.Tensor]) -> Call:
@@ -124,8 +151,7 @@ def paged(inputs: Mapping[str, Any], q: torch.Tensor, output: Callable[[Any], to
     kwargs: dict[str, Any] = {"softmax_scale": inputs["sm_scale"], "causal": inputs["causal"],
                               "kv_last_page_lens": inputs["kv_last_page_len"]}
     if q.dtype == torch.float8_e4m3fn:
-        kwargs.update({n: torch.ones(1, dtype=torch.float32, device=q.device)
-                       for n in ("q_descale", "k_descale", "v_descale")})
+        kwargs.update(fp8.unit_descales(q.device))
     args = (q, k_cache, v_cache, inputs["cu_seqlens_q"], inputs["kv_indptr"], indices, inputs["max_seqlen_q"],
             inputs["max_seqlen_k"])
     return Call("mha_batch_prefill_func", args, kwargs, output, f"mha_batch_prefill_func page={g.page_size}")

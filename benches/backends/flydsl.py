@@ -29,7 +29,9 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from benches import control_limits
 from benches import options as adapter_options
+from benches.suites import fp8
 from benches.backends.base import (BackendUnavailable, Prepared, from_layout, load_entry, prepared,
                                    require_gpu, require_module, to_layout)
 
@@ -72,8 +74,9 @@ def plan_gemm(a: torch.Tensor, b: torch.Tensor, tile: tuple[int, int, int] | Non
     return GemmPlan(compile_kwargs=kwargs, weight=b.t().contiguous(), a=a.contiguous(), out_dtype=out, m=m, n=n)
 
 
-def launch_args(plan: GemmPlan, b_shuffled: torch.Tensor, c: torch.Tensor, stream: Any) -> tuple[Any, ...]:
-    """The launcher's positional arguments, flat, 8-bit data viewed as int8 (as FlyDSL's test)."""
+def launch_args(plan: GemmPlan, b_shuffled: torch.Tensor, c: torch.Tensor) -> tuple[Any, ...]:
+    """The launcher's positional arguments but the stream, flat, 8-bit data viewed as int8 (as
+    FlyDSL's test); `on_current_stream` appends the stream at each call."""
 
     def flat(t: torch.Tensor) -> torch.Tensor:
         t = t.contiguous().view(-1)
@@ -86,7 +89,14 @@ def launch_args(plan: GemmPlan, b_shuffled: torch.Tensor, c: torch.Tensor, strea
     else:
         sa = sb = torch.empty(0, device=dev, dtype=torch.float32)
     bias = torch.empty(0, device=dev, dtype=plan.out_dtype)
-    return (flat(c), flat(plan.a), flat(b_shuffled), sa, sb, bias, plan.m, plan.n, stream)
+    return (flat(c), flat(plan.a), flat(b_shuffled), sa, sb, bias, plan.m, plan.n)
+
+
+def on_current_stream(launch: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
+    """A call of the launcher on the stream current at each call, as FlyDSL's tests and aiter launch
+    it: the kernel-time graph is captured on a side stream, and a launcher bound to the stream of
+    the moment it was prepared would run outside the graph (read near zero, or break the capture)."""
+    return lambda: launch(*args, torch.cuda.current_stream())
 
 
 def fa_kwargs(q: torch.Tensor, causal: bool, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,8 +108,7 @@ def fa_kwargs(q: torch.Tensor, causal: bool, options: Mapping[str, Any]) -> dict
                          f"(known: {', '.join(sorted(adapter_options.FLYDSL_FA))})")
     kwargs: dict[str, Any] = {"causal": causal, **options}
     if q.dtype == torch.float8_e4m3fn:
-        for name in ("q_descale", "k_descale", "v_descale"):
-            kwargs[name] = torch.ones(1, device=q.device, dtype=torch.float32)
+        kwargs.update(fp8.unit_descales(q.device))
     return kwargs
 
 
@@ -118,15 +127,18 @@ def _shuffler() -> Callable[..., torch.Tensor]:
 
 
 def unsupported(suite: str, inputs: Mapping[str, Any]) -> str | None:
-    """Shapes this adapter does not pass on: its two entry points take dense attention and a plain
-    (or unit-scaled fp8) 2-D GEMM."""
+    """Shapes this adapter does not pass on, by the rules `bisector check-config` applies to the
+    config (benches/control_limits.py): dense attention (fp8 at D = 128) and a plain 2-D GEMM."""
     if suite == "fa":
-        g = inputs["geometry"]
-        if g.page_size or not (g.dense_q and g.dense_k):
-            return "the flydsl adapter passes dense attention only (no varlen, no paged KV)"
-    if suite == "gemm" and (inputs.get("scaling") or inputs["a"].dim() != 2 or inputs.get("group_sizes") is not None):
-        return "the flydsl adapter passes a plain 2-D GEMM only (no scales, batches or groups)"
-    return None
+        refused = control_limits.flydsl_attention_refusal(inputs["geometry"])
+    elif suite == "gemm":
+        a, b = inputs["a"], inputs["b"]
+        refused = control_limits.flydsl_gemm_refusal(
+            inputs.get("scaling"), a.dim() != 2, inputs.get("group_sizes") is not None,
+            _IN_DTYPES.get(a.dtype, str(a.dtype)), _IN_DTYPES.get(b.dtype, str(b.dtype)))
+    else:
+        return None
+    return refused[1] if refused else None
 
 
 class FlyDSLSubject:
@@ -152,6 +164,6 @@ class FlyDSLSubject:
             plan = plan_gemm(inputs["a"], inputs["b"], inputs.get("tile"), self.options)
             launch = compile_gemm(**plan.compile_kwargs)
             c = torch.empty((plan.m, plan.n), device=plan.a.device, dtype=plan.out_dtype)
-            args = launch_args(plan, _shuffler()(plan.weight, layout=(16, 16)), c, torch.cuda.current_stream())
-            return prepared(lambda: launch(*args), lambda _: c)
+            args = launch_args(plan, _shuffler()(plan.weight, layout=(16, 16)), c)
+            return prepared(on_current_stream(launch, args), lambda _: c)
         raise ValueError(f"unknown suite {suite!r}")

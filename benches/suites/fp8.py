@@ -62,3 +62,12 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, scaling: str, operand: str)
 def transpose_scale(scale: torch.Tensor, scaling: str) -> torch.Tensor:
     """B's scale for B held as [N, K] (`b_scale_nk`): row [1, N] -> [N, 1], block -> [N/128, K/128]."""
     return scale if scaling == "tensor" else scale.transpose(-2, -1).contiguous()
+
+
+ATTENTION_DESCALES = ("q_descale", "k_descale", "v_descale")
+
+
+def unit_descales(device: torch.device | str) -> dict[str, torch.Tensor]:
+    """Per-tensor q/k/v descales for fp8 attention: shape-[1] fp32 ones, since the suite's fp8
+    attention inputs are already the values. Subject and control take these same descales."""
+    return {name: torch.ones(1, device=device, dtype=torch.float32) for name in ATTENTION_DESCALES}

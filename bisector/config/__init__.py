@@ -304,7 +304,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
     subjects = config_suites.parse_subjects(top, names)
     modules = config_suites.parse_suite_modules(top, names, subjects)
     shapes = config_suites.parse_shapes(top, names, subjects, modules)
-    _check_control(path, control, shapes)
+    _check_limits(path, control, subjects, shapes)
     return Config(
         name=top.get("name", str, path.stem),
         description=top.get("description", str, ""),
@@ -340,15 +340,19 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
     )
 
 
-def _check_control(path: Path, control: str, shapes: Sequence[Shape]) -> None:
-    """A shape the control cannot run is the config's error, not a trial's (benches/control_limits.py)."""
+def _check_limits(path: Path, control: str, subjects: Mapping[str, Any], shapes: Sequence[Shape]) -> None:
+    """A shape the control cannot run, or the subject's adapter would refuse at every trial, is the
+    config's error, not a trial's (benches/control_limits.py, the same rules the trial applies)."""
     seen: dict[str, int] = {}
     for shape in shapes:
         index = seen[shape.suite] = seen.get(shape.suite, -1) + 1
-        refused = control_limits.refusal(control, shape.suite, shape.as_dict())
-        if refused:
-            key, why = refused
-            raise ConfigError(path, f"suites.{shape.suite}.shapes[{index}].{key}", f"control {control}: {why}")
+        params = shape.as_dict()
+        adapter = subjects[shape.suite].adapter if shape.suite in subjects else ""
+        for who, refused in ((f"control {control}", control_limits.refusal(control, shape.suite, params)),
+                             (f"subject adapter {adapter}", control_limits.subject_refusal(adapter, shape.suite, params))):
+            if refused:
+                key, why = refused
+                raise ConfigError(path, f"suites.{shape.suite}.shapes[{index}].{key}", f"{who}: {why}")
 
 
 def _executor(sec: _Section) -> Executor:
