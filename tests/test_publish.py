@@ -233,7 +233,7 @@ def test_commit_status_summarizes_the_verdict(fake: FakeGitHub) -> None:
     out = publish(make_plan(head=head), cfg(fake), ENV, policy=FAST)
     (status,) = fake.repos[REPO].statuses
     assert (status["sha"], status["state"], status["context"]) == (head, "failure", "bisector")
-    assert status["description"] == "regression at #950" == out.status.description
+    assert status["description"] == "1 regression (#950)" == out.status.description
     assert status["target_url"] == "https://example.org/r/2026-08-18.md"
 
 
@@ -265,7 +265,7 @@ def test_dry_run_writes_payloads_and_makes_no_call(fake: FakeGitHub, patch: str,
     assert comment["body"]["body"] == messages.culprit_body(make_plan(patch=patch, head=head),
                                                             make_plan(patch=patch, head=head).culprits[0])
     status = json.loads((tmp_path / f"dry/04-status-{head[:12]}.json").read_text())
-    assert status["body"] == {"state": "failure", "description": "regression at #950", "context": "bisector",
+    assert status["body"] == {"state": "failure", "description": "1 regression (#950)", "context": "bisector",
                               "target_url": "https://example.org/r/2026-08-18.md"}
     draft = json.loads((tmp_path / "dry/01-draft-pr-950.json").read_text())
     assert draft["body"]["draft"] is True and draft["patch"] == patch

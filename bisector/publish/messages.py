@@ -121,10 +121,10 @@ def changed_lines(diff: str, limit: int = _CHANGED_LINES) -> str:
 
 def _todo(plan: PublishPlan, c: CulpritPost) -> list[str]:
     """What to do about this PR: its revert and what it buys, a combined revert, or a fix by hand."""
-    if c.kind == "improvement":
-        return ["**What to do**: nothing; thank you for the speed-up.", ""]
     if plan.untrusted:
         return [f"**What to do**: nothing yet. {CONFIRM} No patch is proposed on a result measured this way.", ""]
+    if c.kind == "improvement":
+        return ["**What to do**: nothing; thank you for the speed-up.", ""]
     todo = c.todo.strip() or (f"Revert it: {c.restore.strip()}." if c.patch is not None and c.restore.strip()
                               else "")
     return [f"**What to do**: {todo}", ""] if todo else []
@@ -201,6 +201,8 @@ def culprit_body(plan: PublishPlan, culprit: CulpritPost, draft_url: str | None 
     """The comment on a culprit PR: its own step and what to do about it first; the evidence, the other
     PRs' steps and the run's missing data after it, folded or counted."""
     title = _TITLES.get((culprit.kind, culprit.verified), _TITLES[("regression", True)])
+    if plan.untrusted:
+        title = f"a {'speed-up' if culprit.kind == 'improvement' else 'performance regression'} measured at this PR"
     lines = [marker(plan.run_id, culprit.pr), f"### bisector: {title}", "", *_untrusted(plan)]
     lines += _own_step(plan, culprit, draft_url)
     lines += _nearby(plan, culprit)
@@ -285,15 +287,16 @@ def status_state(plan: PublishPlan) -> str:
     a maintainer's `/perf` on the merged commit decides)."""
     if plan.untrusted:
         return "pending"
-    if plan.verdict is RunVerdict.REGRESSION and tally(plan)[0] > 0:
+    if plan.verdict is RunVerdict.REGRESSION:  # a plan's REGRESSION is a verified one (outcome_plan.verdict)
         return "failure"
-    if not plan.complete or plan.verdict is RunVerdict.REGRESSION:
+    if not plan.complete:
         return "error"
     return "success"
 
 
 def status_description(plan: PublishPlan) -> str:
-    found = counted(plan)
+    found = counted(plan) or (plan.verdict.value if plan.verdict in (RunVerdict.REGRESSION, RunVerdict.IMPROVEMENT)
+                              else "")
     missing = f"{_plural(len(plan.missing), 'item')} of data missing" if plan.missing else ""
     if found:
         text = found + (f"; {missing}" if missing else "")
