@@ -256,9 +256,10 @@ def _bisect(event: CommentEvent, command: commands.BisectCommand, job: Job, pinn
     config = pipeline.select_shapes(job.config, command.selection.only())
     good, bad = _pinned_range(event, command, config, pinned)
     out = Path(job.report_dir or Path(config.report_dir) / "pr" / str(event.number) / run_id(event))
-    # A fork's code, or a commit outside the upstream's history, timed itself: labelled, no status, no patch.
-    untrusted = fork_policy.runs_fork_code(command, head_repo == event.repo,
-                                           lambda: gitrepo.open_repo(config.upstream.repo))
+    # A PR's head (not merged), a fork's code or a commit outside the upstream's history timed itself:
+    # labelled, no status, no patch.
+    untrusted = any(fork_policy.PULL_REF.fullmatch(r) for r in (command.good, command.bad)) or \
+        fork_policy.runs_fork_code(command, head_repo == event.repo, lambda: gitrepo.open_repo(config.upstream.repo))
     options = pipeline.RunOptions(good=good, bad=bad, store=job.store, work_dir=job.work_dir,
                                   report_dir=str(out), command=f"bisector run --config {config.path} "
                                   f"--good {good} --bad {bad}",
