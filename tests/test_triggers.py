@@ -357,6 +357,9 @@ def test_perf_on_a_fork_pr_whose_head_is_slower(world: dict, monkeypatch: pytest
     [answer] = [c for c in world["fake"].issue_comments("org/lib", 7) if f"pr7-c{cid}" in c["body"]]
     body = answer["body"]
     assert "the PR head is **slower**" in body and "queued" not in body  # replaced in place
+    lines = body.splitlines()
+    assert lines[3] == f"> **{UNTRUSTED}** {CONFIRM}"  # the fork's head timed itself: its numbers, labelled
+    assert lines[5].startswith("gemm/m256 slower -")  # the answer before how it was measured
     assert f"PR head `{world['head'][:12]}` against its merge base `{world['base'][:12]}`" in body
     row = next(line for line in body.splitlines() if line.startswith("| gemm/m256 |"))
     assert "**slower**" in row and "%" in row
