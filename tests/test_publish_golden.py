@@ -110,10 +110,13 @@ def test_the_improvement_is_thanked_and_never_called_a_regression(demo_plan: Pub
 def test_a_revert_that_applies_only_with_another_is_offered_combined(demo_plan: PublishPlan) -> None:
     [c] = [c for c in demo_plan.culprits if c.pr == 122]
     assert c.patch is None and c.combined_patch  # its own revert conflicts on the tip
-    assert "together with the revert of #155" in c.todo and "a fix by hand restores about" in c.todo
-    # the combined revert is a real patch on the tip: both reverts, as the interactions stage built it
+    assert "Together with the revert of #155" in c.todo and "a fix by hand restores about" in c.todo
+    # the combined revert is a real patch on the tip, both reverts as the interactions stage built them:
+    # #155's window argument gone, #122's fastmath default back to the caller's True
     assert c.combined_patch.startswith("diff --git a/demolib/cpu_fa.py")
-    assert "-    return _run(q, k, v, sm_scale)" not in c.combined_patch or "fastmath=True" in c.combined_patch
+    assert "-               sm_scale: float | None = None, window: int | None = None) -> torch.Tensor:" in \
+        c.combined_patch
+    assert "+    return _run(q, k, v, sm_scale, fastmath=True)" in c.combined_patch
 
 
 def test_missing_data_only_where_it_could_move_this_step(demo_plan: PublishPlan) -> None:

@@ -20,7 +20,6 @@ from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.interactions import combined_patch
 from bisector.report.data import ReportData
 from bisector.report.action_summary import summary_lines
-from bisector.report.figures import p_value
 from bisector.report.markdown import step_summary
 
 if TYPE_CHECKING:
@@ -41,13 +40,14 @@ missing_lines = pr_advice.missing_lines
 
 
 def _step_table(step: Step, data: ReportData | None = None) -> str:
-    """The step per shape: change, interval, p and what it was decided on (a latency step says so)."""
+    """The step per shape: change, interval and what it was decided on (a latency step says so); its p
+    is in the report."""
     words = pr_advice.decided_on(step, data) if data is not None else {}
-    rows = ["| shape | change | 95% CI | p | decided on |", "|---|---:|---|---:|---|"]
+    rows = ["| shape | change | 95% CI | decided on |", "|---|---:|---|---|"]
     for shape in step.shapes:
         lo, hi = step.ci95[shape]
         rows.append(f"| {shape} | {step.change_pct[shape]:+.1f}% | [{lo:+.1f}, {hi:+.1f}]% | "
-                    f"{p_value(step.p_value[shape])} | {words.get(shape, 'ratio')} |")
+                    f"{words.get(shape, 'ratio')} |")
     return "\n".join(rows)
 
 

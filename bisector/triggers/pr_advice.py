@@ -75,13 +75,13 @@ def _gain(res: ComboResult, shape: str) -> str:
 def _combined_text(step: Step, comb: Combined, data: ReportData) -> str:
     others = " and ".join(_pr_ref(c, data) for c in comb.combo if c != step.commit)
     shapes = [k for k in comb.result.gain_pct]
-    text = (f"together with the revert of {others} it applies (the combined patch is attached) and gains, on "
-            "the tip, " + ", ".join(_gain(comb.result, k) for k in shapes))
+    text = (f"Together with the revert of {others} it applies (combined patch below): "
+            + ", ".join(_gain(comb.result, k) for k in shapes) + f" on the tip `{data.bad.short}`")
     if comb.others_alone is not None and comb.others_alone.gain_pct:
         mine = [f"{_shape(k)} about {100.0 * ((1 + comb.result.gain_pct[k] / 100) / (1 + o / 100) - 1):+.0f}%"
                 for k, o in comb.others_alone.gain_pct.items() if k in comb.result.gain_pct and o > -100]
-        alone = ", ".join(f"{_shape(k)} {v:+.1f}%" for k, v in comb.others_alone.gain_pct.items())
-        text += f"; the revert of {others} alone gains {alone}, so this PR's part is " + ", ".join(mine)
+        alone = ", ".join(f"{v:+.1f}%" for v in comb.others_alone.gain_pct.values())
+        text += f", against {alone} for that revert alone: this PR's part is " + ", ".join(mine)
     return text
 
 
@@ -101,12 +101,13 @@ def _overlap_text(step: Step, data: ReportData) -> str:
             other = p.b if mine_a else p.a
             alone, with_other = (p.alone_pct, p.with_other_pct) if mine_a else (p.other_alone_pct, p.other_with_pct)
             both = next((c for c in inter.combos if set(c.reverted) == {p.a, p.b} and not c.error), None)
-            meaning = ("the two losses overlap (part of them is one loss)" if p.verdict == "overlap"
-                       else "one step hides part of the other")
-            text = (f"{_pr_ref(other, data)} also slows {_shape(p.shape)}: with its revert applied too, this revert "
-                    f"adds {with_other:+.1f}% instead of {alone:+.1f}%, as {meaning}")
+            ref = _pr_ref(other, data)
+            text = (f"This loss overlaps that of {ref} on {_shape(p.shape)} (part of the two is one loss)"
+                    if p.verdict == "overlap" else
+                    f"This loss and that of {ref} hide each other in part on {_shape(p.shape)}")
+            text += f": with that one reverted too, this revert adds {with_other:+.1f}%, not {alone:+.1f}%"
             if both is not None and p.shape in both.gain_pct:
-                text += f"; both reverts together: {both.gain_pct[p.shape]:+.1f}%"
+                text += f"; both reverts together {both.gain_pct[p.shape]:+.1f}%"
             out.append(text)
     return ". ".join(out)
 
@@ -134,7 +135,7 @@ def todo(step: Step, data: ReportData) -> str:
         comb = combined_for(step, fix, data.interactions)
         head = f"Its revert does not apply on the tip {tip} alone ({conflict})"
         if comb is not None:
-            return f"{head}; {_combined_text(step, comb, data)}. Otherwise, {by_hand(step)}."
+            return f"{head}. {_combined_text(step, comb, data)}. Otherwise {by_hand(step)}."
         return f"{head}: {by_hand(step)}."
     measured = "; ".join(f"{_shape(k)} {change(fix.vs_tip[k])} **{fix.verdict(k)}**" for k in fix.shapes
                          if k in fix.vs_tip)
@@ -143,7 +144,7 @@ def todo(step: Step, data: ReportData) -> str:
         return f"Do not apply its plain revert: on the tip {tip} it {bad} ({measured}); {by_hand(step)}."
     if not good_fix(fix):
         return f"Its revert, measured on the tip {tip} side by side with it: {measured}: not a fix yet; {by_hand(step)}."
-    text = f"Revert it: its revert (attached), measured on the tip {tip} side by side with it: {measured}."
+    text = f"Revert it (patch below): on the tip {tip}, side by side with it, {measured}."
     overlap = _overlap_text(step, data)
     return text + (f" {overlap}." if overlap else "")
 
