@@ -367,7 +367,9 @@ def test_cli_publishes_with_the_config_and_env(fake: FakeGitHub, tmp_path: Path)
 
 
 def test_plan_json_round_trip_and_bad_keys(tmp_path: Path, patch: str) -> None:
-    plan = make_plan(patch=patch, head="a" * 40, missing=("x",))
+    plan = make_plan(patch=patch, head="a" * 40, missing=("x",), untrusted=True, regressions=2, improvements=1)
+    plan = replace(plan, culprits=(replace(plan.culprits[0], kind="improvement", verified=False, cause="c", todo="t",
+                                           combined_patch=patch, nearby=("n1", "n2")),))
     path = tmp_path / "plan.json"
     dump_plan(plan, path)
     assert load_plan(path) == plan
@@ -378,6 +380,14 @@ def test_plan_json_round_trip_and_bad_keys(tmp_path: Path, patch: str) -> None:
     bad = plan_to_dict(plan)
     bad["culprits"][0]["pr"] = "950"
     with pytest.raises(BadInput, match=r"p.json: culprits\[0\].pr: must be int"):
+        plan_from_dict(bad, "p.json")
+    bad = plan_to_dict(plan)
+    bad["culprits"][0]["kind"] = "speedup"
+    with pytest.raises(BadInput, match=r"p.json: culprits\[0\].kind: must be one of regression, improvement"):
+        plan_from_dict(bad, "p.json")
+    bad = plan_to_dict(plan)
+    bad["untrusted"] = "no"
+    with pytest.raises(BadInput, match="p.json: untrusted: must be bool"):
         plan_from_dict(bad, "p.json")
     with pytest.raises(BadInput, match="run_id"):
         replace(plan, run_id="x -->")

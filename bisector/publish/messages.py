@@ -145,14 +145,14 @@ def _own_step(plan: PublishPlan, c: CulpritPost, draft_url: str | None) -> list[
         lines += [f"**Cause**: {c.cause.strip()}", ""]
     if plan.untrusted or c.kind != "regression":
         return lines
+    onto = f"`{c.patch_base[:7]}`, the tip measured" if c.patch_base else f"`{plan.base_branch}`"
     if c.patch is not None:
         if draft_url:
             lines += [f"Draft PR with this revert: {draft_url}", ""]
-        lines += _details(f"the revert (patch, {len(c.patch.splitlines())} lines; `git apply` it on "
-                          f"`{plan.base_branch}`)", c.patch)
+        lines += _details(f"the revert (patch, {len(c.patch.splitlines())} lines; `git apply` it on {onto})", c.patch)
     elif c.combined_patch:
         lines += _details(f"the combined revert (patch, {len(c.combined_patch.splitlines())} lines; `git apply` it on "
-                          f"`{plan.base_branch}`)", c.combined_patch)
+                          f"{onto})", c.combined_patch)
     return lines
 
 
