@@ -226,3 +226,36 @@ def test_a_forged_improvement_posts_no_status_and_is_labelled(tmp_path: Path) ->
         assert lines[3] == f"> **{messages.UNTRUSTED}** {messages.CONFIRM}" and "+222.8%" in posted["body"]
         trusting = publish(plan, cfg, ENV, policy=FAST, expected=replace(expected, untrusted=False))
         assert trusting.status is not None and trusting.status.state == "success"  # what the word prevents
+
+
+def test_the_cause_line_comes_from_the_compiled_kernels(tmp_path: Path) -> None:
+    """#145 of the H200 demo, its kernels compiled ahead of time (tests/fixtures/kernels): the comment's
+    first screen says which compiled kernel changed and what moved in it."""
+    from bisector.model import Step
+    from bisector.why.kernel_diff.collect import KERNELS_DIR, compare_dirs
+    from tests.test_kernels import FIXTURES, INDEX, _data
+
+    st = INDEX["145"]
+    shutil.copytree(FIXTURES, tmp_path / KERNELS_DIR)
+    step = Step(st["culprit"], st["parent"], ("gemm/m8192",), {"gemm/m8192": -30.0}, {"gemm/m8192": (-31, -29)},
+                {"gemm/m8192": 1e-6}, pr=145)
+    data = _data(compare_dirs(tmp_path, st["parent"], st["culprit"]), [step])
+    plan = synthetic_plan(data)
+    text = messages.culprit_body(plan, plan.culprits[0])
+    cause = next(line for line in first_screen(text).splitlines() if line.startswith("**Cause**"))
+    assert cause.startswith("**Cause**: `_matmul_kernel`: ") and "num_stages 3 → 2" in cause, cause
+
+
+def test_a_status_fails_only_on_a_verified_regression() -> None:
+    """An unverified regression is neither a failure nor a success; an improvement alone succeeds."""
+    data = series(8, [0, 2, 4, 5, 6, 8], {5: -40.0, 6: +30.0}, ("gemm/m256",))
+    unverified = replace(data, steps=(replace(data.steps[0], verified=False), data.steps[1]))
+    states = {}
+    for name, d in (("verified", data), ("unverified", unverified),
+                    ("improvement", replace(data, steps=data.steps[1:]))):
+        plan = synthetic_plan(d)
+        states[name] = (plan.verdict, messages.status_state(plan), messages.status_description(plan))
+    assert states["verified"] == (RunVerdict.REGRESSION, "failure", "1 regression (#1005), 1 improvement (#1006)")
+    assert states["unverified"][:2] == (RunVerdict.INCOMPLETE, "error")
+    assert states["unverified"][2] == "1 improvement (#1006), 1 unverified step (#1005)"
+    assert states["improvement"] == (RunVerdict.IMPROVEMENT, "success", "1 improvement (#1006)")

@@ -297,6 +297,10 @@ def status_state(plan: PublishPlan) -> str:
 def status_description(plan: PublishPlan) -> str:
     found = counted(plan) or (plan.verdict.value if plan.verdict in (RunVerdict.REGRESSION, RunVerdict.IMPROVEMENT)
                               else "")
+    unverified = [f"#{c.pr}" for c in plan.culprits if not c.verified]
+    if unverified:
+        found = ", ".join(p for p in (found, f"{_plural(len(unverified), 'unverified step')} ({', '.join(unverified)})")
+                          if p)
     missing = f"{_plural(len(plan.missing), 'item')} of data missing" if plan.missing else ""
     if found:
         text = found + (f"; {missing}" if missing else "")

@@ -28,12 +28,15 @@ if TYPE_CHECKING:
 
 
 def verdict(steps: tuple[Step, ...], missing: tuple[str, ...]) -> RunVerdict:
-    """A regression only where one is verified; an unverified one alone leaves the run incomplete."""
+    """A regression only where one is verified; an unverified one leaves the run incomplete (never a
+    success, never a failure), whatever else improved."""
     if any(s.is_regression and s.verified for s in steps):
         return RunVerdict.REGRESSION
-    if any(not s.is_regression for s in steps):
+    if any(s.is_regression for s in steps):
+        return RunVerdict.INCOMPLETE
+    if steps:
         return RunVerdict.IMPROVEMENT
-    return RunVerdict.INCOMPLETE if missing or steps else RunVerdict.NO_CHANGE
+    return RunVerdict.INCOMPLETE if missing else RunVerdict.NO_CHANGE
 
 
 missing_lines = pr_advice.missing_lines
