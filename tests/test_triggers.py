@@ -381,6 +381,8 @@ def test_authorized_bisect_posts_the_culprit_into_the_thread(world: dict, monkey
     assert world["head"][:7] in answer["body"]
     # the fork's head was among the commits measured: its numbers are labelled as its own, in the report too
     assert f"> **{UNTRUSTED}** {CONFIRM}" in answer["body"] and UNTRUSTED_NOTE in answer["body"]
+    [report] = (world["tmp"] / "reports" / "pr" / "7").glob(f"pr7-c{cid}/report.md")
+    assert f"> {UNTRUSTED_NOTE}" in report.read_text().split("## Steps")[0]  # the report's header says it too
 
 
 # A fork's head that does the GEMM four times and then rewrites its own trial's results, in its own
