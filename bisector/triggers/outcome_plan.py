@@ -20,7 +20,6 @@ from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.interactions import combined_patch
 from bisector.report.data import ReportData
 from bisector.report.action_summary import summary_lines
-from bisector.report.markdown import step_summary
 
 if TYPE_CHECKING:
     from bisector.config import Config
@@ -91,7 +90,7 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
         fix = fixes.get(step.commit)
         good_fix = step.is_regression and pr_advice.good_fix(fix) and not untrusted
         comb = pr_advice.combined_for(step, fix, data.interactions) if step.is_regression and not untrusted else None
-        culprits.append(CulpritPost(pr=step.pr, step_summary=step_summary(step, data), table=_step_table(step, data),
+        culprits.append(CulpritPost(pr=step.pr, step_summary=pr_advice.summary_line(step, data), table=_step_table(step, data),
                                     patch=patches.get(step.commit) if good_fix else None,
                                     restore=_restore(fix) if good_fix and fix else "",
                                     patch_base=data.bad.sha, commit=step.commit,

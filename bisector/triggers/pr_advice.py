@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 from bisector.model import Step
 from bisector.report.data import METRIC_SHORT, ReportData
 from bisector.report.figures import change, commit_ref
+from bisector.report.markdown import step_summary
 from bisector.why.fixes import FixResult
 from bisector.why.interactions import ComboResult, Interaction
 from bisector.why.kernel_diff import speed
@@ -201,10 +202,16 @@ def missing_lines(data: ReportData) -> tuple[str, ...]:
     return tuple(out)
 
 
+def summary_line(step: Step, data: ReportData) -> str:
+    """The report's one line for the step, its subject without the "(#N)" the PR reference already says."""
+    line = step_summary(step, data)
+    return line.replace(f" (#{step.pr}) — ", " — ", 1) if step.pr else line
+
+
 def decided_on(step: Step, data: ReportData) -> Mapping[str, str]:
     """Per shape, what the step was decided on, in the report's short words ("ratio", "latency ratio")."""
     return {k: METRIC_SHORT.get(data.metric_of(k), data.metric_of(k)) for k in step.shapes}
 
 
 __all__ = ["Combined", "by_hand", "cause", "combined_for", "decided_on", "give_back", "good_fix", "missing_lines", "nearby",
-           "todo"]
+           "summary_line", "todo"]
