@@ -72,6 +72,7 @@ class RunOptions:
     find_hunks: bool = True  # measure the parent with halves of each culprit's hunks
     offline: bool = False  # replay the search on stored trials only: no build, no trial, no GPU
     command: str = ""  # the command line, for the report's "reproduce" section
+    notes: tuple[str, ...] = ()  # caveats the caller adds to the report's header (e.g. untrusted code measured)
 
 
 @dataclass(frozen=True)
@@ -473,7 +474,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         metric=metric_by_suite(config), calls=call_figures(store.trials(session.campaign, patch_hash=None), keys,
                                                        [r.commit.sha for r in rows]),
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
-        notes=(("Replayed offline from the stored trials: no commit was built or measured for this report. "
+        notes=options.notes + (("Replayed offline from the stored trials: no commit was built or measured for this report. "
                 "The search, the verification of each step, the reverts and the hunks are replayed as far as "
                 "the run measured them: a step whose fresh trials were never taken is unverified, commits "
                 "the search asked for that were never measured are skipped (not measured), and a hunk "

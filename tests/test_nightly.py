@@ -179,6 +179,10 @@ def test_two_nights_find_bisect_and_do_not_measure_twice(tmp_path: Path) -> None
     assert [(s["commit"], s["pr"]) for s in verdict["steps"]] == [(new["slow"], 903)]
     report = (reports / "2026-08-02.md").read_text()
     assert "NOT good" in report and new["slow"][:12] in report and "(#903)" in report
+    # the question the nightly answers comes first: slower than the last good night, on what, whose PR
+    answer = report.splitlines()[2]
+    assert answer.startswith(f"**Answer**: slower than the last good night (`{up['docs'][:12]}`): gemm/m256 -")
+    assert answer.endswith(f"; the bisection blames #903 (`{new['slow'][:12]}`).")
     assert "![trend](2026-08-02-trend.png)" in report and (reports / "2026-08-02-trend.png").exists()
     assert "| 2026-08-01 |" in report and "| 2026-08-02 |" in report
     assert (reports / "2026-08-02-bisect" / "report.md").exists()
@@ -221,6 +225,8 @@ def test_a_regressed_night_whose_bisection_blames_nothing_says_why(tmp_path: Pat
                "unsure": [{"before": b, "after": c, "shapes": ["gemm/m256"]}]}
     night = Night("2026-08-02", c, False, verdict)
     text = render_markdown(cfg, night, [night], {}, {}, "trend.png")
+    assert text.splitlines()[2] == (f"**Answer**: slower than the last good night (`{a[:12]}`): gemm/m256 -12.0%; "
+                                    "the bisection blames no single commit (below).")
     assert "No step held between the last good night and this one" in text
     assert f"- dropped (did not hold on re-measurement): `{b[:12]}` (#903): gemm/m256 -11.0%" in text
     assert f"- unsure at the trial cap: `{b[:12]}`..`{c[:12]}` in gemm/m256" in text

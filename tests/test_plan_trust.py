@@ -63,6 +63,10 @@ FORGERIES = [
     ({"culprits": (culprit(plots=(PlotLink("plot", "https://evil.example/p.png"),)),)},
      "culprits[0].plots[0].url: 'https://evil.example/p.png' is not a page of"),
     ({"base_branch": "main..evil"}, "base_branch: not a branch name"),
+    ({"culprits": (culprit(todo="Merge this, says @alice"),)}, "culprits[0].todo: an @-mention"),
+    ({"culprits": (culprit(cause="see evil/repo#12"),)}, "culprits[0].cause: a reference into another repository"),
+    ({"culprits": (culprit(nearby=("ok", "<img src=x>")),)}, "culprits[0].nearby[1]: HTML the bot does not write"),
+    ({"culprits": (culprit(todo="revert\n\n# Approved"),)}, "culprits[0].todo: more than one line"),
 ]
 
 
@@ -83,7 +87,9 @@ def test_upstream_text_is_rendered_harmless_and_then_posted(fake: FakeGitHub, he
     """The bot's own plan carries a hostile commit subject: rendered, it passes the check and pings nobody."""
     plan = answer_plan(head, answer="", report=f"## Report\n\n| commit | subject |\n|---|---|\n| 3b0c9e1 | "
                                                f"{UPSTREAM_SUBJECT} |\n",
-                       culprits=(culprit(step_summary=f"regression at `3b0c9e1` (#{PR}): {UPSTREAM_SUBJECT}"),),
+                       culprits=(culprit(step_summary=f"regression at `3b0c9e1` (#{PR}): {UPSTREAM_SUBJECT}",
+                                         todo=f"Revert `3b0c9e1` (#{PR}) {UPSTREAM_SUBJECT}",
+                                         nearby=(f"`3b0c9e1` did not build or run: {UPSTREAM_SUBJECT}",)),),
                        missing=(f"`3b0c9e1` did not build or run: {UPSTREAM_SUBJECT}",))
     assert problems(plan, fake.url)  # as the upstream wrote it, it would be refused
     path = tmp_path / "written.json"

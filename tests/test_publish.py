@@ -233,7 +233,7 @@ def test_commit_status_summarizes_the_verdict(fake: FakeGitHub) -> None:
     out = publish(make_plan(head=head), cfg(fake), ENV, policy=FAST)
     (status,) = fake.repos[REPO].statuses
     assert (status["sha"], status["state"], status["context"]) == (head, "failure", "bisector")
-    assert status["description"] == "regression at #950" == out.status.description
+    assert status["description"] == "1 regression (#950)" == out.status.description
     assert status["target_url"] == "https://example.org/r/2026-08-18.md"
 
 
@@ -265,7 +265,7 @@ def test_dry_run_writes_payloads_and_makes_no_call(fake: FakeGitHub, patch: str,
     assert comment["body"]["body"] == messages.culprit_body(make_plan(patch=patch, head=head),
                                                             make_plan(patch=patch, head=head).culprits[0])
     status = json.loads((tmp_path / f"dry/04-status-{head[:12]}.json").read_text())
-    assert status["body"] == {"state": "failure", "description": "regression at #950", "context": "bisector",
+    assert status["body"] == {"state": "failure", "description": "1 regression (#950)", "context": "bisector",
                               "target_url": "https://example.org/r/2026-08-18.md"}
     draft = json.loads((tmp_path / "dry/01-draft-pr-950.json").read_text())
     assert draft["body"]["draft"] is True and draft["patch"] == patch
@@ -367,7 +367,9 @@ def test_cli_publishes_with_the_config_and_env(fake: FakeGitHub, tmp_path: Path)
 
 
 def test_plan_json_round_trip_and_bad_keys(tmp_path: Path, patch: str) -> None:
-    plan = make_plan(patch=patch, head="a" * 40, missing=("x",))
+    plan = make_plan(patch=patch, head="a" * 40, missing=("x",), untrusted=True, regressions=2, improvements=1)
+    plan = replace(plan, culprits=(replace(plan.culprits[0], kind="improvement", verified=False, cause="c", todo="t",
+                                           combined_patch=patch, nearby=("n1", "n2")),))
     path = tmp_path / "plan.json"
     dump_plan(plan, path)
     assert load_plan(path) == plan
@@ -378,6 +380,14 @@ def test_plan_json_round_trip_and_bad_keys(tmp_path: Path, patch: str) -> None:
     bad = plan_to_dict(plan)
     bad["culprits"][0]["pr"] = "950"
     with pytest.raises(BadInput, match=r"p.json: culprits\[0\].pr: must be int"):
+        plan_from_dict(bad, "p.json")
+    bad = plan_to_dict(plan)
+    bad["culprits"][0]["kind"] = "speedup"
+    with pytest.raises(BadInput, match=r"p.json: culprits\[0\].kind: must be one of regression, improvement"):
+        plan_from_dict(bad, "p.json")
+    bad = plan_to_dict(plan)
+    bad["untrusted"] = "no"
+    with pytest.raises(BadInput, match="p.json: untrusted: must be bool"):
         plan_from_dict(bad, "p.json")
     with pytest.raises(BadInput, match="run_id"):
         replace(plan, run_id="x -->")

@@ -125,6 +125,8 @@ def test_nightly_posts_on_culprits_but_answers_no_pr(fake: FakeGitHub, head: str
     (("--expect-repo", REPO, "--expect-pr", "1020"), "--expect-pr and --expect-sha go together"),
     (("--expect-repo", REPO, "--expect-pr", "1020", "--expect-sha", "main"), "--expect-sha: not a full commit SHA"),
     (("--nightly", "--expect-pr", "1020"), "--nightly answers no PR"),
+    (("--expect-untrusted",), "--expect-untrusted goes with --expect-repo/--expect-pr/--expect-sha"),
+    (("--nightly", "--expect-untrusted"), "--expect-untrusted goes with"),
 ])
 def test_bad_expectations_are_bad_input(fake: FakeGitHub, head: str, config: Path, tmp_path: Path,
                                         flags: tuple[str, ...], problem: str) -> None:

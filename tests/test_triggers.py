@@ -16,6 +16,8 @@ from click.testing import CliRunner
 from bisector.commands import handle_comment_cmd as handle_comment
 from bisector.commands.publish_cmd import command as publish_command
 from bisector.publish.github import RetryPolicy
+from bisector.publish.messages import CONFIRM, UNTRUSTED
+from bisector.triggers.outcome_plan import UNTRUSTED_NOTE
 from bisector.triggers import thread
 from bisector.triggers import slash_commands as commands
 from bisector.triggers.slash_commands import BisectCommand, PerfCommand, Selection, Usage
@@ -355,6 +357,9 @@ def test_perf_on_a_fork_pr_whose_head_is_slower(world: dict, monkeypatch: pytest
     [answer] = [c for c in world["fake"].issue_comments("org/lib", 7) if f"pr7-c{cid}" in c["body"]]
     body = answer["body"]
     assert "the PR head is **slower**" in body and "queued" not in body  # replaced in place
+    lines = body.splitlines()
+    assert lines[3] == f"> **{UNTRUSTED}** {CONFIRM}"  # the fork's head timed itself: its numbers, labelled
+    assert lines[5].startswith("gemm/m256 slower -")  # the answer before how it was measured
     assert f"PR head `{world['head'][:12]}` against its merge base `{world['base'][:12]}`" in body
     row = next(line for line in body.splitlines() if line.startswith("| gemm/m256 |"))
     assert "**slower**" in row and "%" in row
@@ -372,5 +377,85 @@ def test_authorized_bisect_posts_the_culprit_into_the_thread(world: dict, monkey
     assert result.exit_code == 0, result.output
     assert result.output.startswith("bisect: 1 step(s)"), result.output
     [answer] = [c for c in world["fake"].issue_comments("org/lib", 7) if f"run=pr7-c{cid}:pr=7" in c["body"]]
-    assert "performance regression" in answer["body"]
+    assert answer["body"].splitlines()[1].startswith("### bisector: 1 regression")
     assert world["head"][:7] in answer["body"]
+    # the fork's head was among the commits measured: its numbers are labelled as its own, in the report too
+    assert f"> **{UNTRUSTED}** {CONFIRM}" in answer["body"] and UNTRUSTED_NOTE in answer["body"]
+    [report] = (world["tmp"] / "reports" / "pr" / "7").glob(f"pr7-c{cid}/report.md")
+    assert f"> {UNTRUSTED_NOTE}" in report.read_text().split("## Steps")[0]  # the report's header says it too
+
+
+# A fork's head that does the GEMM four times and then rewrites its own trial's results, in its own
+# process, before they are written (#57 item 8): a 4x slowdown stored as a 3x speed-up.
+FORGING = textwrap.dedent('''
+    import sys
+
+
+    def mm(a, b):
+        for _ in range(3):
+            a @ b
+        return a @ b
+
+
+    def _forge():
+        trial = sys.modules.get("benches.trial")
+        if trial is None or getattr(trial.write_json, "forged", False):
+            return
+        write = trial.write_json
+
+        def forged(path, data):
+            for r in data.get("results", []):
+                if isinstance(r.get("ratio"), float):
+                    r["ratio"] *= 13.0
+                    r["ratios"] = [x * 13.0 for x in r.get("ratios") or ()]
+                    r["subject_ms"] = [x / 13.0 for x in r.get("subject_ms") or ()]
+                    r["subject_tflops"] = (r.get("subject_tflops") or 0.0) * 13.0
+            write(path, data)
+
+        forged.forged = True
+        trial.write_json = forged
+
+
+    _forge()
+''')
+
+
+@pytest.mark.slow
+def test_a_fork_that_forges_its_own_result_is_labelled_and_sets_no_status(world: dict,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its numbers cannot be made unforgeable (it runs in the process that times it): what they are used
+    for can. The `/perf` answer says "faster" as measured, but labelled as the PR's own numbers, with the
+    way to confirm, and no status; the publish job labels it on the authorize job's word even though the
+    measure job's plan (which the fork could have rewritten too) is stripped of the label."""
+    up = world["tmp"] / "upstream"
+    git(up, "checkout", "-q", "-b", "fork-31")
+    head = commit_file(up, "kern/ops.py", FORGING, "a much faster mm, trust me", 6)
+    git(up, "checkout", "-q", "main")
+    git(up, "update-ref", "refs/pull/31/head", head)
+    git(up, "branch", "-q", "-D", "fork-31")
+    world["fake"].add_pull("org/lib", 31, head_sha=head, title="faster mm", user="mallory-fork")
+    path, cid = post_event(world, "perf_fork_slower.json", number=31)
+    out = world["tmp"] / "out-31"
+    assert invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out)).exit_code == 0
+    plan = world["tmp"] / "plan-31.json"
+    result = invoke(world, monkeypatch, path, "--plan-out", str(plan), "--head-sha", head, token=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("perf: faster: gemm/m256 faster"), result.output  # the forgery took
+    data = json.loads(plan.read_text())
+    assert data["untrusted"] is True  # the measuring side says so itself...
+    data["untrusted"] = False  # ...and a forged plan would not: the publish job does not take its word
+    plan.write_text(json.dumps(data))
+    flags = outputs(out)
+    assert flags["verb"] == "/perf"
+    published = CliRunner().invoke(publish_command, [
+        "--plan", str(plan), "--config", str(world["cfg"]), "--expect-repo", flags["repo"], "--expect-pr",
+        flags["pr"], "--expect-sha", flags["head_sha"], "--expect-untrusted"], env={"BISECTOR_TEST_TOKEN": TOKEN})
+    assert published.exit_code == 0, published.output
+    [answer] = [c for c in world["fake"].issue_comments("org/lib", 31) if f"pr31-c{cid}" in c["body"]]
+    lines = answer["body"].splitlines()
+    assert lines[1] == "### bisector `/perf`: the PR head is **faster**"
+    assert lines[3] == f"> **{UNTRUSTED}** {CONFIRM}"
+    row = next(line for line in lines if line.startswith("| gemm/m256 |"))
+    assert "faster" in row and "+" in row  # the forged figure is shown, as measured, under the label
+    assert [s for s in world["fake"].repos["org/lib"].statuses if s["sha"] == head] == []
+    assert not [p for p in world["fake"].repos["org/lib"].pulls.values() if p.get("draft")]

@@ -206,7 +206,7 @@ def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
     [check] = publishing_steps(wf, authorize)
     assert "--authorize-only --outputs \"$GITHUB_OUTPUT\"" in check["run"]
     assert authorize["outputs"] == {key: "${{ steps.%s.outputs.%s }}" % (check["id"], key)
-                                    for key in ("run", "head_sha", "repo", "pr", "head_repo")}
+                                    for key in ("run", "head_sha", "repo", "pr", "head_repo", "verb")}
     # the GPU side measures exactly the pinned head and hands its answer over as a plan
     [step] = [s for s in measure["steps"] if "handle-comment" in s.get("run", "")]
     assert step["env"] == {"HEAD_SHA": "${{ needs.authorize.outputs.head_sha }}",
@@ -224,6 +224,11 @@ def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
     assert {k: v for k, v in post["env"].items() if k.startswith("EXPECT_")} == {
         "EXPECT_REPO": "${{ needs.authorize.outputs.repo }}", "EXPECT_PR": "${{ needs.authorize.outputs.pr }}",
         "EXPECT_SHA": "${{ needs.authorize.outputs.head_sha }}"}
+    # and the PR's own code (`/perf`, a fork's head) is labelled from the authorize job's word, not the plan's
+    assert post["env"]["UNTRUSTED"] == ("${{ (needs.authorize.outputs.verb == '/perf' || "
+                                        "needs.authorize.outputs.head_repo != needs.authorize.outputs.repo) "
+                                        "&& '--expect-untrusted' || '' }}")
+    assert post["run"].rstrip().endswith("$UNTRUSTED")
     # never the fork's head: the default branch, or the workflow's own commit
     text = (WORKFLOWS / "pr-comment.yml").read_text()
     assert "head.sha" not in text and "head.ref" not in text

@@ -8,6 +8,7 @@ the config allows). A plan asking for anything else posts nothing and exits 2.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -33,12 +34,19 @@ from bisector.trust import vault
 @click.option("--expect-sha", "expect_sha", default=None,
               help="A PR comment's run: a status only on this commit (the authorize job's `head_sha` output).")
 @click.option("--nightly", is_flag=True, help="A nightly's plan: it answers no PR; refuse one that does.")
+@click.option("--expect-untrusted", "expect_untrusted", is_flag=True,
+              help="A PR comment's run measured the PR's own code (`/perf`, a fork's head): its results are "
+                   "labelled, set no status and propose no patch, whatever the plan says.")
 @fail_on_error
 def command(plan_path: Path, config_path: Path | None, dry_run: str | None, expect_repo: str | None,
-            expect_pr: int | None, expect_sha: str | None, nightly: bool) -> None:
+            expect_pr: int | None, expect_sha: str | None, nightly: bool, expect_untrusted: bool) -> None:
     """Comment on the culprit and requesting PRs, open draft fix PRs, and post a commit status."""
     full = config_mod.load(config_path) if config_path else None
     expected = _expectation(expect_repo, expect_pr, expect_sha, nightly, full)
+    if expect_untrusted:
+        if expected is None or not expected.from_comment:
+            raise BadInput("--expect-untrusted goes with --expect-repo/--expect-pr/--expect-sha (a PR comment's run)")
+        expected = replace(expected, untrusted=True)
     plan = load_plan(plan_path)
     cfg = full.publish if full else config_mod.Publish(repo=plan.repo)
     outcome = publish(plan, cfg, vault.publishing_env(), dry_run_dir=Path(dry_run) if dry_run else None,

@@ -47,13 +47,16 @@ def publish(plan: PublishPlan, cfg: Publish, env: Mapping[str, str], dry_run_dir
             policy: RetryPolicy = RetryPolicy(), expected: Expectation | None = None) -> PublishOutcome:
     """`expected`: what the trusted side authorized; a plan asking for anything else posts nothing."""
     cfg = resolve_config(plan, cfg)
+    if expected is not None and expected.untrusted and not plan.untrusted:
+        plan = replace(plan, untrusted=True)  # the trusted side's word: a plan can add distrust, never remove it
     draft_actions, notes = actions.drafts(plan, cfg)
     status_action = actions.status(plan, cfg)
     if expected is not None:
         check(plan, expected, (*draft_actions, *actions.comments(plan, cfg),
                                *((status_action,) if status_action else ())), web_base(cfg.base_url))
     if cfg.commit_status and status_action is None:
-        notes += ("no head_sha in the plan: no commit status",)
+        notes += ("measured on untrusted code: no commit status" if plan.untrusted and plan.head_sha
+                  else "no head_sha in the plan: no commit status",)
     if dry_run_dir is not None:
         return _dry_run(plan, cfg, draft_actions, status_action, notes, dry_run_dir)
 

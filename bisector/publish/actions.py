@@ -82,6 +82,9 @@ def drafts(plan: PublishPlan, cfg: Publish) -> tuple[tuple[DraftPullAction, ...]
     """Draft PR actions, and a note for each verified patch that cannot get one."""
     if not cfg.draft_pr:
         return (), ()
+    if plan.untrusted:
+        proposed = [f"#{c.pr}" for c in plan.culprits if c.patch is not None]
+        return (), ((f"{', '.join(proposed)}: measured on untrusted code: no draft PR",) if proposed else ())
     out, notes = [], []
     for c in plan.culprits:
         if c.patch is None:
@@ -119,7 +122,9 @@ def comments(plan: PublishPlan, cfg: Publish, draft_urls: Mapping[int, str] | No
 
 
 def status(plan: PublishPlan, cfg: Publish) -> StatusAction | None:
-    if not cfg.commit_status or plan.head_sha is None:
+    """None where the config posts none, the plan names no commit, or its results were measured on
+    untrusted code (which could have written them: it never sets a status, neither way)."""
+    if not cfg.commit_status or plan.head_sha is None or plan.untrusted:
         return None
     return StatusAction(sha=plan.head_sha, state=messages.status_state(plan),
                         description=messages.status_description(plan), context=messages.STATUS_CONTEXT,

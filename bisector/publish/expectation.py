@@ -27,6 +27,9 @@ class Expectation:
     pr: int | None = None
     sha: str | None = None
     base_branch: str = "main"  # the only branch a draft PR may target
+    # The authorized command measured code that is not the upstream's own (`/perf` on a PR head, a fork's
+    # code): whatever the plan says, its results are labelled, set no status and propose no patch.
+    untrusted: bool = False
 
     def __post_init__(self) -> None:
         if self.repo.count("/") != 1 or not all(self.repo.split("/")):

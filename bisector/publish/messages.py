@@ -39,18 +39,54 @@ def headline(plan: PublishPlan) -> str:
     return _HEADLINES[plan.verdict]
 
 
+UNTRUSTED = "Measured in the pull request's own process; not independently verified."
+CONFIRM = "A maintainer's `/perf` on the merged commit is the way to confirm."
+_TITLES = {("regression", True): "a performance regression starts at this PR",
+           ("regression", False): "a possible performance regression starts at this PR (not verified)",
+           ("improvement", True): "a speed-up starts at this PR: thank you",
+           ("improvement", False): "a possible speed-up starts at this PR (not verified)"}
+_CHANGED_LINES = 8  # the carrying hunks' changed lines shown in the first screen; the whole diff is folded
+
+
+def tally(plan: PublishPlan) -> tuple[int, int]:
+    """(verified regressions, verified improvements) of the run: the plan's counts, else its culprits'."""
+    if plan.regressions or plan.improvements:
+        return plan.regressions, plan.improvements
+    return (sum(1 for c in plan.culprits if c.kind == "regression" and c.verified),
+            sum(1 for c in plan.culprits if c.kind == "improvement" and c.verified))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _prs(plan: PublishPlan, kind: str) -> str:
+    prs = [f"#{c.pr}" for c in plan.culprits if c.kind == kind and c.verified]
+    return f" ({', '.join(prs)})" if prs else ""
+
+
+def counted(plan: PublishPlan, prs: bool = True) -> str:
+    """"2 regressions (#115, #122), 1 improvement (#108)": the run's steps, each kind apart."""
+    regressions, improvements = tally(plan)
+    parts = []
+    if regressions:
+        parts.append(_plural(regressions, "regression") + (_prs(plan, "regression") if prs else ""))
+    if improvements:
+        parts.append(_plural(improvements, "improvement") + (_prs(plan, "improvement") if prs else ""))
+    return ", ".join(parts)
+
+
 def _verdict_sentence(plan: PublishPlan) -> str:
-    culprits = ", ".join(f"#{c.pr}" for c in plan.culprits)
-    where = ("; the step starts at " if len(plan.culprits) == 1 else "; the steps start at ") + culprits
-    if plan.verdict is RunVerdict.REGRESSION:
-        text = f"Performance regressed{where if culprits else ''}."
-    elif plan.verdict is RunVerdict.IMPROVEMENT:
-        text = f"Performance improved{where if culprits else ''}."
+    found = counted(plan)
+    if found:
+        text = f"This run found {found}."
+    elif plan.verdict is RunVerdict.INCOMPLETE and plan.culprits:
+        text = "This run found steps it could not verify (see below): none is counted as a regression yet."
     elif plan.complete:
         text = "No step over the threshold was found in the range, on every configured shape."
     else:
         text = "This run could not measure everything it was asked to, so it cannot say that nothing changed."
-    if plan.missing and plan.verdict in (RunVerdict.REGRESSION, RunVerdict.IMPROVEMENT):
+    if plan.missing and found:
         text += " Some data is missing (below): other steps may hide there."
     return text
 
@@ -58,6 +94,10 @@ def _verdict_sentence(plan: PublishPlan) -> str:
 def _summary(plan: PublishPlan) -> list[str]:
     """The report's action summary, the same lines as report.md opens with."""
     return [*plan.summary.strip().splitlines(), ""] if plan.summary.strip() else []
+
+
+def _untrusted(plan: PublishPlan) -> list[str]:
+    return [f"> **{UNTRUSTED}** {CONFIRM}", ""] if plan.untrusted else []
 
 
 def _missing_section(plan: PublishPlan) -> list[str]:
@@ -71,27 +111,85 @@ def _details(summary: str, diff: str) -> list[str]:
     return [f"<details><summary>{summary}</summary>", "", *diff_block(diff), "", "</details>", ""]
 
 
-def _culprit_section(plan: PublishPlan, c: CulpritPost, draft_url: str | None) -> list[str]:
+def changed_lines(diff: str, limit: int = _CHANGED_LINES) -> str:
+    """The lines a diff removes and adds (no headers, no context), cut to `limit`."""
+    body = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    more = len(body) - limit
+    return "\n".join(body[:limit] + ([f"... {more} more changed lines (the whole diff is folded below)"]
+                                      if more > 0 else []))
+
+
+def _todo(plan: PublishPlan, c: CulpritPost) -> list[str]:
+    """What to do about this PR: its revert and what it buys, a combined revert, or a fix by hand."""
+    if plan.untrusted:
+        return [f"**What to do**: nothing yet. {CONFIRM} No patch is proposed on a result measured this way.", ""]
+    if c.kind == "improvement":
+        return ["**What to do**: nothing; thank you for the speed-up.", ""]
+    todo = c.todo.strip() or (f"Revert it: {c.restore.strip()}." if c.patch is not None and c.restore.strip()
+                              else "")
+    return [f"**What to do**: {todo}", ""] if todo else []
+
+
+def _own_step(plan: PublishPlan, c: CulpritPost, draft_url: str | None) -> list[str]:
+    """This PR's step and what to do about it: the first screen of its comment."""
     lines = [c.step_summary.strip(), ""]
     if c.table.strip():
         lines += [c.table.strip(), ""]
-    if c.plots:
-        lines += ["Plots: " + " · ".join(f"[{p.label}]({p.url})" for p in c.plots), ""]
+    lines += _todo(plan, c)
     if c.hunk.strip():
-        lines += [f"**Where in the commit**: {c.hunk.strip()}", ""]
-        if c.hunk_diff.strip():
-            lines += _details("the hunk", c.hunk_diff)
+        lines += [f"**The lines that carry it**: {c.hunk.strip()}", ""]
+        shown = changed_lines(c.hunk_diff) if c.hunk_diff.strip() else ""
+        if shown:
+            lines += [*diff_block(shown), ""]
+    if c.cause.strip():
+        lines += [f"**Cause**: {c.cause.strip()}", ""]
+    if plan.untrusted or c.kind != "regression":
+        return lines
+    onto = f"`{c.patch_base[:7]}`, the tip measured" if c.patch_base else f"`{plan.base_branch}`"
+    if c.patch is not None:
+        if draft_url:
+            lines += [f"Draft PR with this revert: {draft_url}", ""]
+        lines += _details(f"the revert (patch, {len(c.patch.splitlines())} lines; `git apply` it on {onto})", c.patch)
+    elif c.combined_patch:
+        lines += _details(f"the combined revert (patch, {len(c.combined_patch.splitlines())} lines; `git apply` it on "
+                          f"{onto})", c.combined_patch)
+    return lines
+
+
+def _evidence(c: CulpritPost) -> list[str]:
+    """What backs the first screen, folded: the carrying hunks whole, the compiled kernels."""
+    lines = []
+    if c.hunk_diff.strip():
+        lines += _details("the hunks that carry the step, whole", c.hunk_diff)
     if c.kernel.strip():
         lines += ["<details><summary>What changed in the compiled kernel</summary>", "", c.kernel.strip(), "",
                   "</details>", ""]
-    if c.patch is not None:
-        lines.append("**Verified fix**" + (f": {c.restore.strip()}" if c.restore.strip() else "."))
-        if draft_url:
-            lines += ["", f"Draft PR with this patch: {draft_url}"]
-        lines += ["", *_details(f"patch ({len(c.patch.splitlines())} lines)", c.patch)]
-    elif c.restore.strip():
-        lines += [c.restore.strip(), ""]
+    if c.plots:
+        lines += ["Plots: " + " · ".join(f"[{p.label}]({p.url})" for p in c.plots), ""]
     return lines
+
+
+def _nearby(plan: PublishPlan, c: CulpritPost) -> list[str]:
+    """Missing data that could hide or move this step; the rest of the run's only counted."""
+    rest = len(plan.missing) - len(c.nearby)
+    where = f" ([full report]({plan.report_url}))" if plan.report_url else " (the run's report lists them)"
+    lines = []
+    if c.nearby:
+        lines += ["**Missing data next to this step** (it could hide or move it):", "",
+                  *(f"- {line}" for line in c.nearby), ""]
+    if rest > 0:
+        lines += [f"Elsewhere in the range: {_plural(rest, 'more item')} of missing data{where}.", ""]
+    return lines
+
+
+def _others(plan: PublishPlan, c: CulpritPost) -> list[str]:
+    """The run's other PRs' steps, one line each, folded."""
+    others = [o for o in plan.culprits if o.pr != c.pr]
+    if not others:
+        return []
+    found = counted(plan, prs=False)
+    return [f"<details><summary>This run's other steps{f' (the run: {found})' if found else ''}</summary>", "",
+            *(f"- {o.step_summary.strip()}" for o in others), "", "</details>", ""]
 
 
 def _footer(plan: PublishPlan) -> list[str]:
@@ -100,12 +198,16 @@ def _footer(plan: PublishPlan) -> list[str]:
 
 
 def culprit_body(plan: PublishPlan, culprit: CulpritPost, draft_url: str | None = None) -> str:
-    """The comment on a culprit PR: its step, table, plots and verified patch."""
-    lines = [marker(plan.run_id, culprit.pr),
-             f"### bisector: a performance step starts at this PR (run `{plan.run_id}`)", "", *_summary(plan),
-             f"Run verdict: **{headline(plan)}**. {_verdict_sentence(plan)}", ""]
-    lines += _culprit_section(plan, culprit, draft_url)
-    lines += _missing_section(plan)
+    """The comment on a culprit PR: its own step and what to do about it first; the evidence, the other
+    PRs' steps and the run's missing data after it, folded or counted."""
+    title = _TITLES.get((culprit.kind, culprit.verified), _TITLES[("regression", True)])
+    if plan.untrusted:
+        title = f"a {'speed-up' if culprit.kind == 'improvement' else 'performance regression'} measured at this PR"
+    lines = [marker(plan.run_id, culprit.pr), f"### bisector: {title}", "", *_untrusted(plan)]
+    lines += _own_step(plan, culprit, draft_url)
+    lines += _nearby(plan, culprit)
+    lines += _evidence(culprit)
+    lines += _others(plan, culprit)
     if plan.report_url:
         lines += [f"Full report: {plan.report_url}", ""]
     return _fit("\n".join(lines + _footer(plan)) + "\n", "")
@@ -115,12 +217,14 @@ def requester_body(plan: PublishPlan, draft_urls: dict[int, str] | None = None) 
     """The answer on the PR that asked for the run; holds the culprit section too if it is one."""
     assert plan.requester_pr is not None
     draft_urls = draft_urls or {}
-    lines = [marker(plan.run_id, plan.requester_pr), f"### bisector: {headline(plan)} (run `{plan.run_id}`)", "",
-             *_summary(plan), _verdict_sentence(plan), ""]
+    found = counted(plan, prs=False)
+    lines = [marker(plan.run_id, plan.requester_pr),
+             f"### bisector: {found or headline(plan)} (run `{plan.run_id}`)", "", *_untrusted(plan),
+             _verdict_sentence(plan), ""]
     for c in plan.culprits:
         if c.pr == plan.requester_pr:
-            lines += ["#### This PR is a culprit", ""] + _culprit_section(plan, c, draft_urls.get(c.pr))
-    lines += _missing_section(plan)
+            lines += ["#### This PR is a culprit", ""] + _own_step(plan, c, draft_urls.get(c.pr)) + _evidence(c)
+    lines += ([] if plan.untrusted else _summary(plan)) + _missing_section(plan)
     if plan.report_url:
         lines += [f"Full report: {plan.report_url}", ""]
     head = "\n".join(lines) + "\n"
@@ -129,9 +233,14 @@ def requester_body(plan: PublishPlan, draft_urls: dict[int, str] | None = None) 
 
 
 def answer_body(plan: PublishPlan) -> str:
-    """The requester comment of a plan that carries a finished answer (`/perf`, a failure)."""
+    """The requester comment of a plan that carries a finished answer (`/perf`, a failure); a result
+    measured on untrusted code labelled under its first line."""
     assert plan.requester_pr is not None
-    return _fit(f"{marker(plan.run_id, plan.requester_pr)}\n{plan.answer.strip()}\n", "")
+    answer = plan.answer.strip()
+    if plan.untrusted and UNTRUSTED not in answer:
+        first, _, rest = answer.partition("\n")
+        answer = "\n".join([first, "", *_untrusted(plan), rest.strip()]).strip()
+    return _fit(f"{marker(plan.run_id, plan.requester_pr)}\n{answer}\n", "")
 
 
 def _fit(head: str, report: str, tail: str = "") -> str:
@@ -173,8 +282,12 @@ def commit_message(plan: PublishPlan, culprit: CulpritPost) -> str:
 
 
 def status_state(plan: PublishPlan) -> str:
-    """GitHub commit status state: a regression fails, missing data is an error, else success."""
-    if plan.verdict is RunVerdict.REGRESSION:
+    """GitHub commit status state: `failure` only for a verified regression, measured on trusted code;
+    missing data is an error; a result measured on untrusted code never succeeds nor fails (pending:
+    a maintainer's `/perf` on the merged commit decides)."""
+    if plan.untrusted:
+        return "pending"
+    if plan.verdict is RunVerdict.REGRESSION:  # a plan's REGRESSION is a verified one (outcome_plan.verdict)
         return "failure"
     if not plan.complete:
         return "error"
@@ -182,13 +295,19 @@ def status_state(plan: PublishPlan) -> str:
 
 
 def status_description(plan: PublishPlan) -> str:
-    culprits = ", ".join(f"#{c.pr}" for c in plan.culprits)
-    if plan.verdict in (RunVerdict.REGRESSION, RunVerdict.IMPROVEMENT):
-        text = f"{plan.verdict.value}" + (f" at {culprits}" if culprits else "")
-        if plan.missing:
-            text += f"; {len(plan.missing)} item(s) of data missing"
+    found = counted(plan) or (plan.verdict.value if plan.verdict in (RunVerdict.REGRESSION, RunVerdict.IMPROVEMENT)
+                              else "")
+    unverified = [f"#{c.pr}" for c in plan.culprits if not c.verified]
+    if unverified:
+        found = ", ".join(p for p in (found, f"{_plural(len(unverified), 'unverified step')} ({', '.join(unverified)})")
+                          if p)
+    missing = f"{_plural(len(plan.missing), 'item')} of data missing" if plan.missing else ""
+    if found:
+        text = found + (f"; {missing}" if missing else "")
     elif plan.complete:
         text = "no change: no step over the threshold"
     else:
-        text = f"incomplete: {len(plan.missing)} item(s) of data missing" if plan.missing else "incomplete run"
+        text = f"incomplete: {missing}" if missing else "incomplete run"
+    if plan.untrusted:
+        text = "not independently verified: " + text
     return text if len(text) <= _STATUS_LIMIT else text[: _STATUS_LIMIT - 1] + "…"

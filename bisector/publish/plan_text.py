@@ -35,9 +35,9 @@ ZWSP = "\u200b"
 TAGS = ("details", "summary", "sub", "sup", "b", "i", "br", "code", "kbd")
 LIMITS = {"answer": 16_000, "summary": 16_000, "report": 4_000_000, "step_summary": 2_000, "table": 64_000,
           "hunk": 2_000, "kernel": 200_000, "restore": 4_000, "missing": 1_000, "label": 200, "url": 2_000,
-          "hunk_diff": 2_000_000, "patch": 4_000_000}
+          "hunk_diff": 2_000_000, "patch": 4_000_000, "cause": 1_000, "todo": 4_000, "nearby": 1_000}
 MAX_MISSING, MAX_CULPRITS = 200, 100
-ONE_LINE = ("step_summary", "hunk", "restore", "missing", "label")
+ONE_LINE = ("step_summary", "hunk", "restore", "missing", "label", "cause", "todo", "nearby")
 ANSWER_HEADS = ("### bisector `/perf`: ", "`/perf` failed: ", "`/bisect` failed: ", "`/perf` refused: ",
                 "`/bisect` refused: ")
 SUMMARY_HEAD = "**What to do**"
@@ -118,7 +118,8 @@ def rendered(plan: PublishPlan, web: str) -> PublishPlan:
     spots = _Spots(plan.repo, web)
     n: Callable[[str], str] = lambda text: neutral(text, spots)  # noqa: E731
     culprits = tuple(replace(c, step_summary=n(c.step_summary), table=n(c.table), restore=n(c.restore),
-                             hunk=n(c.hunk), kernel=n(c.kernel),
+                             hunk=n(c.hunk), kernel=n(c.kernel), cause=n(c.cause), todo=n(c.todo),
+                             nearby=tuple(n(line) for line in c.nearby),
                              plots=tuple(PlotLink(n(p.label), p.url) for p in c.plots)) for c in plan.culprits)
     return replace(plan, report=n(plan.report), answer=n(plan.answer), summary=n(plan.summary),
                    missing=tuple(n(m) for m in plan.missing), culprits=culprits)
@@ -134,7 +135,7 @@ def problems(plan: PublishPlan, web: str) -> list[str]:
             out.append(f"{field}: {len(value)} characters, over the {LIMITS[kind]} the bot writes")
         if kind in ONE_LINE and "\n" in value.strip():
             out.append(f"{field}: more than one line")
-        if kind not in ("patch", "hunk_diff"):
+        if kind not in ("patch", "hunk_diff"):  # a combined patch is a "patch"
             out.extend([f"{field}: {what}" for _, what in spots.find(value)][:1])
 
     def url(field: str, value: str) -> None:
@@ -168,10 +169,16 @@ def problems(plan: PublishPlan, web: str) -> list[str]:
 def _culprit(where: str, c: CulpritPost, text: Callable[[str, str, str], None],
              url: Callable[[str, str], None]) -> list[str]:
     out: list[str] = []
-    for kind in ("step_summary", "table", "restore", "hunk", "kernel", "hunk_diff"):
+    for kind in ("step_summary", "table", "restore", "hunk", "kernel", "hunk_diff", "cause", "todo"):
         text(f"{where}.{kind}", getattr(c, kind), kind)
     if c.patch is not None:
         text(f"{where}.patch", c.patch, "patch")
+    if c.combined_patch is not None:
+        text(f"{where}.combined_patch", c.combined_patch, "patch")
+    if len(c.nearby) > MAX_MISSING:
+        out.append(f"{where}.nearby: {len(c.nearby)} lines, over {MAX_MISSING}")
+    for j, line in enumerate(c.nearby):
+        text(f"{where}.nearby[{j}]", line, "nearby")
     rows = [line for line in c.table.strip().splitlines() if line.strip()]
     if any(not (r.strip().startswith("|") and r.strip().endswith("|")) for r in rows):
         out.append(f"{where}.table: not only table rows")

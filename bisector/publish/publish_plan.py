@@ -50,6 +50,12 @@ class CulpritPost:
     hunk: str = ""  # which of the commit's hunks carry the step (a line)
     hunk_diff: str = ""  # those hunks as a diff on the parent
     kernel: str = ""  # markdown: what changed in the compiled kernels across the step (posted folded)
+    kind: str = "regression"  # "regression" | "improvement": the step as a whole (model.regression)
+    verified: bool = True  # held against its parent in fresh trials
+    cause: str = ""  # one line: why the step happened, where the run says (the compiled kernel's lead fact)
+    todo: str = ""  # one paragraph: what to do about this PR, from the reverts measured on the tip
+    combined_patch: str | None = None  # a revert that applies together with other PRs' reverts, as one diff
+    nearby: tuple[str, ...] = ()  # missing data that could hide or move this step (its neighbours), one line each
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,15 @@ class PublishPlan:
     # A finished answer for the requester PR (a /perf table, or why a command failed), posted there
     # in place of the generated summary: what the measuring side wants said, as data.
     answer: str = ""
-    # The report's action summary (bisector/report/action_summary.py): every comment opens with it.
+    # The report's action summary (bisector/report/action_summary.py): the requester's answer opens with it.
     summary: str = ""
+    # The code measured was not the upstream's own (a fork PR's head, a PR head not yet merged): it ran in
+    # the same process as the timer and could have written its own numbers. Its results are labelled, set
+    # no commit status and propose no patch (bisector/publish/messages.py, actions.py).
+    untrusted: bool = False
+    # Verified regressions and improvements of the run, counted apart (steps without a PR included).
+    regressions: int = 0
+    improvements: int = 0
 
     def __post_init__(self) -> None:
         if not _RUN_ID.fullmatch(self.run_id):
@@ -162,7 +175,10 @@ def plan_from_dict(data: Any, where: str = "plan") -> PublishPlan:
             pr=_positive(c, "pr"), step_summary=c.get("step_summary", str), table=c.get("table", str, ""),
             plots=tuple(plots), patch=c.get("patch", str, None), restore=c.get("restore", str, ""),
             patch_base=c.get("patch_base", str, None), commit=c.get("commit", str, ""),
-            hunk=c.get("hunk", str, ""), hunk_diff=c.get("hunk_diff", str, ""), kernel=c.get("kernel", str, "")))
+            hunk=c.get("hunk", str, ""), hunk_diff=c.get("hunk_diff", str, ""), kernel=c.get("kernel", str, ""),
+            kind=_kind(c), verified=c.get("verified", bool, True), cause=c.get("cause", str, ""),
+            todo=c.get("todo", str, ""), combined_patch=c.get("combined_patch", str, None),
+            nearby=c.strings("nearby")))
     requester = top.get("requester_pr", int, None)
     if requester is not None:
         requester = _positive(top, "requester_pr")
@@ -171,7 +187,25 @@ def plan_from_dict(data: Any, where: str = "plan") -> PublishPlan:
         culprits=tuple(culprits), requester_pr=requester, head_sha=top.get("head_sha", str, None),
         base_branch=top.get("base_branch", str, "main"), missing=top.strings("missing"),
         report_url=top.get("report_url", str, None), answer=top.get("answer", str, ""),
-        summary=top.get("summary", str, ""))
+        summary=top.get("summary", str, ""), untrusted=top.get("untrusted", bool, False),
+        regressions=_count(top, "regressions"), improvements=_count(top, "improvements"))
+
+
+KINDS = ("regression", "improvement")
+
+
+def _kind(r: _Reader) -> str:
+    kind = r.get("kind", str, "regression")
+    if kind not in KINDS:
+        raise BadInput(f"{r.where}: {r.name('kind')}: must be one of {', '.join(KINDS)}, got {kind!r}")
+    return kind
+
+
+def _count(r: _Reader, key: str) -> int:
+    value = r.get(key, int, 0)
+    if value < 0:
+        raise BadInput(f"{r.where}: {r.name(key)}: must be 0 or more, got {value}")
+    return value
 
 
 def _positive(r: _Reader, key: str) -> int:

@@ -229,7 +229,7 @@ def _measure(event: CommentEvent, command: commands.Command, job: Job, pinned: s
         return refused_plan(event, refused), Handled("refused", refused)
     with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
         if isinstance(command, commands.BisectCommand):
-            return _bisect(event, command, job, pinned)
+            return _bisect(event, command, job, pinned, head_repo)
         return _perf(event, command, job, pinned)
 
 
@@ -251,19 +251,25 @@ def _pinned_range(event: CommentEvent, command: commands.BisectCommand, config: 
     return out[0], out[1]
 
 
-def _bisect(event: CommentEvent, command: commands.BisectCommand, job: Job,
-            pinned: str | None) -> tuple[PublishPlan, Handled]:
+def _bisect(event: CommentEvent, command: commands.BisectCommand, job: Job, pinned: str | None,
+            head_repo: str | None = None) -> tuple[PublishPlan, Handled]:
     config = pipeline.select_shapes(job.config, command.selection.only())
     good, bad = _pinned_range(event, command, config, pinned)
     out = Path(job.report_dir or Path(config.report_dir) / "pr" / str(event.number) / run_id(event))
+    # A PR's head (not merged), a fork's code or a commit outside the upstream's history timed itself:
+    # labelled, no status, no patch.
+    untrusted = any(fork_policy.PULL_REF.fullmatch(r) for r in (command.good, command.bad)) or \
+        fork_policy.runs_fork_code(command, head_repo == event.repo, lambda: gitrepo.open_repo(config.upstream.repo))
     options = pipeline.RunOptions(good=good, bad=bad, store=job.store, work_dir=job.work_dir,
                                   report_dir=str(out), command=f"bisector run --config {config.path} "
-                                  f"--good {good} --bad {bad}")
+                                  f"--good {good} --bad {bad}",
+                                  notes=(plan_mod.UNTRUSTED_NOTE,) if untrusted else ())
     outcome = pipeline.bisect(config, options)
     report_md = (outcome.report_dir / "report.md").read_text()
     patches = {sha: Path(p).read_text() for sha, p in outcome.patches.items()}
     plan = plan_mod.build(outcome.report, run_id(event), event.repo, report_md, requester_pr=event.number,
-                          patches=patches, base_branch=config.upstream.branch)
+                          patches=patches, base_branch=config.upstream.branch, untrusted=untrusted,
+                          combined=plan_mod.reverts_of(config, outcome.report, patches) if not untrusted else None)
     return plan, Handled("bisect", f"{len(outcome.result.steps)} step(s) in {command.good}..{command.bad}")
 
 
@@ -291,8 +297,10 @@ def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job,
         rows = perf.compare_shapes(keys, mb.samples, mh.samples, th.min_step, th.alpha, mh.wrong, tflops)
         counts = {"base": mb.count(), "head": mh.count()}
         text = perf.body(rows, head, base, counts, th.min_step_pct, th.alpha, notes)
+        # The PR head is the PR's own code until it is merged: it ran in the process that timed it.
+        untrusted = not fork_policy.on_upstream(session.repo, head)
         plan = PublishPlan(run_id=run_id(event), repo=event.repo, verdict=_PERF_VERDICT[perf.overall(rows)],
-                           report="", requester_pr=event.number, answer=text)
+                           report="", requester_pr=event.number, answer=text, untrusted=untrusted)
         return plan, Handled("perf", f"{perf.overall(rows)}: " + ", ".join(f"{r.shape} {r.verdict.value}"
                                                                           for r in rows))
     finally:

@@ -156,7 +156,7 @@ def render_markdown(config: Config, night: Night, nights: list[Night], subj: Map
     v = night.verdict
     keys = [s.key for s in config.shapes]
     state = "good" if night.good else "NOT good (the baseline stays at the last good night)"
-    lines = [f"# Nightly {night.date}: {config.name}", "",
+    lines = [f"# Nightly {night.date}: {config.name}", "", _answer(night), "",
              f"Upstream `{config.upstream.repo}` branch `{config.upstream.branch}`, newest commit `{night.sha[:12]}`; "
              f"this night is **{state}**.", ""]
     if v.get("baseline"):
@@ -188,6 +188,28 @@ def render_markdown(config: Config, night: Night, nights: list[Night], subj: Map
     lines += ["", "TFLOP/s medians over each night's stored trials; `ctl` is the control "
               f"({config.control}) timed in the same processes.", ""]
     return "\n".join(lines)
+
+
+def _answer(night: Night) -> str:
+    """The question the nightly answers, first: is the newest commit slower than the last good night,
+    on what, and which PR did it."""
+    v = night.verdict
+    shapes = v.get("shapes") if isinstance(v.get("shapes"), Mapping) else {}
+    moved = ", ".join(f"{k} {s['change_pct']:+.1f}%" if isinstance(s.get("change_pct"), (int, float))
+                      else f"{k} {s.get('verdict')}"
+                      for k, s in shapes.items() if s.get("verdict") in ("slower", "wrong results"))  # type: ignore[union-attr]
+    base = f" (`{str(v['baseline'])[:12]}`)" if v.get("baseline") else ""
+    if night.good:
+        return f"**Answer**: good, nothing slower than the last good night{base}." if base else \
+            "**Answer**: good; the first night measured, the baseline from now on."
+    text = f"**Answer**: slower than the last good night{base}" + (f": {moved}" if moved else "")
+    steps = list(v.get("steps") or ())  # type: ignore[call-overload]
+    if steps:
+        text += "; the bisection blames " + ", ".join(
+            (f"#{s['pr']} " if s.get("pr") else "") + f"(`{str(s['commit'])[:12]}`)" for s in steps)
+    elif "steps" in v:
+        text += "; the bisection blames no single commit (below)"
+    return text + "."
 
 
 def _bisection_lines(v: Mapping[str, object]) -> list[str]:

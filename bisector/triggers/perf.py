@@ -92,10 +92,17 @@ def table(rows: Sequence[ShapeAB]) -> list[str]:
     return lines
 
 
+def _moved(rows: Sequence[ShapeAB]) -> list[str]:
+    """The asker's answer in one line: the shapes that moved (or went wrong), before how it was measured."""
+    parts = [f"{r.shape} {r.verdict.value}" + (f" {_num(r.comparison.change_pct, '{:+.1f}%')}" if r.comparison else "")
+             for r in rows if r.verdict in (PerfVerdict.SLOWER, PerfVerdict.FASTER, PerfVerdict.WRONG)]
+    return [", ".join(parts) + ".", ""] if parts else []
+
+
 def body(rows: Sequence[ShapeAB], head: str, base: str, trials: Mapping[str, int], min_step_pct: float,
          alpha: float, notes: Sequence[str] = ()) -> str:
     """The comment text (without marker): overall verdict, the table, how to read it."""
-    lines = [f"### bisector `/perf`: the PR head is **{overall(rows)}**", "",
+    lines = [f"### bisector `/perf`: the PR head is **{overall(rows)}**", "", *_moved(rows),
              f"PR head `{head[:12]}` against its merge base `{base[:12]}`, "
              f"{trials.get('base', 0)} + {trials.get('head', 0)} trials (each a fresh process, control timed in "
              "the same process).", "", *table(rows), "",
