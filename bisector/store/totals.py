@@ -9,9 +9,10 @@ in its table, while stdout said "314 trials" and the progress line "494").
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Collection, Iterable
+from typing import Any, Collection, Iterable, Sequence
 
 from bisector.model import TrialRecord, TrialStatus
 
@@ -72,11 +73,46 @@ class RunTotals:
                 "this_call": {"trials": self.this_call.trials, "wall_s": round(self.this_call.wall_s, 1)}}
 
 
+@dataclass(frozen=True)
+class CampaignCounts:
+    """`trials`: trial processes (totals.process_key); each stores a row per shape: `measurements`."""
+    campaign: str
+    commits: int
+    builds: int
+    trials: int
+    measurements: int
+    measurements_ok: int
+    nights: int
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    path: str
+    schema_version: int
+    campaigns: tuple[CampaignCounts, ...]
+
+
+def process_key(sha: str, patch_hash: str | None, slot: int | None, started_at: str,
+                log_path: object) -> tuple[object, ...]:
+    """One trial process stores one row per shape: its identity. The one rule for "a trial", read
+    by the report's header, `--json` and `store info` alike (rows are "measurements")."""
+    if slot is not None:
+        return (sha, patch_hash or None, slot)
+    return (sha, patch_hash or None, started_at, str(log_path or ""))
+
+
+def campaign_processes(rows: Iterable[Sequence[Any]]) -> dict[str, int]:
+    """Trial processes per campaign from rows of (campaign, sha, patch_hash, slot, started_at,
+    protocol JSON where slot is NULL): `store info`'s count, by the rule the report's uses."""
+    seen: dict[str, set[tuple[object, ...]]] = {}
+    for campaign, sha, patch_hash, slot, started_at, protocol in rows:
+        log = json.loads(protocol).get("log_path", "") if protocol else ""
+        seen.setdefault(campaign, set()).add(process_key(sha, patch_hash, slot, started_at or "", log))
+    return {campaign: len(keys) for campaign, keys in seen.items()}
+
+
 def _process(t: TrialRecord) -> tuple[object, ...]:
-    """One trial process stores one row per shape: its identity."""
-    if t.slot is not None:
-        return (t.sha, t.patch_hash, t.slot)
-    return (t.sha, t.patch_hash, t.started_at, str((t.protocol or {}).get("log_path", "")))
+    return process_key(t.sha, t.patch_hash, t.slot, t.started_at, (t.protocol or {}).get("log_path", ""))
 
 
 def _span(t: TrialRecord) -> tuple[float, float] | None:
