@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 from bisector.why.facts import StepMove
 from bisector.model import Step, Verdict
 from bisector.report import why_sections as why
-from bisector.report.action_summary import summary_lines
+from bisector.report.action_summary import summary_lines, undo_pct
 from bisector.report.calls import calls_section
 from bisector.report.data import METRIC_DEFINITIONS, METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, ReportData
 from bisector.search.evidence import CommitRow, UnsurePair
@@ -355,11 +355,23 @@ def _all_trials(row: CommitRow | None, shape: str) -> str:
     return f"{tflops(row.subject_tflops[shape])} ({row.trials.get(shape, 0)})"
 
 
+def _undo_table(fix: FixResult, data: ReportData) -> list[str]:
+    """A revert that does not apply: per shape, its step and what undoing it should give on the tip."""
+    step = next((s for s in data.steps if s.commit == fix.step_commit), None)
+    if step is None:
+        return []
+    rows = [[_short_shape(k), f"{step.change_pct[k]:+.1f}%",
+             f"{w:+.1f}%" if (w := undo_pct(step.change_pct[k])) is not None else "?"]
+            for k in step.shapes if k in step.change_pct]
+    return _table(["shape", "its step", "undoing it should give on the tip"], rows, ["---", "---:", "---:"])
+
+
 def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     """One revert: a line saying what was measured, a table per shape, a warning where it hurts."""
     name = commit_ref(fix.step_commit, data)
     if not fix.applied:
-        return [f"- revert of {name}: does not apply on the tip: {fix.conflict}"]
+        return [f"- revert of {name}: does not apply on the tip: {fix.conflict}; a fix by hand would have "
+                f"to give back its step's loss:", "", *("  " + line for line in _undo_table(fix, data)), ""]
     if fix.error:
         why = fix.error if fix.error.startswith("not measured") else f"could not be measured: {fix.error}"
         return [f"- revert of {name} (`{Path(fix.patch_path).name if fix.patch_path else ''}`): {why}"]
