@@ -117,12 +117,14 @@ def full_report() -> ReportData:
                               {k: (v - 1, v, v + 1) for k, v in tf.items()}, metric))
     fa_step = Step(commit=cs[4].sha, parent=cs[3].sha, shapes=fa, change_pct={"fa/s4096": -9.2, "fa/s16384": -12.1},
                    ci95={"fa/s4096": (-9.6, -8.8), "fa/s16384": (-12.6, -11.6)},
-                   p_value={"fa/s4096": 2e-30, "fa/s16384": 4e-31}, pr=1004)
+                   p_value={"fa/s4096": 2e-30, "fa/s16384": 4e-31}, pr=1004,
+                   levels={"fa/s4096": (440.5, 400.0), "fa/s16384": (425.5, 374.0)})
     gemm_step = Step(commit=cs[6].sha, parent=cs[5].sha, shapes=(gemm,), change_pct={gemm: -28.9},
                      ci95={gemm: (-29.3, -28.5)}, p_value={gemm: 1e-40}, candidates=(cs[6].sha, cs[7].sha),
-                     verified=False, pr=1006)
+                     verified=False, pr=1006, levels={gemm: (0.8301, 0.5902)})
     late_step = Step(commit=cs[8].sha, parent=cs[7].sha, shapes=("fa/s4096",), change_pct={"fa/s4096": -3.9},
-                     ci95={"fa/s4096": (-4.4, -3.4)}, p_value={"fa/s4096": 1e-12}, pr=1008)
+                     ci95={"fa/s4096": (-4.4, -3.4)}, p_value={"fa/s4096": 1e-12}, pr=1008,
+                     levels={"fa/s4096": (399.5, 383.9)})
     dropped = Step(commit=cs[2].sha, parent=cs[0].sha, shapes=("fa/s4096",), change_pct={"fa/s4096": 3.4},
                    ci95={"fa/s4096": (-0.5, 7.4)}, p_value={"fa/s4096": 0.04}, pr=1002)
 

@@ -69,3 +69,52 @@ def test_a_pairs_line_reads_the_gains_its_table_shows() -> None:
     assert pair.alone_pct == rows[("a",)] and pair.other_alone_pct == rows[("b",)]
     assert abs((1 + pair.with_other_pct / 100) - (1 + rows[("a", "b")] / 100) / (1 + rows[("b",)] / 100)) < 1e-9
     assert abs(rows[("a",)] - 50.0) < 1.0  # the wild trial left out of both
+
+
+def test_the_steps_change_is_recomputable_from_the_levels_it_shows() -> None:
+    """A real search on noisy trials (a wild one among them): the Steps table shows the parent's and
+    the culprit's levels its change was read from, and the change is their ratio to the rounding."""
+    from dataclasses import replace as with_
+
+    from bisector.search import SearchSettings, localize
+    from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
+    from tests.report_fixtures import full_report
+
+    commits = [f"{i:040x}" for i in range(60)]
+    model = StepModel({"gemm/m8192": 1.0}, (SimStep(commits[23], {"gemm/m8192": 0.62}),), frozenset())
+    result = localize(commits, SimulatedProbe(commits, model, noise_cv=0.05, seed=3),
+                      SearchSettings(min_step_pct=5.0))
+    (step,) = result.steps
+    data = with_(full_report(), steps=result.steps, moves=(), metric={"gemm": "ratio"})
+    (row,) = [line for line in markdown.steps_table(data)[2:]]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    before, after = (float(x) for x in cells[5].split(" → "))
+    shown = float(cells[6].rstrip("%"))
+    assert shown == round(step.change_pct["gemm/m8192"], 1)
+    assert abs(100 * (after / before - 1) - shown) < 0.1, (cells[5], shown)
+
+
+def test_where_the_control_moves_with_the_revert_the_subjects_own_speed_is_the_headline() -> None:
+    """A power-bound GEMM (an H200 demo): the revert's ratio gained +69.1% on the tip while the
+    subject's own TFLOP/s gained +39.3% (630.9 against 453.0): the control fell with the revert."""
+    from dataclasses import replace as with_
+
+    from bisector.model import Comparison, Verdict
+    from bisector.why.facts import actions
+    from bisector.why.fixes import FixResult
+    from tests.report_fixtures import series
+
+    data = series(10, list(range(11)), {4: -40.9}, ("gemm/m54560",), trials=6)
+    (step,) = data.steps
+    k = "gemm/m54560"
+    fix = FixResult(step.commit, "/abs/revert.patch", True, shapes=(k,), baseline={k: 660.8}, tip={k: 453.0},
+                    restored={k: 630.9}, vs_parent={k: Comparison(k, Verdict.SAME, -0.0, (-0.6, 0.5), 0.9, 4, 4)},
+                    vs_tip={k: Comparison(k, Verdict.DIFFERENT, 69.1, (68.3, 69.9), 1e-9, 4, 4)}, trials=4,
+                    own_pct=dict(step.change_pct), min_step_pct=3.0)
+    data = with_(data, fixes=(fix,), actions=actions(data.steps, (fix,), ()))
+    (item,) = [line for line in summary_lines(data) if line.startswith("1. ")]
+    assert "m54560 +39.3% of the subject's own TFLOP/s (ratio +69.1% [+68.3, +69.9]: the control moved -17.6% " \
+           "with the revert) **restored**" in item
+    text = markdown.render(data)
+    assert "TFLOP/s **+39.3%**; ratio +69.1% [+68.3, +69.9] (control -17.6% ⚠)" in text
+    assert all(p in _tables(text) for p in PCT.findall(item))

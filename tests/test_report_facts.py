@@ -107,7 +107,10 @@ def test_a_commit_wrong_in_every_shape_is_measured_and_has_its_row() -> None:
 
 def test_steps_show_the_subjects_tflops_and_a_control_that_moved() -> None:
     steps = "\n".join(markdown.steps_section(full_report()))
-    assert "| -28.9% | [-29.3, -28.5] | -20.0% (control +12.6% ⚠) |" in steps
+    # the control moved with the commit: the subject's own change is the headline, the ratio beside it
+    assert "| 0.8301 → 0.5902 | -28.9% | [-29.3, -28.5] | **-20.0%** (control +12.6% ⚠) |" in steps
+    assert "moves with the machine (clocks, load) and also with the commit" in steps
+    assert "not with the commit" not in steps
     assert "control +12.6% on this commit against its parent (the step's noise: ±1.5%)" in steps
     header = "\n".join(markdown.header(full_report()))
     assert "torch 2.11.0 (CUDA 13.0), triton 3.6.0" in header

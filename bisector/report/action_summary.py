@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from bisector.why.facts import Action
 from bisector.why.interactions import ComboResult, Interaction
+from bisector.report.control_moves import revert_move
 from bisector.report.data import ReportData
 from bisector.report.figures import change, commit_ref
 
@@ -40,7 +41,7 @@ def _by_hand(action: Action) -> bool:
     return fix is not None and (not fix.applied or bool(fix.error) and not fix.error.startswith("not measured"))
 
 
-def _measured(action: Action) -> str:
+def _measured(action: Action, data: ReportData) -> str:
     fix = action.fix
     assert fix is not None
     parts = []
@@ -52,7 +53,11 @@ def _measured(action: Action) -> str:
         verdict = fix.verdict(shape)
         want = fix.expected_pct(shape)
         should = f", undoing its own step should give {want:+.1f}%" if want is not None and verdict != "restored" else ""
-        parts.append(f"{_shape(shape)} {change(tip)} **{verdict}**{should}")
+        move = revert_move(fix, shape, data)
+        gain = change(tip) if move is None else (
+            f"{move.subject_pct:+.1f}% of the subject's own TFLOP/s (ratio {change(tip)}: the control moved "
+            f"{move.control_pct:+.1f}% with the revert)")
+        parts.append(f"{_shape(shape)} {gain} **{verdict}**{should}")
     return "on the tip " + "; ".join(parts)
 
 
@@ -91,8 +96,9 @@ def _revert_item(action: Action, data: ReportData) -> Item:
             others.append(f"{commit_ref(o.other, data)} {words}")
     both = " Interacts: " + "; ".join(others) + " (see the steps that interact)." if others else ""
     verb = _verb(action)
-    gain = _median([c.change_pct for c in fix.vs_tip.values()]) if verb == "Revert" else float("-inf")
-    return Item(gain, f"{verb} {ref}{_subject(sha, data)}: {_measured(action)}{wrong}.{both}")
+    own = {s: m.subject_pct for s in fix.vs_tip if (m := revert_move(fix, s, data)) is not None}
+    gain = _median([own.get(s, c.change_pct) for s, c in fix.vs_tip.items()]) if verb == "Revert" else float("-inf")
+    return Item(gain, f"{verb} {ref}{_subject(sha, data)}: {_measured(action, data)}{wrong}.{both}")
 
 
 def _hand_item(action: Action, data: ReportData) -> Item:
