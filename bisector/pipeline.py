@@ -427,6 +427,13 @@ def shown_upstream(repo: str, report_dir: Path) -> str:
     return shown(repo, report_dir)
 
 
+def report_title(config: Config, commits: Sequence[Commit], machine: Mapping[str, object]) -> str:
+    """`bisector: h200-demo, a0e9ecf..eef6c3f on NVIDIA H100 80GB HBM3`: the config's name and the
+    device its trials ran on, as they recorded it (a config named for one GPU may run on another)."""
+    device = str(machine.get("device_name") or config.device)
+    return f"bisector: {config.name}, {commits[0].short}..{commits[-1].short} on {device}"
+
+
 def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
                 wall_s: float, options: RunOptions, probe: StoreProbe,
                 windows: Sequence[WrongWindow] = (), report_dir: Path | None = None,
@@ -466,7 +473,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
     cmd = portable.command(options.command or f"bisector run --config {config.path} --good {options.good} "
                                               f"--bad {options.bad}", out)
     return ReportData(
-        title=f"bisector: {config.name}, {commits[0].short}..{commits[-1].short}",
+        title=report_title(config, commits, machine),
         config_name=config.name, upstream=shown_upstream(config.upstream.repo, out), branch=config.upstream.branch,
         good=commits[0], bad=commits[-1], device=config.device, control=config.control, machine=machine,
         protocol={"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials,

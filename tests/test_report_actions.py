@@ -118,3 +118,63 @@ def test_where_the_control_moves_with_the_revert_the_subjects_own_speed_is_the_h
     text = markdown.render(data)
     assert "TFLOP/s **+39.3%**; ratio +69.1% [+68.3, +69.9] (control -17.6% ⚠)" in text
     assert all(p in _tables(text) for p in PCT.findall(item))
+
+
+def test_the_kernel_section_is_a_quarter_of_the_report_at_most_and_links_nothing_unshipped(tmp_path) -> None:
+    """The demo's compiled kernels of three steps beside the golden report: details folded, only what
+    the first line did not say, signatures only where they changed, no link into kernels/ (not shipped)."""
+    import json
+    import shutil
+    from dataclasses import replace as with_
+    from pathlib import Path
+
+    from bisector.why.kernel_diff.collect import KERNELS_DIR, compare_dirs
+    from tests.report_fixtures import full_report
+
+    fixtures = Path(__file__).parent / "fixtures" / "kernels"
+    index = json.loads((fixtures / "index.json").read_text())["steps"]
+    shutil.copytree(fixtures, tmp_path / KERNELS_DIR)
+    data = full_report()
+    kernels = [with_(compare_dirs(tmp_path, st["parent"], st["culprit"]), step_commit=step.commit)
+               for st, step in zip(index.values(), data.steps)]
+    text = markdown.render(with_(data, kernels=tuple(kernels)))
+    section = text.split("## What changed in the compiled kernel", 1)[1].split("\n## ", 1)[0]
+    assert section.count("<details>") >= 3 and len(section) <= len(text) / 4, (len(section), len(text))
+    assert "(*bf16, *bf16" not in section  # no signature changed in these three steps
+    links = re.findall(r"\]\(([^)]+)\)", text)
+    assert links and not [x for x in links if x.startswith("kernels/")], links
+
+
+def test_a_written_report_links_only_files_its_folder_holds(tmp_path) -> None:
+    from pathlib import Path
+
+    from bisector.report.render import write_report
+    from tests.report_fixtures import full_report
+
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "hunk-0004ccc.patch").write_text("--- a\n+++ b\n")  # the pipeline writes the patches it links
+    text = write_report(full_report(), out).read_text()
+    links = re.findall(r"\]\(([^)]+)\)", text)
+    assert "hunk-0004ccc.patch" in links and "tflops-fa_s4096.png" in links
+    assert all((out / x).is_file() for x in links if "://" not in x), links
+    assert "[log](../work/logs/0001ccc.log)" not in text and "log (`../work/logs/0001ccc.log`)" in text
+    assert "revert-0004ccc.patch" in text and "(revert-0004ccc.patch)" not in text  # not written here: no link
+    assert Path(out / "report.md").is_file()
+
+
+def test_the_title_names_the_device_measured_and_the_header_one_run_time() -> None:
+    from pathlib import Path
+
+    from bisector.config import load
+    from bisector.pipeline import report_title
+    from bisector.store.totals import CallTotals, RunTotals
+    from tests.report_fixtures import commits
+
+    cfg = load(Path(__file__).parents[1] / "configs" / "h200-demo.toml")
+    cs = commits(3)
+    assert report_title(cfg, cs, {"device_name": "NVIDIA H100 80GB HBM3"}) == \
+        f"bisector: {cfg.name}, {cs[0].short}..{cs[-1].short} on NVIDIA H100 80GB HBM3"
+    assert report_title(cfg, cs, {}).endswith(" on cuda")
+    one = RunTotals(42, 35, 1, 461, 371, 90, 3931.0, 473.0, CallTotals(461, 474.9))
+    assert one.times() == "ran 7.9 min" and one.line().count(" min") == 1

@@ -54,14 +54,15 @@ class RunTotals:
                 f"{self.trials} trials{patched}")
 
     def times(self) -> str:
-        """`trials ran 19.3 min of wall time (36.1 min of trial processes) over every call; this call: 28
-        trials, 1.4 min`."""
+        """One run time: `ran 5.0 min` for a run made in one call; a resumed one, `trials ran 19.3 min of
+        wall time over every call; this call: 28 trials, 1.4 min` (the trial processes' own time and the
+        devices' are the header's "where the time went")."""
         call = self.this_call
+        if not self.resumed:
+            return f"ran {call.wall_s / 60:.1f} min"
         this = (f"this call: {call.trials} trial{'s' if call.trials != 1 else ''}, {call.wall_s / 60:.1f} min"
                 if call.trials else f"this call: no trial (everything came from the store), {call.wall_s / 60:.1f} min")
-        every = "over every call" if self.resumed else "in this call"
-        return (f"trials ran {self.measuring_s / 60:.1f} min of wall time ({self.trial_s / 60:.1f} min of trial "
-                f"processes) {every}; {this}")
+        return f"trials ran {self.measuring_s / 60:.1f} min of wall time over every call; {this}"
 
     def line(self) -> str:
         return f"{self.counts()}; {self.times()}"
