@@ -69,6 +69,9 @@ def test_a_pairs_line_reads_the_gains_its_table_shows() -> None:
     assert pair.alone_pct == rows[("a",)] and pair.other_alone_pct == rows[("b",)]
     assert abs((1 + pair.with_other_pct / 100) - (1 + rows[("a", "b")] / 100) / (1 + rows[("b",)] / 100)) < 1e-9
     assert abs(rows[("a",)] - 50.0) < 1.0  # the wild trial left out of both
+    # the interval is the samples' spread around that point (finite: the spread is the samples' own)
+    lo, hi = pair.ci95
+    assert -50.0 < lo < pair.interaction_pct < hi < 50.0, pair
 
 
 def test_the_steps_change_is_recomputable_from_the_levels_it_shows() -> None:

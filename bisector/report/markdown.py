@@ -66,8 +66,8 @@ def step_summary(step: Step, data: ReportData) -> str:
 
 def _own_speed(sha: str, shape: str, data: ReportData) -> str:
     """` (the subject's own TFLOP/s -20.0%: the control moved +12.6%)` where the control moved with the step."""
-    move = next((m for m in data.moves if m.commit == sha and m.shape == shape), None)
-    if move is None or not move.control_moved or move.subject_pct is None:
+    move = _move(sha, shape, data)
+    if move is None or not _distorts(move, data):
         return ""
     return f" (the subject's own TFLOP/s {pct(move.subject_pct)}: the control moved {pct(move.control_pct)})"
 
@@ -177,14 +177,20 @@ def _tflops_move(sha: str, shape: str, data: ReportData) -> str:
     move = _move(sha, shape, data)
     if move is None:
         return ""
-    if move.control_moved and move.subject_pct is not None:
+    if _distorts(move, data):
         return f"**{pct(move.subject_pct)}** (control {pct(move.control_pct)} ⚠)"
     return pct(move.subject_pct)
 
 
+def _distorts(move: StepMove, data: ReportData) -> bool:
+    """The control moved beyond the step's noise and the step was read on a ratio to it: the ratio
+    carries the control's move (the subject's own speed does not)."""
+    return move.control_moved and move.subject_pct is not None and data.metric_of(move.shape).endswith("ratio")
+
+
 def control_notes(data: ReportData) -> list[str]:
-    """A line per step and shape whose control moved by more than the step's noise."""
-    moved = [m for m in data.moves if m.control_moved]
+    """A line per step and shape read on a ratio whose control moved by more than the step's noise."""
+    moved = [m for m in data.moves if _distorts(m, data)]
     if not moved:
         return []
     return ["⚠ The control moved beyond the step's noise: " + "; ".join(

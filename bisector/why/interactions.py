@@ -169,12 +169,12 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
     if any(len(g) < 1 for g in logs):
         raise ValueError("a combination has no sample")
     m = [statistics.fmean(g) for g in logs]
-    if gains is not None:
+    df = sum(len(g) for g in logs) - len(logs)
+    own = sum(sum((x - mg) ** 2 for x in g) for g, mg in zip(logs, m)) / df if df >= 1 else 0.0
+    if gains is not None:  # the points as the table reads them; the spread stays the samples'
         m = [0.0, *(math.log1p(g / 100.0) for g in gains)]
     pct = lambda x: 100.0 * math.expm1(x)  # noqa: E731
     inter = m[3] - m[1] - m[2] + m[0]
-    df = sum(len(g) for g in logs) - len(logs)
-    own = sum(sum((x - mg) ** 2 for x in g) for g, mg in zip(logs, m)) / df if df >= 1 else 0.0
     if noise is not None:  # as the search's comparisons (samples.compare_pooled)
         pooled, df = pair_sd(noise.sd, noise.df, math.sqrt(own), df) ** 2, noise.df
     elif df < 1:
