@@ -181,3 +181,19 @@ def test_the_title_names_the_device_measured_and_the_header_one_run_time() -> No
     assert report_title(cfg, cs, {}).endswith(" on cuda")
     one = RunTotals(42, 35, 1, 461, 371, 90, 3931.0, 473.0, CallTotals(461, 474.9))
     assert one.times() == "ran 7.9 min" and one.line().count(" min") == 1
+
+
+def test_a_speed_steps_levels_are_shown_as_full_clock_tflops() -> None:
+    """The search reads a speed as 1 / full-clock time; the report shows it as full-clock TFLOP/s:
+    the levels are scaled by the parent's trials, the change stays the same."""
+    from bisector.model import Step, TrialRecord, TrialStatus
+    from bisector.pipeline import _levels_as_shown
+
+    k = "fa/s16384"
+    trial = TrialRecord("p" * 40, k, TrialStatus.OK, subject_ms=(2.0, 2.0, 2.02), control_ms=(1.0, 1.0, 1.0),
+                        subject_tflops=400.0, ratio=0.5)
+    step = Step("c" * 40, "p" * 40, (k,), {k: -60.0}, {k: (-61.0, -59.0)}, {k: 1e-9}, levels={k: (0.5, 0.2)})
+    shown = _levels_as_shown(step, {"p" * 40: [trial]}, {k: "speed"})
+    before, after = shown.levels[k]
+    assert abs(before - 400.0) < 1.0 and abs(after / before - 0.4) < 1e-9
+    assert _levels_as_shown(step, {"p" * 40: [trial]}, {k: "ratio"}).levels[k] == (0.5, 0.2)
