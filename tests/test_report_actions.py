@@ -197,3 +197,18 @@ def test_a_speed_steps_levels_are_shown_as_full_clock_tflops() -> None:
     before, after = shown.levels[k]
     assert abs(before - 400.0) < 1.0 and abs(after / before - 0.4) < 1e-9
     assert _levels_as_shown(step, {"p" * 40: [trial]}, {k: "ratio"}).levels[k] == (0.5, 0.2)
+
+
+def test_a_revert_that_did_not_build_is_a_fix_by_hand_with_its_size_in_the_fixes_section() -> None:
+    from dataclasses import replace as with_
+
+    from bisector.why.facts import actions
+
+    data = interacting_report()
+    broken = with_(data.fixes[1], applied=True, conflict="", error="step 1: make failed: exit 2")
+    fixes = (data.fixes[0], broken, data.fixes[2])
+    data = with_(data, fixes=fixes, actions=actions(data.steps, fixes, data.interactions))
+    text = markdown.render(data)
+    item = next(line for line in summary_lines(data) if "by hand" in line)
+    assert "could not be measured on the tip (step 1: make failed: exit 2)" in item
+    assert all(p in _tables(text) for p in PCT.findall(item)), item

@@ -105,12 +105,13 @@ def _hand_item(action: Action, data: ReportData) -> Item:
     fix, step = action.fix, action.step
     assert fix is not None
     why = (fix.conflict or fix.error).strip()
-    why = why.splitlines()[-1] if why else "conflict"
+    why = why.splitlines()[-1][:160] if why else "conflict"
+    what = "does not apply on the tip" if not fix.applied else "could not be measured on the tip"
     wants = {s: undo_pct(step.change_pct[s]) for s in step.shapes if s in step.change_pct}
     sizes = "; ".join(f"{_shape(s)} {w:+.1f}%" for s, w in wants.items() if w is not None)
     return Item(_median([w for w in wants.values() if w is not None]),
-                f"Fix {commit_ref(step.commit, data)}{_subject(step.commit, data)} by hand: its revert does not "
-                f"apply on the tip ({why}); undoing its step should give on the tip {sizes or 'an unknown gain'}"
+                f"Fix {commit_ref(step.commit, data)}{_subject(step.commit, data)} by hand: its revert {what} "
+                f"({why}); undoing its step should give on the tip {sizes or 'an unknown gain'}"
                 f" (its step: {', '.join(f'{_shape(s)} {step.change_pct[s]:+.1f}%' for s in step.shapes)}).")
 
 

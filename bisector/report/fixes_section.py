@@ -96,8 +96,11 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
         return [f"- revert of {name}: does not apply on the tip: {fix.conflict}; a fix by hand would have "
                 f"to give back its step's loss:", "", *("  " + line for line in _undo_table(fix, data)), ""]
     if fix.error:
-        why = fix.error if fix.error.startswith("not measured") else f"could not be measured: {fix.error}"
-        return [f"- revert of {name} (`{Path(fix.patch_path).name if fix.patch_path else ''}`): {why}"]
+        if fix.error.startswith("not measured"):
+            return [f"- revert of {name} (`{Path(fix.patch_path).name if fix.patch_path else ''}`): {fix.error}"]
+        return [f"- revert of {name} (`{Path(fix.patch_path).name if fix.patch_path else ''}`): could not be "
+                f"measured: {fix.error}; a fix by hand would have to give back its step's loss:", "",
+                *("  " + line for line in _undo_table(fix, data)), ""]
     parent = _parent_of(fix, data)
     prow, trow = data.row(parent) if parent else None, data.row(data.bad.sha)
     patch = Path(fix.patch_path).name if fix.patch_path else ""
