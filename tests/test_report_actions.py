@@ -121,6 +121,10 @@ def test_where_the_control_moves_with_the_revert_the_subjects_own_speed_is_the_h
     text = markdown.render(data)
     assert "TFLOP/s **+39.3%**; ratio +69.1% [+68.3, +69.9] (control -17.6% ⚠)" in text
     assert all(p in _tables(text) for p in PCT.findall(item))
+    from bisector.report import summary
+
+    line = next(x for x in summary.lines(data, "report.md") if "revert of" in x)
+    assert "m54560 restored (the subject's own TFLOP/s +39.3%, ratio +69.1% [+68.3, +69.9] on the tip)" in line
 
 
 def test_the_kernel_section_is_a_quarter_of_the_report_at_most_and_links_nothing_unshipped(tmp_path) -> None:
