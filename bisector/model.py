@@ -201,6 +201,9 @@ class Comparison:
     p_value: float
     n_before: int
     n_after: int
+    # The two sides' geometric means over the samples compared (the test's own levels, wild trials
+    # left out where it leaves them): change_pct is after / before - 1 of these, to the rounding.
+    levels: tuple[float, float] | None = field(default=None, compare=False)
 
 
 def regression(change_pct: Mapping[str, float]) -> bool:
@@ -221,6 +224,8 @@ class Step:
     candidates: tuple[str, ...] = ()  # when SKIPs bracket the step: every commit it could be
     verified: bool = True
     pr: int | None = None
+    # per shape, the parent's and the culprit's levels its change was read from (Comparison.levels)
+    levels: Mapping[str, tuple[float, float]] = field(default_factory=dict, compare=False)
 
     @property
     def is_regression(self) -> bool:

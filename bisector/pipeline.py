@@ -34,7 +34,7 @@ from bisector.paths import shown, work_dir_for
 from bisector import portable
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config, select_shapes  # noqa: F401 - the triggers call pipeline.select_shapes
-from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shape, TrialRecord,
+from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shape, Step, TrialRecord,
                             TrialStatus)
 from bisector.why.fixes import expected_trials as fixes_expected, set_up_reverts, verify_fixes
 from bisector.why.kernel_diff.collect import step_kernels
@@ -42,7 +42,7 @@ from bisector.why.kernel_diff.regenerate import compile_commit
 from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.search.evidence import CommitRow
-from bisector.search.samples import run_noise
+from bisector.search.samples import run_noise, trial_metric
 from bisector.search.outlook import SearchBasis
 from bisector.why.fixes import FixResult
 from bisector.report.data import ReportData
@@ -417,6 +417,25 @@ def shown_upstream(repo: str, report_dir: Path) -> str:
     return shown(repo, report_dir)
 
 
+def report_title(config: Config, commits: Sequence[Commit], machine: Mapping[str, object]) -> str:
+    """`bisector: h200-demo, a0e9ecf..eef6c3f on NVIDIA H100 80GB HBM3`: the config's name and the
+    device its trials ran on, as they recorded it (a config named for one GPU may run on another)."""
+    device = str(machine.get("device_name") or config.device)
+    return f"bisector: {config.name}, {commits[0].short}..{commits[-1].short} on {device}"
+
+
+def _levels_as_shown(step: Step, by_sha: Mapping[str, Sequence[TrialRecord]], metric_of: Mapping[str, str]) -> Step:
+    """The step with its levels in the units the report shows its metric in (evidence.metric_value:
+    a speed as full-clock TFLOP/s, not the search's 1 / time): the same ratio, so the same change."""
+    levels = {}
+    for key, (before, after) in step.levels.items():
+        factors = [shown / own for t in by_sha.get(step.parent, ()) if t.shape == key
+                   and (shown := evidence.metric_value(t, metric_of[key])) and (own := trial_metric(t, metric_of[key]))]
+        scale = statistics.median(factors) if factors else 1.0
+        levels[key] = (before * scale, after * scale)
+    return replace(step, levels=levels)
+
+
 def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
                 wall_s: float, options: RunOptions, probe: StoreProbe,
                 windows: Sequence[WrongWindow] = (), report_dir: Path | None = None,
@@ -456,12 +475,13 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
     cmd = portable.command(options.command or f"bisector run --config {config.path} --good {options.good} "
                                               f"--bad {options.bad}", out)
     return ReportData(
-        title=f"bisector: {config.name}, {commits[0].short}..{commits[-1].short}",
+        title=report_title(config, commits, machine),
         config_name=config.name, upstream=shown_upstream(config.upstream.repo, out), branch=config.upstream.branch,
         good=commits[0], bad=commits[-1], device=config.device, control=config.control, machine=machine,
         protocol={"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials,
                   "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
-        shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
+        shapes=keys, range_commits=tuple(commits), rows=tuple(rows),
+        steps=tuple(_levels_as_shown(s, by_sha, metric_of) for s in result.steps), dropped=result.dropped,
         uncertain=result.uncertain,
         unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step),
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,

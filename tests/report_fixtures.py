@@ -4,6 +4,7 @@ steps between them, with per-trial values drawn from a seeded generator (no timi
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from bisector.search.wrong_results import WrongWindow
@@ -116,12 +117,14 @@ def full_report() -> ReportData:
                               {k: (v - 1, v, v + 1) for k, v in tf.items()}, metric))
     fa_step = Step(commit=cs[4].sha, parent=cs[3].sha, shapes=fa, change_pct={"fa/s4096": -9.2, "fa/s16384": -12.1},
                    ci95={"fa/s4096": (-9.6, -8.8), "fa/s16384": (-12.6, -11.6)},
-                   p_value={"fa/s4096": 2e-30, "fa/s16384": 4e-31}, pr=1004)
+                   p_value={"fa/s4096": 2e-30, "fa/s16384": 4e-31}, pr=1004,
+                   levels={"fa/s4096": (440.5, 400.0), "fa/s16384": (425.5, 374.0)})
     gemm_step = Step(commit=cs[6].sha, parent=cs[5].sha, shapes=(gemm,), change_pct={gemm: -28.9},
                      ci95={gemm: (-29.3, -28.5)}, p_value={gemm: 1e-40}, candidates=(cs[6].sha, cs[7].sha),
-                     verified=False, pr=1006)
+                     verified=False, pr=1006, levels={gemm: (0.8301, 0.5902)})
     late_step = Step(commit=cs[8].sha, parent=cs[7].sha, shapes=("fa/s4096",), change_pct={"fa/s4096": -3.9},
-                     ci95={"fa/s4096": (-4.4, -3.4)}, p_value={"fa/s4096": 1e-12}, pr=1008)
+                     ci95={"fa/s4096": (-4.4, -3.4)}, p_value={"fa/s4096": 1e-12}, pr=1008,
+                     levels={"fa/s4096": (399.5, 383.9)})
     dropped = Step(commit=cs[2].sha, parent=cs[0].sha, shapes=("fa/s4096",), change_pct={"fa/s4096": 3.4},
                    ci95={"fa/s4096": (-0.5, 7.4)}, p_value={"fa/s4096": 0.04}, pr=1002)
 
@@ -168,3 +171,45 @@ def full_report() -> ReportData:
         totals=RunTotals(range_commits=len(cs), measured=len(rows), skipped=1, trials=60, commit_trials=42,
                          patched_trials=18, trial_s=1500.0, measuring_s=1020.0, this_call=CallTotals(12, 96.0)),
         moves=step_moves(steps, rows, lambda _: 3.0), actions=actions(steps, fixes, ()))
+
+
+def interacting_report() -> ReportData:
+    """The CPU demo's attention shape: three regressions on s1024 (#1003, #1006, #1009), the middle
+    one's revert not applying on the tip alone but with #1009's, every combination measured that
+    applies (the interactions' table), and the largest loss to be fixed by hand."""
+    from bisector.why.interactions import ComboResult, Interaction, PairEffect
+
+    data = series(12, list(range(13)), {3: -39.9, 6: -37.2, 9: -63.5}, ("fa/s1024",), trials=6, noise=0.03)
+    a, b, c = (s.commit for s in data.steps)
+    k = "fa/s1024"
+
+    def cmp(pct: float, lo: float, hi: float, verdict: Verdict = Verdict.DIFFERENT) -> Comparison:
+        return Comparison(k, verdict, pct, (lo, hi), 1e-6, 3, 3)
+
+    steps = {s.commit: s for s in data.steps}
+    fixes = (
+        FixResult(a, "/abs/revert-a.patch", True, shapes=(k,), baseline={k: 0.062}, tip={k: 0.0088},
+                  restored={k: 0.024}, vs_parent={k: cmp(-61.0, -63.2, -58.7)}, vs_tip={k: cmp(173.8, 164.2, 183.9)},
+                  trials=3, own_pct=dict(steps[a].change_pct), later={k: ((b, -37.2), (c, -63.5))}, min_step_pct=20.0),
+        FixResult(b, "/abs/revert-b.patch", False, conflict="patch does not apply: conflicts in demolib/cpu_fa.py",
+                  shapes=(k,)),
+        FixResult(c, "/abs/revert-c.patch", True, shapes=(k,), baseline={k: 0.0239}, tip={k: 0.0088},
+                  restored={k: 0.0234}, vs_parent={k: cmp(-0.4, -1.7, 1.0, Verdict.SAME)},
+                  vs_tip={k: cmp(161.8, 152.8, 171.1)}, trials=3, own_pct=dict(steps[c].change_pct), min_step_pct=20.0),
+    )
+    gains = {(a,): (173.8, 164.2, 183.9), (c,): (161.8, 152.8, 171.1), (a, c): (256.5, 248.9, 264.3),
+             (b, c): (357.0, 349.6, 364.6), (a, b, c): (579.7, 529.3, 634.2)}
+    combos = [ComboResult((), {k: 0.0088})]
+    for combo in [(a,), (b,), (c,), (a, b), (a, c), (b, c), (a, b, c)]:
+        if combo in gains:
+            g, lo, hi = gains[combo]
+            combos.append(ComboResult(combo, {k: 0.0088 * (1 + g / 100)}, {k: g}, {k: (lo, hi)}))
+        else:
+            combos.append(ComboResult(combo, error="patch does not apply: conflicts in demolib/cpu_fa.py"))
+    with_c = 100 * (3.565 / 2.618 - 1)
+    with_a = 100 * (3.565 / 2.738 - 1)
+    pair = PairEffect(a, c, k, 173.8, with_c, 161.8, with_a, 100 * (3.565 / (2.738 * 2.618) - 1), (-51.3, -49.3),
+                      "overlap")
+    inter = Interaction((a, b, c), (k,), tuple(combos), (pair,), trials=3)
+    return replace(data, fixes=fixes, interactions=(inter,), min_step_pct=20.0,
+                   actions=actions(data.steps, fixes, (inter,)))

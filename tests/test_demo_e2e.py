@@ -152,7 +152,14 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
     most = max(protocol.max_trials, 2 * protocol.trials)
     cap = (protocol.max_trials * result["probes"] + 2 * 4 * most * (len(result["steps"]) + len(result["dropped"]))
            + 2 * protocol.trials * (1 + 2))  # rechecks: bisector.search.Settings.rechecks (2)
-    assert result["trials"] <= cap, f"the CPU demo measured {result['trials']} trials ({seconds:.0f} s)"
+    assert result["search_trials"] <= cap, f"the CPU demo's search took {result['search_trials']} trials ({seconds:.0f} s)"
+    # One meaning of "trials": trial processes, the same count in --json, the header and `store info`.
+    header = next(line for line in report.splitlines() if line.startswith("Upstream "))
+    info = subprocess.run([sys.executable, "-m", "bisector", "store", "info", "--json", "--store",
+                           str(tmp_path / "d" / "results.sqlite")], capture_output=True, text=True, timeout=120)
+    (campaign,) = json.loads(info.stdout)["campaigns"]
+    assert result["trials"] == result["totals"]["trials"] == campaign["trials"], (result["totals"], campaign)
+    assert f"; {campaign['trials']} trials" in header, header
     before = trial_count(tmp_path)
     # Every CPU trial ran with the runner's malloc thresholds, whatever this process's environment
     # held (a dask LocalCluster started by an earlier test in it leaves a 64 KiB trim threshold).

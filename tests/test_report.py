@@ -47,7 +47,7 @@ def test_markdown_has_mission_table_steps_fixes_and_failures():
     # Per commit and shape: TFLOP/s, then the ratio the steps were tested on with its spread and trials.
     assert "| `04aaaaa` ◀ | 2026-08-05 | #904 | 479.0 | 0.7726 ±0.2% (3) | 443.0 | 0.7145 ±0.2% (3) |" in text
     assert "| torch_cuda (control) |  |  | ~620.0 |  | ~620.0 |  |" in text
-    assert ("| `04aaaaa` | #904 | change 4 | s16384 | ratio ≥1% | -11.0% | [-11.8, -10.2] | -11.0% | 1e-6 | 3 + 3 "
+    assert ("| `04aaaaa` | #904 | change 4 | s16384 | ratio ≥1% |  | -11.0% | [-11.8, -10.2] | -11.0% | 1e-6 | 3 + 3 "
             "| regression |") in text
     # The revert: verdict and intervals on the metric, TFLOP/s of the side-by-side rounds, then the
     # parent's and the tip's medians over all their trials (their rows in the table).

@@ -33,7 +33,10 @@ def test_the_action_summary_opens_the_report_and_the_pr_comment() -> None:
     opening = summary_lines(data)
     assert text[0] == f"# {data.title}" and text[2:2 + len(opening)] == opening
     first = next(i for i, line in enumerate(text) if line.startswith("1. "))
-    assert first < 15 and "`0004ccc` (#1004)" in text[first] and "**restored**" in text[first]
+    # the largest gain first: the fix by hand of #1008 (+4.1% to give back) before the revert of
+    # #1004 (+9.7% on one shape, -4.8% on the other: +2.5% over its shapes)
+    assert first < 15 and "`0008ccc` (#1008)" in text[first] and "+4.1%" in text[first]
+    assert "`0004ccc` (#1004)" in text[first + 1] and "**restored**" in text[first + 1]
     assert text.index(next(line for line in text if line.startswith("## Steps"))) > first
 
     plan = build(data, "run-1", "ada/lib", "\n".join(text))
@@ -72,8 +75,8 @@ def test_a_revert_hidden_by_another_step_says_so_first() -> None:
     lines = summary_lines(data)
     item = next(line for line in lines if "Revert `0008ccc` (#1008)" in line)
     assert "s4096 +0.0% [-0.4, +0.4] **not restored**" in item and "undoing its own step should give +4.1%" in item
-    assert "`0004ccc` (#1004) hides part of it or is hidden by it (s4096 +0.0% alone, +4.1% with it reverted too)" \
-        in item
+    # its numbers with the other reverted are the interactions' (a pair's line), not this item's
+    assert "`0004ccc` (#1004) hides part of it or is hidden by it (see the steps that interact)" in item
     cell = "\n".join(markdown.fixes_section(data))
     assert "with `0004ccc` (#1004) reverted too it gains +4.1% (hidden in part by it)" in cell
 
@@ -108,7 +111,10 @@ def test_a_commit_wrong_in_every_shape_is_measured_and_has_its_row() -> None:
 
 def test_steps_show_the_subjects_tflops_and_a_control_that_moved() -> None:
     steps = "\n".join(markdown.steps_section(full_report()))
-    assert "| -28.9% | [-29.3, -28.5] | -20.0% (control +12.6% ⚠) |" in steps
+    # the control moved with the commit: the subject's own change is the headline, the ratio beside it
+    assert "| 0.8301 → 0.5902 | -28.9% | [-29.3, -28.5] | **-20.0%** (control +12.6% ⚠) |" in steps
+    assert "moves with the machine (clocks, load) and also with the commit" in steps
+    assert "not with the commit" not in steps
     assert "control +12.6% on this commit against its parent (the step's noise: ±1.5%)" in steps
     header = "\n".join(markdown.header(full_report()))
     assert "torch 2.11.0 (CUDA 13.0), triton 3.6.0" in header

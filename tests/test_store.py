@@ -117,7 +117,9 @@ def test_commits_builds_and_nights(tmp_path: Path) -> None:
 
     store.add_trials(CAMPAIGN, [record("1" * 40), record("1" * 40, status=TrialStatus.TIMEOUT)])
     (counts,) = store.info().campaigns
-    assert (counts.commits, counts.builds, counts.trials, counts.trials_ok, counts.nights) == (2, 2, 2, 1, 2)
+    # one trial process (its slot unknown: by its start and log), two measurements of it stored
+    assert (counts.commits, counts.builds, counts.trials, counts.measurements, counts.measurements_ok,
+            counts.nights) == (2, 2, 1, 2, 1, 2)
     frame = store.frame()
     assert list(frame["commit_pr"]) == [950, 950] and list(frame["commit_author"]) == ["ann", "ann"]
 
@@ -356,9 +358,9 @@ def test_cli_info_and_export(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert f"store: {path}" in result.output and f"schema version: {SCHEMA_VERSION}" in result.output
     line = next(x for x in result.output.splitlines() if x.startswith(CAMPAIGN))
-    assert line.split()[1:] == ["1", "0", "2", "1", "0"]
+    assert line.split()[1:] == ["1", "0", "1", "2", "1", "0"]
     result = runner.invoke(store_command, ["info", "--store", str(path), "--json"])
-    assert json.loads(result.output)["campaigns"][0]["trials_ok"] == 1
+    assert json.loads(result.output)["campaigns"][0]["measurements_ok"] == 1
 
     out = tmp_path / "x.csv"
     result = runner.invoke(store_command, ["export", "--store", str(path), "--format", "csv", "--out", str(out),

@@ -51,20 +51,7 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     finally:
         note.update()
     if as_json:
-        windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
-        hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
-                  "patch": h.patch_path, "summary": h.summary, "unsettled": [list(u) for u in h.unsettled],
-                  **({"plumbing": list(h.plumbing), "behaviour_hunks": h.n_behaviour,
-                      "plumbing_carries": h.base_carries, "plumbing_patch": h.base_patch_path}
-                     if h.n_behaviour else {})} for h in outcome.report.hunks]
-        print_json(relative_paths({**result_json(outcome.result), "wrong_windows": windows, "hunks": hunks,
-                    "fixes": [fix_json(f) for f in outcome.fixes],
-                    "kernels": [{"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}
-                                for k in outcome.report.kernels],
-                    "interactions": [interaction_json(i) for i in outcome.report.interactions],
-                    "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
-                    "totals": outcome.report.totals.as_json() if outcome.report.totals else None,
-                    "report": str(outcome.report_dir / "report.md"), **(extra or {})}))
+        print_json(relative_paths(outcome_json(outcome, extra)))
         check_compared(outcome)
         return outcome
     for line in summary.lines(outcome.report, str(outcome.report_dir / "report.md")):
@@ -84,6 +71,28 @@ class StoreNote:
         if not self.noted and self.store.is_file():
             laststore.remember(self.store)
             self.noted = True
+
+
+def outcome_json(outcome: pipeline.RunOutcome, extra: dict | None = None) -> dict:
+    """What `run --json` and `demo --json` print. "trials": the run's trial processes, as the report's
+    header and `store info` count them (search, verification, reverts, hunks); the search's own
+    share is "search_trials"."""
+    windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
+    hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
+              "patch": h.patch_path, "summary": h.summary, "unsettled": [list(u) for u in h.unsettled],
+              **({"plumbing": list(h.plumbing), "behaviour_hunks": h.n_behaviour,
+                  "plumbing_carries": h.base_carries, "plumbing_patch": h.base_patch_path}
+                 if h.n_behaviour else {})} for h in outcome.report.hunks]
+    totals = outcome.report.totals
+    search = result_json(outcome.result)
+    return {**search, "trials": totals.trials if totals else search["trials"], "search_trials": search["trials"],
+            "wrong_windows": windows, "hunks": hunks, "fixes": [fix_json(f) for f in outcome.fixes],
+            "kernels": [{"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}
+                        for k in outcome.report.kernels],
+            "interactions": [interaction_json(i) for i in outcome.report.interactions],
+            "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
+            "totals": totals.as_json() if totals else None,
+            "report": str(outcome.report_dir / "report.md"), **(extra or {})}
 
 
 def fix_json(fix: FixResult) -> dict:

@@ -37,7 +37,8 @@ def command() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @fail_on_error
 def info(store_path: Path | None, as_json: bool) -> None:
-    """Path, schema version and counts per campaign."""
+    """Path, schema version and counts per campaign: trials are trial processes, as the report and
+    `--json` count them; each stored one measurement per shape."""
     path, why = _which(store_path)
     with Store(path, readonly=True) as store:
         summary = store.info()
@@ -49,8 +50,9 @@ def info(store_path: Path | None, as_json: bool) -> None:
     if not summary.campaigns:
         click.echo("no campaigns")
         return
-    header = ("campaign", "commits", "builds", "trials", "ok", "nights")
-    rows = [(c.campaign, c.commits, c.builds, c.trials, c.trials_ok, c.nights) for c in summary.campaigns]
+    header = ("campaign", "commits", "builds", "trials", "measurements", "ok", "nights")
+    rows = [(c.campaign, c.commits, c.builds, c.trials, c.measurements, c.measurements_ok, c.nights)
+            for c in summary.campaigns]
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         click.echo("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)

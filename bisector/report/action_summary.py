@@ -1,30 +1,49 @@
 """The action summary: what to do first, opening both report.md and the PR comment (one builder).
 
-Per verified regression, largest gain on the tip first: the revert to apply, what it measured on
-the tip per shape (gain, 95% interval, verdict) and the steps that hide or overlap it. Pure: it
-renders ReportData.actions (bisector/why/facts.py)."""
+One ranked list, largest gain on the tip first, each item with its number as the table it comes
+from prints it: a verified regression's revert (the candidate fixes' table), reverts that were
+measured together on the tip (the interactions' table: the group's largest combination, and the
+smallest one that carries a revert that does not apply alone), and a regression whose revert does
+not apply, to fix by hand, ranked by what undoing its step should give on the tip (the candidate
+fixes' table too). Pure: it renders ReportData.actions and ReportData.interactions."""
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
+
 from bisector.why.facts import Action
+from bisector.why.interactions import ComboResult, Interaction
+from bisector.report.control_moves import revert_move
 from bisector.report.data import ReportData
 from bisector.report.figures import change, commit_ref
 
-SHOWN = 8  # actions listed; the rest counted
+SHOWN = 8  # items listed; the rest counted
 
 
 def _shape(key: str) -> str:
     return key.split("/", 1)[-1]
 
 
+def undo_pct(own_pct: float) -> float | None:
+    """The gain on the tip that undoes a step of `own_pct`: +5.6% for a -5.3% step."""
+    return None if own_pct <= -100 else 100.0 * (100.0 / (100.0 + own_pct) - 1.0)
+
+
+@dataclass(frozen=True)
+class Item:
+    gain: float  # the order: the median over its shapes of what it gains on the tip
+    text: str
+
+
+def _by_hand(action: Action) -> bool:
+    fix = action.fix
+    return fix is not None and (not fix.applied or bool(fix.error) and not fix.error.startswith("not measured"))
+
+
 def _measured(action: Action, data: ReportData) -> str:
     fix = action.fix
-    if fix is None:
-        return "its revert was not measured (the run skipped the reverts)"
-    if not fix.applied:
-        return f"its revert does not apply on the tip ({fix.conflict.strip().splitlines()[-1] if fix.conflict.strip() else 'conflict'}): a fix by hand"
-    if fix.error:
-        return f"its revert could not be measured: {fix.error.strip().splitlines()[-1][:160]}"
+    assert fix is not None
     parts = []
     for shape in fix.shapes:
         tip = fix.vs_tip.get(shape)
@@ -34,52 +53,123 @@ def _measured(action: Action, data: ReportData) -> str:
         verdict = fix.verdict(shape)
         want = fix.expected_pct(shape)
         should = f", undoing its own step should give {want:+.1f}%" if want is not None and verdict != "restored" else ""
-        parts.append(f"{_shape(shape)} {change(tip)} **{verdict}**{should}")
+        move = revert_move(fix, shape, data)
+        gain = change(tip) if move is None else (
+            f"{move.subject_pct:+.1f}% of the subject's own TFLOP/s (ratio {change(tip)}: the control moved "
+            f"{move.control_pct:+.1f}% with the revert)")
+        parts.append(f"{_shape(shape)} {gain} **{verdict}**{should}")
     return "on the tip " + "; ".join(parts)
 
 
-def _overlaps(action: Action, data: ReportData) -> str:
-    by_other: dict[str, list[str]] = {}
-    for o in action.overlaps:
-        by_other.setdefault(o.other, []).append(
-            f"{_shape(o.shape)} {o.alone_pct:+.1f}% alone, {o.with_other_pct:+.1f}% with it reverted too")
-    words = {"hide": "hides part of it or is hidden by it", "overlap": "overlaps it"}
-    out = []
-    for other, shapes in by_other.items():
-        verdict = next(o.verdict for o in action.overlaps if o.other == other)
-        out.append(f"{commit_ref(other, data)} {words.get(verdict, verdict)} ({'; '.join(shapes)})")
-    return (" Interacts: " + "; ".join(out) + ".") if out else ""
-
-
 def _verb(action: Action) -> str:
-    """Revert it; do not apply it (it slows the tip or gives wrong results); or fix it by hand."""
+    """Revert it, or do not apply it (it slows the tip or gives wrong results)."""
     fix = action.fix
-    if fix is None or not fix.applied or fix.error:
-        return "Fix"
+    assert fix is not None
     if not fix.correct or any(fix.verdict(s) == "slower than the tip" for s in fix.shapes):
         return "⚠ Do not apply the revert of"
     return "Revert"
 
 
-def item(action: Action, data: ReportData) -> str:
-    step = action.step
-    commit = data.commit(step.commit)
-    subject = f" \"{commit.subject}\"" if commit else ""
-    wrong = " (WRONG RESULTS with the revert)" if action.fix is not None and not action.fix.correct else ""
-    return (f"{_verb(action)} {commit_ref(step.commit, data)}{subject}: {_measured(action, data)}{wrong}."
-            f"{_overlaps(action, data)}")
+def _subject(sha: str, data: ReportData) -> str:
+    commit = data.commit(sha)
+    return f" \"{commit.subject}\"" if commit else ""
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("-inf")
+
+
+def _revert_item(action: Action, data: ReportData) -> Item:
+    fix, sha = action.fix, action.step.commit
+    ref = commit_ref(sha, data)
+    if fix is None:
+        return Item(float("-inf"), f"Revert {ref}{_subject(sha, data)}: its revert was not measured (the run "
+                                   f"skipped the reverts).")
+    if fix.error:
+        return Item(float("-inf"), f"Revert {ref}{_subject(sha, data)}: its revert could not be measured: "
+                                   f"{fix.error.strip().splitlines()[-1][:160]}.")
+    wrong = " (WRONG RESULTS with the revert)" if not fix.correct else ""
+    others = []
+    for o in action.overlaps:
+        words = "hides part of it or is hidden by it" if o.verdict == "hide" else "overlaps it"
+        if f"{commit_ref(o.other, data)} {words}" not in others:
+            others.append(f"{commit_ref(o.other, data)} {words}")
+    both = " Interacts: " + "; ".join(others) + " (see the steps that interact)." if others else ""
+    verb = _verb(action)
+    own = {s: m.subject_pct for s in fix.vs_tip if (m := revert_move(fix, s, data)) is not None}
+    gain = _median([own.get(s, c.change_pct) for s, c in fix.vs_tip.items()]) if verb == "Revert" else float("-inf")
+    return Item(gain, f"{verb} {ref}{_subject(sha, data)}: {_measured(action, data)}{wrong}.{both}")
+
+
+def _hand_item(action: Action, data: ReportData) -> Item:
+    fix, step = action.fix, action.step
+    assert fix is not None
+    why = (fix.conflict or fix.error).strip()
+    why = why.splitlines()[-1][:160] if why else "conflict"
+    what = "does not apply on the tip" if not fix.applied else "could not be measured on the tip"
+    wants = {s: undo_pct(step.change_pct[s]) for s in step.shapes if s in step.change_pct}
+    sizes = "; ".join(f"{_shape(s)} {w:+.1f}%" for s, w in wants.items() if w is not None)
+    return Item(_median([w for w in wants.values() if w is not None]),
+                f"Fix {commit_ref(step.commit, data)}{_subject(step.commit, data)} by hand: its revert {what} "
+                f"({why}); undoing its step should give on the tip {sizes or 'an unknown gain'}"
+                f" (its step: {', '.join(f'{_shape(s)} {step.change_pct[s]:+.1f}%' for s in step.shapes)}).")
+
+
+def together_combos(inter: Interaction) -> list[ComboResult]:
+    """The combinations of two or more reverts worth a line: the largest measured, and for each step
+    whose revert was not measured alone the smallest measured combination that carries it."""
+    measured = [c for c in inter.combos if len(c.reverted) >= 2 and not c.error and c.gain_pct]
+    if not measured:
+        return []
+    gain = lambda c: _median(list(c.gain_pct.values()))  # noqa: E731
+    chosen = [max(measured, key=lambda c: (len(c.reverted), gain(c)))]
+    alone_failed = {c.reverted[0] for c in inter.combos if len(c.reverted) == 1 and (c.error or not c.gain_pct)}
+    for sha in inter.steps:
+        if sha in alone_failed:
+            carrying = [c for c in measured if sha in c.reverted]
+            if carrying:
+                best = min(carrying, key=lambda c: (len(c.reverted), -gain(c)))
+                chosen += [best] if best not in chosen else []
+    return chosen
+
+
+def _names(shas: tuple[str, ...], data: ReportData) -> str:
+    refs = [commit_ref(s, data) for s in shas]
+    return refs[0] if len(refs) == 1 else ", ".join(refs[:-1]) + " and " + refs[-1]
+
+
+def _together_item(combo: ComboResult, inter: Interaction, data: ReportData) -> Item:
+    alone_failed = [c.reverted[0] for c in inter.combos if len(c.reverted) == 1 and c.reverted[0] in combo.reverted
+                    and (c.error or not c.gain_pct)]
+    only = (f" ({_names(tuple(alone_failed), data)}: its revert applies only with the others)"
+            if alone_failed else "")
+    parts = [f"{_shape(s)} {g:+.1f}% [{combo.ci95[s][0]:+.1f}, {combo.ci95[s][1]:+.1f}]"
+             for s, g in combo.gain_pct.items() if s in combo.ci95]
+    return Item(_median(list(combo.gain_pct.values())),
+                f"Revert {_names(combo.reverted, data)} together: on the tip {'; '.join(parts)}, measured side by "
+                f"side with the tip in the interactions{only}.")
+
+
+def items(data: ReportData) -> list[Item]:
+    """Every action, the largest gain on the tip first."""
+    pairs = [(c, i) for i in data.interactions for c in together_combos(i)]
+    out = [_hand_item(a, data) if _by_hand(a) else _revert_item(a, data) for a in data.actions]
+    out += [_together_item(c, i, data) for c, i in pairs]
+    return sorted(out, key=lambda item: -item.gain)
 
 
 def summary_lines(data: ReportData) -> list[str]:
-    """The opening lines: a heading, one sentence on what was measured, one item per regression."""
+    """The opening lines: a heading, one sentence on what was measured, one item per action."""
     if not data.actions:
         if any(s.is_regression for s in data.steps):
             return ["**What to do**: no regression here is verified (see the steps); nothing to revert yet."]
         return ["**What to do**: nothing; no verified regression in this range."]
-    lines = [f"**What to do**, largest gain first: each verified regression's revert, applied to the tip "
-             f"`{data.bad.short}` and measured there side by side with it (change of the step's metric on the "
-             f"tip, 95% interval, verdict):", ""]
-    lines += [f"{i}. {item(a, data)}" for i, a in enumerate(data.actions[:SHOWN], 1)]
-    if len(data.actions) > SHOWN:
-        lines.append(f"{SHOWN + 1}. ... and {len(data.actions) - SHOWN} more (see the candidate fixes below).")
+    lines = [f"**What to do**, largest gain first: each verified regression's revert, and reverts measured "
+             f"together, applied to the tip `{data.bad.short}` and measured there side by side with it (change "
+             f"of the step's metric on the tip, 95% interval, verdict); a revert that does not apply is a fix by "
+             f"hand, placed by what undoing its step should give on the tip:", ""]
+    found = items(data)
+    lines += [f"{i}. {item.text}" for i, item in enumerate(found[:SHOWN], 1)]
+    if len(found) > SHOWN:
+        lines.append(f"{SHOWN + 1}. ... and {len(found) - SHOWN} more (see the candidate fixes below).")
     return lines

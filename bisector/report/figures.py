@@ -4,7 +4,7 @@ their intervals. One place, so a figure reads the same in every section and in t
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from bisector.model import Comparison
 from bisector.report.data import ReportData
@@ -68,3 +68,16 @@ def p_value(p: float) -> str:
 def pct(value: float | None) -> str:
     """`-33.4%`, or nothing when unknown."""
     return f"{value:+.1f}%" if value is not None else ""
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequence[str] | None = None) -> list[str]:
+    """A markdown table's lines."""
+    align = align or ["---"] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def short_shape(shape: str) -> str:
+    """"fa/s4096" -> "s4096"."""
+    return shape.split("/", 1)[1] if "/" in shape else shape

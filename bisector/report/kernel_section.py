@@ -48,9 +48,14 @@ def _head(d: KernelDiff) -> str:
     return f"- `{d.name}`{variants}:{status} " + (facts or "no resource or instruction class that explains speed moved")
 
 
+def _signature(d: KernelDiff) -> str:
+    """The signature, only where it changed (a kernel's may run to 40 arguments)."""
+    return f"  signature changed: {', '.join(d.arg_changes)} ({d.signature})." if d.arg_changes else ""
+
+
 def _how(d: KernelDiff) -> str:
-    """The second line: the signature, how the variants were paired, where the code first differs."""
-    parts = [f"signature changed: {', '.join(d.arg_changes)}"] if d.arg_changes else []
+    """How the variants were paired, where the code first differs, what computes differently."""
+    parts = []
     if d.respecialized:
         parts.append("paired with the closest variant: " + ", ".join(d.respecialized))
     levels = ", ".join(LEVEL_NAMES.get(lv, lv) for lv in d.levels_changed)
@@ -60,15 +65,19 @@ def _how(d: KernelDiff) -> str:
         parts.append(f"{levels} only")
     if d.changed_values:
         parts.append("values computed differently: " + ", ".join(f"`{v}`" for v in d.changed_values))
-    return f"  ({d.signature}) " + "; ".join(parts) + "." if parts else f"  ({d.signature})"
+    return ("  " + "; ".join(parts) + ".") if parts else ""
 
 
-def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
-    """One changed (added, removed) kernel: the facts that explain speed first, then only the
-    metadata and instruction classes that differ, and its IR diff."""
-    lines = [_head(d), _how(d), ""]
+REPORT_DIFF_LINES = 12  # lines of the IR diff shown in report.md (the PR comment and the kept file: more)
+
+
+def _details(d: KernelDiff, diff_lines: int | None) -> list[str]:
+    """Only the metadata and instruction classes that differ, less what the first line said already
+    (report.md: `diff_lines` given), then the IR diff, cut to `diff_lines`."""
+    lines = []
+    said = _head(d) if diff_lines is not None else ""
     moved = [r for r in d.metadata_rows() if r[1] != r[2]]
-    rows = [r for r in moved if r[0] not in speed.FOLDED]
+    rows = [r for r in moved if r[0] not in speed.FOLDED and f"{r[0]} {r[1]} → {r[2]}" not in said]
     if rows:
         lines += ["  | metadata | parent | culprit |", "  |---|---:|---:|"]
         lines += [f"  | {key} | {_cell(b)} | {_cell(a)} |" for key, b, a in rows]
@@ -77,7 +86,7 @@ def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
     if folded:  # said, since it differs, but it never explains speed
         lines += ["  Build metadata that differs: " + "; ".join(f"{k} {_cell(b)} → {_cell(a)}" for k, b, a in folded)
                   + ".", ""]
-    hist = [r for r in d.histogram_rows() if r[1] != r[2]]
+    hist = [r for r in d.histogram_rows() if r[1] != r[2] and f"{r[0]} {r[1]} → {r[2]}" not in said]
     if hist:
         isa = (d.after or d.before).isa.upper() if (d.after or d.before) else ""  # type: ignore[union-attr]
         lines += [f"  | {isa} instructions (static) | parent | culprit | change |", "  |---|---:|---:|---:|"]
@@ -85,14 +94,23 @@ def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
         lines.append("")
     if d.ir_diff:
         name = LEVEL_NAMES.get(d.first_level, d.first_level)
-        whole = f"; whole: [{d.ir_diff_path}]({d.ir_diff_path})" if d.ir_diff_path else ""
-        body = [*_fence(d.ir_diff), ""]
-        what = f"{name} diff, locations and SSA numbering left out"
-        if folded_diff:
-            lines += [f"  <details><summary>{what}{whole}</summary>", "", *body, "  </details>", ""]
-        else:
-            lines += [f"  {what}{whole}:", "", *body]
+        diff = d.ir_diff.rstrip("\n").splitlines()
+        shown = diff if diff_lines is None else diff[:diff_lines]
+        cut = f", its first {len(shown)} lines" if len(shown) < len(diff) else ""
+        kept = f" (whole: `{d.ir_diff_path}`)" if d.ir_diff_path else ""
+        lines += [f"  {name} diff{cut}, locations and SSA numbering left out{kept}:", "", *_fence("\n".join(shown)), ""]
     return lines
+
+
+def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
+    """One changed (added, removed) kernel: the facts that explain speed first, its signature where
+    it changed; then, folded in the report, what else differs and its IR diff."""
+    lines = [_head(d), *filter(None, [_signature(d), _how(d)]), ""]
+    details = _details(d, REPORT_DIFF_LINES if folded_diff else None)
+    if folded_diff and details:
+        return lines + ["  <details><summary>metadata, instructions and IR that differ</summary>", "", *details,
+                        "  </details>", ""]
+    return lines + details
 
 
 def step_lines(sk: StepKernels, data: ReportData) -> list[str]:
@@ -101,15 +119,16 @@ def step_lines(sk: StepKernels, data: ReportData) -> list[str]:
         return lines + [f"Nothing to compare: {sk.note}.", ""]
     if sk.note:
         lines += [f"Note: {sk.note}.", ""]
-    if sk.artifacts:
-        lines += ["Artifacts (parent, culprit): " + ", ".join(f"[{p.strip()}]({p.strip()})"
-                                                           for p in sk.artifacts.split(",")), ""]
     changed = sk.changed
     if not changed:
         lines += ["No compiled kernel changed (locations and debug information left out): the step's cause is "
                   "outside the kernels compiled here (launch, host code, a kernel this cache does not hold).", ""]
-    for d in changed:
-        lines += kernel_lines(d)
+    shown: dict[tuple[str, ...], int] = {}
+    for d in changed:  # a kernel compiled in several variants that differ alike: said once
+        key = tuple(kernel_lines(d))
+        shown[key] = shown.get(key, 0) + 1
+    for key, times in shown.items():
+        lines += list(key) if times == 1 else [key[0] + f" (the same in {times} variants)", *key[1:]]
     same = [d.name for d in sk.kernels if d.status == "unchanged"]
     if same:
         lines += ["Unchanged: " + ", ".join(f"`{n}`" for n in dict.fromkeys(same)) + ".", ""]
@@ -124,10 +143,11 @@ def section(data: ReportData) -> list[str]:
     notes = {sk.note for sk in data.kernels}
     if not any(sk.kernels for sk in data.kernels) and len(notes) == 1:  # one reason for every step: say it once
         return lines + [f"Nothing to compare for any step: {notes.pop()}.", ""]
-    lines += ["Each verified step's parent and culprit, their kernels as the trials compiled them (kept beside this "
-              "report), matched by name, their compiled variants by specialization; only what differs is shown. Counts are "
-              "static instructions in the assembly; occupancy is estimated from registers, shared memory and warps; "
-              "IR compared without locations or debug information.", ""]
+    lines += ["Each verified step's parent and culprit, their kernels as the trials compiled them, matched by "
+              "name, their compiled variants by specialization; only what differs is shown, the details folded. "
+              "Counts are static instructions in the assembly; occupancy is estimated from registers, shared "
+              "memory and warps; IR compared without locations or debug information. The compiled artifacts "
+              "are kept in `kernels/` beside the report where the run wrote it (not shipped with it).", ""]
     for sk in data.kernels:
         lines += step_lines(sk, data)
     return lines

@@ -8,23 +8,25 @@ from __future__ import annotations
 import re
 import statistics
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from bisector.why.facts import StepMove
-from bisector.model import Step, Verdict
+from bisector.model import Step
 from bisector.report import why_sections as why
 from bisector.report.action_summary import summary_lines
 from bisector.report.calls import calls_section
+from bisector.report.control_moves import WARNING as CONTROL_WARNING
 from bisector.report.data import METRIC_DEFINITIONS, METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, ReportData
-from bisector.search.evidence import CommitRow, UnsurePair
-from bisector.why.fixes import FixResult
+from bisector.search.evidence import UnsurePair
 from bisector.why.culprit_hunks import HunkFinding
-from bisector.report.figures import change, commit_ref, metric_cell, p_value, pct, tflops
+from bisector.report.figures import (change, commit_ref, md_table, metric_cell, metric_value, p_value, pct,
+                                     short_shape, tflops)
+from bisector.report.fixes_section import fixes_section
 from bisector.runner.time_spent import describe as describe_throughput
 
 
-__all__ = ["METRIC_SHORT", "METRIC_WORDS", "counts", "diff_block", "metric_words", "render", "step_summary",
-           "tflops", "wrong_rows"]
+__all__ = ["METRIC_SHORT", "METRIC_WORDS", "counts", "diff_block", "fixes_section", "metric_words", "render",
+           "step_summary", "tflops", "wrong_rows"]
 
 UNSURE_OPEN = 5  # more unsure pairs than this are folded into <details>
 
@@ -41,15 +43,7 @@ def metric_words(metric: Mapping[str, str]) -> str:
     return " and ".join(f"{METRIC_WORDS.get(m, m)} ({suite})" for suite, m in metric.items())
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequence[str] | None = None) -> list[str]:
-    align = align or ["---"] * len(header)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
-
-
-def _short_shape(shape: str) -> str:
-    return shape.split("/", 1)[1] if "/" in shape else shape
+_table, _short_shape = md_table, short_shape
 
 
 def _suites(shapes: Sequence[str]) -> list[str]:
@@ -64,9 +58,18 @@ def step_summary(step: Step, data: ReportData) -> str:
     if step.candidates:
         where = "one of " + ", ".join(f"`{c[:7]}`" for c in step.candidates) + \
             " (not told apart: commits that did not build or gave wrong results)"
-    changes = ", ".join(f"{_short_shape(s)} {step.change_pct[s]:+.1f}%" for s in step.shapes)
+    changes = ", ".join(f"{_short_shape(s)} {step.change_pct[s]:+.1f}%{_own_speed(step.commit, s, data)}"
+                        for s in step.shapes)
     subject = f": {commit.subject}" if commit else ""
     return f"{kind} at {where}{subject} — {changes}"
+
+
+def _own_speed(sha: str, shape: str, data: ReportData) -> str:
+    """` (the subject's own TFLOP/s -20.0%: the control moved +12.6%)` where the control moved with the step."""
+    move = _move(sha, shape, data)
+    if move is None or not _distorts(move, data):
+        return ""
+    return f" (the subject's own TFLOP/s {pct(move.subject_pct)}: the control moved {pct(move.control_pct)})"
 
 
 # -- header ------------------------------------------------------------------------------------
@@ -145,14 +148,23 @@ def steps_table(data: ReportData) -> list[str]:
             lo, hi = step.ci95[shape]
             rows.append([culprit, _pr(step.pr), commit.subject if commit else "", _short_shape(shape),
                          f"{METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))} "
-                         f"≥{data.min_step(shape):g}%",
+                         f"≥{data.min_step(shape):g}%", _levels(step, shape, data),
                          f"{step.change_pct[shape]:+.1f}%", f"[{lo:+.1f}, {hi:+.1f}]",
                          _tflops_move(step.commit, shape, data), p_value(step.p_value[shape]),
                          f"{_trials_of(step.parent, shape, data)} + {_trials_of(after, shape, data)}",
                          ("regression" if step.change_pct[shape] < 0 else "improvement")
                          + ("" if step.verified else " (unverified)")])
-    return _table(["culprit", "PR", "subject", "shape", "decided on", "change", "95% CI", "TFLOP/s change", "p",
-                   "trials", "verdict"], rows)
+    return _table(["culprit", "PR", "subject", "shape", "decided on", "parent → culprit", "change", "95% CI",
+                   "TFLOP/s change", "p", "trials", "verdict"], rows)
+
+
+def _levels(step: Step, shape: str, data: ReportData) -> str:
+    """`0.2933 → 0.1070`: the levels the step's change was read from (its test's geometric means)."""
+    levels = step.levels.get(shape)
+    if levels is None:
+        return ""
+    metric = data.metric_of(shape)
+    return f"{metric_value(levels[0], metric)} → {metric_value(levels[1], metric)}"
 
 
 def _move(sha: str, shape: str, data: ReportData) -> StepMove | None:
@@ -165,21 +177,27 @@ def _tflops_move(sha: str, shape: str, data: ReportData) -> str:
     move = _move(sha, shape, data)
     if move is None:
         return ""
-    control = f" (control {pct(move.control_pct)} ⚠)" if move.control_moved else ""
-    return f"{pct(move.subject_pct)}{control}"
+    if _distorts(move, data):
+        return f"**{pct(move.subject_pct)}** (control {pct(move.control_pct)} ⚠)"
+    return pct(move.subject_pct)
+
+
+def _distorts(move: StepMove, data: ReportData) -> bool:
+    """The control moved beyond the step's noise and the step was read on a ratio to it: the ratio
+    carries the control's move (the subject's own speed does not)."""
+    return move.control_moved and move.subject_pct is not None and data.metric_of(move.shape).endswith("ratio")
 
 
 def control_notes(data: ReportData) -> list[str]:
-    """A line per step and shape whose control moved by more than the step's noise."""
-    moved = [m for m in data.moves if m.control_moved]
+    """A line per step and shape read on a ratio whose control moved by more than the step's noise."""
+    moved = [m for m in data.moves if _distorts(m, data)]
     if not moved:
         return []
-    return ["⚠ The control moved on: " + "; ".join(
+    return ["⚠ The control moved beyond the step's noise: " + "; ".join(
         f"{commit_ref(m.commit, data)} {_short_shape(m.shape)}, control {pct(m.control_pct)} on this commit against its "
         f"parent (the step's noise: ±{m.noise_pct:.1f}%), subject {pct(m.subject_pct)}, "
         f"{METRIC_SHORT.get(data.metric_of(m.shape), data.metric_of(m.shape))} {m.metric_pct:+.1f}%"
-        for m in moved) + ". A control timed in the same process moves with the machine (power, clocks), not "
-        "with the commit: the ratio corrects for it, the subject's TFLOP/s do not."]
+        for m in moved) + ". " + CONTROL_WARNING]
 
 
 def steps_section(data: ReportData) -> list[str]:
@@ -193,9 +211,12 @@ def steps_section(data: ReportData) -> list[str]:
                   + (", in trial processes that share no history with the search's (forked from a new zygote; "
                      "a step those deny gets a second look from another new zygote before it is dropped)"
                      if data.fresh_lineage else "")
-                  + f". Change, 95% CI and p: over every trial of the parent "
-                  f"and the culprit (trials: parent + culprit), on the metric; TFLOP/s change: the subject's "
-                  f"median TFLOP/s, culprit against parent.", ""]
+                  + ". Parent → culprit: the metric's geometric mean (the mean of its logs) over the parent's and "
+                  "the culprit's trials (trials: parent + culprit), less any trial far from both levels, as the "
+                  "test reads them; change = culprit / parent - 1, with the test's 95% CI and p. Every change "
+                  "of a metric in this report (the reverts' and their combinations' too) is read this way; "
+                  "the per-commit tables below show medians instead, which can differ from these levels by "
+                  "a little. TFLOP/s change: the subject's median TFLOP/s, culprit against parent.", ""]
     lines += steps_table(data)
     notes = control_notes(data)
     lines += ["", *notes] if notes else []
@@ -299,114 +320,6 @@ def hunks_section(data: ReportData) -> list[str]:
              "the parent, by the median over the step's shapes, is split again (delta debugging).", ""]
     for finding in data.hunks:
         lines += hunk_lines(finding, data)
-    return lines
-
-
-# -- candidate fixes ---------------------------------------------------------------------------
-
-def _hidden(fix: FixResult, shape: str, data: ReportData) -> str:
-    """What the combined reverts said about this revert on this shape: hidden or overlapped by another step."""
-    action = next((a for a in data.actions if a.step.commit == fix.step_commit), None)
-    found = [o for o in (action.overlaps if action else ()) if o.shape == shape]
-    return "".join(f"; with {commit_ref(o.other, data)} reverted too it gains {o.with_other_pct:+.1f}% "
-                   f"({'hidden in part by it' if o.verdict == 'hide' else 'overlapping it'})" for o in found)
-
-
-def _verdict_cell(fix: FixResult, shape: str, data: ReportData) -> str:
-    """The verdict and what decided it: the gain on the tip against what undoing the step should give;
-    what is still missing against the parent, and whose it is."""
-    verdict = fix.verdict(shape)
-    if verdict == "not measured":
-        return "not measured"
-    if verdict == "slower than the tip":
-        return "⚠ **slower than the tip**"
-    tip, par = fix.vs_tip[shape], fix.vs_parent[shape]
-    want = fix.expected_pct(shape)
-    text = f"**{verdict}**"
-    if verdict != "restored":
-        text += f": {tip.change_pct:+.1f}% on the tip" + (f" where undoing its step should give {want:+.1f}%"
-                                                          if want is not None else "")
-    later = fix.later.get(shape, ())
-    if par.verdict is not Verdict.SAME and par.ci95[1] < -data.min_step(shape):
-        whose = ", ".join(f"{commit_ref(sha, data)} {change_pct:+.1f}%" for sha, change_pct in later)
-        if verdict == "restored":
-            owner = "later steps'" if len(later) > 1 else "later step's"
-            text += (f"; the {-par.change_pct:.1f}% still missing against the parent is the {owner} loss: {whose}"
-                     if whose else f"; {-par.change_pct:.1f}% still missing against the parent (no later step "
-                     f"found on this shape)")
-        elif whose:
-            text += f"; the tip also carries {whose}"
-    return text + _hidden(fix, shape, data)
-
-
-def _parent_of(fix: FixResult, data: ReportData) -> str | None:
-    step = next((s for s in data.steps if s.commit == fix.step_commit), None)
-    return step.parent if step else None
-
-
-def _tf(values: Mapping[str, float], shape: str) -> str:
-    return tflops(values[shape]) if shape in values else ""
-
-
-def _all_trials(row: CommitRow | None, shape: str) -> str:
-    """A commit's median TFLOP/s over all its trials, as its row shows it, and how many."""
-    if row is None or shape not in row.subject_tflops:
-        return ""
-    return f"{tflops(row.subject_tflops[shape])} ({row.trials.get(shape, 0)})"
-
-
-def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
-    """One revert: a line saying what was measured, a table per shape, a warning where it hurts."""
-    name = commit_ref(fix.step_commit, data)
-    if not fix.applied:
-        return [f"- revert of {name}: does not apply on the tip: {fix.conflict}"]
-    if fix.error:
-        why = fix.error if fix.error.startswith("not measured") else f"could not be measured: {fix.error}"
-        return [f"- revert of {name} (`{Path(fix.patch_path).name if fix.patch_path else ''}`): {why}"]
-    parent = _parent_of(fix, data)
-    prow, trow = data.row(parent) if parent else None, data.row(data.bad.sha)
-    patch = Path(fix.patch_path).name if fix.patch_path else ""
-    of_parent = f" and the step's parent {commit_ref(parent, data)}" if parent else " and the step's parent"
-    lines = [f"- revert of {name} on the tip ([{patch}]({patch})): {fix.trials} rounds, one trial each of the "
-             f"tip with the revert, the tip{of_parent}:", ""]
-    rows = []
-    for shape in fix.shapes:
-        metric = METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))
-        par, tip = fix.vs_parent.get(shape), fix.vs_tip.get(shape)
-        rows.append([_short_shape(shape), _verdict_cell(fix, shape, data),
-                     f"{metric} {change(par)}" if par else "", change(tip) if tip else "",
-                     *(_tf(v, shape) for v in (fix.restored, fix.baseline, fix.tip)),
-                     _all_trials(prow, shape), _all_trials(trow, shape)])
-    lines += ["  " + line for line in _table(
-        ["shape", "verdict", "revert vs parent", "revert vs tip", "revert TFLOP/s", "parent TFLOP/s", "tip TFLOP/s",
-         "parent, all trials", "tip, all trials"], rows,
-        ["---", "---", "---", "---", "---:", "---:", "---:", "---:", "---:"])]
-    slower = [s for s in fix.shapes if fix.verdict(s) == "slower than the tip"]
-    if slower:
-        lines += ["", "  > ⚠ **The revert makes the tip slower** in "
-                  + ", ".join(f"{_short_shape(s)} ({change(fix.vs_tip[s])} against the tip)" for s in slower)
-                  + ": do not apply it as it is."]
-    if not fix.correct:
-        lines += ["", "  > ⚠ **WRONG RESULTS with the patch**: the tip with the revert disagrees with the control."]
-    return lines + [""]
-
-
-def fixes_section(data: ReportData) -> list[str]:
-    if not data.fixes:
-        return []
-    lines = ["## Candidate fixes, verified on the tip", "",
-             "Each regression's revert, applied to the tip, built, and measured side by side with the tip and "
-             "the step's parent. The verdict and both changes are on the metric the step was found on, over "
-             "those rounds, judged on the tip against what undoing the step's own change should give there: "
-             f"**restored** when the interval's lower end is within {data.min_step_text} of that (or the "
-             "revert is back within the threshold of the parent), **partly restored** when it gains above zero "
-             "and short of that, **not restored** when it gains nothing beyond the threshold, and "
-             "**undecided** when the interval allows more than one of these. A later step's loss on the same "
-             "shape is named as that step's. The next three columns are median TFLOP/s of the same rounds. The last two are "
-             "the medians over all of the parent's and the tip's trials (their rows below, with the number "
-             "of trials), taken at other times, so they may differ from the rounds' figures.", ""]
-    for fix in data.fixes:
-        lines += fix_lines(fix, data)
     return lines
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -75,8 +76,29 @@ def write_report(data: ReportData, out: Path, drawing: Sequence[Future[Path]] = 
     futures: Sequence[Future[Path] | None] = drawing or [None] * len(data.shapes)
     paths = [_drawn(future) or plots.render_shape(data, shape, out) for shape, future in zip(data.shapes, futures)]
     path = out / "report.md"
-    path.write_text(markdown.render(data, [p.name for p in paths], CSV_NAME))
+    path.write_text(shipped_links(markdown.render(data, [p.name for p in paths], CSV_NAME), out))
     return path
+
+
+LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def shipped_links(text: str, out: Path) -> str:
+    """Links only to files the report folder holds: a link to anything else (a build log in the work
+    dir, a kernel kept elsewhere) becomes its label and the path as text, so a copied report folder
+    has no dead link. URLs stay."""
+    root = out.resolve()
+
+    def keep(m: re.Match[str]) -> str:
+        bang, label, target = m.groups()
+        if "://" in target or target.startswith("#"):
+            return m.group(0)
+        where = (out / target).resolve()
+        if where.is_file() and where.is_relative_to(root):
+            return m.group(0)
+        return f"{label} (`{target}`)" if label != target else f"`{target}`"
+
+    return LINK.sub(keep, text)
 
 
 def _drawn(future: Future[Path] | None) -> Path | None:

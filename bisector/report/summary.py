@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from bisector.why.fixes import FixResult
+from bisector.report.control_moves import revert_move
 from bisector.report.data import ReportData
 from bisector.report.figures import change
 from bisector.report.markdown import counts, step_summary
@@ -23,7 +24,7 @@ def _short(shape: str) -> str:
     return shape.split("/", 1)[-1]
 
 
-def fix_line(fix: FixResult) -> str:
+def fix_line(fix: FixResult, data: ReportData | None = None) -> str:
     """`revert of 36a4b95: s16384 not restored (+0.1% [-0.4, +0.6] on the tip, undoing its step should give +6.2%), ...`."""
     head = f"revert of {fix.step_commit[:7]}"
     if not fix.applied:
@@ -35,7 +36,9 @@ def fix_line(fix: FixResult) -> str:
     for shape in fix.shapes:
         verdict, want = fix.verdict(shape), fix.expected_pct(shape)
         should = f", undoing its step should give {want:+.1f}%" if want is not None and verdict != "restored" else ""
-        against = f" ({change(fix.vs_tip[shape])} on the tip{should})" if shape in fix.vs_tip else ""
+        move = revert_move(fix, shape, data) if data is not None else None
+        own = f"the subject's own TFLOP/s {move.subject_pct:+.1f}%, ratio " if move is not None else ""
+        against = f" ({own}{change(fix.vs_tip[shape])} on the tip{should})" if shape in fix.vs_tip else ""
         parts.append(f"{_short(shape)} {verdict}{against}")
     warn = "WARNING, the revert makes the tip slower: " if any(
         fix.verdict(s) == "slower than the tip" for s in fix.shapes) else ""
@@ -50,7 +53,7 @@ def lines(data: ReportData, report: str) -> Sequence[str]:
         out.append(f"  wrong results in {', '.join(w.shapes)} from {w.first[:7]}"
                    + (f" until {w.fixed[:7]}" if w.fixed else " to the tip"))
     out += [f"  {h.step_commit[:7]}: {h.summary}: {'; '.join(h.hunks)}" for h in data.hunks]
-    out += ["  " + fix_line(fix) for fix in data.fixes]
+    out += ["  " + fix_line(fix, data) for fix in data.fixes]
     out += ["  dropped (did not hold against its parent): " + step_summary(s, data) for s in data.dropped]
     pairs = data.unsure or data.uncertain
     if pairs:

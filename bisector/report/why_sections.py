@@ -109,7 +109,30 @@ def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
                      f"with {a} in, {p.other_with_pct:+.1f}% with {a} reverted. Interaction {p.interaction_pct:+.1f}% "
                      f"[{lo:+.1f}, {hi:+.1f}]: the effects **{p.verdict}**"
                      f"{VERDICT_WORDS.get(p.verdict, '').removeprefix(p.verdict)}.")
-    return lines + [""]
+    return lines + _last_reverted(inter, data) + [""]
+
+
+def _last_reverted(inter: Interaction, data: ReportData) -> list[str]:
+    """Three reverts or more: what each adds once every other one is reverted (pairs alone miss it:
+    a revert "not restored" with one other step in can gain once two are out)."""
+    if len(inter.steps) < 3:
+        return []
+    by = {frozenset(c.reverted): c for c in inter.combos if not c.error}
+    every = by.get(frozenset(inter.steps))
+    if every is None:
+        return []
+    out = []
+    for sha in inter.steps:
+        rest = by.get(frozenset(inter.steps) - {sha})
+        for shape in inter.shapes:
+            if rest is None or shape not in every.gain_pct or shape not in rest.gain_pct:
+                continue
+            adds = 100.0 * ((1 + every.gain_pct[shape] / 100) / (1 + rest.gain_pct[shape] / 100) - 1)
+            others = " + ".join(commit_ref(s, data) for s in rest.reverted)
+            out.append(f"- {_shape(shape)}: reverting {commit_ref(sha, data)}{_own(sha, shape, data)} once {others} "
+                       f"are reverted adds {adds:+.1f}% (all {len(inter.steps)} {every.gain_pct[shape]:+.1f}% against "
+                       f"{rest.gain_pct[shape]:+.1f}% without it).")
+    return ([""] if out else []) + out
 
 
 def interactions_section(data: ReportData) -> list[str]:

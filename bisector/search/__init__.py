@@ -684,8 +684,8 @@ class _State:
         step = Step(
             commit=between[0], parent=self.commits[cand.lo], shapes=tuple(shapes),
             change_pct={s: final[s].change_pct for s in shapes if s in final},
-            ci95={s: final[s].ci95 for s in shapes if s in final},
-            p_value={s: final[s].p_value for s in shapes if s in final},
+            ci95={s: final[s].ci95 for s in shapes if s in final}, p_value={s: final[s].p_value for s in shapes if s in final},
+            levels={s: lv for s in shapes if s in final and (lv := final[s].levels) is not None},
             candidates=between if len(between) > 1 else (), verified=ok and st.verify and not unmeasured,
         )
         return step, ok

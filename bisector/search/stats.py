@@ -56,7 +56,7 @@ def full_clock_time(ms: Sequence[float], tolerance: float = 0.02, at_least: int 
 class LogWelch:
     """Welch's t on log samples: difference of mean logs, its standard error, and df."""
 
-    __slots__ = ("diff", "se", "df", "n_before", "n_after")
+    __slots__ = ("diff", "se", "df", "n_before", "n_after", "levels")
 
     def __init__(self, before: Sequence[float], after: Sequence[float],
                  noise: tuple[float, float] | None = None) -> None:
@@ -64,6 +64,7 @@ class LogWelch:
         b = np.log(np.asarray(after, dtype=float))
         self.n_before, self.n_after = len(a), len(b)
         self.diff = float(b.mean() - a.mean())
+        self.levels = (math.exp(float(a.mean())), math.exp(float(b.mean())))
         if noise is not None:
             # A per-trial log-sd known from elsewhere (e.g. pooled over a whole series) and its df.
             self.se, self.df = noise[0] * math.sqrt(1.0 / len(a) + 1.0 / len(b)), max(1.0, noise[1])
@@ -126,7 +127,7 @@ def compare(before: Sequence[float], after: Sequence[float], min_step_pct: float
         verdict = Verdict.SAME
     else:
         verdict = Verdict.UNKNOWN
-    return Comparison(shape, verdict, change, (lo, hi), p, len(before), len(after))
+    return Comparison(shape, verdict, change, (lo, hi), p, len(before), len(after), w.levels)
 
 
 def holds(comparison: Comparison, direction: float, min_step_pct: float, alpha: float) -> bool:

@@ -31,6 +31,7 @@ import platformdirs
 from bisector.errors import BadInput, StoreError
 from bisector.store import campaigns
 from bisector.store.migrations import SCHEMA_VERSION, machine_hash, migrate, schema_version
+from bisector.store.totals import CampaignCounts, StoreInfo, campaign_processes
 from bisector.model import CALL_KEYS, BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
 from bisector.paths import absolute
 
@@ -89,23 +90,6 @@ class Night:
     sha: str
     good: bool
     verdict: Mapping[str, object]
-
-
-@dataclass(frozen=True)
-class CampaignCounts:
-    campaign: str
-    commits: int
-    builds: int
-    trials: int
-    trials_ok: int
-    nights: int
-
-
-@dataclass(frozen=True)
-class StoreInfo:
-    path: str
-    schema_version: int
-    campaigns: tuple[CampaignCounts, ...]
 
 
 @dataclass(frozen=True)
@@ -545,14 +529,16 @@ class Store:
 
     def info(self) -> StoreInfo:
         counts: dict[str, dict[str, int]] = {}
-        for table, extra in (("commits", ""), ("builds", ""), ("trials", ""), ("nightly", ""),
-                             ("trials", " WHERE status = 'ok'")):
-            name = "trials_ok" if extra else table
+        for table, name, extra in (("commits", "commits", ""), ("builds", "builds", ""), ("nightly", "nightly", ""),
+                                   ("trials", "measurements", ""), ("trials", "measurements_ok", " WHERE status = 'ok'")):
             for row in self._query(f"SELECT campaign, COUNT(*) FROM {table}{extra} GROUP BY campaign"):
                 counts.setdefault(row[0], {})[name] = int(row[1])
+        processes = campaign_processes(self._query("SELECT campaign, sha, patch_hash, slot, started_at, "
+                                                   "CASE WHEN slot IS NULL THEN protocol END FROM trials"))
         campaigns = tuple(
             CampaignCounts(campaign=name, commits=c.get("commits", 0), builds=c.get("builds", 0),
-                           trials=c.get("trials", 0), trials_ok=c.get("trials_ok", 0), nights=c.get("nightly", 0))
+                           trials=processes.get(name, 0), measurements=c.get("measurements", 0),
+                           measurements_ok=c.get("measurements_ok", 0), nights=c.get("nightly", 0))
             for name, c in sorted(counts.items()))
         return StoreInfo(path=str(self.path), schema_version=self.schema_version, campaigns=campaigns)
 

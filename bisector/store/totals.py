@@ -9,9 +9,10 @@ in its table, while stdout said "314 trials" and the progress line "494").
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Collection, Iterable
+from typing import Any, Collection, Iterable, Sequence
 
 from bisector.model import TrialRecord, TrialStatus
 
@@ -53,14 +54,15 @@ class RunTotals:
                 f"{self.trials} trials{patched}")
 
     def times(self) -> str:
-        """`trials ran 19.3 min of wall time (36.1 min of trial processes) over every call; this call: 28
-        trials, 1.4 min`."""
+        """One run time: `ran 5.0 min` for a run made in one call; a resumed one, `trials ran 19.3 min of
+        wall time over every call; this call: 28 trials, 1.4 min` (the trial processes' own time and the
+        devices' are the header's "where the time went")."""
         call = self.this_call
+        if not self.resumed:
+            return f"ran {call.wall_s / 60:.1f} min"
         this = (f"this call: {call.trials} trial{'s' if call.trials != 1 else ''}, {call.wall_s / 60:.1f} min"
                 if call.trials else f"this call: no trial (everything came from the store), {call.wall_s / 60:.1f} min")
-        every = "over every call" if self.resumed else "in this call"
-        return (f"trials ran {self.measuring_s / 60:.1f} min of wall time ({self.trial_s / 60:.1f} min of trial "
-                f"processes) {every}; {this}")
+        return f"trials ran {self.measuring_s / 60:.1f} min of wall time over every call; {this}"
 
     def line(self) -> str:
         return f"{self.counts()}; {self.times()}"
@@ -72,11 +74,46 @@ class RunTotals:
                 "this_call": {"trials": self.this_call.trials, "wall_s": round(self.this_call.wall_s, 1)}}
 
 
+@dataclass(frozen=True)
+class CampaignCounts:
+    """`trials`: trial processes (totals.process_key); each stores a row per shape: `measurements`."""
+    campaign: str
+    commits: int
+    builds: int
+    trials: int
+    measurements: int
+    measurements_ok: int
+    nights: int
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    path: str
+    schema_version: int
+    campaigns: tuple[CampaignCounts, ...]
+
+
+def process_key(sha: str, patch_hash: str | None, slot: int | None, started_at: str,
+                log_path: object) -> tuple[object, ...]:
+    """One trial process stores one row per shape: its identity. The one rule for "a trial", read
+    by the report's header, `--json` and `store info` alike (rows are "measurements")."""
+    if slot is not None:
+        return (sha, patch_hash or None, slot)
+    return (sha, patch_hash or None, started_at, str(log_path or ""))
+
+
+def campaign_processes(rows: Iterable[Sequence[Any]]) -> dict[str, int]:
+    """Trial processes per campaign from rows of (campaign, sha, patch_hash, slot, started_at,
+    protocol JSON where slot is NULL): `store info`'s count, by the rule the report's uses."""
+    seen: dict[str, set[tuple[object, ...]]] = {}
+    for campaign, sha, patch_hash, slot, started_at, protocol in rows:
+        log = json.loads(protocol).get("log_path", "") if protocol else ""
+        seen.setdefault(campaign, set()).add(process_key(sha, patch_hash, slot, started_at or "", log))
+    return {campaign: len(keys) for campaign, keys in seen.items()}
+
+
 def _process(t: TrialRecord) -> tuple[object, ...]:
-    """One trial process stores one row per shape: its identity."""
-    if t.slot is not None:
-        return (t.sha, t.patch_hash, t.slot)
-    return (t.sha, t.patch_hash, t.started_at, str((t.protocol or {}).get("log_path", "")))
+    return process_key(t.sha, t.patch_hash, t.slot, t.started_at, (t.protocol or {}).get("log_path", ""))
 
 
 def _span(t: TrialRecord) -> tuple[float, float] | None:

@@ -155,21 +155,26 @@ def combined_patch(git_dir: Path, tip: str, patches: Sequence[str]) -> tuple[str
 
 def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab: Sequence[float],
                 min_step_pct: float, noise: PooledNoise | None = None,
+                gains: tuple[float, float, float] | None = None,
                 ) -> tuple[float, float, float, float, float, tuple[float, float], str]:
     """(gain a alone, gain a with b reverted, gain b alone, gain b with a reverted, interaction,
     its 95% interval, verdict), all in percent, from the metric's samples of the four builds. The
     interaction is the difference of differences of mean logs, with the four builds' pooled
     variance; with `noise` (the search's trial noise of the shape), that noise, or the builds' own
     where it is wider beyond chance (samples.pair_sd), on the search's degrees of freedom: two
-    trials a build have 4 of their own."""
+    trials a build have 4 of their own. `gains`: the gains of a, b and both against the tip (percent)
+    as the group's table shows them (samples.compare_pooled, wild trials left out): the points are
+    read from those, so a pair's line is recomputable from its table; the spread is the samples'."""
     logs = [[math.log(x) for x in g if x > 0] for g in (tip, a, b, ab)]
     if any(len(g) < 1 for g in logs):
         raise ValueError("a combination has no sample")
     m = [statistics.fmean(g) for g in logs]
-    pct = lambda x: 100.0 * math.expm1(x)  # noqa: E731
-    inter = m[3] - m[1] - m[2] + m[0]
     df = sum(len(g) for g in logs) - len(logs)
     own = sum(sum((x - mg) ** 2 for x in g) for g, mg in zip(logs, m)) / df if df >= 1 else 0.0
+    if gains is not None:  # the points as the table reads them; the spread stays the samples'
+        m = [0.0, *(math.log1p(g / 100.0) for g in gains)]
+    pct = lambda x: 100.0 * math.expm1(x)  # noqa: E731
+    inter = m[3] - m[1] - m[2] + m[0]
     if noise is not None:  # as the search's comparisons (samples.compare_pooled)
         pooled, df = pair_sd(noise.sd, noise.df, math.sqrt(own), df) ** 2, noise.df
     elif df < 1:
@@ -257,8 +262,10 @@ def samples_of(m: Measurement, start: Count, n: int, shape_keys: Sequence[str]) 
 
 
 def _pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], min_step: Callable[[str], float],
-           noise: Mapping[str, PooledNoise | None]) -> tuple[PairEffect, ...]:
-    """Every pair of the group's steps on every shape both move, where all four builds measured."""
+           noise: Mapping[str, PooledNoise | None],
+           gains: Mapping[Combo, Mapping[str, float]] | None = None) -> tuple[PairEffect, ...]:
+    """Every pair of the group's steps on every shape both move, where all four builds measured;
+    `gains`: each combination's change against the tip as its table row shows it."""
     out = []
     for a, b in itertools.combinations(plan.steps, 2):
         keys = [(), (a.commit,), (b.commit,), (a.commit, b.commit)]
@@ -268,8 +275,10 @@ def _pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], m
             groups_ = [samples[k].get(shape, ()) for k in keys]
             if not all(groups_):
                 continue
-            alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(*groups_, min_step(shape),
-                                                                                 noise.get(shape))
+            shown = [(gains or {}).get(k, {}).get(shape) for k in keys[1:]]
+            alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(
+                *groups_, min_step(shape), noise.get(shape),
+                tuple(shown) if all(g is not None for g in shown) else None)  # type: ignore[arg-type]
             out.append(PairEffect(a.commit, b.commit, shape, alone, with_other, b_alone, b_with, inter, ci, verdict))
     return tuple(out)
 
@@ -281,7 +290,7 @@ def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], t
     same rounds, on the search's trial noise as the reverts' checks are (samples.compare_pooled): a
     single revert's line and its check, on the same trials, read the same."""
     base = samples.get((), {})
-    out = []
+    out, gains = [], {}
     for combo in plan.combos:
         if combo in errors or combo not in samples:
             out.append(ComboResult(combo, error=errors.get(combo, "not measured")))
@@ -289,7 +298,8 @@ def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], t
         mine = samples[combo]
         cmp = {k: compare_pooled(base[k], mine[k], thresholds.min_step(k), thresholds.alpha, k, noise.get(k))
                for k in plan.shapes if combo and base.get(k) and mine.get(k)}
+        gains[combo] = {k: c.change_pct for k, c in cmp.items()}
         out.append(ComboResult(combo, {k: v for k, v in tflops.get(combo, {}).items() if k in plan.shapes},
-                               {k: c.change_pct for k, c in cmp.items()}, {k: c.ci95 for k, c in cmp.items()}))
+                               gains[combo], {k: c.ci95 for k, c in cmp.items()}))
     return Interaction(tuple(s.commit for s in plan.steps), plan.shapes, tuple(out),
-                       _pairs(plan, samples, thresholds.min_step, noise), n, plan.note)
+                       _pairs(plan, samples, thresholds.min_step, noise, gains), n, plan.note)
