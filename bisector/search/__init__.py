@@ -51,7 +51,10 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
 
 from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict,
-                            min_step_for, processes_beyond)
+                            base_shape, min_step_for, processes_beyond)
+from bisector.search.decisions import DecidedResult, Decisions
+from bisector.search.drift import Views, probe_wants
+from bisector.search.zone import ZonePair, decision_cap, merged, zone_pairs
 from bisector.search.samples import POOLED_MIN_DF, PooledNoise, compare_pooled, pooled_noise
 from bisector.search.stats import holds, log_sd
 
@@ -90,6 +93,12 @@ class SearchSettings:
     # shapes (110 s). A shape shown the same over the pair's trials could not join the step from
     # its fresh trials alone before either (a shape joins on all of the pair's trials).
     verify_on_open: bool = True
+    # Trials a side one pair's decision may reach (0: `max_repeats`): a pair still unclear there is
+    # reported undecided with its interval (bisector/search/zone.py) instead of doubling on.
+    decision_trials: int = 0
+    # Seconds of trial time between re-measurements of the anchor (GOOD) that tell drift with time
+    # apart from steps (bisector/search/drift.py); 0: none. Needs a probe that says when trials ran.
+    anchor_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.min_step_pct <= 0 or any(v <= 0 for v in self.min_steps.values()) or not 0 < self.alpha < 0.5:
@@ -102,6 +111,8 @@ class SearchSettings:
             raise ValueError("need width >= 1")
         if self.rechecks < 0:
             raise ValueError("need rechecks >= 0")
+        if self.decision_trials < 0 or self.anchor_s < 0:
+            raise ValueError("need decision_trials >= 0 and anchor_s >= 0")
 
     def min_step(self, shape: str) -> float:
         return min_step_for(shape, self.min_step_pct, self.min_steps)
@@ -140,6 +151,12 @@ class _State:
     # The shapes a pair's verification looks at (`look_shapes`), fixed at its first look.
     looked_on: dict[tuple[int, int], tuple[str, ...] | None] = field(default_factory=dict)
     every_shape: frozenset[str] = frozenset()  # the shapes GOOD and BAD were measured on
+    zone: list[ZonePair] = field(default_factory=list)  # pairs stopped on in the indifference zone
+    anchor: int = 0  # the commit re-measured for drift (GOOD)
+    views: Views = field(init=False)  # the probe's measurements as given, and what each shape is decided on
+
+    def __post_init__(self) -> None:
+        self.views = Views(self.settings.anchor_s, self.settings.min_step)
 
     # -- probing -------------------------------------------------------------------------------
     def keep(self, sha: str, m: Measurement) -> None:
@@ -148,8 +165,22 @@ class _State:
         smallest count, summed, missed the processes that measured some shapes only: an H100
         demo's `--json` said 124 trials for a search of 326."""
         old = self.meas.get(sha)
+        self.views.put(m)
+        m = self.views.decided(sha)
         self.processes += processes_beyond({k: len(v) for k, v in old.samples.items()} if old else {}, m)
         self.meas[sha] = m
+        if self.views.refresh():  # a shape now decided on another view: every commit read again
+            self.meas = {k: self.views.decided(k) for k in self.meas}
+
+    def remeasure_anchor(self) -> None:
+        """One trial more of the anchor on every shape, so that drift with time shows on it."""
+        self.views.asked()
+        have = self.meas[self.commits[self.anchor]].samples
+        more = {s: len(v) + 1 for s, v in have.items() if s == base_shape(s)}
+        if more and getattr(self.probe, "shaped", None) is not None:
+            self.measure_shaped({self.anchor: more})
+        elif more:
+            self.measure(self.anchor, max(more.values()))
 
     def measure(self, i: int, repeats: int) -> bool:
         """Make sure commit i has `repeats` trials; False when it is SKIP."""
@@ -178,6 +209,8 @@ class _State:
     def measure_together(self, wants: Mapping[int, int]) -> None:
         """Make sure each commit i has wants[i] trials, measured side by side when the probe can
         (`probe.together`): a pair's fresh trials then share the machine's state of the moment."""
+        if self.views.due():
+            self.remeasure_anchor()
         together = getattr(self.probe, "together", None)
         wants = {i: n for i, n in wants.items() if i not in self.skipped and (
             self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < n)}
@@ -198,6 +231,8 @@ class _State:
         unclear on one cheap shape doubles that shape, not the whole trial (on the H200 demo 50 of
         54 doubling trials were for some shapes only, attention 0.89 s of a trial's 1.14 s on the
         device). A probe without `shaped` measures every shape, to the largest count asked."""
+        if self.views.due():
+            self.remeasure_anchor()
         short = {i: {s: n for s, n in per.items() if len(self.meas[self.commits[i]].samples.get(s, ())) < n}
                  for i, per in wants.items() if i not in self.skipped and self.commits[i] in self.meas}
         short = {i: per for i, per in short.items() if per}
@@ -207,19 +242,21 @@ class _State:
         if shaped is None:
             self.measure_together({i: max(per.values()) for i, per in short.items()})
             return
-        got = shaped({self.commits[i]: per for i, per in short.items()})
+        got = shaped({self.commits[i]: probe_wants(per) for i, per in short.items()})
         for i, per in short.items():
             sha = self.commits[i]
             self.probes.append((sha, max(per.values())))
             m = got.get(sha)
             if m is not None and m.status is ProbeStatus.OK:
-                self.keep(sha, _merged_measurement(self.meas[sha], m))
+                self.keep(sha, _merged_measurement(self.views.raw[sha], m))
 
     def measure_many(self, idxs: Sequence[int], repeats: int) -> None:
         """`measure(i, repeats)` for commits the search measures whatever their values (GOOD, BAD,
         the grid) in one round (`probe.together`): their trial processes set up at once and take the
         device in turn. One by one, each commit's setup (seconds on a GPU: context, module load)
         stood between the device and the previous commit's last trial; the decisions are the same."""
+        if self.views.due():
+            self.remeasure_anchor()
         together = getattr(self.probe, "together", None)
         todo = [i for i in dict.fromkeys(idxs) if i not in self.skipped and (
             self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < repeats)]
@@ -249,7 +286,7 @@ class _State:
         if not new:
             return
         shaped = getattr(self.probe, "shaped")  # `on` is () without it
-        got = shaped({self.commits[i]: dict.fromkeys(on, repeats) for i in new})
+        got = shaped({self.commits[i]: probe_wants(dict.fromkeys(on, repeats)) for i in new})
         for i in new:
             sha = self.commits[i]
             m = got.get(sha) or Measurement(sha, ProbeStatus.SKIP, reason="not measured")
@@ -328,16 +365,21 @@ class _State:
         """Compare, doubling trials while some shape is UNKNOWN and none is DIFFERENT."""
         st = self.settings
         only = tuple(only) if only is not None else None
+        start: int | None = None  # trials a side when the decision began
         while True:
+            if self.views.far_apart(self.commits[i], self.commits[j]):
+                self.remeasure_anchor()  # trials far apart in time: the anchor says first what time did
             comps = self.compare_now(i, j, self.alpha_detect, only)
             verdicts = {c.verdict for c in comps.values()}
             if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
-                return comps
+                return self.noted(i, j, comps)
             unclear = _unclear(comps)
             n = min(self.count(i, unclear), self.count(j, unclear))
-            if n >= st.max_repeats:
+            start = n if start is None else start
+            cap = decision_cap(st.max_repeats, st.decision_trials, start)
+            if n >= cap:
                 return self.at_cap(i, j, comps)
-            target = min(st.max_repeats, 2 * n)
+            target = min(cap, 2 * n)
             self.measure_shaped({i: dict.fromkeys(unclear, target), j: dict.fromkeys(unclear, target)})
             if min(self.count(i, unclear), self.count(j, unclear)) <= n:  # the probe gave no more trials: stop here
                 return self.at_cap(i, j, comps)
@@ -351,22 +393,26 @@ class _State:
         st = self.settings
         only = tuple(only) if only is not None else None
         out: dict[int, dict[str, Comparison]] = {}
+        starts: dict[int, int] = {}  # per part, trials a side when its decision began
         while len(out) < len(parts):
             wants: dict[int, dict[str, int]] = {}
             asked: list[tuple[int, tuple[str, ...], int]] = []  # (part, its unclear shapes, trials a side before)
             for q, (i, j) in enumerate(parts):
                 if q in out:
                     continue
+                if self.views.far_apart(self.commits[i], self.commits[j]):
+                    self.remeasure_anchor()
                 comps = self.compare_now(i, j, self.alpha_detect, only)
                 verdicts = {c.verdict for c in comps.values()}
                 unclear = _unclear(comps)
                 n = min(self.count(i, unclear), self.count(j, unclear))
+                cap = decision_cap(st.max_repeats, st.decision_trials, starts.setdefault(q, n))
                 if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
-                    out[q] = comps
-                elif n >= st.max_repeats:
+                    out[q] = self.noted(i, j, comps)
+                elif n >= cap:
                     out[q] = self.at_cap(i, j, comps)
                 else:
-                    target = min(st.max_repeats, 2 * n)
+                    target = min(cap, 2 * n)
                     for k in (i, j):
                         per = wants.setdefault(k, {})
                         for s in unclear:
@@ -396,7 +442,13 @@ class _State:
         unknown = tuple(s for s, c in out.items() if c.verdict is Verdict.UNKNOWN)
         if unknown:
             self.uncertain.append(Uncertain(self.commits[i], self.commits[j], unknown))
+        self.zone += zone_pairs(self.commits[i], self.commits[j], out, self.settings.min_step, at_cap=True)
         return out
+
+    def noted(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
+        """`comps`, its shapes inside the indifference zone noted as small changes (zone.py)."""
+        self.zone += zone_pairs(self.commits[i], self.commits[j], comps, self.settings.min_step)
+        return comps
 
     # -- refining ------------------------------------------------------------------------------
     def usable(self, k: int, need: Iterable[str]) -> bool:
@@ -876,14 +928,16 @@ def _merged_measurement(have: Measurement, new: Measurement) -> Measurement:
     """`have` with the shapes `new` measured replaced by its samples (a shape wrong in either is wrong)."""
     wrong = have.wrong | new.wrong
     samples = {k: v for k, v in {**have.samples, **new.samples}.items() if k not in wrong}
-    return replace(have, samples=samples, wrong=wrong, reason=have.reason or new.reason)
+    views = {v: {**have.views.get(v, {}), **new.views.get(v, {})} for v in {*have.views, *new.views}}
+    return replace(have, samples=samples, wrong=wrong, reason=have.reason or new.reason, views=views,
+                   times={**have.times, **new.times})
 
 
 def _different(comps: Mapping[str, Comparison]) -> dict[str, float]:
     return {s: math.copysign(1.0, c.change_pct) for s, c in comps.items() if c.verdict is Verdict.DIFFERENT}
 
 
-def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = SearchSettings()) -> SearchResult:
+def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = SearchSettings()) -> DecidedResult:
     """Find every step between commits[0] (GOOD) and commits[-1] (BAD); see the module docstring."""
     st = _State(commits=list(commits), probe=probe, settings=settings)
     n = len(st.commits)
@@ -895,6 +949,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     hi = next((i for i in range(n - 1, -1, -1) if i != lo and st.measure(i, settings.initial_repeats)), None)
     if lo is None or hi is None or hi <= lo:
         return _result(st, [], [])
+    st.anchor, st.views.anchor = lo, st.commits[lo]
     st.every_shape = st.meas[st.commits[lo]].known() | st.meas[st.commits[hi]].known()
     n_shapes = max(1, len(st.shapes(lo, hi)))
     looks = (settings.width + 1) * levels(hi - lo + 1, settings.width + 1) + 2 * settings.interior_points + 2
@@ -956,12 +1011,14 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     return _result(st, sorted(steps, key=lambda s: order[s.commit]), sorted(dropped, key=lambda s: order[s.commit]))
 
 
-def _result(st: _State, steps: list[Step], dropped: list[Step]) -> SearchResult:
+def _result(st: _State, steps: list[Step], dropped: list[Step]) -> DecidedResult:
     wrong = {sha: m.wrong for sha, m in st.meas.items() if m.wrong}
-    return SearchResult(
-        steps=tuple(steps), dropped=tuple(dropped), probes=tuple(st.probes), measurements=dict(st.meas),
+    decisions = Decisions(merged(st.zone, ((s.parent, s.commit, s.shapes) for s in steps)),
+                          tuple(st.views.findings.values()), {s: st.settings.min_step(s) for s in sorted(st.every_shape)})
+    return DecidedResult(
+        steps=tuple(steps), dropped=tuple(dropped), probes=tuple(st.probes), measurements=dict(st.views.raw),
         skipped=tuple(st.commits[k] for k in sorted(st.skipped)), wrong=wrong, uncertain=_merged(st.uncertain),
-        processes=st.processes,
+        processes=st.processes, decisions=decisions,
     )
 
 

@@ -1,0 +1,76 @@
+"""The indifference zone between "no step" and "a step", and the pairs a decision leaves in it.
+
+Steps of at least the minimum step must be found; changes under half of it are not steps; in
+between, either answer is right, so the search does not buy trials to tell 2.9% from 3.1%.
+A pair whose interval sits inside the zone is reported as a small change with its interval; a pair
+still unclear when its decision's trials run out (`SearchSettings.decision_trials`) is reported
+undecided, with its interval, instead of doubling on (a decode GEMM's neighbours 2-3% apart on a 3%
+minimum step were doubled to 24 trials each). Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+from bisector.model import Comparison, Verdict
+
+__all__ = ["ZonePair", "in_zone", "zone_pairs", "decision_cap", "merged"]
+
+
+@dataclass(frozen=True)
+class ZonePair:
+    """One shape of an adjacent measured pair the search stopped on without a step: `decided` when
+    its 95% interval sits inside the zone (a small change), else left undecided at the trial cap."""
+
+    before: str
+    after: str
+    shape: str
+    change_pct: float
+    ci95: tuple[float, float]
+    trials: tuple[int, int]  # the two commits' trials the comparison read
+    decided: bool
+
+    def line(self) -> str:
+        """"a small change (-2.1% [-2.6, -1.6])", or "undecided at 8 trials a side (-2.6% [-3.3, -1.9])"."""
+        figures = f"{self.change_pct:+.1f}% [{self.ci95[0]:+.1f}, {self.ci95[1]:+.1f}]"
+        if self.decided:
+            return f"a small change ({figures})"
+        return f"undecided at {min(self.trials)} trials a side ({figures})"
+
+
+def in_zone(c: Comparison, min_step: float) -> bool:
+    """The 95% interval lies between half the minimum step and the minimum step, on one side."""
+    lo, hi = c.ci95
+    half = min_step / 2.0
+    return (half <= lo and hi < min_step) or (-min_step < lo and hi <= -half)
+
+
+def zone_pairs(before: str, after: str, comps: Mapping[str, Comparison], min_step: Callable[[str], float],
+               at_cap: bool = False) -> list[ZonePair]:
+    """The shapes of a finished comparison that land in the zone: SAME ones whose interval sits inside
+    it (small changes), and at the trial cap the UNKNOWN ones (undecided, whatever their estimate)."""
+    out = []
+    for s, c in sorted(comps.items()):
+        small = c.verdict is Verdict.SAME and in_zone(c, min_step(s))
+        if small or (at_cap and c.verdict is Verdict.UNKNOWN):
+            out.append(ZonePair(before, after, s, c.change_pct, c.ci95, (c.n_before, c.n_after), small))
+    return out
+
+
+def decision_cap(max_repeats: int, decision_trials: int, had: int) -> int:
+    """Trials a side a pair's decision may reach: `max_repeats`, or with `decision_trials` (0: none)
+    that many, never fewer than the pair had when the decision began."""
+    if decision_trials <= 0:
+        return max_repeats
+    return min(max_repeats, max(decision_trials, had))
+
+
+def merged(pairs: Iterable[ZonePair], steps: Iterable[tuple[str, str, Iterable[str]]] = ()) -> tuple[ZonePair, ...]:
+    """One entry per (pair, shape), the last decision's; none where a step was found (parent,
+    commit, shapes): a pair decided again later (the bridge, a recheck) says what it says last."""
+    found = {(p, c, s) for p, c, shapes in steps for s in shapes}
+    last: dict[tuple[str, str, str], ZonePair] = {}
+    for z in pairs:
+        last[(z.before, z.after, z.shape)] = z
+    return tuple(z for k, z in last.items() if k not in found)
