@@ -54,7 +54,7 @@ from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchR
                             base_shape, min_step_for, processes_beyond)
 from bisector.search.decisions import DecidedResult, Decisions
 from bisector.search.drift import Views, probe_wants
-from bisector.search.zone import ZonePair, decision_cap, merged, zone_pairs
+from bisector.search.zone import ZonePair, decision_cap, in_zone, merged, zone_middle, zone_pairs
 from bisector.search.samples import POOLED_MIN_DF, PooledNoise, compare_pooled, pooled_noise
 from bisector.search.stats import holds, log_sd
 
@@ -99,6 +99,10 @@ class SearchSettings:
     # Seconds of trial time between re-measurements of the anchor (GOOD) that tell drift with time
     # apart from steps (bisector/search/drift.py); 0: none. Needs a probe that says when trials ran.
     anchor_s: float = 0.0
+    # The indifference zone (bisector/search/zone.py): a pair is a step's when its change is beyond the
+    # zone's middle (3/4 of the minimum step) by the detection's level, and a step whose change over
+    # all its verified trials is under the minimum step is reported as a small change, not a step.
+    zone: bool = False
 
     def __post_init__(self) -> None:
         if self.min_step_pct <= 0 or any(v <= 0 for v in self.min_steps.values()) or not 0 < self.alpha < 0.5:
@@ -318,11 +322,14 @@ class _State:
         return pooled_noise(self.meas.values(), shape)
 
     def compare_samples(self, shape: str, before: Sequence[float], after: Sequence[float],
-                        alpha: float) -> Comparison:
-        return compare_pooled(before, after, self.settings.min_step(shape), alpha, shape, self.noise(shape))
+                        alpha: float, detect: bool = False) -> Comparison:
+        """`detect`: a search's pair, tested beyond the indifference zone's middle where it has one."""
+        step = self.settings.min_step(shape)
+        return compare_pooled(before, after, step, alpha, shape, self.noise(shape),
+                              zone_middle(step) if detect and self.settings.zone else 0.0)
 
     def compare_now(self, i: int, j: int, alpha: float, only: Iterable[str] | None = None,
-                    aside: tuple[_Counts, _Counts] | None = None) -> dict[str, Comparison]:
+                    aside: tuple[_Counts, _Counts] | None = None, detect: bool = False) -> dict[str, Comparison]:
         """Compare all trials of i and j per shape; `aside`: the trials between two `counts` left out."""
         def kept(k: int, s: str) -> tuple[float, ...]:
             got = self.samples(k, s)
@@ -330,7 +337,7 @@ class _State:
                 return got
             a, b = aside[0][k].get(s, 0), aside[1][k].get(s, 0)
             return got[:a] + got[b:]
-        return {s: self.compare_samples(s, kept(i, s), kept(j, s), alpha)
+        return {s: self.compare_samples(s, kept(i, s), kept(j, s), alpha, detect)
                 for s in self.shapes(i, j) if only is None or s in only}
 
     def fresh_wants(self, lo: int, hi: int, n: int, also: Iterable[str] = (),
@@ -369,7 +376,7 @@ class _State:
         while True:
             if self.views.far_apart(self.commits[i], self.commits[j]):
                 self.remeasure_anchor()  # trials far apart in time: the anchor says first what time did
-            comps = self.compare_now(i, j, self.alpha_detect, only)
+            comps = self.compare_now(i, j, self.alpha_detect, only, detect=True)
             verdicts = {c.verdict for c in comps.values()}
             if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
                 return self.noted(i, j, comps)
@@ -402,7 +409,7 @@ class _State:
                     continue
                 if self.views.far_apart(self.commits[i], self.commits[j]):
                     self.remeasure_anchor()
-                comps = self.compare_now(i, j, self.alpha_detect, only)
+                comps = self.compare_now(i, j, self.alpha_detect, only, detect=True)
                 verdicts = {c.verdict for c in comps.values()}
                 unclear = _unclear(comps)
                 n = min(self.count(i, unclear), self.count(j, unclear))
@@ -423,7 +430,7 @@ class _State:
             for q, unclear, n in asked:
                 i, j = parts[q]
                 if min(self.count(i, unclear), self.count(j, unclear)) <= n:  # the probe gave no more trials: stop here
-                    out[q] = self.at_cap(i, j, self.compare_now(i, j, self.alpha_detect, only))
+                    out[q] = self.at_cap(i, j, self.compare_now(i, j, self.alpha_detect, only, detect=True))
         return [out[q] for q in range(len(parts))]
 
     def at_cap(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
@@ -444,6 +451,20 @@ class _State:
             self.uncertain.append(Uncertain(self.commits[i], self.commits[j], unknown))
         self.zone += zone_pairs(self.commits[i], self.commits[j], out, self.settings.min_step, at_cap=True)
         return out
+
+    def small(self, cand: _Candidate, step: Step) -> bool:
+        """With the zone on, a verified step whose every change over all its trials is under the
+        minimum step is noted as a small change (its pair and interval), not reported as a step."""
+        st = self.settings
+        if not st.zone or any(abs(step.change_pct.get(s, 0.0)) >= st.min_step(s) for s in step.shapes):
+            return False
+        for s in step.shapes:
+            if s in step.change_pct:
+                c = Comparison(s, Verdict.SAME, step.change_pct[s], step.ci95[s], step.p_value[s],
+                               self.count(cand.lo, [s]), self.count(cand.hi, [s]))
+                self.zone.append(ZonePair(step.parent, self.commits[cand.hi], s, c.change_pct, c.ci95,
+                                          (c.n_before, c.n_after), in_zone(c, st.min_step(s))))
+        return True
 
     def noted(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
         """`comps`, its shapes inside the indifference zone noted as small changes (zone.py)."""
@@ -837,7 +858,7 @@ class _State:
             if min(len(before), len(after)) < n:
                 return {}  # no fresh trials to be had (an offline replay)
             explained = math.exp(sum(math.log1p(step.change_pct[s] / 100.0) for step in steps if s in step.change_pct))
-            rest = self.compare_samples(s, before, [x / explained for x in after], self.alpha_verify)
+            rest = self.compare_samples(s, before, [x / explained for x in after], self.alpha_verify, detect=True)
             if rest.verdict is Verdict.DIFFERENT:
                 out[s] = math.copysign(1.0, rest.change_pct)
         return out
@@ -858,7 +879,8 @@ class _State:
         n = st.initial_repeats
         # a segment's ends measured on the missing shapes too: a split point was measured on the
         # shapes it was followed for only (`split_on_moved`)
-        fresh = [self.fresh_compare(a, b, n, self.alpha_verify / max(1, len(segments)), missing) for a, b in segments]
+        fresh = [self.fresh_compare(a, b, n, self.alpha_verify / max(1, len(segments)), missing, detect=True)
+                 for a, b in segments]
         if any(min(c.n_before, c.n_after) < n for f in fresh for c in f.values()):
             return []  # no fresh trials to be had (an offline replay): nothing to recheck with
         follow: dict[int, dict[str, float]] = {q: _different(f) for q, f in enumerate(fresh)}
@@ -904,9 +926,9 @@ class _State:
                 for s in self.shapes(lo, hi) if only is None or s in only}
 
     def fresh_compare(self, lo: int, hi: int, n: int, alpha: float | None = None, also: Iterable[str] = (),
-                      only: Iterable[str] | None = None) -> dict[str, Comparison]:
+                      only: Iterable[str] | None = None, detect: bool = False) -> dict[str, Comparison]:
         """Compare n fresh trials a side (`fresh_samples`), at a verification's level unless told."""
-        return {s: self.compare_samples(s, before, after, self.alpha_verify if alpha is None else alpha)
+        return {s: self.compare_samples(s, before, after, self.alpha_verify if alpha is None else alpha, detect)
                 for s, (before, after) in self.fresh_samples(lo, hi, n, also, only).items()}
 
 
@@ -997,6 +1019,8 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
                               + ([(lo, hi, settings.initial_repeats, None)] if check else []))
             for cand in todo:
                 step, ok = st.verify(cand)
+                if ok and st.small(cand, step):
+                    continue
                 (steps if ok else dropped).append(step)
                 if ok:
                     holding.append(cand)

@@ -117,6 +117,8 @@ class DriftFinding:
 def choose(shape: str, trends: Mapping[str, Trend], configured: str, min_step: float) -> tuple[Choice, str]:
     """The view to decide `shape` on, and the reason in words (see the module docstring)."""
     drifting = {v for v, t in trends.items() if t.drifts(min_step)}
+    if "ratio" in trends and ("control" in drifting) != ("subject" in drifting):
+        drifting.add("ratio")  # subject / control: one side drifting alone moves the ratio as much (its noise is wider)
     seen = ", ".join(trends[v].words(min_step) for v in ("control", "subject", "ratio") if v in trends)
     if configured not in drifting:
         return Choice(configured), f"{seen}: decided on {LABELS.get(configured, configured)}"

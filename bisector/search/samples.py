@@ -91,7 +91,7 @@ def run_noise(measurements: Iterable[Measurement], shapes: Iterable[str]) -> dic
 
 
 def compare_pooled(before: Sequence[float], after: Sequence[float], min_step_pct: float, alpha: float,
-                   shape: str, pool: PooledNoise | None) -> Comparison:
+                   shape: str, pool: PooledNoise | None, null_pct: float = 0.0) -> Comparison:
     """The search's comparison of two commits. With the run's pooled noise known and 3 trials or
     more a side (stats.WILD_MIN_TRIALS), their wild trials are left out against the screened pool
     (stats.without_wild: far from both commits); with fewer, a wild trial cannot be told, so the
@@ -103,13 +103,14 @@ def compare_pooled(before: Sequence[float], after: Sequence[float], min_step_pct
     given = len(before), len(after)
     if pool is None:
         scale = mad_sd((before, after))
-        out = compare(*_without_wild_pair(before, after, scale), min_step_pct, alpha, shape)
+        out = compare(*_without_wild_pair(before, after, scale), min_step_pct, alpha, shape, null_pct=null_pct)
     else:
         sd = pool.raw_sd
         if min(given) >= WILD_MIN_TRIALS:
             (before, after), sd = _without_wild_pair(before, after, pool.sd), pool.sd
         own, own_df = log_sd([side for side in (before, after) if len(side) > 1])
-        out = compare(before, after, min_step_pct, alpha, shape, (pair_sd(sd, pool.df, own, own_df), pool.df))
+        out = compare(before, after, min_step_pct, alpha, shape, (pair_sd(sd, pool.df, own, own_df), pool.df),
+                      null_pct)
     return replace(out, n_before=given[0], n_after=given[1])
 
 

@@ -58,6 +58,11 @@ def zone_pairs(before: str, after: str, comps: Mapping[str, Comparison], min_ste
     return out
 
 
+def zone_middle(min_step: float) -> float:
+    """The change a search's detection tests beyond: the middle of the zone, 3/4 of the minimum step."""
+    return 0.75 * min_step
+
+
 def decision_cap(max_repeats: int, decision_trials: int, had: int) -> int:
     """Trials a side a pair's decision may reach: `max_repeats`, or with `decision_trials` (0: none)
     that many, never fewer than the pair had when the decision began."""
