@@ -164,7 +164,8 @@ class Session:
                           patch_hash=patch_hash, recipe=self.config.build.recipe,
                           cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.decision_of(s.suite) for s in self.config.shapes},
                           offline=self.offline if offline is None else offline, max_crashes=max_crashes,
-                          on_event=self.observer, where=self.where, warmer=self.warmer)
+                          on_event=self.observer, where=self.where, warmer=self.warmer,
+                          latency_steps=self.config.thresholds.latency_steps == "host-bound")
 
     @contextlib.contextmanager
     def stage(self, name: str, expect: int = 0, basis: SearchBasis | None = None) -> Iterator[None]:
@@ -281,7 +282,9 @@ def search_settings(config: Config) -> search.SearchSettings:
                                  alpha=config.thresholds.alpha,
                                  initial_repeats=config.protocol.trials, max_repeats=config.protocol.max_trials,
                                  first_look=config.protocol.first_look, split_on_moved=config.protocol.split_on_moved,
-                                 verify_on_open=config.protocol.verify_on_open)
+                                 verify_on_open=config.protocol.verify_on_open,
+                                 decision_trials=config.protocol.decision_trials,
+                                 anchor_s=config.protocol.drift_anchor_s, zone=config.thresholds.indifference_zone)
 
 
 def with_prs(result: SearchResult, commits: Sequence[Commit]) -> SearchResult:
