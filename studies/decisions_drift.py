@@ -11,7 +11,7 @@ and M = 128), a -2.5% subject change at one commit and +0.5% at another on both 
 control +`drift`% over the first 120 s and flat after, per-trial CV `cv` for subject and control,
 one device, `trial_s` seconds a trial (bisector/search/simulate_drift.py). Each range is searched
 twice with the same seeds: as before (no anchor, pairs double to `max_trials`) and with the
-decisions of issue #59 (`anchor_s`, `decision_trials`). Printed per mode: ranges that report a step
+decisions of issue #59 (`anchor_s`, `decision_trials`, `zone`). Printed per mode: ranges that report a step
 (a false one: there is none of 3%), ranges that say "no step >= 3%", trials and simulated minutes
 (median, max), and the first range's decision lines.
 """
@@ -31,7 +31,7 @@ from bisector.search.simulate_drift import DriftingProbe
 N = 390
 SHAPES = ("gemm/m64", "gemm/m128")
 BASE = SearchSettings(min_step_pct=3.0, initial_repeats=3, max_repeats=24, first_look=1)
-NEW = replace(BASE, anchor_s=20.0, decision_trials=8, zone=True)
+NEW = replace(BASE, anchor_s=20.0, decision_trials=6, zone=True)
 
 
 def one(seed: int, settings: SearchSettings, cv: float, drift: float, trial_s: float):  # type: ignore[no-untyped-def]
@@ -55,15 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print(f"{args.ranges} ranges of {N} commits, shapes {', '.join(SHAPES)}, min step 3%, per-trial CV "
           f"{args.cv:.1%}, control +{args.drift:g}% over 120 s, {args.trial_s:g} s a trial, one device")
-    for name, settings in (("before", BASE), (f"anchor_s {NEW.anchor_s:g}, decision_trials {NEW.decision_trials}", NEW)):
+    for name, settings in (("before", BASE),
+                           (f"anchor_s {NEW.anchor_s:g}, decision_trials {NEW.decision_trials}, zone", NEW)):
         runs = [one(seed, settings, args.cv, args.drift, args.trial_s) for seed in range(args.ranges)]
         stepped = sum(bool(r.steps) for r, _ in runs)
         said = sum(any(line.startswith("no step >=") for line in decision_lines(r)) for r, _ in runs)
         trials = [c.trials for _, c in runs]
         minutes = [c.wall_s / 60.0 for _, c in runs]
+        views = [f.decided_on for r, _ in runs for f in r.decisions.drift]
         print(f"\n## {name}\nranges with a (false) step: {stepped}/{len(runs)}; saying 'no step >= 3%': {said}/{len(runs)}; "
               f"trials median {statistics.median(trials):g}, max {max(trials)}; simulated minutes median "
-              f"{statistics.median(minutes):.1f}, max {max(minutes):.1f}")
+              f"{statistics.median(minutes):.1f}, max {max(minutes):.1f}; within 40 trials and 2 minutes: "
+              f"{sum(c.trials <= 40 and c.wall_s <= 120.0 for _, c in runs)}/{len(runs)}; shapes decided on the "
+              f"subject alone: {views.count('subject')}/{len(runs) * len(SHAPES)}")
         first, cost = runs[0]
         print(f"range 0: {cost.trials} trials, {cost.wall_s:.0f} s; steps "
               + (", ".join(f"{s.commit[-4:]} {s.change_pct}" for s in first.steps) or "none"))

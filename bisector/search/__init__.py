@@ -175,6 +175,7 @@ class _State:
         self.meas[sha] = m
         if self.views.refresh():  # a shape now decided on another view: every commit read again
             self.meas = {k: self.views.decided(k) for k in self.meas}
+            self.views.version += 1
 
     def remeasure_anchor(self) -> None:
         """One trial more of the anchor on every shape, so that drift with time shows on it."""
@@ -466,6 +467,22 @@ class _State:
                                           (c.n_before, c.n_after), in_zone(c, st.min_step(s))))
         return True
 
+    def rejudged(self, pairs: Sequence[ZonePair]) -> tuple[ZonePair, ...]:
+        """The zone's pairs on the measurements as the search ends (a shape found drifting since is
+        read on its final view): a small change stays one only inside the zone, an undecided pair
+        that now reads the same outside it is dropped."""
+        index = {sha: k for k, sha in enumerate(self.commits)}
+        out = []
+        for z in pairs:
+            if z.shape not in self.shapes(index[z.before], index[z.after]):
+                continue
+            c = self.compare_samples(z.shape, self.samples(index[z.before], z.shape), self.samples(index[z.after], z.shape),
+                                     self.alpha_detect, detect=True)
+            small = c.verdict is Verdict.SAME and in_zone(c, self.settings.min_step(z.shape))
+            if small or (not z.decided and c.verdict is not Verdict.SAME):
+                out.append(replace(z, change_pct=c.change_pct, ci95=c.ci95, trials=(c.n_before, c.n_after), decided=small))
+        return tuple(out)
+
     def noted(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
         """`comps`, its shapes inside the indifference zone noted as small changes (zone.py)."""
         self.zone += zone_pairs(self.commits[i], self.commits[j], comps, self.settings.min_step)
@@ -625,7 +642,13 @@ class _State:
                 return
         self.candidates.append(_Candidate(lo, hi, dict(dirs), min(self.count(lo), self.count(hi))))
 
-    def refine(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
+    def refine(self, lo: int, hi: int, dirs: dict[str, float], seen: int | None = None) -> None:
+        """`seen`: the views' version the part was judged on; a shape decided on another view since
+        (drift found) is judged again before the part is split (drift.Views.version)."""
+        if seen is not None and seen != self.views.version:
+            dirs = {s: d for s, d in _different(self.compare_pair(lo, hi, dirs)).items() if s in dirs}
+            if not dirs:
+                return
         points = [] if hi - lo == 1 else self.split(lo, hi, dirs)
         if not points:  # adjacent, or nothing between builds with usable results: a culprit range
             self.add_candidate(lo, hi, dirs)
@@ -633,17 +656,21 @@ class _State:
         bounds = [lo, *points, hi]
         parts = list(zip(bounds, bounds[1:]))
         comps = self.compare_parts(parts)
+        seen = self.views.version
         found = [_different(c) for c in comps]
         for shape, sign in dirs.items():
             if any(shape in f for f in found):
                 continue
             # The step is in one part; follow the part that moved most in its direction (the first on a tie).
             moves = [c[shape].change_pct * sign if shape in c else -math.inf for c in comps]
-            found[max(range(len(moves)), key=lambda k: (moves[k], -k))][shape] = sign
+            best = max(range(len(moves)), key=lambda k: (moves[k], -k))
+            if self.settings.zone and moves[best] < self.settings.min_step(shape):
+                continue  # with the zone, a part that moved less than a step is not chased down to a commit
+            found[best][shape] = sign
         todo = [(a, b, f) for (a, b), f in zip(parts, found) if f]
         for q, (a, b, f) in enumerate(todo):
             with self.queued([(x, y) for x, y, _ in todo[q + 1:]]):
-                self.refine(a, b, f)
+                self.refine(a, b, f, seen)
 
     @contextmanager
     def queued(self, parts: Sequence[tuple[int, int]]) -> Iterator[None]:
@@ -660,7 +687,7 @@ class _State:
         comps = self.compare_pair(lo, hi, only)
         diff = _different(comps)
         if diff:
-            self.refine(lo, hi, diff)
+            self.refine(lo, hi, diff, self.views.version)
 
     def bridge(self, grid: Sequence[int]) -> None:
         """A shape with wrong results at a grid point has no pair across it: compare its nearest
@@ -999,10 +1026,12 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
                 with st.queued(pairs[q + 1:]):
                     st.evaluate(a, b)
         else:  # the grid's pairs compared in rounds together, then each that moved refined
-            for (a, b), comps in zip(pairs, st.compare_parts(pairs)):
+            judged = st.compare_parts(pairs)
+            seen = st.views.version
+            for (a, b), comps in zip(pairs, judged):
                 diff = _different(comps)
                 if diff:
-                    st.refine(a, b, diff)
+                    st.refine(a, b, diff, seen)
     st.bridge(grid)
 
     steps, dropped, holding = [], [], []
@@ -1037,7 +1066,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
 
 def _result(st: _State, steps: list[Step], dropped: list[Step]) -> DecidedResult:
     wrong = {sha: m.wrong for sha, m in st.meas.items() if m.wrong}
-    decisions = Decisions(merged(st.zone, ((s.parent, s.commit, s.shapes) for s in steps)),
+    decisions = Decisions(st.rejudged(merged(st.zone, ((s.parent, s.commit, s.shapes) for s in steps))),
                           tuple(st.views.findings.values()), {s: st.settings.min_step(s) for s in sorted(st.every_shape)})
     return DecidedResult(
         steps=tuple(steps), dropped=tuple(dropped), probes=tuple(st.probes), measurements=dict(st.views.raw),

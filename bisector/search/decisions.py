@@ -18,6 +18,8 @@ from bisector.search.zone import ZonePair
 
 __all__ = ["Decisions", "DecidedResult", "decision_lines", "latency_pairs"]
 
+ZONE_LINES = 8  # pairs in the zone named in a report; the rest counted
+
 
 @dataclass(frozen=True)
 class Decisions:
@@ -35,6 +37,11 @@ def _short(sha: str) -> str:
     return sha[:7]
 
 
+def _per_call(speed_pct: float) -> float:
+    """A change of speed (or of a ratio to the control) as the change of the time a call takes."""
+    return (100.0 / (100.0 + speed_pct) - 1.0) * 100.0
+
+
 def latency_pairs(steps: tuple[Step, ...]) -> list[str]:
     """A latency step next to its kernel time: "gemm/decode at 3a52501: eager callers +76% per call;
     the kernel itself -20%" (the kernel's figure where the step measured it)."""
@@ -44,8 +51,8 @@ def latency_pairs(steps: tuple[Step, ...]) -> list[str]:
             if not key.endswith(LATENCY_KEY):
                 continue
             kernel = s.change_pct.get(base_shape(key))
-            line = f"{base_shape(key)} at {_short(s.commit)}: eager callers {s.change_pct[key]:+.0f}% per call"
-            out.append(line + (f"; the kernel itself {kernel:+.0f}%" if kernel is not None else
+            line = f"{base_shape(key)} at {_short(s.commit)}: eager callers {_per_call(s.change_pct[key]):+.0f}% per call"
+            out.append(line + (f"; the kernel itself {_per_call(kernel):+.0f}%" if kernel is not None else
                                "; the kernel itself not moved by the minimum step"))
     return out
 
@@ -61,5 +68,6 @@ def decision_lines(result: SearchResult) -> list[str]:
     if not result.steps and d.min_step:
         steps = sorted(set(d.min_step.values()))
         lines.append("no step >= " + "/".join(f"{v:g}%" for v in steps))
-    lines += [f"{z.shape} {_short(z.before)}..{_short(z.after)}: {z.line()}" for z in d.zone]
+    zone = [f"{z.shape} {_short(z.before)}..{_short(z.after)}: {z.line()}" for z in d.zone]
+    lines += zone[:ZONE_LINES] + ([f"... and {len(zone) - ZONE_LINES} more pairs in the zone"] if len(zone) > ZONE_LINES else [])
     return lines

@@ -28,7 +28,10 @@ from bisector.search.stats import log_sd
 
 __all__ = ["Trend", "DriftFinding", "Choice", "trend", "choose", "decided", "Views", "DRIFT_ALPHA"]
 
-DRIFT_ALPHA = 0.001  # a trend this unlikely by chance drifts (it is looked at after every round)
+# A trend this unlikely by chance drifts. It is looked at after every round, and a false alarm costs
+# little (the shape decided on the subject alone); the size floor (half the minimum step) keeps a
+# significant but harmless trend from moving the decision.
+DRIFT_ALPHA = 0.005
 DECIDABLE = ("ratio", "subject")  # the views a shape can be decided on
 LABELS = {"ratio": "the subject/control ratio", "subject": "the subject's own kernel time",
           "control": "the control's kernel time"}
@@ -50,9 +53,9 @@ class Trend:
     def drifts(self, min_step: float) -> bool:
         return self.p_value < DRIFT_ALPHA and abs(self.pct) >= min_step / 2.0
 
-    def words(self, min_step: float) -> str:
-        """"control +4.1% over the run", or "subject flat (+0.2%)"."""
-        if self.drifts(min_step):
+    def words(self, min_step: float, drifting: bool | None = None) -> str:
+        """"control +4.1% over the run", or "subject flat (+0.2%)" (`drifting`: as judged elsewhere)."""
+        if self.drifts(min_step) if drifting is None else drifting:
             return f"{self.view} {self.pct:+.1f}% over the run ({self.span_s / 60.0:.1f} min)"
         return f"{self.view} flat ({self.pct:+.1f}%)"
 
@@ -117,9 +120,10 @@ class DriftFinding:
 def choose(shape: str, trends: Mapping[str, Trend], configured: str, min_step: float) -> tuple[Choice, str]:
     """The view to decide `shape` on, and the reason in words (see the module docstring)."""
     drifting = {v for v, t in trends.items() if t.drifts(min_step)}
-    if "ratio" in trends and ("control" in drifting) != ("subject" in drifting):
-        drifting.add("ratio")  # subject / control: one side drifting alone moves the ratio as much (its noise is wider)
-    seen = ", ".join(trends[v].words(min_step) for v in ("control", "subject", "ratio") if v in trends)
+    if "ratio" in trends and ("control" in drifting) != ("subject" in drifting) and \
+            abs(trends["ratio"].pct) >= min_step / 2.0:
+        drifting.add("ratio")  # one side drifting alone moves the ratio as much; its own trend is noisier
+    seen = ", ".join(trends[v].words(min_step, v in drifting) for v in ("control", "subject", "ratio") if v in trends)
     if configured not in drifting:
         return Choice(configured), f"{seen}: decided on {LABELS.get(configured, configured)}"
     other = next((v for v in DECIDABLE if v != configured and v in trends and v not in drifting), None)
@@ -163,6 +167,7 @@ class Views:
         self.choices: dict[str, Choice] = {}
         self.findings: dict[str, DriftFinding] = {}
         self.asked_at: float | None = None  # `now` when the anchor was last asked for
+        self.version = 0  # counts the times a shape's choice changed (the search's judgements before are stale)
 
     def put(self, m: Measurement) -> None:
         self.raw[m.sha] = m
@@ -230,7 +235,8 @@ class Views:
                 continue
             before = self.choices.get(s)
             choice, why = choose(s, trends, configured, self.min_step(s))
-            if before is not None and before.view != configured and not before.slope and choice != before:
+            if before is not None and before.view != configured and not before.slope and choice != before \
+                    and not trends[before.view].drifts(self.min_step(s)):
                 # the other view, once chosen, stays: a drift that flattens late was still there
                 choice, why = before, why.split(": decided on")[0] + f": decided on {LABELS[before.view]}"
             self.findings[s] = DriftFinding(s, self.anchor, trends, choice.name, why)  # type: ignore[arg-type]
@@ -240,9 +246,11 @@ class Views:
         return changed
 
     def noise(self, view: str, shape: str) -> tuple[float, float] | None:
-        """The per-trial log sd of a view, pooled over the commits other than the anchor."""
+        """The per-trial log sd of a view, pooled over the commits other than the anchor whose trials
+        ran within `anchor_s` of each other: a commit measured again later holds the drift too."""
         groups = [m.views[view][shape] for sha, m in self.raw.items() if sha != self.anchor
-                  and m.status is ProbeStatus.OK and len(m.views.get(view, {}).get(shape, ())) > 1]
+                  and m.status is ProbeStatus.OK and len(m.views.get(view, {}).get(shape, ())) > 1
+                  and len(t := m.times.get(shape, ())) == len(m.views[view][shape]) and max(t) - min(t) <= self.anchor_s]
         sd, df = log_sd(groups, screen=True)
         return (sd, df) if df >= 4 and math.isfinite(sd) else None
 
