@@ -28,6 +28,7 @@ from bisector.why import culprit_hunks
 from bisector.search import evidence
 from bisector.search.wrong_results import WrongWindow, localize_wrong
 from bisector.search.call_timing import CallFigures, figures
+from bisector.search.decisions import decision_lines
 from bisector.search import control_outcome
 from bisector.errors import BadInput
 from bisector.paths import shown, work_dir_for
@@ -475,7 +476,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         protocol={"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials,
                   "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows), steps=result.steps, dropped=result.dropped,
-        uncertain=result.uncertain,
+        uncertain=result.uncertain, decided=tuple(decision_lines(result)),
         unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step),
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(every),

@@ -194,3 +194,21 @@ def test_the_config_keys_reach_the_search(tmp_path: Path):
         config.load(write(tmp_path, text.replace('"host-bound"', '"sometimes"')))
     with pytest.raises(ConfigError, match="decision_trials"):
         config.load(write(tmp_path, text.replace("decision_trials = 8", "decision_trials = -1")))
+
+
+# -- the report ---------------------------------------------------------------------------------------
+def test_the_report_says_which_metric_decided_and_why():
+    from dataclasses import replace
+
+    from bisector.report import markdown, summary
+    from tests.test_report import make_data
+
+    commits = shas(60)
+    probe = DriftingProbe(commits, model(commits, {}), subject_cv=0.003, control_cv=0.003, control_drift_pct=6.0,
+                          drift_s=90.0, trial_s=3.0, seed=2)
+    result = localize(commits, Clocked(probe, 1, 3.0), SearchSettings(min_step_pct=3.0, anchor_s=15.0))
+    data = replace(make_data(), decided=tuple(decision_lines(result)))
+    text = markdown.render(data)
+    assert "What decided:\n- gemm/m64: control +" in text and "decided on the subject's own kernel time" in text
+    assert any(line.startswith("  gemm/m128: control +") for line in summary.lines(data, "report.md"))
+    assert "What decided" not in markdown.render(make_data())
