@@ -50,11 +50,13 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
 
-from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict,
+from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict,  # noqa: F401
                             base_shape, min_step_for, processes_beyond)
 from bisector.search.decisions import DecidedResult, Decisions
-from bisector.search.drift import Views, probe_wants
-from bisector.search.zone import ZonePair, decision_cap, in_zone, merged, zone_middle, zone_pairs
+from bisector.search.drift import Views, merged_measurement as _merged_measurement, probe_wants
+from bisector.search.result_form import merged_uncertain as _merged, result_json, uncertain_json
+from bisector.search.zone import ZonePair, decision_cap, merged, zone_middle, zone_pairs
+from bisector.search.zone import rejudged as zone_rejudged, small_step as zone_small
 from bisector.search.samples import POOLED_MIN_DF, PooledNoise, compare_pooled, pooled_noise
 from bisector.search.stats import holds, log_sd
 
@@ -454,34 +456,24 @@ class _State:
         return out
 
     def small(self, cand: _Candidate, step: Step) -> bool:
-        """With the zone on, a verified step whose every change over all its trials is under the
-        minimum step is noted as a small change (its pair and interval), not reported as a step."""
-        st = self.settings
-        if not st.zone or any(abs(step.change_pct.get(s, 0.0)) >= st.min_step(s) for s in step.shapes):
-            return False
-        for s in step.shapes:
-            if s in step.change_pct:
-                c = Comparison(s, Verdict.SAME, step.change_pct[s], step.ci95[s], step.p_value[s],
-                               self.count(cand.lo, [s]), self.count(cand.hi, [s]))
-                self.zone.append(ZonePair(step.parent, self.commits[cand.hi], s, c.change_pct, c.ci95,
-                                          (c.n_before, c.n_after), in_zone(c, st.min_step(s))))
-        return True
+        """With the zone on, a verified step whose every change is under the minimum step is noted as
+        a small change (zone.small_step), not reported as a step."""
+        got = zone_small(step, lambda s: (self.count(cand.lo, [s]), self.count(cand.hi, [s])), self.settings.min_step) \
+            if self.settings.zone else None
+        self.zone += got or []
+        return got is not None
 
     def rejudged(self, pairs: Sequence[ZonePair]) -> tuple[ZonePair, ...]:
-        """The zone's pairs on the measurements as the search ends (a shape found drifting since is
-        read on its final view): a small change stays one only inside the zone, an undecided pair
-        that now reads the same outside it is dropped."""
+        """The zone's pairs read again on the measurements as the search ends (zone.rejudged)."""
         index = {sha: k for k, sha in enumerate(self.commits)}
-        out = []
-        for z in pairs:
-            if z.shape not in self.shapes(index[z.before], index[z.after]):
-                continue
-            c = self.compare_samples(z.shape, self.samples(index[z.before], z.shape), self.samples(index[z.after], z.shape),
-                                     self.alpha_detect, detect=True)
-            small = c.verdict is Verdict.SAME and in_zone(c, self.settings.min_step(z.shape))
-            if small or (not z.decided and c.verdict is not Verdict.SAME):
-                out.append(replace(z, change_pct=c.change_pct, ci95=c.ci95, trials=(c.n_before, c.n_after), decided=small))
-        return tuple(out)
+
+        def now(z: ZonePair) -> Comparison | None:
+            i, j = index[z.before], index[z.after]
+            if z.shape not in self.shapes(i, j):
+                return None
+            return self.compare_samples(z.shape, self.samples(i, z.shape), self.samples(j, z.shape), self.alpha_detect,
+                                        detect=True)
+        return zone_rejudged(pairs, now, self.settings.min_step)
 
     def noted(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
         """`comps`, its shapes inside the indifference zone noted as small changes (zone.py)."""
@@ -973,15 +965,6 @@ def _unclear(comps: Mapping[str, Comparison]) -> tuple[str, ...]:
     return tuple(s for s, c in comps.items() if c.verdict is Verdict.UNKNOWN)
 
 
-def _merged_measurement(have: Measurement, new: Measurement) -> Measurement:
-    """`have` with the shapes `new` measured replaced by its samples (a shape wrong in either is wrong)."""
-    wrong = have.wrong | new.wrong
-    samples = {k: v for k, v in {**have.samples, **new.samples}.items() if k not in wrong}
-    views = {v: {**have.views.get(v, {}), **new.views.get(v, {})} for v in {*have.views, *new.views}}
-    return replace(have, samples=samples, wrong=wrong, reason=have.reason or new.reason, views=views,
-                   times={**have.times, **new.times})
-
-
 def _different(comps: Mapping[str, Comparison]) -> dict[str, float]:
     return {s: math.copysign(1.0, c.change_pct) for s, c in comps.items() if c.verdict is Verdict.DIFFERENT}
 
@@ -1073,37 +1056,3 @@ def _result(st: _State, steps: list[Step], dropped: list[Step]) -> DecidedResult
         skipped=tuple(st.commits[k] for k in sorted(st.skipped)), wrong=wrong, uncertain=_merged(st.uncertain),
         processes=st.processes, decisions=decisions,
     )
-
-
-def _merged(pairs: Sequence[Uncertain]) -> tuple[Uncertain, ...]:
-    """One entry per pair (a pair can stay unsure in one look, then again in the bridge's)."""
-    shapes: dict[tuple[str, str], set[str]] = {}
-    for u in pairs:
-        shapes.setdefault((u.before, u.after), set()).update(u.shapes)
-    return tuple(Uncertain(a, b, tuple(sorted(s))) for (a, b), s in shapes.items())
-
-
-def uncertain_json(pairs: Sequence[Uncertain]) -> list[dict[str, object]]:
-    return [{"before": u.before, "after": u.after, "shapes": list(u.shapes)} for u in pairs]
-
-
-def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = None) -> dict[str, object]:
-    """The `--json` form shared by simulate, analyze, run and demo."""
-    prs = prs or {}
-
-    def step(s: Step) -> dict[str, object]:
-        return {"commit": s.commit, "parent": s.parent, "pr": s.pr if s.pr is not None else prs.get(s.commit),
-                "shapes": list(s.shapes), "change_pct": {k: round(v, 4) for k, v in s.change_pct.items()},
-                "ci95": {k: [round(v[0], 4), round(v[1], 4)] for k, v in s.ci95.items()},
-                "p_value": dict(s.p_value), "candidates": list(s.candidates), "verified": s.verified}
-
-    return {
-        "steps": [step(s) for s in result.steps],
-        "probes": result.commits_probed,
-        "trials": result.trials,
-        "skipped": list(result.skipped),
-        "dropped": [step(s) for s in result.dropped],
-        "probe_calls": [[sha, n] for sha, n in result.probes],
-        "wrong": {sha: sorted(v) for sha, v in result.wrong.items()},
-        "uncertain": uncertain_json(result.uncertain),
-    }

@@ -26,7 +26,8 @@ from scipy import special
 from bisector.model import LATENCY_KEY, Measurement, ProbeStatus, base_shape
 from bisector.search.stats import log_sd
 
-__all__ = ["Trend", "DriftFinding", "Choice", "trend", "choose", "decided", "Views", "DRIFT_ALPHA"]
+__all__ = ["Trend", "DriftFinding", "Choice", "trend", "choose", "decided", "Views", "DRIFT_ALPHA",
+           "merged_measurement", "probe_wants"]
 
 # A trend this unlikely by chance drifts. It is looked at after every round, and a false alarm costs
 # little (the shape decided on the subject alone); the size floor (half the minimum step) keeps a
@@ -253,6 +254,15 @@ class Views:
                   and len(t := m.times.get(shape, ())) == len(m.views[view][shape]) and max(t) - min(t) <= self.anchor_s]
         sd, df = log_sd(groups, screen=True)
         return (sd, df) if df >= 4 and math.isfinite(sd) else None
+
+
+def merged_measurement(have: Measurement, new: Measurement) -> Measurement:
+    """`have` with the shapes `new` measured replaced by its samples (a shape wrong in either is wrong)."""
+    wrong = have.wrong | new.wrong
+    samples = {k: v for k, v in {**have.samples, **new.samples}.items() if k not in wrong}
+    views = {v: {**have.views.get(v, {}), **new.views.get(v, {})} for v in {*have.views, *new.views}}
+    return replace(have, samples=samples, wrong=wrong, reason=have.reason or new.reason, views=views,
+                   times={**have.times, **new.times})
 
 
 def probe_wants(per: Mapping[str, int]) -> dict[str, int]:

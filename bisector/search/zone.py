@@ -10,12 +10,12 @@ minimum step were doubled to 24 trials each). Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping, Sequence
 
-from bisector.model import Comparison, Verdict
+from bisector.model import Comparison, Step, Verdict
 
-__all__ = ["ZonePair", "in_zone", "zone_pairs", "decision_cap", "merged"]
+__all__ = ["ZonePair", "in_zone", "zone_pairs", "decision_cap", "merged", "small_step", "rejudged", "zone_middle"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +79,33 @@ def merged(pairs: Iterable[ZonePair], steps: Iterable[tuple[str, str, Iterable[s
     for z in pairs:
         last[(z.before, z.after, z.shape)] = z
     return tuple(z for k, z in last.items() if k not in found)
+
+
+def small_step(step: Step, trials: Callable[[str], tuple[int, int]],
+               min_step: Callable[[str], float]) -> list[ZonePair] | None:
+    """A verified step whose every change over all its trials is under the minimum step, as the
+    small changes it is (each shape's pair and interval); None for a step of the minimum size."""
+    if any(abs(step.change_pct.get(s, 0.0)) >= min_step(s) for s in step.shapes):
+        return None
+    out = []
+    for s in step.shapes:
+        if s in step.change_pct:
+            c = Comparison(s, Verdict.SAME, step.change_pct[s], step.ci95[s], step.p_value[s], *trials(s))
+            out.append(ZonePair(step.parent, step.commit, s, c.change_pct, c.ci95, trials(s), in_zone(c, min_step(s))))
+    return out
+
+
+def rejudged(pairs: Sequence[ZonePair], now: Callable[[ZonePair], Comparison | None],
+             min_step: Callable[[str], float]) -> tuple[ZonePair, ...]:
+    """The pairs on their comparison `now` (the search's last reading: a shape found drifting since is
+    read on its final view): a small change stays one only inside the zone; an undecided pair that
+    now reads the same outside it is dropped, as is a pair with nothing to compare."""
+    out = []
+    for z in pairs:
+        c = now(z)
+        if c is None:
+            continue
+        small = c.verdict is Verdict.SAME and in_zone(c, min_step(z.shape))
+        if small or (not z.decided and c.verdict is not Verdict.SAME):
+            out.append(replace(z, change_pct=c.change_pct, ci95=c.ci95, trials=(c.n_before, c.n_after), decided=small))
+    return tuple(out)
