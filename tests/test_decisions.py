@@ -143,6 +143,8 @@ def test_a_drifting_control_is_found_on_the_anchor_and_the_subject_decides():
     lines = decision_lines(result)
     assert any(line.startswith("gemm/m64: control +") and "decided on the subject's own kernel time" in line
                for line in lines)
+    from bisector.search import result_json
+    assert result_json(result)["decided"] == lines  # `run --json`, `simulate --json`
 
 
 def test_without_a_probe_that_says_when_trials_ran_nothing_is_re_measured():

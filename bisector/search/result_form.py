@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from bisector.model import SearchResult, Step, Uncertain
+from bisector.search.decisions import decision_lines
 
 __all__ = ["merged_uncertain", "uncertain_json", "result_json"]
 
@@ -41,4 +42,5 @@ def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = Non
         "probe_calls": [[sha, n] for sha, n in result.probes],
         "wrong": {sha: sorted(v) for sha, v in result.wrong.items()},
         "uncertain": uncertain_json(result.uncertain),
+        "decided": decision_lines(result),  # drift and the metric, latency steps, the zone (search/decisions.py)
     }
