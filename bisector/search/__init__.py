@@ -55,7 +55,7 @@ from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchR
 from bisector.search.decisions import DecidedResult, Decisions
 from bisector.search.drift import Views, merged_measurement as _merged_measurement, probe_wants
 from bisector.search.result_form import merged_uncertain as _merged, result_json, uncertain_json
-from bisector.search.zone import ZonePair, decision_cap, merged, zone_middle, zone_pairs
+from bisector.search.zone import ZonePair, decision_cap, merged, near_threshold, zone_middle, zone_pairs
 from bisector.search.zone import rejudged as zone_rejudged, small_step as zone_small
 from bisector.search.samples import POOLED_MIN_DF, PooledNoise, compare_pooled, pooled_noise
 from bisector.search.stats import holds, log_sd
@@ -386,7 +386,7 @@ class _State:
             unclear = _unclear(comps)
             n = min(self.count(i, unclear), self.count(j, unclear))
             start = n if start is None else start
-            cap = decision_cap(st.max_repeats, st.decision_trials, start)
+            cap = decision_cap(st.max_repeats, st.decision_trials, start, self.in_reach(comps, unclear))
             if n >= cap:
                 return self.at_cap(i, j, comps)
             target = min(cap, 2 * n)
@@ -416,7 +416,7 @@ class _State:
                 verdicts = {c.verdict for c in comps.values()}
                 unclear = _unclear(comps)
                 n = min(self.count(i, unclear), self.count(j, unclear))
-                cap = decision_cap(st.max_repeats, st.decision_trials, starts.setdefault(q, n))
+                cap = decision_cap(st.max_repeats, st.decision_trials, starts.setdefault(q, n), self.in_reach(comps, unclear))
                 if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
                     out[q] = self.noted(i, j, comps)
                 elif n >= cap:
@@ -474,6 +474,11 @@ class _State:
             return self.compare_samples(z.shape, self.samples(i, z.shape), self.samples(j, z.shape), self.alpha_detect,
                                         detect=True)
         return zone_rejudged(pairs, now, self.settings.min_step)
+
+    def in_reach(self, comps: Mapping[str, Comparison], unclear: Iterable[str]) -> bool:
+        """Every unclear shape's interval reaches no further than the zone allows (zone.near_threshold):
+        more trials would only say on which side of the minimum step a change near it falls."""
+        return all(near_threshold(comps[s], self.settings.min_step(s)) for s in unclear)
 
     def noted(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
         """`comps`, its shapes inside the indifference zone noted as small changes (zone.py)."""

@@ -63,10 +63,18 @@ def zone_middle(min_step: float) -> float:
     return 0.75 * min_step
 
 
-def decision_cap(max_repeats: int, decision_trials: int, had: int) -> int:
+def near_threshold(c: Comparison, min_step: float) -> bool:
+    """The 95% interval reaches no further than twice the minimum step either way: whatever more trials
+    say, the change is near the threshold or under it. A wide interval (a CPU demo's -25% step at 15%
+    per-trial noise: [-45, -5] at 6 trials a side) is a question worth its trials."""
+    return max(abs(c.ci95[0]), abs(c.ci95[1])) <= 2.0 * min_step
+
+
+def decision_cap(max_repeats: int, decision_trials: int, had: int, in_zone_now: bool = True) -> int:
     """Trials a side a pair's decision may reach: `max_repeats`, or with `decision_trials` (0: none)
-    that many, never fewer than the pair had when the decision began."""
-    if decision_trials <= 0:
+    that many, never fewer than the pair had when the decision began; only for a question near the
+    threshold (`in_zone_now`, `near_threshold`)."""
+    if decision_trials <= 0 or not in_zone_now:
         return max_repeats
     return min(max_repeats, max(decision_trials, had))
 
