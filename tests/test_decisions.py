@@ -8,7 +8,7 @@ import pytest
 
 from bisector import config
 from bisector.errors import ConfigError
-from bisector.model import LATENCY_KEY, Measurement, ProbeStatus, Verdict
+from bisector.model import LATENCY_KEY, Comparison, Measurement, ProbeStatus, Verdict
 from bisector.search import SearchSettings, localize
 from bisector.search.decisions import decision_lines
 from bisector.search.drift import Choice, Trend, Views, choose, decided, trend
@@ -53,6 +53,21 @@ def test_a_pair_at_the_threshold_stops_at_the_decision_cap_and_is_listed_with_it
         assert z.trials == (8, 8) and z.ci95[0] < z.change_pct < z.ci95[1]
         assert z.line().startswith("undecided at 8 trials a side (")
     assert "no step >= 3%" in decision_lines(result)
+
+
+def test_the_cap_leaves_a_wide_question_its_trials():
+    """A change at the minimum step on a noisy machine (-20% at 15% per-trial noise, a 20% minimum
+    step): its interval reaches far past the threshold, so the cap does not stop it (the CPU demo's
+    smallest step was missed in a quarter of replays with a cap that did)."""
+    from bisector.search.zone import near_threshold
+    commits = shas(2)
+    probe = SimulatedProbe(commits, model(commits, {1: 0.8}), noise_cv=0.15, seed=1)
+    localize(commits, probe, SearchSettings(min_step_pct=20.0, max_repeats=16, verify=False, rechecks=0,
+                                            interior_points=0, decision_trials=6))
+    assert most_trials(probe) > 6
+    near = Comparison("s", Verdict.UNKNOWN, -2.8, (-3.6, -2.0), 0.01, 6, 6)
+    assert near_threshold(near, 3.0) and not near_threshold(Comparison("s", Verdict.UNKNOWN, -25.0, (-45.0, -5.0), 0.01,
+                                                                                 6, 6), 20.0)
 
 
 def test_a_change_inside_the_zone_is_reported_as_a_small_change():
