@@ -159,6 +159,7 @@ class _State:
     every_shape: frozenset[str] = frozenset()  # the shapes GOOD and BAD were measured on
     zone: list[ZonePair] = field(default_factory=list)  # pairs stopped on in the indifference zone
     anchor: int = 0  # the commit re-measured for drift (GOOD)
+    capped: dict[tuple[int, int], int] = field(default_factory=dict)  # pairs unsure at the cap -> the views' version then
     views: Views = field(init=False)  # the probe's measurements as given, and what each shape is decided on
 
     def __post_init__(self) -> None:
@@ -453,7 +454,17 @@ class _State:
         if unknown:
             self.uncertain.append(Uncertain(self.commits[i], self.commits[j], unknown))
         self.zone += zone_pairs(self.commits[i], self.commits[j], out, self.settings.min_step, at_cap=True)
+        if unknown:
+            self.capped[(i, j)] = self.views.version
         return out
+
+    def stale_caps(self) -> list[tuple[int, int]]:
+        """Pairs left unsure at the cap before a shape's view changed (drift found since): their
+        question is asked again on the view it is now decided on."""
+        stale = [pair for pair, seen in self.capped.items() if seen != self.views.version]
+        for pair in stale:
+            self.capped[pair] = self.views.version
+        return stale
 
     def small(self, cand: _Candidate, step: Step) -> bool:
         """With the zone on, a verified step whose every change is under the minimum step is noted as
@@ -1021,6 +1032,9 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
                 if diff:
                     st.refine(a, b, diff, seen)
     st.bridge(grid)
+    while stale := st.stale_caps():
+        for a, b in stale:
+            st.evaluate(a, b)
 
     steps, dropped, holding = [], [], []
     todo = list(st.candidates)
