@@ -9,11 +9,13 @@ two minutes (the ratio looked like a step that moved as the search moved), and n
 apart on a 3% minimum step were doubled to 24 trials each. Here: 390 commits, two shapes (M = 64
 and M = 128), a -2.5% subject change at one commit and +0.5% at another on both (ends -2%), the
 control +`drift`% over the first 120 s and flat after, per-trial CV `cv` for subject and control,
-one device, `trial_s` seconds a trial (bisector/search/simulate_drift.py). Each range is searched
-twice with the same seeds: as before (no anchor, pairs double to `max_trials`) and with the
-decisions of issue #59 (`anchor_s`, `decision_trials`, `zone`). Printed per mode: ranges that report a step
-(a false one: there is none of 3%), ranges that say "no step >= 3%", trials and simulated minutes
-(median, max), and the first range's decision lines.
+one device, `trial_s` seconds a trial (bisector/search/simulate_drift.py); `--step 0.965` plants a
+3.5% step instead, which must be found. Each range is searched with the same seeds as before (no
+anchor, pairs double to `max_trials`) and with the decisions of issue #59 (`anchor_s`,
+`decision_trials` 6 or 8, `zone`). Printed per mode: ranges that report a step (and the planted
+commit exactly), ranges that say "no step >= 3%", trials and simulated minutes (median, max), the
+ranges within 40 trials and 2 minutes, the shapes decided on the subject alone, and the first
+range's decision lines.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ N = 390
 SHAPES = ("gemm/m64", "gemm/m128")
 BASE = SearchSettings(min_step_pct=3.0, initial_repeats=3, max_repeats=24, first_look=1)
 NEW = replace(BASE, anchor_s=20.0, decision_trials=6, zone=True)
+MODES = (("before", BASE), ("anchor_s 20, decision_trials 6, zone", NEW),
+         ("anchor_s 20, decision_trials 8, zone", replace(NEW, decision_trials=8)))
 
 
 def one(seed: int, settings: SearchSettings, cv: float, drift: float, trial_s: float,  # type: ignore[no-untyped-def]
@@ -58,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.ranges} ranges of {N} commits, shapes {', '.join(SHAPES)}, min step 3%, per-trial CV "
           f"{args.cv:.1%}, control +{args.drift:g}% over 120 s, {args.trial_s:g} s a trial, one device, the subject "
           f"{(args.step - 1) * 100:+.1f}% at one commit and +0.5% at another")
-    for name, settings in (("before", BASE),
-                           (f"anchor_s {NEW.anchor_s:g}, decision_trials {NEW.decision_trials}, zone", NEW)):
+    for name, settings in MODES:
         runs = [one(seed, settings, args.cv, args.drift, args.trial_s, args.step) for seed in range(args.ranges)]
         stepped = sum(bool(r.steps) for r, _ in runs)
         exact = sum([s.commit[:4] for s in r.steps] == [f"{151 + seed % 40:04d}"] for seed, (r, _) in enumerate(runs))
