@@ -67,6 +67,16 @@ def min_step_for(shape: str, default: float, by: Mapping[str, float]) -> float:
     return for_shape(shape, default, by)
 
 
+# A shape's call latency decided on as a shape of its own ("gemm/decode" -> "gemm/decode:latency"):
+# the search finds, verifies and reports a latency step as it does a kernel-time step.
+LATENCY_KEY = ":latency"
+
+
+def base_shape(key: str) -> str:
+    """The benchmark shape a search shape measures: "gemm/decode:latency" -> "gemm/decode"."""
+    return key[:-len(LATENCY_KEY)] if key.endswith(LATENCY_KEY) else key
+
+
 @dataclass(frozen=True)
 class Shape:
     """One benchmark point. `key` ("suite/name") is how every layer refers to it."""
@@ -151,6 +161,12 @@ class Measurement:
     samples: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     wrong: frozenset[str] = frozenset()
     reason: str = ""
+    # Beside `samples`, of the same trials in the same order: other values the search may decide on
+    # or watch for drift (`views`: "subject", "control", "ratio", "latency" -> shape -> values; the
+    # search's drift and latency checks, bisector/search/drift.py), and when each trial ran (`times`:
+    # shape -> seconds on one clock). Empty where the probe does not say.
+    views: Mapping[str, Mapping[str, tuple[float, ...]]] = field(default_factory=dict)
+    times: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def count(self) -> int:
         return min((len(v) for v in self.samples.values()), default=0)

@@ -28,6 +28,7 @@ from bisector.why import culprit_hunks
 from bisector.search import evidence
 from bisector.search.wrong_results import WrongWindow, localize_wrong
 from bisector.search.call_timing import CallFigures, figures
+from bisector.search.decisions import decision_lines
 from bisector.search import control_outcome
 from bisector.errors import BadInput
 from bisector.paths import shown, work_dir_for
@@ -154,7 +155,8 @@ class Session:
                           patch_hash=patch_hash, recipe=self.config.build.recipe,
                           cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.decision_of(s.suite) for s in self.config.shapes},
                           offline=self.offline if offline is None else offline, max_crashes=max_crashes,
-                          on_event=self.observer, where=self.where, warmer=self.warmer)
+                          on_event=self.observer, where=self.where, warmer=self.warmer,
+                          latency_steps=self.config.thresholds.latency_steps == "host-bound")
 
     @contextlib.contextmanager
     def stage(self, name: str, expect: int = 0, basis: SearchBasis | None = None) -> Iterator[None]:
@@ -271,7 +273,9 @@ def search_settings(config: Config) -> search.SearchSettings:
                                  alpha=config.thresholds.alpha,
                                  initial_repeats=config.protocol.trials, max_repeats=config.protocol.max_trials,
                                  first_look=config.protocol.first_look, split_on_moved=config.protocol.split_on_moved,
-                                 verify_on_open=config.protocol.verify_on_open)
+                                 verify_on_open=config.protocol.verify_on_open,
+                                 decision_trials=config.protocol.decision_trials,
+                                 anchor_s=config.protocol.drift_anchor_s, zone=config.thresholds.indifference_zone)
 
 
 def with_prs(result: SearchResult, commits: Sequence[Commit]) -> SearchResult:
@@ -482,7 +486,7 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
                   "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows),
         steps=tuple(_levels_as_shown(s, by_sha, metric_of) for s in result.steps), dropped=result.dropped,
-        uncertain=result.uncertain,
+        uncertain=result.uncertain, decided=tuple(decision_lines(result)),
         unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step),
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(every),

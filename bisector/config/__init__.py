@@ -123,9 +123,16 @@ class Protocol:
     # A verification's fresh trials measure the step's shapes and those its pair has not shown the
     # same; false: every shape (SearchSettings.verify_on_open).
     verify_on_open: bool = True
+    # Trials a side one pair's decision may reach (0: max_trials): a pair still unclear there is
+    # reported undecided with its interval, not doubled on (SearchSettings.decision_trials).
+    decision_trials: int = 0
+    # Seconds of trial time between re-measurements of GOOD that tell drift with time from steps,
+    # each shape then decided on the view that does not drift (SearchSettings.anchor_s); 0: none.
+    drift_anchor_s: float = 0.0
 
 
 METRICS = ("ratio", "speed")
+LATENCY_STEPS = ("never", "host-bound")
 TIMINGS = ("kernel", "latency")
 
 
@@ -154,6 +161,12 @@ class Thresholds:
     # One for every suite or a table per suite, as `metric` (`timing = { gemm = "latency" }`).
     timing: str = "kernel"
     timings: Mapping[str, str] = field(default_factory=dict)
+    # Steps of at least the minimum step are found, changes under half of it are not steps, and a
+    # pair between is reported as a small change with its interval (SearchSettings.zone).
+    indifference_zone: bool = False
+    # Where call latency is a shape of its own, tested for steps beside the kernel time:
+    # "host-bound" (where the trial measured latency because the call is not device-bound), "never".
+    latency_steps: str = "never"
 
     def min_step(self, shape: str) -> float:
         """The minimum step of `shape` ("suite/name"), in percent."""
@@ -323,9 +336,11 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
                                                     "graph_heat_ms", "settle_ms", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
                                                     "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby",
-                                                    "split_on_moved", "verify_on_open")),
+                                                    "split_on_moved", "verify_on_open", "decision_trials",
+                                                    "drift_anchor_s")),
                            (*config_suites.BUILTIN, *names), tuple(shape.key for shape in shapes)),
-        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing")),
+        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing",
+                                                          "indifference_zone", "latency_steps")),
                                (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
                                tuple(n for n, sub in subjects.items() if sub.adapter == "pytest"),
                                tuple(shape.key for shape in shapes)),
@@ -426,7 +441,9 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
                     memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec),
                     prefetch=sec.non_negative("prefetch", int, None), standby=sec.get("standby", bool, True),
                     split_on_moved=sec.get("split_on_moved", bool, True),
-                    verify_on_open=sec.get("verify_on_open", bool, True))
+                    verify_on_open=sec.get("verify_on_open", bool, True),
+                    decision_trials=sec.non_negative("decision_trials", int, 0),
+                    drift_anchor_s=sec.non_negative("drift_anchor_s", float, 0.0))
 
 
 def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:
@@ -534,7 +551,8 @@ def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping
     min_step, min_steps = _min_steps(sec, suites, shape_keys)
     return Thresholds(min_step_pct=min_step, min_steps=min_steps, alpha=alpha, tolerances=tolerances,
                       metric=raw if isinstance(raw, str) else "ratio", metrics={**(forced or {}), **metrics},
-                      timing=timing, timings=timings)
+                      timing=timing, timings=timings, indifference_zone=sec.get("indifference_zone", bool, False),
+                      latency_steps=sec.get("latency_steps", str, "never", choices=LATENCY_STEPS))
 
 
 def _publish(sec: _Section) -> Publish:

@@ -60,6 +60,7 @@ class ReportData:
     dropped: tuple[Step, ...] = ()
     uncertain: tuple[Uncertain, ...] = ()  # pairs still unsure at the trial cap
     unsure: tuple[UnsurePair, ...] = ()  # the same pairs with their last comparison, where known
+    decided: tuple[str, ...] = ()  # what decided: drift and the metric, latency steps, the zone (search/decisions.py)
     skipped: Mapping[str, str] = field(default_factory=dict)  # sha -> reason (log tail)
     wrong: tuple[WrongResult, ...] = ()
     fixes: tuple[FixResult, ...] = ()

@@ -220,6 +220,7 @@ def steps_section(data: ReportData) -> list[str]:
     lines += steps_table(data)
     notes = control_notes(data)
     lines += ["", *notes] if notes else []
+    lines += ["", "What decided:", *(f"- {line}" for line in data.decided)] if data.decided else []
     if data.dropped:
         lines += ["", "Not confirmed on re-measurement against the parent (dropped): "
                   + "; ".join(step_summary(s, data) for s in data.dropped)]

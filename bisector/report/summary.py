@@ -55,6 +55,7 @@ def lines(data: ReportData, report: str) -> Sequence[str]:
     out += [f"  {h.step_commit[:7]}: {h.summary}: {'; '.join(h.hunks)}" for h in data.hunks]
     out += ["  " + fix_line(fix, data) for fix in data.fixes]
     out += ["  dropped (did not hold against its parent): " + step_summary(s, data) for s in data.dropped]
+    out += ["  " + line for line in data.decided]
     pairs = data.unsure or data.uncertain
     if pairs:
         out.append(f"  {len(pairs)} pair(s) still unsure at the trial cap, taken as no step (see the report)")

@@ -18,11 +18,11 @@ from typing import Callable, Iterator, Mapping, Protocol, Sequence
 from bisector import portable
 from bisector.search.control_outcome import unavailable_by_shape
 from bisector.search.outlook import SearchBasis
-from bisector.model import (BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
+from bisector.model import (LATENCY_KEY, BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
 from bisector.runner.executor import TrialJob, TrialOutcome
 from bisector.runner.warmer import Want, Warmer
-from bisector.search.samples import trial_metric
+from bisector.search.samples import trial_metric, trial_views
 from bisector.store import Owner, Store
 
 # Failed trials in a row after which a shape is not asked for again; a commit with no usable trial
@@ -90,13 +90,15 @@ class StoreProbe:
                  patch_hash: str | None = None, recipe: str = "none", cold_jit: bool = True,
                  metric: str | Mapping[str, str] = "ratio", offline: bool = False, max_crashes: int = MAX_CRASHES,
                  on_event: Callable[[ProbeEvent], None] = lambda e: None,
-                 where: portable.Roots | None = None, warmer: Warmer | None = None) -> None:
+                 where: portable.Roots | None = None, warmer: Warmer | None = None,
+                 latency_steps: bool = False) -> None:
         """`where`: this machine's dirs and the names the store knows them by (bisector/portable.py)."""
         self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
         self.where = dict(where or {})
         self.executor, self.seed, self.patch, self.patch_hash = executor, seed, patch, patch_hash
         self.recipe, self.on_event, self.cold_jit = recipe, on_event, cold_jit
         self.metric, self.offline, self.max_crashes = metric, offline, max_crashes
+        self.latency_steps = latency_steps  # latency views where the trial timed latency (search/drift.py)
         self.warmer = warmer  # builds and compiles the commits the search may need next (`prefetch`)
         self.build_results: dict[str, BuildResult] = {}
         self.probes: list[tuple[str, Count]] = []
@@ -108,7 +110,7 @@ class StoreProbe:
         out = StoreProbe(self.campaign, shapes, self.store, self.builds, self.executor, seed=self.seed,
                          patch=self.patch, patch_hash=self.patch_hash, recipe=self.recipe, cold_jit=self.cold_jit,
                          metric=self.metric, offline=self.offline, max_crashes=self.max_crashes,
-                         on_event=self.on_event, where=self.where, warmer=self.warmer)
+                         on_event=self.on_event, where=self.where, warmer=self.warmer, latency_steps=self.latency_steps)
         out.build_results, out.lineage = self.build_results, self.lineage
         return out
 
@@ -253,9 +255,10 @@ class StoreProbe:
     def measurement(self, sha: str, trials: Sequence[TrialRecord], repeats: Count | None = None) -> Measurement:
         """The first `repeats` samples per shape, in the order they were measured: a re-run asks the
         same questions, gets the same answers, and so measures nothing twice."""
-        samples = {s.key: tuple(v for t in trials if t.shape == s.key and t.status is TrialStatus.OK
-                                and (v := self.value(t)) is not None)[:None if repeats is None else of(repeats, s.key)]
-                   for s in self.shapes}
+        kept = {s.key: [t for t in trials if t.shape == s.key and t.status is TrialStatus.OK
+                        and self.value(t) is not None][:None if repeats is None else of(repeats, s.key)]
+                for s in self.shapes}
+        samples = {k: tuple(self.value(t) for t in ts) for k, ts in kept.items()}  # type: ignore[misc]
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
         broken: dict[str, set[str]] = {}  # last error -> shapes that never ran
         for key, error in {t.shape: (t.error or t.log_tail).strip()[-200:] for t in trials
@@ -267,8 +270,11 @@ class StoreProbe:
                       for key, (_, _, why) in sorted(unavailable_by_shape(trials).items())
                       if key in samples and not samples[key] and key not in wrong]
         reason = "; ".join(r for r in (reason, *no_control) if r)
-        return Measurement(sha, ProbeStatus.OK, {k: v for k, v in samples.items() if k not in wrong and v}, wrong,
-                           reason=reason)
+        samples = {k: v for k, v in samples.items() if k not in wrong and v}
+        views, times = trial_views({k: kept[k] for k in samples}, self.latency_steps)
+        # a latency step is a step: its shape of its own, measured by the same trials (model.LATENCY_KEY)
+        samples.update({k + LATENCY_KEY: v for k, v in views.get("latency", {}).items()})
+        return Measurement(sha, ProbeStatus.OK, samples, wrong, reason=reason, views=views, times=times)
 
 
 Item = tuple[StoreProbe, str, Count]  # (probe, sha, samples wanted of each shape)

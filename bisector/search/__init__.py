@@ -36,6 +36,12 @@ decisions stay the same ones (every adjacent pair compared, a shape followed int
 moved most), and the multiple-testing budget counts the (W+1) comparisons of each level. Where
 the commits run is the probe's business: the search only says which it wants together.
 
+Decisions near the threshold and under drift (off by default; search/zone.py, drift.py): with
+`zone`, changes between half the minimum step and the minimum are neither steps nor chased, and are
+reported with their intervals; `decision_trials` caps a pair's doubling where its question is near
+the threshold; `anchor_s` re-measures GOOD over time and decides each shape on the view (subject,
+ratio) that does not drift; a latency view is a shape of its own. `localize` returns a DecidedResult.
+
 Multiple testing: `alpha` is the budget for a false step in the whole search. Detection tests each
 shape at alpha / (shapes x expected comparisons); verification, an independent second test, at
 alpha / (shapes x candidates): when the machine's speed wanders, detection makes many candidates,
@@ -50,8 +56,13 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
 
-from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict,
-                            min_step_for, processes_beyond)
+from bisector.model import (Comparison, Measurement, Probe, ProbeStatus, SearchResult, Step, Uncertain, Verdict,  # noqa: F401
+                            base_shape, min_step_for, processes_beyond)
+from bisector.search.decisions import DecidedResult, Decisions
+from bisector.search.drift import Views, merged_measurement as _merged_measurement, probe_wants
+from bisector.search.result_form import merged_uncertain as _merged, result_json, uncertain_json
+from bisector.search.zone import ZonePair, decision_cap, merged, near_threshold, zone_middle, zone_pairs
+from bisector.search.zone import rejudged as zone_rejudged, small_step as zone_small
 from bisector.search.samples import POOLED_MIN_DF, PooledNoise, compare_pooled, pooled_noise
 from bisector.search.stats import holds, log_sd
 
@@ -90,6 +101,16 @@ class SearchSettings:
     # shapes (110 s). A shape shown the same over the pair's trials could not join the step from
     # its fresh trials alone before either (a shape joins on all of the pair's trials).
     verify_on_open: bool = True
+    # Trials a side one pair's decision may reach (0: `max_repeats`): a pair still unclear there is
+    # reported undecided with its interval (bisector/search/zone.py) instead of doubling on.
+    decision_trials: int = 0
+    # Seconds of trial time between re-measurements of the anchor (GOOD) that tell drift with time
+    # apart from steps (bisector/search/drift.py); 0: none. Needs a probe that says when trials ran.
+    anchor_s: float = 0.0
+    # The indifference zone (bisector/search/zone.py): a pair is a step's when its change is beyond the
+    # zone's middle (3/4 of the minimum step) by the detection's level, and a step whose change over
+    # all its verified trials is under the minimum step is reported as a small change, not a step.
+    zone: bool = False
 
     def __post_init__(self) -> None:
         if self.min_step_pct <= 0 or any(v <= 0 for v in self.min_steps.values()) or not 0 < self.alpha < 0.5:
@@ -102,6 +123,8 @@ class SearchSettings:
             raise ValueError("need width >= 1")
         if self.rechecks < 0:
             raise ValueError("need rechecks >= 0")
+        if self.decision_trials < 0 or self.anchor_s < 0:
+            raise ValueError("need decision_trials >= 0 and anchor_s >= 0")
 
     def min_step(self, shape: str) -> float:
         return min_step_for(shape, self.min_step_pct, self.min_steps)
@@ -140,6 +163,13 @@ class _State:
     # The shapes a pair's verification looks at (`look_shapes`), fixed at its first look.
     looked_on: dict[tuple[int, int], tuple[str, ...] | None] = field(default_factory=dict)
     every_shape: frozenset[str] = frozenset()  # the shapes GOOD and BAD were measured on
+    zone: list[ZonePair] = field(default_factory=list)  # pairs stopped on in the indifference zone
+    anchor: int = 0  # the commit re-measured for drift (GOOD)
+    capped: dict[tuple[int, int], int] = field(default_factory=dict)  # pairs unsure at the cap -> the views' version then
+    views: Views = field(init=False)  # the probe's measurements as given, and what each shape is decided on
+
+    def __post_init__(self) -> None:
+        self.views = Views(self.settings.anchor_s, self.settings.min_step)
 
     # -- probing -------------------------------------------------------------------------------
     def keep(self, sha: str, m: Measurement) -> None:
@@ -148,8 +178,23 @@ class _State:
         smallest count, summed, missed the processes that measured some shapes only: an H100
         demo's `--json` said 124 trials for a search of 326."""
         old = self.meas.get(sha)
+        self.views.put(m)
+        m = self.views.decided(sha)
         self.processes += processes_beyond({k: len(v) for k, v in old.samples.items()} if old else {}, m)
         self.meas[sha] = m
+        if self.views.refresh():  # a shape now decided on another view: every commit read again
+            self.meas = {k: self.views.decided(k) for k in self.meas}
+            self.views.version += 1
+
+    def remeasure_anchor(self) -> None:
+        """One trial more of the anchor on every shape, so that drift with time shows on it."""
+        self.views.asked()
+        have = self.meas[self.commits[self.anchor]].samples
+        more = {s: len(v) + 1 for s, v in have.items() if s == base_shape(s)}
+        if more and getattr(self.probe, "shaped", None) is not None:
+            self.measure_shaped({self.anchor: more})
+        elif more:
+            self.measure(self.anchor, max(more.values()))
 
     def measure(self, i: int, repeats: int) -> bool:
         """Make sure commit i has `repeats` trials; False when it is SKIP."""
@@ -178,6 +223,8 @@ class _State:
     def measure_together(self, wants: Mapping[int, int]) -> None:
         """Make sure each commit i has wants[i] trials, measured side by side when the probe can
         (`probe.together`): a pair's fresh trials then share the machine's state of the moment."""
+        if self.views.due():
+            self.remeasure_anchor()
         together = getattr(self.probe, "together", None)
         wants = {i: n for i, n in wants.items() if i not in self.skipped and (
             self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < n)}
@@ -198,6 +245,8 @@ class _State:
         unclear on one cheap shape doubles that shape, not the whole trial (on the H200 demo 50 of
         54 doubling trials were for some shapes only, attention 0.89 s of a trial's 1.14 s on the
         device). A probe without `shaped` measures every shape, to the largest count asked."""
+        if self.views.due():
+            self.remeasure_anchor()
         short = {i: {s: n for s, n in per.items() if len(self.meas[self.commits[i]].samples.get(s, ())) < n}
                  for i, per in wants.items() if i not in self.skipped and self.commits[i] in self.meas}
         short = {i: per for i, per in short.items() if per}
@@ -207,19 +256,21 @@ class _State:
         if shaped is None:
             self.measure_together({i: max(per.values()) for i, per in short.items()})
             return
-        got = shaped({self.commits[i]: per for i, per in short.items()})
+        got = shaped({self.commits[i]: probe_wants(per) for i, per in short.items()})
         for i, per in short.items():
             sha = self.commits[i]
             self.probes.append((sha, max(per.values())))
             m = got.get(sha)
             if m is not None and m.status is ProbeStatus.OK:
-                self.keep(sha, _merged_measurement(self.meas[sha], m))
+                self.keep(sha, _merged_measurement(self.views.raw[sha], m))
 
     def measure_many(self, idxs: Sequence[int], repeats: int) -> None:
         """`measure(i, repeats)` for commits the search measures whatever their values (GOOD, BAD,
         the grid) in one round (`probe.together`): their trial processes set up at once and take the
         device in turn. One by one, each commit's setup (seconds on a GPU: context, module load)
         stood between the device and the previous commit's last trial; the decisions are the same."""
+        if self.views.due():
+            self.remeasure_anchor()
         together = getattr(self.probe, "together", None)
         todo = [i for i in dict.fromkeys(idxs) if i not in self.skipped and (
             self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < repeats)]
@@ -249,7 +300,7 @@ class _State:
         if not new:
             return
         shaped = getattr(self.probe, "shaped")  # `on` is () without it
-        got = shaped({self.commits[i]: dict.fromkeys(on, repeats) for i in new})
+        got = shaped({self.commits[i]: probe_wants(dict.fromkeys(on, repeats)) for i in new})
         for i in new:
             sha = self.commits[i]
             m = got.get(sha) or Measurement(sha, ProbeStatus.SKIP, reason="not measured")
@@ -281,11 +332,14 @@ class _State:
         return pooled_noise(self.meas.values(), shape)
 
     def compare_samples(self, shape: str, before: Sequence[float], after: Sequence[float],
-                        alpha: float) -> Comparison:
-        return compare_pooled(before, after, self.settings.min_step(shape), alpha, shape, self.noise(shape))
+                        alpha: float, detect: bool = False) -> Comparison:
+        """`detect`: a search's pair, tested beyond the indifference zone's middle where it has one."""
+        step = self.settings.min_step(shape)
+        return compare_pooled(before, after, step, alpha, shape, self.noise(shape),
+                              zone_middle(step) if detect and self.settings.zone else 0.0)
 
     def compare_now(self, i: int, j: int, alpha: float, only: Iterable[str] | None = None,
-                    aside: tuple[_Counts, _Counts] | None = None) -> dict[str, Comparison]:
+                    aside: tuple[_Counts, _Counts] | None = None, detect: bool = False) -> dict[str, Comparison]:
         """Compare all trials of i and j per shape; `aside`: the trials between two `counts` left out."""
         def kept(k: int, s: str) -> tuple[float, ...]:
             got = self.samples(k, s)
@@ -293,7 +347,7 @@ class _State:
                 return got
             a, b = aside[0][k].get(s, 0), aside[1][k].get(s, 0)
             return got[:a] + got[b:]
-        return {s: self.compare_samples(s, kept(i, s), kept(j, s), alpha)
+        return {s: self.compare_samples(s, kept(i, s), kept(j, s), alpha, detect)
                 for s in self.shapes(i, j) if only is None or s in only}
 
     def fresh_wants(self, lo: int, hi: int, n: int, also: Iterable[str] = (),
@@ -328,16 +382,21 @@ class _State:
         """Compare, doubling trials while some shape is UNKNOWN and none is DIFFERENT."""
         st = self.settings
         only = tuple(only) if only is not None else None
+        start: int | None = None  # trials a side when the decision began
         while True:
-            comps = self.compare_now(i, j, self.alpha_detect, only)
+            if self.views.far_apart(self.commits[i], self.commits[j]):
+                self.remeasure_anchor()  # trials far apart in time: the anchor says first what time did
+            comps = self.compare_now(i, j, self.alpha_detect, only, detect=True)
             verdicts = {c.verdict for c in comps.values()}
             if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
-                return comps
+                return self.noted(i, j, comps)
             unclear = _unclear(comps)
             n = min(self.count(i, unclear), self.count(j, unclear))
-            if n >= st.max_repeats:
+            start = n if start is None else start
+            cap = decision_cap(st.max_repeats, st.decision_trials, start, self.in_reach(comps, unclear))
+            if n >= cap:
                 return self.at_cap(i, j, comps)
-            target = min(st.max_repeats, 2 * n)
+            target = min(cap, 2 * n)
             self.measure_shaped({i: dict.fromkeys(unclear, target), j: dict.fromkeys(unclear, target)})
             if min(self.count(i, unclear), self.count(j, unclear)) <= n:  # the probe gave no more trials: stop here
                 return self.at_cap(i, j, comps)
@@ -351,22 +410,26 @@ class _State:
         st = self.settings
         only = tuple(only) if only is not None else None
         out: dict[int, dict[str, Comparison]] = {}
+        starts: dict[int, int] = {}  # per part, trials a side when its decision began
         while len(out) < len(parts):
             wants: dict[int, dict[str, int]] = {}
             asked: list[tuple[int, tuple[str, ...], int]] = []  # (part, its unclear shapes, trials a side before)
             for q, (i, j) in enumerate(parts):
                 if q in out:
                     continue
-                comps = self.compare_now(i, j, self.alpha_detect, only)
+                if self.views.far_apart(self.commits[i], self.commits[j]):
+                    self.remeasure_anchor()
+                comps = self.compare_now(i, j, self.alpha_detect, only, detect=True)
                 verdicts = {c.verdict for c in comps.values()}
                 unclear = _unclear(comps)
                 n = min(self.count(i, unclear), self.count(j, unclear))
+                cap = decision_cap(st.max_repeats, st.decision_trials, starts.setdefault(q, n), self.in_reach(comps, unclear))
                 if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
-                    out[q] = comps
-                elif n >= st.max_repeats:
+                    out[q] = self.noted(i, j, comps)
+                elif n >= cap:
                     out[q] = self.at_cap(i, j, comps)
                 else:
-                    target = min(st.max_repeats, 2 * n)
+                    target = min(cap, 2 * n)
                     for k in (i, j):
                         per = wants.setdefault(k, {})
                         for s in unclear:
@@ -377,7 +440,7 @@ class _State:
             for q, unclear, n in asked:
                 i, j = parts[q]
                 if min(self.count(i, unclear), self.count(j, unclear)) <= n:  # the probe gave no more trials: stop here
-                    out[q] = self.at_cap(i, j, self.compare_now(i, j, self.alpha_detect, only))
+                    out[q] = self.at_cap(i, j, self.compare_now(i, j, self.alpha_detect, only, detect=True))
         return [out[q] for q in range(len(parts))]
 
     def at_cap(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
@@ -396,7 +459,48 @@ class _State:
         unknown = tuple(s for s, c in out.items() if c.verdict is Verdict.UNKNOWN)
         if unknown:
             self.uncertain.append(Uncertain(self.commits[i], self.commits[j], unknown))
+        self.zone += zone_pairs(self.commits[i], self.commits[j], out, self.settings.min_step, at_cap=True)
+        if unknown:
+            self.capped[(i, j)] = self.views.version
         return out
+
+    def stale_caps(self) -> list[tuple[int, int]]:
+        """Pairs left unsure at the cap before a shape's view changed (drift found since): their
+        question is asked again on the view it is now decided on."""
+        stale = [pair for pair, seen in self.capped.items() if seen != self.views.version]
+        for pair in stale:
+            self.capped[pair] = self.views.version
+        return stale
+
+    def small(self, cand: _Candidate, step: Step) -> bool:
+        """With the zone on, a verified step whose every change is under the minimum step is noted as
+        a small change (zone.small_step), not reported as a step."""
+        got = zone_small(step, lambda s: (self.count(cand.lo, [s]), self.count(cand.hi, [s])), self.settings.min_step) \
+            if self.settings.zone else None
+        self.zone += got or []
+        return got is not None
+
+    def rejudged(self, pairs: Sequence[ZonePair]) -> tuple[ZonePair, ...]:
+        """The zone's pairs read again on the measurements as the search ends (zone.rejudged)."""
+        index = {sha: k for k, sha in enumerate(self.commits)}
+
+        def now(z: ZonePair) -> Comparison | None:
+            i, j = index[z.before], index[z.after]
+            if z.shape not in self.shapes(i, j):
+                return None
+            return self.compare_samples(z.shape, self.samples(i, z.shape), self.samples(j, z.shape), self.alpha_detect,
+                                        detect=True)
+        return zone_rejudged(pairs, now, self.settings.min_step)
+
+    def in_reach(self, comps: Mapping[str, Comparison], unclear: Iterable[str]) -> bool:
+        """Every unclear shape's interval reaches no further than the zone allows (zone.near_threshold):
+        more trials would only say on which side of the minimum step a change near it falls."""
+        return all(near_threshold(comps[s], self.settings.min_step(s)) for s in unclear)
+
+    def noted(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
+        """`comps`, its shapes inside the indifference zone noted as small changes (zone.py)."""
+        self.zone += zone_pairs(self.commits[i], self.commits[j], comps, self.settings.min_step)
+        return comps
 
     # -- refining ------------------------------------------------------------------------------
     def usable(self, k: int, need: Iterable[str]) -> bool:
@@ -552,7 +656,13 @@ class _State:
                 return
         self.candidates.append(_Candidate(lo, hi, dict(dirs), min(self.count(lo), self.count(hi))))
 
-    def refine(self, lo: int, hi: int, dirs: dict[str, float]) -> None:
+    def refine(self, lo: int, hi: int, dirs: dict[str, float], seen: int | None = None) -> None:
+        """`seen`: the views' version the part was judged on; a shape decided on another view since
+        (drift found) is judged again before the part is split (drift.Views.version)."""
+        if seen is not None and seen != self.views.version:
+            dirs = {s: d for s, d in _different(self.compare_pair(lo, hi, dirs)).items() if s in dirs}
+            if not dirs:
+                return
         points = [] if hi - lo == 1 else self.split(lo, hi, dirs)
         if not points:  # adjacent, or nothing between builds with usable results: a culprit range
             self.add_candidate(lo, hi, dirs)
@@ -560,17 +670,21 @@ class _State:
         bounds = [lo, *points, hi]
         parts = list(zip(bounds, bounds[1:]))
         comps = self.compare_parts(parts)
+        seen = self.views.version
         found = [_different(c) for c in comps]
         for shape, sign in dirs.items():
             if any(shape in f for f in found):
                 continue
             # The step is in one part; follow the part that moved most in its direction (the first on a tie).
             moves = [c[shape].change_pct * sign if shape in c else -math.inf for c in comps]
-            found[max(range(len(moves)), key=lambda k: (moves[k], -k))][shape] = sign
+            best = max(range(len(moves)), key=lambda k: (moves[k], -k))
+            if self.settings.zone and moves[best] < self.settings.min_step(shape):
+                continue  # with the zone, a part that moved less than a step is not chased down to a commit
+            found[best][shape] = sign
         todo = [(a, b, f) for (a, b), f in zip(parts, found) if f]
         for q, (a, b, f) in enumerate(todo):
             with self.queued([(x, y) for x, y, _ in todo[q + 1:]]):
-                self.refine(a, b, f)
+                self.refine(a, b, f, seen)
 
     @contextmanager
     def queued(self, parts: Sequence[tuple[int, int]]) -> Iterator[None]:
@@ -587,7 +701,7 @@ class _State:
         comps = self.compare_pair(lo, hi, only)
         diff = _different(comps)
         if diff:
-            self.refine(lo, hi, diff)
+            self.refine(lo, hi, diff, self.views.version)
 
     def bridge(self, grid: Sequence[int]) -> None:
         """A shape with wrong results at a grid point has no pair across it: compare its nearest
@@ -785,7 +899,7 @@ class _State:
             if min(len(before), len(after)) < n:
                 return {}  # no fresh trials to be had (an offline replay)
             explained = math.exp(sum(math.log1p(step.change_pct[s] / 100.0) for step in steps if s in step.change_pct))
-            rest = self.compare_samples(s, before, [x / explained for x in after], self.alpha_verify)
+            rest = self.compare_samples(s, before, [x / explained for x in after], self.alpha_verify, detect=True)
             if rest.verdict is Verdict.DIFFERENT:
                 out[s] = math.copysign(1.0, rest.change_pct)
         return out
@@ -806,7 +920,8 @@ class _State:
         n = st.initial_repeats
         # a segment's ends measured on the missing shapes too: a split point was measured on the
         # shapes it was followed for only (`split_on_moved`)
-        fresh = [self.fresh_compare(a, b, n, self.alpha_verify / max(1, len(segments)), missing) for a, b in segments]
+        fresh = [self.fresh_compare(a, b, n, self.alpha_verify / max(1, len(segments)), missing, detect=True)
+                 for a, b in segments]
         if any(min(c.n_before, c.n_after) < n for f in fresh for c in f.values()):
             return []  # no fresh trials to be had (an offline replay): nothing to recheck with
         follow: dict[int, dict[str, float]] = {q: _different(f) for q, f in enumerate(fresh)}
@@ -852,9 +967,9 @@ class _State:
                 for s in self.shapes(lo, hi) if only is None or s in only}
 
     def fresh_compare(self, lo: int, hi: int, n: int, alpha: float | None = None, also: Iterable[str] = (),
-                      only: Iterable[str] | None = None) -> dict[str, Comparison]:
+                      only: Iterable[str] | None = None, detect: bool = False) -> dict[str, Comparison]:
         """Compare n fresh trials a side (`fresh_samples`), at a verification's level unless told."""
-        return {s: self.compare_samples(s, before, after, self.alpha_verify if alpha is None else alpha)
+        return {s: self.compare_samples(s, before, after, self.alpha_verify if alpha is None else alpha, detect)
                 for s, (before, after) in self.fresh_samples(lo, hi, n, also, only).items()}
 
 
@@ -872,18 +987,11 @@ def _unclear(comps: Mapping[str, Comparison]) -> tuple[str, ...]:
     return tuple(s for s, c in comps.items() if c.verdict is Verdict.UNKNOWN)
 
 
-def _merged_measurement(have: Measurement, new: Measurement) -> Measurement:
-    """`have` with the shapes `new` measured replaced by its samples (a shape wrong in either is wrong)."""
-    wrong = have.wrong | new.wrong
-    samples = {k: v for k, v in {**have.samples, **new.samples}.items() if k not in wrong}
-    return replace(have, samples=samples, wrong=wrong, reason=have.reason or new.reason)
-
-
 def _different(comps: Mapping[str, Comparison]) -> dict[str, float]:
     return {s: math.copysign(1.0, c.change_pct) for s, c in comps.items() if c.verdict is Verdict.DIFFERENT}
 
 
-def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = SearchSettings()) -> SearchResult:
+def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = SearchSettings()) -> DecidedResult:
     """Find every step between commits[0] (GOOD) and commits[-1] (BAD); see the module docstring."""
     st = _State(commits=list(commits), probe=probe, settings=settings)
     n = len(st.commits)
@@ -895,6 +1003,7 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     hi = next((i for i in range(n - 1, -1, -1) if i != lo and st.measure(i, settings.initial_repeats)), None)
     if lo is None or hi is None or hi <= lo:
         return _result(st, [], [])
+    st.anchor, st.views.anchor = lo, st.commits[lo]
     st.every_shape = st.meas[st.commits[lo]].known() | st.meas[st.commits[hi]].known()
     n_shapes = max(1, len(st.shapes(lo, hi)))
     looks = (settings.width + 1) * levels(hi - lo + 1, settings.width + 1) + 2 * settings.interior_points + 2
@@ -922,11 +1031,16 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
                 with st.queued(pairs[q + 1:]):
                     st.evaluate(a, b)
         else:  # the grid's pairs compared in rounds together, then each that moved refined
-            for (a, b), comps in zip(pairs, st.compare_parts(pairs)):
+            judged = st.compare_parts(pairs)
+            seen = st.views.version
+            for (a, b), comps in zip(pairs, judged):
                 diff = _different(comps)
                 if diff:
-                    st.refine(a, b, diff)
+                    st.refine(a, b, diff, seen)
     st.bridge(grid)
+    while stale := st.stale_caps():
+        for a, b in stale:
+            st.evaluate(a, b)
 
     steps, dropped, holding = [], [], []
     todo = list(st.candidates)
@@ -942,6 +1056,8 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
                               + ([(lo, hi, settings.initial_repeats, None)] if check else []))
             for cand in todo:
                 step, ok = st.verify(cand)
+                if ok and st.small(cand, step):
+                    continue
                 (steps if ok else dropped).append(step)
                 if ok:
                     holding.append(cand)
@@ -956,44 +1072,12 @@ def localize(commits: Sequence[str], probe: Probe, settings: SearchSettings = Se
     return _result(st, sorted(steps, key=lambda s: order[s.commit]), sorted(dropped, key=lambda s: order[s.commit]))
 
 
-def _result(st: _State, steps: list[Step], dropped: list[Step]) -> SearchResult:
+def _result(st: _State, steps: list[Step], dropped: list[Step]) -> DecidedResult:
     wrong = {sha: m.wrong for sha, m in st.meas.items() if m.wrong}
-    return SearchResult(
-        steps=tuple(steps), dropped=tuple(dropped), probes=tuple(st.probes), measurements=dict(st.meas),
+    decisions = Decisions(st.rejudged(merged(st.zone, ((s.parent, s.commit, s.shapes) for s in steps))),
+                          tuple(st.views.findings.values()), {s: st.settings.min_step(s) for s in sorted(st.every_shape)})
+    return DecidedResult(
+        steps=tuple(steps), dropped=tuple(dropped), probes=tuple(st.probes), measurements=dict(st.views.raw),
         skipped=tuple(st.commits[k] for k in sorted(st.skipped)), wrong=wrong, uncertain=_merged(st.uncertain),
-        processes=st.processes,
+        processes=st.processes, decisions=decisions,
     )
-
-
-def _merged(pairs: Sequence[Uncertain]) -> tuple[Uncertain, ...]:
-    """One entry per pair (a pair can stay unsure in one look, then again in the bridge's)."""
-    shapes: dict[tuple[str, str], set[str]] = {}
-    for u in pairs:
-        shapes.setdefault((u.before, u.after), set()).update(u.shapes)
-    return tuple(Uncertain(a, b, tuple(sorted(s))) for (a, b), s in shapes.items())
-
-
-def uncertain_json(pairs: Sequence[Uncertain]) -> list[dict[str, object]]:
-    return [{"before": u.before, "after": u.after, "shapes": list(u.shapes)} for u in pairs]
-
-
-def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = None) -> dict[str, object]:
-    """The `--json` form shared by simulate, analyze, run and demo."""
-    prs = prs or {}
-
-    def step(s: Step) -> dict[str, object]:
-        return {"commit": s.commit, "parent": s.parent, "pr": s.pr if s.pr is not None else prs.get(s.commit),
-                "shapes": list(s.shapes), "change_pct": {k: round(v, 4) for k, v in s.change_pct.items()},
-                "ci95": {k: [round(v[0], 4), round(v[1], 4)] for k, v in s.ci95.items()},
-                "p_value": dict(s.p_value), "candidates": list(s.candidates), "verified": s.verified}
-
-    return {
-        "steps": [step(s) for s in result.steps],
-        "probes": result.commits_probed,
-        "trials": result.trials,
-        "skipped": list(result.skipped),
-        "dropped": [step(s) for s in result.dropped],
-        "probe_calls": [[sha, n] for sha, n in result.probes],
-        "wrong": {sha: sorted(v) for sha, v in result.wrong.items()},
-        "uncertain": uncertain_json(result.uncertain),
-    }

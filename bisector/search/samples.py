@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from datetime import datetime
+from typing import Iterable, Mapping, Sequence
 
 from scipy import special  # the F distribution's inverse; scipy.stats takes ~1 s to import
 
@@ -48,6 +49,39 @@ def trial_metric(trial: TrialRecord, metric: str, speed_scale: float = 1.0) -> f
     if metric == "speed":
         return speed_scale / full_clock_time(trial.subject_ms) if trial.subject_ms else None
     return trial.ratio
+
+
+def trial_views(kept: Mapping[str, Sequence[TrialRecord]], latency: bool = False
+                ) -> tuple[dict[str, dict[str, tuple[float, ...]]], dict[str, tuple[float, ...]]]:
+    """The views of a measurement's trials (model.Measurement.views, in the order of its samples) and
+    when each ran (epoch seconds): "subject" and "control" the full-clock speed of each alone,
+    "ratio" their ratio, for the search's drift check; with `latency`, "latency" the latency ratio
+    of eager calls for each shape whose every trial timed them (the trial does where a call is not
+    device-bound). A view some trial cannot give is left out for that shape."""
+    views: dict[str, dict[str, tuple[float, ...]]] = {}
+    times: dict[str, tuple[float, ...]] = {}
+
+    def put(view: str, shape: str, values: Sequence[float | None]) -> None:
+        if values and all(v is not None and v > 0 for v in values):
+            views.setdefault(view, {})[shape] = tuple(values)  # type: ignore[arg-type]
+
+    for shape, trials in kept.items():
+        put("subject", shape, [trial_metric(t, "speed") for t in trials])
+        put("control", shape, [1.0 / full_clock_time(t.control_ms) if t.control_ms else None for t in trials])
+        put("ratio", shape, [t.ratio for t in trials])
+        if latency:
+            put("latency", shape, [t.latency_ratio if t.subject_latency_ms else None for t in trials])
+        stamps = [_epoch(t.started_at) for t in trials]
+        if stamps and all(s is not None for s in stamps):
+            times[shape] = tuple(stamps)  # type: ignore[arg-type]
+    return views, times
+
+
+def _epoch(stamp: str) -> float | None:
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None
 
 
 def cv_pct(values: Sequence[float]) -> float | None:
@@ -91,7 +125,7 @@ def run_noise(measurements: Iterable[Measurement], shapes: Iterable[str]) -> dic
 
 
 def compare_pooled(before: Sequence[float], after: Sequence[float], min_step_pct: float, alpha: float,
-                   shape: str, pool: PooledNoise | None) -> Comparison:
+                   shape: str, pool: PooledNoise | None, null_pct: float = 0.0) -> Comparison:
     """The search's comparison of two commits. With the run's pooled noise known and 3 trials or
     more a side (stats.WILD_MIN_TRIALS), their wild trials are left out against the screened pool
     (stats.without_wild: far from both commits); with fewer, a wild trial cannot be told, so the
@@ -103,13 +137,14 @@ def compare_pooled(before: Sequence[float], after: Sequence[float], min_step_pct
     given = len(before), len(after)
     if pool is None:
         scale = mad_sd((before, after))
-        out = compare(*_without_wild_pair(before, after, scale), min_step_pct, alpha, shape)
+        out = compare(*_without_wild_pair(before, after, scale), min_step_pct, alpha, shape, null_pct=null_pct)
     else:
         sd = pool.raw_sd
         if min(given) >= WILD_MIN_TRIALS:
             (before, after), sd = _without_wild_pair(before, after, pool.sd), pool.sd
         own, own_df = log_sd([side for side in (before, after) if len(side) > 1])
-        out = compare(before, after, min_step_pct, alpha, shape, (pair_sd(sd, pool.df, own, own_df), pool.df))
+        out = compare(before, after, min_step_pct, alpha, shape, (pair_sd(sd, pool.df, own, own_df), pool.df),
+                      null_pct)
     return replace(out, n_before=given[0], n_after=given[1])
 
 

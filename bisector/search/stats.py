@@ -87,6 +87,13 @@ class LogWelch:
             return 1.0
         return float(2.0 * special.stdtr(self.df, -abs(self.diff) / self.se))
 
+    def p_beyond(self, size: float) -> float:
+        """Two-sided p of a change farther than `size` (log) from none, against one of exactly `size`."""
+        far = abs(self.diff) - size
+        if far <= 0.0 or math.isinf(self.se):
+            return 1.0
+        return 0.0 if self.se == 0.0 else float(2.0 * special.stdtr(self.df, -far / self.se))
+
     def interval(self, level: float = 0.95) -> tuple[float, float]:
         """Interval of the change in percent of the parent's value."""
         if math.isinf(self.se):
@@ -104,13 +111,16 @@ def welch_log(before: Sequence[float], after: Sequence[float]) -> LogWelch:
 
 
 def compare(before: Sequence[float], after: Sequence[float], min_step_pct: float = 1.0,
-            alpha: float = 0.01, shape: str = "", noise: tuple[float, float] | None = None) -> Comparison:
+            alpha: float = 0.01, shape: str = "", noise: tuple[float, float] | None = None,
+            null_pct: float = 0.0) -> Comparison:
     """Three-way verdict of `after` against `before` (see the module docstring).
 
     `alpha` is the per-shape significance level; the search divides its own budget across shapes
     and comparisons before calling this. `noise` = (per-trial sd of log values, its degrees of
     freedom) replaces Welch's per-sample variances when the noise is known better from elsewhere,
-    as in a fully sampled series where one side may hold a single commit.
+    as in a fully sampled series where one side may hold a single commit. `null_pct`: the size of
+    change the test's null allows (an indifference zone's middle, bisector/search/zone.py): p is
+    then the chance of a change this far beyond it, either way; 0: beyond none.
     """
     if len(before) == 0 or len(after) == 0:
         return Comparison(shape, Verdict.UNKNOWN, 0.0, (-math.inf, math.inf), 1.0, len(before), len(after))
@@ -120,7 +130,7 @@ def compare(before: Sequence[float], after: Sequence[float], min_step_pct: float
     change = _pct(w.diff)
     lo, hi = w.interval(0.95)
     same_lo, same_hi = w.interval(SAME_LEVEL)
-    p = w.p_value()
+    p = w.p_value() if null_pct <= 0 else w.p_beyond(math.log1p(null_pct / 100.0))
     if p < alpha and abs(change) >= min_step_pct:
         verdict = Verdict.DIFFERENT
     elif -min_step_pct < same_lo and same_hi < min_step_pct:

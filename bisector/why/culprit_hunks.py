@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 from bisector import gitrepo
 from bisector.why import hunk_groups, hunk_plumbing, hunks
 from bisector.build.builder import patch_hash
-from bisector.model import Measurement, ProbeStatus, Step
+from bisector.model import Measurement, ProbeStatus, Step, base_shape
 from bisector.runner.probe import NOT_MEASURED, At, StoreProbe, Taken, fresh, side_by_side
 from bisector.runner.warmer import Want
 from bisector.why.hunk_groups import HunkGroup
@@ -222,7 +222,7 @@ class _Rounds:
         self.session, self.step, self.parts, self.taken = session, step, parts, taken
         self.groups = tuple(groups) if groups is not None else tuple((i,) for i in range(len(parts)))
         self.plan, self.old = plan, old  # with a plan, subsets are of its pieces, on top of its base
-        self.shapes = tuple(s for s in config.shapes if s.key in step.shapes)
+        self.shapes = tuple(s for s in config.shapes if s.key in {base_shape(k) for k in step.shapes})
         self.base = session.probe(shapes=self.shapes)
         self.n = max(1, config.protocol.trials)
         self.trials_left = config.build.max_hunk_trials

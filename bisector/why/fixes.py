@@ -23,7 +23,7 @@ from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config, Thresholds
 from bisector.model import (BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict,
-                            min_step_for, regression)
+                            base_shape, min_step_for, regression)
 from bisector.runner.probe import NOT_MEASURED, At, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why import interactions
@@ -147,7 +147,7 @@ def expected_trials(result: SearchResult, config: Config) -> int:
 
 def revert_probe(session: Session, patch: str, shapes: Sequence[str]) -> StoreProbe:
     """The probe a revert is measured through: its patch, on its step's shapes (in config order)."""
-    keep = tuple(s for s in session.config.shapes if s.key in shapes)
+    keep = tuple(s for s in session.config.shapes if s.key in {base_shape(k) for k in shapes})  # a latency step: its shape
     return session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=keep, max_crashes=1)
 
 
@@ -224,7 +224,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     now: _Slice | None = None
     if measured or any(combos):
         keys = {k for s in measured for k in s.shapes} | {k for plan in plans for k in plan.shapes}
-        base = session.probe(shapes=tuple(s for s in config.shapes if s.key in keys))
+        base = session.probe(shapes=tuple(s for s in config.shapes if s.key in {base_shape(k) for k in keys}))
         now = _Slice(base, tip, taken.take(base, tip, n), n)
     # Sized to the effect, as the search and its verification are: while a revert's place against
     # the parent is open on a shape, it, its parent and the tip get as many trials again, side by

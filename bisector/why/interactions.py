@@ -36,7 +36,7 @@ from scipy import special  # the t distribution's inverse; scipy.stats takes ~1 
 
 from bisector.build.builder import patch_hash
 from bisector.config import Thresholds
-from bisector.model import BuildStatus, Measurement, ProbeStatus, Step
+from bisector.model import BuildStatus, Measurement, ProbeStatus, Step, base_shape
 from bisector.runner.probe import NOT_MEASURED, Count, StoreProbe, fresh
 from bisector.search.samples import PooledNoise, compare_pooled, pair_sd
 from bisector.trust.filter import scrub
@@ -230,7 +230,7 @@ def multi_combos(steps: Sequence[Step]) -> int:
 def set_up(session: Session, steps: Sequence[Step], shape_keys: tuple[str, ...], note: str, tip: str,
            reverts: Mapping[str, str]) -> Plan:
     """The group's combined reverts (culprit -> its revert patch), each built on the tip."""
-    shapes = tuple(s for s in session.config.shapes if s.key in shape_keys)
+    shapes = tuple(s for s in session.config.shapes if s.key in {base_shape(k) for k in shape_keys})
     probes: dict[Combo, StoreProbe] = {}
     errors: dict[Combo, str] = {}
     repo_dir = Path(session.repo.git_dir)

@@ -1,0 +1,73 @@
+"""What the search decided on and where it stopped short: its result beyond the steps.
+
+`DecidedResult` is the search's `SearchResult` with `Decisions`: the pairs in the indifference
+zone (small changes and pairs undecided at the cap, bisector/search/zone.py), per shape the metric
+it was decided on and the anchor's drift that chose it (bisector/search/drift.py), and the
+minimum steps, so that a report can say "no step >= 3%" and why the metric it names decided.
+Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from bisector.model import LATENCY_KEY, SearchResult, Step, base_shape
+from bisector.search.drift import DriftFinding
+from bisector.search.zone import ZonePair
+
+__all__ = ["Decisions", "DecidedResult", "decision_lines", "latency_pairs"]
+
+ZONE_LINES = 8  # pairs in the zone named in a report; the rest counted
+
+
+@dataclass(frozen=True)
+class Decisions:
+    zone: tuple[ZonePair, ...] = ()
+    drift: tuple[DriftFinding, ...] = ()
+    min_step: Mapping[str, float] = field(default_factory=dict)  # per shape searched
+
+
+@dataclass(frozen=True)
+class DecidedResult(SearchResult):
+    decisions: Decisions = Decisions()
+
+
+def _short(sha: str) -> str:
+    return sha[:7]
+
+
+def _per_call(speed_pct: float) -> float:
+    """A change of speed (or of a ratio to the control) as the change of the time a call takes."""
+    return (100.0 / (100.0 + speed_pct) - 1.0) * 100.0
+
+
+def latency_pairs(steps: tuple[Step, ...]) -> list[str]:
+    """A latency step next to its kernel time: "gemm/decode at 3a52501: eager callers +76% per call;
+    the kernel itself -20%" (the kernel's figure where the step measured it)."""
+    out = []
+    for s in steps:
+        for key in s.shapes:
+            if not key.endswith(LATENCY_KEY):
+                continue
+            kernel = s.change_pct.get(base_shape(key))
+            line = f"{base_shape(key)} at {_short(s.commit)}: eager callers {_per_call(s.change_pct[key]):+.0f}% per call"
+            out.append(line + (f"; the kernel itself {_per_call(kernel):+.0f}%" if kernel is not None else
+                               "; the kernel itself not moved by the minimum step"))
+    return out
+
+
+def decision_lines(result: SearchResult) -> list[str]:
+    """The lines a report and the summary print about what decided: nothing for a result without
+    `Decisions` or with nothing to say."""
+    d: Decisions | None = getattr(result, "decisions", None)
+    if d is None:
+        return []
+    lines = [f"{f.shape}: {f.why}" for f in d.drift if f.drifted]
+    lines += latency_pairs(result.steps)
+    if not result.steps and d.min_step:
+        steps = sorted(set(d.min_step.values()))
+        lines.append("no step >= " + "/".join(f"{v:g}%" for v in steps))
+    zone = [f"{z.shape} {_short(z.before)}..{_short(z.after)}: {z.line()}" for z in d.zone]
+    lines += zone[:ZONE_LINES] + ([f"... and {len(zone) - ZONE_LINES} more pairs in the zone"] if len(zone) > ZONE_LINES else [])
+    return lines
