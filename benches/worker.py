@@ -160,7 +160,9 @@ def end_all(keep: frozenset[int] = frozenset()) -> None:
 
 
 def _redirect_output(log: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    """stdout and stderr to the trial's log, made by the bot in the trial's fresh dir (never a link
+    another trial planted there: O_NOFOLLOW)."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -198,9 +200,11 @@ def serve(channel: Channel, started: float, loaded: tuple[float, float], failed:
         os.sched_setaffinity(0, {int(job["cpu"])})
     from benches import trial  # after the trial's environment is in place
 
-    spec = json.loads(Path(job["spec"]).read_text())
+    # The spec comes with the job; the output goes back on this socket as it grows: the bot reads
+    # neither from a path (bisector/runner/safe_fs.py says why).
+    spec = job["spec_data"] if "spec_data" in job else json.loads(Path(job["spec"]).read_text())
     try:
-        trial.run(spec, Path(job["out"]), gate=SocketGate(channel))
+        trial.run(spec, Path(job["out"]), gate=SocketGate(channel), report=lambda out: channel.send(msg="out", out=out))
     finally:
         end_all()  # what the trial started (and its /dev/shm users) goes with it
     channel.send(msg="done", t=time.time())
