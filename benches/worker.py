@@ -31,8 +31,10 @@ import importlib
 import json
 import os
 import signal
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -198,6 +200,7 @@ def serve(channel: Channel, started: float, loaded: tuple[float, float], failed:
     os.environ.update(job["env"])
     if job.get("cpu") is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(job["cpu"])})
+    scratch = own_scratch(job.get("scratch_in"))
     from benches import trial  # after the trial's environment is in place
 
     # The spec comes with the job; the output goes back on this socket as it grows: the bot reads
@@ -207,8 +210,26 @@ def serve(channel: Channel, started: float, loaded: tuple[float, float], failed:
         trial.run(spec, Path(job["out"]), gate=SocketGate(channel), report=lambda out: channel.send(msg="out", out=out))
     finally:
         end_all()  # what the trial started (and its /dev/shm users) goes with it
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     channel.send(msg="done", t=time.time())
     return 0
+
+
+SCRATCH_PREFIX = "bisector-trial-"
+
+
+def own_scratch(where: str | None, pid: int | None = None) -> str:
+    """A temp dir of this trial's own in `where` (the sandbox's private tmpfs), made the temp dir of
+    everything the trial runs; "" when the bot gave the trial one already (TMPDIR)."""
+    if not where:
+        return ""
+    path = os.path.join(where, f"{SCRATCH_PREFIX}{pid or os.getpid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        os.environ[name] = path
+    tempfile.tempdir = path  # gettempdir() caches what it found at the first call (an import's)
+    return path
 
 
 def open_device(prelude: dict[str, Any]) -> tuple[dict[str, str], float | None]:
@@ -288,6 +309,7 @@ def _reap(control: socket.socket, children: set[int]) -> None:
             continue
         if done:
             children.discard(pid)
+            shutil.rmtree(os.path.join("/dev/shm", f"{SCRATCH_PREFIX}{pid}"), ignore_errors=True)  # a killed trial's
             code = os.waitstatus_to_exitcode(status)
             try:
                 control.sendall((json.dumps({"msg": "exited", "pid": pid, "code": code}) + "\n").encode())

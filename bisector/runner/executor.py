@@ -132,6 +132,17 @@ class Prepared:
     # and the trial's fresh dir as the bot opened it (its log is read from there, never by path).
     spec: Mapping[str, Any] | None = field(default=None, compare=False)
     dir: SafeDir | None = field(default=None, compare=False, repr=False)
+    # Where the trial's temp files go: "" the environment's TMPDIR (made by the bot), or a private
+    # tmpfs (the sandbox's /dev/shm) in which the worker makes a dir of its own for this one trial.
+    scratch_in: str = ""
+    ended: Callable[[], None] | None = field(default=None, compare=False, repr=False)  # after the trial, once
+
+    def end(self) -> None:
+        """The trial is over: its scratch removed, the bot's fd of its dir closed."""
+        if self.ended is not None:
+            self.ended()
+        if self.dir is not None:
+            self.dir.close()
 
 
 @dataclass(frozen=True)
@@ -499,7 +510,8 @@ class Executor:
         p = run.prepared
         job = {"spec": str(p.spec_path), "out": str(p.out_path), "log": str(p.log_path), "cwd": str(p.cwd),
                "env": dict(p.env), "unset": list(p.unset), "cpu": p.cpu,
-               **({"spec_data": dict(p.spec)} if p.spec is not None else {})}
+               **({"spec_data": dict(p.spec)} if p.spec is not None else {}),
+               **({"scratch_in": p.scratch_in} if p.scratch_in else {})}
         run.t.update(started=worker.started, ready=float(worker.ready.get("t", worker.started)), assigned=now)
         run.state, run.deadline = "assigned", now + self.timeout_s
         if worker.pid is not None:
@@ -674,8 +686,8 @@ class Executor:
             run.future.set_exception(exc)
             return
         finally:
-            if run.prepared is not None and run.prepared.dir is not None:
-                run.prepared.dir.close()
+            if run.prepared is not None:
+                run.prepared.end()
         run.future.set_result(TrialOutcome(tuple(records), timeline))
 
     def _forget(self, worker: Worker, kill: bool = True, wait_s: float = 0.0) -> None:
@@ -697,8 +709,8 @@ class Executor:
         if run.worker is not None:
             self._forget(run.worker)
         self._free(run)
-        if run.prepared is not None and run.prepared.dir is not None:
-            run.prepared.dir.close()
+        if run.prepared is not None:
+            run.prepared.end()
         run.state = "done"
         with self._lock:
             self._runs.remove(run)

@@ -20,7 +20,7 @@ import signal
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bisector import portable
 from bisector.config import Config
@@ -38,6 +38,8 @@ from bisector.runner.workers import SOURCES, WorkerSource, make_source
 
 TAIL_CHARS = 4000
 LOG, SPEC, OUT = "log.txt", "spec.json", "out.json"  # in each trial's own dir
+SHM = "/dev/shm"  # a sandbox's own tmpfs: the trial's scratch there (`TrialFiles._scratch`)
+TMP_VARS = ("TMPDIR", "TEMP", "TMP")
 _STATUS = {"ok": TrialStatus.OK, "wrong": TrialStatus.WRONG, "crash": TrialStatus.CRASH,
            "unavailable": TrialStatus.UNAVAILABLE, "timeout": TrialStatus.TIMEOUT}
 
@@ -236,12 +238,33 @@ class TrialFiles:
             tdir.create(SPEC, json.dumps(spec, indent=1).encode())
             tdir.create(LOG)
             env, unset = trial_env(self.config, job.build, self.work, device, job.first, self.base_env)
+            scratch_in, ended = self._scratch(name, env)
         except BaseException:
             tdir.close()
             raise
         cpu = device % (os.cpu_count() or 1) if self.pin_cpu else None
         path = self.work / "trials" / tag / name
-        return Prepared(path / SPEC, path / OUT, path / LOG, path, env, unset, cpu, spec=spec, dir=tdir)
+        return Prepared(path / SPEC, path / OUT, path / LOG, path, env, unset, cpu, spec=spec, dir=tdir,
+                        scratch_in=scratch_in, ended=ended)
+
+    def _scratch(self, name: str, env: dict[str, str]) -> tuple[str, Callable[[], None] | None]:
+        """The trial's temp dir, its own and gone when it ends. In the sandbox: a dir the worker makes
+        in the sandbox's private /dev/shm, a tmpfs of SHM_MB (bisector/runner/sandbox.py) whose pages
+        count against the trial's memory limit, removed by the worker, or by its zygote when the
+        worker was killed, and gone with the sandbox. Elsewhere: `<work>/scratch/<trial>`, made and
+        removed by the bot through its own fd of `scratch/` (what the trial left there is deleted
+        without following a link); no quota there but the disk's."""
+        if sandbox.applies(self.config.device != "cpu"):
+            return SHM, None
+        with SafeDir.open(self.work, "scratch", create=True) as scratch:
+            scratch.fresh(name).close()
+        for var in TMP_VARS:
+            env[var] = str(self.work / "scratch" / name)
+
+        def remove() -> None:
+            with SafeDir.open(self.work, "scratch", create=True) as scratch:
+                scratch.remove(name)
+        return "", remove
 
     def prelude(self, device: int) -> Prelude:
         """The device environment an idle worker opens its device in (benches.worker.open_device)."""
