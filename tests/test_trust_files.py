@@ -8,6 +8,7 @@ trial's own socket, accepted `ready` once and killed only what it started.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -266,3 +267,27 @@ def test_a_shared_dir_is_shared_by_the_branch_alone_and_sealed(repo, tmp_path: P
     fresh = builder(path, tmp_path, llvm, uses).build(three)  # a later run, same cache
     assert fresh.status is BuildStatus.OK, fresh.log_tail
     assert (Path(fresh.source_dir) / "linked.txt").read_text() == "three\n", "a changed shared dir was used"
+
+
+def test_a_link_in_a_jit_dir_is_not_carried_into_the_report(tmp_path: Path) -> None:
+    """Item 1, the kernel diff: a trial may write its commit's JIT dir; a kernel's stage there made
+    a link to a file holding a token must not be copied beside the report, nor the dir made a link."""
+    from bisector.why.kernel_diff import artifacts
+    from bisector.why.kernel_diff.collect import keep_commit
+
+    token = "ghp_" + uuid.uuid4().hex
+    secret = tmp_path / "secret.env"
+    secret.write_text(f"GITHUB_TOKEN={token}\n")
+    work = tmp_path / "work"
+    kernel = work / "jit" / A / "triton_cache_dir" / "abc"
+    kernel.mkdir(parents=True)
+    (kernel / "k.json").write_text(json.dumps({"name": "k"}))
+    (kernel / "k.ttir").write_text("module { tt.func @k() }\n")
+    (kernel / "k.llir").symlink_to(secret)
+    (work / "jit" / B).symlink_to(work / "jit" / A)
+    out = tmp_path / "report"
+    kept = keep_commit(work, out, A)
+    texts = [gzip.decompress(p.read_bytes()).decode() for p in kept.rglob("*.gz")]
+    assert texts and any("tt.func" in t for t in texts), texts
+    assert not any(token in t for t in texts), "a linked stage was copied into the report"
+    assert not artifacts.find_kernels(work / "jit" / B), "the kernels of a linked JIT dir were read"
