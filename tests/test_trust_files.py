@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 import uuid
 from pathlib import Path
 
@@ -48,6 +49,12 @@ KERNELS = textwrap.dedent('''
         """Replace this trial's log.txt by a link to a file holding a token, then crash."""
         os.unlink("log.txt")
         os.symlink(SECRET, "log.txt")
+        os._exit(3)
+
+    def fifo_log(a, b):
+        """Replace this trial's log.txt by a FIFO nobody writes, then crash."""
+        os.unlink("log.txt")
+        os.mkfifo("log.txt")
         os._exit(3)
 
     def plant(a, b):
@@ -140,6 +147,20 @@ def test_a_log_replaced_by_a_link_is_not_read(tmp_path: Path, source: str) -> No
     assert log.is_symlink(), "the attack did not take place"
     assert token not in rec.log_tail + rec.error + str(rec.protocol), "the bot read the token through the link"
     assert "not read" in rec.log_tail, rec.log_tail
+
+
+@linux
+def test_a_log_replaced_by_a_fifo_does_not_hang_the_bot(tmp_path: Path) -> None:
+    """Item 1: a FIFO at log.txt, which an open for reading waits on for ever."""
+    src = upstream(tmp_path)
+    cfg = config(tmp_path, "kern:fifo_log")
+    got: list = []
+    worker = threading.Thread(target=lambda: got.extend(run(cfg, tmp_path, "fork", job(cfg, src, A))), daemon=True)
+    worker.start()
+    worker.join(timeout=300)
+    assert got, "the bot hung reading a trial's log"
+    (rec,) = got[0].records
+    assert rec.status is TrialStatus.CRASH and "not read" in rec.log_tail, rec.log_tail
 
 
 @linux

@@ -44,7 +44,7 @@ from bisector.build.cache import Cache, Slot, digest, manifest, seal
 from bisector.build.steps import StepOutcome, import_argv, python_path_env, run_step, tail
 from bisector.build.worktree import Worktrees, resolve_commit, tree_hash
 from bisector.config import DEFAULT_SHARED_ENV, Build, BuildStep, Upstream
-from bisector.errors import GitError
+from bisector.errors import BisectorError, GitError
 from bisector.config.keyfiles import key_from_dir
 from bisector.model import BuildResult, BuildStatus
 from bisector.runner.memwatch import limit_bytes
@@ -294,10 +294,10 @@ class Builder:
         commit (a pull request's head, a fork's) or a patched build of one, its own entry only. A
         step's output is built from the whole tree, not just its key files: shared with the branch,
         a pull request's build of it would be what the branch's commits link against."""
-        branch = f"refs/heads/{self.upstream.branch}"
         try:
-            subprocess.run(["git", "merge-base", "--is-ancestor", sha, branch], cwd=self.repo.git_dir,
+            tip = resolve_commit(self.repo, self.upstream.branch)  # the branch, or origin/<branch>
+            subprocess.run(["git", "merge-base", "--is-ancestor", sha, tip], cwd=self.repo.git_dir,
                            check=True, capture_output=True, timeout=120)
-        except (OSError, subprocess.SubprocessError):
+        except (BisectorError, OSError, subprocess.SubprocessError):
             return f"own:{slot.key}"
         return None

@@ -52,14 +52,15 @@ class SafeDir:
     @classmethod
     def open(cls, root: str | Path, *parts: str, create: bool = False) -> "SafeDir":
         """`root` (the bot's own dir, opened by its path), then `parts` below it without following
-        links (made where missing when `create`)."""
+        links (made where missing when `create`, and then a link or file planted at one replaced
+        by a dir)."""
         root = Path(root)
         if create:
             root.mkdir(parents=True, exist_ok=True)
         here = cls(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), root)
         try:
             for part in parts:
-                nxt = here.sub(part, create=create)
+                nxt = here.sub(part, create=create, clear_other=create)
                 here.close()
                 here = nxt
         except BaseException:
