@@ -17,6 +17,7 @@ they run. Messages are JSON lines; a source is driven from the executor's one ev
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -149,10 +150,12 @@ class Worker:
         if pid == self.root or pid not in tree(self.root):
             return False
         try:
-            pidfd = os.pidfd_open(pid)
             group = os.getpgid(pid)
-        except OSError:
-            return False
+            pidfd: int | None = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+        except OSError as exc:
+            if exc.errno != errno.ENOSYS:  # gone already; ENOSYS: a kernel before 5.3 (`kill` checks the tree then)
+                return False
+            pidfd = None
         self.inner, self.pid, self.pidfd = reported, pid, pidfd
         self.pgid = pid if group == pid else None  # its own group (a forked worker's): killed as one
         if self.adopt is not None and self.leaf is None:
@@ -173,14 +176,16 @@ class Worker:
         """SIGKILL the worker and, while it is alive to vouch that its pid is still its own, its
         process group (its compile children included); then the fence the bot started, if any.
         Nothing else: no pid a message named."""
-        if self.pidfd is not None:
-            try:
+        try:
+            if self.pidfd is not None:
                 signal.pidfd_send_signal(self.pidfd, 0)  # alive: its pid (and group id) not reused
                 if self.pgid is not None:
                     os.killpg(self.pgid, signal.SIGKILL)
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
+            elif self.pid is not None and self.root is not None and self.pid in tree(self.root):
+                os.killpg(self.pgid, signal.SIGKILL) if self.pgid is not None else os.kill(self.pid, signal.SIGKILL)
+        except OSError:  # gone (ProcessLookupError), or never ours to signal
+            pass
         if self.proc is not None:
             try:
                 self.proc.terminate()  # the fence: it kills what is left of the session
