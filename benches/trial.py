@@ -106,6 +106,21 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+Report = Callable[[Mapping[str, Any]], None]
+
+
+def _save(path: Path, data: Mapping[str, Any], report: Report | None) -> None:
+    """The output so far: to the bot's channel when there is one (what the bot reads: a file here
+    is in a dir code under test may write), and to `path` for whoever reads the trial's dir."""
+    if report is not None:
+        report(json.loads(json.dumps(data, default=str)))
+    try:
+        write_json(path, data)
+    except OSError:
+        if report is None:
+            raise
+
+
 def _cold(path: str | None) -> bool | None:
     """Whether a JIT cache dir was empty when the trial started: the evidence of a cold compile."""
     if not path:
@@ -667,7 +682,10 @@ def _open_device(device: str) -> None:
         torch.empty(1, device="cuda")
 
 
-def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> dict[str, Any]:
+def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
+        report: Report | None = None) -> dict[str, Any]:
+    """Run the trial of `spec`; its output is written to `out_path` as it grows and, with
+    `report`, handed to it each time (benches/worker.py sends it on the bot's socket)."""
     gate = gate or OpenGate()
     phase = Phases()
     device = spec["device"]
@@ -676,7 +694,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
     caches = {k: _cold(os.environ.get(k)) for k in ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR")
               if k in os.environ}
     with phase("setup"):
-        write_json(out_path, output)
+        _save(out_path, output, report)
         with phase("machine"):  # the parts of a setup, timed: what keeps a trial from the device
             output["telemetry"]["before"] = telemetry.read(device)
             output["machine"] = machine.fingerprint(device)
@@ -705,12 +723,12 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         staged = _stage_all(spec, subjects, control, control_error, phase, gate)
         # after every import and input: the malloc regime is the trial's, not its history's
         pinned = allocator.pin() if device == "cpu" else {}
-        write_json(out_path, output)
+        _save(out_path, output, report)
     if spec.get("precompile_only"):  # a prefetch: compiled cold, never takes the device
         output["protocol"] = {"precompile_only": True, "jit_cache_cold": dict(caches), "device": device,
                               "pid": os.getpid()}
         output["results"] = precompile_only(spec, subjects, control, control_error, staged, phase)
-        write_json(out_path, output)
+        _save(out_path, output, report)
         if staged:  # its inputs and captures unmapped in a brief loan, not beside a timed section at exit
             staged.clear()
             with briefly(gate, phase, name="unmap"):
@@ -751,7 +769,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
                     measured.add(result["shape"])
                     output["results"].append(result)
                     print(f"trial: {result['shape']}: {result['status']}", file=sys.stderr, flush=True)
-                write_json(out_path, output)
+                _save(out_path, output, report)
             del clock
             staged.clear()
             if device == "cuda":
@@ -764,7 +782,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None) -> di
         gate.release()
     with phase("telemetry"):
         output["telemetry"]["after"] = telemetry.read(device)
-    write_json(out_path, output)
+    _save(out_path, output, report)
     return output
 
 

@@ -31,8 +31,10 @@ import importlib
 import json
 import os
 import signal
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -160,7 +162,9 @@ def end_all(keep: frozenset[int] = frozenset()) -> None:
 
 
 def _redirect_output(log: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    """stdout and stderr to the trial's log, made by the bot in the trial's fresh dir (never a link
+    another trial planted there: O_NOFOLLOW)."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -196,15 +200,36 @@ def serve(channel: Channel, started: float, loaded: tuple[float, float], failed:
     os.environ.update(job["env"])
     if job.get("cpu") is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(job["cpu"])})
+    scratch = own_scratch(job.get("scratch_in"))
     from benches import trial  # after the trial's environment is in place
 
-    spec = json.loads(Path(job["spec"]).read_text())
+    # The spec comes with the job; the output goes back on this socket as it grows: the bot reads
+    # neither from a path (bisector/runner/safe_fs.py says why).
+    spec = job["spec_data"] if "spec_data" in job else json.loads(Path(job["spec"]).read_text())
     try:
-        trial.run(spec, Path(job["out"]), gate=SocketGate(channel))
+        trial.run(spec, Path(job["out"]), gate=SocketGate(channel), report=lambda out: channel.send(msg="out", out=out))
     finally:
         end_all()  # what the trial started (and its /dev/shm users) goes with it
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     channel.send(msg="done", t=time.time())
     return 0
+
+
+SCRATCH_PREFIX = "bisector-trial-"
+
+
+def own_scratch(where: str | None, pid: int | None = None) -> str:
+    """A temp dir of this trial's own in `where` (the sandbox's private tmpfs), made the temp dir of
+    everything the trial runs; "" when the bot gave the trial one already (TMPDIR)."""
+    if not where:
+        return ""
+    path = os.path.join(where, f"{SCRATCH_PREFIX}{pid or os.getpid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        os.environ[name] = path
+    tempfile.tempdir = path  # gettempdir() caches what it found at the first call (an import's)
+    return path
 
 
 def open_device(prelude: dict[str, Any]) -> tuple[dict[str, str], float | None]:
@@ -284,6 +309,7 @@ def _reap(control: socket.socket, children: set[int]) -> None:
             continue
         if done:
             children.discard(pid)
+            shutil.rmtree(os.path.join("/dev/shm", f"{SCRATCH_PREFIX}{pid}"), ignore_errors=True)  # a killed trial's
             code = os.waitstatus_to_exitcode(status)
             try:
                 control.sendall((json.dumps({"msg": "exited", "pid": pid, "code": code}) + "\n").encode())

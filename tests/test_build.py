@@ -273,10 +273,10 @@ def test_lru_eviction_removes_oldest_entry_and_its_worktree(upstream, tmp_path):
     size = builder.cache.total_bytes()
     builder.cache.max_bytes = int(size * 2.5)
     second = builder.build(shas[1])
-    os.utime(Path(second.source_dir) / ".." / ".last_used")  # recently used: survives
+    used = tmp_path / "cache" / "used"
+    os.utime(used / f"entries-{Path(second.source_dir).parent.name}")  # recently used: survives
     time.sleep(0.02)
-    Path(first.source_dir, "..", ".last_used").touch()
-    os.utime(Path(first.source_dir, "..", ".last_used"), (1, 1))  # long unused
+    os.utime(used / f"entries-{Path(first.source_dir).parent.name}", (1, 1))  # long unused
     builder.build(shas[2])  # three entries do not fit: the least recently used goes
     assert not Path(first.source_dir).exists()
     assert Path(second.source_dir).exists()

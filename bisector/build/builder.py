@@ -40,11 +40,11 @@ from typing import Any
 
 import git
 
-from bisector.build.cache import Cache, Slot, digest
+from bisector.build.cache import Cache, Slot, digest, manifest, seal
 from bisector.build.steps import StepOutcome, import_argv, python_path_env, run_step, tail
 from bisector.build.worktree import Worktrees, resolve_commit, tree_hash
 from bisector.config import DEFAULT_SHARED_ENV, Build, BuildStep, Upstream
-from bisector.errors import GitError
+from bisector.errors import BisectorError, GitError
 from bisector.config.keyfiles import key_from_dir
 from bisector.model import BuildResult, BuildStatus
 from bisector.runner.memwatch import limit_bytes
@@ -170,7 +170,7 @@ class Builder:
         if slot.path.exists():
             for child in slot.path.iterdir():
                 if child.name != "tree":
-                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
         try:
             reused = self.worktrees.ensure(tree, sha)
         except GitError as exc:
@@ -260,23 +260,44 @@ class Builder:
         if not key.ok:
             return f"{name}: key files {', '.join(map(repr, key.unmatched))} match nothing in commit"
         contents = [list(pair) for pair in key.files]
-        shared = self.cache.slot("shared", digest("shared", _step_key(step), contents, toolchain_fingerprint()))
+        scope = self.shared_scope(slot, env["BISECTOR_SHA"])
+        shared = self.cache.slot("shared", digest("shared", _step_key(step), contents, toolchain_fingerprint(),
+                                                  *([scope] if scope else [])))
         env[step.shared_dir or DEFAULT_SHARED_ENV] = str(shared.path)  # later steps see it too
-        if shared.is_complete():
+        if self._intact(shared):
             shared.touch()
             with open(log, "a") as fh:
                 fh.write(f"===== {name}: reused shared output {shared.path} =====\n")
             return ""
         with shared.lock:
-            if shared.is_complete():
+            if self._intact(shared):
                 shared.touch()
                 return ""
-            shutil.rmtree(shared.path, ignore_errors=True)
+            shared.unmark()
+            self.cache.wipe(shared)
             shared.path.mkdir(parents=True)
             out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log,
                            **self.limits, writable=[*rw, shared.path])
             if not out.ok:
-                shutil.rmtree(shared.path, ignore_errors=True)
+                self.cache.wipe(shared)
                 return f"{name} failed: {out.reason}"
-            shared.finalize({"step": _step_key(step), "key_files": contents})
+            shared.finalize({"step": _step_key(step), "key_files": contents, "manifest": seal(shared.path)})
         return ""
+
+    def _intact(self, shared: Slot) -> bool:
+        """A complete shared dir still as its build sealed it (`cache.seal`): else it is built again."""
+        return shared.is_complete() and shared.meta().get("manifest") == manifest(shared.path)
+
+    def shared_scope(self, slot: Slot, sha: str) -> str | None:
+        """Who may share a keyed step's output with this build: None for the commits of the
+        upstream's branch (merged, reviewed: one LLVM build per pin for a whole range); for any other
+        commit (a pull request's head, a fork's) or a patched build of one, its own entry only. A
+        step's output is built from the whole tree, not just its key files: shared with the branch,
+        a pull request's build of it would be what the branch's commits link against."""
+        try:
+            tip = resolve_commit(self.repo, self.upstream.branch)  # the branch, or origin/<branch>
+            subprocess.run(["git", "merge-base", "--is-ancestor", sha, tip], cwd=self.repo.git_dir,
+                           check=True, capture_output=True, timeout=120)
+        except (BisectorError, OSError, subprocess.SubprocessError):
+            return f"own:{slot.key}"
+        return None

@@ -2,16 +2,25 @@
 
 Layout under the cache root:
 
-    entries/<key>/            one build: its worktree (`tree/`), pip target (`site/`), meta
-    entries/<key>/.complete   written last, by atomic rename; without it the entry is garbage
+    entries/<key>/            one build: its worktree (`tree/`), pip target (`site/`)
     shared/<key>/             output of a step keyed by pin files (e.g. an LLVM build)
+    marks/<kind>-<key>.json   the entry's metadata, written last by atomic rename: without it the
+                              entry is garbage; for a shared dir also the manifest it was sealed with
+    used/<kind>-<key>         touched on every use: eviction is least-recently-used by its mtime
     logs/<key>/               build logs, kept apart so a wiped or failed entry keeps its logs
     locks/<key>.lock          one file lock per key: two processes never build the same key
 
 Builds happen in place (the final path), not in a temporary dir renamed at the end, because
-editable installs and CMake trees record absolute paths. The `.complete` marker is what makes
-an entry count, so a build killed half-way is found incomplete and rebuilt, never used.
-Eviction is least-recently-used by `.last_used` mtime, bounded by the recorded sizes.
+editable installs and CMake trees record absolute paths. The mark is what makes an entry count,
+so a build killed half-way is found incomplete and rebuilt, never used.
+
+An entry is written by code under test (its build steps), so nothing the bot itself writes or
+trusts lives in it: a step that planted a link at `.complete.tmp` or `.last_used` in its entry
+dir made the bot write a file of the step's choosing. The marks and stamps live in `marks/` and
+`used/`, which no step may write, and are written through the bot's own fds of them
+(bisector/runner/safe_fs.py). A shared dir, written by one build, is sealed when that build ends:
+its files made read-only and their manifest (`manifest`) kept in its mark; a later build uses it
+only while the manifest still holds, and builds it again otherwise.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +37,9 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-MARKER = ".complete"
-LAST_USED = ".last_used"
+from bisector.runner.safe_fs import SafeDir
+
+MARKS, USED = "marks", "used"
 
 
 def digest(*parts: Any) -> str:
@@ -46,6 +57,39 @@ def dir_size(path: Path) -> int:
             except OSError:
                 pass
     return total
+
+
+def manifest(path: Path) -> str:
+    """A digest of every file, dir and link under `path` as the file system has it: names, kinds,
+    sizes, modes, inode numbers and change times (a ctime cannot be set back by a process: any write,
+    chmod, rename or replacement moves it). Cheap (stat only), and any change after sealing shows."""
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            full = os.path.join(root, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            h.update(f"{os.path.relpath(full, path)}\0{st.st_mode}\0{st.st_size}\0{st.st_ino}\0"
+                     f"{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def seal(path: Path) -> str:
+    """Make every regular file under `path` read-only (links are not followed) and return the
+    manifest that holds from now on."""
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                st = os.lstat(full)
+                if stat.S_ISREG(st.st_mode):
+                    os.chmod(full, stat.S_IMODE(st.st_mode) & ~0o222)
+            except OSError:
+                pass
+    return manifest(path)
 
 
 @dataclass(frozen=True)
@@ -68,26 +112,44 @@ class Slot:
     def lock(self) -> FileLock:
         return FileLock(str(self.root / "locks" / f"{self.key}.lock"))
 
+    @property
+    def _name(self) -> str:
+        return f"{self.kind}-{self.key}"
+
+    def _bot_dir(self, name: str) -> SafeDir:
+        return SafeDir.open(self.root, name, create=True)
+
     def is_complete(self) -> bool:
-        return (self.path / MARKER).is_file()
+        return bool(self.meta()) and self.path.is_dir()
 
     def meta(self) -> dict[str, Any]:
         try:
-            return json.loads((self.path / MARKER).read_text())
+            with self._bot_dir(MARKS) as marks:
+                return json.loads(marks.read(self._name + ".json"))
         except (OSError, ValueError):
             return {}
 
+    def unmark(self) -> None:
+        """Stop counting the entry (before it is wiped)."""
+        with self._bot_dir(MARKS) as marks:
+            marks.remove(self._name + ".json")
+
     def touch(self) -> None:
-        (self.path / LAST_USED).touch()
+        with self._bot_dir(USED) as used:
+            used.replace(self._name, b"")
+
+    def last_used(self) -> float:
+        try:
+            with self._bot_dir(USED) as used:
+                return used.mtime(self._name) or 0.0
+        except OSError:
+            return 0.0
 
     def finalize(self, meta: dict[str, Any]) -> None:
         """Record size and metadata, then make the entry count: the rename is the commit point."""
         meta = dict(meta, size_bytes=dir_size(self.path), finished_at=time.time())
-        tmp = self.path / (MARKER + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=1, sort_keys=True))
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path / MARKER)
+        with self._bot_dir(MARKS) as marks:
+            marks.replace(self._name + ".json", json.dumps(meta, indent=1, sort_keys=True).encode())
         self.touch()
 
 
@@ -99,7 +161,7 @@ class Cache:
         self.root = Path(root)
         self.max_bytes = max_bytes
         self.on_remove = on_remove
-        for sub in ("entries", "shared", "logs", "locks"):
+        for sub in ("entries", "shared", "logs", "locks", MARKS, USED):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     def slot(self, kind: str, key: str) -> Slot:
@@ -109,7 +171,7 @@ class Cache:
         """Remove an entry's files (the caller holds its lock)."""
         if self.on_remove is not None:
             self.on_remove(slot.path)
-        shutil.rmtree(slot.path, ignore_errors=True)
+        shutil.rmtree(slot.path, ignore_errors=True)  # a sealed dir's read-only files go too: its dirs stay writable
 
     def complete_slots(self) -> list[tuple[Slot, int, float]]:
         """(slot, size, last-used time) for every complete entry and shared dir."""
@@ -120,11 +182,7 @@ class Cache:
                 if not slot.is_complete():
                     continue
                 size = int(slot.meta().get("size_bytes", 0))
-                try:
-                    used = (path / LAST_USED).stat().st_mtime
-                except OSError:
-                    used = 0.0
-                out.append((slot, size, used))
+                out.append((slot, size, slot.last_used()))
         return out
 
     def total_bytes(self) -> int:
@@ -147,7 +205,7 @@ class Cache:
             except Timeout:
                 continue
             try:
-                (slot.path / MARKER).unlink(missing_ok=True)  # stop counting it first
+                slot.unmark()  # stop counting it first
                 self.wipe(slot)
             finally:
                 lock.release()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
 import time
 from pathlib import Path
 
 from benches.allocator import DEFAULTS as MALLOC_DEFAULTS
+from bisector.runner.safe_fs import SafeDir
 from bisector.trust.filter import is_secret, scrub
 
 # The one secret filter lives in bisector.trust.filter; these names stay importable from here.
@@ -62,6 +63,10 @@ def prepare_jit(work: Path, sha: str, patch_hash: str | None, names: tuple[str, 
     """Env vars pointing each JIT cache variable to its own dir under the commit's JIT dir; the
     whole dir is emptied before the commit's first trial, so that trial's compile is cold.
 
+    Every trial may write `<work>/jit` (they share one sandbox), so the bot makes these dirs from
+    its own fd of it and follows no link there (bisector/runner/safe_fs.py): a link a trial put
+    at another commit's name is removed, not written through.
+
     Trials of one commit are set up at once (held trials; dask workers in other processes), first
     trials too: one's emptying removed the dir under another's mkdir (FileNotFoundError) or met
     its new files (OSError, directory not empty) and failed that setup. So the old dir is renamed
@@ -69,30 +74,25 @@ def prepare_jit(work: Path, sha: str, patch_hash: str | None, names: tuple[str, 
     meanwhile is made again. No lock: the JIT dirs are writable by the trials, and a lock file a
     trial can open is one it can hold, stalling the bot's setups."""
     root = jit_dir(work, sha, patch_hash)
-    if first:
-        aside = root.with_name(f"{root.name}.emptied-{os.getpid()}-{time.monotonic_ns()}")
-        try:
-            os.rename(root, aside)
-        except FileNotFoundError:  # nothing there yet, or another first trial's setup moved it
-            pass
-        else:
-            shutil.rmtree(aside, ignore_errors=True)  # a trial still writing there may leave some behind
-    out = {}
-    for name in names:
-        path = root / name.lower()
-        _make_dir(path)
-        out[name] = str(path)
+    with SafeDir.open(Path(work), "jit", create=True) as jit:
+        if first:
+            aside = f"{root.name}.emptied-{os.getpid()}-{time.monotonic_ns()}"
+            if jit.rename(root.name, aside):  # nothing there yet, or another first trial's setup moved it
+                jit.remove(aside)  # a trial still writing there may leave some behind
+        out = {}
+        for name in names:
+            _make_dir(jit, root.name, name.lower())
+            out[name] = str(root / name.lower())
     return out
 
 
-def _make_dir(path: Path, tries: int = 20) -> None:
-    """mkdir -p, again where another setup renamed a part of the path away meanwhile: between the
-    parent's making and the child's (FileNotFoundError), or between mkdir's EEXIST and its check
-    that the path is a dir (FileExistsError)."""
-    for _ in range(tries - 1):
+def _make_dir(jit: SafeDir, commit: str, var: str, tries: int = 20) -> None:
+    """jit/<commit>/<var>, made where missing, again where another setup renamed the commit's dir
+    away between its making and the var dir's."""
+    for attempt in range(tries):
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            return
-        except (FileNotFoundError, FileExistsError):
-            continue
-    path.mkdir(parents=True, exist_ok=True)
+            with jit.sub(commit, create=True, clear_other=True) as root, root.sub(var, create=True, clear_other=True):
+                return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.EEXIST) or attempt == tries - 1:
+                raise

@@ -23,7 +23,6 @@ device sections overlapped, come from these.
 
 from __future__ import annotations
 
-import json
 import selectors
 import socket
 import threading
@@ -38,6 +37,7 @@ from filelock import FileLock, Timeout
 from bisector.model import BuildResult, Shape, TrialRecord
 from bisector.runner import lock as locks
 from bisector.runner.memwatch import WATCH, Breach
+from bisector.runner.safe_fs import SafeDir
 from bisector.runner.workers import AHEAD_OF_RENEWAL, Worker, WorkerSource
 
 TICK_S = 0.2
@@ -128,6 +128,21 @@ class Prepared:
     env: Mapping[str, str]  # the trial's own: device pin, JIT cache dirs
     unset: tuple[str, ...] = ()
     cpu: int | None = None
+    # The spec itself, sent with the job (the worker never reads it from a path a trial could swap),
+    # and the trial's fresh dir as the bot opened it (its log is read from there, never by path).
+    spec: Mapping[str, Any] | None = field(default=None, compare=False)
+    dir: SafeDir | None = field(default=None, compare=False, repr=False)
+    # Where the trial's temp files go: "" the environment's TMPDIR (made by the bot), or a private
+    # tmpfs (the sandbox's /dev/shm) in which the worker makes a dir of its own for this one trial.
+    scratch_in: str = ""
+    ended: Callable[[], None] | None = field(default=None, compare=False, repr=False)  # after the trial, once
+
+    def end(self) -> None:
+        """The trial is over: its scratch removed, the bot's fd of its dir closed."""
+        if self.ended is not None:
+            self.ended()
+        if self.dir is not None:
+            self.dir.close()
 
 
 @dataclass(frozen=True)
@@ -160,6 +175,7 @@ class _Run:
     brief: float | None = None  # asking for a brief loan since (its setup's inputs), not yet lent
     only: tuple[str, ...] | None = None  # a standby unheld for some of its shapes: the grant names them
     briefs: list[list[float]] = field(default_factory=list)  # [go, release] of its brief loans
+    out: dict[str, Any] = field(default_factory=dict)  # the trial's output, as last sent on its socket
 
 
 Prepare = Callable[[TrialJob, int], Prepared]
@@ -492,11 +508,13 @@ class Executor:
             return
         p = run.prepared
         job = {"spec": str(p.spec_path), "out": str(p.out_path), "log": str(p.log_path), "cwd": str(p.cwd),
-               "env": dict(p.env), "unset": list(p.unset), "cpu": p.cpu}
+               "env": dict(p.env), "unset": list(p.unset), "cpu": p.cpu,
+               **({"spec_data": dict(p.spec)} if p.spec is not None else {}),
+               **({"scratch_in": p.scratch_in} if p.scratch_in else {})}
         run.t.update(started=worker.started, ready=float(worker.ready.get("t", worker.started)), assigned=now)
         run.state, run.deadline = "assigned", now + self.timeout_s
         if worker.pid is not None:
-            run.breach = WATCH.watch(worker.pid, self.memory_bytes, worker.pgid)
+            run.breach = WATCH.watch(worker.pid, self.memory_bytes, kill=worker.kill)
         if not worker.send(job=job):
             self._end(run)
 
@@ -587,8 +605,11 @@ class Executor:
         for msg in messages:
             kind = msg.get("msg")
             if kind == "ready":
+                if worker not in self._starting:
+                    continue  # accepted once, before the worker has a trial: a later one is its trial's
                 worker.ready = {**msg, "t": time.time()}
-                worker.found(int(msg["pid"]))
+                if isinstance(msg.get("pid"), int):
+                    worker.found(msg["pid"])  # a forked one's is known from its zygote already
                 if worker in self._starting:
                     self._starting.remove(worker)
                     self._idle.append(worker)
@@ -617,6 +638,8 @@ class Executor:
                 run.state = "released"  # the device is freed when it ends (`_end`) or after the grace
             elif run is not None and kind == "done":
                 run.t["done"] = time.time()
+            elif run is not None and kind == "out" and isinstance(msg.get("out"), dict):
+                run.out = msg["out"]  # its results so far, from its own socket: the only place they are read
         if worker.lines.closed:
             if run is not None:
                 self._end(run, lend_on=True)
@@ -628,6 +651,9 @@ class Executor:
         `lend_on`: its process exited, and a GPU goes to the next trial before the output is read."""
         worker = run.worker
         if worker is not None:
+            for msg in worker.lines.drain():  # what it sent before it ended or was killed: its last results
+                if msg.get("msg") == "out" and isinstance(msg.get("out"), dict):
+                    run.out = msg["out"]
             self._forget(worker, kill=timed_out or not worker.lines.closed, wait_s=0.0 if "done" in run.t else 5.0)
         self._free(run)
         run.state = "done"
@@ -638,10 +664,7 @@ class Executor:
             # ~200 hand-offs (12.7 s), while the loop stored records beside the search's own threads.
             # Not a CPU core: the bot's storing would run beside the next trial's timed calls there.
             self._grant(run.device)
-        try:
-            out = json.loads(run.prepared.out_path.read_text()) if run.prepared else {}
-        except (OSError, ValueError):
-            out = {}
+        out = run.out
         timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
                             run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
                             run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind,
@@ -661,6 +684,9 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001
             run.future.set_exception(exc)
             return
+        finally:
+            if run.prepared is not None:
+                run.prepared.end()
         run.future.set_result(TrialOutcome(tuple(records), timeline))
 
     def _forget(self, worker: Worker, kill: bool = True, wait_s: float = 0.0) -> None:
@@ -682,6 +708,8 @@ class Executor:
         if run.worker is not None:
             self._forget(run.worker)
         self._free(run)
+        if run.prepared is not None:
+            run.prepared.end()
         run.state = "done"
         with self._lock:
             self._runs.remove(run)

@@ -20,7 +20,7 @@ import signal
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bisector import portable
 from bisector.config import Config
@@ -32,10 +32,14 @@ from bisector.runner.instrument import snapshot, without_bot
 from bisector.runner.memwatch import limit_bytes
 from bisector.runner import sandbox
 from bisector.runner.sandbox import sandbox_env
+from bisector.runner.safe_fs import Refused, SafeDir
 from bisector.runner.spec import build_spec
 from bisector.runner.workers import SOURCES, WorkerSource, make_source
 
 TAIL_CHARS = 4000
+LOG, SPEC, OUT = "log.txt", "spec.json", "out.json"  # in each trial's own dir
+SHM = "/dev/shm"  # a sandbox's own tmpfs: the trial's scratch there (`TrialFiles._scratch`)
+TMP_VARS = ("TMPDIR", "TEMP", "TMP")
 _STATUS = {"ok": TrialStatus.OK, "wrong": TrialStatus.WRONG, "crash": TrialStatus.CRASH,
            "unavailable": TrialStatus.UNAVAILABLE, "timeout": TrialStatus.TIMEOUT}
 
@@ -44,12 +48,16 @@ def _iso(t: float | None) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds") if t else ""
 
 
-def log_tail(path: Path, chars: int = TAIL_CHARS) -> str:
+def log_tail(trial_dir: SafeDir | None, chars: int = TAIL_CHARS) -> str:
+    """The end of the trial's `log.txt`, read from the trial's dir as the bot made and opened it:
+    a log the trial replaced by a link (to an ancestor's environ, say), a FIFO or a hard link is
+    not read, and the tail says so."""
+    if trial_dir is None:
+        return ""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - chars))
-            return fh.read().decode("utf-8", "replace")
+        return trial_dir.tail(LOG, chars).decode("utf-8", "replace")
+    except Refused as exc:
+        return f"(log not read: {exc.strerror})"
     except OSError:
         return ""
 
@@ -148,7 +156,7 @@ def _records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Ma
     timeline = info["timeline"]
     start = timeline.get("assigned") or timeline.get("submitted")
     end = timeline.get("ended") or start
-    common = {"tail": log_tail(prepared.log_path), "log": str(prepared.log_path), "patch_hash": job.build.patch_hash,
+    common = {"tail": log_tail(prepared.dir), "log": str(prepared.log_path), "patch_hash": job.build.patch_hash,
               "started": _iso(start), "finished": _iso(end), "seconds": (end or 0) - (start or 0),
               "timeline": timeline, "slot": job.slot, "worker": info.get("worker", {}),
               "isolation": sandbox.trial_isolation(_uses_gpu(prepared.env)),
@@ -208,20 +216,55 @@ class TrialFiles:
         self._count = 0
         self._lock = threading.Lock()
 
-    def prepare(self, job: TrialJob, device: int) -> Prepared:
+    def prepare(self, job: TrialJob, device: int, precompile_only: bool = False) -> Prepared:
+        """A fresh dir for the trial, made and opened by the bot below its own work dir without
+        following a link (other trials may write `trials/`: one could have planted a link at this
+        commit's name), its spec and empty log made there, and its environment. `precompile_only`:
+        a prefetch's trial (bisector/runner/warmer.py), which compiles and never times."""
         with self._lock:
             self._count += 1
             n = self._count
         tag = job.build.sha[:12] + (f"-{job.build.patch_hash}" if job.build.patch_hash else "")
         stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
-        tdir = self.work / "trials" / tag / f"{job.slot:03d}-{stamp}-{os.getpid()}-{n}"
-        tdir.mkdir(parents=True, exist_ok=True)
+        name = f"{job.slot:03d}-{stamp}-{os.getpid()}-{n}"
         spec = build_spec(self.config, job.build, None, seed=job.seed, shapes=job.shapes)
-        spec["checked_path"] = str(self.checked_path(job))
-        (tdir / "spec.json").write_text(json.dumps(spec, indent=1))
-        env, unset = trial_env(self.config, job.build, self.work, device, job.first, self.base_env)
+        if precompile_only:
+            spec["precompile_only"] = True
+        else:
+            spec["checked_path"] = str(self.checked_path(job))
+        with SafeDir.open(self.work, "trials", create=True) as trials, trials.sub(tag, True, True) as commit:
+            tdir = commit.fresh(name)
+        try:
+            tdir.create(SPEC, json.dumps(spec, indent=1).encode())
+            tdir.create(LOG)
+            env, unset = trial_env(self.config, job.build, self.work, device, job.first, self.base_env)
+            scratch_in, ended = self._scratch(name, env)
+        except BaseException:
+            tdir.close()
+            raise
         cpu = device % (os.cpu_count() or 1) if self.pin_cpu else None
-        return Prepared(tdir / "spec.json", tdir / "out.json", tdir / "log.txt", tdir, env, unset, cpu)
+        path = self.work / "trials" / tag / name
+        return Prepared(path / SPEC, path / OUT, path / LOG, path, env, unset, cpu, spec=spec, dir=tdir,
+                        scratch_in=scratch_in, ended=ended)
+
+    def _scratch(self, name: str, env: dict[str, str]) -> tuple[str, Callable[[], None] | None]:
+        """The trial's temp dir, its own and gone when it ends. In the sandbox: a dir the worker makes
+        in the sandbox's private /dev/shm, a tmpfs of SHM_MB (bisector/runner/sandbox.py) whose pages
+        count against the trial's memory limit, removed by the worker, or by its zygote when the
+        worker was killed, and gone with the sandbox. Elsewhere: `<work>/scratch/<trial>`, made and
+        removed by the bot through its own fd of `scratch/` (what the trial left there is deleted
+        without following a link); no quota there but the disk's."""
+        if sandbox.applies(self.config.device != "cpu"):
+            return SHM, None
+        with SafeDir.open(self.work, "scratch", create=True) as scratch:
+            scratch.fresh(name).close()
+        for var in TMP_VARS:
+            env[var] = str(self.work / "scratch" / name)
+
+        def remove() -> None:
+            with SafeDir.open(self.work, "scratch", create=True) as scratch:
+                scratch.remove(name)
+        return "", remove
 
     def prelude(self, device: int) -> Prelude:
         """The device environment an idle worker opens its device in (benches.worker.open_device)."""

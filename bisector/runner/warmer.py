@@ -36,7 +36,6 @@ The warmer touches no store (the probe filters out commits already measured befo
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -151,12 +150,7 @@ def precompile_executor(config: Config, work: str | Path, parallel: int, *, sour
         path.mkdir(parents=True, exist_ok=True)
 
     def prepare(job: TrialJob, lane: int) -> Prepared:
-        made = files.prepare(job, config.devices[lane % len(config.devices)])
-        spec = json.loads(made.spec_path.read_text())
-        spec["precompile_only"] = True
-        spec.pop("checked_path", None)
-        made.spec_path.write_text(json.dumps(spec, indent=1))
-        return made
+        return files.prepare(job, config.devices[lane % len(config.devices)], precompile_only=True)
 
     source_kind = source or config.protocol.workers
     return PrecompileTrials(make_source(source_kind, base, default_preload(config), work / "workers" / "prefetch",

@@ -17,6 +17,7 @@ they run. Messages are JSON lines; a source is driven from the executor's one ev
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -53,16 +54,21 @@ def fenced_in(command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgro
             *(group.fence_args() if group else []), "--", *inner], group
 
 
+MAX_MESSAGE = 64 << 20  # bytes of one message; a peer that sends more without a line end is cut off
+
+
 class Lines:
-    """Buffered JSON-line reading from a non-blocking socket."""
+    """Buffered JSON-line reading from a non-blocking socket. What the peer sends is data, never
+    trusted to be well formed: a line that is not a JSON object is dropped (and counted), one
+    longer than MAX_MESSAGE ends the stream."""
 
     def __init__(self, sock: socket.socket) -> None:
-        self.sock, self.buffer, self.closed = sock, b"", False
+        self.sock, self.buffer, self.closed, self.bad = sock, b"", False, 0
 
     def read(self) -> list[dict[str, Any]]:
         """Every complete message available now; sets `closed` at end of stream."""
         try:
-            data = self.sock.recv(65536)
+            data = self.sock.recv(1 << 20)
         except (BlockingIOError, InterruptedError):
             return []
         except OSError:
@@ -71,7 +77,40 @@ class Lines:
             self.closed = True
         self.buffer += data
         *lines, self.buffer = self.buffer.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
+        if len(self.buffer) > MAX_MESSAGE:
+            self.buffer, self.closed = b"", True
+        out = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                msg = None
+            if isinstance(msg, dict):
+                out.append(msg)
+            else:
+                self.bad += 1
+        return out
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Every message the peer has sent so far (read until the socket has no more now)."""
+        out: list[dict[str, Any]] = []
+        for _ in range(2 * MAX_MESSAGE >> 20):  # a peer that never stops sending is read this far
+            if self.closed:
+                break
+            try:
+                self.sock.setblocking(False)
+                peek = self.sock.recv(1, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                peek = b""
+            if not peek:
+                out += self.read()  # the end of the stream: `closed`
+                break
+            out += self.read()
+        return out
 
 
 @dataclass
@@ -85,6 +124,7 @@ class Worker:
     root: int | None = None  # the fence above it (a sandbox's pids are translated below it)
     inner: int | None = None  # the pid it reported (its own namespace's)
     pgid: int | None = None
+    pidfd: int | None = None  # the worker's, opened when its pid was found: what `kill` signals
     ready: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
     # A forked worker's own cgroup: made and entered when its pid is known, before any trial.
@@ -99,12 +139,28 @@ class Worker:
         self.sock.setblocking(False)
         self.lines = Lines(self.sock)
 
-    def found(self, reported: int) -> None:
-        """The worker said its pid: note it, and the pid (and group) this bot knows it by."""
-        self.inner = reported
-        self.pid = self.pgid = sandbox.outer_pid(reported, self.root)
+    def found(self, reported: int) -> bool:
+        """The pid of this worker as its zygote (or, spawned, the worker itself before its trial)
+        reported it: noted once, and only when it names a process below the fence the bot started
+        for it; then held as a pidfd, so that a later kill reaches that process or nothing. False
+        when it was refused (or already known): a pid a trial chose is never signalled."""
+        if self.inner is not None or self.root is None:
+            return False
+        pid = sandbox.outer_pid(reported, self.root)
+        if pid == self.root or pid not in tree(self.root):
+            return False
+        try:
+            group = os.getpgid(pid)
+            pidfd: int | None = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+        except OSError as exc:
+            if exc.errno != errno.ENOSYS:  # gone already; ENOSYS: a kernel before 5.3 (`kill` checks the tree then)
+                return False
+            pidfd = None
+        self.inner, self.pid, self.pidfd = reported, pid, pidfd
+        self.pgid = pid if group == pid else None  # its own group (a forked worker's): killed as one
         if self.adopt is not None and self.leaf is None:
             self.leaf = self.adopt(self.pid)
+        return True
 
     def send(self, **message: Any) -> bool:
         try:
@@ -117,13 +173,19 @@ class Worker:
             self.sock.setblocking(False)
 
     def kill(self) -> None:
-        """SIGKILL the worker's process group (its compile children included)."""
-        for target in (self.pgid, self.pid):
-            if target:
-                try:
-                    os.killpg(target, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        """SIGKILL the worker and, while it is alive to vouch that its pid is still its own, its
+        process group (its compile children included); then the fence the bot started, if any.
+        Nothing else: no pid a message named."""
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, 0)  # alive: its pid (and group id) not reused
+                if self.pgid is not None:
+                    os.killpg(self.pgid, signal.SIGKILL)
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            elif self.pid is not None and self.root is not None and self.pid in tree(self.root):
+                os.killpg(self.pgid, signal.SIGKILL) if self.pgid is not None else os.kill(self.pid, signal.SIGKILL)
+        except OSError:  # gone (ProcessLookupError), or never ours to signal
+            pass
         if self.proc is not None:
             try:
                 self.proc.terminate()  # the fence: it kills what is left of the session
@@ -139,6 +201,9 @@ class Worker:
             pass
         cgroups.end_leaf(self.leaf)  # the trial is over: what it left in its cgroup goes
         self.leaf = None
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
         if self.proc is not None:
             try:
                 self.exit_code = self.proc.wait(timeout=wait_s) if wait_s else self.proc.poll()

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
 from bisector import portable
+from bisector.runner.safe_fs import is_real_dir, read_regular
 from bisector.why.kernel_diff import resources
 
 __all__ = ["LEVELS", "Kernel", "find_kernels", "keep", "read_text", "other_files"]
@@ -32,14 +35,27 @@ CUOBJDUMP = "cuobjdump.txt"  # suffixes of the kept tool outputs
 PTXAS = "ptxas.txt"
 
 
+def _regular(path: Path) -> bool:
+    """A regular file itself, not a link: a JIT dir is written by trials, and a link planted there
+    (to an ancestor's environ, say) would carry what it points at into the report."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def read_text(path: Path) -> str | None:
-    """The file, or its gzipped copy (`<path>.gz`), as text; None when neither exists."""
-    if path.is_file():
-        return path.read_text(errors="replace")
-    gz = path.with_name(path.name + ".gz")
-    if gz.is_file():
-        with gzip.open(gz, "rt", errors="replace") as f:
-            return f.read()
+    """The file, or its gzipped copy (`<path>.gz`), as text; None when neither exists (or either
+    is not a regular file: bisector/runner/safe_fs.py)."""
+    data = read_regular(path)
+    if data is not None:
+        return data.decode(errors="replace")
+    packed = read_regular(path.with_name(path.name + ".gz"))
+    if packed is not None:
+        try:
+            return gzip.decompress(packed).decode(errors="replace")
+        except (OSError, EOFError):
+            return None
     return None
 
 
@@ -59,7 +75,7 @@ class Kernel:
 
     def _has(self, ext: str) -> bool:
         base = self.directory / f"{self.name}.{ext}"
-        return base.is_file() or base.with_name(base.name + ".gz").is_file()
+        return _regular(base) or _regular(base.with_name(base.name + ".gz"))
 
     def tool_output(self, suffix: str) -> str | None:
         return read_text(self.directory / f"{self.name}.{suffix}")
@@ -73,8 +89,9 @@ def _metadata_files(root: Path) -> Iterator[Path]:
 
 
 def find_kernels(root: Path) -> tuple[Kernel, ...]:
-    """Every kernel variant under `root` (a JIT dir or its kept copy), in path order."""
-    if not root.is_dir():
+    """Every kernel variant under `root` (a JIT dir or its kept copy), in path order; none where
+    `root` is a link (rglob below follows no link to a dir)."""
+    if not is_real_dir(root):
         return ()
     out = []
     for meta_path in _metadata_files(root):
@@ -94,10 +111,10 @@ def find_kernels(root: Path) -> tuple[Kernel, ...]:
 
 def other_files(root: Path) -> int:
     """Files under `root` that no kernel claims (a JIT cache of a format not read here)."""
-    if not root.is_dir():
+    if not is_real_dir(root):
         return 0
     claimed = {k.directory for k in find_kernels(root)}
-    return sum(1 for p in root.rglob("*") if p.is_file() and p.parent not in claimed)
+    return sum(1 for p in root.rglob("*") if _regular(p) and p.parent not in claimed)
 
 
 def keep(src: Path, dest: Path) -> int:
@@ -133,13 +150,13 @@ def _write_gz(path: Path, text: str) -> None:
 def _describe_binaries(kernel: Kernel, out: Path) -> None:
     """What cuobjdump and ptxas say of an NVIDIA kernel, kept as their own text (nothing without the tools)."""
     cubin = kernel.directory / f"{kernel.name}.cubin"
-    if cubin.is_file():
+    if _regular(cubin):
         text = resources.run_cuobjdump(cubin)
         if text:
             (out / f"{kernel.name}.{CUOBJDUMP}").write_text(text)
     ptx = kernel.directory / f"{kernel.name}.ptx"
     target = re.search(r"^\s*\.target\s+(sm_\w+)", read_text(ptx) or "", re.M)
-    if target:  # the PTX's own target (sm_90a for wgmma): ptxas refuses a lesser one
+    if target and _regular(ptx):  # the PTX's own target (sm_90a for wgmma): ptxas refuses a lesser one
         text = resources.run_ptxas(ptx, target.group(1))
         if text:  # without the compile time, which differs from run to run
             text = "".join(ln for ln in text.splitlines(keepends=True) if "Compile time" not in ln)
