@@ -11,6 +11,7 @@ from bisector import config as config_mod
 from bisector.commands.common import USER_PATH, fail_on_error, range_order, run_options, shape_list, with_cli_overrides
 from bisector.errors import BadInput
 from bisector.paths import work_dir_for
+from bisector.runner import sandbox
 from bisector.runner.launch import start_workers
 
 
@@ -35,6 +36,7 @@ def command(config_path: str, good: str, bad: str, store: str | None, work_dir: 
     cfg = with_cli_overrides(config_mod.load(config_path), executor_kind, executor_address, visible)
     order = range_order(cfg, good, bad, offline)  # a bad ref is bad input before anything is started
     if not offline:
+        sandbox.prepare(cfg)  # [sandbox] require: one line and exit 3 here, before any process starts
         start_workers(cfg, work_dir_for(cfg.name, work_dir))
     from bisector import pipeline
     from bisector.commands.run_job import run_and_print

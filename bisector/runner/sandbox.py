@@ -23,6 +23,7 @@ dir, a probe's output dir in tests): the operator's choice, never a config's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -33,10 +34,13 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from bisector.errors import SandboxUnavailable
 from bisector.runner import cgroups
+
+if TYPE_CHECKING:
+    from bisector.config import Config
 
 INIT = str(Path(__file__).with_name("sandbox_init.py"))
 UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--net", "--fork", "--kill-child", "--mount-proc")
@@ -262,7 +266,7 @@ def run_isolation(device: str) -> str:
 def wrap(argv: Sequence[str], writable: Sequence[str | Path], hidden: Sequence[str | Path] | None = None,
          gpu: bool = False, network: bool = False) -> list[str]:
     """`argv` inside a sandbox where this host allows one (and not for a GPU's trials), else `argv`
-    as it is, or SandboxUnavailable where the run requires one (`require`). `hidden` defaults to the
+    as it is, or SandboxUnavailable where the run requires one (`required`). `hidden` defaults to the
     bot's own package dir; the credentials of its home are hidden always. `network`: the host's
     network (a build step allowed to download, `[sandbox] build_network`), else loopback only."""
     if not applies(gpu):
@@ -280,6 +284,11 @@ def wrap(argv: Sequence[str], writable: Sequence[str | Path], hidden: Sequence[s
 _REQUIRED = False
 
 
+def is_required() -> bool:
+    """Whether the code under test run now must be sandboxed (inside `required`)."""
+    return _REQUIRED
+
+
 def unavailable(gpu: bool) -> str:
     """The one line a run that requires the sandbox stops with, where there is none."""
     probe_ = probe()
@@ -288,13 +297,36 @@ def unavailable(gpu: bool) -> str:
             f"([sandbox] require = true): not run")
 
 
-def require(gpu: bool) -> None:
-    """Fail closed: from now on no code under test runs unsandboxed in this process; raise
-    SandboxUnavailable (one line) now when this host gives it no sandbox (the real probe says so)."""
+def prepare(config: "Config") -> None:
+    """Before any code under test of `config` runs: its upstream's git config scrubbed in every
+    sandbox (a checkout, or the mirror of a URL), and `enforce`."""
+    from bisector import gitrepo
+
+    up = config.upstream.repo
+    guard_repo(gitrepo.mirror_path(up) if gitrepo.is_url(up) else Path(up).expanduser())
+    enforce(config)
+
+
+def enforce(config: "Config") -> None:
+    """Stop now (SandboxUnavailable, one line) where the config says `[sandbox] require = true` and
+    this host gives its code under test no sandbox: every run of it, fork code or not."""
+    if config.sandbox.require and not applies(config.device != "cpu"):
+        raise SandboxUnavailable(unavailable(config.device != "cpu"))
+
+
+@contextlib.contextmanager
+def required(gpu: bool) -> Iterator[None]:
+    """Fail closed for what runs inside: SandboxUnavailable now where this host gives code under
+    test no sandbox (the real probe says so), and from any `wrap` that would run a command
+    unsandboxed meanwhile."""
     global _REQUIRED
-    _REQUIRED = True
     if not applies(gpu):
         raise SandboxUnavailable(unavailable(gpu))
+    before, _REQUIRED = _REQUIRED, True
+    try:
+        yield
+    finally:
+        _REQUIRED = before
 
 
 def sandbox_env(env: Mapping[str, str], scratch: str | Path) -> dict[str, str]:
@@ -325,5 +357,5 @@ def outer_pid(inner: int, root: int | None) -> int:
     return inner
 
 
-__all__ = ["Isolation", "command", "credentials", "git_configs", "guard_repo", "outer_pid", "probe", "require",
-           "sandbox_env", "wrap"]
+__all__ = ["Isolation", "command", "credentials", "git_configs", "guard_repo", "is_required", "outer_pid", "probe", "required",
+           "enforce", "prepare", "sandbox_env", "wrap"]
