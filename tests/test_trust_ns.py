@@ -57,13 +57,14 @@ KERNELS = textwrap.dedent('''
             seen["tcp"] = "connected"
         except OSError as exc:
             seen["tcp"] = exc.errno
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect({abstract!r})
-            s.sendall(b"from the trial")
-            seen["abstract"] = "connected"
-        except OSError as exc:
-            seen["abstract"] = exc.errno
+        for name, address in (("abstract", {abstract!r}), ("pathname", {pathname!r})):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(address)
+                s.sendall(b"from the trial")
+                seen[name] = "connected"
+            except OSError as exc:
+                seen[name] = exc.errno
         note("connect", **seen)
         return a @ b
 
@@ -139,11 +140,12 @@ def probes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return out
 
 
-def write_kernels(tmp_path: Path, probes: Path, port: int = 0, abstract: bytes = b"\0none",
+def write_kernels(tmp_path: Path, probes: Path, port: int = 0, abstract: bytes = b"\0none", pathname: str = "/none",
                   paths: tuple[str, ...] = ()) -> Path:
     src = tmp_path / "src"
     src.mkdir()
-    (src / "kern.py").write_text(KERNELS.format(probe=str(probes), port=port, abstract=abstract, paths=list(paths)))
+    (src / "kern.py").write_text(KERNELS.format(probe=str(probes), port=port, abstract=abstract, pathname=pathname,
+                                                paths=list(paths)))
     return src
 
 
@@ -159,22 +161,27 @@ def trial(tmp_path: Path, src: Path, entry: str, kind: str = "cpu", upstream: Pa
 
 
 class HostListeners:
-    """A TCP listener on this host's loopback and an abstract unix socket, as the bot's dask
-    scheduler or a local service would have; `accepted` says whether anyone got through."""
+    """A TCP listener on this host's loopback, an abstract and a pathname unix socket (in a dir the
+    sandbox can read), as the bot's dask scheduler, a session bus or docker.sock would have;
+    `accepted` says whether anyone got through."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: Path) -> None:
         self.tcp = socket.create_server(("127.0.0.1", 0))
         self.port = self.tcp.getsockname()[1]
         self.abstract_name = f"\0bisector-test-{uuid.uuid4().hex}".encode()
+        self.pathname = str(where / "host.sock")
         self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.unix.bind(self.abstract_name)
-        self.unix.listen()
-        for sock in (self.tcp, self.unix):
+        self.named = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.named.bind(self.pathname)
+        self.socks = (("tcp", self.tcp), ("abstract", self.unix), ("pathname", self.named))
+        for _, sock in self.socks:
+            sock.listen()
             sock.setblocking(False)
 
     def accepted(self) -> list[str]:
         got = []
-        for name, sock in (("tcp", self.tcp), ("abstract", self.unix)):
+        for name, sock in self.socks:
             try:
                 sock.accept()[0].close()
                 got.append(name)
@@ -183,13 +190,13 @@ class HostListeners:
         return got
 
     def close(self) -> None:
-        self.tcp.close()
-        self.unix.close()
+        for _, sock in self.socks:
+            sock.close()
 
 
 @pytest.fixture
-def listeners():
-    host = HostListeners()
+def listeners(tmp_path: Path):
+    host = HostListeners(tmp_path)
     yield host
     host.close()
 
@@ -205,11 +212,11 @@ def notes(probes: Path, name: str) -> dict:
 def test_a_trial_reaches_no_socket_of_the_host(tmp_path: Path, probes: Path, listeners: HostListeners,
                                                device: str) -> None:
     """It runs (on a GPU: CUDA works without a network) but connects to nothing of the host."""
-    src = write_kernels(tmp_path, probes, listeners.port, listeners.abstract_name)
+    src = write_kernels(tmp_path, probes, listeners.port, listeners.abstract_name, listeners.pathname)
     trial(tmp_path, src, "connect", device)
     seen = notes(probes, "connect")
     assert seen["interfaces"] == ["lo"], seen
-    assert seen["tcp"] != "connected" and seen["abstract"] != "connected", seen
+    assert all(seen[k] != "connected" for k in ("tcp", "abstract", "pathname")), seen
     assert listeners.accepted() == []
 
 
@@ -217,14 +224,15 @@ def test_a_trial_reaches_no_socket_of_the_host(tmp_path: Path, probes: Path, lis
 def test_a_build_step_reaches_no_socket_of_the_host(tmp_path: Path, listeners: HostListeners) -> None:
     script = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {listeners.port}), timeout=5)\n"
               f"    print('tcp connected')\nexcept OSError as e:\n    print('tcp refused', e.errno)\n"
-              f"s = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({listeners.abstract_name!r})\n"
-              f"    print('abstract connected')\nexcept OSError as e:\n    print('abstract refused', e.errno)\n")
+              f"for name, where in (('abstract', {listeners.abstract_name!r}), ('pathname', {listeners.pathname!r})):\n"
+              f"    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(where)\n"
+              f"        print(name, 'connected')\n    except OSError as e:\n        print(name, 'refused', e.errno)\n")
     out = run_step("connect", [sys.executable, "-c", script], tmp_path, dict(os.environ), 120.0, tmp_path / "s.log",
                    tmp_path / "all.log", writable=[tmp_path / "entry"])
     log = (tmp_path / "s.log").read_text()
     assert out.ok, log
-    said = [line for line in log.splitlines() if re.fullmatch(r"(tcp|abstract) (refused \d+|connected)", line)]
-    assert said == ["tcp refused 111", "abstract refused 111"], log
+    said = [line for line in log.splitlines() if re.fullmatch(r"(tcp|abstract|pathname) (refused \d+|connected)", line)]
+    assert said == ["tcp refused 111", "abstract refused 111", "pathname refused 111"], log
     assert listeners.accepted() == []
 
 

@@ -7,7 +7,8 @@ Every command that runs upstream code is started as
 
 so that it sees none of its ancestors in /proc (no environ to read), writes only its own dirs,
 cannot see the bot's package nor the credential files of $HOME (nor a checkout's persisted token),
-reaches no socket of the host (its own network namespace: loopback only), cannot read or write
+reaches no socket of the host (its own network namespace: loopback only; the host's pathname unix
+sockets covered, but a GPU runtime's), cannot read or write
 another process's memory (ptrace and process_vm_* refused: not the zygote's, not another
 trial's), has a private bounded /dev/shm, and leaves nothing behind: when COMMAND exits the kernel
 kills the rest of its PID namespace. `probe()` runs that once per bot process and says what held;
@@ -135,6 +136,24 @@ def credentials() -> list[Path]:
     if xdg:
         found += [Path(xdg) / rel for rel in ("gh", "hub", "git/credentials", "gcloud")]
     return [p for p in dict.fromkeys(found) if os.path.lexists(p)]
+
+
+# Pathname unix sockets a GPU's runtime may need (MPS, persistence daemon): left reachable.
+GPU_SOCKETS = ("nvidia-mps", "nvidia-persistenced", "nvidia-fabricmanager")
+
+
+def host_unix_sockets() -> list[str]:
+    """The pathname unix sockets bound on this host (its network namespace's /proc/net/unix): a
+    network namespace does not separate those (docker.sock, a session bus, a journal), so each is
+    covered in the sandbox, where it stays a file, no longer a socket anyone listens on."""
+    try:
+        with open("/proc/net/unix") as fh:
+            lines = fh.read().splitlines()[1:]
+    except OSError:
+        return []
+    paths = {line.split(None, 7)[7] for line in lines if len(line.split(None, 7)) == 8}
+    return sorted(p for p in paths if p.startswith("/") and not any(g in p for g in GPU_SOCKETS)
+                  and os.path.exists(p))
 
 
 _GUARDED_REPOS: set[Path] = set()
@@ -278,7 +297,8 @@ def wrap(argv: Sequence[str], writable: Sequence[str | Path], hidden: Sequence[s
         from bisector.runner.instrument import installed_package_dirs
 
         hidden = installed_package_dirs()
-    return command(argv, writable, [*hidden, *credentials()], git_configs=git_configs(), network=network)
+    covered = [*hidden, *credentials(), *host_unix_sockets()]
+    return command(argv, writable, covered, git_configs=git_configs(), network=network)
 
 
 _REQUIRED = False
