@@ -107,14 +107,15 @@ class Worktrees:
     def admin_dir(self, path: Path) -> Path:
         """The git dir the bot made for the worktree at `path` (`.git/worktrees/<name>`), found from
         the repository's side (each admin dir's `gitdir` names its tree), never from the tree's `.git`."""
-        target = str(Path(path).absolute() / ".git")
+        target = os.path.realpath(path)  # the tree's dir (never its `.git`, which may be a link)
         root = self.common_dir / "worktrees"
         for admin in sorted(root.iterdir()) if root.is_dir() else ():
             try:
-                if (admin / "gitdir").read_text().strip() == target:
-                    return admin
+                named = Path((admin / "gitdir").read_text().strip())
             except OSError:
                 continue
+            if named.name == ".git" and os.path.realpath(named.parent) == target:
+                return admin
         raise GitError(f"{path}: not a worktree of {self.common_dir}")
 
     def tree_env(self, path: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
