@@ -39,7 +39,7 @@ def open_trials(config: Config, work: str | Path) -> Trials:
 
 
 def open_dask(config: Config, work: str | Path) -> Trials:
-    from bisector.runner.cluster import local_cluster, require_distributed
+    from bisector.runner.cluster import local_cluster, require_distributed, security_for
     from bisector.runner.dask_executor import DaskExecutor
     from bisector.runner.warmer import held_room
 
@@ -51,7 +51,8 @@ def open_dask(config: Config, work: str | Path) -> Trials:
     cluster = local_cluster(config.devices, threads=slots, holds=held_room(config)) if address == "local" else None
     try:
         client = distributed.Client(cluster if cluster is not None else address, timeout="60s",
-                                    set_as_default=False)
+                                    set_as_default=False,
+                                    **({"security": security_for(address)} if security_for(address) else {}))
     except (OSError, TimeoutError) as exc:
         if cluster is not None:
             cluster.close()

@@ -72,8 +72,20 @@ def local_cluster(devices: Sequence[int], threads: int = 1, holds: int = 0) -> A
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": None, "host": "127.0.0.1", "protocol": "tls",
                                                "security": security}}
     del distributed
-    return SpecCluster(workers=workers, scheduler=scheduler, name="bisector-local", silence_logs=40,
-                       security=security)
+    cluster = SpecCluster(workers=workers, scheduler=scheduler, name="bisector-local", silence_logs=40,
+                          security=security)
+    _STARTED[cluster.scheduler_address] = security
+    return cluster
 
 
-__all__ = ["local_cluster", "require_distributed", "run_security", "worker_env", "MISSING"]
+# The security of each cluster this process started, by scheduler address: a client of this
+# process given only the address (`[executor] address` naming it) connects with it.
+_STARTED: dict[str, Any] = {}
+
+
+def security_for(address: str) -> Any | None:
+    """The security of a cluster this process started at `address`, else None (dask's own config)."""
+    return _STARTED.get(address)
+
+
+__all__ = ["local_cluster", "require_distributed", "run_security", "security_for", "worker_env", "MISSING"]
