@@ -20,8 +20,8 @@ def command(path: str) -> None:
         params = " ".join(f"{k}={_value(v)}" for k, v in shape.params)
         click.echo(f"  {shape.key:32s} {params}")
     if cfg.triggers.allow_unsandboxed_forks or cfg.sandbox.require is False:
-        click.echo("triggers: /perf and /bisect may run a fork's code on a runner without a sandbox "
-                   f"({'allow_unsandboxed_forks' if cfg.triggers.allow_unsandboxed_forks else 'sandbox.require = false'})")
+        why = "allow_unsandboxed_forks" if cfg.triggers.allow_unsandboxed_forks else "sandbox.require = false"
+        click.echo(f"triggers: /perf and /bisect may run a fork's code on a runner without a sandbox ({why})")
     if cfg.sandbox.require:
         click.echo("sandbox: required: a run stops (exit 3) where code under test would run unsandboxed")
     if cfg.build.network:

@@ -7,14 +7,14 @@ Every command that runs upstream code is started as
 
 so that it sees none of its ancestors in /proc (no environ to read), writes only its own dirs,
 cannot see the bot's package nor the credential files of $HOME (nor a checkout's persisted token),
-reaches no socket of the host (its own network namespace: loopback only; the host's pathname unix
-sockets covered, but a GPU runtime's), cannot read or write
-another process's memory (ptrace and process_vm_* refused: not the zygote's, not another
-trial's), has a private bounded /dev/shm, and leaves nothing behind: when COMMAND exits the kernel
-kills the rest of its PID namespace. `probe()` runs that once per bot process and says what held;
-where it fails (no unshare, user namespaces forbidden), commands run unsandboxed and
-`Isolation.describe()` says so (the fence and the subreapers still kill escapees), unless the run
-requires the sandbox (`[sandbox] require`, `require()`): then it stops with one line instead.
+reaches no socket of the host (its own network namespace, loopback only; the host's pathname unix
+sockets covered, but a GPU runtime's), cannot read or write another process's memory (ptrace and
+process_vm_* refused: not the zygote's, not another trial's), has a private bounded /dev/shm, and
+leaves nothing behind: when COMMAND exits the kernel kills the rest of its PID namespace. `probe()`
+runs that once per bot process and says what held; where it fails (no unshare, user namespaces
+forbidden), commands run unsandboxed and `Isolation.describe()` says so (the fence and the
+subreapers still kill escapees), unless the run requires the sandbox (`[sandbox] require`, a fork's
+code: `enforce`, `required`): then it stops with one line instead.
 Memory and task limits are cgroups' (bisector/runner/cgroups.py), probed apart and named here.
 
 BISECTOR_SANDBOX=off turns the sandbox off (a debugging aid; the isolation line then says so);
@@ -195,7 +195,11 @@ def git_configs() -> list[Path]:
         found.append(Path(os.environ["XDG_CONFIG_HOME"]) / "git" / "config")
     from bisector.runner.instrument import bot_roots
 
-    for start in [Path.cwd(), *map(Path, bot_roots())]:
+    try:
+        starts = [Path.cwd()]
+    except OSError:
+        starts = []
+    for start in [*starts, *map(Path, bot_roots())]:
         for where in (start, *start.parents):
             config = repo_config(where)
             if config is not None:
@@ -377,5 +381,5 @@ def outer_pid(inner: int, root: int | None) -> int:
     return inner
 
 
-__all__ = ["Isolation", "command", "credentials", "git_configs", "guard_repo", "is_required", "outer_pid", "probe", "required",
-           "enforce", "prepare", "sandbox_env", "wrap"]
+__all__ = ["Isolation", "command", "credentials", "enforce", "git_configs", "guard_repo", "host_unix_sockets",
+           "is_required", "outer_pid", "prepare", "probe", "required", "sandbox_env", "wrap"]
