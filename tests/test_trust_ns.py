@@ -451,7 +451,8 @@ def test_a_run_that_requires_the_sandbox_fails_closed_where_user_namespaces_are_
 def test_the_sandbox_key_is_read_and_fork_code_requires_the_sandbox_by_default(tmp_path: Path) -> None:
     from bisector import config as config_mod
     from bisector.errors import ConfigError
-    from bisector.triggers.fork_policy import forks_need_sandbox
+    from bisector.triggers.fork_policy import forks_need_sandbox, must_be_sandboxed
+    from bisector.triggers.slash_commands import PerfCommand
 
     up = tmp_path
     load = config_mod.load
@@ -460,6 +461,13 @@ def test_the_sandbox_key_is_read_and_fork_code_requires_the_sandbox_by_default(t
     assert load(build_config(tmp_path, up, "[sandbox]\nrequire = true\n")).sandbox.require is True
     assert not forks_need_sandbox(load(build_config(tmp_path, up, "[sandbox]\nrequire = false\n")))
     assert not forks_need_sandbox(load(build_config(tmp_path, up, "[triggers]\nallow_unsandboxed_forks = true\n")))
+    nobody = lambda: pytest.fail("no ref of the upstream to look up for /perf")  # noqa: E731
+    default, off, on = (load(build_config(tmp_path, up, extra)) for extra in
+                        ("", "[sandbox]\nrequire = false\n", "[sandbox]\nrequire = true\n"))
+    assert must_be_sandboxed(PerfCommand(), "org/lib", "carol/lib", default, nobody)  # a fork's head
+    assert not must_be_sandboxed(PerfCommand(), "org/lib", "org/lib", default, nobody)  # the upstream's own
+    assert not must_be_sandboxed(PerfCommand(), "org/lib", "carol/lib", off, nobody)
+    assert must_be_sandboxed(PerfCommand(), "org/lib", "org/lib", on, nobody)
     with pytest.raises(ConfigError, match="sandbox.require: true contradicts"):
         load(build_config(tmp_path, up, "[triggers]\nallow_unsandboxed_forks = true\n[sandbox]\nrequire = true\n"))
     with pytest.raises(ConfigError, match="sandbox.require: must be bool"):
