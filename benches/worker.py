@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 
 
 class Channel:
@@ -123,6 +124,17 @@ def become_subreaper() -> None:
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def not_dumpable() -> None:
+    """No process of the same user may ptrace this one or read or write its memory (ptrace,
+    process_vm_writev, /proc/PID/mem): a trial cannot reach into the zygote it was forked from, nor
+    into another trial. Inherited by forks, reset by exec (the sandbox's seccomp filter covers those)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         except (OSError, AttributeError):
             pass
 
@@ -282,6 +294,7 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
             if pid == 0:
                 control.close()
                 become_subreaper()
+                not_dumpable()
                 os.setpgid(0, 0)  # its own group: the bot kills a worker without its siblings
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 code = 1
@@ -323,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preload", default="torch", help="modules every trial imports, comma-separated")
     parser.add_argument("--zygote", action="store_true", help="fork a worker per request instead")
     args = parser.parse_args(argv)
+    not_dumpable()  # before any module that is not the interpreter's own is imported
     if not args.zygote:
         become_subreaper()
     started = time.time()

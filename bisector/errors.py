@@ -5,6 +5,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+EXIT_NO_SANDBOX = 3  # the run requires a sandbox for code under test and this host gives none
 
 
 class BisectorError(Exception):
@@ -54,3 +55,9 @@ class PublishError(BisectorError):
 
 class BackendUnavailable(BisectorError):
     """A subject or control backend cannot run here; the message says why."""
+
+
+class SandboxUnavailable(BisectorError):
+    """The run requires a sandbox for code under test (`[sandbox] require`) and this host has none."""
+
+    exit_code = EXIT_NO_SANDBOX

@@ -13,6 +13,20 @@ import platformdirs
 from bisector.errors import BadInput, GitError, RefError
 from bisector.model import Commit
 
+# Config for every git the bot runs: no hook, no fsmonitor (each a command git would run). Given
+# as GIT_CONFIG_COUNT variables, so GitPython's calls and plain subprocesses carry it alike.
+NO_COMMANDS = {"core.hooksPath": "/dev/null", "core.fsmonitor": ""}
+
+
+def quiet_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables that give git the `NO_COMMANDS` config (plus `extra`), above any file's."""
+    pairs = {**NO_COMMANDS, **(extra or {})}
+    env = {"GIT_CONFIG_COUNT": str(len(pairs))}
+    for i, (key, value) in enumerate(pairs.items()):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    return env
+
+
 _SQUASH_PR = re.compile(r"\(#(\d+)\)\s*$")
 _MERGE_PR = re.compile(r"^Merge pull request #(\d+)\b")
 _URL = re.compile(r"^(https?|ssh|git|file)://|^[\w.-]+@[\w.-]+:")
@@ -39,28 +53,40 @@ def open_repo(path_or_url: str, cache_dir: Path | None = None, fetch: bool = Tru
         if not path.exists():
             raise BadInput(f"{path_or_url}: no such directory")
         try:
-            return git.Repo(path, search_parent_directories=False)
+            return _quiet(git.Repo(path, search_parent_directories=False))
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise BadInput(f"{path_or_url}: not a git repository") from None
     if path_or_url.startswith("file://"):
         _check_file_url(path_or_url)
-    root = Path(cache_dir or platformdirs.user_cache_dir("bisector")) / "upstreams"
-    name = re.sub(r"[^\w.-]+", "_", path_or_url.rstrip("/").split("/")[-1].removesuffix(".git"))
-    dest = root / f"{name}-{hashlib.sha1(path_or_url.encode()).hexdigest()[:8]}"
+    dest = mirror_path(path_or_url, cache_dir)
+    root = dest.parent
     try:
         if dest.exists():
-            repo = git.Repo(dest)
+            repo = _quiet(git.Repo(dest))
             if fetch:
                 repo.git.fetch("--prune", "origin")  # a mirror: refs/heads/* and refs/pull/* move
             return repo
         root.mkdir(parents=True, exist_ok=True)
-        return git.Repo.clone_from(path_or_url, dest, mirror=True)
+        return _quiet(git.Repo.clone_from(path_or_url, dest, mirror=True, env=quiet_env()))
     except git.GitCommandError as exc:
         what = exc.command[1] if isinstance(exc.command, list) and len(exc.command) > 1 else "command"
         message = git_message(exc)
         if what == "clone" and _NOT_FOUND.search(message):
             raise BadInput(f"{path_or_url}: no git repository there (git clone: {message})") from None
         raise GitError(f"{path_or_url}: git {what} failed: {message}") from None
+
+
+def _quiet(repo: git.Repo) -> git.Repo:
+    """`repo` whose git commands run no hook and no fsmonitor (`NO_COMMANDS`)."""
+    repo.git.update_environment(**quiet_env())
+    return repo
+
+
+def mirror_path(url: str, cache_dir: Path | None = None) -> Path:
+    """Where `open_repo` keeps its mirror of `url`."""
+    root = Path(cache_dir or platformdirs.user_cache_dir("bisector")) / "upstreams"
+    name = re.sub(r"[^\w.-]+", "_", url.rstrip("/").split("/")[-1].removesuffix(".git"))
+    return root / f"{name}-{hashlib.sha1(url.encode()).hexdigest()[:8]}"
 
 
 _NOT_FOUND = re.compile(r"does not appear to be a git repository|repository .* not found|does not exist", re.I)

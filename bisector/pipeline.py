@@ -98,6 +98,8 @@ class Session:
                  observer: Observer = lambda e: None, offline: bool = False) -> None:
         self.config = config
         self.offline = offline  # every probe replays the store: no build, no trial
+        if not offline:
+            sandbox.prepare(config)  # [sandbox] require: stop here where code under test would run unsandboxed
         try:
             self.repo: git.Repo = gitrepo.open_repo(config.upstream.repo)
         except BadInput as exc:  # name the config key that led there

@@ -400,14 +400,18 @@ def test_cli_patch_file_with_crlf_lines_applies(upstream, tmp_path):
     assert row["patch_hash"] and (Path(row["source_dir"]) / "win.py").read_bytes() == b"A = 1\r\nB = 3\r\n"
 
 
-def test_worktree_is_reused_only_when_clean(upstream, tmp_path):
+def test_worktree_is_never_reused(upstream, tmp_path):
+    """A tree is where build steps write: even one that looks clean is checked out anew."""
     from bisector.build.worktree import Worktrees
 
     repo, shas = upstream
     trees = Worktrees(git.Repo(repo), tmp_path / "wt.lock")
     path = tmp_path / "wt" / "tree"
     assert trees.ensure(path, shas[0]) is False
-    assert trees.ensure(path, shas[0]) is True  # clean and at the same commit: reused
+    (path / "marker").write_text("x")
+    (path / "marker").unlink()
+    inode = path.stat().st_ino
+    assert trees.ensure(path, shas[0]) is False and path.is_dir()
     (path / "build-output.o").write_text("x")
     assert trees.ensure(path, shas[0]) is False and not (path / "build-output.o").exists()
     assert trees.ensure(path, shas[1]) is False and (path / "fixturepkg" / "__init__.py").read_text() == "VALUE = 1\n"

@@ -48,6 +48,7 @@ from bisector.errors import BisectorError, GitError
 from bisector.config.keyfiles import key_from_dir
 from bisector.model import BuildResult, BuildStatus
 from bisector.runner.memwatch import limit_bytes
+from bisector.runner import sandbox
 from bisector.runner.sandbox import sandbox_env
 from bisector.trust.filter import scrub
 
@@ -87,7 +88,9 @@ class Builder:
         self.worktrees = Worktrees(repo, Path(cache_root) / "locks" / "worktrees.lock")
         self.cache = Cache(Path(cache_root), int(build.cache_max_gb * 1e9), on_remove=self._remove_tree)
         self.memory_bytes = limit_bytes(build.memory_gb)  # a step's process tree is killed above it
-        self.limits = {"memory_bytes": self.memory_bytes, "max_tasks": build.max_tasks}  # each step's cgroup
+        # each step's cgroup; its network: loopback only unless `[build] network`
+        self.limits = {"memory_bytes": self.memory_bytes, "max_tasks": build.max_tasks, "network": build.network}
+        sandbox.guard_repo(repo.working_tree_dir or repo.git_dir)  # its steps never read a persisted token
         self._failed: dict[str, BuildResult] = {}
         self._memo_lock = threading.Lock()
 
@@ -166,7 +169,8 @@ class Builder:
                                seconds=time.monotonic() - start, patch_hash=phash,
                                log_tail=f"{tail(log)}\n{reason}".strip())
 
-        # A stale entry (killed build): keep its worktree only if it is still pristine.
+        # A stale entry (killed build): nothing of it is kept; its tree, which its steps may have
+        # changed (its `.git` too), is deleted and checked out anew by `ensure`.
         if slot.path.exists():
             for child in slot.path.iterdir():
                 if child.name != "tree":
@@ -234,9 +238,12 @@ class Builder:
     def _apply_patch(self, slot: Slot, tree: Path, patch: str, log: Path) -> StepOutcome:
         patch_file = slot.log_dir / "patch.diff"
         patch_file.write_bytes((patch if patch.endswith("\n") else patch + "\n").encode())
+        try:  # git on the tree through the admin dir the bot made, never the tree's own `.git`
+            env = self.worktrees.tree_env(tree, scrub(os.environ))
+        except GitError as exc:
+            return StepOutcome("patch", False, 0.0, str(slot.log_dir / "00-patch.log"), str(exc))
         outcome = run_step("patch", ["git", "apply", "--3way", "--whitespace=nowarn", str(patch_file)], tree,
-                           scrub(os.environ), 600.0, slot.log_dir / "00-patch.log", log,
-                           **self.limits)
+                           env, 600.0, slot.log_dir / "00-patch.log", log, **self.limits)
         if outcome.ok:
             return outcome
         text = Path(outcome.log_path).read_text(errors="replace")

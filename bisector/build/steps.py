@@ -43,19 +43,21 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float,
              log_path: Path, combined_log: Path, memory_bytes: int = 0,
-             writable: Sequence[Path] | None = None, max_tasks: int = DEFAULT_TASKS) -> StepOutcome:
+             writable: Sequence[Path] | None = None, max_tasks: int = DEFAULT_TASKS,
+             network: bool = False) -> StepOutcome:
     """Run `argv` inside the fence (bisector/runner/fence.py: it dies with the bot and takes the
     step's whole process tree), under a memory limit and at most `max_tasks` processes and threads
     (a cgroup of its own where the host allows it, bisector/runner/cgroups.py); stdout and stderr
     go to `log_path`, then to the combined log. With `writable` (upstream code: build steps, import
-    checks) it runs in the sandbox (bisector/runner/sandbox.py) where only those dirs can be written."""
+    checks) it runs in the sandbox (bisector/runner/sandbox.py) where only those dirs can be written,
+    in a network namespace of its own (loopback only) unless `network`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     reason = ""
     with open(log_path, "wb") as log:
         log.write(f"$ {' '.join(argv)}\n# cwd {cwd}\n".encode())
         log.flush()
-        inner = list(argv) if writable is None else sandbox.wrap(argv, writable)
+        inner = list(argv) if writable is None else sandbox.wrap(argv, writable, network=network)
         proc = subprocess.Popen(fenced(inner, limits=Limits(memory_bytes, max_tasks)), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         breach = WATCH.watch(proc.pid, memory_bytes, kill=proc.terminate)

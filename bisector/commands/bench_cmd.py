@@ -106,6 +106,9 @@ def command(config_path: Path, source: str | None, trials: int | None, suites: t
             work: str | None, no_store: bool, as_json: bool) -> None:
     """Measure the current checkout of the upstream: subject and control, every shape."""
     cfg = config_mod.load(config_path)
+    from bisector.runner import sandbox
+
+    sandbox.prepare(cfg)
     src = Path(source or cfg.upstream.repo).absolute()
     build = checkout(src, cfg.upstream.source_dir)
     work_dir = Path(work) if work else Path(platformdirs.user_cache_dir("bisector")) / "bench" / cfg.name

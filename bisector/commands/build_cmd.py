@@ -16,6 +16,7 @@ from bisector import gitrepo
 from bisector.build import Builder, Prefetcher
 from bisector.commands.common import USER_PATH, check_upstream, fail_on_error, print_json
 from bisector.model import BuildResult, BuildStatus
+from bisector.runner import sandbox
 from bisector.userfile import read_text
 
 
@@ -39,6 +40,7 @@ def command(commits: tuple[str, ...], config_path: str, patch_file: str | None, 
     """Build COMMIT... (in parallel up to [build] parallel); exit 1 if any failed."""
     cfg = config_mod.load(config_path)
     check_upstream(cfg)
+    sandbox.prepare(cfg)
     repo = gitrepo.open_repo(cfg.upstream.repo)
     shas = [gitrepo.resolve(repo, c) for c in commits]  # bad refs fail before any build starts
     patch = read_text(patch_file, newline_exact=True) if patch_file else None  # keep CRLF lines intact

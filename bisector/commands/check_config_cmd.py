@@ -20,9 +20,13 @@ def command(path: str) -> None:
     for shape in cfg.shapes:
         params = " ".join(f"{k}={_value(v)}" for k, v in shape.params)
         click.echo(f"  {shape.key:32s} {params}")
-    if cfg.triggers.allow_unsandboxed_forks:
-        click.echo("triggers: /perf and /bisect may run a fork's code on a runner without a sandbox "
-                   "(allow_unsandboxed_forks)")
+    if cfg.triggers.allow_unsandboxed_forks or cfg.sandbox.require is False:
+        why = "allow_unsandboxed_forks" if cfg.triggers.allow_unsandboxed_forks else "sandbox.require = false"
+        click.echo(f"triggers: /perf and /bisect may run a fork's code on a runner without a sandbox ({why})")
+    if cfg.sandbox.require:
+        click.echo("sandbox: required: a run stops (exit 3) where code under test would run unsandboxed")
+    if cfg.build.network:
+        click.echo("build: steps share the host's network (build.network)")
 
 
 def _value(v: object) -> str:

@@ -12,6 +12,7 @@ from bisector.commands.common import (USER_PATH, check_upstream, checked_shapes,
                                      run_options, shape_list, with_cli_overrides)
 from bisector.errors import BadInput
 from bisector.paths import work_dir_for
+from bisector.runner import sandbox
 from bisector.runner.launch import start_workers
 
 
@@ -38,6 +39,7 @@ def command(config_path: str, good: str, bad: str, store: str | None, work_dir: 
     cfg = checked_shapes(cfg, shapes)
     order = range_order(cfg, good, bad, offline)
     if not offline:
+        sandbox.prepare(cfg)  # [sandbox] require: one line and exit 3 here, before any process starts
         start_workers(cfg, work_dir_for(cfg.name, work_dir))
     from bisector import pipeline
     from bisector.commands.run_job import run_and_print

@@ -66,6 +66,8 @@ class Build:
     max_hunk_trials: int = 64  # trial processes the hunk search of one culprit may run (subsets and parent)
     memory_gb: float = 0.0  # a build step's process tree is killed above this (0: half the RAM)
     max_tasks: int = 8192  # processes and threads of one build step (its cgroup's pids.max, where there is one)
+    # Build steps share the host's network (to download); else their own namespace, loopback only.
+    network: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,16 @@ class Triggers:
     allow_unsandboxed_forks: bool = False
 
 
+@dataclass(frozen=True)
+class Sandbox:
+    """The sandbox around code under test (bisector/runner/sandbox.py)."""
+
+    # True: a run of this config stops (one line, exit 3) where the host gives code under test no
+    # sandbox; False: it runs unsandboxed there, fork code included; None (unset): required for a
+    # fork's code (`/perf`, `/bisect`) unless `[triggers] allow_unsandboxed_forks`, not otherwise.
+    require: bool | None = None
+
+
 EXECUTORS = ("local", "dask")
 
 
@@ -259,6 +271,7 @@ class Config:
     suite_modules: Mapping[str, SuiteModule] = field(default_factory=dict)  # suites the user brings
     executor: Executor = Executor()
     triggers: Triggers = Triggers()
+    sandbox: Sandbox = Sandbox()
 
     def shape(self, key: str) -> Shape:
         for s in self.shapes:
@@ -296,7 +309,7 @@ def load(path: str | Path) -> Config:
 def parse(data: Mapping[str, Any], path: Path) -> Config:
     top = _Section(path, data, "", ("name", "description", "upstream", "build", "device", "control",
                                     "subject", "suites", "protocol", "thresholds", "publish", "report", "store",
-                                    "executor", "triggers"))
+                                    "executor", "triggers", "sandbox"))
     up = top.section("upstream", ("repo", "branch", "source_dir"), required=True)
     upstream = Upstream(repo=up.get("repo", str), branch=up.get("branch", str, "main"),
                         source_dir=up.get("source_dir", str, "."))
@@ -318,6 +331,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
     modules = config_suites.parse_suite_modules(top, names, subjects)
     shapes = config_suites.parse_shapes(top, names, subjects, modules)
     _check_limits(path, control, subjects, shapes)
+    allow_forks = top.section("triggers", ("allow_unsandboxed_forks",)).get("allow_unsandboxed_forks", bool, False)
     return Config(
         name=top.get("name", str, path.stem),
         description=top.get("description", str, ""),
@@ -325,7 +339,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         upstream=upstream,
         build=_build(top.section("build", ("recipe", "pip_args", "steps", "import_check", "cache_dir",
                                            "cache_max_gb", "parallel", "max_hunk_builds", "max_hunk_trials",
-                                           "memory_gb", "max_tasks"))),
+                                           "memory_gb", "max_tasks", "network"))),
         device=device,
         devices=tuple(visible),
         control=control,
@@ -350,9 +364,17 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         report_dir=top.section("report", ("dir",)).path_value("dir") or absolute_or_none("reports"),
         store=top.path_value("store"),
         executor=_executor(top.section("executor", ("kind", "address", "width"))),
-        triggers=Triggers(allow_unsandboxed_forks=top.section("triggers", ("allow_unsandboxed_forks",))
-                          .get("allow_unsandboxed_forks", bool, False)),
+        triggers=Triggers(allow_unsandboxed_forks=allow_forks),
+        sandbox=_sandbox(top.section("sandbox", ("require",)), allow_forks),
     )
+
+
+def _sandbox(sec: _Section, allow_forks: bool) -> Sandbox:
+    require = sec.get("require", bool, None)
+    if require is True and allow_forks:
+        raise ConfigError(sec.path, sec.name("require"),
+                          "true contradicts [triggers] allow_unsandboxed_forks = true: drop one")
+    return Sandbox(require=require)
 
 
 def _check_limits(path: Path, control: str, subjects: Mapping[str, Any], shapes: Sequence[Shape]) -> None:
@@ -416,7 +438,8 @@ def _build(sec: _Section) -> Build:
                  cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1),
                  max_hunk_builds=sec.positive("max_hunk_builds", int, 12),
                  max_hunk_trials=sec.positive("max_hunk_trials", int, 64),
-                 memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec))
+                 memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec),
+                 network=sec.get("network", bool, False))
 
 
 def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> Protocol:

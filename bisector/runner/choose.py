@@ -39,17 +39,20 @@ def open_trials(config: Config, work: str | Path) -> Trials:
 
 
 def open_dask(config: Config, work: str | Path) -> Trials:
-    from bisector.runner.cluster import local_cluster, require_distributed
+    from bisector.runner.cluster import local_cluster, require_distributed, security_for
     from bisector.runner.dask_executor import DaskExecutor
     from bisector.runner.warmer import held_room
 
     distributed = require_distributed()
     address = config.executor.address or "local"
+    if address != "local" and not address.startswith("tls://"):
+        unauthenticated(config, address)
     slots = 1 + default_ahead(config)
     cluster = local_cluster(config.devices, threads=slots, holds=held_room(config)) if address == "local" else None
     try:
         client = distributed.Client(cluster if cluster is not None else address, timeout="60s",
-                                    set_as_default=False)
+                                    set_as_default=False,
+                                    **({"security": security_for(address)} if security_for(address) else {}))
     except (OSError, TimeoutError) as exc:
         if cluster is not None:
             cluster.close()
@@ -62,6 +65,22 @@ def open_dask(config: Config, work: str | Path) -> Trials:
     else:
         executor.wait_for_devices(1)
     return Trials(executor, executor, executor.device_count)
+
+
+def unauthenticated(config: Config, address: str) -> None:
+    """A fleet's scheduler without TLS runs any client's tasks in its workers, outside any sandbox:
+    refused for a run that must be sandboxed (`[sandbox] require`, a fork's code), said otherwise."""
+    import sys
+
+    from bisector.errors import SandboxUnavailable
+    from bisector.runner import sandbox
+
+    said = (f"dask: the scheduler at {address} is not authenticated (not tls://): whatever reaches it "
+            f"runs code in its workers")
+    if config.sandbox.require or sandbox.is_required():
+        raise SandboxUnavailable(f"{said}; this run requires a sandbox ([sandbox] require): use a tls:// "
+                                 f"scheduler with dask's distributed.comm.tls certificates")
+    print(f"bisector: {said}; use tls:// with certificates (distributed.comm.tls)", file=sys.stderr, flush=True)
 
 
 def offline_width(config: Config) -> int:

@@ -76,8 +76,10 @@ class Host:
     """One config's builder and trial executor in this worker process."""
 
     def __init__(self, config: Config, work: Path) -> None:
+        from bisector.runner import sandbox
         from bisector.runner.launch import make_executor
 
+        sandbox.prepare(config)  # a worker that cannot sandbox a config that requires it runs nothing of it
         self.device = worker_device()
         self.config = replace(config, devices=(self.device,))
         self.work = work

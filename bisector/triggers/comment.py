@@ -33,7 +33,7 @@ from bisector.errors import BadInput, BisectorError, GitError, RefError
 from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
 from bisector.publish.publish_plan import PublishPlan, RunVerdict
-from bisector.runner import lock
+from bisector.runner import lock, sandbox
 from bisector.triggers.ab import ab_until_sure
 from bisector.triggers import fork_policy, perf, plan_file
 from bisector.triggers import slash_commands as commands
@@ -227,10 +227,14 @@ def _measure(event: CommentEvent, command: commands.Command, job: Job, pinned: s
                                   lambda: gitrepo.open_repo(cfg.upstream.repo))
     if refused:
         return refused_plan(event, refused), Handled("refused", refused)
-    with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
-        if isinstance(command, commands.BisectCommand):
-            return _bisect(event, command, job, pinned, head_repo)
-        return _perf(event, command, job, pinned)
+    fail_closed = fork_policy.must_be_sandboxed(command, event.repo, head_repo, cfg,
+                                                lambda: gitrepo.open_repo(cfg.upstream.repo))
+    # fail closed: nothing of a fork's code (or any, where the config requires it) runs unsandboxed
+    with sandbox.required(cfg.device != "cpu") if fail_closed else contextlib.nullcontext():
+        with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
+            if isinstance(command, commands.BisectCommand):
+                return _bisect(event, command, job, pinned, head_repo)
+            return _perf(event, command, job, pinned)
 
 
 def _pinned_range(event: CommentEvent, command: commands.BisectCommand, config: Config,

@@ -3,7 +3,9 @@
 A fork's code is anyone's: on a host that gives code under test no sandbox (no user namespaces,
 or a GPU, whose trials run in the fence only: bisector/runner/sandbox.py) it would run as the bot's
 user, beside the runner's files. Such a command is refused with a one-line answer in the PR, unless
-the config opts in by name (`[triggers] allow_unsandboxed_forks = true`). A PR whose head branch
+the config opts in by name (`[triggers] allow_unsandboxed_forks = true`, or `[sandbox] require =
+false`); one that runs is sandboxed or stopped (`sandbox.require`: nothing of it runs unsandboxed
+later, e.g. where a GPU's driver is found not to work inside the sandbox). A PR whose head branch
 lives in the upstream itself was pushed by someone with write access: not a fork's code; nor is a
 commit reachable from the upstream's branches or tags. Where the head's repository is not known (a
 dry run, a workflow that did not pass it) it counts as a fork's.
@@ -59,12 +61,29 @@ def no_sandbox(config: Config) -> str:
     return probe.reason if not probe.sandboxed else f"GPU trials: fence and subreapers only ({sandbox.gpu_inside()})"
 
 
+def forks_need_sandbox(config: Config) -> bool:
+    """Whether a fork's code runs only sandboxed: `[sandbox] require`, by default yes unless the
+    config allows unsandboxed forks by name."""
+    if config.sandbox.require is not None:
+        return config.sandbox.require
+    return not config.triggers.allow_unsandboxed_forks
+
+
+def must_be_sandboxed(command: Command, repo: str, head_repo: str | None, config: Config,
+                      upstream: Callable[[], git.Repo]) -> bool:
+    """Whether `command` may run only sandboxed: the config requires it for every run, or it runs a
+    fork's code and the config requires it for those (the default)."""
+    if config.sandbox.require:
+        return True
+    return forks_need_sandbox(config) and runs_fork_code(command, head_repo == repo, upstream)
+
+
 def refusal(command: Command, number: int, repo: str, head_repo: str | None, config: Config,
             upstream: Callable[[], git.Repo]) -> str:
     """The one-line answer refusing `command` on PR `number` of `repo`, or "" when it may run.
     `head_repo`: where the PR's head branch lives (None: not known); `upstream`: opens the mirror."""
     why = no_sandbox(config)
-    if not why or config.triggers.allow_unsandboxed_forks:
+    if not why or not forks_need_sandbox(config):
         return ""
     if not runs_fork_code(command, head_repo == repo, upstream):
         return ""
@@ -74,4 +93,5 @@ def refusal(command: Command, number: int, repo: str, head_repo: str | None, con
             f"({why}); the bot's config may allow it with `{OPT_IN}`.")
 
 
-__all__ = ["OPT_IN", "PULL_REF", "no_sandbox", "on_upstream", "refusal", "runs_fork_code"]
+__all__ = ["OPT_IN", "PULL_REF", "forks_need_sandbox", "must_be_sandboxed", "no_sandbox", "on_upstream", "refusal",
+           "runs_fork_code"]
