@@ -22,9 +22,10 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from bisector.why import hunk_calls
 from bisector.why.hunks import Hunk, patch_of
 
 __all__ = ["Piece", "Plan", "plan", "pieces_of", "apply_text", "new_names", "is_plumbing"]
@@ -55,6 +56,8 @@ class Plan:
     parts: tuple[Hunk, ...]
     base: tuple[Piece, ...]
     pieces: tuple[Piece, ...]  # behaviour-changing: the search's units
+    unsplit: tuple[str, ...] = ()  # hunks or files kept whole, and why: their statements do not parse apart
+    base_error: str = ""  # why the base alone would not compile or bind ("" when it does)
 
     @property
     def plumbing_hunks(self) -> tuple[int, ...]:
@@ -82,20 +85,29 @@ class Plan:
     def patch(self, subset: Sequence[int]) -> str:
         return patch_of(self.hunks_of(subset))
 
-    def compile_error(self, subset: Sequence[int], old: Source) -> str:
-        """Why the parent with the base and `subset` applied is not valid Python ("" when it is)."""
+    def compile_error(self, subset: Sequence[int], old: Source, new: Source | None = None) -> str:
+        """Why the parent with the base and `subset` applied is not valid Python ("" when it is):
+        a touched file that does not compile, or (given the culprit's files, `new`) a call in the
+        commit's Python files that would not bind (bisector/why/hunk_calls.py)."""
         chosen = self.hunks_of(subset)
-        for path in dict.fromkeys(h.path for h in chosen):
-            if not path.endswith(".py") or any(not h.header for h in chosen if h.path == path):
+        patched = {}
+        for path in dict.fromkeys(h.path for h in self.parts):
+            if not path.endswith(".py") or any(not h.header for h in self.parts if h.path == path):
                 continue
             text = old(path)
             if text is None:
                 continue
+            patched[path] = apply_text(text, [h for h in chosen if h.path == path])
+            if not any(h.path == path for h in chosen):
+                continue
             try:
-                compile(apply_text(text, [h for h in chosen if h.path == path]), path, "exec")
+                compile(patched[path], path, "exec")
             except (SyntaxError, ValueError) as e:
                 return f"does not compile: {path}:{getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)}"
-        return ""
+        if new is None or not patched:
+            return ""
+        errors = hunk_calls.new_errors(patched, {p: old(p) or "" for p in patched}, {p: new(p) or "" for p in patched})
+        return "would not run: " + "; ".join(errors) if errors else ""
 
 
 def _counts(m: re.Match[str]) -> tuple[int, int, int, int]:
@@ -252,13 +264,19 @@ def statement_pieces(h: Hunk, old_tree: ast.AST | None, new_tree: ast.AST | None
 
 
 def _pair(removed: list[list[int]], added: list[list[int]], text: Callable[[list[int]], str]) -> list[tuple[int, ...]]:
-    """Removed and added statements paired in order where their text is alike (a statement edited);
-    the others stand alone (a statement only added or only removed)."""
+    """Removed and added statements paired in order where their text is alike (a statement edited):
+    each with the most alike one left, a statement of its own kind (`return` with `return`) before
+    any other; the others stand alone (a statement only added or only removed). Pairing a `return`
+    with a new assignment would leave a piece that drops the function's result."""
+    def alike(a: str, b: str) -> float:  # the same first word (`return`, `if`, an assignment's target) first
+        return difflib.SequenceMatcher(None, a, b).ratio() + (a.split(" ", 1)[0] == b.split(" ", 1)[0])
+
     out: list[tuple[int, ...]] = []
     at = 0
     for run in removed:
-        match = next((j for j in range(at, len(added))
-                      if difflib.SequenceMatcher(None, text(run), text(added[j])).ratio() >= 0.6), None)
+        scores = [(alike(text(run), text(added[j])), -j, j) for j in range(at, len(added))
+                  if difflib.SequenceMatcher(None, text(run), text(added[j])).ratio() >= 0.6]
+        match = max(scores)[2] if scores else None
         if match is None:
             out.append(tuple(run))
             continue
@@ -299,13 +317,19 @@ def new_names(olds: Sequence[str | None], news: Sequence[str | None]) -> frozens
 
 
 def widened(olds: Sequence[str | None], news: Sequence[str | None]) -> frozenset[str]:
-    """Functions whose parameter list gained a name (their calls may pass it positionally)."""
+    """Functions, and classes whose `__init__`, gained a parameter: their calls may pass the new
+    value positionally, as any expression (`Meta(q, k.stride(1), ...)`), and that is threading."""
     def params(text: str | None) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for node in ast.walk(_parse(text) or ast.Module([], [])):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 a = node.args
                 out.setdefault(node.name, set()).update(x.arg for x in a.posonlyargs + a.args + a.kwonlyargs)
+            elif isinstance(node, ast.ClassDef):  # a class is called through its __init__
+                for init in node.body:
+                    if isinstance(init, (ast.FunctionDef, ast.AsyncFunctionDef)) and init.name == "__init__":
+                        a = init.args
+                        out.setdefault(node.name, set()).update(x.arg for x in a.posonlyargs + a.args + a.kwonlyargs)
         return out
 
     before: dict[str, set[str]] = {}
@@ -335,11 +359,25 @@ class _Same:
         return ((isinstance(t, ast.Name) and t.id in self.names)
                 or (isinstance(t, ast.Attribute) and t.attr in self.names))
 
+    @classmethod
+    def _passed(cls, e: ast.AST | None) -> bool:
+        """A value handed along, not computed: a name or attribute chain, a constant, or a call of
+        such values (`kv_stride`, `self.kv_stride`, `k.stride(1)`). Arithmetic, a comprehension or
+        an index on it computes with the new name: that is behaviour."""
+        if e is None or isinstance(e, (ast.Name, ast.Constant)):
+            return True
+        if isinstance(e, ast.Attribute):
+            return cls._passed(e.value)
+        if isinstance(e, ast.Call):
+            return cls._passed(e.func) and all(cls._passed(a) for a in e.args) and \
+                all(cls._passed(k.value) for k in e.keywords)
+        return False
+
     def _extra_stmt(self, s: ast.stmt) -> bool:
         if isinstance(s, ast.Assign):
-            return all(self._target_new(t) for t in s.targets)
+            return all(self._target_new(t) for t in s.targets) and self._passed(s.value)
         if isinstance(s, ast.AnnAssign):
-            return self._target_new(s.target)
+            return self._target_new(s.target) and self._passed(s.value)
         if isinstance(s, (ast.Import, ast.ImportFrom)):
             return all((a.asname or a.name).split(".")[0] in self.names for a in s.names)
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -469,7 +507,9 @@ def pieces_of(parts: Sequence[Hunk], old: Source, new: Source) -> tuple[Piece, .
 
 def plan(parts: Sequence[Hunk], largest_group: int, old: Source, new: Source) -> Plan | None:
     """A plumbing base and the pieces to search, when grouping would tie most hunks together and
-    the commit holds both plumbing and behaviour-changing pieces; None otherwise."""
+    the commit holds both plumbing and behaviour-changing pieces; None otherwise. The statements of
+    a hunk that do not parse apart are searched as one piece, and the base is closed over the call
+    sites its signatures need (`checked`)."""
     if len(parts) < 3 or largest_group <= MOST * len(parts):
         return None
     found = pieces_of(parts, old, new)
@@ -477,4 +517,60 @@ def plan(parts: Sequence[Hunk], largest_group: int, old: Source, new: Source) ->
     rest = tuple(p for p in found if not p.plumbing)
     if not base or not rest:
         return None
-    return Plan(tuple(parts), base, rest)
+    return checked(Plan(tuple(parts), base, rest), old, new)
+
+
+def _merged(plan: Plan, hunk: int) -> Plan:
+    """`plan` with the behaviour-changing pieces of one hunk searched as one."""
+    at = next(i for i, p in enumerate(plan.pieces) if p.hunk == hunk)
+    pieces = [p for p in plan.pieces if p.hunk != hunk]
+    pieces.insert(at, Piece(hunk, None, plan.parts[hunk].label))  # with the base's lines of it: the whole hunk
+    why = f"{plan.parts[hunk].label}: its statements do not parse apart, searched whole"
+    return replace(plan, pieces=tuple(pieces), unsplit=(*plan.unsplit, why))
+
+
+def _parses_apart(plan: Plan, old: Source) -> Plan:
+    """Every piece applied alone on the base, and every piece left out of the whole, must compile;
+    a hunk whose pieces do not is searched as one piece (its statements do not parse apart)."""
+    for _ in range(len(plan.parts)):
+        n = len(plan.pieces)
+        every = tuple(range(n))
+        bad = next((plan.pieces[i].hunk for i in range(n)
+                    if sum(p.hunk == plan.pieces[i].hunk for p in plan.pieces) > 1
+                    and (plan.compile_error((i,), old) or plan.compile_error(every[:i] + every[i + 1:], old))), None)
+        if bad is None:
+            break
+        plan = _merged(plan, bad)
+    whole = [i for i in range(len(plan.pieces)) if plan.compile_error((i,), old)]
+    notes = [f"{plan.pieces[i].label}: does not parse without other hunks of its file" for i in whole]
+    return replace(plan, unsplit=(*plan.unsplit, *notes))
+
+
+def _callee(error: str) -> str:
+    m = re.search(r"(\w+)\(\) ", error)
+    return m.group(1) if m else ""
+
+
+def checked(plan: Plan, old: Source, new: Source) -> Plan:
+    """`plan` whose pieces parse apart and whose base binds: a behaviour-changing piece that calls a
+    function or class the base widened (a call site the threading needs, passing a value the
+    plumbing rule did not recognise) joins the base, until the base alone compiles and binds."""
+    plan = _parses_apart(plan, old)
+    for _ in range(len(plan.pieces) + 1):
+        error = plan.compile_error((), old, new)
+        names = {_callee(e) for e in error.split("; ")} - {""} if error.startswith("would not run") else set()
+        if not names:
+            return replace(plan, base_error=error)
+        callers = [p for p in plan.pieces if _calls(plan.parts[p.hunk], p.keep, names)]
+        if not callers or len(callers) == len(plan.pieces):
+            return replace(plan, base_error=error)
+        moved = tuple(replace(p, plumbing=True) for p in callers)
+        plan = replace(plan, base=(*plan.base, *moved), pieces=tuple(p for p in plan.pieces if p not in callers))
+    return plan
+
+
+def _calls(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
+    """Whether the piece's changed lines call one of `names`."""
+    lines = h.body.splitlines()
+    chosen = [lines[i] for i in (keep if keep is not None else range(len(lines))) if lines[i][:1] in "+-"]
+    return any(re.search(rf"\b{re.escape(n)}\s*[\[(]", ln) for ln in chosen for n in names)

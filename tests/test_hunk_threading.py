@@ -1,0 +1,139 @@
+"""Threading as the base when the threaded name is also used in new code, on a real git history
+(tests/threading_fixture.py): the threading hunks (signatures, `__slots__`, ten call sites, two of
+which pass the new value as an expression) are applied as the base, the address helper's statements
+are searched, and no subset that would raise TypeError for a missing argument is ever built. Every
+subset is applied with `git apply` in a real worktree and run in a fresh Python process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import git
+import pytest
+
+from bisector import gitrepo
+from bisector.why import hunk_calls, hunk_groups, hunk_plumbing, hunks
+from tests import threading_fixture
+
+
+@pytest.fixture()
+def culprit(tmp_path: Path) -> tuple[Path, str]:
+    root = tmp_path / "up"
+    return root, threading_fixture.write(root)
+
+
+def sources(root: Path, sha: str):
+    repo = git.Repo(root)
+    return (lambda p: gitrepo.file_at(repo, f"{sha}^", p)), (lambda p: gitrepo.file_at(repo, sha, p))
+
+
+def planned(root: Path, sha: str):
+    parts = hunks.split(gitrepo.commit_diff(git.Repo(root), sha))
+    old, new = sources(root, sha)
+    groups = hunk_groups.group(parts, old, new)
+    return parts, groups, hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+
+
+class Runs:
+    """The parent with a patch applied in a real worktree, `lib.api.run()` in a fresh process."""
+
+    def __init__(self, root: Path, sha: str, tree: Path) -> None:
+        self.sha, self.tree, self.errors = sha, tree, []
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), f"{sha}^"], cwd=root, check=True)
+
+    def value(self, patch: str, ref: str | None = None) -> float | None:
+        subprocess.run(["git", "checkout", "-q", "--force", ref or f"{self.sha}^"], cwd=self.tree, check=True)
+        if patch:
+            (self.tree / ".p.diff").write_text(patch)
+            subprocess.run(["git", "apply", ".p.diff"], cwd=self.tree, check=True, capture_output=True)
+            (self.tree / ".p.diff").unlink()
+        proc = subprocess.run([sys.executable, "-c", "import lib.api; print(lib.api.run())"], cwd=self.tree,
+                              capture_output=True, text=True, timeout=60)
+        if proc.returncode:
+            self.errors.append(proc.stderr.strip().splitlines()[-1])
+            return None
+        return float(proc.stdout)
+
+
+def test_threading_is_the_base_and_the_helper_is_searched(culprit) -> None:
+    root, sha = culprit
+    parts, groups, plan = planned(root, sha)
+    # Grouping by names ties the threading and the helper into one group of most of the commit.
+    assert max(len(g.members) for g in groups) > len(parts) / 2
+    assert plan is not None and not plan.base_error and not plan.unsplit
+    threading = {parts[i].path for i in plan.plumbing_hunks}
+    assert len(plan.plumbing_hunks) == 11 and threading == {"lib/api.py", "lib/meta.py"}
+    # The two call sites that pass an expression are threading too: the class's __init__ widened.
+    assert all(parts[i].path == "lib/api.py" for i in range(10)) and set(range(10)) <= set(plan.plumbing_hunks)
+    searched = [p.label for p in plan.pieces]
+    assert all(label.startswith("lib/kernel.py") for label in searched) and len(searched) == 3
+    text = ["".join(parts[p.hunk].body.splitlines(keepends=True)[i] for i in p.keep or ()) for p in plan.pieces]
+    assert any(t.strip() == "+    pages = [r * kv_stride for r in rows]" for t in text)
+    assert any("-    return [r * stride" in t and "+    return [p + c" in t for t in text)
+    assert any('+@jit(do_not_specialize=["n", "kv_stride"])' in t for t in text)
+
+
+def test_the_search_names_the_helper_and_never_builds_a_type_error(culprit, tmp_path: Path) -> None:
+    root, sha = culprit
+    parts, _, plan = planned(root, sha)
+    assert plan is not None
+    old, new = sources(root, sha)
+    runs = Runs(root, sha, tmp_path / "tree")
+    before, after = runs.value(""), runs.value("", ref=sha)
+    assert before != after
+    assert runs.value(plan.patch(())) == before  # the threading alone changes nothing
+
+    def carries(subsets):
+        out = []
+        for subset in subsets:
+            if plan.compile_error(subset, old, new):
+                out.append(None)  # never built
+                continue
+            got = runs.value(plan.patch(subset))
+            out.append(None if got is None else got == after)
+        return out
+
+    found = hunks.search(len(plan.pieces), carries)
+    assert runs.errors == []  # no subset built raised (TypeError or anything else)
+    labels = sorted(plan.pieces[i].label for i in found.found)
+    assert labels == ["lib/kernel.py @@ -5,10 +5,11 @@ lines +11", "lib/kernel.py @@ -5,10 +5,11 @@ lines +12"]
+    assert not found.alone
+    # the helper's return without the assignment it reads would raise NameError: refused, not built
+    (refused,) = [s for s, ok in found.tried if ok is None]
+    assert "name 'pages' is not defined" in plan.compile_error(refused, old, new)
+    assert runs.value(plan.patch(found.found)) == after
+
+
+def test_a_base_missing_call_sites_is_closed_over_them(culprit) -> None:
+    """Where the threading rule misses call sites (here: moved out of the base by hand), the base
+    would raise TypeError; the check says so before anything is built, and `checked` moves the call
+    sites that the widened constructor needs into the base."""
+    root, sha = culprit
+    parts, _, plan = planned(root, sha)
+    assert plan is not None
+    old, new = sources(root, sha)
+    inline = tuple(p for p in plan.base if p.hunk in (8, 9))
+    broken = replace(plan, base=tuple(p for p in plan.base if p not in inline), pieces=(*inline, *plan.pieces))
+    assert "would not run: lib/api.py: LaunchMeta() missing 1 required argument" in broken.compile_error((), old, new)
+    fixed = hunk_plumbing.checked(broken, old, new)
+    assert not fixed.base_error and {p.hunk for p in fixed.pieces} == {p.hunk for p in plan.pieces}
+    assert fixed.compile_error((), old, new) == ""
+
+
+def test_call_binding_says_what_python_would() -> None:
+    text = ("from triton import jit\n\nclass M:\n    def __init__(self, a, b, *, c, d=1):\n        pass\n\n"
+            "def f(x, y=2):\n    pass\n\n@jit\ndef k(p, BLOCK):\n    pass\n\nxs = ()\n"
+            "M(1, 2, c=3)\nf(1)\nf(1, 2, 3)\nf(1, x=2)\nf(1, z=3)\nM(1, c=2)\nk[(1,)](1, num_warps=4)\nf(*xs)\n"
+            "def g():\n    return pages\n")
+    errors = sorted(e for _, e in hunk_calls.call_errors({"m.py": text}))
+    assert errors == ["M() missing 1 required argument: 'b'", "f() got an unexpected keyword argument 'z'",
+                      "f() got multiple values for argument 'x'", "f() takes 2 positional arguments but 3 were given",
+                      "name 'pages' is not defined (NameError)"]
+    for line, message in [("M(1, 2, c=3)", "missing 1 required"), ("f(1)", "takes 2")]:
+        assert not any(message in e for _, e in hunk_calls.call_errors({"m.py": text.split("\nM(1, 2, c=3)")[0]
+                                                                         + "\n" + line + "\n"}))
+    # errors the parent or the culprit already have are not the subset's own
+    assert hunk_calls.new_errors({"m.py": "def f(a):\n    pass\nf()\n"}, {"m.py": "def f(a):\n    pass\nf()\n"}, {}) == []
