@@ -73,3 +73,27 @@ def test_the_root_that_explains_more_of_what_moved_ranks_first(tmp_path: Path) -
     c = cause_of(edited(tmp_path, st["parent"], st["culprit"], drop_div="stride_am"), NOT_SPECIALIZED)
     assert [k.kind for k in c.ranked[:2]] == ["launch", "specialization"]
     assert c.sentence.startswith("num_stages 3 -> 2: cp.async 36 -> 24")
+
+
+def test_the_report_opens_each_steps_why_with_its_cause_and_the_rest_of_the_commit() -> None:
+    from bisector.model import Commit
+    from bisector.report import markdown
+    from bisector.report.data import ReportData
+    from bisector.why.cause import for_steps
+    from bisector.why.culprit_hunks import HunkFinding
+
+    sk = step("145")
+    finding = HunkFinding(sk.step_commit, 16, ("lib/kernel.py @@ -5,10 +5,11 @@ lines +11",), True, (),
+                          diff="-    num_stages=3,\n+    num_stages=2,\n", n_plumbing=11, n_behaviour=1, n_pieces=3,
+                          found_hunks=1, pieces_in_found=2, aside=("tests/test_x.py", "benchmark/bench_y.py"), n_aside=3)
+    causes = for_steps((sk,), (finding,), lambda sha: "")
+    c = Commit(sk.step_commit, "2026-07-02", "b", "GEMM: num_stages 3 -> 2", 145)
+    data = ReportData(title="t", config_name="c", upstream="u", branch="main", good=c, bad=c, device="cuda",
+                      control="torch", machine={}, protocol={}, shapes=(), range_commits=(c,), rows=(), steps=(),
+                      hunks=(finding,), kernels=(sk,), causes=causes)
+    text = markdown.render(data).split("## The cause of each step, in one line", 1)[1]
+    assert "num_stages 3 -> 2: cp.async 36 -> 24, shared memory 147456 -> 98304 B, registers 220 -> 208." in text
+    assert "carried by: `lib/kernel.py @@ -5,10 +5,11 @@ lines +11`" in text
+    assert ("the rest: threading: 11 hunks, applied as base; not loaded by any trial: tests/test_x.py, "
+            "benchmark/bench_y.py (3 hunks set aside)") in text
+    assert finding.summary.endswith("; not loaded by any trial: tests/test_x.py, benchmark/bench_y.py")

@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
+from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.kernel_diff import speed
 from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
 
-__all__ = ["Candidate", "Cause", "cause_of", "symptoms"]
+__all__ = ["Candidate", "Cause", "cause_of", "for_steps", "symptoms"]
 
 #: how much each kind of fact, per unit of log change, explains a change of speed
 _WEIGHT = {"spills": 3.0, "async": 2.0, "mma": 2.0, "math": 2.0, "occupancy": 2.0, "widths": 1.5, "shared": 1.0,
@@ -223,3 +224,11 @@ def _lead(kernel: str, found: Sequence[tuple[str, float, str]]) -> str:
     return {"mma": f"{k}'s matrix instructions changed", "widths": f"{k}'s loads and stores changed width",
             "shared": f"{k}'s shared memory changed", "occupancy": f"{k}'s occupancy changed",
             "registers": f"{k}'s register use changed"}.get(kind, f"{k} changed")
+
+
+def for_steps(kernels: Sequence[StepKernels], findings: Sequence[HunkFinding],
+              diff_of: Callable[[str], str]) -> tuple[Cause, ...]:
+    """One cause per step whose kernels were compared: from the hunks that carry it where the hunk
+    search found them, else from the culprit's whole diff (`diff_of(sha)`)."""
+    found = {f.step_commit: f.diff for f in findings if f.diff}
+    return tuple(cause_of(k, found.get(k.step_commit) or diff_of(k.step_commit)) for k in kernels)
