@@ -137,3 +137,48 @@ def test_call_binding_says_what_python_would() -> None:
                                                                          + "\n" + line + "\n"}))
     # errors the parent or the culprit already have are not the subset's own
     assert hunk_calls.new_errors({"m.py": "def f(a):\n    pass\nf()\n"}, {"m.py": "def f(a):\n    pass\nf()\n"}, {}) == []
+
+
+GEMM = '''import torch
+
+from lib import api
+
+# the product is repeated as often as the address helper's result says (the culprit's moves it)
+REPEATS = 6 if api.run() != 728.0 else 0
+
+
+def matmul(a, b):
+    c = a @ b
+    for _ in range(REPEATS):
+        c = a @ b
+    return c
+'''
+
+
+@pytest.mark.slow
+def test_bisector_run_names_the_helper_on_top_of_the_threading(tmp_path: Path) -> None:
+    """`bisector run` on the CPU (real trials, real patched builds) over the threading culprit, its
+    speed set by the address helper: the finding names the helper's statements, the threading is
+    the base, and no subset that was built failed to run."""
+    import json
+
+    from tests.gitfixtures import cpu_config, gemm_subject
+
+    root = tmp_path / "up"
+    sha = threading_fixture.write(root, {"lib/gemm.py": GEMM}, {"lib/gemm.py": GEMM})
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(cpu_config("threading-test", root, gemm_subject(384), trials=3, max_trials=8, reps=5,
+                              min_step_pct=10.0, extra="[build]\nmax_hunk_builds = 12\n"))
+    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", f"{sha}^",
+                          "--bad", sha, "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"),
+                          "--report-dir", str(tmp_path / "report"), "--no-fixes", "--json"],
+                         capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (h,) = json.loads(out.stdout)["hunks"]
+    assert sorted(h["hunks"]) == ["lib/kernel.py @@ -5,10 +5,11 @@ lines +11",
+                                  "lib/kernel.py @@ -5,10 +5,11 @@ lines +12"], h
+    assert len(h["plumbing"]) == 11 and not h["plumbing_carries"], h
+    assert h["rest"] == "threading: 11 hunks, applied as base", h
+    report = (tmp_path / "report" / "report.md").read_text()
+    tried = [ln for ln in report.splitlines() if ln.startswith("  - parent + `plumbing base`")]
+    assert tried and not any("TypeError" in ln or "did not run" in ln for ln in tried), tried
