@@ -182,3 +182,19 @@ def test_bisector_run_names_the_helper_on_top_of_the_threading(tmp_path: Path) -
     report = (tmp_path / "report" / "report.md").read_text()
     tried = [ln for ln in report.splitlines() if ln.startswith("  - parent + `plumbing base`")]
     assert tried and not any("TypeError" in ln or "did not run" in ln for ln in tried), tried
+
+
+def test_the_finding_says_the_helper_carries_it_and_the_rest_is_threading() -> None:
+    from bisector.why.culprit_hunks import HunkFinding
+
+    labels = ("lib/kernel.py @@ -5,10 +5,11 @@ lines +11", "lib/kernel.py @@ -5,10 +5,11 @@ lines +12")
+    f = HunkFinding("a" * 40, 13, labels, False, (), n_plumbing=11, n_behaviour=2, n_pieces=3, found_hunks=1,
+                    pieces_in_found=2, shown_minimal=False)
+    assert f.summary == ("1 of 2 behaviour-changing hunks carries the step alone, on top of 11 plumbing hunks applied "
+                         "as a base; within it, 2 of 2 statements together")
+    assert f.rest == "threading: 11 hunks, applied as base"
+    stuck = HunkFinding("a" * 40, 13, labels, False, (), n_plumbing=11, n_behaviour=2, n_pieces=3, complete=False,
+                        cannot_split="the threading base alone would not run: lib/api.py: LaunchMeta() missing 1 "
+                                     "required argument: 'causal'")
+    assert stuck.summary.startswith("cannot split the 13 hunks: the threading base alone would not run")
+    assert stuck.rest == ""

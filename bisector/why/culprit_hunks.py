@@ -124,12 +124,14 @@ class HunkFinding:
         if not self.complete:
             return (f"the step is within {len(self.hunks)} of the {self.n_pieces} behaviour-changing statements "
                     f"of {self.n_behaviour} hunks, {base} (the search stopped early: {self.stopped_at})")
-        how = "alone" if self.alone else "only together" if self.shown_minimal else "together"
+        # one hunk holds what was found: that hunk carries the step alone, whatever its statements do
+        how = "alone" if self.alone or self.found_hunks == 1 else "only together" if self.shown_minimal else "together"
         verb = "carries" if self.found_hunks == 1 else "carry"
         text = f"{self.found_hunks} of {self.n_behaviour} behaviour-changing hunks {verb} the step {how}, {base}"
-        if self.pieces_in_found > len(self.hunks):
+        if self.pieces_in_found > len(self.hunks) or (self.found_hunks == 1 and len(self.hunks) > 1):
+            together = "" if len(self.hunks) < 2 else " only together" if self.shown_minimal else " together"
             text += (f"; within {'it' if self.found_hunks == 1 else 'them'}, {len(self.hunks)} of "
-                     f"{self.pieces_in_found} statements")
+                     f"{self.pieces_in_found} statements{together}")
         return text
 
     @property
