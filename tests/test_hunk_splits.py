@@ -152,3 +152,30 @@ def test_the_search_builds_only_trees_that_parse(tmp_path: Path) -> None:
     assert built and found.complete
     assert sorted(plan.pieces[i].label for i in found.found) == [
         "lib/kernel.py @@ -5,10 +5,11 @@ lines +11", "lib/kernel.py @@ -5,10 +5,11 @@ lines +12"]
+
+
+def test_subsets_never_built_do_not_spend_the_build_budget() -> None:
+    """Statement 3 reads what statement 2 binds: a subset with 3 and without 2 is refused before it
+    is built. Refusals once spent the build budget ("stopped early: builds"); now only builds count."""
+    refused = lambda s: 3 in s and 2 not in s  # noqa: E731
+    built: list[tuple[int, ...]] = []
+
+    def carries(subsets):
+        out = []
+        for s in subsets:
+            if refused(s):
+                out.append(None)
+                continue
+            built.append(s)
+            out.append({2, 3} <= set(s))
+        return out
+
+    whole = hunks.search(6, carries)
+    needed, refusals = len(built), len(whole.unresolved)
+    assert whole.found == (2, 3) and refusals >= 1
+    built.clear()
+    stopped = hunks.search(6, carries, budget=needed)
+    assert not stopped.complete  # the refusals counted: the budget ran out
+    built.clear()
+    found = hunks.search(6, carries, budget=needed, free=refused)
+    assert found.complete and found.found == (2, 3) and len(built) == needed
