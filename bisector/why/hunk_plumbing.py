@@ -368,6 +368,8 @@ class _Same:
             return True
         if isinstance(e, ast.Attribute):
             return cls._passed(e.value)
+        if isinstance(e, (ast.Tuple, ast.List)):  # a shape: torch.empty((n, m), ...)
+            return all(cls._passed(x) for x in e.elts)
         if isinstance(e, ast.Call):
             return cls._passed(e.func) and all(cls._passed(a) for a in e.args) and \
                 all(cls._passed(k.value) for k in e.keywords)
@@ -554,19 +556,32 @@ def _callee(error: str) -> str:
 def checked(plan: Plan, old: Source, new: Source) -> Plan:
     """`plan` whose pieces parse apart and whose base binds: a behaviour-changing piece that calls a
     function or class the base widened (a call site the threading needs, passing a value the
-    plumbing rule did not recognise) joins the base, until the base alone compiles and binds."""
+    plumbing rule did not recognise), or that binds a name the base reads (the buffer a launch in
+    the base passes), joins the base, until the base alone compiles and binds."""
     plan = _parses_apart(plan, old)
     for _ in range(len(plan.pieces) + 1):
         error = plan.compile_error((), old, new)
-        names = {_callee(e) for e in error.split("; ")} - {""} if error.startswith("would not run") else set()
-        if not names:
+        errors = error.removeprefix("would not run: ").split("; ") if error.startswith("would not run") else []
+        names = {_callee(e) for e in errors} - {""}
+        unbound = {m.group(1) for e in errors if (m := re.search(r"name '(\w+)' is not defined", e))}
+        if not names and not unbound:
             return replace(plan, base_error=error)
-        callers = [p for p in plan.pieces if _calls(plan.parts[p.hunk], p.keep, names)]
+        callers = [p for p in plan.pieces if _calls(plan.parts[p.hunk], p.keep, names)
+                   or _binds(plan.parts[p.hunk], p.keep, unbound)]
         if not callers or len(callers) == len(plan.pieces):
             return replace(plan, base_error=error)
         moved = tuple(replace(p, plumbing=True) for p in callers)
         plan = replace(plan, base=(*plan.base, *moved), pieces=tuple(p for p in plan.pieces if p not in callers))
     return plan
+
+
+def _binds(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
+    """Whether the piece's added lines bind one of `names` (an assignment, a def, an import): the
+    base reads it (a launch passing a new buffer) and would raise NameError without it."""
+    lines = h.body.splitlines()
+    added = [lines[i][1:] for i in (keep if keep is not None else range(len(lines))) if lines[i][:1] == "+"]
+    return any(re.match(rf"\s*(({re.escape(n)}\s*(:[^=]*)?=[^=])|(def|class)\s+{re.escape(n)}\b|"
+                        rf"(from\s+\S+\s+)?import\s.*\b{re.escape(n)}\b)", ln) for ln in added for n in names)
 
 
 def _calls(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
