@@ -68,12 +68,13 @@ def test_threading_is_the_base_and_the_helper_is_searched(culprit) -> None:
     assert len(plan.plumbing_hunks) == 11 and threading == {"lib/api.py", "lib/meta.py"}
     # The two call sites that pass an expression are threading too: the class's __init__ widened.
     assert all(parts[i].path == "lib/api.py" for i in range(10)) and set(range(10)) <= set(plan.plumbing_hunks)
-    searched = [p.label for p in plan.pieces]
-    assert all(label.startswith("lib/kernel.py") for label in searched) and len(searched) == 3
+    # searched: the helper's two statements, tied (the return reads what the new line binds), and
+    # the decorator's do_not_specialize list
+    assert [p.label for p in plan.pieces] == ["lib/kernel.py @@ -5,10 +5,11 @@ lines +11-12",
+                                              "lib/kernel.py @@ -20,7 +21,7 @@ lines +24"]
     text = ["".join(parts[p.hunk].body.splitlines(keepends=True)[i] for i in p.keep or ()) for p in plan.pieces]
-    assert any(t.strip() == "+    pages = [r * kv_stride for r in rows]" for t in text)
-    assert any("-    return [r * stride" in t and "+    return [p + c" in t for t in text)
-    assert any('+@jit(do_not_specialize=["n", "kv_stride"])' in t for t in text)
+    assert "+    pages = [r * kv_stride for r in rows]" in text[0] and "-    return [r * stride" in text[0]
+    assert "+    return [p + c" in text[0] and '+@jit(do_not_specialize=["n", "kv_stride"])' in text[1]
 
 
 def test_the_search_names_the_helper_and_never_builds_a_type_error(culprit, tmp_path: Path) -> None:
@@ -98,12 +99,14 @@ def test_the_search_names_the_helper_and_never_builds_a_type_error(culprit, tmp_
 
     found = hunks.search(len(plan.pieces), carries)
     assert runs.errors == []  # no subset built raised (TypeError or anything else)
-    labels = sorted(plan.pieces[i].label for i in found.found)
-    assert labels == ["lib/kernel.py @@ -5,10 +5,11 @@ lines +11", "lib/kernel.py @@ -5,10 +5,11 @@ lines +12"]
-    assert not found.alone
-    # the helper's return without the assignment it reads would raise NameError: refused, not built
-    (refused,) = [s for s, ok in found.tried if ok is None]
-    assert "name 'pages' is not defined" in plan.compile_error(refused, old, new)
+    assert [plan.pieces[i].label for i in found.found] == ["lib/kernel.py @@ -5,10 +5,11 @@ lines +11-12"]
+    assert found.alone and not found.unresolved
+    # Cut apart, the helper's return without the assignment it reads would raise NameError: such a
+    # subset is refused before it is built.
+    cut = hunk_plumbing.Plan(plan.parts, plan.base, tuple(p for p in hunk_plumbing.pieces_of(parts, old, new)
+                                                          if not p.plumbing))
+    alone = next(i for i, p in enumerate(cut.pieces) if p.label.endswith("lines +12"))
+    assert "name 'pages' is not defined" in cut.compile_error((alone,), old, new)
     assert runs.value(plan.patch(found.found)) == after
 
 
@@ -175,8 +178,7 @@ def test_bisector_run_names_the_helper_on_top_of_the_threading(tmp_path: Path) -
                          capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
     (h,) = json.loads(out.stdout)["hunks"]
-    assert sorted(h["hunks"]) == ["lib/kernel.py @@ -5,10 +5,11 @@ lines +11",
-                                  "lib/kernel.py @@ -5,10 +5,11 @@ lines +12"], h
+    assert h["hunks"] == ["lib/kernel.py @@ -5,10 +5,11 @@ lines +11-12"] and h["alone"], h
     assert len(h["plumbing"]) == 11 and not h["plumbing_carries"], h
     assert h["rest"] == "threading: 11 hunks, applied as base", h
     report = (tmp_path / "report" / "report.md").read_text()

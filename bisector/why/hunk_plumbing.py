@@ -531,6 +531,49 @@ def _merged(plan: Plan, hunk: int) -> Plan:
     return replace(plan, pieces=tuple(pieces), unsplit=(*plan.unsplit, why))
 
 
+_BOUND = re.compile(r"^\s*(?:for\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?::[^=]*)?(?:=[^=]|\s+in\s)")
+
+
+def _tied(plan: Plan, old: Source) -> Plan:
+    """The pieces of one hunk that bind (or move, or drop the binding of) a name another of its
+    pieces reads, searched as one piece: apart, one would read what only the other binds (a
+    rewritten kernel's new locals), and every subset that splits them is refused (NameError).
+    Tying too much costs resolution, never a build."""
+    pieces = list(plan.pieces)
+    for hunk in dict.fromkeys(p.hunk for p in plan.pieces):
+        mine = [i for i, p in enumerate(pieces) if p is not None and p.hunk == hunk and p.keep is not None]
+        if len(mine) < 2:
+            continue
+        lines = plan.parts[hunk].body.splitlines()
+        changed = {i: [lines[k] for k in pieces[i].keep if lines[k][:1] in "+-"] for i in mine}  # type: ignore[union-attr]
+        # a name a piece binds anew, or whose binding it moves or removes, ties it to the pieces that read it
+        binds = {i: {n.strip() for ln in changed[i] if (m := _BOUND.match(ln[1:])) for n in m.group(1).split(",")}
+                 - {""} for i in mine}
+        reads = {i: set(re.findall(r"\b[A-Za-z_]\w*\b", "\n".join(ln[1:] for ln in changed[i] if ln[0] == "+")))
+                 for i in mine}
+        root = {i: i for i in mine}
+
+        def find(i: int) -> int:
+            while root[i] != i:
+                i = root[i]
+            return i
+
+        for i in mine:
+            for j in mine:
+                if i != j and binds[i] & reads[j]:
+                    root[find(j)] = find(i)
+        ties: dict[int, list[int]] = {}
+        for i in mine:
+            ties.setdefault(find(i), []).append(i)
+        for members in ties.values():
+            if len(members) > 1:
+                keep = tuple(sorted(k for i in members for k in pieces[i].keep))  # type: ignore[union-attr]
+                pieces[members[0]] = Piece(hunk, keep, _label(plan.parts[hunk], keep, 2))
+                for i in members[1:]:
+                    pieces[i] = None  # type: ignore[call-overload]
+    return replace(plan, pieces=tuple(p for p in pieces if p is not None))
+
+
 def _parses_apart(plan: Plan, old: Source) -> Plan:
     """Every piece applied alone on the base, and every piece left out of the whole, must compile;
     a hunk whose pieces do not is searched as one piece (its statements do not parse apart)."""
@@ -558,7 +601,7 @@ def checked(plan: Plan, old: Source, new: Source) -> Plan:
     function or class the base widened (a call site the threading needs, passing a value the
     plumbing rule did not recognise), or that binds a name the base reads (the buffer a launch in
     the base passes), joins the base, until the base alone compiles and binds."""
-    plan = _parses_apart(plan, old)
+    plan = _parses_apart(_tied(plan, old), old)
     for _ in range(len(plan.pieces) + 1):
         error = plan.compile_error((), old, new)
         errors = error.removeprefix("would not run: ").split("; ") if error.startswith("would not run") else []
