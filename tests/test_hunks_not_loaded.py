@@ -56,13 +56,14 @@ if __name__ == "__main__":
 '''
 
 
-def test_set_aside_names_unloaded_python_files_and_docs() -> None:
+def test_set_aside_names_unloaded_python_files_only() -> None:
     diff_parts = [hunks.Hunk(p, f"diff --git a/{p} b/{p}\n", "@@ -1 +1 @@", "-a\n+b\n")
                   for p in ("lib/gemm.py", "tests/test_gemm.py", "benchmark/bench.py", "README.md", "csrc/k.cu")]
     record = lambda sha, files: TrialRecord(sha, "gemm/a", TrialStatus.OK, protocol={"imported": files})  # noqa: E731
     files = loaded.loaded_files([record("p", ["lib/__init__.py", "lib/gemm.py"])], [record("c", ["lib/gemm.py"])])
     aside = loaded.set_aside(diff_parts, files)
-    assert aside.kept == (0, 4) and aside.files == ("tests/test_gemm.py", "benchmark/bench.py", "README.md")
+    # a README or a CUDA source may be read without an import: searched as before
+    assert aside.kept == (0, 3, 4) and aside.files == ("tests/test_gemm.py", "benchmark/bench.py")
     # no trace on one side (an older store): nothing set aside
     assert loaded.loaded_files([TrialRecord("p", "gemm/a", TrialStatus.OK)], [record("c", ["x.py"])]) is None
     assert loaded.set_aside(diff_parts, None).kept == (0, 1, 2, 3, 4)

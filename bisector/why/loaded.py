@@ -3,8 +3,9 @@
 Each trial records the checkout's files its process loaded (`protocol.imported`,
 benches/import_trace.py): modules imported and the files Triton compiled kernels from. A hunk in a
 Python file that no trial of the culprit or of its parent loaded (a test, a benchmark script, an
-unused module), or in documentation, cannot carry a step the trials measured: it is set aside and
-named, never split or built. On a real culprit (one kernel line, plus tests and a benchmark script)
+unused module) cannot carry a step the trials measured: it is set aside and named, never split or
+built. Other files (a C++ source compiled in, a config, documentation) are searched as before: a
+trial can read them without importing them, and a doc hunk costs one build at most. On a real culprit (one kernel line, plus tests and a benchmark script)
 statement-level splits of the test and benchmark files spent the build budget on subsets that did not
 parse. Where a side has no trace (a store from before the trace), nothing is set aside.
 
@@ -21,9 +22,8 @@ from bisector.why.hunks import Hunk
 
 __all__ = ["Aside", "loaded_files", "set_aside"]
 
-# files the trials load only by importing them, or never: a hunk there is judged by the trace
+# files the trials load only by importing them: a hunk there is judged by the trace
 _CODE = (".py", ".pyi")
-_DOCS = (".md", ".rst", ".ipynb")
 
 
 def _traced(trials: Iterable[TrialRecord]) -> set[str] | None:
@@ -58,13 +58,12 @@ class Aside:
 
 
 def set_aside(parts: Sequence[Hunk], files: frozenset[str] | None) -> Aside:
-    """Hunks of Python files no trial loaded, and of documentation, set aside; every hunk kept when
-    there is no trace, or when nothing would be left to search."""
+    """Hunks of Python files no trial loaded set aside; every hunk kept when there is no trace, or
+    when nothing would be left to search."""
     everything = Aside(tuple(range(len(parts))), (), 0)
     if files is None:
         return everything
-    out = [i for i, h in enumerate(parts)
-           if h.path.endswith(_DOCS) or (h.path.endswith(_CODE) and not _loaded(h.path, files))]
+    out = [i for i, h in enumerate(parts) if h.path.endswith(_CODE) and not _loaded(h.path, files)]
     kept = tuple(i for i in range(len(parts)) if i not in out)
     if not out or not kept:
         return everything
