@@ -28,7 +28,10 @@ _CACHE_ENV = "TRITON_CACHE_DIR"
 
 def _relative(path: str, roots: Sequence[Path]) -> str | None:
     """`path` relative to the first root holding it (after site-packages, when under one); None
-    when no root does."""
+    when no root does, or when the path is relative (a module that names no real file: resolved
+    against the working directory it would seem to lie in the checkout)."""
+    if not os.path.isabs(path):
+        return None
     try:
         real = Path(path).resolve()
     except (OSError, RuntimeError):

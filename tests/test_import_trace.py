@@ -71,3 +71,15 @@ def test_the_trace_is_stored_with_each_trial(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     (stored,) = Store(tmp_path / "store.sqlite").trials("bench")
     assert stored.protocol["imported"] == ["kern.py"]
+
+
+def test_a_module_with_a_relative_file_is_not_taken_for_the_checkouts(tmp_path: Path, monkeypatch) -> None:
+    """Some modules name a bare file (`_classes.py`): resolved against the working directory (the
+    checkout, where trials run) it would look loaded from the checkout."""
+    import types
+
+    up = tmp_path / "up"
+    checkout(up)
+    monkeypatch.chdir(up)
+    monkeypatch.setitem(sys.modules, "fake_relative", types.SimpleNamespace(__file__="lib/unused.py"))
+    assert "lib/unused.py" not in import_trace.loaded_files([str(up)], "")
