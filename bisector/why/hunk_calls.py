@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -115,10 +116,16 @@ def _unbound(tree: ast.Module) -> set[str]:
     return read - bound
 
 
-def call_errors(texts: Mapping[str, str]) -> set[tuple[str, str]]:
+def call_errors(texts: Mapping[str, str]) -> frozenset[tuple[str, str]]:
     """(path, error) for every call in `texts` (path -> Python source) that does not bind to the one
-    definition of its name among them; files that do not parse are left out (the compile check
-    says so)."""
+    definition of its name among them, and every name read that nothing binds; files that do not
+    parse are left out (the compile check says so)."""
+    return _errors(tuple(sorted(texts.items())))
+
+
+@functools.lru_cache(maxsize=256)  # the parent's and the culprit's files, asked about for every subset
+def _errors(items: tuple[tuple[str, str], ...]) -> frozenset[tuple[str, str]]:
+    texts = dict(items)
     trees: dict[str, ast.Module] = {}
     for path, text in texts.items():
         try:
@@ -139,7 +146,7 @@ def call_errors(texts: Mapping[str, str]) -> set[tuple[str, str]]:
                 error = _bind(sigs[func.id], node, launch)
                 if error:
                     out.add((path, error))
-    return out
+    return frozenset(out)
 
 
 def new_errors(patched: Mapping[str, str], parent: Mapping[str, str], culprit: Mapping[str, str]) -> list[str]:
