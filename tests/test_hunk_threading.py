@@ -15,7 +15,7 @@ import git
 import pytest
 
 from bisector import gitrepo
-from bisector.why import hunk_calls, hunk_groups, hunk_plumbing, hunks
+from bisector.why import hunk_calls, hunk_checks, hunk_groups, hunk_plumbing, hunks
 from tests import threading_fixture
 
 
@@ -121,7 +121,7 @@ def test_a_base_missing_call_sites_is_closed_over_them(culprit) -> None:
     inline = tuple(p for p in plan.base if p.hunk in (8, 9))
     broken = replace(plan, base=tuple(p for p in plan.base if p not in inline), pieces=(*inline, *plan.pieces))
     assert "would not run: lib/api.py: LaunchMeta() missing 1 required argument" in broken.compile_error((), old, new)
-    fixed = hunk_plumbing.checked(broken, old, new)
+    fixed = hunk_checks.checked(broken, old, new)
     assert not fixed.base_error and {p.hunk for p in fixed.pieces} == {p.hunk for p in plan.pieces}
     assert fixed.compile_error((), old, new) == ""
 
