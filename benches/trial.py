@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import torch
 
-from benches import allocator, backends, layout, machine, suites, telemetry
+from benches import allocator, backends, import_trace, layout, machine, suites, telemetry
 from benches.backends.base import Backend, BackendUnavailable, Prepared, prepared
 from benches.correctness import compare
 from benches.kernel_time import CallTimes, KernelTimes, rng_kept_on_failure
@@ -728,6 +728,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
         output["protocol"] = {"precompile_only": True, "jit_cache_cold": dict(caches), "device": device,
                               "pid": os.getpid()}
         output["results"] = precompile_only(spec, subjects, control, control_error, staged, phase)
+        output["protocol"]["imported"] = import_trace.loaded_files(spec.get("source_dirs", []))
         _save(out_path, output, report)
         if staged:  # its inputs and captures unmapped in a brief loan, not beside a timed section at exit
             staged.clear()
@@ -782,6 +783,8 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
         gate.release()
     with phase("telemetry"):
         output["telemetry"]["after"] = telemetry.read(device)
+        # the checkout's files this process loaded: the hunk search sets the others aside
+        output["protocol"]["imported"] = import_trace.loaded_files(spec.get("source_dirs", []))
     _save(out_path, output, report)
     return output
 

@@ -24,7 +24,7 @@ from typing import Callable, ContextManager, Iterator, Mapping, Sequence, TypeVa
 import git
 
 from bisector import gitrepo, search
-from bisector.why import culprit_hunks
+from bisector.why import cause, culprit_hunks
 from bisector.search import evidence
 from bisector.search.wrong_results import WrongWindow, localize_wrong
 from bisector.search.call_timing import CallFigures, figures
@@ -337,11 +337,12 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
             with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
                 found = culprit_hunks.find_hunks(session, result.steps, taken, out, noise)
         kernels = kernels_later.result()
+        causes = cause.for_steps(kernels, found, lambda sha: gitrepo.commit_diff(session.repo, sha))
         throughput = session.throughput(order)
         data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
                            report_dir=out, interactions=interactions,
                            this_call_trials=0 if options.offline else throughput.trials)
-        data = replace(data, hunks=found, throughput=throughput, kernels=kernels,
+        data = replace(data, hunks=found, throughput=throughput, kernels=kernels, causes=causes,
                        isolation=sandbox.run_isolation(config.device),
                        fresh_lineage=any(int((t.protocol.get("worker") or {}).get("lineage") or 0) > 0
                                          for s in result.steps for t in probe.stored(s.commit)))

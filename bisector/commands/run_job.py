@@ -80,6 +80,7 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict | None = None) -> dic
     windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
     hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
               "patch": h.patch_path, "summary": h.summary, "unsettled": [list(u) for u in h.unsettled],
+              "aside": list(h.aside), "rest": h.rest,
               **({"plumbing": list(h.plumbing), "behaviour_hunks": h.n_behaviour,
                   "plumbing_carries": h.base_carries, "plumbing_patch": h.base_patch_path}
                  if h.n_behaviour else {})} for h in outcome.report.hunks]
@@ -89,6 +90,7 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict | None = None) -> dic
             "wrong_windows": windows, "hunks": hunks, "fixes": [fix_json(f) for f in outcome.fixes],
             "kernels": [{"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}
                         for k in outcome.report.kernels],
+            "causes": [{"commit": c.step_commit, "cause": c.sentence, "kind": c.kind} for c in outcome.report.causes],
             "interactions": [interaction_json(i) for i in outcome.report.interactions],
             "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
             "totals": totals.as_json() if totals else None,

@@ -10,6 +10,7 @@ from bisector.model import Commit, Step, Uncertain, min_step_for
 from bisector.runner.time_spent import Throughput
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.search.wrong_results import WrongResult, WrongWindow
+from bisector.why.cause import Cause
 from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.fixes import FixResult
 from bisector.why.interactions import Interaction
@@ -80,6 +81,7 @@ class ReportData:
     notes: tuple[str, ...] = ()  # caveats a reader must see first (e.g. an offline replay)
     throughput: Throughput | None = None  # this run's trial processes and device time
     kernels: tuple[StepKernels, ...] = ()  # the compiled kernels across each verified step
+    causes: tuple[Cause, ...] = ()  # each such step's cause in one sentence (bisector/why/cause.py)
     interactions: tuple[Interaction, ...] = ()  # verified steps on the same shapes, reverts combined
     totals: RunTotals | None = None  # the counts and times every output names (bisector/store/totals.py)
     moves: tuple[StepMove, ...] = ()  # each step's subject and control TFLOP/s beside the metric

@@ -10,7 +10,7 @@ from bisector.report.figures import commit_ref
 from bisector.report.data import METRIC_UNIT, ReportData
 from bisector.why.interactions import ComboResult, Interaction
 
-__all__ = ["sections", "groups_section", "interactions_section", "interaction_lines"]
+__all__ = ["sections", "cause_section", "cause_lines", "groups_section", "interactions_section", "interaction_lines"]
 
 VERDICT_WORDS = {
     "add": "add (each revert gains the same with the other in or out)",
@@ -27,7 +27,37 @@ def _shape(key: str) -> str:
 
 def sections(data: ReportData) -> list[str]:
     """Every section that has something to say, each starting with a blank line and its heading."""
-    return [*kernels.section(data), *groups_section(data), *interactions_section(data)]
+    return [*cause_section(data), *kernels.section(data), *groups_section(data), *interactions_section(data)]
+
+
+def cause_lines(data: ReportData) -> list[str]:
+    """Per step: its cause in one sentence (bisector/why/cause.py), then which lines carry it and what
+    the rest of the commit is (the hunk search's finding)."""
+    lines = []
+    findings = {f.step_commit: f for f in data.hunks}
+    causes = {c.step_commit: c for c in data.causes}
+    for sha in dict.fromkeys([*causes, *findings]):
+        c, f = causes.get(sha), findings.get(sha)
+        if c is None and (f is None or not (f.rest or f.cannot_split)):
+            continue
+        lines.append(f"- {commit_ref(sha, data)}: {c.sentence if c else 'no compiled kernels compared'}")
+        if f is not None and f.hunks and not f.cannot_split:
+            lines.append(f"  - carried by: {'; '.join(f'`{h}`' for h in f.hunks)}")
+        if f is not None and f.cannot_split:
+            lines.append(f"  - cannot split: {f.cannot_split}")
+        if f is not None and f.rest:
+            lines.append(f"  - the rest: {f.rest}")
+    return lines
+
+
+def cause_section(data: ReportData) -> list[str]:
+    body = cause_lines(data)
+    if not body:
+        return []
+    return ["", "## The cause of each step, in one line", "",
+            "Drawn from the compiled kernels and the hunks that carry the step: what the commit changed that a "
+            "kernel's speed turns on (a specialization, a launch option, a constant), ranked by the facts it "
+            "explains, then those facts; \"unclear\" where nothing that explains speed moved.", "", *body]
 
 
 def _group_lines(finding: HunkFinding, data: ReportData) -> list[str]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from bisector import gitrepo
-from bisector.why import hunk_groups, hunk_plumbing, hunks
+from bisector.why import hunk_groups, hunk_plumbing, hunks, loaded
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step, base_shape
 from bisector.runner.probe import NOT_MEASURED, At, StoreProbe, Taken, fresh, side_by_side
@@ -86,6 +86,23 @@ class HunkFinding:
     pieces_in_found: int = 0  # behaviour-changing pieces of those hunks
     base_carries: bool = False  # the plumbing base alone carried the step
     base_patch_path: str | None = None
+    # Set aside before the search (bisector/why/loaded.py): files no trial of the culprit or its parent loaded.
+    aside: tuple[str, ...] = ()
+    n_aside: int = 0  # hunks in them
+    unsplit: tuple[str, ...] = ()  # hunks searched whole: their statements do not parse apart
+    cannot_split: str = ""  # why the threading could not be applied as a base (nothing was searched)
+
+    @property
+    def rest(self) -> str:
+        """What the rest of the commit is, beside the lines that carry the step: "threading: 11 hunks,
+        applied as base; not loaded by any trial: tests/test_x.py (2 hunks)"."""
+        parts = [f"threading: {self.n_plumbing} hunk{'s' * (self.n_plumbing != 1)}, applied as base"] \
+            if self.n_behaviour and not self.cannot_split else []
+        if self.aside:
+            parts.append(f"not loaded by any trial: {', '.join(self.aside)} ({self.n_aside} "
+                         f"hunk{'s' * (self.n_aside != 1)} set aside)")
+        parts += [f"cannot split {u}" for u in self.unsplit]
+        return "; ".join(parts)
 
     @property
     def unsettled(self) -> tuple[tuple[str, ...], ...]:
@@ -107,19 +124,25 @@ class HunkFinding:
         if not self.complete:
             return (f"the step is within {len(self.hunks)} of the {self.n_pieces} behaviour-changing statements "
                     f"of {self.n_behaviour} hunks, {base} (the search stopped early: {self.stopped_at})")
-        how = "alone" if self.alone else "only together" if self.shown_minimal else "together"
+        # one hunk holds what was found: that hunk carries the step alone, whatever its statements do
+        how = "alone" if self.alone or self.found_hunks == 1 else "only together" if self.shown_minimal else "together"
         verb = "carries" if self.found_hunks == 1 else "carry"
         text = f"{self.found_hunks} of {self.n_behaviour} behaviour-changing hunks {verb} the step {how}, {base}"
-        if self.pieces_in_found > len(self.hunks):
+        if self.pieces_in_found > len(self.hunks) or (self.found_hunks == 1 and len(self.hunks) > 1):
+            together = "" if len(self.hunks) < 2 else " only together" if self.shown_minimal else " together"
             text += (f"; within {'it' if self.found_hunks == 1 else 'them'}, {len(self.hunks)} of "
-                     f"{self.pieces_in_found} statements")
+                     f"{self.pieces_in_found} statements{together}")
         return text
 
     @property
     def summary(self) -> str:
-        return self._summary() + self._unclear()
+        aside = f"; not loaded by any trial: {', '.join(self.aside)}" if self.aside else ""
+        unsplit = "".join(f"; cannot split {u}" for u in self.unsplit)
+        return self._summary() + self._unclear() + aside + unsplit
 
     def _summary(self) -> str:
+        if self.cannot_split:
+            return f"cannot split the {self.n_hunks - self.n_aside} hunks: {self.cannot_split}"
         if self.n_behaviour:
             return self._through_plumbing()
         if not self.complete and self.stopped_at == "offline":
@@ -151,28 +174,46 @@ def expected_trials(session: Session, steps: Sequence[Step]) -> int:
     levels = lambda count: math.ceil(math.log2(count)) if count >= 2 else 0  # noqa: E731
     total = 0
     for step in _searched(steps):
-        planned = _planned(session, step)
+        planned = _planned(session, step, trace=False)  # an estimate: unloaded files counted in
         if planned is None:
             continue
-        _, groups, plumbed, _ = planned
+        groups, plumbed = planned.groups, planned.plumbed
         first = 2 * n + 3 * n * levels(len(plumbed.pieces)) if plumbed else 3 * n * levels(len(groups))
         total += min(budget, first)
     return total
 
 
-Planned = tuple[tuple[hunks.Hunk, ...], tuple[HunkGroup, ...], hunk_plumbing.Plan | None, hunk_plumbing.Source]
+@dataclass(frozen=True)
+class Planned:
+    """A culprit's hunks to search (those of files its trials loaded), their groups, its plumbing
+    plan, the parent's and the culprit's files, and what was set aside."""
+
+    parts: tuple[hunks.Hunk, ...]
+    groups: tuple[HunkGroup, ...]
+    plumbed: hunk_plumbing.Plan | None
+    old: hunk_plumbing.Source
+    new: hunk_plumbing.Source
+    aside: loaded.Aside
+    n_hunks: int  # the commit's hunks, those set aside included
 
 
-def _planned(session: Session, step: Step) -> Planned | None:
-    """The culprit's hunks, their groups, its plumbing plan and the parent's files (None: fewer than
-    two hunks: nothing to search)."""
-    parts = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
-    if len(parts) < 2:
+def _planned(session: Session, step: Step, trace: bool = True) -> Planned | None:
+    """What the search of one culprit works on (None: fewer than two hunks: nothing to search);
+    `trace`: set aside the files no trial loaded."""
+    every = hunks.split(gitrepo.commit_diff(session.repo, step.commit))
+    if len(every) < 2:
         return None
+    files = None
+    if trace:
+        probe = session.probe()
+        files = loaded.loaded_files(probe.stored(step.parent), probe.stored(step.commit))
+    aside = loaded.set_aside(every, files)
+    parts = tuple(every[i] for i in aside.kept)
     old = lambda p: gitrepo.file_at(session.repo, step.parent, p)  # noqa: E731
     new = lambda p: gitrepo.file_at(session.repo, step.commit, p)  # noqa: E731
     groups = hunk_groups.group(parts, old, new)
-    return parts, groups, hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new), old
+    plumbed = hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+    return Planned(parts, groups, plumbed, old, new, aside, len(every))
 
 
 def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
@@ -183,7 +224,7 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
     searched = [(step, planned) for step in _searched(steps) if (planned := _planned(session, step)) is not None]
     ahead = [] if session.warmer is None or session.offline else [_first_wants(session, taken, *s) for s in searched]
     findings = []
-    for i, (step, (parts, groups, plumbed, old)) in enumerate(searched):
+    for i, (step, planned) in enumerate(searched):
         # This culprit's first subsets and the next one's, set up on the parent ahead (built, compiled
         # cold, first trial held by the warmer, bisector/runner/warmer.py): each search began with cold
         # setups of new patched builds while the device waited (on an H200 demo, a third of the hunk
@@ -191,18 +232,30 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
         # names both, since the warmer drops what a request no longer names.
         if wants := [w for later in ahead[i:i + 2] for w in later]:
             session.warmer.prefetch(wants)
-        finding = _plumbed(session, step, plumbed, taken, out, old, noise) if plumbed else None
-        findings.append(finding or _one(session, step, parts, groups, taken, out, noise))
+        if planned.plumbed is not None:
+            finding = _plumbed(session, step, planned, taken, out, noise)
+        else:
+            finding = _one(session, step, planned.parts, planned.groups, taken, out, noise,
+                           confirm=bool(planned.aside.hunks))
+        if finding is None:  # what the trials loaded does not carry the step alone: every hunk searched
+            planned = _planned(session, step, trace=False)
+            assert planned is not None
+            finding = _plumbed(session, step, planned, taken, out, noise) if planned.plumbed else \
+                _one(session, step, planned.parts, planned.groups, taken, out, noise)
+            assert finding is not None
+        findings.append(replace(finding, n_hunks=planned.n_hunks, aside=planned.aside.files,
+                                n_aside=planned.aside.hunks))
     return tuple(findings)
 
 
 def _first_wants(session: Session, taken: Taken, step: Step, planned: Planned) -> list[Want]:
     """The warmer's requests for the subsets a culprit's search measures first, on its parent: the
     plumbing base alone and the first halves of the pieces, or the first halves of the groups."""
-    parts, groups, plumbed, old = planned
+    parts, groups, plumbed, old = planned.parts, planned.groups, planned.plumbed, planned.old
     if plumbed is not None:
-        rounds = _Rounds(session, step, plumbed.parts, taken, plan=plumbed, old=old)
-        first = [s for s in [(), *hunks.chunks(range(len(plumbed.pieces)))] if not plumbed.compile_error(s, old)]
+        rounds = _Rounds(session, step, plumbed.parts, taken, plan=plumbed, old=old, new=planned.new)
+        first = [s for s in [(), *hunks.chunks(range(len(plumbed.pieces)))]
+                 if not plumbed.compile_error(s, old, planned.new)]
     else:
         rounds = _Rounds(session, step, parts, taken, [g.members for g in groups])
         first = hunks.chunks(range(len(groups)))
@@ -216,12 +269,13 @@ class _Rounds:
     def __init__(self, session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken,
                  groups: Sequence[tuple[int, ...]] | None = None, plan: hunk_plumbing.Plan | None = None,
                  old: hunk_plumbing.Source | None = None,
-                 noise: Mapping[str, PooledNoise | None] | None = None) -> None:
+                 noise: Mapping[str, PooledNoise | None] | None = None,
+                 new: hunk_plumbing.Source | None = None) -> None:
         config = session.config
         self.noise = dict(noise or {})
         self.session, self.step, self.parts, self.taken = session, step, parts, taken
         self.groups = tuple(groups) if groups is not None else tuple((i,) for i in range(len(parts)))
-        self.plan, self.old = plan, old  # with a plan, subsets are of its pieces, on top of its base
+        self.plan, self.old, self.new = plan, old, new  # with a plan, subsets are of its pieces, on top of its base
         self.shapes = tuple(s for s in config.shapes if s.key in {base_shape(k) for k in step.shapes})
         self.base = session.probe(shapes=self.shapes)
         self.n = max(1, config.protocol.trials)
@@ -232,6 +286,11 @@ class _Rounds:
     def hunks_of(self, subset: tuple[int, ...]) -> tuple[int, ...]:
         """The hunk indices of a subset of groups, in commit order (what patch_of needs)."""
         return tuple(sorted(i for g in subset for i in self.groups[g]))
+
+    def refused(self, subset: tuple[int, ...]) -> str:
+        """Why the subset is never built ("" when it may be): with a plan, its Python files would not
+        compile, a call would not bind or a name read is bound nowhere (hunk_plumbing.Plan.compile_error)."""
+        return self.plan.compile_error(subset, self.old, self.new) if self.plan is not None and self.old else ""
 
     def patch(self, subset: tuple[int, ...]) -> str:
         if self.plan is not None:
@@ -257,7 +316,7 @@ class _Rounds:
         probes = {}
         verdicts: dict[tuple[int, ...], bool | str | None] = {s: None for s in subsets}  # str: unresolved
         for subset in subsets:
-            error = self.plan.compile_error(subset, self.old) if self.plan is not None and self.old else ""
+            error = self.refused(subset)
             if error:  # skipped before it is built: unresolved, no trial spent
                 verdicts[subset] = error
                 continue
@@ -360,9 +419,20 @@ class _Rounds:
 
 
 def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], groups: Sequence[HunkGroup], taken: Taken,
-         out: Path, noise: Mapping[str, PooledNoise | None] | None) -> HunkFinding:
+         out: Path, noise: Mapping[str, PooledNoise | None] | None, confirm: bool = False) -> HunkFinding | None:
+    """The search over groups of hunks. `confirm`: hunks were set aside, and one group is left: it is
+    measured alone, and None when it does not carry the step (the trace missed a file: search all)."""
     rounds = _Rounds(session, step, parts, taken, [g.members for g in groups], noise=noise)
-    found = hunks.search(len(groups), rounds, budget=session.config.build.max_hunk_builds, look_again=rounds)
+    if len(groups) == 1 and confirm:  # what is left once unloaded files are set aside: measured, not assumed
+        try:
+            (ok,) = rounds([(0,)])
+        except hunks.OutOfBudget:
+            ok = None
+        if ok is False:
+            return None
+        found = hunks.HunkSearch((0,), ok is True, (((0,), ok),), complete=ok is not None)
+    else:
+        found = hunks.search(len(groups), rounds, budget=session.config.build.max_hunk_builds, look_again=rounds)
     chosen = rounds.hunks_of(found.found)
     text = hunks.patch_of([parts[i] for i in chosen])
     path = out / f"hunk-{step.commit[:7]}.patch"
@@ -387,21 +457,33 @@ def _changes(step: Step, parent: Mapping[str, Sequence[float]], got: Measurement
     return out
 
 
-def _plumbed(session: Session, step: Step, plan: hunk_plumbing.Plan, taken: Taken, out: Path,
-             old: hunk_plumbing.Source, noise: Mapping[str, PooledNoise | None] | None) -> HunkFinding | None:
-    """The search over the behaviour-changing pieces, each subset on top of the plumbing base; None
-    (search the groups instead) when the base alone cannot be measured."""
-    rounds = _Rounds(session, step, plan.parts, taken, plan=plan, old=old, noise=noise)
+def _plumbed(session: Session, step: Step, planned: Planned, taken: Taken, out: Path,
+             noise: Mapping[str, PooledNoise | None] | None) -> HunkFinding:
+    """The search over the behaviour-changing pieces, each subset on top of the plumbing base. When
+    the base alone cannot be built or measured the finding says so: grouping would close over the
+    whole commit (threading and behaviour as one group), which answers nothing."""
+    plan, old = planned.plumbed, planned.old
+    assert plan is not None
+    rounds = _Rounds(session, step, plan.parts, taken, plan=plan, old=old, noise=noise, new=planned.new)
     budget = session.config.build.max_hunk_builds
+    plumbing = tuple(plan.parts[i].label for i in plan.plumbing_hunks)
+    counts = dict(n_plumbing=len(plan.plumbing_hunks), n_behaviour=len(plan.behaviour_hunks),
+                  n_pieces=len(plan.pieces), plumbing=plumbing, unsplit=plan.unsplit)
+    labels = tuple(h.label for h in plan.parts)
+
+    def cannot(why: str) -> HunkFinding:
+        return HunkFinding(step.commit, len(plan.parts), labels, False, tuple(rounds.tries), complete=False,
+                           stopped_at="base", cannot_split=why, **counts)
+
+    if plan.base_error:  # never built: the base would not compile or run
+        return cannot(f"the threading base alone {plan.base_error}")
     try:
         (base_alone,) = rounds([()])
     except hunks.OutOfBudget:
-        return None
-    if base_alone is None:  # the base did not build or run: the search over groups
-        return None
-    plumbing = tuple(plan.parts[i].label for i in plan.plumbing_hunks)
-    counts = dict(n_plumbing=len(plan.plumbing_hunks), n_behaviour=len(plan.behaviour_hunks),
-                  n_pieces=len(plan.pieces), plumbing=plumbing)
+        return cannot("the trial budget was spent before the threading base alone was measured")
+    if base_alone is None:
+        error = next((t.error for t in rounds.tries if t.carries is None), "") or "did not run"
+        return cannot(f"the threading base alone did not build or run: {error}")
     out.mkdir(parents=True, exist_ok=True)
     base_path = out / f"hunk-{step.commit[:7]}-plumbing.patch"
     base_path.write_text(plan.patch(()))
@@ -410,7 +492,8 @@ def _plumbed(session: Session, step: Step, plan: hunk_plumbing.Plan, taken: Take
         return HunkFinding(step.commit, len(plan.parts), labels, len(labels) == 1, tuple(rounds.tries),
                            str(base_path), base_path.read_text(), base_carries=True, base_patch_path=str(base_path),
                            **counts)
-    found = hunks.search(len(plan.pieces), rounds, budget=max(1, budget - 1), look_again=rounds)
+    found = hunks.search(len(plan.pieces), rounds, budget=max(1, budget - 1), look_again=rounds,
+                         free=lambda subset: bool(rounds.refused(subset)))
     chosen = [plan.pieces[i] for i in found.found]
     text = hunks.patch_of(hunk_plumbing.Plan(plan.parts, (), tuple(chosen)).hunks_of(range(len(chosen))))
     path = out / f"hunk-{step.commit[:7]}.patch"

@@ -11,8 +11,10 @@ the culprit's statements pair up), and each piece is read with `ast`: applied al
 a piece whose only difference is a new name threaded through (a parameter, an argument passed, a
 keyword, a `__slots__` entry, an assignment to or import of the new name, a new definition) is
 *plumbing*: with the new value equal to what the old code used, behaviour is unchanged. The plumbing
-is applied to the parent as a base, and the search runs over the other pieces on top of it. A subset
-whose patched Python files do not compile is skipped before it is built.
+is applied to the parent as a base, and the search runs over the other pieces on top of it. The plan
+is checked before it is searched (bisector/why/hunk_checks.py), and a subset whose patched Python
+files do not compile, whose calls would not bind or that reads a name nothing binds is skipped
+before it is built (bisector/why/hunk_calls.py).
 
 Pure: file texts in, pieces and patches out.
 """
@@ -25,6 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from bisector.why import hunk_calls
 from bisector.why.hunks import Hunk, patch_of
 
 __all__ = ["Piece", "Plan", "plan", "pieces_of", "apply_text", "new_names", "is_plumbing"]
@@ -55,6 +58,8 @@ class Plan:
     parts: tuple[Hunk, ...]
     base: tuple[Piece, ...]
     pieces: tuple[Piece, ...]  # behaviour-changing: the search's units
+    unsplit: tuple[str, ...] = ()  # hunks or files kept whole, and why: their statements do not parse apart
+    base_error: str = ""  # why the base alone would not compile or bind ("" when it does)
 
     @property
     def plumbing_hunks(self) -> tuple[int, ...]:
@@ -82,20 +87,29 @@ class Plan:
     def patch(self, subset: Sequence[int]) -> str:
         return patch_of(self.hunks_of(subset))
 
-    def compile_error(self, subset: Sequence[int], old: Source) -> str:
-        """Why the parent with the base and `subset` applied is not valid Python ("" when it is)."""
+    def compile_error(self, subset: Sequence[int], old: Source, new: Source | None = None) -> str:
+        """Why the parent with the base and `subset` applied is not valid Python ("" when it is):
+        a touched file that does not compile, or (given the culprit's files, `new`) a call in the
+        commit's Python files that would not bind (bisector/why/hunk_calls.py)."""
         chosen = self.hunks_of(subset)
-        for path in dict.fromkeys(h.path for h in chosen):
-            if not path.endswith(".py") or any(not h.header for h in chosen if h.path == path):
+        patched = {}
+        for path in dict.fromkeys(h.path for h in self.parts):
+            if not path.endswith(".py") or any(not h.header for h in self.parts if h.path == path):
                 continue
             text = old(path)
             if text is None:
                 continue
+            patched[path] = apply_text(text, [h for h in chosen if h.path == path])
+            if not any(h.path == path for h in chosen):
+                continue
             try:
-                compile(apply_text(text, [h for h in chosen if h.path == path]), path, "exec")
+                compile(patched[path], path, "exec")
             except (SyntaxError, ValueError) as e:
                 return f"does not compile: {path}:{getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)}"
-        return ""
+        if new is None or not patched:
+            return ""
+        errors = hunk_calls.new_errors(patched, {p: old(p) or "" for p in patched}, {p: new(p) or "" for p in patched})
+        return "would not run: " + "; ".join(errors) if errors else ""
 
 
 def _counts(m: re.Match[str]) -> tuple[int, int, int, int]:
@@ -252,13 +266,19 @@ def statement_pieces(h: Hunk, old_tree: ast.AST | None, new_tree: ast.AST | None
 
 
 def _pair(removed: list[list[int]], added: list[list[int]], text: Callable[[list[int]], str]) -> list[tuple[int, ...]]:
-    """Removed and added statements paired in order where their text is alike (a statement edited);
-    the others stand alone (a statement only added or only removed)."""
+    """Removed and added statements paired in order where their text is alike (a statement edited):
+    each with the most alike one left, a statement of its own kind (`return` with `return`) before
+    any other; the others stand alone (a statement only added or only removed). Pairing a `return`
+    with a new assignment would leave a piece that drops the function's result."""
+    def alike(a: str, b: str) -> float:  # the same first word (`return`, `if`, an assignment's target) first
+        return difflib.SequenceMatcher(None, a, b).ratio() + (a.split(" ", 1)[0] == b.split(" ", 1)[0])
+
     out: list[tuple[int, ...]] = []
     at = 0
     for run in removed:
-        match = next((j for j in range(at, len(added))
-                      if difflib.SequenceMatcher(None, text(run), text(added[j])).ratio() >= 0.6), None)
+        scores = [(alike(text(run), text(added[j])), -j, j) for j in range(at, len(added))
+                  if difflib.SequenceMatcher(None, text(run), text(added[j])).ratio() >= 0.6]
+        match = max(scores)[2] if scores else None
         if match is None:
             out.append(tuple(run))
             continue
@@ -299,13 +319,19 @@ def new_names(olds: Sequence[str | None], news: Sequence[str | None]) -> frozens
 
 
 def widened(olds: Sequence[str | None], news: Sequence[str | None]) -> frozenset[str]:
-    """Functions whose parameter list gained a name (their calls may pass it positionally)."""
+    """Functions, and classes whose `__init__`, gained a parameter: their calls may pass the new
+    value positionally, as any expression (`Meta(q, k.stride(1), ...)`), and that is threading."""
     def params(text: str | None) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for node in ast.walk(_parse(text) or ast.Module([], [])):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 a = node.args
                 out.setdefault(node.name, set()).update(x.arg for x in a.posonlyargs + a.args + a.kwonlyargs)
+            elif isinstance(node, ast.ClassDef):  # a class is called through its __init__
+                for init in node.body:
+                    if isinstance(init, (ast.FunctionDef, ast.AsyncFunctionDef)) and init.name == "__init__":
+                        a = init.args
+                        out.setdefault(node.name, set()).update(x.arg for x in a.posonlyargs + a.args + a.kwonlyargs)
         return out
 
     before: dict[str, set[str]] = {}
@@ -335,11 +361,27 @@ class _Same:
         return ((isinstance(t, ast.Name) and t.id in self.names)
                 or (isinstance(t, ast.Attribute) and t.attr in self.names))
 
+    @classmethod
+    def _passed(cls, e: ast.AST | None) -> bool:
+        """A value handed along, not computed: a name or attribute chain, a constant, or a call of
+        such values (`kv_stride`, `self.kv_stride`, `k.stride(1)`). Arithmetic, a comprehension or
+        an index on it computes with the new name: that is behaviour."""
+        if e is None or isinstance(e, (ast.Name, ast.Constant)):
+            return True
+        if isinstance(e, ast.Attribute):
+            return cls._passed(e.value)
+        if isinstance(e, (ast.Tuple, ast.List)):  # a shape: torch.empty((n, m), ...)
+            return all(cls._passed(x) for x in e.elts)
+        if isinstance(e, ast.Call):
+            return cls._passed(e.func) and all(cls._passed(a) for a in e.args) and \
+                all(cls._passed(k.value) for k in e.keywords)
+        return False
+
     def _extra_stmt(self, s: ast.stmt) -> bool:
         if isinstance(s, ast.Assign):
-            return all(self._target_new(t) for t in s.targets)
+            return all(self._target_new(t) for t in s.targets) and self._passed(s.value)
         if isinstance(s, ast.AnnAssign):
-            return self._target_new(s.target)
+            return self._target_new(s.target) and self._passed(s.value)
         if isinstance(s, (ast.Import, ast.ImportFrom)):
             return all((a.asname or a.name).split(".")[0] in self.names for a in s.names)
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -469,7 +511,9 @@ def pieces_of(parts: Sequence[Hunk], old: Source, new: Source) -> tuple[Piece, .
 
 def plan(parts: Sequence[Hunk], largest_group: int, old: Source, new: Source) -> Plan | None:
     """A plumbing base and the pieces to search, when grouping would tie most hunks together and
-    the commit holds both plumbing and behaviour-changing pieces; None otherwise."""
+    the commit holds both plumbing and behaviour-changing pieces; None otherwise. The statements of
+    a hunk that do not parse apart are searched as one piece, and the base is closed over the call
+    sites its signatures need (`checked`)."""
     if len(parts) < 3 or largest_group <= MOST * len(parts):
         return None
     found = pieces_of(parts, old, new)
@@ -477,4 +521,5 @@ def plan(parts: Sequence[Hunk], largest_group: int, old: Source, new: Source) ->
     rest = tuple(p for p in found if not p.plumbing)
     if not base or not rest:
         return None
-    return Plan(tuple(parts), base, rest)
+    from bisector.why.hunk_checks import checked  # it reads Plan: imported here, not at the top
+    return checked(Plan(tuple(parts), base, rest), old, new)

@@ -123,7 +123,8 @@ class HunkSearch:
 
 def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]],
            budget: int | None = None,
-           look_again: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]] | None = None) -> HunkSearch:
+           look_again: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]] | None = None,
+           free: Callable[[tuple[int, ...]], bool] | None = None) -> HunkSearch:
     """Zeller's delta debugging (ddmin) over the commit's hunks (or groups of hunks that must travel
     together, bisector/why/hunk_groups.py): keep a chunk, or drop one, while what is left still
     reproduces the step (`carries_many`: for each subset, does the parent with it applied move as
@@ -135,7 +136,9 @@ def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Seq
     subset). One hunk costs 2 ceil(log2 n) builds at most; hunks that only work together end as a
     set none of which can go. `budget` caps the subsets measured, and `carries_many` may raise
     OutOfBudget (its trials are spent): the search then stops at the smallest set known to carry
-    the step.
+    the step. A subset `free` says is never built (its code would not compile or run) is not
+    counted against `budget`: on a real culprit such subsets spent the budget before a single
+    behaviour-changing statement was measured ("stopped early: builds").
 
     `look_again` (the same question on fresh trials) guards "only together", the one answer a
     single misread decides: with one wrong "does not carry" on a busy machine, ddmin ends at the
@@ -158,7 +161,8 @@ def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Seq
     def test(subsets: Sequence[tuple[int, ...]]) -> list[bool]:
         new = list(dict.fromkeys(s for s in subsets if s not in tried))
         if new:
-            if budget is not None and len(tried) + len(new) > budget:
+            costs = [s for s in [*tried, *new] if free is None or not free(s)]
+            if budget is not None and len(costs) > budget:
                 raise OutOfBudget
             note(new, carries_many(new))
         return [tried[s] is True for s in subsets]
