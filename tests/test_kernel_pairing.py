@@ -96,7 +96,8 @@ def test_no_row_whose_parent_and_culprit_are_equal(tmp_path: Path) -> None:
         md = "\n".join(section(_data(sk, [step])))
         rows = [ln for ln in md.splitlines() if ln.startswith("  | ") and not ln.startswith("  |---")]
         body = [r.split("|")[1:-1] for r in rows if "parent | culprit" not in r]
-        assert body, pr
+        # a kernel whose every moved fact fits its first line has no table (the line carries them)
+        assert body or all("→" in ln for ln in md.splitlines() if ln.startswith("- `")), pr
         for cells in body:
             assert cells[1].strip() != cells[2].strip(), (pr, cells)
             assert cells[0].strip() not in speed.FOLDED, (pr, cells)

@@ -243,7 +243,8 @@ def commit_range(repo: Any, good: str, bad: str) -> tuple[Any, ...]:
         return gitrepo.commit_range(repo, good, bad)
     except RefError as exc:
         try:
-            swapped = repo.is_ancestor(gitrepo.resolve(repo, bad), gitrepo.resolve(repo, good))
+            good_sha, bad_sha = gitrepo.resolve(repo, good), gitrepo.resolve(repo, bad)
+            swapped = good_sha != bad_sha and repo.is_ancestor(bad_sha, good_sha)
         except BisectorError:
             swapped = False
         if swapped:
