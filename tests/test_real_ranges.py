@@ -76,9 +76,9 @@ GOOD = (RANGES_DIR / "liger" / "range.toml").read_text()
     (('good = "cd6ec3289a938fcba1f09b2bb62e0cc3f4aed102"', 'good = "cd6ec32"'), "good", "full 40-hex"),
     (("commits = 341", 'commits = "341"'), "commits", "must be int"),
     (('config = "config.toml"', 'config = "nope.toml"'), "config", "no file"),
-    (('kind = "improvement"', 'kind = "faster"'), "steps[0].kind", "must be one of"),
-    (('"ln/t16k_d4096" = -0.5', '"ln/t16k_d4096" = 0.5'), "steps[0].shapes.ln/t16k_d4096", "does not match kind"),
-    (('status = "candidate"', 'status = "maybe"'), "steps[0].status", "must be one of"),
+    (('kind = "regression"', 'kind = "faster"'), "steps[0].kind", "must be one of"),
+    (('"ln/t16k_d4096" = 1.2', '"ln/t16k_d4096" = -1.2'), "steps[0].shapes.ln/t16k_d4096", "does not match kind"),
+    (('status = "confirmed"', 'status = "maybe"'), "steps[0].status", "must be one of"),
     (('threaded = false', 'threaded = false\nhunks = 3'), "steps[0].hunks", "unknown key"),
     (('upstream = "linkedin/Liger-Kernel"', 'upstream = "Liger-Kernel"'), "upstream", "owner/name"),
 ])
