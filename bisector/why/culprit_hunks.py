@@ -91,6 +91,7 @@ class HunkFinding:
     n_aside: int = 0  # hunks in them
     unsplit: tuple[str, ...] = ()  # hunks searched whole: their statements do not parse apart
     cannot_split: str = ""  # why the threading could not be applied as a base (nothing was searched)
+    base_failed: str = ""  # why the threading base did not run; whole hunks were searched instead
 
     @property
     def rest(self) -> str:
@@ -138,7 +139,8 @@ class HunkFinding:
     def summary(self) -> str:
         aside = f"; not loaded by any trial: {', '.join(self.aside)}" if self.aside else ""
         unsplit = "".join(f"; cannot split {u}" for u in self.unsplit)
-        return self._summary() + self._unclear() + aside + unsplit
+        fallback = f"; the threading base {self.base_failed}; searched whole hunks instead" if self.base_failed else ""
+        return self._summary() + self._unclear() + fallback + aside + unsplit
 
     def _summary(self) -> str:
         if self.cannot_split:
@@ -476,14 +478,14 @@ def _plumbed(session: Session, step: Step, planned: Planned, taken: Taken, out: 
                            stopped_at="base", cannot_split=why, **counts)
 
     if plan.base_error:  # never built: the base would not compile or run
-        return cannot(f"the threading base alone {plan.base_error}")
+        return _whole(session, step, plan, rounds, taken, out, noise, plan.base_error)
     try:
         (base_alone,) = rounds([()])
     except hunks.OutOfBudget:
         return cannot("the trial budget was spent before the threading base alone was measured")
     if base_alone is None:
         error = next((t.error for t in rounds.tries if t.carries is None), "") or "did not run"
-        return cannot(f"the threading base alone did not build or run: {error}")
+        return _whole(session, step, plan, rounds, taken, out, noise, f"did not build or run ({error})")
     out.mkdir(parents=True, exist_ok=True)
     base_path = out / f"hunk-{step.commit[:7]}-plumbing.patch"
     base_path.write_text(plan.patch(()))
@@ -506,3 +508,24 @@ def _plumbed(session: Session, step: Step, planned: Planned, taken: Taken, out: 
                        found_hunks=len({p.hunk for p in chosen}),
                        pieces_in_found=sum(p.hunk in {c.hunk for c in chosen} for p in plan.pieces),
                        **counts)
+
+
+def _whole(session: Session, step: Step, plan: hunk_plumbing.Plan, spent: _Rounds, taken: Taken, out: Path,
+           noise: Mapping[str, PooledNoise | None] | None, why: str) -> HunkFinding:
+    """The threading base did not compile or run: delta debugging over the whole hunks instead, each
+    its own unit, with the trial budget and the tries the base took. Coarser than statements, but
+    an answer: a subset that misses a hunk it needs is unresolved, never a verdict."""
+    rounds = _Rounds(session, step, plan.parts, taken, noise=noise)
+    rounds.trials_left, rounds.tries = spent.trials_left, list(spent.tries)
+    budget = max(1, session.config.build.max_hunk_builds - len(spent.tries))
+    found = hunks.search(len(plan.parts), rounds, budget=budget, look_again=rounds)
+    chosen = rounds.hunks_of(found.found)
+    text = hunks.patch_of([plan.parts[i] for i in chosen])
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"hunk-{step.commit[:7]}.patch"
+    path.write_text(text)
+    return HunkFinding(step.commit, len(plan.parts), tuple(plan.parts[i].label for i in chosen),
+                       found.alone and len(chosen) == 1, tuple(rounds.tries), str(path), text,
+                       complete=found.complete, stopped_at="" if found.complete else (rounds.stopped or "builds"),
+                       unresolved=len(found.unresolved), shown_minimal=found.shown_minimal,
+                       base_failed=" ".join(why.split())[:240])

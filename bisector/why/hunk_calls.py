@@ -90,19 +90,45 @@ def _bind(sig: Signature, call: ast.Call, launch: bool) -> str:
     return ""
 
 
-def _unbound(tree: ast.Module) -> set[str]:
-    """Names read in a file that nothing in it binds (anywhere: a coarse check that never calls a
-    bound name unbound) and that are not builtins: a statement kept without the one that binds
-    what it reads (`return pages` without `pages = ...`) raises NameError when it runs."""
-    bound = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__builtins__"}
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_ALWAYS = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__builtins__",
+                                "__class__", "__qualname__", "__module__"}
+
+
+def _outer_parts(node: ast.AST) -> list[ast.AST]:
+    """What a nested def, lambda or class evaluates in the scope around it: decorators, defaults,
+    annotations, bases."""
+    out: list[ast.AST] = list(getattr(node, "decorator_list", []))
+    if isinstance(node, ast.ClassDef):
+        return out + node.bases + [k.value for k in node.keywords]
+    a = node.args  # type: ignore[attr-defined]
+    out += [d for d in a.defaults + a.kw_defaults if d is not None]
+    out += [x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs if x.annotation is not None]
+    return out + ([node.returns] if getattr(node, "returns", None) is not None else [])
+
+
+def _own(scope: ast.AST) -> tuple[set[str], set[str], list[ast.AST]]:
+    """The names a scope binds and reads itself, and the scopes nested in it (comprehensions count
+    as their scope's: coarse, never a false NameError)."""
+    bound: set[str] = set()
     read: set[str] = set()
-    for node in ast.walk(tree):
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        a = scope.args
+        bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+        bound |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+    body = [scope.body] if isinstance(scope, ast.Lambda) else list(scope.body)  # type: ignore[attr-defined]
+    nested: list[ast.AST] = []
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _SCOPES):
+            nested.append(node)
+            if not isinstance(node, ast.Lambda):
+                bound.add(node.name)
+            stack += _outer_parts(node)
+            continue
         if isinstance(node, ast.Name):
             (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
         elif isinstance(node, ast.alias):
             bound.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
@@ -111,9 +137,33 @@ def _unbound(tree: ast.Module) -> set[str]:
             bound.add(node.name)
         elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
             bound.add(node.name)
-        elif isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
-            return set()  # a star import binds what the text cannot say
-    return read - bound
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+        stack += list(ast.iter_child_nodes(node))
+    return bound, read, nested
+
+
+def _unbound(tree: ast.Module) -> set[str]:
+    """Names read where no scope that reaches them binds them (its own, an enclosing function's, the
+    module's; a class body's names reach only that body), and that are not builtins: a statement
+    kept without the one that binds what it reads (`return pages` without `pages = ...`) raises
+    NameError when it runs. Per scope, not per file: a name still bound in another function (the
+    caller that unpacks `DX, DW, DB = ...`) does not bind it here. Where a name is bound within a
+    scope does not matter (coarse: never an UnboundLocalError)."""
+    if any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree)):
+        return set()  # a star import binds what the text cannot say
+    declared = {name for n in ast.walk(tree) if isinstance(n, ast.Global) for name in n.names}
+    module_bound, module_read, nested = _own(tree)
+    visible = _ALWAYS | module_bound | declared
+    out = module_read - visible
+    todo: list[tuple[ast.AST, set[str]]] = [(n, visible) for n in nested]
+    while todo:
+        scope, outer = todo.pop()
+        bound, read, inner = _own(scope)
+        out |= read - bound - outer
+        # a class body's names are not visible in the functions nested in it
+        todo += [(n, outer if isinstance(scope, ast.ClassDef) else outer | bound) for n in inner]
+    return out
 
 
 def call_errors(texts: Mapping[str, str]) -> frozenset[tuple[str, str]]:
