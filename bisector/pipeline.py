@@ -34,7 +34,7 @@ from bisector.errors import BadInput
 from bisector.paths import shown, work_dir_for
 from bisector import portable
 from bisector.build import Builder, Prefetcher
-from bisector.config import Config, select_shapes  # noqa: F401 - the triggers call pipeline.select_shapes
+from bisector.config import Config, select_shapes
 from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shape, Step, TrialRecord,
                             TrialStatus)
 from bisector.why.fixes import expected_trials as fixes_expected, set_up_reverts, verify_fixes

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Mapping
 import git
 
 from bisector import gitrepo, pipeline
-from bisector.config import Config
+from bisector.config import Config, select_shapes
 from bisector.errors import BadInput, BisectorError, GitError, RefError
 from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
@@ -257,7 +257,7 @@ def _pinned_range(event: CommentEvent, command: commands.BisectCommand, config: 
 
 def _bisect(event: CommentEvent, command: commands.BisectCommand, job: Job, pinned: str | None,
             head_repo: str | None = None) -> tuple[PublishPlan, Handled]:
-    config = pipeline.select_shapes(job.config, command.selection.only())
+    config = select_shapes(job.config, command.selection.only())
     good, bad = _pinned_range(event, command, config, pinned)
     out = Path(job.report_dir or Path(config.report_dir) / "pr" / str(event.number) / run_id(event))
     # A PR's head (not merged), a fork's code or a commit outside the upstream's history timed itself:
@@ -279,7 +279,7 @@ def _bisect(event: CommentEvent, command: commands.BisectCommand, job: Job, pinn
 
 def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job,
           pinned: str | None) -> tuple[PublishPlan, Handled]:
-    config = pipeline.select_shapes(job.config, command.selection.only())
+    config = select_shapes(job.config, command.selection.only())
     session = pipeline.Session(config, job.store, job.work_dir)
     try:
         head = check_pin(fetch_pull_head(session.repo, config.upstream.repo, event.number), pinned, event.number)

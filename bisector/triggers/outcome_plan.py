@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Mapping
 from bisector import gitrepo
 from bisector.errors import BisectorError
 from bisector.model import Step
+from bisector.publish.messages import CONFIRM, UNTRUSTED
 from bisector.publish.publish_plan import CulpritPost, PublishPlan, RunVerdict
 from bisector.report import kernel_section as kernel_report
 from bisector.triggers import pr_advice
@@ -67,9 +68,9 @@ def _hunk_line(h: HunkFinding) -> str:
     return f"{h.summary}: " + "; ".join(f"`{label}`" for label in h.hunks)
 
 
-UNTRUSTED_NOTE = ("Measured in the pull request's own process; not independently verified: the code under test "
-                  "ran in the process that timed it and could have written its own numbers. A maintainer's `/perf` "
-                  "on the merged commit is the way to confirm.")
+# the comment's untrusted label, with the reason, for the report header: one wording (publish.messages)
+UNTRUSTED_NOTE = (f"{UNTRUSTED.rstrip('.')}: the code under test ran in the process that timed it and could have "
+                  f"written its own numbers. {CONFIRM}")
 
 
 def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr: int | None = None,

@@ -45,7 +45,7 @@ class Selection:
     shapes: tuple[str, ...] = ()
 
     def only(self) -> tuple[str, ...]:
-        """What `pipeline.select_shapes` takes: shape names (qualified by the suite when given), or the suite."""
+        """What `config.select_shapes` takes: shape names (qualified by the suite when given), or the suite."""
         if self.shapes:
             if self.suite:
                 return tuple(s if "/" in s else f"{self.suite}/{s}" for s in self.shapes)
