@@ -54,18 +54,33 @@ def test_range_resolves_builds_and_plans_hunks(desc, tmp_path):
     assert len(shas) == desc.commits and shas[0] == desc.good and shas[-1] == desc.bad
     assert set(desc.culprits) <= set(shas[1:])
     builder = Builder(repo, cfg.upstream, cfg.build, tmp_path / "cache")
-    step = desc.steps[0]
-    for sha in (step.culprit, f"{step.culprit}^"):
-        built = builder.build(gitrepo.resolve(repo, sha))
-        assert built.status == BuildStatus.OK, built.log_tail
-        for f in step.files:
-            assert (Path(built.source_dir).parent / f).is_file() or (Path(built.source_dir) / f).is_file(), f
-    parent = gitrepo.resolve(repo, f"{step.culprit}^")
-    parts = hunks.split(gitrepo.commit_diff(repo, step.culprit))
-    assert set(step.files) <= {h.path for h in parts}
-    groups = hunk_groups.group(parts, lambda p: gitrepo.file_at(repo, parent, p),
-                               lambda p: gitrepo.file_at(repo, step.culprit, p))
-    assert sorted(i for g in groups for i in g.members) == list(range(len(parts)))
+    for step in desc.steps:  # every described step, candidates included: each is a screen entry
+        for sha in (step.culprit, f"{step.culprit}^"):
+            built = builder.build(gitrepo.resolve(repo, sha))
+            assert built.status == BuildStatus.OK, built.log_tail
+            for f in step.files:
+                assert (Path(built.source_dir).parent / f).is_file() or (Path(built.source_dir) / f).is_file(), f
+        parent = gitrepo.resolve(repo, f"{step.culprit}^")
+        parts = hunks.split(gitrepo.commit_diff(repo, step.culprit))
+        assert set(step.files) <= {h.path for h in parts}, (step.culprit, set(step.files) - {h.path for h in parts})
+        groups = hunk_groups.group(parts, lambda p: gitrepo.file_at(repo, parent, p),
+                                   lambda p, sha=step.culprit: gitrepo.file_at(repo, sha, p))
+        assert sorted(i for g in groups for i in g.members) == list(range(len(parts)))
+
+
+def test_the_screen_plan_covers_each_library_and_each_step_with_its_parent():
+    """benches/real/screen-plan.json is what the GPU screen times: every library's ends, and each
+    candidate step beside its parent, within the budget of one device call (36 fresh processes)."""
+    import json
+
+    plan = json.loads((RANGES_DIR / "screen-plan.json").read_text())
+    assert len(plan) <= 36
+    labels = {(e["lib"], e["label"]) for e in plan}
+    for d in DESCRIPTIONS:
+        assert (d.lib, d.good[:8]) in labels and (d.lib, d.bad[:8]) in labels, d.lib
+        for step in (s for s in d.steps if s.status == "candidate"):
+            c = step.culprit[:8]
+            assert {(d.lib, c), (d.lib, f"{c}^")} <= labels, (d.lib, c)
 
 
 GOOD = (RANGES_DIR / "liger" / "range.toml").read_text()
