@@ -29,8 +29,8 @@ TINY = {"T": 48, "BT": 8, "B": 2, "S": 24, "H": 3}
 
 
 def host_device_calls() -> None:
-    """The launchers ask torch for the CUDA device around the kernel (`with torch.cuda.device(...)`,
-    its SM count, its warp size) and autotuners time their configs with the device's benchmarker; on a
+    """The launchers ask torch or Triton's driver for the CUDA device around the kernel (`with
+    torch.cuda.device(...)`, its SM count, its warp size) and autotuners time their configs with the device's benchmarker; on a
     host without CUDA those answer as one H100 would and every config runs once (the first is kept), so
     the interpreter reaches the kernel. Only this checking process is changed; the kernels are not."""
     import contextlib
@@ -54,6 +54,15 @@ def host_device_calls() -> None:
         init(self, fn, arg_names, configs, [k for k in key if k in arg_names], *rest, **kw)
 
     autotuner.Autotuner.__init__ = init_dropping_unknown_keys  # type: ignore[method-assign]
+    # a launcher that asks Triton's driver for the SM count (flash-linear-attention) gets an H100's;
+    # the backend stays "cpu", so the library still puts its tensors on the host
+    from triton.runtime import driver
+
+    props = {"multiprocessor_count": 132, "max_shared_mem": 232448, "warpSize": 32}
+    host = types.SimpleNamespace(utils=types.SimpleNamespace(get_device_properties=lambda *_a: props),
+                                 get_current_target=lambda: types.SimpleNamespace(backend="cpu", arch=0,
+                                                                                  warp_size=32))
+    driver.set_active(host)
     # libraries that pick `torch.<device>` by Triton's backend (flash-linear-attention) get torch.cpu
     torch.cpu.device = lambda *_a, **_k: contextlib.nullcontext()  # type: ignore[attr-defined]
     h100 = types.SimpleNamespace(name="interpreter (H100 stand-in)", multi_processor_count=132, warp_size=32,
