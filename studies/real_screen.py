@@ -4,7 +4,7 @@ a fresh TRITON_CACHE_DIR, time every shape of the library's config (benches/real
 with `triton.testing.do_bench(..., return_mode="median")`, subject and torch control, after checking
 the subject's output against the control's.
 
-    python -m studies.real_screen --repos DIR --plan plan.json --out screen.json
+    python -m studies.real_screen --repos DIR --plan plan.json --out screen.json [--lib fla flash_attn]
 
 plan.json: [{"lib": "liger", "sha": "<40 hex>", "label": "540575bc^"}, ...]. Prints one line per
 (commit, shape) as it goes and writes every figure to --out.
@@ -80,13 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repos", type=Path)
     ap.add_argument("--plan", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--lib", nargs="*", default=[], help="only these libraries' entries of the plan")
     ap.add_argument("--one", nargs=2, metavar=("LIB", "SRC"), help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=150)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one(args.one[0], Path(args.one[1]))))
         return 0
-    plan = json.loads(args.plan.read_text())
+    plan = [p for p in json.loads(args.plan.read_text()) if not args.lib or p["lib"] in args.lib]
     work = Path(tempfile.mkdtemp(prefix="real-screen-"))
     rows: list[dict] = []
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
