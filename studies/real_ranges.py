@@ -48,10 +48,11 @@ def write_config(desc: RangeDescription, upstream: Path, dest: Path) -> Path:
     return dest / "config.toml"
 
 
-def run_command(config: Path, desc: RangeDescription, root: Path, hunks: bool) -> list[str]:
+def run_command(config: Path, desc: RangeDescription, root: Path, hunks: bool, shapes: str | None = None) -> list[str]:
     return [sys.executable, "-m", "bisector", "run", "--config", str(config), "--good", desc.good, "--bad", desc.bad,
             "--store", str(root / "results.sqlite"), "--work-dir", str(root / "work"),
-            "--report-dir", str(root / "report"), "--json", *([] if hunks else ["--no-hunks"])]
+            "--report-dir", str(root / "report"), "--json", *([] if hunks else ["--no-hunks"]),
+            *(["--shapes", shapes] if shapes else [])]
 
 
 def cause_line(data: dict, culprit: str) -> str:
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repos", type=Path, default=None, help="bare copies made by studies.real_repos")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--no-hunks", action="store_true")
+    ap.add_argument("--shapes", default=None, help="passed to `bisector run --shapes` (a subset of the configs' shapes)")
     ap.add_argument("--out", type=Path, default=Path("studies/results/real-ranges.txt"))
     args = ap.parse_args(argv)
     try:
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         lib_root = root / desc.lib
         config = write_config(desc, upstream, lib_root / "config")
-        cmd = run_command(config, desc, lib_root, not args.no_hunks)
+        cmd = run_command(config, desc, lib_root, not args.no_hunks, args.shapes)
         commands.append(" ".join(cmd))
         print(f"real_ranges: {desc.lib}: {' '.join(cmd)}", file=sys.stderr, flush=True)
         start = time.time()
