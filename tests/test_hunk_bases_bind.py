@@ -94,3 +94,25 @@ def test_a_finding_whose_base_did_not_run_says_it_searched_whole_hunks() -> None
                     base_failed="did not build or run (NameError: name 'acc' is not defined)")
     assert f.summary == ("1 of 4 hunks carry the step alone; the threading base did not build or run (NameError: "
                          "name 'acc' is not defined); searched whole hunks instead")
+
+
+def test_a_local_read_before_any_binding_is_refused_and_a_guarded_one_is_not() -> None:
+    """Two real LayerNorm culprits' subsets raised UnboundLocalError when run: a launch still passing
+    `DW` after the piece that allocated it was kept, and a loop's `dw_row += ...` without its
+    `dw_row = tl.zeros(...)`. A read in a branch may never run: not an error."""
+    text = ("def launch(x, n):\n    k(x, DW)\n    DW = x\n    for i in range(n):\n        acc += i\n    acc = 0\n"
+            "    for i in range(n):\n        if i:\n            use(prev)\n        prev = i\n    return DW, acc\n")
+    tree = __import__("ast").parse(text)
+    assert hunk_calls._unassigned(tree) == {"DW", "acc"}
+    assert "local variable 'DW' is read before it is assigned (UnboundLocalError)" in \
+        {e for _, e in hunk_calls.call_errors({"m.py": text})}
+
+
+def test_a_pointer_moved_in_place_is_tied_to_the_statements_that_read_it() -> None:
+    """`Mean_ptr += row * stride` removed while the store that reads `Mean_ptr` stays: built apart,
+    a real culprit's subset wrote every row's mean to row 0 (wrong results). An augmented
+    assignment binds its name, so the two pieces are one."""
+    from bisector.why.hunk_checks import _BOUND
+
+    assert _BOUND.match("    Mean_ptr += row_idx * stride") and _BOUND.match("    x //= 2")
+    assert not _BOUND.match("    if x == 1:") and not _BOUND.match("    y <= 2")

@@ -32,7 +32,9 @@ def _merged(plan: Plan, hunk: int) -> Plan:
     return replace(plan, pieces=tuple(pieces), unsplit=(*plan.unsplit, why))
 
 
-_BOUND = re.compile(r"^\s*(?:for\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?::[^=]*)?(?:=[^=]|\s+in\s)")
+# a binding: `x = ...`, `a, b = ...`, `x: T = ...`, `for x in ...`, and `x += ...` (a pointer moved in place)
+_BOUND = re.compile(r"^\s*(?:for\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?::[^=]*)?"
+                    r"(?:(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=[^=]|\s+in\s)")
 
 
 def _tied(plan: Plan, old: Source) -> Plan:
@@ -107,11 +109,11 @@ def checked(plan: Plan, old: Source, new: Source) -> Plan:
         error = plan.compile_error((), old, new)
         errors = error.removeprefix("would not run: ").split("; ") if error.startswith("would not run") else []
         names = {_callee(e) for e in errors} - {""}
-        unbound = {m.group(1) for e in errors if (m := re.search(r"name '(\w+)' is not defined", e))}
+        unbound = {m.group(1) for e in errors if (m := re.search(r"(?:name|local variable) '(\w+)' is", e))}
         if not names and not unbound:
             return replace(plan, base_error=error)
         callers = [p for p in plan.pieces if _calls(plan.parts[p.hunk], p.keep, names)
-                   or _binds(plan.parts[p.hunk], p.keep, unbound)]
+                   or _binds(plan.parts[p.hunk], p.keep, unbound) or _drops(plan.parts[p.hunk], p.keep, unbound)]
         if not callers or len(callers) == len(plan.pieces):
             return replace(plan, base_error=error)
         moved = tuple(replace(p, plumbing=True) for p in callers)
@@ -126,6 +128,14 @@ def _binds(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
     added = [lines[i][1:] for i in (keep if keep is not None else range(len(lines))) if lines[i][:1] == "+"]
     return any(re.match(rf"\s*(({re.escape(n)}\s*(:[^=]*)?=[^=])|(def|class)\s+{re.escape(n)}\b|"
                         rf"(from\s+\S+\s+)?import\s.*\b{re.escape(n)}\b)", ln) for ln in added for n in names)
+
+
+def _drops(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
+    """Whether the piece's removed lines read one of `names`: the base still reads what the culprit
+    no longer does (a launch passing `DW` after the base dropped its allocation)."""
+    lines = h.body.splitlines()
+    removed = [lines[i][1:] for i in (keep if keep is not None else range(len(lines))) if lines[i][:1] == "-"]
+    return any(re.search(rf"\b{re.escape(n)}\b", ln) for ln in removed for n in names)
 
 
 def _calls(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
