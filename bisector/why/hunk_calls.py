@@ -224,11 +224,13 @@ def _reads(nodes: list[ast.AST]) -> list[str]:
     return out
 
 
-def _read_early(body: list[ast.stmt], local: set[str], bound: set[str], out: set[str]) -> None:
+def _read_early(body: list[ast.stmt], local: set[str], bound: set[str], out: set[str], kernel: bool) -> None:
     """Locals read on the way every run takes (the body, and loop and `with` bodies, in order)
     before any statement that may bind them: `DW` passed to a launch after its allocation was
     dropped raises UnboundLocalError. Branches (`if`, `try`, `match`) bind what they may and are
-    not read into (coarse: never a false error on a guarded read)."""
+    not read into (coarse: never a false error on a guarded read). In a `@jit` kernel (`kernel`)
+    a name a loop binds, or only one branch of an `if`, is not visible after it (Triton's code
+    generator keeps only what was bound before): `w_f32 = w.to(...)` after the loop that loads `w`."""
     for stmt in body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(stmt.name)
@@ -237,24 +239,31 @@ def _read_early(body: list[ast.stmt], local: set[str], bound: set[str], out: set
             head = [stmt.iter] if isinstance(stmt, (ast.For, ast.AsyncFor)) else \
                 [stmt.test] if isinstance(stmt, ast.While) else [i.context_expr for i in stmt.items]
             out.update(n for n in _reads(head) if n in local and n not in bound)  # type: ignore[arg-type]
+            inner = set(bound)
             if isinstance(stmt, (ast.For, ast.AsyncFor)):
-                bound |= _binds_in(stmt.target)
+                inner |= _binds_in(stmt.target)
             elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-                bound |= {n for i in stmt.items if i.optional_vars is not None for n in _binds_in(i.optional_vars)}
-            _read_early(stmt.body, local, bound, out)
-            bound |= _binds_in(stmt)
+                inner |= {n for i in stmt.items if i.optional_vars is not None for n in _binds_in(i.optional_vars)}
+            _read_early(stmt.body, local, inner, out, kernel)
+            if not kernel or isinstance(stmt, (ast.With, ast.AsyncWith)):
+                bound |= inner | _binds_in(stmt)
             continue
         if isinstance(stmt, (ast.If, ast.Try, ast.Match)) or hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar):
             head = [stmt.test] if isinstance(stmt, ast.If) else [stmt.subject] if isinstance(stmt, ast.Match) else []
             out.update(n for n in _reads(head) if n in local and n not in bound)  # type: ignore[arg-type]
-            bound |= _binds_in(stmt)
+            if kernel and isinstance(stmt, ast.If):
+                then, other = (set().union(*(_binds_in(s) for s in branch)) for branch in (stmt.body, stmt.orelse))
+                bound |= then & other
+            else:
+                bound |= _binds_in(stmt)
             continue
         out.update(n for n in _reads([stmt]) if n in local and n not in bound)
         bound |= _binds_in(stmt)
 
 
 def _unassigned(tree: ast.Module) -> set[str]:
-    """Names some function reads before it may have bound them (UnboundLocalError)."""
+    """Names some function reads before it may have bound them (UnboundLocalError; in a `@jit`
+    kernel, also after the loop or the one branch that binds them)."""
     out: set[str] = set()
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -264,7 +273,8 @@ def _unassigned(tree: ast.Module) -> set[str]:
             {x.arg for x in (a.vararg, a.kwarg) if x is not None}
         declared = {name for n in ast.walk(fn) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
         local = set().union(*(_binds_in(s) for s in fn.body)) - params - declared
-        _read_early(fn.body, local, set(params), out)
+        kernel = any(_decorator(d) == "jit" for d in fn.decorator_list)
+        _read_early(fn.body, local, set(params), out, kernel)
     return out
 
 
@@ -287,7 +297,8 @@ def _errors(items: tuple[tuple[str, str], ...]) -> frozenset[tuple[str, str]]:
     sigs = signatures(trees)
     out: set[tuple[str, str]] = {(path, f"name '{name}' is not defined (NameError)")
                                  for path, tree in trees.items() for name in _unbound(tree)}
-    out |= {(path, f"local variable '{name}' is read before it is assigned (UnboundLocalError)")
+    out |= {(path, f"local variable '{name}' is read before it is bound (UnboundLocalError; in a @jit kernel, "
+                   "also after the loop or the one branch that binds it)")
             for path, tree in trees.items() for name in _unassigned(tree)}
     for path, tree in trees.items():
         for node in ast.walk(tree):
