@@ -121,3 +121,33 @@ def test_a_pointer_moved_in_place_is_tied_to_the_statements_that_read_it() -> No
 
     assert _BOUND.match("    Mean_ptr += row_idx * stride") and _BOUND.match("    x //= 2")
     assert not _BOUND.match("    if x == 1:") and not _BOUND.match("    y <= 2")
+
+
+KERNEL_OLD = ("def jit(fn):\n    return fn\n\n\n@jit\ndef kernel(X, W, out, n):\n    for i in range(n):\n"
+              "        w = W[0]\n        out[i] = X[i] * w\n    return out\n")
+KERNEL_NEW = ("def jit(fn):\n    return fn\n\n\n@jit\ndef kernel(X, W, out, n):\n    w = W[0]\n    w_f32 = float(w)\n"
+              "    for i in range(n):\n        out[i] = X[i] * w_f32\n    return out\n")
+
+
+def test_a_base_assignment_reading_what_only_the_rewrite_binds_is_searched_not_closed_over(tmp_path: Path) -> None:
+    """A real LayerNorm culprit's base held `w_f32 = w.to(tl.float32)` (plumbing: a new name given a
+    passed value) where only the rewritten kernel binds `w`; closing the base over that binding
+    pulled both rewritten kernels into the base, which then gave wrong results. The assignment is
+    searched instead, tied to the statement that reads it; the base stays threading."""
+    from bisector.why import hunk_checks
+
+    root = tmp_path / "up"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit_file(root, "k.py", KERNEL_OLD, "kernel", 1)
+    sha = commit_file(root, "k.py", KERNEL_NEW, "kernel: w loaded once", 2)
+    parts = hunks.split(gitrepo.commit_diff(gitpython.Repo(root), sha))
+    found = hunk_plumbing.pieces_of(parts, lambda p: KERNEL_OLD, lambda p: KERNEL_NEW)
+    assert [p.plumbing for p in found] == [False, True, False, False]  # `w_f32 = float(w)` reads as plumbing
+    plan = hunk_plumbing.Plan(tuple(parts), (found[1],), (found[0], found[2], found[3]))
+    assert "local variable 'w' is read before it is bound" in plan.compile_error((), lambda p: KERNEL_OLD,
+                                                                                lambda p: KERNEL_NEW)
+    fixed = hunk_checks.checked(plan, lambda p: KERNEL_OLD, lambda p: KERNEL_NEW)
+    assert fixed.base == () and not fixed.base_error
+    assert any(p.keep and set(found[1].keep) <= set(p.keep) and set(found[3].keep) <= set(p.keep)
+               for p in fixed.pieces)  # searched with `out[i] = X[i] * w_f32`, which reads it
