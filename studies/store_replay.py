@@ -40,6 +40,7 @@ class Stored:
 
 STORES = (
     Stored("cpu-demo", "reports/cpu-demo/results.sqlite.gz", "configs/cpu-demo.toml"),
+    Stored("cpu-demo-fixture", "tests/fixtures/cpu-demo.sqlite.gz", "configs/cpu-demo.toml"),
     Stored("gpu-demo", "reports/gpu-demo/results.sqlite.gz", "configs/h200-demo.toml", ("--shapes", DEMO4)),
     Stored("h200-demo-81a933b", "studies/results/h200-demo-81a933b.sqlite.gz", "configs/h200-demo.toml", ("--shapes", DEMO4)),
     Stored("h200-demo-6shapes-c63c4dc", "studies/results/h200-demo-6shapes-c63c4dc.sqlite.gz", "configs/h200-demo.toml"),
@@ -94,7 +95,9 @@ def replay(stored: Stored, code: Path, sets: list[tuple[str, str, str]], work: P
 
 
 def steps(result: dict) -> list[str]:
-    return [f"{s['commit'][:7]} {'+'.join(sorted(s['change_pct']))}" for s in result["steps"]]
+    """"83c18bf fa/s1024+fa/s512", "(unverified)" after a step whose fresh trials the store lacks."""
+    return [f"{s['commit'][:7]} {'+'.join(sorted(s['change_pct']))}" + ("" if s.get("verified", True) else " (unverified)")
+            for s in result["steps"]]
 
 
 def compared(now: dict, then: dict) -> tuple[list[str], list[str]]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 from bisector.search.call_timing import CallFigures
-from bisector.model import Commit, Step, Uncertain, min_step_for
+from bisector.model import LATENCY_KEY, Commit, Step, Uncertain, min_step_for
 from bisector.runner.time_spent import Throughput
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.search.wrong_results import WrongResult, WrongWindow
@@ -108,5 +108,8 @@ class ReportData:
         return f"{self.min_step_pct:g}%" + (f" ({own})" if own else "")
 
     def metric_of(self, shape: str) -> str:
-        """"ratio" or "speed": what the search compared in this shape's suite."""
+        """"ratio" or "speed": what the search compared in this shape's suite; a latency shape
+        ("gemm/decode:latency", search/drift.py) is decided on its eager calls' latency ratio."""
+        if shape.endswith(LATENCY_KEY):
+            return "latency_ratio"
         return self.metric.get(shape.split("/", 1)[0], "ratio")
