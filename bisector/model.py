@@ -70,11 +70,16 @@ def min_step_for(shape: str, default: float, by: Mapping[str, float]) -> float:
 # A shape's call latency decided on as a shape of its own ("gemm/decode" -> "gemm/decode:latency"):
 # the search finds, verifies and reports a latency step as it does a kernel-time step.
 LATENCY_KEY = ":latency"
+# Its kernel time with the L2 left warm, where a suite asks for `cache = "warm"` (bisector/config/cache.py).
+WARM_KEY = ":warm"
 
 
 def base_shape(key: str) -> str:
     """The benchmark shape a search shape measures: "gemm/decode:latency" -> "gemm/decode"."""
-    return key[:-len(LATENCY_KEY)] if key.endswith(LATENCY_KEY) else key
+    for tail in (LATENCY_KEY, WARM_KEY):
+        if key.endswith(tail):
+            return key[:-len(tail)]
+    return key
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,10 @@ upstream written from bisector/demo, no build, no trial), with `--no-fixes --no-
 search's decisions are compared. `--set SECTION.KEY=VALUE` writes a key into the config first
 (to replay with a setting off or on); `--before CHECKOUT` replays with that checkout's code too.
 Printed per store: the steps (commit and shapes), trials, and the decision lines
-(bisector/search/decisions.py) where the result has them; "same steps" or what differs.
+(bisector/search/decisions.py) where the result has them; whether every step of the other replay is
+decided again (commit and shapes) and what is new. A replay reads only the trials its run took: a
+search that asks for others (a latency shape's, the anchor's) uses up trials the run took to verify a
+step, which then reads "(unverified)" offline; a live run takes the trials it asks for.
 """
 
 from __future__ import annotations

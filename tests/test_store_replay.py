@@ -38,8 +38,11 @@ def test_a_committed_store_decides_every_reported_step_again_with_the_defaults(t
     lost, new = compared(now, committed(name))
     assert lost == [], f"{name}: steps of the committed report no longer decided: {lost}"
     if name == "cpu-demo":
-        # on the CPU the call is the kernel: no latency shapes beside the kernel time, nothing new
+        # on the CPU the call is the kernel: no latency shapes beside the kernel time, nothing new; every
+        # step verified as it was (a GPU store replayed with the decisions on asks for trials its run never
+        # took, and a step whose fresh trials the store lacks is unverified offline: studies/store_replay.py)
         assert new == [] and not any(":latency" in k for s in now["steps"] for k in s["change_pct"])
+        assert [s["verified"] for s in now["steps"]] == [s["verified"] for s in committed(name)["steps"]]
 
 
 def test_the_gpu_demo_store_reports_the_dispatch_plant_as_a_latency_step(gpu: tuple[dict, Path]) -> None:

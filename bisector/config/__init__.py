@@ -14,6 +14,7 @@ from bisector.config import subjects as config_suites
 from bisector.config.reader import Section as _Section
 from bisector.config.reader import show as _show
 from bisector.config.keyfiles import pattern_problem
+from bisector.config.cache import parse_caches
 from bisector.config.subjects import Subject, SuiteModule
 from bisector.errors import ConfigError
 from bisector.model import Shape, for_shape, min_step_for
@@ -70,9 +71,8 @@ class Build:
     network: bool = False
 
 
-# The decisions' defaults (issue #59): a pair near the threshold stops at 6 trials a side, GOOD is
-# re-measured every 20 s of trial time. Replays of the committed stores decide every planted step as
-# before with them (python -m studies.store_replay); the CPU demo turns the cap off (its config says why).
+# The decisions' defaults (issue #59); replays of the committed stores decide every planted step as
+# before with them (python -m studies.store_replay); the CPU demo's config turns two off (it says why).
 DECISION_TRIALS = 6
 DRIFT_ANCHOR_S = 20.0
 
@@ -277,6 +277,7 @@ class Config:
     store: str | None = None  # SQLite path; None = user cache dir
     description: str = ""
     suite_modules: Mapping[str, SuiteModule] = field(default_factory=dict)  # suites the user brings
+    caches: Mapping[str, str] = field(default_factory=dict)  # suite -> "warm" (config/cache.py); else cold
     executor: Executor = Executor()
     triggers: Triggers = Triggers()
     sandbox: Sandbox = Sandbox()
@@ -353,7 +354,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         control=control,
         subjects=subjects,
         shapes=shapes,
-        suite_modules=modules,
+        suite_modules=modules, caches=parse_caches(top, names, subjects),
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads",
                                                     "graph_heat_ms", "settle_ms", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",

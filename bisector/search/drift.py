@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from scipy import special
 
-from bisector.model import LATENCY_KEY, Measurement, ProbeStatus, base_shape
+from bisector.model import LATENCY_KEY, WARM_KEY, Measurement, ProbeStatus, base_shape
 from bisector.search.stats import log_sd
 
 __all__ = ["Trend", "DriftFinding", "Choice", "trend", "choose", "decided", "Views", "DRIFT_ALPHA",
@@ -158,9 +158,10 @@ def decided(raw: Measurement, choices: Mapping[str, Choice]) -> Measurement:
                 continue
             values = tuple(v / math.exp(c.slope * (t - c.t0)) for v, t in zip(values, times))
         samples[s] = tuple(values)
-    for s, values in raw.views.get("latency", {}).items():
-        if values and s not in raw.wrong:
-            samples[s + LATENCY_KEY] = tuple(values)
+    for view, key in (("latency", LATENCY_KEY), ("warm", WARM_KEY)):
+        for s, values in raw.views.get(view, {}).items():
+            if values and s not in raw.wrong:
+                samples[s + key] = tuple(values)
     return replace(raw, samples=samples)
 
 

@@ -58,7 +58,8 @@ def trial_views(kept: Mapping[str, Sequence[TrialRecord]], latency: bool = False
     when each ran (epoch seconds): "subject" and "control" the full-clock speed of each alone,
     "ratio" their ratio, for the search's drift check; with `latency`, "latency" the latency ratio
     of eager calls for each shape whose every trial timed them apart from a kernel time taken with the
-    host out of the loop (the trial does where a call is not device-bound; on the CPU they are one).
+    host out of the loop (the trial does where a call is not device-bound; on the CPU they are one);
+    "warm" the ratio of kernel times with the cache left warm, where the suite asked for it.
     A view some trial cannot give is left out for that shape."""
     views: dict[str, dict[str, tuple[float, ...]]] = {}
     times: dict[str, tuple[float, ...]] = {}
@@ -71,6 +72,8 @@ def trial_views(kept: Mapping[str, Sequence[TrialRecord]], latency: bool = False
         put("subject", shape, [trial_metric(t, "speed") for t in trials])
         put("control", shape, [1.0 / full_clock_time(t.control_ms) if t.control_ms else None for t in trials])
         put("ratio", shape, [t.ratio for t in trials])
+        warm = [t.protocol.get("warm_ratio") for t in trials]  # where the suite asked for cache = "warm" too
+        put("warm", shape, [float(v) if isinstance(v, (int, float)) else None for v in warm])
         if latency and all(t.kernel_method in DEVICE_METHODS for t in trials):
             # a latency apart from the kernel time: on the CPU the call is the kernel, one figure
             put("latency", shape, [t.latency_ratio if t.subject_latency_ms else None for t in trials])
