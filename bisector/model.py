@@ -63,8 +63,8 @@ def min_step_for(shape: str, default: float, by: Mapping[str, float]) -> float:
     """The smallest change that counts as a step on `shape`, in percent (`for_shape`). A short decode
     GEMM whose trials vary by 2% from process to process pays ~8 trials a commit to settle a 3% step
     that a large GEMM at 0.5% settles in one; a shape's own resolution keeps it from setting every
-    commit's price."""
-    return for_shape(shape, default, by)
+    commit's price. A latency or warm shape ("gemm/decode:latency") has its own entry, else its shape's."""
+    return by.get(shape) or for_shape(base_shape(shape), default, by)
 
 
 # A shape's call latency decided on as a shape of its own ("gemm/decode" -> "gemm/decode:latency"):

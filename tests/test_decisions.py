@@ -231,3 +231,11 @@ def test_the_report_says_which_metric_decided_and_why():
     assert "What decided:\n- gemm/m64: control +" in text and "decided on the subject's own kernel time" in text
     assert any(line.startswith("  gemm/m128: control +") for line in summary.lines(data, "report.md"))
     assert "What decided" not in markdown.render(make_data())
+
+
+def test_a_latency_or_warm_shape_takes_its_shape_s_minimum_step_unless_it_has_its_own():
+    from bisector.model import WARM_KEY
+
+    s = SearchSettings(min_step_pct=3.0, min_steps={"gemm/decode": 6.0, "gemm/m8192" + LATENCY_KEY: 10.0})
+    assert s.min_step("gemm/decode" + LATENCY_KEY) == s.min_step("gemm/decode" + WARM_KEY) == 6.0
+    assert s.min_step("gemm/m8192" + LATENCY_KEY) == 10.0 and s.min_step("gemm/m8192" + WARM_KEY) == 3.0
