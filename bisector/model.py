@@ -70,7 +70,7 @@ def min_step_for(shape: str, default: float, by: Mapping[str, float]) -> float:
 # A shape's call latency decided on as a shape of its own ("gemm/decode" -> "gemm/decode:latency"):
 # the search finds, verifies and reports a latency step as it does a kernel-time step.
 LATENCY_KEY = ":latency"
-# Its kernel time with the L2 left warm, where a suite asks for `cache = "warm"` (bisector/config/cache.py).
+# Its kernel time with the L2 left warm, where a suite asks for `cache = "warm"` (bisector/config/warm_cache_key.py).
 WARM_KEY = ":warm"
 
 

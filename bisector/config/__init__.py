@@ -14,7 +14,7 @@ from bisector.config import subjects as config_suites
 from bisector.config.reader import Section as _Section
 from bisector.config.reader import show as _show
 from bisector.config.keyfiles import pattern_problem
-from bisector.config.cache import parse_caches
+from bisector.config.warm_cache_key import parse_caches
 from bisector.config.subjects import Subject, SuiteModule
 from bisector.errors import ConfigError
 from bisector.model import Shape, for_shape, min_step_for
@@ -277,7 +277,7 @@ class Config:
     store: str | None = None  # SQLite path; None = user cache dir
     description: str = ""
     suite_modules: Mapping[str, SuiteModule] = field(default_factory=dict)  # suites the user brings
-    caches: Mapping[str, str] = field(default_factory=dict)  # suite -> "warm" (config/cache.py); else cold
+    caches: Mapping[str, str] = field(default_factory=dict)  # suite -> "warm" (config/warm_cache_key.py); else cold
     executor: Executor = Executor()
     triggers: Triggers = Triggers()
     sandbox: Sandbox = Sandbox()

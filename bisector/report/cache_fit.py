@@ -5,7 +5,7 @@ and output fit in the L2 runs faster for a caller that calls it again at once: a
 (64x7168x2048, B 29 MB) read 9-12 us warm and 16.2-16.7 us cold on an H100 (50 MiB L2), and a step
 can exist warm and not cold. The report says so per shape, with the L2 the device reported
 (`torch.cuda.get_device_properties(...).L2_cache_size`, in the trial's machine record), and whether
-the suite was timed warm too (`[suites.NAME] cache = "warm"`, bisector/config/cache.py). Pure.
+the suite was timed warm too (`[suites.NAME] cache = "warm"`, bisector/config/warm_cache_key.py). Pure.
 """
 
 from __future__ import annotations

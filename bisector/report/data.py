@@ -113,5 +113,5 @@ class ReportData:
         if shape.endswith(LATENCY_KEY):
             return "latency_ratio"
         if shape.endswith(WARM_KEY):
-            return "warm_ratio"  # the kernel times with the cache left warm (config/cache.py)
+            return "warm_ratio"  # the kernel times with the cache left warm (config/warm_cache_key.py)
         return self.metric.get(shape.split("/", 1)[0], "ratio")
