@@ -97,3 +97,39 @@ def test_the_report_says_which_shapes_data_fits_in_the_l2() -> None:
     assert 'cache = "warm"` tests that too' in lines[0]
     assert "and warm (the L2 left warm" in cache_fit_lines([decode], H100, {"gemm": "warm"})[0]
     assert cache_fit_lines([decode], {"device_name": "cpu"}, {}) == []  # no L2 reported: nothing said
+
+
+@pytest.mark.slow
+def test_a_run_on_a_real_upstream_stores_the_warm_time_and_finds_its_step(tmp_path: Path) -> None:
+    """`bisector run` on a small git upstream whose GEMM does its work five times over from one commit:
+    every trial stores a warm ratio beside the cold one (the runner keeps it), and the step is found
+    and verified on the warm shape too."""
+    import json
+    import sqlite3
+
+    from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subject, git
+
+    repo = tmp_path / "up"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    shas = [commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1),
+            commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=0), "add gemm (#2)", 2),
+            commit_file(repo, "docs/a.md", "a\n", "docs (#3)", 3),
+            commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=4), "slower (#4)", 4),
+            commit_file(repo, "docs/b.md", "b\n", "docs (#5)", 5)]
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(cpu_config("warm-test", repo, gemm_subject(256), trials=3, max_trials=6, reps=5, min_step_pct=20.0,
+                              extra='[suites.gemm]\ncache = "warm"\n'))
+    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", shas[1], "--bad", "main",
+                          "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"), "--report-dir",
+                          str(tmp_path / "report"), "--json", "--no-fixes", "--no-hunks"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    [step] = result["steps"]
+    assert step["commit"] == shas[3] and step["verified"]
+    assert set(step["change_pct"]) == {"gemm/m256", "gemm/m256" + WARM_KEY}
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:
+        warm = db.execute("SELECT json_extract(protocol, '$.warm_ratio') FROM trials WHERE status = 'ok'").fetchall()
+    assert warm and all(w is not None and w > 0 for (w,) in warm)
+    assert "warm ratio" in (tmp_path / "report" / "report.md").read_text()
