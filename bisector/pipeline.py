@@ -42,6 +42,7 @@ from bisector.why.kernel_diff.collect import step_kernels
 from bisector.why.kernel_diff.regenerate import compile_commit
 from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
+from bisector.report.cache_fit import cache_fit_lines
 from bisector.search.evidence import CommitRow
 from bisector.search.samples import run_noise, trial_metric
 from bisector.search.outlook import SearchBasis
@@ -489,7 +490,9 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
                   "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows),
         steps=tuple(_levels_as_shown(s, by_sha, metric_of) for s in result.steps), dropped=result.dropped,
-        uncertain=result.uncertain, decided=tuple(decision_lines(result)),
+        uncertain=result.uncertain,
+        decided=(*decision_lines(result), *cache_fit_lines([s for s in config.shapes if s.key in keys], machine,
+                                                           config.caches)),
         unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step),
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(every),

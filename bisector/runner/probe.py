@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Mapping, Protocol, Sequence
 from bisector import portable
 from bisector.search.control_outcome import unavailable_by_shape
 from bisector.search.outlook import SearchBasis
-from bisector.model import (LATENCY_KEY, BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
+from bisector.model import (LATENCY_KEY, WARM_KEY, BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
                             TrialStatus)
 from bisector.runner.executor import TrialJob, TrialOutcome
 from bisector.runner.warmer import Want, Warmer
@@ -274,6 +274,7 @@ class StoreProbe:
         views, times = trial_views({k: kept[k] for k in samples}, self.latency_steps)
         # a latency step is a step: its shape of its own, measured by the same trials (model.LATENCY_KEY)
         samples.update({k + LATENCY_KEY: v for k, v in views.get("latency", {}).items()})
+        samples.update({k + WARM_KEY: v for k, v in views.get("warm", {}).items()})  # cache = "warm"
         return Measurement(sha, ProbeStatus.OK, samples, wrong, reason=reason, views=views, times=times)
 
 
