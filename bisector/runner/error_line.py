@@ -15,7 +15,9 @@ import re
 
 __all__ = ["error_line", "MAX_CHARS"]
 
-MAX_CHARS = 240
+#: with "does not run: " in front, a reason stays whole where a revert's or a combination's check keeps
+#: the last 200 characters of it (bisector/why/fixes.py, interactions.py)
+MAX_CHARS = 180
 # `NameError('x')`, `AssertionError()`: the repr of the exception a CompilationError wraps
 _WRAPPED = re.compile(r"[A-Z]\w*(Error|Exception|Warning)\(.*\)$")
 # `ValueError: x`, `triton.compiler.errors.CompilationError: x`, `torch.AcceleratorError: x`
