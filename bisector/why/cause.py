@@ -8,7 +8,13 @@ argument specialization (divisibility by 16, `== 1`, constexpr values), the laun
 instructions, shared memory, occupancy, approximate against exact math. Root causes (what the
 commit changed: a specialization, a launch option, a constant) are ranked above the symptoms they
 explain (what the compiler made of it), and each by how far its facts moved; with nothing that
-explains speed moved, the sentence says "unclear" rather than guess.
+explains speed moved, the sentence says "unclear" rather than guess. A runtime argument made
+`tl.constexpr` is such a root: its value compiled in, the masks built from it are known, and the
+loads can be vectorized ("`ROTARY_DIM` became a constexpr (was runtime `rotary_dim`)").
+
+A kernel compiled for several shapes has several variants, each moved its own way: the sentence
+leads with the variant that moved most (named by its tiles, the block shapes it loads and stores),
+then says what each other variant moved, or that nothing that explains speed did.
 
 Pure: a StepKernels and the culprit's diff text in, a Cause out; bisector/report renders it.
 """
