@@ -9,12 +9,16 @@ from pathlib import Path
 
 from bisector.model import ProbeStatus, TrialStatus
 from bisector.runner.error_line import error_line
+from bisector.runner.probe import StoreProbe
 from tests.test_probe import TWO, Runner, probe
 
 CUDA = ("RuntimeError: CUDA error: an illegal memory access was encountered\n"
         "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
         "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
         "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+ACCELERATOR = ("AcceleratorError: CUDA error: an illegal memory access was encountered\n"  # torch 2.11
+               "Search for `cudaErrorIllegalAddress' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+               "group__CUDART__TYPES.html for more information.\n" + CUDA.split("\n", 1)[1])
 TRITON = ("CompilationError: at 12:22:\n"
           "    OUT,  # Pointers to matrices\n    X,\n    COS,\n"
           "    pid_m = tl.program_id(axis=0)\n    pid_head = tl.program_id(axis=1)\n"
@@ -30,8 +34,7 @@ TRACEBACK = ("Traceback (most recent call last):\n  File \"/w/benches/trial.py\"
 
 def test_each_error_is_its_one_meaningful_line() -> None:
     assert error_line(CUDA) == "RuntimeError: CUDA error: an illegal memory access was encountered"
-    assert error_line("torch.AcceleratorError: " + CUDA.split(": ", 1)[1]) == \
-        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+    assert error_line(ACCELERATOR) == "AcceleratorError: CUDA error: an illegal memory access was encountered"
     assert error_line(TRITON) == "CompilationError: NameError('rotary_dim is not defined') (at 12:22)"
     assert error_line(TRACEBACK) == \
         "triton.compiler.errors.CompilationError: NameError('nheads is not defined') (at 40:31)"
@@ -64,3 +67,6 @@ def test_a_measurement_that_does_not_run_says_so_in_one_line(tmp_path: Path) -> 
     part = p("triton", 2)
     assert part.status is ProbeStatus.OK and "gemm/m64" in part.samples
     assert part.reason == "fa/s64 does not run: CompilationError: NameError('rotary_dim is not defined') (at 12:22)"
+    # a report re-made offline from the store says the same
+    again = StoreProbe("c", TWO, p.store, p.builds, p.executor, offline=True)("cuda", 2)
+    assert again.status is ProbeStatus.SKIP and again.reason == whole.reason

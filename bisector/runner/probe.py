@@ -245,8 +245,8 @@ class StoreProbe:
         trials = self.stored(sha)
         if any(t.status in USABLE for t in trials):
             return self.measurement(sha, trials, repeats)
-        reason = next((t.error or t.log_tail for t in reversed(trials)), "") or NOT_MEASURED
-        return Measurement(sha, ProbeStatus.SKIP, reason=reason)
+        said = error_line(next((t.error or t.log_tail for t in reversed(trials)), ""))
+        return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {said}" if said else NOT_MEASURED)
 
     def value(self, trial: TrialRecord) -> float | None:
         """The per-trial sample the search compares (config.Thresholds.metric on its timing)."""
