@@ -57,11 +57,13 @@ def run_command(config: Path, desc: RangeDescription, root: Path, hunks: bool, s
 
 
 def cause_line(data: dict, culprit: str) -> str:
-    """The kernel diff's line for the culprit: its cause when the bot gives one, else what changed."""
+    """The kernel diff's line for the culprit: its cause when the bot gives one (`--json`'s `causes`,
+    one per step), else what changed."""
+    for c in data.get("causes") or []:
+        if str(c.get("commit", "")).startswith(culprit[:12]) and c.get("cause"):
+            return str(c["cause"])
     for k in data.get("kernels") or []:
         if str(k.get("commit", "")).startswith(culprit[:12]):
-            if k.get("cause"):
-                return str(k["cause"])
             changed = ", ".join(k.get("changed") or []) or "no kernel changed"
             return f"(no cause line) changed: {changed}" + (f"; {k['note']}" if k.get("note") else "")
     return "(no kernel diff for this commit)"

@@ -167,3 +167,15 @@ def test_the_study_exits_2_with_the_one_line_on_a_bad_description(tmp_path):
                            f".Path({str(tmp_path)!r}); sys.exit(r.main(['--libs', 'liger']))"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: {lib / 'range.toml'}: commits: must be at least 2, got -1"
+
+
+def test_the_table_shows_the_cause_line_from_the_json_causes():
+    """`bisector run --json` puts each step's cause under `causes` (bisector/commands/run_job.py), its
+    kernels' names under `kernels`: the table's column reads the first."""
+    from studies.real_ranges import cause_line
+    sha = "dc8fd708575a530bf773645efdc36b6bc6c53552"
+    data = {"kernels": [{"commit": sha, "changed": ["rotary_kernel"] * 3, "note": ""}],
+            "causes": [{"commit": sha, "cause": "`ROTARY_DIM` became a constexpr: 16-bit global loads 12 -> 0.",
+                        "kind": "constexpr"}]}
+    assert cause_line(data, sha[:7]) == "`ROTARY_DIM` became a constexpr: 16-bit global loads 12 -> 0."
+    assert cause_line({"kernels": data["kernels"]}, sha).startswith("(no cause line) changed: rotary_kernel")

@@ -383,14 +383,14 @@ class _Rounds:
     def _broken(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> str:
         """Why the subset says nothing about the step ("" when it ran right on every step shape)."""
         if got.status is not ProbeStatus.OK:
-            return (got.reason or "did not run").strip()[-200:]
+            return (got.reason or "did not run").strip()[:300]  # one line (runner/error_line.py): its head
         wrong = sorted(s for s in self.step.shapes if s in got.wrong)
         if wrong:
             return f"wrong result in {', '.join(wrong)}"
         pos = self._positions(parent, got)
         missing = [s for s in self.step.shapes if s not in pos and s in parent]
         if missing:
-            return "; ".join(filter(None, [f"{', '.join(missing)} did not run", got.reason]))[-200:]
+            return "; ".join(filter(None, [f"{', '.join(missing)} did not run", got.reason]))[:300]
         return "" if pos else "no shape of the step measured on both sides"
 
     def _place(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> bool | str | None:
