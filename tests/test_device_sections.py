@@ -1,0 +1,53 @@
+"""benches/device_sections.py on a recorded run (the CPU demo's store, tests/fixtures): the later
+trials' device time part by part and over their warm-up + timed work, and bad input refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benches import device_sections
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cpu-demo.sqlite.gz"
+
+
+def test_the_breakdown_of_a_recorded_run_names_its_parts_and_ratio(tmp_path, capsys) -> None:
+    out = tmp_path / "parts.json"
+    assert device_sections.main([str(FIXTURE), "--trials", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "## later trials (slot > 0)" in text and "device / (warm-up + timed): median" in text
+    data = json.loads(out.read_text())
+    later = data["later"]
+    assert later["trials"] > 0 and later["ratio_median"] >= 1.0
+    # the timed repetitions are the largest part of a CPU demo trial's device section, and every
+    # second of it is named: what no phase names is a small remainder
+    total = later["total_s"]
+    assert max(total, key=total.get) == "timed"
+    assert total["unnamed"] < 0.05 * sum(total.values())
+    assert "after_release" in total and "setup_loans" in total
+
+
+def test_a_missing_store_or_campaign_is_one_line_and_exit_2(tmp_path, capsys) -> None:
+    assert device_sections.main([str(tmp_path / "none.sqlite")]) == 2
+    assert device_sections.main([str(FIXTURE), "--campaign", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("error: ") and "nope" in err[-1]
+
+
+def test_store_info_shows_the_later_trials_device_parts(tmp_path) -> None:
+    import gzip
+    import shutil
+
+    from click.testing import CliRunner
+
+    from bisector.cli import main as cli
+
+    store = tmp_path / "demo.sqlite"
+    with gzip.open(FIXTURE, "rb") as packed, store.open("wb") as plain:
+        shutil.copyfileobj(packed, plain)
+    text = CliRunner().invoke(cli, ["store", "info", "--store", str(store), "--phases"])
+    assert text.exit_code == 0, text.output
+    assert "later trials' device sections: " in text.output and "timed" in text.output
+    got = CliRunner().invoke(cli, ["store", "info", "--store", str(store), "--phases", "--json"])
+    parts = json.loads(got.output)["later_device_parts"]
+    assert list(parts.values())[0]["total_s"]["timed"] > 0
