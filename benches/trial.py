@@ -517,10 +517,24 @@ def _stageable(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
 
 
 STAGING_RESERVE = 0.3  # share of the device's memory a setup leaves free for the trial that measures
+# Under the reserve, one shape is still drawn, captured and given back while at least this share is
+# free: the process's first-call work (7-11 s on a real library) is then off the device, and what it
+# holds meanwhile is one shape's inputs and outputs, not every shape's until its turn.
+WARMING_FLOOR = 0.1
+
+
+def staging_choice(free: int, total: int, reserve: float, floor: float, drawn_any: bool) -> str:
+    """How a setup takes its next shape, given the device's free memory: "stage" (drawn and captured,
+    held until the device section), "warm" (under the reserve, nothing drawn yet, over the floor:
+    drawn and captured for the process's first calls, then given back), or "defer" (to the device section)."""
+    if free >= reserve * total:
+        return "stage"
+    return "warm" if not drawn_any and free >= floor * total else "defer"
 
 
 def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException], control: Backend | None,
-               control_error: str | None, phase: Phases, gate: Gate) -> dict[str, Staged]:
+               control_error: str | None, phase: Phases, gate: Gate,
+               warmed: dict[str, dict[str, Any]] | None = None) -> dict[str, Staged]:
     """On a GPU, before the trial's device section: every shape's inputs and prepared calls, drawn in
     one brief loan of the device (`briefly`), then the first calls precompiled (`precompile`: captured,
     off the device), so that the device section holds timed work. A shape that fails here is staged
@@ -531,7 +545,9 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
     demo's six-shape trials held 6.3 GiB each, so the one measuring ran out of memory, and two real
     commits were skipped as if they did not run. A shape over that line is staged in the device section
     (a "deferred" phase says so), where the trials waiting hold only what they staged before. 30%: the
-    measuring trial's own ~8 GiB there, and the captures of setups that passed the line just before."""
+    measuring trial's own ~8 GiB there, and the captures of setups that passed the line just before.
+    Under the line, the first shape is still drawn, captured and given back (`warmed`: shape -> how its
+    first calls went) while WARMING_FLOOR of the memory is free: the process's first calls off the device."""
     staged: dict[str, Staged] = {}
     if spec["device"] == "cpu" or not spec.get("precompile", True) or not torch.cuda.is_available():
         return staged
@@ -541,13 +557,19 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
     if not stageable:
         return staged
     reserve = float(spec.get("staging_reserve", STAGING_RESERVE))
+    floor = float(spec.get("warming_floor", WARMING_FLOOR))
+    warming: str | None = None  # a shape drawn only to warm the process, given back after its capture
     with briefly(gate, phase):  # the inputs' kernels never run beside another trial's timed section
         for index, shape, subject in stageable:
             free, total = torch.cuda.mem_get_info()
-            if free < reserve * total:  # left to the device section, staged there when its turn comes
+            choice = staging_choice(free, total, reserve, floor, bool(drawn) or warming is not None)
+            if choice == "warm":
+                warming = shape["key"]
+            elif choice == "defer":  # left to the device section, staged there when its turn comes
                 with phase("deferred", shape["key"]):
-                    print(f"trial: {shape['key']}: staged under the lock: {free / 2**30:.1f} of {total / 2**30:.1f}"
-                          f" GiB free, under the {reserve:.0%} kept for the trial that measures", file=sys.stderr, flush=True)
+                    print(f"trial: {shape['key']}: staged under the lock: {free / 2**30:.1f} of "
+                          f"{total / 2**30:.1f} GiB free, under the {reserve:.0%} kept for the trial that "
+                          f"measures", file=sys.stderr, flush=True)
                 continue
             with phase("inputs", shape["key"]):
                 try:
@@ -559,6 +581,10 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
                     torch.cuda.synchronize()
     staged = _precompiled(drawn, phase)
     drawn.clear()
+    if warming is not None:
+        how = _give_back_warming(staged, warming, phase, gate)
+        if warmed is not None:
+            warmed[warming] = how
     free, total = torch.cuda.mem_get_info()
     if staged and free < reserve * total:
         # setups that passed the line together took the device under it (their captures allocate after
@@ -572,6 +598,24 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
         with briefly(gate, phase, name="unmap"):  # unmapped in a loan, not beside another trial's timed section
             torch.cuda.empty_cache()
     return staged
+
+
+def _give_back_warming(staged: dict[str, Staged], key: str, phase: Phases, gate: Gate) -> dict[str, Any]:
+    """The shape drawn in a setup short of memory only to make the process's first calls: its inputs
+    and captures given back at once (unmapped in a brief loan, never beside another trial's timed
+    section), its precompile kept for its result (`warmed`). On the real ranges a process's first call
+    cost 7-11 s whatever its JIT cache held (the library's own first-call work; a warm cache only
+    spares the kernels' compile): made under the lock it held the device 30-240x the trial's timed work."""
+    one = staged.pop(key, None)
+    if one is None:
+        return {}
+    how = {**one.precompile, "precompile": f"warmed, given back: {one.precompile.get('precompile', '')}"}
+    del one
+    with phase("warmed", key):
+        pass
+    with briefly(gate, phase, name="unmap"):
+        torch.cuda.empty_cache()
+    return how
 
 
 def _precompiled(drawn: Mapping[str, Staged], phase: Phases) -> dict[str, Staged]:
@@ -593,7 +637,7 @@ def _precompiled(drawn: Mapping[str, Staged], phase: Phases) -> dict[str, Staged
 
 def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException],
                     control: Backend | None, control_error: str | None, staged: Mapping[str, Staged],
-                    phase: Phases) -> list[dict[str, Any]]:
+                    phase: Phases, warmed: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A prefetch's trial (`"precompile_only": true`, bisector/runner/warmer.py): the commit's cold
     compile into its JIT dir and nothing else; the device is never asked for. On a GPU what
     `_stage_all` captured; on the CPU, where nothing is captured, the first calls themselves."""
@@ -601,6 +645,10 @@ def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | Ba
     for index, shape in enumerate(spec["shapes"]):
         key, subject, stageable = shape["key"], subjects.get(shape["suite"]), _stageable(spec, subjects, shape)
         one = staged.get(key)
+        if one is None and (warmed or {}).get(key):  # compiled in the setup, then given back: short of memory
+            how = dict((warmed or {})[key])
+            out.append({"shape": key, "status": "precompiled", **how, "compile_s": how.get("precompile_s")})
+            continue
         try:
             if one is None and spec["device"] == "cpu" and stageable is not None:
                 with phase("precompile", key):
@@ -666,12 +714,24 @@ def _measured(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clo
     raise AssertionError("unreachable")
 
 
-def _cold_at_compile(at_start: Mapping[str, bool | None], staged: Mapping[str, Staged]) -> dict[str, bool | None]:
+def _add_warming(result: dict[str, Any], how: Mapping[str, Any] | None) -> None:
+    """A shape warmed in the setup and staged again under the lock: its first calls were the
+    warming's, so its compile counts them (as a precompiled shape's does)."""
+    if not how:
+        return
+    result.update(how)
+    if isinstance(result.get("compile_s"), (int, float)):
+        result["compile_s"] += float(how.get("precompile_s") or 0.0)
+
+
+def _cold_at_compile(at_start: Mapping[str, bool | None], staged: Mapping[str, Staged],
+                     warmed: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, bool | None]:
     """Whether each JIT cache was empty when this trial compiled: at its start where it compiled
     in its setup (a captured first call), else now, with the device held. A trial set up while its
     commit's first trial still waited for the device (a standby's companion, bisector/runner/warmer.py)
     found the cache empty at its start and compiles only after that first trial filled it."""
-    if any(str(one.precompile.get("precompile", "")).startswith("captured") for one in staged.values()):
+    made = [one.precompile for one in staged.values()] + list((warmed or {}).values())
+    if any(str(how.get("precompile", "")).replace("warmed, given back: ", "").startswith("captured") for how in made):
         return dict(at_start)
     return {k: v and _cold(os.environ.get(k)) for k, v in at_start.items()}
 
@@ -720,14 +780,15 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
             subjects = _load_subjects(spec, device)
         with phase("context"):
             _open_device(device)
-        staged = _stage_all(spec, subjects, control, control_error, phase, gate)
+        warmed: dict[str, dict[str, Any]] = {}
+        staged = _stage_all(spec, subjects, control, control_error, phase, gate, warmed)
         # after every import and input: the malloc regime is the trial's, not its history's
         pinned = allocator.pin() if device == "cpu" else {}
         _save(out_path, output, report)
     if spec.get("precompile_only"):  # a prefetch: compiled cold, never takes the device
         output["protocol"] = {"precompile_only": True, "jit_cache_cold": dict(caches), "device": device,
                               "pid": os.getpid()}
-        output["results"] = precompile_only(spec, subjects, control, control_error, staged, phase)
+        output["results"] = precompile_only(spec, subjects, control, control_error, staged, phase, warmed)
         output["protocol"]["imported"] = import_trace.loaded_files(spec.get("source_dirs", []))
         _save(out_path, output, report)
         if staged:  # its inputs and captures unmapped in a brief loan, not beside a timed section at exit
@@ -743,7 +804,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
     try:
         with phase("device"):
             clock = Clock(device, flush_bytes(device, int(spec.get("flush_mb", 0))), spec.get("cpu_clock", "cpu"))
-            output["protocol"] = protocol(spec, clock.flush_size, clock.kind, _cold_at_compile(caches, staged))
+            output["protocol"] = protocol(spec, clock.flush_size, clock.kind, _cold_at_compile(caches, staged, warmed))
             if only is not None:  # set up for more shapes than it was asked to time
                 output["protocol"]["granted_shapes"] = list(only)
             if pinned:
@@ -764,6 +825,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
                     results = [_measured(shape, index, spec, clock, subject, control, phase,
                                          control_error if shape["suite"] in suites.SUITES else None,
                                          staged.pop(shape["key"], None), checked)]
+                    _add_warming(results[0], warmed.get(shape["key"]))
                 for result in results:
                     if peak and result.get("subject_gbps") is not None:
                         result["peak_gbps"] = peak
