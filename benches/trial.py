@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import torch
 
-from benches import allocator, backends, import_trace, layout, machine, suites, telemetry
+from benches import allocator, backends, first_call, import_trace, layout, machine, suites, telemetry
 from benches.backends.base import Backend, BackendUnavailable, Prepared, prepared
 from benches.correctness import compare
 from benches.kernel_time import CallTimes, KernelTimes, rng_kept_on_failure
@@ -308,18 +308,21 @@ def precompile(staged: Staged, pool: Any = None) -> tuple[dict[str, Any], tuple[
     stream = torch.cuda.Stream()
     pool = pool if pool is not None else torch.cuda.graph_pool_handle()
     done, graphs = [], []
+    named: dict[str, Any] = {}
     try:
         for who, prep in (("subject", staged.subj), ("control", staged.ctrl)):
             if prep is None:
                 continue
-            graphs.append(captured(prep.run, stream, pool))
+            with first_call.parts() as named[who]:
+                graphs.append(captured(prep.run, stream, pool))
             done.append(who)
         status = "captured"
     except Exception as exc:  # noqa: BLE001 - anything uncapturable runs under the lock instead
         why = str(exc).strip().splitlines()
         status = f"not captured ({', '.join(done) or 'nothing'} done): {type(exc).__name__}: {why[0][:200] if why else ''}"
         torch.cuda.synchronize()  # a context the capture broke raises here: the trial crashes, as it would have
-    return {"precompile": status, "precompile_s": round(time.perf_counter() - start, 6)}, tuple(graphs)
+    return {"precompile": status, "precompile_s": round(time.perf_counter() - start, 6),
+            "precompile_parts": named}, tuple(graphs)
 
 
 def captured(fn: Callable[[], Any], stream: Any, pool: Any) -> Any:
@@ -363,7 +366,7 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
     atol, rtol = tolerance(spec, name, suite, params)
     skip_check = checked is not None and list(checked.get(key) or ()) == [atol, rtol]
 
-    with phase("compile", key):
+    with phase("compile", key), first_call.parts() as result["compile_parts"]:
         out, first_s = clock.wall(subj.run)
     result["compile_s"] = first_s + float(staged.precompile.get("precompile_s") or 0.0)
     expected: Any = None
