@@ -2,7 +2,7 @@
 One part a call (each fits the device's 600 s call limit alone):
 
     python -m studies.device_time --part liger --repos .wt/real/repos --out $OUT   # a real range (Liger), no hunks
-    python -m studies.device_time --part demo --out $OUT                           # the demo, four shapes
+    python -m studies.device_time --part demo --out $OUT                           # the demo, four shapes, whole
     python -m studies.device_time --part long --out $OUT                           # studies.long_range, 389 commits
 
 Writes to --out: `<part>.txt` (the wall time, the run's own summary, the breakdown of later and
@@ -40,7 +40,7 @@ def command(part: str, root: Path, repos: Path | None) -> tuple[list[str], Path]
                  *(["--repos", str(repos)] if repos else [])], root / "liger" / "results.sqlite")
     if part == "demo":
         return ([py, "-m", "bisector", "demo", "--device", "cuda", "--dir", str(root / "demo"), "--shapes", SHAPES,
-                 "--no-hunks", "--json"], root / "demo" / "results.sqlite")
+                 "--json"], root / "demo" / "results.sqlite")
     return ([py, "-m", "studies.long_range", "--device", "cuda", "--dir", str(root / "long")],
             root / "long" / "results.sqlite")
 
