@@ -45,3 +45,19 @@ def test_a_trial_result_names_its_first_call_parts_and_the_store_keeps_them(tmp_
         store.add_trials("c", [_record("f" * 40, raw, out, COMMON) for raw in out["results"]])
         stored = store.trials("c")
     assert [rec.protocol["compile_parts"] for rec in stored] == [r["compile_parts"] for r in out["results"]]
+
+
+def test_a_gpu_config_of_a_library_called_through_its_python_preloads_triton(tmp_path) -> None:
+    """Liger-Kernel's config calls its ops through a `callable` adapter: its workers' zygote imports
+    Triton and hashes its compiler once, not each trial's first call. Not on the CPU."""
+    from pathlib import Path
+
+    from bisector.config import load
+    from bisector.runner.launch import default_preload
+
+    liger = Path(__file__).resolve().parent.parent / "benches" / "real" / "liger" / "config.toml"
+    assert "triton" in default_preload(load(liger))
+    cpu = tmp_path / "cpu.toml"
+    (tmp_path / "liger_calls.py").write_text((liger.parent / "liger_calls.py").read_text())
+    cpu.write_text(liger.read_text().replace('kind = "cuda"', 'kind = "cpu"').replace("visible = [0]\n", ""))
+    assert "triton" not in default_preload(load(cpu))

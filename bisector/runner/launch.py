@@ -201,7 +201,12 @@ def default_preload(config: Config) -> tuple[str, ...]:
     if config.protocol.preload is not None:
         return config.protocol.preload
     adapters = {s.adapter for s in config.subjects.values()}
-    extra = ("triton",) if "triton" in adapters else ()
+    # Triton for its adapter, and on a GPU for a library called through its own Python (`callable`):
+    # most such libraries are Triton kernels, and each trial process otherwise imports Triton and
+    # hashes its compiler (`triton_key`, 0.3-0.4 s) in its first call; a library without Triton
+    # only gives the zygote an import it does not use.
+    gpu_callable = "callable" in adapters and config.device != "cpu"
+    extra = ("triton",) if "triton" in adapters or gpu_callable else ()
     if "pytest" in adapters:  # the upstream's pytest session: pytest and its plugins (benches/pytest_preload.py)
         extra += ("benches.pytest_preload",)
     return ("torch", "benches.trial", *extra)
