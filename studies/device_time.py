@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--repos", type=Path, default=None, help="bare copies made by studies.real_repos (liger)")
     ap.add_argument("--dir", type=Path, default=None, help="work dir (default: a fresh temporary one: cold)")
-    ap.add_argument("--timeout", type=float, default=560.0)
+    ap.add_argument("--timeout", type=float, default=540.0, help="the run is stopped after this many seconds (the device allows 600 a call)")
     args = ap.parse_args(argv)
     root = Path(args.dir or tempfile.mkdtemp(prefix=f"device-time-{args.part}-")).resolve()
     args.out.mkdir(parents=True, exist_ok=True)
