@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd, store = command(args.part, root, args.repos)
     start = time.time()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
         code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         code, stdout, stderr = 124, str(exc.stdout or ""), str(exc.stderr or "")
