@@ -16,9 +16,7 @@ def test_imports_inside_a_call_are_named_apart_from_the_rest(tmp_path, monkeypat
     real = builtins.__import__
 
     def first() -> int:
-        from slow_lib_fc import (
-            VALUE,  # a library that imports its kernels inside the call
-        )
+        from slow_lib_fc import VALUE  # a library that imports its kernels inside the call
 
         return VALUE
 
