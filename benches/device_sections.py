@@ -15,6 +15,7 @@ import argparse
 import gzip
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -60,6 +61,30 @@ def trial_rows(timelines: list) -> list[str]:
     return rows
 
 
+PARTS = ("import_s", "jit_s", "other_s")
+
+
+def first_call_rows(records: list) -> list[str]:
+    """Per shape, the median of its first calls' parts (benches/first_call.py) over the stored trials:
+    in the setup (`precompile_parts`, subject and control) and under the lock (`compile_parts`)."""
+    seen: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        proto = getattr(r, "protocol", {}) or {}
+        shape = str(getattr(r, "shape", ""))
+        for who, parts in (proto.get("precompile_parts") or {}).items():
+            seen.setdefault((shape, f"setup {who}"), []).append(parts)
+        if isinstance(proto.get("compile_parts"), dict):
+            seen.setdefault((shape, "under the lock"), []).append(proto["compile_parts"])
+    if not seen:
+        return ["no first call named (trials stored before benches/first_call.py)"]
+    rows = [f"{'shape':<20} {'where':<16} {'n':>4} " + " ".join(f"{k:>9}" for k in PARTS) + f" {'kernels':>7}"]
+    for (shape, where), all_parts in sorted(seen.items()):
+        med = {k: statistics.median(float(p.get(k) or 0.0) for p in all_parts) for k in (*PARTS, "jit_kernels")}
+        rows.append(f"{shape:<20} {where:<16} {len(all_parts):>4} " + " ".join(f"{med[k]:>9.3f}" for k in PARTS)
+                    + f" {med['jit_kernels']:>7.0f}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("store", type=Path)
@@ -71,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.store}: no such store", file=sys.stderr)
         return 2
     try:
-        timelines, _ = from_records(records_of(args.store, args.campaign))
+        records = records_of(args.store, args.campaign)
+        timelines, _ = from_records(records)
     except BisectorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -80,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {args.store}: {len(timelines)} trial processes")
     print("\n## later trials (slot > 0)\n" + "\n".join(later.lines()))
     print("\n## first trials of a commit (slot 0)\n" + "\n".join(first.lines()))
+    print("\n## first calls, median seconds per part (import, Triton compile or cache load, the rest)\n"
+          + "\n".join(first_call_rows(records)))
     if args.trials:
         print("\n## per trial\n" + "\n".join(trial_rows(timelines)))
     if args.json:

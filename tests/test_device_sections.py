@@ -51,3 +51,18 @@ def test_store_info_shows_the_later_trials_device_parts(tmp_path) -> None:
     got = CliRunner().invoke(cli, ["store", "info", "--store", str(store), "--phases", "--json"])
     parts = json.loads(got.output)["later_device_parts"]
     assert list(parts.values())[0]["total_s"]["timed"] > 0
+
+
+def test_first_calls_are_shown_per_shape_and_where_they_ran() -> None:
+    from types import SimpleNamespace
+
+    parts = {"import_s": 2.0, "jit_s": 0.5, "jit_kernels": 2, "other_s": 6.0}
+    records = [SimpleNamespace(shape="ln/a", protocol={"precompile_parts": {"subject": parts},
+                                                       "compile_parts": dict(parts, other_s=0.01)}),
+               SimpleNamespace(shape="ln/a", protocol={"precompile_parts": {"subject": dict(parts, import_s=4.0)}})]
+    rows = device_sections.first_call_rows(records)
+    setup = next(r for r in rows if "setup subject" in r).split()
+    assert setup[:4] == ["ln/a", "setup", "subject", "2"] and setup[4:8] == ["3.000", "0.500", "6.000", "2"]
+    lock = next(r for r in rows if "under the lock" in r).split()
+    assert lock[-2] == "0.010"
+    assert device_sections.first_call_rows([SimpleNamespace(shape="x", protocol={})])[0].startswith("no first call")
