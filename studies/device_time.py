@@ -1,4 +1,4 @@
-"""Issue 60 on the device: a run cold, then where its trials' device time went (benches/device_sections.py).
+"""Issue 60 on the device: a run cold, then where its trials' device time went (studies/device_sections.py).
 One part a call (each fits the device's 600 s call limit alone):
 
     python -m studies.device_time --part liger --repos .wt/real/repos --out $OUT   # a real range (Liger), no hunks
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benches import device_sections
+from studies import device_sections
 
 SHAPES = "fa/s16384,gemm/m8192,gemm/m54560,gemm/decode"
 

@@ -1,4 +1,4 @@
-"""benches/device_sections.py on a recorded run (the CPU demo's store, tests/fixtures): the later
+"""studies/device_sections.py on a recorded run (the CPU demo's store, tests/fixtures): the later
 trials' device time part by part and over their warm-up + timed work, and bad input refused."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benches import device_sections
+from studies import device_sections
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cpu-demo.sqlite.gz"
 

@@ -4,7 +4,7 @@ setup's brief loans, the exit the device waited for) the median and total over t
 trials and over its first ones. Issue 60 sets a later trial's device time at most 2x its warm-up +
 timed work.
 
-    python -m benches.device_sections STORE[.gz] [--campaign NAME] [--trials] [--json OUT]
+    python -m studies.device_sections STORE[.gz] [--campaign NAME] [--trials] [--json OUT]
 
 A `.gz` store (as committed under reports/ and studies/results/) is read from a temporary copy.
 """
