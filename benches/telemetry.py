@@ -1,4 +1,4 @@
-"""Clock, temperature and power of the trial's GPU, read with nvidia-smi / amd-smi.
+"""Clock, temperature and power of the trial's GPU, read with NVML (else nvidia-smi) / amd-smi.
 
 None when the tool is absent or says nothing useful: telemetry never fails a trial. The runner
 pins the device with CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES, so the physical index is read
@@ -39,6 +39,58 @@ def _number(text: str) -> Any:
         return float(text)
     except ValueError:
         return text
+
+
+_NVML: dict[str, tuple[Any, Any]] = {}  # physical index -> (library, device handle), opened once a process
+NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 2, 0
+
+
+def _nvml_handle() -> tuple[Any, Any] | None:
+    """NVML (the library nvidia-smi reads) opened once for this process's physical GPU; None where
+    it cannot be (no driver library, an index that is a UUID or MIG name). Why: nvidia-smi after the
+    device section took 0.4-0.7 s a trial, and the bot lends the device on only when the trial's
+    process has exited (bisector/runner/executor.py, TEARDOWN_GRACE_S): the device idled that long
+    after every trial of a real range, more than its timed work."""
+    index = physical_index("CUDA_VISIBLE_DEVICES")
+    if index in _NVML:
+        return _NVML[index]
+    if not index.isdigit():
+        return None
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        handle = ctypes.c_void_p()
+        if lib.nvmlInit_v2() != 0 or lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(int(index)), ctypes.byref(handle)):
+            return None
+    except (OSError, AttributeError):
+        return None
+    _NVML[index] = (lib, handle)
+    return lib, handle
+
+
+def nvml() -> dict[str, Any] | None:
+    """The same fields as `nvidia()`, from NVML in this process (a few ms, no subprocess)."""
+    opened = _nvml_handle()
+    if opened is None:
+        return None
+    import ctypes
+
+    lib, handle = opened
+    sm, mem, temp, power, reasons = (ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(),
+                                     ctypes.c_ulonglong())
+    if lib.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(sm)) \
+            or lib.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_MEM, ctypes.byref(mem)):
+        return None
+    out: dict[str, Any] = {"tool": "nvml", "sm_clock_mhz": float(sm.value), "mem_clock_mhz": float(mem.value)}
+    if not lib.nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU, ctypes.byref(temp)):
+        out["temperature_c"] = float(temp.value)
+    if not lib.nvmlDeviceGetPowerUsage(handle, ctypes.byref(power)):
+        out["power_w"] = power.value / 1000.0
+    read = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or lib.nvmlDeviceGetCurrentClocksThrottleReasons
+    if not read(handle, ctypes.byref(reasons)):
+        out["throttle_reasons"] = f"0x{reasons.value:016x}"
+    return out
 
 
 def nvidia() -> dict[str, Any] | None:
@@ -110,4 +162,4 @@ def _lift(node: Any, found: dict[str, Any], path: str = "") -> None:
 def read(device: str) -> dict[str, Any] | None:
     if device == "cpu":
         return None
-    return nvidia() or amd()
+    return nvml() or nvidia() or amd()

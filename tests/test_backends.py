@@ -17,6 +17,7 @@ import torch
 from benches import backends, suites
 from benches.backends.aiter import a16w16_choice, check_pure, gemm_kind, gemm_operands, pure_control
 from benches.backends.base import BackendUnavailable, from_layout, load_entry, prepared, to_layout
+from tests.devices import needs_cuda
 from benches.backends.flydsl import check_sm_scale, fa_kwargs, launch_args, plan_gemm
 from benches.correctness import compare
 from benches.timing import Clock, flush_bytes
@@ -244,6 +245,7 @@ def test_telemetry_absent_tools_give_none(monkeypatch):
     from benches import telemetry
 
     monkeypatch.setattr(telemetry.shutil, "which", lambda name: None)
+    monkeypatch.setattr(telemetry, "nvml", lambda: None)  # a GPU host's driver library: not a tool on PATH
     assert telemetry.read("cuda") is None and telemetry.read("cpu") is None
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     assert telemetry.physical_index("CUDA_VISIBLE_DEVICES") == "3"
@@ -252,6 +254,7 @@ def test_telemetry_absent_tools_give_none(monkeypatch):
 def test_telemetry_reads_vendor_tools(tmp_path, monkeypatch):
     from benches import telemetry
 
+    monkeypatch.setattr(telemetry, "nvml", lambda: None)  # on a GPU host NVML would answer first
     nv = tmp_path / "nvidia-smi"
     nv.write_text('#!/bin/sh\ncase "$*" in *throttle*) exit 2;; esac\necho "$@" > ' + str(tmp_path / "args")
                   + '\necho "1980, 2619, 45, 350.50"\n')
@@ -300,3 +303,17 @@ def test_the_flydsl_gemm_launches_on_the_stream_current_at_each_call(monkeypatch
     call()
     call()
     assert seen == ["graph-capture-stream", "default-stream"]
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_telemetry_reads_nvml_in_process_with_the_fields_nvidia_smi_gives():
+    """After the device section the trial reads its GPU in-process: nvidia-smi there took 0.4-0.7 s,
+    and the device waited for the trial's exit (bisector/runner/executor.py TEARDOWN_GRACE_S)."""
+    from benches import telemetry
+
+    got = telemetry.read("cuda")
+    assert got is not None and got["tool"] == "nvml", got
+    smi = telemetry.nvidia()
+    assert smi is not None and set(got) - {"tool"} == set(smi) - {"tool"}
+    assert got["sm_clock_mhz"] > 0 and str(got["throttle_reasons"]).startswith("0x")

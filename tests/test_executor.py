@@ -77,13 +77,13 @@ STAGE_ON_CPU = textwrap.dedent('''
 
     _stage_all = trial._stage_all
 
-    def staged_on_cpu(spec, subjects, control, control_error, phase, gate):
+    def staged_on_cpu(spec, subjects, control, control_error, phase, gate, *rest):
         with trial.briefly(gate, phase, sync=lambda: None):
             if spec["seed"] == 99:  # a setup that hangs in its loan
                 Path(os.environ["IN_LOAN"]).write_text("in")
                 time.sleep(600)
             time.sleep(0.15)
-        return _stage_all(spec, subjects, control, control_error, phase, gate)
+        return _stage_all(spec, subjects, control, control_error, phase, gate, *rest)
 
     trial._stage_all = staged_on_cpu
 ''')

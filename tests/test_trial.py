@@ -328,3 +328,28 @@ def test_a_shape_out_of_device_memory_is_measured_again_and_fails_only_when_it_k
     assert status == {"gemm/a": "crash", "gemm/b": "ok"}
     assert "out of memory" in next(r["error"] for r in out["results"] if r["shape"] == "gemm/a")
     assert sum(n == "oom_wait" for n, *_ in out["phases"]) == trial.OOM_RETRIES
+
+
+def test_a_setup_short_of_memory_warms_the_process_with_one_shape_before_it_defers_the_rest() -> None:
+    """Over the reserve a shape is staged; under it the first shape is still drawn to make the
+    process's first calls off the device (then given back) while the floor is free; the rest, and
+    everything under the floor, is left to the device section (GPU: tests/test_kernel_time.py)."""
+    total = 80 << 30
+    assert trial.staging_choice(int(0.5 * total), total, 0.3, 0.1, drawn_any=False) == "stage"
+    assert trial.staging_choice(int(0.5 * total), total, 0.3, 0.1, drawn_any=True) == "stage"
+    assert trial.staging_choice(int(0.2 * total), total, 0.3, 0.1, drawn_any=False) == "warm"
+    assert trial.staging_choice(int(0.2 * total), total, 0.3, 0.1, drawn_any=True) == "defer"
+    assert trial.staging_choice(int(0.05 * total), total, 0.3, 0.1, drawn_any=False) == "defer"
+    assert trial.staging_choice(int(0.2 * total), total, 0.3, trial.WARMING_FLOOR, drawn_any=False) == "warm"
+
+
+def test_a_warmed_shape_counts_its_setup_first_calls_in_its_compile() -> None:
+    result = {"shape": "gemm/a", "status": "ok", "compile_s": 0.02}
+    trial._add_warming(result, {"precompile": "warmed, given back: captured", "precompile_s": 8.5})
+    assert result["compile_s"] == pytest.approx(8.52) and result["precompile"].startswith("warmed")
+    untouched = {"shape": "gemm/b", "compile_s": 0.02}
+    trial._add_warming(untouched, None)
+    assert untouched == {"shape": "gemm/b", "compile_s": 0.02}
+    # a trial whose only capture was warmed and given back compiled cold at its start
+    assert trial._cold_at_compile({"TRITON_CACHE_DIR": True}, {}, {"gemm/a": {"precompile": "warmed, given back: captured"}}) \
+        == {"TRITON_CACHE_DIR": True}

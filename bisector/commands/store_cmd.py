@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from bisector.portable import exported_row
+from bisector.runner.time_spent import DeviceBreakdown, device_breakdown, from_records
 from bisector.store import last_used as laststore
 from bisector.commands.common import fail_on_error, print_json
 from bisector.store import FORMATS, Store
@@ -20,6 +21,12 @@ _STORE_OPTION = click.option("--store", "store_path", type=click.Path(dir_okay=F
                              default=None, help="SQLite store (default: $BISECTOR_STORE, else the store the last "
                                                 "run or demo used, else ./bisector-demo/results.sqlite, else the "
                                                 "user cache dir's).")
+
+
+def later_parts(records: list) -> DeviceBreakdown:
+    """The device sections of a campaign's later trials (slot > 0), part by part."""
+    timelines, _ = from_records(records)
+    return device_breakdown([t for t in timelines if t.slot])
 
 
 def _which(store_path: Path | None) -> tuple[Path, str]:
@@ -35,15 +42,19 @@ def command() -> None:
 @command.command("info")
 @_STORE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--phases", is_flag=True, help="Also where each campaign's later trials spent their device time: "
+                                             "median and total per part of the device section.")
 @fail_on_error
-def info(store_path: Path | None, as_json: bool) -> None:
+def info(store_path: Path | None, as_json: bool, phases: bool) -> None:
     """Path, schema version and counts per campaign: trials are trial processes, as the report and
     `--json` count them; each stored one measurement per shape."""
     path, why = _which(store_path)
     with Store(path, readonly=True) as store:
         summary = store.info()
+        parts = {c.campaign: later_parts(store.trials(c.campaign)) for c in summary.campaigns} if phases else {}
     if as_json:
-        print_json({**dataclasses.asdict(summary), "found_as": why or "--store"})
+        print_json({**dataclasses.asdict(summary), "found_as": why or "--store",
+                    **({"later_device_parts": {k: v.as_json() for k, v in parts.items()}} if phases else {})})
         return
     click.echo(f"store: {summary.path}" + (f" ({why})" if why else ""))
     click.echo(f"schema version: {summary.schema_version}")
@@ -57,6 +68,8 @@ def info(store_path: Path | None, as_json: bool) -> None:
     for row in [header, *rows]:
         click.echo("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
                              for i, (v, w) in enumerate(zip(row, widths))).rstrip())
+    for campaign, b in parts.items():
+        click.echo(f"{campaign}: later trials' device sections: " + "\n  ".join(b.lines()))
 
 
 @command.command("export")

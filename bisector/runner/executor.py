@@ -668,7 +668,7 @@ class Executor:
         timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
                             run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
                             run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind,
-                            unheld=run.t.get("unheld"), phases=phase_seconds(out.get("phases") or ()),
+                            unheld=run.t.get("unheld"), phases=phase_seconds(out.get("phases") or (), run.t.get("go"), run.t.get("release")),
                             briefs=tuple((a, b) for a, b in run.briefs), slot=run.job.slot)
         info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
                 "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
@@ -734,13 +734,25 @@ class Executor:
         self._wake_w.close()
 
 
-def phase_seconds(spans: Sequence[Sequence[Any]]) -> dict[str, float]:
-    """Seconds per phase name, summed over shapes, from a trial's [name, shape, start, end] spans."""
+ON_DEVICE = "on_device:"  # a phase's seconds inside the device section (go to release), beside its total
+SPAN_SLACK_S = 0.01  # the trial's clock reads go a little after the bot wrote it: same host, same epoch clock
+
+
+def phase_seconds(spans: Sequence[Sequence[Any]], go: float | None = None,
+                  release: float | None = None) -> dict[str, float]:
+    """Seconds per phase name, summed over shapes, from a trial's [name, shape, start, end] spans.
+    With the bot's `go` and `release`, each phase's part inside the device section is also given as
+    ON_DEVICE + name: a trial names "inputs" or "compile" both in its setup (staged ahead) and under
+    the lock (staged there), and only the second costs device time."""
     out: dict[str, float] = {}
     for span in spans:
         try:
             name, _, start, end = span
-            out[str(name)] = out.get(str(name), 0.0) + float(end) - float(start)
+            seconds = float(end) - float(start)
+            out[str(name)] = out.get(str(name), 0.0) + seconds
+            if go is not None and release is not None and str(name) != "device" \
+                    and float(start) >= go - SPAN_SLACK_S and float(end) <= release + SPAN_SLACK_S:
+                out[ON_DEVICE + str(name)] = out.get(ON_DEVICE + str(name), 0.0) + seconds
         except (TypeError, ValueError):
             continue
     return out

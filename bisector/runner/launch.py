@@ -117,7 +117,8 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
                                  "control_gbps", "peak_gbps", "control_impl", "benchmark", "latency_calls",
                                  "kernel_fallback", "control_status", "control_error", "check", "precompile", "precompile_s",
                                  "timed_faults", "input_page_offsets", "ratio_disturbed", "disturbed_reads",
-                                 "warm_subject_ms", "warm_control_ms", "warm_ratio") if k in raw}
+                                 "warm_subject_ms", "warm_control_ms", "warm_ratio",
+                                 "precompile_parts", "compile_parts") if k in raw}
     return TrialRecord(
         sha=sha, shape=str(raw["shape"]), status=status,
         subject_ms=tuple(raw.get("subject_ms") or ()), control_ms=tuple(raw.get("control_ms") or ()),
@@ -201,7 +202,12 @@ def default_preload(config: Config) -> tuple[str, ...]:
     if config.protocol.preload is not None:
         return config.protocol.preload
     adapters = {s.adapter for s in config.subjects.values()}
-    extra = ("triton",) if "triton" in adapters else ()
+    # Triton for its adapter, and on a GPU for a library called through its own Python (`callable`):
+    # most such libraries are Triton kernels, and each trial process otherwise imports Triton and
+    # hashes its compiler (`triton_key`, 0.3-0.4 s) in its first call; a library without Triton
+    # only gives the zygote an import it does not use.
+    gpu_callable = "callable" in adapters and config.device != "cpu"
+    extra = ("triton",) if "triton" in adapters or gpu_callable else ()
     if "pytest" in adapters:  # the upstream's pytest session: pytest and its plugins (benches/pytest_preload.py)
         extra += ("benches.pytest_preload",)
     return ("torch", "benches.trial", *extra)

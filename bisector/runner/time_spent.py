@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from bisector.runner.executor import Timeline
+from bisector.runner.executor import ON_DEVICE, TEARDOWN_GRACE_S, Timeline
 from bisector.store.totals import RunTotals
 
 # Phases of a trial process, in order, with the Timeline marks that bound them.
@@ -43,6 +43,8 @@ class Throughput:
     # A commit's later trials (slot > 0): their device time against their warm-up and timed work, the
     # share of a device section that measures (issue 23: at most 2x)
     later: Mapping[str, float] = field(default_factory=dict)
+    # the later trials' device time part by part (`device_breakdown`): what a later trial still does there
+    later_parts: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def device_busy_fraction(self) -> float:
@@ -60,7 +62,8 @@ class Throughput:
                 "total_s": {k: round(v, 2) for k, v in self.total_s.items()},
                 "stages": {k: {m: round(x, 4) for m, x in v.items()} for k, v in self.stages.items()},
                 "per_device": {str(k): {m: round(x, 4) for m, x in v.items()} for k, v in self.per_device.items()},
-                "later_trials": {k: round(v, 4) for k, v in self.later.items()}}
+                "later_trials": {k: round(v, 4) for k, v in self.later.items()},
+                "later_device_parts": dict(self.later_parts)}
 
 
 def _own_wall(t: Timeline) -> float:
@@ -87,7 +90,8 @@ def summarize(timelines: Sequence[Timeline], stages: Sequence[Stage], devices: i
                       device_s=sum(t.device_s for t in timelines), wall_s=wall, devices=devices,
                       median_s={k: statistics.median(v) for k, v in per.items() if v},
                       total_s={k: sum(v) for k, v in per.items()}, stages=by_stage,
-                      per_device=per_device(timelines, wall), later=later_trials(timelines))
+                      per_device=per_device(timelines, wall), later=later_trials(timelines),
+                      later_parts=device_breakdown([t for t in timelines if t.slot]).as_json())
 
 
 def later_trials(timelines: Sequence[Timeline]) -> dict[str, float]:
@@ -99,6 +103,71 @@ def later_trials(timelines: Sequence[Timeline]) -> dict[str, float]:
         return {}
     device = sum(t.device_s for t in later)
     return {"trials": float(len(later)), "device_s": device, "warmup_timed_s": work, "device_over_warmup_timed": device / work}
+
+
+# The parts of a device section besides its phases: what no phase of the trial names, the brief loans
+# of its setup, and its process's exit after the release (the next trial waits for it: on a GPU at
+# most TEARDOWN_GRACE_S, on the CPU all of it).
+UNNAMED, LOANS, AFTER = "unnamed", "setup_loans", "after_release"
+
+
+def device_parts(t: Timeline, after_cap_s: float = TEARDOWN_GRACE_S) -> dict[str, float]:
+    """Seconds per part of one trial's time on its device: each phase inside go..release, what no
+    phase names there, its setup's brief loans, and its exit that the device waited for."""
+    parts = {name[len(ON_DEVICE):]: s for name, s in t.phases.items() if name.startswith(ON_DEVICE)}
+    parts[UNNAMED] = max(0.0, t.span("go", "release") - sum(parts.values()))
+    parts[LOANS] = sum(max(0.0, b - a) for a, b in t.briefs)
+    parts[AFTER] = min(t.span("release", "ended"), after_cap_s)
+    return parts
+
+
+@dataclass(frozen=True)
+class DeviceBreakdown:
+    """A run's device sections part by part (`device_parts`), median and total over its trials, and
+    each trial's device time over its warm-up + timed work: the figure issue 60 sets at 2x."""
+
+    trials: int
+    median_s: Mapping[str, float]
+    total_s: Mapping[str, float]
+    ratios: tuple[float, ...]  # per trial with warm-up or timed work, device_s / (warm-up + timed)
+    held_ratios: tuple[float, ...]  # the same with its exit after the release, which the device waited for
+    deferred: int  # trials that staged some shape under the lock (setup short of device memory)
+
+    def as_json(self) -> dict[str, object]:
+        if not self.trials:
+            return {}
+        return {"trials": self.trials, "deferred": self.deferred,
+                "median_s": {k: round(v, 4) for k, v in self.median_s.items()},
+                "total_s": {k: round(v, 3) for k, v in self.total_s.items()},
+                "ratio_median": round(statistics.median(self.ratios), 3) if self.ratios else None,
+                "ratio_with_exit_median": round(statistics.median(self.held_ratios), 3) if self.held_ratios else None}
+
+    def lines(self) -> list[str]:
+        """The breakdown as text: parts by total, largest first."""
+        if not self.trials:
+            return ["no trial held a device"]
+        ratio = (f", device / (warm-up + timed): median {statistics.median(self.ratios):.2f}x, with the exit the "
+                 f"device waited for {statistics.median(self.held_ratios):.2f}x" if self.ratios else "")
+        out = [f"{self.trials} trials ({self.deferred} staged some shape under the lock){ratio}",
+               f"{'part':<18} {'median s':>9} {'total s':>9}"]
+        for name in sorted((k for k, v in self.total_s.items() if v >= 0.005), key=lambda k: -self.total_s[k]):
+            out.append(f"{name:<18} {self.median_s[name]:>9.3f} {self.total_s[name]:>9.2f}")
+        return out
+
+
+def device_breakdown(timelines: Sequence[Timeline], after_cap_s: float = TEARDOWN_GRACE_S) -> DeviceBreakdown:
+    """Per part, the median (a trial without it counts 0) and total over `timelines` that held a device."""
+    held = [t for t in timelines if t.go is not None]
+    each = [device_parts(t, after_cap_s) for t in held]
+    names = sorted({k for parts in each for k in parts})
+    work = [float(t.phases.get("warmup", 0.0)) + float(t.phases.get("timed", 0.0)) for t in held]
+    return DeviceBreakdown(
+        trials=len(held),
+        median_s={k: statistics.median(p.get(k, 0.0) for p in each) for k in names} if each else {},
+        total_s={k: sum(p.get(k, 0.0) for p in each) for k in names},
+        ratios=tuple(t.device_s / w for t, w in zip(held, work) if w > 0),
+        held_ratios=tuple((t.device_s + p[AFTER]) / w for t, p, w in zip(held, each, work) if w > 0),
+        deferred=sum(1 for t in held if t.phases.get("deferred") is not None))
 
 
 def per_device(timelines: Sequence[Timeline], wall_s: float) -> dict[int, dict[str, float]]:
@@ -153,7 +222,7 @@ def from_records(records: Sequence[object], gap_s: float = 120.0) -> tuple[list[
 
         fields = {k: t.get(k) for k in ("started", "ready", "assigned", "want", "go", "release", "ended", "unheld")}
         seen[key] = Timeline(str(key[0]), key[1], int(t.get("device", 0)), float(t["submitted"]), **fields,
-                             source=str(t.get("source", "")), phases=phase_seconds(proto.get("phases") or ()),
+                             source=str(t.get("source", "")), phases=phase_seconds(proto.get("phases") or (), t.get("go"), t.get("release")),
                              briefs=tuple((float(a), float(b)) for a, b in t.get("briefs") or ()),
                              slot=int(key[2]) if key[2] is not None else None)
     timelines = sorted(seen.values(), key=lambda t: t.submitted)

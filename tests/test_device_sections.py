@@ -1,0 +1,68 @@
+"""studies/device_sections.py on a recorded run (the CPU demo's store, tests/fixtures): the later
+trials' device time part by part and over their warm-up + timed work, and bad input refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from studies import device_sections
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cpu-demo.sqlite.gz"
+
+
+def test_the_breakdown_of_a_recorded_run_names_its_parts_and_ratio(tmp_path, capsys) -> None:
+    out = tmp_path / "parts.json"
+    assert device_sections.main([str(FIXTURE), "--trials", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "## later trials (slot > 0)" in text and "device / (warm-up + timed): median" in text
+    data = json.loads(out.read_text())
+    later = data["later"]
+    assert later["trials"] > 0 and later["ratio_median"] >= 1.0
+    # the timed repetitions are the largest part of a CPU demo trial's device section, and every
+    # second of it is named: what no phase names is a small remainder
+    total = later["total_s"]
+    assert max(total, key=total.get) == "timed"
+    assert total["unnamed"] < 0.05 * sum(total.values())
+    assert "after_release" in total and "setup_loans" in total
+
+
+def test_a_missing_store_or_campaign_is_one_line_and_exit_2(tmp_path, capsys) -> None:
+    assert device_sections.main([str(tmp_path / "none.sqlite")]) == 2
+    assert device_sections.main([str(FIXTURE), "--campaign", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("error: ") and "nope" in err[-1]
+
+
+def test_store_info_shows_the_later_trials_device_parts(tmp_path) -> None:
+    import gzip
+    import shutil
+
+    from click.testing import CliRunner
+
+    from bisector.cli import main as cli
+
+    store = tmp_path / "demo.sqlite"
+    with gzip.open(FIXTURE, "rb") as packed, store.open("wb") as plain:
+        shutil.copyfileobj(packed, plain)
+    text = CliRunner().invoke(cli, ["store", "info", "--store", str(store), "--phases"])
+    assert text.exit_code == 0, text.output
+    assert "later trials' device sections: " in text.output and "timed" in text.output
+    got = CliRunner().invoke(cli, ["store", "info", "--store", str(store), "--phases", "--json"])
+    parts = json.loads(got.output)["later_device_parts"]
+    assert list(parts.values())[0]["total_s"]["timed"] > 0
+
+
+def test_first_calls_are_shown_per_shape_and_where_they_ran() -> None:
+    from types import SimpleNamespace
+
+    parts = {"import_s": 2.0, "jit_s": 0.5, "jit_kernels": 2, "other_s": 6.0}
+    records = [SimpleNamespace(shape="ln/a", protocol={"precompile_parts": {"subject": parts},
+                                                       "compile_parts": dict(parts, other_s=0.01)}),
+               SimpleNamespace(shape="ln/a", protocol={"precompile_parts": {"subject": dict(parts, import_s=4.0)}})]
+    rows = device_sections.first_call_rows(records)
+    setup = next(r for r in rows if "setup subject" in r).split()
+    assert setup[:4] == ["ln/a", "setup", "subject", "2"] and setup[4:8] == ["3.000", "0.500", "6.000", "2"]
+    lock = next(r for r in rows if "under the lock" in r).split()
+    assert lock[-2] == "0.010"
+    assert device_sections.first_call_rows([SimpleNamespace(shape="x", protocol={})])[0].startswith("no first call")
