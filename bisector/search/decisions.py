@@ -42,19 +42,20 @@ def _per_call(speed_pct: float) -> float:
     return (100.0 / (100.0 + speed_pct) - 1.0) * 100.0
 
 
+def _derived(steps: tuple[Step, ...], suffix: str) -> list[tuple[Step, str, float, float | None]]:
+    """Each step's changes on a derived shape (its key ends in `suffix`): the step, the base shape,
+    the derived shape's change and the base shape's change (None where it did not move)."""
+    return [(s, base_shape(key), s.change_pct[key], s.change_pct.get(base_shape(key)))
+            for s in steps for key in s.shapes if key.endswith(suffix)]
+
+
 def latency_pairs(steps: tuple[Step, ...]) -> list[str]:
     """A latency step next to its kernel time: "gemm/decode at 3a52501: eager callers +76% per call;
     the kernel itself -20%" (the kernel's figure where the step measured it)."""
-    out = []
-    for s in steps:
-        for key in s.shapes:
-            if not key.endswith(LATENCY_KEY):
-                continue
-            kernel = s.change_pct.get(base_shape(key))
-            line = f"{base_shape(key)} at {_short(s.commit)}: eager callers {_per_call(s.change_pct[key]):+.0f}% per call"
-            out.append(line + (f"; the kernel itself {_per_call(kernel):+.0f}%" if kernel is not None else
-                               "; the kernel itself not moved by the minimum step"))
-    return out
+    return [f"{base} at {_short(s.commit)}: eager callers {_per_call(change):+.0f}% per call"
+            + (f"; the kernel itself {_per_call(kernel):+.0f}%" if kernel is not None else
+               "; the kernel itself not moved by the minimum step")
+            for s, base, change, kernel in _derived(steps, LATENCY_KEY)]
 
 
 def warm_pairs(steps: tuple[Step, ...]) -> list[str]:
@@ -62,15 +63,11 @@ def warm_pairs(steps: tuple[Step, ...]) -> list[str]:
     kernel time did not move by the minimum step: "gemm/decode at 3a52501: seen only warm (the L2
     left warm between calls): +30% a call; cold, as every caller that streams its data, not moved"."""
     out = []
-    for s in steps:
-        for key in s.shapes:
-            if not key.endswith(WARM_KEY):
-                continue
-            cold = s.change_pct.get(base_shape(key))
-            head = f"{base_shape(key)} at {_short(s.commit)}: "
-            warm = f"{_per_call(s.change_pct[key]):+.0f}% a call"
-            out.append(head + (f"seen only warm (the L2 left warm between calls): {warm} warm; cold, not moved by "
-                               "the minimum step" if cold is None else f"warm {warm}, cold {_per_call(cold):+.0f}%"))
+    for s, base, change, cold in _derived(steps, WARM_KEY):
+        warm = f"{_per_call(change):+.0f}% a call"
+        out.append(f"{base} at {_short(s.commit)}: "
+                   + (f"seen only warm (the L2 left warm between calls): {warm} warm; cold, not moved by "
+                      "the minimum step" if cold is None else f"warm {warm}, cold {_per_call(cold):+.0f}%"))
     return out
 
 
