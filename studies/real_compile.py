@@ -18,12 +18,11 @@ import re
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections import Counter
 from pathlib import Path
 
 from studies.real_interpret import TINY, host_device_calls
-from studies.real_screen import REAL, ROOT, checkout
+from studies.real_screen import ROOT, checkout, config_shapes
 
 PTX_OPS = re.compile(r"^\s*(?:@%p\d+\s+)?((?:ld|st)\.global[.\w]*)", re.M)
 
@@ -64,31 +63,21 @@ def capture_launches() -> list[dict]:
 
 
 def one(lib: str, src: Path, suites: list[str]) -> list[dict]:
-    import importlib
-
     host_device_calls()
     compiled = capture_launches()
-    cfg = tomllib.loads((REAL / lib / "config.toml").read_text())
-    sys.path[:0] = [str(src / cfg["upstream"]["source_dir"]), str(REAL / lib)]
     out = []
-    for name, suite_cfg in cfg["suites"].items():
-        if suites and name not in suites:
-            continue
-        mod_name, _, cls = suite_cfg["module"].partition(":")
-        suite = getattr(importlib.import_module(mod_name), cls)()
-        emod, _, efn = cfg["subject"][name]["entry"].partition(":")
-        for shape in suite_cfg["shapes"]:
-            params = {k: TINY.get(k, v) for k, v in shape.items() if k != "name"}
-            if "S" in params:
-                params["S"] = 64  # keep the sequence a multiple of the kernels' row blocks
-            row = {"lib": lib, "shape": f"{name}/{shape['name']}"}
-            del compiled[:]
-            try:
-                getattr(importlib.import_module(emod), efn)(**suite.make_inputs(params, "cpu", 0))
-            except Exception as exc:  # nothing ran, so later host code may trip on garbage
-                row["after"] = f"{type(exc).__name__}: {exc}"[:200]
-            row["kernels"] = list(compiled)
-            out.append(row)
+    for shape in config_shapes(lib, src, suites):
+        params = {k: TINY.get(k, v) for k, v in shape.params.items()}
+        if "S" in params:
+            params["S"] = 64  # keep the sequence a multiple of the kernels' row blocks
+        row = {"lib": lib, "shape": shape.key}
+        del compiled[:]
+        try:
+            shape.subject()(**shape.suite.make_inputs(params, "cpu", 0))
+        except Exception as exc:  # nothing ran, so later host code may trip on garbage
+            row["after"] = f"{type(exc).__name__}: {exc}"[:200]
+        row["kernels"] = list(compiled)
+        out.append(row)
     return out
 
 

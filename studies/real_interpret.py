@@ -18,10 +18,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
-from studies.real_screen import REAL, ROOT, checkout
+from studies.real_screen import ROOT, checkout, config_shapes
 
 # the sizes that only count rows or batches shrink; feature sizes (D, rotary_dim, V) keep their
 # value so the kernel's tiles, masks and constexprs are those the GPU screen compiles
@@ -75,33 +74,24 @@ def host_device_calls() -> None:
 
 def one(lib: str, src: Path) -> list[dict]:
     """In this (fresh, interpreted) process: run every shrunk shape of `lib`'s config at `src`."""
-    import importlib
-
     import torch
 
     host_device_calls()
 
-    cfg = tomllib.loads((REAL / lib / "config.toml").read_text())
-    sys.path[:0] = [str(src / cfg["upstream"]["source_dir"]), str(REAL / lib)]
     out = []
-    for name, suite_cfg in cfg["suites"].items():
-        mod_name, _, cls = suite_cfg["module"].partition(":")
-        suite = getattr(importlib.import_module(mod_name), cls)()
-        emod, _, efn = cfg["subject"][name]["entry"].partition(":")
-        for shape in suite_cfg["shapes"]:
-            params = {k: TINY.get(k, v) for k, v in shape.items() if k != "name"}
-            row = {"lib": lib, "shape": f"{name}/{shape['name']}"}
-            try:
-                fn = getattr(importlib.import_module(emod), efn)
-                inputs = suite.make_inputs(params, "cpu", 0)
-                got = suite.output(fn(**inputs))
-                want = suite.reference(inputs).float()
-                atol, rtol = suite.tolerance(params)
-                row["max_abs_err"] = float((got - want).abs().max())
-                row["ok"] = bool(torch.allclose(got, want, atol=atol, rtol=rtol))
-            except Exception as exc:  # a commit that does not run here is a finding too
-                row["error"] = f"{type(exc).__name__}: {exc}"[:400]
-            out.append(row)
+    for shape in config_shapes(lib, src):
+        params = {k: TINY.get(k, v) for k, v in shape.params.items()}
+        row = {"lib": lib, "shape": shape.key}
+        try:
+            inputs = shape.suite.make_inputs(params, "cpu", 0)
+            got = shape.suite.output(shape.subject()(**inputs))
+            want = shape.suite.reference(inputs).float()
+            atol, rtol = shape.suite.tolerance(params)
+            row["max_abs_err"] = float((got - want).abs().max())
+            row["ok"] = bool(torch.allclose(got, want, atol=atol, rtol=rtol))
+        except Exception as exc:  # a commit that does not run here is a finding too
+            row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+        out.append(row)
     return out
 
 

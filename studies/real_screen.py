@@ -20,55 +20,82 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "benches" / "real"
 
 
-def one(lib: str, src: Path, only: tuple[str, ...] = ()) -> list[dict]:
-    """In this (fresh) process: time every shape of `lib`'s config at the checkout `src` (or those
-    whose `suite/name` starts with one of `only`)."""
-    import importlib
+@dataclass(frozen=True)
+class ConfigShape:
+    """One shape of a library's vendored config, with what a study needs to call it."""
 
-    import torch
-    import triton
+    key: str  # suite/shape
+    suite: Any  # the suite object (benches/real/ops.py contract)
+    entry: str  # "module:function" of the subject
+    params: dict[str, Any]
+
+    def subject(self) -> Any:
+        import importlib
+
+        module, _, name = self.entry.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+def config_shapes(lib: str, src: Path, suites: Sequence[str] = ()) -> Iterator[ConfigShape]:
+    """Each shape of `lib`'s config (of `suites`, or every suite) with the checkout `src` and the
+    config's own modules put first on sys.path, in the config's order."""
+    import importlib
 
     cfg = tomllib.loads((REAL / lib / "config.toml").read_text())
     sys.path[:0] = [str(src / cfg["upstream"]["source_dir"]), str(REAL / lib)]
+    for name, suite_cfg in cfg["suites"].items():
+        if suites and name not in suites:
+            continue
+        mod_name, _, cls = suite_cfg["module"].partition(":")
+        suite = getattr(importlib.import_module(mod_name), cls)()
+        for shape in suite_cfg["shapes"]:
+            yield ConfigShape(f"{name}/{shape['name']}", suite, cfg["subject"][name]["entry"],
+                              {k: v for k, v in shape.items() if k != "name"})
+
+
+def one(lib: str, src: Path, only: tuple[str, ...] = ()) -> list[dict]:
+    """In this (fresh) process: time every shape of `lib`'s config at the checkout `src` (or those
+    whose `suite/name` starts with one of `only`)."""
+    import torch
+    import triton
+
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     end = time.time() + 0.5
     while time.time() < end:  # bring the clock up before anything is timed
         a @ a
     torch.cuda.synchronize()
     out = []
-    for name, suite_cfg in cfg["suites"].items():
-        mod_name, _, cls = suite_cfg["module"].partition(":")
-        suite = getattr(importlib.import_module(mod_name), cls)()
-        emod, _, efn = cfg["subject"][name]["entry"].partition(":")
-        for shape in suite_cfg["shapes"]:
-            params = {k: v for k, v in shape.items() if k != "name"}
-            row = {"lib": lib, "shape": f"{name}/{shape['name']}"}
-            if only and not row["shape"].startswith(only):
-                continue
-            try:
-                fn = getattr(importlib.import_module(emod), efn)
-                inputs = suite.make_inputs(params, "cuda", 0)
-                t0 = time.time()
-                got = suite.output(fn(**inputs))
-                torch.cuda.synchronize()
-                row["first_call_s"] = round(time.time() - t0, 3)
-                ctrl = suite.control(inputs)
-                want = suite.output(ctrl())
-                row["max_abs_err"] = float((got - want).abs().max())
-                row["subject_ms"] = triton.testing.do_bench(lambda: fn(**inputs), return_mode="median")
-                row["control_ms"] = triton.testing.do_bench(ctrl, return_mode="median")
-                row["gbps"] = suite.bytes(params) / row["subject_ms"] / 1e6
-            except Exception as exc:  # a commit that does not run is a finding too
-                row["error"] = f"{type(exc).__name__}: {exc}"[:400]
-            out.append(row)
-            del inputs
-            torch.cuda.empty_cache()
+    for shape in config_shapes(lib, src):
+        if only and not shape.key.startswith(only):
+            continue
+        row: dict[str, Any] = {"lib": lib, "shape": shape.key}
+        try:
+            fn = shape.subject()
+            inputs = shape.suite.make_inputs(shape.params, "cuda", 0)
+            t0 = time.time()
+            got = shape.suite.output(fn(**inputs))
+            torch.cuda.synchronize()
+            row["first_call_s"] = round(time.time() - t0, 3)
+            ctrl = shape.suite.control(inputs)
+            want = shape.suite.output(ctrl())
+            row["max_abs_err"] = float((got - want).abs().max())
+            row["subject_ms"] = triton.testing.do_bench(lambda: fn(**inputs), return_mode="median")
+            row["control_ms"] = triton.testing.do_bench(ctrl, return_mode="median")
+            row["gbps"] = shape.suite.bytes(shape.params) / row["subject_ms"] / 1e6
+        except Exception as exc:  # a commit that does not run is a finding too
+            row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+        out.append(row)
+        inputs = None
+        torch.cuda.empty_cache()
     return out
 
 
