@@ -121,3 +121,18 @@ def cpu_config(name: str, repo: Path, subject: str, *, trials: int, max_trials: 
             f'[control]\nbackend = "{control}"\n{subject}'
             f'[protocol]\ntrials = {trials}\nmax_trials = {max_trials}\nreps = {reps}\nwarmup = 1\n'
             f'jit_cache_env = [{jit}]\n[thresholds]\nmin_step_pct = {min_step_pct}\nalpha = 0.05\n{extra}')
+
+
+def bisector_run(tmp_path: Path, config: Path, good: str, bad: str, *extra: str, timeout: float = 900,
+                 cwd: Path | None = None) -> dict:
+    """`bisector run --json` as a user runs it (a real subprocess), its store, work and report dirs
+    under `tmp_path`; asserts it succeeded and returns what it printed."""
+    import json
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(config), "--good", good, "--bad", bad,
+                          "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"),
+                          "--report-dir", str(tmp_path / "report"), "--json", *extra],
+                         capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)

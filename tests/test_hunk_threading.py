@@ -170,21 +170,14 @@ def test_bisector_run_names_the_helper_on_top_of_the_threading(tmp_path: Path) -
     """`bisector run` on the CPU (real trials, real patched builds) over the threading culprit, its
     speed set by the address helper: the finding names the helper's statements, the threading is
     the base, and no subset that was built failed to run."""
-    import json
-
-    from tests.gitfixtures import cpu_config, gemm_subject
+    from tests.gitfixtures import bisector_run, cpu_config, gemm_subject
 
     root = tmp_path / "up"
     sha = threading_fixture.write(root, {"lib/gemm.py": GEMM}, {"lib/gemm.py": GEMM})
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(cpu_config("threading-test", root, gemm_subject(384), trials=3, max_trials=8, reps=5,
                               min_step_pct=10.0, extra="[build]\nmax_hunk_builds = 12\n"))
-    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", f"{sha}^",
-                          "--bad", sha, "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"),
-                          "--report-dir", str(tmp_path / "report"), "--no-fixes", "--json"],
-                         capture_output=True, text=True, timeout=1500)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (h,) = json.loads(out.stdout)["hunks"]
+    (h,) = bisector_run(tmp_path, cfg, f"{sha}^", sha, "--no-fixes", timeout=1500)["hunks"]
     assert h["hunks"] == ["lib/kernel.py @@ -5,10 +5,11 @@ lines +11-12"] and h["alone"], h
     assert len(h["plumbing"]) == 11 and not h["plumbing_carries"], h
     assert h["rest"] == "threading: 11 hunks, applied as base", h

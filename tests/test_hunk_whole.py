@@ -7,9 +7,6 @@ whole, and the finding says so and names the three hunks that carry the step (no
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import git as gitpython
@@ -17,7 +14,7 @@ import pytest
 
 from bisector import gitrepo
 from bisector.why import hunk_groups, hunk_plumbing, hunks
-from tests.gitfixtures import commit_file, cpu_config, gemm_subject, git
+from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject, git
 
 KERNEL_OLD = '''def body(a, b, reps):
     c = a @ b
@@ -79,12 +76,7 @@ def test_bisector_run_searches_whole_hunks_when_the_base_does_not_run(tmp_path: 
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(cpu_config("whole-test", root, gemm_subject(384), trials=3, max_trials=8, reps=5,
                               min_step_pct=10.0, extra="[build]\nmax_hunk_builds = 12\n"))
-    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", f"{sha}^",
-                          "--bad", sha, "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"),
-                          "--report-dir", str(tmp_path / "report"), "--no-fixes", "--json"],
-                         capture_output=True, text=True, timeout=1500)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (h,) = json.loads(out.stdout)["hunks"]
+    (h,) = bisector_run(tmp_path, cfg, f"{sha}^", sha, "--no-fixes", timeout=1500)["hunks"]
     assert "the threading base did not build or run" in h["summary"] and "AttributeError" in h["summary"], h
     assert "searched whole hunks instead" in h["summary"] and not h["summary"].startswith("cannot split"), h
     # the three hunks the step needs, whole; the describe() edit is left out

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import json
 import sqlite3
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +18,7 @@ from bisector.why import culprit_hunks
 from bisector.why import hunks
 from bisector.config import parse
 from bisector.model import Step
-from tests.gitfixtures import commit_file, cpu_config, gemm_subject, git as run_git
+from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject, git as run_git
 
 ORIGINAL = [f"line {i}\n" for i in range(1, 41)]
 
@@ -281,12 +279,7 @@ def test_two_hunks_needed_together_are_measured_twice_on_fresh_trials(tmp_path: 
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(cpu_config("together-test", repo, gemm_subject(384), trials=3, max_trials=8, reps=5,
                               min_step_pct=10.0))
-    cmd = [sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good, "--bad", bad,
-           "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"), "--report-dir",
-           str(tmp_path / "report"), "--no-fixes", "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout)
+    result = bisector_run(tmp_path, cfg, good, bad, "--no-fixes")
     assert [s["commit"] for s in result["steps"]] == [bad]
     (h,) = result["hunks"]
     assert h["of"] == 2 and not h["alone"] and len(h["hunks"]) == 2, h
@@ -301,8 +294,6 @@ def test_two_hunks_needed_together_are_measured_twice_on_fresh_trials(tmp_path: 
         stored = db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
     assert len(per_patch) == 2 and all(n >= 6 for n in per_patch.values()), per_patch
     # Resumed: the same questions in the same order take the same slices; nothing new is measured.
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert json.loads(again.stdout)["hunks"][0]["hunks"] == h["hunks"]
+    assert bisector_run(tmp_path, cfg, good, bad, "--no-fixes")["hunks"][0]["hunks"] == h["hunks"]
     with sqlite3.connect(tmp_path / "s.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == stored

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bisector.why import hunks, loaded
 from bisector.model import TrialRecord, TrialStatus
-from tests.gitfixtures import commit_file, cpu_config, gemm_subject, git as run_git
+from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject, git as run_git
 
 GEMM = '''import torch
 
@@ -89,12 +87,7 @@ def test_the_hunks_of_files_no_trial_loaded_are_set_aside(tmp_path: Path) -> Non
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(cpu_config("aside-test", repo, gemm_subject(384), trials=3, max_trials=8, reps=5,
                               min_step_pct=10.0))
-    cmd = [sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good, "--bad", bad,
-           "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"), "--report-dir",
-           str(tmp_path / "report"), "--no-fixes", "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout)
+    result = bisector_run(tmp_path, cfg, good, bad, "--no-fixes")
     assert [s["commit"] for s in result["steps"]] == [bad]
     (h,) = result["hunks"]
     assert h["aside"] == ["benchmark/bench_gemm.py", "tests/test_gemm.py"], h  # in the diff's order

@@ -15,7 +15,6 @@ import math
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import git
@@ -25,7 +24,7 @@ from bisector import gitrepo
 from bisector.search.samples import PooledNoise
 from bisector.why.interactions import MAX_STEPS, combined_patch, groups, pair_effect
 from bisector.model import Step
-from tests.gitfixtures import commit_file, cpu_config, gemm_subject, git as run_git
+from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject, git as run_git
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"
 INDEX = json.loads((FIXTURES / "index.json").read_text())["steps"]
@@ -172,12 +171,7 @@ def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
 def run(tmp_path: Path, repo: Path, good: str, *extra: str) -> dict:
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(config(repo))
-    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good,
-                          "--bad", "main", "--store", str(tmp_path / "s.sqlite"), "--work-dir",
-                          str(tmp_path / "work"), "--report-dir", str(tmp_path / "report"), "--json",
-                          "--no-hunks", *extra], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)
+    return bisector_run(tmp_path, cfg, good, "main", "--no-hunks", *extra)
 
 
 @pytest.mark.slow

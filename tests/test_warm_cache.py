@@ -104,10 +104,9 @@ def test_a_run_on_a_real_upstream_stores_the_warm_time_and_finds_its_step(tmp_pa
     """`bisector run` on a small git upstream whose GEMM does its work five times over from one commit:
     every trial stores a warm ratio beside the cold one (the runner keeps it), and the step is found
     and verified on the warm shape too."""
-    import json
     import sqlite3
 
-    from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subject, git
+    from tests.gitfixtures import PLANTED_MATMUL, bisector_run, commit_file, cpu_config, gemm_subject, git
 
     repo = tmp_path / "up"
     repo.mkdir()
@@ -120,12 +119,7 @@ def test_a_run_on_a_real_upstream_stores_the_warm_time_and_finds_its_step(tmp_pa
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(cpu_config("warm-test", repo, gemm_subject(256), trials=3, max_trials=6, reps=5, min_step_pct=20.0,
                               extra='[suites.gemm]\ncache = "warm"\n'))
-    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", shas[1], "--bad", "main",
-                          "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"), "--report-dir",
-                          str(tmp_path / "report"), "--json", "--no-fixes", "--no-hunks"],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout)
+    result = bisector_run(tmp_path, cfg, shas[1], "main", "--no-fixes", "--no-hunks")
     [step] = result["steps"]
     assert step["commit"] == shas[3] and step["verified"]
     assert set(step["change_pct"]) == {"gemm/m256", "gemm/m256" + WARM_KEY}
