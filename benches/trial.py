@@ -47,7 +47,7 @@ class Gate(Protocol):
     `brief`: a short loan in the middle of the setup (the inputs drawn), given back while the process
     goes on; the bot lends the device on at once, not when the process has ended. `acquire` returns
     the grant: its `shapes`, when present, are the only ones the device section times (a trial set
-    up ahead for all its shapes, asked for a few of them; bisector/runner/warmer.py `take`)."""
+    up ahead for all its shapes, asked for a few of them; bisector/measure/warmer.py `take`)."""
 
     def acquire(self, brief: bool = False) -> Mapping[str, Any]: ...
 
@@ -594,7 +594,7 @@ def _precompiled(drawn: Mapping[str, Staged], phase: Phases) -> dict[str, Staged
 def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException],
                     control: Backend | None, control_error: str | None, staged: Mapping[str, Staged],
                     phase: Phases) -> list[dict[str, Any]]:
-    """A prefetch's trial (`"precompile_only": true`, bisector/runner/warmer.py): the commit's cold
+    """A prefetch's trial (`"precompile_only": true`, bisector/measure/warmer.py): the commit's cold
     compile into its JIT dir and nothing else; the device is never asked for. On a GPU what
     `_stage_all` captured; on the CPU, where nothing is captured, the first calls themselves."""
     out: list[dict[str, Any]] = []
@@ -669,7 +669,7 @@ def _measured(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clo
 def _cold_at_compile(at_start: Mapping[str, bool | None], staged: Mapping[str, Staged]) -> dict[str, bool | None]:
     """Whether each JIT cache was empty when this trial compiled: at its start where it compiled
     in its setup (a captured first call), else now, with the device held. A trial set up while its
-    commit's first trial still waited for the device (a standby's companion, bisector/runner/warmer.py)
+    commit's first trial still waited for the device (a standby's companion, bisector/measure/warmer.py)
     found the cache empty at its start and compiles only after that first trial filled it."""
     if any(str(one.precompile.get("precompile", "")).startswith("captured") for one in staged.values()):
         return dict(at_start)

@@ -40,7 +40,7 @@ from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shap
 from bisector.why.fixes import expected_trials as fixes_expected, set_up_reverts, verify_fixes
 from bisector.why.kernel_diff.collect import step_kernels
 from bisector.why.kernel_diff.regenerate import compile_commit
-from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
+from bisector.measure.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
 from bisector.search.evidence import CommitRow
 from bisector.search.samples import run_noise, trial_metric
@@ -48,12 +48,13 @@ from bisector.search.outlook import SearchBasis
 from bisector.why.fixes import FixResult
 from bisector.report.data import ReportData
 from bisector.search.wrong_results import WrongResult
-from bisector.runner import sandbox
+from bisector.isolation import sandbox
 from bisector.runner.choose import Trials, offline_width, open_trials
 from bisector.runner.executor import TrialJob
-from bisector.runner.warmer import Warmer, default_parallel, precompile_executor
+from bisector.measure.warmer import Warmer, precompile_executor
+from bisector.runner.launch import default_parallel
 from bisector.store import Store, campaign_key
-from bisector.runner.time_spent import Stage, Throughput, from_records, summarize
+from bisector.measure.time_spent import Stage, Throughput, from_records, summarize
 from bisector.why.facts import actions, step_moves
 from bisector.why.interactions import Interaction
 from bisector.store.totals import CallTotals, measured_commits, run_totals

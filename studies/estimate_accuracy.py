@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bisector.commands.progress import PARTNERS, TRIAL, bisection_probes  # noqa: E402
 from bisector.model import Measurement, ProbeStatus, SampleCounts, Verdict  # noqa: E402
-from bisector.runner.probe import ProbeEvent  # noqa: E402
+from bisector.measure.probe import ProbeEvent  # noqa: E402
 from bisector.search import SearchSettings, localize  # noqa: E402
 from bisector.search.forecast import ForecastSettings, SearchForecast  # noqa: E402
 from bisector.search.later_stages import model_for  # noqa: E402

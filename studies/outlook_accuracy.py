@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bisector.commands.outlook_follow import OutlookFollow  # noqa: E402
-from bisector.runner.probe import ProbeEvent  # noqa: E402
+from bisector.measure.probe import ProbeEvent  # noqa: E402
 from bisector.search import SearchSettings, localize  # noqa: E402
 from bisector.search.outlook import SearchBasis  # noqa: E402
 from bisector.search.simulate import SimulatedProbe  # noqa: E402

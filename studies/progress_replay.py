@@ -46,7 +46,7 @@ from rich.console import Console  # noqa: E402
 from bisector.commands.progress import ProgressLine  # noqa: E402
 from bisector.config import load as load_config  # noqa: E402
 from bisector.demo.demo_config import CONFIG_FILES  # noqa: E402
-from bisector.runner.probe import ProbeEvent  # noqa: E402
+from bisector.measure.probe import ProbeEvent  # noqa: E402
 from studies.stored_trials import plain_store  # noqa: E402
 
 LINE = re.compile(r"^(?:\[ *[\d.]+\] )?progress: (?P<what>.*?) \| (?:(?P<stage>[a-z]+) \| )?commits \d+ \| trials (?P<n>\d+) of ~(?P<m>\d+)"

@@ -14,7 +14,7 @@ from typing import Callable
 from rich.console import Console
 
 from bisector.commands.progress import ProgressLine
-from bisector.runner.probe import ProbeEvent
+from bisector.measure.probe import ProbeEvent
 from bisector.search import SearchSettings, localize
 from bisector.search.forecast import ForecastSettings, SearchForecast
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel

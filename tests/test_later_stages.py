@@ -17,7 +17,7 @@ from rich.console import Console
 from bisector.commands.progress import ProgressLine
 from bisector.demo.demo_config import demo_config
 from bisector.model import Step
-from bisector.runner.probe import ProbeEvent
+from bisector.measure.probe import ProbeEvent
 from bisector.search.later_stages import HUNK_ROUNDS, LaterModel, StageCost, StageTracker, model_for
 from bisector.why import culprit_hunks
 from studies import progress_replay

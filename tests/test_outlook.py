@@ -15,7 +15,7 @@ from rich.console import Console
 from bisector.commands.outlook_follow import OutlookFollow
 from bisector.commands.progress import ProgressLine
 from bisector.model import Measurement, ProbeStatus
-from bisector.runner.probe import ProbeEvent
+from bisector.measure.probe import ProbeEvent
 from bisector.search import SearchSettings, localize
 from bisector.search.outlook import SearchBasis, merged, outlook
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bisector.model import BuildResult, BuildStatus, ProbeStatus, Shape, TrialRecord, TrialStatus
-from bisector.runner.probe import At, StoreProbe, Taken, fresh
+from bisector.measure.probe import At, StoreProbe, Taken, fresh
 from bisector.runner.executor import Timeline, TrialJob, TrialOutcome
 from bisector.store import Store
 

@@ -1,4 +1,4 @@
-"""Where a run's time went (bisector/runner/time_spent.py): the device time of trials counts their
+"""Where a run's time went (bisector/measure/time_spent.py): the device time of trials counts their
 setups' brief loans, and a commit's later trials are set against their warm-up and timed work, in
 the run's `--json` and in the report's paragraph, also when re-made from stored trials."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from bisector.runner.executor import Timeline
-from bisector.runner.time_spent import Stage, describe, from_records, summarize
+from bisector.measure.time_spent import Stage, describe, from_records, summarize
 
 
 def timeline(slot: int, go: float, *, brief: tuple[float, float] | None = None, warmup: float = 0.1,

@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.text import Text
 
 from bisector.commands.outlook_follow import OutlookFollow, Seen
-from bisector.runner.probe import ProbeEvent
+from bisector.measure.probe import ProbeEvent
 from bisector.search.outlook import SearchBasis
 from bisector.search.forecast import ForecastSettings, SearchForecast
 from bisector.search.later_stages import LaterModel, StageTracker, model_for

@@ -33,8 +33,8 @@ from bisector import gitrepo
 from bisector.why import hunk_groups, hunk_plumbing, hunks, loaded
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step, base_shape
-from bisector.runner.probe import NOT_MEASURED, At, StoreProbe, Taken, fresh, side_by_side
-from bisector.runner.warmer import Want
+from bisector.measure.probe import NOT_MEASURED, At, StoreProbe, Taken, fresh, side_by_side
+from bisector.measure.warmer import Want
 from bisector.why.hunk_groups import HunkGroup
 from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why.session import Session
@@ -228,7 +228,7 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
     findings = []
     for i, (step, planned) in enumerate(searched):
         # This culprit's first subsets and the next one's, set up on the parent ahead (built, compiled
-        # cold, first trial held by the warmer, bisector/runner/warmer.py): each search began with cold
+        # cold, first trial held by the warmer, bisector/measure/warmer.py): each search began with cold
         # setups of new patched builds while the device waited (on an H200 demo, a third of the hunk
         # stage's time: studies/results/h200-demo-device-time.txt). One request
         # names both, since the warmer drops what a request no longer names.

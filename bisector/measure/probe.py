@@ -10,18 +10,26 @@ from __future__ import annotations
 
 import statistics
 import time
-from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from bisector import portable
+from bisector.measure.warmer import Want, Warmer
+from bisector.model import (
+    LATENCY_KEY,
+    BuildResult,
+    BuildStatus,
+    Measurement,
+    ProbeStatus,
+    Shape,
+    TrialRecord,
+    TrialStatus,
+)
+from bisector.runner.executor import TrialJob, TrialOutcome
 from bisector.search.control_outcome import unavailable_by_shape
 from bisector.search.outlook import SearchBasis
-from bisector.model import (LATENCY_KEY, BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
-                            TrialStatus)
-from bisector.runner.executor import TrialJob, TrialOutcome
-from bisector.runner.warmer import Want, Warmer
 from bisector.search.samples import trial_metric, trial_views
 from bisector.store import Owner, Store
 
@@ -320,7 +328,7 @@ class Batch:
                     job = probe.job(sha, mine[r], first, None if first else firsts.get(i), lane)
                     # the trial may be set up already, held: the commit's first as a standby, a later
                     # one as a spare, the second of a new commit as its standby's companion, which
-                    # waits for that very first trial (bisector/runner/warmer.py)
+                    # waits for that very first trial (bisector/measure/warmer.py)
                     held = probe.warmer.take(job) if probe.warmer is not None else None
                     future = held or probe.executor.submit(job)
                     futures[future] = (i, mine[r])
