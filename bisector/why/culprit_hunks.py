@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from bisector import gitrepo
-from bisector.why import hunk_groups, hunk_plumbing, hunks, loaded
+from bisector.why import hunk_checks, hunk_groups, hunk_plumbing, hunks, loaded
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step, base_shape
 from bisector.measure.probe import NOT_MEASURED, At, StoreProbe, Taken, fresh, side_by_side
@@ -214,7 +214,7 @@ def _planned(session: Session, step: Step, trace: bool = True) -> Planned | None
     old = lambda p: gitrepo.file_at(session.repo, step.parent, p)  # noqa: E731
     new = lambda p: gitrepo.file_at(session.repo, step.commit, p)  # noqa: E731
     groups = hunk_groups.group(parts, old, new)
-    plumbed = hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+    plumbed = hunk_checks.plan(parts, max(len(g.members) for g in groups), old, new)
     return Planned(parts, groups, plumbed, old, new, aside, len(every))
 
 
