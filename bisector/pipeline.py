@@ -35,8 +35,9 @@ from bisector.why.kernel_diff.collect import step_kernels
 from bisector.why.kernel_diff.regenerate import compile_commit
 from bisector.measure.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
+from bisector.search.prober import Prober
 from bisector.search.samples import run_noise
-from bisector.search.outlook import SearchBasis
+from bisector.estimate.outlook import SearchBasis
 from bisector.why.fixes import FixResult
 from bisector.report.data import ReportData
 from bisector.report.assemble import RunFacts, StageResults, median_by_shape, report_data, shown_upstream
@@ -216,6 +217,7 @@ class Prefetching:
         self.probe, self.prefetcher, self.expect = probe, prefetcher, expect
         self.index = {sha: i for i, sha in enumerate(order)}
         self.order = order
+        self.side_by_side, self.shapes_alone = probe.side_by_side, probe.shapes_alone  # every method passed on
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         result = self.probe(sha, repeats)
@@ -292,7 +294,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         session.store.add_commits(session.campaign, commits)
         order = [c.sha for c in commits]
         probe = session.probe()
-        measure = probe
+        measure: Prober = probe
         # On the CPU a background build would steal the trials' cores (unless the config asks for
         # prefetches: a warmer then exists); offline nothing is built.
         if (config.device != "cpu" or session.warmer is not None) and not options.offline:
@@ -301,8 +303,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
                                   expect=lambda found: set_up_reverts(session, order[-1], found) if options.verify_fixes
                                   else None)
         settings = replace(search_settings(config), width=session.width())
-        basis = SearchBasis(tuple(order), settings, together=getattr(measure, "together", None) is not None,
-                            shaped=getattr(measure, "shaped", None) is not None)
+        basis = SearchBasis(tuple(order), settings, together=measure.side_by_side, shaped=measure.shapes_alone)
         with session.stage("search", basis=basis):
             result = with_prs(search.localize(order, measure, settings), commits)
             windows = localize_wrong(order, result.measurements, probe)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("bisector.config", "bisector.isolation", "bisector.build", "bisector.runner", "bisector.store",
-          "bisector.search", "bisector.progress", "bisector.measure", "bisector.why")
+          "bisector.search", "bisector.estimate", "bisector.measure", "bisector.why")
 
 
 def _modules(top: str) -> dict[str, Path]:
@@ -92,7 +92,7 @@ def test_the_checks_see_real_imports():
     """The graph is not empty by mistake: known arrows are in it."""
     graph = _graph()
     assert "bisector.why.fixes" in graph["bisector.pipeline"]
-    assert "bisector.search.stats" in graph["bisector.search"]
+    assert "bisector.search.state" in graph["bisector.search"]
     assert "bisector.why.hunk_groups" in graph["bisector.why.culprit_hunks"]  # `from bisector.why import hunk_groups`
     assert "benches.suites" in _graph("benches")["benches.trial"]
 

@@ -25,6 +25,7 @@ from bisector.measure.probe import StoreProbe
 from bisector.measure.warmer import Warmer, precompile_executor
 from bisector.runner.launch import default_parallel
 from bisector.search import SearchSettings, localize
+from bisector.search.prober import ProbeBase
 from bisector.search.simulate import SimulatedProbe, StepModel, SimStep
 from bisector.store import Store, campaign_key
 from tests.devices import CONTROL, needs_cuda
@@ -341,8 +342,10 @@ def test_prefetch_is_on_for_gpu_hosts_off_on_the_cpu_and_can_be_turned_off(tmp_p
     assert default_parallel(config(tmp_path, tmp_path, prefetch=3)) == 3
 
 
-class Recording:
+class Recording(ProbeBase):
     """The simulated probe, and what the search asked for in order: measured commits, prefetches."""
+
+    side_by_side = True
 
     def __init__(self, inner: SimulatedProbe) -> None:
         self.inner, self.log = inner, []

@@ -29,7 +29,8 @@ from bisector.model import (
 )
 from bisector.runner.executor import TrialJob, TrialOutcome
 from bisector.search.control_outcome import unavailable_by_shape
-from bisector.search.outlook import SearchBasis
+from bisector.estimate.outlook import SearchBasis
+from bisector.search.prober import ProbeBase
 from bisector.search.samples import trial_metric, trial_views
 from bisector.store import Owner, Store
 
@@ -79,7 +80,7 @@ class BuildSource(Protocol):
 @dataclass(frozen=True)
 class ProbeEvent:
     """What the progress display shows: the commit being measured and why; and what the search
-    has measured, for its outlook (bisector/search/outlook.py)."""
+    has measured, for its outlook (bisector/estimate/outlook.py)."""
 
     sha: str
     action: str  # "build" | "trial" | "skip" | "measured" | "stage" (sha "", detail the stage's name)
@@ -90,8 +91,11 @@ class ProbeEvent:
     basis: SearchBasis | None = None  # the search's stage: what its outlook re-runs the search on
 
 
-class StoreProbe:
-    """A Probe over real builds and trial processes, backed by the store."""
+class StoreProbe(ProbeBase):
+    """A Prober over real builds and trial processes, backed by the store."""
+
+    side_by_side = True
+    shapes_alone = True
 
     def __init__(self, campaign: str, shapes: Sequence[Shape], store: Store, builds: BuildSource,
                  executor: TrialExecutor, *, seed: int = 0, patch: str | None = None,

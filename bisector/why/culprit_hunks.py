@@ -171,7 +171,7 @@ def expected_trials(session: Session, steps: Sequence[Step]) -> int:
     groups of hunks (one group: nothing to search), or through plumbing the base alone against the
     parent first, then ceil(log2 p) over its p pieces; within the trial budget. A subset still
     unclear gets more rounds (MAX_ROUNDS), which the progress line's forecast adds
-    (bisector/search/later_stages.py)."""
+    (bisector/estimate/later_stages.py)."""
     n, budget = max(1, session.config.protocol.trials), session.config.build.max_hunk_trials
     levels = lambda count: math.ceil(math.log2(count)) if count >= 2 else 0  # noqa: E731
     total = 0
