@@ -46,6 +46,10 @@ Multiple testing: `alpha` is the budget for a false step in the whole search. De
 shape at alpha / (shapes x expected comparisons); verification, an independent second test, at
 alpha / (shapes x candidates): when the machine's speed wanders, detection makes many candidates,
 and a few fresh trials a side would pass one of them in forty by chance.
+
+Here only the driver (`localize`); the state it drives is search/state.py, one mixin per concern
+(measuring.py, comparing.py, refining.py, verifying.py), and what it asks a probe is the `Prober`
+Protocol of search/prober.py.
 """
 
 from __future__ import annotations

@@ -10,9 +10,7 @@ from dataclasses import replace
 from typing import Iterable, Mapping, Sequence
 
 from bisector.model import Comparison, Step, Uncertain, Verdict
-from bisector.search.candidate import Candidate as _Candidate
-from bisector.search.candidate import Counts as _Counts
-from bisector.search.candidate import _unclear
+from bisector.search.candidate import Candidate as _Candidate, Counts as _Counts, unclear_shapes as _unclear
 from bisector.search.samples import PooledNoise, compare_pooled, pooled_noise
 from bisector.search.zone import ZonePair, decision_cap, near_threshold, zone_middle, zone_pairs
 from bisector.search.zone import rejudged as zone_rejudged

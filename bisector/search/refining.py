@@ -12,8 +12,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, Sequence
 
 from bisector.model import Verdict
-from bisector.search.candidate import WALK_AHEAD, _different
-from bisector.search.candidate import Candidate as _Candidate
+from bisector.search.candidate import WALK_AHEAD, Candidate as _Candidate, different_dirs as _different
 
 
 class Refining:

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from bisector.model import Measurement, Uncertain
-from bisector.search.candidate import Candidate as _Candidate
-from bisector.search.candidate import Counts as _Counts
+from bisector.search.candidate import Candidate as _Candidate, Counts as _Counts
 from bisector.search.comparing import Comparing
 from bisector.search.drift import Views
 from bisector.search.measuring import Measuring

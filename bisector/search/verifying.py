@@ -11,9 +11,7 @@ from contextlib import contextmanager, nullcontext
 from typing import ContextManager, Iterable, Iterator, Mapping, Sequence
 
 from bisector.model import Comparison, Step, Verdict
-from bisector.search.candidate import Candidate as _Candidate
-from bisector.search.candidate import Counts as _Counts
-from bisector.search.candidate import _different
+from bisector.search.candidate import Candidate as _Candidate, Counts as _Counts, different_dirs as _different
 from bisector.search.stats import holds
 
 
