@@ -4,6 +4,9 @@ and report together for `run`, `demo`, nightly and `/bisect`.
     config -> range -> builds -> trials (subject + control) -> store -> search -> why (fixes, hunks,
     interactions, kernels) -> report
 
+The stages' results are handed to report/assemble.py (`StageResults`, `RunFacts`), which makes
+the ReportData; this module fills no report field.
+
 Not the only place parts meet: `bench` and `build` (bisector/commands/) and a dask worker's builds
 (bisector/runner/remote.py) wire a builder or an executor of their own. The stages never import
 this module (they name why/session.py's Protocol); see docs/ARCHITECTURE.md.

@@ -1,4 +1,4 @@
-"""What a report shows, assembled by the pipeline from the stages' results; every renderer reads only this."""
+"""What a report shows, assembled by report/assemble.py from the stages' results; every renderer reads only this."""
 
 from __future__ import annotations
 
