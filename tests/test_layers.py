@@ -234,3 +234,11 @@ def test_the_order_checks_catch_what_they_are_for():
     assert _room_of("bisector.nowhere", bottom, rooms) is None
     assert _room_of("bisector.trust.filter", bottom, rooms) == -1
     assert _room_of("bisector.trust.start", bottom, rooms) == len(rooms) - 1
+
+
+def test_the_search_core_stays_a_driver():
+    """search/__init__.py is the driver only (its state and the probe's Protocol live beside it):
+    under 400 lines, and it finds no probe method by name."""
+    text = (ROOT / "bisector" / "search" / "__init__.py").read_text()
+    assert len(text.splitlines()) < 400
+    assert not [p for p in (ROOT / "bisector" / "search").glob("*.py") if "getattr(self.probe" in p.read_text()]
