@@ -178,7 +178,8 @@ class Clock:
         self.sync()
         return result, time.perf_counter() - start
 
-    def interleaved(self, fns: list[Callable[[], Any]], reps: int) -> tuple[list[list[float]], list[list[int]]]:
+    def interleaved(self, fns: list[Callable[[], Any]], reps: int, flush: bool = True
+                    ) -> tuple[list[list[float]], list[list[int]]]:
         """CPU: ms per call for each fn, called in turn `reps` times, each after a flush, and the
         minor page faults of each call (`minor_faults`). A GPU's calls are timed by
         benches/kernel_time.py."""
@@ -186,7 +187,8 @@ class Clock:
         faults: list[list[int]] = [[] for _ in fns]
         for _ in range(reps):
             for i, fn in enumerate(fns):
-                self.flush()
+                if flush:
+                    self.flush()
                 f0 = minor_faults()
                 t0 = self._now()
                 fn()
@@ -195,7 +197,7 @@ class Clock:
         return times, faults
 
     def kernel(self, fns: list[Callable[[], Any]], reps: int, graph_reads: int = 1, heat_ms: float = 0.0,
-               host: HostShare | None = None) -> kernel_time.KernelTimes:
+               host: HostShare | None = None, flush: bool = True) -> kernel_time.KernelTimes:
         """Cold-cache kernel time per call with the host out of the loop (benches/kernel_time.py):
         on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time.
         Device-bound calls keep the graph too: its first replay brings a power-bound kernel to a
@@ -204,13 +206,15 @@ class Clock:
         its ratio's trial noise went from 0.5% to 4.2% on the H200 demo, attention's from 1.1% to
         1.3% (studies/results/h200-timing-method.txt), which cost more trials than the pass saved.
         `heat_ms` (with one graph read): the graph's heater instead of its unread first replay, sized
-        from the warm-up's synchronized calls (`host`)."""
+        from the warm-up's synchronized calls (`host`). `flush` False: the cache left warm between
+        calls (a suite's `cache = "warm"`, benches/warm_cache.py)."""
         if self.gpu:
             warmed, self._warmed = self._warmed, False  # a warm-up serves the next shape's graph only
             heat = kernel_time.heat_calls(heat_ms, host.call_ms if host else None) if graph_reads == 1 else 0
-            return kernel_time.gpu_kernel_times(fns, reps, self.flush, graph_reads=graph_reads,
+            return kernel_time.gpu_kernel_times(fns, reps, self.flush if flush else _no_flush,
+                                                graph_reads=graph_reads,
                                                 stream=self._stream, warmed=warmed, heat=heat)
-        times, faults = self.interleaved(fns, reps)
+        times, faults = self.interleaved(fns, reps, flush)
         return kernel_time.KernelTimes(self.kind, times, faults=faults)
 
     def calls(self, fns: list[Callable[[], Any]], kernel: kernel_time.KernelTimes, batches: int,
@@ -229,6 +233,10 @@ class Clock:
         slowest = max((kernel_time.median(t) or 0.0) for t in kernel.times)
         # a host-bound call is sized by its host time
         return kernel_time.gpu_calls(fns, batches, kernel_time.batch_calls(max(slowest, max(host.call_ms))))
+
+
+def _no_flush() -> None:
+    """The cache left as the last call left it."""
 
 
 @dataclass(frozen=True)

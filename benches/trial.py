@@ -35,6 +35,7 @@ from benches.correctness import compare
 from benches.kernel_time import CallTimes, KernelTimes, rng_kept_on_failure
 from benches.suites.dtypes import TOLERANCES
 from benches.timing import Clock, device_ratio, flush_bytes, tflops
+from benches.warm_cache import warm_fields, wants_warm
 
 DEFAULT_TOLERANCE = (1e-2, 1e-2)  # a brought suite's shape with no dtype the defaults know
 JIT_ENV = ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR", "FLYDSL_RUNTIME_ENABLE_CACHE", "TRITON_INTERPRET")
@@ -404,6 +405,9 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
         result["control_impl"] = ctrl.impl
     times = kernel.times
     result.update(call_fields(kernel, calls))
+    if wants_warm(spec, name):  # the suite asked for the warm-cache time too (benches/warm_cache.py)
+        with phase("timed", key):
+            result.update(warm_fields(clock, [subj.run] + ([ctrl.run] if ctrl is not None else []), spec["reps"]))
     if control_error is not None:
         result.update(control_status="unavailable", control_error=control_error)
         print(f"trial: {key}: control unavailable: {control_error.splitlines()[0][:300]}", file=sys.stderr, flush=True)

@@ -63,18 +63,23 @@ def min_step_for(shape: str, default: float, by: Mapping[str, float]) -> float:
     """The smallest change that counts as a step on `shape`, in percent (`for_shape`). A short decode
     GEMM whose trials vary by 2% from process to process pays ~8 trials a commit to settle a 3% step
     that a large GEMM at 0.5% settles in one; a shape's own resolution keeps it from setting every
-    commit's price."""
-    return for_shape(shape, default, by)
+    commit's price. A latency or warm shape ("gemm/decode:latency") has its own entry, else its shape's."""
+    return by.get(shape) or for_shape(base_shape(shape), default, by)
 
 
 # A shape's call latency decided on as a shape of its own ("gemm/decode" -> "gemm/decode:latency"):
 # the search finds, verifies and reports a latency step as it does a kernel-time step.
 LATENCY_KEY = ":latency"
+# Its kernel time with the L2 left warm, where a suite asks for `cache = "warm"` (bisector/config/warm_cache_key.py).
+WARM_KEY = ":warm"
 
 
 def base_shape(key: str) -> str:
     """The benchmark shape a search shape measures: "gemm/decode:latency" -> "gemm/decode"."""
-    return key[:-len(LATENCY_KEY)] if key.endswith(LATENCY_KEY) else key
+    for tail in (LATENCY_KEY, WARM_KEY):
+        if key.endswith(tail):
+            return key[:-len(tail)]
+    return key
 
 
 @dataclass(frozen=True)

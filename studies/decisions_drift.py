@@ -24,6 +24,7 @@ import argparse
 import statistics
 from dataclasses import replace
 
+from bisector.config import DECISION_TRIALS, DRIFT_ANCHOR_S
 from bisector.search import SearchSettings, localize
 from bisector.search.decisions import decision_lines
 from bisector.search.schedule import Clocked
@@ -33,9 +34,11 @@ from bisector.search.simulate_drift import DriftingProbe
 N = 390
 SHAPES = ("gemm/m64", "gemm/m128")
 BASE = SearchSettings(min_step_pct=3.0, initial_repeats=3, max_repeats=24, first_look=1)
-NEW = replace(BASE, anchor_s=20.0, decision_trials=6, zone=True)
-MODES = (("before", BASE), ("anchor_s 20, decision_trials 6, zone", NEW),
-         ("anchor_s 20, decision_trials 8, zone", replace(NEW, decision_trials=8)))
+# the shipped defaults (bisector/config: [protocol] decision_trials, drift_anchor_s, [thresholds] indifference_zone)
+NEW = replace(BASE, anchor_s=DRIFT_ANCHOR_S, decision_trials=DECISION_TRIALS, zone=True)
+MODES = (("before (the decisions off)", BASE),
+         (f"the defaults: anchor_s {DRIFT_ANCHOR_S:g}, decision_trials {DECISION_TRIALS}, zone", NEW),
+         (f"anchor_s {DRIFT_ANCHOR_S:g}, decision_trials 8, zone", replace(NEW, decision_trials=8)))
 
 
 def one(seed: int, settings: SearchSettings, cv: float, drift: float, trial_s: float,  # type: ignore[no-untyped-def]
@@ -76,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(c.trials <= 40 and c.wall_s <= 120.0 for _, c in runs)}/{len(runs)}; shapes decided on the "
               f"subject alone: {views.count('subject')}/{len(runs) * len(SHAPES)}")
         first, cost = runs[0]
+        done = sum(not r.steps and c.trials <= 40 and c.wall_s <= 120.0 and any(line.startswith("no step >=") for line in
+                                                                                  decision_lines(r)) for r, c in runs)
+        print(f"'no step >= 3%' (small changes and undecided pairs listed with their intervals) within 40 trials "
+              f"and 2 minutes: {done}/{len(runs)}")
         print(f"range 0: {cost.trials} trials, {cost.wall_s:.0f} s; steps "
               + (", ".join(f"{s.commit[:4]} " + ", ".join(f"{k} {v:+.1f}%" for k, v in s.change_pct.items()) for s in first.steps) or "none"))
         for line in decision_lines(first):

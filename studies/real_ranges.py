@@ -48,18 +48,22 @@ def write_config(desc: RangeDescription, upstream: Path, dest: Path) -> Path:
     return dest / "config.toml"
 
 
-def run_command(config: Path, desc: RangeDescription, root: Path, hunks: bool) -> list[str]:
+def run_command(config: Path, desc: RangeDescription, root: Path, hunks: bool, shapes: str | None = None,
+                fixes: bool = True) -> list[str]:
     return [sys.executable, "-m", "bisector", "run", "--config", str(config), "--good", desc.good, "--bad", desc.bad,
             "--store", str(root / "results.sqlite"), "--work-dir", str(root / "work"),
-            "--report-dir", str(root / "report"), "--json", *([] if hunks else ["--no-hunks"])]
+            "--report-dir", str(root / "report"), "--json", *([] if hunks else ["--no-hunks"]),
+            *([] if fixes else ["--no-fixes"]), *(["--shapes", shapes] if shapes else [])]
 
 
 def cause_line(data: dict, culprit: str) -> str:
-    """The kernel diff's line for the culprit: its cause when the bot gives one, else what changed."""
+    """The kernel diff's line for the culprit: its cause when the bot gives one (`--json`'s `causes`,
+    one per step), else what changed."""
+    for c in data.get("causes") or []:
+        if str(c.get("commit", "")).startswith(culprit[:12]) and c.get("cause"):
+            return str(c["cause"])
     for k in data.get("kernels") or []:
         if str(k.get("commit", "")).startswith(culprit[:12]):
-            if k.get("cause"):
-                return str(k["cause"])
             changed = ", ".join(k.get("changed") or []) or "no kernel changed"
             return f"(no cause line) changed: {changed}" + (f"; {k['note']}" if k.get("note") else "")
     return "(no kernel diff for this commit)"
@@ -107,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repos", type=Path, default=None, help="bare copies made by studies.real_repos")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--no-hunks", action="store_true")
+    ap.add_argument("--no-fixes", action="store_true")
+    ap.add_argument("--shapes", default=None, help="passed to `bisector run --shapes` (e.g. rot: the rotary shapes)")
     ap.add_argument("--out", type=Path, default=Path("studies/results/real-ranges.txt"))
     args = ap.parse_args(argv)
     try:
@@ -127,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         lib_root = root / desc.lib
         config = write_config(desc, upstream, lib_root / "config")
-        cmd = run_command(config, desc, lib_root, not args.no_hunks)
+        cmd = run_command(config, desc, lib_root, not args.no_hunks, args.shapes, not args.no_fixes)
         commands.append(" ".join(cmd))
         print(f"real_ranges: {desc.lib}: {' '.join(cmd)}", file=sys.stderr, flush=True)
         start = time.time()
@@ -139,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {desc.lib} | {desc.good[:8]}..{desc.bad[:8]} | {desc.commits} | run failed "
                          f"(exit {proc.returncode}) after {wall / 60:.1f} min: {tail} |")
             continue
-        lines.extend(rows_for(desc, json.loads(stdout), wall))
+        data = json.loads(stdout)
+        lines.extend(rows_for(desc, data, wall))
+        # what decided (drift and the metric, latency steps, "no step >= 3%", the zone's pairs with their intervals)
+        lines += [f"  {desc.lib}: {wall / 60:.1f} min, {data.get('trials')} trials ({data.get('search_trials')} in the "
+                  f"search): {line}" for line in data.get("decided") or []]
     lines += ["", "Commands (each cold: fresh store, work dir, JIT caches):", *commands]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for line in lines:

@@ -4,7 +4,7 @@ a fresh TRITON_CACHE_DIR, time every shape of the library's config (benches/real
 with `triton.testing.do_bench(..., return_mode="median")`, subject and torch control, after checking
 the subject's output against the control's.
 
-    python -m studies.real_screen --repos DIR --plan plan.json --out screen.json
+    python -m studies.real_screen --repos DIR --plan plan.json --out screen.json [--lib fla flash_attn]
 
 plan.json: [{"lib": "liger", "sha": "<40 hex>", "label": "540575bc^"}, ...]. Prints one line per
 (commit, shape) as it goes and writes every figure to --out.
@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "benches" / "real"
 
 
-def one(lib: str, src: Path) -> list[dict]:
-    """In this (fresh) process: time every shape of `lib`'s config at the checkout `src`."""
+def one(lib: str, src: Path, only: tuple[str, ...] = ()) -> list[dict]:
+    """In this (fresh) process: time every shape of `lib`'s config at the checkout `src` (or those
+    whose `suite/name` starts with one of `only`)."""
     import importlib
 
     import torch
@@ -48,6 +49,8 @@ def one(lib: str, src: Path) -> list[dict]:
         for shape in suite_cfg["shapes"]:
             params = {k: v for k, v in shape.items() if k != "name"}
             row = {"lib": lib, "shape": f"{name}/{shape['name']}"}
+            if only and not row["shape"].startswith(only):
+                continue
             try:
                 fn = getattr(importlib.import_module(emod), efn)
                 inputs = suite.make_inputs(params, "cuda", 0)
@@ -80,13 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repos", type=Path)
     ap.add_argument("--plan", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--lib", nargs="*", default=[], help="only these libraries' entries of the plan")
+    ap.add_argument("--shapes", default="", help="comma-separated `suite/name` prefixes to time (default: all)")
     ap.add_argument("--one", nargs=2, metavar=("LIB", "SRC"), help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=150)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(one(args.one[0], Path(args.one[1]))))
+        print(json.dumps(one(args.one[0], Path(args.one[1]), tuple(filter(None, args.shapes.split(","))))))
         return 0
-    plan = json.loads(args.plan.read_text())
+    plan = [p for p in json.loads(args.plan.read_text()) if not args.lib or p["lib"] in args.lib]
     work = Path(tempfile.mkdtemp(prefix="real-screen-"))
     rows: list[dict] = []
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         t0 = time.time()
         try:
-            proc = subprocess.run([sys.executable, "-m", "studies.real_screen", "--one", item["lib"], str(src)],
+            proc = subprocess.run([sys.executable, "-m", "studies.real_screen", "--shapes", args.shapes, "--one", item["lib"], str(src)],
                                   capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.timeout)
             found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
                 [{"lib": item["lib"], "shape": "*", "error": proc.stderr[-600:]}]

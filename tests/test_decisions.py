@@ -199,16 +199,18 @@ def test_a_latency_step_is_a_step_found_and_verified_beside_the_kernel_time():
 def test_the_config_keys_reach_the_search(tmp_path: Path):
     from bisector.pipeline import search_settings
 
-    plain = search_settings(config.load(write(tmp_path, GOOD)))
-    assert (plain.decision_trials, plain.anchor_s, plain.zone) == (0, 0.0, False)
+    plain_cfg = config.load(write(tmp_path, GOOD))
+    plain = search_settings(plain_cfg)  # on by default (issue #59)
+    assert (plain.decision_trials, plain.anchor_s, plain.zone) == (6, 20.0, True)
+    assert plain_cfg.thresholds.latency_steps == "host-bound"
     text = GOOD.replace("[control]", "[protocol]\ndecision_trials = 8\ndrift_anchor_s = 30\n"
-                                     "[thresholds]\nindifference_zone = true\nlatency_steps = \"host-bound\"\n[control]")
+                                     "[thresholds]\nindifference_zone = false\nlatency_steps = \"never\"\n[control]")
     cfg = config.load(write(tmp_path, text))
     got = search_settings(cfg)
-    assert (got.decision_trials, got.anchor_s, got.zone) == (8, 30.0, True)
-    assert cfg.thresholds.latency_steps == "host-bound"
+    assert (got.decision_trials, got.anchor_s, got.zone) == (8, 30.0, False)
+    assert cfg.thresholds.latency_steps == "never"
     with pytest.raises(ConfigError, match="latency_steps"):
-        config.load(write(tmp_path, text.replace('"host-bound"', '"sometimes"')))
+        config.load(write(tmp_path, text.replace('"never"', '"sometimes"')))
     with pytest.raises(ConfigError, match="decision_trials"):
         config.load(write(tmp_path, text.replace("decision_trials = 8", "decision_trials = -1")))
 
@@ -229,3 +231,11 @@ def test_the_report_says_which_metric_decided_and_why():
     assert "What decided:\n- gemm/m64: control +" in text and "decided on the subject's own kernel time" in text
     assert any(line.startswith("  gemm/m128: control +") for line in summary.lines(data, "report.md"))
     assert "What decided" not in markdown.render(make_data())
+
+
+def test_a_latency_or_warm_shape_takes_its_shape_s_minimum_step_unless_it_has_its_own():
+    from bisector.model import WARM_KEY
+
+    s = SearchSettings(min_step_pct=3.0, min_steps={"gemm/decode": 6.0, "gemm/m8192" + LATENCY_KEY: 10.0})
+    assert s.min_step("gemm/decode" + LATENCY_KEY) == s.min_step("gemm/decode" + WARM_KEY) == 6.0
+    assert s.min_step("gemm/m8192" + LATENCY_KEY) == 10.0 and s.min_step("gemm/m8192" + WARM_KEY) == 3.0

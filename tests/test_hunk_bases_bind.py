@@ -94,3 +94,60 @@ def test_a_finding_whose_base_did_not_run_says_it_searched_whole_hunks() -> None
                     base_failed="did not build or run (NameError: name 'acc' is not defined)")
     assert f.summary == ("1 of 4 hunks carry the step alone; the threading base did not build or run (NameError: "
                          "name 'acc' is not defined); searched whole hunks instead")
+
+
+def test_a_local_read_before_any_binding_is_refused_and_a_guarded_one_is_not() -> None:
+    """Two real LayerNorm culprits' subsets raised UnboundLocalError when run: a launch still passing
+    `DW` after the piece that allocated it was kept, and a loop's `dw_row += ...` without its
+    `dw_row = tl.zeros(...)`. A read in a branch may never run: not an error."""
+    text = ("def launch(x, n):\n    k(x, DW)\n    DW = x\n    for i in range(n):\n        acc += i\n    acc = 0\n"
+            "    for i in range(n):\n        if i:\n            use(prev)\n        prev = i\n    return DW, acc\n")
+    tree = __import__("ast").parse(text)
+    assert hunk_calls._unassigned(tree) == {"DW", "acc"}
+    assert any(e.startswith("local variable 'DW' is read before it is bound (UnboundLocalError")
+               for _, e in hunk_calls.call_errors({"m.py": text}))
+    # a @jit kernel keeps no name a loop binds: `w` after the loop that loads it does not compile
+    kernel = ("@triton.jit\ndef k(X, n):\n    acc = 0\n    for i in range(n):\n        w = tl.load(X)\n"
+              "        acc += w\n    w_f32 = w.to(tl.float32)\n    return acc\n")
+    assert hunk_calls._unassigned(__import__("ast").parse(kernel)) == {"w"}
+    assert hunk_calls._unassigned(__import__("ast").parse(kernel.replace("@triton.jit\n", ""))) == set()
+
+
+def test_a_pointer_moved_in_place_is_tied_to_the_statements_that_read_it() -> None:
+    """`Mean_ptr += row * stride` removed while the store that reads `Mean_ptr` stays: built apart,
+    a real culprit's subset wrote every row's mean to row 0 (wrong results). An augmented
+    assignment binds its name, so the two pieces are one."""
+    from bisector.why.hunk_checks import _BOUND
+
+    assert _BOUND.match("    Mean_ptr += row_idx * stride") and _BOUND.match("    x //= 2")
+    assert not _BOUND.match("    if x == 1:") and not _BOUND.match("    y <= 2")
+
+
+KERNEL_OLD = ("def jit(fn):\n    return fn\n\n\n@jit\ndef kernel(X, W, out, n):\n    for i in range(n):\n"
+              "        w = W[0]\n        out[i] = X[i] * w\n    return out\n")
+KERNEL_NEW = ("def jit(fn):\n    return fn\n\n\n@jit\ndef kernel(X, W, out, n):\n    w = W[0]\n    w_f32 = float(w)\n"
+              "    for i in range(n):\n        out[i] = X[i] * w_f32\n    return out\n")
+
+
+def test_a_base_assignment_reading_what_only_the_rewrite_binds_is_searched_not_closed_over(tmp_path: Path) -> None:
+    """A real LayerNorm culprit's base held `w_f32 = w.to(tl.float32)` (plumbing: a new name given a
+    passed value) where only the rewritten kernel binds `w`; closing the base over that binding
+    pulled both rewritten kernels into the base, which then gave wrong results. The assignment is
+    searched instead, tied to the statement that reads it; the base stays threading."""
+    from bisector.why import hunk_checks
+
+    root = tmp_path / "up"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit_file(root, "k.py", KERNEL_OLD, "kernel", 1)
+    sha = commit_file(root, "k.py", KERNEL_NEW, "kernel: w loaded once", 2)
+    parts = hunks.split(gitrepo.commit_diff(gitpython.Repo(root), sha))
+    found = hunk_plumbing.pieces_of(parts, lambda p: KERNEL_OLD, lambda p: KERNEL_NEW)
+    assert [p.plumbing for p in found] == [False, True, False, False]  # `w_f32 = float(w)` reads as plumbing
+    plan = hunk_plumbing.Plan(tuple(parts), (found[1],), (found[0], found[2], found[3]))
+    assert "local variable 'w' is read before it is bound" in plan.compile_error((), lambda p: KERNEL_OLD,
+                                                                                lambda p: KERNEL_NEW)
+    fixed = hunk_checks.checked(plan, lambda p: KERNEL_OLD, lambda p: KERNEL_NEW)
+    assert fixed.base == () and not fixed.base_error
+    assert any(p.keep and set(found[1].keep) <= set(p.keep) and set(found[3].keep) <= set(p.keep)
+               for p in fixed.pieces)  # searched with `out[i] = X[i] * w_f32`, which reads it

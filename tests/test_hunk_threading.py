@@ -127,8 +127,8 @@ def test_a_base_missing_call_sites_is_closed_over_them(culprit) -> None:
 
 
 def test_call_binding_says_what_python_would() -> None:
-    text = ("from triton import jit\n\nclass M:\n    def __init__(self, a, b, *, c, d=1):\n        pass\n\n"
-            "def f(x, y=2):\n    pass\n\n@jit\ndef k(p, BLOCK):\n    pass\n\nxs = ()\n"
+    text = ("from triton import autotune, jit\n\nclass M:\n    def __init__(self, a, b, *, c, d=1):\n        pass\n\n"
+            "def f(x, y=2):\n    pass\n\n@autotune(configs=[])\n@jit\ndef k(p, BLOCK):\n    pass\n\nxs = ()\n"
             "M(1, 2, c=3)\nf(1)\nf(1, 2, 3)\nf(1, x=2)\nf(1, z=3)\nM(1, c=2)\nk[(1,)](1, num_warps=4)\nf(*xs)\n"
             "def g():\n    return pages\n")
     errors = sorted(e for _, e in hunk_calls.call_errors({"m.py": text}))
@@ -138,6 +138,13 @@ def test_call_binding_says_what_python_would() -> None:
     for line, message in [("M(1, 2, c=3)", "missing 1 required"), ("f(1)", "takes 2")]:
         assert not any(message in e for _, e in hunk_calls.call_errors({"m.py": text.split("\nM(1, 2, c=3)")[0]
                                                                          + "\n" + line + "\n"}))
+    # a plain @jit kernel's launch fills every parameter (only an autotuner fills constexprs); its
+    # `**kernel_args` carry launch options; too many positionals, or a repeat, fail either way
+    plain = ("from triton import jit\n\n@jit\ndef k(p, n, BLOCK):\n    pass\n\nkw = {}\n"
+             "k[(1,)](1, BLOCK=2, **kw)\nk[(1,)](1, 2, 3, 4, **kw)\nk[(1,)](1, 2, 3, n=2, num_warps=4)\n")
+    assert sorted(e for _, e in hunk_calls.call_errors({"m.py": plain})) == [
+        "k() got multiple values for argument 'n'", "k() missing 1 required argument: 'n'",
+        "k() takes 3 positional arguments but 4 were given"]
     # errors the parent or the culprit already have are not the subset's own
     assert hunk_calls.new_errors({"m.py": "def f(a):\n    pass\nf()\n"}, {"m.py": "def f(a):\n    pass\nf()\n"}, {}) == []
 

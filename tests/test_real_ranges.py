@@ -3,7 +3,10 @@ one line naming the file and the key), and, where a copy of the upstream is here
 (`$BISECTOR_REAL_MIRRORS`/<owner>+<name>/repo, default /work/.mirror), the range resolves to its
 described length with every culprit on it, the culprit builds with the config's recipe (none) from
 a small copy of the range (studies/real_repos.py) with the suite's entry file in the build, and its
-diff splits into hunks that include the described files."""
+diff splits into hunks that include the described files. A step that describes its hunk plan
+(`loaded`, `searched`, `aside`) is planned as the bot plans it (culprit_hunks._planned, with the
+trials' import trace the description gives): the described hunks are searched, the files no trial
+loads are set aside, and what the search builds first parses."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from bisector import config as config_mod
 from bisector import gitrepo
 from bisector.build.builder import Builder
 from bisector.model import BuildStatus
-from bisector.why import hunk_groups, hunks
+from bisector.model import TrialRecord, TrialStatus
+from bisector.why import culprit_hunks, hunk_groups, hunks
 from studies.real_repos import copy_range
 
 MIRRORS = Path(os.environ.get("BISECTOR_REAL_MIRRORS", "/work/.mirror"))
@@ -34,6 +38,9 @@ def test_every_library_has_a_valid_description_and_config():
         for step in d.steps:
             assert set(step.shapes) <= shapes, (d.path, step.culprit, set(step.shapes) - shapes)
         assert d.commits >= 300
+    # the confirmed Liger steps describe the hunk plan the default tests check
+    (liger,) = [d for d in DESCRIPTIONS if d.lib == "liger"]
+    assert all(s.searched and s.loaded for s in liger.steps if s.status == "confirmed")
 
 
 def mirror(desc):
@@ -54,18 +61,74 @@ def test_range_resolves_builds_and_plans_hunks(desc, tmp_path):
     assert len(shas) == desc.commits and shas[0] == desc.good and shas[-1] == desc.bad
     assert set(desc.culprits) <= set(shas[1:])
     builder = Builder(repo, cfg.upstream, cfg.build, tmp_path / "cache")
-    step = desc.steps[0]
-    for sha in (step.culprit, f"{step.culprit}^"):
-        built = builder.build(gitrepo.resolve(repo, sha))
-        assert built.status == BuildStatus.OK, built.log_tail
-        for f in step.files:
-            assert (Path(built.source_dir).parent / f).is_file() or (Path(built.source_dir) / f).is_file(), f
-    parent = gitrepo.resolve(repo, f"{step.culprit}^")
-    parts = hunks.split(gitrepo.commit_diff(repo, step.culprit))
-    assert set(step.files) <= {h.path for h in parts}
-    groups = hunk_groups.group(parts, lambda p: gitrepo.file_at(repo, parent, p),
-                               lambda p: gitrepo.file_at(repo, step.culprit, p))
-    assert sorted(i for g in groups for i in g.members) == list(range(len(parts)))
+    for step in desc.steps:  # every described step, candidates included: each is a screen entry
+        for sha in (step.culprit, f"{step.culprit}^"):
+            built = builder.build(gitrepo.resolve(repo, sha))
+            assert built.status == BuildStatus.OK, built.log_tail
+            for f in step.files:
+                assert (Path(built.source_dir).parent / f).is_file() or (Path(built.source_dir) / f).is_file(), f
+        parent = gitrepo.resolve(repo, f"{step.culprit}^")
+        parts = hunks.split(gitrepo.commit_diff(repo, step.culprit))
+        assert set(step.files) <= {h.path for h in parts}, (step.culprit, set(step.files) - {h.path for h in parts})
+        groups = hunk_groups.group(parts, lambda p: gitrepo.file_at(repo, parent, p),
+                                   lambda p, sha=step.culprit: gitrepo.file_at(repo, sha, p))
+        assert sorted(i for g in groups for i in g.members) == list(range(len(parts)))
+
+
+def test_the_screen_plan_covers_each_library_and_each_step_with_its_parent():
+    """benches/real/screen-plan.json is what the GPU screen times: every library's ends, and each
+    candidate step beside its parent, within the budget of one device call (36 fresh processes)."""
+    import json
+
+    plan = json.loads((RANGES_DIR / "screen-plan.json").read_text())
+    assert len(plan) <= 36
+    labels = {(e["lib"], e["label"]) for e in plan}
+    for d in DESCRIPTIONS:
+        assert (d.lib, d.good[:8]) in labels and (d.lib, d.bad[:8]) in labels, d.lib
+        for step in (s for s in d.steps if s.status == "candidate"):
+            c = step.culprit[:8]
+            assert {(d.lib, c), (d.lib, f"{c}^")} <= labels, (d.lib, c)
+
+
+class _Trials:
+    """The stored trials of a step's parent and culprit, as far as the plan reads them: their
+    import trace (`protocol.imported`)."""
+
+    def __init__(self, loaded: tuple[str, ...]) -> None:
+        self.loaded = list(loaded)
+
+    def stored(self, sha: str) -> list[TrialRecord]:
+        return [TrialRecord(sha, "any", TrialStatus.OK, protocol={"imported": self.loaded})]
+
+
+class _Session:
+    def __init__(self, repo: git.Repo, loaded: tuple[str, ...]) -> None:
+        self.repo, self.trials = repo, _Trials(loaded)
+
+    def probe(self, **_: object) -> _Trials:
+        return self.trials
+
+
+class _At:
+    def __init__(self, sha: str) -> None:
+        self.commit, self.parent = sha, f"{sha}^"
+
+
+PLANNED = [(d, s) for d in DESCRIPTIONS for s in d.steps if s.searched]
+
+
+@pytest.mark.parametrize("desc,step", PLANNED, ids=[f"{d.lib}-{s.culprit[:8]}" for d, s in PLANNED])
+def test_the_described_hunks_are_searched_and_the_unloaded_set_aside(desc, step):
+    repo = git.Repo(mirror(desc))
+    repo.git.update_environment(GIT_DIR=str(repo.git_dir))  # a mirror without a config reads as non-bare
+    planned = culprit_hunks._planned(_Session(repo, step.loaded), _At(step.culprit))
+    assert planned is not None
+    assert tuple(h.label for h in planned.parts) == step.searched
+    assert planned.aside.files == step.aside and set(step.files) <= {h.path for h in planned.parts}
+    plan = planned.plumbed
+    if plan is not None:  # the threading base (or, refused, the whole hunks) and the first halves parse
+        for subset in [(), *hunks.chunks(range(len(plan.pieces)))]:
+            assert "does not compile" not in plan.compile_error(subset, planned.old), subset
 
 
 GOOD = (RANGES_DIR / "liger" / "range.toml").read_text()
@@ -80,6 +143,8 @@ GOOD = (RANGES_DIR / "liger" / "range.toml").read_text()
     (('"ln/t16k_d4096" = 1.2', '"ln/t16k_d4096" = -1.2'), "steps[0].shapes.ln/t16k_d4096", "does not match kind"),
     (('status = "confirmed"', 'status = "maybe"'), "steps[0].status", "must be one of"),
     (('threaded = false', 'threaded = false\nhunks = 3'), "steps[0].hunks", "unknown key"),
+    (('aside = ["benchmark/data/all_benchmark_data.csv", "test/transformers/test_layer_norm.py"]',
+      'aside = "test/transformers/test_layer_norm.py"'), "steps[0].aside", "must be a list"),
     (('upstream = "linkedin/Liger-Kernel"', 'upstream = "Liger-Kernel"'), "upstream", "owner/name"),
 ])
 def test_a_bad_description_names_file_and_key(tmp_path, edit, key, problem):
@@ -102,3 +167,15 @@ def test_the_study_exits_2_with_the_one_line_on_a_bad_description(tmp_path):
                            f".Path({str(tmp_path)!r}); sys.exit(r.main(['--libs', 'liger']))"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: {lib / 'range.toml'}: commits: must be at least 2, got -1"
+
+
+def test_the_table_shows_the_cause_line_from_the_json_causes():
+    """`bisector run --json` puts each step's cause under `causes` (bisector/commands/run_job.py), its
+    kernels' names under `kernels`: the table's column reads the first."""
+    from studies.real_ranges import cause_line
+    sha = "dc8fd708575a530bf773645efdc36b6bc6c53552"
+    data = {"kernels": [{"commit": sha, "changed": ["rotary_kernel"] * 3, "note": ""}],
+            "causes": [{"commit": sha, "cause": "`ROTARY_DIM` became a constexpr: 16-bit global loads 12 -> 0.",
+                        "kind": "constexpr"}]}
+    assert cause_line(data, sha[:7]) == "`ROTARY_DIM` became a constexpr: 16-bit global loads 12 -> 0."
+    assert cause_line({"kernels": data["kernels"]}, sha).startswith("(no cause line) changed: rotary_kernel")

@@ -139,17 +139,21 @@ class CrossEntropy:
 
 
 class Rotary:
-    """Rotary embedding (non-interleaved, GPT-NeoX halves) of x [B, S, H, D] on its first
-    `rotary_dim` features, out of place. Subject: `fn(x, cos, sin) -> out`, cos/sin [S, rotary_dim/2]."""
+    """Rotary embedding of x [B, S, H, D] on its first `rotary_dim` features, out of place: GPT-NeoX
+    halves, or with `interleaved = true` GPT-J pairs (x[2i], x[2i+1]). Subject: `fn(x, cos, sin) -> out`
+    (`fn(x, cos, sin, interleaved=True)` for pairs), cos/sin [S, rotary_dim/2]."""
 
-    PARAMS = ("B", "S", "H", "D", "rotary_dim", "dtype")
+    PARAMS = ("B", "S", "H", "D", "rotary_dim", "dtype", "interleaved")
 
     def make_inputs(self, p: Mapping[str, Any], device: str, seed: int) -> dict[str, Any]:
         g, dt = _gen(device, seed), DTYPES[str(p.get("dtype", "bf16"))]
         B, S, H, D, R = (int(p[k]) for k in ("B", "S", "H", "D", "rotary_dim"))
         angle = torch.rand((S, R // 2), generator=g, device=device) * 6.283
-        return {"x": torch.randn((B, S, H, D), generator=g, device=device).to(dt),
-                "cos": torch.cos(angle).to(dt), "sin": torch.sin(angle).to(dt)}
+        inputs = {"x": torch.randn((B, S, H, D), generator=g, device=device).to(dt),
+                  "cos": torch.cos(angle).to(dt), "sin": torch.sin(angle).to(dt)}
+        if p.get("interleaved", False):  # only then: the non-interleaved subject keeps its 3 arguments
+            inputs["interleaved"] = True
+        return inputs
 
     def flops(self, p: Mapping[str, Any]) -> float:
         return 3.0 * p["B"] * p["S"] * p["H"] * p["rotary_dim"]
@@ -158,18 +162,25 @@ class Rotary:
         return (2.0 * p["B"] * p["S"] * p["H"] * p["D"] + p["S"] * p["rotary_dim"]) * _elt(p)
 
     @staticmethod
-    def torch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def torch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
         r = cos.shape[-1] * 2
         c, s = cos[None, :, None, :], sin[None, :, None, :]
+        if interleaved:
+            pairs = x[..., :r].unflatten(-1, (r // 2, 2))
+            x1, x2 = pairs[..., 0], pairs[..., 1]
+            rot = torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).flatten(-2)
+            return torch.cat([rot, x[..., r:]], dim=-1)
         x1, x2 = x[..., : r // 2], x[..., r // 2: r]
         return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c, x[..., r:]], dim=-1)
 
     def reference(self, inputs: Mapping[str, Any]) -> torch.Tensor:
-        return self.torch_rotary(*(inputs[k].float() for k in ("x", "cos", "sin")))
+        return self.torch_rotary(*(inputs[k].float() for k in ("x", "cos", "sin")),
+                                 interleaved=bool(inputs.get("interleaved", False)))
 
     def control(self, inputs: Mapping[str, Any]) -> Any:
         x, cos, sin = inputs["x"], inputs["cos"], inputs["sin"]
-        return lambda: self.torch_rotary(x, cos, sin)
+        interleaved = bool(inputs.get("interleaved", False))
+        return lambda: self.torch_rotary(x, cos, sin, interleaved)
 
     def output(self, result: Any) -> torch.Tensor:
         return first(result).float()
@@ -178,8 +189,8 @@ class Rotary:
         return (0.05, 0.02)
 
     def describe(self, p: Mapping[str, Any]) -> str:
-        return (f"rotary B={p['B']} S={p['S']} H={p['H']} D={p['D']} rotary_dim={p['rotary_dim']} "
-                f"{p.get('dtype', 'bf16')}")
+        return (f"rotary{' interleaved' if p.get('interleaved', False) else ''} B={p['B']} S={p['S']} H={p['H']} "
+                f"D={p['D']} rotary_dim={p['rotary_dim']} {p.get('dtype', 'bf16')}")
 
 
 class L2NormFwdBwd:

@@ -39,6 +39,11 @@ class Step:
     threaded: bool  # the step rides on a threaded argument or a signature change
     confirmed: str  # how it was confirmed: the do_bench figures at both ends
     status: str = "confirmed"  # "confirmed" (measured here at both ends) | "candidate" (not yet measured here)
+    # The hunk search's expected plan (optional): the checkout's files a trial of the step loads (its
+    # import trace), the hunks then searched (labels: path and header) and the files set aside.
+    loaded: tuple[str, ...] = ()
+    searched: tuple[str, ...] = ()
+    aside: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,8 @@ def _sha(path: Path, data: dict[str, Any], key: str, where: str = "") -> str:
 def _step(path: Path, data: Any, where: str) -> Step:
     if not isinstance(data, dict):
         raise DescriptionError(f"{path}: {where.rstrip('.')}: must be a table")
-    known = {"culprit", "title", "kind", "shapes", "files", "lines", "threaded", "confirmed", "status"}
+    known = {"culprit", "title", "kind", "shapes", "files", "lines", "threaded", "confirmed", "status",
+             "loaded", "searched", "aside"}
     extra = sorted(set(data) - known)
     if extra:
         raise DescriptionError(f"{path}: {where}{extra[0]}: unknown key (known: {', '.join(sorted(known))})")
@@ -100,9 +106,15 @@ def _step(path: Path, data: Any, where: str) -> Step:
     files = _get(path, data, "files", list, where)
     if not files or not all(isinstance(f, str) and f for f in files):
         raise DescriptionError(f"{path}: {where}files: must be a non-empty list of paths")
+    plan = {}
+    for key in ("loaded", "searched", "aside"):
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise DescriptionError(f"{path}: {where}{key}: must be a list of non-empty strings")
+        plan[key] = tuple(value)
     return Step(_sha(path, data, "culprit", where), _get(path, data, "title", str, where), kind,
                 {k: float(v) for k, v in shapes.items()}, tuple(files), _get(path, data, "lines", str, where),
-                bool(data.get("threaded", False)), _get(path, data, "confirmed", str, where), status)
+                bool(data.get("threaded", False)), _get(path, data, "confirmed", str, where), status, **plan)
 
 
 def load(path: Path) -> RangeDescription:

@@ -14,6 +14,7 @@ from bisector.config import subjects as config_suites
 from bisector.config.reader import Section as _Section
 from bisector.config.reader import show as _show
 from bisector.config.keyfiles import pattern_problem
+from bisector.config.warm_cache_key import parse_caches
 from bisector.config.subjects import Subject, SuiteModule
 from bisector.errors import ConfigError
 from bisector.model import Shape, for_shape, min_step_for
@@ -68,6 +69,12 @@ class Build:
     max_tasks: int = 8192  # processes and threads of one build step (its cgroup's pids.max, where there is one)
     # Build steps share the host's network (to download); else their own namespace, loopback only.
     network: bool = False
+
+
+# The decisions' defaults (issue #59); replays of the committed stores decide every planted step as
+# before with them (python -m studies.store_replay); the CPU demo's config turns two off (it says why).
+DECISION_TRIALS = 6
+DRIFT_ANCHOR_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -125,12 +132,13 @@ class Protocol:
     # A verification's fresh trials measure the step's shapes and those its pair has not shown the
     # same; false: every shape (SearchSettings.verify_on_open).
     verify_on_open: bool = True
-    # Trials a side one pair's decision may reach (0: max_trials): a pair still unclear there is
-    # reported undecided with its interval, not doubled on (SearchSettings.decision_trials).
-    decision_trials: int = 0
+    # Trials a side one pair's decision may reach where its question is near the threshold (0:
+    # max_trials): a pair still unclear there is reported undecided with its interval, not doubled on
+    # (SearchSettings.decision_trials). On by default: studies/results/decisions-drift.txt.
+    decision_trials: int = DECISION_TRIALS
     # Seconds of trial time between re-measurements of GOOD that tell drift with time from steps,
     # each shape then decided on the view that does not drift (SearchSettings.anchor_s); 0: none.
-    drift_anchor_s: float = 0.0
+    drift_anchor_s: float = DRIFT_ANCHOR_S
 
 
 METRICS = ("ratio", "speed")
@@ -165,10 +173,10 @@ class Thresholds:
     timings: Mapping[str, str] = field(default_factory=dict)
     # Steps of at least the minimum step are found, changes under half of it are not steps, and a
     # pair between is reported as a small change with its interval (SearchSettings.zone).
-    indifference_zone: bool = False
+    indifference_zone: bool = True
     # Where call latency is a shape of its own, tested for steps beside the kernel time:
     # "host-bound" (where the trial measured latency because the call is not device-bound), "never".
-    latency_steps: str = "never"
+    latency_steps: str = "host-bound"
 
     def min_step(self, shape: str) -> float:
         """The minimum step of `shape` ("suite/name"), in percent."""
@@ -269,6 +277,7 @@ class Config:
     store: str | None = None  # SQLite path; None = user cache dir
     description: str = ""
     suite_modules: Mapping[str, SuiteModule] = field(default_factory=dict)  # suites the user brings
+    caches: Mapping[str, str] = field(default_factory=dict)  # suite -> "warm" (config/warm_cache_key.py); else cold
     executor: Executor = Executor()
     triggers: Triggers = Triggers()
     sandbox: Sandbox = Sandbox()
@@ -345,7 +354,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         control=control,
         subjects=subjects,
         shapes=shapes,
-        suite_modules=modules,
+        suite_modules=modules, caches=parse_caches(top, names, subjects),
         protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads",
                                                     "graph_heat_ms", "settle_ms", "flush_mb",
                                                     "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
@@ -465,8 +474,8 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
                     prefetch=sec.non_negative("prefetch", int, None), standby=sec.get("standby", bool, True),
                     split_on_moved=sec.get("split_on_moved", bool, True),
                     verify_on_open=sec.get("verify_on_open", bool, True),
-                    decision_trials=sec.non_negative("decision_trials", int, 0),
-                    drift_anchor_s=sec.non_negative("drift_anchor_s", float, 0.0))
+                    decision_trials=sec.non_negative("decision_trials", int, DECISION_TRIALS),
+                    drift_anchor_s=sec.non_negative("drift_anchor_s", float, DRIFT_ANCHOR_S))
 
 
 def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:
@@ -574,8 +583,8 @@ def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping
     min_step, min_steps = _min_steps(sec, suites, shape_keys)
     return Thresholds(min_step_pct=min_step, min_steps=min_steps, alpha=alpha, tolerances=tolerances,
                       metric=raw if isinstance(raw, str) else "ratio", metrics={**(forced or {}), **metrics},
-                      timing=timing, timings=timings, indifference_zone=sec.get("indifference_zone", bool, False),
-                      latency_steps=sec.get("latency_steps", str, "never", choices=LATENCY_STEPS))
+                      timing=timing, timings=timings, indifference_zone=sec.get("indifference_zone", bool, True),
+                      latency_steps=sec.get("latency_steps", str, "host-bound", choices=LATENCY_STEPS))
 
 
 def _publish(sec: _Section) -> Publish:

@@ -173,9 +173,9 @@ def parse_suite_modules(top: Section, names: tuple[str, ...], subjects: Mapping[
     for name in names:
         sub = subjects.get(name)
         if name in BUILTIN or (sub is not None and sub.adapter == "pytest"):
-            top.section("suites", names).section(name, ("shapes",))
+            top.section("suites", names).section(name, ("shapes", "cache"))
             continue
-        s = top.section("suites", names).section(name, ("module", "source", "shapes"))
+        s = top.section("suites", names).section(name, ("module", "source", "shapes", "cache"))
         if "module" not in s.data:
             raise ConfigError(top.path, s.name("module"), f"missing: {name} is not a built-in suite "
                                                           f"({', '.join(BUILTIN)}) nor a pytest subject")
@@ -251,7 +251,7 @@ def parse_shapes(top: Section, names: tuple[str, ...], subjects: Mapping[str, Su
     suites = top.section("suites", names, required=True)
     shapes: list[Shape] = []
     for suite in names:
-        known = ("shapes",) if suite not in modules else ("module", "source", "shapes")
+        known = ("shapes", "cache") if suite not in modules else ("module", "source", "shapes", "cache")
         s = suites.section(suite, known)
         pytest = subjects.get(suite) is not None and subjects[suite].adapter == "pytest"
         for i, raw in enumerate(s.get("shapes", list)):

@@ -17,16 +17,9 @@ from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from bisector import portable
 from bisector.measure.warmer import Want, Warmer
-from bisector.model import (
-    LATENCY_KEY,
-    BuildResult,
-    BuildStatus,
-    Measurement,
-    ProbeStatus,
-    Shape,
-    TrialRecord,
-    TrialStatus,
-)
+from bisector.model import (LATENCY_KEY, WARM_KEY, BuildResult, BuildStatus, Measurement, ProbeStatus, Shape,
+                            TrialRecord, TrialStatus)
+from bisector.runner.error_line import error_line
 from bisector.runner.executor import TrialJob, TrialOutcome
 from bisector.search.control_outcome import unavailable_by_shape
 from bisector.estimate.outlook import SearchBasis
@@ -175,8 +168,9 @@ class StoreProbe(ProbeBase):
         trials = self.stored(sha)
         if any(self.counts(trials).values()):
             return self.measurement(sha, trials, repeats)
-        reason = next((t.error or t.log_tail for t in reversed(trials) if t.status in FAILED), "trial failed")
-        self.on_event(ProbeEvent(sha, "skip", reason[-200:], self.patch_hash))
+        reason = error_line(next((t.error or t.log_tail for t in reversed(trials) if t.status in FAILED), "")) \
+            or "trial failed"
+        self.on_event(ProbeEvent(sha, "skip", reason, self.patch_hash))
         return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {reason}")
 
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
@@ -255,8 +249,8 @@ class StoreProbe(ProbeBase):
         trials = self.stored(sha)
         if any(t.status in USABLE for t in trials):
             return self.measurement(sha, trials, repeats)
-        reason = next((t.error or t.log_tail for t in reversed(trials)), "") or NOT_MEASURED
-        return Measurement(sha, ProbeStatus.SKIP, reason=reason)
+        said = error_line(next((t.error or t.log_tail for t in reversed(trials)), ""))
+        return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {said}" if said else NOT_MEASURED)
 
     def value(self, trial: TrialRecord) -> float | None:
         """The per-trial sample the search compares (config.Thresholds.metric on its timing)."""
@@ -273,7 +267,7 @@ class StoreProbe(ProbeBase):
         samples = {k: tuple(self.value(t) for t in ts) for k, ts in kept.items()}  # type: ignore[misc]
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
         broken: dict[str, set[str]] = {}  # last error -> shapes that never ran
-        for key, error in {t.shape: (t.error or t.log_tail).strip()[-200:] for t in trials
+        for key, error in {t.shape: error_line(t.error or t.log_tail) for t in trials
                            if t.status in FAILED and not samples.get(t.shape) and t.shape not in wrong}.items():
             broken.setdefault(error, set()).add(key)
         reason = "; ".join(f"{', '.join(sorted(keys))} {'does' if len(keys) == 1 else 'do'} not run: {error}"
@@ -286,6 +280,7 @@ class StoreProbe(ProbeBase):
         views, times = trial_views({k: kept[k] for k in samples}, self.latency_steps)
         # a latency step is a step: its shape of its own, measured by the same trials (model.LATENCY_KEY)
         samples.update({k + LATENCY_KEY: v for k, v in views.get("latency", {}).items()})
+        samples.update({k + WARM_KEY: v for k, v in views.get("warm", {}).items()})  # cache = "warm"
         return Measurement(sha, ProbeStatus.OK, samples, wrong, reason=reason, views=views, times=times)
 
 

@@ -19,6 +19,7 @@ from bisector.config import Config
 from bisector.measure.time_spent import Throughput
 from bisector.model import BuildResult, BuildStatus, Commit, SearchResult, Step, TrialRecord, TrialStatus
 from bisector.paths import shown
+from bisector.report.cache_fit import cache_fit_lines
 from bisector.report.data import ReportData
 from bisector.search import control_outcome, evidence
 from bisector.search.call_timing import CallFigures, figures
@@ -102,7 +103,9 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
                   "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows),
         steps=tuple(_levels_as_shown(s, by_sha, metric_of) for s in result.steps), dropped=result.dropped,
-        uncertain=result.uncertain, decided=tuple(decision_lines(result)),
+        uncertain=result.uncertain,
+        decided=(*decision_lines(result), *cache_fit_lines([s for s in config.shapes if s.key in keys], machine,
+                                                           config.caches)),
         unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step),
         skipped=skipped, wrong=tuple(wrong), fixes=tuple(stages.fixes), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=run.wall_s, trial_s=trial_seconds(every),

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 from bisector.search.call_timing import CallFigures
-from bisector.model import Commit, Step, Uncertain, min_step_for
+from bisector.model import LATENCY_KEY, WARM_KEY, Commit, Step, Uncertain, min_step_for
 from bisector.measure.time_spent import Throughput
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.search.wrong_results import WrongResult, WrongWindow
@@ -24,7 +24,7 @@ METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's ow
                 "latency_ratio": "the subject/control ratio of call latencies",
                 "latency_speed": "the subject's own call latency"}
 METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed", "latency_ratio": "latency ratio",
-                "latency_speed": "latency speed"}
+                "latency_speed": "latency speed", "warm_ratio": "warm ratio"}
 # What a row shows for each metric: the ratio as it is, the full-clock speed as full-clock TFLOP/s,
 # the latency as TFLOP/s at the latency.
 METRIC_UNIT = {"ratio": "ratio", "speed": "full-clock TFLOP/s", "latency_ratio": "latency ratio",
@@ -108,5 +108,10 @@ class ReportData:
         return f"{self.min_step_pct:g}%" + (f" ({own})" if own else "")
 
     def metric_of(self, shape: str) -> str:
-        """"ratio" or "speed": what the search compared in this shape's suite."""
+        """"ratio" or "speed": what the search compared in this shape's suite; a latency shape
+        ("gemm/decode:latency", search/drift.py) is decided on its eager calls' latency ratio."""
+        if shape.endswith(LATENCY_KEY):
+            return "latency_ratio"
+        if shape.endswith(WARM_KEY):
+            return "warm_ratio"  # the kernel times with the cache left warm (config/warm_cache_key.py)
         return self.metric.get(shape.split("/", 1)[0], "ratio")

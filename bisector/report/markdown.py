@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from bisector.why.facts import StepMove
-from bisector.model import Step
+from bisector.model import Step, base_shape
 from bisector.report import why_sections as why
 from bisector.report.action_summary import summary_lines
 from bisector.report.calls import calls_section
@@ -130,7 +130,7 @@ def header(data: ReportData) -> list[str]:
 # -- steps -------------------------------------------------------------------------------------
 
 def _trials_of(sha: str, shape: str, data: ReportData) -> str:
-    row = data.row(sha)
+    row, shape = data.row(sha), base_shape(shape)  # a latency shape's trials are its shape's
     return str(row.trials.get(shape, 0)) if row is not None and row.trials.get(shape) else "?"
 
 

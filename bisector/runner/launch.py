@@ -116,7 +116,8 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
     extra = {k: raw[k] for k in ("flops", "seed", "control_first_s", "mismatched", "tolerance", "bytes", "subject_gbps",
                                  "control_gbps", "peak_gbps", "control_impl", "benchmark", "latency_calls",
                                  "kernel_fallback", "control_status", "control_error", "check", "precompile", "precompile_s",
-                                 "timed_faults", "input_page_offsets", "ratio_disturbed", "disturbed_reads") if k in raw}
+                                 "timed_faults", "input_page_offsets", "ratio_disturbed", "disturbed_reads",
+                                 "warm_subject_ms", "warm_control_ms", "warm_ratio") if k in raw}
     return TrialRecord(
         sha=sha, shape=str(raw["shape"]), status=status,
         subject_ms=tuple(raw.get("subject_ms") or ()), control_ms=tuple(raw.get("control_ms") or ()),

@@ -58,6 +58,8 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
     modules = {name: {"module": m.module, "path": m.path} for name, m in config.suite_modules.items() if name in subjects}
     if modules:  # only when there are: the spec of a config without brought suites is as it was
         spec["suite_modules"] = modules
+    if any(name in config.caches for name in subjects):  # suites timed warm too (config/warm_cache_key.py)
+        spec["cache"] = {name: config.caches[name] for name in subjects if name in config.caches}
     return spec
 
 

@@ -36,7 +36,7 @@ decisions stay the same ones (every adjacent pair compared, a shape followed int
 moved most), and the multiple-testing budget counts the (W+1) comparisons of each level. Where
 the commits run is the probe's business: the search only says which it wants together.
 
-Decisions near the threshold and under drift (off by default; search/zone.py, drift.py): with
+Decisions near the threshold and under drift (search/zone.py, drift.py; off here, on in the config): with
 `zone`, changes between half the minimum step and the minimum are neither steps nor chased, and are
 reported with their intervals; `decision_trials` caps a pair's doubling where its question is near
 the threshold; `anchor_s` re-measures GOOD over time and decides each shape on the view (subject,

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from bisector.model import LATENCY_KEY, SearchResult, Step, base_shape
+from bisector.model import LATENCY_KEY, WARM_KEY, SearchResult, Step, base_shape
 from bisector.search.drift import DriftFinding
 from bisector.search.zone import ZonePair
 
-__all__ = ["Decisions", "DecidedResult", "decision_lines", "latency_pairs"]
+__all__ = ["Decisions", "DecidedResult", "decision_lines", "latency_pairs", "warm_pairs"]
 
 ZONE_LINES = 8  # pairs in the zone named in a report; the rest counted
 
@@ -57,6 +57,23 @@ def latency_pairs(steps: tuple[Step, ...]) -> list[str]:
     return out
 
 
+def warm_pairs(steps: tuple[Step, ...]) -> list[str]:
+    """A step in a shape's warm-cache time (`cache = "warm"`), said to be seen only warm where the cold
+    kernel time did not move by the minimum step: "gemm/decode at 3a52501: seen only warm (the L2
+    left warm between calls): +30% a call; cold, as every caller that streams its data, not moved"."""
+    out = []
+    for s in steps:
+        for key in s.shapes:
+            if not key.endswith(WARM_KEY):
+                continue
+            cold = s.change_pct.get(base_shape(key))
+            head = f"{base_shape(key)} at {_short(s.commit)}: "
+            warm = f"{_per_call(s.change_pct[key]):+.0f}% a call"
+            out.append(head + (f"seen only warm (the L2 left warm between calls): {warm} warm; cold, not moved by "
+                               "the minimum step" if cold is None else f"warm {warm}, cold {_per_call(cold):+.0f}%"))
+    return out
+
+
 def decision_lines(result: SearchResult) -> list[str]:
     """The lines a report and the summary print about what decided: nothing for a result without
     `Decisions` or with nothing to say."""
@@ -64,7 +81,7 @@ def decision_lines(result: SearchResult) -> list[str]:
     if d is None:
         return []
     lines = [f"{f.shape}: {f.why}" for f in d.drift if f.drifted]
-    lines += latency_pairs(result.steps)
+    lines += latency_pairs(result.steps) + warm_pairs(result.steps)
     if not result.steps and d.min_step:
         steps = sorted(set(d.min_step.values()))
         lines.append("no step >= " + "/".join(f"{v:g}%" for v in steps))

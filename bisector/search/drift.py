@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from scipy import special
 
-from bisector.model import LATENCY_KEY, Measurement, ProbeStatus, base_shape
+from bisector.model import LATENCY_KEY, WARM_KEY, Measurement, ProbeStatus, base_shape
 from bisector.search.stats import log_sd
 
 __all__ = ["Trend", "DriftFinding", "Choice", "trend", "choose", "decided", "Views", "DRIFT_ALPHA",
@@ -118,12 +118,19 @@ class DriftFinding:
         return "over the run" in self.why
 
 
-def choose(shape: str, trends: Mapping[str, Trend], configured: str, min_step: float) -> tuple[Choice, str]:
-    """The view to decide `shape` on, and the reason in words (see the module docstring)."""
+def drifting_views(trends: Mapping[str, Trend], min_step: float) -> set[str]:
+    """The views that drift: those whose own trend does, and the ratio where one side drifts alone
+    and the ratio moved half a minimum step (it moves as much; its own trend is noisier)."""
     drifting = {v for v, t in trends.items() if t.drifts(min_step)}
     if "ratio" in trends and ("control" in drifting) != ("subject" in drifting) and \
             abs(trends["ratio"].pct) >= min_step / 2.0:
-        drifting.add("ratio")  # one side drifting alone moves the ratio as much; its own trend is noisier
+        drifting.add("ratio")
+    return drifting
+
+
+def choose(shape: str, trends: Mapping[str, Trend], configured: str, min_step: float) -> tuple[Choice, str]:
+    """The view to decide `shape` on, and the reason in words (see the module docstring)."""
+    drifting = drifting_views(trends, min_step)
     seen = ", ".join(trends[v].words(min_step, v in drifting) for v in ("control", "subject", "ratio") if v in trends)
     if configured not in drifting:
         return Choice(configured), f"{seen}: decided on {LABELS.get(configured, configured)}"
@@ -151,9 +158,10 @@ def decided(raw: Measurement, choices: Mapping[str, Choice]) -> Measurement:
                 continue
             values = tuple(v / math.exp(c.slope * (t - c.t0)) for v, t in zip(values, times))
         samples[s] = tuple(values)
-    for s, values in raw.views.get("latency", {}).items():
-        if values and s not in raw.wrong:
-            samples[s + LATENCY_KEY] = tuple(values)
+    for view, key in (("latency", LATENCY_KEY), ("warm", WARM_KEY)):
+        for s, values in raw.views.get(view, {}).items():
+            if values and s not in raw.wrong:
+                samples[s + key] = tuple(values)
     return replace(raw, samples=samples)
 
 
@@ -237,7 +245,7 @@ class Views:
             before = self.choices.get(s)
             choice, why = choose(s, trends, configured, self.min_step(s))
             if before is not None and before.view != configured and not before.slope and choice != before \
-                    and not trends[before.view].drifts(self.min_step(s)):
+                    and before.view not in drifting_views(trends, self.min_step(s)):
                 # the other view, once chosen, stays: a drift that flattens late was still there
                 choice, why = before, why.split(": decided on")[0] + f": decided on {LABELS[before.view]}"
             self.findings[s] = DriftFinding(s, self.anchor, trends, choice.name, why)  # type: ignore[arg-type]

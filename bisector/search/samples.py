@@ -17,6 +17,7 @@ from typing import Iterable, Mapping, Sequence
 
 from scipy import special  # the F distribution's inverse; scipy.stats takes ~1 s to import
 
+from benches.kernel_methods import DEVICE_METHODS
 from bisector.model import Comparison, Measurement, TrialRecord, TrialStatus
 from bisector.search.stats import WILD_MIN_TRIALS, compare, full_clock_time, log_sd, mad_sd, without_wild
 
@@ -56,8 +57,10 @@ def trial_views(kept: Mapping[str, Sequence[TrialRecord]], latency: bool = False
     """The views of a measurement's trials (model.Measurement.views, in the order of its samples) and
     when each ran (epoch seconds): "subject" and "control" the full-clock speed of each alone,
     "ratio" their ratio, for the search's drift check; with `latency`, "latency" the latency ratio
-    of eager calls for each shape whose every trial timed them (the trial does where a call is not
-    device-bound). A view some trial cannot give is left out for that shape."""
+    of eager calls for each shape whose every trial timed them apart from a kernel time taken with the
+    host out of the loop (the trial does where a call is not device-bound; on the CPU they are one);
+    "warm" the ratio of kernel times with the cache left warm, where the suite asked for it.
+    A view some trial cannot give is left out for that shape."""
     views: dict[str, dict[str, tuple[float, ...]]] = {}
     times: dict[str, tuple[float, ...]] = {}
 
@@ -69,7 +72,10 @@ def trial_views(kept: Mapping[str, Sequence[TrialRecord]], latency: bool = False
         put("subject", shape, [trial_metric(t, "speed") for t in trials])
         put("control", shape, [1.0 / full_clock_time(t.control_ms) if t.control_ms else None for t in trials])
         put("ratio", shape, [t.ratio for t in trials])
-        if latency:
+        warm = [t.protocol.get("warm_ratio") for t in trials]  # where the suite asked for cache = "warm" too
+        put("warm", shape, [float(v) if isinstance(v, (int, float)) else None for v in warm])
+        if latency and all(t.kernel_method in DEVICE_METHODS for t in trials):
+            # a latency apart from the kernel time: on the CPU the call is the kernel, one figure
             put("latency", shape, [t.latency_ratio if t.subject_latency_ms else None for t in trials])
         stamps = [_epoch(t.started_at) for t in trials]
         if stamps and all(s is not None for s in stamps):

@@ -8,7 +8,13 @@ argument specialization (divisibility by 16, `== 1`, constexpr values), the laun
 instructions, shared memory, occupancy, approximate against exact math. Root causes (what the
 commit changed: a specialization, a launch option, a constant) are ranked above the symptoms they
 explain (what the compiler made of it), and each by how far its facts moved; with nothing that
-explains speed moved, the sentence says "unclear" rather than guess.
+explains speed moved, the sentence says "unclear" rather than guess. A runtime argument made
+`tl.constexpr` is such a root: its value compiled in, the masks built from it are known, and the
+loads can be vectorized ("`ROTARY_DIM` became a constexpr (was runtime `rotary_dim`)").
+
+A kernel compiled for several shapes has several variants, each moved its own way: the sentence
+leads with the variant that moved most (named by its tiles, the block shapes it loads and stores),
+then says what each other variant moved, or that nothing that explains speed did.
 
 Pure: a StepKernels and the culprit's diff text in, a Cause out; bisector/report renders it.
 """
@@ -91,15 +97,26 @@ def _words(fact: str, before: object, after: object, unit: str) -> str:
     return f"{name} {before if before is not None else 0} -> {after if after is not None else 0}{' ' + unit if unit else ''}"
 
 
+#: global memory traffic is what a memory-bound kernel's speed turns on; an on-chip (shared memory)
+#: access costs a fraction of a global one, so its width moves weigh that much less
+_ON_CHIP = ("shared ", "LDS ", "ldmatrix", "stmatrix")
+_ON_CHIP_SCALE = 0.4
+
+
 def symptoms(d: KernelDiff) -> list[tuple[str, float, str]]:
     """(kind, how far it moved, words) for each fact of the kernel that explains speed, strongest first."""
     out = []
-    for fact, before, after, unit in speed.moved(d.before, d.after):
+    moved = speed.moved(d.before, d.after)
+    sizes = {(b, a) for f, b, a, _ in moved if f == "shared memory bytes"}
+    for fact, before, after, unit in moved:
         kind = _kind(fact)
         if kind is None or not isinstance(before or 0, (int, float)) or not isinstance(after or 0, (int, float)):
             continue
+        if fact == "static shared bytes" and (before, after) in sizes:
+            continue  # the same size as the metadata's, said once
         size = abs(math.log((float(after or 0) + 1) / (float(before or 0) + 1)))
-        out.append((kind, _WEIGHT[kind] * size, _words(fact, before, after, unit)))
+        scale = _ON_CHIP_SCALE if kind == "widths" and fact.startswith(_ON_CHIP) else 1.0
+        out.append((kind, _WEIGHT[kind] * size * scale, _words(fact, before, after, unit)))
     return sorted(out, key=lambda s: -s[1])
 
 
@@ -117,13 +134,40 @@ def _not_specialized(diff: str) -> list[str]:
 def _constants(diff: str) -> list[str]:
     """Compile-time constants (upper-case names, by Triton's convention) whose value the diff changes:
     "`GROUP_M` 8 -> 1"."""
-    pattern = re.compile(r"\b([A-Z][A-Z0-9_]*)\s*[=:]\s*(-?\d+)\b")
+    pattern = re.compile(r"\b([A-Z][A-Z0-9_]*)\s*[=:]\s*(-?\d+)\b(?!\s*(?:if\b|[-+*/%<>.(\[]))")
 
     def values(sign: str) -> dict[str, str]:
         return {n: v for line in diff.splitlines() if line.startswith(sign) and not line.startswith(sign * 3)
                 for n, v in pattern.findall(line[1:])}
     before, after = values("-"), values("+")
     return [f"`{n}` {before[n]} -> {after[n]}" for n in after if n in before and before[n] != after[n]]
+
+
+def _made_constexpr(arg_changes: Sequence[str], diff: str) -> list[str]:
+    """Arguments the commit turned from runtime values into `tl.constexpr` (or back): the kernel lost
+    an argument and the diff adds a constexpr parameter of that name in any case (`rotary_dim` ->
+    `ROTARY_DIM: tl.constexpr`), or the reverse. A constexpr's value is compiled in: masks and
+    offsets built from it are known, so the compiler can prove a whole vector in or out of bounds."""
+    def params(sign: str) -> dict[str, str]:
+        found = {}
+        for line in diff.splitlines():
+            if line.startswith(sign) and not line.startswith(sign * 3):
+                m = re.match(r"\s*(\w+)\s*:\s*tl\.constexpr\b", line[1:])
+                if m:
+                    found[m.group(1).lower()] = m.group(1)
+        return found
+
+    def lost(verb: str) -> list[str]:
+        return [m.group(1) for c in arg_changes for m in [re.match(rf"{verb} `(\w+)", c)] if m]
+    out = []
+    added, dropped = params("+"), params("-")
+    for name in lost("removed"):
+        if name.lower() in added and name.lower() not in dropped:
+            out.append(f"`{added[name.lower()]}` became a constexpr (was runtime `{name}`)")
+    for name in lost("added"):
+        if name.lower() in dropped and name.lower() not in added:
+            out.append(f"`{name}` became a runtime argument (was constexpr `{dropped[name.lower()]}`)")
+    return out
 
 
 def _alignment(found: Sequence[tuple[str, float, str]]) -> str:
@@ -133,7 +177,23 @@ def _alignment(found: Sequence[tuple[str, float, str]]) -> str:
         return ""
     lost = any(re.search(r"cp\.async \d+ -> 0\b", w) or re.match(r"(8|16)-bit global loads 0 -> ", w) for w in moved)
     gained = any(re.search(r"cp\.async 0 -> \d+", w) for w in moved)
-    return "its loads lost 16-byte alignment" if lost else "its loads are 16-byte aligned" if gained else ""
+    if lost or gained:
+        return "its loads lost 16-byte alignment" if lost else "its loads are 16-byte aligned"
+    return _widths_moved(moved)
+
+
+def _widths_moved(moved: Sequence[str]) -> str:
+    """"its global loads widened" where narrower global loads went away and wider ones came (or the reverse)."""
+    gone, came = [], []
+    for w in moved:
+        m = re.match(r"(\d+)-bit global loads (\d+) -> (\d+)$", w)
+        if m:
+            bits, b, a = map(int, m.groups())
+            (gone if a < b else came).append(bits)
+    if gone and came:
+        return "its global loads widened" if min(came) > max(gone) else \
+            "its global loads narrowed" if max(came) < min(gone) else ""
+    return ""
 
 
 def _roots(d: KernelDiff, diff: str) -> list[Candidate]:
@@ -147,7 +207,7 @@ def _roots(d: KernelDiff, diff: str) -> list[Candidate]:
 
 
 def _changes(d: KernelDiff, diff: str) -> list[Candidate]:
-    roots: list[Candidate] = []
+    roots: list[Candidate] = [Candidate("specialization", 0, t) for t in _made_constexpr(d.arg_changes, diff)]
     unspecialized = set(_not_specialized(diff))
     for name in sorted(unspecialized):
         roots.append(Candidate("specialization", 0, f"`{name}` is passed unspecialized (in `do_not_specialize`)"))
@@ -204,7 +264,32 @@ def cause_of(kernels: StepKernels | None, diff: str = "") -> Cause:
     text = _sentence(root, found)
     if root is None:
         text = f"{_lead(best.name, found)}: {text}"
+    others = [d for d in changed if d is not best and d.name == best.name]
+    if others:
+        text += f" (`{best.name}`{', ' + best.tile + ' tiles' if best.tile else ''})" + _others(others, root, diff)
     return Cause(commit, text + ".", ranked[0].kind, best.name, ranked)
+
+
+def _others(variants: Sequence[KernelDiff], lead: Candidate | None, diff: str, limit: int = 3) -> str:
+    """The kernel's other compiled variants (other shapes) where they moved differently: each its own
+    root where that is not the lead's, and its strongest facts; those where nothing moved, counted."""
+    parts, still = [], []
+    for d in sorted(variants, key=lambda d: -sum(s for _, s, _ in symptoms(d))):
+        found = symptoms(d)
+        if not found:
+            still.append(d.tile)
+            continue
+        roots = [r for r in sorted(_roots(d, diff), key=lambda c: -c.score) if lead is None or r.text != lead.text]
+        # a launch option is the variant's own (the commit's diff-wide roots are the lead's)
+        own = f"{roots[0].text}: " if roots and (roots[0].kind == "launch" or lead is None) else ""
+        parts.append(f"{d.tile + ' tiles' if d.tile else 'another variant'}: {own}"
+                     f"{', '.join(w for _, _, w in found[:limit])}")
+    if still:
+        tiles = ", ".join(t for t in still if t)
+        n = len(still)
+        parts.append(f"{'its other variant' if n == 1 else f'{n} other variants'}"
+                     f"{f' ({tiles} tiles)' if tiles else ''}: nothing that explains speed moved")
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def _lead(kernel: str, found: Sequence[tuple[str, float, str]]) -> str:

@@ -383,14 +383,14 @@ class _Rounds:
     def _broken(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> str:
         """Why the subset says nothing about the step ("" when it ran right on every step shape)."""
         if got.status is not ProbeStatus.OK:
-            return (got.reason or "did not run").strip()[-200:]
+            return (got.reason or "did not run").strip()[:300]  # one line (runner/error_line.py): its head
         wrong = sorted(s for s in self.step.shapes if s in got.wrong)
         if wrong:
             return f"wrong result in {', '.join(wrong)}"
         pos = self._positions(parent, got)
         missing = [s for s in self.step.shapes if s not in pos and s in parent]
         if missing:
-            return "; ".join(filter(None, [f"{', '.join(missing)} did not run", got.reason]))[-200:]
+            return "; ".join(filter(None, [f"{', '.join(missing)} did not run", got.reason]))[:300]
         return "" if pos else "no shape of the step measured on both sides"
 
     def _place(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> bool | str | None:
@@ -514,11 +514,16 @@ def _whole(session: Session, step: Step, plan: hunk_plumbing.Plan, spent: _Round
            noise: Mapping[str, PooledNoise | None] | None, why: str) -> HunkFinding:
     """The threading base did not compile or run: delta debugging over the whole hunks instead, each
     its own unit, with the trial budget and the tries the base took. Coarser than statements, but
-    an answer: a subset that misses a hunk it needs is unresolved, never a verdict."""
-    rounds = _Rounds(session, step, plan.parts, taken, noise=noise)
+    an answer: a subset that misses a hunk it needs is unresolved, never a verdict, and one whose
+    Python would not compile, bind or find its names is never built (on a real culprit most
+    subsets of a rewritten kernel's hunks are)."""
+    whole = hunk_plumbing.Plan(plan.parts, (), tuple(hunk_plumbing.Piece(i, None, h.label)
+                                                     for i, h in enumerate(plan.parts)))
+    rounds = _Rounds(session, step, plan.parts, taken, plan=whole, old=spent.old, new=spent.new, noise=noise)
     rounds.trials_left, rounds.tries = spent.trials_left, list(spent.tries)
     budget = max(1, session.config.build.max_hunk_builds - len(spent.tries))
-    found = hunks.search(len(plan.parts), rounds, budget=budget, look_again=rounds)
+    found = hunks.search(len(plan.parts), rounds, budget=budget, look_again=rounds,
+                         free=lambda subset: bool(rounds.refused(subset)))
     chosen = rounds.hunks_of(found.found)
     text = hunks.patch_of([plan.parts[i] for i in chosen])
     out.mkdir(parents=True, exist_ok=True)

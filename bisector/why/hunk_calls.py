@@ -35,10 +35,16 @@ class Signature:
     kwonly_required: tuple[str, ...]
     varargs: bool
     varkw: bool
+    filled_in: bool = False  # a decorator beside `jit` (autotune, heuristics) fills parameters a launch leaves out
 
     @property
     def required(self) -> tuple[str, ...]:
         return self.positional[:len(self.positional) - self.n_defaults]
+
+
+def _decorator(d: ast.expr) -> str:
+    f = d.func if isinstance(d, ast.Call) else d
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else "?"
 
 
 def _signature(name: str, node: ast.FunctionDef | ast.AsyncFunctionDef, bound: bool) -> Signature:
@@ -47,7 +53,9 @@ def _signature(name: str, node: ast.FunctionDef | ast.AsyncFunctionDef, bound: b
     n_defaults = min(len(a.defaults), len(positional))
     kwonly = tuple(x.arg for x in a.kwonlyargs)
     required = tuple(x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None)
-    return Signature(name, tuple(positional), n_defaults, kwonly, required, a.vararg is not None, a.kwarg is not None)
+    filled_in = any(_decorator(d) != "jit" for d in node.decorator_list)
+    return Signature(name, tuple(positional), n_defaults, kwonly, required, a.vararg is not None, a.kwarg is not None,
+                     filled_in)
 
 
 def signatures(trees: Mapping[str, ast.Module]) -> dict[str, Signature]:
@@ -66,23 +74,27 @@ def signatures(trees: Mapping[str, ast.Module]) -> dict[str, Signature]:
 
 
 def _bind(sig: Signature, call: ast.Call, launch: bool) -> str:
-    """Why `call` does not bind to `sig` ("" when it does). A Triton launch (`kernel[grid](...)`) is
-    checked for positional arguments and repeats only: its autotuner fills missing constexprs and
-    it takes launch options (num_warps, ...) as keywords."""
-    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-        return ""  # *xs or **kw: not decidable from the text
+    """Why `call` does not bind to `sig` ("" when it does). A Triton launch (`kernel[grid](...)`)
+    takes launch options (num_warps, ...) as keywords, and leaves out what an autotuner or
+    heuristics decorator fills: such a launch is checked for positional arguments and repeats only;
+    a plain `@jit` kernel's launch must fill every parameter (`missing 1 required positional
+    argument: 'rows_per_program'` on a real culprit)."""
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return ""  # *xs: not decidable from the text
     n = len(call.args)
     if n > len(sig.positional) and not sig.varargs:
         return f"{sig.name}() takes {len(sig.positional)} positional arguments but {n} were given"
     filled = set(sig.positional[:n])
     for k in call.keywords:
+        if k.arg is None:
+            continue  # **kw: what it fills is not decidable, what the rest fills is
         if k.arg in filled:
             return f"{sig.name}() got multiple values for argument '{k.arg}'"
         if k.arg not in sig.positional and k.arg not in sig.kwonly and not sig.varkw and not launch:
             return f"{sig.name}() got an unexpected keyword argument '{k.arg}'"
-        filled.add(k.arg)  # type: ignore[arg-type]
-    if launch:
-        return ""
+        filled.add(k.arg)
+    if launch and sig.filled_in or not launch and any(k.arg is None for k in call.keywords):
+        return ""  # a launch's **kw carries launch options (`**kernel_args`), a call's may fill anything
     missing = [p for p in (*sig.required, *sig.kwonly_required) if p not in filled]
     if missing:
         return f"{sig.name}() missing {len(missing)} required argument{'s' * (len(missing) > 1)}: " + \
@@ -166,6 +178,106 @@ def _unbound(tree: ast.Module) -> set[str]:
     return out
 
 
+_COMPS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)
+
+
+def _binds_in(node: ast.AST) -> set[str]:
+    """Names a statement binds in its own scope (not in nested defs, lambdas, classes or
+    comprehensions, whose targets are their own)."""
+    out: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+            if n is not node:
+                continue
+        if isinstance(n, (ast.Lambda, *_COMPS)):
+            continue
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        elif isinstance(n, ast.alias):
+            out.add((n.asname or n.name).split(".")[0])
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            out.add(n.name)
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+            out.add(n.name)
+        stack += list(ast.iter_child_nodes(n))
+    return out
+
+
+def _reads(nodes: list[ast.AST]) -> list[str]:
+    """Names the expressions read, in order (an augmented assignment's target too), not inside a
+    nested def or lambda."""
+    out: list[str] = []
+    stack = list(reversed(nodes))
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            out.append(n.id)
+        elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+            out.append(n.target.id)
+        stack += list(reversed(list(ast.iter_child_nodes(n))))
+    return out
+
+
+def _read_early(body: list[ast.stmt], local: set[str], bound: set[str], out: set[str], kernel: bool) -> None:
+    """Locals read on the way every run takes (the body, and loop and `with` bodies, in order)
+    before any statement that may bind them: `DW` passed to a launch after its allocation was
+    dropped raises UnboundLocalError. Branches (`if`, `try`, `match`) bind what they may and are
+    not read into (coarse: never a false error on a guarded read). In a `@jit` kernel (`kernel`)
+    a name a loop binds, or only one branch of an `if`, is not visible after it (Triton's code
+    generator keeps only what was bound before): `w_f32 = w.to(...)` after the loop that loads `w`."""
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(stmt.name)
+            continue
+        if isinstance(stmt, _LOOPS):
+            head = [stmt.iter] if isinstance(stmt, (ast.For, ast.AsyncFor)) else \
+                [stmt.test] if isinstance(stmt, ast.While) else [i.context_expr for i in stmt.items]
+            out.update(n for n in _reads(head) if n in local and n not in bound)  # type: ignore[arg-type]
+            inner = set(bound)
+            if isinstance(stmt, (ast.For, ast.AsyncFor)):
+                inner |= _binds_in(stmt.target)
+            elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+                inner |= {n for i in stmt.items if i.optional_vars is not None for n in _binds_in(i.optional_vars)}
+            _read_early(stmt.body, local, inner, out, kernel)
+            if not kernel or isinstance(stmt, (ast.With, ast.AsyncWith)):
+                bound |= inner | _binds_in(stmt)
+            continue
+        if isinstance(stmt, (ast.If, ast.Try, ast.Match)) or hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar):
+            head = [stmt.test] if isinstance(stmt, ast.If) else [stmt.subject] if isinstance(stmt, ast.Match) else []
+            out.update(n for n in _reads(head) if n in local and n not in bound)  # type: ignore[arg-type]
+            if kernel and isinstance(stmt, ast.If):
+                then, other = (set().union(*(_binds_in(s) for s in branch)) for branch in (stmt.body, stmt.orelse))
+                bound |= then & other
+            else:
+                bound |= _binds_in(stmt)
+            continue
+        out.update(n for n in _reads([stmt]) if n in local and n not in bound)
+        bound |= _binds_in(stmt)
+
+
+def _unassigned(tree: ast.Module) -> set[str]:
+    """Names some function reads before it may have bound them (UnboundLocalError; in a `@jit`
+    kernel, also after the loop or the one branch that binds them)."""
+    out: set[str] = set()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = fn.args
+        params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | \
+            {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+        declared = {name for n in ast.walk(fn) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+        local = set().union(*(_binds_in(s) for s in fn.body)) - params - declared
+        kernel = any(_decorator(d) == "jit" for d in fn.decorator_list)
+        _read_early(fn.body, local, set(params), out, kernel)
+    return out
+
+
 def call_errors(texts: Mapping[str, str]) -> frozenset[tuple[str, str]]:
     """(path, error) for every call in `texts` (path -> Python source) that does not bind to the one
     definition of its name among them, and every name read that nothing binds; files that do not
@@ -185,6 +297,9 @@ def _errors(items: tuple[tuple[str, str], ...]) -> frozenset[tuple[str, str]]:
     sigs = signatures(trees)
     out: set[tuple[str, str]] = {(path, f"name '{name}' is not defined (NameError)")
                                  for path, tree in trees.items() for name in _unbound(tree)}
+    out |= {(path, f"local variable '{name}' is read before it is bound (UnboundLocalError; in a @jit kernel, "
+                   "also after the loop or the one branch that binds it)")
+            for path, tree in trees.items() for name in _unassigned(tree)}
     for path, tree in trees.items():
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):

@@ -33,7 +33,9 @@ def _merged(plan: Plan, hunk: int) -> Plan:
     return replace(plan, pieces=tuple(pieces), unsplit=(*plan.unsplit, why))
 
 
-_BOUND = re.compile(r"^\s*(?:for\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?::[^=]*)?(?:=[^=]|\s+in\s)")
+# a binding: `x = ...`, `a, b = ...`, `x: T = ...`, `for x in ...`, and `x += ...` (a pointer moved in place)
+_BOUND = re.compile(r"^\s*(?:for\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?::[^=]*)?"
+                    r"(?:(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=[^=]|\s+in\s)")
 
 
 def _tied(plan: Plan, old: Source) -> Plan:
@@ -108,16 +110,38 @@ def checked(plan: Plan, old: Source, new: Source) -> Plan:
         error = plan.compile_error((), old, new)
         errors = error.removeprefix("would not run: ").split("; ") if error.startswith("would not run") else []
         names = {_callee(e) for e in errors} - {""}
-        unbound = {m.group(1) for e in errors if (m := re.search(r"name '(\w+)' is not defined", e))}
+        unbound = {m.group(1) for e in errors if (m := re.search(r"(?:name|local variable) '(\w+)' is", e))}
         if not names and not unbound:
             return replace(plan, base_error=error)
+        dead = [p for p in plan.base if _dead_reader(plan.parts[p.hunk], p.keep, unbound)]
+        if dead:  # searched, not applied: tied to the statements that read what they bind
+            kept = sorted((*plan.pieces, *(replace(p, plumbing=False) for p in dead)),
+                          key=lambda p: (p.hunk, p.keep[0] if p.keep else -1))
+            plan = _tied(replace(plan, base=tuple(p for p in plan.base if p not in dead), pieces=tuple(kept)), old)
+            continue
         callers = [p for p in plan.pieces if _calls(plan.parts[p.hunk], p.keep, names)
-                   or _binds(plan.parts[p.hunk], p.keep, unbound)]
+                   or _binds(plan.parts[p.hunk], p.keep, unbound) or _drops(plan.parts[p.hunk], p.keep, unbound)]
         if not callers or len(callers) == len(plan.pieces):
             return replace(plan, base_error=error)
         moved = tuple(replace(p, plumbing=True) for p in callers)
         plan = replace(plan, base=(*plan.base, *moved), pieces=tuple(p for p in plan.pieces if p not in callers))
     return plan
+
+
+def _dead_reader(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
+    """A base piece that only assigns new names from one of `names`, which the base does not bind
+    there (`w_f32 = w.to(tl.float32)` placed after the loop that loads `w`): nothing in the base
+    needs it (it binds a new name), so it is searched rather than closed over the rewritten code
+    that binds `w`."""
+    if keep is None:
+        return False
+    lines = h.body.splitlines()
+    changed = [ln for i in keep if (ln := lines[i])[:1] in "+-" and ln[1:].strip() and not ln[1:].lstrip().startswith("#")]
+    added = [ln[1:] for ln in changed if ln[0] == "+"]
+    if not added or len(added) != len(changed):
+        return False
+    values = [m.group(1) for ln in added if (m := re.match(r"\s*[A-Za-z_]\w*\s*=(?!=)(.*)$", ln))]
+    return len(values) == len(added) and any(re.search(rf"\b{re.escape(n)}\b", v) for v in values for n in names)
 
 
 def _binds(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
@@ -127,6 +151,14 @@ def _binds(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
     added = [lines[i][1:] for i in (keep if keep is not None else range(len(lines))) if lines[i][:1] == "+"]
     return any(re.match(rf"\s*(({re.escape(n)}\s*(:[^=]*)?=[^=])|(def|class)\s+{re.escape(n)}\b|"
                         rf"(from\s+\S+\s+)?import\s.*\b{re.escape(n)}\b)", ln) for ln in added for n in names)
+
+
+def _drops(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
+    """Whether the piece's removed lines read one of `names`: the base still reads what the culprit
+    no longer does (a launch passing `DW` after the base dropped its allocation)."""
+    lines = h.body.splitlines()
+    removed = [lines[i][1:] for i in (keep if keep is not None else range(len(lines))) if lines[i][:1] == "-"]
+    return any(re.search(rf"\b{re.escape(n)}\b", ln) for ln in removed for n in names)
 
 
 def _calls(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:

@@ -27,8 +27,8 @@ def _leaf(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.detach().requires_grad_(True)
 
 
-def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return skip_package_init("flash_attn", "ops.triton.rotary").apply_rotary(x, cos, sin)
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+    return skip_package_init("flash_attn", "ops.triton.rotary").apply_rotary(x, cos, sin, interleaved=interleaved)
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Any, dy: torch.Tensor, eps: float) -> torch.Tensor:

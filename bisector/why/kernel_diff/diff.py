@@ -64,6 +64,7 @@ class KernelDiff:
     changed_values: tuple[str, ...] = ()  # TTIR/TTGIR values whose defining operation changed
     arg_changes: tuple[str, ...] = ()  # arguments added, removed or retyped ("added `page: i32`")
     respecialized: tuple[str, ...] = ()  # how the paired variants' specializations differ
+    tile: str = ""  # the variant's largest load/store block, "4x128 -> 2x8x128" where the step changed it
 
     def metadata_rows(self) -> list[tuple[str, object, object]]:
         """(field, parent, culprit) for every metadata field either side has, changed ones first."""
@@ -201,9 +202,10 @@ def compare(before: Kernel | None, after: Kernel | None, status: str, variants: 
     sig = _short_types(signature(before or after))  # type: ignore[arg-type]
     if before is not None and after is not None and arg_changes:
         sig, status = f"{sig} -> {_short_types(signature(after))}", "signature changed"
+    tile = sigs.tile_text(before, after)
     if before is None or after is None:
         return KernelDiff(name, sig, status, side(before) if before else None, side(after) if after else None,
-                          variants=variants, arg_changes=arg_changes)
+                          variants=variants, arg_changes=arg_changes, tile=tile)
     changed, first, short, values = [], "", "", ()
     for level in LEVELS:
         a, b = before.text(level), after.text(level)
@@ -222,7 +224,7 @@ def compare(before: Kernel | None, after: Kernel | None, status: str, variants: 
     kind = status if status != "matched" else ("changed" if changed else "unchanged")
     return KernelDiff(name, sig, kind, s_before, s_after, first, tuple(changed), short, variants=variants,
                       changed_values=values, arg_changes=arg_changes,
-                      respecialized=sigs.respecialized(before, after, arg_changes))
+                      respecialized=sigs.respecialized(before, after, arg_changes), tile=tile)
 
 
 _DEF = re.compile(r"^\s*%([A-Za-z_][\w$.]*?)(?:_\d+)?(?::\d+)?\s*=\s*(.*)$")
@@ -257,8 +259,9 @@ def unified(a: str, b: str, level: str, limit: int | None = None) -> str:
 
 def _pairs(before: list[Kernel], after: list[Kernel], changes: Sequence[str] = ()
            ) -> list[tuple[Kernel | None, Kernel | None]]:
-    """Variants of one name paired: identical ones first, then by the closest specialization, the
-    most similar TTGIR deciding between equally close ones."""
+    """Variants of one name paired: identical ones first, then by the closest specialization, then by
+    the most alike tiles (the block widths a shape fixes: `signature.tile_overlap`), the most similar
+    TTGIR deciding between equally close ones."""
     def key(k: Kernel) -> str:
         return "\n".join(normalize(k.text(lv) or "", lv) for lv in k.levels())
 
@@ -274,11 +277,12 @@ def _pairs(before: list[Kernel], after: list[Kernel], changes: Sequence[str] = (
             left.remove(b)
             right.remove(same)
     # every remaining (before, after) by specialization distance, then dissimilarity: closest first
-    ranked = sorted(((sigs.distance(b, a, changes), -difflib.SequenceMatcher(None, code(b), code(a)).quick_ratio(),
-                      i, j) for i, b in enumerate(left) for j, a in enumerate(right)))
+    ranked = sorted(((sigs.distance(b, a, changes), -sigs.tile_overlap(b, a),
+                      -difflib.SequenceMatcher(None, code(b), code(a)).quick_ratio(), i, j)
+                     for i, b in enumerate(left) for j, a in enumerate(right)))
     used_b: set[int] = set()
     used_a: set[int] = set()
-    for _, _, i, j in ranked:
+    for *_, i, j in ranked:
         if i not in used_b and j not in used_a:
             pairs.append((left[i], right[j]))
             used_b.add(i)

@@ -15,13 +15,15 @@ their specializations are.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from bisector.why.kernel_diff.artifacts import Kernel
 
-__all__ = ["Arg", "args", "entry_text", "arg_changes", "specialization", "distance", "respecialized", "short_type"]
+__all__ = ["Arg", "args", "entry_text", "arg_changes", "specialization", "distance", "respecialized", "short_type",
+           "tiles", "tile_overlap", "tile_text"]
 
 # the launch options that make a variant (autotuner configs), as the json names them
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -181,3 +183,43 @@ def respecialized(before: Kernel, after: Kernel, changed_args: Sequence[str] = (
     b, a = specialization(before), specialization(after)
     return tuple(f"{k}: {b.get(k, 'absent')} -> {a.get(k, 'absent')}" for k in _comparable(b, a, changed_args)
                  if k.startswith("`"))  # the launch options are the metadata's rows
+
+
+_TILE = re.compile(r"\btt\.(?:load|store)\b[^\n]*?:\s*tensor<((?:\d+x)+)!tt\.ptr<")
+
+
+def tiles(kernel: Kernel) -> tuple[tuple[int, ...], ...]:
+    """The block shape of each tensor load and store in the TTIR (else TTGIR), in program order: what
+    a program instance moves. Triton 3 keeps no constexpr values in its metadata; the tiles are where
+    they show (`BLOCK_M`, `BLOCK_K`), so they tell the variants of one kernel apart across a commit
+    that renames or retypes their arguments."""
+    text = kernel.text("ttir") or kernel.text("ttgir") or ""
+    return tuple(tuple(int(n) for n in m.group(1).rstrip("x").split("x")) for m in _TILE.finditer(text))
+
+
+def tile_overlap(before: Kernel, after: Kernel) -> float:
+    """How alike two variants' tiles are, 0 to 1: the innermost (contiguous) dimension of each load
+    and store counted, the share the two have in common. The innermost dimension is the head or
+    block width a shape fixes; the outer ones are the blocking over rows a commit may change."""
+    def inner(k: Kernel) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for t in tiles(k):
+            out[t[-1]] = out.get(t[-1], 0) + 1
+        return out
+    b, a = inner(before), inner(after)
+    total = max(sum(b.values()), sum(a.values()))
+    return sum(min(n, a.get(d, 0)) for d, n in b.items()) / total if total else 0.0
+
+
+def _largest(kernel: Kernel) -> str:
+    found = tiles(kernel)
+    if not found:
+        return ""
+    big = max(found, key=lambda t: (math.prod(t), len(t)))
+    return "x".join(map(str, big))
+
+
+def tile_text(before: Kernel | None, after: Kernel | None) -> str:
+    """The largest tile of a variant, across the step where it changed: "4x128 -> 2x8x128", "8x32"."""
+    b, a = (_largest(k) if k is not None else "" for k in (before, after))
+    return a if b == a or not b else b if not a else f"{b} -> {a}"

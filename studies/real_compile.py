@@ -1,0 +1,132 @@
+"""Compile a real range's kernels for sm_90 without a GPU, at each (library, commit) of a plan, and
+count what a memory-bound kernel's speed hangs on in its PTX: global loads and stores by width, and
+the warps it launches with. Each launch the adapter makes (on host tensors, shrunk as in
+studies/real_interpret.TINY, so strides and divisibility stay the GPU's) is compiled ahead of time
+for `GPUTarget("cuda", 90, 32)` with the arguments Triton's binder sees, instead of being run.
+
+    python -m studies.real_compile --repos DIR --plan benches/real/screen-plan.json --lib flash_attn --suites rot
+
+This is a CPU screen, not a measurement: it says where a commit changed the code an H100 would run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+from studies.real_interpret import TINY, host_device_calls
+from studies.real_screen import REAL, ROOT, checkout
+
+PTX_OPS = re.compile(r"^\s*(?:@%p\d+\s+)?((?:ld|st)\.global[.\w]*)", re.M)
+
+
+def capture_launches() -> list[dict]:
+    """Replace each Triton launch by an sm_90 compile of it; return what was compiled."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    compiled: list[dict] = []
+
+    def run(self, *args, grid, warmup, **kwargs):
+        binder = create_function_from_signature(self.signature, self.params, backend)
+        bound, specialization, options = binder(*args, **{"debug": False, **kwargs})
+        options, signature, constexprs, attrs = self._pack_args(backend, kwargs, bound, specialization, options)
+        k = triton.compile(ASTSource(self, signature, constexprs, attrs), target=target, options=options.__dict__)
+        ops = Counter(m.group(1) for m in PTX_OPS.finditer(k.asm["ptx"]))
+        compiled.append({"kernel": self.fn.__name__, "num_warps": k.metadata.num_warps,
+                         "shared": k.metadata.shared, "ptx_global": dict(sorted(ops.items()))})
+
+    JITFunction.run = run  # type: ignore[method-assign]
+    # an autotuned kernel is compiled at its first config only: the same config at every commit
+    # compares the code, not the tuner's pick
+    from triton.runtime import autotuner
+
+    tuned_run = autotuner.Autotuner.run
+
+    def first_config(self, *args, **kwargs):
+        self.configs = self.configs[:1]
+        return tuned_run(self, *args, **kwargs)
+
+    autotuner.Autotuner.run = first_config  # type: ignore[method-assign]
+    return compiled
+
+
+def one(lib: str, src: Path, suites: list[str]) -> list[dict]:
+    import importlib
+
+    host_device_calls()
+    compiled = capture_launches()
+    cfg = tomllib.loads((REAL / lib / "config.toml").read_text())
+    sys.path[:0] = [str(src / cfg["upstream"]["source_dir"]), str(REAL / lib)]
+    out = []
+    for name, suite_cfg in cfg["suites"].items():
+        if suites and name not in suites:
+            continue
+        mod_name, _, cls = suite_cfg["module"].partition(":")
+        suite = getattr(importlib.import_module(mod_name), cls)()
+        emod, _, efn = cfg["subject"][name]["entry"].partition(":")
+        for shape in suite_cfg["shapes"]:
+            params = {k: TINY.get(k, v) for k, v in shape.items() if k != "name"}
+            if "S" in params:
+                params["S"] = 64  # keep the sequence a multiple of the kernels' row blocks
+            row = {"lib": lib, "shape": f"{name}/{shape['name']}"}
+            del compiled[:]
+            try:
+                getattr(importlib.import_module(emod), efn)(**suite.make_inputs(params, "cpu", 0))
+            except Exception as exc:  # nothing ran, so later host code may trip on garbage
+                row["after"] = f"{type(exc).__name__}: {exc}"[:200]
+            row["kernels"] = list(compiled)
+            out.append(row)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repos", type=Path)
+    ap.add_argument("--plan", type=Path)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--suites", nargs="*", default=[])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--one", metavar="SRC", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args.lib, Path(args.one), args.suites)))
+        return 0
+    plan = [p for p in json.loads(args.plan.read_text()) if p["lib"] == args.lib]
+    work = Path(tempfile.mkdtemp(prefix="real-compile-"))
+    rows: list[dict] = []
+    for i, item in enumerate(plan):
+        src = work / f"{i}-{item['sha'][:12]}"
+        checkout(args.repos.resolve(), item["lib"], item["sha"], src)
+        env = {**os.environ, "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run([sys.executable, "-m", "studies.real_compile", "--lib", args.lib, "--one", str(src),
+                               "--suites", *args.suites], capture_output=True, text=True, env=env, cwd=ROOT)
+        subprocess.run(["git", "--git-dir", str(args.repos.resolve() / f"{item['lib']}.git"), "worktree", "remove",
+                        "--force", str(src)], capture_output=True)
+        found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
+            [{"lib": args.lib, "shape": "*", "after": proc.stderr[-400:], "kernels": []}]
+        for row in found:
+            row.update(sha=item["sha"], label=item.get("label", item["sha"][:8]))
+            rows.append(row)
+            ks = "; ".join(f"{k['kernel']} w{k['num_warps']} {k['ptx_global']}" for k in row["kernels"]) or "-"
+            print(f"{row['label']:10} {row['shape']:20} {ks} {row.get('after', '')[:120]}", flush=True)
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
