@@ -28,7 +28,7 @@ class Gate(Protocol):
     `brief`: a short loan in the middle of the setup (the inputs drawn), given back while the process
     goes on; the bot lends the device on at once, not when the process has ended. `acquire` returns
     the grant: its `shapes`, when present, are the only ones the device section times (a trial set
-    up ahead for all its shapes, asked for a few of them; bisector/runner/warmer.py `take`)."""
+    up ahead for all its shapes, asked for a few of them; bisector/measure/warmer.py `take`)."""
 
     def acquire(self, brief: bool = False) -> Mapping[str, Any]: ...
 
@@ -333,7 +333,7 @@ def _precompiled(drawn: Mapping[str, Staged], phase: Phases) -> dict[str, Staged
 def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException],
                     control: Backend | None, control_error: str | None, staged: Mapping[str, Staged],
                     phase: Phases, warmed: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """A prefetch's trial (`"precompile_only": true`, bisector/runner/warmer.py): the commit's cold
+    """A prefetch's trial (`"precompile_only": true`, bisector/measure/warmer.py): the commit's cold
     compile into its JIT dir and nothing else; the device is never asked for. On a GPU what
     `_stage_all` captured; on the CPU, where nothing is captured, the first calls themselves."""
     out: list[dict[str, Any]] = []

@@ -393,7 +393,7 @@ def _cold_at_compile(at_start: Mapping[str, bool | None], staged: Mapping[str, S
                      warmed: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, bool | None]:
     """Whether each JIT cache was empty when this trial compiled: at its start where it compiled
     in its setup (a captured first call), else now, with the device held. A trial set up while its
-    commit's first trial still waited for the device (a standby's companion, bisector/runner/warmer.py)
+    commit's first trial still waited for the device (a standby's companion, bisector/measure/warmer.py)
     found the cache empty at its start and compiles only after that first trial filled it."""
     made = [one.precompile for one in staged.values()] + list((warmed or {}).values())
     if any(str(how.get("precompile", "")).replace("warmed, given back: ", "").startswith("captured") for how in made):

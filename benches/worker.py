@@ -216,7 +216,7 @@ def serve(channel: Channel, started: float, loaded: tuple[float, float], failed:
     from benches import trial  # after the trial's environment is in place
 
     # The spec comes with the job; the output goes back on this socket as it grows: the bot reads
-    # neither from a path (bisector/runner/safe_fs.py says why).
+    # neither from a path (bisector/isolation/safe_fs.py says why).
     spec = job["spec_data"] if "spec_data" in job else json.loads(Path(job["spec"]).read_text())
     try:
         trial.run(spec, Path(job["out"]), gate=SocketGate(channel), report=lambda out: channel.send(msg="out", out=out))

@@ -4,6 +4,9 @@ and report together for `run`, `demo`, nightly and `/bisect`.
     config -> range -> builds -> trials (subject + control) -> store -> search -> why (fixes, hunks,
     interactions, kernels) -> report
 
+The stages' results are handed to report/assemble.py (`StageResults`, `RunFacts`), which makes
+the ReportData; this module fills no report field.
+
 Not the only place parts meet: `bench` and `build` (bisector/commands/) and a dask worker's builds
 (bisector/runner/remote.py) wire a builder or an executor of their own. The stages never import
 this module (they name why/session.py's Protocol); see docs/ARCHITECTURE.md.
@@ -12,8 +15,6 @@ this module (they name why/session.py's Protocol); see docs/ARCHITECTURE.md.
 from __future__ import annotations
 
 import contextlib
-import re
-import statistics
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -25,39 +26,31 @@ import git
 
 from bisector import gitrepo, search
 from bisector.why import cause, culprit_hunks
-from bisector.search import evidence
 from bisector.search.wrong_results import WrongWindow, localize_wrong
-from bisector.search.call_timing import CallFigures, figures
-from bisector.search.decisions import decision_lines
-from bisector.search import control_outcome
 from bisector.errors import BadInput
-from bisector.paths import shown, work_dir_for
+from bisector.paths import work_dir_for
 from bisector import portable
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config, select_shapes
-from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shape, Step, TrialRecord,
-                            TrialStatus)
+from bisector.model import (Commit, Measurement, SearchResult, Shape)
 from bisector.why.fixes import expected_trials as fixes_expected, set_up_reverts, verify_fixes
 from bisector.why.kernel_diff.collect import step_kernels
 from bisector.why.kernel_diff.regenerate import compile_commit
-from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
+from bisector.measure.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.report import render
-from bisector.report.cache_fit import cache_fit_lines
-from bisector.search.evidence import CommitRow
-from bisector.search.samples import run_noise, trial_metric
-from bisector.search.outlook import SearchBasis
+from bisector.search.prober import Prober
+from bisector.search.samples import run_noise
+from bisector.estimate.outlook import SearchBasis
 from bisector.why.fixes import FixResult
 from bisector.report.data import ReportData
-from bisector.search.wrong_results import WrongResult
-from bisector.runner import sandbox
+from bisector.report.assemble import RunFacts, StageResults, median_by_shape, report_data, shown_upstream
+from bisector.isolation import sandbox
 from bisector.runner.choose import Trials, offline_width, open_trials
 from bisector.runner.executor import TrialJob
-from bisector.runner.warmer import Warmer, default_parallel, precompile_executor
+from bisector.measure.warmer import Warmer, precompile_executor
+from bisector.runner.launch import default_parallel
 from bisector.store import Store, campaign_key
-from bisector.runner.time_spent import Stage, Throughput, from_records, summarize
-from bisector.why.facts import actions, step_moves
-from bisector.why.interactions import Interaction
-from bisector.store.totals import CallTotals, measured_commits, run_totals
+from bisector.measure.time_spent import Stage, Throughput, from_records, summarize
 
 T = TypeVar("T")
 
@@ -227,6 +220,7 @@ class Prefetching:
         self.probe, self.prefetcher, self.expect = probe, prefetcher, expect
         self.index = {sha: i for i, sha in enumerate(order)}
         self.order = order
+        self.side_by_side, self.shapes_alone = probe.side_by_side, probe.shapes_alone  # every method passed on
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         result = self.probe(sha, repeats)
@@ -303,7 +297,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         session.store.add_commits(session.campaign, commits)
         order = [c.sha for c in commits]
         probe = session.probe()
-        measure = probe
+        measure: Prober = probe
         # On the CPU a background build would steal the trials' cores (unless the config asks for
         # prefetches: a warmer then exists); offline nothing is built.
         if (config.device != "cpu" or session.warmer is not None) and not options.offline:
@@ -312,8 +306,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
                                   expect=lambda found: set_up_reverts(session, order[-1], found) if options.verify_fixes
                                   else None)
         settings = replace(search_settings(config), width=session.width())
-        basis = SearchBasis(tuple(order), settings, together=getattr(measure, "together", None) is not None,
-                            shaped=getattr(measure, "shaped", None) is not None)
+        basis = SearchBasis(tuple(order), settings, together=measure.side_by_side, shaped=measure.shapes_alone)
         with session.stage("search", basis=basis):
             result = with_prs(search.localize(order, measure, settings), commits)
             windows = localize_wrong(order, result.measurements, probe)
@@ -340,13 +333,13 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         kernels = kernels_later.result()
         causes = cause.for_steps(kernels, found, lambda sha: gitrepo.commit_diff(session.repo, sha))
         throughput = session.throughput(order)
-        data = report_data(session, commits, result, fixes, time.monotonic() - started, options, probe, windows,
-                           report_dir=out, interactions=interactions,
-                           this_call_trials=0 if options.offline else throughput.trials)
-        data = replace(data, hunks=found, throughput=throughput, kernels=kernels, causes=causes,
-                       isolation=sandbox.run_isolation(config.device),
-                       fresh_lineage=any(int((t.protocol.get("worker") or {}).get("lineage") or 0) > 0
-                                         for s in result.steps for t in probe.stored(s.commit)))
+        stages = StageResults(config, tuple(commits), tuple(session.store.trials(session.campaign)),
+                              dict(probe.build_results), result, tuple(windows), tuple(fixes), tuple(interactions),
+                              tuple(found), tuple(kernels), tuple(causes), throughput)
+        data = report_data(stages, RunFacts(options.good, options.bad, out, time.monotonic() - started,
+                                            options.command, options.notes, options.offline,
+                                            0 if options.offline else throughput.trials,
+                                            sandbox.run_isolation(config.device)))
         drawing = plotting.render(data, out) if plotting is not None else ()
         write_trials_csv(session, commits, out / render.CSV_NAME, out)  # while the plots are drawn
         render.write_report(data, out, drawing)
@@ -355,17 +348,6 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         if plotting is not None:
             plotting.close()
         session.close()
-
-
-def metric_by_suite(config: Config) -> dict[str, str]:
-    """What the steps were tested on, per suite: "ratio", "speed", "latency_ratio" or "latency_speed"."""
-    return {s.suite: config.thresholds.decision_of(s.suite) for s in config.shapes}
-
-
-def call_figures(trials: Sequence[TrialRecord], keys: Sequence[str], measured: Sequence[str]) -> tuple[CallFigures, ...]:
-    """Per shape, kernel time, latency and host time at the first and last measured commits."""
-    ends = list(dict.fromkeys(measured[:1] + measured[-1:]))
-    return tuple(f for key in keys for sha in ends if (f := figures(trials, key, sha)) is not None)
 
 
 def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path, report_dir: Path | None = None) -> None:
@@ -391,123 +373,7 @@ def report_path(config: Config, options: RunOptions) -> Path:
     return Path(config.report_dir) / f"{datetime.now(timezone.utc):%Y-%m-%d}-{config.name}"
 
 
-def median_by_shape(trials: Sequence[TrialRecord], attr: str) -> dict[str, float]:
-    """Per shape, the median of a TrialRecord field over the OK trials that have it."""
-    out: dict[str, list[float]] = {}
-    for t in trials:
-        value = getattr(t, attr)
-        if t.status is TrialStatus.OK and value is not None:
-            out.setdefault(t.shape, []).append(value)
-    return {k: statistics.median(v) for k, v in out.items()}
-
-
 def medians(session: Session, sha: str, attr: str = "subject_tflops",
             patch_hash: str | None = None) -> dict[str, float]:
     """Per shape, the median of a TrialRecord field over the commit's OK trials in the store."""
     return median_by_shape(session.store.trials(session.campaign, sha=sha, patch_hash=patch_hash), attr)
-
-
-def trial_seconds(trials: Sequence[TrialRecord]) -> float:
-    """Seconds spent in trial processes; one process stores a row per shape, all with its start and end."""
-    spans = {}
-    for t in trials:
-        if t.started_at and t.finished_at:
-            span = datetime.fromisoformat(t.finished_at) - datetime.fromisoformat(t.started_at)
-            spans[(t.sha, t.patch_hash, t.started_at)] = span.total_seconds()
-    return sum(spans.values())
-
-
-def shown_upstream(repo: str, report_dir: Path) -> str:
-    """The upstream as the report names it: a URL without any credentials in it, a local checkout
-    relative to the report (or by its name when that is far away)."""
-    if gitrepo.is_url(repo):
-        return re.sub(r"(?<=://)[^/@]*@", "", repo)
-    return shown(repo, report_dir)
-
-
-def report_title(config: Config, commits: Sequence[Commit], machine: Mapping[str, object]) -> str:
-    """`bisector: h200-demo, a0e9ecf..eef6c3f on NVIDIA H100 80GB HBM3`: the config's name and the
-    device its trials ran on, as they recorded it (a config named for one GPU may run on another)."""
-    device = str(machine.get("device_name") or config.device)
-    return f"bisector: {config.name}, {commits[0].short}..{commits[-1].short} on {device}"
-
-
-def _levels_as_shown(step: Step, by_sha: Mapping[str, Sequence[TrialRecord]], metric_of: Mapping[str, str]) -> Step:
-    """The step with its levels in the units the report shows its metric in (evidence.metric_value:
-    a speed as full-clock TFLOP/s, not the search's 1 / time): the same ratio, so the same change."""
-    levels = {}
-    for key, (before, after) in step.levels.items():
-        factors = [shown / own for t in by_sha.get(step.parent, ()) if t.shape == key
-                   and (shown := evidence.metric_value(t, metric_of[key])) and (own := trial_metric(t, metric_of[key]))]
-        scale = statistics.median(factors) if factors else 1.0
-        levels[key] = (before * scale, after * scale)
-    return replace(step, levels=levels)
-
-
-def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
-                wall_s: float, options: RunOptions, probe: StoreProbe,
-                windows: Sequence[WrongWindow] = (), report_dir: Path | None = None,
-                interactions: Sequence[Interaction] = (), this_call_trials: int = 0) -> ReportData:
-    config, store = session.config, session.store
-    out = report_dir or report_path(config, options)
-    keys = tuple(s.key for s in config.shapes)
-    metric_of = {s.key: config.thresholds.decision_of(s.suite) for s in config.shapes}
-    every = store.trials(session.campaign)
-    measured = measured_commits(every, keys)
-    by_sha: dict[str, list[TrialRecord]] = {}
-    for t in every:
-        if t.patch_hash is None and t.shape in keys:
-            by_sha.setdefault(t.sha, []).append(t)
-    rows, wrong, machine = [], [], {}
-    for commit in commits:
-        trials = by_sha.get(commit.sha, [])
-        ok = [t for t in trials if t.status is TrialStatus.OK]
-        for t in trials:
-            if t.status is TrialStatus.WRONG and not any(w.sha == t.sha and w.shape == t.shape for w in wrong):
-                wrong.append(WrongResult(t.sha, t.shape, t.max_abs_err, t.max_rel_err))
-        if commit.sha not in measured:
-            continue
-        machine = machine or dict(ok[0].machine if ok else trials[0].machine)
-        rows.append(CommitRow(commit, median_by_shape(ok, "subject_tflops"), median_by_shape(ok, "control_tflops"),
-                              median_by_shape(ok, "ratio"),
-                              {k: sum(t.shape == k for t in ok) for k in keys},
-                              {k: tuple(t.subject_tflops for t in ok if t.shape == k and t.subject_tflops)
-                               for k in keys},
-                              evidence.metric_samples(ok, keys, metric_of.__getitem__)))
-    skipped = {sha: probe.build_results[sha].log_tail if sha in probe.build_results and
-               probe.build_results[sha].status is BuildStatus.FAILED else result.measurements[sha].reason
-               for sha in result.skipped}
-    logs = {sha: shown(b.log_path, out) for sha, b in probe.build_results.items()
-            if b.log_path and sha in skipped and b.status is BuildStatus.FAILED}
-    proto = config.protocol
-    cmd = portable.command(options.command or f"bisector run --config {config.path} --good {options.good} "
-                                              f"--bad {options.bad}", out)
-    return ReportData(
-        title=report_title(config, commits, machine),
-        config_name=config.name, upstream=shown_upstream(config.upstream.repo, out), branch=config.upstream.branch,
-        good=commits[0], bad=commits[-1], device=config.device, control=config.control, machine=machine,
-        protocol={"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials,
-                  "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
-        shapes=keys, range_commits=tuple(commits), rows=tuple(rows),
-        steps=tuple(_levels_as_shown(s, by_sha, metric_of) for s in result.steps), dropped=result.dropped,
-        uncertain=result.uncertain,
-        decided=(*decision_lines(result), *cache_fit_lines([s for s in config.shapes if s.key in keys], machine,
-                                                           config.caches)),
-        unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step),
-        skipped=skipped, wrong=tuple(wrong), fixes=tuple(fixes), commits_probed=result.commits_probed,
-        trials=result.trials, wall_s=wall_s, trial_s=trial_seconds(every),
-        totals=run_totals(every, [c.sha for c in commits], keys, len(skipped), CallTotals(this_call_trials, wall_s)),
-        moves=step_moves(result.steps, rows, config.thresholds.min_step),
-        actions=actions(result.steps, fixes, interactions), interactions=tuple(interactions),
-        min_step_pct=config.thresholds.min_step_pct, min_steps=dict(config.thresholds.min_steps),
-        alpha=config.thresholds.alpha,
-        metric=metric_by_suite(config), calls=call_figures(store.trials(session.campaign, patch_hash=None), keys,
-                                                       [r.commit.sha for r in rows]),
-        reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
-        notes=options.notes + (("Replayed offline from the stored trials: no commit was built or measured for this report. "
-                "The search, the verification of each step, the reverts and the hunks are replayed as far as "
-                "the run measured them: a step whose fresh trials were never taken is unverified, commits "
-                "the search asked for that were never measured are skipped (not measured), and a hunk "
-                "search the run did not finish says where it stopped.",) if options.offline else ())
-        + control_outcome.notes((t for t in store.trials(session.campaign, patch_hash=None) if t.shape in keys),
-                                config.control))

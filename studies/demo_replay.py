@@ -35,6 +35,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from bisector.demo.demo_config import demo_config
+from bisector.search.prober import ProbeBase
 from bisector.demo.history import COMMITS, states
 from bisector.demo.repo import write_demo_repo
 from bisector.model import Measurement, ProbeStatus
@@ -84,8 +85,10 @@ def trials(store: Path) -> list[tuple[str, str, str, float | None, float | None]
                           ).fetchall()
 
 
-class ReplayProbe:
+class ReplayProbe(ProbeBase):
     """probe(sha, repeats): cumulative draws from the commit's class pool, seeded per replay."""
+
+    side_by_side = True
 
     def __init__(self, commits: Sequence[str], values: Mapping, wrong: Mapping, shapes: Sequence[str],
                  seed: int, extra_cv: float, drift: float = 0.0) -> None:

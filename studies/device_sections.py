@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from bisector.errors import BisectorError
-from bisector.runner.time_spent import AFTER, device_breakdown, device_parts, from_records
+from bisector.measure.time_spent import AFTER, device_breakdown, device_parts, from_records
 from bisector.store import Store
 
 

@@ -5,7 +5,7 @@
     python studies/estimate_accuracy.py --told [--ranges 100]  # what-if: told which grid segments differ
 
 The progress line sees each trial of the search as it starts ("trial k/n" of a commit), builds and
-SKIPs; bisector/search/forecast.py turns that into the trials still to come. This replays those
+SKIPs; bisector/estimate/forecast.py turns that into the trials still to come. This replays those
 events and compares the estimate (trials so far + forecast) with the final count:
 
 - simulated: studies/search_accuracy.py's regimes (random ranges of 50..500 commits, 1..3 steps),
@@ -15,7 +15,7 @@ events and compares the estimate (trials so far + forecast) with the final count
   a trial's k is its slot + 1; a commit whose every trial crashed is a SKIP after its last one),
   judged from the first minute on. A run's search ends before the batch holding its first
   patched trial (the reverts); its later stages are judged as a whole-run figure against the
-  forecast of them (bisector/search/later_stages.py's model of the run's device kind, "cpu-demo ..." runs the CPU's).
+  forecast of them (bisector/estimate/later_stages.py's model of the run's device kind, "cpu-demo ..." runs the CPU's).
 
 Per regime or run: the worst ratio estimate / final above and below 1 after that point, the share
 of ranges (or points) within 1.5x, and the estimate before this change for comparison
@@ -51,10 +51,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bisector.commands.progress import PARTNERS, TRIAL, bisection_probes  # noqa: E402
 from bisector.model import Measurement, ProbeStatus, SampleCounts, Verdict  # noqa: E402
-from bisector.runner.probe import ProbeEvent  # noqa: E402
+from bisector.measure.probe import ProbeEvent  # noqa: E402
 from bisector.search import SearchSettings, localize  # noqa: E402
-from bisector.search.forecast import ForecastSettings, SearchForecast  # noqa: E402
-from bisector.search.later_stages import model_for  # noqa: E402
+from bisector.search.prober import ProbeBase  # noqa: E402
+from bisector.estimate.forecast import ForecastSettings, SearchForecast  # noqa: E402
+from bisector.estimate.later_stages import model_for  # noqa: E402
 from bisector.search.simulate import SimulatedProbe  # noqa: E402
 from bisector.search.stats import compare  # noqa: E402
 from studies import search_accuracy as sa  # noqa: E402
@@ -117,12 +118,15 @@ class Told(SearchForecast):
         return depth, min(unprobed - depth, current + per * sum(w for q, w in differ.items() if q > seg))
 
 
-class Announcing:
+class Announcing(ProbeBase):
     """A simulated probe that sends the events StoreProbe and its Batch send: a build for each new
     commit, then one "trial k/n (side by side with ...)" per trial process, the batch in ABBA order,
     then each commit's measurement ("measured"). Calls that measure some shapes only (`shaped`) and
     fresh lineages (`independent`) go through to the SimulatedProbe, as the pipeline's search makes
     them: k counts a commit's trial processes, whatever shapes each measured."""
+
+    side_by_side = True
+    shapes_alone = True
 
     def __init__(self, probe: SimulatedProbe, observer: Callable[[ProbeEvent], None]) -> None:
         self.probe, self.observer = probe, observer

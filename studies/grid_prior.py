@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bisector.commands.progress import ProgressLine  # noqa: E402
 from bisector.config import load  # noqa: E402
-from bisector.runner.probe import ProbeEvent  # noqa: E402
+from bisector.measure.probe import ProbeEvent  # noqa: E402
 from bisector.model import Verdict  # noqa: E402
-from bisector.search.forecast import ForecastSettings  # noqa: E402
+from bisector.estimate.forecast import ForecastSettings  # noqa: E402
 from bisector.search.stats import compare  # noqa: E402
 from studies import estimate_accuracy as ea, progress_replay  # noqa: E402
 

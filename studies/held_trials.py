@@ -2,7 +2,7 @@
 
     python -m studies.held_trials STORE [STORE ...] [--config configs/h200-demo.toml] [--min-trials 4]
 
-Why: the warmer (bisector/runner/warmer.py) sets trials up before the run asks for them and holds
+Why: the warmer (bisector/measure/warmer.py) sets trials up before the run asks for them and holds
 them: a commit's first trial as a standby, its second as the standby's companion, a later one as a
 spare. That takes setups off the device's path, but a held trial has drawn its inputs and set up
 long before its timed section. Per trial: its value on the metric its suite is decided on

@@ -19,7 +19,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from bisector.why import hunk_groups, hunk_plumbing, hunks, loaded
+from bisector.why import hunk_checks, hunk_groups, hunks, loaded
 
 
 def _git(git_dir: Path, *args: str) -> str | None:
@@ -39,7 +39,7 @@ def plan_line(git_dir: Path, sha: str, detail: bool = False) -> str:
     started = time.monotonic()
     groups = hunk_groups.group(parts, old, new)
     largest = max(len(g.members) for g in groups)
-    plan = hunk_plumbing.plan(parts, largest, old, new)
+    plan = hunk_checks.plan(parts, largest, old, new)
     line = f"{len(parts)} hunks, {len(groups)} groups (largest {largest})"
     if aside.files:
         line += f", {aside.hunks} hunks set aside ({', '.join(aside.files)})"
@@ -80,7 +80,7 @@ def _refused_line(git_dir: Path, sha: str) -> str:
     old = lambda p: _git(git_dir, "show", f"{sha}^:{p}")  # noqa: E731
     new = lambda p: _git(git_dir, "show", f"{sha}:{p}")  # noqa: E731
     groups = hunk_groups.group(parts, old, new)
-    plan = hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+    plan = hunk_checks.plan(parts, max(len(g.members) for g in groups), old, new)
     if plan is None:
         return "no plan"
     base = plan.compile_error((), old, new) or "base compiles and binds"

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from bisector.runner.executor import Timeline
-from bisector.runner.time_spent import from_records
+from bisector.measure.time_spent import from_records
 from studies.stored_trials import over_stores, trial_processes
 
 

@@ -1,5 +1,5 @@
 """What the stages after the search took on the recorded demo runs: the figures behind
-bisector/search/later_stages.py's CALIBRATED.
+bisector/estimate/later_stages.py's CALIBRATED.
 
     python -m studies.later_stages
 
@@ -30,7 +30,7 @@ from bisector.demo.demo_config import CONFIG_FILES, demo_config  # noqa: E402
 from bisector.demo.repo import write_demo_repo  # noqa: E402
 from bisector.model import Step  # noqa: E402
 from bisector.why import culprit_hunks  # noqa: E402
-from bisector.search.later_stages import LaterModel, StageCost, StageTracker, model_for  # noqa: E402
+from bisector.estimate.later_stages import LaterModel, StageCost, StageTracker, model_for  # noqa: E402
 from studies.progress_replay import KN, parse, read, unthrottled  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

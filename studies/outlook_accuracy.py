@@ -1,5 +1,5 @@
-"""How well the search's outlook (bisector/search/outlook.py) holds, against the event forecast it
-replaced in the progress line (bisector/search/forecast.py), on studies/search_accuracy.py's ranges.
+"""How well the search's outlook (bisector/estimate/outlook.py) holds, against the event forecast it
+replaced in the progress line (bisector/estimate/forecast.py), on studies/search_accuracy.py's ranges.
 
     python -m studies.outlook_accuracy [--ranges 40] [--seed 1] [--regimes default,quiet,busy-cpu] [--devices 1]
         [--draws 8] [--jobs 2]
@@ -36,9 +36,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bisector.commands.outlook_follow import OutlookFollow  # noqa: E402
-from bisector.runner.probe import ProbeEvent  # noqa: E402
+from bisector.measure.probe import ProbeEvent  # noqa: E402
 from bisector.search import SearchSettings, localize  # noqa: E402
-from bisector.search.outlook import SearchBasis  # noqa: E402
+from bisector.estimate.outlook import SearchBasis  # noqa: E402
 from bisector.search.simulate import SimulatedProbe  # noqa: E402
 from studies import estimate_accuracy as ea  # noqa: E402
 from studies import search_accuracy as sa  # noqa: E402
@@ -116,7 +116,7 @@ def recorded(device: str, store: Path) -> tuple[str, int, int, list[tuple[int, f
     from bisector import pipeline
     from bisector.demo import write_demo_repo
     from bisector.demo.demo_config import demo_config
-    from bisector.search.later_stages import model_for
+    from bisector.estimate.later_stages import model_for
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

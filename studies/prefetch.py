@@ -1,5 +1,5 @@
 """How much earlier a new commit's first trial reaches its timed work when the warmer builds and
-compiles the search's next commits ahead (bisector/runner/warmer.py), on the CPU.
+compiles the search's next commits ahead (bisector/measure/warmer.py), on the CPU.
 
     python -m studies.prefetch [--commits 17] [--step 11] [--compile-s 3] [--parallel 1,2] [--out FILE]
 
@@ -86,8 +86,8 @@ def run(repo: Path, shas: list[str], work: Path, parallel: int) -> dict[str, Any
 
     from bisector.build import Builder
     from bisector.runner import make_executor
-    from bisector.runner.probe import StoreProbe
-    from bisector.runner.warmer import Warmer, precompile_executor
+    from bisector.measure.probe import StoreProbe
+    from bisector.measure.warmer import Warmer, precompile_executor
     from bisector.search import SearchSettings, localize
     from bisector.store import Store
 

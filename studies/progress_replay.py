@@ -8,7 +8,7 @@ studies/estimate_accuracy.py replays the forecast on a store's trials, without t
 their partners or the stage events. This reads the events back out of a log (each line is one
 ProbeEvent: a build, a trial "k/n (side by side with ...)", a SKIP, a stage with its count) and
 feeds them to the ProgressLine of the code it runs with, so the same log gives the estimate before
-and after a change of bisector/search/forecast.py or bisector/commands/progress.py (run this file
+and after a change of bisector/estimate/forecast.py or bisector/commands/progress.py (run this file
 from a checkout of each).
 
 A plain log prints the same action on the same commit at most every 5 s: the trials it left out
@@ -46,7 +46,7 @@ from rich.console import Console  # noqa: E402
 from bisector.commands.progress import ProgressLine  # noqa: E402
 from bisector.config import load as load_config  # noqa: E402
 from bisector.demo.demo_config import CONFIG_FILES  # noqa: E402
-from bisector.runner.probe import ProbeEvent  # noqa: E402
+from bisector.measure.probe import ProbeEvent  # noqa: E402
 from studies.stored_trials import plain_store  # noqa: E402
 
 LINE = re.compile(r"^(?:\[ *[\d.]+\] )?progress: (?P<what>.*?) \| (?:(?P<stage>[a-z]+) \| )?commits \d+ \| trials (?P<n>\d+) of ~(?P<m>\d+)"
@@ -199,7 +199,7 @@ def replay(lines: Sequence[Logged], order: Sequence[str], device: str, stages: t
     cfg = load_config(ROOT / "configs" / CONFIG_FILES[device])
     full = {sha[:7]: sha for sha in order}
     clock = [0.0]
-    # the device kind, where this code's progress line takes it (bisector/search/later_stages.py)
+    # the device kind, where this code's progress line takes it (bisector/estimate/later_stages.py)
     kind = {"device": cfg.device} if "device" in inspect.signature(ProgressLine.for_range).parameters else {}
     line = ProgressLine.for_range(len(order), cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
                                   first_look=cfg.protocol.first_look, stages=stages,

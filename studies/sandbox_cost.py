@@ -6,7 +6,7 @@ A spawned trial worker pays this once per trial (unshare, the init's mounts, its
 worker pays it once per run (the zygote's sandbox) and per trial only the subreaper's sweep. The
 command is `python -I -S -c pass` so that the difference is the sandbox's, not an import's.
 Target: at most 50 ms a trial. Prints the medians and the difference; where the host gives
-cgroups (bisector/runner/cgroups.py), also the same with each command in its own cgroup, and what a
+cgroups (bisector/isolation/cgroups.py), also the same with each command in its own cgroup, and what a
 forked worker's own cgroup costs its trial.
 """
 
@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bisector.runner import cgroups, sandbox
-from bisector.runner.cgroups import Limits
-from bisector.runner.fence import kill_cgroup, remove_cgroup
-from bisector.runner.workers import fenced
+from bisector.isolation import cgroups, sandbox
+from bisector.isolation.cgroups import Limits
+from bisector.isolation.fence import kill_cgroup, remove_cgroup
+from bisector.isolation.fenced import fenced
 
 
 def timed(argv: list[str], n: int) -> list[float]:

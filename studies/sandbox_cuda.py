@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bisector.runner import sandbox
+from bisector.isolation import sandbox
 
 PROBE = ("import torch; n = torch.cuda.device_count(); x = torch.randn(1024, device='cuda'); "
          "torch.cuda.synchronize(); print('ok', n, float((x * 2).sum()) != 0.0)")

@@ -27,6 +27,7 @@ import numpy as np
 
 from bisector.model import Measurement, Probe
 from bisector.search import SearchSettings, localize
+from bisector.search.prober import ProbeBase, as_prober
 
 # The search's methods that ask for trials, innermost first wins (bisector/search/__init__.py).
 ASKERS = {"compare_pair": "grow", "compare_parts": "grow", "split": "first", "verify": "verify",
@@ -45,18 +46,16 @@ def asker() -> str:
     return "grid"
 
 
-class Attributed:
+class Attributed(ProbeBase):
     """A probe that counts each new trial under what asked for it, and the rounds; `together` always
     (the inner probe's, else its commits one after another in the order given)."""
 
     def __init__(self, probe: Probe) -> None:
-        self.probe = probe
+        self.probe = as_prober(probe)
         self.have: dict[str, int] = {}
         self.trials: Counter[str] = Counter()
         self.rounds: Counter[str] = Counter()
         self.dropped = 0  # candidates the verification dropped: false detections it caught
-        if hasattr(probe, "prefetch"):
-            self.prefetch = probe.prefetch
 
     def _count(self, got: Mapping[str, Measurement], phase: str) -> None:
         for sha, m in got.items():
@@ -71,11 +70,15 @@ class Attributed:
         self._count({sha: m}, phase)
         return m
 
+    side_by_side = True
+
+    def prefetch(self, shas: Sequence[str]) -> None:
+        self.probe.prefetch(shas)
+
     def together(self, wants: Mapping[str, int]) -> dict[str, Measurement]:
         phase = asker()
         self.rounds[phase] += 1
-        inner = getattr(self.probe, "together", None)
-        got = inner(wants) if inner is not None else {sha: self.probe(sha, n) for sha, n in wants.items()}
+        got = self.probe.together(wants)  # one after another where the inner probe is not side by side
         self._count(got, phase)
         return got
 

@@ -32,14 +32,17 @@ from bisector import pipeline
 from bisector.demo.demo_config import demo_config
 from bisector.demo.repo import write_demo_repo
 from bisector.model import Measurement, SearchResult
+from bisector.search.prober import ProbeBase
 from studies.stored_trials import over_stores, trial_processes
 
 SHAPES = ("fa/s16384", "gemm/m8192", "gemm/m54560", "gemm/decode")
 WORK = ("compile", "control_compile", "warmup", "timed", "calls")  # a shape's phases on the device
 
 
-class Unshaped:
+class Unshaped(ProbeBase):
     """The probe as the search saw it before `shaped`: every doubling measures every shape."""
+
+    side_by_side = True
 
     def __init__(self, probe: Any) -> None:
         self.probe = probe

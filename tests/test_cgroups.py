@@ -1,4 +1,4 @@
-"""The kernel's limits on what code under test holds (bisector/runner/cgroups.py), on this host's
+"""The kernel's limits on what code under test holds (bisector/isolation/cgroups.py), on this host's
 real cgroups: tasks, memory the watch cannot see (tmpfs), and cgroups that outlive nothing.
 
 Real build steps (`run_step`), real trial processes (spawned and forked) and a real bot killed by
@@ -22,10 +22,11 @@ import pytest
 
 from bisector.build.steps import run_step
 from bisector.model import BuildResult, BuildStatus, TrialStatus
-from bisector.runner import cgroups, make_executor, sandbox
-from bisector.runner.cgroups import Limits
+from bisector.isolation import cgroups, sandbox
+from bisector.runner import make_executor
+from bisector.isolation.cgroups import Limits
 from bisector.runner.executor import TrialJob
-from bisector.runner.workers import fenced
+from bisector.isolation.fenced import fenced
 from tests.devices import DEVICES
 from tests.processes import alive
 from tests.test_sandbox import config, notes, trial
@@ -210,7 +211,7 @@ FALLBACK = textwrap.dedent('''
     from pathlib import Path
     sys.path[:0] = [sys.argv[1]]
     from bisector.build.steps import run_step
-    from bisector.runner import cgroups, sandbox
+    from bisector.isolation import cgroups, sandbox
     tmp = Path(sys.argv[2])
     out = run_step("fork", [sys.executable, "-c", sys.argv[3]], tmp, dict(os.environ), 120.0, tmp / "s.log",
                    tmp / "all.log", writable=[tmp], max_tasks=64)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from benches import shapes, trial
 from bisector.search import control_outcome
 from bisector.model import Shape, TrialRecord, TrialStatus
-from bisector.runner.probe import StoreProbe
+from bisector.measure.probe import StoreProbe
 from tests.test_trial import bench_setup
 from tests.test_trial_suites import KERNELS, SUITE, shape, spec
 

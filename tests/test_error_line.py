@@ -1,5 +1,5 @@
 """Every "does not run" reason is one line naming the error (bisector/runner/error_line.py), made
-where a commit's or a patched build's measurement says why it has no samples (bisector/runner/probe.py):
+where a commit's or a patched build's measurement says why it has no samples (bisector/measure/probe.py):
 the texts below are what trials on a real range recorded (`<Type>: <str(exc)>`, benches/trial.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bisector.model import ProbeStatus, TrialStatus
 from bisector.runner.error_line import error_line
-from bisector.runner.probe import StoreProbe
+from bisector.measure.probe import StoreProbe
 from tests.test_probe import TWO, Runner, probe
 
 CUDA = ("RuntimeError: CUDA error: an illegal memory access was encountered\n"

@@ -304,7 +304,7 @@ TWO_RUNS = textwrap.dedent('''
     from dataclasses import replace
     sys.path[:0] = [sys.argv[1]]
     from bisector.model import BuildResult, BuildStatus, Shape, TrialRecord, TrialStatus
-    from bisector.runner.probe import StoreProbe
+    from bisector.measure.probe import StoreProbe
     from bisector.runner.executor import Timeline, TrialOutcome
     from bisector.store import Store
 
@@ -488,7 +488,7 @@ def test_a_precompile_only_trial_gets_its_brief_loan_and_never_a_device_section(
     """The prefetches' executor (warmer.PrecompileTrials) lends a setup its brief loan for its
     inputs: it lent nothing before, and on a GPU every prefetch waited for its loan until its time
     limit, compiling nothing (tests/test_warmer.py's GPU test). It still never lends a device section."""
-    from bisector.runner.warmer import precompile_executor
+    from bisector.measure.warmer import precompile_executor
 
     cfg, _ = staged_config(tmp_path, monkeypatch, entry="kern:mm")
     cfg = replace(cfg, protocol=replace(cfg.protocol, timeout_s=60.0))

@@ -68,7 +68,7 @@ def test_a_killed_bot_takes_its_build_with_it(tmp_path: Path) -> None:
 def test_a_zombie_of_the_session_is_not_waited_for() -> None:
     """A process that has exited but is not yet reaped runs nothing: the fence's kill loop does not
     poll on it (it kept every zygote's fence, and so the bot's exit, waiting a whole second)."""
-    from bisector.runner import fence
+    from bisector.isolation import fence
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     stat = Path(f"/proc/{proc.pid}/stat")
@@ -94,7 +94,7 @@ def test_a_fence_stopped_while_its_command_starts_still_takes_the_command(tmp_pa
     on a busy machine, has not yet set up its stop: the stop waits for it instead of ending the fence
     alone. Before, 27 of 30 commands (9 of 10 here) outlived their fence so; a busy CI saw it once, a build step
     outliving its killed bot."""
-    import bisector.runner.fence as fence
+    import bisector.isolation.fence as fence
 
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     left = []

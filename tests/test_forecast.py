@@ -1,4 +1,4 @@
-"""The progress line's forecast of a search's trials (bisector/search/forecast.py), fed the probe
+"""The progress line's forecast of a search's trials (bisector/estimate/forecast.py), fed the probe
 events a real run sends: it goes up when pairs double, the line keeps a time left however far past
 its first estimate the run goes, and on a whole search against a simulated probe it converges on
 the trials the search took. A fake clock; no assertion on speed."""
@@ -14,9 +14,9 @@ from typing import Callable
 from rich.console import Console
 
 from bisector.commands.progress import ProgressLine
-from bisector.runner.probe import ProbeEvent
+from bisector.measure.probe import ProbeEvent
 from bisector.search import SearchSettings, localize
-from bisector.search.forecast import ForecastSettings, SearchForecast
+from bisector.estimate.forecast import ForecastSettings, SearchForecast
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 from studies.estimate_accuracy import Announcing
 

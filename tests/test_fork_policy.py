@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from bisector import config as config_mod
 from bisector import gitrepo
 from bisector.commands import check_config_cmd
-from bisector.runner import sandbox
+from bisector.isolation import sandbox
 from bisector.triggers import fork_policy
 from bisector.triggers.slash_commands import BisectCommand, PerfCommand
 from tests.fakegithub import FakeGitHub

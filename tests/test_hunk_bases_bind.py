@@ -17,7 +17,7 @@ from pathlib import Path
 import git as gitpython
 
 from bisector import gitrepo
-from bisector.why import hunk_calls, hunk_groups, hunk_plumbing, hunks, loaded
+from bisector.why import hunk_calls, hunk_checks, hunk_groups, hunk_plumbing, hunks, loaded
 from tests.gitfixtures import commit_file, git
 
 PAD = "".join(f"    p{i} = {i}\n" for i in range(8))
@@ -56,7 +56,7 @@ def test_the_base_binds_every_name_it_reads_and_runs(tmp_path: Path) -> None:
     old = lambda p: gitrepo.file_at(repo, f"{sha}^", p)  # noqa: E731
     new = lambda p: gitrepo.file_at(repo, sha, p)  # noqa: E731
     groups = hunk_groups.group(parts, old, new)
-    plan = hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+    plan = hunk_checks.plan(parts, max(len(g.members) for g in groups), old, new)
     assert plan is not None and not plan.base_error
     based = hunk_plumbing.apply_text(old("lib/ln.py"), plan.hunks_of(()))
     assert "acc=acc" in based and "acc = 'f32'" in based  # the launch's value came with it

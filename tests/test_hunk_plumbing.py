@@ -17,7 +17,7 @@ import git
 import pytest
 
 from bisector import gitrepo
-from bisector.why import hunk_groups, hunk_plumbing, hunks
+from bisector.why import hunk_checks, hunk_groups, hunk_plumbing, hunks
 from tests.gitfixtures import commit_file
 
 FILLER = "".join(f"FILLER_{i} = {i}\n" for i in range(8))
@@ -159,7 +159,7 @@ def parts_and_plan(root: Path, sha: str):
     parts = hunks.split(gitrepo.commit_diff(git.Repo(root), sha))
     old, new = sources(root, sha)
     groups = hunk_groups.group(parts, old, new)
-    return parts, groups, hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+    return parts, groups, hunk_checks.plan(parts, max(len(g.members) for g in groups), old, new)
 
 
 class Probe:
@@ -233,7 +233,7 @@ def test_a_commit_without_plumbing_or_one_group_keeps_the_group_search(culprit, 
     root, sha = culprit
     parts = hunks.split(gitrepo.commit_diff(git.Repo(root), sha))
     old, new = sources(root, sha)
-    assert hunk_plumbing.plan(parts, 1, old, new) is None  # no group holds most hunks
+    assert hunk_checks.plan(parts, 1, old, new) is None  # no group holds most hunks
     # Only behaviour: a one-file commit changing two statements, nothing threaded through.
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -242,7 +242,7 @@ def test_a_commit_without_plumbing_or_one_group_keeps_the_group_search(culprit, 
     sha2 = commit_file(plain, "k.py", "a = 2\n" + FILLER + "b = 3\n" + FILLER + "c = 4\n", "three (#2)", 2)
     p2 = hunks.split(gitrepo.commit_diff(git.Repo(plain), sha2))
     o2, n2 = sources(plain, sha2)
-    assert len(p2) == 3 and hunk_plumbing.plan(p2, 3, o2, n2) is None
+    assert len(p2) == 3 and hunk_checks.plan(p2, 3, o2, n2) is None
     assert not any(p.plumbing for p in hunk_plumbing.pieces_of(p2, o2, n2))
 
 
@@ -344,7 +344,7 @@ def test_the_demo_plants_a_cause_among_plumbing(demo) -> None:
     new = lambda p: gitrepo.file_at(repo, sha, p)  # noqa: E731
     groups = hunk_groups.group(parts, old, new)
     assert [g.members for g in groups] == [tuple(range(len(parts)))]
-    plan = hunk_plumbing.plan(parts, len(parts), old, new)
+    plan = hunk_checks.plan(parts, len(parts), old, new)
     assert plan is not None and len(plan.plumbing_hunks) == 8 and len(plan.behaviour_hunks) == 4
     searched = {p.label.split(" lines ")[0]: parts[p.hunk].body for p in plan.pieces}
     assert any("+BLOCK_N = 32" in body for label, body in searched.items() if label.startswith("demolib/cpu_fa.py"))

@@ -15,7 +15,7 @@ from pathlib import Path
 import git
 
 from bisector import gitrepo
-from bisector.why import hunk_groups, hunk_plumbing, hunks
+from bisector.why import hunk_checks, hunk_groups, hunk_plumbing, hunks
 from tests import threading_fixture
 
 PAD = "".join(f"PAD_{i} = {i}\n" for i in range(8))
@@ -96,7 +96,7 @@ def culprit(root: Path):
     old = lambda p: gitrepo.file_at(repo, f"{sha}^", p)  # noqa: E731
     new = lambda p: gitrepo.file_at(repo, sha, p)  # noqa: E731
     groups = hunk_groups.group(parts, old, new)
-    return sha, parts, old, new, hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+    return sha, parts, old, new, hunk_checks.plan(parts, max(len(g.members) for g in groups), old, new)
 
 
 def test_naive_statement_cuts_of_these_hunks_do_not_parse(tmp_path: Path) -> None:

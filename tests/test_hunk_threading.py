@@ -34,7 +34,7 @@ def planned(root: Path, sha: str):
     parts = hunks.split(gitrepo.commit_diff(git.Repo(root), sha))
     old, new = sources(root, sha)
     groups = hunk_groups.group(parts, old, new)
-    return parts, groups, hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+    return parts, groups, hunk_checks.plan(parts, max(len(g.members) for g in groups), old, new)
 
 
 class Runs:

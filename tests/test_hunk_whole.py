@@ -13,7 +13,7 @@ import git as gitpython
 import pytest
 
 from bisector import gitrepo
-from bisector.why import hunk_groups, hunk_plumbing, hunks
+from bisector.why import hunk_checks, hunk_groups, hunks
 from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject, git
 
 KERNEL_OLD = '''def body(a, b, reps):
@@ -64,7 +64,7 @@ def test_the_base_passes_the_text_checks_yet_reads_what_only_behaviour_defines(t
     old = lambda p: gitrepo.file_at(repo, f"{sha}^", p)  # noqa: E731
     new = lambda p: gitrepo.file_at(repo, sha, p)  # noqa: E731
     groups = hunk_groups.group(parts, old, new)
-    plan = hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+    plan = hunk_checks.plan(parts, max(len(g.members) for g in groups), old, new)
     assert len(parts) == 4 and plan is not None and not plan.base_error
     assert "extra = knobs.REPEAT" in plan.patch(()) and "REPEAT = SCALE" not in plan.patch(())
 

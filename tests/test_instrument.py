@@ -1,4 +1,4 @@
-"""The trial's read-only copy of `benches` (bisector/runner/instrument.py), made from several threads
+"""The trial's read-only copy of `benches` (bisector/isolation/instrument.py), made from several threads
 at once as a fresh machine's first run makes it (the executor and the warmer open their workers
 together): on an H200 two threads of one bot shared one temporary dir, and one deleted the other's
 files mid-copy (FileNotFoundError on a .pyc), which stopped the run before its first trial."""
@@ -9,7 +9,7 @@ import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
 
-from bisector.runner import instrument
+from bisector.isolation import instrument
 
 
 def test_threads_making_the_copy_at_once_share_one_complete_copy(tmp_path):

@@ -1,4 +1,4 @@
-"""The whole-run estimate's later stages (bisector/search/later_stages.py): what a check costs over
+"""The whole-run estimate's later stages (bisector/estimate/later_stages.py): what a check costs over
 its rounds, a stage followed from its trials as they start (the events verify_fixes and the hunk
 searches send, as a recorded run's log holds them), and the progress line built on both. The
 demo's real repository for the hunk searches' first rounds; a fake clock; no assertion on speed."""
@@ -17,8 +17,8 @@ from rich.console import Console
 from bisector.commands.progress import ProgressLine
 from bisector.demo.demo_config import demo_config
 from bisector.model import Step
-from bisector.runner.probe import ProbeEvent
-from bisector.search.later_stages import HUNK_ROUNDS, LaterModel, StageCost, StageTracker, model_for
+from bisector.measure.probe import ProbeEvent
+from bisector.estimate.later_stages import HUNK_ROUNDS, LaterModel, StageCost, StageTracker, model_for
 from bisector.why import culprit_hunks
 from studies import progress_replay
 

@@ -1,4 +1,4 @@
-"""The search's outlook (bisector/search/outlook.py): the search re-run to its end on the trials it
+"""The search's outlook (bisector/estimate/outlook.py): the search re-run to its end on the trials it
 had, then on trials drawn from a world its measurements allow. It retraces the real search exactly
 (nothing left once the search is done), it tells a range of many steps from one of none right after
 the grid, and the progress line follows it on a thread of its own. No clock in the assertions."""
@@ -15,9 +15,9 @@ from rich.console import Console
 from bisector.commands.outlook_follow import OutlookFollow
 from bisector.commands.progress import ProgressLine
 from bisector.model import Measurement, ProbeStatus
-from bisector.runner.probe import ProbeEvent
+from bisector.measure.probe import ProbeEvent
 from bisector.search import SearchSettings, localize
-from bisector.search.outlook import SearchBasis, merged, outlook
+from bisector.estimate.outlook import SearchBasis, merged, outlook
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 from studies.estimate_accuracy import Announcing
 
@@ -45,7 +45,7 @@ class Watched:
         self.snapshots: list[tuple[int, dict[str, Measurement]]] = []
         self.probe = Announcing(probe, self.watch)
         if not shaped:
-            self.probe.shaped = None  # type: ignore[assignment]
+            self.probe.shapes_alone = False
 
     def watch(self, event: ProbeEvent) -> None:
         if event.action == "trial":
@@ -166,7 +166,7 @@ def test_a_part_that_moved_two_suites_is_drawn_as_a_step_of_each_at_its_own_comm
     So the outlook expects more steps than the one a world with a single step there would find."""
     import numpy as np
 
-    from bisector.search.outlook import _World
+    from bisector.estimate.outlook import _World
 
     commits = shas(21, "suites")
     shapes = ("fa/s4096", "gemm/8192", "gemm/54560")

@@ -1,7 +1,7 @@
 """The plan is trusted only after the untrusted is gone, and only for what the bot would have written.
 
 - Before a plan is written, whatever code under test left running below the bot is killed and the
-  plan says so (bisector/runner/survivors.py, bisector/triggers/plan_file.py): a real escapee that
+  plan says so (bisector/isolation/survivors.py, bisector/triggers/plan_file.py): a real escapee that
   killed its own fence (as a GPU trial, unsandboxed, can) and would rewrite the plan a moment later.
 - `publish`, holding a plan to what the authorize job recorded, refuses forged text: real plan files,
   the real CLI and the local GitHub server; nothing is posted, not even read.
@@ -22,7 +22,7 @@ from bisector.build.steps import run_step
 from bisector.config import Publish
 from bisector.publish import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
 from bisector.publish.plan_text import ZWSP, problems, rendered
-from bisector.runner import cgroups, survivors
+from bisector.isolation import cgroups, survivors
 from bisector.triggers import plan_file
 from tests.fakegithub import FakeGitHub
 from tests.processes import alive

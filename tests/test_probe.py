@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bisector.model import BuildResult, BuildStatus, ProbeStatus, Shape, TrialRecord, TrialStatus
-from bisector.runner.probe import At, StoreProbe, Taken, fresh
+from bisector.measure.probe import At, StoreProbe, Taken, fresh
 from bisector.runner.executor import Timeline, TrialJob, TrialOutcome
 from bisector.store import Store
 
@@ -206,16 +206,28 @@ def test_shaped_measures_only_the_shapes_asked_each_to_its_own_count(tmp_path: P
 
 
 def test_the_gpu_path_prefetching_probe_offers_the_search_every_capability_of_the_store_probe(tmp_path: Path) -> None:
-    """The search looks its probe's optional methods up by name (`getattr(self.probe, ...)`): a
-    wrapper that lacks one silently turns it off on the GPU path (the H200 demo doubled every shape
-    for a pair unclear on one, through a Prefetching without `shaped`, while the CPU path did not)."""
-    import re
+    """The search asks its probe through search/prober.py's Prober, every method named: a wrapper
+    that lacked one silently turned it off on the GPU path (the H200 demo doubled every shape for a
+    pair unclear on one, through a Prefetching without `shaped`, while the CPU path did not). Both
+    probes are whole Probers, the wrapper says what the store probe can do, and a probe with part
+    of the Protocol is refused rather than run on a narrower path."""
+    import pytest
 
-    import bisector.search as search
     from bisector.pipeline import Prefetching
+    from bisector.search.prober import Prober, as_prober
 
-    asked = set(re.findall(r'getattr\(self\.probe, "(\w+)"', Path(search.__file__).read_text()))
-    assert {"together", "shaped", "prefetch", "independent"} <= asked
     store_probe = probe(tmp_path, Runner(), parallel=1)
     p = Prefetching(store_probe, RecordingPrefetcher(), ["c0"])
-    assert [name for name in sorted(asked) if hasattr(store_probe, name) and not hasattr(p, name)] == []
+    assert isinstance(store_probe, Prober) and isinstance(p, Prober)
+    assert as_prober(p) is p
+    assert (p.side_by_side, p.shapes_alone) == (store_probe.side_by_side, store_probe.shapes_alone) == (True, True)
+
+    class Partial:  # a wrapper that passes `together` on and drops the rest
+        def __call__(self, sha: str, repeats: int):
+            return store_probe(sha, repeats)
+
+        def together(self, wants):
+            return store_probe.together(wants)
+
+    with pytest.raises(TypeError, match="together"):
+        as_prober(Partial())

@@ -11,7 +11,7 @@ import re
 from rich.console import Console
 
 from bisector.commands.progress import ProgressLine, bisection_probes
-from bisector.runner.probe import ProbeEvent
+from bisector.measure.probe import ProbeEvent
 
 A, B = "a" * 40, "b" * 40
 

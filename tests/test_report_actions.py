@@ -174,7 +174,7 @@ def test_the_title_names_the_device_measured_and_the_header_one_run_time() -> No
     from pathlib import Path
 
     from bisector.config import load
-    from bisector.pipeline import report_title
+    from bisector.report.assemble import report_title
     from bisector.store.totals import CallTotals, RunTotals
     from tests.report_fixtures import commits
 
@@ -191,7 +191,7 @@ def test_a_speed_steps_levels_are_shown_as_full_clock_tflops() -> None:
     """The search reads a speed as 1 / full-clock time; the report shows it as full-clock TFLOP/s:
     the levels are scaled by the parent's trials, the change stays the same."""
     from bisector.model import Step, TrialRecord, TrialStatus
-    from bisector.pipeline import _levels_as_shown
+    from bisector.report.assemble import _levels_as_shown
 
     k = "fa/s16384"
     trial = TrialRecord("p" * 40, k, TrialStatus.OK, subject_ms=(2.0, 2.0, 2.02), control_ms=(1.0, 1.0, 1.0),

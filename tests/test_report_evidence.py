@@ -14,7 +14,7 @@ from bisector.commands.store_cmd import command as store_command
 from bisector.errors import EXIT_BAD_INPUT
 from bisector.model import Measurement, ProbeStatus, SearchResult, TrialRecord, TrialStatus, Uncertain
 from bisector.paths import shown
-from bisector.pipeline import shown_upstream
+from bisector.report.assemble import shown_upstream
 from bisector.search.stats import compare
 from bisector.store import Store
 

@@ -1,5 +1,5 @@
 """Code under test attacks the bot the way issue 22 found it could: each attack here succeeded
-before the sandbox (bisector/runner/sandbox.py), the subreapers and the instrument snapshot.
+before the sandbox (bisector/isolation/sandbox.py), the subreapers and the instrument snapshot.
 
 The subjects are real upstream modules run in real trial processes (spawned and forked), the build
 steps real bash scripts run by `run_step`. What they manage is written to a probe dir the test
@@ -29,8 +29,8 @@ from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.report.markdown import header
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
-from bisector.runner import sandbox
-from bisector.runner.sandbox import probe
+from bisector.isolation import sandbox
+from bisector.isolation.sandbox import probe
 from tests.devices import CONTROL, DEVICES
 from tests.processes import alive
 from tests.report_fixtures import demo_range

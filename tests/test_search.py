@@ -9,6 +9,7 @@ import pytest
 
 from bisector.model import Measurement, ProbeStatus, SearchResult, Verdict
 from bisector.search import SearchSettings, localize, result_json
+from bisector.search.prober import ProbeBase
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 
 SHAPES = ("fa/s4096", "fa/s16384", "gemm/8192")
@@ -19,7 +20,7 @@ def shas(n: int) -> list[str]:
     return [hashlib.sha1(f"commit {i}".encode()).hexdigest() for i in range(n)]
 
 
-class Scripted:
+class Scripted(ProbeBase):
     """A dict-driven probe: value(index, shape, trial) with a small fixed jitter; cumulative."""
 
     def __init__(self, commits: list[str], value: Callable[[int, str, int], float],
@@ -80,6 +81,8 @@ def test_one_step_is_found_exactly_with_few_probes() -> None:
 
 class Together(Scripted):
     """A Scripted probe that can also measure several commits in one round, and logs those rounds."""
+
+    side_by_side = True
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -472,7 +475,7 @@ def test_inside_a_wrong_result_window_every_commit_is_named_a_measurement_ahead(
     counts: dict[str, int] = {}
     log: list[tuple[str, list[int]]] = []  # ("prefetch", commits) or ("measure", [commit]), in order
 
-    class Probe:
+    class Probe(ProbeBase):
         def __call__(self, sha: str, repeats: int) -> Measurement:
             i = int(sha, 16)
             if sha not in counts:
@@ -546,6 +549,8 @@ def test_a_step_whose_parent_reads_slow_in_the_verification_s_lineage_only_gets_
 class Shaped(Scripted):
     """A Scripted probe that also measures only some shapes of measured commits (`shaped`), as the
     StoreProbe does, and logs which shapes each of those calls asked for."""
+
+    shapes_alone = True
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

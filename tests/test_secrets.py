@@ -12,7 +12,7 @@ works: the local GitHub server saw the token, which the bot read from its in-mem
 
 Run as root (CI does) the probes can read every process's /proc files; only the scrubbed re-exec
 keeps the bot's own /proc/<pid>/environ clean. Where the host allows the sandbox
-(bisector/runner/sandbox.py) the probes see no ancestor outside it at all: their own PID namespace.
+(bisector/isolation/sandbox.py) the probes see no ancestor outside it at all: their own PID namespace.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import pytest
 from bisector.build import Builder
 from bisector.config import Build, BuildStep, Upstream
 from bisector.model import BuildStatus
-from bisector.runner import sandbox
-from bisector.runner.sandbox import probe as sandbox_probe
+from bisector.isolation import sandbox
+from bisector.isolation.sandbox import probe as sandbox_probe
 from tests.devices import CONTROL, DEVICES
 from tests.fakegithub import FakeGitHub
 from tests.gitfixtures import commit_file, git

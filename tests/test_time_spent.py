@@ -1,4 +1,4 @@
-"""Where a run's time went (bisector/runner/time_spent.py): the device time of trials counts their
+"""Where a run's time went (bisector/measure/time_spent.py): the device time of trials counts their
 setups' brief loans, and a commit's later trials are set against their warm-up and timed work, in
 the run's `--json` and in the report's paragraph, also when re-made from stored trials."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from bisector.runner.executor import Timeline
-from bisector.runner.time_spent import Stage, describe, from_records, summarize
+from bisector.measure.time_spent import Stage, describe, from_records, summarize
 
 
 def timeline(slot: int, go: float, *, brief: tuple[float, float] | None = None, warmup: float = 0.1,
@@ -51,7 +51,7 @@ def test_a_device_section_is_named_part_by_part_and_setup_phases_do_not_count_in
     there): only the second is device time. What no phase names, the setup's loans and the exit the
     device waits for are parts of their own; the breakdown gives each part's median and total."""
     from bisector.runner.executor import ON_DEVICE, phase_seconds
-    from bisector.runner.time_spent import device_breakdown
+    from bisector.measure.time_spent import device_breakdown
 
     go, release = 100.0, 101.0
     spans = [["inputs", "s", 90.0, 90.5], ["precompile", "s", 90.5, 99.0], ["device", None, go, release],

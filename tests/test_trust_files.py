@@ -2,7 +2,7 @@
 
 Real upstream modules run in real trial processes (spawned and forked, in the sandbox where the
 host has one), real build steps in bash. Each attack here worked before the bot opened what trials
-and steps write only through its own fds (bisector/runner/safe_fs.py), took results from the
+and steps write only through its own fds (bisector/isolation/safe_fs.py), took results from the
 trial's own socket, accepted `ready` once and killed only what it started.
 """
 
@@ -24,7 +24,8 @@ import pytest
 from bisector.build import Builder
 from bisector.config import Build, BuildStep, Upstream, parse
 from bisector.model import BuildResult, BuildStatus, TrialStatus
-from bisector.runner import make_executor, sandbox
+from bisector.isolation import sandbox
+from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
 from tests.gitfixtures import commit_file, git as run_git
 from tests.processes import alive

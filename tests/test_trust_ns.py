@@ -28,9 +28,10 @@ from bisector.build.builder import Builder
 from bisector.build.steps import run_step
 from bisector.config import Build, BuildStep, Upstream, parse
 from bisector.model import BuildResult, BuildStatus, TrialStatus
-from bisector.runner import make_executor, sandbox
+from bisector.isolation import sandbox
+from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
-from bisector.runner.sandbox import probe
+from bisector.isolation.sandbox import probe
 from tests.devices import CONTROL, DEVICES
 from tests.gitfixtures import commit_file
 from tests.gitfixtures import git as run_git
@@ -406,7 +407,7 @@ def test_git_never_runs_a_fsmonitor_a_build_step_planted(tmp_path: Path, probes:
 NO_USERNS = textwrap.dedent('''
     import os, sys
     sys.path[:0] = [sys.argv[1]]
-    from bisector.runner.sandbox_init import install_seccomp
+    from bisector.isolation.sandbox_init import install_seccomp
     install_seccomp((), new_user_ns=False)  # what a host that forbids user namespaces answers
     os.execv(sys.executable, [sys.executable, "-m", "bisector", *sys.argv[2:]])
 ''')

@@ -21,9 +21,11 @@ from bisector.config import parse
 from bisector.model import Measurement, TrialStatus
 from bisector.runner import make_executor
 from bisector.runner.lock import lock_path
-from bisector.runner.probe import StoreProbe
-from bisector.runner.warmer import Warmer, default_parallel, precompile_executor
+from bisector.measure.probe import StoreProbe
+from bisector.measure.warmer import Warmer, precompile_executor
+from bisector.runner.launch import default_parallel
 from bisector.search import SearchSettings, localize
+from bisector.search.prober import ProbeBase
 from bisector.search.simulate import SimulatedProbe, StepModel, SimStep
 from bisector.store import Store, campaign_key
 from tests.devices import CONTROL, needs_cuda
@@ -340,8 +342,10 @@ def test_prefetch_is_on_for_gpu_hosts_off_on_the_cpu_and_can_be_turned_off(tmp_p
     assert default_parallel(config(tmp_path, tmp_path, prefetch=3)) == 3
 
 
-class Recording:
+class Recording(ProbeBase):
     """The simulated probe, and what the search asked for in order: measured commits, prefetches."""
+
+    side_by_side = True
 
     def __init__(self, inner: SimulatedProbe) -> None:
         self.inner, self.log = inner, []
@@ -450,7 +454,7 @@ def test_the_revert_of_a_step_being_verified_is_set_up_on_the_tip_ahead(tmp_path
     """The search tells the run which one-commit regressions it is about to verify, and the run
     sets up each one's revert on the tip meanwhile: the fixes stage's first trial of the patched
     tip comes from a standby (unheld when asked), not from a cold setup after verification."""
-    from bisector.runner.time_spent import from_records
+    from bisector.measure.time_spent import from_records
 
     repo = tmp_path / "up"
     repo.mkdir()
@@ -474,7 +478,7 @@ def test_the_hunk_searches_first_subsets_are_set_up_on_the_parent_ahead(tmp_path
     """Before each culprit's hunk search the run sets up the subsets it measures first (and the next
     culprit's): each subset's first trial comes from a standby held on the parent, not from a cold
     setup of a new patched build after the last round ended."""
-    from bisector.runner.time_spent import from_records
+    from bisector.measure.time_spent import from_records
 
     repo = tmp_path / "up"
     repo.mkdir()
@@ -591,7 +595,7 @@ def test_past_the_spare_cap_the_first_item_of_a_round_keeps_its_spare(tmp_path, 
     """A round of more commits than spares may live (2 x `parallel`): the spares made last survive,
     and the first item's is made last, since the later stages put there what every round measures
     (the tip beside each revert): its next trial comes from its spare."""
-    from bisector.runner.probe import side_by_side
+    from bisector.measure.probe import side_by_side
 
     repo, shas = make_upstream(tmp_path, KERNEL, commits=6)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))

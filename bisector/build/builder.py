@@ -44,12 +44,12 @@ from bisector.build.cache import Cache, Slot, digest, manifest, seal
 from bisector.build.steps import StepOutcome, import_argv, python_path_env, run_step, tail
 from bisector.build.worktree import Worktrees, resolve_commit, tree_hash
 from bisector.config import DEFAULT_SHARED_ENV, Build, BuildStep, Upstream
-from bisector.errors import BisectorError, GitError
 from bisector.config.keyfiles import key_from_dir
+from bisector.errors import BisectorError, GitError
+from bisector.isolation import sandbox
+from bisector.isolation.memwatch import limit_bytes
+from bisector.isolation.sandbox import sandbox_env
 from bisector.model import BuildResult, BuildStatus
-from bisector.runner.memwatch import limit_bytes
-from bisector.runner import sandbox
-from bisector.runner.sandbox import sandbox_env
 from bisector.trust.filter import scrub
 
 

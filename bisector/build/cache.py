@@ -18,7 +18,7 @@ An entry is written by code under test (its build steps), so nothing the bot its
 trusts lives in it: a step that planted a link at `.complete.tmp` or `.last_used` in its entry
 dir made the bot write a file of the step's choosing. The marks and stamps live in `marks/` and
 `used/`, which no step may write, and are written through the bot's own fds of them
-(bisector/runner/safe_fs.py). A shared dir, written by one build, is sealed when that build ends:
+(bisector/isolation/safe_fs.py). A shared dir, written by one build, is sealed when that build ends:
 its files made read-only and their manifest (`manifest`) kept in its mark; a later build uses it
 only while the manifest still holds, and builds it again otherwise.
 """
@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-from bisector.runner.safe_fs import SafeDir
+from bisector.isolation.safe_fs import SafeDir
 
 MARKS, USED = "marks", "used"
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from bisector.runner import sandbox
-from bisector.runner.cgroups import DEFAULT_TASKS, Limits
-from bisector.runner.fence import OOM_LINE
-from bisector.runner.instrument import without_bot
-from bisector.runner.memwatch import WATCH
-from bisector.runner.workers import fenced
+from bisector.isolation import sandbox
+from bisector.isolation.cgroups import DEFAULT_TASKS, Limits
+from bisector.isolation.fence import OOM_LINE
+from bisector.isolation.fenced import fenced
+from bisector.isolation.instrument import without_bot
+from bisector.isolation.memwatch import WATCH
 
 TAIL_LINES = 40
 
@@ -45,11 +45,11 @@ def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], 
              log_path: Path, combined_log: Path, memory_bytes: int = 0,
              writable: Sequence[Path] | None = None, max_tasks: int = DEFAULT_TASKS,
              network: bool = False) -> StepOutcome:
-    """Run `argv` inside the fence (bisector/runner/fence.py: it dies with the bot and takes the
+    """Run `argv` inside the fence (bisector/isolation/fence.py: it dies with the bot and takes the
     step's whole process tree), under a memory limit and at most `max_tasks` processes and threads
-    (a cgroup of its own where the host allows it, bisector/runner/cgroups.py); stdout and stderr
+    (a cgroup of its own where the host allows it, bisector/isolation/cgroups.py); stdout and stderr
     go to `log_path`, then to the combined log. With `writable` (upstream code: build steps, import
-    checks) it runs in the sandbox (bisector/runner/sandbox.py) where only those dirs can be written,
+    checks) it runs in the sandbox (bisector/isolation/sandbox.py) where only those dirs can be written,
     in a network namespace of its own (loopback only) unless `network`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -115,7 +115,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def python_path_env(base: Mapping[str, str], paths: Sequence[str]) -> dict[str, str]:
     """`base` with `paths` first on PYTHONPATH; the host's site-packages (torch) stay visible,
-    the bot's own package does not (bisector/runner/instrument.py)."""
+    the bot's own package does not (bisector/isolation/instrument.py)."""
     env = dict(base)
     old = without_bot(env.get("PYTHONPATH", ""))
     env["PYTHONPATH"] = os.pathsep.join([*paths, *([old] if old else [])])

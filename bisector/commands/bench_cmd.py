@@ -106,7 +106,7 @@ def command(config_path: Path, source: str | None, trials: int | None, suites: t
             work: str | None, no_store: bool, as_json: bool) -> None:
     """Measure the current checkout of the upstream: subject and control, every shape."""
     cfg = config_mod.load(config_path)
-    from bisector.runner import sandbox
+    from bisector.isolation import sandbox
 
     sandbox.prepare(cfg)
     src = Path(source or cfg.upstream.repo).absolute()

@@ -16,7 +16,7 @@ from bisector import gitrepo
 from bisector.build import Builder, Prefetcher
 from bisector.commands.common import USER_PATH, check_upstream, fail_on_error, print_json
 from bisector.model import BuildResult, BuildStatus
-from bisector.runner import sandbox
+from bisector.isolation import sandbox
 from bisector.userfile import read_text
 
 

@@ -1,4 +1,4 @@
-"""The search's outlook (bisector/search/outlook.py), kept up to date beside the run.
+"""The search's outlook (bisector/estimate/outlook.py), kept up to date beside the run.
 
 An outlook runs the search to its end a few times (0.1-1 s in all), too long to hold up the
 probe events that feed the progress line, and the device must not wait on it. So a thread takes
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from bisector.model import Measurement
-from bisector.search.outlook import Outlook, SearchBasis, merged, outlook
+from bisector.estimate.outlook import Outlook, SearchBasis, merged, outlook
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ action on the same commit is repeated at most every `interval_s` seconds.
 
 The trials expected in all are re-estimated at every event: during the search from its outlook
 (the search run on to its end in worlds drawn from its measurements, on a thread beside the run:
-bisector/search/outlook.py, commands/outlook_follow.py) once GOOD and BAD are measured, before that
-from where it is (bisector/search/forecast.py), plus the later stages the run will
+bisector/estimate/outlook.py, commands/outlook_follow.py) once GOOD and BAD are measured, before that
+from where it is (bisector/estimate/forecast.py), plus the later stages the run will
 take per culprit; once a later stage starts, from its own announced count, grown by the rounds its
-checks are expected to go on to and corrected by those its trials show (bisector/search/later_stages.py).
+checks are expected to go on to and corrected by those its trials show (bisector/estimate/later_stages.py).
 There is always a time left.
 """
 
@@ -25,10 +25,10 @@ from rich.live import Live
 from rich.text import Text
 
 from bisector.commands.outlook_follow import OutlookFollow, Seen
-from bisector.runner.probe import ProbeEvent
-from bisector.search.outlook import SearchBasis
-from bisector.search.forecast import ForecastSettings, SearchForecast
-from bisector.search.later_stages import LaterModel, StageTracker, model_for
+from bisector.measure.probe import ProbeEvent
+from bisector.estimate.outlook import SearchBasis
+from bisector.estimate.forecast import ForecastSettings, SearchForecast
+from bisector.estimate.later_stages import LaterModel, StageTracker, model_for
 
 PLAIN_INTERVAL_S = 5.0
 TRIAL = re.compile(r"trial (\d+)/(\d+)")

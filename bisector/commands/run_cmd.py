@@ -12,7 +12,7 @@ from bisector.commands.common import (USER_PATH, check_upstream, checked_shapes,
                                      run_options, shape_list, with_cli_overrides)
 from bisector.errors import BadInput
 from bisector.paths import work_dir_for
-from bisector.runner import sandbox
+from bisector.isolation import sandbox
 from bisector.runner.launch import start_workers
 
 

@@ -25,7 +25,7 @@ from bisector.why.fixes import FixResult
 from bisector.why.interactions import Interaction
 from bisector.search import result_json
 from bisector.store import default_path
-from bisector.runner import sandbox
+from bisector.isolation import sandbox
 
 
 UNLISTED = object()  # `run_and_print`'s range not listed by the command yet

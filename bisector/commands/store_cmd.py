@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from bisector.portable import exported_row
-from bisector.runner.time_spent import DeviceBreakdown, device_breakdown, from_records
+from bisector.measure.time_spent import DeviceBreakdown, device_breakdown, from_records
 from bisector.store import last_used as laststore
 from bisector.commands.common import fail_on_error, print_json
 from bisector.store import FORMATS, Store

@@ -121,10 +121,10 @@ class Protocol:
     memory_gb: float = 0.0  # a trial's process tree is killed above this (0: half the RAM over the devices)
     max_tasks: int = 8192  # processes and threads of one trial (its cgroup's pids.max, where there is one)
     # New commits the search may need next, built and compiled cold at once while it measures
-    # (bisector/runner/warmer.py). None: a quarter of the cores on a GPU host, off on the CPU; 0: off.
+    # (bisector/measure/warmer.py). None: a quarter of the cores on a GPU host, off on the CPU; 0: off.
     prefetch: int | None = None
     # ... as held first trials of the run's own executor (set up to the device's gate, unheld when
-    # the search asks: bisector/runner/warmer.py); false: precompile-only trials, their compile kept.
+    # the search asks: bisector/measure/warmer.py); false: precompile-only trials, their compile kept.
     standby: bool = True
     # A commit the search splits a part at is measured on the shapes that moved, or may have, between
     # the part's ends; false: on every shape (bisector/search/__init__.py, SearchSettings.split_on_moved).
@@ -219,7 +219,7 @@ class Triggers:
 
 @dataclass(frozen=True)
 class Sandbox:
-    """The sandbox around code under test (bisector/runner/sandbox.py)."""
+    """The sandbox around code under test (bisector/isolation/sandbox.py)."""
 
     # True: a run of this config stops (one line, exit 3) where the host gives code under test no
     # sandbox; False: it runs unsandboxed there, fork code included; None (unset): required for a

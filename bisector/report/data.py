@@ -1,4 +1,4 @@
-"""What a report shows, assembled by the pipeline from the stages' results; every renderer reads only this."""
+"""What a report shows, assembled by report/assemble.py from the stages' results; every renderer reads only this."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from bisector.search.call_timing import CallFigures
 from bisector.model import LATENCY_KEY, WARM_KEY, Commit, Step, Uncertain, min_step_for
-from bisector.runner.time_spent import Throughput
+from bisector.measure.time_spent import Throughput
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.search.wrong_results import WrongResult, WrongWindow
 from bisector.why.cause import Cause
@@ -88,7 +88,7 @@ class ReportData:
     actions: tuple[Action, ...] = ()  # per verified regression, its revert on the tip: the summary first
     # Per shape at the range's ends: kernel time, call latency and host time (report/calls.py).
     calls: tuple[CallFigures, ...] = ()
-    isolation: str = ""  # what confined the code under test (bisector/runner/sandbox.py), probed at start
+    isolation: str = ""  # what confined the code under test (bisector/isolation/sandbox.py), probed at start
     # the steps' fresh trials came from a new worker lineage (bisector/runner/workers.py: ForkSource.renew)
     fresh_lineage: bool = False
 

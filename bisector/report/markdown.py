@@ -22,7 +22,7 @@ from bisector.why.culprit_hunks import HunkFinding
 from bisector.report.figures import (change, commit_ref, md_table, metric_cell, metric_value, p_value, pct,
                                      short_shape, tflops)
 from bisector.report.fixes_section import fixes_section
-from bisector.runner.time_spent import describe as describe_throughput
+from bisector.measure.time_spent import describe as describe_throughput
 
 
 __all__ = ["METRIC_SHORT", "METRIC_WORDS", "counts", "diff_block", "fixes_section", "metric_words", "render",

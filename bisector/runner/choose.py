@@ -41,7 +41,7 @@ def open_trials(config: Config, work: str | Path) -> Trials:
 def open_dask(config: Config, work: str | Path) -> Trials:
     from bisector.runner.cluster import local_cluster, require_distributed, security_for
     from bisector.runner.dask_executor import DaskExecutor
-    from bisector.runner.warmer import held_room
+    from bisector.runner.launch import held_room
 
     distributed = require_distributed()
     address = config.executor.address or "local"
@@ -73,7 +73,7 @@ def unauthenticated(config: Config, address: str) -> None:
     import sys
 
     from bisector.errors import SandboxUnavailable
-    from bisector.runner import sandbox
+    from bisector.isolation import sandbox
 
     said = (f"dask: the scheduler at {address} is not authenticated (not tls://): whatever reaches it "
             f"runs code in its workers")

@@ -12,7 +12,7 @@ local executor lends its device to one at a time, preparing the others meanwhile
   of the `GPU`, as any trial the search waits for), set up on their workers and held at a gate (a
   dask `Event`) that opens when the first has ended; on a cluster without `HOLD` room (no held
   trials) they are sent only then.
-- Standbys and spares (bisector/runner/warmer.py `standby`): a trial submitted with `hold` is set up
+- Standbys and spares (bisector/measure/warmer.py `standby`): a trial submitted with `hold` is set up
   on a worker with `HOLD` room and waits at its gate until `unhold` opens it, or `cancel` drops it
   (its process killed, nothing stored). Held trials take `HOLD`, not a share of the `GPU`, so they
   never keep a trial the search waits for from a worker. Without `HOLD` room a held trial is not
@@ -36,7 +36,7 @@ from bisector.config import Config
 from bisector.errors import BisectorError
 from bisector.model import BuildResult, Shape
 from bisector.runner import remote
-from bisector.runner.executor import TrialJob, TrialOutcome, Timeline
+from bisector.runner.executor import Timeline, TrialJob, TrialOutcome
 
 RESOURCE = "GPU"
 HOLD = "HOLD"  # a worker's room for trials set up and waiting at their gate

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from benches.allocator import DEFAULTS as MALLOC_DEFAULTS
-from bisector.runner.safe_fs import SafeDir
+from bisector.isolation.safe_fs import SafeDir
 from bisector.trust.filter import is_secret, scrub
 
 # The one secret filter lives in bisector.trust.filter; these names stay importable from here.
@@ -64,7 +64,7 @@ def prepare_jit(work: Path, sha: str, patch_hash: str | None, names: tuple[str, 
     whole dir is emptied before the commit's first trial, so that trial's compile is cold.
 
     Every trial may write `<work>/jit` (they share one sandbox), so the bot makes these dirs from
-    its own fd of it and follows no link there (bisector/runner/safe_fs.py): a link a trial put
+    its own fd of it and follows no link there (bisector/isolation/safe_fs.py): a link a trial put
     at another commit's name is removed, not written through.
 
     Trials of one commit are set up at once (held trials; dask workers in other processes), first

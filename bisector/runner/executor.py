@@ -14,7 +14,7 @@ under a lock held from process start to exit: the GPU did timed work 0.84% of a 
   their ABBA order), never two at once; a trial that must wait for another (the first, cold-JIT
   trial of its commit) lets later ones pass. The device's file lock (bisector/runner/lock.py) is
   taken for each device section, so two bots on one host interleave trial by trial.
-- Each process is fenced (dies with the bot), its memory watched (bisector/runner/memwatch.py),
+- Each process is fenced (dies with the bot), its memory watched (bisector/isolation/memwatch.py),
   its time limited; each trial's result is handed back the moment it ends.
 
 Every transition is timestamped (`Timeline`): where a run's time went, and the proof that no two
@@ -34,10 +34,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from filelock import FileLock, Timeout
 
+from bisector.isolation.memwatch import WATCH, Breach
+from bisector.isolation.safe_fs import SafeDir
 from bisector.model import BuildResult, Shape, TrialRecord
 from bisector.runner import lock as locks
-from bisector.runner.memwatch import WATCH, Breach
-from bisector.runner.safe_fs import SafeDir
 from bisector.runner.workers import AHEAD_OF_RENEWAL, Worker, WorkerSource
 
 TICK_S = 0.2
@@ -55,10 +55,10 @@ class TrialJob:
     after: Future | None = None  # do not take a device before this trial has ended and been stored
     lane: int | None = None  # run on devices[lane % n] (side-by-side rounds spread each commit evenly)
     patch: str | None = None  # the patch text of a patched build: a remote worker builds it again
-    # the commit's cold compile, made by a prefetch (bisector/runner/warmer.py), per shape: this trial,
+    # the commit's cold compile, made by a prefetch (bisector/measure/warmer.py), per shape: this trial,
     # its first, finds the JIT dir warm; its records keep what the prefetch measured
     cold_compile: Mapping[str, Mapping[str, Any]] | None = field(default=None, compare=False)
-    # a standby (bisector/runner/warmer.py): set up now, the device only after `Executor.unhold`
+    # a standby (bisector/measure/warmer.py): set up now, the device only after `Executor.unhold`
     hold: bool = field(default=False, compare=False)
     # the oldest worker lineage it may run in (`Executor.renew_lineage`): a verification's fresh
     # trials share no process history with the trials that found the step
@@ -295,7 +295,7 @@ class Executor:
     def on_ready(self, future: Future, fn: Callable[[], None]) -> None:
         """Call `fn` (on a thread of its own) once the trial of `future` is set up and asks for its
         device: at once if it has already, never if it ends before. A standby's companion is set up
-        then (bisector/runner/warmer.py): after the commit's cold compile, before the search asks."""
+        then (bisector/measure/warmer.py): after the commit's cold compile, before the search asks."""
         with self._lock:
             run = next((r for r in self._runs if r.future is future), None)
             if run is None or run.state == "done":

@@ -5,7 +5,7 @@ tail, never an exception here: the bot lives on. The full log stays on disk next
 
 The environment has two parts. The worker's (fixed for the config, given when its process
 starts, before `import torch`): secrets scrubbed, the protocol's variables, the CPU allocator's
-thresholds, a read-only copy of `benches` alone on the path (bisector/runner/instrument.py: the
+thresholds, a read-only copy of `benches` alone on the path (bisector/isolation/instrument.py: the
 bot's own package is never importable there). The trial's (given with the trial): its device and its JIT
 cache dirs, which CUDA and Triton read when first used.
 """
@@ -24,15 +24,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from bisector import portable
 from bisector.config import Config
+from bisector.isolation import sandbox
+from bisector.isolation.cgroups import Limits
+from bisector.isolation.instrument import snapshot, without_bot
+from bisector.isolation.memwatch import limit_bytes
+from bisector.isolation.safe_fs import Refused, SafeDir
+from bisector.isolation.sandbox import sandbox_env
 from bisector.model import CALL_KEYS, BuildResult, Shape, TrialRecord, TrialStatus
 from bisector.runner.env import pin_allocator, pin_device, prepare_jit, scrub
-from bisector.runner.cgroups import Limits
 from bisector.runner.executor import Executor, Prelude, Prepared, TrialJob
-from bisector.runner.instrument import snapshot, without_bot
-from bisector.runner.memwatch import limit_bytes
-from bisector.runner import sandbox
-from bisector.runner.sandbox import sandbox_env
-from bisector.runner.safe_fs import Refused, SafeDir
 from bisector.runner.spec import build_spec
 from bisector.runner.workers import SOURCES, WorkerSource, make_source
 
@@ -198,6 +198,23 @@ def memory_limit(config: Config) -> int:
     return limit_bytes(config.protocol.memory_gb, len(config.devices))
 
 
+def default_parallel(config: Config) -> int:
+    """Prefetches at once: the config's, else a quarter of the host's cores on a GPU host and 0
+    (off) on the CPU, whose cores are the devices. With dask only as standbys (the trials held on
+    the workers, `DaskExecutor.submit`): a precompile would run on the bot's host, not where the
+    trials run. 0 where there is no JIT cache dir to keep warm."""
+    if not config.protocol.jit_cache_env or (config.executor.kind != "local" and not config.protocol.standby):
+        return 0
+    if config.protocol.prefetch is not None:
+        return config.protocol.prefetch
+    return 0 if config.device == "cpu" else max(1, (os.cpu_count() or 4) // 4)
+
+
+def held_room(config: Config) -> int:
+    """Trials the warmer may hold set up at once, standbys and spares: 2 x `parallel` each."""
+    return 4 * default_parallel(config)
+
+
 def default_preload(config: Config) -> tuple[str, ...]:
     if config.protocol.preload is not None:
         return config.protocol.preload
@@ -227,7 +244,7 @@ class TrialFiles:
         """A fresh dir for the trial, made and opened by the bot below its own work dir without
         following a link (other trials may write `trials/`: one could have planted a link at this
         commit's name), its spec and empty log made there, and its environment. `precompile_only`:
-        a prefetch's trial (bisector/runner/warmer.py), which compiles and never times."""
+        a prefetch's trial (bisector/measure/warmer.py), which compiles and never times."""
         with self._lock:
             self._count += 1
             n = self._count
@@ -256,7 +273,7 @@ class TrialFiles:
 
     def _scratch(self, name: str, env: dict[str, str]) -> tuple[str, Callable[[], None] | None]:
         """The trial's temp dir, its own and gone when it ends. In the sandbox: a dir the worker makes
-        in the sandbox's private /dev/shm, a tmpfs of SHM_MB (bisector/runner/sandbox.py) whose pages
+        in the sandbox's private /dev/shm, a tmpfs of SHM_MB (bisector/isolation/sandbox.py) whose pages
         count against the trial's memory limit, removed by the worker, or by its zygote when the
         worker was killed, and gone with the sandbox. Elsewhere: `<work>/scratch/<trial>`, made and
         removed by the bot through its own fd of `scratch/` (what the trial left there is deleted

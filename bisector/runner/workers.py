@@ -1,6 +1,6 @@
 """Where trial processes come from: spawned one by one, or forked from a zygote that imported torch.
 
-Both give a `Worker`: a fresh process, fenced (bisector/runner/fence.py), that has imported what
+Both give a `Worker`: a fresh process, fenced (bisector/isolation/fence.py), that has imported what
 every trial needs and waits on its socket for one trial (benches/worker.py is the other side).
 - `SpawnSource`: `python -m benches.worker` per trial, each paying its own interpreter start and
   imports, in parallel with other trials' device time when started ahead.
@@ -8,7 +8,7 @@ every trial needs and waits on its socket for one trial (benches/worker.py is th
   has touched CUDA when it forks; the child picks its device and JIT cache dirs when it gets its
   trial. On a 2-core CPU host this saves the ~2-3 s of CPU that `import torch` costs per trial.
 
-Each process is started in the sandbox (bisector/runner/sandbox.py) where the host allows it:
+Each process is started in the sandbox (bisector/isolation/sandbox.py) where the host allows it:
 its PIDs are then the namespace's, and `Worker.found` translates the pid a worker reports.
 
 Sources only make processes; the executor (bisector/runner/executor.py) decides when and where
@@ -31,86 +31,10 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from benches.worker import RETIRE
 from bisector.errors import BisectorError
-from bisector.runner import cgroups, sandbox, survivors
-from bisector.runner.memwatch import tree
-
-FENCE = str(Path(__file__).with_name("fence.py"))
-
-
-def fenced(command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgroups.Limits | None = None) -> list[str]:
-    """COMMAND run inside the fence: it dies with this bot, taking its whole process tree; with
-    `limits`, in a cgroup of its own where the host allows one (bisector/runner/cgroups.py)."""
-    return fenced_in(command, pass_fds, limits)[0]
-
-
-def fenced_in(command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgroups.Limits | None = None
-              ) -> tuple[list[str], cgroups.Group | None]:
-    """`fenced`, and the cgroups made for the command (the fence removes them when it ends)."""
-    survivors.adopt_orphans()  # what outlives its fence comes back to this bot, to be killed
-    fds = ",".join(str(fd) for fd in pass_fds)
-    group = cgroups.new_group(limits) if limits is not None else None
-    inner = [*cgroups.systemd_prefix(limits), *command] if limits is not None else list(command)
-    return [sys.executable, "-I", FENCE, "--bot", str(os.getpid()), *(["--pass-fds", fds] if fds else []),
-            *(group.fence_args() if group else []), "--", *inner], group
-
-
-MAX_MESSAGE = 64 << 20  # bytes of one message; a peer that sends more without a line end is cut off
-
-
-class Lines:
-    """Buffered JSON-line reading from a non-blocking socket. What the peer sends is data, never
-    trusted to be well formed: a line that is not a JSON object is dropped (and counted), one
-    longer than MAX_MESSAGE ends the stream."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock, self.buffer, self.closed, self.bad = sock, b"", False, 0
-
-    def read(self) -> list[dict[str, Any]]:
-        """Every complete message available now; sets `closed` at end of stream."""
-        try:
-            data = self.sock.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
-            return []
-        except OSError:
-            data = b""
-        if not data:
-            self.closed = True
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
-        if len(self.buffer) > MAX_MESSAGE:
-            self.buffer, self.closed = b"", True
-        out = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                msg = None
-            if isinstance(msg, dict):
-                out.append(msg)
-            else:
-                self.bad += 1
-        return out
-
-    def drain(self) -> list[dict[str, Any]]:
-        """Every message the peer has sent so far (read until the socket has no more now)."""
-        out: list[dict[str, Any]] = []
-        for _ in range(2 * MAX_MESSAGE >> 20):  # a peer that never stops sending is read this far
-            if self.closed:
-                break
-            try:
-                self.sock.setblocking(False)
-                peek = self.sock.recv(1, socket.MSG_PEEK)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                peek = b""
-            if not peek:
-                out += self.read()  # the end of the stream: `closed`
-                break
-            out += self.read()
-        return out
+from bisector.isolation import cgroups, sandbox
+from bisector.isolation.fenced import fenced, fenced_in
+from bisector.isolation.lines import Lines
+from bisector.isolation.memwatch import tree
 
 
 @dataclass
@@ -526,8 +450,8 @@ def _tail(path: Path, lines: int = 5) -> str:
 def make_source(kind: str, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
                 writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> WorkerSource:
     """`writable`: the dirs the sandbox lets these workers write (the run's trial, JIT and scratch
-    dirs); `gpu`: the workers run a GPU's trials (no sandbox there, bisector/runner/sandbox.py);
-    `limits`: each trial's cgroup limits, where the host allows them (bisector/runner/cgroups.py)."""
+    dirs); `gpu`: the workers run a GPU's trials (no sandbox there, bisector/isolation/sandbox.py);
+    `limits`: each trial's cgroup limits, where the host allows them (bisector/isolation/cgroups.py)."""
     cwd.mkdir(parents=True, exist_ok=True)
     if kind == "fork":
         return ForkSource(env, preload, cwd, writable, gpu, limits)

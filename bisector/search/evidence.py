@@ -2,8 +2,8 @@
 result: per commit and shape the value the search compared (with its spread), and for each pair
 left unsure at the trial cap, what its trials said.
 
-Pure: TrialRecords and a SearchResult in, report dataclasses out. The pipeline calls it from
-`report_data`; the renderers in bisector/report/ only read what it made.
+Pure: TrialRecords and a SearchResult in, report dataclasses out. bisector/report/assemble.py
+calls it from `report_data`; the renderers in bisector/report/ only read what it made.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import ContextManager, Mapping, Sequence
 
 from bisector.model import Measurement, Probe, SampleCounts
+from bisector.search.prober import ProbeBase, Prober, as_prober
 
 __all__ = ["Cost", "Clocked", "makespan"]
 
@@ -53,24 +54,22 @@ class Cost:
         return {"devices": self.devices, "rounds": self.rounds, "trials": self.trials, "wall_s": round(self.wall_s, 1)}
 
 
-class Clocked:
+class Clocked(ProbeBase):
     """A probe that counts the rounds and trial processes it is asked for and their wall time on
     `devices` devices (`trial_s` a trial, `build_s` once per round that needs a new build: builds of
     one round run side by side on the workers). Calls that measure some shapes alone (`shaped`) and
     fresh lineages (`independent`) go through where the wrapped probe has them, so the search takes
     the path it takes through the pipeline's StoreProbe."""
 
-    def __init__(self, probe: Probe, devices: int = 1, trial_s: float = 60.0, build_s: float = 0.0) -> None:
-        self.probe, self.devices, self.trial_s, self.build_s = probe, max(1, devices), trial_s, build_s
+    side_by_side = True
+
+    def __init__(self, probe: Prober | Probe, devices: int = 1, trial_s: float = 60.0, build_s: float = 0.0) -> None:
+        self.probe, self.devices, self.trial_s, self.build_s = as_prober(probe), max(1, devices), trial_s, build_s
         self.counts = SampleCounts()
         self.rounds = 0
         self.trials = 0
         self.wall_s = 0.0
-        if getattr(probe, "shaped", None) is None:
-            self.shaped = None  # type: ignore[assignment]
-        fresh = getattr(probe, "independent", None)
-        if fresh is not None:
-            self.independent = fresh
+        self.shapes_alone = self.probe.shapes_alone
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         return self.together({sha: repeats})[sha]
@@ -79,7 +78,10 @@ class Clocked:
         return self._round({sha: self.probe(sha, n) for sha, n in wants.items()})
 
     def shaped(self, wants: Mapping[str, Mapping[str, int]]) -> dict[str, Measurement]:
-        return self._round(self.probe.shaped(wants))  # type: ignore[attr-defined]
+        return self._round(self.probe.shaped(wants))
+
+    def independent(self) -> ContextManager[None]:
+        return self.probe.independent()
 
     def _round(self, got: dict[str, Measurement]) -> dict[str, Measurement]:
         built = any(sha not in self.counts for sha in got)

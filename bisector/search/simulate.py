@@ -32,6 +32,7 @@ from bisector.errors import BadInput, ConfigError
 from bisector.model import Commit, Measurement, Probe, ProbeStatus, SearchResult
 from bisector.search.schedule import Clocked
 from bisector.search import SearchSettings, localize
+from bisector.search.prober import ProbeBase
 from bisector.userfile import UserFileError, read_text
 
 __all__ = ["StepModel", "SimStep", "load_model", "parse_model", "SimulatedProbe", "resolve_prefix", "run_simulation"]
@@ -136,8 +137,10 @@ def _commit(path: Path, key: str, value: Any, commits: Sequence[str]) -> str:
         raise ConfigError(path, key, str(exc)) from None
 
 
-class SimulatedProbe:
+class SimulatedProbe(ProbeBase):
     """probe(sha, repeats) over a step model: cumulative, deterministic per (seed, sha)."""
+
+    shapes_alone = True
 
     def __init__(self, commits: Sequence[str], model: StepModel, noise_cv: float = 0.01, seed: int = 0,
                  wrong: Mapping[str, frozenset[str]] | None = None, wild: float = 0.0,

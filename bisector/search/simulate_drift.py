@@ -19,6 +19,7 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from bisector.model import Measurement, ProbeStatus
+from bisector.search.prober import ProbeBase
 from bisector.search.simulate import StepModel
 
 __all__ = ["DriftingProbe"]
@@ -35,8 +36,10 @@ def _levels(commits: Sequence[str], model: StepModel) -> dict[str, dict[str, flo
     return out
 
 
-class DriftingProbe:
+class DriftingProbe(ProbeBase):
     """probe(sha, repeats) and `shaped` over a step model, with a control that drifts in time."""
+
+    shapes_alone = True
 
     def __init__(self, commits: Sequence[str], model: StepModel, *, subject_cv: float = 0.005,
                  control_cv: float = 0.005, control_drift_pct: float = 4.0, drift_s: float = 120.0,

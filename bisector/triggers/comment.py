@@ -33,7 +33,8 @@ from bisector.errors import BadInput, BisectorError, GitError, RefError
 from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
 from bisector.publish.publish_plan import PublishPlan, RunVerdict
-from bisector.runner import lock, sandbox
+from bisector.isolation import sandbox
+from bisector.runner import lock
 from bisector.triggers.ab import ab_until_sure
 from bisector.triggers import fork_policy, perf, plan_file
 from bisector.triggers import slash_commands as commands

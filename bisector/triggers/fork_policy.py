@@ -1,7 +1,7 @@
 """Whether a `/perf` or `/bisect` may run a fork's code on this host.
 
 A fork's code is anyone's: on a host that gives code under test no sandbox (no user namespaces,
-or a GPU, whose trials run in the fence only: bisector/runner/sandbox.py) it would run as the bot's
+or a GPU, whose trials run in the fence only: bisector/isolation/sandbox.py) it would run as the bot's
 user, beside the runner's files. Such a command is refused with a one-line answer in the PR, unless
 the config opts in by name (`[triggers] allow_unsandboxed_forks = true`, or `[sandbox] require =
 false`); one that runs is sandboxed or stopped (`sandbox.require`: nothing of it runs unsandboxed
@@ -21,7 +21,7 @@ import git
 from bisector import gitrepo
 from bisector.config import Config
 from bisector.errors import BisectorError
-from bisector.runner import sandbox
+from bisector.isolation import sandbox
 from bisector.triggers.slash_commands import Command, PerfCommand
 
 # A ref into a pull request: fork code, measured only as the pinned head of this PR.

@@ -3,7 +3,7 @@
     plan = settle(plan, config.publish)         # before an in-process publish
     write(plan, path, config.publish)           # `publish-plan.json`, for the workflow's publish job
 
-Settling kills whatever code under test left running below the bot (bisector/runner/survivors.py)
+Settling kills whatever code under test left running below the bot (bisector/isolation/survivors.py)
 and says so in the plan's missing data (a run whose code under test outlived its trials is not
 "no change"), then renders every text the way the bot posts it (bisector/publish/plan_text.py):
 the upstream's commit subjects ping nobody and link nowhere, and `publish` can check a plan file
@@ -18,7 +18,7 @@ from pathlib import Path
 from bisector.config import Publish
 from bisector.publish.plan_text import rendered, web_base
 from bisector.publish.publish_plan import PublishPlan, dump_plan
-from bisector.runner.survivors import end_leftovers
+from bisector.isolation.survivors import end_leftovers
 
 
 def leftover_line(killed: tuple[str, ...]) -> str:

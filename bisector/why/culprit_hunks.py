@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from bisector import gitrepo
-from bisector.why import hunk_groups, hunk_plumbing, hunks, loaded
+from bisector.why import hunk_checks, hunk_groups, hunk_plumbing, hunks, loaded
 from bisector.build.builder import patch_hash
 from bisector.model import Measurement, ProbeStatus, Step, base_shape
-from bisector.runner.probe import NOT_MEASURED, At, StoreProbe, Taken, fresh, side_by_side
-from bisector.runner.warmer import Want
+from bisector.measure.probe import NOT_MEASURED, At, StoreProbe, Taken, fresh, side_by_side
+from bisector.measure.warmer import Want
 from bisector.why.hunk_groups import HunkGroup
 from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why.session import Session
@@ -171,7 +171,7 @@ def expected_trials(session: Session, steps: Sequence[Step]) -> int:
     groups of hunks (one group: nothing to search), or through plumbing the base alone against the
     parent first, then ceil(log2 p) over its p pieces; within the trial budget. A subset still
     unclear gets more rounds (MAX_ROUNDS), which the progress line's forecast adds
-    (bisector/search/later_stages.py)."""
+    (bisector/estimate/later_stages.py)."""
     n, budget = max(1, session.config.protocol.trials), session.config.build.max_hunk_trials
     levels = lambda count: math.ceil(math.log2(count)) if count >= 2 else 0  # noqa: E731
     total = 0
@@ -214,7 +214,7 @@ def _planned(session: Session, step: Step, trace: bool = True) -> Planned | None
     old = lambda p: gitrepo.file_at(session.repo, step.parent, p)  # noqa: E731
     new = lambda p: gitrepo.file_at(session.repo, step.commit, p)  # noqa: E731
     groups = hunk_groups.group(parts, old, new)
-    plumbed = hunk_plumbing.plan(parts, max(len(g.members) for g in groups), old, new)
+    plumbed = hunk_checks.plan(parts, max(len(g.members) for g in groups), old, new)
     return Planned(parts, groups, plumbed, old, new, aside, len(every))
 
 
@@ -228,7 +228,7 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
     findings = []
     for i, (step, planned) in enumerate(searched):
         # This culprit's first subsets and the next one's, set up on the parent ahead (built, compiled
-        # cold, first trial held by the warmer, bisector/runner/warmer.py): each search began with cold
+        # cold, first trial held by the warmer, bisector/measure/warmer.py): each search began with cold
         # setups of new patched builds while the device waited (on an H200 demo, a third of the hunk
         # stage's time: studies/results/h200-demo-device-time.txt). One request
         # names both, since the warmer drops what a request no longer names.

@@ -1,7 +1,7 @@
 """Candidate fixes: each regression's revert carried to the tip, built, and measured there side by
 side with the tip as it is and the culprit's parent.
 
-Side by side (one trial of each per round, bisector/runner/probe.py `side_by_side`), because the three
+Side by side (one trial of each per round, bisector/measure/probe.py `side_by_side`), because the three
 are compared with each other: measured minutes apart, a busy machine once read "45.6% still
 missing" for a revert that restores fully. All reverts go in one batch with the tip measured once
 per round for all of them; each revert and each parent only on its step's shapes, on the metric
@@ -24,7 +24,7 @@ from bisector.build.builder import patch_hash
 from bisector.config import Config, Thresholds
 from bisector.model import (BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict,
                             base_shape, min_step_for, regression)
-from bisector.runner.probe import NOT_MEASURED, At, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
+from bisector.measure.probe import NOT_MEASURED, At, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
 from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why import interactions
 from bisector.why.interactions import Interaction
@@ -154,7 +154,7 @@ def revert_probe(session: Session, patch: str, shapes: Sequence[str]) -> StorePr
 def set_up_reverts(session: Session, tip: str, found: Sequence[tuple[str, Mapping[str, float]]]) -> None:
     """The reverts of the regressions the search is about to verify (commit -> change per shape so
     far), set up on the tip while it verifies them: built, compiled cold and each one's first trial
-    held by the warmer (bisector/runner/warmer.py), so the fixes stage takes the device at once.
+    held by the warmer (bisector/measure/warmer.py), so the fixes stage takes the device at once.
     Before, that stage began with a patched build's cold setup, 1.8 s with the H200 idle on the
     389-commit range (studies/results/h200-long-range.txt). A guess: a step the verification drops,
     or whose shapes it changes, leaves its standby unused, and the warmer cancels it."""

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Sequence
 
-from bisector.why.hunk_plumbing import Piece, Plan, Source, _label
+from bisector.why.hunk_plumbing import MOST, Piece, Plan, Source, _label, pieces_of
 from bisector.why.hunks import Hunk
 
-__all__ = ["checked"]
+__all__ = ["checked", "plan"]
 
 
 def _merged(plan: Plan, hunk: int) -> Plan:
@@ -165,3 +166,18 @@ def _calls(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
     lines = h.body.splitlines()
     chosen = [lines[i] for i in (keep if keep is not None else range(len(lines))) if lines[i][:1] in "+-"]
     return any(re.search(rf"\b{re.escape(n)}\s*[\[(]", ln) for ln in chosen for n in names)
+
+
+def plan(parts: Sequence[Hunk], largest_group: int, old: Source, new: Source) -> Plan | None:
+    """A plumbing base and the pieces to search, when grouping would tie most hunks together and
+    the commit holds both plumbing and behaviour-changing pieces; None otherwise. The statements of
+    a hunk that do not parse apart are searched as one piece, and the base is closed over the call
+    sites its signatures need (`checked`)."""
+    if len(parts) < 3 or largest_group <= MOST * len(parts):
+        return None
+    found = pieces_of(parts, old, new)
+    base = tuple(p for p in found if p.plumbing)
+    rest = tuple(p for p in found if not p.plumbing)
+    if not base or not rest:
+        return None
+    return checked(Plan(tuple(parts), base, rest), old, new)

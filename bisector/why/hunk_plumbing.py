@@ -12,7 +12,7 @@ a piece whose only difference is a new name threaded through (a parameter, an ar
 keyword, a `__slots__` entry, an assignment to or import of the new name, a new definition) is
 *plumbing*: with the new value equal to what the old code used, behaviour is unchanged. The plumbing
 is applied to the parent as a base, and the search runs over the other pieces on top of it. The plan
-is checked before it is searched (bisector/why/hunk_checks.py), and a subset whose patched Python
+is checked before it is searched (`hunk_checks.plan` makes it), and a subset whose patched Python
 files do not compile, whose calls would not bind or that reads a name nothing binds is skipped
 before it is built (bisector/why/hunk_calls.py).
 
@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 from bisector.why import hunk_calls
 from bisector.why.hunks import Hunk, patch_of
 
-__all__ = ["Piece", "Plan", "plan", "pieces_of", "apply_text", "new_names", "is_plumbing"]
+__all__ = ["Piece", "Plan", "pieces_of", "apply_text", "new_names", "is_plumbing"]
 
 _HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -507,19 +507,3 @@ def pieces_of(parts: Sequence[Hunk], old: Source, new: Source) -> tuple[Piece, .
             plumbing = is_plumbing(parent_text, apply_text(parent_text, [piece]), names, callees)
             out.append(Piece(i, None if len(cuts) == 1 else keep, _label(h, keep or (), len(cuts)), plumbing))
     return tuple(out)
-
-
-def plan(parts: Sequence[Hunk], largest_group: int, old: Source, new: Source) -> Plan | None:
-    """A plumbing base and the pieces to search, when grouping would tie most hunks together and
-    the commit holds both plumbing and behaviour-changing pieces; None otherwise. The statements of
-    a hunk that do not parse apart are searched as one piece, and the base is closed over the call
-    sites its signatures need (`checked`)."""
-    if len(parts) < 3 or largest_group <= MOST * len(parts):
-        return None
-    found = pieces_of(parts, old, new)
-    base = tuple(p for p in found if p.plumbing)
-    rest = tuple(p for p in found if not p.plumbing)
-    if not base or not rest:
-        return None
-    from bisector.why.hunk_checks import checked  # it reads Plan: imported here, not at the top
-    return checked(Plan(tuple(parts), base, rest), old, new)

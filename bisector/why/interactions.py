@@ -37,7 +37,7 @@ from scipy import special  # the t distribution's inverse; scipy.stats takes ~1 
 from bisector.build.builder import patch_hash
 from bisector.config import Thresholds
 from bisector.model import BuildStatus, Measurement, ProbeStatus, Step, base_shape
-from bisector.runner.probe import NOT_MEASURED, Count, StoreProbe, fresh
+from bisector.measure.probe import NOT_MEASURED, Count, StoreProbe, fresh
 from bisector.search.samples import PooledNoise, compare_pooled, pair_sd
 from bisector.trust.filter import scrub
 from bisector.why.session import Session

@@ -12,8 +12,8 @@ import git
 
 from bisector.config import Config
 from bisector.model import Shape
-from bisector.runner.probe import MAX_CRASHES, StoreProbe
-from bisector.runner.warmer import Warmer
+from bisector.measure.probe import MAX_CRASHES, StoreProbe
+from bisector.measure.warmer import Warmer
 
 
 class Session(Protocol):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from bisector import portable
-from bisector.runner.safe_fs import is_real_dir, read_regular
+from bisector.isolation.safe_fs import is_real_dir, read_regular
 from bisector.why.kernel_diff import resources
 
 __all__ = ["LEVELS", "Kernel", "find_kernels", "keep", "read_text", "other_files"]
@@ -46,7 +46,7 @@ def _regular(path: Path) -> bool:
 
 def read_text(path: Path) -> str | None:
     """The file, or its gzipped copy (`<path>.gz`), as text; None when neither exists (or either
-    is not a regular file: bisector/runner/safe_fs.py)."""
+    is not a regular file: bisector/isolation/safe_fs.py)."""
     data = read_regular(path)
     if data is not None:
         return data.decode(errors="replace")

@@ -102,28 +102,10 @@ class StepKernels:
         return tuple(k for k in self.kernels if k.status != "unchanged")
 
 
-def _strip_locs(text: str) -> str:
-    """MLIR without `loc(...)` annotations (nested parentheses) and without `#locN = ...` lines."""
-    lines = [ln for ln in text.splitlines() if not re.match(r"\s*#loc\d*\s*=", ln)]
-    text = "\n".join(lines)
-    out, i = [], 0
-    for m in re.finditer(r"\s?\bloc\(", text):
-        if m.start() < i:
-            continue
-        depth, j = 1, m.end()
-        while j < len(text) and depth:
-            depth += {"(": 1, ")": -1}.get(text[j], 0)
-            j += 1
-        out.append(text[i:m.start()])
-        i = j
-    out.append(text[i:])
-    return "".join(out)
-
-
 def normalize(text: str, level: str) -> str:
     """A level's text without what differs between two builds of the same code."""
     if level in ("ttir", "ttgir"):
-        return _strip_locs(text)
+        return sigs.strip_locs(text)
     if level == "llir":
         keep = []
         for ln in text.splitlines():

@@ -45,9 +45,22 @@ def short_type(t: str) -> str:
     return re.sub(r"!tt\.ptr<([^>]+)>", r"*\1", t)
 
 
-def _strip_locs(text: str) -> str:
-    from bisector.why.kernel_diff.diff import _strip_locs as strip  # one implementation; diff imports this module
-    return strip(text)
+def strip_locs(text: str) -> str:
+    """MLIR without `loc(...)` annotations (nested parentheses) and without `#locN = ...` lines."""
+    lines = [ln for ln in text.splitlines() if not re.match(r"\s*#loc\d*\s*=", ln)]
+    text = "\n".join(lines)
+    out, i = [], 0
+    for m in re.finditer(r"\s?\bloc\(", text):
+        if m.start() < i:
+            continue
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        out.append(text[i:m.start()])
+        i = j
+    out.append(text[i:])
+    return "".join(out)
 
 
 def _split_top(text: str) -> list[str]:
@@ -70,7 +83,7 @@ def entry_text(kernel: Kernel) -> str | None:
     ttir = kernel.text("ttir") or kernel.text("ttgir")
     if not ttir:
         return None
-    text = _strip_locs(ttir)
+    text = strip_locs(ttir)
     start = text.find(f"@{kernel.name}(")
     if start < 0:
         return None

@@ -5,7 +5,7 @@ among other jobs. Address-space limits (RLIMIT_AS) do not work with GPU runtimes
 huge virtual ranges, and cgroups need privileges a CI runner may lack; so one thread of the bot reads
 the resident memory of every watched tree (the root and its descendants, from /proc) a few times a
 second and kills a tree's process group as soon as it is over its limit. Where the tree runs in
-cgroups of the bot's (bisector/runner/cgroups.py), their anonymous and tmpfs memory counts too, and
+cgroups of the bot's (bisector/isolation/cgroups.py), their anonymous and tmpfs memory counts too, and
 the kernel holds each to a hard limit a margin above this one. A tree that allocates
 faster than the poll can overshoot by a fraction of a second's worth, never without bound.
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bisector.runner.cgroups import held_memory
+from bisector.isolation.cgroups import held_memory
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 POLL_S = 0.2

@@ -1,6 +1,6 @@
 """Nothing code under test started may still run when the bot writes what it trusts (a publish plan).
 
-Each fenced command's processes are killed when it ends (bisector/runner/fence.py, the sandbox's
+Each fenced command's processes are killed when it ends (bisector/isolation/fence.py, the sandbox's
 PID namespace, its cgroup). What can still outlive it: a process whose fence was itself killed
 (where there is no sandbox, a trial may SIGKILL its own fence), re-parented to the nearest subreaper
 above. So the bot makes itself that subreaper (`adopt_orphans`, before the first fenced command),
@@ -22,8 +22,8 @@ import signal
 import sys
 import time
 
-from bisector.runner import cgroups
-from bisector.runner.fence import cgroup_pids, descendants, remove_cgroup
+from bisector.isolation import cgroups
+from bisector.isolation.fence import cgroup_pids, descendants, remove_cgroup
 
 PR_SET_CHILD_SUBREAPER = 36
 _adopting = False

@@ -50,7 +50,7 @@ from bisector.runner.executor import Executor, Prepared, TrialJob
 from bisector.runner.launch import TrialFiles, default_preload, memory_limit, worker_env
 from bisector.runner.workers import WorkerSource, make_source
 
-__all__ = ["PrecompileTrials", "Want", "Warmed", "Warmer", "default_parallel", "held_room", "precompile_executor"]
+__all__ = ["PrecompileTrials", "Want", "Warmed", "Warmer", "precompile_executor"]
 
 
 class Builds(Protocol):
@@ -87,23 +87,6 @@ class Warmed:
         return {key: {"by": "prefetch", **{k: v for k, v in r.items() if k != "shape"}, "log_path": self.log_path,
                       "trial_wall_s": round(self.seconds, 3)}
                 for key, r in self.shapes.items() if r.get("status") == "precompiled"}
-
-
-def default_parallel(config: Config) -> int:
-    """Prefetches at once: the config's, else a quarter of the host's cores on a GPU host and 0
-    (off) on the CPU, whose cores are the devices. With dask only as standbys (the trials held on
-    the workers, `DaskExecutor.submit`): a precompile would run on the bot's host, not where the
-    trials run. 0 where there is no JIT cache dir to keep warm."""
-    if not config.protocol.jit_cache_env or (config.executor.kind != "local" and not config.protocol.standby):
-        return 0
-    if config.protocol.prefetch is not None:
-        return config.protocol.prefetch
-    return 0 if config.device == "cpu" else max(1, (os.cpu_count() or 4) // 4)
-
-
-def held_room(config: Config) -> int:
-    """Trials the warmer may hold set up at once, standbys and spares: 2 x `parallel` each."""
-    return 4 * default_parallel(config)
 
 
 class PrecompileTrials(Executor):

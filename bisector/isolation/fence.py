@@ -14,9 +14,9 @@ COMMAND's (128 + N when a signal N ended it).
 
 Why a process and not a flag: PR_SET_PDEATHSIG reaches one process only (a build script's
 compiler would survive its bash), and a hung trial must not hold the GPU after its bot is gone.
-Memory is watched by the bot (bisector/runner/memwatch.py), which sees every tree at once.
+Memory is watched by the bot (bisector/isolation/memwatch.py), which sees every tree at once.
 
-With `--cgroup DIR` (one per cgroup hierarchy, made by bisector/runner/cgroups.py) COMMAND starts
+With `--cgroup DIR` (one per cgroup hierarchy, made by bisector/isolation/cgroups.py) COMMAND starts
 in DIR/main, where the kernel holds it to its memory and task limits; this process stays outside.
 When COMMAND ends (or the fence is stopped) everything left in DIR is killed, how many processes the
 kernel's memory limit killed is said on stderr, and DIR is removed.

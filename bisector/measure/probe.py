@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import statistics
 import time
-from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from bisector import portable
-from bisector.search.control_outcome import unavailable_by_shape
-from bisector.search.outlook import SearchBasis
-from bisector.model import (LATENCY_KEY, WARM_KEY, BuildResult, BuildStatus, Measurement, ProbeStatus, Shape, TrialRecord,
-                            TrialStatus)
+from bisector.measure.warmer import Want, Warmer
+from bisector.model import (LATENCY_KEY, WARM_KEY, BuildResult, BuildStatus, Measurement, ProbeStatus, Shape,
+                            TrialRecord, TrialStatus)
 from bisector.runner.error_line import error_line
 from bisector.runner.executor import TrialJob, TrialOutcome
-from bisector.runner.warmer import Want, Warmer
+from bisector.search.control_outcome import unavailable_by_shape
+from bisector.estimate.outlook import SearchBasis
+from bisector.search.prober import ProbeBase
 from bisector.search.samples import trial_metric, trial_views
 from bisector.store import Owner, Store
 
@@ -72,7 +73,7 @@ class BuildSource(Protocol):
 @dataclass(frozen=True)
 class ProbeEvent:
     """What the progress display shows: the commit being measured and why; and what the search
-    has measured, for its outlook (bisector/search/outlook.py)."""
+    has measured, for its outlook (bisector/estimate/outlook.py)."""
 
     sha: str
     action: str  # "build" | "trial" | "skip" | "measured" | "stage" (sha "", detail the stage's name)
@@ -83,8 +84,11 @@ class ProbeEvent:
     basis: SearchBasis | None = None  # the search's stage: what its outlook re-runs the search on
 
 
-class StoreProbe:
-    """A Probe over real builds and trial processes, backed by the store."""
+class StoreProbe(ProbeBase):
+    """A Prober over real builds and trial processes, backed by the store."""
+
+    side_by_side = True
+    shapes_alone = True
 
     def __init__(self, campaign: str, shapes: Sequence[Shape], store: Store, builds: BuildSource,
                  executor: TrialExecutor, *, seed: int = 0, patch: str | None = None,
@@ -323,7 +327,7 @@ class Batch:
                     job = probe.job(sha, mine[r], first, None if first else firsts.get(i), lane)
                     # the trial may be set up already, held: the commit's first as a standby, a later
                     # one as a spare, the second of a new commit as its standby's companion, which
-                    # waits for that very first trial (bisector/runner/warmer.py)
+                    # waits for that very first trial (bisector/measure/warmer.py)
                     held = probe.warmer.take(job) if probe.warmer is not None else None
                     future = held or probe.executor.submit(job)
                     futures[future] = (i, mine[r])

@@ -24,7 +24,7 @@ names it, or why there is none):
 
 With cgroupfs (1, 2) each fenced command gets `<base>/bisector-<bot pid>-<n>/` (one per hierarchy);
 the fence starts the command in its `main` leaf and removes the dir when it ends, everything in it
-killed (bisector/runner/fence.py). A zygote's forked workers each get a leaf `w<n>` beside it,
+killed (bisector/isolation/fence.py). A zygote's forked workers each get a leaf `w<n>` beside it,
 which the bot moves the worker into before it is given a trial. BISECTOR_CGROUP=off turns
 cgroups off (a debugging aid; the isolation line says so).
 """
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-from bisector.runner.fence import LEAF, kill_cgroup, remove_cgroup
+from bisector.isolation.fence import LEAF, kill_cgroup, remove_cgroup
 
 SWITCH_ENV = "BISECTOR_CGROUP"  # a delegated cgroup v2 dir, or "off"
 GROUP_PREFIX = "bisector-"

@@ -36,7 +36,9 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from bisector.model import Measurement, ProbeStatus
-from bisector.search import SearchSettings, _merged_measurement, localize
+from bisector.search import SearchSettings, localize
+from bisector.search.drift import merged_measurement
+from bisector.search.prober import ProbeBase
 
 __all__ = ["Outlook", "SearchBasis", "outlook"]
 
@@ -219,7 +221,7 @@ def _chance(log_odds: float) -> float:
     return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, log_odds))))
 
 
-class _Replay:
+class _Replay(ProbeBase):
     """A cumulative probe that gives the recorded trials first, in order, then the world's."""
 
     def __init__(self, measured: Mapping[str, Measurement], world: _World, together: bool, shaped: bool) -> None:
@@ -227,10 +229,7 @@ class _Replay:
         self.served: dict[str, dict[str, int]] = {}
         self.drawn: dict[str, dict[str, list[float]]] = {}
         self.trials = 0  # trial processes beyond the recorded ones
-        if not together:
-            self.together = None  # type: ignore[assignment]
-        if not shaped:
-            self.shaped = None  # type: ignore[assignment]
+        self.side_by_side, self.shapes_alone = together, shaped  # the run's probe's, so the search takes its path
 
     def _serve(self, sha: str, per: Mapping[str, int], full: bool) -> Measurement:
         rec = self.measured.get(sha)
@@ -294,7 +293,7 @@ def outlook(basis: SearchBasis, measured: Mapping[str, Measurement], *, draws: i
 
 def merged(have: Measurement | None, new: Measurement) -> Measurement:
     """A commit's measurement as the search holds it after `new` (a probe of some shapes only
-    replaces those: search._merged_measurement); a SKIP does not replace trials already had."""
+    replaces those: search/drift.py merged_measurement); a SKIP does not replace trials already had."""
     if have is None or have.status is not ProbeStatus.OK:
         return new
-    return _merged_measurement(have, new) if new.status is ProbeStatus.OK else have
+    return merged_measurement(have, new) if new.status is ProbeStatus.OK else have

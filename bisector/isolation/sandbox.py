@@ -15,7 +15,7 @@ runs that once per bot process and says what held; where it fails (no unshare, u
 forbidden), commands run unsandboxed and `Isolation.describe()` says so (the fence and the
 subreapers still kill escapees), unless the run requires the sandbox (`[sandbox] require`, a fork's
 code: `enforce`, `required`): then it stops with one line instead.
-Memory and task limits are cgroups' (bisector/runner/cgroups.py), probed apart and named here.
+Memory and task limits are cgroups' (bisector/isolation/cgroups.py), probed apart and named here.
 
 BISECTOR_SANDBOX=off turns the sandbox off (a debugging aid; the isolation line then says so);
 BISECTOR_SANDBOX_WRITABLE (dirs separated by os.pathsep) names more dirs it may write (a ccache
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from bisector.errors import SandboxUnavailable
-from bisector.runner import cgroups
+from bisector.isolation import cgroups
 
 if TYPE_CHECKING:
     from bisector.config import Config
@@ -77,7 +77,7 @@ class Isolation:
     uid: int = 0  # the bot's uid
     cgroup: str = "none"  # "v2", "v1" (or hybrid), "none": what the host offers
     shm_mb: int = SHM_MB
-    # How each command's memory and tasks are limited (bisector/runner/cgroups.py), or why they are not
+    # How each command's memory and tasks are limited (bisector/isolation/cgroups.py), or why they are not
     limits: str = "memory watched from the bot only (no cgroup limits)"
 
     def describe(self) -> str:
@@ -193,7 +193,7 @@ def git_configs() -> list[Path]:
     found = [home / rel for home in homes() for rel in HOME_GIT_CONFIGS] + [Path("/etc/gitconfig")]
     if os.environ.get("XDG_CONFIG_HOME"):
         found.append(Path(os.environ["XDG_CONFIG_HOME"]) / "git" / "config")
-    from bisector.runner.instrument import bot_roots
+    from bisector.isolation.instrument import bot_roots
 
     try:
         starts = [Path.cwd()]
@@ -298,7 +298,7 @@ def wrap(argv: Sequence[str], writable: Sequence[str | Path], hidden: Sequence[s
         return list(argv)
     writable = [*writable, *(p for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p)]
     if hidden is None:
-        from bisector.runner.instrument import installed_package_dirs
+        from bisector.isolation.instrument import installed_package_dirs
 
         hidden = installed_package_dirs()
     covered = [*hidden, *credentials(), *host_unix_sockets()]
@@ -368,7 +368,7 @@ def outer_pid(inner: int, root: int | None) -> int:
     under `root` (the fence's pid); `inner` itself when there is no namespace in between."""
     if root is None:
         return inner
-    from bisector.runner.memwatch import tree
+    from bisector.isolation.memwatch import tree
 
     for pid in tree(root):
         try:
