@@ -11,10 +11,10 @@ from pathlib import Path
 
 import click
 
-from bisector.portable import exported_row
-from bisector.store import last_used as laststore
 from bisector.commands.common import fail_on_error, print_json
+from bisector.portable import exported_row
 from bisector.store import FORMATS, Store
+from bisector.store import last_used as laststore
 
 _STORE_OPTION = click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path),
                              default=None, help="SQLite store (default: $BISECTOR_STORE, else the store the last "
