@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.kernel_diff import speed
@@ -88,7 +88,8 @@ def _words(fact: str, before: object, after: object, unit: str) -> str:
     if m:
         name = f"{m.group(3)}-bit {m.group(1)} {m.group(2)}s"
     name = re.sub(r" \((approximate|precise)\)$", "", name)
-    return f"{name} {before if before is not None else 0} -> {after if after is not None else 0}{' ' + unit if unit else ''}"
+    return (f"{name} {before if before is not None else 0} -> {after if after is not None else 0}"
+            f"{' ' + unit if unit else ''}")
 
 
 def symptoms(d: KernelDiff) -> list[tuple[str, float, str]]:
@@ -96,9 +97,10 @@ def symptoms(d: KernelDiff) -> list[tuple[str, float, str]]:
     out = []
     for fact, before, after, unit in speed.moved(d.before, d.after):
         kind = _kind(fact)
-        if kind is None or not isinstance(before or 0, (int, float)) or not isinstance(after or 0, (int, float)):
+        was, now = before or 0, after or 0
+        if kind is None or not isinstance(was, (int, float)) or not isinstance(now, (int, float)):
             continue
-        size = abs(math.log((float(after or 0) + 1) / (float(before or 0) + 1)))
+        size = abs(math.log((float(now) + 1) / (float(was) + 1)))
         out.append((kind, _WEIGHT[kind] * size, _words(fact, before, after, unit)))
     return sorted(out, key=lambda s: -s[1])
 
@@ -161,7 +163,8 @@ def _changes(d: KernelDiff, diff: str) -> list[Candidate]:
         else:
             roots.append(Candidate("specialization", 0, f"`{name}` went from {before} to {after}"))
     rows = {k: (b, a) for k, b, a in d.metadata_rows() if b != a}
-    launch = [f"{k} {rows[k][0]} -> {rows[k][1]}" for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in rows]
+    launch = [f"{k} {rows[k][0]} -> {rows[k][1]}" for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+              if k in rows]
     if launch:
         roots.append(Candidate("launch", 0, ", ".join(launch)))
     roots += [Candidate("constexpr", 0, c) for c in _constants(diff)

@@ -1,4 +1,5 @@
-"""Calls that would not bind, and names nothing binds: a subset of a culprit's hunks that widens a signature without the call
+"""Calls that would not bind, and names nothing binds: a subset of a culprit's hunks that widens a
+signature without the call
 sites that fill it (or the other way round) raises `TypeError` at import or at the first call.
 
 On a real upstream the threading base of a culprit (a constructor given a new required argument,
@@ -17,8 +18,8 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 __all__ = ["Signature", "signatures", "call_errors", "new_errors"]
 
@@ -104,7 +105,8 @@ def _outer_parts(node: ast.AST) -> list[ast.AST]:
     a = node.args  # type: ignore[attr-defined]
     out += [d for d in a.defaults + a.kw_defaults if d is not None]
     out += [x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs if x.annotation is not None]
-    return out + ([node.returns] if getattr(node, "returns", None) is not None else [])
+    returns = getattr(node, "returns", None)
+    return out + ([returns] if returns is not None else [])
 
 
 def _own(scope: ast.AST) -> tuple[set[str], set[str], list[ast.AST]]:
@@ -133,9 +135,8 @@ def _own(scope: ast.AST) -> tuple[set[str], set[str], list[ast.AST]]:
             bound.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             bound.update(node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+        elif ((isinstance(node, ast.ExceptHandler) and node.name)
+              or (isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name)):
             bound.add(node.name)
         elif isinstance(node, ast.MatchMapping) and node.rest:
             bound.add(node.rest)

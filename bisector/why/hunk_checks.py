@@ -54,7 +54,7 @@ def _tied(plan: Plan, old: Source) -> Plan:
                  for i in mine}
         root = {i: i for i in mine}
 
-        def find(i: int) -> int:
+        def find(i: int, root: dict[int, int] = root) -> int:
             while root[i] != i:
                 i = root[i]
             return i

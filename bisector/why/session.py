@@ -6,7 +6,8 @@ import the pipeline that calls them (the flow stays one way: pipeline -> why, ne
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import git
 
