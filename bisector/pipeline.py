@@ -15,48 +15,57 @@ import contextlib
 import re
 import statistics
 import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar, cast
 
 import git
 
-from bisector import gitrepo, search
-from bisector.why import cause, culprit_hunks
-from bisector.search import evidence
-from bisector.search.wrong_results import WrongWindow, localize_wrong
-from bisector.search.call_timing import CallFigures, figures
-from bisector.search.decisions import decision_lines
-from bisector.search import control_outcome
-from bisector.errors import BadInput
-from bisector.paths import shown, work_dir_for
-from bisector import portable
+from bisector import gitrepo, portable, search
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config, select_shapes
-from bisector.model import (BuildStatus, Commit, Measurement, SearchResult, Shape, Step, TrialRecord,
-                            TrialStatus)
-from bisector.why.fixes import expected_trials as fixes_expected, set_up_reverts, verify_fixes
-from bisector.why.kernel_diff.collect import step_kernels
-from bisector.why.kernel_diff.regenerate import compile_commit
-from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
+from bisector.errors import BadInput
+from bisector.model import (
+    BuildResult,
+    BuildStatus,
+    Commit,
+    Measurement,
+    SearchResult,
+    Shape,
+    Step,
+    TrialRecord,
+    TrialStatus,
+)
+from bisector.paths import shown, work_dir_for
 from bisector.report import render
-from bisector.search.evidence import CommitRow
-from bisector.search.samples import run_noise, trial_metric
-from bisector.search.outlook import SearchBasis
-from bisector.why.fixes import FixResult
 from bisector.report.data import ReportData
-from bisector.search.wrong_results import WrongResult
 from bisector.runner import sandbox
 from bisector.runner.choose import Trials, offline_width, open_trials
-from bisector.runner.executor import TrialJob
-from bisector.runner.warmer import Warmer, default_parallel, precompile_executor
-from bisector.store import Store, campaign_key
+from bisector.runner.executor import TrialJob, TrialOutcome
+from bisector.runner.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
 from bisector.runner.time_spent import Stage, Throughput, from_records, summarize
-from bisector.why.facts import actions, step_moves
-from bisector.why.interactions import Interaction
+from bisector.runner.warmer import Warmer, default_parallel, precompile_executor
+from bisector.search import control_outcome, evidence
+from bisector.search.call_timing import CallFigures, figures
+from bisector.search.decisions import decision_lines
+from bisector.search.evidence import CommitRow
+from bisector.search.outlook import SearchBasis
+from bisector.search.samples import PooledNoise, run_noise, trial_metric
+from bisector.search.wrong_results import WrongResult, WrongWindow, localize_wrong
+from bisector.store import Store, campaign_key
 from bisector.store.totals import CallTotals, measured_commits, run_totals
+from bisector.why import cause, culprit_hunks
+from bisector.why.culprit_hunks import HunkFinding
+from bisector.why.facts import actions, step_moves
+from bisector.why.fixes import FixResult, OnTheTip, set_up_reverts, verify_fixes
+from bisector.why.fixes import expected_trials as fixes_expected
+from bisector.why.interactions import Interaction
+from bisector.why.kernel_diff.collect import step_kernels
+from bisector.why.kernel_diff.regenerate import compile_commit
 
 T = TypeVar("T")
 
@@ -134,7 +143,7 @@ class Session:
         return self._trials
 
     @property
-    def executor(self):  # type: ignore[no-untyped-def]
+    def executor(self) -> Any:  # runner.choose.Trials holds whichever executor the config names
         return self.trials.executor
 
     def width(self) -> int:
@@ -155,7 +164,8 @@ class Session:
         return StoreProbe(self.campaign, self.config.shapes if shapes is None else shapes, self.store,
                           self.prefetcher, _Lazy(self), seed=self.config.protocol.seed, patch=patch,
                           patch_hash=patch_hash, recipe=self.config.build.recipe,
-                          cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.decision_of(s.suite) for s in self.config.shapes},
+                          cold_jit=bool(self.config.protocol.jit_cache_env),
+                          metric={s.suite: self.config.thresholds.decision_of(s.suite) for s in self.config.shapes},
                           offline=self.offline if offline is None else offline, max_crashes=max_crashes,
                           on_event=self.observer, where=self.where, warmer=self.warmer,
                           latency_steps=self.config.thresholds.latency_steps == "host-bound")
@@ -195,16 +205,17 @@ class _Lazy:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def submit(self, job: TrialJob) -> Future:
-        return self.session.executor.submit(job)
+    def submit(self, job: TrialJob) -> Future[TrialOutcome]:
+        future: Future[TrialOutcome] = self.session.executor.submit(job)
+        return future
 
-    def cancel(self, future: Future) -> None:
+    def cancel(self, future: Future[TrialOutcome]) -> None:
         self.session.executor.cancel(future)
 
     def renew_lineage(self) -> int:
         """A new worker lineage where the executor has one (not the dask executor's: 0, any worker)."""
         renew = getattr(self.session.executor, "renew_lineage", None)
-        return renew() if renew is not None else 0
+        return int(renew()) if renew is not None else 0
 
 
 class _RemoteBuilds:
@@ -213,8 +224,11 @@ class _RemoteBuilds:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def build(self, sha: str, patch: str | None = None):  # type: ignore[no-untyped-def]
-        return self.session.trials.builds.build(sha, patch)
+    def build(self, sha: str, patch: str | None = None) -> BuildResult:
+        builds = self.session.trials.builds
+        assert builds is not None  # an executor whose workers build (dask)
+        result: BuildResult = builds.build(sha, patch)
+        return result
 
 
 class Prefetching:
@@ -241,7 +255,7 @@ class Prefetching:
     def prefetch(self, shas: Sequence[str]) -> None:
         self.probe.prefetch(shas)
 
-    def independent(self) -> ContextManager[None]:
+    def independent(self) -> AbstractContextManager[None]:
         return self.probe.independent()
 
     def expect_steps(self, found: Sequence[tuple[str, Mapping[str, float]]]) -> None:
@@ -258,10 +272,10 @@ class Prefetching:
         self.prefetcher.prefetch([self.order[(i + j) // 2] for j in neighbours if abs(i - j) > 1])
 
 
-def beside(work: Callable[[], T], background: bool) -> Future:
+def beside(work: Callable[[], T], background: bool) -> Future[T]:
     """`work`'s result as a future: on a thread of its own while the caller goes on, or done now."""
     if not background:
-        done: Future = Future()
+        done: Future[T] = Future()
         done.set_result(work())
         return done
     pool = ThreadPoolExecutor(1, thread_name_prefix="beside")
@@ -280,9 +294,18 @@ def search_settings(config: Config) -> search.SearchSettings:
                                  anchor_s=config.protocol.drift_anchor_s, zone=config.thresholds.indifference_zone)
 
 
+def search_basis(order: Sequence[str], settings: search.SearchSettings, measure: object) -> SearchBasis:
+    """What the search runs on, as the outlook runs it again: with the probe's optional powers."""
+    return SearchBasis(tuple(order), settings, together=getattr(measure, "together", None) is not None,
+                       shaped=getattr(measure, "shaped", None) is not None)
+
+
 def with_prs(result: SearchResult, commits: Sequence[Commit]) -> SearchResult:
     prs = {c.sha: c.pr for c in commits}
-    fix = lambda steps: tuple(replace(s, pr=prs.get(s.commit)) for s in steps)  # noqa: E731
+
+    def fix(steps: Sequence[Step]) -> tuple[Step, ...]:
+        return tuple(replace(s, pr=prs.get(s.commit)) for s in steps)
+
     return replace(result, steps=fix(result.steps), dropped=fix(result.dropped))
 
 
@@ -295,14 +318,14 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
     try:
         plotting = render.PlotPool.for_shapes(len(config.shapes))
         if not options.offline:
-            session.trials  # the trial workers' imports (torch, triton: seconds) overlap the listing and builds
+            _ = session.trials  # the trial workers' imports (torch, triton: seconds) overlap the listing and builds
         if plotting is None:
             render.import_plotting_in_background()
         commits = gitrepo.commit_range(session.repo, options.good, options.bad)
         session.store.add_commits(session.campaign, commits)
         order = [c.sha for c in commits]
         probe = session.probe()
-        measure = probe
+        measure: StoreProbe | Prefetching = probe
         # On the CPU a background build would steal the trials' cores (unless the config asks for
         # prefetches: a warmer then exists); offline nothing is built.
         if (config.device != "cpu" or session.warmer is not None) and not options.offline:
@@ -310,11 +333,9 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
             measure = Prefetching(probe, session.prefetcher, order,
                                   expect=lambda found: set_up_reverts(session, order[-1], found) if options.verify_fixes
                                   else None)
-        settings = replace(search_settings(config), width=session.width())
-        basis = SearchBasis(tuple(order), settings, together=getattr(measure, "together", None) is not None,
-                            shaped=getattr(measure, "shaped", None) is not None)
+        basis = search_basis(order, replace(search_settings(config), width=session.width()), measure)
         with session.stage("search", basis=basis):
-            result = with_prs(search.localize(order, measure, settings), commits)
+            result = with_prs(search.localize(order, measure, basis.settings), commits)
             windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
         # the JIT caches of the steps' commits, kept beside the report before a later run empties them
@@ -328,14 +349,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         # the trial noise the search measured per shape: what the later stages decide their few
         # side-by-side trials on (samples.compare_pooled)
         noise = run_noise(result.measurements.values(), (k for s in result.steps for k in s.shapes))
-        fixes, patches, found, interactions = (), {}, (), ()
-        if options.verify_fixes:
-            with session.stage("fixes", fixes_expected(result, config)):
-                on_tip = verify_fixes(session, result, commits, out, taken, noise)
-                fixes, patches, interactions = on_tip.fixes, dict(on_tip.patches), on_tip.interactions
-        if options.find_hunks:
-            with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
-                found = culprit_hunks.find_hunks(session, result.steps, taken, out, noise)
+        on_tip, found = _later_stages(session, options, result, commits, out, taken, noise)
+        fixes, patches, interactions = on_tip.fixes, dict(on_tip.patches), on_tip.interactions
         kernels = kernels_later.result()
         causes = cause.for_steps(kernels, found, lambda sha: gitrepo.commit_diff(session.repo, sha))
         throughput = session.throughput(order)
@@ -344,8 +359,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
                            this_call_trials=0 if options.offline else throughput.trials)
         data = replace(data, hunks=found, throughput=throughput, kernels=kernels, causes=causes,
                        isolation=sandbox.run_isolation(config.device),
-                       fresh_lineage=any(int((t.protocol.get("worker") or {}).get("lineage") or 0) > 0
-                                         for s in result.steps for t in probe.stored(s.commit)))
+                       fresh_lineage=_fresh_lineage(result.steps, probe))
         drawing = plotting.render(data, out) if plotting is not None else ()
         write_trials_csv(session, commits, out / render.CSV_NAME, out)  # while the plots are drawn
         render.write_report(data, out, drawing)
@@ -356,14 +370,40 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         session.close()
 
 
+def _later_stages(session: Session, options: RunOptions, result: SearchResult, commits: Sequence[Commit], out: Path,
+                  taken: Taken, noise: Mapping[str, PooledNoise | None]) -> tuple[OnTheTip, tuple[HunkFinding, ...]]:
+    """The stages after the search the options ask for: each regression's revert checked on the tip,
+    and the hunks of each culprit that carry its step."""
+    on_tip = OnTheTip()
+    found: tuple[HunkFinding, ...] = ()
+    if options.verify_fixes:
+        with session.stage("fixes", fixes_expected(result, session.config)):
+            on_tip = verify_fixes(session, result, commits, out, taken, noise)
+    if options.find_hunks:
+        with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
+            found = culprit_hunks.find_hunks(session, result.steps, taken, out, noise)
+    return on_tip, found
+
+
+def _fresh_lineage(steps: Sequence[Step], probe: StoreProbe) -> bool:
+    """Whether a step's trials ran in a renewed worker lineage (the report says so)."""
+    for s in steps:
+        for t in probe.stored(s.commit):
+            worker = t.protocol.get("worker")
+            if isinstance(worker, Mapping) and int(worker.get("lineage") or 0) > 0:
+                return True
+    return False
+
+
 def metric_by_suite(config: Config) -> dict[str, str]:
     """What the steps were tested on, per suite: "ratio", "speed", "latency_ratio" or "latency_speed"."""
     return {s.suite: config.thresholds.decision_of(s.suite) for s in config.shapes}
 
 
-def call_figures(trials: Sequence[TrialRecord], keys: Sequence[str], measured: Sequence[str]) -> tuple[CallFigures, ...]:
+def call_figures(trials: Sequence[TrialRecord], keys: Sequence[str],
+                 measured: Sequence[str]) -> tuple[CallFigures, ...]:
     """Per shape, kernel time, latency and host time at the first and last measured commits."""
-    ends = list(dict.fromkeys(measured[:1] + measured[-1:]))
+    ends = list(dict.fromkeys([*measured[:1], *measured[-1:]]))
     return tuple(f for key in keys for sha in ends if (f := figures(trials, key, sha)) is not None)
 
 
@@ -376,8 +416,8 @@ def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path, re
     where = portable.roots(session.work, **({} if gitrepo.is_url(repo) else {"upstream": repo}))
     upstream = shown_upstream(repo, report_dir or path.parent)
 
-    def row(r: dict) -> dict:
-        r = dict(portable.scrub_value(r, where, session.work))  # type: ignore[arg-type]
+    def row(r: dict[str, Any]) -> dict[str, Any]:
+        r = dict(cast("dict[str, Any]", portable.scrub_value(r, where, session.work)))  # a dict in, a dict out
         r["campaign"] = f"{session.config.name}:{upstream}"
         return r
 
@@ -387,7 +427,7 @@ def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path, re
 def report_path(config: Config, options: RunOptions) -> Path:
     if options.report_dir:
         return Path(options.report_dir)
-    return Path(config.report_dir) / f"{datetime.now(timezone.utc):%Y-%m-%d}-{config.name}"
+    return Path(config.report_dir) / f"{datetime.now(UTC):%Y-%m-%d}-{config.name}"
 
 
 def median_by_shape(trials: Sequence[TrialRecord], attr: str) -> dict[str, float]:
@@ -443,21 +483,21 @@ def _levels_as_shown(step: Step, by_sha: Mapping[str, Sequence[TrialRecord]], me
     return replace(step, levels=levels)
 
 
-def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
-                wall_s: float, options: RunOptions, probe: StoreProbe,
-                windows: Sequence[WrongWindow] = (), report_dir: Path | None = None,
-                interactions: Sequence[Interaction] = (), this_call_trials: int = 0) -> ReportData:
-    config, store = session.config, session.store
-    out = report_dir or report_path(config, options)
-    keys = tuple(s.key for s in config.shapes)
-    metric_of = {s.key: config.thresholds.decision_of(s.suite) for s in config.shapes}
-    every = store.trials(session.campaign)
-    measured = measured_commits(every, keys)
-    by_sha: dict[str, list[TrialRecord]] = {}
-    for t in every:
-        if t.patch_hash is None and t.shape in keys:
-            by_sha.setdefault(t.sha, []).append(t)
-    rows, wrong, machine = [], [], {}
+_OFFLINE_NOTE = ("Replayed offline from the stored trials: no commit was built or measured for this report. "
+                 "The search, the verification of each step, the reverts and the hunks are replayed as far as "
+                 "the run measured them: a step whose fresh trials were never taken is unverified, commits "
+                 "the search asked for that were never measured are skipped (not measured), and a hunk "
+                 "search the run did not finish says where it stopped.")
+
+
+def _commit_rows(commits: Sequence[Commit], by_sha: Mapping[str, Sequence[TrialRecord]], measured: Collection[str],
+                 keys: tuple[str, ...], metric_of: Mapping[str, str],
+                 ) -> tuple[list[CommitRow], list[WrongResult], dict[str, object]]:
+    """The report's row of each measured commit, each (commit, shape) that gave wrong results, and
+    the machine of the first measured commit's trials."""
+    rows: list[CommitRow] = []
+    wrong: list[WrongResult] = []
+    machine: dict[str, object] = {}
     for commit in commits:
         trials = by_sha.get(commit.sha, [])
         ok = [t for t in trials if t.status is TrialStatus.OK]
@@ -473,6 +513,24 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
                               {k: tuple(t.subject_tflops for t in ok if t.shape == k and t.subject_tflops)
                                for k in keys},
                               evidence.metric_samples(ok, keys, metric_of.__getitem__)))
+    return rows, wrong, machine
+
+
+def report_data(session: Session, commits: Sequence[Commit], result: SearchResult, fixes: Sequence[FixResult],
+                wall_s: float, options: RunOptions, probe: StoreProbe,
+                windows: Sequence[WrongWindow] = (), report_dir: Path | None = None,
+                interactions: Sequence[Interaction] = (), this_call_trials: int = 0) -> ReportData:
+    config, store = session.config, session.store
+    out = report_dir or report_path(config, options)
+    keys = tuple(s.key for s in config.shapes)
+    metric_of = {s.key: config.thresholds.decision_of(s.suite) for s in config.shapes}
+    every = store.trials(session.campaign)
+    measured = measured_commits(every, keys)
+    by_sha: dict[str, list[TrialRecord]] = {}
+    for t in every:
+        if t.patch_hash is None and t.shape in keys:
+            by_sha.setdefault(t.sha, []).append(t)
+    rows, wrong, machine = _commit_rows(commits, by_sha, measured, keys, metric_of)
     skipped = {sha: probe.build_results[sha].log_tail if sha in probe.build_results and
                probe.build_results[sha].status is BuildStatus.FAILED else result.measurements[sha].reason
                for sha in result.skipped}
@@ -501,10 +559,6 @@ def report_data(session: Session, commits: Sequence[Commit], result: SearchResul
         metric=metric_by_suite(config), calls=call_figures(store.trials(session.campaign, patch_hash=None), keys,
                                                        [r.commit.sha for r in rows]),
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(windows),
-        notes=options.notes + (("Replayed offline from the stored trials: no commit was built or measured for this report. "
-                "The search, the verification of each step, the reverts and the hunks are replayed as far as "
-                "the run measured them: a step whose fresh trials were never taken is unverified, commits "
-                "the search asked for that were never measured are skipped (not measured), and a hunk "
-                "search the run did not finish says where it stopped.",) if options.offline else ())
+        notes=options.notes + ((_OFFLINE_NOTE,) if options.offline else ())
         + control_outcome.notes((t for t in store.trials(session.campaign, patch_hash=None) if t.shape in keys),
                                 config.control))
