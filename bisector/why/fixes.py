@@ -296,11 +296,12 @@ def _grow(now: _Slice, parents: dict[str, _Slice], reverts: dict[str, _Slice],
     "26% still missing"); while a group's pair is unclear, its combinations and single reverts do.
     Each revert and each group is judged on the rounds it was measured in: the first n trials of
     the tip and of every other build it is compared with. The tip's slice grown; the others in place."""
+    grown = _more(now, more, taken)
     parents.update({sha: _more(parents[sha], more, taken) for sha in {s.parent for s in live}})
     reverts.update({s.commit: _more(reverts[s.commit], more, taken) for s in live})
     for i in open_groups:
         combos[i] = {c: _more(sl, more, taken) for c, sl in combos[i].items()}
-    return _more(now, more, taken)
+    return grown
 
 
 def _fix_results(steps: Sequence[Step], patches: Mapping[str, Path], failed: Mapping[str, str],
