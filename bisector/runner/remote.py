@@ -26,7 +26,7 @@ from bisector import gitrepo
 from bisector.build import Builder
 from bisector.config import Config
 from bisector.model import BuildResult, BuildStatus, Shape, TrialRecord, TrialStatus
-from bisector.runner.executor import Executor, TrialJob, TrialOutcome, Timeline
+from bisector.runner.executor import Executor, Timeline, TrialJob, TrialOutcome
 
 DEVICE_ENV = "BISECTOR_DEVICE"  # the device a worker owns (default 0)
 WORK_ENV = "BISECTOR_WORKER_DIR"  # a worker's own work dir (default: the bot's, for a cluster on its host)
