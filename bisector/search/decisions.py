@@ -9,8 +9,8 @@ Pure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from bisector.model import LATENCY_KEY, SearchResult, Step, base_shape
 from bisector.search.drift import DriftFinding
@@ -51,7 +51,8 @@ def latency_pairs(steps: tuple[Step, ...]) -> list[str]:
             if not key.endswith(LATENCY_KEY):
                 continue
             kernel = s.change_pct.get(base_shape(key))
-            line = f"{base_shape(key)} at {_short(s.commit)}: eager callers {_per_call(s.change_pct[key]):+.0f}% per call"
+            line = (f"{base_shape(key)} at {_short(s.commit)}: eager callers {_per_call(s.change_pct[key]):+.0f}% "
+                    "per call")
             out.append(line + (f"; the kernel itself {_per_call(kernel):+.0f}%" if kernel is not None else
                                "; the kernel itself not moved by the minimum step"))
     return out
@@ -69,5 +70,6 @@ def decision_lines(result: SearchResult) -> list[str]:
         steps = sorted(set(d.min_step.values()))
         lines.append("no step >= " + "/".join(f"{v:g}%" for v in steps))
     zone = [f"{z.shape} {_short(z.before)}..{_short(z.after)}: {z.line()}" for z in d.zone]
-    lines += zone[:ZONE_LINES] + ([f"... and {len(zone) - ZONE_LINES} more pairs in the zone"] if len(zone) > ZONE_LINES else [])
+    lines += zone[:ZONE_LINES] + ([f"... and {len(zone) - ZONE_LINES} more pairs in the zone"]
+                                  if len(zone) > ZONE_LINES else [])
     return lines

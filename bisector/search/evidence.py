@@ -9,8 +9,8 @@ Pure: TrialRecords and a SearchResult in, report dataclasses out. The pipeline c
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from bisector.model import Commit, Comparison, SearchResult, TrialRecord, TrialStatus
 from bisector.search.call_timing import latency_tflops

@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from bisector.model import Measurement, ProbeStatus
-from bisector.search import SearchSettings, _merged_measurement, localize
+from bisector.search import SearchSettings, localize
+from bisector.search.drift import merged_measurement as _merged_measurement
 
 __all__ = ["Outlook", "SearchBasis", "outlook"]
 
@@ -121,7 +122,8 @@ class _World:
     def _between(self, a: int, b: int) -> int:
         return int(a + 1 + math.floor(self.rng.random() * (b - a)))
 
-    def _levels(self, shape: str, drawn: Mapping[int, list[tuple[int, set[str]]]]) -> tuple[list[int], list[float], list[int]]:
+    def _levels(self, shape: str,
+                drawn: Mapping[int, list[tuple[int, set[str]]]]) -> tuple[list[int], list[float], list[int]]:
         """The shape's measured commits, their levels and the commits its steps sit at: measured
         commits with no step between them share one level (their trials pooled)."""
         logs = self.logs[shape]
@@ -234,7 +236,7 @@ class _Replay:
 
     def _serve(self, sha: str, per: Mapping[str, int], full: bool) -> Measurement:
         rec = self.measured.get(sha)
-        if rec is not None and rec.status is not ProbeStatus.OK or rec is None and self.world.fails_at(sha):
+        if (rec is not None and rec.status is not ProbeStatus.OK) or (rec is None and self.world.fails_at(sha)):
             return Measurement(sha, ProbeStatus.SKIP, reason="replayed")
         wrong = rec.wrong if rec is not None else self.world.wrong_at(sha)
         served = self.served.setdefault(sha, {})
