@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 # mallopt() parameters (glibc malloc.h)
 M_TRIM_THRESHOLD = -1

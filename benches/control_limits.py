@@ -27,7 +27,8 @@ is gfx950's dense kernel built for head_dim 128 (`_build_dense_fp8`), with no va
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from benches import shapes
 
@@ -62,7 +63,10 @@ def aiter_attention_refusal(g: shapes.Attention) -> tuple[str, str] | None:
                              f"{', '.join(map(str, AITER_PAGE_SIZES))} only, got {g.page_size}")
     vector = _VECTOR_BYTES // _ELEMENT_BYTES[g.dtype]
     if g.head_dim % vector:
-        return "D", f"aiter's batch prefill needs a {g.dtype} head size that is a multiple of {vector}, got {g.head_dim}"
+        return (
+            "D",
+            f"aiter's batch prefill needs a {g.dtype} head size that is a multiple of {vector}, got {g.head_dim}",
+        )
     return None
 
 

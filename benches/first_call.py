@@ -15,7 +15,8 @@ import builtins
 import contextlib
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 class _Clock:
@@ -29,7 +30,7 @@ class _Clock:
     def timed_import(self, real: Any) -> Any:
         """`builtins.__import__` with the outermost import of a module not yet loaded timed."""
 
-        def importer(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        def importer(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:  # noqa: A002 - builtins.__import__'s own parameter names
             if self._depth or self._jit_start is not None or (level == 0 and name in sys.modules and not fromlist):
                 return real(name, globals, locals, fromlist, level)
             self._depth += 1

@@ -15,8 +15,8 @@ import gzip
 import os
 import re
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 __all__ = ["loaded_files", "module_files", "kernel_sources"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 GRAPH = "cuda_graph"
 PROFILER = "profiler"

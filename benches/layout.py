@@ -10,7 +10,8 @@ each result records it (`input_page_offsets`) so that a slow build can be checke
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 PAGE = 4096
 

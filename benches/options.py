@@ -8,7 +8,7 @@ An adapter that is not listed passes its options through unchecked.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 # FlyDSL, read at ROCm/FlyDSL cf1db2fe..4521c8cb (the signatures did not change in that range).
 # `compile_preshuffle_gemm(*, N, K, tile_m, tile_n, tile_k, in_dtype, out_dtype, epilogue,

@@ -19,8 +19,9 @@ before) with `scaling` per tensor, per row (A's rows, B's columns) or per block 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 ATTN_KEYS = ("name", "B", "H", "Hkv", "S", "Sq", "Sk", "D", "causal", "dtype", "varlen", "page_size")
 GEMM_KEYS = ("name", "M", "N", "K", "dtype", "dtype_b", "layout", "tile", "scaling", "batch", "groups")
@@ -119,7 +120,7 @@ def normalize_attention(row: Mapping[str, Any]) -> dict[str, Any]:
         if "S" in row or "Sk" in row:
             raise ShapeError("varlen", "gives the key lengths: leave out S and Sk")
         params["varlen"] = varlen_lengths(row["varlen"], params["B"])
-    elif "Sq" not in params and "S" not in params or "Sk" not in params and "S" not in params:
+    elif ("Sq" not in params and "S" not in params) or ("Sk" not in params and "S" not in params):
         raise ShapeError("S", "missing (give S, or Sq and Sk, or varlen)")
     if "page_size" in row:
         params["page_size"] = _int(row, "page_size")

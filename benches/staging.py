@@ -11,8 +11,9 @@ import contextlib
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -46,7 +47,7 @@ class OpenGate:
 
 
 @contextlib.contextmanager
-def briefly(gate: Gate, phase: "Phases", sync: Callable[[], None] = lambda: torch.cuda.synchronize(),
+def briefly(gate: Gate, phase: Phases, sync: Callable[[], None] = lambda: torch.cuda.synchronize(),
             name: str = "staging") -> Iterator[None]:
     """The device held for a setup's kernels (its inputs drawn), its work finished before it is given
     back. Why: on the H200 another process's input draws (random fills, kernels time-sliced with the
@@ -113,7 +114,7 @@ def _control_failure(exc: BaseException, sync: Callable[[], None]) -> str:
     print(traceback.format_exc(), file=sys.stderr, flush=True)
     try:
         sync()
-    except Exception:
+    except Exception:  # noqa: BLE001 - anything the sync raises: the first error is the one reported
         raise exc from None
     cause = exc.__cause__ if isinstance(exc, ControlFailed) and exc.__cause__ is not None else exc
     return (str(cause) if isinstance(cause, BackendUnavailable) else f"{type(cause).__name__}: {cause}")[:TRACE_CHARS]
@@ -144,7 +145,7 @@ def stage_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], c
             ctrl = control.prepare(name, inputs) if control is not None else None
         else:
             ctrl = _brought_control(name, suite, inputs)
-    except Exception as exc:  # the control's, not the subject's
+    except Exception as exc:  # noqa: BLE001 - the control's, not the subject's
         control_error = _control_failure(exc, clock_sync)
     clock_sync()
     return Staged(inputs, subj, ctrl, control_error)

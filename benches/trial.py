@@ -22,23 +22,44 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
 from benches import allocator, backends, first_call, import_trace, layout, machine, suites, telemetry
-from benches.staging import (  # noqa: F401 - the setup's parts, also named as trial.<name> by their callers
-    STAGING_RESERVE, TRACE_CHARS, WARMING_FLOOR, ControlFailed, Gate, OpenGate, Phases, Staged, _brought_control,
-    _control_failure, _give_back_warming, _guarded, _precompiled, _stage_all, _stageable, briefly, captured,
-    precompile, precompile_only, stage_shape, staging_choice, subject_specs)
 from benches.backends.base import Backend, BackendUnavailable
 from benches.correctness import compare
 from benches.kernel_time import CallTimes, KernelTimes
+from benches.staging import (  # noqa: F401 - the setup's parts, also named as trial.<name> by their callers
+    STAGING_RESERVE,
+    TRACE_CHARS,
+    WARMING_FLOOR,
+    ControlFailed,
+    Gate,
+    OpenGate,
+    Phases,
+    Staged,
+    _brought_control,
+    _control_failure,
+    _give_back_warming,
+    _guarded,
+    _precompiled,
+    _stage_all,
+    _stageable,
+    briefly,
+    captured,
+    precompile,
+    precompile_only,
+    stage_shape,
+    staging_choice,
+    subject_specs,
+)
 from benches.suites.dtypes import TOLERANCES
 from benches.timing import Clock, device_ratio, flush_bytes, tflops
-from benches.warm_cache import warm_fields, wants_warm
+from benches.warm_cache import wants_warm, warm_fields
 
 DEFAULT_TOLERANCE = (1e-2, 1e-2)  # a brought suite's shape with no dtype the defaults know
 JIT_ENV = ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR", "FLYDSL_RUNTIME_ENABLE_CACHE", "TRITON_INTERPRET")
@@ -204,7 +225,7 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
                 ref, result["control_first_s"] = clock.wall(ctrl.run)
                 expected = None if skip_check else ctrl.output(ref)
                 del ref
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure of the control's is recorded, not raised
                 ctrl, control_error = None, _control_failure(exc, clock.sync)
     if skip_check:
         result.update(check="skipped: this commit's output passed in an earlier trial", tolerance=[atol, rtol])
@@ -296,7 +317,7 @@ def _load_suites(spec: Mapping[str, Any]) -> dict[str, BaseException]:
     for name, ref in (spec.get("suite_modules") or {}).items():
         try:
             suites.load(name, ref["module"], ref.get("path"))
-        except Exception as exc:  # the suite does not import here: its shapes record why
+        except Exception as exc:  # noqa: BLE001 - the suite does not import here: its shapes record why
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             failed[name] = BackendUnavailable("suite", str(exc)) if isinstance(exc, suites.SuiteUnavailable) else exc
     return failed
@@ -315,7 +336,7 @@ def _load_subjects(spec: Mapping[str, Any], device: str) -> dict[str, Backend | 
             if load is not None:
                 load()
             out[suite] = backend
-        except Exception as exc:  # the commit under test does not import: its shapes record why
+        except Exception as exc:  # noqa: BLE001 - the commit under test does not import: its shapes record why
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             out[suite] = exc
     return out
@@ -332,7 +353,7 @@ def _pytest_shapes(shape: Mapping[str, Any], spec: Mapping[str, Any], out_path: 
         try:
             return pytest_bench.measure(group, subject_specs(spec)[name], spec["source_dirs"][0], out_path.parent,
                                         spec["reps"], spec["warmup"], str(spec.get("sha", "")), timer)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - code under test may raise anything; its shapes record it
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             return [_failure(s["key"], exc) for s in group]
 
@@ -365,7 +386,7 @@ def _measured(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clo
     for attempt in range(OOM_RETRIES + 1):
         try:
             return measure_shape(shape, index, spec, clock, subject, control, phase, control_error, staged, checked)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - code under test may raise anything; the shape records it
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             if not (isinstance(exc, torch.cuda.OutOfMemoryError) and attempt < OOM_RETRIES):
                 return _failure(shape["key"], exc)
@@ -434,7 +455,7 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
             with phase("control_load"):
                 if any(s["suite"] in suites.SUITES for s in spec["shapes"]):
                     control = backends.control(spec["control"], device)
-        except Exception as exc:  # the control's: the built-in suites' subjects are timed alone and say why
+        except Exception as exc:  # noqa: BLE001 - the control's: the built-in suites' subjects are timed alone and say why
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             control_error = str(exc) if isinstance(exc, BackendUnavailable) else f"{type(exc).__name__}: {exc}"
         # The checkout goes on sys.path only now: the control's imports resolve to the installed

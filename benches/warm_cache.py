@@ -10,7 +10,8 @@ in turn; its ratio is what the search tests as the shape's warm view (bisector/s
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from benches.timing import Clock
 

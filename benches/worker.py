@@ -30,14 +30,15 @@ import ctypes
 import importlib
 import json
 import os
-import signal
 import shutil
+import signal
 import socket
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -277,7 +278,7 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, 4096, 1)
-        except socket.timeout:
+        except TimeoutError:
             data, fds = b"", []
             _reap(control, children)
             if retired and not children:

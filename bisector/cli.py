@@ -31,7 +31,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.commands or cmd_name not in _COMMANDS:
             return super().get_command(ctx, cmd_name)
-        command = importlib.import_module(f"bisector.commands.{_COMMANDS[cmd_name]}").command
+        command: click.Command = importlib.import_module(f"bisector.commands.{_COMMANDS[cmd_name]}").command
         self.add_command(command, cmd_name)
         return command
 

@@ -117,7 +117,7 @@ def resolve(repo: git.Repo, ref: str) -> str:
     """Full SHA of a ref, a short SHA, or a remote branch name."""
     for candidate in (ref, f"origin/{ref}"):
         try:
-            return repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}")
+            return str(repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}"))
         except git.GitCommandError:
             continue
     raise RefError(f"unknown ref {ref!r} in {repo.working_dir or repo.git_dir}")
@@ -134,7 +134,7 @@ def commit_range(repo: git.Repo, good: str, bad: str) -> tuple[Commit, ...]:
     good_sha, bad_sha = resolve(repo, good), resolve(repo, bad)
     if good_sha == bad_sha:
         raise RefError(f"empty range: {good} and {bad} are the same commit")
-    if not repo.is_ancestor(good_sha, bad_sha):
+    if not repo.is_ancestor(repo.commit(good_sha), repo.commit(bad_sha)):
         raise RefError(f"{good} is not an ancestor of {bad}")
     shas = repo.git.rev_list("--first-parent", "--reverse", f"{good_sha}..{bad_sha}").split()
     if not shas:
@@ -154,17 +154,17 @@ def merge_base(repo: git.Repo, a: str, b: str) -> str:
 
 def commit_diff(repo: git.Repo, sha: str) -> str:
     """The diff of one commit against its first parent, as a patch text."""
-    return repo.git.diff(f"{sha}^1", sha, "--binary", "--full-index") + "\n"
+    return str(repo.git.diff(f"{sha}^1", sha, "--binary", "--full-index")) + "\n"
 
 
 def revert_patch(repo: git.Repo, sha: str) -> str:
     """The reverse diff of one commit against its first parent, as a patch text."""
-    return repo.git.diff(sha, f"{sha}^1", "--binary", "--full-index") + "\n"
+    return str(repo.git.diff(sha, f"{sha}^1", "--binary", "--full-index")) + "\n"
 
 
 def file_at(repo: git.Repo, sha: str, path: str) -> str | None:
     """A file's text at a commit; None where the commit has no such file (or it is not text)."""
     try:
-        return repo.git.show(f"{sha}:{path}", stdout_as_string=True, strip_newline_in_stdout=False)
+        return str(repo.git.show(f"{sha}:{path}", stdout_as_string=True, strip_newline_in_stdout=False))
     except (git.GitCommandError, UnicodeDecodeError):
         return None

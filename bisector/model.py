@@ -6,8 +6,9 @@ The flow is one way: config -> Commit -> BuildResult -> TrialRecord -> Measureme
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 class Verdict(enum.Enum):
@@ -64,7 +65,8 @@ def min_step_for(shape: str, default: float, by: Mapping[str, float]) -> float:
     GEMM whose trials vary by 2% from process to process pays ~8 trials a commit to settle a 3% step
     that a large GEMM at 0.5% settles in one; a shape's own resolution keeps it from setting every
     commit's price. A latency or warm shape ("gemm/decode:latency") has its own entry, else its shape's."""
-    return by.get(shape) or for_shape(base_shape(shape), default, by)
+    step: float = by.get(shape) or for_shape(base_shape(shape), default, by)
+    return step
 
 
 # A shape's call latency decided on as a shape of its own ("gemm/decode" -> "gemm/decode:latency"):

@@ -16,41 +16,43 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar, cast
 
 import git
 
-from bisector import gitrepo, search
-from bisector.why import cause, culprit_hunks
-from bisector.search.wrong_results import WrongWindow, localize_wrong
-from bisector.errors import BadInput
-from bisector.paths import work_dir_for
-from bisector import portable
+from bisector import gitrepo, portable, search
 from bisector.build import Builder, Prefetcher
 from bisector.config import Config, select_shapes
-from bisector.model import (Commit, Measurement, SearchResult, Shape)
-from bisector.why.fixes import expected_trials as fixes_expected, set_up_reverts, verify_fixes
+from bisector.errors import BadInput
+from bisector.estimate.outlook import SearchBasis
+from bisector.isolation import sandbox
+from bisector.measure.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
+from bisector.measure.time_spent import Stage, Throughput, from_records, summarize
+from bisector.measure.warmer import Warmer, precompile_executor
+from bisector.model import BuildResult, Commit, Measurement, SearchResult, Shape, Step
+from bisector.paths import work_dir_for
+from bisector.report import render
+from bisector.report.assemble import RunFacts, StageResults, median_by_shape, report_data, shown_upstream
+from bisector.report.data import ReportData
+from bisector.runner.choose import Trials, offline_width, open_trials
+from bisector.runner.executor import TrialJob, TrialOutcome
+from bisector.runner.launch import default_parallel
+from bisector.search.prober import Prober
+from bisector.search.samples import PooledNoise, run_noise
+from bisector.search.wrong_results import WrongWindow, localize_wrong
+from bisector.store import Store, campaign_key
+from bisector.why import cause, culprit_hunks
+from bisector.why.culprit_hunks import HunkFinding
+from bisector.why.fixes import FixResult, OnTheTip, set_up_reverts, verify_fixes
+from bisector.why.fixes import expected_trials as fixes_expected
 from bisector.why.kernel_diff.collect import step_kernels
 from bisector.why.kernel_diff.regenerate import compile_commit
-from bisector.measure.probe import MAX_CRASHES, ProbeEvent, StoreProbe, Taken
-from bisector.report import render
-from bisector.search.prober import Prober
-from bisector.search.samples import run_noise
-from bisector.estimate.outlook import SearchBasis
-from bisector.why.fixes import FixResult
-from bisector.report.data import ReportData
-from bisector.report.assemble import RunFacts, StageResults, median_by_shape, report_data, shown_upstream
-from bisector.isolation import sandbox
-from bisector.runner.choose import Trials, offline_width, open_trials
-from bisector.runner.executor import TrialJob
-from bisector.measure.warmer import Warmer, precompile_executor
-from bisector.runner.launch import default_parallel
-from bisector.store import Store, campaign_key
-from bisector.measure.time_spent import Stage, Throughput, from_records, summarize
 
 T = TypeVar("T")
 
@@ -128,7 +130,7 @@ class Session:
         return self._trials
 
     @property
-    def executor(self):  # type: ignore[no-untyped-def]
+    def executor(self) -> Any:  # runner.choose.Trials holds whichever executor the config names
         return self.trials.executor
 
     def width(self) -> int:
@@ -189,16 +191,17 @@ class _Lazy:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def submit(self, job: TrialJob) -> Future:
-        return self.session.executor.submit(job)
+    def submit(self, job: TrialJob) -> Future[TrialOutcome]:
+        future: Future[TrialOutcome] = self.session.executor.submit(job)
+        return future
 
-    def cancel(self, future: Future) -> None:
+    def cancel(self, future: Future[TrialOutcome]) -> None:
         self.session.executor.cancel(future)
 
     def renew_lineage(self) -> int:
         """A new worker lineage where the executor has one (not the dask executor's: 0, any worker)."""
         renew = getattr(self.session.executor, "renew_lineage", None)
-        return renew() if renew is not None else 0
+        return int(renew()) if renew is not None else 0
 
 
 class _RemoteBuilds:
@@ -207,8 +210,11 @@ class _RemoteBuilds:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def build(self, sha: str, patch: str | None = None):  # type: ignore[no-untyped-def]
-        return self.session.trials.builds.build(sha, patch)
+    def build(self, sha: str, patch: str | None = None) -> BuildResult:
+        builds = self.session.trials.builds
+        assert builds is not None  # an executor whose workers build (dask)
+        result: BuildResult = builds.build(sha, patch)
+        return result
 
 
 class Prefetching:
@@ -236,7 +242,7 @@ class Prefetching:
     def prefetch(self, shas: Sequence[str]) -> None:
         self.probe.prefetch(shas)
 
-    def independent(self) -> ContextManager[None]:
+    def independent(self) -> AbstractContextManager[None]:
         return self.probe.independent()
 
     def expect_steps(self, found: Sequence[tuple[str, Mapping[str, float]]]) -> None:
@@ -253,10 +259,10 @@ class Prefetching:
         self.prefetcher.prefetch([self.order[(i + j) // 2] for j in neighbours if abs(i - j) > 1])
 
 
-def beside(work: Callable[[], T], background: bool) -> Future:
+def beside(work: Callable[[], T], background: bool) -> Future[T]:
     """`work`'s result as a future: on a thread of its own while the caller goes on, or done now."""
     if not background:
-        done: Future = Future()
+        done: Future[T] = Future()
         done.set_result(work())
         return done
     pool = ThreadPoolExecutor(1, thread_name_prefix="beside")
@@ -277,7 +283,10 @@ def search_settings(config: Config) -> search.SearchSettings:
 
 def with_prs(result: SearchResult, commits: Sequence[Commit]) -> SearchResult:
     prs = {c.sha: c.pr for c in commits}
-    fix = lambda steps: tuple(replace(s, pr=prs.get(s.commit)) for s in steps)  # noqa: E731
+
+    def fix(steps: Sequence[Step]) -> tuple[Step, ...]:
+        return tuple(replace(s, pr=prs.get(s.commit)) for s in steps)
+
     return replace(result, steps=fix(result.steps), dropped=fix(result.dropped))
 
 
@@ -290,7 +299,7 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
     try:
         plotting = render.PlotPool.for_shapes(len(config.shapes))
         if not options.offline:
-            session.trials  # the trial workers' imports (torch, triton: seconds) overlap the listing and builds
+            _ = session.trials  # the trial workers' imports (torch, triton: seconds) overlap the listing and builds
         if plotting is None:
             render.import_plotting_in_background()
         commits = gitrepo.commit_range(session.repo, options.good, options.bad)
@@ -322,14 +331,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         # the trial noise the search measured per shape: what the later stages decide their few
         # side-by-side trials on (samples.compare_pooled)
         noise = run_noise(result.measurements.values(), (k for s in result.steps for k in s.shapes))
-        fixes, patches, found, interactions = (), {}, (), ()
-        if options.verify_fixes:
-            with session.stage("fixes", fixes_expected(result, config)):
-                on_tip = verify_fixes(session, result, commits, out, taken, noise)
-                fixes, patches, interactions = on_tip.fixes, dict(on_tip.patches), on_tip.interactions
-        if options.find_hunks:
-            with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
-                found = culprit_hunks.find_hunks(session, result.steps, taken, out, noise)
+        on_tip, found = _later_stages(session, options, result, commits, out, taken, noise)
+        fixes, patches, interactions = on_tip.fixes, dict(on_tip.patches), on_tip.interactions
         kernels = kernels_later.result()
         causes = cause.for_steps(kernels, found, lambda sha: gitrepo.commit_diff(session.repo, sha))
         throughput = session.throughput(order)
@@ -350,6 +353,21 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         session.close()
 
 
+def _later_stages(session: Session, options: RunOptions, result: SearchResult, commits: Sequence[Commit], out: Path,
+                  taken: Taken, noise: Mapping[str, PooledNoise | None]) -> tuple[OnTheTip, tuple[HunkFinding, ...]]:
+    """The stages after the search the options ask for: each regression's revert checked on the tip,
+    and the hunks of each culprit that carry its step."""
+    on_tip = OnTheTip()
+    found: tuple[HunkFinding, ...] = ()
+    if options.verify_fixes:
+        with session.stage("fixes", fixes_expected(result, session.config)):
+            on_tip = verify_fixes(session, result, commits, out, taken, noise)
+    if options.find_hunks:
+        with session.stage("hunks", culprit_hunks.expected_trials(session, result.steps)):
+            found = culprit_hunks.find_hunks(session, result.steps, taken, out, noise)
+    return on_tip, found
+
+
 def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path, report_dir: Path | None = None) -> None:
     """Every trial of the range, with its raw repetitions, for pandas users; no path of this machine
     in it (trials stored by an older bisector kept absolute ones): the upstream as the report shows
@@ -359,8 +377,8 @@ def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path, re
     where = portable.roots(session.work, **({} if gitrepo.is_url(repo) else {"upstream": repo}))
     upstream = shown_upstream(repo, report_dir or path.parent)
 
-    def row(r: dict) -> dict:
-        r = dict(portable.scrub_value(r, where, session.work))  # type: ignore[arg-type]
+    def row(r: dict[str, Any]) -> dict[str, Any]:
+        r = dict(cast("dict[str, Any]", portable.scrub_value(r, where, session.work)))  # a dict in, a dict out
         r["campaign"] = f"{session.config.name}:{upstream}"
         return r
 
@@ -370,7 +388,7 @@ def write_trials_csv(session: Session, commits: Sequence[Commit], path: Path, re
 def report_path(config: Config, options: RunOptions) -> Path:
     if options.report_dir:
         return Path(options.report_dir)
-    return Path(config.report_dir) / f"{datetime.now(timezone.utc):%Y-%m-%d}-{config.name}"
+    return Path(config.report_dir) / f"{datetime.now(UTC):%Y-%m-%d}-{config.name}"
 
 
 def medians(session: Session, sha: str, attr: str = "subject_tflops",

@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import cast
 
 from bisector.paths import shown
 
-__all__ = ["Roots", "command", "exported_row", "machine_free", "relative_to", "restore", "roots", "scrub", "scrub_value"]
+__all__ = ["Roots", "command", "exported_row", "machine_free", "relative_to", "restore", "roots", "scrub",
+           "scrub_value"]
 
 Roots = Mapping[str, str]  # absolute directory -> how it is written ("<work>", "~")
 
@@ -50,7 +52,7 @@ def scrub(text: str, where: Roots) -> str:
     for root, label in where.items():
         root = root.rstrip(os.sep)
         if root and root in text:  # most strings hold no path: no pattern compiled or run for them
-            text = re.sub(re.escape(root) + r"(?=[/\s\"'),:;]|$)", lambda _m, lb=label: lb, text)
+            text = re.sub(re.escape(root) + r"(?=[/\s\"'),:;]|$)", label.replace("\\", r"\\"), text)
     return text
 
 
@@ -135,5 +137,5 @@ def exported_row(row: Mapping[str, object]) -> dict[str, object]:
     protocol = row.get("protocol")
     log = protocol.get("log_path") if isinstance(protocol, Mapping) else None
     work = log.split("/trials/", 1)[0] if isinstance(log, str) and log.startswith("/") and "/trials/" in log else None
-    return dict(machine_free(dict(row), roots(work), work))  # type: ignore[arg-type]
+    return cast("dict[str, object]", machine_free(dict(row), roots(work), work))  # a dict in, a dict out
 

@@ -4,8 +4,8 @@ run by hand on the host, with their recorded figures in studies/results/.
 Unlike benches/ (the instrument inside the trial process), these may import `bisector`.
 """
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 
 def no_such_files(paths: Sequence[Path], what: str, prog: str) -> str | None:

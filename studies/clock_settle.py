@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def timed_after(start: float, seconds: float) -> list[tuple[float, str, float, float | None]]:
         out = []
-        while (now := time.perf_counter()) - start < seconds:
+        while time.perf_counter() - start < seconds:
             for name, fn in kernels.items():
                 flush.zero_()
                 begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -113,11 +113,15 @@ def main(argv: list[str] | None = None) -> int:
             part = [r for r in got if lo <= r[0] < hi]
             if not part:
                 continue
-            med = {k: statistics.median(r[2] for r in part if r[1] == k) for k in kernels if any(r[1] == k for r in part)}
+            med = {
+                k: statistics.median(r[2] for r in part if r[1] == k) for k in kernels if any(r[1] == k for r in part)
+            }
             clocks = [r[3] for r in part if r[3] is not None]
             mhz = f"{statistics.median(clocks):.0f}" if clocks else "-"
-            print(f"| {when} | {lo}-{hi} | {med.get('triton', float('nan')):.1f} | {med.get('cublas', float('nan')):.1f} "
-                  f"| {len(part)} | {mhz} |")
+            print(
+                f"| {when} | {lo}-{hi} | {med.get('triton', float('nan')):.1f} | {med.get('cublas', float('nan')):.1f} "
+                f"| {len(part)} | {mhz} |"
+            )
     return 0
 
 

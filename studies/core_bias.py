@@ -42,8 +42,10 @@ def row(store: Path, args: argparse.Namespace) -> str:
                  if len(c.get(0, [])) >= 2 and len(c.get(1, [])) >= 2]
         gap = f"{statistics.median(diffs):+.3f} (spread {statistics.pstdev(diffs):.3f}, {len(diffs)} commits)" \
             if diffs else "-"
-        lines.append(f"| {store} | {shape} | {len(commits)} | {sum(a for a, _ in counts)} / {sum(b for _, b in counts)} "
-                     f"| {lopsided} | {gap} |")
+        lines.append(
+            f"| {store} | {shape} | {len(commits)} | {sum(a for a, _ in counts)} / {sum(b for _, b in counts)} "
+            f"| {lopsided} | {gap} |"
+        )
     return "\n".join(lines)
 
 

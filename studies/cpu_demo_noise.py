@@ -2,13 +2,15 @@
 CPU trials) against glibc's default, moving threshold; or a trial's CPU time against wall time as
 its clock; optionally with other processes loading the machine.
 
-    python -m studies.cpu_demo_noise [--trials 12] [--commits 19,21] [--compare malloc|clock] [--load 2 [--load-kind spin]]
+    python -m studies.cpu_demo_noise [--trials 12] [--commits 19,21] [--compare malloc|clock]
+        [--load 2 [--load-kind spin]]
 
 Writes the demo repository to a temporary directory and, per mode, runs `--trials` trial processes
 of each commit (index in the demo history) through the executor `bisector demo` uses, two at a
 time on two cores, commits alternating between the cores. `--load N` keeps N single-threaded
 processes multiplying 1024x1024 matrices meanwhile (a busy CI machine), or, with `--load-kind spin`,
-N empty loops (the busy loops beside the fresh-clone CI runs of studies/results/cpu-slow-builds.txt). Prints per shape and commit
+N empty loops (the busy loops beside the fresh-clone CI runs of studies/results/cpu-slow-builds.txt).
+Prints per shape and commit
 the median subject/control ratio and the trial-to-trial CV of that ratio, and the relative change
 between the two commits (the step a search would see) with its trial-to-trial spread.
 A benchmark, not a test; it imports `bisector`.
@@ -26,7 +28,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
 LOAD = ("import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\n"
         "while True:\n    a = torch.mm(a, a).div_(1024.0)\n")
 SPIN = "while True:\n    pass\n"
@@ -42,8 +43,10 @@ def run_mode(fixed: bool, builds: dict[int, Any], config: Any, trials: int,
     saved = runner_env.FIXED_MALLOC
     runner_env.FIXED_MALLOC = saved if fixed else {}  # read when the executor makes its workers' env
     commits = list(builds)
-    jobs = [(i, TrialJob(builds[i], config.shapes, seed=t, slot=t, lane=k))
-            for k, (i, t) in enumerate((i, t) for t in range(trials) for i in (commits if t % 2 == 0 else commits[::-1]))]
+    jobs = [
+        (i, TrialJob(builds[i], config.shapes, seed=t, slot=t, lane=k))
+        for k, (i, t) in enumerate((i, t) for t in range(trials) for i in (commits if t % 2 == 0 else commits[::-1]))
+    ]
     out: dict[int, dict[str, list[float]]] = {i: {} for i in commits}
     try:
         with make_executor(config, work / ("fixed" if fixed else "default"), lock_devices=False) as executor:
@@ -85,15 +88,28 @@ def main(argv: list[str] | None = None) -> int:
         builds = {i: BuildResult(manifest.commits[i], BuildStatus.OK,
                                  str(export_commit(Path(manifest.path), manifest.commits[i], Path(tmp))))
                   for i in commits}
-        modes = ({"fixed": (True, config), "default": (False, config)} if args.compare == "malloc" else
-                 {clock: (True, dataclasses.replace(config, protocol=dataclasses.replace(config.protocol, cpu_clock=clock)))
-                  for clock in ("cpu", "wall")})
-        load = [subprocess.Popen([sys.executable, "-c", SPIN if args.load_kind == "spin" else LOAD]) for _ in range(args.load)]
+        modes = (
+            {"fixed": (True, config), "default": (False, config)}
+            if args.compare == "malloc"
+            else {
+                clock: (
+                    True,
+                    dataclasses.replace(config, protocol=dataclasses.replace(config.protocol, cpu_clock=clock)),
+                )
+                for clock in ("cpu", "wall")
+            }
+        )
+        load = [
+            subprocess.Popen([sys.executable, "-c", SPIN if args.load_kind == "spin" else LOAD])
+            for _ in range(args.load)
+        ]
         try:
             for name, (fixed, cfg) in modes.items():
                 result = run_mode(fixed, builds, cfg, args.trials, Path(tmp, "work", name))
                 for shape in sorted(result[commits[0]]):
-                    cells = [f"{statistics.median(result[i][shape]):.3f} ({cv(result[i][shape]):.1f}%)" for i in commits]
+                    cells = [
+                        f"{statistics.median(result[i][shape]):.3f} ({cv(result[i][shape]):.1f}%)" for i in commits
+                    ]
                     first, last = result[commits[0]][shape], result[commits[-1]][shape]
                     pairs = [b / a for a, b in zip(first, last)]
                     cells.append(f"{100 * (statistics.median(pairs) - 1):+.1f}% ({cv(pairs):.1f}%)")

@@ -84,7 +84,9 @@ def trial_job(config: Any, manifest: Any, exports: Path, tdir: Path, commit: int
             "env": {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}, **extra}
 
 
-def forked(jobs: list[dict[str, Any]], env: dict[str, str], module: str = "studies.cpu_slow_builds") -> list[dict[str, Any]]:
+def forked(
+    jobs: list[dict[str, Any]], env: dict[str, str], module: str = "studies.cpu_slow_builds"
+) -> list[dict[str, Any]]:
     """The jobs' trials forked from one zygote (`module --zygote`) started with `env`, two at a time;
     their wait4 answers."""
     z = subprocess.run([sys.executable, "-m", module, "--zygote"], env=env, text=True,
@@ -137,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         config = demo_config("cpu", Path(manifest.path))
         keep = args.shapes.split(",")
         config = dataclasses.replace(config, shapes=tuple(s for s in config.shapes if s.key in keep))
-        commits = list(range(len(manifest.commits))) if args.commits == "all" else [int(c) for c in args.commits.split(",")]
+        commits = (
+            list(range(len(manifest.commits))) if args.commits == "all" else [int(c) for c in args.commits.split(",")]
+        )
         env = worker_env(config, os.environ, Path(tmp, "work"))
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
         env.update(dict(kv.split("=", 1) for kv in args.env.split(",") if kv))
@@ -145,8 +149,10 @@ def main(argv: list[str] | None = None) -> int:
             env.pop(name, None)
         jobs = []
         for t in range(args.trials):
-            for k, i in enumerate(commits if t % 2 == 0 else commits[::-1]):
-                jobs.append(trial_job(config, manifest, Path(tmp), Path(tmp, "trials", f"{i:02d}-{t}"), i, t, len(jobs)))
+            for i in commits if t % 2 == 0 else commits[::-1]:
+                jobs.append(
+                    trial_job(config, manifest, Path(tmp), Path(tmp, "trials", f"{i:02d}-{t}"), i, t, len(jobs))
+                )
         load = [subprocess.Popen([sys.executable, "-c", LOAD]) for _ in range(args.load)]
         started = time.monotonic()
         try:
@@ -169,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(jobs: list[dict[str, Any]], answers: list[dict[str, Any]], manifest: Any, commits: list[int]) -> list[dict[str, Any]]:
+def report(
+    jobs: list[dict[str, Any]], answers: list[dict[str, Any]], manifest: Any, commits: list[int]
+) -> list[dict[str, Any]]:
     """Per trial: each shape's median subject and control ms, the process's faults and CPU time; then
     per commit the medians, flagged where the subject is far slower than its same-kernel siblings."""
     by_id = {a["id"]: a for a in answers}
@@ -179,10 +187,19 @@ def report(jobs: list[dict[str, Any]], answers: list[dict[str, Any]], manifest: 
         for r in out["results"]:
             if r.get("status") != "ok":
                 continue
-            rows.append({"commit": job["commit"], "trial": job["trial"], "cpu": job["cpu"], "shape": r["shape"],
-                         "subject_ms": statistics.median(r["subject_ms"]), "control_ms": statistics.median(r["control_ms"]),
-                         "ratio": r["ratio"], "call_faults": (r.get("timed_faults") or [None])[0],
-                         **by_id.get(job["id"], {})})
+            rows.append(
+                {
+                    "commit": job["commit"],
+                    "trial": job["trial"],
+                    "cpu": job["cpu"],
+                    "shape": r["shape"],
+                    "subject_ms": statistics.median(r["subject_ms"]),
+                    "control_ms": statistics.median(r["control_ms"]),
+                    "ratio": r["ratio"],
+                    "call_faults": (r.get("timed_faults") or [None])[0],
+                    **by_id.get(job["id"], {}),
+                }
+            )
     plants = [manifest.commits.index(p.sha) for p in manifest.steps("cpu")]
 
     def kernel_of(i: int, shape: str) -> int:  # commits between two plants moving `shape` run the same kernel

@@ -35,9 +35,8 @@ from typing import Any
 from bisector.demo import write_demo_repo
 from bisector.demo.demo_config import demo_config
 from bisector.runner.cluster import local_cluster, require_distributed
-from bisector.runner.launch import default_ahead
+from bisector.runner.launch import default_ahead, held_room
 from bisector.runner.lock import lock_path
-from bisector.runner.launch import held_room
 from studies.dask_one_gpu import device_overlaps, killed_line, run_killing_one, store_counts, trial_processes
 from studies.idle_gaps import device_gaps
 from studies.long_range import emit

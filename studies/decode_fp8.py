@@ -26,10 +26,12 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from benches import shapes
+
 
 class BadConfig(Exception):
     """`file: key: problem`."""

@@ -4,7 +4,8 @@
 
 STORE is the results.sqlite of a `bisector demo --device cpu` run (the end-to-end test keeps its own
 under pytest's basetemp), or a CSV of its trials (`bisector store export`; two are kept beside the
-figures, studies/results/demo-replay-{quiet,busy}.csv). Each commit of the demo history falls in a class: the commits whose
+figures, studies/results/demo-replay-{quiet,busy}.csv). Each commit of the demo history falls in a
+class: the commits whose
 planted knobs are the same (neutral commits share their neighbours' class). A replay runs the
 search of `configs/cpu-demo.toml` (bisector.search.localize, verification included) over the 40
 commits with a probe that draws every trial, with replacement, from the stored trials of the
@@ -13,7 +14,8 @@ commit's class: the measured noise, its tails included, without the 10 minutes a
 store's; `--drift` by a slow one that wanders with time, each shape on its own (a neighbour that
 comes and goes: an AR(1) walk over the trials in the order they run, of that stationary spread,
 losing half its memory in about 20 trials). Commits asked for together draw in turns, as the
-runner runs their trials side by side. A replay passes when the steps found are exactly the planted ones (as the end-to-end
+runner runs their trials side by side. A replay passes when the steps found are exactly the planted
+ones (as the end-to-end
 test asks); the table gives the pass rate, the steps missed and invented, and trials per replay;
 then, over the planted steps found, the shapes a step named that its plant does not move (the
 manifest's `moves` for the device) and those it moves that the step left out.
@@ -29,18 +31,18 @@ import math
 import sqlite3
 import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
 from bisector.demo.demo_config import demo_config
-from bisector.search.prober import ProbeBase
 from bisector.demo.history import COMMITS, states
 from bisector.demo.repo import write_demo_repo
 from bisector.model import Measurement, ProbeStatus
 from bisector.pipeline import search_settings
 from bisector.search import localize
+from bisector.search.prober import ProbeBase
 
 # The knobs that move a CPU shape or break a commit; the rest are neutral.
 PLANTED = ("fa_remap", "fastmath", "group_m", "num_stages", "gemm_tuned", "k_mask_bug", "fa_window", "decode_tile",
@@ -52,7 +54,9 @@ def classes() -> list[tuple | None]:
     return [None if s["utils_import"] and not s["utils_file"] else tuple(s[k] for k in PLANTED) for s in states()]
 
 
-def pools(store: Path | list[Path], commits: Sequence[str], shapes: Sequence[str], speed: Sequence[str] = ()) -> tuple[dict, dict]:
+def pools(
+    store: Path | list[Path], commits: Sequence[str], shapes: Sequence[str], speed: Sequence[str] = ()
+) -> tuple[dict, dict]:
     """(class, shape) -> stored samples of the search's trials; class -> shapes that were wrong."""
     kinds = classes()
     where = {sha: kinds[i] for i, sha in enumerate(commits)}
@@ -81,8 +85,9 @@ def trials(store: Path) -> list[tuple[str, str, str, float | None, float | None]
                      float(r["subject_tflops"]) if r.get("subject_tflops") else None)
                     for r in csv.DictReader(f) if not r.get("patch_hash")]
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-        return db.execute("SELECT sha, shape, status, ratio, subject_tflops FROM trials WHERE patch_hash IS NULL OR patch_hash = ''"
-                          ).fetchall()
+        return db.execute(
+            "SELECT sha, shape, status, ratio, subject_tflops FROM trials WHERE patch_hash IS NULL OR patch_hash = ''"
+        ).fetchall()
 
 
 class ReplayProbe(ProbeBase):
@@ -157,7 +162,9 @@ def main() -> None:
         config = demo_config(args.device, Path(tmp, "demo"))
         settings = search_settings(config)
     commits = list(manifest.commits)
-    planted = {p.sha: f"#{p.pr}" for p in manifest.steps(args.device) if any(s in shapes for s in p.shapes(args.device))}
+    planted = {
+        p.sha: f"#{p.pr}" for p in manifest.steps(args.device) if any(s in shapes for s in p.shapes(args.device))
+    }
     moves = {p.sha: set(p.shapes(args.device)) & set(shapes) for p in manifest.steps(args.device)}
     speed = [suite for suite in {s.split("/", 1)[0] for s in shapes} if config.thresholds.metric_of(suite) == "speed"]
     if args.rechecks is not None:
@@ -166,7 +173,9 @@ def main() -> None:
         settings = dataclasses.replace(settings, initial_repeats=args.trials)
     if args.min_step is not None:
         table = {k: float(v) for k, v in (item.split("=", 1) for item in args.min_step.split(","))}
-        settings = dataclasses.replace(settings, min_step_pct=table.pop("default", settings.min_step_pct), min_steps=table)
+        settings = dataclasses.replace(
+            settings, min_step_pct=table.pop("default", settings.min_step_pct), min_steps=table
+        )
     values, wrong = pools(args.store, commits, shapes, speed)
     for kind in sorted({k for k, _ in values}, key=str):
         line = ", ".join(f"{s} {np.median(values[(kind, s)]):.3f} (n={len(values[(kind, s)])})"
@@ -191,10 +200,12 @@ def main() -> None:
         unsure = [(commits.index(u.before), commits.index(u.after)) for u in result.uncertain]
         flagged += found <= set(planted) and all(any(a < commits.index(s) <= b for a, b in unsure) for s in lost)
         trials.append(probe.trials)
-    print(f"replays {args.replays}, extra CV {args.extra_cv:.0%}, drift {args.drift:.0%}, rechecks {settings.rechecks}, "
-          f"trials {settings.initial_repeats}: exactly the planted steps in {passed / args.replays:.1%} "
-          f"(or the rest reported unsure: {flagged / args.replays:.1%}); missed {dict(missed)}; "
-          f"invented {dict(extra)}; trials/replay median {np.median(trials):.0f}, p90 {np.percentile(trials, 90):.0f}")
+    print(
+        f"replays {args.replays}, extra CV {args.extra_cv:.0%}, drift {args.drift:.0%}, rechecks {settings.rechecks}, "
+        f"trials {settings.initial_repeats}: exactly the planted steps in {passed / args.replays:.1%} "
+        f"(or the rest reported unsure: {flagged / args.replays:.1%}); missed {dict(missed)}; "
+        f"invented {dict(extra)}; trials/replay median {np.median(trials):.0f}, p90 {np.percentile(trials, 90):.0f}"
+    )
     print(f"shapes a found step named that its plant does not move: {dict(joined) or 'none'}; "
           f"shapes it moves that a found step left out: {dict(left_out) or 'none'}")
 

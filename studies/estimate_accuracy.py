@@ -40,25 +40,25 @@ import csv
 import math
 import sqlite3
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bisector.commands.progress import PARTNERS, TRIAL, bisection_probes  # noqa: E402
-from bisector.model import Measurement, ProbeStatus, SampleCounts, Verdict  # noqa: E402
-from bisector.measure.probe import ProbeEvent  # noqa: E402
-from bisector.search import SearchSettings, localize  # noqa: E402
-from bisector.search.prober import ProbeBase  # noqa: E402
-from bisector.estimate.forecast import ForecastSettings, SearchForecast  # noqa: E402
-from bisector.estimate.later_stages import model_for  # noqa: E402
-from bisector.search.simulate import SimulatedProbe  # noqa: E402
-from bisector.search.stats import compare  # noqa: E402
-from studies import search_accuracy as sa  # noqa: E402
+from bisector.commands.progress import PARTNERS, TRIAL, bisection_probes
+from bisector.estimate.forecast import ForecastSettings, SearchForecast
+from bisector.estimate.later_stages import model_for
+from bisector.measure.probe import ProbeEvent
+from bisector.model import Measurement, ProbeStatus, SampleCounts, Verdict
+from bisector.search import SearchSettings, localize
+from bisector.search.prober import ProbeBase
+from bisector.search.simulate import SimulatedProbe
+from bisector.search.stats import compare
+from studies import search_accuracy as sa
 
 RUNS = Path(__file__).resolve().parent / "results" / "estimate-runs.csv"
 WITHIN = 1.5
@@ -462,7 +462,7 @@ def main() -> None:
         rows = []
         for spec in args.extract:
             name, _, rest = spec.partition("=")
-            store, trials, cap, stages = (rest.split(":") + ["3", "24", ""])[:4]
+            store, trials, cap, stages = ([*rest.split(":"), "3", "24", ""])[:4]
             rows += extract(name, Path(store), int(trials), int(cap), stages)
         new = not args.runs.exists()
         with args.runs.open("a", newline="") as f:

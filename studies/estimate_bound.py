@@ -31,12 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bisector.measure.probe import ProbeEvent  # noqa: E402
-from bisector.search import SearchSettings, localize  # noqa: E402
-from bisector.search.simulate import SimulatedProbe  # noqa: E402
-from studies import estimate_accuracy as ea  # noqa: E402
-from studies import search_accuracy as sa  # noqa: E402
-from studies.outlook_accuracy import WITHIN, within  # noqa: E402
+from bisector.measure.probe import ProbeEvent
+from bisector.search import SearchSettings, localize
+from bisector.search.simulate import SimulatedProbe
+from studies import estimate_accuracy as ea
+from studies import search_accuracy as sa
+from studies.outlook_accuracy import WITHIN, within
 
 Samples = dict[str, dict[str, list[float]]]
 

@@ -4,7 +4,8 @@ pooled noise: replayed from a demo report directory's stored trials, without a G
     python -m studies.fixes_replay REPORT_DIR [--rounds 2,4,8]
 
 REPORT_DIR holds a run's `results.sqlite`, its `demo.json` (`--json` output) and `revert-*.patch`
-(as reports/2026-12-02c-h200-demo/ does; thresholds from configs/h200-demo.toml). For every revert and shape, the first n trials of the
+(as reports/2026-12-02c-h200-demo/ does; thresholds from configs/h200-demo.toml). For every revert
+and shape, the first n trials of the
 patched tip, of the step's parent and of the tip taken after the search (the store's trials started
 from the first patched one on, in slot order: the fixes' rounds, and at larger n those of the
 interactions after them) are judged as bisector/why/fixes.py judges them, once with
@@ -30,6 +31,7 @@ from bisector.search.stats import compare
 from bisector.why.fixes import FixResult
 from studies import no_such_files
 from studies.stored_trials import trial_processes
+
 
 def replay(report: Path, rounds: list[int]) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,8 +70,8 @@ def replay(report: Path, rounds: list[int]) -> list[str]:
                 sides = (parent[:n], mine[:n]), (now[:n], mine[:n])
                 verdicts = []
                 step_pct = th.min_step(shape)
-                for judge in (lambda b, a: compare(b, a, step_pct, alpha, shape),
-                              lambda b, a: compare_pooled(b, a, step_pct, alpha, shape, noise[shape])):
+                for judge in (lambda b, a: compare(b, a, step_pct, alpha, shape),  # noqa: B023 - called in this loop
+                              lambda b, a: compare_pooled(b, a, step_pct, alpha, shape, noise[shape])):  # noqa: B023
                     fix = FixResult(step["commit"], "", True, shapes=(shape,), vs_parent={shape: judge(*sides[0])},
                                     vs_tip={shape: judge(*sides[1])}, own_pct=step["change_pct"],
                                     min_step_pct=th.min_step_pct, min_steps=dict(th.min_steps))

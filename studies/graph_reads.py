@@ -137,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         base = statistics.median(values[(1, shape)])
         for reads in (1, 2):
             v = values[(reads, shape)]
-            lines.append(f"| {shape} | {reads} | {statistics.median(v):.5g} | {cv_pct(v):.2f} | "
-                         f"{(statistics.median(v) / base - 1) * 100:+.2f}% | {statistics.median(timed[(reads, shape)]):.3f} |")
+            lines.append(
+                f"| {shape} | {reads} | {statistics.median(v):.5g} | {cv_pct(v):.2f} | "
+                f"{(statistics.median(v) / base - 1) * 100:+.2f}% | {statistics.median(timed[(reads, shape)]):.3f} |"
+            )
     lines += ["", "device section per trial (s, median): " + ", ".join(
         f"reads={r}: {statistics.median(d):.2f}" for r, d in device.items())]
     text = "\n".join(lines) + "\n"

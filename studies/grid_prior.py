@@ -25,21 +25,22 @@ import io
 import math
 import sqlite3
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 import numpy as np
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bisector.commands.progress import ProgressLine  # noqa: E402
-from bisector.config import load  # noqa: E402
-from bisector.measure.probe import ProbeEvent  # noqa: E402
-from bisector.model import Verdict  # noqa: E402
-from bisector.estimate.forecast import ForecastSettings  # noqa: E402
-from bisector.search.stats import compare  # noqa: E402
-from studies import estimate_accuracy as ea, progress_replay  # noqa: E402
+from bisector.commands.progress import ProgressLine
+from bisector.config import load
+from bisector.estimate.forecast import ForecastSettings
+from bisector.measure.probe import ProbeEvent
+from bisector.model import Verdict
+from bisector.search.stats import compare
+from studies import estimate_accuracy as ea
+from studies import progress_replay
 
 ROOT = Path(__file__).resolve().parent.parent
 ALPHA = 0.01
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         searched = search_commits(ROOT / log, ROOT / store)
         cells = []
         for told in (None, told_pooled(first, cfg.thresholds.min_step),
-                     lambda grid: {q: 1.0 for q, (a, b) in enumerate(zip(grid, grid[1:]))
+                     lambda grid, searched=searched: {q: 1.0 for q, (a, b) in enumerate(zip(grid, grid[1:]))
                                    if any(a < i < b for i in searched)}):
             cells.append(" / ".join(f"{x:.2f}" for x in log_whatif(ROOT / log, ROOT / store, final, told)))
         print(f"| {name} | " + " | ".join(cells) + " |")

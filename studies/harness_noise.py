@@ -72,11 +72,20 @@ def fresh_env(cache: Path) -> dict[str, str]:
 
 def run_trial(work: Path, i: int, suite: str, args: argparse.Namespace) -> dict[str, Any]:
     entry, adapter = SUBJECTS[args.device][suite]
-    spec = {"sha": "harness", "suite": suite,
-            "shapes": [{"key": f"{suite}/noise", "suite": suite, "name": "noise", "params": SHAPES[args.device][suite]}],
-            "subject": {"entry": entry, "adapter": adapter, "layout": "bhsd", "options": {}},
-            "control": "torch", "device": args.device, "source_dirs": [], "reps": args.reps,
-            "warmup": args.warmup, "flush_mb": args.flush_mb, "seed": i, "tolerances": {}}
+    spec = {
+        "sha": "harness",
+        "suite": suite,
+        "shapes": [{"key": f"{suite}/noise", "suite": suite, "name": "noise", "params": SHAPES[args.device][suite]}],
+        "subject": {"entry": entry, "adapter": adapter, "layout": "bhsd", "options": {}},
+        "control": "torch",
+        "device": args.device,
+        "source_dirs": [],
+        "reps": args.reps,
+        "warmup": args.warmup,
+        "flush_mb": args.flush_mb,
+        "seed": i,
+        "tolerances": {},
+    }
     tdir = work / f"{suite}-{i:02d}"
     tdir.mkdir(parents=True)
     (tdir / "spec.json").write_text(json.dumps(spec))
@@ -130,10 +139,24 @@ def print_table(rows: list[dict[str, Any]], target: float) -> None:
     print(" | ".join(head))
     for r in rows:
         met = r["cv_ratio_pct"] == r["cv_ratio_pct"] and r["cv_ratio_pct"] <= target
-        print(" | ".join((r["suite"], str(r["trials_ok"]), f(r["subject_tflops"], ".4g"), f(r["control_tflops"], ".4g"),
-                          f(r["ratio"], ".4f"), f(r["cv_subject_pct"], ".2f"), f(r["cv_ratio_pct"], ".2f"),
-                          f(r["cv_ratio_within_trial_pct"], ".2f"), f(r["compile_s"], ".2f"), f(r["dobench_tflops"], ".4g"),
-                          f(r["cv_dobench_pct"], ".2f"), "yes" if met else "NO")))
+        print(
+            " | ".join(
+                (
+                    r["suite"],
+                    str(r["trials_ok"]),
+                    f(r["subject_tflops"], ".4g"),
+                    f(r["control_tflops"], ".4g"),
+                    f(r["ratio"], ".4f"),
+                    f(r["cv_subject_pct"], ".2f"),
+                    f(r["cv_ratio_pct"], ".2f"),
+                    f(r["cv_ratio_within_trial_pct"], ".2f"),
+                    f(r["compile_s"], ".2f"),
+                    f(r["dobench_tflops"], ".4g"),
+                    f(r["cv_dobench_pct"], ".2f"),
+                    "yes" if met else "NO",
+                )
+            )
+        )
         for failure in r["failures"]:
             print(f"  {r['suite']}: {failure}")
 

@@ -50,8 +50,11 @@ def plan_line(git_dir: Path, sha: str, detail: bool = False) -> str:
         line += "".join(f"\n    unit: {p.label}" for p in plan.pieces)
         line += "".join(f"\n    unsplit: {u}" for u in plan.unsplit)
         line += "\n   "
-    line += (f"; threading {len(plan.plumbing_hunks)} hunks as base, {len(plan.pieces)} pieces searched"
-             f"{', base: ' + plan.base_error if plan.base_error else ''}{f', {len(plan.unsplit)} hunks unsplit' if plan.unsplit else ''}")
+    line += (
+        f"; threading {len(plan.plumbing_hunks)} hunks as base, {len(plan.pieces)} pieces searched"
+        f"{', base: ' + plan.base_error if plan.base_error else ''}"
+        f"{f', {len(plan.unsplit)} hunks unsplit' if plan.unsplit else ''}"
+    )
     size = lambda i: len(plan.pieces[i].keep or parts[plan.pieces[i].hunk].body.splitlines())  # noqa: E731
     target = max(range(len(plan.pieces)), key=size)
     built, refused = [], []
@@ -84,7 +87,9 @@ def _refused_line(git_dir: Path, sha: str) -> str:
     if plan is None:
         return "no plan"
     base = plan.compile_error((), old, new) or "base compiles and binds"
-    alone = [f"{plan.pieces[i].label}: {e}" for i in range(len(plan.pieces)) if (e := plan.compile_error((i,), old, new))]
+    alone = [
+        f"{plan.pieces[i].label}: {e}" for i in range(len(plan.pieces)) if (e := plan.compile_error((i,), old, new))
+    ]
     return base + (f"; {len(alone)} of {len(plan.pieces)} units refused alone: " + " | ".join(alone) if alone
                    else f"; none of {len(plan.pieces)} units refused alone")
 

@@ -80,7 +80,7 @@ class _Session:
     def __init__(self, repo: git.Repo, loaded: list[str]) -> None:
         self.repo, self.loaded = repo, loaded
 
-    def probe(self, **_: object) -> "_Session":
+    def probe(self, **_: object) -> _Session:
         return self
 
     def stored(self, sha: str) -> list[TrialRecord]:

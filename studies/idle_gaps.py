@@ -22,8 +22,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from bisector.runner.executor import Timeline
 from bisector.measure.time_spent import from_records
+from bisector.runner.executor import Timeline
 from studies.stored_trials import over_stores, trial_processes
 
 

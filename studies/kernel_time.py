@@ -98,7 +98,9 @@ def decided(before: list[float], after: list[float]) -> list[str]:
     for n in (1, 2, 3):
         if len(before) >= n and len(after) >= n:
             c = compare(before[:n], after[:n], MIN_STEP_PCT, 0.01)
-            out.append(f"{n} a side: {c.verdict.value} ({c.change_pct:+.1f}%, 95% [{c.ci95[0]:+.1f}, {c.ci95[1]:+.1f}])")
+            out.append(
+                f"{n} a side: {c.verdict.value} ({c.change_pct:+.1f}%, 95% [{c.ci95[0]:+.1f}, {c.ci95[1]:+.1f}])"
+            )
     return out
 
 
@@ -176,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"after, {len(after)} processes: subject kernel median "
             f"{statistics.median(us(r['subject_ms']) for r in after):.2f} us "
             f"({statistics.median(kernel) / statistics.median(us(r['subject_ms']) for r in after):.2f}x faster)")
-        say("step on the kernel ratio: " + "; ".join(decided([r["ratio"] for r in before], [r["ratio"] for r in after])))
+        say(
+            "step on the kernel ratio: " + "; ".join(decided([r["ratio"] for r in before], [r["ratio"] for r in after]))
+        )
         lat_b = [r["latency_ratio"] for r in before if r.get("latency_ratio")]
         lat_a = [r["latency_ratio"] for r in after if r.get("latency_ratio")]
         say("step on the latency ratio (host-bound: expected small): " + "; ".join(decided(lat_b, lat_a)))

@@ -16,22 +16,22 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import git
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bisector.config import load  # noqa: E402
-from bisector.demo.demo_config import CONFIG_FILES, demo_config  # noqa: E402
-from bisector.demo.repo import write_demo_repo  # noqa: E402
-from bisector.model import Step  # noqa: E402
-from bisector.why import culprit_hunks  # noqa: E402
-from bisector.estimate.later_stages import LaterModel, StageCost, StageTracker, model_for  # noqa: E402
-from studies.progress_replay import KN, parse, read, unthrottled  # noqa: E402
+from bisector.config import load
+from bisector.demo.demo_config import CONFIG_FILES, demo_config
+from bisector.demo.repo import write_demo_repo
+from bisector.estimate.later_stages import LaterModel, StageCost, StageTracker, model_for
+from bisector.model import Step
+from bisector.why import culprit_hunks
+from studies.progress_replay import KN, parse, read, unthrottled
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "studies" / "results" / "progress-logs"
@@ -55,7 +55,7 @@ R = ROOT / "reports"
 # the demo's steps (bisector/demo/history.py) each run verified: on the CPU the six with a CPU shape;
 # on the H200 also the decode GEMM's #165, and #131 only where the machine showed it
 CPU = ("21469b0", "aba0aa9", "83c18bf", "6c6710e", "76ad751", "c98ae15")
-GPU = CPU + ("3a52501",)
+GPU = (*CPU, "3a52501")
 GPU_NO_131 = tuple(c for c in GPU if c != "6c6710e")
 RUNS = (
     Run("cpu-demo b434555 (12-01)", "cpu", (R / "2026-12-01-cpu-demo/progress.log",), CPU),
@@ -163,8 +163,10 @@ def fit(growth: Callable[[float], float], target: float) -> float:
 
 
 def main() -> int:
-    print("| run | culprits | search | fixes: trials / announced (x) | hunks: trials / announced now (x; logged) "
-          "| per culprit, in n: fixes / hunks (announced: fixes / hunks) | q: fixes / hunks (rounds gone on / stopped) |")
+    print(
+        "| run | culprits | search | fixes: trials / announced (x) | hunks: trials / announced now (x; logged) "
+        "| per culprit, in n: fixes / hunks (announced: fixes / hunks) | q: fixes / hunks (rounds gone on / stopped) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     pooled: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,11 +182,14 @@ def main() -> int:
                 f = figs.get(stage, StageFigures())
                 n = model.side(stage, cfg.protocol.trials)
                 logged = f"; {f.logged}" if f.logged != f.announced else ""
-                cells.append(f"{f.trials} / {f.announced} ({f.trials / f.announced:.2f}{logged})" if f.announced else "-")
+                cells.append(
+                    f"{f.trials} / {f.announced} ({f.trials / f.announced:.2f}{logged})" if f.announced else "-"
+                )
                 per.append((f.trials / culprits / n, f.announced / culprits / n))
                 qs.append(f"{f.opened / max(1, f.opened + f.closed):.2f} ({f.opened} / {f.closed})")
-                acc = pooled.setdefault(kind, {}).setdefault(f"fixes ({run.fixes_rules})" if stage == "fixes" else stage,
-                                                            [0, 0, 0, 0, 0])
+                acc = pooled.setdefault(kind, {}).setdefault(
+                    f"fixes ({run.fixes_rules})" if stage == "fixes" else stage, [0, 0, 0, 0, 0]
+                )
                 acc[0] += f.announced / n
                 acc[1] += culprits
                 acc[2] += f.opened
@@ -192,8 +197,10 @@ def main() -> int:
                 acc[4] += f.trials / n
             print(f"| {run.name} | {culprits} | {figs.get('search', StageFigures()).trials} | {cells[0]} | {cells[1]} "
                   f"| {per[0][0]:.1f} / {per[1][0]:.1f} ({per[0][1]:.1f} / {per[1][1]:.1f}) | {qs[0]} / {qs[1]} |")
-    print("\n| device kind | stage | first rounds per culprit, in n (announced) | q: rounds gone on, pooled "
-          "| growth: model at that q / measured (trials / announced) | q that grows as measured | CALIBRATED: first / q |")
+    print(
+        "\n| device kind | stage | first rounds per culprit, in n (announced) | q: rounds gone on, pooled "
+        "| growth: model at that q / measured (trials / announced) | q that grows as measured | CALIBRATED: first / q |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|")
     for kind, stages in pooled.items():
         for label, (first, culprits, opened, closed, trials) in stages.items():
@@ -202,8 +209,8 @@ def main() -> int:
             cost: StageCost = model.stages[stage]
             q = opened / max(1, opened + closed)
             cfg = load(ROOT / "configs" / CONFIG_FILES["cpu" if kind == "cpu" else "cuda"])
-            growth = lambda x: LaterModel({stage: StageCost(first / culprits, x, cost.rule)}).growth(  # noqa: E731
-                stage, cfg.protocol.trials, cfg.protocol.max_trials)
+            growth = lambda x: LaterModel({stage: StageCost(first / culprits, x, cost.rule)}).growth(  # noqa: E731, B023
+                stage, cfg.protocol.trials, cfg.protocol.max_trials)  # noqa: B023 - used in this iteration
             print(f"| {kind} | {label} | {first / culprits:.2f} | {q:.2f} | {growth(q):.2f} / {trials / first:.2f} "
                   f"| {fit(growth, trials / first):.2f} | {cost.first:.2f} / {cost.q:.2f} |")
     return 0

@@ -156,9 +156,11 @@ def sweep(config: Any, manifest: Any, tmp: Path, commit: int, rounds: int, step:
         for off in offsets:
             start = base + off // a.element_size()
             placed = buffer[start:start + a.numel()].view_as(a).copy_(a)
-            times = clock.kernel([lambda: kernel.matmul(placed, b), lambda: torch.matmul(placed, b)],
+            times = clock.kernel([lambda: kernel.matmul(placed, b), lambda: torch.matmul(placed, b)],  # noqa: B023 - run now
                                  config.protocol.reps, 1).times
-            ratios.setdefault(placed.data_ptr() % 4096, []).append(statistics.median(times[1]) / statistics.median(times[0]))
+            ratios.setdefault(placed.data_ptr() % 4096, []).append(
+                statistics.median(times[1]) / statistics.median(times[0])
+            )
     meds = {off: statistics.median(v) for off, v in sorted(ratios.items())}
     sd_within, sd_offset, p = components(list(ratios.values()))
     worst, best = min(meds, key=meds.get), max(meds, key=meds.get)
@@ -233,7 +235,9 @@ def shared_layout(rows: list[dict[str, Any]]) -> str:
         lines.append(f"# Pooled by A's page offset ({len(recurring)} offsets seen in 2+ settings; ratio / the "
                      f"commit's mean): " + ", ".join(f"{a}: {statistics.mean(v):.3f} ({len(v)})"
                                                       for a, v in sorted(recurring.items())))
-        lines.append(f"#   SD within an offset {sd_within:.1%}, SD of the offset's own part {sd_offset:.1%}; ANOVA p = {p:.2g}")
+        lines.append(
+            f"#   SD within an offset {sd_within:.1%}, SD of the offset's own part {sd_offset:.1%}; ANOVA p = {p:.2g}"
+        )
     return "\n".join(lines) + "\n"
 
 

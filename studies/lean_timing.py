@@ -109,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
                         if result["shape"] == FA:
                             fa_trials[mode].append(result)
                     print(f"trial {seed}: {name} {mode}, device {device[mode][-1]:.2f} s", flush=True)
-    lines += ["", "| commit | shape | mode | value (median) | trial CV % | vs the first mode | warm-up + timed s (median) |",
-              "|---|---|---|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| commit | shape | mode | value (median) | trial CV % | vs the first mode | warm-up + timed s (median) |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
     for name in sources:
         for shape in SHAPES:
             base = statistics.median(values.get((name, shape, modes[0]), [float("nan")]))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bisector.demo.demo_config import CONFIG_FILES, default_configs_dir
 from bisector.demo.history import INITIAL, START_EPOCH, derived
-from bisector.demo.repo import BRANCH, _git, _template, _TEMPLATES, commit_record, render
+from bisector.demo.repo import _TEMPLATES, BRANCH, _git, _template, commit_record, render
 
 STEP = {"fa_remap": False}
 
@@ -132,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads(stdout)
     steps = data.get("steps") or []
     named = [s.get("commit", "")[:12] for s in steps]
-    verdicts = [{shape: v.get("verdict") for shape, v in (f.get("shapes") or {}).items()} for f in data.get("fixes") or []]
+    verdicts = [
+        {shape: v.get("verdict") for shape, v in (f.get("shapes") or {}).items()} for f in data.get("fixes") or []
+    ]
     line = (f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} {args.commits} commits, step at {args.at} "
             f"({shas[args.at][:12]}), shapes {shapes}: {wall:.1f} s wall; culprit {named} "
             f"({'exact' if named == [shas[args.at][:12]] else 'NOT exact'}); revert {verdicts}; "

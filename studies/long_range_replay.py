@@ -19,14 +19,14 @@ import hashlib
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
+from bisector.demo.demo_config import demo_config
 from bisector.errors import BadInput
 from bisector.model import Measurement, ProbeStatus
-from bisector.demo.demo_config import demo_config
 from bisector.pipeline import search_settings
 from bisector.search import localize
 from bisector.search.samples import trial_metric

@@ -35,13 +35,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bisector.commands.outlook_follow import OutlookFollow  # noqa: E402
-from bisector.measure.probe import ProbeEvent  # noqa: E402
-from bisector.search import SearchSettings, localize  # noqa: E402
-from bisector.estimate.outlook import SearchBasis  # noqa: E402
-from bisector.search.simulate import SimulatedProbe  # noqa: E402
-from studies import estimate_accuracy as ea  # noqa: E402
-from studies import search_accuracy as sa  # noqa: E402
+from bisector.commands.outlook_follow import OutlookFollow
+from bisector.estimate.outlook import SearchBasis
+from bisector.measure.probe import ProbeEvent
+from bisector.search import SearchSettings, localize
+from bisector.search.simulate import SimulatedProbe
+from studies import estimate_accuracy as ea
+from studies import search_accuracy as sa
 
 WITHIN = 1.5
 MARKS = (0.05, *(k / 10 for k in range(1, 10)))

@@ -23,7 +23,9 @@ def main() -> None:
     ap.add_argument("--noise", type=float, default=0.01)
     args = ap.parse_args()
     t0 = time.perf_counter()
-    print(f"# one 5% step, 3 shapes, noise CV {args.noise:.1%}, {args.trial_seconds:g} s a trial, {args.runs} ranges each")
+    print(
+        f"# one 5% step, 3 shapes, noise CV {args.noise:.1%}, {args.trial_seconds:g} s a trial, {args.runs} ranges each"
+    )
     print("| N | W | rounds | trials | wall | wall vs W=1 | exact culprit |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in (50, 500, 5000):

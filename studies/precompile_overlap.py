@@ -31,8 +31,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 WINDOW_S = 4.0
 MODES = ("precompile", "fill", "alloc", "context")

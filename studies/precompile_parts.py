@@ -83,8 +83,11 @@ def through_executor(config, build, shapes, tmp: Path, trials: int, top: int,  #
     (hook / "precompile_parts_hook.py").write_text(HOOK.format(top=top))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     scratch = str(tmp / "work" / "scratch")
-    protocol = dataclasses.replace(config.protocol, preload=(*default_preload(config), "precompile_parts_hook"),
-                                   env={**config.protocol.env, **{k: v.format(scratch=scratch) for k, v in (env or {}).items()}})
+    protocol = dataclasses.replace(
+        config.protocol,
+        preload=(*default_preload(config), "precompile_parts_hook"),
+        env={**config.protocol.env, **{k: v.format(scratch=scratch) for k, v in (env or {}).items()}},
+    )
     config = dataclasses.replace(config, protocol=protocol)
     with make_executor(config, tmp / "work", lock_devices=False) as executor:
         for k in range(trials):

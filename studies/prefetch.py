@@ -85,9 +85,9 @@ def run(repo: Path, shas: list[str], work: Path, parallel: int) -> dict[str, Any
     import git
 
     from bisector.build import Builder
-    from bisector.runner import make_executor
     from bisector.measure.probe import StoreProbe
     from bisector.measure.warmer import Warmer, precompile_executor
+    from bisector.runner import make_executor
     from bisector.search import SearchSettings, localize
     from bisector.store import Store
 

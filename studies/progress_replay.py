@@ -35,19 +35,19 @@ import math
 import re
 import sqlite3
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rich.console import Console  # noqa: E402
+from rich.console import Console
 
-from bisector.commands.progress import ProgressLine  # noqa: E402
-from bisector.config import load as load_config  # noqa: E402
-from bisector.demo.demo_config import CONFIG_FILES  # noqa: E402
-from bisector.measure.probe import ProbeEvent  # noqa: E402
-from studies.stored_trials import plain_store  # noqa: E402
+from bisector.commands.progress import ProgressLine
+from bisector.config import load as load_config
+from bisector.demo.demo_config import CONFIG_FILES
+from bisector.measure.probe import ProbeEvent
+from studies.stored_trials import plain_store
 
 LINE = re.compile(r"^(?:\[ *[\d.]+\] )?progress: (?P<what>.*?) \| (?:(?P<stage>[a-z]+) \| )?commits \d+ \| trials (?P<n>\d+) of ~(?P<m>\d+)"
                   r" \| elapsed (?:(?P<min>\d+) min|(?P<s>\d+) s|(?P<h>[\d.]+) h)")

@@ -25,8 +25,8 @@ import sqlite3
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from benches.timing import device_ratio, peak_clock_ratio
 from bisector.search.stats import log_sd
@@ -57,7 +57,8 @@ def figures(values: dict[tuple[str | None, str], list[float]]) -> str:
     sd, df = log_sd(builds)  # the search's raw pooled sd (samples.pooled_noise)
     if not devs or not df:
         return "-"
-    return f"{sum(d > OFF_PCT for d in devs)}/{len(devs)} off, sd {100 * sd:.2f}%, median dev {statistics.median(devs):.2f}%"
+    return (f"{sum(d > OFF_PCT for d in devs)}/{len(devs)} off, sd {100 * sd:.2f}%, "
+            f"median dev {statistics.median(devs):.2f}%")
 
 
 def report(store: Path) -> str:

@@ -74,7 +74,7 @@ def one(lib: str, src: Path, suites: list[str]) -> list[dict]:
         del compiled[:]
         try:
             shape.subject()(**shape.suite.make_inputs(params, "cpu", 0))
-        except Exception as exc:  # nothing ran, so later host code may trip on garbage
+        except Exception as exc:  # noqa: BLE001 - nothing ran, so later host code may trip on garbage
             row["after"] = f"{type(exc).__name__}: {exc}"[:200]
         row["kernels"] = list(compiled)
         out.append(row)

@@ -88,10 +88,10 @@ def one(lib: str, src: Path, only: tuple[str, ...] = ()) -> list[dict]:
             ctrl = shape.suite.control(inputs)
             want = shape.suite.output(ctrl())
             row["max_abs_err"] = float((got - want).abs().max())
-            row["subject_ms"] = triton.testing.do_bench(lambda: fn(**inputs), return_mode="median")
+            row["subject_ms"] = triton.testing.do_bench(lambda fn=fn, inputs=inputs: fn(**inputs), return_mode="median")
             row["control_ms"] = triton.testing.do_bench(ctrl, return_mode="median")
             row["gbps"] = shape.suite.bytes(shape.params) / row["subject_ms"] / 1e6
-        except Exception as exc:  # a commit that does not run is a finding too
+        except Exception as exc:  # noqa: BLE001 - a commit that does not run is a finding too
             row["error"] = f"{type(exc).__name__}: {exc}"[:400]
         out.append(row)
         inputs = None

@@ -12,7 +12,8 @@ non-empty subsets of 3 shapes, per-trial noise CV 0.5%..5%, 0..10% of commits th
   bad when nearer BAD's value than GOOD's; a SKIP midpoint moves to its nearest buildable neighbour.
 - asv / otava / pelt: every buildable commit measured with 3 trials (their mean is the series
   point), then asv.step_detect.detect_steps, Apache Otava's compute_change_points (E-divisive with
-  a t-test, as in Hunter) and ruptures' PELT (KernelCPD with the linear kernel, i.e. the l2 cost, solved by PELT in C; penalty 2 sigma^2 log n with sigma from the
+  a t-test, as in Hunter) and ruptures' PELT (KernelCPD with the linear kernel, i.e. the l2 cost,
+  solved by PELT in C; penalty 2 sigma^2 log n with sigma from the
   MAD of first differences) per shape; change points of all shapes are merged by commit, and
   changes under 1% between adjacent segments are dropped (the same minimum size the engine uses).
 
@@ -31,13 +32,13 @@ import math
 import multiprocessing as mp
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
-from bisector.search.schedule import Clocked
 from bisector.search import SearchSettings, localize
+from bisector.search.schedule import Clocked
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 
 SHAPES = ("fa_s4096", "fa_s16384", "gemm_8192")
@@ -256,8 +257,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--regime", choices=sorted(REGIMES), default="default",
-                    help="default: CV 0.5-5%%, steps 1-15%%, min step 1%%; quiet: CV 0.1-0.5%%, steps 2-50%%, min step 2%%")
+    ap.add_argument(
+        "--regime",
+        choices=sorted(REGIMES),
+        default="default",
+        help="default: CV 0.5-5%%, steps 1-15%%, min step 1%%; quiet: CV 0.1-0.5%%, steps 2-50%%, min step 2%%",
+    )
     ap.add_argument("--devices", type=int, default=1, help="the engine's width: commits probed at once (k-ary)")
     args = ap.parse_args()
     methods = [m for m in args.methods.split(",") if m]
@@ -277,18 +282,23 @@ def main() -> None:
     r = args.ranges
     print(f"{r} ranges, seed {args.seed}, regime {args.regime} {REGIMES[args.regime]}, devices {args.devices}, "
           f"{time.perf_counter() - t0:.0f} s wall")
-    print("| method | exact culprit (steps >= 2x CV) | exact culprit (all steps) | false steps / range "
-          "| distinct commits / range | target k*ceil(log2 N)+4 | ranges within target | trials / range | CPU s / range "
-          "| rounds / range | trials median / p90 |")
+    print(
+        "| method | exact culprit (steps >= 2x CV) | exact culprit (all steps) | false steps / range "
+        "| distinct commits / range | target k*ceil(log2 N)+4 | ranges within target | trials / range | CPU s / range "
+        "| rounds / range | trials median / p90 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for m in methods:
         a = agg[m]
         rounds = f"{a['rounds'] / r:.1f}" if a["rounds"] else "-"
-        print(f"| {m} | {a['eligible_hits'] / max(1, a['eligible']):.1%} ({int(a['eligible_hits'])}/{int(a['eligible'])}) "
-              f"| {a['hits'] / a['steps']:.1%} | {a['false'] / r:.3f} | {a['probed'] / r:.1f} "
-              f"| {a['target_probed'] / r:.1f} | {a['within'] / r:.0%} | {a['trials'] / r:.0f} | {a['secs'] / r:.2f} "
-              f"| {rounds} "
-              f"| {np.median(trials[m]):.0f} / {np.percentile(trials[m], 90):.0f} |")
+        print(
+            f"| {m} | {a['eligible_hits'] / max(1, a['eligible']):.1%} "
+            f"({int(a['eligible_hits'])}/{int(a['eligible'])}) "
+            f"| {a['hits'] / a['steps']:.1%} | {a['false'] / r:.3f} | {a['probed'] / r:.1f} "
+            f"| {a['target_probed'] / r:.1f} | {a['within'] / r:.0%} | {a['trials'] / r:.0f} | {a['secs'] / r:.2f} "
+            f"| {rounds} "
+            f"| {np.median(trials[m]):.0f} / {np.percentile(trials[m], 90):.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ import importlib
 import statistics
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import SimpleNamespace
-from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -117,7 +117,7 @@ class InProcess:
     def __init__(self, *_: object) -> None:
         pass
 
-    def __enter__(self) -> "InProcess":
+    def __enter__(self) -> InProcess:
         return self
 
     def __exit__(self, *_: object) -> None:

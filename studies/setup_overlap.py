@@ -30,7 +30,6 @@ from pathlib import Path
 from bisector.model import TrialStatus
 from studies.stored_trials import over_stores, trial_processes
 
-
 # the phases a setup is made of (benches/trial.py `run`), by the part this study names them
 # (a `precompile` phase by its shape: "precompile <shape>")
 SETUP_PARTS = {"context": "context", "precompile": "precompile", "machine": "rest", "control_load": "rest",
@@ -95,10 +94,17 @@ def table(store: Path, off_pct: float, by_part: bool = False) -> list[str]:
             for part in {part for p in others for part, spans in p.parts.items() if _overlaps(spans, a, b)}:
                 by.setdefault(part, {True: 0, False: 0})[off] += 1
         (n_off, o_off), (n_ok, o_ok) = counts[True], counts[False]
-        lines.append(f"| {store} | {shape} | {n_off} | {o_off} ({100 * o_off / max(1, n_off):.0f}%) | {n_ok} | "
-                     f"{o_ok} ({100 * o_ok / max(1, n_ok):.0f}%) |"
-                     + (" " + ", ".join(f"{part} {n[True]}/{n_off} vs {n[False]}/{n_ok}" for part, n in sorted(by.items()))
-                        + " |" if by_part else ""))
+        lines.append(
+            f"| {store} | {shape} | {n_off} | {o_off} ({100 * o_off / max(1, n_off):.0f}%) | {n_ok} | "
+            f"{o_ok} ({100 * o_ok / max(1, n_ok):.0f}%) |"
+            + (
+                " "
+                + ", ".join(f"{part} {n[True]}/{n_off} vs {n[False]}/{n_ok}" for part, n in sorted(by.items()))
+                + " |"
+                if by_part
+                else ""
+            )
+        )
     return lines
 
 

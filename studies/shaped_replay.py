@@ -23,9 +23,10 @@ import json
 import statistics
 import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import bisector.search as search
 from bisector import pipeline
@@ -76,7 +77,9 @@ def replay(store: Path, shaped: bool, split_on_moved: bool = False) -> SearchRes
     kept = search.localize
 
     def localize(commits, probe, settings=search.SearchSettings()):  # type: ignore[no-untyped-def]
-        got.append(kept(commits, probe if shaped else Unshaped(probe), replace(settings, split_on_moved=split_on_moved)))
+        got.append(
+            kept(commits, probe if shaped else Unshaped(probe), replace(settings, split_on_moved=split_on_moved))
+        )
         return got[-1]
 
     search.localize = localize
@@ -91,7 +94,9 @@ def replay(store: Path, shaped: bool, split_on_moved: bool = False) -> SearchRes
 
 def rows(store: Path) -> str:
     cost = device_s(store)
-    lines = [f"## {store}: device s per shape and trial " + json.dumps({k: round(v, 3) for k, v in sorted(cost.items())})]
+    lines = [
+        f"## {store}: device s per shape and trial " + json.dumps({k: round(v, 3) for k, v in sorted(cost.items())})
+    ]
     for shaped, moved in ((False, False), (True, False), (True, True)):
         result = replay(store, shaped, moved)
         used: Counter[str] = Counter()

@@ -43,7 +43,7 @@ class Tally:
     trials: int = 0
     cost_s: float = 0.0
 
-    def plus(self, other: "Tally") -> "Tally":
+    def plus(self, other: Tally) -> Tally:
         return Tally(*(a + b for a, b in zip(vars(self).values(), vars(other).values())))
 
 
@@ -94,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
             for on in totals:
                 totals[on] = totals[on].plus(one(commits, truth, noise, wild, args.seed + k, args.setting, on))
         for on, t in totals.items():
-            print(f"| {name} | {'open shapes' if on else 'every shape'} | {t.exact}/{args.ranges} | {t.shapes_exact}/{planted} | "
-                  f"{t.false_steps} | {t.dropped} | {t.trials} | {t.cost_s:.0f} |", flush=True)
+            print(
+                f"| {name} | {'open shapes' if on else 'every shape'} | {t.exact}/{args.ranges} | "
+                f"{t.shapes_exact}/{planted} | "
+                f"{t.false_steps} | {t.dropped} | {t.trials} | {t.cost_s:.0f} |",
+                flush=True,
+            )
     return 0
 
 

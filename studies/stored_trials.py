@@ -11,9 +11,9 @@ import gzip
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from bisector.errors import BadInput
 from bisector.model import TrialRecord

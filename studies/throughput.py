@@ -35,9 +35,9 @@ def cv_pct(values: list[float]) -> float:
 
 
 def run_mode(mode: str, config: Any, builds: dict[int, Any], trials: int, work: Path) -> dict[str, Any]:
+    from bisector.measure.time_spent import Stage, summarize
     from bisector.runner import make_executor
     from bisector.runner.executor import TrialJob
-    from bisector.measure.time_spent import Stage, summarize
 
     commits = list(builds)
     jobs = []

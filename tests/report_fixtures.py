@@ -4,18 +4,17 @@ steps between them, with per-trial values drawn from a seeded generator (no timi
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
-from bisector.search.wrong_results import WrongWindow
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
-from bisector.search.evidence import CommitRow, UnsurePair
-from bisector.why.fixes import FixResult
-from bisector.why.culprit_hunks import HunkFinding, HunkTry
 from bisector.report.data import ReportData
-from bisector.search.wrong_results import WrongResult
-from bisector.why.facts import actions, step_moves
+from bisector.search.evidence import CommitRow, UnsurePair
+from bisector.search.wrong_results import WrongResult, WrongWindow
 from bisector.store.totals import CallTotals, RunTotals
+from bisector.why.culprit_hunks import HunkFinding, HunkTry
+from bisector.why.facts import actions, step_moves
+from bisector.why.fixes import FixResult
 
 
 def sha(i: int) -> str:
@@ -155,22 +154,57 @@ def full_report() -> ReportData:
         "/abs/path/hunk-0004ccc.patch", "--- a/lib/fa.py\n+++ b/lib/fa.py\n@@ -40,1 +40,1 @@\n-a\n+b\n")
     steps = (fa_step, gemm_step, late_step)
     return ReportData(
-        title="bisector: golden, 0000ccc..0008ccc", config_name="golden", upstream="../upstream", branch="main",
-        good=cs[0], bad=cs[-1], device="cuda", control="torch_cuda",
-        machine={"device_name": "NVIDIA H200", "driver": "580.1", "python": "3.12.3", "torch_cuda": "13.0",
-                 "versions": {"torch": "2.11.0", "triton": "3.6.0"}}, protocol={"reps": 6, "warmup": 1, "max_trials": 8},
-        shapes=shapes, range_commits=cs, rows=tuple(rows), steps=steps, dropped=(dropped,),
-        uncertain=tuple(Uncertain(u.before, u.after, u.shapes) for u in unsure), unsure=unsure,
+        title="bisector: golden, 0000ccc..0008ccc",
+        config_name="golden",
+        upstream="../upstream",
+        branch="main",
+        good=cs[0],
+        bad=cs[-1],
+        device="cuda",
+        control="torch_cuda",
+        machine={
+            "device_name": "NVIDIA H200",
+            "driver": "580.1",
+            "python": "3.12.3",
+            "torch_cuda": "13.0",
+            "versions": {"torch": "2.11.0", "triton": "3.6.0"},
+        },
+        protocol={"reps": 6, "warmup": 1, "max_trials": 8},
+        shapes=shapes,
+        range_commits=cs,
+        rows=tuple(rows),
+        steps=steps,
+        dropped=(dropped,),
+        uncertain=tuple(Uncertain(u.before, u.after, u.shapes) for u in unsure),
+        unsure=unsure,
         skipped={cs[1].sha: "step 1: make failed: exit 2\nModuleNotFoundError: No module named 'lib.utils'"},
-        wrong=(WrongResult(cs[6].sha, gemm, 18.0, 0.0352),), fixes=fixes, hunks=(hunk,),
+        wrong=(WrongResult(cs[6].sha, gemm, 18.0, 0.0352),),
+        fixes=fixes,
+        hunks=(hunk,),
         wrong_windows=(WrongWindow((gemm,), cs[6].sha, cs[5].sha, cs[7].sha),),
-        commits_probed=8, trials=30, wall_s=600.0, trial_s=840.0, min_step_pct=3.0,
-        metric={"fa": "speed", "gemm": "ratio"}, reproduce=("bisector run --config configs/golden.toml --good v1 --bad main",),
+        commits_probed=8,
+        trials=30,
+        wall_s=600.0,
+        trial_s=840.0,
+        min_step_pct=3.0,
+        metric={"fa": "speed", "gemm": "ratio"},
+        reproduce=("bisector run --config configs/golden.toml --good v1 --bad main",),
         build_logs={cs[1].sha: "../work/logs/0001ccc.log"},
         # resumed: this call measured 12 of the 60 trial processes
-        totals=RunTotals(range_commits=len(cs), measured=len(rows), skipped=1, trials=60, commit_trials=42,
-                         patched_trials=18, trial_s=1500.0, measuring_s=1020.0, this_call=CallTotals(12, 96.0)),
-        moves=step_moves(steps, rows, lambda _: 3.0), actions=actions(steps, fixes, ()))
+        totals=RunTotals(
+            range_commits=len(cs),
+            measured=len(rows),
+            skipped=1,
+            trials=60,
+            commit_trials=42,
+            patched_trials=18,
+            trial_s=1500.0,
+            measuring_s=1020.0,
+            this_call=CallTotals(12, 96.0),
+        ),
+        moves=step_moves(steps, rows, lambda _: 3.0),
+        actions=actions(steps, fixes, ()),
+    )
 
 
 def interacting_report() -> ReportData:

@@ -233,21 +233,22 @@ CHAIN = {
     "aiter/ops/attention.py": "from aiter.ops.triton.gluon.pa_decode_gluon import FLYDSL_PS_REDUCE_AVAILABLE\n",
     "aiter/ops/triton/__init__.py": "",
     "aiter/ops/triton/gluon/__init__.py": "",
-    "aiter/ops/triton/gluon/pa_decode_gluon.py": textwrap.dedent('''
+    "aiter/ops/triton/gluon/pa_decode_gluon.py": textwrap.dedent("""
         FLYDSL_PS_REDUCE_AVAILABLE = True
         try:
             import flydsl.compiler as flyc
         except Exception:
             FLYDSL_PS_REDUCE_AVAILABLE = False
-        '''),
-    "aiter/ops/flydsl/__init__.py": "from .utils import is_flydsl_available\nif is_flydsl_available():\n    import flydsl\n",
-    "aiter/ops/flydsl/utils.py": textwrap.dedent('''
+        """),
+    "aiter/ops/flydsl/__init__.py": ("from .utils import is_flydsl_available\nif is_flydsl_available():\n"
+                                     "    import flydsl\n"),
+    "aiter/ops/flydsl/utils.py": textwrap.dedent("""
         import importlib.util
 
         def is_flydsl_available():
             return importlib.util.find_spec("flydsl") is not None
-        '''),
-    "aiter/tuned_gemm.py": textwrap.dedent('''
+        """),
+    "aiter/tuned_gemm.py": textwrap.dedent("""
         import functools
         try:
             from aiter.ops.flydsl.utils import is_flydsl_available
@@ -260,7 +261,7 @@ CHAIN = {
             if is_flydsl_available():
                 return {"libtype": "flydsl", "kernelName": "flydsl_hgemm_splitk"}
             return {"libtype": "hipblaslt", "kernelName": ""}
-        '''),
+        """),
 }
 
 SUBJECT_FLYDSL = '''
@@ -311,7 +312,7 @@ def test_the_control_imports_aiter_without_the_subjects_flydsl_and_never_picks_i
 def test_the_stand_in_chain_is_faithful_an_unguarded_import_reaches_the_subjects_flydsl(chain):
     checkout, mark, monkeypatch = chain
     monkeypatch.syspath_prepend(str(checkout))  # the order before: the checkout first, then aiter
-    import aiter  # noqa: F401
+    import aiter  # noqa: F401, A004 - the library itself: its import runs the subject's code
 
     assert mark.exists()  # pa_decode_gluon's `import flydsl.compiler` ran the subject's code
     tuned = importlib.import_module("aiter.tuned_gemm")
@@ -319,7 +320,7 @@ def test_the_stand_in_chain_is_faithful_an_unguarded_import_reaches_the_subjects
 
 
 def test_a_flydsl_loaded_before_the_control_is_refused_loudly(chain):
-    checkout, mark, monkeypatch = chain
+    checkout, _mark, monkeypatch = chain
     monkeypatch.syspath_prepend(str(checkout))
     import flydsl  # noqa: F401
 
@@ -369,12 +370,23 @@ def test_fp8_attention_controls_take_aiters_per_tensor_path_with_the_subjects_de
     assert call.args[0].dtype == torch.float8_e4m3fn
 
 
-@pytest.mark.parametrize("row,key,words", [
-    ({"S": 64, "D": 64}, "D", "fp8 dense attention (flash_attn_fp8_pertensor_func) has kernels for head sizes 128, 256 only, got 64"),
-    ({"S": 64, "D": 96}, "D", "head sizes 128, 256 only, got 96"),
-    ({"varlen": [5, 9], "D": 64}, "D", "fp8 varlen attention (flash_attn_varlen_fp8_pertensor_func) has kernels for head sizes 128 only"),
-    ({"varlen": [5, 9], "D": 256}, "D", "head sizes 128 only, got 256"),
-])
+@pytest.mark.parametrize(
+    "row,key,words",
+    [
+        (
+            {"S": 64, "D": 64},
+            "D",
+            "fp8 dense attention (flash_attn_fp8_pertensor_func) has kernels for head sizes 128, 256 only, got 64",
+        ),
+        ({"S": 64, "D": 96}, "D", "head sizes 128, 256 only, got 96"),
+        (
+            {"varlen": [5, 9], "D": 64},
+            "D",
+            "fp8 varlen attention (flash_attn_varlen_fp8_pertensor_func) has kernels for head sizes 128 only",
+        ),
+        ({"varlen": [5, 9], "D": 256}, "D", "head sizes 128 only, got 256"),
+    ],
+)
 def test_fp8_head_sizes_without_aiter_kernels_are_refused(row, key, words):
     params = shapes.normalize_attention({"B": 2, "H": 2, "dtype": "fp8", **row})
     got = control_limits.refusal("aiter", "fa", params)

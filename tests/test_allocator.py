@@ -92,5 +92,7 @@ def test_a_cpu_trial_pins_after_importing_its_subject(tmp_path: Path) -> None:
 
 
 def test_the_environment_names_the_settings_a_config_chose() -> None:
-    got = allocator.wanted({"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": "x"})
+    got = allocator.wanted(
+        {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": "x"}
+    )
     assert got == {"MALLOC_MMAP_THRESHOLD_": 1 << 20, "MALLOC_TRIM_THRESHOLD_": 64 << 20, "MALLOC_ARENA_MAX": 1}

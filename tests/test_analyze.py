@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bisector.search.analyze import find_steps, load_csv
 from bisector.commands.analyze_cmd import command
 from bisector.errors import BadInput
+from bisector.search.analyze import find_steps, load_csv
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 
 SHAPES = ("fa/s4096", "gemm/8192")
@@ -105,7 +105,7 @@ def test_store_export_columns_and_dates(tmp_path: Path) -> None:
             lines.append(f"{k},nightly,{'%040x' % (7 - i)},fa/s1,{v},ok,,2026-08-0{day}T00:00:00+00:00,{900 + i}")
     path.write_text("\n".join(lines) + "\n")
     r = find_steps(load_csv(path))
-    assert [s.commit for s in r.steps] == ["%040x" % 4] and r.steps[0].pr == 903
+    assert [s.commit for s in r.steps] == [f"{4:040x}"] and r.steps[0].pr == 903
 
 
 @pytest.mark.parametrize("text, problem", [
@@ -118,7 +118,7 @@ def test_store_export_columns_and_dates(tmp_path: Path) -> None:
 def test_bad_csv_is_one_line_bad_input(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(text)
-    with pytest.raises(BadInput, match="bad.csv: "):
+    with pytest.raises(BadInput, match=r"bad.csv: "):
         load_csv(path)
     res = CliRunner().invoke(command, [str(path)])
     assert res.exit_code == 2 and problem in res.output and res.output.count("\n") == 1

@@ -56,7 +56,7 @@ def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale
 def test_reference_matches_attention_written_out():
     """The suite's reference, against attention computed key by key (bottom-right causal, GQA)."""
     for name in ("sq_lt_sk", "varlen", "paged_decode"):
-        p, inputs = attn({**ATTN[name], "B": 2} if name == "sq_lt_sk" else ATTN[name])
+        _p, inputs = attn({**ATTN[name], "B": 2} if name == "sq_lt_sk" else ATTN[name])
         g = inputs["geometry"]
         ref = lay.as_thd(flash_attention.reference(inputs), g.dense_q)
         q = lay.as_thd(inputs["q"], g.dense_q)
@@ -106,7 +106,7 @@ def test_top_left_causal_is_caught_when_sq_lt_sk():
 
 
 def test_page_table_is_shuffled_and_stale_slots_hold_garbage():
-    p, inputs = attn(ATTN["paged_decode"])
+    _p, inputs = attn(ATTN["paged_decode"])
     g, table = inputs["geometry"], inputs["block_table"]
     used = torch.cat([table[i, :n] for i, n in enumerate(g.pages)])
     assert sorted(used.tolist()) == list(range(sum(g.pages)))  # every page handed out once

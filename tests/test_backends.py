@@ -17,10 +17,10 @@ import torch
 from benches import backends, suites
 from benches.backends.aiter import a16w16_choice, check_pure, gemm_kind, gemm_operands, pure_control
 from benches.backends.base import BackendUnavailable, from_layout, load_entry, prepared, to_layout
-from tests.devices import needs_cuda
 from benches.backends.flydsl import check_sm_scale, fa_kwargs, launch_args, plan_gemm
 from benches.correctness import compare
 from benches.timing import Clock, flush_bytes
+from tests.devices import needs_cuda
 
 
 def test_layouts_round_trip():

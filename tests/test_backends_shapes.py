@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benches import backends, shapes
+from benches import shapes
 from benches.backends import aiter_calls, gemm_control, sdpa
 from benches.backends.base import BackendUnavailable
 from benches.correctness import compare
@@ -136,7 +136,9 @@ def _run(call: aiter_calls.Call) -> torch.Tensor:
     return call.output(getattr(_fake_aiter(), call.fn)(*call.args, **call.kwargs))
 
 
-@pytest.mark.parametrize("scaling,fn", [("tensor", "gemm_a8w8"), ("row", "gemm_a8w8"), ("block", "gemm_a8w8_blockscale")])
+@pytest.mark.parametrize(
+    "scaling,fn", [("tensor", "gemm_a8w8"), ("row", "gemm_a8w8"), ("block", "gemm_a8w8_blockscale")]
+)
 def test_aiter_scaled_gemm_operands(scaling, fn):
     inputs = scaled({"M": 32, "N": 256, "K": 384, "dtype": "fp8_e4m3", "scaling": scaling, "layout": "nt"})
     call = aiter_calls.scaled_gemm(inputs, torch.float8_e4m3fn)

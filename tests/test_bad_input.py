@@ -268,8 +268,14 @@ def test_unexpected_exception_is_one_line_and_its_traceback_goes_to_a_log(tmp_pa
     assert "Traceback" in log.read_text() and "missing-key" in log.read_text()
 
 
-@pytest.mark.parametrize("value, key", [('"latncy"', "thresholds.timing"), ('{{ gemm = "wall" }}', "thresholds.timing.gemm"),
-                                        ('{{ attn = "kernel" }}', "thresholds.timing.attn")])
+@pytest.mark.parametrize(
+    "value, key",
+    [
+        ('"latncy"', "thresholds.timing"),
+        ('{{ gemm = "wall" }}', "thresholds.timing.gemm"),
+        ('{{ attn = "kernel" }}', "thresholds.timing.attn"),
+    ],
+)
 def test_bad_timing_names_file_and_key(tmp_path: Path, value: str, key: str) -> None:
     cfg = write_config(tmp_path, "/tmp/x", CONFIG + f"[thresholds]\ntiming = {value}\n")
     line = one_line_error(bisector(tmp_path, "check-config", str(cfg)), str(cfg), key)

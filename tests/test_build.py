@@ -24,8 +24,8 @@ from bisector.commands.build_cmd import command as build_command
 from bisector.config import Build, BuildStep, Upstream
 from bisector.errors import RefError
 from bisector.model import BuildStatus
-
-from tests.gitfixtures import commit_file, git as run_git
+from tests.gitfixtures import commit_file
+from tests.gitfixtures import git as run_git
 from tests.llvm_pins import pin_history
 
 PYPROJECT = textwrap.dedent("""\
@@ -384,7 +384,7 @@ def test_cli_build_reports_status_time_and_hits(upstream, tmp_path):
 
 
 def test_cli_patch_file_with_crlf_lines_applies(upstream, tmp_path):
-    repo, shas = upstream
+    repo, _shas = upstream
     (repo / "win.py").write_bytes(b"A = 1\r\nB = 2\r\n")
     run_git(repo, "add", "win.py")
     run_git(repo, "commit", "-q", "-m", "crlf file")
@@ -410,7 +410,6 @@ def test_worktree_is_never_reused(upstream, tmp_path):
     assert trees.ensure(path, shas[0]) is False
     (path / "marker").write_text("x")
     (path / "marker").unlink()
-    inode = path.stat().st_ino
     assert trees.ensure(path, shas[0]) is False and path.is_dir()
     (path / "build-output.o").write_text("x")
     assert trees.ensure(path, shas[0]) is False and not (path / "build-output.o").exists()

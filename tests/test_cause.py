@@ -83,9 +83,21 @@ def test_the_report_opens_each_steps_why_with_its_cause_and_the_rest_of_the_comm
     from bisector.why.culprit_hunks import HunkFinding
 
     sk = step("145")
-    finding = HunkFinding(sk.step_commit, 16, ("lib/kernel.py @@ -5,10 +5,11 @@ lines +11",), True, (),
-                          diff="-    num_stages=3,\n+    num_stages=2,\n", n_plumbing=11, n_behaviour=1, n_pieces=3,
-                          found_hunks=1, pieces_in_found=2, aside=("tests/test_x.py", "benchmark/bench_y.py"), n_aside=3)
+    finding = HunkFinding(
+        sk.step_commit,
+        16,
+        ("lib/kernel.py @@ -5,10 +5,11 @@ lines +11",),
+        True,
+        (),
+        diff="-    num_stages=3,\n+    num_stages=2,\n",
+        n_plumbing=11,
+        n_behaviour=1,
+        n_pieces=3,
+        found_hunks=1,
+        pieces_in_found=2,
+        aside=("tests/test_x.py", "benchmark/bench_y.py"),
+        n_aside=3,
+    )
     causes = for_steps((sk,), (finding,), lambda sha: "")
     c = Commit(sk.step_commit, "2026-07-02", "b", "GEMM: num_stages 3 -> 2", 145)
     data = ReportData(title="t", config_name="c", upstream="u", branch="main", good=c, bad=c, device="cuda",

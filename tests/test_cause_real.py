@@ -69,7 +69,7 @@ def _ttir(v: dict) -> str:
     args = ", ".join(f"%{a.format(dim=v['dim'])}: {'!tt.ptr<bf16>' if a.isupper() and a != 'SEQLEN_OFFSETS' else 'i32'}"
                      " {tt.divisibility = 16 : i32}" for a in ARGS)
     batch, head = v["axes"]
-    body = [f"    %pid_m = tt.get_program_id x : i32", f"    %pid_batch = tt.get_program_id {batch} : i32",
+    body = ["    %pid_m = tt.get_program_id x : i32", f"    %pid_batch = tt.get_program_id {batch} : i32",
             f"    %pid_head = tt.get_program_id {head} : i32"]
     for i, t in enumerate(v["tiles"]):
         kind, shape = t.split(":")

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from bisector.build.steps import run_step
-from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.isolation import cgroups, sandbox
-from bisector.runner import make_executor
 from bisector.isolation.cgroups import Limits
-from bisector.runner.executor import TrialJob
 from bisector.isolation.fenced import fenced
+from bisector.model import BuildResult, BuildStatus, TrialStatus
+from bisector.runner import make_executor
+from bisector.runner.executor import TrialJob
 from tests.devices import DEVICES
 from tests.processes import alive
 from tests.test_sandbox import config, notes, trial

@@ -52,7 +52,11 @@ def test_a_settle_is_set_per_suite_or_shape_and_reaches_the_trial_spec(tmp_path)
     from bisector.model import BuildResult, BuildStatus
     from bisector.runner.spec import build_spec
 
-    cfg = config.load(write(tmp_path, GOOD.replace("[control]", '[protocol]\nsettle_ms = { default = 0, "fa/s128" = 200 }\n[control]')))
+    cfg = config.load(
+        write(
+            tmp_path, GOOD.replace("[control]", '[protocol]\nsettle_ms = { default = 0, "fa/s128" = 200 }\n[control]')
+        )
+    )
     assert (cfg.protocol.settle_ms, dict(cfg.protocol.settle_ms_by)) == (0.0, {"fa/s128": 200.0})
     spec = build_spec(cfg, BuildResult(sha="d" * 40, status=BuildStatus.OK, source_dir=str(tmp_path)), "fa", seed=1)
     assert spec["settle_ms"] == {"fa/s128": 200.0}
@@ -241,7 +245,9 @@ def test_paths_in_a_config_are_made_absolute_against_the_current_directory(tmp_p
 
 
 def test_min_step_per_suite_and_shape(tmp_path):
-    cfg = config.load(write(tmp_path, GOOD + '[thresholds]\nmin_step_pct = { default = 3.0, "fa/s128" = 5, fa = 4.0 }\n'))
+    cfg = config.load(
+        write(tmp_path, GOOD + '[thresholds]\nmin_step_pct = { default = 3.0, "fa/s128" = 5, fa = 4.0 }\n')
+    )
     th = cfg.thresholds
     assert th.min_step_pct == 3.0 and th.min_step("fa/s128") == 5.0  # the shape's own over its suite's
     assert th.min_step("fa/other") == 4.0 and th.min_step("gemm/x") == 3.0

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from benches import shapes, trial
-from bisector.search import control_outcome
-from bisector.model import Shape, TrialRecord, TrialStatus
 from bisector.measure.probe import StoreProbe
+from bisector.model import Shape, TrialRecord, TrialStatus
+from bisector.search import control_outcome
 from tests.test_trial import bench_setup
 from tests.test_trial_suites import KERNELS, SUITE, shape, spec
 

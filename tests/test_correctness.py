@@ -1,5 +1,5 @@
-from bisector.search.wrong_results import localize_wrong
 from bisector.model import Measurement, ProbeStatus
+from bisector.search.wrong_results import localize_wrong
 
 ORDER = [f"c{i:02d}" for i in range(40)]
 

@@ -77,7 +77,7 @@ def test_a_change_inside_the_zone_is_reported_as_a_small_change():
     small = [z for z in result.decisions.zone if z.decided]
     assert {z.shape for z in small} == set(SHAPES) and not result.steps
     for z in small:
-        assert -3.0 < z.ci95[0] and z.ci95[1] <= -1.5
+        assert z.ci95[0] > -3.0 and z.ci95[1] <= -1.5
         assert z.line().startswith(f"a small change ({z.change_pct:+.1f}% [")
 
 

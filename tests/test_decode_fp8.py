@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from studies import decode_fp8
 from bisector import config
 from bisector.model import BuildResult, BuildStatus
 from bisector.runner.spec import build_spec
+from studies import decode_fp8
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = """
@@ -66,8 +66,14 @@ def bench(tmp_path: Path, text: str, *args: str, trials: int = 2) -> subprocess.
     cfg = tmp_path / "small.toml"
     cfg.write_text(text)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "studies.decode_fp8", "--config", str(cfg), "--trials", str(trials), *args],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "studies.decode_fp8", "--config", str(cfg), "--trials", str(trials), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def test_small_config_end_to_end(tmp_path):
@@ -138,8 +144,8 @@ def test_h200_subjects_compile_for_sm90_within_its_shared_memory(tmp_path, monke
     import torch
     from triton.runtime.jit import MockTensor
 
-    from studies.kernel_fixtures import _compile
     from benches.kernels import triton_attn, triton_fp8_gemm
+    from studies.kernel_fixtures import _compile
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     subjects = tomllib.loads((ROOT / "configs" / "h200-decode.toml").read_text())["subject"]

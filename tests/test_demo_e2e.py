@@ -71,7 +71,9 @@ def measured(tmp: Path, commits: list[str]) -> str:
              int((record.get("worker") or {}).get("lineage") or 0)))
 
     def lineages(v: list[tuple[float, float, int, int]]) -> str:
-        return ", ".join(f"{k}: {statistics.median(r for r, _, _, q in v if q == k):.3f}" for k in sorted({q for *_, q in v}))
+        return ", ".join(
+            f"{k}: {statistics.median(r for r, _, _, q in v if q == k):.3f}" for k in sorted({q for *_, q in v})
+        )
 
     return "; ".join(f"{i}:{shape} n={len(v)} {statistics.median(r for r, *_ in v):.3f} "
                      f"({statistics.median(f for _, f, _, _ in v):.0f} faults, "
@@ -152,7 +154,9 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
     most = max(protocol.max_trials, 2 * protocol.trials)
     cap = (protocol.max_trials * result["probes"] + 2 * 4 * most * (len(result["steps"]) + len(result["dropped"]))
            + 2 * protocol.trials * (1 + 2))  # rechecks: bisector.search.Settings.rechecks (2)
-    assert result["search_trials"] <= cap, f"the CPU demo's search took {result['search_trials']} trials ({seconds:.0f} s)"
+    assert result["search_trials"] <= cap, (
+        f"the CPU demo's search took {result['search_trials']} trials ({seconds:.0f} s)"
+    )
     # One meaning of "trials": trial processes, the same count in --json, the header and `store info`.
     header = next(line for line in report.splitlines() if line.startswith("Upstream "))
     info = subprocess.run([sys.executable, "-m", "bisector", "store", "info", "--json", "--store",

@@ -17,8 +17,21 @@ from bisector.demo.repo import export_commit
 from bisector.errors import EXIT_BAD_INPUT
 
 PR = re.compile(r" \(#(\d+)\)$")
-ORDER = ("good", "improvement", "fa_remap_dropped", "fastmath_dropped", "gemm_group_m", "broken_import",
-         "broken_import_fixed", "decode_kernel", "dispatch_cost", "wrong_result", "wrong_result_fixed", "gemm_stages", "fa_window")
+ORDER = (
+    "good",
+    "improvement",
+    "fa_remap_dropped",
+    "fastmath_dropped",
+    "gemm_group_m",
+    "broken_import",
+    "broken_import_fixed",
+    "decode_kernel",
+    "dispatch_cost",
+    "wrong_result",
+    "wrong_result_fixed",
+    "gemm_stages",
+    "fa_window",
+)
 
 
 def git(repo: str | Path, *args: str) -> str:

@@ -50,7 +50,7 @@ def test_store_info_shows_the_later_trials_device_parts(tmp_path) -> None:
     assert "later trials' device sections: " in text.output and "timed" in text.output
     got = CliRunner().invoke(cli, ["store", "info", "--store", str(store), "--phases", "--json"])
     parts = json.loads(got.output)["later_device_parts"]
-    assert list(parts.values())[0]["total_s"]["timed"] > 0
+    assert next(iter(parts.values()))["total_s"]["timed"] > 0
 
 
 def test_first_calls_are_shown_per_shape_and_where_they_ran() -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from bisector.measure.probe import StoreProbe
 from bisector.model import ProbeStatus, TrialStatus
 from bisector.runner.error_line import error_line
-from bisector.measure.probe import StoreProbe
 from tests.test_probe import TWO, Runner, probe
 
 CUDA = ("RuntimeError: CUDA error: an illegal memory access was encountered\n"

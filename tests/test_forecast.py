@@ -9,14 +9,14 @@ import hashlib
 import io
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from rich.console import Console
 
 from bisector.commands.progress import ProgressLine
+from bisector.estimate.forecast import ForecastSettings, SearchForecast
 from bisector.measure.probe import ProbeEvent
 from bisector.search import SearchSettings, localize
-from bisector.estimate.forecast import ForecastSettings, SearchForecast
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 from studies.estimate_accuracy import Announcing
 
@@ -56,9 +56,9 @@ GRID = [(i, k, 2, ()) for i in (0, 40, 10, 20, 30) for k in (1, 2)]
 
 def test_the_estimate_goes_up_when_a_pair_doubles_and_stays_low_when_it_settles() -> None:
     commits = shas(41)
-    settled = fed(commits, GRID + [(5, 1, 1, ())])  # GOOD..g1 differed at once; its middle got one trial
+    settled = fed(commits, [*GRID, (5, 1, 1, ())])  # GOOD..g1 differed at once; its middle got one trial
     quiet = settled.trials + settled.remaining()
-    doubled = fed(commits, GRID + [(0, 3, 4, (10,)), (10, 3, 4, (0,)), (10, 4, 4, (0,)), (0, 4, 4, (10,))])
+    doubled = fed(commits, [*GRID, (0, 3, 4, (10,)), (10, 3, 4, (0,)), (10, 4, 4, (0,)), (0, 4, 4, (10,))])
     once = doubled.trials + doubled.remaining()
     for k in range(5, 9):  # unclear at 4 a side too: both up to the cap of 8
         for a, b in ((0, 10), (10, 0)):
@@ -74,7 +74,7 @@ def test_the_estimate_goes_up_when_a_pair_doubles_and_stays_low_when_it_settles(
 
 def test_the_whole_change_check_is_the_end_of_the_search() -> None:
     commits = shas(41)
-    forecast = fed(commits, GRID + [(0, 3, 4, (40,)), (40, 3, 4, (0,))])
+    forecast = fed(commits, [*GRID, (0, 3, 4, (40,)), (40, 3, 4, (0,))])
     assert forecast.tail == "check" and forecast.middles_left() == 0
     assert 0 < forecast.remaining() <= 2 * 2  # what is left of the check's 2 x 2 trials
 
@@ -118,7 +118,7 @@ def test_a_noisy_search_converges_on_its_trials_and_the_line_always_has_an_eta()
 def test_the_first_doubling_after_the_grid_expects_the_cap_for_what_is_still_to_compare() -> None:
     commits = shas(41)
     flat = fed(commits, GRID)
-    doubled = fed(commits, GRID + [(0, 3, 4, (10,)), (10, 3, 4, (0,))])
+    doubled = fed(commits, [*GRID, (0, 3, 4, (10,)), (10, 3, 4, (0,))])
     # the grid's points right of the pair, the pair itself and the middle commits to come at the
     # cap of 8, not at the 4 a side the pair has now
     assert doubled.level() == 8
@@ -136,8 +136,7 @@ def test_a_doubling_in_a_quiet_run_is_a_close_call_not_the_rule() -> None:
     quiet = fed(commits, GRID + sized_down + doubling)
     # the pair is not taken to head for the cap: its two commits' 2 x 6 trials more to 8 are not expected
     assert quiet.trials + quiet.remaining() < before.trials + before.remaining() + 2 * (8 - 2)
-    loud = fed(commits, GRID + [(5, 1, 2, ()), (5, 2, 2, ()), (2, 1, 2, ()), (2, 2, 2, ()),
-                                (2, 3, 4, (5,)), (5, 3, 4, (2,))])
+    loud = fed(commits, [*GRID, (5, 1, 2, ()), (5, 2, 2, ()), (2, 1, 2, ()), (2, 2, 2, ()), (2, 3, 4, (5,)), (5, 3, 4, (2,))])
     assert quiet.level() < 4 and loud.level() == 8
     assert quiet.remaining() < loud.remaining() / 2
 
@@ -150,7 +149,7 @@ def test_a_walk_through_wrong_results_is_not_taken_for_more_steps() -> None:
     split point (search `split`); those commits are not middle commits of more steps (the H200
     demo's walk of ten took the estimate to 2.3x its final count)."""
     commits = shas(81)
-    split = fed(commits, GRID81 + [(30, 1, 1, ())])
+    split = fed(commits, [*GRID81, (30, 1, 1, ())])
     walked = fed(commits, GRID81 + [(i, 1, 1, ()) for i in (30, 29, 31, 28, 32, 27, 33, 26, 34)])
     assert walked.steps() <= split.steps()
     assert walked.remaining() <= split.remaining()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import git
 import pytest
 from click.testing import CliRunner
+from git import Repo
 
 from bisector import config as config_mod
 from bisector import gitrepo
@@ -141,7 +141,7 @@ def test_what_may_run(world: dict) -> None:
     """Opted in by name, a branch of the upstream itself, or only the upstream's own commits: no refusal."""
     gpu, opted = config_mod.load(world["gpu"]), config_mod.load(world["opted"])
 
-    def mirror() -> git.Repo:
+    def mirror() -> Repo:
         return gitrepo.open_repo(str(world["tmp"] / "upstream"))
 
     fork_bisect = BisectCommand(world["base"][:10], "refs/pull/7/head")

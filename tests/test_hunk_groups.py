@@ -17,8 +17,7 @@ import git
 import pytest
 
 from bisector import gitrepo
-from bisector.why import hunk_groups
-from bisector.why import hunks
+from bisector.why import hunk_groups, hunks
 from tests.gitfixtures import commit_file
 
 KERNEL_BEFORE = '''"""A Triton-style kernel module (the decorator stands in for @triton.jit)."""
@@ -245,8 +244,8 @@ def test_files_that_do_not_parse_or_are_not_python_are_grouped_by_name_only(tmp_
 def test_the_report_names_the_groups_and_the_unresolved_subsets(culprit) -> None:
     from bisector.model import Commit
     from bisector.report import markdown
-    from bisector.why.culprit_hunks import HunkFinding, HunkTry
     from bisector.report.data import ReportData
+    from bisector.why.culprit_hunks import HunkFinding, HunkTry
 
     root, sha = culprit
     parts, groups = parts_and_groups(root, sha)

@@ -278,7 +278,7 @@ def test_a_multi_statement_hunk_is_cut_into_statements_that_apply_and_compile(tm
     commit_file(root, "k.py", before, "base (#1)", 1)
     sha = commit_file(root, "k.py", after, "three changes (#2)", 2)
     (h,) = hunks.split(gitrepo.commit_diff(git.Repo(root), sha))
-    old, new = sources(root, sha)
+    old, _new = sources(root, sha)
     cut = hunk_plumbing.statement_pieces(h, hunk_plumbing._parse(before), hunk_plumbing._parse(after))
     assert len(cut) == 3
     pieces = tuple(hunk_plumbing.Piece(0, k, f"p{i}") for i, k in enumerate(cut))

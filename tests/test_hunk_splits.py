@@ -101,7 +101,7 @@ def culprit(root: Path):
 
 def test_naive_statement_cuts_of_these_hunks_do_not_parse(tmp_path: Path) -> None:
     """The fixture is what it claims: cut into statements, a piece of each does not parse alone."""
-    sha, parts, old, new, _ = culprit(tmp_path / "up")
+    _sha, parts, old, new, _ = culprit(tmp_path / "up")
     cut = hunk_plumbing.pieces_of(parts, old, new)
     naive = hunk_plumbing.Plan(tuple(parts), (), tuple(p for p in cut if parts[p.hunk].path != "lib/api.py"
                                                        and parts[p.hunk].path != "lib/meta.py"))
@@ -112,7 +112,7 @@ def test_naive_statement_cuts_of_these_hunks_do_not_parse(tmp_path: Path) -> Non
 
 
 def test_every_subset_of_the_plan_parses_and_the_unsplit_hunks_are_named(tmp_path: Path) -> None:
-    sha, parts, old, new, plan = culprit(tmp_path / "up")
+    _sha, parts, old, _new, plan = culprit(tmp_path / "up")
     assert plan is not None and not plan.base_error
     # the call cut over a context line: searched whole; the emptied else: its statements are tied
     # by the name they bind (`n`), so the piece that drops the branch travels with the one that reads n

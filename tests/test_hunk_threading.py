@@ -115,7 +115,7 @@ def test_a_base_missing_call_sites_is_closed_over_them(culprit) -> None:
     would raise TypeError; the check says so before anything is built, and `checked` moves the call
     sites that the widened constructor needs into the base."""
     root, sha = culprit
-    parts, _, plan = planned(root, sha)
+    _parts, _, plan = planned(root, sha)
     assert plan is not None
     old, new = sources(root, sha)
     inline = tuple(p for p in plan.base if p.hunk in (8, 9))

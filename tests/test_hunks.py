@@ -6,29 +6,29 @@ import itertools
 import sqlite3
 import subprocess
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import git
 import pytest
 
 from bisector import gitrepo
-from bisector.why import culprit_hunks
-from bisector.why import hunks
 from bisector.config import parse
 from bisector.model import Step
-from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject, git as run_git
+from bisector.why import culprit_hunks, hunks
+from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject
+from tests.gitfixtures import git as run_git
 
 ORIGINAL = [f"line {i}\n" for i in range(1, 41)]
 
 
 def edits() -> dict[str, Callable[[list[str]], list[str]]]:
     """Four separate changes to k.py (a replacement, an insertion, a deletion, an append)."""
-    def replace5(ls): return ls[:4] + ["line 5 changed\n"] + ls[5:]
-    def insert20(ls): return ls[:20] + ["new a\n", "new b\n"] + ls[20:]
+    def replace5(ls): return [*ls[:4], "line 5 changed\n", *ls[5:]]
+    def insert20(ls): return [*ls[:20], "new a\n", "new b\n", *ls[20:]]
     def delete30(ls): return ls[:29] + ls[30:]
-    def append(ls): return ls + ["line 41\n"]
+    def append(ls): return [*ls, "line 41\n"]
     return {"replace5": replace5, "insert20": insert20, "delete30": delete30, "append": append}
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bisector.why import hunks, loaded
 from bisector.model import TrialRecord, TrialStatus
-from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject, git as run_git
+from bisector.why import hunks, loaded
+from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject
+from tests.gitfixtures import git as run_git
 
 GEMM = '''import torch
 

@@ -21,10 +21,11 @@ import git
 import pytest
 
 from bisector import gitrepo
+from bisector.model import Step
 from bisector.search.samples import PooledNoise
 from bisector.why.interactions import MAX_STEPS, combined_patch, groups, pair_effect
-from bisector.model import Step
-from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject, git as run_git
+from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject
+from tests.gitfixtures import git as run_git
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"
 INDEX = json.loads((FIXTURES / "index.json").read_text())["steps"]
@@ -41,7 +42,7 @@ def test_verdicts_add_overlap_hide_unclear() -> None:
     *_, inter, ci, verdict = pair_effect(tip, around(1.2), around(1.2), around(1.44), 3.0)
     assert verdict == "add" and abs(inter) < 1 and ci[0] < 0 < ci[1]
     # The seed's case: fast math's revert gains 10.4% with the remap dropped, 1.4% with it back.
-    a_alone, a_with, b_alone, b_with, inter, ci, verdict = pair_effect(
+    a_alone, a_with, _b_alone, _b_with, inter, ci, verdict = pair_effect(
         tip, around(1.104), around(1.17), around(1.17 * 1.014), 3.0)
     assert verdict == "overlap" and ci[1] < 0
     assert a_alone == pytest.approx(10.4, abs=0.2) and a_with == pytest.approx(1.4, abs=0.2)
@@ -182,7 +183,9 @@ def test_two_steps_on_one_shape_overlap_and_the_kernels_show_offline(tmp_path: P
     (inter,) = result["interactions"]
     assert inter["steps"] == [shas[3], shas[5]] and inter["shapes"] == ["gemm/m512"] and inter["trials"] in (4, 8)
     combos = {tuple(c["reverted"]): c for c in inter["combos"]}
-    assert set(combos) == {(), (shas[3],), (shas[5],), (shas[3], shas[5])} and not any(c["error"] for c in combos.values())
+    assert set(combos) == {(), (shas[3],), (shas[5],), (shas[3], shas[5])} and not any(
+        c["error"] for c in combos.values()
+    )
     both, one_a, one_b = (combos[k]["gain_pct"]["gemm/m512"] for k in [(shas[3], shas[5]), (shas[3],), (shas[5],)])
     # each revert alone restores a lot, and both together; which of them the most is the verdict's
     # to say (on both cores spun, one read 1288% alone against 1093% together)
@@ -228,7 +231,10 @@ def test_two_steps_on_one_shape_overlap_and_the_kernels_show_offline(tmp_path: P
         stored = db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
     resumed = run(tmp_path, repo, shas[1], "--no-fixes")
     kernels = {k["commit"]: k for k in resumed["kernels"]}
-    assert kernels[shas[3]]["changed"] == ["_matmul_kernel"] and "compiled again for this report" in kernels[shas[3]]["note"]
+    assert (
+        kernels[shas[3]]["changed"] == ["_matmul_kernel"]
+        and "compiled again for this report" in kernels[shas[3]]["note"]
+    )
     remade = (tmp_path / "report" / "report.md").read_text()
     assert "num_stages 3 → 2" in remade and "no compiled artifacts" not in remade
     with sqlite3.connect(tmp_path / "s.sqlite") as db:

@@ -11,11 +11,11 @@ import re
 import shutil
 from pathlib import Path
 
+from bisector.model import Step
+from bisector.report.kernel_section import kernel_lines, section
 from bisector.why.kernel_diff import artifacts, speed
 from bisector.why.kernel_diff.collect import KERNELS_DIR, step_kernels
 from bisector.why.kernel_diff.diff import diff_kernels, readable
-from bisector.model import Step
-from bisector.report.kernel_section import kernel_lines, section
 from tests.test_kernels import FIXTURES, INDEX, _data, _jit_from_fixture
 
 GEMM = INDEX["145"]

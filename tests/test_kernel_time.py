@@ -13,18 +13,18 @@ import dataclasses
 import subprocess
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
 
 from benches import kernel_time, trial
 from benches.backends.base import prepared
-from bisector.search.call_timing import CallFigures, combined, figures, split
-from bisector.search.samples import trial_metric
-from bisector.search.evidence import metric_value
 from bisector.report.calls import calls_section
 from bisector.runner.launch import _record
+from bisector.search.call_timing import CallFigures, combined, figures, split
+from bisector.search.evidence import metric_value
+from bisector.search.samples import trial_metric
 from bisector.store import Store
 from tests.devices import needs_cuda
 from tests.report_fixtures import demo_range

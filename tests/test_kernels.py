@@ -17,15 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from bisector.why.kernel_diff import artifacts, isa, resources
-from bisector.why.kernel_diff.collect import KERNELS_DIR, compare_dirs, step_kernels
-from bisector.why.kernel_diff.diff import diff_kernels, normalize
 from bisector.model import Commit, Step
 from bisector.publish.messages import culprit_body
 from bisector.report import markdown
 from bisector.report.data import ReportData
-from bisector.why.kernel_diff.diff import KernelDiff
 from bisector.triggers import outcome_plan as plan_mod
+from bisector.why.kernel_diff import artifacts, isa, resources
+from bisector.why.kernel_diff.collect import KERNELS_DIR, compare_dirs, step_kernels
+from bisector.why.kernel_diff.diff import KernelDiff, diff_kernels, normalize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"
 INDEX = json.loads((FIXTURES / "index.json").read_text())["steps"]
@@ -59,7 +58,7 @@ def test_num_stages_step_shows_the_stage_count_and_the_shared_memory() -> None:
     # The attention kernel, compiled in the same JIT caches from another worktree (other paths and
     # line numbers in its locations), is the same code.
     assert diffs["_fwd_kernel"].status == "unchanged" and not diffs["_fwd_kernel"].levels_changed
-    assert [r for r in gemm.histogram_rows()][0][0] == "cp.async copy"  # the rows that changed come first
+    assert next(iter(gemm.histogram_rows()))[0] == "cp.async copy"  # the rows that changed come first
 
 
 def test_group_m_and_remap_steps_show_what_moved() -> None:
@@ -141,7 +140,7 @@ def test_instruction_classes() -> None:
     add.rn.f64 %fd5, %fd1, %fd2;
     div.rn.f32 %f11, %f12, %f13;
     bar.sync 0;
-    """
+    """  # noqa: E501 - PTX as ptxas prints it, one instruction a line
     h = isa.histogram(ptx, "ptx")
     assert h["global load 128-bit"] == 1 and h["global load 16-bit"] == 1 and h["global store 64-bit"] == 1
     assert h["cp.async copy"] == 1 and h["TMA copy (cp.async.bulk.tensor)"] == 1

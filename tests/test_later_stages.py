@@ -16,9 +16,9 @@ from rich.console import Console
 
 from bisector.commands.progress import ProgressLine
 from bisector.demo.demo_config import demo_config
-from bisector.model import Step
-from bisector.measure.probe import ProbeEvent
 from bisector.estimate.later_stages import HUNK_ROUNDS, LaterModel, StageCost, StageTracker, model_for
+from bisector.measure.probe import ProbeEvent
+from bisector.model import Step
 from bisector.why import culprit_hunks
 from studies import progress_replay
 

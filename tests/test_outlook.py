@@ -14,10 +14,10 @@ from rich.console import Console
 
 from bisector.commands.outlook_follow import OutlookFollow
 from bisector.commands.progress import ProgressLine
-from bisector.model import Measurement, ProbeStatus
-from bisector.measure.probe import ProbeEvent
-from bisector.search import SearchSettings, localize
 from bisector.estimate.outlook import SearchBasis, merged, outlook
+from bisector.measure.probe import ProbeEvent
+from bisector.model import Measurement, ProbeStatus
+from bisector.search import SearchSettings, localize
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 from studies.estimate_accuracy import Announcing
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bisector import config as config_mod
-from bisector.why.kernel_diff.regenerate import compile_commit
 from bisector.pipeline import Session, beside
+from bisector.why.kernel_diff.regenerate import compile_commit
 from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subject, git
 
 pytestmark = pytest.mark.slow
@@ -92,7 +92,9 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
     assert report.count("— reproduces the step") == 1 and report.count("— does not reproduce the step") == 1
     plan = json.loads((tmp_path / "report" / "publish-plan.json").read_text())
     # the revert patch goes with the culprit when it was measured to restore (undecided: not offered)
-    assert plan["culprits"][0]["pr"] == 6 and (bool(plan["culprits"][0].get("patch")) == (shape["verdict"] == "restored"))
+    assert plan["culprits"][0]["pr"] == 6 and (
+        bool(plan["culprits"][0].get("patch")) == (shape["verdict"] == "restored")
+    )
     assert "1 of 3 hunks carry the step alone: `lib/gemm.py @@" in plan["culprits"][0]["hunk"]
     assert "+    for _ in range(4)" in plan["culprits"][0]["hunk_diff"]
 

@@ -20,9 +20,9 @@ import pytest
 
 from bisector.build.steps import run_step
 from bisector.config import Publish
+from bisector.isolation import cgroups, survivors
 from bisector.publish import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
 from bisector.publish.plan_text import ZWSP, problems, rendered
-from bisector.isolation import cgroups, survivors
 from bisector.triggers import plan_file
 from tests.fakegithub import FakeGitHub
 from tests.processes import alive

@@ -9,8 +9,8 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import replace
 from pathlib import Path
 
-from bisector.model import BuildResult, BuildStatus, ProbeStatus, Shape, TrialRecord, TrialStatus
 from bisector.measure.probe import At, StoreProbe, Taken, fresh
+from bisector.model import BuildResult, BuildStatus, ProbeStatus, Shape, TrialRecord, TrialStatus
 from bisector.runner.executor import Timeline, TrialJob, TrialOutcome
 from bisector.store import Store
 
@@ -88,8 +88,8 @@ class Executor:
         self.cancelled.add(id(future))
 
 
-def probe(tmp_path: Path, runner: Runner, parallel: int, builds: Builds = Builds(), shapes=SHAPES) -> StoreProbe:
-    return StoreProbe("c", shapes, Store(tmp_path / "r.sqlite"), builds, Executor(runner, parallel))
+def probe(tmp_path: Path, runner: Runner, parallel: int, builds: Builds | None = None, shapes=SHAPES) -> StoreProbe:
+    return StoreProbe("c", shapes, Store(tmp_path / "r.sqlite"), builds or Builds(), Executor(runner, parallel))
 
 
 def test_together_runs_one_trial_of_each_commit_at_once(tmp_path: Path) -> None:

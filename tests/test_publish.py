@@ -20,9 +20,17 @@ from click.testing import CliRunner
 from bisector.commands.publish_cmd import command as publish_command
 from bisector.config import Publish
 from bisector.errors import BadInput, PublishError
-from bisector.publish import (CulpritPost, PlotLink, PublishPlan, RetryPolicy, RunVerdict, dump_plan, load_plan,
-                              publish)
-from bisector.publish import messages
+from bisector.publish import (
+    CulpritPost,
+    PlotLink,
+    PublishPlan,
+    RetryPolicy,
+    RunVerdict,
+    dump_plan,
+    load_plan,
+    messages,
+    publish,
+)
 from bisector.publish.patching import apply_patch, touched_paths
 from bisector.publish.publish_plan import plan_from_dict, plan_to_dict
 from tests.fakegithub import FakeGitHub
@@ -223,7 +231,7 @@ def test_draft_pr_with_the_verified_patch(fake: FakeGitHub, patch: str) -> None:
 def test_patch_that_does_not_apply_is_reported(fake: FakeGitHub, patch: str) -> None:
     head = seed(fake)
     other = fake.add_commit(REPO, {"kernels/attention/remap.py": "something else\n"})
-    with pytest.raises(PublishError, match="draft PR for #950.*git apply"):
+    with pytest.raises(PublishError, match=r"draft PR for #950.*git apply"):
         publish(make_plan(patch=patch, head=other), cfg(fake, draft_pr=True), ENV, policy=FAST)
     assert head != other and fake.ref(REPO, "bisector/2026-08-18.fa/fix-950") is None
 
@@ -318,7 +326,7 @@ def test_token_appears_in_no_output_log_or_file(fake: FakeGitHub, patch: str, tm
                                 env={"GITHUB_TOKEN": TOKEN})
     assert result.exit_code == 0, result.output
     captured = capsys.readouterr()
-    texts = errors + [captured.out, captured.err, result.output, caplog.text]
+    texts = [*errors, captured.out, captured.err, result.output, caplog.text]
     texts += [r.getMessage() for r in caplog.records]
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(files) >= 12 and len(caplog.records) > 20
@@ -387,7 +395,7 @@ def test_plan_json_round_trip_and_bad_keys(tmp_path: Path, patch: str) -> None:
         plan_from_dict(bad, "p.json")
     bad = plan_to_dict(plan)
     bad["untrusted"] = "no"
-    with pytest.raises(BadInput, match="p.json: untrusted: must be bool"):
+    with pytest.raises(BadInput, match=r"p.json: untrusted: must be bool"):
         plan_from_dict(bad, "p.json")
     with pytest.raises(BadInput, match="run_id"):
         replace(plan, run_id="x -->")

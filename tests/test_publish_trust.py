@@ -18,7 +18,6 @@ from bisector.triggers.comment import to_this_pr
 from tests.fakegithub import FakeGitHub
 from tests.test_publish import ENV, REPO, write_config
 
-
 PR, OTHER = 1020, 950
 
 

@@ -21,8 +21,7 @@ from benches.real.ranges import RANGES_DIR, DescriptionError, load, load_all
 from bisector import config as config_mod
 from bisector import gitrepo
 from bisector.build.builder import Builder
-from bisector.model import BuildStatus
-from bisector.model import TrialRecord, TrialStatus
+from bisector.model import BuildStatus, TrialRecord, TrialStatus
 from bisector.why import culprit_hunks, hunk_groups, hunks
 from studies.real_repos import copy_range
 
@@ -70,7 +69,7 @@ def test_range_resolves_builds_and_plans_hunks(desc, tmp_path):
         parent = gitrepo.resolve(repo, f"{step.culprit}^")
         parts = hunks.split(gitrepo.commit_diff(repo, step.culprit))
         assert set(step.files) <= {h.path for h in parts}, (step.culprit, set(step.files) - {h.path for h in parts})
-        groups = hunk_groups.group(parts, lambda p: gitrepo.file_at(repo, parent, p),
+        groups = hunk_groups.group(parts, lambda p, parent=parent: gitrepo.file_at(repo, parent, p),
                                    lambda p, sha=step.culprit: gitrepo.file_at(repo, sha, p))
         assert sorted(i for g in groups for i in g.members) == list(range(len(parts)))
 

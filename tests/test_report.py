@@ -1,13 +1,13 @@
 from pathlib import Path
 
-from bisector.why.facts import actions, step_moves
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 from bisector.report import markdown, render
-from bisector.search.evidence import CommitRow
-from bisector.why.fixes import FixResult
-from bisector.why.culprit_hunks import HunkFinding, HunkTry
 from bisector.report.data import ReportData
+from bisector.search.evidence import CommitRow
 from bisector.search.wrong_results import WrongResult
+from bisector.why.culprit_hunks import HunkFinding, HunkTry
+from bisector.why.facts import actions, step_moves
+from bisector.why.fixes import FixResult
 
 
 def commit(i: int, pr: int | None) -> Commit:
@@ -129,8 +129,11 @@ def test_a_window_of_identical_wrong_results_is_one_row_per_shape():
 
     data = make_data()
     c = data.range_commits
-    wrong = tuple(WrongResult(c[i].sha, "fa/s4096", 0.5, 1.2) for i in (4, 5, 6)) + (
-        WrongResult(c[7].sha, "fa/s4096", 0.25, 0.6), WrongResult(c[6].sha, "fa/s16384", 0.5, 1.2))
+    wrong = (
+        *tuple(WrongResult(c[i].sha, "fa/s4096", 0.5, 1.2) for i in (4, 5, 6)),
+        WrongResult(c[7].sha, "fa/s4096", 0.25, 0.6),
+        WrongResult(c[6].sha, "fa/s16384", 0.5, 1.2),
+    )
     rows = markdown.wrong_rows(replace(data, wrong=wrong))
     assert rows == [["`06aaaaa`", "#906", "s16384", "0.5", "1.2"],
                     ["`04aaaaa`..`06aaaaa` (3 measured)", "#904, #905, #906", "s4096", "0.5", "1.2"],

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bisector.search import evidence
-from bisector.store import last_used as laststore
 from bisector.commands.store_cmd import command as store_command
 from bisector.errors import EXIT_BAD_INPUT
 from bisector.model import Measurement, ProbeStatus, SearchResult, TrialRecord, TrialStatus, Uncertain
 from bisector.paths import shown
 from bisector.report.assemble import shown_upstream
+from bisector.search import evidence
 from bisector.search.stats import compare
 from bisector.store import Store
+from bisector.store import last_used as laststore
 
 
 def trial(shape: str, ms: tuple[float, ...], tflops: float, ratio: float, status: TrialStatus = TrialStatus.OK

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bisector.why.facts import actions
 from bisector.model import Comparison, TrialRecord, TrialStatus, Verdict
 from bisector.publish import messages
 from bisector.report import markdown
 from bisector.report.action_summary import summary_lines
-from bisector.search.wrong_results import WrongResult
-from bisector.why.fixes import FixResult
 from bisector.report.figures import p_value
-from bisector.why.interactions import Interaction, PairEffect
+from bisector.search.wrong_results import WrongResult
 from bisector.store.totals import CallTotals, run_totals
 from bisector.triggers.outcome_plan import build
+from bisector.why.facts import actions
+from bisector.why.fixes import FixResult
+from bisector.why.interactions import Interaction, PairEffect
 from tests.report_fixtures import full_report, sha
 
 
@@ -83,8 +83,15 @@ def test_a_revert_hidden_by_another_step_says_so_first() -> None:
 
 def trial(sha_: str, slot: int, start: int, end: int, status: TrialStatus = TrialStatus.OK,
           patch: str | None = None, shape: str = "gemm/m8192") -> TrialRecord:
-    return TrialRecord(sha_, shape, status, slot=slot, patch_hash=patch,
-                       started_at=f"2026-12-01T10:{start:02d}:00+00:00", finished_at=f"2026-12-01T10:{end:02d}:00+00:00")
+    return TrialRecord(
+        sha_,
+        shape,
+        status,
+        slot=slot,
+        patch_hash=patch,
+        started_at=f"2026-12-01T10:{start:02d}:00+00:00",
+        finished_at=f"2026-12-01T10:{end:02d}:00+00:00",
+    )
 
 
 def test_totals_count_processes_commits_and_the_time_anything_ran() -> None:

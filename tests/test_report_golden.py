@@ -9,8 +9,8 @@ To regenerate after an intended change of format, then read the diff before comm
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

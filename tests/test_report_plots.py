@@ -7,8 +7,8 @@ labels, step labels, titles, axis labels and the legend."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import matplotlib.text
 import pytest

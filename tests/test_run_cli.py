@@ -108,9 +108,14 @@ def test_relative_paths_from_another_directory_and_plain_progress_in_a_pipe(tmp_
     # the default range of 40 would start at over 30).
     progress = [line for line in out.stderr.splitlines() if line.startswith("progress: ")]
     shorts = {sha[:7] for sha in shas}
-    steps = [re.match(r"progress: ([0-9a-f]{7}) (build|trial \d+/\d+( \(side by side with [0-9a-f]{7}\))?) \| search \| "
-                      r"commits \d \| trials (\d+) of ~(\d+) \| elapsed \d+ (s|min) \| eta (\?|~\d+ (s|min))$", line)
-             for line in progress[:-1]]
+    steps = [
+        re.match(
+            r"progress: ([0-9a-f]{7}) (build|trial \d+/\d+( \(side by side with [0-9a-f]{7}\))?) \| search \| "
+            r"commits \d \| trials (\d+) of ~(\d+) \| elapsed \d+ (s|min) \| eta (\?|~\d+ (s|min))$",
+            line,
+        )
+        for line in progress[:-1]
+    ]
     assert steps and all(steps), [line for line, m in zip(progress, steps) if not m]
     assert all(int(m.group(4)) < int(m.group(5)) < 20 for m in steps), progress
     assert {m.group(1) for m in steps} <= shorts and len({m.group(1) for m in steps}) >= 2

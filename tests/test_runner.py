@@ -62,14 +62,31 @@ def upstream(tmp_path: Path) -> Path:
 def make_config(tmp_path: Path, gemm_entry: str = "mykern:mm", fa_entry: str = "mykern:fa", layout: str = "bhsd",
                 timeout: float = 60.0, env: dict | None = None):
     data = {
-        "name": "t", "upstream": {"repo": str(tmp_path)}, "device": {"kind": "cpu"}, "control": {"backend": "torch"},
-        "subject": {"gemm": {"entry": gemm_entry, "adapter": "torch"},
-                    "fa": {"entry": fa_entry, "adapter": "callable", "layout": layout}},
-        "suites": {"gemm": {"shapes": [{"name": "a", "M": 64, "N": 48, "K": 32, "dtype": "fp32"},
-                                       {"name": "b", "M": 32, "N": 32, "K": 64, "dtype": "bf16", "layout": "tn"}]},
-                   "fa": {"shapes": [{"name": "s", "B": 1, "H": 2, "S": 64, "D": 16, "dtype": "fp32", "causal": True}]}},
-        "protocol": {"reps": 3, "warmup": 1, "flush_mb": 1, "timeout_s": timeout,
-                     "jit_cache_env": ["TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR"], "env": env or {}},
+        "name": "t",
+        "upstream": {"repo": str(tmp_path)},
+        "device": {"kind": "cpu"},
+        "control": {"backend": "torch"},
+        "subject": {
+            "gemm": {"entry": gemm_entry, "adapter": "torch"},
+            "fa": {"entry": fa_entry, "adapter": "callable", "layout": layout},
+        },
+        "suites": {
+            "gemm": {
+                "shapes": [
+                    {"name": "a", "M": 64, "N": 48, "K": 32, "dtype": "fp32"},
+                    {"name": "b", "M": 32, "N": 32, "K": 64, "dtype": "bf16", "layout": "tn"},
+                ]
+            },
+            "fa": {"shapes": [{"name": "s", "B": 1, "H": 2, "S": 64, "D": 16, "dtype": "fp32", "causal": True}]},
+        },
+        "protocol": {
+            "reps": 3,
+            "warmup": 1,
+            "flush_mb": 1,
+            "timeout_s": timeout,
+            "jit_cache_env": ["TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR"],
+            "env": env or {},
+        },
         "publish": {"token_env": "MY_BOT_PAT"},
     }
     return parse(data, tmp_path / "t.toml")
@@ -266,8 +283,25 @@ def test_build_spec_follows_contract(tmp_path, upstream):
     cfg = make_config(tmp_path)
     spec = build_spec(cfg, BuildResult(sha="d" * 40, status=BuildStatus.OK, source_dir=str(upstream),
                                        prefix=str(tmp_path / "site")), "gemm", seed=7)
-    assert set(spec) == {"sha", "suite", "shapes", "subjects", "control", "device", "source_dirs", "reps", "warmup", "graph_reads",
-                         "graph_heat_ms", "settle_ms", "flush_mb", "cpu_clock", "seed", "tolerances", "timing"}
+    assert set(spec) == {
+        "sha",
+        "suite",
+        "shapes",
+        "subjects",
+        "control",
+        "device",
+        "source_dirs",
+        "reps",
+        "warmup",
+        "graph_reads",
+        "graph_heat_ms",
+        "settle_ms",
+        "flush_mb",
+        "cpu_clock",
+        "seed",
+        "tolerances",
+        "timing",
+    }
     assert spec["timing"] == {"gemm": "kernel"}
     assert spec["shapes"][1] == {"key": "gemm/b", "suite": "gemm", "name": "b",
                                  "params": {"K": 64, "M": 32, "N": 32, "dtype": "bf16", "layout": "tn"}}

@@ -25,12 +25,12 @@ import pytest
 import bisector
 from bisector.build.steps import run_step
 from bisector.config import parse
+from bisector.isolation import sandbox
+from bisector.isolation.sandbox import probe
 from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.report.markdown import header
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
-from bisector.isolation import sandbox
-from bisector.isolation.sandbox import probe
 from tests.devices import CONTROL, DEVICES
 from tests.processes import alive
 from tests.report_fixtures import demo_range
@@ -212,7 +212,7 @@ def test_no_trial_reads_a_token_from_an_ancestors_environ(tmp_path: Path, source
     """Launched as cron or CI launch it: `env TOKEN=... timeout 1200 bot`: the `timeout` process
     (and the bot itself, here not re-executed by the CLI entry) holds the token in its environ."""
     t = tag()
-    src, probes = upstream(tmp_path, t)
+    _src, probes = upstream(tmp_path, t)
     token = "ghp_ancestor" + uuid.uuid4().hex
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
            "BISECTOR_SANDBOX_WRITABLE": str(probes), "BISECTOR_LOCK_DIR": str(tmp_path / "locks")}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -218,7 +218,9 @@ def test_flaky_noisy_trials_still_give_the_exact_culprits(seed: int) -> None:
     assert len(r.dropped) <= 1
 
 
-def hidden_while_the_grid_is_measured(step_at: int, factor: float, grid_trials: int) -> Callable[[int, str, int], float]:
+def hidden_while_the_grid_is_measured(
+    step_at: int, factor: float, grid_trials: int
+) -> Callable[[int, str, int], float]:
     """A machine whose speed wandered: while the first `grid_trials` trials of each shape ran, the
     commits from `step_at` on read as fast as their parents; from then on, `factor` slower."""
     seen: dict[str, int] = {}
@@ -431,8 +433,9 @@ def test_a_wrong_result_window_is_crossed_with_one_trial_a_wrong_commit() -> Non
                  for k in range(counts[sha])]
         wrong = frozenset({"gemm/a"}) if 12 <= i < 31 else frozenset()
         gemm = tuple((0.5 if i >= 33 else 0.6) * x for x in noise)
-        return Measurement(sha, ProbeStatus.OK, {"fa/a": tuple(0.6 * x for x in noise)} | ({} if wrong else {"gemm/a": gemm}),
-                           wrong)
+        return Measurement(
+            sha, ProbeStatus.OK, {"fa/a": tuple(0.6 * x for x in noise)} | ({} if wrong else {"gemm/a": gemm}), wrong
+        )
 
     result = localize(commits, probe, SearchSettings(min_step_pct=5.0, max_repeats=8))
     assert [s.commit for s in result.steps] == [commits[33]]
@@ -637,7 +640,9 @@ def test_split_points_are_measured_on_the_shapes_their_part_moved_in() -> None:
 def test_split_on_every_shape_when_asked() -> None:
     """`split_on_moved=False`: every commit the search measures has every shape."""
     c = shas(120)
-    r = localize(c, Shaped(c, steps_at({70: {"gemm/8192": 0.9}})), SearchSettings(min_step_pct=3.0, split_on_moved=False))
+    r = localize(
+        c, Shaped(c, steps_at({70: {"gemm/8192": 0.9}})), SearchSettings(min_step_pct=3.0, split_on_moved=False)
+    )
     assert found(r, c) == {70: ("gemm/8192",)}
     assert all(set(m.samples) == set(SHAPES) for m in r.measurements.values())
 

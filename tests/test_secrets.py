@@ -28,9 +28,9 @@ import pytest
 
 from bisector.build import Builder
 from bisector.config import Build, BuildStep, Upstream
-from bisector.model import BuildStatus
 from bisector.isolation import sandbox
 from bisector.isolation.sandbox import probe as sandbox_probe
+from bisector.model import BuildStatus
 from tests.devices import CONTROL, DEVICES
 from tests.fakegithub import FakeGitHub
 from tests.gitfixtures import commit_file, git

@@ -100,7 +100,7 @@ def test_sha_prefixes() -> None:
         resolve_prefix("1234", commits)
     with pytest.raises(BadInput, match="too short"):
         resolve_prefix("ff", commits)
-    with pytest.raises(ConfigError, match="m.toml: steps\\[0\\].commit: .*ambiguous"):
+    with pytest.raises(ConfigError, match=r"m.toml: steps\[0\].commit: .*ambiguous"):
         parse_model({"shapes": {"a": 1.0}, "steps": [{"commit": "abcd", "factors": {"a": 0.9}}]}, commits, "m.toml")
 
 

@@ -16,7 +16,7 @@ from tests.gitfixtures import squash_history
 from tests.test_executor import build, config, src  # noqa: F401 - src is a fixture
 
 
-def test_the_executor_takes_the_workers_started_for_its_config_and_work_dir(tmp_path: Path, src: Path) -> None:
+def test_the_executor_takes_the_workers_started_for_its_config_and_work_dir(tmp_path: Path, src: Path) -> None:  # noqa: F811
     cfg = config(tmp_path)
     launch.start_workers(cfg, tmp_path / "work")
     launch.start_workers(cfg, tmp_path / "work")  # asked twice: one source
@@ -55,9 +55,31 @@ def test_bisector_run_starts_its_zygote_before_it_imports_the_search(tmp_path: P
     repo = tmp_path / "upstream"
     shas = squash_history(repo, n=2)
     cfg = write_config(tmp_path, repo, CONFIG)
-    proc = subprocess.Popen([sys.executable, "-c", PROBE, "run", "--config", str(cfg), "--good", shas[0], "--bad",
-                             shas[-1], "--store", "s.sqlite", "--work-dir", "work", "--report-dir", "report"],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env(tmp_path))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            "run",
+            "--config",
+            str(cfg),
+            "--good",
+            shas[0],
+            "--bad",
+            shas[-1],
+            "--store",
+            "s.sqlite",
+            "--work-dir",
+            "work",
+            "--report-dir",
+            "report",
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+        env=env(tmp_path),
+    )
     try:
         assert proc.stderr is not None
         first = next((line for line in proc.stderr if line.startswith("zygote launched")), "")

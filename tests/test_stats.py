@@ -36,7 +36,7 @@ def test_no_change_with_enough_trials_is_same() -> None:
     rng = np.random.default_rng(3)
     c = compare(_noisy(rng, 1.0, 0.005, 12), _noisy(rng, 1.0, 0.005, 12), 1.0, 0.01)
     assert c.verdict is Verdict.SAME
-    assert -1.0 < c.ci95[0] and c.ci95[1] < 1.0
+    assert c.ci95[0] > -1.0 and c.ci95[1] < 1.0
 
 
 def test_noisy_small_sample_is_unknown() -> None:
@@ -108,12 +108,12 @@ def test_noise_cv_is_estimated_from_repeats() -> None:
 
 def test_a_wild_trial_is_left_out_only_far_out_and_only_a_few() -> None:
     quiet = [1.0, 1.002, 0.998, 1.001, 0.999, 1.0]
-    assert without_wild(quiet + [0.9], 0.002) == tuple(quiet)  # 10% off at a 0.2% noise: out
-    assert without_wild(quiet + [0.99], 0.002) == tuple(quiet + [0.99])  # 5 sds: kept
+    assert without_wild([*quiet, 0.9], 0.002) == tuple(quiet)  # 10% off at a 0.2% noise: out
+    assert without_wild([*quiet, 0.99], 0.002) == tuple([*quiet, 0.99])  # 5 sds: kept
     assert without_wild([1.0, 0.9], 0.002) == (1.0, 0.9)  # two trials: no median to trust
     split = [1.0, 1.0, 1.0, 0.9, 0.9]
     assert without_wild(split, 0.002) == tuple(split)  # two of five: bimodal, not disturbed
-    assert without_wild(quiet + [0.9], math.nan) == tuple(quiet + [0.9])
+    assert without_wild([*quiet, 0.9], math.nan) == tuple([*quiet, 0.9])
 
 
 def test_the_pooled_noise_leaves_out_a_commit_with_a_wild_trial() -> None:

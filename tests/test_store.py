@@ -22,9 +22,9 @@ from click.testing import CliRunner
 
 from bisector.commands.store_cmd import command as store_command
 from bisector.errors import EXIT_BAD_INPUT, BadInput, StoreError
-from bisector.store.migrations import SCHEMA_VERSION, machine_hash
 from bisector.model import BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
 from bisector.store import MissingStore, Store, default_path
+from bisector.store.migrations import SCHEMA_VERSION, machine_hash
 
 CAMPAIGN = "h200-triton:https://github.com/example/kernels"
 SHAPES = (Shape("fa", "s4096", (("B", 2), ("D", 128), ("H", 32), ("S", 4096), ("causal", False), ("dtype", "bf16"))),
@@ -83,7 +83,7 @@ def test_round_trip_keeps_every_raw_sample(tmp_path: Path) -> None:
 def test_add_trials_is_all_or_nothing(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.sqlite")
     bad = record(None)  # type: ignore[arg-type]  # violates NOT NULL on the second insert
-    with pytest.raises(StoreError, match="NOT NULL constraint failed: trials.sha"):
+    with pytest.raises(StoreError, match=r"NOT NULL constraint failed: trials.sha"):
         store.add_trials(CAMPAIGN, [record("c" * 40), bad])
     assert store.trials(CAMPAIGN) == []
     store.add_trials(CAMPAIGN, [record("c" * 40)])  # the connection is usable afterwards
@@ -195,10 +195,10 @@ def test_newer_or_foreign_files_are_refused(tmp_path: Path) -> None:
 
     junk = tmp_path / "junk.sqlite"
     junk.write_text("this is not a database, just some text that is long enough " * 20)
-    with pytest.raises(StoreError, match="junk.sqlite: file is not a database"):
+    with pytest.raises(StoreError, match=r"junk.sqlite: file is not a database"):
         Store(junk)
 
-    with pytest.raises(MissingStore, match="nowhere.sqlite: no such store") as info:
+    with pytest.raises(MissingStore, match=r"nowhere.sqlite: no such store") as info:
         Store(tmp_path / "nowhere.sqlite", create=False)
     assert info.value.exit_code == EXIT_BAD_INPUT
     assert not (tmp_path / "nowhere.sqlite").exists()

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bisector.runner.executor import Timeline
 from bisector.measure.time_spent import Stage, describe, from_records, summarize
+from bisector.runner.executor import Timeline
 
 
 def timeline(slot: int, go: float, *, brief: tuple[float, float] | None = None, warmup: float = 0.1,
@@ -50,8 +50,8 @@ def test_a_device_section_is_named_part_by_part_and_setup_phases_do_not_count_in
     """A trial names "inputs" and "compile" in its setup (staged ahead) and under the lock (staged
     there): only the second is device time. What no phase names, the setup's loans and the exit the
     device waits for are parts of their own; the breakdown gives each part's median and total."""
-    from bisector.runner.executor import ON_DEVICE, phase_seconds
     from bisector.measure.time_spent import device_breakdown
+    from bisector.runner.executor import ON_DEVICE, phase_seconds
 
     go, release = 100.0, 101.0
     spans = [["inputs", "s", 90.0, 90.5], ["precompile", "s", 90.5, 99.0], ["device", None, go, release],

@@ -17,11 +17,11 @@ from bisector.commands import handle_comment_cmd as handle_comment
 from bisector.commands.publish_cmd import command as publish_command
 from bisector.publish.github import RetryPolicy
 from bisector.publish.messages import CONFIRM, UNTRUSTED
-from bisector.triggers.outcome_plan import UNTRUSTED_NOTE
-from bisector.triggers import thread
 from bisector.triggers import slash_commands as commands
-from bisector.triggers.slash_commands import BisectCommand, PerfCommand, Selection, Usage
+from bisector.triggers import thread
+from bisector.triggers.outcome_plan import UNTRUSTED_NOTE
 from bisector.triggers.permissions import Permission
+from bisector.triggers.slash_commands import BisectCommand, PerfCommand, Selection, Usage
 from tests.fakegithub import FakeGitHub
 from tests.gitfixtures import commit_file, git
 from tests.test_nightly import SLOW, make_upstream, write_config
@@ -139,14 +139,14 @@ def _two_holders(tmp_path: Path, index_a: int, index_b: int) -> dict[str, tuple[
 
 def test_lock_queues_two_processes_on_one_gpu(tmp_path: Path) -> None:
     got = _two_holders(tmp_path, 0, 0)
-    (s1, e1), (s2, e2) = sorted(got.values())
+    (_s1, e1), (s2, _e2) = sorted(got.values())
     assert e1 <= s2, f"interleaved: {got}"
     assert (tmp_path / "locks" / "cuda-0.lock").exists()
 
 
 def test_lock_lets_two_gpus_run_together(tmp_path: Path) -> None:
     got = _two_holders(tmp_path, 0, 1)
-    (s1, e1), (s2, e2) = sorted(got.values())
+    (_s1, e1), (s2, _e2) = sorted(got.values())
     assert s2 < e1, f"different GPUs should not wait on each other: {got}"
 
 
@@ -262,7 +262,7 @@ def test_malformed_command_gets_the_usage(world: dict, monkeypatch: pytest.Monke
 def test_huge_comment_gets_a_short_usage_answer(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """The answer quotes at most MAX_ECHO characters of a 2.2 MB comment (it quoted all of it)."""
     huge = "/bisect main --shapes " + "s" * 2_200_000
-    result, cid = replay(world, "malformed.json", monkeypatch, **{"/bisect main --shapes": huge})
+    result, _cid = replay(world, "malformed.json", monkeypatch, **{"/bisect main --shapes": huge})
     assert result.exit_code == 0, result.output[-2000:]
     body = world["fake"].comments[max(world["fake"].comments)]["body"]
     assert "I could not read `/bisect main --shapes sss" in body and "characters long" in body

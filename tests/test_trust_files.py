@@ -23,11 +23,12 @@ import pytest
 
 from bisector.build import Builder
 from bisector.config import Build, BuildStep, Upstream, parse
-from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.isolation import sandbox
+from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
-from tests.gitfixtures import commit_file, git as run_git
+from tests.gitfixtures import commit_file
+from tests.gitfixtures import git as run_git
 from tests.processes import alive
 
 linux = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")

@@ -27,11 +27,11 @@ import pytest
 from bisector.build.builder import Builder
 from bisector.build.steps import run_step
 from bisector.config import Build, BuildStep, Upstream, parse
-from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.isolation import sandbox
+from bisector.isolation.sandbox import probe
+from bisector.model import BuildResult, BuildStatus, TrialStatus
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
-from bisector.isolation.sandbox import probe
 from tests.devices import CONTROL, DEVICES
 from tests.gitfixtures import commit_file
 from tests.gitfixtures import git as run_git
@@ -469,9 +469,9 @@ def test_the_sandbox_key_is_read_and_fork_code_requires_the_sandbox_by_default(t
     assert not must_be_sandboxed(PerfCommand(), "org/lib", "org/lib", default, nobody)  # the upstream's own
     assert not must_be_sandboxed(PerfCommand(), "org/lib", "carol/lib", off, nobody)
     assert must_be_sandboxed(PerfCommand(), "org/lib", "org/lib", on, nobody)
-    with pytest.raises(ConfigError, match="sandbox.require: true contradicts"):
+    with pytest.raises(ConfigError, match=r"sandbox\.require: true contradicts"):
         load(build_config(tmp_path, up, "[triggers]\nallow_unsandboxed_forks = true\n[sandbox]\nrequire = true\n"))
-    with pytest.raises(ConfigError, match="sandbox.require: must be bool"):
+    with pytest.raises(ConfigError, match=r"sandbox\.require: must be bool"):
         load(build_config(tmp_path, up, "[sandbox]\nrequire = \"yes\"\n"))
 
 

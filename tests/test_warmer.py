@@ -18,18 +18,19 @@ import pytest
 
 from bisector.build import Builder
 from bisector.config import parse
-from bisector.model import Measurement, TrialStatus
-from bisector.runner import make_executor
-from bisector.runner.lock import lock_path
 from bisector.measure.probe import StoreProbe
 from bisector.measure.warmer import Warmer, precompile_executor
+from bisector.model import Measurement, TrialStatus
+from bisector.runner import make_executor
 from bisector.runner.launch import default_parallel
+from bisector.runner.lock import lock_path
 from bisector.search import SearchSettings, localize
 from bisector.search.prober import ProbeBase
-from bisector.search.simulate import SimulatedProbe, StepModel, SimStep
+from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 from bisector.store import Store, campaign_key
 from tests.devices import CONTROL, needs_cuda
-from tests.gitfixtures import commit_file, git as run_git
+from tests.gitfixtures import commit_file
+from tests.gitfixtures import git as run_git
 
 # A kernel whose first call "compiles" into the commit's Triton cache dir: slow when the dir is
 # empty, writes its artifact there with the compiling process's pid, instant once it is there.
@@ -131,7 +132,7 @@ def test_a_prefetch_compiles_cold_off_the_device_and_the_first_trial_keeps_it(tm
                                                                               monkeypatch) -> None:
     repo, shas = upstream
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, _, warmer, executor, store, probe = setup(tmp_path, repo)
+    _cfg, work, _, warmer, executor, store, probe = setup(tmp_path, repo)
     # Another process holds the device's host lock the whole time: a prefetch that asked for the
     # device would wait until its time limit; it finishes, and never asked.
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock_path("cpu", 0))], stdout=subprocess.PIPE, text=True)
@@ -180,7 +181,7 @@ def test_a_prefetch_compiles_cold_off_the_device_and_the_first_trial_keeps_it(tm
 def test_a_prefetch_compiles_a_triton_kernel_before_the_first_trial_on_a_gpu(tmp_path, monkeypatch) -> None:
     repo, shas = make_upstream(tmp_path, TRITON_KERNEL)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, _, warmer, executor, store, probe = setup(tmp_path, repo, kind="cuda")
+    _cfg, work, _, warmer, executor, store, probe = setup(tmp_path, repo, kind="cuda")
     try:
         probe.prefetch([shas[1]])
         warmer.wait(300)
@@ -232,7 +233,7 @@ def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_aske
                                                                                    kind) -> None:
     repo, shas = make_upstream(tmp_path, KERNEL if kind == "cpu" else TRITON_KERNEL, commits=5)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo, kind)
+    _cfg, _work, warmer, executor, store, probe = standby_setup(tmp_path, repo, kind)
     try:
         probe.prefetch([shas[1], shas[2]])
         warmer.wait(120)
@@ -291,7 +292,7 @@ def test_a_standby_for_the_part_refined_next_displaces_one_for_later_and_a_dropp
     set up 12 commits on the device's path that an earlier request had named)."""
     repo, shas = make_upstream(tmp_path, KERNEL, commits=5)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
+    _cfg, _work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
     try:
         assert warmer.held_cap == 4
         probe.prefetch(shas[1:])
@@ -315,7 +316,7 @@ def test_a_standby_for_the_part_refined_next_displaces_one_for_later_and_a_dropp
 
 def test_cancelled_prefetches_never_run(tmp_path, upstream) -> None:
     repo, shas = upstream
-    cfg, work, builds, warmer, executor, store, probe = setup(tmp_path, repo, parallel=1, gate=shas[0])
+    _cfg, work, builds, warmer, executor, store, probe = setup(tmp_path, repo, parallel=1, gate=shas[0])
     try:
         probe.prefetch([shas[0], shas[1], shas[2]])  # one slot: shas[0] builds, the others wait
         assert builds.entered.wait(60)
@@ -508,7 +509,7 @@ def test_a_spare_set_up_for_every_shape_times_only_the_shapes_a_doubling_asks_fo
     is set up afresh."""
     repo, shas = make_upstream(tmp_path, KERNEL, commits=2)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo, shapes=3)
+    cfg, _work, warmer, executor, store, probe = standby_setup(tmp_path, repo, shapes=3)
     try:
         assert [s.key for s in cfg.shapes] == ["gemm/a", "gemm/b", "gemm/c"]
         assert probe(shas[0], 2).count() == 2  # slots 0, 1; slot 2 set up ahead as the commit's spare
@@ -539,7 +540,7 @@ def test_a_standby_set_up_for_every_shape_stands_for_a_split_points_first_trial_
     to time; it is the commit's cold first trial, and its records are those shapes' alone."""
     repo, shas = make_upstream(tmp_path, KERNEL, commits=3)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo, shapes=3)
+    _cfg, _work, warmer, executor, store, probe = standby_setup(tmp_path, repo, shapes=3)
     try:
         probe.prefetch([shas[1]])
         warmer.wait(120)
@@ -565,7 +566,7 @@ def test_a_new_commits_next_spare_sets_up_as_soon_as_its_companion_is_taken(tmp_
     standby had compiled before the companion was made, so no compile of it is warm by its doing."""
     repo, shas = make_upstream(tmp_path, KERNEL, commits=2)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
+    _cfg, _work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
     try:
         probe.prefetch([shas[1]])
         warmer.wait(120)
@@ -584,7 +585,7 @@ def test_a_new_commits_next_spare_sets_up_as_soon_as_its_companion_is_taken(tmp_
         measured.join(120)
         recs = store.trials("w", sha=shas[1])
         assert sorted(r.slot for r in recs) == [0, 1]
-        assert [r for r in recs if r.slot == 0][0].protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is True
+        assert next(r for r in recs if r.slot == 0).protocol["jit_cache_cold"]["TRITON_CACHE_DIR"] is True
     finally:
         warmer.close()
         executor.close()
@@ -599,7 +600,7 @@ def test_past_the_spare_cap_the_first_item_of_a_round_keeps_its_spare(tmp_path, 
 
     repo, shas = make_upstream(tmp_path, KERNEL, commits=6)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
-    cfg, work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
+    _cfg, _work, warmer, executor, store, probe = standby_setup(tmp_path, repo)
     try:
         assert warmer.held_cap == 4
         for sha in shas:

@@ -41,8 +41,12 @@ def test_a_forked_trial_inherits_what_tritons_first_call_imports() -> None:
             "sys.exit(0 if all(n in sys.modules for n in worker.TRITON_LAZY if importlib.util.find_spec(n)) else 3)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    fresh = subprocess.run([sys.executable, "-c", "import sys, triton; sys.exit('triton.experimental.gluon' in sys.modules)"],
-                           capture_output=True, text=True, timeout=120)
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import sys, triton; sys.exit('triton.experimental.gluon' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert fresh.returncode == 0, "importing triton alone loads Gluon already: the preload would change nothing"
 
 

@@ -13,8 +13,9 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -205,7 +206,7 @@ def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
             assert job["if"] == "needs.authorize.outputs.run == 'true'", job_id
     [check] = publishing_steps(wf, authorize)
     assert "--authorize-only --outputs \"$GITHUB_OUTPUT\"" in check["run"]
-    assert authorize["outputs"] == {key: "${{ steps.%s.outputs.%s }}" % (check["id"], key)
+    assert authorize["outputs"] == {key: "${{{{ steps.{}.outputs.{} }}}}".format(check["id"], key)
                                     for key in ("run", "head_sha", "repo", "pr", "head_repo", "verb")}
     # the GPU side measures exactly the pinned head and hands its answer over as a plan
     [step] = [s for s in measure["steps"] if "handle-comment" in s.get("run", "")]

@@ -46,14 +46,23 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 
 from benches.backends import aiter_calls, aiter_isolation
-from benches.backends.base import (BackendUnavailable, Prepared, from_layout, load_entry, prepared,
-                                   require_gpu, require_module, to_layout)
+from benches.backends.base import (
+    BackendUnavailable,
+    Prepared,
+    from_layout,
+    load_entry,
+    prepared,
+    require_gpu,
+    require_module,
+    to_layout,
+)
 from benches.backends.callmap import mapped
 
 GEMM_KINDS = ("a16w16", "a8w8", "a8w8_bpreshuffle")

@@ -37,8 +37,9 @@ Read at ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879:
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -47,7 +48,6 @@ from benches.backends.base import BackendUnavailable, from_layout, to_layout
 from benches.backends.gemm_control import expand_scales
 from benches.suites import attn_layout as lay
 from benches.suites import fp8
-
 
 DENSE_FP8 = "flash_attn_fp8_pertensor_func"  # aiter/ops/mha.py: q, k, v, q/k/v_descale, causal=, softmax_scale=
 VARLEN_FP8 = "flash_attn_varlen_fp8_pertensor_func"  # q, k, v, descales, cu_seqlens_q/k, max_seqlen_q/k, ...

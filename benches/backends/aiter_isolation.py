@@ -23,9 +23,10 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 BLOCKED = "flydsl"
 

@@ -8,8 +8,9 @@ the kernel (timed), and `output(result)` that converts its result back to the ca
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 

@@ -11,7 +11,8 @@ callable.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from benches import shapes
 from benches.backends.base import Prepared, from_layout, load_entry, prepared, to_layout

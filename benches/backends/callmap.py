@@ -18,7 +18,8 @@ from it. A brought suite's inputs are passed by their own names. `options` add c
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 

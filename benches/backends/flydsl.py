@@ -24,16 +24,25 @@ is installed, else from the checkout's `tests.utils.shuffle_weight`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
 from benches import control_limits
 from benches import options as adapter_options
+from benches.backends.base import (
+    BackendUnavailable,
+    Prepared,
+    from_layout,
+    load_entry,
+    prepared,
+    require_gpu,
+    require_module,
+    to_layout,
+)
 from benches.suites import fp8
-from benches.backends.base import (BackendUnavailable, Prepared, from_layout, load_entry, prepared,
-                                   require_gpu, require_module, to_layout)
 
 FA_ENTRY = "kernels.attention.flash_attn_interface:flydsl_flash_attn_func"
 GEMM_ENTRY = "kernels.gemm.preshuffle_gemm:compile_preshuffle_gemm"

@@ -13,7 +13,8 @@ Grouped GEMMs are one matmul per group, timed together.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

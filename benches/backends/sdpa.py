@@ -12,8 +12,9 @@ Everything but the SDPA call happens in prepare, outside the timing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 

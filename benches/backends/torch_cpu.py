@@ -4,7 +4,8 @@ Every attention and GEMM shape (benches/backends/sdpa.py, benches/backends/gemm_
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -8,7 +8,8 @@ GEMM: cuBLAS through torch.matmul and torch._scaled_mm (benches/backends/gemm_co
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

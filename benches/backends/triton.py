@@ -7,7 +7,8 @@ trial records as compile time.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from benches.backends.base import BackendUnavailable, require_gpu, require_module
 from benches.backends.callable import CallableSubject

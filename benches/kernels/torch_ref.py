@@ -26,8 +26,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, tile: tuple[int, int, int] | None =
     return a @ b
 
 
-def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                     cu_seqlens_k: torch.Tensor, causal: bool = False, softmax_scale: float | None = None) -> torch.Tensor:
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+) -> torch.Tensor:
     """q [total_q, H, D], k, v [total_k, Hkv, D] -> [total_q, H, D], one sequence at a time."""
     scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
     out = torch.empty_like(q)

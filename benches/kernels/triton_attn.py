@@ -23,7 +23,7 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, CU_Q, CU_K, SEQUSED_K, BLOCK_TABLE, qk_scale,
+def _attn_fwd(Q, K, V, O, CU_Q, CU_K, SEQUSED_K, BLOCK_TABLE, qk_scale,  # noqa: E741 - Q K V O: the attention names
               stride_qt, stride_qh, stride_kt, stride_kh, stride_bt, group,
               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
               PAGED: tl.constexpr, CAUSAL: tl.constexpr):
@@ -85,7 +85,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      cu_seqlens_k: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, block_m: int = 16, block_n: int = 32, num_warps: int = 4,
                      num_stages: int = 2) -> torch.Tensor:
-    total_q, heads, d = q.shape
+    _total_q, heads, d = q.shape
     paged = block_table is not None
     if paged:
         _, page, kv_heads, _ = k.shape

@@ -16,8 +16,9 @@ import importlib
 import re
 import sys
 import types
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 

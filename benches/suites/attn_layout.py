@@ -5,7 +5,7 @@ a page table. Used by the suite (inputs, reference), the controls and the subjec
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -41,7 +41,7 @@ def from_thd(x: torch.Tensor, dense: bool, batch: int) -> torch.Tensor:
 
 def pad(x_thd: torch.Tensor, lens: Sequence[int]) -> torch.Tensor:
     """Packed [total, H, D] -> zero-padded [B, H, max(lens), D]."""
-    total, h, d = x_thd.shape
+    _total, h, d = x_thd.shape
     out = x_thd.new_zeros((len(lens), max(lens), h, d))
     start = 0
     for i, n in enumerate(lens):

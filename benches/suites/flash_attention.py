@@ -11,7 +11,8 @@ kv_indices / kv_last_page_len. Backends convert to their own layout (benches/bac
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -10,7 +10,8 @@ Correctness is judged relative to the output's RMS (benches/correctness.py).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -36,7 +36,7 @@ import time
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import git
 
@@ -80,6 +80,13 @@ def _step_key(step: BuildStep) -> dict[str, Any]:
             "shared_dir": step.shared_dir}
 
 
+class StepLimits(TypedDict):
+    """What each build step's process tree is held to (`run_step`'s keywords)."""
+    memory_bytes: int
+    max_tasks: int
+    network: bool
+
+
 class Builder:
     """Builds commits of one upstream with one recipe into a cache under `cache_root`."""
 
@@ -89,8 +96,8 @@ class Builder:
         self.cache = Cache(Path(cache_root), int(build.cache_max_gb * 1e9), on_remove=self._remove_tree)
         self.memory_bytes = limit_bytes(build.memory_gb)  # a step's process tree is killed above it
         # each step's cgroup; its network: loopback only unless `[build] network`
-        self.limits = {"memory_bytes": self.memory_bytes, "max_tasks": build.max_tasks, "network": build.network}
-        sandbox.guard_repo(repo.working_tree_dir or repo.git_dir)  # its steps never read a persisted token
+        self.limits = StepLimits(memory_bytes=self.memory_bytes, max_tasks=build.max_tasks, network=build.network)
+        sandbox.guard_repo(Path(repo.working_tree_dir or repo.git_dir))  # its steps never read a persisted token
         self._failed: dict[str, BuildResult] = {}
         self._memo_lock = threading.Lock()
 
@@ -169,18 +176,9 @@ class Builder:
                                seconds=time.monotonic() - start, patch_hash=phash,
                                log_tail=f"{tail(log)}\n{reason}".strip())
 
-        # A stale entry (killed build): nothing of it is kept; its tree, which its steps may have
-        # changed (its `.git` too), is deleted and checked out anew by `ensure`.
-        if slot.path.exists():
-            for child in slot.path.iterdir():
-                if child.name != "tree":
-                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-        try:
-            reused = self.worktrees.ensure(tree, sha)
-        except GitError as exc:
-            return failed(f"checkout failed: {exc}")
-        with open(log, "a") as fh:
-            fh.write(f"# worktree {tree} ({'reused' if reused else 'created'})\n")
+        refused = self._fresh_tree(slot, tree, sha, log)
+        if refused:
+            return failed(refused)
         site.mkdir(parents=True, exist_ok=True)
 
         if patch is not None:
@@ -192,33 +190,14 @@ class Builder:
         if not source.is_dir():
             return failed(f"source_dir {self.upstream.source_dir!r} missing in commit {sha[:12]}")
         env = sandbox_env(python_path_env(scrub(os.environ), [str(site)]), self._scratch(slot))  # never a secret
-        rw = [slot.path, self._scratch(slot)]  # all that its sandboxed steps may write
         env.update(BISECTOR_SHA=sha, BISECTOR_SOURCE=str(tree), BISECTOR_PREFIX=str(site),
                    PIP_DISABLE_PIP_VERSION_CHECK="1")
+        refused = self._run_recipe(slot, tree, source, site, env, log)
+        if refused:
+            return failed(refused)
 
-        recipe = self.build_cfg.recipe
-        if recipe == "pip":
-            argv = [sys.executable, "-m", "pip", "install", "--target", str(site), *self.build_cfg.pip_args,
-                    str(source)]
-            outcome = run_step("pip", argv, tree, env, 3600.0, slot.log_dir / "01-pip.log", log,
-                               **self.limits, writable=rw)
-            if not outcome.ok:
-                return failed(f"pip install failed: {outcome.reason}")
-        elif recipe == "command":
-            for i, step in enumerate(self.build_cfg.steps, start=1):
-                reason = self._run_command_step(slot, i, step, tree, env, log, rw)
-                if reason:
-                    return failed(reason)
-
-        paths = [str(site)] if recipe == "pip" else [str(source), str(site)]
-        if self.build_cfg.import_check:
-            outcome = run_step("import", import_argv(self.build_cfg.import_check), slot.path,
-                               sandbox_env(python_path_env(scrub(os.environ), paths), self._scratch(slot)), 600.0,
-                               slot.log_dir / "99-import.log", log, **self.limits, writable=rw)
-            if not outcome.ok:
-                return failed(f"import failed: {self.build_cfg.import_check}: {outcome.reason}")
-
-        if recipe == "pip":
+        prefix_rel: str | None
+        if self.build_cfg.recipe == "pip":
             self.worktrees.remove(tree)  # the trial imports the installed copy
             source_rel, prefix_rel = "site", "site"
         else:
@@ -230,6 +209,49 @@ class Builder:
         return BuildResult(sha=sha, status=BuildStatus.OK, source_dir=str(slot.path / source_rel),
                            prefix=str(slot.path / prefix_rel) if prefix_rel else None, log_path=str(log),
                            seconds=seconds, cache_hit=False, patch_hash=phash)
+
+    def _fresh_tree(self, slot: Slot, tree: Path, sha: str, log: Path) -> str | None:
+        """Why `sha` could not be checked out at `tree`; None once it is. A stale entry (killed build):
+        nothing of it is kept; its tree, which its steps may have changed (its `.git` too), is deleted
+        and checked out anew by `ensure`."""
+        if slot.path.exists():
+            for child in slot.path.iterdir():
+                if child.name != "tree":
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        try:
+            reused = self.worktrees.ensure(tree, sha)
+        except GitError as exc:
+            return f"checkout failed: {exc}"
+        with open(log, "a") as fh:
+            fh.write(f"# worktree {tree} ({'reused' if reused else 'created'})\n")
+        return None
+
+    def _run_recipe(self, slot: Slot, tree: Path, source: Path, site: Path, env: dict[str, str],
+                    log: Path) -> str | None:
+        """Why the recipe's steps or its import check failed; None when they passed."""
+        rw = [slot.path, self._scratch(slot)]  # all that its sandboxed steps may write
+        recipe = self.build_cfg.recipe
+        if recipe == "pip":
+            argv = [sys.executable, "-m", "pip", "install", "--target", str(site), *self.build_cfg.pip_args,
+                    str(source)]
+            outcome = run_step("pip", argv, tree, env, 3600.0, slot.log_dir / "01-pip.log", log,
+                               **self.limits, writable=rw)
+            if not outcome.ok:
+                return f"pip install failed: {outcome.reason}"
+        elif recipe == "command":
+            for i, step in enumerate(self.build_cfg.steps, start=1):
+                reason = self._run_command_step(slot, i, step, tree, env, log, rw)
+                if reason:
+                    return reason
+
+        paths = [str(site)] if recipe == "pip" else [str(source), str(site)]
+        if self.build_cfg.import_check:
+            outcome = run_step("import", import_argv(self.build_cfg.import_check), slot.path,
+                               sandbox_env(python_path_env(scrub(os.environ), paths), self._scratch(slot)), 600.0,
+                               slot.log_dir / "99-import.log", log, **self.limits, writable=rw)
+            if not outcome.ok:
+                return f"import failed: {self.build_cfg.import_check}: {outcome.reason}"
+        return None
 
     def _scratch(self, slot: Slot) -> Path:
         """The build's temp dir (TMPDIR): with the entry, all its sandboxed steps may write."""

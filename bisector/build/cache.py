@@ -31,9 +31,10 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -125,7 +126,8 @@ class Slot:
     def meta(self) -> dict[str, Any]:
         try:
             with self._bot_dir(MARKS) as marks:
-                return json.loads(marks.read(self._name + ".json"))
+                meta: dict[str, Any] = json.loads(marks.read(self._name + ".json"))
+                return meta
         except (OSError, ValueError):
             return {}
 

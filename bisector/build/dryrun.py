@@ -7,8 +7,9 @@ missing before hours of builds find it. A step without key files runs once per d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import git
 

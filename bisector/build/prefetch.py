@@ -6,8 +6,9 @@ the cache's file locks already keep two builders of one key from colliding.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from bisector.model import BuildResult
 
@@ -48,7 +49,7 @@ class Prefetcher:
         self.cancel_pending()
         self._pool.shutdown(wait=True)
 
-    def __enter__(self) -> "Prefetcher":
+    def __enter__(self) -> Prefetcher:
         return self
 
     def __exit__(self, *exc: object) -> None:

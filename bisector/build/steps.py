@@ -10,9 +10,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from bisector.isolation import sandbox
 from bisector.isolation.cgroups import DEFAULT_TASKS, Limits
@@ -58,7 +58,8 @@ def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], 
         log.write(f"$ {' '.join(argv)}\n# cwd {cwd}\n".encode())
         log.flush()
         inner = list(argv) if writable is None else sandbox.wrap(argv, writable, network=network)
-        proc = subprocess.Popen(fenced(inner, limits=Limits(memory_bytes, max_tasks)), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(fenced(inner, limits=Limits(memory_bytes, max_tasks)), cwd=cwd, env=dict(env),
+                                stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         breach = WATCH.watch(proc.pid, memory_bytes, kill=proc.terminate)
         try:
@@ -103,7 +104,7 @@ def last_output_line(path: Path, limit: int = 200) -> str:
     return last if len(last) <= limit else last[: limit - 1] + "…"
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the fence (it kills the step's session), then make sure it is gone."""
     proc.terminate()
     try:

@@ -18,8 +18,8 @@ import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import git
 from filelock import FileLock
@@ -37,7 +37,7 @@ def resolve_commit(repo: git.Repo, ref: str) -> str:
 
 def tree_hash(repo: git.Repo, sha: str) -> str:
     """The commit's tree: two commits with the same content share one build."""
-    return repo.git.rev_parse(f"{sha}^{{tree}}").strip()
+    return str(repo.git.rev_parse(f"{sha}^{{tree}}")).strip()
 
 
 # What a git run by the bot must not take from the environment: another repository or tree.

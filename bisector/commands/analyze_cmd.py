@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from bisector.search.analyze import find_steps, load_csv
 from bisector.commands.common import fail_on_error, print_json
 from bisector.commands.simulate_cmd import echo_result
 from bisector.errors import BadInput
 from bisector.search import result_json
+from bisector.search.analyze import find_steps, load_csv
 
 
 @click.command("analyze")

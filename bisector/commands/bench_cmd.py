@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import click
 import platformdirs
@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.table import Table
 
 from bisector import config as config_mod
-from bisector.search import control_outcome
 from bisector.commands.common import USER_PATH, fail_on_error, print_json
 from bisector.errors import BadInput
 from bisector.model import BuildResult, BuildStatus, TrialRecord, TrialStatus
 from bisector.runner import run_trial
+from bisector.search import control_outcome
 from bisector.search.samples import cv_pct
 
 _SEVERITY = (TrialStatus.WRONG, TrialStatus.CRASH, TrialStatus.TIMEOUT, TrialStatus.UNAVAILABLE, TrialStatus.OK)
@@ -40,7 +40,7 @@ def checkout(source: Path, source_dir: str) -> BuildResult:
 def summarize(records: Sequence[TrialRecord]) -> list[dict[str, object]]:
     """One row per shape: medians over OK trials; CV of the ratio across trials (within the one
     trial's repetitions when there is a single trial)."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for shape in dict.fromkeys(r.shape for r in records):
         mine = [r for r in records if r.shape == shape]
         ok = [r for r in mine if r.status is TrialStatus.OK]
@@ -51,7 +51,7 @@ def summarize(records: Sequence[TrialRecord]) -> list[dict[str, object]]:
         else:
             ratios_cv = cv_pct(ratios)
 
-        def med(xs: list[float | None]) -> float | None:
+        def med(xs: Sequence[float | None]) -> float | None:
             xs2 = [x for x in xs if x is not None]
             return statistics.median(xs2) if xs2 else None
 

@@ -15,8 +15,8 @@ from bisector import config as config_mod
 from bisector import gitrepo
 from bisector.build import Builder, Prefetcher
 from bisector.commands.common import USER_PATH, check_upstream, fail_on_error, print_json
-from bisector.model import BuildResult, BuildStatus
 from bisector.isolation import sandbox
+from bisector.model import BuildResult, BuildStatus
 from bisector.userfile import read_text
 
 

@@ -14,8 +14,9 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import platformdirs
@@ -46,7 +47,7 @@ def _log_crash(exc: BaseException) -> Path | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(f"### {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} "
+            fh.write(f"### {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')} "
                      f"bisector {' '.join(sys.argv[1:])}\n")
             fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             fh.write("\n")
@@ -84,7 +85,7 @@ def fail_on_error(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class UserPath(click.ParamType):
+class UserPath(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click (>=8.1 here)
     """A path the user typed, made absolute against the current directory at the CLI boundary.
 
     Relative paths must not reach code that runs git or a build with another working directory
@@ -92,9 +93,9 @@ class UserPath(click.ParamType):
 
     name = "path"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str | None:
         if value is None or value == "":
-            return value
+            return None if value is None else ""
         return absolute(str(value))
 
 
@@ -214,9 +215,7 @@ def check_upstream(cfg: Config) -> None:
     config at one: the shipped demo configs hold the placeholder `repo = "demo"`, which only
     `bisector demo` fills in."""
     from bisector.errors import ConfigError
-    from bisector.gitrepo import is_url
-
-    from bisector.gitrepo import open_repo
+    from bisector.gitrepo import is_url, open_repo
 
     repo = cfg.upstream.repo
     if is_url(repo):

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from bisector.commands.common import USER_PATH, checked_shapes, fail_on_error, run_options, shape_list, with_cli_overrides
+from bisector.commands.common import (
+    USER_PATH,
+    checked_shapes,
+    fail_on_error,
+    run_options,
+    shape_list,
+    with_cli_overrides,
+)
 from bisector.errors import BadInput
 from bisector.runner.launch import start_workers
 

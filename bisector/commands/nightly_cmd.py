@@ -18,7 +18,7 @@ from bisector.trust import vault
 
 def _date(value: str | None) -> str:
     if value is None:
-        return dt.datetime.now(dt.timezone.utc).date().isoformat()
+        return dt.datetime.now(dt.UTC).date().isoformat()
     try:
         return dt.date.fromisoformat(value).isoformat()
     except ValueError:
@@ -47,7 +47,10 @@ def command(config_path: str, store: str | None, date: str | None, work_dir: str
     cfg = config_mod.load(config_path)
     check_upstream(cfg)
     night = _date(date)
-    say = lambda s: click.echo(s, err=True)  # noqa: E731
+
+    def say(s: str) -> None:
+        click.echo(s, err=True)
+
     if plan_out:
         Path(plan_out).unlink(missing_ok=True)  # never post a plan left by an earlier night
     # The A/B of two commits first; a bisection, when the night regressed, extends the estimate.

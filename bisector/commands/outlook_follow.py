@@ -21,8 +21,8 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from bisector.model import Measurement
 from bisector.estimate.outlook import Outlook, SearchBasis, merged, outlook
+from bisector.model import Measurement
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ class OutlookProcess:
         ok, value = self._conn.recv()
         if not ok:
             raise RuntimeError(f"the outlook process failed:\n{value}")
-        return value
+        outlook: Outlook | None = value
+        return outlook
 
     def close(self) -> None:
         self.process.terminate()
@@ -73,8 +74,8 @@ def _serve(conn: Connection) -> None:
         except (EOFError, OSError):
             return
         try:
-            reply = (True, outlook(basis, measured, draws=draws))
-        except Exception:  # sent back: the parent logs it and falls back to the event forecast
+            reply: tuple[bool, object] = (True, outlook(basis, measured, draws=draws))
+        except Exception:  # noqa: BLE001 - sent back: the parent logs it and falls back to the event forecast
             reply = (False, traceback.format_exc())
         conn.send(reply)
 

@@ -18,17 +18,19 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Callable, Sequence, TextIO
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import IO
 
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
 from bisector.commands.outlook_follow import OutlookFollow, Seen
-from bisector.measure.probe import ProbeEvent
-from bisector.estimate.outlook import SearchBasis
 from bisector.estimate.forecast import ForecastSettings, SearchForecast
 from bisector.estimate.later_stages import LaterModel, StageTracker, model_for
+from bisector.estimate.outlook import SearchBasis
+from bisector.measure.probe import ProbeEvent
 
 PLAIN_INTERVAL_S = 5.0
 TRIAL = re.compile(r"trial (\d+)/(\d+)")
@@ -76,7 +78,8 @@ class ProgressLine:
         self.console = console or Console(stderr=True)
         self.trials_per_commit = max(trials_per_commit, 1)
         self.forecast = forecast
-        self.follow_with, self.follow = follow, None  # type: OutlookFollow | None
+        self.follow_with = follow
+        self.follow: OutlookFollow | None = None
         self.stages = stages
         self.later = later or LaterModel()
         self.cap = max(max_trials, self.trials_per_commit)  # protocol.max_trials: the later checks' cap
@@ -99,7 +102,7 @@ class ProgressLine:
     @classmethod
     def for_range(cls, n_commits: int, trials_per_commit: int, *, order: Sequence[str] | None = None,
                   max_trials: int | None = None, first_look: int = 1, stages: tuple[str, ...] = (),
-                  device: str | None = None, **kwargs: object) -> "ProgressLine":
+                  device: str | None = None, **kwargs: object) -> ProgressLine:
         """The progress of a bisection of `order` (GOOD..BAD, oldest first; else n_commits unnamed),
         the protocol's trials, followed by `stages` ("fixes", "hunks") on a `device` kind."""
         forecast = SearchForecast(ForecastSettings(len(order) if order else n_commits, trials_per_commit,
@@ -148,17 +151,18 @@ class ProgressLine:
         steps = seen.outlook.steps if seen is not None else self.forecast.steps() if self.forecast is not None else 1.0
         return self.later.trials(steps, self.trials_per_commit, self.cap, stages)
 
-    def __enter__(self) -> "ProgressLine":
+    def __enter__(self) -> ProgressLine:
         if self.live is not None:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self._unfollow()
         if self.live is not None:
             if self.final:
                 self.live.update(Text(f"done: {self.final}"))
-            self.live.__exit__(*exc)
+            self.live.__exit__(kind, exc, tb)
             return
         if self.final:
             self._write(f"done: {self.final}")
@@ -241,10 +245,7 @@ class ProgressLine:
         "trial trial 3/4"; a skip's reason rather than the build log above it)."""
         lines = [line.strip() for line in event.detail.strip().splitlines() if line.strip()]
         detail = lines[-1][:120] if lines else ""
-        if detail.startswith(event.action):
-            doing = detail
-        else:
-            doing = f"{event.action}: {detail}" if detail else event.action
+        doing = detail if detail.startswith(event.action) else f"{event.action}: {detail}" if detail else event.action
         patch = f" +patch {event.patch_hash[:8]}" if event.patch_hash else ""
         return f"{event.sha[:7]}{patch} {doing}"
 
@@ -263,6 +264,6 @@ class ProgressLine:
                 f"elapsed {_duration(elapsed)} | eta {left}")
 
     def _write(self, line: str) -> None:
-        stream: TextIO = self.console.file
+        stream: IO[str] = self.console.file
         stream.write(f"progress: {line}\n")
         stream.flush()

@@ -8,11 +8,19 @@ from pathlib import Path
 import click
 
 from bisector import config as config_mod
-from bisector.commands.common import (USER_PATH, check_upstream, checked_shapes, fail_on_error, range_order,
-                                     run_options, shape_list, with_cli_overrides)
+from bisector.commands.common import (
+    USER_PATH,
+    check_upstream,
+    checked_shapes,
+    fail_on_error,
+    range_order,
+    run_options,
+    shape_list,
+    with_cli_overrides,
+)
 from bisector.errors import BadInput
-from bisector.paths import work_dir_for
 from bisector.isolation import sandbox
+from bisector.paths import work_dir_for
 from bisector.runner.launch import start_workers
 
 

@@ -6,33 +6,34 @@ the report, seconds of imports that the workers' own then overlap."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bisector import config as config_mod
 from bisector import pipeline
-from bisector.store import last_used as laststore
 from bisector.commands.common import print_json, range_order, relative_paths
 from bisector.commands.progress import ProgressLine
 from bisector.errors import BisectorError
-from bisector.model import ProbeStatus
+from bisector.isolation import sandbox
+from bisector.model import Comparison, ProbeStatus
 from bisector.report import summary
 from bisector.report.markdown import counts
 from bisector.report.summary import last_line
-from bisector.model import Comparison
-from bisector.why.fixes import FixResult
-from bisector.why.interactions import Interaction
 from bisector.search import result_json
 from bisector.store import default_path
-from bisector.isolation import sandbox
+from bisector.store import last_used as laststore
+from bisector.why.fixes import FixResult
+from bisector.why.interactions import Interaction
 
+if TYPE_CHECKING:
+    from bisector.measure.probe import ProbeEvent
 
 UNLISTED = object()  # `run_and_print`'s range not listed by the command yet
 
 
 def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
-                  extra: dict | None = None, order: Any = UNLISTED) -> pipeline.RunOutcome:
+                  extra: dict[str, Any] | None = None, order: Any = UNLISTED) -> pipeline.RunOutcome:
     """`pipeline.bisect` with its progress line, then its result (JSON or a summary); `order`: what
     the command's `range_order` gave, when it listed the range already."""
     if order is UNLISTED:
@@ -46,7 +47,12 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     try:
         with ProgressLine.for_range(n_commits, cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
                                     first_look=cfg.protocol.first_look, stages=stages, device=cfg.device) as progress:
-            outcome = pipeline.bisect(cfg, options, observer=lambda event: (note.update(), progress(event)))
+
+            def observe(event: ProbeEvent) -> None:
+                note.update()
+                progress(event)
+
+            outcome = pipeline.bisect(cfg, options, observer=observe)
             progress.final = counts(outcome.report)  # its last line says what the report and stdout say
     finally:
         note.update()
@@ -73,7 +79,7 @@ class StoreNote:
             self.noted = True
 
 
-def outcome_json(outcome: pipeline.RunOutcome, extra: dict | None = None) -> dict:
+def outcome_json(outcome: pipeline.RunOutcome, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """What `run --json` and `demo --json` print. "trials": the run's trial processes, as the report's
     header and `store info` count them (search, verification, reverts, hunks); the search's own
     share is "search_trials"."""
@@ -97,8 +103,8 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict | None = None) -> dic
             "report": str(outcome.report_dir / "report.md"), **(extra or {})}
 
 
-def fix_json(fix: FixResult) -> dict:
-    def cmp(c: Comparison | None) -> dict | None:
+def fix_json(fix: FixResult) -> dict[str, Any]:
+    def cmp(c: Comparison | None) -> dict[str, Any] | None:
         return None if c is None else {"change_pct": round(c.change_pct, 3), "ci95": [round(x, 3) for x in c.ci95]}
 
     return {"commit": fix.step_commit, "patch": fix.patch_path, "applied": fix.applied, "trials": fix.trials,
@@ -111,7 +117,7 @@ def fix_json(fix: FixResult) -> dict:
                        for s in fix.shapes}}
 
 
-def interaction_json(inter: Interaction) -> dict:
+def interaction_json(inter: Interaction) -> dict[str, Any]:
     return {"steps": list(inter.steps), "shapes": list(inter.shapes), "trials": inter.trials,
             "combos": [{"reverted": list(c.reverted), "gain_pct": dict(c.gain_pct), "error": c.error}
                        for c in inter.combos],

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
 from bisector import gitrepo
-from dataclasses import replace
-
-from bisector.commands.common import devices_option, echo_devices, fail_on_error, print_json
-from bisector.search.schedule import Clocked
+from bisector.commands.common import F, devices_option, echo_devices, fail_on_error, print_json
 from bisector.errors import BadInput
-from bisector.search import SearchResult, SearchSettings, result_json
+from bisector.model import SearchResult
+from bisector.search import SearchSettings, result_json
+from bisector.search.schedule import Clocked
 from bisector.search.simulate import load_model, run_simulation
 
 
-def settings_options(func):  # type: ignore[no-untyped-def]
+def settings_options(func: F) -> F:
     """--min-step, --alpha, --trials, --max-trials: the search's knobs, shared with `plan`."""
     for option in reversed((
         click.option("--min-step", type=float, default=1.0, show_default=True, help="smallest step, in %"),

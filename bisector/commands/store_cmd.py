@@ -7,15 +7,17 @@ refused before anything could be written to it."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
-from bisector.portable import exported_row
-from bisector.measure.time_spent import DeviceBreakdown, device_breakdown, from_records
-from bisector.store import last_used as laststore
 from bisector.commands.common import fail_on_error, print_json
+from bisector.measure.time_spent import DeviceBreakdown, device_breakdown, from_records
+from bisector.model import TrialRecord
+from bisector.portable import exported_row
 from bisector.store import FORMATS, Store
+from bisector.store import last_used as laststore
 
 _STORE_OPTION = click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path),
                              default=None, help="SQLite store (default: $BISECTOR_STORE, else the store the last "
@@ -23,7 +25,7 @@ _STORE_OPTION = click.option("--store", "store_path", type=click.Path(dir_okay=F
                                                 "user cache dir's).")
 
 
-def later_parts(records: list) -> DeviceBreakdown:
+def later_parts(records: Sequence[TrialRecord]) -> DeviceBreakdown:
     """The device sections of a campaign's later trials (slot > 0), part by part."""
     timelines, _ = from_records(records)
     return device_breakdown([t for t in timelines if t.slot])

@@ -5,21 +5,22 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from benches import control_limits
 from bisector.config import subjects as config_suites
+from bisector.config.keyfiles import pattern_problem
 from bisector.config.reader import Section as _Section
 from bisector.config.reader import show as _show
-from bisector.config.keyfiles import pattern_problem
-from bisector.config.warm_cache_key import parse_caches
 from bisector.config.subjects import Subject, SuiteModule
+from bisector.config.warm_cache_key import parse_caches
 from bisector.errors import ConfigError
 from bisector.model import Shape, for_shape, min_step_for
+from bisector.paths import absolute
 from bisector.trust.filter import DEFAULT_TOKEN_ENV
-from bisector.paths import absolute_or_none
 from bisector.userfile import UserFileError, read_text
 
 SUITES = ("fa", "gemm")
@@ -315,23 +316,32 @@ def load(path: str | Path) -> Config:
     return parse(data, path)
 
 
-def parse(data: Mapping[str, Any], path: Path) -> Config:
-    top = _Section(path, data, "", ("name", "description", "upstream", "build", "device", "control",
-                                    "subject", "suites", "protocol", "thresholds", "publish", "report", "store",
-                                    "executor", "triggers", "sandbox"))
+def _upstream(top: _Section, path: Path) -> Upstream:
     up = top.section("upstream", ("repo", "branch", "source_dir"), required=True)
     upstream = Upstream(repo=up.get("repo", str), branch=up.get("branch", str, "main"),
                         source_dir=up.get("source_dir", str, "."))
     if Path(upstream.source_dir).is_absolute() or ".." in Path(upstream.source_dir).parts:
         raise ConfigError(path, "upstream.source_dir", "must be a relative path inside the checkout")
+    return upstream
 
+
+def _device(top: _Section, path: Path) -> tuple[str, list[int]]:
+    """The device kind and the indices of the devices trials may use."""
     dev = top.section("device", ("kind", "visible"), required=True)
-    device = dev.get("kind", str, choices=DEVICES)
+    device: str = dev.get("kind", str, choices=DEVICES)
     visible = dev.get("visible", list, [0])
     if not isinstance(visible, list) or not visible or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in visible):
         raise ConfigError(path, "device.visible", "must be a non-empty list of device indices")
+    return device, visible
 
+
+def parse(data: Mapping[str, Any], path: Path) -> Config:
+    top = _Section(path, data, "", ("name", "description", "upstream", "build", "device", "control",
+                                    "subject", "suites", "protocol", "thresholds", "publish", "report", "store",
+                                    "executor", "triggers", "sandbox"))
+    upstream = _upstream(top, path)
+    device, visible = _device(top, path)
     ctl = top.section("control", ("backend",), required=True)
     control = ctl.get("backend", str, choices=CONTROLS)
 
@@ -370,7 +380,7 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
                                                  "comment_on_requester", "draft_pr", "commit_status",
                                                  "bot_login"))),
-        report_dir=top.section("report", ("dir",)).path_value("dir") or absolute_or_none("reports"),
+        report_dir=top.section("report", ("dir",)).path_value("dir") or absolute("reports"),
         store=top.path_value("store"),
         executor=_executor(top.section("executor", ("kind", "address", "width"))),
         triggers=Triggers(allow_unsandboxed_forks=allow_forks),
@@ -395,7 +405,8 @@ def _check_limits(path: Path, control: str, subjects: Mapping[str, Any], shapes:
         params = shape.as_dict()
         adapter = subjects[shape.suite].adapter if shape.suite in subjects else ""
         for who, refused in ((f"control {control}", control_limits.refusal(control, shape.suite, params)),
-                             (f"subject adapter {adapter}", control_limits.subject_refusal(adapter, shape.suite, params))):
+                             (f"subject adapter {adapter}",
+                              control_limits.subject_refusal(adapter, shape.suite, params))):
             if refused:
                 key, why = refused
                 raise ConfigError(path, f"suites.{shape.suite}.shapes[{index}].{key}", f"{who}: {why}")
@@ -499,7 +510,7 @@ def _settle(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...])
 
 def _max_tasks(sec: _Section) -> int:
     """A cgroup's task limit: below a few dozen, Python and torch cannot even start their threads."""
-    value = sec.positive("max_tasks", int, 8192)
+    value: int = sec.positive("max_tasks", int, 8192)
     if value < 64:
         raise ConfigError(sec.path, sec.name("max_tasks"), f"must be >= 64 (processes and threads), got {value}")
     return value
@@ -532,7 +543,8 @@ def _shape_table(sec: _Section, key: str, default: float, suites: tuple[str, ...
         where = sec.name(key) + ("" if not isinstance(raw, dict) else f".{name}")
         if name != "default" and name not in suites and name not in shape_keys:
             raise ConfigError(sec.path, where, f"unknown suite or shape (known: {', '.join((*suites, *shape_keys))})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not valid(value):
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or not valid(value)):
             raise ConfigError(sec.path, where, f"must be {must}, got {_show(value)}")
         out[name] = value
     return out.pop("default", default), out

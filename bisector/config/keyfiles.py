@@ -10,10 +10,11 @@ and still notice when the pin is gone: an entry that matches nothing makes the k
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Mapping, Sequence
 
 import git
 
@@ -81,6 +82,11 @@ def key_from_dir(root: Path, patterns: Sequence[str]) -> StepKey:
     return _key(patterns, listing)
 
 
+def _blob_bytes(blob: git.Blob) -> bytes:
+    data: bytes = blob.data_stream.read()
+    return data
+
+
 def key_from_commit(repo: git.Repo, sha: str, patterns: Sequence[str]) -> StepKey:
     """The key as the commit's objects give it: no checkout, no build."""
     root = repo.commit(sha).tree
@@ -92,6 +98,6 @@ def key_from_commit(repo: git.Repo, sha: str, patterns: Sequence[str]) -> StepKe
             return {}
         if not isinstance(folder, git.Tree):
             return {}
-        return {b.name: (lambda b=b: b.data_stream.read()) for b in folder.blobs if b.mode in _REGULAR_MODES}
+        return {b.name: functools.partial(_blob_bytes, b) for b in folder.blobs if b.mode in _REGULAR_MODES}
 
     return _key(patterns, listing)

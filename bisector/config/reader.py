@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from bisector.errors import ConfigError
 from bisector.paths import absolute_or_none
@@ -30,7 +31,7 @@ class Section:
     def name(self, key: str) -> str:
         return f"{self.prefix}.{key}" if self.prefix else key
 
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., choices: tuple = ()) -> Any:
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., choices: tuple[Any, ...] = ()) -> Any:
         if key not in self.data:
             if default is ...:
                 raise ConfigError(self.path, self.name(key), "missing")
@@ -45,7 +46,8 @@ class Section:
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(self.path, self.name(key), f"must be a finite number, got {value!r}")
         if choices and value not in choices:
-            raise ConfigError(self.path, self.name(key), f"must be one of {', '.join(map(str, choices))}, got {show(value)}")
+            raise ConfigError(self.path, self.name(key),
+                              f"must be one of {', '.join(map(str, choices))}, got {show(value)}")
         return value
 
     def positive(self, key: str, kind: type, default: Any) -> Any:
@@ -80,7 +82,7 @@ class Section:
                 raise ConfigError(self.path, f"{self.name(key)}.{k}", "must be a string or number")
         return {k: str(v) for k, v in value.items()}
 
-    def section(self, key: str, known: tuple[str, ...], required: bool = False) -> "Section":
+    def section(self, key: str, known: tuple[str, ...], required: bool = False) -> Section:
         if key not in self.data and required:
             raise ConfigError(self.path, self.name(key), "missing table")
         return Section(self.path, self.data.get(key, {}), self.name(key), known)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from benches import options as adapter_options
 from benches import shapes as shape_rules
@@ -168,7 +169,8 @@ def _read_suite_file(path: Path, key: str, file: Path, attr: str) -> tuple[bool 
     return has_control, params
 
 
-def parse_suite_modules(top: Section, names: tuple[str, ...], subjects: Mapping[str, Subject]) -> dict[str, SuiteModule]:
+def parse_suite_modules(top: Section, names: tuple[str, ...],
+                        subjects: Mapping[str, Subject]) -> dict[str, SuiteModule]:
     out = {}
     for name in names:
         sub = subjects.get(name)

@@ -10,7 +10,7 @@ only there is reported as seen only warm. A pytest-benchmark suite has no flush 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from bisector.config.reader import Section
 from bisector.config.subjects import Subject

@@ -9,8 +9,9 @@ a step moves, and the size measured for it (H200: /work/shared/H200-NOTES.md; CP
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 AUTHORS = (
     ("Ada Kernel", "ada@demolib.example"),

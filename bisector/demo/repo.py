@@ -14,10 +14,11 @@ import os
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from bisector.demo.history import AUTHORS, COMMITS, EXPECTATIONS, SHAPES, START_EPOCH, STEP_S, states
 from bisector.demo.templating import render

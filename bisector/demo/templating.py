@@ -13,7 +13,8 @@ up in the generated repository as a small, readable diff:
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 _DIRECTIVE = re.compile(r"^\s*#%\s*(if not|if|else|endif)\s*(\w*)\s*$")
 _SUBST = re.compile(r"\{\{(\w+)\}\}")
@@ -48,7 +49,7 @@ def render(text: str, knobs: Mapping[str, Any], name: str = "<template>") -> str
         if keep is False:
             continue
 
-        def subst(m: re.Match[str]) -> str:
+        def subst(m: re.Match[str], lineno: int = lineno) -> str:
             if m.group(1) not in knobs:
                 raise TemplateError(f"{name}:{lineno}: unknown knob {m.group(1)!r}")
             return str(knobs[m.group(1)])

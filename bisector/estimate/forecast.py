@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 __all__ = ["ForecastSettings", "SearchForecast"]
 
@@ -147,7 +147,7 @@ class SearchForecast:
             if n == 1 and self._walked_to(sha):
                 self.walk.add(sha)
         if self.last[-1:] != [sha]:
-            self.last = (self.last + [sha])[-2:]
+            self.last = ([*self.last, sha])[-2:]
             if sha != self.fresh:
                 self._settle_fresh()
         if self._first_batch(sha, k):  # the level a new commit gets

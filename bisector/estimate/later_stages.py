@@ -26,8 +26,9 @@ first rounds still to come, batches under way, a check that went on to another r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Literal
 
 __all__ = ["StageCost", "LaterModel", "StageTracker", "CALIBRATED", "model_for"]
 

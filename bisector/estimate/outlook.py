@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -123,7 +123,8 @@ class _World:
     def _between(self, a: int, b: int) -> int:
         return int(a + 1 + math.floor(self.rng.random() * (b - a)))
 
-    def _levels(self, shape: str, drawn: Mapping[int, list[tuple[int, set[str]]]]) -> tuple[list[int], list[float], list[int]]:
+    def _levels(self, shape: str,
+                drawn: Mapping[int, list[tuple[int, set[str]]]]) -> tuple[list[int], list[float], list[int]]:
         """The shape's measured commits, their levels and the commits its steps sit at: measured
         commits with no step between them share one level (their trials pooled)."""
         logs = self.logs[shape]
@@ -233,7 +234,7 @@ class _Replay(ProbeBase):
 
     def _serve(self, sha: str, per: Mapping[str, int], full: bool) -> Measurement:
         rec = self.measured.get(sha)
-        if rec is not None and rec.status is not ProbeStatus.OK or rec is None and self.world.fails_at(sha):
+        if (rec is not None and rec.status is not ProbeStatus.OK) or (rec is None and self.world.fails_at(sha)):
             return Measurement(sha, ProbeStatus.SKIP, reason="replayed")
         wrong = rec.wrong if rec is not None else self.world.wrong_at(sha)
         served = self.served.setdefault(sha, {})

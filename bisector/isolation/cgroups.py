@@ -36,9 +36,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
 
 from bisector.isolation.fence import LEAF, kill_cgroup, remove_cgroup
 
@@ -335,7 +335,7 @@ class Group:
     def fence_args(self) -> list[str]:
         return [arg for d in self.dirs for arg in ("--cgroup", d)]
 
-    def leaf(self, name: str, limits: Limits) -> "Leaf":
+    def leaf(self, name: str, limits: Limits) -> Leaf:
         """A new leaf with `limits` beside the command's own."""
         paths = []
         for d, h in zip(self.dirs, self.hierarchies):

@@ -121,7 +121,7 @@ def cgroup_dirs(group: str) -> list[str]:
     found = []
     for here, dirs, _ in os.walk(group):
         found += [os.path.join(here, d) for d in dirs]
-    return sorted(found, key=lambda d: -d.count(os.sep)) + [group]
+    return [*sorted(found, key=lambda d: -d.count(os.sep)), group]
 
 
 def cgroup_pids(group: str) -> list[int]:

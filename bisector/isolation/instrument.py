@@ -17,8 +17,8 @@ import shutil
 import stat
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import platformdirs
 
@@ -41,7 +41,7 @@ def benches_package() -> Path:
     """The `benches` package this bot ships."""
     import benches
 
-    return Path(list(benches.__path__)[0]).resolve()
+    return Path(next(iter(benches.__path__))).resolve()
 
 
 def snapshot(cache: Path | None = None) -> Path:

@@ -50,7 +50,7 @@ class SafeDir:
         self.fd, self.path = fd, Path(path)
 
     @classmethod
-    def open(cls, root: str | Path, *parts: str, create: bool = False) -> "SafeDir":
+    def open(cls, root: str | Path, *parts: str, create: bool = False) -> SafeDir:
         """`root` (the bot's own dir, opened by its path), then `parts` below it without following
         links (made where missing when `create`, and then a link or file planted at one replaced
         by a dir)."""
@@ -73,7 +73,7 @@ class SafeDir:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "SafeDir":
+    def __enter__(self) -> SafeDir:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -87,7 +87,7 @@ class SafeDir:
 
     # -- directories -----------------------------------------------------------------------------
 
-    def sub(self, name: str, create: bool = False, clear_other: bool = False) -> "SafeDir":
+    def sub(self, name: str, create: bool = False, clear_other: bool = False) -> SafeDir:
         """The directory `name` here (made when missing and `create`). `clear_other`: whatever else
         stands at that name (a symlink, a file: planted) is removed first and a dir made in its place."""
         name = _component(name)
@@ -100,18 +100,18 @@ class SafeDir:
             fd = os.open(name, DIR_FLAGS, dir_fd=self.fd)
         except OSError as exc:
             if not (clear_other and create and exc.errno in (errno.ELOOP, errno.ENOTDIR)):
-                raise Refused(exc.errno, f"{self.path / name}: not a directory the bot made ({exc.strerror})")
+                raise Refused(exc.errno, f"{self.path / name}: not a directory the bot made ({exc.strerror})") from exc
             os.unlink(name, dir_fd=self.fd)  # removes the link itself, never its target
             return self.sub(name, create=True)
         return SafeDir(fd, self.path / name)
 
-    def fresh(self, name: str) -> "SafeDir":
+    def fresh(self, name: str) -> SafeDir:
         """A directory made now, by the bot, at `name` (an error if anything is there)."""
         name = _component(name)
         os.mkdir(name, 0o755, dir_fd=self.fd)
         return self.sub(name)
 
-    def walk(self, rel: str | Path) -> "SafeDir":
+    def walk(self, rel: str | Path) -> SafeDir:
         """The directory at the relative path `rel` below this one, no component followed."""
         here: SafeDir = self
         for part in _parts(rel):
@@ -156,7 +156,7 @@ class SafeDir:
                 fd = os.open(name, READ_FLAGS, dir_fd=parent.fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.EMLINK):  # EMLINK: what O_NOFOLLOW gives on some systems
-                    raise Refused(exc.errno, f"{parent.path / name}: a symbolic link, not followed")
+                    raise Refused(exc.errno, f"{parent.path / name}: a symbolic link, not followed") from exc
                 raise
         finally:
             if parent is not self:

@@ -32,10 +32,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from bisector.errors import SandboxUnavailable
 from bisector.isolation import cgroups
@@ -212,7 +213,7 @@ def git_configs() -> list[Path]:
 def probe() -> Isolation:
     """Start one sandbox and check from inside what held: its own /proc, no capabilities, a
     writable dir writable, a hidden dir empty, the rest read-only."""
-    common = {"uid": os.getuid(), "cgroup": cgroup_kind(), "limits": cgroups.probe().describe()}
+    common: dict[str, Any] = {"uid": os.getuid(), "cgroup": cgroup_kind(), "limits": cgroups.probe().describe()}
     if os.environ.get(SWITCH_ENV, "").lower() in ("0", "off", "no", "false"):
         return Isolation(False, f"{SWITCH_ENV}=off", **common)
     if not sys.platform.startswith("linux"):
@@ -321,7 +322,7 @@ def unavailable(gpu: bool) -> str:
             f"([sandbox] require = true): not run")
 
 
-def prepare(config: "Config") -> None:
+def prepare(config: Config) -> None:
     """Before any code under test of `config` runs: its upstream's git config scrubbed in every
     sandbox (a checkout, or the mirror of a URL), and `enforce`."""
     from bisector import gitrepo
@@ -331,7 +332,7 @@ def prepare(config: "Config") -> None:
     enforce(config)
 
 
-def enforce(config: "Config") -> None:
+def enforce(config: Config) -> None:
     """Stop now (SandboxUnavailable, one line) where the config says `[sandbox] require = true` and
     this host gives its code under test no sandbox: every run of it, fork code or not."""
     if config.sandbox.require and not applies(config.device != "cpu"):

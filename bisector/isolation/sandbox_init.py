@@ -43,6 +43,7 @@ import re
 import socket
 import struct
 import sys
+from collections.abc import Sequence
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
@@ -75,7 +76,10 @@ def _check(ret: int, what: str) -> None:
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)
+
+    def enc(s: str | None) -> bytes | None:
+        return s.encode() if s is not None else None
+
     _check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
            f"mount {source or fstype} on {target}")
 
@@ -257,7 +261,7 @@ def writable_proc() -> None:
             set_readonly(path, True, recursive=True)
 
 
-def setup(rw: list[str], hide_paths: list[str], shm_mb: int, git_configs: list[str] = (),
+def setup(rw: list[str], hide_paths: list[str], shm_mb: int, git_configs: Sequence[str] = (),
           own_network: bool = True) -> None:
     set_readonly("/", True, recursive=True)
     writable_proc()

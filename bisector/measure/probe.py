@@ -10,19 +10,29 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from bisector import portable
+from bisector.estimate.outlook import SearchBasis
 from bisector.measure.warmer import Want, Warmer
-from bisector.model import (LATENCY_KEY, WARM_KEY, BuildResult, BuildStatus, Measurement, ProbeStatus, Shape,
-                            TrialRecord, TrialStatus)
+from bisector.model import (
+    LATENCY_KEY,
+    WARM_KEY,
+    BuildResult,
+    BuildStatus,
+    Measurement,
+    ProbeStatus,
+    Shape,
+    TrialRecord,
+    TrialStatus,
+)
 from bisector.runner.error_line import error_line
 from bisector.runner.executor import TrialJob, TrialOutcome
 from bisector.search.control_outcome import unavailable_by_shape
-from bisector.estimate.outlook import SearchBasis
 from bisector.search.prober import ProbeBase
 from bisector.search.samples import trial_metric, trial_views
 from bisector.store import Owner, Store
@@ -45,7 +55,7 @@ class At:
     base: Mapping[str, int]
     offset: int = 0
 
-    def __add__(self, n: int) -> "At":
+    def __add__(self, n: int) -> At:
         return At(self.base, self.offset + n)
 
     def of(self, shape: str) -> int:
@@ -61,9 +71,9 @@ def of(count: Count, shape: str) -> int:
 
 
 class TrialExecutor(Protocol):
-    def submit(self, job: TrialJob) -> Future: ...
+    def submit(self, job: TrialJob) -> Future[TrialOutcome]: ...
 
-    def cancel(self, future: Future) -> None: ...
+    def cancel(self, future: Future[TrialOutcome]) -> None: ...
 
 
 class BuildSource(Protocol):
@@ -110,7 +120,7 @@ class StoreProbe(ProbeBase):
         self.owner = Owner.me()
         self.lineage = 0  # the worker lineage its trials ask for (`independent`)
 
-    def restricted(self, shapes: Sequence[Shape]) -> "StoreProbe":
+    def restricted(self, shapes: Sequence[Shape]) -> StoreProbe:
         """The same probe over fewer shapes (a revert or a hunk is measured where its step is)."""
         out = StoreProbe(self.campaign, shapes, self.store, self.builds, self.executor, seed=self.seed,
                          patch=self.patch, patch_hash=self.patch_hash, recipe=self.recipe, cold_jit=self.cold_jit,
@@ -133,14 +143,15 @@ class StoreProbe(ProbeBase):
 
     def _stored(self, b: BuildResult) -> BuildResult:
         """The build as the store keeps it: its paths written from the work and build dirs' names."""
-        out = {k: portable.scrub(v, self.where) if v else v for k, v in
+        out: dict[str, Any] = {k: portable.scrub(v, self.where) if v else v for k, v in
                (("source_dir", b.source_dir), ("prefix", b.prefix), ("log_path", b.log_path), ("log_tail", b.log_tail))}
-        return replace(b, **out)  # type: ignore[arg-type]
+        return replace(b, **out)
 
     def _here(self, b: BuildResult) -> BuildResult:
         """A stored build with its paths on this machine again (an offline replay links its log)."""
-        return replace(b, **{k: portable.restore(v, self.where) if v else v
-                             for k, v in (("source_dir", b.source_dir), ("prefix", b.prefix), ("log_path", b.log_path))})
+        here: dict[str, Any] = {k: portable.restore(v, self.where) if v else v for k, v in
+                                (("source_dir", b.source_dir), ("prefix", b.prefix), ("log_path", b.log_path))}
+        return replace(b, **here)
 
     def stored(self, sha: str) -> list[TrialRecord]:
         keys = {s.key for s in self.shapes}
@@ -220,7 +231,7 @@ class StoreProbe(ProbeBase):
         finally:
             self.lineage = before
 
-    def job(self, sha: str, slot: int, first: bool, after: Future | None, lane: int | None = None) -> TrialJob:
+    def job(self, sha: str, slot: int, first: bool, after: Future[TrialOutcome] | None, lane: int | None = None) -> TrialJob:
         """The trial in `slot`: its seed follows from the slot, so a resumed run draws the inputs it would have.
         A commit's first trial compiles cold (its JIT dir emptied), unless a prefetch compiled it cold
         already: then its JIT dir is kept and its records carry the prefetch's compile."""
@@ -264,7 +275,7 @@ class StoreProbe(ProbeBase):
         kept = {s.key: [t for t in trials if t.shape == s.key and t.status is TrialStatus.OK
                         and self.value(t) is not None][:None if repeats is None else of(repeats, s.key)]
                 for s in self.shapes}
-        samples = {k: tuple(self.value(t) for t in ts) for k, ts in kept.items()}  # type: ignore[misc]
+        samples = {k: tuple(v for t in ts if (v := self.value(t)) is not None) for k, ts in kept.items()}
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
         broken: dict[str, set[str]] = {}  # last error -> shapes that never ran
         for key, error in {t.shape: error_line(t.error or t.log_tail) for t in trials
@@ -296,7 +307,7 @@ class Batch:
     but wait for it before they take a device. A trial whose every shape failed cancels its pair's
     trials that have not started, and the caller decides again (a crash costs one trial, not n)."""
 
-    def __init__(self, items: Sequence[Item]) -> None:
+    def __init__(self, items: Sequence[tuple[StoreProbe, str, int]]) -> None:
         self.items = [it for it in items if it[2] > 0]
 
     def run(self) -> None:
@@ -305,8 +316,8 @@ class Batch:
             probe.build(sha)
             c = probe.store.claim(probe.campaign, sha, probe.patch_hash, n, probe.owner)
             claimed.append((probe, sha, list(c.mine), list(c.theirs)))
-        futures: dict[Future, tuple[int, int]] = {}
-        firsts: dict[int, Future] = {}
+        futures: dict[Future[TrialOutcome], tuple[int, int]] = {}
+        firsts: dict[int, Future[TrialOutcome]] = {}
         rounds = max((len(m) for _, _, m, _ in claimed), default=0)
         try:
             for r in range(rounds):
@@ -362,7 +373,7 @@ class Batch:
             probe.warmer.spare(probe.job(sha, max(mine) + 1, False, None, i + len(mine)))
 
     def _collect(self, claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]],
-                 futures: dict[Future, tuple[int, int]], firsts: Mapping[int, Future]) -> None:
+                 futures: dict[Future[TrialOutcome], tuple[int, int]], firsts: Mapping[int, Future[TrialOutcome]]) -> None:
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -444,11 +455,12 @@ def fresh(m: Measurement, start: Count, n: int) -> dict[str, tuple[float, ...]]:
 
 def fresh_tflops(probe: StoreProbe, sha: str, start: Count, n: int) -> dict[str, float]:
     """Per shape, the median subject TFLOP/s of the same OK trials `fresh` takes."""
-    out = {}
+    out: dict[str, float] = {}
     for shape in probe.shapes:
         at = of(start, shape.key)
         values = [t.subject_tflops for t in probe.stored(sha) if t.shape == shape.key and t.status is TrialStatus.OK
                   and probe.value(t) is not None][at:at + n]
-        if values and all(v is not None for v in values):
-            out[shape.key] = statistics.median(values)  # type: ignore[type-var]
+        numbers = [v for v in values if v is not None]
+        if values and len(numbers) == len(values):
+            out[shape.key] = statistics.median(numbers)
     return out

@@ -10,8 +10,8 @@ and the brief loans of their setups, their inputs drawn); `device_busy_fraction`
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from bisector.runner.executor import ON_DEVICE, TEARDOWN_GRACE_S, Timeline
 from bisector.store.totals import RunTotals
@@ -19,7 +19,8 @@ from bisector.store.totals import RunTotals
 # Phases of a trial process, in order, with the Timeline marks that bound them.
 SPANS = (("start_imports", "started", "ready"), ("setup", "assigned", "want"), ("queue", "queued", "go"),
          ("device", "go", "release"), ("teardown", "release", "ended"))
-DEVICE_PHASES = ("staging", "inputs", "compile", "check", "warmup", "settle", "timed", "calls")  # inside `device`, from the trial
+# inside `device`, from the trial
+DEVICE_PHASES = ("staging", "inputs", "compile", "check", "warmup", "settle", "timed", "calls")
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ def later_trials(timelines: Sequence[Timeline]) -> dict[str, float]:
     if not later or work <= 0:
         return {}
     device = sum(t.device_s for t in later)
-    return {"trials": float(len(later)), "device_s": device, "warmup_timed_s": work, "device_over_warmup_timed": device / work}
+    return {"trials": float(len(later)), "device_s": device, "warmup_timed_s": work,
+            "device_over_warmup_timed": device / work}
 
 
 # The parts of a device section besides its phases: what no phase of the trial names, the brief loans

@@ -39,14 +39,15 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from bisector.config import Config
 from bisector.model import BuildResult, BuildStatus, Shape, TrialRecord
-from bisector.runner.executor import Executor, Prepared, TrialJob
+from bisector.runner.executor import Executor, Prepared, TrialFuture, TrialJob
 from bisector.runner.launch import TrialFiles, default_preload, memory_limit, worker_env
 from bisector.runner.workers import WorkerSource, make_source
 
@@ -171,11 +172,11 @@ def _same_wait(held: TrialJob, job: TrialJob) -> bool:
 class Holds(Protocol):
     """The run's executor, as a standby needs it (bisector/runner/executor.py)."""
 
-    def submit(self, job: TrialJob) -> Future: ...
+    def submit(self, job: TrialJob) -> TrialFuture: ...
 
-    def unhold(self, future: Future, shapes: tuple[Shape, ...] | None = None) -> Future | None: ...
+    def unhold(self, future: TrialFuture, shapes: tuple[Shape, ...] | None = None) -> TrialFuture | None: ...
 
-    def cancel(self, future: Future) -> None: ...
+    def cancel(self, future: TrialFuture) -> None: ...
 
 
 class Warmer:
@@ -189,12 +190,12 @@ class Warmer:
         self.builds, self.make_executor, self.parallel = builds, make_executor, max(1, parallel)
         self.held_cap = 2 * self.parallel  # standbys alive at most, and spares alike
         self.standby = standby
-        self._held: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}
-        self._spares: dict[tuple[str, str | None], tuple[TrialJob, Future]] = {}  # oldest first
+        self._held: dict[tuple[str, str | None], tuple[TrialJob, TrialFuture]] = {}
+        self._spares: dict[tuple[str, str | None], tuple[TrialJob, TrialFuture]] = {}  # oldest first
         self._named_before: set[tuple[str, str | None]] = set()
         self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="warm")
         self._lock = threading.Lock()
-        self._tasks: dict[tuple[str, str | None], Future] = {}
+        self._tasks: dict[tuple[str, str | None], Future[Warmed | None]] = {}
         self._claimed: set[tuple[str, str | None]] = set()
         self._executor: PrecompileTrials | None = None
         self._closed = False
@@ -268,7 +269,7 @@ class Warmer:
         except (CancelledError, Exception):  # noqa: BLE001 - a failed prefetch is a cold first trial
             return None
 
-    def take(self, job: TrialJob) -> Future | None:
+    def take(self, job: TrialJob) -> TrialFuture | None:
         """The commit's standby or spare, unheld, if it is this very trial (same build, shapes, seed,
         slot, in a lineage it may run in); None otherwise (one that differs is cancelled) and the
         caller submits the job."""
@@ -302,6 +303,7 @@ class Warmer:
 
     def _hold_spare(self, key: tuple[str, str | None], job: TrialJob) -> None:
         """Submit `job` held, as the spare of `key`. Under the lock."""
+        assert self.standby is not None  # spares exist only with a standby
         self._spares[key] = (job, self.standby().submit(replace(job, hold=True)))
         self.spares.append((job.build.sha, job.slot))
 
@@ -369,8 +371,8 @@ class Warmer:
         """Drop what is queued, end the prefetch trials under way, wait for builds under way."""
         with self._lock:
             self._closed = True
-            for future in self._tasks.values():
-                future.cancel()
+            for task in self._tasks.values():
+                task.cancel()
             for key in list(self._held):
                 self._drop_held(key)
             for _, future in self._spares.values():

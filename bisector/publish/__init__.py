@@ -10,20 +10,32 @@ payloads (method, path, JSON body) to files instead.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from bisector.config import Publish
 from bisector.errors import BadInput
 from bisector.publish import actions
 from bisector.publish.expectation import Expectation, check
+from bisector.publish.github import (
+    CommentResult,
+    DraftResult,
+    RetryPolicy,
+    StatusResult,
+    connect,
+    guard,
+    open_draft_pull,
+    own_login,
+    post_status,
+    upsert_comment,
+)
 from bisector.publish.plan_text import web_base
-from bisector.publish.github import (CommentResult, DraftResult, RetryPolicy, StatusResult, connect, guard,
-                                     open_draft_pull, own_login, post_status, upsert_comment)
 from bisector.publish.publish_plan import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
 
-__all__ = ["CulpritPost", "Expectation", "PlotLink", "PublishOutcome", "PublishPlan", "RetryPolicy", "RunVerdict", "dump_plan",
+__all__ = ["CulpritPost", "Expectation", "PlotLink", "PublishOutcome", "PublishPlan", "RetryPolicy", "RunVerdict",
+           "dump_plan",
            "load_plan", "publish"]
 
 

@@ -7,8 +7,9 @@ PR URLs known so far (none in a dry run).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from bisector.config import Publish
 from bisector.publish import messages

@@ -11,8 +11,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import inspect
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any
 
 import github
 from github import Auth, GithubRetry, InputGitTreeElement
@@ -80,7 +81,7 @@ def guard(what: str, secret: str | None) -> Iterator[None]:
     except GithubException as exc:
         message = exc.data.get("message") if isinstance(exc.data, dict) else exc.data
         raise PublishError(_line(f"{what}: GitHub answered {exc.status}: {message}", secret)) from None
-    except Exception as exc:  # requests/urllib3/socket errors: the text is all we keep
+    except Exception as exc:  # noqa: BLE001 - requests/urllib3/socket errors: the text is all we keep
         raise PublishError(_line(f"{what}: {type(exc).__name__}: {exc}", secret)) from None
 
 
@@ -89,7 +90,7 @@ def _line(text: str, secret: str | None) -> str:
 
 
 def _retry(policy: RetryPolicy) -> GithubRetry:
-    kwargs: dict[str, object] = dict(
+    kwargs: dict[str, Any] = dict(
         total=policy.total, backoff_factor=policy.backoff_factor, backoff_max=policy.backoff_max,
         status_forcelist=[429, 500, 502, 503, 504], respect_retry_after_header=True, raise_on_status=False,
         secondary_rate_wait=policy.secondary_rate_wait)
@@ -163,7 +164,7 @@ def open_draft_pull(repo: Repository, action: DraftPullAction) -> DraftResult:
     commit = repo.create_git_commit(action.message, tree, [base_commit])
     try:
         ref = repo.get_git_ref(f"heads/{action.branch}")
-        ref.object.sha  # completes the ref even with a lazy requester: 404 when the branch is new
+        _ = ref.object.sha  # completes the ref even with a lazy requester: 404 when the branch is new
     except UnknownObjectException:
         repo.create_git_ref(f"refs/heads/{action.branch}", commit.sha)
     else:

@@ -223,7 +223,7 @@ def requester_body(plan: PublishPlan, draft_urls: dict[int, str] | None = None) 
              _verdict_sentence(plan), ""]
     for c in plan.culprits:
         if c.pr == plan.requester_pr:
-            lines += ["#### This PR is a culprit", ""] + _own_step(plan, c, draft_urls.get(c.pr)) + _evidence(c)
+            lines += ["#### This PR is a culprit", "", *_own_step(plan, c, draft_urls.get(c.pr)), *_evidence(c)]
     lines += ([] if plan.untrusted else _summary(plan)) + _missing_section(plan)
     if plan.report_url:
         lines += [f"Full report: {plan.report_url}", ""]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Mapping
 
 from bisector.errors import BadInput, PublishError
 

@@ -25,8 +25,8 @@ stay byte-exact for its draft PR.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Callable, Iterator
 
 from bisector.publish.publish_plan import CulpritPost, PlotLink, PublishPlan
 
@@ -51,7 +51,7 @@ _WWW = re.compile(r"(?i)(?<![\w.-])www(?=\.)")
 _LINK_PATH = re.compile(r"\]\(\s*<?(?=/)")  # a markdown link to an absolute path: another repo's page
 _ENTITY = re.compile(r"&(?=#\d+;|#[xX][0-9a-fA-F]+;|[A-Za-z][A-Za-z0-9]*;)")  # &#64; renders as @
 _TAG = re.compile(r"<(?=[A-Za-z/!?])")
-_ALLOWED_TAG = re.compile(r"</?(?:%s)\s*/?>" % "|".join(TAGS), re.IGNORECASE)
+_ALLOWED_TAG = re.compile(r"</?(?:{})\s*/?>".format("|".join(TAGS)), re.IGNORECASE)
 _URL_END = re.compile(r"[\s<>()\[\]\"'`]")
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from bisector.errors import BadInput
 from bisector.jsonfile import read_json
-
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -99,7 +99,8 @@ def plan_to_dict(plan: PublishPlan) -> dict[str, Any]:
     """JSON-ready: enums as values, tuples as lists."""
     data = asdict(plan)
     data["verdict"] = plan.verdict.value
-    return json.loads(json.dumps(data))
+    plain: dict[str, Any] = json.loads(json.dumps(data))
+    return plain
 
 
 def dump_plan(plan: PublishPlan, path: Path) -> None:
@@ -195,21 +196,21 @@ KINDS = ("regression", "improvement")
 
 
 def _kind(r: _Reader) -> str:
-    kind = r.get("kind", str, "regression")
+    kind: str = r.get("kind", str, "regression")
     if kind not in KINDS:
         raise BadInput(f"{r.where}: {r.name('kind')}: must be one of {', '.join(KINDS)}, got {kind!r}")
     return kind
 
 
 def _count(r: _Reader, key: str) -> int:
-    value = r.get(key, int, 0)
+    value: int = r.get(key, int, 0)
     if value < 0:
         raise BadInput(f"{r.where}: {r.name(key)}: must be 0 or more, got {value}")
     return value
 
 
 def _positive(r: _Reader, key: str) -> int:
-    value = r.get(key, int)
+    value: int = r.get(key, int)
     if value <= 0:
         raise BadInput(f"{r.where}: {r.name(key)}: must be a positive PR number, got {value}")
     return value

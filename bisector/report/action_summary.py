@@ -12,11 +12,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from bisector.why.facts import Action
-from bisector.why.interactions import ComboResult, Interaction
 from bisector.report.control_moves import revert_move
 from bisector.report.data import ReportData
 from bisector.report.figures import change, commit_ref
+from bisector.why.facts import Action
+from bisector.why.interactions import ComboResult, Interaction
 
 SHOWN = 8  # items listed; the rest counted
 
@@ -38,7 +38,7 @@ class Item:
 
 def _by_hand(action: Action) -> bool:
     fix = action.fix
-    return fix is not None and (not fix.applied or bool(fix.error) and not fix.error.startswith("not measured"))
+    return fix is not None and (not fix.applied or (bool(fix.error) and not fix.error.startswith("not measured")))
 
 
 def _measured(action: Action, data: ReportData) -> str:
@@ -52,7 +52,8 @@ def _measured(action: Action, data: ReportData) -> str:
             continue
         verdict = fix.verdict(shape)
         want = fix.expected_pct(shape)
-        should = f", undoing its own step should give {want:+.1f}%" if want is not None and verdict != "restored" else ""
+        should = (f", undoing its own step should give {want:+.1f}%" if want is not None and verdict != "restored"
+                  else "")
         move = revert_move(fix, shape, data)
         gain = change(tip) if move is None else (
             f"{move.subject_pct:+.1f}% of the subject's own TFLOP/s (ratio {change(tip)}: the control moved "
@@ -121,7 +122,10 @@ def together_combos(inter: Interaction) -> list[ComboResult]:
     measured = [c for c in inter.combos if len(c.reverted) >= 2 and not c.error and c.gain_pct]
     if not measured:
         return []
-    gain = lambda c: _median(list(c.gain_pct.values()))  # noqa: E731
+
+    def gain(c: ComboResult) -> float:
+        return _median(list(c.gain_pct.values()))
+
     chosen = [max(measured, key=lambda c: (len(c.reverted), gain(c)))]
     alone_failed = {c.reverted[0] for c in inter.combos if len(c.reverted) == 1 and (c.error or not c.gain_pct)}
     for sha in inter.steps:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from bisector import gitrepo, portable
 from bisector.config import Config
@@ -121,11 +121,16 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
         + control_outcome.notes((t for t in unpatched if t.shape in keys), config.control),
         hunks=stages.hunks, throughput=stages.throughput, kernels=stages.kernels, causes=stages.causes,
         isolation=run.isolation,
-        fresh_lineage=any(int((t.protocol.get("worker") or {}).get("lineage") or 0) > 0
-                          for s in result.steps for t in by_sha.get(s.commit, ())))
+        fresh_lineage=any(_renewed(t) for s in result.steps for t in by_sha.get(s.commit, ())))
 
 
-def commit_rows(commits: Sequence[Commit], by_sha: Mapping[str, Sequence[TrialRecord]], measured: Sequence[str],
+def _renewed(trial: TrialRecord) -> bool:
+    """Whether the trial ran in a renewed worker lineage (the report says so)."""
+    worker = trial.protocol.get("worker")
+    return isinstance(worker, Mapping) and int(worker.get("lineage") or 0) > 0
+
+
+def commit_rows(commits: Sequence[Commit], by_sha: Mapping[str, Sequence[TrialRecord]], measured: Collection[str],
                 keys: tuple[str, ...], metric_of: Mapping[str, str]
                 ) -> tuple[list[CommitRow], list[WrongResult], dict[str, object]]:
     """A row per measured commit of the range, the wrong results seen on any of them, and the
@@ -156,9 +161,10 @@ def metric_by_suite(config: Config) -> dict[str, str]:
     return {s.suite: config.thresholds.decision_of(s.suite) for s in config.shapes}
 
 
-def call_figures(trials: Sequence[TrialRecord], keys: Sequence[str], measured: Sequence[str]) -> tuple[CallFigures, ...]:
+def call_figures(trials: Sequence[TrialRecord], keys: Sequence[str],
+                 measured: Sequence[str]) -> tuple[CallFigures, ...]:
     """Per shape, kernel time, latency and host time at the first and last measured commits."""
-    ends = list(dict.fromkeys(measured[:1] + measured[-1:]))
+    ends = list(dict.fromkeys([*measured[:1], *measured[-1:]]))
     return tuple(f for key in keys for sha in ends if (f := figures(trials, key, sha)) is not None)
 
 

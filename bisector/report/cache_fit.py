@@ -10,7 +10,7 @@ the suite was timed warm too (`[suites.NAME] cache = "warm"`, bisector/config/wa
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from benches import shapes as shape_rules
 from bisector.model import Shape

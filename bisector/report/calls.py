@@ -7,8 +7,8 @@ per call, the control's beside them, and a plain line for every shape whose call
 from __future__ import annotations
 
 from benches.kernel_methods import DEVICE_METHODS
-from bisector.search.call_timing import CallFigures, split
 from bisector.report.data import ReportData
+from bisector.search.call_timing import CallFigures, split
 
 METHOD_WORDS = {"cuda_graph": "CUDA graph", "profiler": "profiler (kernel durations summed per call)",
                 "device_events": "events around each call (host included when it is slower)",

@@ -4,7 +4,8 @@ A control timed in the same process as the subject shares its GPU's power and cl
 power-bound subject that draws less leaves the control more clock, and the ratio counts the
 control's rise as the subject's gain (an H200 demo's revert read +69.1% on the ratio where the
 subject's own TFLOP/s gained +39.3%). Where the control moved beyond the comparison's noise between
-builds measured side by side (by the minimum step or more), the report leads with the subject's own TFLOP/s change and gives the
+builds measured side by side (by the minimum step or more), the report leads with the subject's own
+TFLOP/s change and gives the
 ratio's beside it. Pure: it reads ReportData only."""
 
 from __future__ import annotations

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
-from bisector.search.call_timing import CallFigures
-from bisector.model import LATENCY_KEY, WARM_KEY, Commit, Step, Uncertain, min_step_for
 from bisector.measure.time_spent import Throughput
+from bisector.model import LATENCY_KEY, WARM_KEY, Commit, Step, Uncertain, min_step_for
+from bisector.search.call_timing import CallFigures
 from bisector.search.evidence import CommitRow, UnsurePair
 from bisector.search.wrong_results import WrongResult, WrongWindow
 from bisector.why.cause import Cause
@@ -17,8 +18,8 @@ from bisector.why.interactions import Interaction
 from bisector.why.kernel_diff.diff import StepKernels
 
 if TYPE_CHECKING:
-    from bisector.why.facts import Action, StepMove
     from bisector.store.totals import RunTotals
+    from bisector.why.facts import Action, StepMove
 
 METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock",
                 "latency_ratio": "the subject/control ratio of call latencies",

@@ -4,7 +4,7 @@ their intervals. One place, so a figure reads the same in every section and in t
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from bisector.model import Comparison
 from bisector.report.data import ReportData

@@ -4,14 +4,16 @@ a fix by hand should give back."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from bisector.model import Verdict
 from bisector.report.action_summary import undo_pct
 from bisector.report.control_moves import revert_move
 from bisector.report.data import METRIC_SHORT, ReportData
-from bisector.report.figures import change, commit_ref, md_table as _table, short_shape as _short_shape, tflops
+from bisector.report.figures import change, commit_ref, tflops
+from bisector.report.figures import md_table as _table
+from bisector.report.figures import short_shape as _short_shape
 from bisector.search.evidence import CommitRow
 from bisector.why.fixes import FixResult
 
@@ -110,7 +112,7 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     rows = []
     for shape in fix.shapes:
         metric = METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))
-        par, tip = fix.vs_parent.get(shape), fix.vs_tip.get(shape)
+        par = fix.vs_parent.get(shape)
         rows.append([_short_shape(shape), _verdict_cell(fix, shape, data),
                      f"{metric} {change(par)}" if par else "", _vs_tip(fix, shape, data),
                      *(_tf(v, shape) for v in (fix.restored, fix.baseline, fix.tip)),
@@ -126,7 +128,7 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
                   + ": do not apply it as it is."]
     if not fix.correct:
         lines += ["", "  > ⚠ **WRONG RESULTS with the patch**: the tip with the revert disagrees with the control."]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def fixes_section(data: ReportData) -> list[str]:
@@ -140,7 +142,8 @@ def fixes_section(data: ReportData) -> list[str]:
              "revert is back within the threshold of the parent), **partly restored** when it gains above zero "
              "and short of that, **not restored** when it gains nothing beyond the threshold, and "
              "**undecided** when the interval allows more than one of these. A later step's loss on the same "
-             "shape is named as that step's. The next three columns are median TFLOP/s of the same rounds. The last two are "
+             "shape is named as that step's. The next three columns are median TFLOP/s of the same rounds. "
+             "The last two are "
              "the medians over all of the parent's and the tip's trials (their rows below, with the number "
              "of trials), taken at other times, so they may differ from the rounds' figures.", ""]
     for fix in data.fixes:

@@ -12,11 +12,11 @@ grid, host code, the control).
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
+from bisector.report.data import ReportData
 from bisector.report.figures import commit_ref
 from bisector.why.kernel_diff import speed
-from bisector.report.data import ReportData
 from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
 
 __all__ = ["section", "step_lines", "kernel_lines", "comment_text", "LEVEL_NAMES"]
@@ -108,15 +108,15 @@ def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
     lines = [_head(d), *filter(None, [_signature(d), _how(d)]), ""]
     details = _details(d, REPORT_DIFF_LINES if folded_diff else None)
     if folded_diff and details:
-        return lines + ["  <details><summary>metadata, instructions and IR that differ</summary>", "", *details,
-                        "  </details>", ""]
+        return [*lines, "  <details><summary>metadata, instructions and IR that differ</summary>", "", *details,
+                "  </details>", ""]
     return lines + details
 
 
 def step_lines(sk: StepKernels, data: ReportData) -> list[str]:
     lines = [f"### {commit_ref(sk.step_commit, data, subject=True)}", ""]
     if sk.note and not sk.kernels:
-        return lines + [f"Nothing to compare: {sk.note}.", ""]
+        return [*lines, f"Nothing to compare: {sk.note}.", ""]
     if sk.note:
         lines += [f"Note: {sk.note}.", ""]
     changed = sk.changed
@@ -142,7 +142,7 @@ def section(data: ReportData) -> list[str]:
     lines = ["", "## What changed in the compiled kernel", ""]
     notes = {sk.note for sk in data.kernels}
     if not any(sk.kernels for sk in data.kernels) and len(notes) == 1:  # one reason for every step: say it once
-        return lines + [f"Nothing to compare for any step: {notes.pop()}.", ""]
+        return [*lines, f"Nothing to compare for any step: {notes.pop()}.", ""]
     lines += ["Each verified step's parent and culprit, their kernels as the trials compiled them, matched by "
               "name, their compiled variants by specialization; only what differs is shown, the details folded. "
               "Counts are static instructions in the assembly; occupancy is estimated from registers, shared "

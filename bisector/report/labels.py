@@ -4,7 +4,8 @@ the number of characters: the report showed `#115 -21.8%#122 -26.6%` printed ove
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -15,12 +16,13 @@ PAD_PX = 3.0  # the least gap between two labels
 
 
 def _box(text: Text, fig: Figure) -> Bbox:
-    return text.get_window_extent(fig.canvas.get_renderer()).padded(PAD_PX / 2)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # the Agg canvas (plots.py sets it) has one
+    return text.get_window_extent(renderer).padded(PAD_PX / 2)
 
 
 def overlap(a: Bbox, b: Bbox) -> bool:
     """Strict overlap: boxes that only touch do not collide."""
-    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+    return bool(a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1)
 
 
 def stack(fig: Figure, texts: Sequence[Annotation], row_height: float, top: float = 0.97) -> int:
@@ -42,7 +44,7 @@ def stack(fig: Figure, texts: Sequence[Annotation], row_height: float, top: floa
 
 
 def thin_ticks(fig: Figure, ax: Axes, positions: Sequence[float], labels: Sequence[str],
-               priority: Sequence[int], **style: object) -> list[int]:
+               priority: Sequence[int], **style: Any) -> list[int]:
     """Label the x ticks of `ax` that fit: the indices in `priority` first, then the others from the
     left; a label that would collide with one kept is dropped (its tick stays, unlabelled). The
     indices kept, in order. `style`: the labels' Text properties (rotation, fontsize)."""

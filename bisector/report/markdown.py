@@ -1,4 +1,5 @@
-"""report.md: what a kernel engineer pastes into a PR, showing why to trust it: every step with the metric and threshold that decided it, every measured commit with
+"""report.md: what a kernel engineer pastes into a PR, showing why to trust it: every step with the
+metric and threshold that decided it, every measured commit with
 that metric's spread and its number of trials, every unsure pair with what its trials said.
 
 Each section is its own function of ReportData (golden files in tests/golden/report_*.md)."""
@@ -7,23 +8,32 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any
 
-from bisector.why.facts import StepMove
+from bisector.measure.time_spent import describe as describe_throughput
 from bisector.model import Step, base_shape
 from bisector.report import why_sections as why
 from bisector.report.action_summary import summary_lines
 from bisector.report.calls import calls_section
 from bisector.report.control_moves import WARNING as CONTROL_WARNING
 from bisector.report.data import METRIC_DEFINITIONS, METRIC_SHORT, METRIC_UNIT, METRIC_WORDS, ReportData
+from bisector.report.figures import (
+    change,
+    commit_ref,
+    md_table,
+    metric_cell,
+    metric_value,
+    p_value,
+    pct,
+    short_shape,
+    tflops,
+)
+from bisector.report.fixes_section import fixes_section
 from bisector.search.evidence import UnsurePair
 from bisector.why.culprit_hunks import HunkFinding
-from bisector.report.figures import (change, commit_ref, md_table, metric_cell, metric_value, p_value, pct,
-                                     short_shape, tflops)
-from bisector.report.fixes_section import fixes_section
-from bisector.measure.time_spent import describe as describe_throughput
-
+from bisector.why.facts import StepMove
 
 __all__ = ["METRIC_SHORT", "METRIC_WORDS", "counts", "diff_block", "fixes_section", "metric_words", "render",
            "step_summary", "tflops", "wrong_rows"]
@@ -78,9 +88,11 @@ def machine_text(data: ReportData) -> str:
     """`NVIDIA H200, driver 580.159.04, torch 2.11.0 (CUDA 13.0), triton 3.6.0, Python 3.12.3`, from the
     trials' machine fingerprint (benches/machine.py)."""
     m = data.machine
-    versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}
+    raw = m.get("versions")
+    versions: dict[str, Any] = raw if isinstance(raw, dict) else {}
     torch = versions.get("torch") or m.get("torch")
-    toolkit = f"CUDA {m['torch_cuda']}" if m.get("torch_cuda") else f"HIP {m['torch_hip']}" if m.get("torch_hip") else ""
+    toolkit = (f"CUDA {m['torch_cuda']}" if m.get("torch_cuda") else f"HIP {m['torch_hip']}" if m.get("torch_hip")
+               else "")
     parts = [str(m.get("device_name") or data.device), f"driver {m['driver']}" if m.get("driver") else "",
              f"torch {torch}" + (f" ({toolkit})" if toolkit else "") if torch else "",
              f"triton {versions.get('triton') or m.get('triton')}" if versions.get("triton") or m.get("triton") else "",
@@ -194,7 +206,8 @@ def control_notes(data: ReportData) -> list[str]:
     if not moved:
         return []
     return ["⚠ The control moved beyond the step's noise: " + "; ".join(
-        f"{commit_ref(m.commit, data)} {_short_shape(m.shape)}, control {pct(m.control_pct)} on this commit against its "
+        f"{commit_ref(m.commit, data)} {_short_shape(m.shape)}, control {pct(m.control_pct)} on this commit "
+        f"against its "
         f"parent (the step's noise: ±{m.noise_pct:.1f}%), subject {pct(m.subject_pct)}, "
         f"{METRIC_SHORT.get(data.metric_of(m.shape), data.metric_of(m.shape))} {m.metric_pct:+.1f}%"
         for m in moved) + ". " + CONTROL_WARNING]
@@ -295,7 +308,8 @@ OUTCOME = {True: "reproduces the step", False: "does not reproduce the step",
 def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
     link = Path(finding.patch_path).name if finding.patch_path else ""
-    lines = [f"- {commit_ref(finding.step_commit, data)}: {finding.summary}" + (f" ([{link}]({link}))" if link else "") + ":"]
+    lines = [f"- {commit_ref(finding.step_commit, data)}: {finding.summary}"
+             + (f" ([{link}]({link}))" if link else "") + ":"]
     if finding.n_behaviour:
         base = Path(finding.base_patch_path).name if finding.base_patch_path else ""
         lines.append(f"  - plumbing (only threads a new name through; applied to the parent as the base of every "
@@ -307,7 +321,8 @@ def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
         trials = f" ({t.trials} trials{f', look {t.look}, on fresh trials' if t.look > 1 else ''})" if t.trials else ""
         lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
                      f" — {OUTCOME[t.carries]}" + ("" if t.settled else " (still unclear: by its point estimate)"))
-    diff = finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
+    diff = (finding.diff if len(finding.diff) <= 4000
+            else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n")
     return [*lines, "", *diff_block(diff), ""]
 
 
@@ -470,7 +485,8 @@ def files_section(data: ReportData, plots: Sequence[str], csv_name: str) -> list
 
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
     unsure = unsure_section(data)
-    sections = [title(data), summary_lines(data), header(data), steps_section(data) + ([""] + unsure if unsure else []), hunks_section(data),
+    sections = [title(data), summary_lines(data), header(data), steps_section(data) + (["", *unsure] if unsure else []),
+                hunks_section(data),
                 fixes_section(data), why.sections(data), commits_section(data), calls_section(data),
                 wrong_section(data),
                 skipped_section(data), files_section(data, plots, csv_name)]

@@ -14,22 +14,24 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.text import Annotation
 
-from bisector.model import Step  # noqa: E402
-from bisector.report import labels  # noqa: E402
-from bisector.report.data import METRIC_UNIT, ReportData  # noqa: E402
+from bisector.model import Step
+from bisector.report import labels
+from bisector.report.data import METRIC_UNIT, ReportData
 
 BLUE, RED, GREEN, GREY = "#1f5fa8", "#c0392b", "#27ae60", "#777777"
 MAX_ZOOMS = 6  # zoom panels per figure; more steps in one shape: the largest
@@ -132,6 +134,59 @@ def _zoom(ax: Axes, shape: str, step: Step, pts: Sequence[Point]) -> None:
     ax.grid(alpha=0.3)
 
 
+def _draw_series(shared: Sequence[Axes], xs: Sequence[int], pts: Sequence[Point]) -> None:
+    """Top: the metric per trial and its medians; then the subject's TFLOP/s; then the control's;
+    across all three, where a commit gave wrong results or did not build or run."""
+    ax, sub, ctl = shared
+    _metric_series(ax, xs, pts)
+    for x, p in zip(xs, pts):
+        if p.samples:
+            sub.scatter([x] * len(p.samples), p.samples, s=6, color=BLUE, alpha=0.35, lw=0, zorder=2)
+    sub.plot(xs, [p.subject if p.subject else float("nan") for p in pts], "-o", color=BLUE, ms=2.5, lw=1.0)
+    ctl.plot(xs, [p.control if p.control else float("nan") for p in pts], "--o", color=GREY, ms=2.5, lw=1.0)
+    for x, p in zip(xs, pts):
+        for a in shared:
+            if p.kind == "wrong":
+                a.axvspan(x - 0.45, x + 0.45, color=RED, alpha=0.12, lw=0)
+            elif p.kind == "skipped":
+                a.axvline(x, color=GREY, lw=0.7, ls="--")
+
+
+def _mark_steps(shared: Sequence[Axes], steps: Sequence[Step], shape: str, index: dict[str, int],
+                n: int) -> list[Annotation]:
+    """Each step's line across the panels and its label at the top of the first (placed later)."""
+    texts = []
+    for step in steps:
+        x = _step_x(step, index)
+        assert x is not None  # the caller keeps only the steps that have one
+        color = RED if step.change_pct[shape] < 0 else GREEN
+        for a in shared:
+            a.axvline(x, color=color, lw=1.5, zorder=1)
+        right = x > 0.6 * max(n - 1, 1)
+        text = shared[0].annotate(_step_label(step, shape), (x, 0.97), xycoords=("data", "axes fraction"),
+                                  xytext=(-3 if right else 3, 0), textcoords="offset points", color=color,
+                                  fontsize=8, ha="right" if right else "left", va="top",
+                                  bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
+        text.set_in_layout(False)
+        texts.append(text)
+    return texts
+
+
+def _legend_handles(steps: Sequence[Step], pts: Sequence[Point], shape: str) -> list[Artist]:
+    """One legend entry per kind of mark the figure draws."""
+    handles: list[Artist] = [Line2D([], [], color=BLUE, marker="o", ms=3.5, lw=1.1, label="median per commit"),
+                             Line2D([], [], color=BLUE, marker="o", ms=3, lw=0, alpha=0.4, label="one trial")]
+    if any(s.change_pct[shape] < 0 for s in steps):
+        handles.append(Line2D([], [], color=RED, lw=1.5, label="regression"))
+    if any(s.change_pct[shape] > 0 for s in steps):
+        handles.append(Line2D([], [], color=GREEN, lw=1.5, label="improvement"))
+    if any(p.kind == "wrong" for p in pts):
+        handles.append(Patch(color=RED, alpha=0.12, label="wrong results"))
+    if any(p.kind == "skipped" for p in pts):
+        handles.append(Line2D([], [], color=GREY, lw=0.7, ls="--", label="did not build or run"))
+    return handles
+
+
 def figure(data: ReportData, shape: str) -> Figure:
     """The shape's figure, laid out, its labels placed; the caller saves and closes it."""
     pts = points(data, shape)
@@ -153,32 +208,8 @@ def figure(data: ReportData, shape: str) -> Figure:
     shared = (ax, sub, ctl)
     xs = list(range(len(pts)))
 
-    # Top: the metric per trial and its medians; then the subject's TFLOP/s; then the control's.
-    _metric_series(ax, xs, pts)
-    for x, p in zip(xs, pts):
-        if p.samples:
-            sub.scatter([x] * len(p.samples), p.samples, s=6, color=BLUE, alpha=0.35, lw=0, zorder=2)
-    sub.plot(xs, [p.subject if p.subject else float("nan") for p in pts], "-o", color=BLUE, ms=2.5, lw=1.0)
-    ctl.plot(xs, [p.control if p.control else float("nan") for p in pts], "--o", color=GREY, ms=2.5, lw=1.0)
-    for x, p in zip(xs, pts):
-        for a in shared:
-            if p.kind == "wrong":
-                a.axvspan(x - 0.45, x + 0.45, color=RED, alpha=0.12, lw=0)
-            elif p.kind == "skipped":
-                a.axvline(x, color=GREY, lw=0.7, ls="--")
-    texts = []
-    for step in steps:
-        x = _step_x(step, index)
-        color = RED if step.change_pct[shape] < 0 else GREEN
-        for a in shared:
-            a.axvline(x, color=color, lw=1.5, zorder=1)
-        right = x > 0.6 * max(len(pts) - 1, 1)
-        text = ax.annotate(_step_label(step, shape), (x, 0.97), xycoords=("data", "axes fraction"),
-                           xytext=(-3 if right else 3, 0), textcoords="offset points", color=color, fontsize=8,
-                           ha="right" if right else "left", va="top",
-                           bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
-        text.set_in_layout(False)
-        texts.append(text)
+    _draw_series(shared, xs, pts)
+    texts = _mark_steps(shared, steps, shape, index, len(pts))
     for a, name in ((ax, ylabel), (sub, "subject\nTFLOP/s"), (ctl, f"{data.control}\n(control)\nTFLOP/s")):
         a.set_ylabel(name, fontsize=7.5)
         a.tick_params(axis="y", labelsize=6.5)
@@ -191,16 +222,7 @@ def figure(data: ReportData, shape: str) -> Figure:
     ax.set_title(f"{shape}: {ylabel}, what its steps were tested on; {len(pts) - skipped} measured{tried} of the "
                  f"{len(data.range_commits)} commits {data.good.short}..{data.bad.short}, in order", fontsize=9)
 
-    handles = [Line2D([], [], color=BLUE, marker="o", ms=3.5, lw=1.1, label="median per commit"),
-               Line2D([], [], color=BLUE, marker="o", ms=3, lw=0, alpha=0.4, label="one trial")]
-    if any(s.change_pct[shape] < 0 for s in steps):
-        handles.append(Line2D([], [], color=RED, lw=1.5, label="regression"))
-    if any(s.change_pct[shape] > 0 for s in steps):
-        handles.append(Line2D([], [], color=GREEN, lw=1.5, label="improvement"))
-    if any(p.kind == "wrong" for p in pts):
-        handles.append(Patch(color=RED, alpha=0.12, label="wrong results"))
-    if any(p.kind == "skipped" for p in pts):
-        handles.append(Line2D([], [], color=GREY, lw=0.7, ls="--", label="did not build or run"))
+    handles = _legend_handles(steps, pts, shape)
     fig.legend(handles=handles, loc="outside upper center", ncol=len(handles), fontsize=7, frameon=False)
 
     for k, step in enumerate(zooms):
@@ -230,7 +252,7 @@ def render_shape(data: ReportData, shape: str, out: Path) -> Path:
     return path
 
 
-def _legend_outside(ax: plt.Axes) -> None:
+def _legend_outside(ax: Axes) -> None:
     """Right of the axes: inside, a legend hid the first commits' points (the GOOD end)."""
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
@@ -241,9 +263,9 @@ def render_trend(dates: Sequence[str], series: dict[str, Sequence[float | None]]
     fig, ax = plt.subplots(figsize=(10.5, 3.6), dpi=110)
     for i, (shape, values) in enumerate(series.items()):
         color = f"C{i % 10}"
-        ax.plot(dates, values, "-o", ms=3, color=color, label=shape)
+        ax.plot(dates, values, "-o", ms=3, color=color, label=shape)  # type: ignore[arg-type]  # None: a gap
         if shape in control:
-            ax.plot(dates, control[shape], "--", lw=0.8, color=color, alpha=0.6)
+            ax.plot(dates, control[shape], "--", lw=0.8, color=color, alpha=0.6)  # type: ignore[arg-type]  # as above
     ax.set_ylabel("TFLOP/s (dashed: control)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

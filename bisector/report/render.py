@@ -6,9 +6,9 @@ import multiprocessing
 import os
 import re
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import Sequence
 
 from bisector.report import markdown
 from bisector.report.data import ReportData
@@ -24,7 +24,7 @@ def import_plotting_in_background() -> threading.Thread:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot  # noqa: F401
+        import matplotlib.pyplot
 
     thread = threading.Thread(target=load, name="import-matplotlib", daemon=True)
     thread.start()
@@ -42,7 +42,7 @@ class PlotPool:
         self._ready = [self._pool.submit(os.getpid) for _ in range(workers)]  # start them now
 
     @classmethod
-    def for_shapes(cls, shapes: int) -> "PlotPool | None":
+    def for_shapes(cls, shapes: int) -> PlotPool | None:
         """One process a plot, up to the cores beyond the bot's own; None where that is one."""
         workers = min(shapes, max(1, (os.cpu_count() or 1) - 1), 8)
         return cls(workers) if workers > 1 else None
@@ -90,7 +90,7 @@ def shipped_links(text: str, out: Path) -> str:
     root = out.resolve()
 
     def keep(m: re.Match[str]) -> str:
-        bang, label, target = m.groups()
+        _bang, label, target = m.groups()
         if "://" in target or target.startswith("#"):
             return m.group(0)
         where = (out / target).resolve()
@@ -105,5 +105,5 @@ def _drawn(future: Future[Path] | None) -> Path | None:
     """The plot a `PlotPool` drew; None where it was not asked to, or failed (then drawn here)."""
     try:
         return future.result() if future is not None else None
-    except Exception:
+    except Exception:  # noqa: BLE001 - drawn again here, where its error shows
         return None

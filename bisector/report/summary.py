@@ -4,13 +4,13 @@ report is. Pure: it reads ReportData only, so what the terminal says is what the
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from bisector.why.fixes import FixResult
 from bisector.report.control_moves import revert_move
 from bisector.report.data import ReportData
 from bisector.report.figures import change
 from bisector.report.markdown import counts, step_summary
+from bisector.why.fixes import FixResult
 
 SHOWN_SKIPS = 5  # skipped commits listed one a line; the rest counted
 
@@ -25,7 +25,8 @@ def _short(shape: str) -> str:
 
 
 def fix_line(fix: FixResult, data: ReportData | None = None) -> str:
-    """`revert of 36a4b95: s16384 not restored (+0.1% [-0.4, +0.6] on the tip, undoing its step should give +6.2%), ...`."""
+    """`revert of 36a4b95: s16384 not restored (+0.1% [-0.4, +0.6] on the tip, undoing its step should give
+    +6.2%), ...`."""
     head = f"revert of {fix.step_commit[:7]}"
     if not fix.applied:
         return f"{head}: does not apply on the tip: {last_line(fix.conflict)}"

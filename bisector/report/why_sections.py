@@ -5,9 +5,9 @@ how steps on the same shapes combine. markdown.render calls `sections` once."""
 from __future__ import annotations
 
 from bisector.report import kernel_section as kernels
-from bisector.why.culprit_hunks import HunkFinding
-from bisector.report.figures import commit_ref
 from bisector.report.data import METRIC_UNIT, ReportData
+from bisector.report.figures import commit_ref
+from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.interactions import ComboResult, Interaction
 
 __all__ = ["sections", "cause_section", "cause_lines", "groups_section", "interactions_section", "interaction_lines"]
@@ -127,7 +127,8 @@ def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
         lines.append(f"| {label} | " + " | ".join(_cell(c, s) for s in inter.shapes) + " |")
     errors = [(c, c.error) for c in inter.combos if c.error]
     if errors:
-        lines += [""] + [f"- {' + '.join(commit_ref(s, data) for s in c.reverted) or 'the tip'}: {e}" for c, e in errors]
+        lines += ["", *(f"- {' + '.join(commit_ref(s, data) for s in c.reverted) or 'the tip'}: {e}"
+                        for c, e in errors)]
     if inter.pairs:
         lines.append("")
     for p in inter.pairs:

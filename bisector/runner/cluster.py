@@ -17,7 +17,8 @@ apart the same way: `tls://` with the certificates of dask's own config (`distri
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from bisector.errors import BisectorError
 from bisector.runner.remote import DEVICE_ENV

@@ -52,8 +52,9 @@ class DaskExecutor:
         self.timelines: list[Timeline] = []
         self.places: dict[int, str] = {}  # global device index -> "worker address / device"
         self._lock = threading.Lock()
-        self._sent: dict[Future, Any] = {}  # our future -> its dask future
-        self._gates: dict[Future, tuple[str, TrialJob]] = {}  # a trial waiting at its gate -> the gate, its job
+        self._sent: dict[Future[TrialOutcome], Any] = {}  # our future -> its dask future
+        # a trial waiting at its gate -> the gate, its job
+        self._gates: dict[Future[TrialOutcome], tuple[str, TrialJob]] = {}
         # Gates are opened from here: `after`'s callbacks run where a blocking call to the scheduler must not.
         self._signals = ThreadPoolExecutor(1, thread_name_prefix="dask-gates")
         self._can_hold: bool | None = None
@@ -92,12 +93,14 @@ class DaskExecutor:
     def build(self, sha: str, patch: str | None = None) -> BuildResult:
         """Built on a worker (no GPU needed): whether the commit builds, for the search's SKIP."""
         task = remote.RemoteBuild(self.config, self.work, sha, patch)
-        return self.client.submit(remote.build, task, pure=False, key=f"build-{sha[:12]}-{uuid.uuid4().hex[:8]}",
-                                  retries=self.retries).result()
+        built: BuildResult = self.client.submit(remote.build, task, pure=False,
+                                                key=f"build-{sha[:12]}-{uuid.uuid4().hex[:8]}",
+                                                retries=self.retries).result()
+        return built
 
     # -- trials --------------------------------------------------------------------------------
-    def submit(self, job: TrialJob) -> Future:
-        future: Future = Future()
+    def submit(self, job: TrialJob) -> Future[TrialOutcome]:
+        future: Future[TrialOutcome] = Future()
         after = job.after
         waits = after is not None and not after.done()
         if (job.hold or waits) and self.can_hold:
@@ -108,12 +111,14 @@ class DaskExecutor:
             if future.cancel():
                 future.set_running_or_notify_cancel()
         elif waits:
+            assert after is not None  # `waits` says so
             after.add_done_callback(lambda _: self._send(job, future))
         else:
             self._send(job, future)
         return future
 
-    def unhold(self, future: Future, shapes: tuple[Shape, ...] | None = None) -> Future | None:
+    def unhold(self, future: Future[TrialOutcome],
+               shapes: tuple[Shape, ...] | None = None) -> Future[TrialOutcome] | None:
         """A held trial is wanted now: its gate opens (once its commit's first trial has ended, for a
         later one). None when it is gone (dropped, or it ended in its setup): the caller submits anew.
         A worker's gate (a dask Event) carries no shapes: one wanted for some of its shapes only is
@@ -128,19 +133,19 @@ class DaskExecutor:
         self._open_after(future, entry[1].after)
         return future
 
-    def _open_after(self, future: Future, after: Future | None) -> None:
+    def _open_after(self, future: Future[TrialOutcome], after: Future[TrialOutcome] | None) -> None:
         if after is not None and not after.done():
             after.add_done_callback(lambda _: self._signal(future))
         else:
             self._signal(future)
 
-    def _signal(self, future: Future, drop: bool = False) -> None:
+    def _signal(self, future: Future[TrialOutcome], drop: bool = False) -> None:
         try:
             self._signals.submit(self._open, future, drop)
         except RuntimeError:  # closed: its worker's task ends with the cluster or client
             pass
 
-    def _open(self, future: Future, drop: bool = False) -> None:
+    def _open(self, future: Future[TrialOutcome], drop: bool = False) -> None:
         """Set the gate of a held trial (its drop Event first, when it is not wanted)."""
         from distributed import Event
 
@@ -152,7 +157,7 @@ class DaskExecutor:
             Event(remote.drop_name(entry[0]), client=self.client).set()
         Event(entry[0], client=self.client).set()
 
-    def _send(self, job: TrialJob, future: Future, gate: str = "") -> None:
+    def _send(self, job: TrialJob, future: Future[TrialOutcome], gate: str = "") -> None:
         with self._lock:
             if future.done() or self._closed:
                 return
@@ -176,7 +181,7 @@ class DaskExecutor:
                 self._gates[future] = (gate, job)
         dfut.add_done_callback(lambda d: self._done(job, future, d))
 
-    def _done(self, job: TrialJob, future: Future, dfut: Any) -> None:
+    def _done(self, job: TrialJob, future: Future[TrialOutcome], dfut: Any) -> None:
         with self._lock:
             self._sent.pop(future, None)
             self._gates.pop(future, None)
@@ -212,7 +217,7 @@ class DaskExecutor:
             self.places[index] = label
         return replace(outcome.timeline, device=index)
 
-    def cancel(self, future: Future) -> None:
+    def cancel(self, future: Future[TrialOutcome]) -> None:
         """Drop a trial not yet run (one running finishes on its worker; its result is not used)."""
         with self._lock:
             dfut = self._sent.pop(future, None)
@@ -241,7 +246,7 @@ class DaskExecutor:
         if self.cluster is not None:
             self.cluster.close()
 
-    def __enter__(self) -> "DaskExecutor":
+    def __enter__(self) -> DaskExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -27,10 +27,11 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -52,7 +53,7 @@ class TrialJob:
     seed: int
     slot: int = 0  # which trial of this (commit, patch) it is: names its dir and log
     first: bool = False  # empty the commit's JIT cache dirs first: this trial compiles cold
-    after: Future | None = None  # do not take a device before this trial has ended and been stored
+    after: TrialFuture | None = None  # do not take a device before this trial has ended and been stored
     lane: int | None = None  # run on devices[lane % n] (side-by-side rounds spread each commit evenly)
     patch: str | None = None  # the patch text of a patched build: a remote worker builds it again
     # the commit's cold compile, made by a prefetch (bisector/measure/warmer.py), per shape: this trial,
@@ -117,6 +118,9 @@ class TrialOutcome:
     timeline: Timeline
 
 
+TrialFuture = Future[TrialOutcome]  # what submitting a TrialJob gives
+
+
 @dataclass(frozen=True)
 class Prepared:
     """Everything the executor needs to hand a job to a worker (made by the caller: paths, env)."""
@@ -162,7 +166,7 @@ class Prelude:
 class _Run:
     job: TrialJob
     seq: int
-    future: Future
+    future: TrialFuture
     prepared: Prepared | None = None
     device: int = 0
     worker: Worker | None = None
@@ -235,7 +239,7 @@ class Executor:
         self._unopened: list[Worker] = []  # forked ahead, ready, their device not yet opened (`_open_ahead`)
         self._opening: Worker | None = None  # the one forked ahead opening it now
         self._lineage = source.lineage  # the lineage asked for (`renew_lineage`); the loop renews the source
-        self._cancel: list[Future] = []
+        self._cancel: list[TrialFuture] = []
         self._reaping: list[Worker] = []  # gone from our view, their process not yet collected
         self._lock = threading.Lock()
         self._selector = selectors.DefaultSelector()
@@ -250,8 +254,8 @@ class Executor:
 
     # -- public --------------------------------------------------------------------------------
 
-    def submit(self, job: TrialJob) -> Future:
-        future: Future = Future()
+    def submit(self, job: TrialJob) -> TrialFuture:
+        future: TrialFuture = Future()
         with self._lock:
             if self._error is not None:
                 raise RuntimeError(f"the trial executor failed: {self._error}") from self._error
@@ -260,7 +264,7 @@ class Executor:
         self._wake()
         return future
 
-    def unhold(self, future: Future, shapes: tuple[Shape, ...] | None = None) -> Future | None:
+    def unhold(self, future: TrialFuture, shapes: tuple[Shape, ...] | None = None) -> TrialFuture | None:
         """A standby trial is wanted now: it joins its device's queue as if submitted this moment,
         its setup (process, context, the commit's compile) already done or under way. None when it
         is gone (cancelled, or it ended: a crash in its setup), and the caller submits anew.
@@ -292,7 +296,7 @@ class Executor:
         self._wake()
         return lineage
 
-    def on_ready(self, future: Future, fn: Callable[[], None]) -> None:
+    def on_ready(self, future: TrialFuture, fn: Callable[[], None]) -> None:
         """Call `fn` (on a thread of its own) once the trial of `future` is set up and asks for its
         device: at once if it has already, never if it ends before. A standby's companion is set up
         then (bisector/measure/warmer.py): after the commit's cold compile, before the search asks."""
@@ -305,7 +309,7 @@ class Executor:
                 return
         threading.Thread(target=fn, name="on-ready", daemon=True).start()
 
-    def cancel(self, future: Future) -> None:
+    def cancel(self, future: TrialFuture) -> None:
         """Drop a trial that has not taken its device yet (its process, if any, is killed); one
         already on its device finishes."""
         with self._lock:
@@ -324,7 +328,7 @@ class Executor:
         self._thread.join(timeout=30)
         self.source.close()
 
-    def __enter__(self) -> "Executor":
+    def __enter__(self) -> Executor:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -354,7 +358,7 @@ class Executor:
                         self._watch_source()  # a replaced zygote that ended is heard no more
                     else:
                         self._on_message(key.data)
-        except BaseException as exc:  # a bug here must not leave callers waiting for ever
+        except BaseException as exc:  # noqa: BLE001 - a bug here must not leave callers waiting for ever
             with self._lock:
                 self._error = exc
                 runs = [r for r in self._runs if not r.future.done()]
@@ -402,18 +406,7 @@ class Executor:
             elif device is not None:
                 load[device] += 1
                 fits.append((run, device))
-        # The source is renewed when a trial that fits asks for a newer lineage than it makes, not
-        # when one is asked for: a resumed run whose fresh trials are all stored starts no zygote.
-        newest = max((r.job.lineage for r, _ in fits), default=0)
-        if self.source.lineage < newest:
-            self.source.renew(newest)
-            self._watch_source()
-            for worker in [w for w in [*self._idle, *self._starting] if w.lineage == AHEAD_OF_RENEWAL]:
-                self._discard(worker)  # forked ahead by a zygote that died before it became current
-            for worker in self._unopened:  # wanted now: each opens the device at once
-                if worker in self._idle:
-                    self._open(worker)
-            self._unopened, self._opening = [], None
+        self._renew_source(max((r.job.lineage for r, _ in fits), default=0))
         # Workers: one for every trial that fits, and `ahead` per device ready in reserve for the
         # trials the search asks for next (their imports are then done before they are known);
         # more where the trials that fit ask for a newer lineage than the workers at hand.
@@ -428,10 +421,10 @@ class Executor:
             self._discard(worker)  # a worker that never got ready (a hung import)
         for run, device in fits:
             # the oldest lineage that may run it: newer workers are kept for the trials that need them
-            worker = min((w for w in self._idle if w.lineage >= run.job.lineage), key=lambda w: w.lineage, default=None)
-            if worker is not None:
-                self._idle.remove(worker)
-                self._assign(run, device, worker, now)
+            idle = min((w for w in self._idle if w.lineage >= run.job.lineage), key=lambda w: w.lineage, default=None)
+            if idle is not None:
+                self._idle.remove(idle)
+                self._assign(run, device, idle, now)
         for run in runs:
             if run.state in ("assigned", "wants", "on-device", "released") and now > run.deadline and not run.held:
                 self._end(run, timed_out=True)
@@ -442,6 +435,20 @@ class Executor:
                 self._free(run)  # slow to exit: the device goes on
         for device in self.devices:
             self._grant(device)
+
+    def _renew_source(self, newest: int) -> None:
+        """The source is renewed when a trial that fits asks for a newer lineage than it makes, not
+        when one is asked for: a resumed run whose fresh trials are all stored starts no zygote."""
+        if self.source.lineage >= newest:
+            return
+        self.source.renew(newest)
+        self._watch_source()
+        for worker in [w for w in [*self._idle, *self._starting] if w.lineage == AHEAD_OF_RENEWAL]:
+            self._discard(worker)  # forked ahead by a zygote that died before it became current
+        for worker in self._unopened:  # wanted now: each opens the device at once
+            if worker in self._idle:
+                self._open(worker)
+        self._unopened, self._opening = [], None
 
     def _started(self, worker: Worker) -> None:
         self._starting.append(worker)
@@ -538,7 +545,8 @@ class Executor:
         if self._holder[device] is not None:
             return False
         with self._lock:
-            briefs = sorted((r for r in self._runs if r.device == device and r.brief is not None and r.state == "assigned"),
+            briefs = sorted((r for r in self._runs
+                             if r.device == device and r.brief is not None and r.state == "assigned"),
                             key=lambda r: r.brief or 0.0)
         if not briefs:
             return False
@@ -572,7 +580,8 @@ class Executor:
             self._granted = True
             run.state = "on-device"
             run.t["go"] = time.time()
-            if not run.worker or not run.worker.send(go=run.t["go"], **({"shapes": list(run.only)} if run.only else {})):
+            only = {"shapes": list(run.only)} if run.only else {}
+            if not run.worker or not run.worker.send(go=run.t["go"], **only):
                 self._end(run)
             return
 

@@ -18,9 +18,10 @@ import json
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, cast
 
 from bisector import portable
 from bisector.config import Config
@@ -45,7 +46,7 @@ _STATUS = {"ok": TrialStatus.OK, "wrong": TrialStatus.WRONG, "crash": TrialStatu
 
 
 def _iso(t: float | None) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds") if t else ""
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds") if t else ""
 
 
 def log_tail(trial_dir: SafeDir | None, chars: int = TAIL_CHARS) -> str:
@@ -224,7 +225,7 @@ def default_preload(config: Config) -> tuple[str, ...]:
     # hashes its compiler (`triton_key`, 0.3-0.4 s) in its first call; a library without Triton
     # only gives the zygote an import it does not use.
     gpu_callable = "callable" in adapters and config.device != "cpu"
-    extra = ("triton",) if "triton" in adapters or gpu_callable else ()
+    extra: tuple[str, ...] = ("triton",) if "triton" in adapters or gpu_callable else ()
     if "pytest" in adapters:  # the upstream's pytest session: pytest and its plugins (benches/pytest_preload.py)
         extra += ("benches.pytest_preload",)
     return ("torch", "benches.trial", *extra)
@@ -307,7 +308,7 @@ class TrialFiles:
                 info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
         """`records`, and the shapes this trial checked and passed noted for the build's later trials."""
         recs = records(job, prepared, out, info)
-        passed = {r.shape: list(r.protocol.get("tolerance") or ()) for r in recs
+        passed = {r.shape: list(cast("Iterable[Any]", r.protocol.get("tolerance") or ())) for r in recs
                   if r.status is TrialStatus.OK and r.max_abs_err is not None and r.protocol.get("tolerance")}
         if passed:
             path = self.checked_path(job)

@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bisector.config import Config, Subject
+from bisector.config import Config
+from bisector.config.subjects import Subject
 from bisector.errors import BadInput
 from bisector.model import BuildResult, Shape, for_shape
 
@@ -55,7 +56,8 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
         "tolerances": tolerances,
         "timing": {name: config.thresholds.timing_of(name) for name in subjects},
     }
-    modules = {name: {"module": m.module, "path": m.path} for name, m in config.suite_modules.items() if name in subjects}
+    modules = {name: {"module": m.module, "path": m.path} for name, m in config.suite_modules.items()
+               if name in subjects}
     if modules:  # only when there are: the spec of a config without brought suites is as it was
         spec["suite_modules"] = modules
     if any(name in config.caches for name in subjects):  # suites timed warm too (config/warm_cache_key.py)
@@ -78,4 +80,4 @@ def benches_root() -> str:
     """The directory holding the `benches` package, so the child imports this very copy."""
     import benches
 
-    return os.path.dirname(os.path.abspath(list(benches.__path__)[0]))
+    return os.path.dirname(os.path.abspath(next(iter(benches.__path__))))

@@ -25,9 +25,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from benches.worker import RETIRE
 from bisector.errors import BisectorError
@@ -43,7 +44,7 @@ class Worker:
 
     sock: socket.socket
     started: float
-    proc: subprocess.Popen | None = None  # spawned workers; forked ones are the zygote's children
+    proc: subprocess.Popen[bytes] | None = None  # spawned workers; forked ones are the zygote's children
     pid: int | None = None  # as this bot sees it
     root: int | None = None  # the fence above it (a sandbox's pids are translated below it)
     inner: int | None = None  # the pid it reported (its own namespace's)
@@ -187,12 +188,13 @@ class SpawnSource:
     def start(self) -> Worker:
         ours, theirs = socket.socketpair()
         self.count += 1
-        log = open(self.cwd / f"worker-{os.getpid()}-{self.count}.log", "ab")
+        log = open(self.cwd / f"worker-{os.getpid()}-{self.count}.log", "ab")  # noqa: SIM115 - closed in finally
         try:
             argv = sandbox.wrap(worker_command(self.preload, theirs.fileno()), self.writable, gpu=self.gpu)
             proc = subprocess.Popen(fenced(argv,
-                                           [theirs.fileno()], self.limits), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
+                                           [theirs.fileno()], self.limits), env=self.env, cwd=self.cwd,
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    pass_fds=[theirs.fileno()])
         finally:
             theirs.close()
             log.close()
@@ -216,7 +218,7 @@ class SpawnSource:
 class _Zygote:
     """One zygote process, the socket it is asked for forks on, and the workers it has not yet named."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     control: socket.socket
     group: cgroups.Group | None
     lines: Lines = field(init=False)
@@ -256,7 +258,7 @@ class ForkSource:
                  writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None,
                  prestart: bool | None = None) -> None:
         self.log_path = Path(cwd) / f"zygote-{os.getpid()}.log"
-        self.log = open(self.log_path, "ab")
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - the zygote's log, closed with it
         self.limits, self.forks, self.restarts, self.lineage = limits, 0, 0, 0
         self._spawn = (env, preload, cwd, writable, gpu)
         # a GPU host has cores to spare for the next zygote; two CPU cores time trials
@@ -267,7 +269,7 @@ class ForkSource:
         self._ahead: list[Worker] = []  # forked from `_next` ahead of its renewal (`start_next`)
 
     @property
-    def proc(self) -> subprocess.Popen:
+    def proc(self) -> subprocess.Popen[bytes]:
         return self.zygote.proc
 
     @property

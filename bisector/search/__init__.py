@@ -47,20 +47,22 @@ shape at alpha / (shapes x expected comparisons); verification, an independent s
 alpha / (shapes x candidates): when the machine's speed wanders, detection makes many candidates,
 and a few fresh trials a side would pass one of them in forty by chance.
 
-Here only the driver (`localize`); the state it drives is search/state.py, one mixin per concern
+Here only the driver (`localize`); the state it drives is search/state.py, one layer per concern
 (measuring.py, comparing.py, refining.py, verifying.py), and what it asks a probe is the `Prober`
 Protocol of search/prober.py.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from bisector.model import Probe, SearchResult, Step
-from bisector.search.candidate import different_dirs as _different, levels
+from bisector.search.candidate import Candidate, levels
+from bisector.search.candidate import different_dirs as _different
 from bisector.search.decisions import DecidedResult, Decisions
 from bisector.search.prober import Prober, as_prober
-from bisector.search.result_form import merged_uncertain as _merged, result_json, uncertain_json
+from bisector.search.result_form import merged_uncertain as _merged
+from bisector.search.result_form import result_json, uncertain_json
 from bisector.search.settings import SearchSettings
 from bisector.search.state import State
 from bisector.search.zone import merged
@@ -88,18 +90,7 @@ def localize(commits: Sequence[str], probe: Prober | Probe, settings: SearchSett
     st.alpha_detect = settings.alpha / (n_shapes * looks)
     st.alpha_verify = settings.alpha / n_shapes
 
-    grid = [lo]
-    targets = st.prefetch_grid(lo, hi)
-    st.measure_many(targets, settings.initial_repeats)  # one round; one that does not build moves below
-    for target in targets:
-        if target <= grid[-1] or target >= hi:
-            continue
-        near = sorted(range(grid[-1] + 1, hi), key=lambda k: (abs(k - target), k))
-        for k in near[:3]:  # a grid point that does not build moves a little, not far
-            if st.measure(k, settings.initial_repeats):
-                grid.append(k)
-                break
-    grid.append(hi)
+    grid = _grid(st, lo, hi)
     pairs = list(zip(grid, grid[1:]))
     # the bridge's gaps are known now: pending while the grid's pairs are refined, so their first
     # split points are set up ahead (the H200 demo's bridge began with a 4.2 s cold setup)
@@ -119,8 +110,37 @@ def localize(commits: Sequence[str], probe: Prober | Probe, settings: SearchSett
     while stale := st.stale_caps():
         for a, b in stale:
             st.evaluate(a, b)
+    steps, dropped = _verified(st, lo, hi)
+    order = {sha: k for k, sha in enumerate(st.commits)}
+    return _result(st, sorted(steps, key=lambda s: order[s.commit]), sorted(dropped, key=lambda s: order[s.commit]))
 
-    steps, dropped, holding = [], [], []
+
+def _grid(st: State, lo: int, hi: int) -> list[int]:
+    """The first grid over (lo, hi), its ends included: a point that does not build moves to the
+    nearest of the three commits beside it that does, between the grid's last point and hi."""
+    repeats = st.settings.initial_repeats
+    grid = [lo]
+    targets = st.prefetch_grid(lo, hi)
+    st.measure_many(targets, repeats)  # one round; one that does not build moves below
+    for target in targets:
+        if target <= grid[-1] or target >= hi:
+            continue
+        near = sorted(range(grid[-1] + 1, hi), key=lambda k: (abs(k - target), k))
+        for k in near[:3]:  # a grid point that does not build moves a little, not far
+            if st.measure(k, repeats):
+                grid.append(k)
+                break
+    grid.append(hi)
+    return grid
+
+
+def _verified(st: State, lo: int, hi: int) -> tuple[list[Step], list[Step]]:
+    """The candidates verified on fresh trials: (the steps that held, those dropped). While
+    `settings.rechecks` allow, a whole change the held steps do not explain is searched again."""
+    settings = st.settings
+    steps: list[Step] = []
+    dropped: list[Step] = []
+    holding: list[Candidate] = []
     todo = list(st.candidates)
     for attempt in range(1 + settings.rechecks):
         # one new worker lineage a pass: none of its candidates was found in it (a recheck's are
@@ -146,8 +166,7 @@ def localize(commits: Sequence[str], probe: Prober | Probe, settings: SearchSett
         todo = st.recheck(lo, hi, holding, missing)
         if not todo:
             break
-    order = {sha: k for k, sha in enumerate(st.commits)}
-    return _result(st, sorted(steps, key=lambda s: order[s.commit]), sorted(dropped, key=lambda s: order[s.commit]))
+    return steps, dropped
 
 
 def _result(st: State, steps: list[Step], dropped: list[Step]) -> DecidedResult:

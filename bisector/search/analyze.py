@@ -17,9 +17,9 @@ then reported with stats.compare between the two neighbouring segments' trials.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 

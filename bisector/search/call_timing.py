@@ -10,8 +10,8 @@ Pure: TrialRecords in, numbers out.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from benches.kernel_methods import DEVICE_METHODS, median
 from bisector.model import TrialRecord, TrialStatus

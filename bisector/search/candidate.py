@@ -4,8 +4,8 @@ its decisions read (rounds of a k-ary split, a comparison's unclear and differen
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from bisector.model import Comparison, Verdict
 

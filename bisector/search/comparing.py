@@ -6,19 +6,22 @@ cap and the indifference zone (search/zone.py), and which pairs are still unclea
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Iterable, Mapping, Sequence
 
 from bisector.model import Comparison, Step, Uncertain, Verdict
-from bisector.search.candidate import Candidate as _Candidate, Counts as _Counts, unclear_shapes as _unclear
+from bisector.search.candidate import Candidate as _Candidate
+from bisector.search.candidate import Counts as _Counts
+from bisector.search.candidate import unclear_shapes as _unclear
+from bisector.search.measuring import Measuring
 from bisector.search.samples import PooledNoise, compare_pooled, pooled_noise
 from bisector.search.zone import ZonePair, decision_cap, near_threshold, zone_middle, zone_pairs
 from bisector.search.zone import rejudged as zone_rejudged
 from bisector.search.zone import small_step as zone_small
 
 
-class Comparing:
-    """How the search compares two commits per shape (a mixin of `State`)."""
+class Comparing(Measuring):
+    """How the search compares two commits per shape (a layer of `State`, on `Measuring`)."""
 
     def noise(self, shape: str) -> PooledNoise | None:
         """The trial noise of `shape` at this point of the search (samples.pooled_noise)."""

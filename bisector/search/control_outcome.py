@@ -7,7 +7,7 @@ has no ratio. These helpers say so wherever a shape's trials are summed up (prob
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from bisector.model import TrialRecord
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from bisector.search.schedule import Clocked
 from bisector.search import SearchSettings, localize
+from bisector.search.schedule import Clocked
 from bisector.search.simulate import SimStep, SimulatedProbe, StepModel
 from bisector.search.stats import noise_cv
 
@@ -99,7 +99,8 @@ def estimate(n_commits: int, noise: float, steps: int = 1, step_pct: float = 5.0
                 probes_mean=float(np.mean(probes)), probes_p90=float(np.percentile(probes, 90)),
                 trials_mean=float(np.mean(trials)), trials_p90=float(np.percentile(trials, 90)),
                 found_rate=hits / total if total else 1.0, trial_seconds=trial_seconds, build_seconds=build_seconds,
-                devices=max(1, devices), rounds_mean=float(np.mean(rounds)), rounds_p90=float(np.percentile(rounds, 90)),
+                devices=max(1, devices), rounds_mean=float(np.mean(rounds)),
+                rounds_p90=float(np.percentile(rounds, 90)),
                 wall_s_mean=float(np.mean(walls)), wall_s_p90=float(np.percentile(walls, 90)))
 
 

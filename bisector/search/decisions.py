@@ -9,8 +9,8 @@ Pure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from bisector.model import LATENCY_KEY, WARM_KEY, SearchResult, Step, base_shape
 from bisector.search.drift import DriftFinding
@@ -83,5 +83,6 @@ def decision_lines(result: SearchResult) -> list[str]:
         steps = sorted(set(d.min_step.values()))
         lines.append("no step >= " + "/".join(f"{v:g}%" for v in steps))
     zone = [f"{z.shape} {_short(z.before)}..{_short(z.after)}: {z.line()}" for z in d.zone]
-    lines += zone[:ZONE_LINES] + ([f"... and {len(zone) - ZONE_LINES} more pairs in the zone"] if len(zone) > ZONE_LINES else [])
+    lines += zone[:ZONE_LINES] + ([f"... and {len(zone) - ZONE_LINES} more pairs in the zone"]
+                                  if len(zone) > ZONE_LINES else [])
     return lines

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import special
@@ -86,7 +86,10 @@ def trend(view: str, times: Sequence[float], values: Sequence[float],
     else:
         p = float(2.0 * special.stdtr(df, -abs(b) / se))
         half = float(special.stdtrit(df, 0.975)) * se
-    pct = lambda x: math.expm1(x * span) * 100.0  # noqa: E731
+
+    def pct(x: float) -> float:
+        return math.expm1(x * span) * 100.0
+
     return Trend(view, pct(b), (pct(b - half), pct(b + half)), p, span, n, b, float(t.min()))
 
 
@@ -259,7 +262,8 @@ class Views:
         ran within `anchor_s` of each other: a commit measured again later holds the drift too."""
         groups = [m.views[view][shape] for sha, m in self.raw.items() if sha != self.anchor
                   and m.status is ProbeStatus.OK and len(m.views.get(view, {}).get(shape, ())) > 1
-                  and len(t := m.times.get(shape, ())) == len(m.views[view][shape]) and max(t) - min(t) <= self.anchor_s]
+                  and len(t := m.times.get(shape, ())) == len(m.views[view][shape])
+                  and max(t) - min(t) <= self.anchor_s]
         sd, df = log_sd(groups, screen=True)
         return (sd, df) if df >= 4 and math.isfinite(sd) else None
 

@@ -9,8 +9,8 @@ calls it from `report_data`; the renderers in bisector/report/ only read what it
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from bisector.model import Commit, Comparison, SearchResult, TrialRecord, TrialStatus
 from bisector.search.call_timing import latency_tflops

@@ -7,15 +7,16 @@ drift views (search/drift.py) and its trial processes counted.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from bisector.model import Measurement, ProbeStatus, base_shape, processes_beyond
 from bisector.search.drift import merged_measurement as _merged_measurement
 from bisector.search.drift import probe_wants
+from bisector.search.fields import StateFields
 
 
-class Measuring:
-    """What the search asks the probe for and keeps of the answers (a mixin of `State`)."""
+class Measuring(StateFields):
+    """What the search asks the probe for and keeps of the answers (a layer of `State`, on its declared fields)."""
 
     def keep(self, sha: str, m: Measurement) -> None:
         """`m` is now sha's measurement. The trial processes it adds are counted: a process measures

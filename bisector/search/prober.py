@@ -10,8 +10,9 @@ one with some of the methods but not all is refused, so a wrapper cannot drop on
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import Callable, ContextManager, Mapping, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Protocol, runtime_checkable
 
 from bisector.model import Measurement
 
@@ -39,7 +40,7 @@ class Prober(Protocol):
         """The commits the next rounds may ask for, to be built and compiled ahead."""
         ...
 
-    def independent(self) -> ContextManager[None]:
+    def independent(self) -> AbstractContextManager[None]:
         """Trials asked for inside come from a new worker lineage."""
         ...
 
@@ -68,7 +69,7 @@ class ProbeBase:
     def prefetch(self, shas: Sequence[str]) -> None:
         return None
 
-    def independent(self) -> ContextManager[None]:
+    def independent(self) -> AbstractContextManager[None]:
         return nullcontext()
 
     def expect_steps(self, found: Found) -> None:

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Sequence
 
 from bisector.model import Verdict
-from bisector.search.candidate import WALK_AHEAD, Candidate as _Candidate, different_dirs as _different
+from bisector.search.candidate import WALK_AHEAD
+from bisector.search.candidate import Candidate as _Candidate
+from bisector.search.candidate import different_dirs as _different
+from bisector.search.comparing import Comparing
 
 
-class Refining:
-    """How the search splits a pair that differs until each step sits on one commit (a mixin of `State`)."""
+class Refining(Comparing):
+    """How the search splits a pair that differs until each step sits on one commit (a layer of `State`, on `Comparing`)."""
 
     def usable(self, k: int, need: Iterable[str]) -> bool:
         """Commit k has samples of every shape in `need` (a wrong result there is no sample)."""

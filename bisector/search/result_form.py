@@ -3,7 +3,7 @@ and one entry per unsure pair. Pure."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from bisector.model import SearchResult, Step, Uncertain
 from bisector.search.decisions import decision_lines

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Iterable, Mapping, Sequence
 
 from scipy import special  # the F distribution's inverse; scipy.stats takes ~1 s to import
 

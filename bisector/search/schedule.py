@@ -11,8 +11,9 @@ rounds, trials and wall time, so 1 device and W devices can be put side by side.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import ContextManager, Mapping, Sequence
 
 from bisector.model import Measurement, Probe, SampleCounts
 from bisector.search.prober import ProbeBase, Prober, as_prober
@@ -80,7 +81,7 @@ class Clocked(ProbeBase):
     def shaped(self, wants: Mapping[str, Mapping[str, int]]) -> dict[str, Measurement]:
         return self._round(self.probe.shaped(wants))
 
-    def independent(self) -> ContextManager[None]:
+    def independent(self) -> AbstractContextManager[None]:
         return self.probe.independent()
 
     def _round(self, got: dict[str, Measurement]) -> dict[str, Measurement]:

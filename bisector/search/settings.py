@@ -3,8 +3,8 @@ the devices it may use at once, and the decisions near the threshold and under d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from bisector.model import min_step_for
 

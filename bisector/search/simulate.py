@@ -21,18 +21,19 @@ from __future__ import annotations
 import hashlib
 import math
 import tomllib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from bisector.errors import BadInput, ConfigError
 from bisector.model import Commit, Measurement, Probe, ProbeStatus, SearchResult
-from bisector.search.schedule import Clocked
 from bisector.search import SearchSettings, localize
 from bisector.search.prober import ProbeBase
+from bisector.search.schedule import Clocked
 from bisector.userfile import UserFileError, read_text
 
 __all__ = ["StepModel", "SimStep", "load_model", "parse_model", "SimulatedProbe", "resolve_prefix", "run_simulation"]

@@ -13,8 +13,8 @@ seeded generator.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 

@@ -1,28 +1,27 @@
 """The search's state: what it has measured, compared, found and verified so far.
 
-One object the search's parts share (each a mixin by concern: measuring.py, comparing.py,
-refining.py, verifying.py); `localize` (search/__init__.py) drives it.
+One object the search's parts share, each a layer by concern, each built on the one before:
+measuring.py, comparing.py, refining.py, verifying.py over the declared fields (fields.py);
+`localize` (search/__init__.py) drives it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from bisector.model import Measurement, Uncertain
-from bisector.search.candidate import Candidate as _Candidate, Counts as _Counts
-from bisector.search.comparing import Comparing
+from bisector.search.candidate import Candidate as _Candidate
+from bisector.search.candidate import Counts as _Counts
 from bisector.search.drift import Views
-from bisector.search.measuring import Measuring
 from bisector.search.prober import Prober
-from bisector.search.refining import Refining
 from bisector.search.settings import SearchSettings
 from bisector.search.verifying import Verifying
 from bisector.search.zone import ZonePair
 
 
 @dataclass
-class State(Measuring, Comparing, Refining, Verifying):
+class State(Verifying):
     commits: Sequence[str]
     probe: Prober
     settings: SearchSettings

@@ -29,7 +29,7 @@ A pure module: no I/O, no imports of builds, stores or devices.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import special  # the t distribution's cdf and its inverse; scipy.stats takes ~1 s to import
@@ -56,7 +56,7 @@ def full_clock_time(ms: Sequence[float], tolerance: float = 0.02, at_least: int 
 class LogWelch:
     """Welch's t on log samples: difference of mean logs, its standard error, and df."""
 
-    __slots__ = ("diff", "se", "df", "n_before", "n_after", "levels")
+    __slots__ = ("df", "diff", "levels", "n_after", "n_before", "se")
 
     def __init__(self, before: Sequence[float], after: Sequence[float],
                  noise: tuple[float, float] | None = None) -> None:

@@ -7,18 +7,21 @@ looked at on, the whole-change recheck between the verified steps.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager, nullcontext
-from typing import ContextManager, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from bisector.model import Comparison, Step, Verdict
-from bisector.search.candidate import Candidate as _Candidate, Counts as _Counts, different_dirs as _different
+from bisector.search.candidate import Candidate as _Candidate
+from bisector.search.candidate import Counts as _Counts
+from bisector.search.candidate import different_dirs as _different
+from bisector.search.refining import Refining
 from bisector.search.stats import holds
 
 
-class Verifying:
-    """How the search verifies a candidate on fresh trials (a mixin of `State`)."""
+class Verifying(Refining):
+    """How the search verifies a candidate on fresh trials (a layer of `State`, on `Refining`)."""
 
-    def independent(self) -> ContextManager[None]:
+    def independent(self) -> AbstractContextManager[None]:
         """Trials asked for inside come from one new worker lineage where the probe has one
         (`StoreProbe.independent`), also those of nested calls: fresh trials share no process
         history with the trials that found a step, so a build that reads slow in every trial of
@@ -27,13 +30,13 @@ class Verifying:
             return nullcontext()
         return self._within(self.probe.independent())
 
-    def another_lineage(self) -> ContextManager[None]:
+    def another_lineage(self) -> AbstractContextManager[None]:
         """As `independent`, and a new lineage also inside one: a second look at a step whose first
         fresh look (in the pass's lineage) disagreed with the search."""
         return self._within(self.probe.independent())
 
     @contextmanager
-    def _within(self, lineage: ContextManager[None]) -> Iterator[None]:
+    def _within(self, lineage: AbstractContextManager[None]) -> Iterator[None]:
         with lineage:
             before, self.fresh_lineage = self.fresh_lineage, True
             try:

@@ -7,8 +7,9 @@ A correctness flag does not need repeats: one trial per commit decides it. Pure:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any
 
 from bisector.model import Measurement, Probe, ProbeStatus
 
@@ -37,7 +38,7 @@ def _first_flip(order: Sequence[str], lo: int, hi: int, probe: Probe, shapes: fr
 
     def state(i: int) -> bool | None:
         sha = order[i]
-        if sha not in seen or seen[sha].status is ProbeStatus.OK and not shapes <= seen[sha].known():
+        if sha not in seen or (seen[sha].status is ProbeStatus.OK and not shapes <= seen[sha].known()):
             seen[sha] = probe(sha, 1)  # a split point the search measured on other shapes only
         m = seen[sha]
         return None if m.status is ProbeStatus.SKIP else bool(m.wrong & shapes)
@@ -83,7 +84,7 @@ def localize_wrong(order: Sequence[str], measured: Mapping[str, Measurement], pr
     """Every window of wrong results among the measured commits, its start and its fix bisected."""
     seen = dict(measured)
     points = [i for i, sha in enumerate(order) if sha in seen and seen[sha].status is ProbeStatus.OK]
-    windows = []
+    windows: list[list[Any]] = []  # [shapes, first wrong, first fixed or None]
     for a, b, new, gone in _flips(order, seen, points):
         if new:
             first = _first_flip(order, a, b, probe, new, True, seen)

@@ -10,8 +10,8 @@ minimum step were doubled to 24 trials each). Pure.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping, Sequence
 
 from bisector.model import Comparison, Step, Verdict
 

@@ -20,20 +20,21 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import platformdirs
 
 from bisector.errors import BadInput, StoreError
+from bisector.model import CALL_KEYS, BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
+from bisector.paths import absolute
 from bisector.store import campaigns
 from bisector.store.migrations import SCHEMA_VERSION, machine_hash, migrate, schema_version
 from bisector.store.totals import CampaignCounts, StoreInfo, campaign_processes
-from bisector.model import CALL_KEYS, BuildResult, BuildStatus, Commit, Shape, TrialRecord, TrialStatus
-from bisector.paths import absolute
 
 if TYPE_CHECKING:
     import pandas
@@ -120,7 +121,7 @@ class Owner:
         return f"{self.host}:{self.pid}:{self.started}"
 
     @classmethod
-    def me(cls) -> "Owner":
+    def me(cls) -> Owner:
         return cls(socket.gethostname(), os.getpid(), _start_time(os.getpid()))
 
     def alive(self, host: str, pid: int, key: str, claimed_at: float, lease_s: float) -> bool:
@@ -144,7 +145,7 @@ def campaign_key(config: Config) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _dumps(value: object) -> str:
@@ -333,7 +334,7 @@ class Store:
         """Every build attempt, oldest first."""
         sql, args = "SELECT * FROM builds WHERE campaign = ?", [campaign]
         if sha is not None:
-            sql, args = sql + " AND sha = ?", args + [sha]
+            sql, args = sql + " AND sha = ?", [*args, sha]
         return [BuildResult(sha=r["sha"], status=BuildStatus(r["status"]), source_dir=r["source_dir"],
                             prefix=r["prefix"], log_path=r["log_path"], seconds=r["seconds"],
                             cache_hit=bool(r["cache_hit"]), patch_hash=r["patch_hash"], log_tail=r["log_tail"])
@@ -381,7 +382,8 @@ class Store:
         patch = patch_hash or ""
         with self._write() as conn:
             stored = {r[0] for r in conn.execute(
-                "SELECT DISTINCT slot FROM trials WHERE campaign = ? AND sha = ? AND patch_hash IS ? AND slot IS NOT NULL",
+                "SELECT DISTINCT slot FROM trials"
+                " WHERE campaign = ? AND sha = ? AND patch_hash IS ? AND slot IS NOT NULL",
                 (campaign, sha, patch_hash))}
             theirs, mine_before = [], []
             for slot, who, host, pid, at in conn.execute(
@@ -395,7 +397,8 @@ class Store:
                     conn.execute("DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?",
                                  (campaign, sha, patch, slot))
             taken = stored | set(theirs) | set(mine_before)
-            mine, slot = [], 0
+            mine: list[int] = []
+            slot = 0
             while len(mine) < need - len(theirs):
                 if slot not in taken:
                     mine.append(slot)
@@ -413,16 +416,17 @@ class Store:
                              " AND owner = ?", [(campaign, sha, patch_hash or "", k, owner.key) for k in slots])
 
     def trials(self, campaign: str, sha: str | None = None, shape: str | None = None,
-               patch_hash: str | None | _Any = ANY, status: TrialStatus | str | None = None) -> list[TrialRecord]:
+               patch_hash: str | _Any | None = ANY, status: TrialStatus | str | None = None) -> list[TrialRecord]:
         """Trials in the order they were stored. patch_hash=None selects unpatched trials only."""
-        sql, args = "SELECT * FROM trials WHERE campaign = ?", [campaign]
+        sql = "SELECT * FROM trials WHERE campaign = ?"
+        args: list[str | None] = [campaign]
         for column, value in (("sha", sha), ("shape", shape)):
             if value is not None:
-                sql, args = sql + f" AND {column} = ?", args + [value]
+                sql, args = sql + f" AND {column} = ?", [*args, value]
         if patch_hash is not ANY:
-            sql, args = sql + " AND patch_hash IS ?", args + [patch_hash]
+            sql, args = sql + " AND patch_hash IS ?", [*args, patch_hash]
         if status is not None:
-            sql, args = sql + " AND status = ?", args + [_status(status)]
+            sql, args = sql + " AND status = ?", [*args, _status(status)]
         return [_record(r) for r in self._query(sql + " ORDER BY id", args)]
 
     def count_ok(self, campaign: str, sha: str, shape: str, patch_hash: str | None = None) -> int:
@@ -530,7 +534,8 @@ class Store:
     def info(self) -> StoreInfo:
         counts: dict[str, dict[str, int]] = {}
         for table, name, extra in (("commits", "commits", ""), ("builds", "builds", ""), ("nightly", "nightly", ""),
-                                   ("trials", "measurements", ""), ("trials", "measurements_ok", " WHERE status = 'ok'")):
+                                   ("trials", "measurements", ""),
+                                   ("trials", "measurements_ok", " WHERE status = 'ok'")):
             for row in self._query(f"SELECT campaign, COUNT(*) FROM {table}{extra} GROUP BY campaign"):
                 counts.setdefault(row[0], {})[name] = int(row[1])
         processes = campaign_processes(self._query("SELECT campaign, sha, patch_hash, slot, started_at, "

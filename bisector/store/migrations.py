@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from bisector.store.campaigns import renamed
 

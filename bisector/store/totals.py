@@ -10,9 +10,10 @@ in its table, while stdout said "314 trials" and the progress line "494").
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Collection, Iterable, Sequence
+from typing import Any
 
 from bisector.model import TrialRecord, TrialStatus
 

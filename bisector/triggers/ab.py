@@ -3,7 +3,7 @@ is undecided double the trials (the search's rule), up to `protocol.max_trials`.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from bisector.config import Protocol, Thresholds
 from bisector.model import Measurement, ProbeStatus
@@ -11,7 +11,8 @@ from bisector.triggers import perf
 
 
 def ab_until_sure(probe: Callable[[str, int], Measurement], base: str, other: str, keys: Sequence[str],
-                  thresholds: Thresholds, protocol: Protocol) -> tuple[Measurement, Measurement, tuple[perf.ShapeAB, ...] | None]:
+                  thresholds: Thresholds, protocol: Protocol,
+                  ) -> tuple[Measurement, Measurement, tuple[perf.ShapeAB, ...] | None]:
     """Both sides' measurements and the per-shape comparison; None when a side did not build or run."""
     repeats = protocol.trials
     while True:

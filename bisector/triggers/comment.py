@@ -21,24 +21,24 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
 
 import git
 
 from bisector import gitrepo, pipeline
 from bisector.config import Config, select_shapes
 from bisector.errors import BadInput, BisectorError, GitError, RefError
+from bisector.isolation import sandbox
 from bisector.model import ProbeStatus
 from bisector.publish.messages import marker
 from bisector.publish.publish_plan import PublishPlan, RunVerdict
-from bisector.isolation import sandbox
 from bisector.runner import lock
-from bisector.triggers.ab import ab_until_sure
 from bisector.triggers import fork_policy, perf, plan_file
-from bisector.triggers import slash_commands as commands
 from bisector.triggers import outcome_plan as plan_mod
+from bisector.triggers import slash_commands as commands
+from bisector.triggers.ab import ab_until_sure
 from bisector.triggers.event import CommentEvent, ignore_reason, read_event
 from bisector.triggers.permissions import refusal
 from bisector.triggers.thread import DryRunThread, GitHubThread, Thread
@@ -80,7 +80,7 @@ def fetch_pull_head(repo: git.Repo, upstream: str, number: int) -> str:
         except git.GitCommandError as exc:
             raise GitError(f"{upstream}: cannot fetch {ref}: {(exc.stderr or '').strip()[-200:]}") from None
     try:
-        return repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
+        return str(repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}"))
     except git.GitCommandError:
         raise RefError(f"{upstream}: no {ref} (is #{number} a pull request of this repository?)") from None
 
@@ -151,7 +151,8 @@ def authorize(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_
     with _gated(event_path, job, env, dry_run_dir) as (event, command, thread, early):
         if early is not None:
             return early
-        assert thread is not None and not isinstance(command, commands.Usage)  # _gate answered it
+        # _gate answered the rest
+        assert thread is not None and command is not None and not isinstance(command, commands.Usage)
         head = thread.pull_head()
         if head is None:
             raise BadInput("--authorize-only needs GitHub to pin the PR head: not in a dry run")
@@ -169,7 +170,8 @@ def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir
     with _gated(event_path, job, env, dry_run_dir) as (event, command, thread, early):
         if early is not None:
             return early
-        assert thread is not None and not isinstance(command, commands.Usage)  # _gate answered it
+        # _gate answered the rest
+        assert thread is not None and command is not None and not isinstance(command, commands.Usage)
         pinned = thread.pull_head()  # None in a dry run: measured as fetched
         tag, verb = marker(run_id(event), event.number), command.verb
         thread.answer(tag, f"{tag}\n`{verb}` from @{event.login}: queued for the GPU on runner "
@@ -231,11 +233,11 @@ def _measure(event: CommentEvent, command: commands.Command, job: Job, pinned: s
     fail_closed = fork_policy.must_be_sandboxed(command, event.repo, head_repo, cfg,
                                                 lambda: gitrepo.open_repo(cfg.upstream.repo))
     # fail closed: nothing of a fork's code (or any, where the config requires it) runs unsandboxed
-    with sandbox.required(cfg.device != "cpu") if fail_closed else contextlib.nullcontext():
-        with lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")):
-            if isinstance(command, commands.BisectCommand):
-                return _bisect(event, command, job, pinned, head_repo)
-            return _perf(event, command, job, pinned)
+    with (sandbox.required(cfg.device != "cpu") if fail_closed else contextlib.nullcontext(),
+          lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)"))):
+        if isinstance(command, commands.BisectCommand):
+            return _bisect(event, command, job, pinned, head_repo)
+        return _perf(event, command, job, pinned)
 
 
 def _pinned_range(event: CommentEvent, command: commands.BisectCommand, config: Config,

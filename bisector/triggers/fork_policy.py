@@ -14,7 +14,7 @@ dry run, a workflow that did not pass it) it counts as a fork's.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import git
 

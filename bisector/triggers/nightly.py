@@ -12,18 +12,19 @@ stays at the last good commit and a slow drift cannot walk the baseline down.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any
 
 from bisector import gitrepo, pipeline, publish
 from bisector.config import Config
-from bisector.model import ProbeStatus
+from bisector.model import ProbeStatus, Step
 from bisector.search import uncertain_json
 from bisector.store import Night
-from bisector.triggers.ab import ab_until_sure
-from bisector.triggers import perf, plan_file
 from bisector.triggers import outcome_plan as plan_mod
+from bisector.triggers import perf, plan_file
+from bisector.triggers.ab import ab_until_sure
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ def nightly_dir(config: Config) -> Path:
 def run_night(config: Config, date: str, store: str | None = None, work_dir: str | None = None,
               dry_run_dir: Path | None = None, env: Mapping[str, str] | None = None, verify_fixes: bool = True,
               say: Callable[[str], None] = lambda s: None, plan_out: Path | None = None,
-              observer: pipeline.Observer = lambda e: None, on_range: Callable[[int], None] = lambda n: None) -> NightOutcome:
+              observer: pipeline.Observer = lambda e: None,
+              on_range: Callable[[int], None] = lambda n: None) -> NightOutcome:
     """`plan_out`: measure only; a bisection's plan is written there and nothing is posted. `observer`
     sees every probe event (progress); on_range(n) is told the size of a bisection's range before it
     starts, for the time-left estimate."""
@@ -120,8 +122,10 @@ def _compare(session: pipeline.Session, config: Config, date: str, base: str, ti
     on_range(len(gitrepo.commit_range(session.repo, base, tip)))
     outcome = pipeline.bisect(config, options, observer=session.observer)  # its own session, same store file
     result = outcome.result
-    step = lambda s: {"commit": s.commit, "pr": s.pr, "shapes": list(s.shapes),  # noqa: E731
-                      "change_pct": dict(s.change_pct)}
+
+    def step(s: Step) -> dict[str, object]:
+        return {"commit": s.commit, "pr": s.pr, "shapes": list(s.shapes), "change_pct": dict(s.change_pct)}
+
     verdict["steps"] = [step(s) for s in result.steps]
     verdict["dropped"] = [step(s) for s in result.dropped]
     verdict["unsure"] = uncertain_json(result.uncertain)
@@ -194,10 +198,11 @@ def _answer(night: Night) -> str:
     """The question the nightly answers, first: is the newest commit slower than the last good night,
     on what, and which PR did it."""
     v = night.verdict
-    shapes = v.get("shapes") if isinstance(v.get("shapes"), Mapping) else {}
+    raw = v.get("shapes")
+    shapes: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     moved = ", ".join(f"{k} {s['change_pct']:+.1f}%" if isinstance(s.get("change_pct"), (int, float))
                       else f"{k} {s.get('verdict')}"
-                      for k, s in shapes.items() if s.get("verdict") in ("slower", "wrong results"))  # type: ignore[union-attr]
+                      for k, s in shapes.items() if s.get("verdict") in ("slower", "wrong results"))
     base = f" (`{str(v['baseline'])[:12]}`)" if v.get("baseline") else ""
     if night.good:
         return f"**Answer**: good, nothing slower than the last good night{base}." if base else \
@@ -216,7 +221,7 @@ def _bisection_lines(v: Mapping[str, object]) -> list[str]:
     """The steps, or why there are none: a night that regressed and a bisection that found nothing
     to blame must say which candidates did not hold and where the search stayed unsure."""
 
-    def step(s: Mapping) -> str:
+    def step(s: Mapping[str, Any]) -> str:
         pr = f" (#{s['pr']})" if s.get("pr") else ""
         changes = ", ".join(f"{k} {c:+.1f}%" for k, c in s["change_pct"].items())
         return f"`{s['commit'][:12]}`{pr}: {changes}"

@@ -6,8 +6,9 @@ the report text is read by the caller and passed in, so this module does no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from bisector import gitrepo
 from bisector.errors import BisectorError
@@ -15,12 +16,12 @@ from bisector.model import Step
 from bisector.publish.messages import CONFIRM, UNTRUSTED
 from bisector.publish.publish_plan import CulpritPost, PublishPlan, RunVerdict
 from bisector.report import kernel_section as kernel_report
-from bisector.triggers import pr_advice
-from bisector.why.fixes import FixResult
-from bisector.why.culprit_hunks import HunkFinding
-from bisector.why.interactions import combined_patch
-from bisector.report.data import ReportData
 from bisector.report.action_summary import summary_lines
+from bisector.report.data import ReportData
+from bisector.triggers import pr_advice
+from bisector.why.culprit_hunks import HunkFinding
+from bisector.why.fixes import FixResult
+from bisector.why.interactions import combined_patch
 
 if TYPE_CHECKING:
     from bisector.config import Config
@@ -84,14 +85,15 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
     fixes = {f.step_commit: f for f in data.fixes}
     found = {h.step_commit: h for h in data.hunks}
     compiled = {k.step_commit: k for k in data.kernels}
-    culprits = []
+    culprits: list[CulpritPost] = []
     for step in data.steps:
         if step.pr is None or step.candidates or any(c.pr == step.pr for c in culprits):
             continue
         fix = fixes.get(step.commit)
         good_fix = step.is_regression and pr_advice.good_fix(fix) and not untrusted
         comb = pr_advice.combined_for(step, fix, data.interactions) if step.is_regression and not untrusted else None
-        culprits.append(CulpritPost(pr=step.pr, step_summary=pr_advice.summary_line(step, data), table=_step_table(step, data),
+        culprits.append(CulpritPost(pr=step.pr, step_summary=pr_advice.summary_line(step, data),
+                                    table=_step_table(step, data),
                                     patch=patches.get(step.commit) if good_fix else None,
                                     restore=_restore(fix) if good_fix and fix else "",
                                     patch_base=data.bad.sha, commit=step.commit,
@@ -138,7 +140,7 @@ def combined_reverts(git_dir: Path, data: ReportData, patches: Mapping[str, str]
     return out
 
 
-def from_outcome(config: "Config", outcome: "RunOutcome", run_id: str, repo: str | None = None,
+def from_outcome(config: Config, outcome: RunOutcome, run_id: str, repo: str | None = None,
                  requester_pr: int | None = None) -> PublishPlan | None:
     """The plan of a finished run, reading its report and verified patches; None without a target repo."""
     repo = repo or config.publish.repo
@@ -150,7 +152,7 @@ def from_outcome(config: "Config", outcome: "RunOutcome", run_id: str, repo: str
                  base_branch=config.upstream.branch, combined=reverts_of(config, outcome.report, patches))
 
 
-def reverts_of(config: "Config", data: ReportData, patches: Mapping[str, str]) -> dict[tuple[str, ...], str]:
+def reverts_of(config: Config, data: ReportData, patches: Mapping[str, str]) -> dict[tuple[str, ...], str]:
     """`combined_reverts` on the config's upstream; none where it cannot be opened (the text still says
     which reverts apply together)."""
     try:

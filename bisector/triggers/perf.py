@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
-from bisector.search import stats
 from bisector.model import Comparison, Verdict
+from bisector.search import stats
 
 
 class PerfVerdict(enum.Enum):

@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from bisector.config import Publish
+from bisector.isolation.survivors import end_leftovers
 from bisector.publish.plan_text import rendered, web_base
 from bisector.publish.publish_plan import PublishPlan, dump_plan
-from bisector.isolation.survivors import end_leftovers
 
 
 def leftover_line(killed: tuple[str, ...]) -> str:

@@ -10,8 +10,8 @@ move it. Everything here is a sentence built from what the why-stages measured; 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from bisector.model import Step
 from bisector.report.data import METRIC_SHORT, ReportData
@@ -144,7 +144,8 @@ def todo(step: Step, data: ReportData) -> str:
         bad = "gives wrong results" if not fix.correct else "is slower"
         return f"Do not apply its plain revert: on the tip {tip} it {bad} ({measured}); {by_hand(step)}."
     if not good_fix(fix):
-        return f"Its revert, measured on the tip {tip} side by side with it: {measured}: not a fix yet; {by_hand(step)}."
+        return (f"Its revert, measured on the tip {tip} side by side with it: {measured}: not a fix yet; "
+                f"{by_hand(step)}.")
     text = f"Revert it (patch below): on the tip {tip}, side by side with it, {measured}."
     overlap = _overlap_text(step, data)
     return text + (f" {overlap}." if overlap else "")
@@ -213,5 +214,6 @@ def decided_on(step: Step, data: ReportData) -> Mapping[str, str]:
     return {k: METRIC_SHORT.get(data.metric_of(k), data.metric_of(k)) for k in step.shapes}
 
 
-__all__ = ["Combined", "by_hand", "cause", "combined_for", "decided_on", "give_back", "good_fix", "missing_lines", "nearby",
+__all__ = ["Combined", "by_hand", "cause", "combined_for", "decided_on", "give_back", "good_fix", "missing_lines",
+           "nearby",
            "summary_line", "todo"]

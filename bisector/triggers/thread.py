@@ -8,8 +8,9 @@ layer's sender), and publish a plan. The token is read from the config's env var
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Any, Protocol
 
 from bisector import publish
 from bisector.config import Publish
@@ -109,7 +110,7 @@ class DryRunThread:
         self.count = len(list(self.out.glob("[0-9][0-9]-*.json")))
         self.answers: dict[str, str] = {}
 
-    def _write(self, name: str, payload: dict) -> Path:
+    def _write(self, name: str, payload: dict[str, Any]) -> Path:
         self.count += 1
         path = self.out / f"{self.count:02d}-{name}.json"
         path.write_text(json.dumps({"base_url": self.cfg.base_url, **payload}, indent=2) + "\n")

@@ -9,7 +9,7 @@ repository.
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 # The variable that holds the GitHub token, in the configs, the workflows and `Publish`'s default.
 DEFAULT_TOKEN_ENV = "BISECTOR_GITHUB_TOKEN"
@@ -40,7 +40,8 @@ _TOKEN_VALUE = re.compile(
     r"|npm_[A-Za-z0-9]{30,}"  # npm
     r"|pypi-[A-Za-z0-9_-]{40,}"  # PyPI API token
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # a JWT: base64url {"... header . payload . signature
+    # a JWT: base64url {"... header . payload . signature
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
     r")")
 # Webhook URLs carry their credential in the path (Slack, Discord, Teams, generic /webhooks/<id>/<token>).
 _WEBHOOK_URL = re.compile(

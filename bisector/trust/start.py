@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import tomllib
-from typing import Sequence
+from collections.abc import Sequence
 
 from bisector.trust import vault
 from bisector.trust.filter import DEFAULT_TOKEN_ENV, scrub, secrets_in

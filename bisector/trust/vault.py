@@ -13,8 +13,8 @@ import ctypes
 import json
 import os
 import sys
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 from bisector.errors import BisectorError
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.kernel_diff import speed
@@ -94,7 +94,8 @@ def _words(fact: str, before: object, after: object, unit: str) -> str:
     if m:
         name = f"{m.group(3)}-bit {m.group(1)} {m.group(2)}s"
     name = re.sub(r" \((approximate|precise)\)$", "", name)
-    return f"{name} {before if before is not None else 0} -> {after if after is not None else 0}{' ' + unit if unit else ''}"
+    return (f"{name} {before if before is not None else 0} -> {after if after is not None else 0}"
+            f"{' ' + unit if unit else ''}")
 
 
 #: global memory traffic is what a memory-bound kernel's speed turns on; an on-chip (shared memory)
@@ -110,11 +111,12 @@ def symptoms(d: KernelDiff) -> list[tuple[str, float, str]]:
     sizes = {(b, a) for f, b, a, _ in moved if f == "shared memory bytes"}
     for fact, before, after, unit in moved:
         kind = _kind(fact)
-        if kind is None or not isinstance(before or 0, (int, float)) or not isinstance(after or 0, (int, float)):
+        was, now = before or 0, after or 0
+        if kind is None or not isinstance(was, (int, float)) or not isinstance(now, (int, float)):
             continue
         if fact == "static shared bytes" and (before, after) in sizes:
             continue  # the same size as the metadata's, said once
-        size = abs(math.log((float(after or 0) + 1) / (float(before or 0) + 1)))
+        size = abs(math.log((float(now) + 1) / (float(was) + 1)))
         scale = _ON_CHIP_SCALE if kind == "widths" and fact.startswith(_ON_CHIP) else 1.0
         out.append((kind, _WEIGHT[kind] * size * scale, _words(fact, before, after, unit)))
     return sorted(out, key=lambda s: -s[1])
@@ -184,7 +186,8 @@ def _alignment(found: Sequence[tuple[str, float, str]]) -> str:
 
 def _widths_moved(moved: Sequence[str]) -> str:
     """"its global loads widened" where narrower global loads went away and wider ones came (or the reverse)."""
-    gone, came = [], []
+    gone: list[int] = []
+    came: list[int] = []
     for w in moved:
         m = re.match(r"(\d+)-bit global loads (\d+) -> (\d+)$", w)
         if m:
@@ -221,7 +224,8 @@ def _changes(d: KernelDiff, diff: str) -> list[Candidate]:
         else:
             roots.append(Candidate("specialization", 0, f"`{name}` went from {before} to {after}"))
     rows = {k: (b, a) for k, b, a in d.metadata_rows() if b != a}
-    launch = [f"{k} {rows[k][0]} -> {rows[k][1]}" for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in rows]
+    launch = [f"{k} {rows[k][0]} -> {rows[k][1]}" for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+              if k in rows]
     if launch:
         roots.append(Candidate("launch", 0, ", ".join(launch)))
     roots += [Candidate("constexpr", 0, c) for c in _constants(diff)

@@ -25,20 +25,20 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any
 
 from bisector import gitrepo
-from bisector.why import hunk_checks, hunk_groups, hunk_plumbing, hunks, loaded
 from bisector.build.builder import patch_hash
-from bisector.model import Measurement, ProbeStatus, Step, base_shape
 from bisector.measure.probe import NOT_MEASURED, At, StoreProbe, Taken, fresh, side_by_side
 from bisector.measure.warmer import Want
-from bisector.why.hunk_groups import HunkGroup
+from bisector.model import Measurement, ProbeStatus, Step, base_shape
 from bisector.search.samples import PooledNoise, compare_pooled
+from bisector.why import hunk_checks, hunk_groups, hunk_plumbing, hunks, loaded
+from bisector.why.hunk_groups import HunkGroup
 from bisector.why.session import Session
-
 
 #: where between the parent (0) and the culprit (1) a subset must sit to carry the step
 CARRIED_FRACTION = 0.5
@@ -173,7 +173,10 @@ def expected_trials(session: Session, steps: Sequence[Step]) -> int:
     unclear gets more rounds (MAX_ROUNDS), which the progress line's forecast adds
     (bisector/estimate/later_stages.py)."""
     n, budget = max(1, session.config.protocol.trials), session.config.build.max_hunk_trials
-    levels = lambda count: math.ceil(math.log2(count)) if count >= 2 else 0  # noqa: E731
+
+    def levels(count: int) -> int:
+        return math.ceil(math.log2(count)) if count >= 2 else 0
+
     total = 0
     for step in _searched(steps):
         planned = _planned(session, step, trace=False)  # an estimate: unloaded files counted in
@@ -233,7 +236,9 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
         # stage's time: studies/results/h200-demo-device-time.txt). One request
         # names both, since the warmer drops what a request no longer names.
         if wants := [w for later in ahead[i:i + 2] for w in later]:
+            assert session.warmer is not None  # `ahead` is empty without one
             session.warmer.prefetch(wants)
+        finding: HunkFinding | None
         if planned.plumbed is not None:
             finding = _plumbed(session, step, planned, taken, out, noise)
         else:
@@ -358,7 +363,8 @@ class _Rounds:
         return [self._judge(s, parent, got[s], verdicts[s]) if s in got else self._skipped(s, str(verdicts[s]))
                 for s in subsets]
 
-    def _skipped(self, subset: tuple[int, ...], why: str) -> None:
+    def _skipped(self, subset: tuple[int, ...], why: str) -> bool | None:
+        """None (unresolved): the try recorded with why it was not measured."""
         self.tries.append(HunkTry(self.labels(subset), None, {}, why, look=self._look(subset)))
         return None
 
@@ -369,7 +375,7 @@ class _Rounds:
 
     def _positions(self, parent: Mapping[str, Sequence[float]], got: Measurement) -> dict[str, tuple[float, ...]]:
         """Per shape: where the subset sits between parent (0) and culprit (1), with its 95% bounds."""
-        out = {}
+        out: dict[str, tuple[float, ...]] = {}
         for shape in self.step.shapes:
             before, after, step = parent.get(shape, ()), got.samples.get(shape, ()), self.step.change_pct.get(shape)
             if not before or not after or not step:
@@ -469,7 +475,7 @@ def _plumbed(session: Session, step: Step, planned: Planned, taken: Taken, out: 
     rounds = _Rounds(session, step, plan.parts, taken, plan=plan, old=old, noise=noise, new=planned.new)
     budget = session.config.build.max_hunk_builds
     plumbing = tuple(plan.parts[i].label for i in plan.plumbing_hunks)
-    counts = dict(n_plumbing=len(plan.plumbing_hunks), n_behaviour=len(plan.behaviour_hunks),
+    counts: dict[str, Any] = dict(n_plumbing=len(plan.plumbing_hunks), n_behaviour=len(plan.behaviour_hunks),
                   n_pieces=len(plan.pieces), plumbing=plumbing, unsplit=plan.unsplit)
     labels = tuple(h.label for h in plan.parts)
 

@@ -5,8 +5,8 @@ once from the stages' results; bisector/report/ only renders them."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from bisector.model import Step
 from bisector.search.evidence import CommitRow
@@ -39,7 +39,8 @@ def _pct(before: float | None, after: float | None) -> float | None:
     return 100.0 * (after / before - 1.0) if before and after is not None else None
 
 
-def step_moves(steps: Sequence[Step], rows: Sequence[CommitRow], min_step: Callable[[str], float]) -> tuple[StepMove, ...]:
+def step_moves(steps: Sequence[Step], rows: Sequence[CommitRow],
+               min_step: Callable[[str], float]) -> tuple[StepMove, ...]:
     by_sha = {r.commit.sha: r for r in rows}
     out = []
     for step in steps:
@@ -96,7 +97,8 @@ def _overlaps(step: Step, interactions: Sequence[Interaction]) -> tuple[Overlap,
     return tuple(out)
 
 
-def actions(steps: Sequence[Step], fixes: Sequence[FixResult], interactions: Sequence[Interaction]) -> tuple[Action, ...]:
+def actions(steps: Sequence[Step], fixes: Sequence[FixResult],
+            interactions: Sequence[Interaction]) -> tuple[Action, ...]:
     """Per verified regression, its revert and what hides it; the largest gain on the tip first."""
     by_commit = {f.step_commit: f for f in fixes}
     found = [Action(s, by_commit.get(s.commit), _overlaps(s, interactions))

@@ -13,18 +13,29 @@ should buy on the tip, so a later step's loss on the same shape is not counted a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import git
 
 from bisector import gitrepo
 from bisector.build.builder import patch_hash
 from bisector.config import Config, Thresholds
-from bisector.model import (BuildStatus, Commit, Comparison, Measurement, ProbeStatus, SearchResult, Step, Verdict,
-                            base_shape, min_step_for, regression)
 from bisector.measure.probe import NOT_MEASURED, At, Item, StoreProbe, Taken, fresh, fresh_tflops, side_by_side
+from bisector.model import (
+    BuildStatus,
+    Commit,
+    Comparison,
+    Measurement,
+    ProbeStatus,
+    SearchResult,
+    Step,
+    Verdict,
+    base_shape,
+    min_step_for,
+    regression,
+)
 from bisector.search.samples import PooledNoise, compare_pooled
 from bisector.why import interactions
 from bisector.why.interactions import Interaction
@@ -147,7 +158,8 @@ def expected_trials(result: SearchResult, config: Config) -> int:
 
 def revert_probe(session: Session, patch: str, shapes: Sequence[str]) -> StoreProbe:
     """The probe a revert is measured through: its patch, on its step's shapes (in config order)."""
-    keep = tuple(s for s in session.config.shapes if s.key in {base_shape(k) for k in shapes})  # a latency step: its shape
+    # a latency step: its shape
+    keep = tuple(s for s in session.config.shapes if s.key in {base_shape(k) for k in shapes})
     return session.probe(patch=patch, patch_hash=patch_hash(patch), shapes=keep, max_crashes=1)
 
 
@@ -199,7 +211,53 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     out.mkdir(parents=True, exist_ok=True)
     config, tip = session.config, commits[-1].sha
     n = side_trials(config)
-    patches, failed, reverts, parents, texts = {}, {}, {}, {}, {}
+    patches, failed, reverts, parents, texts = _revert_sides(session, steps, out, tip, n, taken)
+    plans = [interactions.set_up(session, g, keys, note, tip, texts)
+             for g, keys, note in interactions.groups(result.steps)]
+    combos = [{c: _Slice(p, tip, taken.take(p, tip, n), n) for c, p in plan.probes.items()} for plan in plans]
+    measured = [s for s in steps if s.commit in reverts]
+    now = _tip_slice(session, measured, plans, tip, n, taken) if measured or any(combos) else None
+    cap = max(n, config.protocol.max_trials)
+    pools = dict(noise or {})
+    results: dict[str, FixResult] = {}
+    judged: dict[int, Interaction] = {}  # a group's verdict from its last round
+    th = config.thresholds
+    # A revert measured on for its group is judged again on the same trials as the group (its parent
+    # measured on beside it): its check and its line in the group's table read the same trials.
+    # Judged on fewer, they disagreed in one report (#131: "+3.3%, restored" against "-0.1% alone").
+    live, open_groups = measured, [i for i, c in enumerate(combos) if c]
+    while (live or open_groups) and now is not None:
+        got = _measure([now, *{s.parent: parents[s.parent] for s in live}.values(), *(reverts[s.commit] for s in live),
+                        *(sl for i in open_groups for sl in combos[i].values())])
+        for step in live:
+            results[step.commit] = _result(session, step, str(patches[step.commit]), now,
+                                           parents[step.parent], reverts[step.commit], got, pools)
+        for i in open_groups:
+            judged[i] = _interaction(plans[i], n, _group_slices(plans[i], now, reverts, combos[i]), failed, got, th,
+                                     pools)
+        open_groups = [i for i in open_groups if any(p.verdict == "unclear" for p in judged[i].pairs)]
+        grouped = {s.commit for i in open_groups for s in plans[i].steps}
+        live = [s for s in live if s.commit in grouped or undecided(results[s.commit], th.min_step_pct, th.min_steps)]
+        if not (live or open_groups) or n >= cap:
+            break
+        more = min(n, cap - n)
+        now = _grow(now, parents, reverts, combos, live, open_groups, more, taken)
+        n += more
+    fixes = _fix_results(steps, patches, failed, results, result.steps, commits)
+    return OnTheTip(fixes, patches, tuple(
+        judged.get(i) or _unjudged(plan, now, reverts, failed, side_trials(config), th, pools)
+        for i, plan in enumerate(plans)))
+
+
+def _revert_sides(session: Session, steps: Sequence[Step], out: Path, tip: str, n: int, taken: Taken,
+                  ) -> tuple[dict[str, Path], dict[str, str], dict[str, _Slice], dict[str, _Slice], dict[str, str]]:
+    """Each step's revert written to its patch file and built on the tip, its first n trials taken,
+    and its parent's: (patch files, why a revert failed, reverts, parents, patch texts), by commit."""
+    patches: dict[str, Path] = {}
+    failed: dict[str, str] = {}
+    reverts: dict[str, _Slice] = {}
+    parents: dict[str, _Slice] = {}
+    texts: dict[str, str] = {}
     for step in steps:
         path = out / f"revert-{step.commit[:7]}.patch"
         patch = texts[step.commit] = gitrepo.revert_patch(session.repo, step.commit)
@@ -218,49 +276,38 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         if step.parent not in parents:
             base = session.probe(shapes=patched.shapes)
             parents[step.parent] = _Slice(base, step.parent, taken.take(base, step.parent, n), n)
-    plans = [interactions.set_up(session, g, keys, note, tip, texts) for g, keys, note in interactions.groups(result.steps)]
-    combos = [{c: _Slice(p, tip, taken.take(p, tip, n), n) for c, p in plan.probes.items()} for plan in plans]
-    measured = [s for s in steps if s.commit in reverts]
-    now: _Slice | None = None
-    if measured or any(combos):
-        keys = {k for s in measured for k in s.shapes} | {k for plan in plans for k in plan.shapes}
-        base = session.probe(shapes=tuple(s for s in config.shapes if s.key in {base_shape(k) for k in keys}))
-        now = _Slice(base, tip, taken.take(base, tip, n), n)
-    # Sized to the effect, as the search and its verification are: while a revert's place against
-    # the parent is open on a shape, it, its parent and the tip get as many trials again, side by
-    # side, up to max_trials (on a busy machine one outlier among 4 trials once read "26% still
-    # missing"); while a group's pair is unclear, its combinations and single reverts do. Each
-    # revert and each group is judged on the rounds it was measured in: the first n trials of the
-    # tip and of every other build it is compared with.
-    cap = max(n, config.protocol.max_trials)
-    pools = dict(noise or {})
-    results: dict[str, FixResult] = {}
-    judged: dict[int, Interaction] = {}  # a group's verdict from its last round
-    th = config.thresholds
-    # A revert measured on for its group is judged again on the same trials as the group (its parent
-    # measured on beside it): its check and its line in the group's table read the same trials.
-    # Judged on fewer, they disagreed in one report (#131: "+3.3%, restored" against "-0.1% alone").
-    live, open_groups = measured, [i for i, c in enumerate(combos) if c]
-    while (live or open_groups) and now is not None:
-        got = _measure([now, *{s.parent: parents[s.parent] for s in live}.values(), *(reverts[s.commit] for s in live),
-                        *(sl for i in open_groups for sl in combos[i].values())])
-        for step in live:
-            results[step.commit] = _result(session, step, str(patches[step.commit]), now,
-                                           parents[step.parent], reverts[step.commit], got, pools)
-        for i in open_groups:
-            judged[i] = _interaction(plans[i], n, _group_slices(plans[i], now, reverts, combos[i]), failed, got, th, pools)
-        open_groups = [i for i in open_groups if any(p.verdict == "unclear" for p in judged[i].pairs)]
-        grouped = {s.commit for i in open_groups for s in plans[i].steps}
-        live = [s for s in live if s.commit in grouped or undecided(results[s.commit], th.min_step_pct, th.min_steps)]
-        if not (live or open_groups) or n >= cap:
-            break
-        more = min(n, cap - n)
-        now = _more(now, more, taken)
-        parents.update({sha: _more(parents[sha], more, taken) for sha in {s.parent for s in live}})
-        reverts.update({s.commit: _more(reverts[s.commit], more, taken) for s in live})
-        for i in open_groups:
-            combos[i] = {c: _more(sl, more, taken) for c, sl in combos[i].items()}
-        n += more
+    return patches, failed, reverts, parents, texts
+
+
+def _tip_slice(session: Session, measured: Sequence[Step], plans: Sequence[interactions.Plan], tip: str, n: int,
+               taken: Taken) -> _Slice:
+    """The tip's first n trials, on every shape a measured revert or a group's combination moves."""
+    keys = {k for s in measured for k in s.shapes} | {k for plan in plans for k in plan.shapes}
+    base = session.probe(shapes=tuple(s for s in session.config.shapes if s.key in {base_shape(k) for k in keys}))
+    return _Slice(base, tip, taken.take(base, tip, n), n)
+
+
+def _grow(now: _Slice, parents: dict[str, _Slice], reverts: dict[str, _Slice],
+          combos: list[dict[interactions.Combo, _Slice]], live: Sequence[Step], open_groups: Sequence[int], more: int,
+          taken: Taken) -> _Slice:
+    """The next rounds, sized to the effect as the search and its verification are: while a revert's
+    place against the parent is open on a shape, it, its parent and the tip get as many trials
+    again, side by side, up to max_trials (on a busy machine one outlier among 4 trials once read
+    "26% still missing"); while a group's pair is unclear, its combinations and single reverts do.
+    Each revert and each group is judged on the rounds it was measured in: the first n trials of
+    the tip and of every other build it is compared with. The tip's slice grown; the others in place."""
+    grown = _more(now, more, taken)
+    parents.update({sha: _more(parents[sha], more, taken) for sha in {s.parent for s in live}})
+    reverts.update({s.commit: _more(reverts[s.commit], more, taken) for s in live})
+    for i in open_groups:
+        combos[i] = {c: _more(sl, more, taken) for c, sl in combos[i].items()}
+    return grown
+
+
+def _fix_results(steps: Sequence[Step], patches: Mapping[str, Path], failed: Mapping[str, str],
+                 results: Mapping[str, FixResult], found: Sequence[Step],
+                 commits: Sequence[Commit]) -> tuple[FixResult, ...]:
+    """Each step's FixResult: its revert's check, or why the revert was not measured."""
     fixes = []
     for step in steps:
         path = str(patches[step.commit])
@@ -269,16 +316,15 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         elif step.commit in failed:
             fixes.append(FixResult(step.commit, path, applied=False, conflict=failed[step.commit], shapes=step.shapes))
         else:
-            fixes.append(replace(results[step.commit], later=later_steps(step, result.steps, [c.sha for c in commits])))
-    return OnTheTip(tuple(fixes), patches, tuple(
-        judged.get(i) or _unjudged(plan, now, reverts, failed, side_trials(config), th, pools)
-        for i, plan in enumerate(plans)))
+            fixes.append(replace(results[step.commit], later=later_steps(step, found, [c.sha for c in commits])))
+    return tuple(fixes)
 
 
 def _group_slices(plan: interactions.Plan, now: _Slice, reverts: Mapping[str, _Slice],
                   combos: Mapping[interactions.Combo, _Slice]) -> dict[interactions.Combo, _Slice]:
     """A group's builds: the tip and its single reverts (the stage's own), and its combinations."""
-    singles = {(s.commit,): reverts[s.commit] for s in plan.steps if s.commit in reverts}
+    singles: dict[interactions.Combo, _Slice] = {(s.commit,): reverts[s.commit] for s in plan.steps
+                                                 if s.commit in reverts}
     return {(): now, **singles, **combos}
 
 
@@ -286,8 +332,10 @@ def _interaction(plan: interactions.Plan, n: int, slices: Mapping[interactions.C
                  failed: Mapping[str, str], got: Mapping[tuple[str | None, str], Measurement], th: Thresholds,
                  pools: Mapping[str, PooledNoise | None]) -> Interaction:
     """A group judged on the first n trials of each of its builds (from the same rounds)."""
-    samples, tflops = {}, {}
-    errors = {**plan.errors, **{(s.commit,): failed[s.commit] for s in plan.steps if s.commit in failed}}
+    samples: dict[interactions.Combo, dict[str, tuple[float, ...]]] = {}
+    tflops: dict[interactions.Combo, dict[str, float]] = {}
+    errors: dict[interactions.Combo, str] = dict(plan.errors)
+    errors.update({(s.commit,): failed[s.commit] for s in plan.steps if s.commit in failed})
     for combo, sl in slices.items():
         sl = replace(sl, n=n)
         mine, why = interactions.samples_of(got[(sl.probe.patch_hash, sl.sha)], sl.start, n, plan.shapes)

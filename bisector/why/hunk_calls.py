@@ -1,4 +1,5 @@
-"""Calls that would not bind, and names nothing binds: a subset of a culprit's hunks that widens a signature without the call
+"""Calls that would not bind, and names nothing binds: a subset of a culprit's hunks that widens a
+signature without the call
 sites that fill it (or the other way round) raises `TypeError` at import or at the first call.
 
 On a real upstream the threading base of a culprit (a constructor given a new required argument,
@@ -17,8 +18,8 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 __all__ = ["Signature", "signatures", "call_errors", "new_errors"]
 
@@ -93,7 +94,7 @@ def _bind(sig: Signature, call: ast.Call, launch: bool) -> str:
         if k.arg not in sig.positional and k.arg not in sig.kwonly and not sig.varkw and not launch:
             return f"{sig.name}() got an unexpected keyword argument '{k.arg}'"
         filled.add(k.arg)
-    if launch and sig.filled_in or not launch and any(k.arg is None for k in call.keywords):
+    if (launch and sig.filled_in) or (not launch and any(k.arg is None for k in call.keywords)):
         return ""  # a launch's **kw carries launch options (`**kernel_args`), a call's may fill anything
     missing = [p for p in (*sig.required, *sig.kwonly_required) if p not in filled]
     if missing:
@@ -116,7 +117,8 @@ def _outer_parts(node: ast.AST) -> list[ast.AST]:
     a = node.args  # type: ignore[attr-defined]
     out += [d for d in a.defaults + a.kw_defaults if d is not None]
     out += [x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs if x.annotation is not None]
-    return out + ([node.returns] if getattr(node, "returns", None) is not None else [])
+    returns = getattr(node, "returns", None)
+    return out + ([returns] if returns is not None else [])
 
 
 def _own(scope: ast.AST) -> tuple[set[str], set[str], list[ast.AST]]:
@@ -145,9 +147,8 @@ def _own(scope: ast.AST) -> tuple[set[str], set[str], list[ast.AST]]:
             bound.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             bound.update(node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+        elif ((isinstance(node, ast.ExceptHandler) and node.name)
+              or (isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name)):
             bound.add(node.name)
         elif isinstance(node, ast.MatchMapping) and node.rest:
             bound.add(node.rest)
@@ -199,9 +200,7 @@ def _binds_in(node: ast.AST) -> set[str]:
             out.add(n.id)
         elif isinstance(n, ast.alias):
             out.add((n.asname or n.name).split(".")[0])
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            out.add(n.name)
-        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+        elif (isinstance(n, ast.ExceptHandler) and n.name) or (isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name):
             out.add(n.name)
         stack += list(ast.iter_child_nodes(n))
     return out
@@ -248,7 +247,7 @@ def _read_early(body: list[ast.stmt], local: set[str], bound: set[str], out: set
             if not kernel or isinstance(stmt, (ast.With, ast.AsyncWith)):
                 bound |= inner | _binds_in(stmt)
             continue
-        if isinstance(stmt, (ast.If, ast.Try, ast.Match)) or hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar):
+        if isinstance(stmt, (ast.If, ast.Try, ast.Match)) or (hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar)):
             head = [stmt.test] if isinstance(stmt, ast.If) else [stmt.subject] if isinstance(stmt, ast.Match) else []
             out.update(n for n in _reads(head) if n in local and n not in bound)  # type: ignore[arg-type]
             if kernel and isinstance(stmt, ast.If):

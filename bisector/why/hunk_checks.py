@@ -15,8 +15,8 @@ Pure: a Plan and file texts in, a Plan out.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from bisector.why.hunk_plumbing import MOST, Piece, Plan, Source, _label, pieces_of
 from bisector.why.hunks import Hunk
@@ -57,7 +57,7 @@ def _tied(plan: Plan, old: Source) -> Plan:
                  for i in mine}
         root = {i: i for i in mine}
 
-        def find(i: int) -> int:
+        def find(i: int, root: dict[int, int] = root) -> int:
             while root[i] != i:
                 i = root[i]
             return i

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from bisector.why.hunks import Hunk
 
@@ -221,7 +221,7 @@ def group(parts: Sequence[Hunk], old: Source, new: Source) -> tuple[HunkGroup, .
     for i in range(len(parts)):
         groups.setdefault(find(i), []).append(i)
     out = []
-    for members in sorted(groups.values(), key=lambda m: m[0]):
-        why = tuple(r for m, r in reasons if set(m) <= set(members))
-        out.append(HunkGroup(tuple(members), why))
+    for grouped in sorted(groups.values(), key=lambda m: m[0]):
+        whys = tuple(r for m, r in reasons if set(m) <= set(grouped))
+        out.append(HunkGroup(tuple(grouped), whys))
     return tuple(out)

@@ -24,11 +24,15 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any
 
 from bisector.why import hunk_calls
 from bisector.why.hunks import Hunk, patch_of
+
+_Line = tuple[int, tuple[int, int] | None]  # a body line and the statement (first, last line) it is in
+_Param = tuple[ast.arg, ast.expr | None]  # a parameter and its default
 
 __all__ = ["Piece", "Plan", "pieces_of", "apply_text", "new_names", "is_plumbing"]
 
@@ -236,7 +240,7 @@ def statement_pieces(h: Hunk, old_tree: ast.AST | None, new_tree: ast.AST | None
         return []
     old_at, _, new_at, _ = _counts(m)
     old_of, new_of = _innermost(old_tree), _innermost(new_tree)
-    blocks: list[tuple[list, list]] = []
+    blocks: list[tuple[list[_Line], list[_Line]]] = []  # (removed, added) per run of changed lines
     in_block = False
     for i, line in enumerate(h.body.splitlines()):
         tag = line[:1]
@@ -394,7 +398,7 @@ class _Same:
             f = f.value
         return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
-    def _seq(self, old: Sequence, new: Sequence, extra: Callable[[object], bool]) -> bool:
+    def _seq(self, old: Sequence[Any], new: Sequence[Any], extra: Callable[[Any], bool]) -> bool:
         """`old` is `new` without some items that `extra` allows (greedy, in order)."""
         i = 0
         for item in new:
@@ -408,9 +412,10 @@ class _Same:
     def _docstring(s: object) -> bool:
         return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
 
-    def _params(self, a: ast.arguments) -> tuple[list, list]:
+    def _params(self, a: ast.arguments) -> tuple[list[_Param], list[_Param]]:
         positional = a.posonlyargs + a.args
-        defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+        defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
+        defaults += a.defaults
         return (list(zip(positional, defaults)), list(zip(a.kwonlyargs, a.kw_defaults)))
 
     def same(self, old: object, new: object) -> bool:
@@ -442,8 +447,8 @@ class _Same:
             if name in ("ctx", "type_comment"):
                 continue
             other = getattr(new, name, None)
-            if isinstance(value, list) and value and isinstance(value[0], ast.stmt) or \
-                    isinstance(other, list) and other and isinstance(other[0], ast.stmt):
+            if (isinstance(value, list) and value and isinstance(value[0], ast.stmt)) or \
+                    (isinstance(other, list) and other and isinstance(other[0], ast.stmt)):
                 if not self._seq(value, other, self._extra_stmt):  # type: ignore[arg-type]
                     return False
             elif not self.same(value, other):
@@ -501,7 +506,7 @@ def pieces_of(parts: Sequence[Hunk], old: Source, new: Source) -> tuple[Piece, .
         if not h.header or h.path not in text_old or parent_text is None or trees_old[h.path] is None:
             out.append(Piece(i, None, h.label))  # a new, deleted, binary or non-Python file: not plumbing
             continue
-        cuts = statement_pieces(h, trees_old[h.path], trees_new[h.path]) or [None]
+        cuts: Sequence[tuple[int, ...] | None] = statement_pieces(h, trees_old[h.path], trees_new[h.path]) or [None]
         for keep in cuts:
             piece = h if keep is None else partial(h, set(keep))
             plumbing = is_plumbing(parent_text, apply_text(parent_text, [piece]), names, callees)

@@ -12,8 +12,8 @@ Pure: parsing, composing and the search take text and callables; the pipeline me
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 __all__ = ["Hunk", "HunkSearch", "OutOfBudget", "chunks", "split", "patch_of", "search"]
 
@@ -138,14 +138,8 @@ def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Seq
     OutOfBudget (its trials are spent): the search then stops at the smallest set known to carry
     the step. A subset `free` says is never built (its code would not compile or run) is not
     counted against `budget`: on a real culprit such subsets spent the budget before a single
-    behaviour-changing statement was measured ("stopped early: builds").
-
-    `look_again` (the same question on fresh trials) guards "only together", the one answer a
-    single misread decides: with one wrong "does not carry" on a busy machine, ddmin ends at the
-    carrying hunk and an inert one together (seen on 2 loaded cores: parent + the carrying hunk
-    read +7.7% over 6 trials against a -25% step). Each removal that read "does not carry" is
-    measured once more; where the two looks disagree a third decides, so a true "only together"
-    and a true "alone" both need two misreads to come out wrong."""
+    behaviour-changing statement was measured ("stopped early: builds"). `look_again`: the same
+    question on fresh trials, asked again of the removals that read "does not carry" (`_second_looks`)."""
     tried: dict[tuple[int, ...], bool | None] = {}  # the latest outcome of each subset
     record: list[tuple[tuple[int, ...], bool | None]] = []  # every look, in the order measured
     best = tuple(range(n_hunks))  # the whole commit carries its own step
@@ -169,10 +163,25 @@ def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Seq
 
     try:
         found = _ddmin(best, test)
+        if look_again is not None:
+            found = _second_looks(found, look_again, tried, record, note, test)
     except OutOfBudget:
         return HunkSearch(best, False, tuple(record), complete=False)
+    return HunkSearch(found, len(found) == 1, tuple(record))
+
+
+def _second_looks(found: tuple[int, ...], look_again: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]],
+                  tried: dict[tuple[int, ...], bool | None], record: list[tuple[tuple[int, ...], bool | None]],
+                  note: Callable[[Sequence[tuple[int, ...]], Sequence[bool | None]], None],
+                  test: Callable[[Sequence[tuple[int, ...]]], list[bool]]) -> tuple[int, ...]:
+    """`found` after a second look guards "only together", the one answer a single misread decides:
+    with one wrong "does not carry" on a busy machine, ddmin ends at the carrying hunk and an inert
+    one together (seen on 2 loaded cores: parent + the carrying hunk read +7.7% over 6 trials
+    against a -25% step). Each removal that read "does not carry" is measured once more; where the
+    two looks disagree a third decides, so a true "only together" and a true "alone" both need two
+    misreads to come out wrong. OutOfBudget from a search again goes to the caller."""
     looked: set[tuple[int, ...]] = set()
-    while look_again is not None and len(found) >= 2:
+    while len(found) >= 2:
         removals = [tuple(x for x in found if x != y) for y in found]
         doubted = [r for r in removals if tried.get(r) is False and r not in looked]
         if not doubted:
@@ -190,11 +199,8 @@ def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Seq
         carrying = [r for r in disputed if tried[r] is True]
         if not carrying:
             break
-        try:
-            found = _ddmin(carrying[0], test)
-        except OutOfBudget:
-            return HunkSearch(best, False, tuple(record), complete=False)
-    return HunkSearch(found, len(found) == 1, tuple(record))
+        found = _ddmin(carrying[0], test)
+    return found
 
 
 class OutOfBudget(Exception):

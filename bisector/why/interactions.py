@@ -28,20 +28,19 @@ import os
 import statistics
 import subprocess
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from scipy import special  # the t distribution's inverse; scipy.stats takes ~1 s to import
 
 from bisector.build.builder import patch_hash
 from bisector.config import Thresholds
-from bisector.model import BuildStatus, Measurement, ProbeStatus, Step, base_shape
 from bisector.measure.probe import NOT_MEASURED, Count, StoreProbe, fresh
+from bisector.model import BuildStatus, Measurement, ProbeStatus, Step, base_shape
 from bisector.search.samples import PooledNoise, compare_pooled, pair_sd
 from bisector.trust.filter import scrub
 from bisector.why.session import Session
-
 
 MAX_STEPS = 3  # 2^3 = 8 builds; more steps on one shape: the three largest on the shared shapes
 
@@ -129,7 +128,7 @@ def _shared(steps: Sequence[Step]) -> tuple[str, ...]:
     return tuple(k for k, c in counts.items() if c >= 2)
 
 
-def _git(git_dir: Path, *args: str, index: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+def _git(git_dir: Path, *args: str, index: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**scrub(dict(os.environ)), "GIT_DIR": str(git_dir), "GIT_INDEX_FILE": str(index)}
     return subprocess.run(["git", *args], cwd=git_dir, input=stdin, capture_output=True, text=True, env=env)
 
@@ -169,11 +168,14 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
     if any(len(g) < 1 for g in logs):
         raise ValueError("a combination has no sample")
     m = [statistics.fmean(g) for g in logs]
-    df = sum(len(g) for g in logs) - len(logs)
+    df: float = sum(len(g) for g in logs) - len(logs)
     own = sum(sum((x - mg) ** 2 for x in g) for g, mg in zip(logs, m)) / df if df >= 1 else 0.0
     if gains is not None:  # the points as the table reads them; the spread stays the samples'
         m = [0.0, *(math.log1p(g / 100.0) for g in gains)]
-    pct = lambda x: 100.0 * math.expm1(x)  # noqa: E731
+
+    def pct(x: float) -> float:
+        return 100.0 * math.expm1(x)
+
     inter = m[3] - m[1] - m[2] + m[0]
     if noise is not None:  # as the search's comparisons (samples.compare_pooled)
         pooled, df = pair_sd(noise.sd, noise.df, math.sqrt(own), df) ** 2, noise.df
@@ -224,7 +226,7 @@ class Plan:
 
 def multi_combos(steps: Sequence[Step]) -> int:
     """How many combinations of two or more reverts a group of `steps` builds."""
-    return 2 ** len(steps) - 1 - len(steps)
+    return (1 << len(steps)) - 1 - len(steps)
 
 
 def set_up(session: Session, steps: Sequence[Step], shape_keys: tuple[str, ...], note: str, tip: str,
@@ -246,13 +248,15 @@ def set_up(session: Session, steps: Sequence[Step], shape_keys: tuple[str, ...],
             build = probe.build(tip)
             if build.status is BuildStatus.FAILED:
                 lines = build.log_tail.strip().splitlines()
-                errors[combo] = NOT_MEASURED if build.log_tail == NOT_MEASURED else (lines[-1] if lines else "build failed")
+                errors[combo] = (NOT_MEASURED if build.log_tail == NOT_MEASURED
+                                 else (lines[-1] if lines else "build failed"))
                 continue
             probes[combo] = probe
     return Plan(tuple(steps), shape_keys, note, probes, errors)
 
 
-def samples_of(m: Measurement, start: Count, n: int, shape_keys: Sequence[str]) -> tuple[dict[str, tuple[float, ...]], str]:
+def samples_of(m: Measurement, start: Count, n: int,
+               shape_keys: Sequence[str]) -> tuple[dict[str, tuple[float, ...]], str]:
     """(samples start..start+n per shape, "") of a combination's measurement, or ({}, why) where it
     failed, gave wrong results or gave no sample."""
     if m.status is not ProbeStatus.OK or m.wrong & set(shape_keys):
@@ -276,14 +280,17 @@ def _pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], m
             if not all(groups_):
                 continue
             shown = [(gains or {}).get(k, {}).get(shape) for k in keys[1:]]
+            g_tip, g_a, g_b, g_ab = groups_
+            known = [g for g in shown if g is not None]
             alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(
-                *groups_, min_step(shape), noise.get(shape),
-                tuple(shown) if all(g is not None for g in shown) else None)  # type: ignore[arg-type]
+                g_tip, g_a, g_b, g_ab, min_step(shape), noise.get(shape),
+                (known[0], known[1], known[2]) if len(known) == len(shown) == 3 else None)
             out.append(PairEffect(a.commit, b.commit, shape, alone, with_other, b_alone, b_with, inter, ci, verdict))
     return tuple(out)
 
 
-def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], tflops: Mapping[Combo, Mapping[str, float]],
+def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]],
+           tflops: Mapping[Combo, Mapping[str, float]],
            errors: Mapping[Combo, str], n: int, thresholds: Thresholds,
            noise: Mapping[str, PooledNoise | None]) -> Interaction:
     """The group's Interaction: each combination against the tip, and each pair's effect, from the

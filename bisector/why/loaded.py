@@ -8,7 +8,8 @@ built. A data file of a benchmark or test directory (a results table) is set asi
 trace: no trial reads it as code, yet a real culprit's three hunks of one were searched as units.
 Other files are judged by where they lie: a C++ source or build file compiled in, or a file beside
 modules the trials loaded (a package's own data), are searched as before; one in a directory where
-no trial loaded anything is set aside. A doc hunk at the top costs one build at most. On a real culprit (one kernel line, plus tests and a benchmark script)
+no trial loaded anything is set aside. A doc hunk at the top costs one build at most. On a real culprit
+(one kernel line, plus tests and a benchmark script)
 statement-level splits of the test and benchmark files spent the build budget on subsets that did not
 parse. Where a side has no trace (a store from before the trace), only data files are set aside.
 
@@ -17,8 +18,8 @@ Pure: trial records and hunks in, indices and paths out.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from bisector.model import TrialRecord
 from bisector.why.hunks import Hunk

@@ -6,14 +6,15 @@ import the pipeline that calls them (the flow stays one way: pipeline -> why, ne
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import git
 
 from bisector.config import Config
-from bisector.model import Shape
 from bisector.measure.probe import MAX_CRASHES, StoreProbe
 from bisector.measure.warmer import Warmer
+from bisector.model import Shape
 
 
 class Session(Protocol):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tests.fakegithub.server import NOW, REACTIONS, STATUS_STATES, FakeGitHub, HTTPError, Repo, quote
 

@@ -23,9 +23,10 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 REACTIONS = ("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes")
@@ -96,7 +97,7 @@ class FakeGitHub:
         self._extra_headers: dict[str, str] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> "FakeGitHub":
+    def start(self) -> FakeGitHub:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -121,7 +122,7 @@ class FakeGitHub:
             self._server.shutdown()
             self._server.server_close()
 
-    def __enter__(self) -> "FakeGitHub":
+    def __enter__(self) -> FakeGitHub:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -17,9 +17,9 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from bisector import portable
 from bisector.isolation.safe_fs import is_real_dir, read_regular

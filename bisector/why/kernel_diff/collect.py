@@ -14,16 +14,15 @@ trials compiles it again (`recompile`, bisector/why/kernel_diff/regenerate.py); 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
 
+from bisector.model import Step
+from bisector.runner.env import jit_dir
 from bisector.why.kernel_diff import artifacts
 from bisector.why.kernel_diff.artifacts import Kernel
-from bisector.why.kernel_diff.diff import compare, ir_diff, match, ordered
-from bisector.model import Step
-from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
-from bisector.runner.env import jit_dir
+from bisector.why.kernel_diff.diff import KernelDiff, StepKernels, compare, ir_diff, match, ordered
 
 __all__ = ["KERNELS_DIR", "keep_commit", "step_kernels", "compare_dirs"]
 

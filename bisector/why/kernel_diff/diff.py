@@ -16,14 +16,15 @@ import difflib
 import math
 import re
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from bisector.why.kernel_diff import artifacts, isa, resources
 from bisector.why.kernel_diff import signature as sigs
 from bisector.why.kernel_diff.artifacts import LEVELS, Kernel
 
-__all__ = ["normalize", "readable", "ir_diff", "signature", "side", "compare", "match", "diff_kernels", "ordered", "unified",
+__all__ = ["normalize", "readable", "ir_diff", "signature", "side", "compare", "match", "diff_kernels", "ordered",
+           "unified",
            "changed_values", "SHORT_DIFF_LINES"]
 
 SHORT_DIFF_LINES = 40  # lines of the first differing level shown in the report (the file has all)
@@ -206,7 +207,8 @@ def compare(before: Kernel | None, after: Kernel | None, status: str, variants: 
     if before is None or after is None:
         return KernelDiff(name, sig, status, side(before) if before else None, side(after) if after else None,
                           variants=variants, arg_changes=arg_changes, tile=tile)
-    changed, first, short, values = [], "", "", ()
+    changed, first, short = [], "", ""
+    values: tuple[str, ...] = ()
     for level in LEVELS:
         a, b = before.text(level), after.text(level)
         if a is None or b is None:
@@ -253,7 +255,7 @@ def unified(a: str, b: str, level: str, limit: int | None = None) -> str:
     lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), f"parent.{level}", f"culprit.{level}",
                                       n=2, lineterm=""))
     if limit is not None and len(lines) > limit:
-        lines = lines[:limit] + [f"... ({len(lines) - limit} more diff lines)"]
+        lines = [*lines[:limit], f"... ({len(lines) - limit} more diff lines)"]
     return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -18,7 +18,7 @@ from typing import Protocol
 from bisector.config import Config
 from bisector.model import BuildResult, BuildStatus, Shape
 from bisector.runner.env import jit_dir
-from bisector.runner.executor import TrialJob
+from bisector.runner.executor import TrialJob, TrialOutcome
 from bisector.why.kernel_diff import artifacts
 
 
@@ -27,7 +27,7 @@ class _Builds(Protocol):
 
 
 class _Executor(Protocol):
-    def submit(self, job: TrialJob) -> Future: ...
+    def submit(self, job: TrialJob) -> Future[TrialOutcome]: ...
 
 
 class Session(Protocol):
@@ -36,7 +36,9 @@ class Session(Protocol):
 
     config: Config
     work: Path
-    prefetcher: _Builds
+
+    @property
+    def prefetcher(self) -> _Builds: ...
 
     @property
     def executor(self) -> _Executor: ...

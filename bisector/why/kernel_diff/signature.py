@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from bisector.why.kernel_diff.artifacts import Kernel
 
@@ -65,7 +65,9 @@ def strip_locs(text: str) -> str:
 
 def _split_top(text: str) -> list[str]:
     """`text` split at commas outside (), <>, {} and []."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         depth += {"(": 1, "<": 1, "{": 1, "[": 1, ")": -1, ">": -1, "}": -1, "]": -1}.get(ch, 0)
         if ch == "," and depth == 0:

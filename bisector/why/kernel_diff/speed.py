@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from bisector.why.kernel_diff.diff import KernelSide
 
@@ -48,9 +48,15 @@ _RESERVED_SMEM = 1024  # shared memory the driver reserves per CTA (sm_80 on)
 def _arch(meta: Mapping[str, object]) -> int | None:
     target = meta.get("target")
     if isinstance(target, Mapping) and target.get("backend") == "cuda" and isinstance(target.get("arch"), int):
-        return int(target["arch"])  # type: ignore[arg-type]
+        return int(target["arch"])
     m = re.fullmatch(r"sm_?(\d+)a?", str(meta.get("arch", "")))
     return int(m.group(1)) if m else None
+
+
+
+def _count(value: object) -> int:
+    """A figure of the compiler's metadata: a number, or its text; absent (None, 0, "") as 0."""
+    return int(value) if isinstance(value, int | float | str) and value else 0
 
 
 def occupancy(meta: Mapping[str, object]) -> int | None:
@@ -66,7 +72,7 @@ def occupancy(meta: Mapping[str, object]) -> int | None:
     sm_regs, sm_smem, sm_warps, sm_ctas = limits
     per_warp = math.ceil(max(regs, 1) * 32 / 256) * 256
     by_regs = (sm_regs // per_warp) // warps
-    smem = int(meta.get("shared memory bytes") or 0) + int(meta.get("static shared bytes") or 0)  # type: ignore[call-overload]
+    smem = _count(meta.get("shared memory bytes")) + _count(meta.get("static shared bytes"))
     by_smem = sm_smem // (smem + _RESERVED_SMEM)
     return max(0, min(by_regs, by_smem, sm_warps // warps, sm_ctas))
 
