@@ -302,23 +302,8 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
             _ = session.trials  # the trial workers' imports (torch, triton: seconds) overlap the listing and builds
         if plotting is None:
             render.import_plotting_in_background()
-        commits = gitrepo.commit_range(session.repo, options.good, options.bad)
-        session.store.add_commits(session.campaign, commits)
+        commits, probe, result, windows = _searched(session, options)
         order = [c.sha for c in commits]
-        probe = session.probe()
-        measure: Prober = probe
-        # On the CPU a background build would steal the trials' cores (unless the config asks for
-        # prefetches: a warmer then exists); offline nothing is built.
-        if (config.device != "cpu" or session.warmer is not None) and not options.offline:
-            session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
-            measure = Prefetching(probe, session.prefetcher, order,
-                                  expect=lambda found: set_up_reverts(session, order[-1], found) if options.verify_fixes
-                                  else None)
-        settings = replace(search_settings(config), width=session.width())
-        basis = SearchBasis(tuple(order), settings, together=measure.side_by_side, shaped=measure.shapes_alone)
-        with session.stage("search", basis=basis):
-            result = with_prs(search.localize(order, measure, settings), commits)
-            windows = localize_wrong(order, result.measurements, probe)
         out = report_path(config, options)
         # the JIT caches of the steps' commits, kept beside the report before a later run empties them
         # (a resumed run whose JIT dirs are gone compiles those commits again; offline nothing runs)
@@ -351,6 +336,30 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         if plotting is not None:
             plotting.close()
         session.close()
+
+
+def _searched(session: Session, options: RunOptions) -> tuple[tuple[Commit, ...], StoreProbe, SearchResult,
+                                                              tuple[WrongWindow, ...]]:
+    """The range listed and searched, with the prefetches ahead of the search on a GPU host, and
+    the commits that gave wrong results localized."""
+    commits = gitrepo.commit_range(session.repo, options.good, options.bad)
+    session.store.add_commits(session.campaign, commits)
+    order = [c.sha for c in commits]
+    probe = session.probe()
+    measure: Prober = probe
+    # On the CPU a background build would steal the trials' cores (unless the config asks for
+    # prefetches: a warmer then exists); offline nothing is built.
+    if (session.config.device != "cpu" or session.warmer is not None) and not options.offline:
+        session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
+        measure = Prefetching(probe, session.prefetcher, order,
+                              expect=lambda found: set_up_reverts(session, order[-1], found) if options.verify_fixes
+                              else None)
+    settings = replace(search_settings(session.config), width=session.width())
+    basis = SearchBasis(tuple(order), settings, together=measure.side_by_side, shaped=measure.shapes_alone)
+    with session.stage("search", basis=basis):
+        result = with_prs(search.localize(order, measure, settings), commits)
+        windows = localize_wrong(order, result.measurements, probe)
+    return commits, probe, result, windows
 
 
 def _later_stages(session: Session, options: RunOptions, result: SearchResult, commits: Sequence[Commit], out: Path,
