@@ -196,6 +196,11 @@ class Builder:
         if refused:
             return failed(refused)
 
+        return self._finished(slot, tree, source, site, sha, phash, log, time.monotonic() - start)
+
+    def _finished(self, slot: Slot, tree: Path, source: Path, site: Path, sha: str, phash: str | None, log: Path,
+                  seconds: float) -> BuildResult:
+        """The built slot made final (its manifest written) and what it holds."""
         prefix_rel: str | None
         if self.build_cfg.recipe == "pip":
             self.worktrees.remove(tree)  # the trial imports the installed copy
@@ -203,7 +208,6 @@ class Builder:
         else:
             source_rel = str(source.relative_to(slot.path))
             prefix_rel = "site" if any(site.iterdir()) else None
-        seconds = time.monotonic() - start
         slot.finalize({"sha": sha, "patch_hash": phash, "recipe": self.recipe_key(), "source_dir": source_rel,
                        "prefix": prefix_rel, "build_seconds": seconds})
         return BuildResult(sha=sha, status=BuildStatus.OK, source_dir=str(slot.path / source_rel),

@@ -79,7 +79,11 @@ def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], 
             raise
         finally:
             WATCH.forget(proc.pid)
-    seconds = time.monotonic() - start
+    return _logged(name, log_path, combined_log, time.monotonic() - start, reason)
+
+
+def _logged(name: str, log_path: Path, combined_log: Path, seconds: float, reason: str) -> StepOutcome:
+    """The step's outcome, its own log appended to the combined one; a failure says its last line."""
     if reason:
         said = last_output_line(log_path)
         reason += f" ({said})" if said else ""

@@ -17,7 +17,7 @@ from bisector.build.dryrun import step_builds
 from bisector.commands.common import USER_PATH, devices_option, echo_devices, fail_on_error, print_json
 from bisector.commands.simulate_cmd import make_settings, settings_options
 from bisector.errors import BadInput
-from bisector.search.cost import estimate, noise_from_rows
+from bisector.search.cost import Plan, estimate, noise_from_rows
 
 
 @click.command("plan")
@@ -60,13 +60,7 @@ def command(repo: str, config_path: str | None, good: str, bad: str, noise_cv: f
         _print_builds(len(shas), builds or [], as_json)
         return
     settings = make_settings(min_step, alpha, trials, max_trials)
-    source = "--noise-cv"
-    if noise_cv is None:
-        rows = _rows(store_path, csv_path, campaign)
-        noise_cv, groups = noise_from_rows(rows)
-        source = f"{store_path or csv_path} ({groups} commit/shape groups with repeats)"
-        if math.isnan(noise_cv):
-            raise BadInput(f"{store_path or csv_path}: no commit/shape with two or more OK trials")
+    noise_cv, source = _noise(noise_cv, store_path, csv_path, campaign)
     if not 0 <= noise_cv < 1 or not 0 <= fail_rate < 1 or runs < 1:
         raise BadInput("--noise-cv and --fail-rate must be in [0, 1), --runs >= 1")
     n = len(shas)
@@ -80,6 +74,25 @@ def command(repo: str, config_path: str | None, good: str, bad: str, noise_cv: f
                     **({"builds": builds} if builds is not None else {})})
         return
     click.echo(f"{n} commits, {steps} step(s) of {step_pct:g}% expected, noise CV {noise_cv:.2%} from {source}")
+    _print_plan(plan, wide, rows, runs, trial_seconds, build_seconds)
+    if builds is not None:
+        _print_builds(n, builds, False)
+
+
+def _noise(noise_cv: float | None, store_path: str | None, csv_path: str | None,
+           campaign: str | None) -> tuple[float, str]:
+    """The noise CV the plan assumes, and where it came from: as given, or measured from a store or CSV."""
+    if noise_cv is not None:
+        return noise_cv, "--noise-cv"
+    measured, groups = noise_from_rows(_rows(store_path, csv_path, campaign))
+    if math.isnan(measured):
+        raise BadInput(f"{store_path or csv_path}: no commit/shape with two or more OK trials")
+    return measured, f"{store_path or csv_path} ({groups} commit/shape groups with repeats)"
+
+
+def _print_plan(plan: Plan, wide: list[Plan], rows: list[dict[str, Any]], runs: int, trial_seconds: float,
+                build_seconds: float) -> None:
+    """The plan as text: builds, trials and GPU time, and with more devices what they change."""
     click.echo(f"builds (distinct commits): {plan.probes_mean:.1f} on average, {plan.probes_p90:.0f} at p90 "
                f"(bound k*ceil(log2 N)+4 = {plan.as_dict()['probes_bound']})")
     click.echo(f"trials: {plan.trials_mean:.0f} on average, {plan.trials_p90:.0f} at p90")
@@ -88,11 +101,9 @@ def command(repo: str, config_path: str | None, good: str, bad: str, noise_cv: f
     if build_seconds:
         click.echo(f"build time: {plan.build_hours_mean:.2f} h on average")
     click.echo(f"simulated steps found at the exact commit: {plan.found_rate:.0%} of {runs} runs")
-    if devices > 1:
+    if len(wide) > 1:
         echo_devices(rows)
-        click.echo(f"with {devices} devices, steps found at the exact commit: {wide[-1].found_rate:.0%}")
-    if builds is not None:
-        _print_builds(n, builds, False)
+        click.echo(f"with {wide[-1].devices} devices, steps found at the exact commit: {wide[-1].found_rate:.0%}")
 
 
 def _print_builds(n: int, builds: list[dict[str, Any]], as_json: bool) -> None:

@@ -336,10 +336,22 @@ def _device(top: _Section, path: Path) -> tuple[str, list[int]]:
     return device, visible
 
 
+# The keys each section may hold: any other is refused by name (a misspelt key is not ignored).
+_TOP_KEYS = ("name", "description", "upstream", "build", "device", "control", "subject", "suites", "protocol",
+             "thresholds", "publish", "report", "store", "executor", "triggers", "sandbox")
+_BUILD_KEYS = ("recipe", "pip_args", "steps", "import_check", "cache_dir", "cache_max_gb", "parallel",
+               "max_hunk_builds", "max_hunk_trials", "memory_gb", "max_tasks", "network")
+_PROTOCOL_KEYS = ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads", "graph_heat_ms",
+                  "settle_ms", "flush_mb", "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
+                  "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby", "split_on_moved",
+                  "verify_on_open", "decision_trials", "drift_anchor_s")
+_THRESHOLD_KEYS = ("min_step_pct", "alpha", "tolerances", "metric", "timing", "indifference_zone", "latency_steps")
+_PUBLISH_KEYS = ("repo", "token_env", "base_url", "comment_on_culprit", "comment_on_requester", "draft_pr",
+                 "commit_status", "bot_login")
+
+
 def parse(data: Mapping[str, Any], path: Path) -> Config:
-    top = _Section(path, data, "", ("name", "description", "upstream", "build", "device", "control",
-                                    "subject", "suites", "protocol", "thresholds", "publish", "report", "store",
-                                    "executor", "triggers", "sandbox"))
+    top = _Section(path, data, "", _TOP_KEYS)
     upstream = _upstream(top, path)
     device, visible = _device(top, path)
     ctl = top.section("control", ("backend",), required=True)
@@ -351,35 +363,24 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
     shapes = config_suites.parse_shapes(top, names, subjects, modules)
     _check_limits(path, control, subjects, shapes)
     allow_forks = top.section("triggers", ("allow_unsandboxed_forks",)).get("allow_unsandboxed_forks", bool, False)
+    suites, keys = (*config_suites.BUILTIN, *names), tuple(shape.key for shape in shapes)
     return Config(
         name=top.get("name", str, path.stem),
         description=top.get("description", str, ""),
         path=str(path),
         upstream=upstream,
-        build=_build(top.section("build", ("recipe", "pip_args", "steps", "import_check", "cache_dir",
-                                           "cache_max_gb", "parallel", "max_hunk_builds", "max_hunk_trials",
-                                           "memory_gb", "max_tasks", "network"))),
+        build=_build(top.section("build", _BUILD_KEYS)),
         device=device,
         devices=tuple(visible),
         control=control,
         subjects=subjects,
         shapes=shapes,
         suite_modules=modules, caches=parse_caches(top, names, subjects),
-        protocol=_protocol(top.section("protocol", ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads",
-                                                    "graph_heat_ms", "settle_ms", "flush_mb",
-                                                    "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
-                                                    "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby",
-                                                    "split_on_moved", "verify_on_open", "decision_trials",
-                                                    "drift_anchor_s")),
-                           (*config_suites.BUILTIN, *names), tuple(shape.key for shape in shapes)),
-        thresholds=_thresholds(top.section("thresholds", ("min_step_pct", "alpha", "tolerances", "metric", "timing",
-                                                          "indifference_zone", "latency_steps")),
-                               (*config_suites.BUILTIN, *names), config_suites.forced_metrics(subjects, modules),
-                               tuple(n for n, sub in subjects.items() if sub.adapter == "pytest"),
-                               tuple(shape.key for shape in shapes)),
-        publish=_publish(top.section("publish", ("repo", "token_env", "base_url", "comment_on_culprit",
-                                                 "comment_on_requester", "draft_pr", "commit_status",
-                                                 "bot_login"))),
+        protocol=_protocol(top.section("protocol", _PROTOCOL_KEYS), suites, keys),
+        thresholds=_thresholds(top.section("thresholds", _THRESHOLD_KEYS), suites,
+                               config_suites.forced_metrics(subjects, modules),
+                               tuple(n for n, sub in subjects.items() if sub.adapter == "pytest"), keys),
+        publish=_publish(top.section("publish", _PUBLISH_KEYS)),
         report_dir=top.section("report", ("dir",)).path_value("dir") or absolute("reports"),
         store=top.path_value("store"),
         executor=_executor(top.section("executor", ("kind", "address", "width"))),
@@ -564,16 +565,7 @@ def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping
     if not 0 < alpha < 0.5:
         raise ConfigError(sec.path, sec.name("alpha"), f"must be in (0, 0.5), got {alpha}")
     suites = tuple(dict.fromkeys(suites))
-    tolerances = {}
-    for suite, value in sec.get("tolerances", dict, {}).items():
-        key = f"{sec.name('tolerances')}.{suite}"
-        if suite not in suites:
-            raise ConfigError(sec.path, key, f"unknown suite (known: {', '.join(suites)})")
-        numbers = isinstance(value, list) and len(value) == 2 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in value)
-        if not numbers:
-            raise ConfigError(sec.path, key, f"must be [atol, rtol], two numbers >= 0, got {_show(value)}")
-        tolerances[suite] = (float(value[0]), float(value[1]))
+    tolerances = _tolerances(sec, suites)
     raw = sec.get("metric", (str, dict), "ratio")
     metrics = raw if isinstance(raw, dict) else {}
     for suite, metric in metrics.items():
@@ -597,6 +589,21 @@ def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping
                       metric=raw if isinstance(raw, str) else "ratio", metrics={**(forced or {}), **metrics},
                       timing=timing, timings=timings, indifference_zone=sec.get("indifference_zone", bool, True),
                       latency_steps=sec.get("latency_steps", str, "host-bound", choices=LATENCY_STEPS))
+
+
+def _tolerances(sec: _Section, suites: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    """`[thresholds] tolerances`: (atol, rtol) per suite, each a known suite."""
+    tolerances = {}
+    for suite, value in sec.get("tolerances", dict, {}).items():
+        key = f"{sec.name('tolerances')}.{suite}"
+        if suite not in suites:
+            raise ConfigError(sec.path, key, f"unknown suite (known: {', '.join(suites)})")
+        numbers = isinstance(value, list) and len(value) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in value)
+        if not numbers:
+            raise ConfigError(sec.path, key, f"must be [atol, rtol], two numbers >= 0, got {_show(value)}")
+        tolerances[suite] = (float(value[0]), float(value[1]))
+    return tolerances
 
 
 def _publish(sec: _Section) -> Publish:

@@ -88,22 +88,7 @@ def _strings(s: Section, key: str) -> tuple[str, ...]:
 def _subject(sec: Section, suite: str) -> Subject:
     s = sec.section(suite, ("entry", "adapter", "layout", "options", "args", "kwargs", "pytest"))
     if "pytest" in s.data:
-        extra = [k for k in s.data if k != "pytest"]
-        if extra:
-            raise ConfigError(s.path, s.name(extra[0]), "a pytest subject runs the upstream's tests: it takes no "
-                                                        f"{extra[0]}")
-        if suite in BUILTIN:
-            raise ConfigError(s.path, s.name("pytest"), f"{suite} makes its own inputs: give the upstream's "
-                                                        "benchmarks a suite name of their own")
-        nodes = _strings(s, "pytest")
-        for i, node in enumerate(nodes):
-            path = node.split("::", 1)[0]
-            if not path or Path(path).is_absolute() or ".." in Path(path).parts:
-                raise ConfigError(s.path, f"{s.name('pytest')}[{i}]", f"must be a path inside the checkout "
-                                                                      f"('tests/bench.py::test'), got {show(node)}")
-        if not nodes:
-            raise ConfigError(s.path, s.name("pytest"), "names no test")
-        return Subject(entry="", adapter="pytest", pytest=nodes)
+        return _pytest_subject(s, suite)
     entry = s.get("entry", str)
     if ":" not in entry:
         raise ConfigError(s.path, s.name("entry"), f"must be 'module:function', got {show(entry)}")
@@ -127,6 +112,26 @@ def _subject(sec: Section, suite: str) -> Subject:
                                                                         "entry points: it takes no mapping")
     return Subject(entry=entry, adapter=adapter, options=options, args=args, kwargs=dict(kwargs),
                    layout=s.get("layout", str, "bhsd", choices=("bhsd", "bshd")))
+
+
+def _pytest_subject(s: Section, suite: str) -> Subject:
+    """A subject timed by the upstream's own pytest-benchmark tests: those tests' node ids, nothing else."""
+    extra = [k for k in s.data if k != "pytest"]
+    if extra:
+        raise ConfigError(s.path, s.name(extra[0]), "a pytest subject runs the upstream's tests: it takes no "
+                                                    f"{extra[0]}")
+    if suite in BUILTIN:
+        raise ConfigError(s.path, s.name("pytest"), f"{suite} makes its own inputs: give the upstream's "
+                                                    "benchmarks a suite name of their own")
+    nodes = _strings(s, "pytest")
+    for i, node in enumerate(nodes):
+        path = node.split("::", 1)[0]
+        if not path or Path(path).is_absolute() or ".." in Path(path).parts:
+            raise ConfigError(s.path, f"{s.name('pytest')}[{i}]", f"must be a path inside the checkout "
+                                                                  f"('tests/bench.py::test'), got {show(node)}")
+    if not nodes:
+        raise ConfigError(s.path, s.name("pytest"), "names no test")
+    return Subject(entry="", adapter="pytest", pytest=nodes)
 
 
 def _read_suite_file(path: Path, key: str, file: Path, attr: str) -> tuple[bool | None, tuple[str, ...] | None]:

@@ -323,32 +323,8 @@ class Batch:
             for r in range(rounds):
                 order = range(len(claimed)) if r % 2 == 0 else range(len(claimed) - 1, -1, -1)
                 for i in order:
-                    probe, sha, mine, _ = claimed[i]
-                    if r >= len(mine):
-                        continue
-                    first = r == 0 and probe.cold_jit and not probe.stored(sha)
-                    # the tip with each revert is the same commit: name the patch, and each once
-                    others = list(dict.fromkeys(s[:7] + (f"+patch {q.patch_hash[:8]}" if q.patch_hash else "")
-                                                for j, (q, s, m, _) in enumerate(claimed) if j != i and r < len(m)))
-                    probe.on_event(ProbeEvent(sha, "trial", f"trial {mine[r] + 1}/{mine[-1] + 1}" + (
-                        f" (side by side with {', '.join(others)})" if others else ""), probe.patch_hash))
-                    # Lanes in a Latin square: on n devices each commit visits each device equally
-                    # often, so a faster core cannot pass for a faster commit.
-                    lane = i + r
-                    job = probe.job(sha, mine[r], first, None if first else firsts.get(i), lane)
-                    # the trial may be set up already, held: the commit's first as a standby, a later
-                    # one as a spare, the second of a new commit as its standby's companion, which
-                    # waits for that very first trial (bisector/measure/warmer.py)
-                    held = probe.warmer.take(job) if probe.warmer is not None else None
-                    future = held or probe.executor.submit(job)
-                    futures[future] = (i, mine[r])
-                    if first:
-                        firsts[i] = future
-                    elif held is not None and i in firsts and r == 1:
-                        # a new commit's companion, made once its standby had compiled: its next
-                        # trial can set up now, not when the first ends, a device section before
-                        # the round that doubles the pair asks for it (most of the H200 demo's)
-                        self._spare(claimed[i], i)
+                    if r < len(claimed[i][2]):  # this item's trials still to run
+                        self._submit(claimed, i, r, futures, firsts)
             # The first item last: the later stages put there what every round measures (the tip, a
             # hunk search's parent), and past 2 x `parallel` spares the oldest go first; the tip of the
             # H200 demo's fixes stage, one of nine, waited ~2 s a round for a fresh setup.
@@ -371,6 +347,34 @@ class Batch:
         probe, sha, mine, _ = item
         if mine and probe.warmer is not None:
             probe.warmer.spare(probe.job(sha, max(mine) + 1, False, None, i + len(mine)))
+
+    def _submit(self, claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]], i: int, r: int,
+                futures: dict[Future[TrialOutcome], tuple[int, int]], firsts: dict[int, Future[TrialOutcome]]) -> None:
+        """Round `r`'s trial of item `i`: taken held from the warmer or submitted, and said."""
+        probe, sha, mine, _ = claimed[i]
+        first = r == 0 and probe.cold_jit and not probe.stored(sha)
+        # the tip with each revert is the same commit: name the patch, and each once
+        others = list(dict.fromkeys(s[:7] + (f"+patch {q.patch_hash[:8]}" if q.patch_hash else "")
+                                    for j, (q, s, m, _) in enumerate(claimed) if j != i and r < len(m)))
+        probe.on_event(ProbeEvent(sha, "trial", f"trial {mine[r] + 1}/{mine[-1] + 1}" + (
+            f" (side by side with {', '.join(others)})" if others else ""), probe.patch_hash))
+        # Lanes in a Latin square: on n devices each commit visits each device equally
+        # often, so a faster core cannot pass for a faster commit.
+        lane = i + r
+        job = probe.job(sha, mine[r], first, None if first else firsts.get(i), lane)
+        # the trial may be set up already, held: the commit's first as a standby, a later
+        # one as a spare, the second of a new commit as its standby's companion, which
+        # waits for that very first trial (bisector/measure/warmer.py)
+        held = probe.warmer.take(job) if probe.warmer is not None else None
+        future = held or probe.executor.submit(job)
+        futures[future] = (i, mine[r])
+        if first:
+            firsts[i] = future
+        elif held is not None and i in firsts and r == 1:
+            # a new commit's companion, made once its standby had compiled: its next
+            # trial can set up now, not when the first ends, a device section before
+            # the round that doubles the pair asks for it (most of the H200 demo's)
+            self._spare(claimed[i], i)
 
     def _collect(self, claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]],
                  futures: dict[Future[TrialOutcome], tuple[int, int]], firsts: Mapping[int, Future[TrialOutcome]]) -> None:
