@@ -324,19 +324,25 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         stages = StageResults(config, tuple(commits), tuple(session.store.trials(session.campaign)),
                               dict(probe.build_results), result, tuple(windows), tuple(fixes), tuple(interactions),
                               tuple(found), tuple(kernels), tuple(causes), throughput)
-        data = report_data(stages, RunFacts(options.good, options.bad, out, time.monotonic() - started,
-                                            options.command, options.notes, options.offline,
-                                            0 if options.offline else throughput.trials,
-                                            sandbox.run_isolation(config.device)))
-        drawing = plotting.render(data, out) if plotting is not None else ()
-        write_trials_csv(session, commits, out / render.CSV_NAME, out)  # while the plots are drawn
-        render.write_report(data, out, drawing)
+        data = _reported(session, options, stages, out, time.monotonic() - started, plotting)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)
     finally:
         if plotting is not None:
             plotting.close()
         session.close()
 
+
+def _reported(session: Session, options: RunOptions, stages: StageResults, out: Path, wall_s: float,
+              plotting: render.PlotPool | None) -> ReportData:
+    """The report assembled from the stages' results and written: its page, plots and trials CSV."""
+    throughput = stages.throughput
+    data = report_data(stages, RunFacts(options.good, options.bad, out, wall_s, options.command, options.notes,
+                                        options.offline, 0 if options.offline or throughput is None
+                                        else throughput.trials, sandbox.run_isolation(session.config.device)))
+    drawing = plotting.render(data, out) if plotting is not None else ()
+    write_trials_csv(session, stages.commits, out / render.CSV_NAME, out)  # while the plots are drawn
+    render.write_report(data, out, drawing)
+    return data
 
 def _searched(session: Session, options: RunOptions) -> tuple[tuple[Commit, ...], StoreProbe, SearchResult,
                                                               tuple[WrongWindow, ...]]:

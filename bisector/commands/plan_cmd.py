@@ -7,6 +7,7 @@ match nothing is named, since that step would fail there.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -64,11 +65,11 @@ def command(repo: str, config_path: str | None, good: str, bad: str, noise_cv: f
     if not 0 <= noise_cv < 1 or not 0 <= fail_rate < 1 or runs < 1:
         raise BadInput("--noise-cv and --fail-rate must be in [0, 1), --runs >= 1")
     n = len(shas)
-    plan = estimate(n, noise_cv, steps, step_pct, shapes, fail_rate, trial_seconds, build_seconds, settings, runs)
-    wide = [plan] + ([estimate(n, noise_cv, steps, step_pct, shapes, fail_rate, trial_seconds, build_seconds,
-                               settings, runs, devices=devices)] if devices > 1 else [])
-    rows = [{"devices": p.devices, "rounds": p.rounds_mean, "trials": p.trials_mean, "wall_s": p.wall_s_mean,
-             "found_rate": p.found_rate} for p in wide]
+    plan_on = functools.partial(estimate, n, noise_cv, steps, step_pct, shapes, fail_rate, trial_seconds,
+                                build_seconds, settings, runs)
+    plan = plan_on()
+    wide = [plan, plan_on(devices=devices)] if devices > 1 else [plan]
+    rows = [_by_devices(p) for p in wide]
     if as_json:
         print_json({**plan.as_dict(), "noise_source": source, "by_devices": rows,
                     **({"builds": builds} if builds is not None else {})})
@@ -77,6 +78,12 @@ def command(repo: str, config_path: str | None, good: str, bad: str, noise_cv: f
     _print_plan(plan, wide, rows, runs, trial_seconds, build_seconds)
     if builds is not None:
         _print_builds(n, builds, False)
+
+
+def _by_devices(p: Plan) -> dict[str, Any]:
+    """The plan's figures on its number of devices: a row of `by_devices`."""
+    return {"devices": p.devices, "rounds": p.rounds_mean, "trials": p.trials_mean, "wall_s": p.wall_s_mean,
+            "found_rate": p.found_rate}
 
 
 def _noise(noise_cv: float | None, store_path: str | None, csv_path: str | None,

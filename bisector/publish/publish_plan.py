@@ -165,21 +165,7 @@ def plan_from_dict(data: Any, where: str = "plan") -> PublishPlan:
     except ValueError:
         choices = ", ".join(v.value for v in RunVerdict)
         raise BadInput(f"{where}: verdict: must be one of {choices}, got {raw_verdict!r}") from None
-    culprits = []
-    for i, raw in enumerate(top.get("culprits", list, [])):
-        c = _Reader(raw, where, f"culprits[{i}]", _CULPRIT_KEYS)
-        plots = []
-        for j, p in enumerate(c.get("plots", list, [])):
-            link = _Reader(p, where, f"culprits[{i}].plots[{j}]", ("label", "url"))
-            plots.append(PlotLink(label=link.get("label", str), url=link.get("url", str)))
-        culprits.append(CulpritPost(
-            pr=_positive(c, "pr"), step_summary=c.get("step_summary", str), table=c.get("table", str, ""),
-            plots=tuple(plots), patch=c.get("patch", str, None), restore=c.get("restore", str, ""),
-            patch_base=c.get("patch_base", str, None), commit=c.get("commit", str, ""),
-            hunk=c.get("hunk", str, ""), hunk_diff=c.get("hunk_diff", str, ""), kernel=c.get("kernel", str, ""),
-            kind=_kind(c), verified=c.get("verified", bool, True), cause=c.get("cause", str, ""),
-            todo=c.get("todo", str, ""), combined_patch=c.get("combined_patch", str, None),
-            nearby=c.strings("nearby")))
+    culprits = [_culprit(raw, where, i) for i, raw in enumerate(top.get("culprits", list, []))]
     requester = top.get("requester_pr", int, None)
     if requester is not None:
         requester = _positive(top, "requester_pr")
@@ -190,6 +176,23 @@ def plan_from_dict(data: Any, where: str = "plan") -> PublishPlan:
         report_url=top.get("report_url", str, None), answer=top.get("answer", str, ""),
         summary=top.get("summary", str, ""), untrusted=top.get("untrusted", bool, False),
         regressions=_count(top, "regressions"), improvements=_count(top, "improvements"))
+
+
+def _culprit(raw: Any, where: str, i: int) -> CulpritPost:
+    """The plan's culprit `i`: what its comment says, its plots' links and its patch."""
+    c = _Reader(raw, where, f"culprits[{i}]", _CULPRIT_KEYS)
+    plots = []
+    for j, p in enumerate(c.get("plots", list, [])):
+        link = _Reader(p, where, f"culprits[{i}].plots[{j}]", ("label", "url"))
+        plots.append(PlotLink(label=link.get("label", str), url=link.get("url", str)))
+    return CulpritPost(
+        pr=_positive(c, "pr"), step_summary=c.get("step_summary", str), table=c.get("table", str, ""),
+        plots=tuple(plots), patch=c.get("patch", str, None), restore=c.get("restore", str, ""),
+        patch_base=c.get("patch_base", str, None), commit=c.get("commit", str, ""),
+        hunk=c.get("hunk", str, ""), hunk_diff=c.get("hunk_diff", str, ""), kernel=c.get("kernel", str, ""),
+        kind=_kind(c), verified=c.get("verified", bool, True), cause=c.get("cause", str, ""),
+        todo=c.get("todo", str, ""), combined_patch=c.get("combined_patch", str, None),
+        nearby=c.strings("nearby"))
 
 
 KINDS = ("regression", "improvement")

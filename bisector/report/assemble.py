@@ -81,21 +81,16 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
     keys = tuple(s.key for s in config.shapes)
     metric_of = {s.key: config.thresholds.decision_of(s.suite) for s in config.shapes}
     unpatched = [t for t in every if t.patch_hash is None]
-    measured = measured_commits(every, keys)
     by_sha: dict[str, list[TrialRecord]] = {}
     for t in unpatched:
         if t.shape in keys:
             by_sha.setdefault(t.sha, []).append(t)
-    rows, wrong, machine = commit_rows(commits, by_sha, measured, keys, metric_of)
-    skipped = {sha: stages.builds[sha].log_tail if sha in stages.builds and
-               stages.builds[sha].status is BuildStatus.FAILED else result.measurements[sha].reason
-               for sha in result.skipped}
-    logs = {sha: shown(b.log_path, out) for sha, b in stages.builds.items()
-            if b.log_path and sha in skipped and b.status is BuildStatus.FAILED}
+    rows, wrong, machine = commit_rows(commits, by_sha, measured_commits(every, keys), keys, metric_of)
+    skipped, logs = _skipped(stages, out)
     proto = config.protocol
     cmd = portable.command(run.command or f"bisector run --config {config.path} --good {run.good} "
                                           f"--bad {run.bad}", out)
-    return ReportData(
+    data = ReportData(
         title=report_title(config, commits, machine),
         config_name=config.name, upstream=shown_upstream(config.upstream.repo, out), branch=config.upstream.branch,
         good=commits[0], bad=commits[-1], device=config.device, control=config.control, machine=machine,
@@ -107,21 +102,40 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
         decided=(*decision_lines(result), *cache_fit_lines([s for s in config.shapes if s.key in keys], machine,
                                                            config.caches)),
         unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step),
-        skipped=skipped, wrong=tuple(wrong), fixes=tuple(stages.fixes), commits_probed=result.commits_probed,
+        skipped=skipped, wrong=tuple(wrong), commits_probed=result.commits_probed,
         trials=result.trials, wall_s=run.wall_s, trial_s=trial_seconds(every),
         totals=run_totals(every, [c.sha for c in commits], keys, len(skipped),
                           CallTotals(run.this_call_trials, run.wall_s)),
         moves=step_moves(result.steps, rows, config.thresholds.min_step),
-        actions=actions(result.steps, stages.fixes, stages.interactions), interactions=tuple(stages.interactions),
         min_step_pct=config.thresholds.min_step_pct, min_steps=dict(config.thresholds.min_steps),
         alpha=config.thresholds.alpha,
         metric=metric_by_suite(config), calls=call_figures(unpatched, keys, [r.commit.sha for r in rows]),
         reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(stages.windows),
         notes=run.notes + ((OFFLINE_NOTE,) if run.offline else ())
         + control_outcome.notes((t for t in unpatched if t.shape in keys), config.control),
-        hunks=stages.hunks, throughput=stages.throughput, kernels=stages.kernels, causes=stages.causes,
         isolation=run.isolation,
         fresh_lineage=any(_renewed(t) for s in result.steps for t in by_sha.get(s.commit, ())))
+    return _with_later_stages(data, stages)
+
+
+def _with_later_stages(data: ReportData, stages: StageResults) -> ReportData:
+    """The report with what the stages after the search found: reverts on the tip, hunks, kernels
+    and causes, and the run's throughput."""
+    return replace(data, fixes=tuple(stages.fixes), interactions=tuple(stages.interactions),
+                   actions=actions(stages.result.steps, stages.fixes, stages.interactions), hunks=stages.hunks,
+                   throughput=stages.throughput, kernels=stages.kernels, causes=stages.causes)
+
+
+def _skipped(stages: StageResults, out: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Why each skipped commit was skipped (a failed build's log tail, else the probe's reason),
+    and the build log of each that failed to build, as the report links it."""
+    result = stages.result
+    skipped = {sha: stages.builds[sha].log_tail if sha in stages.builds and
+               stages.builds[sha].status is BuildStatus.FAILED else result.measurements[sha].reason
+               for sha in result.skipped}
+    logs = {sha: shown(b.log_path, out) for sha, b in stages.builds.items()
+            if b.log_path and sha in skipped and b.status is BuildStatus.FAILED}
+    return skipped, logs
 
 
 def _renewed(trial: TrialRecord) -> bool:
