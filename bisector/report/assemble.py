@@ -81,10 +81,7 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
     keys = tuple(s.key for s in config.shapes)
     metric_of = {s.key: config.thresholds.decision_of(s.suite) for s in config.shapes}
     unpatched = [t for t in every if t.patch_hash is None]
-    by_sha: dict[str, list[TrialRecord]] = {}
-    for t in unpatched:
-        if t.shape in keys:
-            by_sha.setdefault(t.sha, []).append(t)
+    by_sha = _by_commit(unpatched, keys)
     rows, wrong, machine = commit_rows(commits, by_sha, measured_commits(every, keys), keys, metric_of)
     skipped, logs = _skipped(stages, out)
     proto = config.protocol
@@ -94,8 +91,7 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
         title=report_title(config, commits, machine),
         config_name=config.name, upstream=shown_upstream(config.upstream.repo, out), branch=config.upstream.branch,
         good=commits[0], bad=commits[-1], device=config.device, control=config.control, machine=machine,
-        protocol={"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials,
-                  "max_trials": proto.max_trials, "jit_cache_env": list(proto.jit_cache_env), **proto.env},
+        protocol=_protocol_shown(config),
         shapes=keys, range_commits=tuple(commits), rows=tuple(rows),
         steps=tuple(_levels_as_shown(s, by_sha, metric_of) for s in result.steps), dropped=result.dropped,
         uncertain=result.uncertain,
@@ -116,6 +112,22 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
         isolation=run.isolation,
         fresh_lineage=any(_renewed(t) for s in result.steps for t in by_sha.get(s.commit, ())))
     return _with_later_stages(data, stages)
+
+
+def _by_commit(unpatched: Sequence[TrialRecord], keys: tuple[str, ...]) -> dict[str, list[TrialRecord]]:
+    """The trials of the config's shapes, per commit."""
+    by_sha: dict[str, list[TrialRecord]] = {}
+    for t in unpatched:
+        if t.shape in keys:
+            by_sha.setdefault(t.sha, []).append(t)
+    return by_sha
+
+
+def _protocol_shown(config: Config) -> dict[str, object]:
+    """The protocol as the report states it: repetitions, trials, the JIT cache variables, the env."""
+    proto = config.protocol
+    return {"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials, "max_trials": proto.max_trials,
+            "jit_cache_env": list(proto.jit_cache_env), **proto.env}
 
 
 def _with_later_stages(data: ReportData, stages: StageResults) -> ReportData:

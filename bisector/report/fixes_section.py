@@ -109,18 +109,7 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     of_parent = f" and the step's parent {commit_ref(parent, data)}" if parent else " and the step's parent"
     lines = [f"- revert of {name} on the tip ([{patch}]({patch})): {fix.trials} rounds, one trial each of the "
              f"tip with the revert, the tip{of_parent}:", ""]
-    rows = []
-    for shape in fix.shapes:
-        metric = METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))
-        par = fix.vs_parent.get(shape)
-        rows.append([_short_shape(shape), _verdict_cell(fix, shape, data),
-                     f"{metric} {change(par)}" if par else "", _vs_tip(fix, shape, data),
-                     *(_tf(v, shape) for v in (fix.restored, fix.baseline, fix.tip)),
-                     _all_trials(prow, shape), _all_trials(trow, shape)])
-    lines += ["  " + line for line in _table(
-        ["shape", "verdict", "revert vs parent", "revert vs tip", "revert TFLOP/s", "parent TFLOP/s", "tip TFLOP/s",
-         "parent, all trials", "tip, all trials"], rows,
-        ["---", "---", "---", "---", "---:", "---:", "---:", "---:", "---:"])]
+    lines += ["  " + line for line in _fix_table(fix, data, prow, trow)]
     slower = [s for s in fix.shapes if fix.verdict(s) == "slower than the tip"]
     if slower:
         lines += ["", "  > ⚠ **The revert makes the tip slower** in "
@@ -129,6 +118,23 @@ def fix_lines(fix: FixResult, data: ReportData) -> list[str]:
     if not fix.correct:
         lines += ["", "  > ⚠ **WRONG RESULTS with the patch**: the tip with the revert disagrees with the control."]
     return [*lines, ""]
+
+
+_FIX_COLUMNS = ["shape", "verdict", "revert vs parent", "revert vs tip", "revert TFLOP/s", "parent TFLOP/s",
+                "tip TFLOP/s", "parent, all trials", "tip, all trials"]
+
+
+def _fix_table(fix: FixResult, data: ReportData, prow: CommitRow | None, trow: CommitRow | None) -> list[str]:
+    """The revert's table: a row per shape, its verdict, its changes and the TFLOP/s it was judged on."""
+    rows = []
+    for shape in fix.shapes:
+        metric = METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))
+        par = fix.vs_parent.get(shape)
+        rows.append([_short_shape(shape), _verdict_cell(fix, shape, data),
+                     f"{metric} {change(par)}" if par else "", _vs_tip(fix, shape, data),
+                     *(_tf(v, shape) for v in (fix.restored, fix.baseline, fix.tip)),
+                     _all_trials(prow, shape), _all_trials(trow, shape)])
+    return _table(_FIX_COLUMNS, rows, ["---", "---", "---", "---", "---:", "---:", "---:", "---:", "---:"])
 
 
 def fixes_section(data: ReportData) -> list[str]:
