@@ -674,17 +674,7 @@ class Executor:
             # Not a CPU core: the bot's storing would run beside the next trial's timed calls there.
             self._grant(run.device)
         out = run.out
-        timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
-                            run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
-                            run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind,
-                            unheld=run.t.get("unheld"), phases=phase_seconds(out.get("phases") or (), run.t.get("go"), run.t.get("release")),
-                            briefs=tuple((a, b) for a, b in run.briefs), slot=run.job.slot)
-        info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
-                "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
-                "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict(),
-                "worker": {"source": self.source.kind, "lineage": worker.lineage if worker else None,
-                           "cuda_initialized_before_trial": bool(worker and worker.ready.get("cuda_initialized")),
-                           "device_opened_s": worker.ready.get("opened_s") if worker else None}}
+        timeline, info = self._ended_info(run, timed_out)
         with self._lock:
             self._runs.remove(run)
             self.timelines.append(timeline)
@@ -697,6 +687,22 @@ class Executor:
             if run.prepared is not None:
                 run.prepared.end()
         run.future.set_result(TrialOutcome(tuple(records), timeline))
+
+    def _ended_info(self, run: _Run, timed_out: bool) -> tuple[Timeline, dict[str, Any]]:
+        """The ended trial's timeline and what the bot saw of its end (`finish` reads it)."""
+        out, worker = run.out, run.worker
+        timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
+                            run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
+                            run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind,
+                            unheld=run.t.get("unheld"), phases=phase_seconds(out.get("phases") or (), run.t.get("go"), run.t.get("release")),
+                            briefs=tuple((a, b) for a, b in run.briefs), slot=run.job.slot)
+        info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
+                "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
+                "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict(),
+                "worker": {"source": self.source.kind, "lineage": worker.lineage if worker else None,
+                           "cuda_initialized_before_trial": bool(worker and worker.ready.get("cuda_initialized")),
+                           "device_opened_s": worker.ready.get("opened_s") if worker else None}}
+        return timeline, info
 
     def _forget(self, worker: Worker, kill: bool = True, wait_s: float = 0.0) -> None:
         if kill:

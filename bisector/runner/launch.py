@@ -107,6 +107,14 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+# What a shape's result says beside its timings, kept as it came in the record's protocol.
+_PROTOCOL_EXTRAS = ("flops", "seed", "control_first_s", "mismatched", "tolerance", "bytes", "subject_gbps",
+                    "control_gbps", "peak_gbps", "control_impl", "benchmark", "latency_calls", "kernel_fallback",
+                    "control_status", "control_error", "check", "precompile", "precompile_s", "timed_faults",
+                    "input_page_offsets", "ratio_disturbed", "disturbed_reads", "warm_subject_ms", "warm_control_ms",
+                    "warm_ratio", "precompile_parts", "compile_parts")
+
+
 def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Mapping[str, Any]) -> TrialRecord:
     status = _STATUS.get(str(raw.get("status")), TrialStatus.CRASH)
 
@@ -114,12 +122,7 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
         v = raw.get(key)
         return float(v) if isinstance(v, (int, float)) else None
 
-    extra = {k: raw[k] for k in ("flops", "seed", "control_first_s", "mismatched", "tolerance", "bytes", "subject_gbps",
-                                 "control_gbps", "peak_gbps", "control_impl", "benchmark", "latency_calls",
-                                 "kernel_fallback", "control_status", "control_error", "check", "precompile", "precompile_s",
-                                 "timed_faults", "input_page_offsets", "ratio_disturbed", "disturbed_reads",
-                                 "warm_subject_ms", "warm_control_ms", "warm_ratio",
-                                 "precompile_parts", "compile_parts") if k in raw}
+    extra = {k: raw[k] for k in _PROTOCOL_EXTRAS if k in raw}
     return TrialRecord(
         sha=sha, shape=str(raw["shape"]), status=status,
         subject_ms=tuple(raw.get("subject_ms") or ()), control_ms=tuple(raw.get("control_ms") or ()),
