@@ -169,13 +169,25 @@ def find_steps(series: Series, min_step_pct: float = 1.0, alpha: float = 0.01) -
 
     segment(0, len(series.commits))
     edges = [0, *sorted(bounds), len(series.commits)]
+    steps = _steps_at(series, edges, shapes, min_step_pct, alpha / n_shapes, noise)
+    measurements = {sha: Measurement(sha, ProbeStatus.OK if per else ProbeStatus.SKIP, dict(per),
+                                     wrong=series.wrong.get(sha, frozenset()))
+                    for sha, per in series.samples.items()}
+    return SearchResult(steps=tuple(steps), dropped=(), probes=(), measurements=measurements,
+                        skipped=tuple(sha for sha, per in series.samples.items() if not per),
+                        wrong={k: v for k, v in series.wrong.items() if v})
+
+
+def _steps_at(series: Series, edges: Sequence[int], shapes: Sequence[str], min_step_pct: float, alpha_each: float,
+              noise: Mapping[str, tuple[float, float]]) -> list[Step]:
+    """A step at each inner edge where a shape moved between the segments either side of it."""
     steps = []
     for a, k, b in zip(edges, edges[1:], edges[2:]):
-        comps = {s: compare(_pooled(series, a, k, s), _pooled(series, k, b, s), min_step_pct, alpha / n_shapes, s,
+        comps = {s: compare(_pooled(series, a, k, s), _pooled(series, k, b, s), min_step_pct, alpha_each, s,
                             noise[s]) for s in shapes if _pooled(series, a, k, s) and _pooled(series, k, b, s)}
         moved = sorted(s for s, c in comps.items()
                        if c.verdict is Verdict.DIFFERENT
-                       or holds(c, math.copysign(1.0, c.change_pct), min_step_pct, alpha / n_shapes))
+                       or holds(c, math.copysign(1.0, c.change_pct), min_step_pct, alpha_each))
         if not moved:
             continue
         sha = series.commits[k]
@@ -183,9 +195,4 @@ def find_steps(series: Series, min_step_pct: float = 1.0, alpha: float = 0.01) -
                           change_pct={s: comps[s].change_pct for s in moved},
                           ci95={s: comps[s].ci95 for s in moved}, p_value={s: comps[s].p_value for s in moved},
                           pr=series.prs.get(sha)))
-    measurements = {sha: Measurement(sha, ProbeStatus.OK if per else ProbeStatus.SKIP, dict(per),
-                                     wrong=series.wrong.get(sha, frozenset()))
-                    for sha, per in series.samples.items()}
-    return SearchResult(steps=tuple(steps), dropped=(), probes=(), measurements=measurements,
-                        skipped=tuple(sha for sha, per in series.samples.items() if not per),
-                        wrong={k: v for k, v in series.wrong.items() if v})
+    return steps

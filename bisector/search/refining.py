@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from bisector.model import Verdict
@@ -60,12 +60,7 @@ class Refining(Comparing):
         tried: set[int] = set()
         chosen: list[int] = []
         open_slots = list(range(len(targets)))
-        # Inside a window of wrong results (a commit between lo and hi already wrong on `need`, or a
-        # pick that just was), a commit shows whether it is usable in one trial: the rest of its
-        # trials only once it is. The H200 demo's bridge across its GEMM window paid 4 trials for
-        # each of eight wrong commits (studies/demo_replay.py).
-        first = 1 if need and any(self.commits[k] in self.meas and not self.usable(k, need) and k not in self.skipped
-                                  for k in range(lo + 1, hi)) else repeats
+        first = 1 if need and self.in_wrong_window(lo, hi, need) else repeats
         while open_slots:
             picks: dict[int, int] = {}
             for q in open_slots:
@@ -75,14 +70,7 @@ class Refining(Comparing):
             if not picks:
                 break
             bounds = sorted({lo, hi, *chosen, *picks.values()})
-            # Inside a window of wrong results a pick is often wrong too, and the next one outwards
-            # is asked for at once: named first, it is set up while this one is measured (the H200
-            # demo's bridge probed nine commits one by one, ~5 s of cold setup each on the path).
-            # `WALK_AHEAD` a pick, none already measured: a measured one costs no trial, and the walk
-            # went on to a commit nobody had named (5 cold setups of 3.5-4.6 s on that demo's path).
-            fallbacks = [k for q in picks for k in itertools.islice(
-                (k for k in orders[q] if k not in tried and k not in picks.values() and not self.measured(k)),
-                WALK_AHEAD)] if first == 1 and need else []
+            fallbacks = self.walk_ahead(orders, picks, tried) if first == 1 and need else []
             self.prefetch(fallbacks, zip(bounds, bounds[1:]))
             self.measure_points(list(picks.values()), first, on)
             tried.update(picks.values())
@@ -99,6 +87,24 @@ class Refining(Comparing):
         if on:
             return sorted(k for k in set(chosen) if k not in self.skipped)
         return sorted(k for k in set(chosen) if self.measure(k, repeats))
+
+    def in_wrong_window(self, lo: int, hi: int, need: Sequence[str]) -> bool:
+        """A commit between lo and hi already wrong on `need`: inside a window of wrong results, where
+        a commit shows whether it is usable in one trial and gets the rest of its trials only once it
+        is. The H200 demo's bridge across its GEMM window paid 4 trials for each of eight wrong
+        commits (studies/demo_replay.py)."""
+        return any(self.commits[k] in self.meas and not self.usable(k, need) and k not in self.skipped
+                   for k in range(lo + 1, hi))
+
+    def walk_ahead(self, orders: Sequence[Sequence[int]], picks: Mapping[int, int], tried: set[int]) -> list[int]:
+        """Inside a window of wrong results a pick is often wrong too, so the next ones outwards are
+        asked for at once: named first, they are set up while this one is measured (the H200 demo's
+        bridge probed nine commits one by one, ~5 s of cold setup each on the path). `WALK_AHEAD` a
+        pick, none already measured: a measured one costs no trial, and the walk went on to a commit
+        nobody had named (5 cold setups of 3.5-4.6 s on that demo's path)."""
+        return [k for q in picks for k in itertools.islice(
+            (k for k in orders[q] if k not in tried and k not in picks.values() and not self.measured(k)),
+            WALK_AHEAD)]
 
     def open_shapes(self, lo: int, hi: int, need: Sequence[str]) -> tuple[str, ...]:
         """The shapes a split point of (lo, hi) is measured on (`SearchSettings.split_on_moved`): those

@@ -47,27 +47,11 @@ class Verifying(Refining):
     def verify(self, cand: _Candidate) -> tuple[Step, bool]:
         st = self.settings
         holding: set[str] = set()
-        unmeasured = False  # the probe could not give the fresh trials (an offline replay): unverified
         fresh: dict[str, Comparison] | None = None  # the holding look's last comparisons
         aside: tuple[_Counts, _Counts] | None = None  # a look whose trials the final judgement leaves out
         if st.verify:
-            # its first look's trials asked for ahead, or asked for now
-            first, n = self.ahead.get((cand.lo, cand.hi)) or (self.counts(cand.lo, cand.hi), self.look_size(cand))
-            alpha = self.alpha_verify / max(1, len(self.candidates))
-            on = self.look_shapes(cand)
-            holding, fresh = self.look(cand, n, alpha, on)
-            if not holding and fresh is not None and st.second_look:
-                # One worker lineage can read one build ~2x slow throughout, another reads it as it
-                # is (studies/results/cpu-slow-builds.txt, part 9: a real step's parent, slow in the
-                # verification's lineage only, made the step vanish there). Before a step is dropped,
-                # another new lineage looks, at half the level (two chances to hold); if it holds
-                # there, the first look's trials are set aside: two lineages (the search's and this
-                # one) against one.
-                denied = (first, self.counts(cand.lo, cand.hi))
-                with self.another_lineage():
-                    holding, fresh = self.look(cand, n, alpha / 2.0, on)
-                aside = denied if holding else None
-            unmeasured = fresh is None
+            holding, fresh, aside = self.fresh_looks(cand)
+        unmeasured = st.verify and fresh is None  # the probe could not give the fresh trials (offline): unverified
         final = self.compare_now(cand.lo, cand.hi, self.alpha_verify, aside=aside)
         if st.verify and not unmeasured:
             # It holds in its fresh trials and over all of them: two or three fresh trials a side
@@ -99,6 +83,30 @@ class Verifying(Refining):
             candidates=between if len(between) > 1 else (), verified=ok and st.verify and not unmeasured,
         )
         return step, ok
+
+    def fresh_looks(self, cand: _Candidate) -> tuple[set[str], dict[str, Comparison] | None,
+                                                      tuple[_Counts, _Counts] | None]:
+        """The candidate looked at on fresh trials: (the shapes it holds on, the holding look's last
+        comparisons, or None where none could be taken; the trials set aside, where a second look
+        overruled the first)."""
+        aside: tuple[_Counts, _Counts] | None = None
+        # its first look's trials asked for ahead, or asked for now
+        first, n = self.ahead.get((cand.lo, cand.hi)) or (self.counts(cand.lo, cand.hi), self.look_size(cand))
+        alpha = self.alpha_verify / max(1, len(self.candidates))
+        on = self.look_shapes(cand)
+        holding, fresh = self.look(cand, n, alpha, on)
+        if not holding and fresh is not None and self.settings.second_look:
+            # One worker lineage can read one build ~2x slow throughout, another reads it as it
+            # is (studies/results/cpu-slow-builds.txt, part 9: a real step's parent, slow in the
+            # verification's lineage only, made the step vanish there). Before a step is dropped,
+            # another new lineage looks, at half the level (two chances to hold); if it holds
+            # there, the first look's trials are set aside: two lineages (the search's and this
+            # one) against one.
+            denied = (first, self.counts(cand.lo, cand.hi))
+            with self.another_lineage():
+                holding, fresh = self.look(cand, n, alpha / 2.0, on)
+            aside = denied if holding else None
+        return holding, fresh, aside
 
     def look_size(self, cand: _Candidate) -> int:
         """Fresh trials a side of a candidate's first look, sized to the step found: enough that it
