@@ -12,14 +12,14 @@ stays at the last good commit and a slow drift cannot walk the baseline down.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from bisector import gitrepo, pipeline, publish
 from bisector.config import Config
-from bisector.model import ProbeStatus, Step
+from bisector.model import Measurement, ProbeStatus, Step
 from bisector.search import uncertain_json
 from bisector.store import Night
 from bisector.triggers import outcome_plan as plan_mod
@@ -67,18 +67,13 @@ def run_night(config: Config, date: str, store: str | None = None, work_dir: str
         session.store.add_commits(session.campaign, [gitrepo.to_commit(session.repo.commit(tip))])
         probe = session.probe()
         if last is None or last[1] == tip:
-            m = probe(tip, config.protocol.trials)
-            good = m.status is ProbeStatus.OK and not m.wrong
-            why = "first night" if last is None else "no new commits since the last good night"
-            verdict: dict[str, object] = {"baseline": last[1] if last else None, "note": why,
-                                          "status": "ok" if good else (m.reason or "wrong results")[-300:]}
-            night = Night(date, tip, good, verdict)
+            night = _tip_alone(probe(tip, config.protocol.trials), date, tip, last)
         else:
             night, bisect_out = _compare(session, config, date, last[1], tip, store, work_dir, verify_fixes, say,
                                          on_range)
             if bisect_out is not None:
                 plan = plan_mod.from_outcome(config, bisect_out, f"nightly-{config.name}-{date}")
-                verdict = dict(night.verdict)
+                verdict: dict[str, object] = dict(night.verdict)
                 verdict["bisect_report"] = str(bisect_out.report_dir / "report.md")
                 night = replace(night, verdict=verdict)
         session.store.record_night(session.campaign, night.date, night.sha, night.verdict, good=night.good)
@@ -96,6 +91,15 @@ def run_night(config: Config, date: str, store: str | None = None, work_dir: str
         say("publish.repo is not set: the bisection is in the report only")
     return replace(outcome, bisect_report=Path(str(bisect_report)) if bisect_report else None, published=published,
                    plan_file=plan_out if plan is not None and plan_out is not None else None)
+
+
+def _tip_alone(m: Measurement, date: str, tip: str, last: tuple[str, str] | None) -> Night:
+    """A night with nothing to compare against (the first, or no commit since the last good one):
+    the tip measured alone, good where it ran and gave right results."""
+    good = m.status is ProbeStatus.OK and not m.wrong
+    why = "first night" if last is None else "no new commits since the last good night"
+    return Night(date, tip, good, {"baseline": last[1] if last else None, "note": why,
+                                   "status": "ok" if good else (m.reason or "wrong results")[-300:]})
 
 
 def _compare(session: pipeline.Session, config: Config, date: str, base: str, tip: str, store: str | None,
@@ -181,17 +185,23 @@ def render_markdown(config: Config, night: Night, nights: list[Night], subj: Map
         if v.get("bisect_report"):
             rel = os.path.relpath(str(v["bisect_report"]), nightly_dir(config))
             lines += ["", f"Full bisection report: [{rel}]({rel})"]
-    lines += ["", "## Trend", "", f"![trend]({trend_png})", "",
-              "| night | commit | good | " + " | ".join(keys) + " |", "|---|---|---|" + "---:|" * len(keys)]
+    lines += ["", "## Trend", "", f"![trend]({trend_png})", "", *_trend_table(keys, nights, subj, ctrl)]
+    lines += ["", "TFLOP/s medians over each night's stored trials; `ctl` is the control "
+              f"({config.control}) timed in the same processes.", ""]
+    return "\n".join(lines)
+
+
+def _trend_table(keys: Sequence[str], nights: Sequence[Night], subj: Mapping[str, Mapping[str, float]],
+                 ctrl: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """A row per night: its commit, whether it was good, and each shape's subject (and control) TFLOP/s."""
+    lines = ["| night | commit | good | " + " | ".join(keys) + " |", "|---|---|---|" + "---:|" * len(keys)]
     for n in nights:
         cells = []
         for k in keys:
             s, c = subj.get(n.date, {}).get(k), ctrl.get(n.date, {}).get(k)
             cells.append("—" if s is None else f"{s:.2f}" + (f" (ctl {c:.2f})" if c is not None else ""))
         lines.append(f"| {n.date} | `{n.sha[:7]}` | {'yes' if n.good else 'no'} | " + " | ".join(cells) + " |")
-    lines += ["", "TFLOP/s medians over each night's stored trials; `ctl` is the control "
-              f"({config.control}) timed in the same processes.", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _answer(night: Night) -> str:

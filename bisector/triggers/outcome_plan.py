@@ -80,8 +80,22 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
     """`patches`: culprit sha -> patch text of its verified revert; `combined`: the reverts of several
     culprits (newest first) -> their combined patch on the tip; `untrusted`: the code measured was not the
     upstream's own, so no patch is proposed (bisector/publish/messages.py labels the results)."""
-    patches = dict(patches or {})
-    combined = dict(combined or {})
+    culprits = _culprits(data, patches or {}, combined or {}, untrusted)
+    missing = missing_lines(data)
+    if untrusted:
+        report_md = _labelled(report_md)
+    return PublishPlan(run_id=run_id, repo=repo, verdict=verdict(data.steps, missing), report=report_md,
+                       culprits=tuple(culprits), requester_pr=requester_pr, head_sha=data.bad.sha,
+                       base_branch=base_branch, missing=missing, summary="\n".join(summary_lines(data)),
+                       untrusted=untrusted,
+                       regressions=sum(1 for s in data.steps if s.is_regression and s.verified),
+                       improvements=sum(1 for s in data.steps if not s.is_regression and s.verified))
+
+
+def _culprits(data: ReportData, patches: Mapping[str, str], combined: Mapping[tuple[str, ...], str],
+              untrusted: bool) -> list[CulpritPost]:
+    """A post per PR that made a step (once per PR, none for an unsure step): its table, its revert
+    where verified, its hunk, kernels and cause."""
     fixes = {f.step_commit: f for f in data.fixes}
     found = {h.step_commit: h for h in data.hunks}
     compiled = {k.step_commit: k for k in data.kernels}
@@ -106,15 +120,7 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
                                     todo=pr_advice.todo(step, data),
                                     combined_patch=combined.get(comb.combo) if comb is not None else None,
                                     nearby=pr_advice.nearby(step, data)))
-    missing = missing_lines(data)
-    if untrusted:
-        report_md = _labelled(report_md)
-    return PublishPlan(run_id=run_id, repo=repo, verdict=verdict(data.steps, missing), report=report_md,
-                       culprits=tuple(culprits), requester_pr=requester_pr, head_sha=data.bad.sha,
-                       base_branch=base_branch, missing=missing, summary="\n".join(summary_lines(data)),
-                       untrusted=untrusted,
-                       regressions=sum(1 for s in data.steps if s.is_regression and s.verified),
-                       improvements=sum(1 for s in data.steps if not s.is_regression and s.verified))
+    return culprits
 
 
 def _labelled(report_md: str) -> str:
