@@ -500,7 +500,14 @@ def _plumbed(session: Session, step: Step, planned: Planned, taken: Taken, out: 
         return HunkFinding(step.commit, len(plan.parts), labels, len(labels) == 1, tuple(rounds.tries),
                            str(base_path), base_path.read_text(), base_carries=True, base_patch_path=str(base_path),
                            **counts)
-    found = hunks.search(len(plan.pieces), rounds, budget=max(1, budget - 1), look_again=rounds,
+    return _pieces_search(step, plan, rounds, max(1, budget - 1), out, base_path, counts)
+
+
+def _pieces_search(step: Step, plan: hunk_plumbing.Plan, rounds: _Rounds, budget: int, out: Path, base_path: Path,
+                   counts: Mapping[str, Any]) -> HunkFinding:
+    """The behaviour-changing pieces searched on top of the plumbing base (which alone did not
+    carry the step), and the smallest set found written as its patch."""
+    found = hunks.search(len(plan.pieces), rounds, budget=budget, look_again=rounds,
                          free=lambda subset: bool(rounds.refused(subset)))
     chosen = [plan.pieces[i] for i in found.found]
     text = hunks.patch_of(hunk_plumbing.Plan(plan.parts, (), tuple(chosen)).hunks_of(range(len(chosen))))

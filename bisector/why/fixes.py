@@ -212,9 +212,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     config, tip = session.config, commits[-1].sha
     n = side_trials(config)
     patches, failed, reverts, parents, texts = _revert_sides(session, steps, out, tip, n, taken)
-    plans = [interactions.set_up(session, g, keys, note, tip, texts)
-             for g, keys, note in interactions.groups(result.steps)]
-    combos = [{c: _Slice(p, tip, taken.take(p, tip, n), n) for c, p in plan.probes.items()} for plan in plans]
+    plans, combos = _groups(session, result, tip, texts, n, taken)
     measured = [s for s in steps if s.commit in reverts]
     now = _tip_slice(session, measured, plans, tip, n, taken) if measured or any(combos) else None
     cap = max(n, config.protocol.max_trials)
@@ -227,8 +225,7 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     # Judged on fewer, they disagreed in one report (#131: "+3.3%, restored" against "-0.1% alone").
     live, open_groups = measured, [i for i, c in enumerate(combos) if c]
     while (live or open_groups) and now is not None:
-        got = _measure([now, *{s.parent: parents[s.parent] for s in live}.values(), *(reverts[s.commit] for s in live),
-                        *(sl for i in open_groups for sl in combos[i].values())])
+        got = _measure(_round_slices(now, parents, reverts, combos, live, open_groups))
         for step in live:
             results[step.commit] = _result(session, step, str(patches[step.commit]), now,
                                            parents[step.parent], reverts[step.commit], got, pools)
@@ -247,6 +244,23 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     return OnTheTip(fixes, patches, tuple(
         judged.get(i) or _unjudged(plan, now, reverts, failed, side_trials(config), th, pools)
         for i, plan in enumerate(plans)))
+
+
+def _groups(session: Session, result: SearchResult, tip: str, texts: Mapping[str, str], n: int,
+            taken: Taken) -> tuple[list[interactions.Plan], list[dict[interactions.Combo, _Slice]]]:
+    """Each group of steps on shared shapes set up on the tip, and its combined reverts' first n trials."""
+    plans = [interactions.set_up(session, g, keys, note, tip, texts)
+             for g, keys, note in interactions.groups(result.steps)]
+    return plans, [{c: _Slice(p, tip, taken.take(p, tip, n), n) for c, p in plan.probes.items()} for plan in plans]
+
+
+def _round_slices(now: _Slice, parents: Mapping[str, _Slice], reverts: Mapping[str, _Slice],
+                  combos: Sequence[Mapping[interactions.Combo, _Slice]], live: Sequence[Step],
+                  open_groups: Sequence[int]) -> list[_Slice]:
+    """What a round measures: the tip, the parent and revert of each step still undecided, and the
+    combinations of each group still unclear."""
+    return [now, *{s.parent: parents[s.parent] for s in live}.values(), *(reverts[s.commit] for s in live),
+            *(sl for i in open_groups for sl in combos[i].values())]
 
 
 def _revert_sides(session: Session, steps: Sequence[Step], out: Path, tip: str, n: int, taken: Taken,
