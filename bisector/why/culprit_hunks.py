@@ -496,11 +496,17 @@ def _plumbed(session: Session, step: Step, planned: Planned, taken: Taken, out: 
     base_path = out / f"hunk-{step.commit[:7]}-plumbing.patch"
     base_path.write_text(plan.patch(()))
     if base_alone:  # the step is in what threads the name through (or a new definition it calls)
-        labels = tuple(p.label for p in plan.base)
-        return HunkFinding(step.commit, len(plan.parts), labels, len(labels) == 1, tuple(rounds.tries),
-                           str(base_path), base_path.read_text(), base_carries=True, base_patch_path=str(base_path),
-                           **counts)
+        return _in_base(step, plan, rounds, base_path, counts)
     return _pieces_search(step, plan, rounds, max(1, budget - 1), out, base_path, counts)
+
+
+def _in_base(step: Step, plan: hunk_plumbing.Plan, rounds: _Rounds, base_path: Path,
+             counts: Mapping[str, Any]) -> HunkFinding:
+    """The finding where the plumbing base alone carries the step: its pieces are the answer."""
+    labels = tuple(p.label for p in plan.base)
+    return HunkFinding(step.commit, len(plan.parts), labels, len(labels) == 1, tuple(rounds.tries),
+                       str(base_path), base_path.read_text(), base_carries=True, base_patch_path=str(base_path),
+                       **counts)
 
 
 def _pieces_search(step: Step, plan: hunk_plumbing.Plan, rounds: _Rounds, budget: int, out: Path, base_path: Path,

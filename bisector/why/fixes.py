@@ -240,10 +240,9 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         more = min(n, cap - n)
         now = _grow(now, parents, reverts, combos, live, open_groups, more, taken)
         n += more
-    fixes = _fix_results(steps, patches, failed, results, result.steps, commits)
-    return OnTheTip(fixes, patches, tuple(
-        judged.get(i) or _unjudged(plan, now, reverts, failed, side_trials(config), th, pools)
-        for i, plan in enumerate(plans)))
+    groups = [judged.get(i) or _unjudged(plan, now, reverts, failed, side_trials(config), th, pools)
+              for i, plan in enumerate(plans)]
+    return OnTheTip(_fix_results(steps, patches, failed, results, result.steps, commits), patches, tuple(groups))
 
 
 def _groups(session: Session, result: SearchResult, tip: str, texts: Mapping[str, str], n: int,

@@ -187,17 +187,20 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
     se = math.sqrt(pooled * sum(1.0 / len(g) for g in logs))
     half = float(special.stdtrit(df, 0.975)) * se
     lo, hi = inter - half, inter + half
-    floor = math.log1p(min_step_pct / 100)
-    if lo > 0 and inter >= floor:
-        verdict = "hide"
-    elif hi < 0 and -inter >= floor:
-        verdict = "overlap"
-    elif -floor < lo and hi < floor:
-        verdict = "add"
-    else:
-        verdict = "unclear"
     return (pct(m[1] - m[0]), pct(m[3] - m[2]), pct(m[2] - m[0]), pct(m[3] - m[1]), pct(inter),
-            (pct(lo), pct(hi)), verdict)
+            (pct(lo), pct(hi)), _pair_verdict(inter, lo, hi, math.log1p(min_step_pct / 100)))
+
+
+def _pair_verdict(inter: float, lo: float, hi: float, floor: float) -> str:
+    """How two reverts combine, from the interaction (log) and its interval against the minimum step:
+    one hides the other, they overlap, they add up, or unclear."""
+    if lo > 0 and inter >= floor:
+        return "hide"
+    if hi < 0 and -inter >= floor:
+        return "overlap"
+    if -floor < lo and hi < floor:
+        return "add"
+    return "unclear"
 
 
 Combo = tuple[str, ...]  # the culprits whose reverts a build of the tip carries
