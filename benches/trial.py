@@ -6,7 +6,8 @@ Setup first, off the device: the commit's modules, the backends, the device cont
 the device held (the `gate`: the bot lets one trial per device in at a time), per shape: random
 inputs from the trial's seed; the subject's first call timed apart (compile), then the control's
 (control_first_s: a library's JIT); the subject's output checked against the control's; warm-up;
-`reps` interleaved subject/control calls, each after a cache flush. The device is given back before telemetry, the last write and the interpreter's exit.
+`reps` interleaved subject/control calls, each after a cache flush. The device is given back before
+telemetry, the last write and the interpreter's exit.
 Every phase is timestamped (`phases`), so the bot can say where a trial's time went and prove
 that no two timed sections shared a device. OUT is rewritten after every shape, so a crash keeps
 what was measured. A control that cannot run a shape is the control's failure, never the subject's:

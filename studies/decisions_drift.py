@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         trials = [c.trials for _, c in runs]
         minutes = [c.wall_s / 60.0 for _, c in runs]
         views = [f.decided_on for r, _ in runs for f in r.decisions.drift]
-        print(f"\n## {name}\nranges with a step: {stepped}/{len(runs)}, exactly the planted one: {exact}; saying 'no step >= 3%': {said}/{len(runs)}; "
+        print(f"\n## {name}\nranges with a step: {stepped}/{len(runs)}, exactly the planted one: {exact}; "
+              f"saying 'no step >= 3%': {said}/{len(runs)}; "
               f"trials median {statistics.median(trials):g}, max {max(trials)}; simulated minutes median "
               f"{statistics.median(minutes):.1f}, max {max(minutes):.1f}; within 40 trials and 2 minutes: "
               f"{sum(c.trials <= 40 and c.wall_s <= 120.0 for _, c in runs)}/{len(runs)}; shapes decided on the "

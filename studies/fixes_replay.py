@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from bisector.build.builder import patch_hash
 from bisector.config import Thresholds
 from bisector.demo.demo_config import demo_config
-from bisector.model import Measurement, ProbeStatus, TrialRecord
-from bisector.search.samples import compare_pooled, run_noise, trial_metric
+from bisector.model import Comparison, Measurement, ProbeStatus, TrialRecord
+from bisector.search.samples import PooledNoise, compare_pooled, run_noise, trial_metric
 from bisector.search.stats import compare
 from bisector.why.fixes import FixResult
 from studies import no_such_files
@@ -70,14 +72,26 @@ def replay(report: Path, rounds: list[int]) -> list[str]:
                 sides = (parent[:n], mine[:n]), (now[:n], mine[:n])
                 verdicts = []
                 step_pct = th.min_step(shape)
-                for judge in (lambda b, a: compare(b, a, step_pct, alpha, shape),  # noqa: B023 - called in this loop
-                              lambda b, a: compare_pooled(b, a, step_pct, alpha, shape, noise[shape])):  # noqa: B023
+                for judge in (functools.partial(_judge_alone, step_pct=step_pct, alpha=alpha, shape=shape),
+                              functools.partial(_judge_pooled, step_pct=step_pct, alpha=alpha, shape=shape,
+                                                noise=noise[shape])):
                     fix = FixResult(step["commit"], "", True, shapes=(shape,), vs_parent={shape: judge(*sides[0])},
                                     vs_tip={shape: judge(*sides[1])}, own_pct=step["change_pct"],
                                     min_step_pct=th.min_step_pct, min_steps=dict(th.min_steps))
                     verdicts.append(fix.verdict(shape))
                 lines.append(f"| #{step['pr']} | {shape} | {n} | {verdicts[0]} | {verdicts[1]} |")
     return lines
+
+
+def _judge_alone(b: Sequence[float], a: Sequence[float], step_pct: float, alpha: float, shape: str) -> Comparison:
+    """A revert judged on its own trials' spread (Welch)."""
+    return compare(b, a, step_pct, alpha, shape)
+
+
+def _judge_pooled(b: Sequence[float], a: Sequence[float], step_pct: float, alpha: float, shape: str,
+                  noise: PooledNoise | None) -> Comparison:
+    """A revert judged on the search's pooled trial noise (samples.compare_pooled)."""
+    return compare_pooled(b, a, step_pct, alpha, shape, noise)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--max-gap", type=float, default=30.0, help="longer gaps are stops between calls")
 
     return over_stores("idle_gaps", __doc__, argv, options, lambda args: [
-        f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial (of them a patched build's) | "
+        f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial "
+        "(of them a patched build's) | "
         "before a later trial | first trials from standbys | later trials from spares | "
         + " | ".join(f"gaps: {w}" for w in WAITS) + " |",
         "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(WAITS)], lambda store, args: row(store, args.min_gap, args.max_gap))

@@ -14,12 +14,14 @@ kind: the first rounds per culprit and q that CALIBRATED holds.
 
 from __future__ import annotations
 
+import functools
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Literal
 
 import git
 
@@ -162,6 +164,12 @@ def fit(growth: Callable[[float], float], target: float) -> float:
     return lo
 
 
+def _growth(q: float, stage: str, first: float, rule: Literal["double", "rounds"], trials: int,
+            max_trials: int) -> float:
+    """The trials a stage's culprit grows to, modelled with `q` the share of its rounds left open."""
+    return LaterModel({stage: StageCost(first, q, rule)}).growth(stage, trials, max_trials)
+
+
 def main() -> int:
     print(
         "| run | culprits | search | fixes: trials / announced (x) | hunks: trials / announced now (x; logged) "
@@ -209,8 +217,8 @@ def main() -> int:
             cost: StageCost = model.stages[stage]
             q = opened / max(1, opened + closed)
             cfg = load(ROOT / "configs" / CONFIG_FILES["cpu" if kind == "cpu" else "cuda"])
-            growth = lambda x: LaterModel({stage: StageCost(first / culprits, x, cost.rule)}).growth(  # noqa: E731, B023
-                stage, cfg.protocol.trials, cfg.protocol.max_trials)  # noqa: B023 - used in this iteration
+            growth = functools.partial(_growth, stage=stage, first=first / culprits, rule=cost.rule,
+                                       trials=cfg.protocol.trials, max_trials=cfg.protocol.max_trials)
             print(f"| {kind} | {label} | {first / culprits:.2f} | {q:.2f} | {growth(q):.2f} / {trials / first:.2f} "
                   f"| {fit(growth, trials / first):.2f} | {cost.first:.2f} / {cost.q:.2f} |")
     return 0

@@ -49,7 +49,8 @@ from bisector.demo.demo_config import CONFIG_FILES
 from bisector.measure.probe import ProbeEvent
 from studies.stored_trials import plain_store
 
-LINE = re.compile(r"^(?:\[ *[\d.]+\] )?progress: (?P<what>.*?) \| (?:(?P<stage>[a-z]+) \| )?commits \d+ \| trials (?P<n>\d+) of ~(?P<m>\d+)"
+LINE = re.compile(r"^(?:\[ *[\d.]+\] )?progress: (?P<what>.*?) \| (?:(?P<stage>[a-z]+) \| )?commits \d+ "
+                  r"\| trials (?P<n>\d+) of ~(?P<m>\d+)"
                   r" \| elapsed (?:(?P<min>\d+) min|(?P<s>\d+) s|(?P<h>[\d.]+) h)")
 STAGE = re.compile(r"^stage (?P<name>[a-z]+)(?:: ~(?P<expect>\d+) trials)?$")
 EVENT = re.compile(r"^(?P<sha>[0-9a-f]{7})(?: \+patch (?P<patch>[0-9a-f]{8}))? (?P<action>build|trial|skip)"

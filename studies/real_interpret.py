@@ -29,9 +29,10 @@ TINY = {"T": 48, "BT": 8, "B": 2, "S": 24, "H": 3}
 
 def host_device_calls() -> None:
     """The launchers ask torch or Triton's driver for the CUDA device around the kernel (`with
-    torch.cuda.device(...)`, its SM count, its warp size) and autotuners time their configs with the device's benchmarker; on a
-    host without CUDA those answer as one H100 would and every config runs once (the first is kept), so
-    the interpreter reaches the kernel. Only this checking process is changed; the kernels are not."""
+    torch.cuda.device(...)`, its SM count, its warp size) and autotuners time their configs with the
+    device's benchmarker; on a host without CUDA those answer as one H100 would and every config
+    runs once (the first is kept), so the interpreter reaches the kernel. Only this checking process
+    is changed; the kernels are not."""
     import contextlib
     import types
 

@@ -86,8 +86,8 @@ def test_new_shapes_load_with_their_params(tmp_path):
     (('block_table = "block_table"', 'block_table = "block_tables"'), "subject.fa.kwargs.block_table",
      "'block_tables' is not an input"),
     (("args = [", "options = { block_table = 1 }\nargs = ["), "subject.fa.kwargs.block_table", "also given in options"),
-    (('args = ["q_thd", "k_cache", "v_cache"]\nkwargs = { block_table = "block_table", seqused_k = "seqused_k", '
-      'softmax_scale = "sm_scale" }\n', ""), "suites.fa.shapes[0]", "give subject.fa args / kwargs"),
+    (('args = ["q_thd", "k_cache", "v_cache"]\nkwargs = { block_table = "block_table", '
+      'seqused_k = "seqused_k", softmax_scale = "sm_scale" }\n', ""), "suites.fa.shapes[0]", "give subject.fa args / kwargs"),
     (("Sq = 1", "Sq = 20"), "suites.fa.shapes[0].Sq", "give Sq <= Sk"),
 ])
 def test_attention_problems_name_file_and_key(tmp_path, edit, key, problem):

@@ -71,7 +71,7 @@ FORGERIES = [
 
 
 @pytest.mark.parametrize("forgery, named", FORGERIES, ids=[f[1].split(":")[0] + str(i) for i, f in enumerate(FORGERIES)])
-def test_forged_text_posts_nothing(fake: FakeGitHub, head: str, config: Path, tmp_path: Path,  # noqa: F811
+def test_forged_text_posts_nothing(fake: FakeGitHub, head: str, config: Path, tmp_path: Path,
                                    forgery: dict, named: str) -> None:
     plan = answer_plan(head, **forgery)
     result = post(tmp_path, config, plan, *expect(head))
@@ -82,7 +82,7 @@ def test_forged_text_posts_nothing(fake: FakeGitHub, head: str, config: Path, tm
     assert fake.requests == []  # refused before connecting
 
 
-def test_upstream_text_is_rendered_harmless_and_then_posted(fake: FakeGitHub, head: str, config: Path,  # noqa: F811
+def test_upstream_text_is_rendered_harmless_and_then_posted(fake: FakeGitHub, head: str, config: Path,
                                                             tmp_path: Path) -> None:
     """The bot's own plan carries a hostile commit subject: rendered, it passes the check and pings nobody."""
     plan = answer_plan(head, answer="", report=f"## Report\n\n| commit | subject |\n|---|---|\n| 3b0c9e1 | "

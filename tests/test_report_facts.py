@@ -64,8 +64,9 @@ def test_a_revert_hidden_by_another_step_says_so_first() -> None:
     cs = data.range_commits
     late = next(s for s in data.steps if s.commit == cs[8].sha)
     fa = data.steps[0]
-    c = lambda lo, hi: Comparison("fa/s4096", Verdict.DIFFERENT if lo > 0 or hi < 0 else Verdict.UNKNOWN,  # noqa: E731
-                                  (lo + hi) / 2, (lo, hi), 1e-3, 4, 4)
+    def c(lo: float, hi: float) -> Comparison:
+        return Comparison("fa/s4096", Verdict.DIFFERENT if lo > 0 or hi < 0 else Verdict.UNKNOWN,
+                          (lo + hi) / 2, (lo, hi), 1e-3, 4, 4)
     hidden = FixResult(late.commit, "revert.patch", True, shapes=("fa/s4096",), vs_parent={"fa/s4096": c(-14.0, -12.0)},
                        vs_tip={"fa/s4096": c(-0.4, 0.4)}, own_pct=dict(late.change_pct), min_step_pct=3.0)
     pair = PairEffect(fa.commit, late.commit, "fa/s4096", 9.7, 14.0, 0.0, 4.1, 4.0, (2.0, 6.0), "hide")

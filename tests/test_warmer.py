@@ -49,7 +49,8 @@ KERNEL = textwrap.dedent('''
         return a @ b
 ''')
 
-HOLD = "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); print('held', flush=True); time.sleep(600)"
+HOLD = ("import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
+        "print('held', flush=True); time.sleep(600)")
 
 
 # The same on a GPU with a real Triton kernel: its compile goes to the commit's Triton cache dir.

@@ -23,7 +23,7 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, CU_Q, CU_K, SEQUSED_K, BLOCK_TABLE, qk_scale,  # noqa: E741 - Q K V O: the attention names
+def _attn_fwd(Q, K, V, O, CU_Q, CU_K, SEQUSED_K, BLOCK_TABLE, qk_scale,
               stride_qt, stride_qh, stride_kt, stride_kh, stride_bt, group,
               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
               PAGED: tl.constexpr, CAUSAL: tl.constexpr):

@@ -15,7 +15,7 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, qk_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr,  # noqa: E741 - Q K V O
+def _attn_fwd(Q, K, V, O, qk_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr):
     pid_m = tl.program_id(0)

@@ -19,7 +19,8 @@ from bisector.search.comparing import Comparing
 
 
 class Refining(Comparing):
-    """How the search splits a pair that differs until each step sits on one commit (a layer of `State`, on `Comparing`)."""
+    """How the search splits a pair that differs until each step sits on one commit (a layer of
+    `State`, on `Comparing`)."""
 
     def usable(self, k: int, need: Iterable[str]) -> bool:
         """Commit k has samples of every shape in `need` (a wrong result there is no sample)."""

@@ -65,7 +65,8 @@ def step_kernels(work: Path, out: Path, steps: Sequence[Step], jit_cache_env: Se
             continue
         if not jit_cache_env:
             found.append(StepKernels(step.commit, step.parent, note=(
-                "the config keeps no JIT cache (`protocol.jit_cache_env` is empty): no compiled kernel to compare")))
+                "the config keeps no JIT cache (`protocol.jit_cache_env` is empty): "
+                "no compiled kernel to compare")))
             continue
         said: list[str] = []
         for sha in (step.parent, step.commit):
