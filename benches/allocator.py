@@ -29,8 +29,12 @@ M_ARENA_MAX = -8
 # The fixed thresholds: the runner puts them in every CPU trial's environment (bisector/runner/env.py
 # FIXED_MALLOC), and `pin` sets them here where the environment names none (the benches stand alone).
 DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": 32 << 20, "MALLOC_TRIM_THRESHOLD_": 64 << 20}
-PARAMS = {"MALLOC_MMAP_THRESHOLD_": M_MMAP_THRESHOLD, "MALLOC_TRIM_THRESHOLD_": M_TRIM_THRESHOLD,
-          "MALLOC_TOP_PAD_": M_TOP_PAD, "MALLOC_ARENA_MAX": M_ARENA_MAX}
+PARAMS = {
+    "MALLOC_MMAP_THRESHOLD_": M_MMAP_THRESHOLD,
+    "MALLOC_TRIM_THRESHOLD_": M_TRIM_THRESHOLD,
+    "MALLOC_TOP_PAD_": M_TOP_PAD,
+    "MALLOC_ARENA_MAX": M_ARENA_MAX,
+}
 
 
 def _libc() -> ctypes.CDLL | None:

@@ -56,11 +56,15 @@ def aiter_attention_refusal(g: shapes.Attention) -> tuple[str, str] | None:
         if g.head_dim in allowed:
             return None
         entry = "flash_attn_fp8_pertensor_func" if dense else "flash_attn_varlen_fp8_pertensor_func"
-        return "D", (f"aiter's fp8 {'dense' if dense else 'varlen'} attention ({entry}) has kernels for head sizes "
-                     f"{', '.join(map(str, allowed))} only, got {g.head_dim}")
+        return "D", (
+            f"aiter's fp8 {'dense' if dense else 'varlen'} attention ({entry}) has kernels for head sizes "
+            f"{', '.join(map(str, allowed))} only, got {g.head_dim}"
+        )
     if g.page_size not in AITER_PAGE_SIZES:
-        return "page_size", (f"aiter's batch prefill (the paged control) has kernels for page sizes "
-                             f"{', '.join(map(str, AITER_PAGE_SIZES))} only, got {g.page_size}")
+        return "page_size", (
+            f"aiter's batch prefill (the paged control) has kernels for page sizes "
+            f"{', '.join(map(str, AITER_PAGE_SIZES))} only, got {g.page_size}"
+        )
     vector = _VECTOR_BYTES // _ELEMENT_BYTES[g.dtype]
     if g.head_dim % vector:
         return (
@@ -84,24 +88,27 @@ def flydsl_attention_refusal(g: shapes.Attention) -> tuple[str, str] | None:
     if not (g.dense_q and g.dense_k):
         return "varlen", "the flydsl adapter passes dense attention only (no varlen, no paged KV)"
     if g.dtype == "fp8" and g.head_dim != FLYDSL_FP8_HEAD_DIM:
-        return "D", (f"FlyDSL's fp8 attention is built for head size {FLYDSL_FP8_HEAD_DIM} only "
-                     f"(gfx950 dense), got {g.head_dim}")
+        return "D", (
+            f"FlyDSL's fp8 attention is built for head size {FLYDSL_FP8_HEAD_DIM} only (gfx950 dense), got {g.head_dim}"
+        )
     return None
 
 
 _PLAIN_GEMM = "the flydsl adapter passes a plain 2-D GEMM only (no scales, batches or groups)"
 
 
-def flydsl_gemm_refusal(scaling: str | None, batched: bool, grouped: bool, dtype_a: str,
-                        dtype_b: str) -> tuple[str, str] | None:
+def flydsl_gemm_refusal(
+    scaling: str | None, batched: bool, grouped: bool, dtype_a: str, dtype_b: str
+) -> tuple[str, str] | None:
     """(shape key, why) when the flydsl adapter does not pass this GEMM on (from the shape in
     `bisector check-config`, from the inputs in the trial)."""
     for key, refused in (("scaling", bool(scaling)), ("batch", batched), ("groups", grouped)):
         if refused:
             return key, _PLAIN_GEMM
     if dtype_a not in FLYDSL_GEMM_DTYPES or dtype_b != dtype_a:
-        return "dtype", (f"compile_preshuffle_gemm takes {', '.join(FLYDSL_GEMM_DTYPES)} on both sides, "
-                         f"got {dtype_a} x {dtype_b}")
+        return "dtype", (
+            f"compile_preshuffle_gemm takes {', '.join(FLYDSL_GEMM_DTYPES)} on both sides, got {dtype_a} x {dtype_b}"
+        )
     return None
 
 

@@ -21,8 +21,10 @@ class Check:
     total: int
 
     def describe(self, atol: float, rtol: float) -> str:
-        return (f"output mismatch: {self.mismatched}/{self.total} elements outside atol={atol:g}*rms "
-                f"rtol={rtol:g}; max abs err {self.max_abs_err:.4g}, max rel err {self.max_rel_err:.4g}")
+        return (
+            f"output mismatch: {self.mismatched}/{self.total} elements outside atol={atol:g}*rms "
+            f"rtol={rtol:g}; max abs err {self.max_abs_err:.4g}, max rel err {self.max_rel_err:.4g}"
+        )
 
 
 def compare(subject: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> Check:
@@ -36,5 +38,6 @@ def compare(subject: torch.Tensor, expected: torch.Tensor, atol: float, rtol: fl
     max_abs = float(diff.nan_to_num(nan=float("inf")).max()) if diff.numel() else 0.0
     max_rel = max_abs / max(float(c.abs().max()), 1e-12) if c.numel() else 0.0
     mismatched = int(bad.sum())
-    return Check(ok=finite and mismatched == 0, max_abs_err=max_abs, max_rel_err=max_rel,
-                 mismatched=mismatched, total=c.numel())
+    return Check(
+        ok=finite and mismatched == 0, max_abs_err=max_abs, max_rel_err=max_rel, mismatched=mismatched, total=c.numel()
+    )

@@ -96,5 +96,9 @@ def parts() -> Iterator[dict[str, Any]]:
     finally:
         builtins.__import__ = real
         total = time.perf_counter() - start
-        found.update(import_s=round(clock.import_s, 6), jit_s=round(clock.jit_s, 6), jit_kernels=clock.jit_calls,
-                     other_s=round(max(0.0, total - clock.import_s - clock.jit_s), 6))
+        found.update(
+            import_s=round(clock.import_s, 6),
+            jit_s=round(clock.jit_s, 6),
+            jit_kernels=clock.jit_calls,
+            other_s=round(max(0.0, total - clock.import_s - clock.jit_s), 6),
+        )

@@ -144,8 +144,9 @@ def rng_kept_on_failure() -> Iterator[None]:
         raise
 
 
-def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream: Any = None,
-                warmed: bool = False, heat: int = 0) -> list[list[float]]:
+def graph_times(
+    fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream: Any = None, warmed: bool = False, heat: int = 0
+) -> list[list[float]]:
     """ms per fn per repetition: every (flush, event, call, event) captured into one CUDA graph and
     replayed twice. `reads` = 1: the graph holds `reps` repetitions and only the second replay is read
     (the first uploads the graph and brings a power-bound kernel to a steady clock); 2: it holds half
@@ -202,9 +203,11 @@ def graph_times(fns: Sequence[Fn], reps: int, flush: Fn, reads: int = 1, stream:
     idle = idle_calls(times, empty)
     if idle:
         got = statistics.median(times[idle[0]])
-        raise NoDeviceWork(f"timed call {idle[0]} read {got * 1e3:.2f} us, no more than {IDLE_FACTOR:g} empty event "
-                           f"pairs ({empty * 1e3:.2f} us): its kernels ran outside the timed stream (a launcher "
-                           "bound to a stream fixed in advance?) or not at all")
+        raise NoDeviceWork(
+            f"timed call {idle[0]} read {got * 1e3:.2f} us, no more than {IDLE_FACTOR:g} empty event "
+            f"pairs ({empty * 1e3:.2f} us): its kernels ran outside the timed stream (a launcher "
+            "bound to a stream fixed in advance?) or not at all"
+        )
     return times
 
 
@@ -244,8 +247,9 @@ def profiler_times(fns: Sequence[Fn], reps: int, flush: Fn) -> list[list[float]]
         raise KernelTimingFailed(f"torch.profiler failed: {_why(exc)}") from None
     missing = [n for per in names for n in per if found.get(n, 0.0) <= 0]
     if missing:
-        raise KernelTimingFailed(f"torch.profiler saw no device time in {len(missing)} of "
-                                 f"{reps * len(fns)} calls (first: {missing[0]})")
+        raise KernelTimingFailed(
+            f"torch.profiler saw no device time in {len(missing)} of {reps * len(fns)} calls (first: {missing[0]})"
+        )
     return [[found[n] / 1e3 for n in per] for per in names]
 
 
@@ -259,11 +263,22 @@ def event_times(fns: Sequence[Fn], reps: int, flush: Fn) -> list[list[float]]:
 
 
 METHODS: dict[str, Callable[[Sequence[Fn], int, Fn], list[list[float]]]] = {
-    GRAPH: graph_times, PROFILER: profiler_times, EVENTS: event_times}
+    GRAPH: graph_times,
+    PROFILER: profiler_times,
+    EVENTS: event_times,
+}
 
 
-def gpu_kernel_times(fns: Sequence[Fn], reps: int, flush: Fn, order: Sequence[str] = (GRAPH, PROFILER, EVENTS),
-                     graph_reads: int = 1, stream: Any = None, warmed: bool = False, heat: int = 0) -> KernelTimes:
+def gpu_kernel_times(
+    fns: Sequence[Fn],
+    reps: int,
+    flush: Fn,
+    order: Sequence[str] = (GRAPH, PROFILER, EVENTS),
+    graph_reads: int = 1,
+    stream: Any = None,
+    warmed: bool = False,
+    heat: int = 0,
+) -> KernelTimes:
     """The first method in `order` that times every fn; `fallback` says why the earlier ones did not.
     `graph_reads`, `stream`, `warmed`, `heat`: the graph's (graph_times)."""
     why: list[str] = []

@@ -21,10 +21,24 @@ NVIDIA_PROC = "/proc/driver/nvidia/version"
 # Peak DRAM bandwidth by device name, GB/s (vendors' data sheets), for "achieved bandwidth against
 # the device's peak": decode attention is bound by it. The first name a device's name contains wins.
 PEAK_GBPS: tuple[tuple[str, float], ...] = (
-    ("GH200", 4000.0), ("H200", 4800.0), ("H100 PCIe", 2000.0), ("H100 NVL", 3900.0), ("H100", 3350.0),
-    ("H800", 3350.0), ("B200", 8000.0), ("GB200", 8000.0), ("A100-SXM4-80GB", 2039.0), ("A100 80GB", 1935.0),
-    ("A100", 1555.0), ("L40S", 864.0), ("MI355X", 8000.0), ("MI350X", 8000.0), ("MI325X", 6000.0),
-    ("MI300X", 5300.0), ("MI300A", 5300.0), ("MI250X", 3277.0),
+    ("GH200", 4000.0),
+    ("H200", 4800.0),
+    ("H100 PCIe", 2000.0),
+    ("H100 NVL", 3900.0),
+    ("H100", 3350.0),
+    ("H800", 3350.0),
+    ("B200", 8000.0),
+    ("GB200", 8000.0),
+    ("A100-SXM4-80GB", 2039.0),
+    ("A100 80GB", 1935.0),
+    ("A100", 1555.0),
+    ("L40S", 864.0),
+    ("MI355X", 8000.0),
+    ("MI350X", 8000.0),
+    ("MI325X", 6000.0),
+    ("MI300X", 5300.0),
+    ("MI300A", 5300.0),
+    ("MI250X", 3277.0),
 )
 
 
@@ -44,8 +58,10 @@ def _driver() -> str | None:
             return found.group(1)
     except OSError:
         pass
-    for cmd in (["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
-                ["amd-smi", "version"]):
+    for cmd in (
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
+        ["amd-smi", "version"],
+    ):
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
@@ -83,10 +99,14 @@ def fingerprint(device: str) -> dict[str, Any]:
     }
     if device != "cpu" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        info.update(device_name=props.name, multiprocessors=props.multi_processor_count,
-                    total_memory=props.total_memory, l2_cache=getattr(props, "L2_cache_size", None),
-                    arch=getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}",
-                    driver=_driver())
+        info.update(
+            device_name=props.name,
+            multiprocessors=props.multi_processor_count,
+            total_memory=props.total_memory,
+            l2_cache=getattr(props, "L2_cache_size", None),
+            arch=getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}",
+            driver=_driver(),
+        )
     else:
         info["device_name"] = info["cpu"]
         info["threads"] = torch.get_num_threads()

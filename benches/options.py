@@ -18,8 +18,16 @@ FLYDSL_GEMM = frozenset({"tile", "waves_per_eu", "enable_scheduler", "use_async_
 # `flydsl_flash_attn_func(q, k, v, *, causal, ..., waves_per_eu, daz, dualwave_swp_lazy_rescale,
 # dualwave_swp_setprio, dualwave_swp_enable_stagger, num_kv_splits, ...)`: the kernel build options;
 # causal and the fp8 descales come from the shape.
-FLYDSL_FA = frozenset({"waves_per_eu", "daz", "dualwave_swp_lazy_rescale", "dualwave_swp_setprio",
-                       "dualwave_swp_enable_stagger", "num_kv_splits"})
+FLYDSL_FA = frozenset(
+    {
+        "waves_per_eu",
+        "daz",
+        "dualwave_swp_lazy_rescale",
+        "dualwave_swp_setprio",
+        "dualwave_swp_enable_stagger",
+        "num_kv_splits",
+    }
+)
 
 KNOWN: dict[str, dict[str, frozenset[str]]] = {
     "flydsl": {"gemm": FLYDSL_GEMM, "fa": FLYDSL_FA},

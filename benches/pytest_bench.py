@@ -65,20 +65,36 @@ class Outcomes:
             self.by_node.setdefault(report.nodeid, ("ok", ""))
 
 
-def arguments(nodes: Sequence[str], source_dir: str, json_path: Path, reps: int, warmup: int,
-              timer: str) -> list[str]:
+def arguments(nodes: Sequence[str], source_dir: str, json_path: Path, reps: int, warmup: int, timer: str) -> list[str]:
     """pytest's command line for one trial; `timer` is the trial clock's (`Clock.host_timer`)."""
     paths = [str(Path(source_dir) / node) for node in nodes]
-    warm = ["--benchmark-warmup=on", f"--benchmark-warmup-iterations={warmup}"] if warmup else \
-        ["--benchmark-warmup=off"]
-    return [*paths, "--rootdir", source_dir, "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=", "-q",
-            "--assert=plain", "--benchmark-only", f"--benchmark-json={json_path}",
-            f"--benchmark-min-rounds={max(reps, 1)}", "--benchmark-max-time=0",
-            f"--benchmark-timer={timer}", *warm]
+    warm = (
+        ["--benchmark-warmup=on", f"--benchmark-warmup-iterations={warmup}"] if warmup else ["--benchmark-warmup=off"]
+    )
+    return [
+        *paths,
+        "--rootdir",
+        source_dir,
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-o",
+        "addopts=",
+        "-q",
+        "--assert=plain",
+        "--benchmark-only",
+        f"--benchmark-json={json_path}",
+        f"--benchmark-min-rounds={max(reps, 1)}",
+        "--benchmark-max-time=0",
+        f"--benchmark-timer={timer}",
+        *warm,
+    ]
 
 
-def run_session(nodes: Sequence[str], source_dir: str, out_dir: Path, reps: int, warmup: int,
-                sha: str, timer: str) -> tuple[int, list[dict[str, Any]], Outcomes]:
+def run_session(
+    nodes: Sequence[str], source_dir: str, out_dir: Path, reps: int, warmup: int, sha: str, timer: str
+) -> tuple[int, list[dict[str, Any]], Outcomes]:
     """Run the tests in this process: (pytest's exit code, the benchmarks of its JSON, outcomes)."""
     json_path = out_dir / "benchmark.json"
     json_path.unlink(missing_ok=True)
@@ -100,14 +116,14 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
-def shape_result(shape: Mapping[str, Any], benches: Sequence[Mapping[str, Any]], outcomes: Outcomes,
-                 code: int) -> dict[str, Any]:
+def shape_result(
+    shape: Mapping[str, Any], benches: Sequence[Mapping[str, Any]], outcomes: Outcomes, code: int
+) -> dict[str, Any]:
     """One shape's result from the session: its benchmark's raw rounds and its test's outcome."""
     params, key = shape["params"], shape["key"]
     wanted = str(params.get("benchmark") or shape["name"])
     bench = next((b for b in benches if matches(wanted, str(b.get("name")), str(b.get("fullname")))), None)
-    outcome = next((o for node, o in outcomes.by_node.items() if matches(wanted, node.rsplit("::", 1)[-1], node)),
-                   None)
+    outcome = next((o for node, o in outcomes.by_node.items() if matches(wanted, node.rsplit("::", 1)[-1], node)), None)
     result: dict[str, Any] = {"shape": key, "status": "crash", "benchmark": wanted}
     if bench is not None:
         stats = bench.get("stats") or {}
@@ -115,8 +131,13 @@ def shape_result(shape: Mapping[str, Any], benches: Sequence[Mapping[str, Any]],
         extra = bench.get("extra_info") or {}
         flops = _number(extra.get("flops")) or _number(params.get("flops"))
         nbytes = _number(extra.get("bytes")) or _number(params.get("bytes"))
-        result.update(benchmark=str(bench.get("fullname")), subject_ms=ms, rounds=len(ms),
-                      iterations=stats.get("iterations"), compile_s=None)
+        result.update(
+            benchmark=str(bench.get("fullname")),
+            subject_ms=ms,
+            rounds=len(ms),
+            iterations=stats.get("iterations"),
+            compile_s=None,
+        )
         if flops and ms:
             result.update(flops=flops, subject_tflops=statistics.median(flops / (t * 1e-3) / 1e12 for t in ms))
         if nbytes and ms:
@@ -125,16 +146,28 @@ def shape_result(shape: Mapping[str, Any], benches: Sequence[Mapping[str, Any]],
         result.update(status=outcome[0], error=outcome[1])
     elif bench is None or not result.get("subject_ms"):
         ran = ", ".join(str(b.get("name")) for b in benches) or "none"
-        result["error"] = (f"no benchmark {wanted!r} in the run (pytest exit code {code}; benchmarks: {ran})"
-                           if outcome is None else f"test {wanted!r} passed without a benchmark")[:400]
+        result["error"] = (
+            f"no benchmark {wanted!r} in the run (pytest exit code {code}; benchmarks: {ran})"
+            if outcome is None
+            else f"test {wanted!r} passed without a benchmark"
+        )[:400]
     else:
         result["status"] = "ok"
     return result
 
 
-def measure(shapes: Sequence[Mapping[str, Any]], subject: Mapping[str, Any], source_dir: str, out_dir: Path,
-            reps: int, warmup: int, sha: str, timer: str) -> list[dict[str, Any]]:
+def measure(
+    shapes: Sequence[Mapping[str, Any]],
+    subject: Mapping[str, Any],
+    source_dir: str,
+    out_dir: Path,
+    reps: int,
+    warmup: int,
+    sha: str,
+    timer: str,
+) -> list[dict[str, Any]]:
     """Every shape of one pytest subject from one session."""
-    code, benches, outcomes = run_session(list(subject.get("pytest") or ()), source_dir, out_dir, reps, warmup, sha,
-                                          timer)
+    code, benches, outcomes = run_session(
+        list(subject.get("pytest") or ()), source_dir, out_dir, reps, warmup, sha, timer
+    )
     return [shape_result(shape, benches, outcomes, code) for shape in shapes]

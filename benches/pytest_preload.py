@@ -25,11 +25,26 @@ def _import_plugins() -> None:
 
 def _configure_once() -> None:
     """One empty session with the trial's own flags: what plugins import on configure is then loaded."""
-    with tempfile.TemporaryDirectory(prefix="pytest-warm-") as empty, \
-            contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    with (
+        tempfile.TemporaryDirectory(prefix="pytest-warm-") as empty,
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
         try:
-            pytest.main([empty, "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--assert=plain", "--collect-only",
-                         "--rootdir", empty])
+            pytest.main(
+                [
+                    empty,
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    "-o",
+                    "addopts=",
+                    "--assert=plain",
+                    "--collect-only",
+                    "--rootdir",
+                    empty,
+                ]
+            )
         except Exception:  # noqa: BLE001 - a warm-up only
             pass
 

@@ -34,9 +34,26 @@ ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_
 MAX_VARLEN_BATCH = 65536
 
 # The names a subject's declared mapping (`args`, `kwargs`) may give its kernel, per suite.
-ATTN_INPUTS = frozenset({"q", "k", "v", "q_thd", "k_thd", "v_thd", "causal", "sm_scale", "softmax_scale",
-                         "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "cache_seqlens", "max_seqlen_q",
-                         "max_seqlen_k", "out"})
+ATTN_INPUTS = frozenset(
+    {
+        "q",
+        "k",
+        "v",
+        "q_thd",
+        "k_thd",
+        "v_thd",
+        "causal",
+        "sm_scale",
+        "softmax_scale",
+        "cu_seqlens_q",
+        "cu_seqlens_k",
+        "seqused_k",
+        "cache_seqlens",
+        "max_seqlen_q",
+        "max_seqlen_k",
+        "out",
+    }
+)
 PAGED_INPUTS = frozenset({"k_cache", "v_cache", "block_table", "kv_indptr", "kv_indices", "kv_last_page_len"})
 GEMM_INPUTS = frozenset({"a", "b", "b_nk", "out_dtype", "out"})
 SCALE_INPUTS = frozenset({"a_scale", "b_scale", "b_scale_nk"})
@@ -131,8 +148,11 @@ def normalize_attention(row: Mapping[str, Any]) -> dict[str, Any]:
     params["causal"] = causal
     geo = attention(params)
     if causal and any(q > k for q, k in zip(geo.q_lens, geo.k_lens)):
-        raise ShapeError("Sq", "causal with more queries than keys leaves rows with nothing to attend "
-                               "(the mask is aligned bottom-right): give Sq <= Sk")
+        raise ShapeError(
+            "Sq",
+            "causal with more queries than keys leaves rows with nothing to attend "
+            "(the mask is aligned bottom-right): give Sq <= Sk",
+        )
     return params
 
 
@@ -143,8 +163,11 @@ def normalize_gemm(row: Mapping[str, Any]) -> dict[str, Any]:
         groups = row["groups"]
         if "M" in row or "batch" in row:
             raise ShapeError("groups", "gives each group's M: leave out M and batch")
-        if not isinstance(groups, list) or not groups or not all(
-                isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in groups):
+        if (
+            not isinstance(groups, list)
+            or not groups
+            or not all(isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in groups)
+        ):
             raise ShapeError("groups", "must be a non-empty list of positive ints (each group's M)")
         params["groups"] = tuple(groups)
     else:
@@ -171,8 +194,11 @@ def normalize_gemm(row: Mapping[str, Any]) -> dict[str, Any]:
         raise ShapeError("scaling", "missing: an fp8_e4m3 / fp8_e5m2 shape names its scales (tensor, row, block)")
     tile = row.get("tile")
     if tile is not None:
-        if not isinstance(tile, list) or len(tile) != 3 or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in tile):
+        if (
+            not isinstance(tile, list)
+            or len(tile) != 3
+            or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in tile)
+        ):
             raise ShapeError("tile", "must be [BLOCK_M, BLOCK_N, BLOCK_K]")
         params["tile"] = tuple(tile)
     return params
@@ -220,9 +246,19 @@ def attention(p: Mapping[str, Any]) -> Attention:
         dense_q, dense_k = "Sq" in p, False
     else:
         q_lens, k_lens, dense_q, dense_k = (int(sq),) * b, (int(sk),) * b, True, True
-    return Attention(batch=b, heads=h, kv_heads=int(p.get("Hkv", h)), head_dim=int(p["D"]), q_lens=q_lens,
-                     k_lens=k_lens, dense_q=dense_q, dense_k=dense_k, causal=bool(p.get("causal", False)),
-                     page_size=p.get("page_size"), dtype=str(p.get("dtype", "bf16")))
+    return Attention(
+        batch=b,
+        heads=h,
+        kv_heads=int(p.get("Hkv", h)),
+        head_dim=int(p["D"]),
+        q_lens=q_lens,
+        k_lens=k_lens,
+        dense_q=dense_q,
+        dense_k=dense_k,
+        causal=bool(p.get("causal", False)),
+        page_size=p.get("page_size"),
+        dtype=str(p.get("dtype", "bf16")),
+    )
 
 
 def attended_pairs(q: int, k: int, causal: bool) -> float:
@@ -292,8 +328,17 @@ def gemm(p: Mapping[str, Any]) -> Gemm:
     else:
         count = int(p.get("batch") or 1)
         m_sizes, batched, grouped = (int(p["M"]),) * count, bool(p.get("batch")), False
-    return Gemm(m_sizes=m_sizes, n=int(p["N"]), k=int(p["K"]), batched=batched, grouped=grouped, dtype_a=dtype,
-                dtype_b=str(p.get("dtype_b", dtype)), scaling=p.get("scaling"), layout=str(p.get("layout", "nn")))
+    return Gemm(
+        m_sizes=m_sizes,
+        n=int(p["N"]),
+        k=int(p["K"]),
+        batched=batched,
+        grouped=grouped,
+        dtype_a=dtype,
+        dtype_b=str(p.get("dtype_b", dtype)),
+        scaling=p.get("scaling"),
+        layout=str(p.get("layout", "nn")),
+    )
 
 
 def gemm_flops(p: Mapping[str, Any]) -> float:
@@ -309,10 +354,16 @@ def gemm_bytes(p: Mapping[str, Any]) -> float:
     """A, B and the scales read once, C written once (fp8 GEMMs write bf16)."""
     g = gemm(p)
     rows, mats = sum(g.m_sizes), len(g.m_sizes)
-    total = (rows * g.k * ELEMENT_BYTES[g.dtype_a] + mats * g.k * g.n * ELEMENT_BYTES[g.dtype_b]
-             + rows * g.n * ELEMENT_BYTES[g.out_dtype])
-    scales = {"tensor": 2 * mats, "row": rows + mats * g.n,
-              "block": rows * _blocks(g.k) + mats * _blocks(g.k) * _blocks(g.n)}.get(g.scaling or "", 0)
+    total = (
+        rows * g.k * ELEMENT_BYTES[g.dtype_a]
+        + mats * g.k * g.n * ELEMENT_BYTES[g.dtype_b]
+        + rows * g.n * ELEMENT_BYTES[g.out_dtype]
+    )
+    scales = {
+        "tensor": 2 * mats,
+        "row": rows + mats * g.n,
+        "block": rows * _blocks(g.k) + mats * _blocks(g.k) * _blocks(g.n),
+    }.get(g.scaling or "", 0)
     return float(total + 4 * scales)
 
 

@@ -47,8 +47,9 @@ class OpenGate:
 
 
 @contextlib.contextmanager
-def briefly(gate: Gate, phase: Phases, sync: Callable[[], None] = lambda: torch.cuda.synchronize(),
-            name: str = "staging") -> Iterator[None]:
+def briefly(
+    gate: Gate, phase: Phases, sync: Callable[[], None] = lambda: torch.cuda.synchronize(), name: str = "staging"
+) -> Iterator[None]:
     """The device held for a setup's kernels (its inputs drawn), its work finished before it is given
     back. Why: on the H200 another process's input draws (random fills, kernels time-sliced with the
     timed ones) made attention read 60% slow and a square GEMM 2x slow for as long as they ran; its
@@ -105,6 +106,7 @@ def _guarded(run: Callable[[], Any]) -> Callable[[], Any]:
             return run()
         except Exception as exc:
             raise ControlFailed(f"{type(exc).__name__}: {exc}") from exc
+
     return guarded
 
 
@@ -132,8 +134,15 @@ class Staged:
     graphs: tuple[Any, ...] = ()  # the precompile's captures, held until the device section (`precompile`)
 
 
-def stage_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock_sync: Callable[[], None],
-                subject: Backend, control: Backend | None, control_error: str | None) -> Staged:
+def stage_shape(
+    shape: Mapping[str, Any],
+    index: int,
+    spec: Mapping[str, Any],
+    clock_sync: Callable[[], None],
+    subject: Backend,
+    control: Backend | None,
+    control_error: str | None,
+) -> Staged:
     """Random inputs from the trial's seed and both backends' prepared calls (nothing timed)."""
     name = shape["suite"]
     suite = suites.get(name)
@@ -181,10 +190,15 @@ def precompile(staged: Staged, pool: Any = None) -> tuple[dict[str, Any], tuple[
         status = "captured"
     except Exception as exc:  # noqa: BLE001 - anything uncapturable runs under the lock instead
         why = str(exc).strip().splitlines()
-        status = f"not captured ({', '.join(done) or 'nothing'} done): {type(exc).__name__}: {why[0][:200] if why else ''}"
+        status = (
+            f"not captured ({', '.join(done) or 'nothing'} done): {type(exc).__name__}: {why[0][:200] if why else ''}"
+        )
         torch.cuda.synchronize()  # a context the capture broke raises here: the trial crashes, as it would have
-    return {"precompile": status, "precompile_s": round(time.perf_counter() - start, 6),
-            "precompile_parts": named}, tuple(graphs)
+    return {
+        "precompile": status,
+        "precompile_s": round(time.perf_counter() - start, 6),
+        "precompile_parts": named,
+    }, tuple(graphs)
 
 
 def captured(fn: Callable[[], Any], stream: Any, pool: Any) -> Any:
@@ -201,13 +215,17 @@ def captured(fn: Callable[[], Any], stream: Any, pool: Any) -> Any:
     return graph
 
 
-def _stageable(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException],
-               shape: Mapping[str, Any]) -> Backend | None:
+def _stageable(
+    spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException], shape: Mapping[str, Any]
+) -> Backend | None:
     """The shape's subject when its calls can be made before the device is taken: it imported, and
     it is not a pytest session (that one runs whole, with the device held)."""
     subject = subjects.get(shape["suite"])
-    if subject is None or isinstance(subject, BaseException) \
-            or subject_specs(spec)[shape["suite"]].get("adapter") == "pytest":
+    if (
+        subject is None
+        or isinstance(subject, BaseException)
+        or subject_specs(spec)[shape["suite"]].get("adapter") == "pytest"
+    ):
         return None
     return subject
 
@@ -228,9 +246,15 @@ def staging_choice(free: int, total: int, reserve: float, floor: float, drawn_an
     return "warm" if not drawn_any and free >= floor * total else "defer"
 
 
-def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException], control: Backend | None,
-               control_error: str | None, phase: Phases, gate: Gate,
-               warmed: dict[str, dict[str, Any]] | None = None) -> dict[str, Staged]:
+def _stage_all(
+    spec: Mapping[str, Any],
+    subjects: Mapping[str, Backend | BaseException],
+    control: Backend | None,
+    control_error: str | None,
+    phase: Phases,
+    gate: Gate,
+    warmed: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Staged]:
     """On a GPU, before the trial's device section: every shape's inputs and prepared calls, drawn in
     one brief loan of the device (`briefly`), then the first calls precompiled (`precompile`: captured,
     off the device), so that the device section holds timed work. A shape that fails here is staged
@@ -248,8 +272,11 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
     if spec["device"] == "cpu" or not spec.get("precompile", True) or not torch.cuda.is_available():
         return staged
     drawn: dict[str, Staged] = {}
-    stageable = [(index, shape, subject) for index, shape in enumerate(spec["shapes"])
-                 if (subject := _stageable(spec, subjects, shape)) is not None]
+    stageable = [
+        (index, shape, subject)
+        for index, shape in enumerate(spec["shapes"])
+        if (subject := _stageable(spec, subjects, shape)) is not None
+    ]
     if not stageable:
         return staged
     reserve = float(spec.get("staging_reserve", STAGING_RESERVE))
@@ -263,15 +290,28 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
                 warming = shape["key"]
             elif choice == "defer":  # left to the device section, staged there when its turn comes
                 with phase("deferred", shape["key"]):
-                    print(f"trial: {shape['key']}: staged under the lock: {free / 2**30:.1f} of "
-                          f"{total / 2**30:.1f} GiB free, under the {reserve:.0%} kept for the trial that "
-                          f"measures", file=sys.stderr, flush=True)
+                    print(
+                        f"trial: {shape['key']}: staged under the lock: {free / 2**30:.1f} of "
+                        f"{total / 2**30:.1f} GiB free, under the {reserve:.0%} kept for the trial that "
+                        f"measures",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 continue
             with phase("inputs", shape["key"]):
                 try:
-                    drawn.setdefault(shape["key"], stage_shape(
-                        shape, index, spec, torch.cuda.synchronize, subject, control,
-                        control_error if shape["suite"] in suites.SUITES else None))
+                    drawn.setdefault(
+                        shape["key"],
+                        stage_shape(
+                            shape,
+                            index,
+                            spec,
+                            torch.cuda.synchronize,
+                            subject,
+                            control,
+                            control_error if shape["suite"] in suites.SUITES else None,
+                        ),
+                    )
                 except Exception:  # noqa: BLE001 - measured again under the lock, which records the failure
                     print(traceback.format_exc(), file=sys.stderr, flush=True)
                     torch.cuda.synchronize()
@@ -285,8 +325,11 @@ def _stage_all(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseExc
     if staged and free < reserve * total:
         # setups that passed the line together took the device under it (their captures allocate after
         # the line is read): the last to see that gives its shapes back, to be staged under the lock
-        print(f"trial: staged shapes given back: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free after staging",
-              file=sys.stderr, flush=True)
+        print(
+            f"trial: staged shapes given back: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free after staging",
+            file=sys.stderr,
+            flush=True,
+        )
         for key in staged:
             with phase("unstaged", key):
                 pass
@@ -331,9 +374,15 @@ def _precompiled(drawn: Mapping[str, Staged], phase: Phases) -> dict[str, Staged
     return staged
 
 
-def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | BaseException],
-                    control: Backend | None, control_error: str | None, staged: Mapping[str, Staged],
-                    phase: Phases, warmed: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+def precompile_only(
+    spec: Mapping[str, Any],
+    subjects: Mapping[str, Backend | BaseException],
+    control: Backend | None,
+    control_error: str | None,
+    staged: Mapping[str, Staged],
+    phase: Phases,
+    warmed: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """A prefetch's trial (`"precompile_only": true`, bisector/measure/warmer.py): the commit's cold
     compile into its JIT dir and nothing else; the device is never asked for. On a GPU what
     `_stage_all` captured; on the CPU, where nothing is captured, the first calls themselves."""
@@ -348,21 +397,41 @@ def precompile_only(spec: Mapping[str, Any], subjects: Mapping[str, Backend | Ba
         try:
             if one is None and spec["device"] == "cpu" and stageable is not None:
                 with phase("precompile", key):
-                    one = stage_shape(shape, index, spec, lambda: None, stageable, control,
-                                      control_error if shape["suite"] in suites.SUITES else None)
+                    one = stage_shape(
+                        shape,
+                        index,
+                        spec,
+                        lambda: None,
+                        stageable,
+                        control,
+                        control_error if shape["suite"] in suites.SUITES else None,
+                    )
                     start = time.perf_counter()
                     for prep in (one.subj, one.ctrl):
                         if prep is not None:
                             prep.run()
-                    one = replace(one, precompile={"precompile": "first calls (cpu)",
-                                                   "precompile_s": round(time.perf_counter() - start, 6)})
+                    one = replace(
+                        one,
+                        precompile={
+                            "precompile": "first calls (cpu)",
+                            "precompile_s": round(time.perf_counter() - start, 6),
+                        },
+                    )
         except Exception as exc:  # noqa: BLE001 - the real trial records the failure
-            out.append({"shape": key, "status": "not precompiled", "error": f"{type(exc).__name__}: {exc}"[:TRACE_CHARS]})
+            out.append(
+                {"shape": key, "status": "not precompiled", "error": f"{type(exc).__name__}: {exc}"[:TRACE_CHARS]}
+            )
             continue
         if one is None:
             why = subject if isinstance(subject, BaseException) else "nothing staged (pytest, or staging failed)"
             out.append({"shape": key, "status": "not precompiled", "error": str(why)[:TRACE_CHARS]})
         else:
-            out.append({"shape": key, "status": "precompiled", **one.precompile,
-                        "compile_s": one.precompile.get("precompile_s")})
+            out.append(
+                {
+                    "shape": key,
+                    "status": "precompiled",
+                    **one.precompile,
+                    "compile_s": one.precompile.get("precompile_s"),
+                }
+            )
     return out

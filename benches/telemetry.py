@@ -77,10 +77,16 @@ def nvml() -> dict[str, Any] | None:
     import ctypes
 
     lib, handle = opened
-    sm, mem, temp, power, reasons = (ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(),
-                                     ctypes.c_ulonglong())
-    if lib.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(sm)) \
-            or lib.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_MEM, ctypes.byref(mem)):
+    sm, mem, temp, power, reasons = (
+        ctypes.c_uint(),
+        ctypes.c_uint(),
+        ctypes.c_uint(),
+        ctypes.c_uint(),
+        ctypes.c_ulonglong(),
+    )
+    if lib.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(sm)) or lib.nvmlDeviceGetClockInfo(
+        handle, NVML_CLOCK_MEM, ctypes.byref(mem)
+    ):
         return None
     out: dict[str, Any] = {"tool": "nvml", "sm_clock_mhz": float(sm.value), "mem_clock_mhz": float(mem.value)}
     if not lib.nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU, ctypes.byref(temp)):
@@ -98,8 +104,15 @@ def nvidia() -> dict[str, Any] | None:
     if not shutil.which("nvidia-smi"):
         return None
     for n in (len(_NV_FIELDS), len(_NV_FIELDS) - 1):
-        out = _run(["nvidia-smi", f"--query-gpu={','.join(_NV_FIELDS[:n])}", "--format=csv,noheader,nounits",
-                    "-i", physical_index("CUDA_VISIBLE_DEVICES")])
+        out = _run(
+            [
+                "nvidia-smi",
+                f"--query-gpu={','.join(_NV_FIELDS[:n])}",
+                "--format=csv,noheader,nounits",
+                "-i",
+                physical_index("CUDA_VISIBLE_DEVICES"),
+            ]
+        )
         if out and out.strip():
             values = out.strip().splitlines()[0].split(",")
             return {"tool": "nvidia-smi", **{k: _number(v) for k, v in zip(_NV_KEYS, values)}}
@@ -107,7 +120,7 @@ def nvidia() -> dict[str, Any] | None:
 
 
 def bdf(props: Any) -> str | None:
-    """"0000:0c:00.0" from a device's properties (torch's pci_domain_id / pci_bus_id / pci_device_id),
+    """ "0000:0c:00.0" from a device's properties (torch's pci_domain_id / pci_bus_id / pci_device_id),
     the form amd-smi's `-g` takes; None when they are missing."""
     try:
         domain, bus, device = (int(getattr(props, f"pci_{k}_id")) for k in ("domain", "bus", "device"))
@@ -150,9 +163,15 @@ def _lift(node: Any, found: dict[str, Any], path: str = "") -> None:
     if isinstance(node, dict):
         if "value" in node and path:
             name = path.lower()
-            key = ("sm_clock_mhz" if "gfx" in name and "clk" in name else
-                   "temperature_c" if "hotspot" in name or "edge" in name else
-                   "power_w" if "socket_power" in name else None)
+            key = (
+                "sm_clock_mhz"
+                if "gfx" in name and "clk" in name
+                else "temperature_c"
+                if "hotspot" in name or "edge" in name
+                else "power_w"
+                if "socket_power" in name
+                else None
+            )
             if key and key not in found:
                 found[key] = _number(str(node["value"]))
         for k, v in node.items():

@@ -44,12 +44,19 @@ def test_suite(benchmark, case, role):
     assert check.ok, check
     run = subject.run if role == "subject" else ctrl.run
     if GPU:
+
         def timed() -> None:
             run()
             torch.cuda.synchronize()
     else:
         timed = run
-    benchmark.extra_info.update(suite=suite_name, params=params, role=role, flops=suite.flops(params),
-                                device=DEVICE, max_abs_err=check.max_abs_err)
+    benchmark.extra_info.update(
+        suite=suite_name,
+        params=params,
+        role=role,
+        flops=suite.flops(params),
+        device=DEVICE,
+        max_abs_err=check.max_abs_err,
+    )
     benchmark.pedantic(timed, rounds=10, warmup_rounds=2, iterations=1)
     benchmark.extra_info["tflops_median"] = suite.flops(params) / benchmark.stats.stats.median / 1e12

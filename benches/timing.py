@@ -179,8 +179,9 @@ class Clock:
         self.sync()
         return result, time.perf_counter() - start
 
-    def interleaved(self, fns: list[Callable[[], Any]], reps: int, flush: bool = True
-                    ) -> tuple[list[list[float]], list[list[int]]]:
+    def interleaved(
+        self, fns: list[Callable[[], Any]], reps: int, flush: bool = True
+    ) -> tuple[list[list[float]], list[list[int]]]:
         """CPU: ms per call for each fn, called in turn `reps` times, each after a flush, and the
         minor page faults of each call (`minor_faults`). A GPU's calls are timed by
         benches/kernel_time.py."""
@@ -197,8 +198,15 @@ class Clock:
                 faults[i].append(minor_faults() - f0)
         return times, faults
 
-    def kernel(self, fns: list[Callable[[], Any]], reps: int, graph_reads: int = 1, heat_ms: float = 0.0,
-               host: HostShare | None = None, flush: bool = True) -> kernel_time.KernelTimes:
+    def kernel(
+        self,
+        fns: list[Callable[[], Any]],
+        reps: int,
+        graph_reads: int = 1,
+        heat_ms: float = 0.0,
+        host: HostShare | None = None,
+        flush: bool = True,
+    ) -> kernel_time.KernelTimes:
         """Cold-cache kernel time per call with the host out of the loop (benches/kernel_time.py):
         on a GPU from a CUDA graph, else the profiler, else events; on the CPU the call's time.
         Device-bound calls keep the graph too: its first replay brings a power-bound kernel to a
@@ -212,14 +220,26 @@ class Clock:
         if self.gpu:
             warmed, self._warmed = self._warmed, False  # a warm-up serves the next shape's graph only
             heat = kernel_time.heat_calls(heat_ms, host.call_ms if host else None) if graph_reads == 1 else 0
-            return kernel_time.gpu_kernel_times(fns, reps, self.flush if flush else _no_flush,
-                                                graph_reads=graph_reads,
-                                                stream=self._stream, warmed=warmed, heat=heat)
+            return kernel_time.gpu_kernel_times(
+                fns,
+                reps,
+                self.flush if flush else _no_flush,
+                graph_reads=graph_reads,
+                stream=self._stream,
+                warmed=warmed,
+                heat=heat,
+            )
         times, faults = self.interleaved(fns, reps, flush)
         return kernel_time.KernelTimes(self.kind, times, faults=faults)
 
-    def calls(self, fns: list[Callable[[], Any]], kernel: kernel_time.KernelTimes, batches: int,
-              host: HostShare | None = None, always: bool = True) -> kernel_time.CallTimes:
+    def calls(
+        self,
+        fns: list[Callable[[], Any]],
+        kernel: kernel_time.KernelTimes,
+        batches: int,
+        host: HostShare | None = None,
+        always: bool = True,
+    ) -> kernel_time.CallTimes:
         """The host's time per call and the latency of back-to-back calls beside the kernel time (on
         the CPU the same samples). The latency batches cost device time (0.7 s a trial on the H200
         demo's attention), so unless `always` they run only where the call is not device-bound:
@@ -253,8 +273,9 @@ class HostShare:
         it: the kernel dominates, and back-to-back latency would only repeat the kernel time. A
         synchronized call of a few microseconds is mostly launch and synchronization, which says
         nothing of its kernel (an H200 read a 3 us GEMM as 50 us), so short calls are never so."""
-        return all(c >= DEVICE_BOUND_MS and statistics.median(h) < HOST_SHARE * c
-                   for h, c in zip(self.host_ms, self.call_ms))
+        return all(
+            c >= DEVICE_BOUND_MS and statistics.median(h) < HOST_SHARE * c for h, c in zip(self.host_ms, self.call_ms)
+        )
 
 
 def minor_faults() -> int:
@@ -282,7 +303,10 @@ def device_ratio(subject_ms: Sequence[float], control_ms: Sequence[float]) -> tu
     repetitions of recorded H200 demo stores this cut a square GEMM's trials far off their build's
     median about fourfold, the median unchanged (studies/ratio_rules.py)."""
     peak = peak_clock_ratio(subject_ms, control_ms)
-    fast_s, fast_c = min((s for s in subject_ms if s > 0), default=0.0), min((c for c in control_ms if c > 0), default=0.0)
+    fast_s, fast_c = (
+        min((s for s in subject_ms if s > 0), default=0.0),
+        min((c for c in control_ms if c > 0), default=0.0),
+    )
     if not (fast_s > 0 and fast_c > 0) or not math.isfinite(peak):
         return peak, False
     fastest = fast_c / fast_s
@@ -291,8 +315,9 @@ def device_ratio(subject_ms: Sequence[float], control_ms: Sequence[float]) -> tu
     return peak, False
 
 
-def peak_clock_ratio(subject_ms: Sequence[float], control_ms: Sequence[float], tolerance: float = 0.02,
-                     at_least: int = 3) -> float:
+def peak_clock_ratio(
+    subject_ms: Sequence[float], control_ms: Sequence[float], tolerance: float = 0.02, at_least: int = 3
+) -> float:
     """Median subject/control speed ratio over the repetitions where the control ran at full clock.
 
     On the H200 a GEMM at 8192^3 is power-bound: after a few repetitions the clock drops and both

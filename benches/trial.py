@@ -100,12 +100,24 @@ def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str, caches: Mappi
     env = {k: os.environ[k] for k in JIT_ENV if k in os.environ}
     triton = sys.modules.get("triton")
     used = {"triton_cache_dir": str(triton.knobs.cache.dir)} if triton is not None and hasattr(triton, "knobs") else {}
-    return {"reps": spec["reps"], "warmup": spec["warmup"], "graph_reads": dict(spec.get("graph_reads", {})),
-            "graph_heat_ms": dict(spec.get("graph_heat_ms", {})), "settle_ms": dict(spec.get("settle_ms", {})),
-            "seed": spec["seed"], "flush_bytes": flush,
-            "timer": clock_kind, "order": "subject,control interleaved", "jit_env": env,
-            "jit_cache_cold": dict(caches), "subjects": subject_specs(spec), "control": spec["control"],
-            "device": spec["device"], "pid": os.getpid(), **used}
+    return {
+        "reps": spec["reps"],
+        "warmup": spec["warmup"],
+        "graph_reads": dict(spec.get("graph_reads", {})),
+        "graph_heat_ms": dict(spec.get("graph_heat_ms", {})),
+        "settle_ms": dict(spec.get("settle_ms", {})),
+        "seed": spec["seed"],
+        "flush_bytes": flush,
+        "timer": clock_kind,
+        "order": "subject,control interleaved",
+        "jit_env": env,
+        "jit_cache_cold": dict(caches),
+        "subjects": subject_specs(spec),
+        "control": spec["control"],
+        "device": spec["device"],
+        "pid": os.getpid(),
+        **used,
+    }
 
 
 def tolerance(spec: Mapping[str, Any], name: str, suite: Any, params: Mapping[str, Any]) -> tuple[float, float]:
@@ -165,8 +177,9 @@ def _read_undisturbed(read: Callable[[], KernelTimes], rereads: int) -> KernelTi
     return replace(best, set_aside=tuple(k.times for k in reads if k is not best))
 
 
-def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, phase: Phases,
-           key: str, latency: bool) -> tuple[KernelTimes, CallTimes]:
+def _timed(
+    fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, phase: Phases, key: str, latency: bool
+) -> tuple[KernelTimes, CallTimes]:
     """Warm-up, the kernel times of `reps` interleaved repetitions, then the host's time per call and,
     where it matters (`latency`: the suite is decided on it, or the host's time is within reach of
     the kernel's), the latency of back-to-back calls."""
@@ -177,20 +190,36 @@ def _timed(fns: list[Callable[[], Any]], spec: Mapping[str, Any], clock: Clock, 
         with phase("settle", key):
             clock.settle(settle)
     with phase("timed", key):
-        kernel = _read_undisturbed(lambda: clock.kernel(fns, spec["reps"], int(spec.get("graph_reads", {}).get(key, 1)),
-                                                        float(spec.get("graph_heat_ms", {}).get(key, 0.0)), host),
-                                   REREADS if clock.gpu else 0)
+        kernel = _read_undisturbed(
+            lambda: clock.kernel(
+                fns,
+                spec["reps"],
+                int(spec.get("graph_reads", {}).get(key, 1)),
+                float(spec.get("graph_heat_ms", {}).get(key, 0.0)),
+                host,
+            ),
+            REREADS if clock.gpu else 0,
+        )
     with phase("calls", key):
-        calls = clock.calls(fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]),
-                            host, always=latency)
+        calls = clock.calls(
+            fns, kernel, min(int(spec.get("latency_batches", LATENCY_BATCHES)), spec["reps"]), host, always=latency
+        )
     clock.worked()
     return kernel, calls
 
 
-def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock: Clock,
-                  subject: Backend, control: Backend | None, phase: Phases,
-                  control_error: str | None = None, staged: Staged | None = None,
-                  checked: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def measure_shape(
+    shape: Mapping[str, Any],
+    index: int,
+    spec: Mapping[str, Any],
+    clock: Clock,
+    subject: Backend,
+    control: Backend | None,
+    phase: Phases,
+    control_error: str | None = None,
+    staged: Staged | None = None,
+    checked: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """One shape: the subject's result. The control is the reference it is timed against; when the
     control cannot run (refused, raised, or `control_error` from setup), the subject is timed alone,
     checked against the suite's reference, and the result says so (`control_status`), without a ratio.
@@ -203,8 +232,13 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
     flops = suite.flops(params)
     nbytes = suite.bytes(params) if callable(getattr(suite, "bytes", None)) else None
     convert = getattr(suite, "output", None) if name not in suites.SUITES else None
-    result: dict[str, Any] = {"shape": key, "status": "crash", "flops": flops, "bytes": nbytes,
-                              "seed": spec["seed"] + index}
+    result: dict[str, Any] = {
+        "shape": key,
+        "status": "crash",
+        "flops": flops,
+        "bytes": nbytes,
+        "seed": spec["seed"] + index,
+    }
     if staged is None:
         with phase("inputs", key):
             staged = stage_shape(shape, index, spec, clock.sync, subject, control, control_error)
@@ -241,13 +275,19 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
                 got, expected = convert(got), (convert(expected) if ctrl is not None else expected)
             check = compare(got, expected, atol, rtol)
             del out, got, expected
-        result.update(check="done", max_abs_err=check.max_abs_err, max_rel_err=check.max_rel_err,
-                      mismatched=check.mismatched, tolerance=[atol, rtol])
+        result.update(
+            check="done",
+            max_abs_err=check.max_abs_err,
+            max_rel_err=check.max_rel_err,
+            mismatched=check.mismatched,
+            tolerance=[atol, rtol],
+        )
 
     latency = spec.get("timing", {}).get(name) == "latency"
     try:
-        kernel, calls = _timed([subj.run] + ([_guarded(ctrl.run)] if ctrl is not None else []), spec, clock, phase,
-                               key, latency)
+        kernel, calls = _timed(
+            [subj.run] + ([_guarded(ctrl.run)] if ctrl is not None else []), spec, clock, phase, key, latency
+        )
     except ControlFailed as exc:
         ctrl, control_error = None, _control_failure(exc, clock.sync)
         kernel, calls = _timed([subj.run], spec, clock, phase, key, latency)
@@ -286,8 +326,12 @@ def measure_shape(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any],
 
 def call_fields(kernel: KernelTimes, calls: CallTimes) -> dict[str, Any]:
     """How the kernel times were taken, and latency and host time per call beside them (raw)."""
-    out: dict[str, Any] = {"kernel_method": kernel.method, "latency_calls": calls.calls,
-                           "subject_latency_ms": calls.latency_ms[0], "subject_host_ms": calls.host_ms[0]}
+    out: dict[str, Any] = {
+        "kernel_method": kernel.method,
+        "latency_calls": calls.calls,
+        "subject_latency_ms": calls.latency_ms[0],
+        "subject_host_ms": calls.host_ms[0],
+    }
     if kernel.fallback:
         out["kernel_fallback"] = kernel.fallback
     if kernel.heat_calls:
@@ -308,8 +352,12 @@ def _failure(key: str, exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, BackendUnavailable):
         return {"shape": key, "status": "unavailable", "error": str(exc)}
     tb = "".join(traceback.format_exception(exc))
-    return {"shape": key, "status": "crash", "error": f"{type(exc).__name__}: {exc}"[:TRACE_CHARS],
-            "traceback": tb[-TRACE_CHARS:]}
+    return {
+        "shape": key,
+        "status": "crash",
+        "error": f"{type(exc).__name__}: {exc}"[:TRACE_CHARS],
+        "traceback": tb[-TRACE_CHARS:],
+    }
 
 
 def _load_suites(spec: Mapping[str, Any]) -> dict[str, BaseException]:
@@ -343,8 +391,9 @@ def _load_subjects(spec: Mapping[str, Any], device: str) -> dict[str, Backend | 
     return out
 
 
-def _pytest_shapes(shape: Mapping[str, Any], spec: Mapping[str, Any], out_path: Path, phase: Phases,
-                   timer: str) -> list[dict[str, Any]]:
+def _pytest_shapes(
+    shape: Mapping[str, Any], spec: Mapping[str, Any], out_path: Path, phase: Phases, timer: str
+) -> list[dict[str, Any]]:
     """Every shape of `shape`'s pytest suite, from one session (benches/pytest_bench.py)."""
     from benches import pytest_bench
 
@@ -352,8 +401,16 @@ def _pytest_shapes(shape: Mapping[str, Any], spec: Mapping[str, Any], out_path: 
     group = [s for s in spec["shapes"] if s["suite"] == name]
     with phase("pytest", name):
         try:
-            return pytest_bench.measure(group, subject_specs(spec)[name], spec["source_dirs"][0], out_path.parent,
-                                        spec["reps"], spec["warmup"], str(spec.get("sha", "")), timer)
+            return pytest_bench.measure(
+                group,
+                subject_specs(spec)[name],
+                spec["source_dirs"][0],
+                out_path.parent,
+                spec["reps"],
+                spec["warmup"],
+                str(spec.get("sha", "")),
+                timer,
+            )
         except Exception as exc:  # noqa: BLE001 - code under test may raise anything; its shapes record it
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             return [_failure(s["key"], exc) for s in group]
@@ -377,9 +434,18 @@ OOM_RETRIES = 2  # a shape measured again after running out of device memory
 OOM_WAIT_S = 2.0
 
 
-def _measured(shape: Mapping[str, Any], index: int, spec: Mapping[str, Any], clock: Clock, subject: Backend,
-              control: Backend | None, phase: Phases, control_error: str | None, staged: Staged | None,
-              checked: Mapping[str, Any] | None) -> dict[str, Any]:
+def _measured(
+    shape: Mapping[str, Any],
+    index: int,
+    spec: Mapping[str, Any],
+    clock: Clock,
+    subject: Backend,
+    control: Backend | None,
+    phase: Phases,
+    control_error: str | None,
+    staged: Staged | None,
+    checked: Mapping[str, Any] | None,
+) -> dict[str, Any]:
     """`measure_shape`, or the failure it raised. A CUDA out-of-memory error is tried again (after
     OOM_WAIT_S, staged afresh) up to OOM_RETRIES times: other trials set up ahead hold device memory,
     and one that staged past the reserve gives it back within seconds (`_stage_all`); a commit that
@@ -411,8 +477,11 @@ def _add_warming(result: dict[str, Any], how: Mapping[str, Any] | None) -> None:
         result["compile_s"] += float(how.get("precompile_s") or 0.0)
 
 
-def _cold_at_compile(at_start: Mapping[str, bool | None], staged: Mapping[str, Staged],
-                     warmed: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, bool | None]:
+def _cold_at_compile(
+    at_start: Mapping[str, bool | None],
+    staged: Mapping[str, Staged],
+    warmed: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, bool | None]:
     """Whether each JIT cache was empty when this trial compiled: at its start where it compiled
     in its setup (a captured first call), else now, with the device held. A trial set up while its
     commit's first trial still waited for the device (a standby's companion, bisector/measure/warmer.py)
@@ -429,17 +498,24 @@ def _open_device(device: str) -> None:
         torch.empty(1, device="cuda")
 
 
-def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
-        report: Report | None = None) -> dict[str, Any]:
+def run(
+    spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None, report: Report | None = None
+) -> dict[str, Any]:
     """Run the trial of `spec`; its output is written to `out_path` as it grows and, with
     `report`, handed to it each time (benches/worker.py sends it on the bot's socket)."""
     gate = gate or OpenGate()
     phase = Phases()
     device = spec["device"]
-    output: dict[str, Any] = {"sha": spec.get("sha"), "suite": spec.get("suite"), "machine": {},
-                              "protocol": {}, "telemetry": {}, "results": [], "phases": phase.spans}
-    caches = {k: _cold(os.environ.get(k)) for k in ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR")
-              if k in os.environ}
+    output: dict[str, Any] = {
+        "sha": spec.get("sha"),
+        "suite": spec.get("suite"),
+        "machine": {},
+        "protocol": {},
+        "telemetry": {},
+        "results": [],
+        "phases": phase.spans,
+    }
+    caches = {k: _cold(os.environ.get(k)) for k in ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR") if k in os.environ}
     with phase("setup"):
         _save(out_path, output, report)
         with phase("machine"):  # the parts of a setup, timed: what keeps a trial from the device
@@ -473,8 +549,12 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
         pinned = allocator.pin() if device == "cpu" else {}
         _save(out_path, output, report)
     if spec.get("precompile_only"):  # a prefetch: compiled cold, never takes the device
-        output["protocol"] = {"precompile_only": True, "jit_cache_cold": dict(caches), "device": device,
-                              "pid": os.getpid()}
+        output["protocol"] = {
+            "precompile_only": True,
+            "jit_cache_cold": dict(caches),
+            "device": device,
+            "pid": os.getpid(),
+        }
         output["results"] = precompile_only(spec, subjects, control, control_error, staged, phase, warmed)
         output["protocol"]["imported"] = import_trace.loaded_files(spec.get("source_dirs", []))
         _save(out_path, output, report)
@@ -509,9 +589,20 @@ def run(spec: Mapping[str, Any], out_path: Path, gate: Gate | None = None,
                     results = _pytest_shapes(shape, spec, out_path, phase, clock.host_timer)
                 else:
                     assert subject is not None
-                    results = [_measured(shape, index, spec, clock, subject, control, phase,
-                                         control_error if shape["suite"] in suites.SUITES else None,
-                                         staged.pop(shape["key"], None), checked)]
+                    results = [
+                        _measured(
+                            shape,
+                            index,
+                            spec,
+                            clock,
+                            subject,
+                            control,
+                            phase,
+                            control_error if shape["suite"] in suites.SUITES else None,
+                            staged.pop(shape["key"], None),
+                            checked,
+                        )
+                    ]
                     _add_warming(results[0], warmed.get(shape["key"]))
                 for result in results:
                     if peak and result.get("subject_gbps") is not None:

@@ -190,8 +190,14 @@ def serve(channel: Channel, started: float, loaded: tuple[float, float], failed:
     torch = sys.modules.get("torch")
     # Forked workers need a device runtime nobody has touched yet; say so if the preload touched it.
     cuda = bool(torch is not None and torch.cuda.is_initialized())
-    channel.send(msg="ready", pid=os.getpid(), started=started, preload=list(loaded), preload_failed=list(failed),
-                 cuda_initialized=cuda)
+    channel.send(
+        msg="ready",
+        pid=os.getpid(),
+        started=started,
+        preload=list(loaded),
+        preload_failed=list(failed),
+        cuda_initialized=cuda,
+    )
     opened: dict[str, str] = {}
     try:
         message = channel.recv()

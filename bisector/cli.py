@@ -15,9 +15,18 @@ from bisector import __version__
 
 # Command name -> module in bisector.commands exposing `command`; a module that fails to import is a bug.
 _COMMANDS = {
-    "run": "run_cmd", "demo": "demo_cmd", "range": "range_cmd", "bench": "bench_cmd", "build": "build_cmd",
-    "simulate": "simulate_cmd", "plan": "plan_cmd", "analyze": "analyze_cmd", "store": "store_cmd",
-    "publish": "publish_cmd", "nightly": "nightly_cmd", "handle-comment": "handle_comment_cmd",
+    "run": "run_cmd",
+    "demo": "demo_cmd",
+    "range": "range_cmd",
+    "bench": "bench_cmd",
+    "build": "build_cmd",
+    "simulate": "simulate_cmd",
+    "plan": "plan_cmd",
+    "analyze": "analyze_cmd",
+    "store": "store_cmd",
+    "publish": "publish_cmd",
+    "nightly": "nightly_cmd",
+    "handle-comment": "handle_comment_cmd",
     "check-config": "check_config_cmd",
 }
 

@@ -124,9 +124,13 @@ def resolve(repo: git.Repo, ref: str) -> str:
 
 
 def to_commit(c: git.Commit) -> Commit:
-    return Commit(sha=c.hexsha, date=c.committed_datetime.isoformat(), author=c.author.name or "",
-                  subject=c.summary if isinstance(c.summary, str) else c.summary.decode(),
-                  pr=pr_number(c.message if isinstance(c.message, str) else c.message.decode()))
+    return Commit(
+        sha=c.hexsha,
+        date=c.committed_datetime.isoformat(),
+        author=c.author.name or "",
+        subject=c.summary if isinstance(c.summary, str) else c.summary.decode(),
+        pr=pr_number(c.message if isinstance(c.message, str) else c.message.decode()),
+    )
 
 
 def commit_range(repo: git.Repo, good: str, bad: str) -> tuple[Commit, ...]:

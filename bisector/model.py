@@ -80,7 +80,7 @@ def base_shape(key: str) -> str:
     """The benchmark shape a search shape measures: "gemm/decode:latency" -> "gemm/decode"."""
     for tail in (LATENCY_KEY, WARM_KEY):
         if key.endswith(tail):
-            return key[:-len(tail)]
+            return key[: -len(tail)]
     return key
 
 

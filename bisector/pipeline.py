@@ -86,12 +86,17 @@ class RunOutcome:
 Observer = Callable[[ProbeEvent], None]
 
 
-
 class Session:
     """Everything one config needs to measure commits: repo, store, builds, trial launcher."""
 
-    def __init__(self, config: Config, store_path: str | None = None, work_dir: str | None = None,
-                 observer: Observer = lambda e: None, offline: bool = False) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store_path: str | None = None,
+        work_dir: str | None = None,
+        observer: Observer = lambda e: None,
+        offline: bool = False,
+    ) -> None:
         self.config = config
         self.offline = offline  # every probe replays the store: no build, no trial
         if not offline:
@@ -116,8 +121,16 @@ class Session:
         # The commits the search may need next, built and compiled cold on spare cores (GPU hosts),
         # or with dask set up and held on the workers (standbys).
         parallel = 0 if offline else default_parallel(config)
-        self.warmer = Warmer(builds, lambda: precompile_executor(config, self.work, parallel), parallel,
-                             standby=(lambda: self.executor) if config.protocol.standby else None) if parallel else None
+        self.warmer = (
+            Warmer(
+                builds,
+                lambda: precompile_executor(config, self.work, parallel),
+                parallel,
+                standby=(lambda: self.executor) if config.protocol.standby else None,
+            )
+            if parallel
+            else None
+        )
         self._trials: Trials | None = None
         self.stages: list[Stage] = []
         self.observer = observer
@@ -146,15 +159,33 @@ class Session:
             return self._trials.devices
         return len(self.config.devices) if self.config.executor.kind == "local" else offline_width(self.config)
 
-    def probe(self, patch: str | None = None, patch_hash: str | None = None, offline: bool | None = None,
-              shapes: Sequence[Shape] | None = None, max_crashes: int = MAX_CRASHES) -> StoreProbe:
-        return StoreProbe(self.campaign, self.config.shapes if shapes is None else shapes, self.store,
-                          self.prefetcher, _Lazy(self), seed=self.config.protocol.seed, patch=patch,
-                          patch_hash=patch_hash, recipe=self.config.build.recipe,
-                          cold_jit=bool(self.config.protocol.jit_cache_env), metric={s.suite: self.config.thresholds.decision_of(s.suite) for s in self.config.shapes},
-                          offline=self.offline if offline is None else offline, max_crashes=max_crashes,
-                          on_event=self.observer, where=self.where, warmer=self.warmer,
-                          latency_steps=self.config.thresholds.latency_steps == "host-bound")
+    def probe(
+        self,
+        patch: str | None = None,
+        patch_hash: str | None = None,
+        offline: bool | None = None,
+        shapes: Sequence[Shape] | None = None,
+        max_crashes: int = MAX_CRASHES,
+    ) -> StoreProbe:
+        return StoreProbe(
+            self.campaign,
+            self.config.shapes if shapes is None else shapes,
+            self.store,
+            self.prefetcher,
+            _Lazy(self),
+            seed=self.config.protocol.seed,
+            patch=patch,
+            patch_hash=patch_hash,
+            recipe=self.config.build.recipe,
+            cold_jit=bool(self.config.protocol.jit_cache_env),
+            metric={s.suite: self.config.thresholds.decision_of(s.suite) for s in self.config.shapes},
+            offline=self.offline if offline is None else offline,
+            max_crashes=max_crashes,
+            on_event=self.observer,
+            where=self.where,
+            warmer=self.warmer,
+            latency_steps=self.config.thresholds.latency_steps == "host-bound",
+        )
 
     @contextlib.contextmanager
     def stage(self, name: str, expect: int = 0, basis: SearchBasis | None = None) -> Iterator[None]:
@@ -221,8 +252,13 @@ class Prefetching:
     """A probe that, after each commit, builds the midpoints the search may ask next, and sets up
     the reverts of the steps it is about to verify (`expect_steps`)."""
 
-    def __init__(self, probe: StoreProbe, prefetcher: Prefetcher, order: Sequence[str],
-                 expect: Callable[[Sequence[tuple[str, Mapping[str, float]]]], None] = lambda found: None) -> None:
+    def __init__(
+        self,
+        probe: StoreProbe,
+        prefetcher: Prefetcher,
+        order: Sequence[str],
+        expect: Callable[[Sequence[tuple[str, Mapping[str, float]]]], None] = lambda found: None,
+    ) -> None:
         self.probe, self.prefetcher, self.expect = probe, prefetcher, expect
         self.index = {sha: i for i, sha in enumerate(order)}
         self.order = order
@@ -272,13 +308,19 @@ def beside(work: Callable[[], T], background: bool) -> Future[T]:
 
 
 def search_settings(config: Config) -> search.SearchSettings:
-    return search.SearchSettings(min_step_pct=config.thresholds.min_step_pct, min_steps=config.thresholds.min_steps,
-                                 alpha=config.thresholds.alpha,
-                                 initial_repeats=config.protocol.trials, max_repeats=config.protocol.max_trials,
-                                 first_look=config.protocol.first_look, split_on_moved=config.protocol.split_on_moved,
-                                 verify_on_open=config.protocol.verify_on_open,
-                                 decision_trials=config.protocol.decision_trials,
-                                 anchor_s=config.protocol.drift_anchor_s, zone=config.thresholds.indifference_zone)
+    return search.SearchSettings(
+        min_step_pct=config.thresholds.min_step_pct,
+        min_steps=config.thresholds.min_steps,
+        alpha=config.thresholds.alpha,
+        initial_repeats=config.protocol.trials,
+        max_repeats=config.protocol.max_trials,
+        first_look=config.protocol.first_look,
+        split_on_moved=config.protocol.split_on_moved,
+        verify_on_open=config.protocol.verify_on_open,
+        decision_trials=config.protocol.decision_trials,
+        anchor_s=config.protocol.drift_anchor_s,
+        zone=config.thresholds.indifference_zone,
+    )
 
 
 def with_prs(result: SearchResult, commits: Sequence[Commit]) -> SearchResult:
@@ -310,8 +352,10 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         recompile = None if options.offline else (lambda sha: compile_commit(session, sha))
         # Beside the later stages on a GPU host: reading the kernels runs cuobjdump and ptxas on each
         # (13-16 s for the H200 demo's seven steps, the device idle meanwhile); on the CPU, after.
-        kernels_later = beside(lambda: step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env,
-                                                    recompile), config.device != "cpu" and not options.offline)
+        kernels_later = beside(
+            lambda: step_kernels(session.work, out, result.steps, config.protocol.jit_cache_env, recompile),
+            config.device != "cpu" and not options.offline,
+        )
         taken = Taken(result.measurements)
         # the trial noise the search measured per shape: what the later stages decide their few
         # side-by-side trials on (samples.compare_pooled)
@@ -321,9 +365,20 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         kernels = kernels_later.result()
         causes = cause.for_steps(kernels, found, lambda sha: gitrepo.commit_diff(session.repo, sha))
         throughput = session.throughput(order)
-        stages = StageResults(config, tuple(commits), tuple(session.store.trials(session.campaign)),
-                              dict(probe.build_results), result, tuple(windows), tuple(fixes), tuple(interactions),
-                              tuple(found), tuple(kernels), tuple(causes), throughput)
+        stages = StageResults(
+            config,
+            tuple(commits),
+            tuple(session.store.trials(session.campaign)),
+            dict(probe.build_results),
+            result,
+            tuple(windows),
+            tuple(fixes),
+            tuple(interactions),
+            tuple(found),
+            tuple(kernels),
+            tuple(causes),
+            throughput,
+        )
         data = _reported(session, options, stages, out, time.monotonic() - started, plotting)
         return RunOutcome(result, out, data, commits, fixes, patches, windows)
     finally:
@@ -332,20 +387,39 @@ def bisect(config: Config, options: RunOptions, observer: Observer = lambda e: N
         session.close()
 
 
-def _reported(session: Session, options: RunOptions, stages: StageResults, out: Path, wall_s: float,
-              plotting: render.PlotPool | None) -> ReportData:
+def _reported(
+    session: Session,
+    options: RunOptions,
+    stages: StageResults,
+    out: Path,
+    wall_s: float,
+    plotting: render.PlotPool | None,
+) -> ReportData:
     """The report assembled from the stages' results and written: its page, plots and trials CSV."""
     throughput = stages.throughput
-    data = report_data(stages, RunFacts(options.good, options.bad, out, wall_s, options.command, options.notes,
-                                        options.offline, 0 if options.offline or throughput is None
-                                        else throughput.trials, sandbox.run_isolation(session.config.device)))
+    data = report_data(
+        stages,
+        RunFacts(
+            options.good,
+            options.bad,
+            out,
+            wall_s,
+            options.command,
+            options.notes,
+            options.offline,
+            0 if options.offline or throughput is None else throughput.trials,
+            sandbox.run_isolation(session.config.device),
+        ),
+    )
     drawing = plotting.render(data, out) if plotting is not None else ()
     write_trials_csv(session, stages.commits, out / render.CSV_NAME, out)  # while the plots are drawn
     render.write_report(data, out, drawing)
     return data
 
-def _searched(session: Session, options: RunOptions) -> tuple[tuple[Commit, ...], StoreProbe, SearchResult,
-                                                              tuple[WrongWindow, ...]]:
+
+def _searched(
+    session: Session, options: RunOptions
+) -> tuple[tuple[Commit, ...], StoreProbe, SearchResult, tuple[WrongWindow, ...]]:
     """The range listed and searched, with the prefetches ahead of the search on a GPU host, and
     the commits that gave wrong results localized."""
     commits = gitrepo.commit_range(session.repo, options.good, options.bad)
@@ -357,9 +431,12 @@ def _searched(session: Session, options: RunOptions) -> tuple[tuple[Commit, ...]
     # prefetches: a warmer then exists); offline nothing is built.
     if (session.config.device != "cpu" or session.warmer is not None) and not options.offline:
         session.prefetcher.prefetch([order[0], order[-1], *(order[len(order) * q // 4] for q in (1, 2, 3))])
-        measure = Prefetching(probe, session.prefetcher, order,
-                              expect=lambda found: set_up_reverts(session, order[-1], found) if options.verify_fixes
-                              else None)
+        measure = Prefetching(
+            probe,
+            session.prefetcher,
+            order,
+            expect=lambda found: set_up_reverts(session, order[-1], found) if options.verify_fixes else None,
+        )
     settings = replace(search_settings(session.config), width=session.width())
     basis = SearchBasis(tuple(order), settings, together=measure.side_by_side, shaped=measure.shapes_alone)
     with session.stage("search", basis=basis):
@@ -368,8 +445,15 @@ def _searched(session: Session, options: RunOptions) -> tuple[tuple[Commit, ...]
     return commits, probe, result, windows
 
 
-def _later_stages(session: Session, options: RunOptions, result: SearchResult, commits: Sequence[Commit], out: Path,
-                  taken: Taken, noise: Mapping[str, PooledNoise | None]) -> tuple[OnTheTip, tuple[HunkFinding, ...]]:
+def _later_stages(
+    session: Session,
+    options: RunOptions,
+    result: SearchResult,
+    commits: Sequence[Commit],
+    out: Path,
+    taken: Taken,
+    noise: Mapping[str, PooledNoise | None],
+) -> tuple[OnTheTip, tuple[HunkFinding, ...]]:
     """The stages after the search the options ask for: each regression's revert checked on the tip,
     and the hunks of each culprit that carry its step."""
     on_tip = OnTheTip()
@@ -406,7 +490,8 @@ def report_path(config: Config, options: RunOptions) -> Path:
     return Path(config.report_dir) / f"{datetime.now(UTC):%Y-%m-%d}-{config.name}"
 
 
-def medians(session: Session, sha: str, attr: str = "subject_tflops",
-            patch_hash: str | None = None) -> dict[str, float]:
+def medians(
+    session: Session, sha: str, attr: str = "subject_tflops", patch_hash: str | None = None
+) -> dict[str, float]:
     """Per shape, the median of a TrialRecord field over the commit's OK trials in the store."""
     return median_by_shape(session.store.trials(session.campaign, sha=sha, patch_hash=patch_hash), attr)

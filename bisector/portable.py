@@ -19,8 +19,17 @@ from typing import cast
 
 from bisector.paths import shown
 
-__all__ = ["Roots", "command", "exported_row", "machine_free", "relative_to", "restore", "roots", "scrub",
-           "scrub_value"]
+__all__ = [
+    "Roots",
+    "command",
+    "exported_row",
+    "machine_free",
+    "relative_to",
+    "restore",
+    "roots",
+    "scrub",
+    "scrub_value",
+]
 
 Roots = Mapping[str, str]  # absolute directory -> how it is written ("<work>", "~")
 
@@ -44,7 +53,7 @@ def roots(work: str | os.PathLike[str] | None = None, **named: str | os.PathLike
 def relative_to(value: str, base: str | os.PathLike[str]) -> str:
     """`value` relative to `base` when it is a path under it, else `value` unchanged."""
     b = os.fspath(base).rstrip(os.sep)
-    return value[len(b) + 1:] if value.startswith(b + os.sep) else value
+    return value[len(b) + 1 :] if value.startswith(b + os.sep) else value
 
 
 def scrub(text: str, where: Roots) -> str:
@@ -60,7 +69,7 @@ def restore(text: str, where: Roots) -> str:
     """A path written from a root's name (`<work>/builds/x`) as this machine has it; others unchanged."""
     for root, label in where.items():
         if text == label or text.startswith(label + "/"):
-            return root.rstrip(os.sep) + text[len(label):]
+            return root.rstrip(os.sep) + text[len(label) :]
     return text
 
 
@@ -97,8 +106,10 @@ def command(line: str, report_dir: str | os.PathLike[str]) -> str:
 
 
 # A path of some machine that no named root covers: under these it names a user, a checkout, a temp dir.
-_MACHINE = re.compile(r"(?<![\w.~<>-])/(?:tmp|home|root|work|Users|var/folders|private|mnt|scratch)"
-                      r"(?:/[^\s\"'`()\[\]{},;:<>|]*)?")
+_MACHINE = re.compile(
+    r"(?<![\w.~<>-])/(?:tmp|home|root|work|Users|var/folders|private|mnt|scratch)"
+    r"(?:/[^\s\"'`()\[\]{},;:<>|]*)?"
+)
 
 
 _MACHINE_DIRS = ("tmp", "home", "root", "work", "Users", "var", "folders", "private", "mnt", "scratch")
@@ -138,4 +149,3 @@ def exported_row(row: Mapping[str, object]) -> dict[str, object]:
     log = protocol.get("log_path") if isinstance(protocol, Mapping) else None
     work = log.split("/trials/", 1)[0] if isinstance(log, str) and log.startswith("/") and "/trials/" in log else None
     return cast("dict[str, object]", machine_free(dict(row), roots(work), work))  # a dict in, a dict out
-

@@ -12,4 +12,3 @@ def no_such_files(paths: Sequence[Path], what: str, prog: str) -> str | None:
     """The one-line error of a study given files that are not there (exit 2), else None."""
     missing = [str(p) for p in paths if not Path(p).is_file()]
     return f"{prog}: no such {what}: {', '.join(missing)}" if missing else None
-

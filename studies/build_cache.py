@@ -35,16 +35,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--commits", type=int, default=5)
     ap.add_argument("--source-dir", default=".")
     ap.add_argument("--import-check", default=None)
-    ap.add_argument("--pip-arg", action="append", default=None,
-                    help="repeatable; default: --no-deps --no-build-isolation")
+    ap.add_argument(
+        "--pip-arg", action="append", default=None, help="repeatable; default: --no-deps --no-build-isolation"
+    )
     ap.add_argument("--cache-dir", default=None, help="default: a fresh temporary dir (cold)")
     ap.add_argument("--json", dest="json_out", default=None, help="also write the figures here")
     args = ap.parse_args(argv)
 
     shas = _git(args.repo, "rev-list", "--first-parent", f"-{args.commits}", args.ref).split()[::-1]
     cache = Path(args.cache_dir or tempfile.mkdtemp(prefix="bisector-bench-cache-"))
-    build = Build(recipe=args.recipe, pip_args=tuple(args.pip_arg or ("--no-deps", "--no-build-isolation")),
-                  import_check=args.import_check)
+    build = Build(
+        recipe=args.recipe,
+        pip_args=tuple(args.pip_arg or ("--no-deps", "--no-build-isolation")),
+        import_check=args.import_check,
+    )
     builder = Builder(git.Repo(args.repo), Upstream(repo=args.repo, source_dir=args.source_dir), build, cache)
 
     rows = []
@@ -56,18 +60,37 @@ def main(argv: list[str] | None = None) -> dict:
             t0 = time.monotonic()
             r = builder.build(sha, patch=patch)
             wall = time.monotonic() - t0
-            rows.append({"phase": phase, "sha": sha[:10], "status": r.status.value, "cache_hit": r.cache_hit,
-                         "seconds": round(wall, 4), "log": r.log_path, "tail": r.log_tail[-300:]})
+            rows.append(
+                {
+                    "phase": phase,
+                    "sha": sha[:10],
+                    "status": r.status.value,
+                    "cache_hit": r.cache_hit,
+                    "seconds": round(wall, 4),
+                    "log": r.log_path,
+                    "tail": r.log_tail[-300:],
+                }
+            )
             print(f"{phase:12s} {sha[:10]} {r.status.value:6s} hit={r.cache_hit!s:5s} {wall:8.3f}s")
 
     summary = {}
     for phase in ("cold", "hit", "patched", "patched-hit"):
         secs = [r["seconds"] for r in rows if r["phase"] == phase and r["status"] == "ok"]
         if secs:
-            summary[phase] = {"n": len(secs), "median_s": round(statistics.median(secs), 4),
-                              "max_s": round(max(secs), 4)}
-    out = {"repo": args.repo, "recipe": args.recipe, "commits": [s[:10] for s in shas], "cache": str(cache),
-           "cache_bytes": builder.cache.total_bytes(), "summary": summary, "rows": rows}
+            summary[phase] = {
+                "n": len(secs),
+                "median_s": round(statistics.median(secs), 4),
+                "max_s": round(max(secs), 4),
+            }
+    out = {
+        "repo": args.repo,
+        "recipe": args.recipe,
+        "commits": [s[:10] for s in shas],
+        "cache": str(cache),
+        "cache_bytes": builder.cache.total_bytes(),
+        "summary": summary,
+        "rows": rows,
+    }
     print(json.dumps({k: out[k] for k in ("recipe", "cache_bytes", "summary")}, indent=1))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(out, indent=1))

@@ -104,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
             torch.matmul(big_a, big_b)
             torch.cuda.synchronize()
         rows["after heavy"] += timed_after(time.perf_counter(), args.after_s)
-    print(f"# {torch.cuda.get_device_name()}: decode GEMM kernel time (us, median) by ms since the heavy GEMM ended;"
-          f" {args.rounds} rounds of {args.heavy_s} s heavy, {args.after_s} s after")
+    print(
+        f"# {torch.cuda.get_device_name()}: decode GEMM kernel time (us, median) by ms since the heavy GEMM ended;"
+        f" {args.rounds} rounds of {args.heavy_s} s heavy, {args.after_s} s after"
+    )
     print("| when | ms since | triton us | cublas us | calls | SM MHz |")
     print("|---|---|---:|---:|---:|---:|")
     for when, got in rows.items():
@@ -150,14 +152,20 @@ def demo_trials(n: int, settle: bool) -> int:
             spec["settle_ms"] = {}
         spec_path, out_path = tmp / f"spec-{k}.json", tmp / f"out-{k}.json"
         spec_path.write_text(json.dumps(spec))
-        subprocess.run([sys.executable, "-m", "benches.trial", str(spec_path), str(out_path)], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "benches.trial", str(spec_path), str(out_path)],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         out = json.loads(out_path.read_text())
         order = [shape for name, shape, _, _ in out["phases"] if name == "timed"]
         decode = next(r for r in out["results"] if r["shape"] == "gemm/decode")
         settled = sum(end - start for name, _, start, end in out["phases"] if name == "settle")
-        print(f"| {k} | {', '.join(order)} | {1000 * statistics.median(decode['subject_ms']):.1f} "
-              f"| {decode.get('ratio', float('nan')):.3f} | {1000 * settled:.0f} |")
+        print(
+            f"| {k} | {', '.join(order)} | {1000 * statistics.median(decode['subject_ms']):.1f} "
+            f"| {decode.get('ratio', float('nan')):.3f} | {1000 * settled:.0f} |"
+        )
     return 0
 
 

@@ -45,15 +45,25 @@ def row(store: Path) -> str:
     seconds = [b - a for a, b in spans]
     together = sum(any(x < b and y > a for x, y in spans if (x, y) != (a, b)) for a, b in spans)
     median = f"{statistics.median(seconds):.2f} / {max(seconds):.2f} s" if seconds else "-"
-    return (f"| {store} | {len(spans)} | {median} | {100 * together / max(1, len(spans)):.0f}% | "
-            f"{f'{go:.1f} s' if go is not None else '-'} |")
+    return (
+        f"| {store} | {len(spans)} | {median} | {100 * together / max(1, len(spans)):.0f}% | "
+        f"{f'{go:.1f} s' if go is not None else '-'} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    return over_stores("context_opens", __doc__, argv, lambda parser: None, lambda args: [
-        "| store | workers that opened the device | seconds, median / max | opened beside another | "
-        "first device section after the first trial asked |",
-        "|---|---:|---:|---:|---:|"], lambda store, args: row(store))
+    return over_stores(
+        "context_opens",
+        __doc__,
+        argv,
+        lambda parser: None,
+        lambda args: [
+            "| store | workers that opened the device | seconds, median / max | opened beside another | "
+            "first device section after the first trial asked |",
+            "|---|---:|---:|---:|---:|",
+        ],
+        lambda store, args: row(store),
+    )
 
 
 if __name__ == "__main__":

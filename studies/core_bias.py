@@ -38,10 +38,16 @@ def row(store: Path, args: argparse.Namespace) -> str:
     for shape, commits in sorted(per_core(store, set(filter(None, args.shapes.split(",")))).items()):
         counts = [(len(c.get(0, [])), len(c.get(1, []))) for c in commits.values()]
         lopsided = sum(1 for a, b in counts if a + b >= 4 and min(a, b) <= 0.2 * (a + b))
-        diffs = [statistics.median(c[1]) - statistics.median(c[0]) for c in commits.values()
-                 if len(c.get(0, [])) >= 2 and len(c.get(1, [])) >= 2]
-        gap = f"{statistics.median(diffs):+.3f} (spread {statistics.pstdev(diffs):.3f}, {len(diffs)} commits)" \
-            if diffs else "-"
+        diffs = [
+            statistics.median(c[1]) - statistics.median(c[0])
+            for c in commits.values()
+            if len(c.get(0, [])) >= 2 and len(c.get(1, [])) >= 2
+        ]
+        gap = (
+            f"{statistics.median(diffs):+.3f} (spread {statistics.pstdev(diffs):.3f}, {len(diffs)} commits)"
+            if diffs
+            else "-"
+        )
         lines.append(
             f"| {store} | {shape} | {len(commits)} | {sum(a for a, _ in counts)} / {sum(b for _, b in counts)} "
             f"| {lopsided} | {gap} |"
@@ -53,9 +59,17 @@ def main(argv: list[str] | None = None) -> int:
     def options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--shapes", default="", help="shape keys, comma-separated (default: all)")
 
-    return over_stores("core_bias", __doc__, argv, options,
-                       lambda _: ["| store | shape | commits | trials core 0 / 1 | lopsided commits | "
-                                  "core 1 - core 0, median log ratio |", "|---|---|---:|---:|---:|---|"], row)
+    return over_stores(
+        "core_bias",
+        __doc__,
+        argv,
+        options,
+        lambda _: [
+            "| store | shape | commits | trials core 0 / 1 | lopsided commits | core 1 - core 0, median log ratio |",
+            "|---|---|---:|---:|---:|---|",
+        ],
+        row,
+    )
 
 
 if __name__ == "__main__":

@@ -28,13 +28,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-LOAD = ("import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\n"
-        "while True:\n    a = torch.mm(a, a).div_(1024.0)\n")
+LOAD = (
+    "import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\n"
+    "while True:\n    a = torch.mm(a, a).div_(1024.0)\n"
+)
 SPIN = "while True:\n    pass\n"
 
 
-def run_mode(fixed: bool, builds: dict[int, Any], config: Any, trials: int,
-             work: Path) -> dict[int, dict[str, list[float]]]:
+def run_mode(
+    fixed: bool, builds: dict[int, Any], config: Any, trials: int, work: Path
+) -> dict[int, dict[str, list[float]]]:
     """Ratios per commit and shape from `trials` trial processes of each commit."""
     import bisector.runner.env as runner_env
     from bisector.runner import make_executor
@@ -74,8 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-kind", choices=("matmul", "spin"), default="matmul")
     args = ap.parse_args(argv)
     commits = [int(c) for c in args.commits.split(",")]
-    print(f"| {args.compare} | shape | " + " | ".join(f"commit {i}: ratio (CV)" for i in commits)
-          + " | change (CV of the trial pairs) |")
+    print(
+        f"| {args.compare} | shape | "
+        + " | ".join(f"commit {i}: ratio (CV)" for i in commits)
+        + " | change (CV of the trial pairs) |"
+    )
     print("|---|---|" + "---|" * (len(commits) + 1))
     from bisector.demo import write_demo_repo
     from bisector.demo.demo_config import demo_config
@@ -85,9 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="cpu-demo-noise-") as tmp:
         manifest = write_demo_repo(Path(tmp, "upstream"))
         config = demo_config("cpu", Path(manifest.path))
-        builds = {i: BuildResult(manifest.commits[i], BuildStatus.OK,
-                                 str(export_commit(Path(manifest.path), manifest.commits[i], Path(tmp))))
-                  for i in commits}
+        builds = {
+            i: BuildResult(
+                manifest.commits[i],
+                BuildStatus.OK,
+                str(export_commit(Path(manifest.path), manifest.commits[i], Path(tmp))),
+            )
+            for i in commits
+        }
         modes = (
             {"fixed": (True, config), "default": (False, config)}
             if args.compare == "malloc"

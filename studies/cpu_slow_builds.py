@@ -27,8 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-LOAD = ("import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\n"
-        "while True:\n    a = torch.mm(a, a).div_(1024.0)\n")
+LOAD = (
+    "import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\n"
+    "while True:\n    a = torch.mm(a, a).div_(1024.0)\n"
+)
 
 
 def zygote() -> int:
@@ -63,12 +65,19 @@ def _answer(running: dict[int, dict[str, Any]]) -> None:
 
 
 def usage(ru: resource.struct_rusage) -> dict[str, float]:
-    return {"minflt": ru.ru_minflt, "majflt": ru.ru_majflt, "utime": ru.ru_utime, "stime": ru.ru_stime,
-            "nvcsw": ru.ru_nvcsw, "nivcsw": ru.ru_nivcsw}
+    return {
+        "minflt": ru.ru_minflt,
+        "majflt": ru.ru_majflt,
+        "utime": ru.ru_utime,
+        "stime": ru.ru_stime,
+        "nvcsw": ru.ru_nvcsw,
+        "nivcsw": ru.ru_nivcsw,
+    }
 
 
-def trial_job(config: Any, manifest: Any, exports: Path, tdir: Path, commit: int, trial: int, job_id: int,
-              **extra: Any) -> dict[str, Any]:
+def trial_job(
+    config: Any, manifest: Any, exports: Path, tdir: Path, commit: int, trial: int, job_id: int, **extra: Any
+) -> dict[str, Any]:
     """One trial of demo commit `commit` (exported under `exports`), its spec written in `tdir`, as the
     runner builds it (seed = trial index); `extra` rides along in the job (e.g. a zygote's `spacer`)."""
     from bisector.demo.repo import export_commit
@@ -79,9 +88,16 @@ def trial_job(config: Any, manifest: Any, exports: Path, tdir: Path, commit: int
     build = BuildResult(sha, BuildStatus.OK, str(export_commit(Path(manifest.path), sha, exports)))
     tdir.mkdir(parents=True)
     (tdir / "spec.json").write_text(json.dumps(build_spec(config, build, None, seed=trial, shapes=config.shapes)))
-    return {"id": job_id, "commit": commit, "trial": trial, "cpu": job_id % 2,
-            "spec": str(tdir / "spec.json"), "out": str(tdir / "out.json"),
-            "env": {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}, **extra}
+    return {
+        "id": job_id,
+        "commit": commit,
+        "trial": trial,
+        "cpu": job_id % 2,
+        "spec": str(tdir / "spec.json"),
+        "out": str(tdir / "out.json"),
+        "env": {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""},
+        **extra,
+    }
 
 
 def forked(
@@ -89,9 +105,14 @@ def forked(
 ) -> list[dict[str, Any]]:
     """The jobs' trials forked from one zygote (`module --zygote`) started with `env`, two at a time;
     their wait4 answers."""
-    z = subprocess.run([sys.executable, "-m", module, "--zygote"], env=env, text=True,
-                       input="".join(json.dumps(j) + "\n" for j in jobs), capture_output=True,
-                       cwd=str(Path(__file__).resolve().parents[1]))
+    z = subprocess.run(
+        [sys.executable, "-m", module, "--zygote"],
+        env=env,
+        text=True,
+        input="".join(json.dumps(j) + "\n" for j in jobs),
+        capture_output=True,
+        cwd=str(Path(__file__).resolve().parents[1]),
+    )
     if z.returncode:
         raise RuntimeError(z.stderr[-3000:])
     return [json.loads(line) for line in z.stdout.splitlines() if line.startswith("{")]
@@ -101,8 +122,10 @@ def spawned(jobs: list[dict[str, Any]], env: dict[str, str]) -> list[dict[str, A
     """Each job a fresh `python -m benches.trial` (pinned with taskset), two at a time."""
     out, running = [], {}
     for job in jobs:
-        proc = subprocess.Popen(["taskset", "-c", str(job["cpu"]), sys.executable, "-m", "benches.trial",
-                                 job["spec"], job["out"]], env={**env, **job["env"]})
+        proc = subprocess.Popen(
+            ["taskset", "-c", str(job["cpu"]), sys.executable, "-m", "benches.trial", job["spec"], job["out"]],
+            env={**env, **job["env"]},
+        )
         running[proc.pid] = job
         if len(running) >= 2:
             pid, status, ru = os.wait4(-1, 0)
@@ -207,8 +230,11 @@ def report(
         return sum(1 for k in moved if k <= i)
 
     shapes = sorted({r["shape"] for r in rows})
-    print("| commit | " + " | ".join(f"{s}: subject ms (ratio; faults per timed call)" for s in shapes)
-          + " | minor faults / trial | CPU s / trial |")
+    print(
+        "| commit | "
+        + " | ".join(f"{s}: subject ms (ratio; faults per timed call)" for s in shapes)
+        + " | minor faults / trial | CPU s / trial |"
+    )
     print("|---|" + "---|" * (len(shapes) + 2))
     med: dict[tuple[int, str], float] = {}
     for i in commits:
@@ -228,8 +254,10 @@ def report(
             slow = med[i, s] > 1.8 * statistics.median(siblings)
             flag += f" SLOW {s}" if slow else ""
             faults = [r["call_faults"] for r in mine if r["shape"] == s and r["call_faults"] is not None]
-            cells.append(f"{med[i, s]:.1f} ({statistics.median(r['ratio'] for r in mine if r['shape'] == s):.3f}; "
-                         f"{statistics.median(faults) if faults else float('nan'):.0f} faults/call)")
+            cells.append(
+                f"{med[i, s]:.1f} ({statistics.median(r['ratio'] for r in mine if r['shape'] == s):.3f}; "
+                f"{statistics.median(faults) if faults else float('nan'):.0f} faults/call)"
+            )
         per_trial = {r["trial"]: r for r in mine}.values()
         faults = statistics.median(r.get("minflt", 0) for r in per_trial) if per_trial else 0
         cpu_s = statistics.median(r.get("utime", 0) + r.get("stime", 0) for r in per_trial) if per_trial else 0

@@ -84,11 +84,27 @@ def main(argv: list[str] | None = None) -> int:
     watcher = require_distributed().Client(cluster, set_as_default=False)
     watcher.wait_for_workers(len(devices), timeout=120)
     cluster_s = time.time() - t0
-    cmd = [sys.executable, "-m", "bisector", "demo", "--device", args.device, "--dir", str(root), "--json",
-           "--visible", args.visible, "--executor", "dask", "--executor-address", cluster.scheduler_address]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bisector",
+        "demo",
+        "--device",
+        args.device,
+        "--dir",
+        str(root),
+        "--json",
+        "--visible",
+        args.visible,
+        "--executor",
+        "dask",
+        "--executor-address",
+        cluster.scheduler_address,
+    ]
     cmd += ["--shapes", ",".join(shapes)] if args.shapes else []
-    rc, stdout, wall, kill = run_killing_one(cmd, watcher, cluster, locks, None if args.no_kill else args.kill_after,
-                                             args.timeout, root / "progress.log")
+    rc, stdout, wall, kill = run_killing_one(
+        cmd, watcher, cluster, locks, None if args.no_kill else args.kill_after, args.timeout, root / "progress.log"
+    )
     (root / "demo.json").write_text(stdout)
     data = json.loads(stdout) if rc == 0 and stdout.strip() else {}
     found, exact = planted_line(args.device, shapes, data.get("steps") or [], manifest)
@@ -99,14 +115,16 @@ def main(argv: list[str] | None = None) -> int:
     sections, overlaps, cross, _ = device_overlaps(procs)
     per_device = Counter(str(p["device"]) for p in procs)
     killed = "no kill asked" if args.no_kill else killed_line(kill, procs)
-    line = (f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} dask demo, {len(devices)} workers (devices "
-            f"{args.visible}), shapes {','.join(shapes)}: rc {rc}, {wall:.1f} s wall (+{cluster_s:.1f} s cluster "
-            f"start), measuring {throughput.get('wall_s')} s; probe calls {len(data.get('probe_calls') or [])}, "
-            f"commits probed {data.get('probes')}, trials {data.get('trials')} (this call's processes "
-            f"{throughput.get('trials')}, per device {dict(per_device)}); {found} "
-            f"({'exact' if exact else 'NOT exact'}); {killed}; stored statuses {dict(statuses)}; stored twice "
-            f"{twice}; claims left {left}; device sections {sections}: {overlaps} overlapped on one device "
-            f"({cross} across workers); {device_gaps(store) if procs else 'no device sections'}; files in {root}")
+    line = (
+        f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} dask demo, {len(devices)} workers (devices "
+        f"{args.visible}), shapes {','.join(shapes)}: rc {rc}, {wall:.1f} s wall (+{cluster_s:.1f} s cluster "
+        f"start), measuring {throughput.get('wall_s')} s; probe calls {len(data.get('probe_calls') or [])}, "
+        f"commits probed {data.get('probes')}, trials {data.get('trials')} (this call's processes "
+        f"{throughput.get('trials')}, per device {dict(per_device)}); {found} "
+        f"({'exact' if exact else 'NOT exact'}); {killed}; stored statuses {dict(statuses)}; stored twice "
+        f"{twice}; claims left {left}; device sections {sections}: {overlaps} overlapped on one device "
+        f"({cross} across workers); {device_gaps(store) if procs else 'no device sections'}; files in {root}"
+    )
     emit(line, args.out)
     return rc
 

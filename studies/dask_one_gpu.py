@@ -82,8 +82,7 @@ def lock_holder(path: Path) -> int | None:
     return None
 
 
-def kill_one_mid_trial(watcher: Any, device_locks: list[Path], after: int, kill: Kill,
-                       stop: threading.Event) -> None:
+def kill_one_mid_trial(watcher: Any, device_locks: list[Path], after: int, kill: Kill, stop: threading.Event) -> None:
     """SIGKILL a worker holding a device (one of `device_locks`) once `after` trial tasks have ended (no time assumed);
     if no worker is seen holding it for 20 s (or /proc/locks cannot be read), the first worker seen
     running a trial, 0.5 s in, as tests/test_dask_executor.py does."""
@@ -121,10 +120,17 @@ def trial_processes(store: Path) -> list[dict[str, Any]]:
     for sha, patch, slot, status, protocol in rows:
         proto = json.loads(protocol or "{}")
         where = proto.get("where") or {}
-        entry = out.setdefault((sha, patch, slot, proto.get("log_path")), {
-            "sha": sha, "slot": slot, "statuses": [], "worker": where.get("dask_worker", "?"),
-            "device": where.get("device", 0),
-            "timeline": proto.get("timeline") or {}})
+        entry = out.setdefault(
+            (sha, patch, slot, proto.get("log_path")),
+            {
+                "sha": sha,
+                "slot": slot,
+                "statuses": [],
+                "worker": where.get("dask_worker", "?"),
+                "device": where.get("device", 0),
+                "timeline": proto.get("timeline") or {},
+            },
+        )
         entry["statuses"].append(status)
     return list(out.values())
 
@@ -132,18 +138,26 @@ def trial_processes(store: Path) -> list[dict[str, Any]]:
 def device_overlaps(procs: list[dict[str, Any]]) -> tuple[int, int, int, int]:
     """(device sections, sections that began before an earlier one on the same device ended, of those
     across workers, pairs of trial processes of two workers alive at once): the lock's evidence."""
-    spans = sorted((t["go"], t["release"], p["worker"], p.get("device", 0)) for p in procs for t in [p["timeline"]]
-                   if t.get("go") is not None and t.get("release") is not None)
+    spans = sorted(
+        (t["go"], t["release"], p["worker"], p.get("device", 0))
+        for p in procs
+        for t in [p["timeline"]]
+        if t.get("go") is not None and t.get("release") is not None
+    )
     overlaps = cross = 0
     for i, (go, _, worker, device) in enumerate(spans):
         earlier = [(r, w) for _, r, w, d in spans[:i] if r > go and d == device]
         overlaps += bool(earlier)
         cross += any(w != worker for _, w in earlier)
-    alive = [(t["assigned"] if t.get("assigned") is not None else t.get("started"), t.get("ended"), p["worker"])
-             for p in procs for t in [p["timeline"]]]
+    alive = [
+        (t["assigned"] if t.get("assigned") is not None else t.get("started"), t.get("ended"), p["worker"])
+        for p in procs
+        for t in [p["timeline"]]
+    ]
     alive = [a for a in alive if a[0] is not None and a[1] is not None]
-    together = sum(1 for i, a in enumerate(alive) for b in alive[i + 1:]
-                   if a[2] != b[2] and a[0] < b[1] and b[0] < a[1])
+    together = sum(
+        1 for i, a in enumerate(alive) for b in alive[i + 1 :] if a[2] != b[2] and a[0] < b[1] and b[0] < a[1]
+    )
     return len(spans), overlaps, cross, together
 
 
@@ -164,16 +178,20 @@ def killed_line(kill: Kill, procs: list[dict[str, Any]]) -> str:
     """The worker killed and where each of its trials ran again, or why none was."""
     if not kill.address:
         return f"NO worker killed ({len(kill.seen)} trial tasks seen; {kill.how or 'none held a device'})"
-    return (f"killed {kill.address} (pid {kill.pid}, {kill.how}) with {len(kill.keys)} trial task(s): "
-            f"{'; '.join(reruns(kill, procs))}")
+    return (
+        f"killed {kill.address} (pid {kill.pid}, {kill.how}) with {len(kill.keys)} trial task(s): "
+        f"{'; '.join(reruns(kill, procs))}"
+    )
 
 
 def store_counts(store: Path) -> tuple[Counter, int, int]:
     """Stored statuses, rows stored twice, and claims left (the queries of tests/test_dask_executor.py)."""
     with sqlite3.connect(store) as db:
         statuses = Counter(r[0] for r in db.execute("SELECT status FROM trials"))
-        twice = db.execute("SELECT sha, patch_hash, slot, shape, COUNT(*) FROM trials "
-                           "GROUP BY sha, patch_hash, slot, shape HAVING COUNT(*) > 1").fetchall()
+        twice = db.execute(
+            "SELECT sha, patch_hash, slot, shape, COUNT(*) FROM trials "
+            "GROUP BY sha, patch_hash, slot, shape HAVING COUNT(*) > 1"
+        ).fetchall()
         has_claims = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'claims'").fetchone()[0]
         left = db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] if has_claims else 0
     return statuses, len(twice), left
@@ -185,23 +203,38 @@ def start_cluster(device: str, threads: int) -> Any:
     env = {**worker_env(0), "BISECTOR_LOCK_DIR": os.environ["BISECTOR_LOCK_DIR"]}
     if device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = "0"
-    return distributed.LocalCluster(n_workers=2, threads_per_worker=threads, processes=True, host="127.0.0.1",
-                                    resources={"GPU": 1}, env=env, memory_limit=0, dashboard_address=None,
-                                    silence_logs=logging.ERROR)
+    return distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=threads,
+        processes=True,
+        host="127.0.0.1",
+        resources={"GPU": 1},
+        env=env,
+        memory_limit=0,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    )
 
 
 def scheduler_state(client: Any) -> str:
     """The scheduler's tasks by kind and state, and each worker's threads, tasks processing and
     resources in use against its own (JSON): a run cut at its timeout says what it waited on (the
     one-H200 dask demo stalled at a new commit's first round on 2026-12-04, cause unknown)."""
+
     def snapshot(dask_scheduler: Any = None) -> dict[str, Any]:
         tasks: Counter = Counter()
         for key, ts in dask_scheduler.tasks.items():
             name = key if isinstance(key, str) else str(key[0])
             tasks[f"{name.split('-')[0]} {ts.state}"] += 1
-        workers = {ws.address: {"nthreads": ws.nthreads, "processing": len(ws.processing),
-                                "used": dict(ws.used_resources), "resources": dict(ws.resources)}
-                   for ws in dask_scheduler.workers.values()}
+        workers = {
+            ws.address: {
+                "nthreads": ws.nthreads,
+                "processing": len(ws.processing),
+                "used": dict(ws.used_resources),
+                "resources": dict(ws.resources),
+            }
+            for ws in dask_scheduler.workers.values()
+        }
         return {"tasks": dict(tasks), "workers": workers}
 
     try:
@@ -210,8 +243,9 @@ def scheduler_state(client: Any) -> str:
         return f"unreadable ({type(exc).__name__}: {exc})"
 
 
-def run_killing_one(cmd: list[str], watcher: Any, cluster: Any, device_locks: list[Path], after: int | None,
-                    timeout: float, log: Path) -> tuple[int, str, float, Kill]:
+def run_killing_one(
+    cmd: list[str], watcher: Any, cluster: Any, device_locks: list[Path], after: int | None, timeout: float, log: Path
+) -> tuple[int, str, float, Kill]:
     """Run the bot's command (its stderr to `log`) while `kill_one_mid_trial` watches the cluster (no
     kill with `after` None); then close the watcher and the cluster. (rc, stdout, wall seconds, the
     kill); rc 124 when it ran past `timeout`. The tail of `log` is printed when rc is not 0."""
@@ -269,8 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     (root / "config.toml").write_text(dask_config(args.device, root / "upstream", cluster.scheduler_address))
     load(root / "config.toml")  # a bad edit fails here, in one line, before anything runs
     cmd = run_command(root, shas, shapes) + ([] if args.fixes else ["--no-fixes"])
-    rc, stdout, wall, kill = run_killing_one(cmd, watcher, cluster, [device_lock], args.kill_after, args.timeout,
-                                             root / "progress.log")
+    rc, stdout, wall, kill = run_killing_one(
+        cmd, watcher, cluster, [device_lock], args.kill_after, args.timeout, root / "progress.log"
+    )
     (root / "run.json").write_text(stdout)
     data = json.loads(stdout) if rc == 0 and stdout.strip() else {}
     named = [s.get("commit", "")[:12] for s in data.get("steps") or []]
@@ -279,19 +314,21 @@ def main(argv: list[str] | None = None) -> int:
     statuses, twice, left = store_counts(root / "results.sqlite") if procs else (Counter(), 0, 0)
     sections, overlaps, cross, together = device_overlaps(procs)
     per_worker = {k: int(v.get("trials", 0)) for k, v in (throughput.get("per_device") or {}).items()}
-    busy = (f"{throughput['device_s'] / throughput['wall_s']:.0%}" if throughput.get("wall_s") else "?")
+    busy = f"{throughput['device_s'] / throughput['wall_s']:.0%}" if throughput.get("wall_s") else "?"
     workers = Counter(p["worker"] for p in procs)
     killed = killed_line(kill, procs)
-    line = (f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} dask, 2 workers x {args.threads} thread on one device, "
-            f"width 2, {args.commits} commits, step at {args.at} ({shas[args.at][:12]}), shape {shapes}, "
-            f"fixes {'on' if args.fixes else 'off'}: rc {rc}, {wall:.1f} s wall (+{cluster_s:.1f} s cluster start); "
-            f"rounds not reported by the run ({len(data.get('probe_calls') or [])} probe calls, "
-            f"{data.get('probes')} commits probed); trials {data.get('trials')} (this call's processes "
-            f"{throughput.get('trials')}, per worker {per_worker}, the one device busy {busy}); "
-            f"culprit {named} ({'exact' if named == [shas[args.at][:12]] else 'NOT exact'}); {killed}; "
-            f"stored statuses {dict(statuses)}; stored twice {twice}; claims left {left}; "
-            f"device sections {sections} from workers {dict(workers)}: {overlaps} overlapped ({cross} across workers), "
-            f"{together} pairs of trials of the two workers alive at once; files in {root}")
+    line = (
+        f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} dask, 2 workers x {args.threads} thread on one device, "
+        f"width 2, {args.commits} commits, step at {args.at} ({shas[args.at][:12]}), shape {shapes}, "
+        f"fixes {'on' if args.fixes else 'off'}: rc {rc}, {wall:.1f} s wall (+{cluster_s:.1f} s cluster start); "
+        f"rounds not reported by the run ({len(data.get('probe_calls') or [])} probe calls, "
+        f"{data.get('probes')} commits probed); trials {data.get('trials')} (this call's processes "
+        f"{throughput.get('trials')}, per worker {per_worker}, the one device busy {busy}); "
+        f"culprit {named} ({'exact' if named == [shas[args.at][:12]] else 'NOT exact'}); {killed}; "
+        f"stored statuses {dict(statuses)}; stored twice {twice}; claims left {left}; "
+        f"device sections {sections} from workers {dict(workers)}: {overlaps} overlapped ({cross} across workers), "
+        f"{together} pairs of trials of the two workers alive at once; files in {root}"
+    )
     emit(line, args.out)
     return rc
 

@@ -56,8 +56,14 @@ def shape_specs(data: Mapping[str, Any], path: Path) -> list[dict[str, Any]]:
             except shapes.ShapeError as exc:
                 raise BadConfig(f"{path}: {key}.{exc.key}: {exc.problem}") from None
             name = row.get("name") or f"{suite}{i}"
-            out.append({"key": f"{suite}/{name}", "suite": suite, "name": name,
-                        "params": {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}})
+            out.append(
+                {
+                    "key": f"{suite}/{name}",
+                    "suite": suite,
+                    "name": name,
+                    "params": {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()},
+                }
+            )
     if not out:
         raise BadConfig(f"{path}: suites: no fa or gemm shapes")
     return out
@@ -70,19 +76,30 @@ def build_spec(data: Mapping[str, Any], path: Path, seed: int, reps: int | None,
         sub = _table(data, "subject", path).get(suite)
         if not isinstance(sub, Mapping) or "entry" not in sub:
             raise BadConfig(f"{path}: subject.{suite}: missing (suite {suite} has shapes)")
-        subjects[suite] = {"entry": sub["entry"], "adapter": sub.get("adapter", "callable"),
-                           "layout": sub.get("layout", "bhsd"), "options": dict(sub.get("options", {}))}
+        subjects[suite] = {
+            "entry": sub["entry"],
+            "adapter": sub.get("adapter", "callable"),
+            "layout": sub.get("layout", "bhsd"),
+            "options": dict(sub.get("options", {})),
+        }
         if sub.get("args") or sub.get("kwargs"):
             subjects[suite].update(args=list(sub.get("args", [])), kwargs=dict(sub.get("kwargs", {})))
     proto = data.get("protocol", {})
     repo = Path(source or _table(data, "upstream", path).get("repo", "."))
-    return {"sha": "worktree", "suite": ",".join(sorted(subjects)), "shapes": specs, "subjects": subjects,
-            "control": _table(data, "control", path).get("backend", "none"),
-            "device": _table(data, "device", path).get("kind", "cpu"),
-            "source_dirs": [str(repo.resolve())] if repo.is_dir() else [],
-            "reps": reps or proto.get("reps", 20), "warmup": proto.get("warmup", 3),
-            "flush_mb": proto.get("flush_mb", 0), "seed": seed, "tolerances": data.get("thresholds", {}).get(
-                "tolerances", {})}
+    return {
+        "sha": "worktree",
+        "suite": ",".join(sorted(subjects)),
+        "shapes": specs,
+        "subjects": subjects,
+        "control": _table(data, "control", path).get("backend", "none"),
+        "device": _table(data, "device", path).get("kind", "cpu"),
+        "source_dirs": [str(repo.resolve())] if repo.is_dir() else [],
+        "reps": reps or proto.get("reps", 20),
+        "warmup": proto.get("warmup", 3),
+        "flush_mb": proto.get("flush_mb", 0),
+        "seed": seed,
+        "tolerances": data.get("thresholds", {}).get("tolerances", {}),
+    }
 
 
 def run_trials(spec: Mapping[str, Any], trials: int, work: Path, env: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -92,8 +109,13 @@ def run_trials(spec: Mapping[str, Any], trials: int, work: Path, env: Mapping[st
     for i in range(trials):
         trial_spec = {**spec, "seed": spec["seed"] + i}
         (work / f"spec{i}.json").write_text(json.dumps(trial_spec))
-        proc = subprocess.run([sys.executable, "-m", "benches.trial", f"spec{i}.json", f"out{i}.json"], cwd=work,
-                              env={**env, "TRITON_CACHE_DIR": str(cache)}, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "benches.trial", f"spec{i}.json", f"out{i}.json"],
+            cwd=work,
+            env={**env, "TRITON_CACHE_DIR": str(cache)},
+            capture_output=True,
+            text=True,
+        )
         (work / f"log{i}.txt").write_text(proc.stdout + proc.stderr)
         out_file = work / f"out{i}.json"
         if not out_file.exists():
@@ -128,12 +150,17 @@ def summarize(outs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for shape, rs in rows.items():
         statuses = sorted({r["status"] for r in rs})
         peak = _median([r.get("peak_gbps") for r in rs])
-        row = {"shape": shape, "status": "ok" if statuses == ["ok"] else ",".join(statuses), "trials": len(rs),
-               "error": next((r.get("error", "") for r in rs if r["status"] != "ok"), ""),
-               "control_impl": next((r.get("control_impl", "") for r in rs if r.get("control_impl")), ""),
-               "peak_gbps": peak, "max_rel_err": max((r.get("max_rel_err") or 0.0) for r in rs),
-               "ratio_spread_pct": iqr_pct([x for r in rs for x in r.get("ratios") or []]),
-               "trial_ratios": [r.get("ratio") for r in rs]}
+        row = {
+            "shape": shape,
+            "status": "ok" if statuses == ["ok"] else ",".join(statuses),
+            "trials": len(rs),
+            "error": next((r.get("error", "") for r in rs if r["status"] != "ok"), ""),
+            "control_impl": next((r.get("control_impl", "") for r in rs if r.get("control_impl")), ""),
+            "peak_gbps": peak,
+            "max_rel_err": max((r.get("max_rel_err") or 0.0) for r in rs),
+            "ratio_spread_pct": iqr_pct([x for r in rs for x in r.get("ratios") or []]),
+            "trial_ratios": [r.get("ratio") for r in rs],
+        }
         for key in ("subject_tflops", "control_tflops", "subject_gbps", "control_gbps", "ratio"):
             row[key] = _median([r.get(key) for r in rs])
         for side in ("subject", "control"):
@@ -147,14 +174,24 @@ def summarize(outs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def render(table: Sequence[Mapping[str, Any]]) -> str:
-    cols = [("shape", "shape", "s"), ("status", "status", "s"), ("subject_ms", "subj ms", ".4g"),
-            ("subject_spread_pct", "IQR %", ".1f"), ("control_ms", "ctrl ms", ".4g"),
-            ("control_spread_pct", "IQR %", ".1f"), ("ratio", "ratio", ".3f"), ("ratio_spread_pct", "IQR %", ".1f"),
-            ("subject_tflops", "subj TFLOP/s", ".4g"),
-            ("control_tflops", "ctrl TFLOP/s", ".4g"), ("subject_gbps", "subj GB/s", ".4g"),
-            ("control_gbps", "ctrl GB/s", ".4g"), ("subject_peak_pct", "subj %peak", ".1f"),
-            ("control_peak_pct", "ctrl %peak", ".1f"), ("max_rel_err", "max rel err", ".2e"),
-            ("control_impl", "control", "s")]
+    cols = [
+        ("shape", "shape", "s"),
+        ("status", "status", "s"),
+        ("subject_ms", "subj ms", ".4g"),
+        ("subject_spread_pct", "IQR %", ".1f"),
+        ("control_ms", "ctrl ms", ".4g"),
+        ("control_spread_pct", "IQR %", ".1f"),
+        ("ratio", "ratio", ".3f"),
+        ("ratio_spread_pct", "IQR %", ".1f"),
+        ("subject_tflops", "subj TFLOP/s", ".4g"),
+        ("control_tflops", "ctrl TFLOP/s", ".4g"),
+        ("subject_gbps", "subj GB/s", ".4g"),
+        ("control_gbps", "ctrl GB/s", ".4g"),
+        ("subject_peak_pct", "subj %peak", ".1f"),
+        ("control_peak_pct", "ctrl %peak", ".1f"),
+        ("max_rel_err", "max rel err", ".2e"),
+        ("control_impl", "control", "s"),
+    ]
     cells = [[h for _, h, _ in cols]]
     for row in table:
         cells.append(["-" if row.get(k) is None else format(row[k], f) for k, _, f in cols])
@@ -173,8 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--source", default=None, help="the subjects' checkout (default: upstream.repo)")
     parser.add_argument("--out", type=Path, default=None, help="write every trial's output and the table (JSON)")
-    parser.add_argument("--work", type=Path, default=None,
-                        help="keep the trials' specs, outputs, logs and Triton cache here (default: a temporary dir)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="keep the trials' specs, outputs, logs and Triton cache here (default: a temporary dir)",
+    )
     args = parser.parse_args(argv)
     try:
         data = tomllib.loads(args.config.read_text(encoding="utf-8"))
@@ -200,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     table = summarize(outs)
     print(render(table))
     if args.out:
-        args.out.write_text(json.dumps({"config": str(args.config), "table": table, "trials": outs}, indent=1,
-                                       default=str))
+        args.out.write_text(
+            json.dumps({"config": str(args.config), "table": table, "trials": outs}, indent=1, default=str)
+        )
     return 0 if all(row["status"] == "ok" for row in table) and len(table) == len(spec["shapes"]) else 1
 
 

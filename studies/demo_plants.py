@@ -60,15 +60,24 @@ print(json.dumps(out))
 """
 
 
-def run_trial(source: Path, suite: str, shapes: dict[str, dict[str, Any]], reps: int, warmup: int,
-              seed: int) -> dict[str, Any]:
-    spec = {"source": str(source), "root": str(ROOT), "suite": suite, "shapes": shapes, "reps": reps,
-            "warmup": warmup, "seed": seed}
+def run_trial(
+    source: Path, suite: str, shapes: dict[str, dict[str, Any]], reps: int, warmup: int, seed: int
+) -> dict[str, Any]:
+    spec = {
+        "source": str(source),
+        "root": str(ROOT),
+        "suite": suite,
+        "shapes": shapes,
+        "reps": reps,
+        "warmup": warmup,
+        "seed": seed,
+    }
     from bisector.runner.env import FIXED_MALLOC
 
     env = {**FIXED_MALLOC, **os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # as the runner
-    proc = subprocess.run([sys.executable, "-c", WORKER, json.dumps(spec)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER, json.dumps(spec)], capture_output=True, text=True, env=env, timeout=600
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"trial at {source.name} failed: {proc.stderr.strip()[-800:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -99,25 +108,36 @@ def measure(roles: list[str], trials: int, reps: int, warmup: int) -> list[dict[
                 ms: dict[str, float] = {}
                 for t in range(trials):
                     for sha, into in ((parent, before), (child, after)):
-                        res = run_trial(export_commit(Path(manifest.path), sha, Path(tmp)), suite, shapes, reps,
-                                        warmup, seed=t)
+                        res = run_trial(
+                            export_commit(Path(manifest.path), sha, Path(tmp)), suite, shapes, reps, warmup, seed=t
+                        )
                         for key, r in res.items():
                             into[key].append(r["ratio"])
                             ms[key] = r["ms"]
                 for key in shapes:
                     b, a = statistics.median(before[key]), statistics.median(after[key])
-                    rows.append({"role": role, "pr": plant.pr, "shape": key,
-                                 "expected": plant.moves.get("cpu", {}).get(key, 0.0),
-                                 "change_pct": (a / b - 1) * 100, "cv_before": cv(before[key]),
-                                 "cv_after": cv(after[key]), "ms": ms[key]})
+                    rows.append(
+                        {
+                            "role": role,
+                            "pr": plant.pr,
+                            "shape": key,
+                            "expected": plant.moves.get("cpu", {}).get(key, 0.0),
+                            "change_pct": (a / b - 1) * 100,
+                            "cv_before": cv(before[key]),
+                            "cv_after": cv(after[key]),
+                            "ms": ms[key],
+                        }
+                    )
                     print(_line(rows[-1]), flush=True)
     return rows
 
 
 def _line(r: dict[str, Any]) -> str:
     exp = "moves" if r["expected"] is None else f"{r['expected']:+.1f}%"
-    return (f"| {r['role']} | #{r['pr']} | {r['shape']} | {exp} | {r['change_pct']:+.1f}% | "
-            f"{r['cv_before']:.1f}% / {r['cv_after']:.1f}% | {r['ms']:.1f} |")
+    return (
+        f"| {r['role']} | #{r['pr']} | {r['shape']} | {exp} | {r['change_pct']:+.1f}% | "
+        f"{r['cv_before']:.1f}% / {r['cv_after']:.1f}% | {r['ms']:.1f} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--roles", nargs="*", default=["improvement", "fa_remap_dropped", "fastmath_dropped",
-                                                     "gemm_group_m", "gemm_stages", "fa_window"])
+    ap.add_argument(
+        "--roles",
+        nargs="*",
+        default=["improvement", "fa_remap_dropped", "fastmath_dropped", "gemm_group_m", "gemm_stages", "fa_window"],
+    )
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)
     print("| step | PR | shape | expected | measured | trial CV before / after | subject ms |")

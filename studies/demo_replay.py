@@ -45,8 +45,17 @@ from bisector.search import localize
 from bisector.search.prober import ProbeBase
 
 # The knobs that move a CPU shape or break a commit; the rest are neutral.
-PLANTED = ("fa_remap", "fastmath", "group_m", "num_stages", "gemm_tuned", "k_mask_bug", "fa_window", "decode_tile",
-           "dispatch_split_k")
+PLANTED = (
+    "fa_remap",
+    "fastmath",
+    "group_m",
+    "num_stages",
+    "gemm_tuned",
+    "k_mask_bug",
+    "fa_window",
+    "decode_tile",
+    "dispatch_split_k",
+)
 
 
 def classes() -> list[tuple | None]:
@@ -62,8 +71,9 @@ def pools(
     where = {sha: kinds[i] for i, sha in enumerate(commits)}
     values: dict[tuple, list[float]] = defaultdict(list)
     wrong: dict[tuple, set[str]] = defaultdict(set)
-    for sha, shape, status, ratio, tflops in [t for one in (store if isinstance(store, list) else [store])
-                                              for t in trials(one)]:
+    for sha, shape, status, ratio, tflops in [
+        t for one in (store if isinstance(store, list) else [store]) for t in trials(one)
+    ]:
         if shape.split("/", 1)[0] in speed:  # the suite is decided on the subject's own speed
             ratio = tflops
         kind = where.get(sha)
@@ -81,9 +91,17 @@ def trials(store: Path) -> list[tuple[str, str, str, float | None, float | None]
     `bisector store export` (studies/results/demo-replay-*.csv keep those columns of two runs)."""
     if store.name.endswith((".csv", ".csv.gz")):
         with (gzip.open if store.suffix == ".gz" else open)(store, "rt", newline="") as f:
-            return [(r["sha"], r["shape"], r["status"], float(r["ratio"]) if r["ratio"] else None,
-                     float(r["subject_tflops"]) if r.get("subject_tflops") else None)
-                    for r in csv.DictReader(f) if not r.get("patch_hash")]
+            return [
+                (
+                    r["sha"],
+                    r["shape"],
+                    r["status"],
+                    float(r["ratio"]) if r["ratio"] else None,
+                    float(r["subject_tflops"]) if r.get("subject_tflops") else None,
+                )
+                for r in csv.DictReader(f)
+                if not r.get("patch_hash")
+            ]
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
         return db.execute(
             "SELECT sha, shape, status, ratio, subject_tflops FROM trials WHERE patch_hash IS NULL OR patch_hash = ''"
@@ -95,8 +113,16 @@ class ReplayProbe(ProbeBase):
 
     side_by_side = True
 
-    def __init__(self, commits: Sequence[str], values: Mapping, wrong: Mapping, shapes: Sequence[str],
-                 seed: int, extra_cv: float, drift: float = 0.0) -> None:
+    def __init__(
+        self,
+        commits: Sequence[str],
+        values: Mapping,
+        wrong: Mapping,
+        shapes: Sequence[str],
+        seed: int,
+        extra_cv: float,
+        drift: float = 0.0,
+    ) -> None:
         self.kind = dict(zip(commits, classes()))
         self.values, self.wrong, self.shapes = values, wrong, shapes
         self.rng = np.random.default_rng(seed)
@@ -150,10 +176,17 @@ def main() -> None:
     ap.add_argument("--rechecks", type=int, default=None, help="passes of the search's step 5 (default: the search's)")
     ap.add_argument("--trials", type=int, default=None, help="first trials per commit (default: the config's)")
     ap.add_argument("--shapes", default="fa/s1024,gemm/tall", help="the end-to-end test's two shapes")
-    ap.add_argument("--min-step", default=None,
-                    help="minimum steps in percent instead of the config's: default=15,fa/s1024=20 (suites or shapes)")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                    help="which demo config and plants (cuda: a store of `bisector demo --device cuda`)")
+    ap.add_argument(
+        "--min-step",
+        default=None,
+        help="minimum steps in percent instead of the config's: default=15,fa/s1024=20 (suites or shapes)",
+    )
+    ap.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="which demo config and plants (cuda: a store of `bisector demo --device cuda`)",
+    )
     args = ap.parse_args()
     shapes = args.shapes.split(",")
 
@@ -178,15 +211,19 @@ def main() -> None:
         )
     values, wrong = pools(args.store, commits, shapes, speed)
     for kind in sorted({k for k, _ in values}, key=str):
-        line = ", ".join(f"{s} {np.median(values[(kind, s)]):.3f} (n={len(values[(kind, s)])})"
-                         for s in shapes if (kind, s) in values)
+        line = ", ".join(
+            f"{s} {np.median(values[(kind, s)]):.3f} (n={len(values[(kind, s)])})"
+            for s in shapes
+            if (kind, s) in values
+        )
         print(f"class {dict(zip(PLANTED, kind))}: {line}")
 
     passed, flagged, missed, extra, trials = 0, 0, Counter(), Counter(), []
     joined, left_out = Counter(), Counter()  # shapes a found step named that its plant does not move, and the reverse
     for r in range(args.replays):
-        probe = ReplayProbe(commits, values, wrong, shapes, seed=args.seed * 100_003 + r, extra_cv=args.extra_cv,
-                            drift=args.drift)
+        probe = ReplayProbe(
+            commits, values, wrong, shapes, seed=args.seed * 100_003 + r, extra_cv=args.extra_cv, drift=args.drift
+        )
         result = localize(commits, probe, settings)
         found = {s.commit for s in result.steps}
         for step in (s for s in result.steps if s.commit in planted):
@@ -206,8 +243,10 @@ def main() -> None:
         f"(or the rest reported unsure: {flagged / args.replays:.1%}); missed {dict(missed)}; "
         f"invented {dict(extra)}; trials/replay median {np.median(trials):.0f}, p90 {np.percentile(trials, 90):.0f}"
     )
-    print(f"shapes a found step named that its plant does not move: {dict(joined) or 'none'}; "
-          f"shapes it moves that a found step left out: {dict(left_out) or 'none'}")
+    print(
+        f"shapes a found step named that its plant does not move: {dict(joined) or 'none'}; "
+        f"shapes it moves that a found step left out: {dict(left_out) or 'none'}"
+    )
 
 
 if __name__ == "__main__":

@@ -55,9 +55,12 @@ def trial_rows(timelines: list) -> list[str]:
         work = float(t.phases.get("warmup", 0.0)) + float(t.phases.get("timed", 0.0))
         top = sorted(((k, v) for k, v in parts.items() if k != AFTER), key=lambda kv: -kv[1])[:2]
         ratio = f"{t.device_s / work:.1f}x" if work > 0 else "-"
-        rows.append(f"{t.sha[:12]:<12} {t.slot if t.slot is not None else '?':>4} {t.device_s:>8.2f} {work:>6.3f} "
-                     f"{ratio:>7} {parts[AFTER]:>6.2f}  " + ", ".join(f"{k} {v:.2f}" for k, v in top)
-                     + (" (staged under the lock)" if "deferred" in t.phases else ""))
+        rows.append(
+            f"{t.sha[:12]:<12} {t.slot if t.slot is not None else '?':>4} {t.device_s:>8.2f} {work:>6.3f} "
+            f"{ratio:>7} {parts[AFTER]:>6.2f}  "
+            + ", ".join(f"{k} {v:.2f}" for k, v in top)
+            + (" (staged under the lock)" if "deferred" in t.phases else "")
+        )
     return rows
 
 
@@ -80,8 +83,11 @@ def first_call_rows(records: list) -> list[str]:
     rows = [f"{'shape':<20} {'where':<16} {'n':>4} " + " ".join(f"{k:>9}" for k in PARTS) + f" {'kernels':>7}"]
     for (shape, where), all_parts in sorted(seen.items()):
         med = {k: statistics.median(float(p.get(k) or 0.0) for p in all_parts) for k in (*PARTS, "jit_kernels")}
-        rows.append(f"{shape:<20} {where:<16} {len(all_parts):>4} " + " ".join(f"{med[k]:>9.3f}" for k in PARTS)
-                    + f" {med['jit_kernels']:>7.0f}")
+        rows.append(
+            f"{shape:<20} {where:<16} {len(all_parts):>4} "
+            + " ".join(f"{med[k]:>9.3f}" for k in PARTS)
+            + f" {med['jit_kernels']:>7.0f}"
+        )
     return rows
 
 
@@ -106,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {args.store}: {len(timelines)} trial processes")
     print("\n## later trials (slot > 0)\n" + "\n".join(later.lines()))
     print("\n## first trials of a commit (slot 0)\n" + "\n".join(first.lines()))
-    print("\n## first calls, median seconds per part (import, Triton compile or cache load, the rest)\n"
-          + "\n".join(first_call_rows(records)))
+    print(
+        "\n## first calls, median seconds per part (import, Triton compile or cache load, the rest)\n"
+        + "\n".join(first_call_rows(records))
+    )
     if args.trials:
         print("\n## per trial\n" + "\n".join(trial_rows(timelines)))
     if args.json:

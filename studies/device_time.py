@@ -35,14 +35,45 @@ def command(part: str, root: Path, repos: Path | None) -> tuple[list[str], Path]
     """The run of `part` and where its store will be."""
     py = sys.executable
     if part == "liger":
-        return ([py, "-m", "studies.real_ranges", "--device", "cuda", "--libs", "liger", "--no-hunks",
-                 "--dir", str(root), "--out", str(root / "real-ranges.txt"),
-                 *(["--repos", str(repos)] if repos else [])], root / "liger" / "results.sqlite")
+        return (
+            [
+                py,
+                "-m",
+                "studies.real_ranges",
+                "--device",
+                "cuda",
+                "--libs",
+                "liger",
+                "--no-hunks",
+                "--dir",
+                str(root),
+                "--out",
+                str(root / "real-ranges.txt"),
+                *(["--repos", str(repos)] if repos else []),
+            ],
+            root / "liger" / "results.sqlite",
+        )
     if part == "demo":
-        return ([py, "-m", "bisector", "demo", "--device", "cuda", "--dir", str(root / "demo"), "--shapes", SHAPES,
-                 "--json"], root / "demo" / "results.sqlite")
-    return ([py, "-m", "studies.long_range", "--device", "cuda", "--dir", str(root / "long")],
-            root / "long" / "results.sqlite")
+        return (
+            [
+                py,
+                "-m",
+                "bisector",
+                "demo",
+                "--device",
+                "cuda",
+                "--dir",
+                str(root / "demo"),
+                "--shapes",
+                SHAPES,
+                "--json",
+            ],
+            root / "demo" / "results.sqlite",
+        )
+    return (
+        [py, "-m", "studies.long_range", "--device", "cuda", "--dir", str(root / "long")],
+        root / "long" / "results.sqlite",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--repos", type=Path, default=None, help="bare copies made by studies.real_repos (liger)")
     ap.add_argument("--dir", type=Path, default=None, help="work dir (default: a fresh temporary one: cold)")
-    ap.add_argument("--timeout", type=float, default=540.0, help="the run is stopped after this many seconds (the device allows 600 a call)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=540.0,
+        help="the run is stopped after this many seconds (the device allows 600 a call)",
+    )
     args = ap.parse_args(argv)
     root = Path(args.dir or tempfile.mkdtemp(prefix=f"device-time-{args.part}-")).resolve()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -77,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(text.getvalue())
         try:
             later = json.loads((args.out / f"{args.part}-parts.json").read_text())["later"]
-            lines.insert(2, f"later trials: device / (warm-up + timed), median {later.get('ratio_median')}x "
-                            f"(with the exit: {later.get('ratio_with_exit_median')}x)")
+            lines.insert(
+                2,
+                f"later trials: device / (warm-up + timed), median {later.get('ratio_median')}x "
+                f"(with the exit: {later.get('ratio_with_exit_median')}x)",
+            )
         except (OSError, ValueError, KeyError):
             pass
     else:

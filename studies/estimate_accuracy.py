@@ -155,8 +155,11 @@ class Announcing(ProbeBase):
                 if r < new[sha]:
                     others = [o[:7] for o in order if o != sha and r < new[o]]
                     detail = f"trial {self.have.get(sha, 0) + r + 1}/{self.have.get(sha, 0) + new[sha]}"
-                    self.observer(ProbeEvent(sha, "trial", detail + (
-                        f" (side by side with {', '.join(others)})" if others else "")))
+                    self.observer(
+                        ProbeEvent(
+                            sha, "trial", detail + (f" (side by side with {', '.join(others)})" if others else "")
+                        )
+                    )
         for sha in order:
             if got[sha].status is ProbeStatus.SKIP and sha not in self.have:
                 self.observer(ProbeEvent(sha, "skip", "simulated build failure"))
@@ -186,20 +189,34 @@ def simulated(regime: str, seed: int, devices: int = 1) -> Run:
         elif e.action == "trial":
             k, n = map(int, TRIAL.findall(e.detail)[0])
             side = PARTNERS.search(e.detail)
-            events.append(Event(index[e.sha], k, n, tuple(prefix[p] for p in side.group(1).split(", ")) if side else ()))
+            events.append(
+                Event(index[e.sha], k, n, tuple(prefix[p] for p in side.group(1).split(", ")) if side else ())
+            )
 
     r = sa.REGIME
     probe = Announcing(SimulatedProbe(case.commits, case.model, case.cv, seed=seed), record)
-    result = localize(case.commits, probe, SearchSettings(min_step_pct=r.min_step, initial_repeats=r.trials,
-                                                          max_repeats=r.max_trials, width=devices))
+    result = localize(
+        case.commits,
+        probe,
+        SearchSettings(min_step_pct=r.min_step, initial_repeats=r.trials, max_repeats=r.max_trials, width=devices),
+    )
     assert sum(e.k > 0 for e in events) == result.trials
-    return Run(f"{regime} #{seed}", case.n, r.trials, r.max_trials, 1, tuple(events), result.trials,
-               first={index[sha]: v for sha, v in probe.first.items()}, min_step=r.min_step)
+    return Run(
+        f"{regime} #{seed}",
+        case.n,
+        r.trials,
+        r.max_trials,
+        1,
+        tuple(events),
+        result.trials,
+        first={index[sha]: v for sha, v in probe.first.items()},
+        min_step=r.min_step,
+    )
 
 
-def replay(run: Run, with_n: bool = True,
-           told: Callable[[list[int]], set[int] | Mapping[int, float] | None] | None = None
-           ) -> list[tuple[float, int, float, float]]:
+def replay(
+    run: Run, with_n: bool = True, told: Callable[[list[int]], set[int] | Mapping[int, float] | None] | None = None
+) -> list[tuple[float, int, float, float]]:
     """(seconds, trials so far, search estimate, whole-run estimate) after each trial of the run;
     `told`: the forecast is told, at the grid's end, the grid segments it returns for the grid."""
     order = [str(i) for i in range(run.commits)]
@@ -221,8 +238,14 @@ def replay(run: Run, with_n: bool = True,
         else:
             forecast.trial(str(e.index), e.k)
         search = trials + forecast.remaining()
-        out.append((e.t, trials, search, search + model_for(device_of(run)).trials(forecast.steps(), run.initial, run.cap,
-                                                                                  run.stages)))
+        out.append(
+            (
+                e.t,
+                trials,
+                search,
+                search + model_for(device_of(run)).trials(forecast.steps(), run.initial, run.cap, run.stages),
+            )
+        )
     return out
 
 
@@ -265,13 +288,26 @@ def extract(name: str, store: Path, initial: int, cap: int, stages: str) -> list
     db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
     order = [r[0] for r in db.execute("SELECT sha FROM commits ORDER BY rowid")]
     index = {sha: i for i, sha in enumerate(order)}
-    rows = db.execute("SELECT sha, COALESCE(patch_hash, ''), slot, MIN(started_at), GROUP_CONCAT(DISTINCT status) "
-                      "FROM trials GROUP BY sha, patch_hash, slot ORDER BY MIN(started_at), MIN(id)").fetchall()
+    rows = db.execute(
+        "SELECT sha, COALESCE(patch_hash, ''), slot, MIN(started_at), GROUP_CONCAT(DISTINCT status) "
+        "FROM trials GROUP BY sha, patch_hash, slot ORDER BY MIN(started_at), MIN(id)"
+    ).fetchall()
     t0 = datetime.fromisoformat(rows[0][3])
-    return [{"run": name, "commits": len(order), "initial": initial, "cap": cap, "stages": stages,
-             "index": index[sha], "k": slot + 1, "t": round((datetime.fromisoformat(start) - t0).total_seconds(), 1),
-             "patched": int(bool(patch)), "crashed": int(status == "crash")}
-            for sha, patch, slot, start, status in rows]
+    return [
+        {
+            "run": name,
+            "commits": len(order),
+            "initial": initial,
+            "cap": cap,
+            "stages": stages,
+            "index": index[sha],
+            "k": slot + 1,
+            "t": round((datetime.fromisoformat(start) - t0).total_seconds(), 1),
+            "patched": int(bool(patch)),
+            "crashed": int(status == "crash"),
+        }
+        for sha, patch, slot, start, status in rows
+    ]
 
 
 def recorded(path: Path) -> list[Run]:
@@ -297,8 +333,18 @@ def recorded(path: Path) -> list[Run]:
         while end and first < len(trials) and trials[end - 1].k > 1 and trials[first - 1].t - trials[end - 1].t <= 10:
             end -= 1
         r = rows[0]
-        runs.append(Run(name, int(r["commits"]), int(r["initial"]), int(r["cap"]), 1, tuple(events), end,
-                        tuple(s for s in r["stages"].split("+") if s)))
+        runs.append(
+            Run(
+                name,
+                int(r["commits"]),
+                int(r["initial"]),
+                int(r["cap"]),
+                1,
+                tuple(events),
+                end,
+                tuple(s for s in r["stages"].split("+") if s),
+            )
+        )
     return runs
 
 
@@ -308,11 +354,13 @@ def worst(ratios: Sequence[float]) -> tuple[float, float]:
 
 
 def simulated_table(ranges: int, seed: int, devices: int) -> list[str]:
-    lines = ["| regime | ranges | final trials (median) | worst over, median / p90 / max | worst under, median / p10 / min "
-             f"| ranges always within {WITHIN}x | points within {WITHIN}x | before: estimate / final at 10%, median "
-             "| before: ranges past it (no ETA) | after the grid: estimate / final, median / p10 / p90 "
-             f"| from the grid on: worst over / under, median | from the grid on: ranges always within {WITHIN}x |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| regime | ranges | final trials (median) | worst over, median / p90 / max | worst under, median / p10 / min "
+        f"| ranges always within {WITHIN}x | points within {WITHIN}x | before: estimate / final at 10%, median "
+        "| before: ranges past it (no ETA) | after the grid: estimate / final, median / p10 / p90 "
+        f"| from the grid on: worst over / under, median | from the grid on: ranges always within {WITHIN}x |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for regime in ("default", "quiet", "busy-cpu"):
         overs, unders, points, finals, past, old_first, first, early = [], [], [], [], 0, [], [], []
         for r in range(ranges):
@@ -335,22 +383,26 @@ def simulated_table(ranges: int, seed: int, devices: int) -> list[str]:
             old_first.append(old[0] / final if old[0] is not None else math.nan)
         p = np.array(points)
         within = np.mean([(h <= WITHIN and lo >= 1 / WITHIN) for h, lo in zip(overs, unders)])
-        lines.append(f"| {regime}{f' ({devices} devices)' if devices > 1 else ''} | {ranges} | {np.median(finals):.0f} "
-                     f"| {np.median(overs):.2f} / {np.percentile(overs, 90):.2f} / {max(overs):.2f} "
-                     f"| {np.median(unders):.2f} / {np.percentile(unders, 10):.2f} / {min(unders):.2f} "
-                     f"| {within:.0%} | {np.mean((p <= WITHIN) & (p >= 1 / WITHIN)):.0%} "
-                     f"| {np.nanmedian(old_first):.2f} | {past / ranges:.0%} "
-                     f"| {np.median(first):.2f} / {np.percentile(first, 10):.2f} / {np.percentile(first, 90):.2f} "
-                     f"| {np.median([h for h, _ in early]):.2f} / {np.median([lo for _, lo in early]):.2f} "
-                     f"| {np.mean([h <= WITHIN and lo >= 1 / WITHIN for h, lo in early]):.0%} |")
+        lines.append(
+            f"| {regime}{f' ({devices} devices)' if devices > 1 else ''} | {ranges} | {np.median(finals):.0f} "
+            f"| {np.median(overs):.2f} / {np.percentile(overs, 90):.2f} / {max(overs):.2f} "
+            f"| {np.median(unders):.2f} / {np.percentile(unders, 10):.2f} / {min(unders):.2f} "
+            f"| {within:.0%} | {np.mean((p <= WITHIN) & (p >= 1 / WITHIN)):.0%} "
+            f"| {np.nanmedian(old_first):.2f} | {past / ranges:.0%} "
+            f"| {np.median(first):.2f} / {np.percentile(first, 10):.2f} / {np.percentile(first, 90):.2f} "
+            f"| {np.median([h for h, _ in early]):.2f} / {np.median([lo for _, lo in early]):.2f} "
+            f"| {np.mean([h <= WITHIN and lo >= 1 / WITHIN for h, lo in early]):.0%} |"
+        )
     return lines
 
 
 def recorded_table(runs: Sequence[Run]) -> list[str]:
-    lines = ["| run | commits | search trials (whole run) | estimate at 1 min | worst over / under after 1 min "
-             f"| within {WITHIN}x from trial | at 25 / 50 / 75% of the search | whole run: worst over / under "
-             "| whole run at 1 / 2 / 3 / 5 min | before: at 1 min, no ETA from trial |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| run | commits | search trials (whole run) | estimate at 1 min | worst over / under after 1 min "
+        f"| within {WITHIN}x from trial | at 25 / 50 / 75% of the search | whole run: worst over / under "
+        "| whole run at 1 / 2 / 3 / 5 min | before: at 1 min, no ETA from trial |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         points = replay(run, with_n=False)
         final, total = run.search, sum(1 for e in run.events if e.k)
@@ -359,20 +411,35 @@ def recorded_table(runs: Sequence[Run]) -> list[str]:
             continue
         hi, lo = worst([x for _, _, x, _ in late])
         whi, wlo = worst([x for _, _, _, x in late])
-        holds = next((f"{trials} ({t / 60:.1f} min)" for j, (t, trials, _, _) in enumerate(late)
-                      if all(1 / WITHIN <= x <= WITHIN for _, _, x, _ in late[j:])), None)
-        at = [next(x for _, trials, x, _ in late if trials >= q * final) if any(tr >= q * final for _, tr, _, _ in late)
-              else math.nan for q in (0.25, 0.5, 0.75)]
+        holds = next(
+            (
+                f"{trials} ({t / 60:.1f} min)"
+                for j, (t, trials, _, _) in enumerate(late)
+                if all(1 / WITHIN <= x <= WITHIN for _, _, x, _ in late[j:])
+            ),
+            None,
+        )
+        at = [
+            next(x for _, trials, x, _ in late if trials >= q * final)
+            if any(tr >= q * final for _, tr, _, _ in late)
+            else math.nan
+            for q in (0.25, 0.5, 0.75)
+        ]
         old_at = before(run, late[0][1])
         old_past = next((trials for _, trials, _, _ in points if before(run, trials) is None), None)
         whole = f"{whi:.2f} / {wlo:.2f}" if run.stages else "-"
-        minutes = " / ".join(next((f"{w:.2f}" for t, _, _, w in late if t >= 60 * m), "-")
-                             for m in (1, 2, 3, 5)) if run.stages else "-"
-        lines.append(f"| {run.name} | {run.commits} | {final} ({total}) | {late[0][2]:.2f} ({late[0][1]} trials) "
-                     f"| {hi:.2f} / {lo:.2f} | {holds if holds is not None else 'never'} | "
-                     + " / ".join(f"{x:.2f}" for x in at)
-                     + f" | {whole} | {minutes} "
-                     + f"| {'-' if old_at is None else f'{old_at / final:.2f}'}, {old_past or '-'} |")
+        minutes = (
+            " / ".join(next((f"{w:.2f}" for t, _, _, w in late if t >= 60 * m), "-") for m in (1, 2, 3, 5))
+            if run.stages
+            else "-"
+        )
+        lines.append(
+            f"| {run.name} | {run.commits} | {final} ({total}) | {late[0][2]:.2f} ({late[0][1]} trials) "
+            f"| {hi:.2f} / {lo:.2f} | {holds if holds is not None else 'never'} | "
+            + " / ".join(f"{x:.2f}" for x in at)
+            + f" | {whole} | {minutes} "
+            + f"| {'-' if old_at is None else f'{old_at / final:.2f}'}, {old_past or '-'} |"
+        )
     return lines
 
 
@@ -386,10 +453,14 @@ def told_medians(run: Run) -> Callable[[list[int]], set[int]]:
         out = set()
         for q, (a, b) in enumerate(zip(grid, grid[1:])):
             before, after = run.first.get(a, {}), run.first.get(b, {})
-            if any(abs(math.log(float(np.median(after[k])) / float(np.median(before[k])))) >= step
-                   for k in before if before[k] and after.get(k)):
+            if any(
+                abs(math.log(float(np.median(after[k])) / float(np.median(before[k])))) >= step
+                for k in before
+                if before[k] and after.get(k)
+            ):
                 out.add(q)
         return out
+
     return told
 
 
@@ -397,53 +468,69 @@ def told_decided(run: Run) -> Callable[[list[int]], set[int] | None]:
     """The segments the search's own comparison (stats.compare at alpha 1%) calls DIFFERENT on the
     grid's first trials, told only when it decides every pair (no shape UNKNOWN): a noisy grid
     shows nothing yet, and the forecast keeps its prior."""
+
     def told(grid: list[int]) -> set[int] | None:
         out = set()
         for q, (a, b) in enumerate(zip(grid, grid[1:])):
             before, after = run.first.get(a, {}), run.first.get(b, {})
-            verdicts = {compare(before[k], after[k], run.min_step, 0.01, k).verdict
-                        for k in before if before[k] and after.get(k)}
+            verdicts = {
+                compare(before[k], after[k], run.min_step, 0.01, k).verdict
+                for k in before
+                if before[k] and after.get(k)
+            }
             if Verdict.UNKNOWN in verdicts:
                 return None
             if Verdict.DIFFERENT in verdicts:
                 out.add(q)
         return out
+
     return told
 
 
 def told_hindsight(run: Run) -> Callable[[list[int]], set[int]]:
     """The segments the search went on to split: an upper bound of what the grid can show."""
-    trials = [e.index for e in run.events if e.k][:run.search]
+    trials = [e.index for e in run.events if e.k][: run.search]
     return lambda grid: {q for q, (a, b) in enumerate(zip(grid, grid[1:])) if any(a < i < b for i in trials)}
 
 
 def told_table(ranges: int, seed: int, devices: int, runs: Sequence[Run]) -> list[str]:
-    lines = ["| regime or run | told | after the grid (recorded: at 1 min): estimate / final, median / p10 / p90 "
-             f"| from there on: worst over / under, median | from there on: ranges always within {WITHIN}x |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| regime or run | told | after the grid (recorded: at 1 min): estimate / final, median / p10 / p90 "
+        f"| from there on: worst over / under, median | from there on: ranges always within {WITHIN}x |",
+        "|---|---|---|---|---|",
+    ]
     ways: tuple[tuple[str, Callable[[Run], Callable[[list[int]], set[int] | None]] | None], ...] = (
-        ("nothing", None), ("first medians", told_medians), ("first trials decided", told_decided),
-        ("hindsight", told_hindsight))
+        ("nothing", None),
+        ("first medians", told_medians),
+        ("first trials decided", told_decided),
+        ("hindsight", told_hindsight),
+    )
     for regime in ("default", "quiet", "busy-cpu"):
         cases = [simulated(regime, seed * 100_000 + r, devices) for r in range(ranges)]
         for name, way in ways:
             first, early = [], []
             for run in cases:
                 g = grid_end(run)
-                after = [x / run.search for _, trials, x, _ in replay(run, told=way(run) if way else None) if trials > g]
+                after = [
+                    x / run.search for _, trials, x, _ in replay(run, told=way(run) if way else None) if trials > g
+                ]
                 if after:
                     first.append(after[0])
                     early.append(worst(after))
-            lines.append(f"| {regime}{f' ({devices} devices)' if devices > 1 else ''} | {name} "
-                         f"| {np.median(first):.2f} / {np.percentile(first, 10):.2f} / {np.percentile(first, 90):.2f} "
-                         f"| {np.median([h for h, _ in early]):.2f} / {np.median([lo for _, lo in early]):.2f} "
-                         f"| {np.mean([h <= WITHIN and lo >= 1 / WITHIN for h, lo in early]):.0%} |")
+            lines.append(
+                f"| {regime}{f' ({devices} devices)' if devices > 1 else ''} | {name} "
+                f"| {np.median(first):.2f} / {np.percentile(first, 10):.2f} / {np.percentile(first, 90):.2f} "
+                f"| {np.median([h for h, _ in early]):.2f} / {np.median([lo for _, lo in early]):.2f} "
+                f"| {np.mean([h <= WITHIN and lo >= 1 / WITHIN for h, lo in early]):.0%} |"
+            )
     for run in runs:
         for name, way in ways[:1] + ways[3:]:  # no samples recorded: hindsight only
             late = [x / run.search for t, _, x, _ in replay(run, False, way(run) if way else None) if t >= 60]
             if late:
-                lines.append(f"| {run.name} | {name} | {late[0]:.2f} | {max(late):.2f} / {min(late):.2f} "
-                             f"| {'yes' if all(1 / WITHIN <= x <= WITHIN for x in late) else 'no'} |")
+                lines.append(
+                    f"| {run.name} | {name} | {late[0]:.2f} | {max(late):.2f} / {min(late):.2f} "
+                    f"| {'yes' if all(1 / WITHIN <= x <= WITHIN for x in late) else 'no'} |"
+                )
     return lines
 
 
@@ -453,10 +540,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--runs", type=Path, default=RUNS)
-    ap.add_argument("--told", action="store_true",
-                    help="what-if: the forecast told at the grid's end which grid segments differ")
-    ap.add_argument("--extract", nargs="*", default=[], metavar="NAME=STORE[:TRIALS:MAX_TRIALS:STAGES]",
-                    help="append a store's trial sequence to --runs (STAGES: fixes+hunks)")
+    ap.add_argument(
+        "--told", action="store_true", help="what-if: the forecast told at the grid's end which grid segments differ"
+    )
+    ap.add_argument(
+        "--extract",
+        nargs="*",
+        default=[],
+        metavar="NAME=STORE[:TRIALS:MAX_TRIALS:STAGES]",
+        help="append a store's trial sequence to --runs (STAGES: fixes+hunks)",
+    )
     args = ap.parse_args()
     if args.extract:
         rows = []
@@ -471,11 +564,17 @@ def main() -> None:
                 w.writeheader()
             w.writerows(rows)
         return
-    print(f"# python studies/estimate_accuracy.py --ranges {args.ranges} --seed {args.seed} --devices {args.devices}"
-          + (" --told" if args.told else ""))
+    print(
+        f"# python studies/estimate_accuracy.py --ranges {args.ranges} --seed {args.seed} --devices {args.devices}"
+        + (" --told" if args.told else "")
+    )
     if args.told:
         print("\n## what-if: the forecast told, at the grid's end, which grid segments differ (Told, in this file)\n")
-        print("\n".join(told_table(args.ranges, args.seed, args.devices, recorded(args.runs) if args.runs.exists() else [])))
+        print(
+            "\n".join(
+                told_table(args.ranges, args.seed, args.devices, recorded(args.runs) if args.runs.exists() else [])
+            )
+        )
         return
     print("\n## simulated searches (studies/search_accuracy.py's regimes), judged from 10% of the final trials on\n")
     print("\n".join(simulated_table(args.ranges, args.seed, args.devices)))

@@ -45,7 +45,9 @@ def copied(samples: Samples) -> Samples:
     return {sha: {k: list(v) for k, v in shapes.items()} for sha, shapes in samples.items()}
 
 
-def kept_at(case: sa.Case, settings: SearchSettings, seed: int, shares: list[float]) -> tuple[int, dict[float, Samples]]:
+def kept_at(
+    case: sa.Case, settings: SearchSettings, seed: int, shares: list[float]
+) -> tuple[int, dict[float, Samples]]:
     """(the search's final trials, {share: every commit's samples once the search had that share of
     its trials}), taken at the first measurement handed to the search past each share."""
     final = ea.reference_trials(case, seed, settings)
@@ -81,16 +83,18 @@ def one(args: tuple[str, int, tuple[float, ...], int]) -> tuple[int, dict[str, l
     r, case = sa.REGIME, sa.make_case(seed)
     settings = SearchSettings(min_step_pct=r.min_step, initial_repeats=r.trials, max_repeats=r.max_trials)
     final, kept = kept_at(case, settings, seed, list(shares))
-    return final, {str(share): [future(case, settings, kept[share], 10_000_000 + seed * 1000 + j)
-                                for j in range(futures)] for share in shares}
+    return final, {
+        str(share): [future(case, settings, kept[share], 10_000_000 + seed * 1000 + j) for j in range(futures)]
+        for share in shares
+    }
 
 
 def outlook_within(saved: dict, regime: str, share: float, finals: list[int]) -> str:
     """The outlook's share of ranges within 1.5x at `share` of their trials, from a --save file."""
     runs = saved["rows"].get(regime)
-    if not runs or [f for f, _ in runs[:len(finals)]] != finals:
+    if not runs or [f for f, _ in runs[: len(finals)]] != finals:
         return "n/a (other ranges)"
-    xs = np.array([min(pts, key=lambda p: abs(p[0] - share))[1] for _, pts in runs[:len(finals)]])
+    xs = np.array([min(pts, key=lambda p: abs(p[0] - share))[1] for _, pts in runs[: len(finals)]])
     return f"{np.mean(within(xs)):.0%}"
 
 
@@ -106,8 +110,10 @@ def main() -> None:
     args = ap.parse_args()
     shares = tuple(float(x) for x in args.at.split(","))
     saved = json.loads(args.outlook.read_text()) if args.outlook else {"rows": {}}
-    print("| regime | ranges | at | final within 1.5x of the oracle's median | futures spanning > 2.25x "
-          "| futures p90 / p10 (median) | the outlook within 1.5x |")
+    print(
+        "| regime | ranges | at | final within 1.5x of the oracle's median | futures spanning > 2.25x "
+        "| futures p90 / p10 (median) | the outlook within 1.5x |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     with mp.get_context("fork").Pool(args.jobs) as pool:
         for regime in args.regimes.split(","):
@@ -120,8 +126,11 @@ def main() -> None:
                 hit = np.mean(within(oracle))
                 wide = np.mean([f.max() / f.min() > WITHIN**2 for f in fut])
                 spread = np.median([np.percentile(f, 90) / np.percentile(f, 10) for f in fut])
-                print(f"| {regime} | {len(runs)} | {share:.0%} | {hit:.0%} | {wide:.0%} | {spread:.2f} "
-                      f"| {outlook_within(saved, regime, share, finals)} |", flush=True)
+                print(
+                    f"| {regime} | {len(runs)} | {share:.0%} | {hit:.0%} | {wide:.0%} | {spread:.2f} "
+                    f"| {outlook_within(saved, regime, share, finals)} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

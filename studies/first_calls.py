@@ -40,8 +40,9 @@ def map_cuda_libraries() -> list[str]:
     """dlopen the CUDA libraries torch would load at first use, from torch's and the nvidia wheels' dirs."""
     import torch
 
-    dirs = [Path(torch.__file__).parent / "lib"] + [Path(p) for p in glob.glob(
-        str(Path(torch.__file__).parent.parent / "nvidia" / "*" / "lib"))]
+    dirs = [Path(torch.__file__).parent / "lib"] + [
+        Path(p) for p in glob.glob(str(Path(torch.__file__).parent.parent / "nvidia" / "*" / "lib"))
+    ]
     loaded = []
     for d in dirs:
         for pattern in LIB_PATTERNS:
@@ -143,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
 
                 triton_key()
             rounds = [fork_round(upstream) for _ in range(args.rounds)]
-            cells = [f"{statistics.median(r[k] for r in rounds):.3f} (max {max(r[k] for r in rounds):.3f})"
-                     for k in first]
+            cells = [
+                f"{statistics.median(r[k] for r in rounds):.3f} (max {max(r[k] for r in rounds):.3f})" for k in first
+            ]
             print(f"| {variant} | " + " | ".join(cells) + " |", flush=True)
     return 0
 

@@ -56,8 +56,14 @@ def replay(report: Path, rounds: list[int]) -> list[str]:
     tip = max(search, key=lambda sha: sum(r.sha == sha and bool(r.patch_hash) for r in records))
 
     def later(sha: str, shape: str, patch: str | None = None) -> list[float]:
-        got = sorted((r for r in records if r.sha == sha and r.shape == shape and r.patch_hash == patch
-                      and r.started_at >= after), key=lambda r: r.slot or 0)
+        got = sorted(
+            (
+                r
+                for r in records
+                if r.sha == sha and r.shape == shape and r.patch_hash == patch and r.started_at >= after
+            ),
+            key=lambda r: r.slot or 0,
+        )
         return [v for r in got if (v := value(r)) is not None]
 
     lines = []
@@ -72,12 +78,21 @@ def replay(report: Path, rounds: list[int]) -> list[str]:
                 sides = (parent[:n], mine[:n]), (now[:n], mine[:n])
                 verdicts = []
                 step_pct = th.min_step(shape)
-                for judge in (functools.partial(_judge_alone, step_pct=step_pct, alpha=alpha, shape=shape),
-                              functools.partial(_judge_pooled, step_pct=step_pct, alpha=alpha, shape=shape,
-                                                noise=noise[shape])):
-                    fix = FixResult(step["commit"], "", True, shapes=(shape,), vs_parent={shape: judge(*sides[0])},
-                                    vs_tip={shape: judge(*sides[1])}, own_pct=step["change_pct"],
-                                    min_step_pct=th.min_step_pct, min_steps=dict(th.min_steps))
+                for judge in (
+                    functools.partial(_judge_alone, step_pct=step_pct, alpha=alpha, shape=shape),
+                    functools.partial(_judge_pooled, step_pct=step_pct, alpha=alpha, shape=shape, noise=noise[shape]),
+                ):
+                    fix = FixResult(
+                        step["commit"],
+                        "",
+                        True,
+                        shapes=(shape,),
+                        vs_parent={shape: judge(*sides[0])},
+                        vs_tip={shape: judge(*sides[1])},
+                        own_pct=step["change_pct"],
+                        min_step_pct=th.min_step_pct,
+                        min_steps=dict(th.min_steps),
+                    )
                     verdicts.append(fix.verdict(shape))
                 lines.append(f"| #{step['pr']} | {shape} | {n} | {verdicts[0]} | {verdicts[1]} |")
     return lines
@@ -88,8 +103,9 @@ def _judge_alone(b: Sequence[float], a: Sequence[float], step_pct: float, alpha:
     return compare(b, a, step_pct, alpha, shape)
 
 
-def _judge_pooled(b: Sequence[float], a: Sequence[float], step_pct: float, alpha: float, shape: str,
-                  noise: PooledNoise | None) -> Comparison:
+def _judge_pooled(
+    b: Sequence[float], a: Sequence[float], step_pct: float, alpha: float, shape: str, noise: PooledNoise | None
+) -> Comparison:
     """A revert judged on the search's pooled trial noise (samples.compare_pooled)."""
     return compare_pooled(b, a, step_pct, alpha, shape, noise)
 

@@ -44,21 +44,42 @@ SHAPES = ("fa/s16384", "gemm/m8192", "gemm/m54560", "gemm/decode")
 
 def trial_spec(source: Path, cfg: Any, reps: int, reads: int, seed: int) -> dict[str, Any]:
     shapes = [s for s in cfg.shapes if s.key in SHAPES]
-    return {"sha": source.name, "suite": "fa,gemm", "shapes": [shape_spec(s) for s in shapes],
-            "subjects": {name: {"entry": sub.entry, "adapter": sub.adapter, "layout": sub.layout, "options": {}}
-                         for name, sub in cfg.subjects.items()},
-            "control": cfg.control, "device": "cuda", "source_dirs": [str(source)], "reps": reps,
-            "warmup": cfg.protocol.warmup, "graph_reads": {s.key: reads for s in shapes}, "flush_mb": 0, "seed": seed,
-            "tolerances": {k: list(v) for k, v in cfg.thresholds.tolerances.items()}}
+    return {
+        "sha": source.name,
+        "suite": "fa,gemm",
+        "shapes": [shape_spec(s) for s in shapes],
+        "subjects": {
+            name: {"entry": sub.entry, "adapter": sub.adapter, "layout": sub.layout, "options": {}}
+            for name, sub in cfg.subjects.items()
+        },
+        "control": cfg.control,
+        "device": "cuda",
+        "source_dirs": [str(source)],
+        "reps": reps,
+        "warmup": cfg.protocol.warmup,
+        "graph_reads": {s.key: reads for s in shapes},
+        "flush_mb": 0,
+        "seed": seed,
+        "tolerances": {k: list(v) for k, v in cfg.thresholds.tolerances.items()},
+    }
 
 
 def run_trial(spec: dict[str, Any], work: Path, cache: Path) -> dict[str, Any]:
     path, out = work / f"spec-{spec['seed']}.json", work / f"out-{spec['seed']}.json"
     path.write_text(json.dumps(spec))
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "benches.trial", str(path), str(out)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "TRITON_CACHE_DIR": str(cache),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "benches.trial", str(path), str(out)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0 or not out.exists():
         raise RuntimeError(f"trial failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return json.loads(out.read_text())
@@ -82,8 +103,17 @@ def shape_figures(output: dict[str, Any]) -> list[tuple[dict[str, Any], float, f
     for result in output["results"]:
         if result.get("status") != "ok":
             raise RuntimeError(f"{result['shape']}: {result.get('status')}: {result.get('error', '')[:300]}")
-        out.append((result, decided_value(result), sum(end - start for phase, shape, start, end in output["phases"]
-                                                       if phase in ("warmup", "timed") and shape == result["shape"])))
+        out.append(
+            (
+                result,
+                decided_value(result),
+                sum(
+                    end - start
+                    for phase, shape, start, end in output["phases"]
+                    if phase in ("warmup", "timed") and shape == result["shape"]
+                ),
+            )
+        )
     return out
 
 
@@ -96,9 +126,12 @@ def gpu_header(study: str) -> tuple[Any, str] | None:
         return None
     import torch
     import triton
-    return bisector_config.load(CONFIG), (f"# studies.{study} on {torch.cuda.get_device_name(0)}, torch "
-                                          f"{torch.__version__}, triton {triton.__version__}, "
-                                          f"{time.strftime('%Y-%m-%d %H:%M')}")
+
+    return bisector_config.load(CONFIG), (
+        f"# studies.{study} on {torch.cuda.get_device_name(0)}, torch "
+        f"{torch.__version__}, triton {triton.__version__}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     if found is None:
         return 2
     cfg, header = found
-    lines = [f"{header}: {args.trials} fresh trial processes per mode, alternating; reps {args.reps}, "
-             f"warm-up {cfg.protocol.warmup}; shapes {', '.join(SHAPES)}"]
+    lines = [
+        f"{header}: {args.trials} fresh trial processes per mode, alternating; reps {args.reps}, "
+        f"warm-up {cfg.protocol.warmup}; shapes {', '.join(SHAPES)}"
+    ]
     print(lines[0], flush=True)
     values: dict[tuple[int, str], list[float]] = {}
     device: dict[int, list[float]] = {1: [], 2: []}
@@ -131,8 +166,11 @@ def main(argv: list[str] | None = None) -> int:
                 values.setdefault(key, []).append(value)
                 timed.setdefault(key, []).append(seconds)
             print(f"trial {k}: reads {reads}, device {device[reads][-1]:.2f} s", flush=True)
-    lines += ["", "| shape | reads | value (median) | trial CV % | vs reads=1 | warm-up + timed s (median) |",
-              "|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| shape | reads | value (median) | trial CV % | vs reads=1 | warm-up + timed s (median) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for shape in SHAPES:
         base = statistics.median(values[(1, shape)])
         for reads in (1, 2):
@@ -141,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {shape} | {reads} | {statistics.median(v):.5g} | {cv_pct(v):.2f} | "
                 f"{(statistics.median(v) / base - 1) * 100:+.2f}% | {statistics.median(timed[(reads, shape)]):.3f} |"
             )
-    lines += ["", "device section per trial (s, median): " + ", ".join(
-        f"reads={r}: {statistics.median(d):.2f}" for r, d in device.items())]
+    lines += [
+        "",
+        "device section per trial (s, median): "
+        + ", ".join(f"reads={r}: {statistics.median(d):.2f}" for r, d in device.items()),
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     Path(args.out).write_text(text)

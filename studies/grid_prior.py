@@ -45,20 +45,36 @@ from studies import progress_replay
 ROOT = Path(__file__).resolve().parent.parent
 ALPHA = 0.01
 # the recorded runs of estimate-runs.csv whose stores are committed (H200 demo: fa on TFLOP/s, gemm on the ratio)
-STORES = {"h200-demo a695462": "reports/2026-12-01-h200-demo/results.sqlite",
-          "h200-demo 346b62c": "reports/2026-12-02b-h200-demo/results.sqlite",
-          "h200-demo 6d7d402": "reports/2026-12-02c-h200-demo/results.sqlite"}
+STORES = {
+    "h200-demo a695462": "reports/2026-12-01-h200-demo/results.sqlite",
+    "h200-demo 346b62c": "reports/2026-12-02b-h200-demo/results.sqlite",
+    "h200-demo 6d7d402": "reports/2026-12-02c-h200-demo/results.sqlite",
+}
 
 
 # the H200 demos' first calls (the first minutes are theirs), their stores and the runs' final trial counts
-LOGS = {"h200-demo a695462 (12-01)": ("reports/2026-12-01-h200-demo/progress-1-cold-start.log",
-                                      STORES["h200-demo a695462"], 365),
-        "h200-demo (12-02)": ("reports/2026-12-02-h200-demo/progress-1-cold-start.log",
-                              "reports/2026-12-02-h200-demo/results.sqlite", 421),
-        "h200-demo 346b62c (12-02b)": ("reports/2026-12-02b-h200-demo/progress-1-cold-start.log",
-                                       STORES["h200-demo 346b62c"], 371),
-        "h200-demo 6d7d402 (12-02c)": ("reports/2026-12-02c-h200-demo/progress-1-cold-start.log",
-                                       STORES["h200-demo 6d7d402"], 471)}
+LOGS = {
+    "h200-demo a695462 (12-01)": (
+        "reports/2026-12-01-h200-demo/progress-1-cold-start.log",
+        STORES["h200-demo a695462"],
+        365,
+    ),
+    "h200-demo (12-02)": (
+        "reports/2026-12-02-h200-demo/progress-1-cold-start.log",
+        "reports/2026-12-02-h200-demo/results.sqlite",
+        421,
+    ),
+    "h200-demo 346b62c (12-02b)": (
+        "reports/2026-12-02b-h200-demo/progress-1-cold-start.log",
+        STORES["h200-demo 346b62c"],
+        371,
+    ),
+    "h200-demo 6d7d402 (12-02c)": (
+        "reports/2026-12-02c-h200-demo/progress-1-cold-start.log",
+        STORES["h200-demo 6d7d402"],
+        471,
+    ),
+}
 
 
 def prior_chance(segments: int, steps: float) -> float:
@@ -66,9 +82,11 @@ def prior_chance(segments: int, steps: float) -> float:
     return 1.0 - (1.0 - 1.0 / segments) ** steps
 
 
-def told_pooled(first: Mapping[int, Mapping[str, tuple[float, ...]]], min_step: Callable[[str], float]
-                ) -> Callable[[list[int]], dict[int, float]]:
+def told_pooled(
+    first: Mapping[int, Mapping[str, tuple[float, ...]]], min_step: Callable[[str], float]
+) -> Callable[[list[int]], dict[int, float]]:
     """Per grid segment, the chance it differs: its ends compared on the grid's pooled noise."""
+
     def told(grid: list[int]) -> dict[int, float]:
         shapes = {k for i in grid for k in first.get(i, {})}
         noise = {}
@@ -81,10 +99,14 @@ def told_pooled(first: Mapping[int, Mapping[str, tuple[float, ...]]], min_step: 
         out = {}
         for q, (a, b) in enumerate(zip(grid, grid[1:])):
             before, after = first.get(a, {}), first.get(b, {})
-            verdicts = {compare(before[k], after[k], min_step(k), ALPHA, k, noise.get(k)).verdict
-                        for k in before if before[k] and after.get(k)}
+            verdicts = {
+                compare(before[k], after[k], min_step(k), ALPHA, k, noise.get(k)).verdict
+                for k in before
+                if before[k] and after.get(k)
+            }
             out[q] = 1.0 if Verdict.DIFFERENT in verdicts else 0.0 if verdicts == {Verdict.SAME} else chance
         return out
+
     return told
 
 
@@ -93,8 +115,11 @@ def store_first(store: Path, initial: int, metric: Mapping[str, str]) -> dict[in
     db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
     try:
         index = {sha: i for i, (sha,) in enumerate(db.execute("SELECT sha FROM commits ORDER BY rowid"))}
-        rows = db.execute("SELECT sha, shape, slot, ratio, subject_tflops FROM trials WHERE patch_hash IS NULL "
-                          "AND status = 'ok' AND slot < ? ORDER BY slot", (initial,)).fetchall()
+        rows = db.execute(
+            "SELECT sha, shape, slot, ratio, subject_tflops FROM trials WHERE patch_hash IS NULL "
+            "AND status = 'ok' AND slot < ? ORDER BY slot",
+            (initial,),
+        ).fetchall()
     finally:
         db.close()
     out: dict[int, dict[str, list[float]]] = {}
@@ -113,9 +138,17 @@ def log_whatif(log: Path, store: Path, final: int, told: Callable[[list[int]], o
     lines = progress_replay.calls(progress_replay.parse(progress_replay.read(log))[0])[0]
     cfg = load(ROOT / "configs" / "h200-demo.toml")
     full = {sha[:7]: sha for sha in order}
-    line = ProgressLine.for_range(len(order), cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
-                                  first_look=cfg.protocol.first_look, stages=("fixes", "hunks"), device=cfg.device,
-                                  console=Console(file=io.StringIO()), live=False)
+    line = ProgressLine.for_range(
+        len(order),
+        cfg.protocol.trials,
+        order=order,
+        max_trials=cfg.protocol.max_trials,
+        first_look=cfg.protocol.first_look,
+        stages=("fixes", "hunks"),
+        device=cfg.device,
+        console=Console(file=io.StringIO()),
+        live=False,
+    )
     assert line.forecast is not None
     forecast = line.forecast = ea.Told(line.forecast.settings, order)
     shown, done = [0] * len(lines), False
@@ -137,13 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     print(f"# python -m studies.grid_prior --ranges {args.ranges} --seed {args.seed}\n")
-    print(f"| regime or run | told | after the grid (recorded: at 1 min): estimate / final, median / p10 / p90 "
-          f"| from there on: worst over / under, median | from there on: ranges always within {ea.WITHIN}x |")
+    print(
+        f"| regime or run | told | after the grid (recorded: at 1 min): estimate / final, median / p10 / p90 "
+        f"| from there on: worst over / under, median | from there on: ranges always within {ea.WITHIN}x |"
+    )
     print("|---|---|---|---|---|")
     ways: dict[str, Callable[[ea.Run], Callable[[list[int]], object]] | None] = {
-        "nothing": None, "first trials decided": ea.told_decided,
+        "nothing": None,
+        "first trials decided": ea.told_decided,
         "first trials, pooled noise, per segment": lambda run: told_pooled(run.first, lambda _k: run.min_step),
-        "hindsight": ea.told_hindsight}
+        "hindsight": ea.told_hindsight,
+    }
     for regime in ("default", "quiet", "busy-cpu"):
         cases = [ea.simulated(regime, args.seed * 100_000 + r) for r in range(args.ranges)]
         for name, way in ways.items():
@@ -151,41 +188,59 @@ def main(argv: list[str] | None = None) -> int:
             for run in cases:
                 g = ea.grid_end(run)
                 told = way(run) if way else None
-                after = [x / run.search for _, trials, x, _ in ea.replay(run, told=told)  # type: ignore[arg-type]
-                         if trials > g]
+                after = [
+                    x / run.search
+                    for _, trials, x, _ in ea.replay(run, told=told)  # type: ignore[arg-type]
+                    if trials > g
+                ]
                 if after:
                     first.append(after[0])
                     early.append(ea.worst(after))
-            print(f"| {regime} | {name} | {np.median(first):.2f} / {np.percentile(first, 10):.2f} / "
-                  f"{np.percentile(first, 90):.2f} | {np.median([h for h, _ in early]):.2f} / "
-                  f"{np.median([lo for _, lo in early]):.2f} "
-                  f"| {np.mean([h <= ea.WITHIN and lo >= 1 / ea.WITHIN for h, lo in early]):.0%} |")
+            print(
+                f"| {regime} | {name} | {np.median(first):.2f} / {np.percentile(first, 10):.2f} / "
+                f"{np.percentile(first, 90):.2f} | {np.median([h for h, _ in early]):.2f} / "
+                f"{np.median([lo for _, lo in early]):.2f} "
+                f"| {np.mean([h <= ea.WITHIN and lo >= 1 / ea.WITHIN for h, lo in early]):.0%} |"
+            )
     cfg = load(ROOT / "configs" / "h200-demo.toml")
     metric = {suite: cfg.thresholds.decision_of(suite) for suite in ("fa", "gemm")}
     for run in ea.recorded(ea.RUNS):
         if run.name not in STORES:
             continue
         first = store_first(ROOT / STORES[run.name], run.initial, metric)
-        for name, way in (("nothing", None), ("first trials, pooled noise, per segment",
-                                              told_pooled(first, cfg.thresholds.min_step)),
-                          ("hindsight", ea.told_hindsight(run))):
-            points = [(t, x / run.search, w / sum(1 for e in run.events if e.k))
-                      for t, _, x, w in ea.replay(run, False, way) if t >= 60]  # type: ignore[arg-type]
+        for name, way in (
+            ("nothing", None),
+            ("first trials, pooled noise, per segment", told_pooled(first, cfg.thresholds.min_step)),
+            ("hindsight", ea.told_hindsight(run)),
+        ):
+            points = [
+                (t, x / run.search, w / sum(1 for e in run.events if e.k))
+                for t, _, x, w in ea.replay(run, False, way)
+                if t >= 60
+            ]  # type: ignore[arg-type]
             late = [x for _, x, _ in points]
             holds = all(1 / ea.WITHIN <= x <= ea.WITHIN for x in late)
-            print(f"| {run.name} | {name} | {late[0]:.2f} (whole run {points[0][2]:.2f}) "
-                  f"| {max(late):.2f} / {min(late):.2f} | {'yes' if holds else 'no'} |")
-    print("\n## the same told the progress line replayed from the H200 demos' first-call logs "
-          "(studies/progress_replay.py): whole-run estimate / final at 1 / 2 / 3 / 5 min\n")
+            print(
+                f"| {run.name} | {name} | {late[0]:.2f} (whole run {points[0][2]:.2f}) "
+                f"| {max(late):.2f} / {min(late):.2f} | {'yes' if holds else 'no'} |"
+            )
+    print(
+        "\n## the same told the progress line replayed from the H200 demos' first-call logs "
+        "(studies/progress_replay.py): whole-run estimate / final at 1 / 2 / 3 / 5 min\n"
+    )
     print("| run | nothing | first trials, pooled noise, per segment | hindsight |")
     print("|---|---|---|---|")
     for name, (log, store, final) in LOGS.items():
         first = store_first(ROOT / store, cfg.protocol.trials, metric)
         searched = search_commits(ROOT / log, ROOT / store)
         cells = []
-        for told in (None, told_pooled(first, cfg.thresholds.min_step),
-                     lambda grid, searched=searched: {q: 1.0 for q, (a, b) in enumerate(zip(grid, grid[1:]))
-                                   if any(a < i < b for i in searched)}):
+        for told in (
+            None,
+            told_pooled(first, cfg.thresholds.min_step),
+            lambda grid, searched=searched: {
+                q: 1.0 for q, (a, b) in enumerate(zip(grid, grid[1:])) if any(a < i < b for i in searched)
+            },
+        ):
             cells.append(" / ".join(f"{x:.2f}" for x in log_whatif(ROOT / log, ROOT / store, final, told)))
         print(f"| {name} | " + " | ".join(cells) + " |")
     return 0

@@ -25,16 +25,24 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = {
-    "cuda": {"fa": {"B": 2, "H": 32, "S": 16384, "D": 128, "causal": False, "dtype": "bf16"},
-             "gemm": {"M": 8192, "N": 8192, "K": 8192, "dtype": "bf16", "layout": "nn"}},
-    "cpu": {"fa": {"B": 1, "H": 2, "S": 256, "D": 64, "causal": False, "dtype": "fp32"},
-            "gemm": {"M": 256, "N": 256, "K": 256, "dtype": "fp32", "layout": "nn"}},
+    "cuda": {
+        "fa": {"B": 2, "H": 32, "S": 16384, "D": 128, "causal": False, "dtype": "bf16"},
+        "gemm": {"M": 8192, "N": 8192, "K": 8192, "dtype": "bf16", "layout": "nn"},
+    },
+    "cpu": {
+        "fa": {"B": 1, "H": 2, "S": 256, "D": 64, "causal": False, "dtype": "fp32"},
+        "gemm": {"M": 256, "N": 256, "K": 256, "dtype": "fp32", "layout": "nn"},
+    },
 }
 SUBJECTS = {
-    "cuda": {"fa": ("benches.kernels.triton_fa:attention", "triton"),
-             "gemm": ("benches.kernels.triton_matmul:matmul", "triton")},
-    "cpu": {"fa": ("benches.kernels.torch_ref:attention", "torch"),
-            "gemm": ("benches.kernels.torch_ref:matmul", "torch")},
+    "cuda": {
+        "fa": ("benches.kernels.triton_fa:attention", "triton"),
+        "gemm": ("benches.kernels.triton_matmul:matmul", "triton"),
+    },
+    "cpu": {
+        "fa": ("benches.kernels.torch_ref:attention", "torch"),
+        "gemm": ("benches.kernels.torch_ref:matmul", "torch"),
+    },
 }
 
 # Runs in a child process: do_bench (median) of the subject on the same inputs, in ms.
@@ -89,8 +97,14 @@ def run_trial(work: Path, i: int, suite: str, args: argparse.Namespace) -> dict[
     tdir = work / f"{suite}-{i:02d}"
     tdir.mkdir(parents=True)
     (tdir / "spec.json").write_text(json.dumps(spec))
-    proc = subprocess.run([sys.executable, "-m", "benches.trial", "spec.json", "out.json"], cwd=tdir,
-                          env=fresh_env(tdir / "triton-cache"), capture_output=True, text=True, timeout=args.timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benches.trial", "spec.json", "out.json"],
+        cwd=tdir,
+        env=fresh_env(tdir / "triton-cache"),
+        capture_output=True,
+        text=True,
+        timeout=args.timeout,
+    )
     try:
         result = json.loads((tdir / "out.json").read_text())["results"][0]
     except (OSError, ValueError, IndexError, KeyError):
@@ -102,8 +116,9 @@ def run_dobench(work: Path, i: int, suite: str, args: argparse.Namespace) -> flo
     entry, adapter = SUBJECTS[args.device][suite]
     code = _DOBENCH.format(root=str(ROOT), args=(suite, SHAPES[args.device][suite], entry, adapter, args.device, i))
     cache = work / f"dobench-{suite}-{i:02d}"
-    proc = subprocess.run([sys.executable, "-c", code], env=fresh_env(cache), capture_output=True, text=True,
-                          timeout=args.timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=fresh_env(cache), capture_output=True, text=True, timeout=args.timeout
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("DOBENCH_MS"):
             return float(json.loads(line.split(maxsplit=1)[1]))
@@ -119,14 +134,18 @@ def summarize(suite: str, results: list[dict[str, Any]], dobench_ms: list[float]
     within = [cv(r["ratios"]) for r in ok if len(r.get("ratios", [])) > 1]
     db = [flops / (ms * 1e-3) / 1e12 for ms in dobench_ms]
     return {
-        "suite": suite, "trials_ok": len(ok), "failures": bad,
+        "suite": suite,
+        "trials_ok": len(ok),
+        "failures": bad,
         "subject_tflops": statistics.median(subj) if subj else None,
         "control_tflops": statistics.median(r["control_tflops"] for r in ok) if ok else None,
         "ratio": statistics.median(ratios) if ratios else None,
-        "cv_subject_pct": cv(subj), "cv_ratio_pct": cv(ratios),
+        "cv_subject_pct": cv(subj),
+        "cv_ratio_pct": cv(ratios),
         "cv_ratio_within_trial_pct": statistics.median(within) if within else None,
         "compile_s": statistics.median(r["compile_s"] for r in ok) if ok else None,
-        "dobench_tflops": statistics.median(db) if db else None, "cv_dobench_pct": cv(db),
+        "dobench_tflops": statistics.median(db) if db else None,
+        "cv_dobench_pct": cv(db),
     }
 
 
@@ -134,8 +153,20 @@ def print_table(rows: list[dict[str, Any]], target: float) -> None:
     def f(v: Any, spec: str = ".1f") -> str:
         return "-" if v is None else format(v, spec)
 
-    head = ("suite", "ok", "subject TF/s", "control TF/s", "ratio", "CV subj %", "CV ratio %", "CV ratio in-trial %",
-            "compile s", "do_bench TF/s", "CV do_bench %", f"ratio CV<={target}%")
+    head = (
+        "suite",
+        "ok",
+        "subject TF/s",
+        "control TF/s",
+        "ratio",
+        "CV subj %",
+        "CV ratio %",
+        "CV ratio in-trial %",
+        "compile s",
+        "do_bench TF/s",
+        "CV do_bench %",
+        f"ratio CV<={target}%",
+    )
     print(" | ".join(head))
     for r in rows:
         met = r["cv_ratio_pct"] == r["cv_ratio_pct"] and r["cv_ratio_pct"] <= target
@@ -170,8 +201,10 @@ def reanalyze(path: Path, target: float) -> int:
     raw = json.loads(path.read_text())["raw"]
     rows = []
     for suite, data in raw.items():
-        trials = [{**t, "ratio": peak_clock_ratio(t["subject_ms"], t["control_ms"])} if t.get("status") == "ok" else t
-                  for t in data["trials"]]
+        trials = [
+            {**t, "ratio": peak_clock_ratio(t["subject_ms"], t["control_ms"])} if t.get("status") == "ok" else t
+            for t in data["trials"]
+        ]
         flops = next((t["flops"] for t in trials if "flops" in t), 0.0)
         rows.append(summarize(suite, trials, data["dobench_ms"], flops))
     print_table(rows, target)
@@ -209,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
                 ms = run_dobench(work, i, suite, args)
                 if ms is not None:
                     dobench.append(ms)
-                print(f"{suite} trial {i + 1}/{args.trials}: {results[-1].get('status')} "
-                      f"ratio={results[-1].get('ratio')}", file=sys.stderr, flush=True)
+                print(
+                    f"{suite} trial {i + 1}/{args.trials}: {results[-1].get('status')} "
+                    f"ratio={results[-1].get('ratio')}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             flops = get_suite(suite).flops(SHAPES[args.device][suite])
             rows.append(summarize(suite, results, dobench, flops))
             raw[suite] = {"trials": results, "dobench_ms": dobench}

@@ -64,14 +64,25 @@ def rows(store: Path, config: Path, min_trials: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     def options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--config", type=Path, default=Path("configs/h200-demo.toml"),
-                            help="the config whose thresholds say each suite's metric")
+        parser.add_argument(
+            "--config",
+            type=Path,
+            default=Path("configs/h200-demo.toml"),
+            help="the config whose thresholds say each suite's metric",
+        )
         parser.add_argument("--min-trials", type=int, default=4)
 
-    return over_stores("held_trials", __doc__, argv, options, lambda args: [
-        "| store | shape | " + " | ".join(f"{k}: trials: median / p90 of the deviation" for k in KINDS) + " |",
-        "|---|---|" + "---:|" * len(KINDS)],
-        lambda store, args: "\n".join(rows(store, args.config, args.min_trials)))
+    return over_stores(
+        "held_trials",
+        __doc__,
+        argv,
+        options,
+        lambda args: [
+            "| store | shape | " + " | ".join(f"{k}: trials: median / p90 of the deviation" for k in KINDS) + " |",
+            "|---|---|" + "---:|" * len(KINDS),
+        ],
+        lambda store, args: "\n".join(rows(store, args.config, args.min_trials)),
+    )
 
 
 if __name__ == "__main__":

@@ -72,8 +72,10 @@ def plan_line(git_dir: Path, sha: str, detail: bool = False) -> str:
 
     found = hunks.search(len(plan.pieces), carries, free=lambda s: bool(plan.compile_error(s, old, new)))
     names = "; ".join(plan.pieces[i].label for i in found.found)
-    return line + (f"; scripted: `{plan.pieces[target].label}` carries it: found {names}, {len(built)} builds, "
-                   f"{len(refused)} refused unbuilt [{time.monotonic() - started:.1f} s]")
+    return line + (
+        f"; scripted: `{plan.pieces[target].label}` carries it: found {names}, {len(built)} builds, "
+        f"{len(refused)} refused unbuilt [{time.monotonic() - started:.1f} s]"
+    )
 
 
 def _refused_line(git_dir: Path, sha: str) -> str:
@@ -90,8 +92,11 @@ def _refused_line(git_dir: Path, sha: str) -> str:
     alone = [
         f"{plan.pieces[i].label}: {e}" for i in range(len(plan.pieces)) if (e := plan.compile_error((i,), old, new))
     ]
-    return base + (f"; {len(alone)} of {len(plan.pieces)} units refused alone: " + " | ".join(alone) if alone
-                   else f"; none of {len(plan.pieces)} units refused alone")
+    return base + (
+        f"; {len(alone)} of {len(plan.pieces)} units refused alone: " + " | ".join(alone)
+        if alone
+        else f"; none of {len(plan.pieces)} units refused alone"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from bisector.model import TrialRecord, TrialStatus
 from bisector.why import culprit_hunks, hunk_plumbing, hunks
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = f'''import json, sys
+RUN = f"""import json, sys
 sys.path[:0] = [sys.argv[1], {str(ROOT / "benches/real/liger")!r}, {str(ROOT)!r}]
 import torch, triton.language as tl
 import liger_calls, liger_kernel.ops.layer_norm as ln
@@ -45,11 +45,11 @@ inputs = suite.make_inputs(p, "cpu", 0)
 got, ref = suite.output(liger_calls.layer_norm(**inputs)), suite.reference(inputs)
 atol, rtol = suite.tolerance(p)
 print(json.dumps({{"ok": bool(torch.allclose(got, ref, atol=atol, rtol=rtol)), "err": (got - ref).abs().max().item()}}))
-'''
+"""
 
 # Each launch compiled for an H100 by Triton's code generator instead of run: the interpreter runs a
 # kernel as Python, where a name a loop binds is still visible after it; compiled, it is not.
-COMPILE = f'''import sys
+COMPILE = f"""import sys
 sys.path[:0] = [sys.argv[1], {str(ROOT / "benches/real/liger")!r}, {str(ROOT)!r}]
 import triton
 from triton.backends.compiler import GPUTarget
@@ -67,7 +67,7 @@ JITFunction.run = run
 import liger_calls
 suite = liger_calls.LayerNorm()
 liger_calls.layer_norm(**suite.make_inputs({{"T": 16, "D": 64, "dtype": "bf16", "kind": "layer"}}, "cpu", 0))
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -88,23 +88,35 @@ class _Session:
 
 
 def runs(repo: git.Repo, parent: str, patch: str) -> str:
-    """"" when the parent with `patch` compiles for sm_90 and runs LayerNorm fwd+bwd right; else why not."""
+    """ "" when the parent with `patch` compiles for sm_90 and runs LayerNorm fwd+bwd right; else why not."""
     with tempfile.TemporaryDirectory() as d:
         tree = Path(d)
-        subprocess.run(f"git --git-dir {repo.git_dir} archive {parent} src 2>/dev/null | tar -x -C {tree}", shell=True, check=True)
+        subprocess.run(
+            f"git --git-dir {repo.git_dir} archive {parent} src 2>/dev/null | tar -x -C {tree}", shell=True, check=True
+        )
         if patch:
             (tree / "p.diff").write_text(patch)
             applied = subprocess.run(["git", "apply", "p.diff"], cwd=tree, capture_output=True, text=True)
             if applied.returncode:
                 return "does not apply: " + applied.stderr.strip()[-200:]
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        built = subprocess.run([sys.executable, "-c", COMPILE, str(tree / "src")], capture_output=True, text=True,
-                               env={**env, "TRITON_CACHE_DIR": str(tree / "cache")}, timeout=600)
+        built = subprocess.run(
+            [sys.executable, "-c", COMPILE, str(tree / "src")],
+            capture_output=True,
+            text=True,
+            env={**env, "TRITON_CACHE_DIR": str(tree / "cache")},
+            timeout=600,
+        )
         if built.returncode:
             tail = (built.stderr.strip() or built.stdout.strip()).splitlines()
             return "does not compile for sm_90: " + (tail[-1][-240:] if tail else "(no output)")
-        out = subprocess.run([sys.executable, "-c", RUN, str(tree / "src")], capture_output=True, text=True,
-                             env={**env, "TRITON_INTERPRET": "1"}, timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-c", RUN, str(tree / "src")],
+            capture_output=True,
+            text=True,
+            env={**env, "TRITON_INTERPRET": "1"},
+            timeout=600,
+        )
         if out.returncode:
             tail = (out.stderr.strip() or out.stdout.strip()).splitlines()
             return f"exit {out.returncode}: " + (tail[-1][-240:] if tail else "(no output)")
@@ -116,15 +128,22 @@ def study(repo: git.Repo, sha: str, loaded: list[str]) -> None:
     planned = culprit_hunks._planned(_Session(repo, loaded), _At(sha, f"{sha}^"))  # type: ignore[arg-type]
     assert planned is not None and planned.plumbed is not None
     plan, old, new = planned.plumbed, planned.old, planned.new
-    print(f"{sha[:8]}: {planned.n_hunks} hunks, set aside {planned.aside.hunks} ({', '.join(planned.aside.files)}); "
-          f"searched {len(planned.parts)} hunks in {len(planned.groups)} groups")
+    print(
+        f"{sha[:8]}: {planned.n_hunks} hunks, set aside {planned.aside.hunks} ({', '.join(planned.aside.files)}); "
+        f"searched {len(planned.parts)} hunks in {len(planned.groups)} groups"
+    )
     print(f"  threading base: {len(plan.base)} pieces, {len(plan.pieces)} units; refused: {plan.base_error or 'no'}")
     if plan.base_error:  # what culprit_hunks._whole searches: whole hunks, checked like pieces
-        plan = hunk_plumbing.Plan(plan.parts, (), tuple(hunk_plumbing.Piece(i, None, h.label)
-                                                        for i, h in enumerate(plan.parts)))
+        plan = hunk_plumbing.Plan(
+            plan.parts, (), tuple(hunk_plumbing.Piece(i, None, h.label) for i, h in enumerate(plan.parts))
+        )
     n, failed, refused = len(plan.pieces), [], 0
-    fixed = [("base", ())] + [(f"unit {i}", (i,)) for i in range(n)] + \
-        [(f"all but {i}", tuple(j for j in range(n) if j != i)) for i in range(n)] + [("all", tuple(range(n)))]
+    fixed = (
+        [("base", ())]
+        + [(f"unit {i}", (i,)) for i in range(n)]
+        + [(f"all but {i}", tuple(j for j in range(n) if j != i)) for i in range(n)]
+        + [("all", tuple(range(n)))]
+    )
     size = lambda i: len(plan.pieces[i].keep or plan.parts[plan.pieces[i].hunk].body.splitlines())  # noqa: E731
     target = max(range(n), key=size)
 
@@ -141,10 +160,13 @@ def study(repo: git.Repo, sha: str, loaded: list[str]) -> None:
 
     for name, subset in fixed:
         try_(name, subset)
-    found = hunks.search(n, lambda subsets: [try_("searched", s) for s in subsets],
-                         free=lambda s: bool(plan.compile_error(s, old, new)))
-    print(f"  scripted search ({plan.pieces[target].label} carries): found {len(found.found)} units; "
-          f"{refused} subsets refused unbuilt, {len(failed)} built that did not run right: {failed}")
+    found = hunks.search(
+        n, lambda subsets: [try_("searched", s) for s in subsets], free=lambda s: bool(plan.compile_error(s, old, new))
+    )
+    print(
+        f"  scripted search ({plan.pieces[target].label} carries): found {len(found.found)} units; "
+        f"{refused} subsets refused unbuilt, {len(failed)} built that did not run right: {failed}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,8 +74,10 @@ def device_gaps(store: Path, min_gap: float = 0.05) -> str:
                 tally = why[waited_for(a, b)]
                 tally[0] += 1
                 tally[1] += gap
-        parts.append(f"device {device} busy {busy:.0f} s of {span:.0f} s ({busy / max(span, 1e-9):.0%}), gaps: "
-                     + ", ".join(f"{w} {n} ({s:.0f} s)" for w, (n, s) in why.items()))
+        parts.append(
+            f"device {device} busy {busy:.0f} s of {span:.0f} s ({busy / max(span, 1e-9):.0%}), gaps: "
+            + ", ".join(f"{w} {n} ({s:.0f} s)" for w, (n, s) in why.items())
+        )
     return "; ".join(parts)
 
 
@@ -88,13 +90,16 @@ def row(store: Path, min_gap: float, max_gap: float) -> str:
     later = [g for g, _, b in gaps if b.slot]
     device = sum(s.device_s for s in secs)
     why = {w: [g for g, a, b in gaps if waited_for(a, b) == w] for w in WAITS}
-    return (f"| {store} | {len(secs)} | {device:.0f} s ({device / max(1, len(secs)):.2f} s) | "
-            f"{len(first)}, {sum(first):.0f} s ({len(patched_first)}, {sum(patched_first):.0f} s patched) | "
-            f"{len(later)}, {sum(later):.0f} s"
-            f"{f' (median {statistics.median(later):.2f} s)' if later else ''} | "
-            f"{sum(s.unheld is not None and not s.slot for s in secs)} | "
-            f"{sum(s.unheld is not None and bool(s.slot) for s in secs)} | "
-            + " | ".join(f"{len(v)}, {sum(v):.0f} s" for v in why.values()) + " |")
+    return (
+        f"| {store} | {len(secs)} | {device:.0f} s ({device / max(1, len(secs)):.2f} s) | "
+        f"{len(first)}, {sum(first):.0f} s ({len(patched_first)}, {sum(patched_first):.0f} s patched) | "
+        f"{len(later)}, {sum(later):.0f} s"
+        f"{f' (median {statistics.median(later):.2f} s)' if later else ''} | "
+        f"{sum(s.unheld is not None and not s.slot for s in secs)} | "
+        f"{sum(s.unheld is not None and bool(s.slot) for s in secs)} | "
+        + " | ".join(f"{len(v)}, {sum(v):.0f} s" for v in why.values())
+        + " |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,12 +107,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--min-gap", type=float, default=0.3)
         parser.add_argument("--max-gap", type=float, default=30.0, help="longer gaps are stops between calls")
 
-    return over_stores("idle_gaps", __doc__, argv, options, lambda args: [
-        f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial "
-        "(of them a patched build's) | "
-        "before a later trial | first trials from standbys | later trials from spares | "
-        + " | ".join(f"gaps: {w}" for w in WAITS) + " |",
-        "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(WAITS)], lambda store, args: row(store, args.min_gap, args.max_gap))
+    return over_stores(
+        "idle_gaps",
+        __doc__,
+        argv,
+        options,
+        lambda args: [
+            f"| store | trials | on the device (a trial) | gaps > {args.min_gap:g} s before a first trial "
+            "(of them a patched build's) | "
+            "before a later trial | first trials from standbys | later trials from spares | "
+            + " | ".join(f"gaps: {w}" for w in WAITS)
+            + " |",
+            "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(WAITS),
+        ],
+        lambda store, args: row(store, args.min_gap, args.max_gap),
+    )
 
 
 if __name__ == "__main__":

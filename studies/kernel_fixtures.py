@@ -74,14 +74,32 @@ def compile_commit(src: Path, cache: Path, label: str) -> None:
     fa = _load(src / "demolib" / "triton_fa.py", f"fa_{label}")
     b, h, s, d = FA["B"], FA["H"], FA["S"], FA["D"]
     fast = "FAST_EXP=True" in (src / "demolib" / "triton_fa.py").read_text()
-    _compile(fa._fwd_kernel, (bf16, bf16, bf16, bf16, d ** -0.5, h * s * d, s * d, d, b, h, s, s // fa.BLOCK_M),
-             dict(BLOCK_M=fa.BLOCK_M, BLOCK_N=fa.BLOCK_N, HEAD_DIM=d, FAST_EXP=fast, num_warps=fa.NUM_WARPS,
-                  num_stages=fa.NUM_STAGES))
+    _compile(
+        fa._fwd_kernel,
+        (bf16, bf16, bf16, bf16, d**-0.5, h * s * d, s * d, d, b, h, s, s // fa.BLOCK_M),
+        dict(
+            BLOCK_M=fa.BLOCK_M,
+            BLOCK_N=fa.BLOCK_N,
+            HEAD_DIM=d,
+            FAST_EXP=fast,
+            num_warps=fa.NUM_WARPS,
+            num_stages=fa.NUM_STAGES,
+        ),
+    )
     gemm = _load(src / "demolib" / "triton_gemm.py", f"gemm_{label}")
     m, n, k = GEMM["M"], GEMM["N"], GEMM["K"]
-    _compile(gemm._matmul_kernel, (bf16, bf16, bf16, m, n, k, k, 1, n, 1, n, 1),
-             dict(BLOCK_M=gemm.BLOCK_M, BLOCK_N=gemm.BLOCK_N, BLOCK_K=gemm.BLOCK_K, GROUP_M=gemm.GROUP_M,
-                  num_warps=gemm.NUM_WARPS, num_stages=gemm.NUM_STAGES))
+    _compile(
+        gemm._matmul_kernel,
+        (bf16, bf16, bf16, m, n, k, k, 1, n, 1, n, 1),
+        dict(
+            BLOCK_M=gemm.BLOCK_M,
+            BLOCK_N=gemm.BLOCK_N,
+            BLOCK_K=gemm.BLOCK_K,
+            GROUP_M=gemm.GROUP_M,
+            num_warps=gemm.NUM_WARPS,
+            num_stages=gemm.NUM_STAGES,
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,8 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         for pr, role in STEPS.items():
             culprit = manifest.sha(role)
             parent = manifest.commits[manifest.commits.index(culprit) - 1]
-            index[str(pr)] = {"role": role, "subject": COMMITS[manifest.prs.index(pr)].subject,
-                              "parent": parent, "culprit": culprit}
+            index[str(pr)] = {
+                "role": role,
+                "subject": COMMITS[manifest.prs.index(pr)].subject,
+                "parent": parent,
+                "culprit": culprit,
+            }
             for sha in (parent, culprit):
                 dest = args.out / sha[:12]
                 if dest.exists():
@@ -117,10 +139,18 @@ def main(argv: list[str] | None = None) -> int:
                         f.unlink()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    (args.out / "index.json").write_text(json.dumps(
-        {"compiled": "ahead of time for sm_90 (GPUTarget('cuda', 90, 32)) on a CPU machine, by "
-                     "studies/kernel_fixtures.py; not captured on an H200",
-         "triton": _triton_version(), "steps": index}, indent=2) + "\n")
+    (args.out / "index.json").write_text(
+        json.dumps(
+            {
+                "compiled": "ahead of time for sm_90 (GPUTarget('cuda', 90, 32)) on a CPU machine, by "
+                "studies/kernel_fixtures.py; not captured on an H200",
+                "triton": _triton_version(),
+                "steps": index,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     total = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
     print(f"{args.out}: {total / 1024:.0f} KiB", file=sys.stderr)
     return 0
@@ -128,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _triton_version() -> str:
     import triton
+
     return triton.__version__
 
 

@@ -39,8 +39,12 @@ from bisector.search.stats import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "bisector" / "demo" / "templates"
-SHAPE = {"key": "gemm/decode", "suite": "gemm", "name": "decode", "params": {"M": 64, "N": 7168, "K": 2048,
-                                                                              "dtype": "bf16"}}
+SHAPE = {
+    "key": "gemm/decode",
+    "suite": "gemm",
+    "name": "decode",
+    "params": {"M": 64, "N": 7168, "K": 2048, "dtype": "bf16"},
+}
 ROLE = "decode_kernel"
 MIN_STEP_PCT = 3.0
 
@@ -55,21 +59,41 @@ def write_demolib(knobs: dict[str, Any], dest: Path) -> Path:
 
 
 def trial_spec(source: Path, reps: int, seed: int) -> dict[str, Any]:
-    return {"sha": source.name, "suite": "gemm", "shapes": [SHAPE],
-            "subjects": {"gemm": {"entry": "demolib.triton_gemm:matmul", "adapter": "triton", "layout": "bhsd",
-                                  "options": {}}},
-            "control": "torch_cuda", "device": "cuda", "source_dirs": [str(source)], "reps": reps, "warmup": 3,
-            "flush_mb": 0, "seed": seed, "tolerances": {"gemm": [0.05, 0.02]}}
+    return {
+        "sha": source.name,
+        "suite": "gemm",
+        "shapes": [SHAPE],
+        "subjects": {
+            "gemm": {"entry": "demolib.triton_gemm:matmul", "adapter": "triton", "layout": "bhsd", "options": {}}
+        },
+        "control": "torch_cuda",
+        "device": "cuda",
+        "source_dirs": [str(source)],
+        "reps": reps,
+        "warmup": 3,
+        "flush_mb": 0,
+        "seed": seed,
+        "tolerances": {"gemm": [0.05, 0.02]},
+    }
 
 
 def run_trial(source: Path, work: Path, reps: int, seed: int, cache: Path) -> dict[str, Any]:
     spec, out = work / f"spec-{seed}.json", work / f"out-{seed}.json"
     spec.write_text(json.dumps(trial_spec(source, reps, seed)))
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
-        "PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "TRITON_CACHE_DIR": str(cache),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "benches.trial", str(spec), str(out)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benches.trial", str(spec), str(out)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0 or not out.exists():
         raise RuntimeError(f"trial failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     (result,) = json.loads(out.read_text())["results"]
@@ -88,9 +112,11 @@ def cv_pct(values: list[float]) -> float:
 
 
 def row(side: str, r: dict[str, Any]) -> str:
-    return (f"| {side} | {r['kernel_method']} | {us(r['subject_ms']):.2f} | {us(r['subject_latency_ms']):.1f} | "
-            f"{us(r['subject_host_ms']):.1f} | {us(r['control_ms']):.2f} | {us(r['control_latency_ms']):.1f} | "
-            f"{r['ratio']:.4f} | {r.get('latency_ratio') or float('nan'):.4f} | {r['wall_s']:.1f} |")
+    return (
+        f"| {side} | {r['kernel_method']} | {us(r['subject_ms']):.2f} | {us(r['subject_latency_ms']):.1f} | "
+        f"{us(r['subject_host_ms']):.1f} | {us(r['control_ms']):.2f} | {us(r['control_latency_ms']):.1f} | "
+        f"{r['ratio']:.4f} | {r.get('latency_ratio') or float('nan'):.4f} | {r['wall_s']:.1f} |"
+    )
 
 
 def decided(before: list[float], after: list[float]) -> list[str]:
@@ -129,12 +155,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
     import triton
+
     index = next(i for i, c in enumerate(COMMITS) if c.role == ROLE)
     knobs = states()
-    lines = [f"# studies.kernel_time on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
-             f"triton {triton.__version__}, {time.strftime('%Y-%m-%d %H:%M')}",
-             f"# subject: demolib decode GEMM {SHAPE['params']} behind its Python dispatch; control cuBLAS; "
-             f"reps {args.reps}; before = PR #{COMMITS[index - 1].pr}, after = PR #{COMMITS[index].pr} ({ROLE})", ""]
+    lines = [
+        f"# studies.kernel_time on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+        f"triton {triton.__version__}, {time.strftime('%Y-%m-%d %H:%M')}",
+        f"# subject: demolib decode GEMM {SHAPE['params']} behind its Python dispatch; control cuBLAS; "
+        f"reps {args.reps}; before = PR #{COMMITS[index - 1].pr}, after = PR #{COMMITS[index].pr} ({ROLE})",
+        "",
+    ]
 
     def say(text: str) -> None:
         print(text, flush=True)
@@ -144,14 +174,18 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
     with tempfile.TemporaryDirectory(prefix="kernel-time-") as tmp:
         work = Path(tmp)
-        sources = {"before": write_demolib(knobs[index - 1], work / "before"),
-                   "after": write_demolib(knobs[index], work / "after")}
+        sources = {
+            "before": write_demolib(knobs[index - 1], work / "before"),
+            "after": write_demolib(knobs[index], work / "after"),
+        }
         caches = {side: work / f"triton-{side}" for side in sources}
         run_trial(sources["before"], work, 3, 999, caches["before"])  # clock up, compile cached: discarded
         runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         queue = {"before": args.before, "after": args.after}
-        say("| side | kernel method | kernel us | latency us | host us | cuBLAS kernel us | cuBLAS latency us | "
-            "ratio (kernel) | ratio (latency) | trial s |")
+        say(
+            "| side | kernel method | kernel us | latency us | host us | cuBLAS kernel us | cuBLAS latency us | "
+            "ratio (kernel) | ratio (latency) | trial s |"
+        )
         say("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         seed = 0
         while any(queue.values()):
@@ -166,18 +200,26 @@ def main(argv: list[str] | None = None) -> int:
     say("")
     kernel = [us(r["subject_ms"]) for r in before]
     cublas = [us(r["control_ms"]) for r in before]
-    say(f"before, {len(before)} fresh processes: subject kernel median {statistics.median(kernel):.2f} us, "
+    say(
+        f"before, {len(before)} fresh processes: subject kernel median {statistics.median(kernel):.2f} us, "
         f"CV {cv_pct(kernel):.2f}%; cuBLAS kernel median {statistics.median(cublas):.2f} us, CV {cv_pct(cublas):.2f}%; "
-        f"kernel ratio CV {cv_pct([r['ratio'] for r in before]):.2f}% (target <= 2%)")
-    say(f"before: subject latency median {statistics.median(us(r['subject_latency_ms']) for r in before):.1f} us, "
+        f"kernel ratio CV {cv_pct([r['ratio'] for r in before]):.2f}% (target <= 2%)"
+    )
+    say(
+        f"before: subject latency median {statistics.median(us(r['subject_latency_ms']) for r in before):.1f} us, "
         f"host {statistics.median(us(r['subject_host_ms']) for r in before):.1f} us a call; "
-        f"host-bound in {sum(us(r['subject_host_ms']) > us(r['subject_ms']) for r in before)} of {len(before)} trials")
-    say(f"methods: {sorted({r['kernel_method'] for r in before + after})}; fallbacks: "
-        f"{sorted({r.get('kernel_fallback', '') for r in before + after} - {''}) or 'none'}")
+        f"host-bound in {sum(us(r['subject_host_ms']) > us(r['subject_ms']) for r in before)} of {len(before)} trials"
+    )
+    say(
+        f"methods: {sorted({r['kernel_method'] for r in before + after})}; fallbacks: "
+        f"{sorted({r.get('kernel_fallback', '') for r in before + after} - {''}) or 'none'}"
+    )
     if after:
-        say(f"after, {len(after)} processes: subject kernel median "
+        say(
+            f"after, {len(after)} processes: subject kernel median "
             f"{statistics.median(us(r['subject_ms']) for r in after):.2f} us "
-            f"({statistics.median(kernel) / statistics.median(us(r['subject_ms']) for r in after):.2f}x faster)")
+            f"({statistics.median(kernel) / statistics.median(us(r['subject_ms']) for r in after):.2f}x faster)"
+        )
         say(
             "step on the kernel ratio: " + "; ".join(decided([r["ratio"] for r in before], [r["ratio"] for r in after]))
         )

@@ -70,23 +70,50 @@ RUNS = (
     # its progress-2-resumed.log holds both calls' lines; call 2 entered the fixes stage before any
     # trial of its own, so no line shows the count: 2 x (1 + 4 reverts + 4 parents) + 2 x 2^3
     # (#115, #122, #155 on fa/s16384), as the fixes and interactions of that day counted it
-    Run("h200-demo a695462 (12-01)", "cuda", (R / "2026-12-01-h200-demo/progress-2-resumed.log",), GPU_NO_131,
-        (("fixes", 34),)),
-    Run("h200-demo (12-02)", "cuda", (R / "2026-12-02-h200-demo/progress-1-cold-start.log",
-                                      R / "2026-12-02-h200-demo/progress-2-resumed.log"), GPU),
-    Run("h200-demo 346b62c (12-02b)", "cuda", (R / "2026-12-02b-h200-demo/progress-1-cold-start.log",
-                                               R / "2026-12-02b-h200-demo/progress-2-resumed.log"), GPU_NO_131),
-    Run("h200-demo 6d7d402 (12-02c)", "cuda", (R / "2026-12-02c-h200-demo/progress-1-cold-start.log",
-                                               R / "2026-12-02c-h200-demo/progress-2-resumed.log"), GPU),
+    Run(
+        "h200-demo a695462 (12-01)",
+        "cuda",
+        (R / "2026-12-01-h200-demo/progress-2-resumed.log",),
+        GPU_NO_131,
+        (("fixes", 34),),
+    ),
+    Run(
+        "h200-demo (12-02)",
+        "cuda",
+        (R / "2026-12-02-h200-demo/progress-1-cold-start.log", R / "2026-12-02-h200-demo/progress-2-resumed.log"),
+        GPU,
+    ),
+    Run(
+        "h200-demo 346b62c (12-02b)",
+        "cuda",
+        (R / "2026-12-02b-h200-demo/progress-1-cold-start.log", R / "2026-12-02b-h200-demo/progress-2-resumed.log"),
+        GPU_NO_131,
+    ),
+    Run(
+        "h200-demo 6d7d402 (12-02c)",
+        "cuda",
+        (R / "2026-12-02c-h200-demo/progress-1-cold-start.log", R / "2026-12-02c-h200-demo/progress-2-resumed.log"),
+        GPU,
+    ),
     # two of five runs at cc7a9ff on 2 quiet cores (all five took 195 trials, 93 / 35 / 67 by stage),
     # and one of two with both cores held by busy loops (199 and 212 trials; fixes 35 and 34)
     Run("cpu-demo cc7a9ff run 1 (12-05)", "cpu", (LOGS / "cpu-demo-cc7a9ff-run1.log.gz",), CPU, fixes_rules="shaped"),
     Run("cpu-demo cc7a9ff run 2 (12-05)", "cpu", (LOGS / "cpu-demo-cc7a9ff-run2.log.gz",), CPU, fixes_rules="shaped"),
     Run("cpu-demo cc7a9ff busy (12-05)", "cpu", (LOGS / "cpu-demo-cc7a9ff-busy.log.gz",), CPU, fixes_rules="shaped"),
-    Run("h200-demo 75e338a (12-04b)", "cuda", (R / "2026-12-04b-h200-demo/progress-75e338a.log",), GPU,
-        fixes_rules="merged"),
-    Run("h200-demo 130d8c6 (12-04b)", "cuda", (R / "2026-12-04b-h200-demo/progress-130d8c6.log",), GPU,
-        fixes_rules="merged"),
+    Run(
+        "h200-demo 75e338a (12-04b)",
+        "cuda",
+        (R / "2026-12-04b-h200-demo/progress-75e338a.log",),
+        GPU,
+        fixes_rules="merged",
+    ),
+    Run(
+        "h200-demo 130d8c6 (12-04b)",
+        "cuda",
+        (R / "2026-12-04b-h200-demo/progress-130d8c6.log",),
+        GPU,
+        fixes_rules="merged",
+    ),
     # an H100, not an H200: the four-shape demo (--shapes fa/s16384,gemm/m8192,gemm/m54560,gemm/decode)
     Run("h100-demo 2b326d7 (12-05)", "cuda", (R / "2026-12-05-h100-demo/progress.log",), GPU, fixes_rules="shaped"),
 )
@@ -115,8 +142,11 @@ def hunks_now(run: Run, repo: git.Repo, order: list[str]) -> int:
     steps = []
     for prefix in run.culprits:
         sha = next(s for s in order if s.startswith(prefix))
-        steps.append(Step(sha, order[order.index(sha) - 1], ("x",), {"x": -10.0}, {"x": (-11.0, -9.0)},
-                          {"x": 1e-9}, verified=True))
+        steps.append(
+            Step(
+                sha, order[order.index(sha) - 1], ("x",), {"x": -10.0}, {"x": (-11.0, -9.0)}, {"x": 1e-9}, verified=True
+            )
+        )
     return culprit_hunks.expected_trials(SimpleNamespace(config=cfg, repo=repo), steps)  # type: ignore[arg-type]
 
 
@@ -137,8 +167,9 @@ def stages_of(run: Run, model: LaterModel, now: dict[str, int]) -> dict[str, Sta
                 if stage != "search" and stage not in trackers:  # a resumed call announces it again
                     fig.logged = event.expect or dict(run.announced).get(stage, 0)
                     fig.announced = now.get(stage, fig.logged)
-                    trackers[stage] = StageTracker(stage, model, fig.announced, cfg.protocol.trials,
-                                                   cfg.protocol.max_trials)
+                    trackers[stage] = StageTracker(
+                        stage, model, fig.announced, cfg.protocol.trials, cfg.protocol.max_trials
+                    )
                 continue
             if event.action != "trial":
                 continue
@@ -164,8 +195,9 @@ def fit(growth: Callable[[float], float], target: float) -> float:
     return lo
 
 
-def _growth(q: float, stage: str, first: float, rule: Literal["double", "rounds"], trials: int,
-            max_trials: int) -> float:
+def _growth(
+    q: float, stage: str, first: float, rule: Literal["double", "rounds"], trials: int, max_trials: int
+) -> float:
     """The trials a stage's culprit grows to, modelled with `q` the share of its rounds left open."""
     return LaterModel({stage: StageCost(first, q, rule)}).growth(stage, trials, max_trials)
 
@@ -203,8 +235,10 @@ def main() -> int:
                 acc[2] += f.opened
                 acc[3] += f.closed
                 acc[4] += f.trials / n
-            print(f"| {run.name} | {culprits} | {figs.get('search', StageFigures()).trials} | {cells[0]} | {cells[1]} "
-                  f"| {per[0][0]:.1f} / {per[1][0]:.1f} ({per[0][1]:.1f} / {per[1][1]:.1f}) | {qs[0]} / {qs[1]} |")
+            print(
+                f"| {run.name} | {culprits} | {figs.get('search', StageFigures()).trials} | {cells[0]} | {cells[1]} "
+                f"| {per[0][0]:.1f} / {per[1][0]:.1f} ({per[0][1]:.1f} / {per[1][1]:.1f}) | {qs[0]} / {qs[1]} |"
+            )
     print(
         "\n| device kind | stage | first rounds per culprit, in n (announced) | q: rounds gone on, pooled "
         "| growth: model at that q / measured (trials / announced) | q that grows as measured | CALIBRATED: first / q |"
@@ -217,10 +251,18 @@ def main() -> int:
             cost: StageCost = model.stages[stage]
             q = opened / max(1, opened + closed)
             cfg = load(ROOT / "configs" / CONFIG_FILES["cpu" if kind == "cpu" else "cuda"])
-            growth = functools.partial(_growth, stage=stage, first=first / culprits, rule=cost.rule,
-                                       trials=cfg.protocol.trials, max_trials=cfg.protocol.max_trials)
-            print(f"| {kind} | {label} | {first / culprits:.2f} | {q:.2f} | {growth(q):.2f} / {trials / first:.2f} "
-                  f"| {fit(growth, trials / first):.2f} | {cost.first:.2f} / {cost.q:.2f} |")
+            growth = functools.partial(
+                _growth,
+                stage=stage,
+                first=first / culprits,
+                rule=cost.rule,
+                trials=cfg.protocol.trials,
+                max_trials=cfg.protocol.max_trials,
+            )
+            print(
+                f"| {kind} | {label} | {first / culprits:.2f} | {q:.2f} | {growth(q):.2f} / {trials / first:.2f} "
+                f"| {fit(growth, trials / first):.2f} | {cost.first:.2f} / {cost.q:.2f} |"
+            )
     return 0
 
 

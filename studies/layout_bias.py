@@ -80,8 +80,16 @@ def setting_values(factor: str, n: int) -> list[int]:
     return [k * 4096 // n + (k * 64 // n) for k in range(n)]  # not all multiples of 64: offsets mod 64 move too
 
 
-def run_setting(factor: str, value: int, args: argparse.Namespace, config: Any, manifest: Any, tmp: Path,
-                env: dict[str, str], commits: list[int]) -> list[dict[str, Any]]:
+def run_setting(
+    factor: str,
+    value: int,
+    args: argparse.Namespace,
+    config: Any,
+    manifest: Any,
+    tmp: Path,
+    env: dict[str, str],
+    commits: list[int],
+) -> list[dict[str, Any]]:
     """One zygote (one 'run') with the factor at `value`: `--trials` trials per commit; their results."""
     base = Path(tmp, f"{factor}-{value}")
     exports = Path(base, "x" * value) if factor == "path" else base
@@ -89,8 +97,16 @@ def run_setting(factor: str, value: int, args: argparse.Namespace, config: Any, 
     jobs = []
     for t in range(args.trials):
         for i in commits if t % 2 == 0 else commits[::-1]:
-            job = trial_job(config, manifest, exports, Path(base, "trials", f"{i:02d}-{t}"), i, t, len(jobs),
-                            spacer=value if factor == "spacer" else 0)
+            job = trial_job(
+                config,
+                manifest,
+                exports,
+                Path(base, "trials", f"{i:02d}-{t}"),
+                i,
+                t,
+                len(jobs),
+                spacer=value if factor == "spacer" else 0,
+            )
             if factor == "offset":
                 job["env"][INPUT_SPACER] = str(value)
             jobs.append(job)
@@ -100,14 +116,24 @@ def run_setting(factor: str, value: int, args: argparse.Namespace, config: Any, 
         out = json.loads(Path(job["out"]).read_text()) if Path(job["out"]).exists() else {"results": []}
         for r in out["results"]:
             if r.get("status") == "ok" and r.get("ratio") is not None:
-                rows.append({"factor": factor, "value": value, "commit": job["commit"], "trial": job["trial"],
-                             "shape": r["shape"], "ratio": r["ratio"], "subject_ms": statistics.median(r["subject_ms"]),
-                             "offsets": r.get("input_page_offsets", {})})
+                rows.append(
+                    {
+                        "factor": factor,
+                        "value": value,
+                        "commit": job["commit"],
+                        "trial": job["trial"],
+                        "shape": r["shape"],
+                        "ratio": r["ratio"],
+                        "subject_ms": statistics.median(r["subject_ms"]),
+                        "offsets": r.get("input_page_offsets", {}),
+                    }
+                )
     return rows
 
 
-def run_executor(value: int, args: argparse.Namespace, config: Any, manifest: Any, tmp: Path,
-                 commits: list[int]) -> list[dict[str, Any]]:
+def run_executor(
+    value: int, args: argparse.Namespace, config: Any, manifest: Any, tmp: Path, commits: list[int]
+) -> list[dict[str, Any]]:
     """The `runner` factor: one executor of bisector/runner (its own zygote, sandbox and environment, as
     `bisector demo` makes them) per setting, nothing else varied: `--trials` trials per commit."""
     from bisector.demo.repo import export_commit
@@ -115,15 +141,31 @@ def run_executor(value: int, args: argparse.Namespace, config: Any, manifest: An
     from bisector.runner import make_executor
     from bisector.runner.executor import TrialJob
 
-    builds = {i: BuildResult(manifest.commits[i], BuildStatus.OK,
-                             str(export_commit(Path(manifest.path), manifest.commits[i], tmp))) for i in commits}
+    builds = {
+        i: BuildResult(
+            manifest.commits[i], BuildStatus.OK, str(export_commit(Path(manifest.path), manifest.commits[i], tmp))
+        )
+        for i in commits
+    }
     order = [(i, t) for t in range(args.trials) for i in (commits if t % 2 == 0 else commits[::-1])]
     jobs = [TrialJob(builds[i], config.shapes, seed=t, slot=t, lane=k) for k, (i, t) in enumerate(order)]
     with make_executor(config, Path(tmp, f"runner-{value}"), lock_devices=False) as executor:
         outcomes = executor.run(jobs)
-    return [{"factor": "runner", "value": value, "commit": i, "trial": t, "shape": r.shape, "ratio": r.ratio,
-             "subject_ms": statistics.median(r.subject_ms), "offsets": r.protocol.get("input_page_offsets", {})}
-            for (i, t), outcome in zip(order, outcomes) for r in outcome.records if r.ratio]
+    return [
+        {
+            "factor": "runner",
+            "value": value,
+            "commit": i,
+            "trial": t,
+            "shape": r.shape,
+            "ratio": r.ratio,
+            "subject_ms": statistics.median(r.subject_ms),
+            "offsets": r.protocol.get("input_page_offsets", {}),
+        }
+        for (i, t), outcome in zip(order, outcomes)
+        for r in outcome.records
+        if r.ratio
+    ]
 
 
 def sweep(config: Any, manifest: Any, tmp: Path, commit: int, rounds: int, step: int) -> str:
@@ -155,21 +197,26 @@ def sweep(config: Any, manifest: Any, tmp: Path, commit: int, rounds: int, step:
         random.Random(r).shuffle(offsets)
         for off in offsets:
             start = base + off // a.element_size()
-            placed = buffer[start:start + a.numel()].view_as(a).copy_(a)
-            times = clock.kernel([lambda: kernel.matmul(placed, b), lambda: torch.matmul(placed, b)],  # noqa: B023 - run now
-                                 config.protocol.reps, 1).times
+            placed = buffer[start : start + a.numel()].view_as(a).copy_(a)
+            times = clock.kernel(
+                [lambda: kernel.matmul(placed, b), lambda: torch.matmul(placed, b)],  # noqa: B023 - run now
+                config.protocol.reps,
+                1,
+            ).times
             ratios.setdefault(placed.data_ptr() % 4096, []).append(
                 statistics.median(times[1]) / statistics.median(times[0])
             )
     meds = {off: statistics.median(v) for off, v in sorted(ratios.items())}
     sd_within, sd_offset, p = components(list(ratios.values()))
     worst, best = min(meds, key=meds.get), max(meds, key=meds.get)
-    lines = [f"# In one process, commit {commit}, gemm/tall, A at {len(meds)} offsets of a page x {rounds} rounds "
-             f"({config.protocol.reps} interleaved calls each): median ratio per offset",
-             "#   " + " ".join(f"{off}:{m:.3f}" for off, m in meds.items()),
-             f"#   lowest {meds[worst]:.3f} at {worst}, highest {meds[best]:.3f} at {best} "
-             f"(span {(meds[best] - meds[worst]) / statistics.median(meds.values()):.1%}); SD within an offset "
-             f"{sd_within:.1%}, SD of the offset's own part {sd_offset:.1%}; ANOVA p = {p:.2g}"]
+    lines = [
+        f"# In one process, commit {commit}, gemm/tall, A at {len(meds)} offsets of a page x {rounds} rounds "
+        f"({config.protocol.reps} interleaved calls each): median ratio per offset",
+        "#   " + " ".join(f"{off}:{m:.3f}" for off, m in meds.items()),
+        f"#   lowest {meds[worst]:.3f} at {worst}, highest {meds[best]:.3f} at {best} "
+        f"(span {(meds[best] - meds[worst]) / statistics.median(meds.values()):.1%}); SD within an offset "
+        f"{sd_within:.1%}, SD of the offset's own part {sd_offset:.1%}; ANOVA p = {p:.2g}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -200,13 +247,17 @@ def summarize(rows: list[dict[str, Any]], factor: str, commit: int, shape: str) 
     for value, ratios in sorted(groups.items()):
         medians.append(statistics.median(ratios))
         offsets = sorted({r["offsets"].get("a", -1) for r in mine if r["value"] == value})
-        lines.append(f"#     {value:>7}: {medians[-1]:.3f} [{min(ratios):.3f}-{max(ratios):.3f}] ({len(ratios)}); "
-                     f"A at {','.join(map(str, offsets))}")
+        lines.append(
+            f"#     {value:>7}: {medians[-1]:.3f} [{min(ratios):.3f}-{max(ratios):.3f}] ({len(ratios)}); "
+            f"A at {','.join(map(str, offsets))}"
+        )
     within = statistics.median((max(v) - min(v)) / statistics.median(v) for v in groups.values())
     sd_within, sd_setting, p = components(list(groups.values()))
-    lines.append(f"#     setting medians span {(max(medians) - min(medians)) / statistics.median(medians):.1%}; "
-                 f"range within a setting {within:.1%} (median); SD within {sd_within:.1%}, SD of the setting's "
-                 f"own part {sd_setting:.1%}; ANOVA p = {p:.2g}")
+    lines.append(
+        f"#     setting medians span {(max(medians) - min(medians)) / statistics.median(medians):.1%}; "
+        f"range within a setting {within:.1%} (median); SD within {sd_within:.1%}, SD of the setting's "
+        f"own part {sd_setting:.1%}; ANOVA p = {p:.2g}"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -218,8 +269,10 @@ def shared_layout(rows: list[dict[str, Any]]) -> str:
         placed.setdefault((r["factor"], r["value"]), set()).add(tuple(sorted(r["offsets"].items())))
     one = sum(1 for v in placed.values() if len(v) == 1)
     distinct = len({v for vs in placed.values() for v in vs})
-    lines = [f"# Input page offsets: one placement for every trial and commit of a setting in {one} of "
-             f"{len(placed)} settings; {distinct} distinct placements over all settings"]
+    lines = [
+        f"# Input page offsets: one placement for every trial and commit of a setting in {one} of "
+        f"{len(placed)} settings; {distinct} distinct placements over all settings"
+    ]
     level = {}
     for c in {(r["commit"], r["shape"]) for r in rows}:
         level[c] = statistics.mean(math.log(r["ratio"]) for r in rows if (r["commit"], r["shape"]) == c)
@@ -232,9 +285,11 @@ def shared_layout(rows: list[dict[str, Any]]) -> str:
     recurring = {a: v for a, v in by_offset.items() if len(zygotes[a]) > 1}
     if len(recurring) > 1:
         sd_within, sd_offset, p = components(list(recurring.values()))
-        lines.append(f"# Pooled by A's page offset ({len(recurring)} offsets seen in 2+ settings; ratio / the "
-                     f"commit's mean): " + ", ".join(f"{a}: {statistics.mean(v):.3f} ({len(v)})"
-                                                      for a, v in sorted(recurring.items())))
+        lines.append(
+            f"# Pooled by A's page offset ({len(recurring)} offsets seen in 2+ settings; ratio / the "
+            f"commit's mean): "
+            + ", ".join(f"{a}: {statistics.mean(v):.3f} ({len(v)})" for a, v in sorted(recurring.items()))
+        )
         lines.append(
             f"#   SD within an offset {sd_within:.1%}, SD of the offset's own part {sd_offset:.1%}; ANOVA p = {p:.2g}"
         )
@@ -250,8 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default="gemm/tall")
     ap.add_argument("--shuffle", type=int, help="run each factor's settings in an order shuffled with this seed")
     ap.add_argument("--raw", help="write every trial's ratio to this JSON file")
-    ap.add_argument("--sweep", type=int, default=0, metavar="ROUNDS",
-                    help="instead: A at every 64 bytes of a page in one process, ROUNDS rounds (first commit)")
+    ap.add_argument(
+        "--sweep",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead: A at every 64 bytes of a page in one process, ROUNDS rounds (first commit)",
+    )
     ap.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.zygote:
@@ -289,8 +349,10 @@ def main(argv: list[str] | None = None) -> int:
                     rows += run_setting(factor, value, args, config, manifest, Path(tmp), env, commits)
     if args.raw:
         Path(args.raw).write_text(json.dumps(rows, indent=1))
-    print(f"# {len(rows)} trial results in {time.monotonic() - started:.0f} s, load average "
-          f"{os.getloadavg()[0]:.1f} at the end")
+    print(
+        f"# {len(rows)} trial results in {time.monotonic() - started:.0f} s, load average "
+        f"{os.getloadavg()[0]:.1f} at the end"
+    )
     for factor in factors:
         for commit in commits:
             for shape in keep:

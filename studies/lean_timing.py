@@ -80,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     if found is None:
         return 2
     cfg, header = found
-    lines = [f"{header}: {args.trials} fresh trial processes per mode and commit, alternating; "
-             f"reps {cfg.protocol.reps}, warm-up {cfg.protocol.warmup}; modes {', '.join(modes)}"]
+    lines = [
+        f"{header}: {args.trials} fresh trial processes per mode and commit, alternating; "
+        f"reps {cfg.protocol.reps}, warm-up {cfg.protocol.warmup}; modes {', '.join(modes)}"
+    ]
     print(lines[0], flush=True)
     values: dict[tuple[str, str, str], list[float]] = {}
     timed: dict[tuple[str, str, str], list[float]] = {}
@@ -95,12 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, source in sources.items():  # compile, clock up: discarded
             run_trial(trial_spec(source, cfg, cfg.protocol.reps, 1, 999), work, caches[name])
         for k in range(args.trials):
-            order = modes[k % len(modes):] + modes[:k % len(modes)]
+            order = modes[k % len(modes) :] + modes[: k % len(modes)]
             for name, source in sources.items():
                 for mode in order:
                     seed += 1
-                    output = run_trial(mode_spec(trial_spec(source, cfg, cfg.protocol.reps, 1, seed), mode), work,
-                                       caches[name])
+                    output = run_trial(
+                        mode_spec(trial_spec(source, cfg, cfg.protocol.reps, 1, seed), mode), work, caches[name]
+                    )
                     device[mode].append(spans(output, "device"))
                     for result, value, seconds in shape_figures(output):
                         key = (name, result["shape"], mode)
@@ -121,13 +124,20 @@ def main(argv: list[str] | None = None) -> int:
                 v = values.get((name, shape, mode))
                 if not v:
                     continue
-                lines.append(f"| {name} | {shape} | {mode} | {statistics.median(v):.5g} | {cv_pct(v):.2f} | "
-                             f"{(statistics.median(v) / base - 1) * 100:+.2f}% | "
-                             f"{statistics.median(timed[(name, shape, mode)]):.3f} |")
-    lines += ["", "device section per trial (s, median): " + ", ".join(
-        f"{m}: {statistics.median(d):.2f}" for m, d in device.items() if d)]
-    lines += ["", f"{FA} repetitions in order, each over its trial's median (median over trials; "
-                  "warm-up rounds, heater calls):"]
+                lines.append(
+                    f"| {name} | {shape} | {mode} | {statistics.median(v):.5g} | {cv_pct(v):.2f} | "
+                    f"{(statistics.median(v) / base - 1) * 100:+.2f}% | "
+                    f"{statistics.median(timed[(name, shape, mode)]):.3f} |"
+                )
+    lines += [
+        "",
+        "device section per trial (s, median): "
+        + ", ".join(f"{m}: {statistics.median(d):.2f}" for m, d in device.items() if d),
+    ]
+    lines += [
+        "",
+        f"{FA} repetitions in order, each over its trial's median (median over trials; warm-up rounds, heater calls):",
+    ]
     for mode, trials in fa_trials.items():
         profile = " ".join(f"{x:.4f}" for x in rep_profile(trials))
         rounds = sorted({len(r.get("subject_host_ms") or ()) for r in trials})

@@ -34,8 +34,11 @@ def fast_import(commits: int, at: int) -> bytes:
     out: list[bytes] = []
     for i in range(commits):
         knobs = derived({**INITIAL, **(STEP if i >= at else {})})
-        files = {name: render(texts[name], knobs, name) for name in _TEMPLATES
-                 if name != "demolib/utils.py" or knobs["utils_file"]}
+        files = {
+            name: render(texts[name], knobs, name)
+            for name in _TEMPLATES
+            if name != "demolib/utils.py" or knobs["utils_file"]
+        }
         # The culprit changes the kernel only (its revert must apply on the tip, as a real one-line
         # fix's would); every other commit appends a note.
         files["NOTES.md"] = "".join(f"- note {k}\n" for k in range(i + 1) if k != at)
@@ -65,9 +68,28 @@ def config_text(device: str, upstream: Path) -> str:
 
 def run_command(root: Path, shas: list[str], shapes: str) -> list[str]:
     """`bisector run` over the whole written range, cold, everything under `root`, its result as JSON."""
-    return [sys.executable, "-m", "bisector", "run", "--config", str(root / "config.toml"), "--good", shas[0],
-            "--bad", shas[-1], "--shapes", shapes, "--no-hunks", "--store", str(root / "results.sqlite"),
-            "--work-dir", str(root / "work"), "--report-dir", str(root / "report"), "--json"]
+    return [
+        sys.executable,
+        "-m",
+        "bisector",
+        "run",
+        "--config",
+        str(root / "config.toml"),
+        "--good",
+        shas[0],
+        "--bad",
+        shas[-1],
+        "--shapes",
+        shapes,
+        "--no-hunks",
+        "--store",
+        str(root / "results.sqlite"),
+        "--work-dir",
+        str(root / "work"),
+        "--report-dir",
+        str(root / "report"),
+        "--json",
+    ]
 
 
 def timed_run(cmd: list[str], log_path: Path, start: float) -> tuple[subprocess.Popen, str]:
@@ -135,10 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = [
         {shape: v.get("verdict") for shape, v in (f.get("shapes") or {}).items()} for f in data.get("fixes") or []
     ]
-    line = (f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} {args.commits} commits, step at {args.at} "
-            f"({shas[args.at][:12]}), shapes {shapes}: {wall:.1f} s wall; culprit {named} "
-            f"({'exact' if named == [shas[args.at][:12]] else 'NOT exact'}); revert {verdicts}; "
-            f"throughput {json.dumps(data.get('throughput', {}))[:400]}")
+    line = (
+        f"{time.strftime('%Y-%m-%d %H:%M')} {args.device} {args.commits} commits, step at {args.at} "
+        f"({shas[args.at][:12]}), shapes {shapes}: {wall:.1f} s wall; culprit {named} "
+        f"({'exact' if named == [shas[args.at][:12]] else 'NOT exact'}); revert {verdicts}; "
+        f"throughput {json.dumps(data.get('throughput', {}))[:400]}"
+    )
     emit(line, args.out)
     return 0
 

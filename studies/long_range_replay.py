@@ -86,9 +86,11 @@ def replay(store: Path, replays: int, seed: int) -> str:
         invented += sum(i != STEP_AT for i in found)
         trials.append(probe.trials)
     cv = lambda v: statistics.pstdev(v) / statistics.mean(v) * 100  # noqa: E731
-    return (f"{store}: pools {len(before)} / {len(after)} trials (CV {cv(before):.2f}% / {cv(after):.2f}%); "
-            f"{replays} replays: exact culprit {exact / replays:.0%}, steps invented {invented}, "
-            f"trials per replay median {statistics.median(trials):.0f}, p90 {np.percentile(trials, 90):.0f}")
+    return (
+        f"{store}: pools {len(before)} / {len(after)} trials (CV {cv(before):.2f}% / {cv(after):.2f}%); "
+        f"{replays} replays: exact culprit {exact / replays:.0%}, steps invented {invented}, "
+        f"trials per replay median {statistics.median(trials):.0f}, p90 {np.percentile(trials, 90):.0f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,8 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--replays", type=int, default=200)
         parser.add_argument("--seed", type=int, default=1)
 
-    return over_stores("long_range_replay", __doc__, argv, options, lambda args: [],
-                       lambda store, args: replay(store, args.replays, args.seed))
+    return over_stores(
+        "long_range_replay",
+        __doc__,
+        argv,
+        options,
+        lambda args: [],
+        lambda store, args: replay(store, args.replays, args.seed),
+    )
 
 
 if __name__ == "__main__":

@@ -31,11 +31,22 @@ def main() -> None:
     for n in (50, 500, 5000):
         base = None
         for w in (1, 2, 4, 8):
-            p = estimate(n, args.noise, steps=1, step_pct=5.0, shapes=3, trial_seconds=args.trial_seconds,
-                         runs=args.runs, devices=w)
+            p = estimate(
+                n,
+                args.noise,
+                steps=1,
+                step_pct=5.0,
+                shapes=3,
+                trial_seconds=args.trial_seconds,
+                runs=args.runs,
+                devices=w,
+            )
             base = base or p.wall_s_mean
-            print(f"| {n} | {w} | {p.rounds_mean:.1f} | {p.trials_mean:.0f} | {p.wall_s_mean / 60:.1f} min "
-                  f"| {p.wall_s_mean / base:.0%} | {p.found_rate:.0%} |", flush=True)
+            print(
+                f"| {n} | {w} | {p.rounds_mean:.1f} | {p.trials_mean:.0f} | {p.wall_s_mean / 60:.1f} min "
+                f"| {p.wall_s_mean / base:.0%} | {p.found_rate:.0%} |",
+                flush=True,
+            )
     print(f"# {time.perf_counter() - t0:.0f} s")
 
 

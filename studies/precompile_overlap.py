@@ -36,7 +36,7 @@ from pathlib import Path
 
 WINDOW_S = 4.0
 MODES = ("precompile", "fill", "alloc", "context")
-KERNEL_SRC = '''
+KERNEL_SRC = """
 import triton
 import triton.language as tl
 
@@ -46,7 +46,7 @@ def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * {factor}, mask=mask)
-'''
+"""
 
 
 def timer(seconds: float, queue: mp.Queue) -> None:
@@ -63,11 +63,13 @@ def timer(seconds: float, queue: mp.Queue) -> None:
     x, y = r(8192, 8192), r(8192, 8192)
     q, k, v = r(2, 32, 4096, 128), r(2, 32, 4096, 128), r(2, 32, 4096, 128)
     ql, kl, vl = r(*FILL_SHAPE), r(*FILL_SHAPE), r(*FILL_SHAPE)
-    cases = {"gemm 64x7168x2048": [lambda: a @ b, lambda: torch.mm(a, b)],
-             "gemm 8192^3": [lambda: x @ y, lambda: torch.mm(x, y)],
-             "sdpa 2x32x4096x128": [lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)] * 2,
-             # the demo's attention size: ~15 ms a call, long enough for one disturbance to land in a call
-             "sdpa 2x32x16384x128": [lambda: F.scaled_dot_product_attention(ql, kl, vl)] * 2}
+    cases = {
+        "gemm 64x7168x2048": [lambda: a @ b, lambda: torch.mm(a, b)],
+        "gemm 8192^3": [lambda: x @ y, lambda: torch.mm(x, y)],
+        "sdpa 2x32x4096x128": [lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)] * 2,
+        # the demo's attention size: ~15 ms a call, long enough for one disturbance to land in a call
+        "sdpa 2x32x16384x128": [lambda: F.scaled_dot_product_attention(ql, kl, vl)] * 2,
+    }
     for fns in cases.values():  # warm
         for fn in fns:
             fn()
@@ -106,8 +108,10 @@ def _precompile_once(torch, tmp: Path, n: int) -> None:
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     xs = torch.randn(1 << 20, generator=gen, device="cuda")
     ys = torch.empty_like(xs)
-    for fn in (lambda: mod.scale[(1024,)](xs, ys, xs.numel(), BLOCK=1024),
-               lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)):
+    for fn in (
+        lambda: mod.scale[(1024,)](xs, ys, xs.numel(), BLOCK=1024),
+        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    ):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=torch.cuda.Stream(), capture_error_mode="relaxed"):
             fn()
@@ -222,10 +226,17 @@ def one_mode(mode: str, seconds: float) -> tuple[list[str], dict]:
         mi, mb = statistics.median(by["idle"]), statistics.median(by["busy"])
         cv = {k: statistics.pstdev(v) / statistics.mean(v) * 100 for k, v in by.items()}
         off = {k: sum(abs(x / mi - 1) > 0.05 for x in v) / len(v) * 100 for k, v in by.items()}
-        summary[name] = {"idle_us": mi, "busy_us": mb, "delta_pct": (mb / mi - 1) * 100,
-                         **{f"{k}_cv_pct": c for k, c in cv.items()}, **{f"{k}_off5_pct": o for k, o in off.items()}}
-        lines.append(f"{name:24s} {mi:9.2f} {mb:9.2f} {(mb / mi - 1) * 100:+6.2f}% {cv['idle']:7.2f}% "
-                     f"{cv['busy']:7.2f}% {off['idle']:6.1f}% {off['busy']:6.1f}% {len(by['idle'])}/{len(by['busy'])}")
+        summary[name] = {
+            "idle_us": mi,
+            "busy_us": mb,
+            "delta_pct": (mb / mi - 1) * 100,
+            **{f"{k}_cv_pct": c for k, c in cv.items()},
+            **{f"{k}_off5_pct": o for k, o in off.items()},
+        }
+        lines.append(
+            f"{name:24s} {mi:9.2f} {mb:9.2f} {(mb / mi - 1) * 100:+6.2f}% {cv['idle']:7.2f}% "
+            f"{cv['busy']:7.2f}% {off['idle']:6.1f}% {off['busy']:6.1f}% {len(by['idle'])}/{len(by['busy'])}"
+        )
     return lines, summary
 
 
@@ -240,10 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"precompile_overlap: unknown mode {unknown[0]!r} (known: {', '.join(MODES)})", file=sys.stderr)
         return 2
-    lines = [f"# {time.strftime('%Y-%m-%d %H:%M')}: process A times rounds back to back; B alternates "
-             f"{WINDOW_S:g} s idle / busy windows of one setup part ({args.seconds:g} s a mode)",
-             f"# {'case':22s} {'idle us':>9s} {'busy us':>9s} {'delta':>7s} {'idle CV':>8s} {'busy CV':>8s} "
-             f"{'idle>5%':>7s} {'busy>5%':>7s} rounds"]
+    lines = [
+        f"# {time.strftime('%Y-%m-%d %H:%M')}: process A times rounds back to back; B alternates "
+        f"{WINDOW_S:g} s idle / busy windows of one setup part ({args.seconds:g} s a mode)",
+        f"# {'case':22s} {'idle us':>9s} {'busy us':>9s} {'delta':>7s} {'idle CV':>8s} {'busy CV':>8s} "
+        f"{'idle>5%':>7s} {'busy>5%':>7s} rounds",
+    ]
     summary = {}
     for mode in modes:
         more, summary[mode] = one_mode(mode, args.seconds)

@@ -49,28 +49,42 @@ trial.precompile = profiled
 """
 
 # a trial in a fresh interpreter after the zygote's preload: argv spec, out, profiles' JSON
-CHILD = """
+CHILD = (
+    """
 import json, sys
 from benches.worker import preload
 preload(["torch", "triton"])
 report = {{}}
 def kept(seconds, text):
     report[str(len(report))] = {{"s": seconds, "profile": text}}
-""" + PROFILED + """
+"""
+    + PROFILED
+    + """
 trial.main([sys.argv[1], sys.argv[2]])
 open(sys.argv[3], "w").write(json.dumps(report))
 """
+)
 
 # the zygote's preload hook (`--executor`): the profiles go to the trial's log
-HOOK = """
+HOOK = (
+    """
 import sys
 def kept(seconds, text):
     print(f"precompile_parts: {{seconds:.3f}} s\\n{{text}}", file=sys.stderr, flush=True)
-""" + PROFILED
+"""
+    + PROFILED
+)
 
 
-def through_executor(config, build, shapes, tmp: Path, trials: int, top: int,  # noqa: ANN001
-                     env: dict[str, str] | None = None) -> int:
+def through_executor(
+    config,
+    build,
+    shapes,
+    tmp: Path,
+    trials: int,
+    top: int,  # noqa: ANN001
+    env: dict[str, str] | None = None,
+) -> int:
     """`trials` trials of the demo's tip, one at a time, as the bot runs them."""
     import dataclasses
 
@@ -93,13 +107,19 @@ def through_executor(config, build, shapes, tmp: Path, trials: int, top: int,  #
         for k in range(trials):
             (outcome,) = executor.run([TrialJob(build, shapes, k, slot=k, first=k == 0)])
             rec = outcome.records[0]
-            spans = {shape: round(end - start, 3) for name, shape, start, end in rec.protocol["phases"]
-                     if name == "precompile"}
-            print(f"## trial {k} ({'JIT cache cold' if k == 0 else 'warm'}; {rec.protocol.get('isolation')}): "
-                  f"precompile per shape {spans}", flush=True)
+            spans = {
+                shape: round(end - start, 3)
+                for name, shape, start, end in rec.protocol["phases"]
+                if name == "precompile"
+            }
+            print(
+                f"## trial {k} ({'JIT cache cold' if k == 0 else 'warm'}; {rec.protocol.get('isolation')}): "
+                f"precompile per shape {spans}",
+                flush=True,
+            )
             if k == trials - 1:
                 log = (tmp / "work" / rec.protocol["log_path"]).read_text()
-                print("### its log's profiles\n" + log[log.find("precompile_parts:"):], flush=True)
+                print("### its log's profiles\n" + log[log.find("precompile_parts:") :], flush=True)
     print(f"# CUDA cache dir after: {sorted(p.name for p in (tmp / 'work' / 'scratch').iterdir())}", flush=True)
     return 0
 
@@ -133,11 +153,18 @@ for name in ("first", "second"):
 
 def sdpa_first_calls() -> int:
     """SDPA's first call per backend in fresh interpreters (see the module docstring)."""
-    for label, extra, first in (("PTX cache on", {}, ""), ("CUDA_CACHE_DISABLE=1", {"CUDA_CACHE_DISABLE": "1"}, ""),
-                                ("after a tiny call", {}, "tiny")):
+    for label, extra, first in (
+        ("PTX cache on", {}, ""),
+        ("CUDA_CACHE_DISABLE=1", {"CUDA_CACHE_DISABLE": "1"}, ""),
+        ("after a tiny call", {}, "tiny"),
+    ):
         for backend in ("default", "flash", "cudnn", "efficient"):
-            out = subprocess.run([sys.executable, "-c", SDPA_CHILD, backend, first], env=dict(os.environ, **extra),
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, "-c", SDPA_CHILD, backend, first],
+                env=dict(os.environ, **extra),
+                capture_output=True,
+                text=True,
+            )
             print(f"{label} | {backend}: {out.stdout.strip() or out.stderr.strip()[-300:]}", flush=True)
     return 0
 
@@ -149,8 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=0)
     ap.add_argument("--executor", action="store_true")
     ap.add_argument("--sdpa", action="store_true")
-    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE set in the trials' environment "
-                    "(--executor; {scratch} is the run's scratch dir, which a sandboxed trial may write)")
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        help="NAME=VALUE set in the trials' environment "
+        "(--executor; {scratch} is the run's scratch dir, which a sandboxed trial may write)",
+    )
     args = ap.parse_args(argv)
     if args.sdpa:
         return sdpa_first_calls()
@@ -168,12 +200,20 @@ def main(argv: list[str] | None = None) -> int:
         extra = dict(kv.split("=", 1) for kv in args.env)
         return through_executor(config, build, shapes, tmp, args.trials, args.top, extra)
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / "triton"))
+
     def start(k: int) -> tuple[subprocess.Popen, Path, Path]:
         spec = build_spec(config, build, None, seed=k, shapes=shapes)
         spec_path, out_path, prof_path = tmp / f"spec-{k}.json", tmp / f"out-{k}.json", tmp / f"prof-{k}.json"
         spec_path.write_text(json.dumps(spec))
-        return (subprocess.Popen([sys.executable, "-c", CHILD.format(top=args.top), str(spec_path), str(out_path),
-                                  str(prof_path)], env=env, stdout=subprocess.DEVNULL), out_path, prof_path)
+        return (
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD.format(top=args.top), str(spec_path), str(out_path), str(prof_path)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+            ),
+            out_path,
+            prof_path,
+        )
 
     def spans(out_path: Path) -> dict[str, float]:
         out = json.loads(out_path.read_text())
@@ -184,8 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         if proc.wait():
             return proc.returncode
         prof = json.loads(prof_path.read_text())
-        print(f"## trial {k} ({'JIT cache cold' if k == 0 else 'warm'}): precompile per shape {spans(out_path)}",
-              flush=True)
+        print(
+            f"## trial {k} ({'JIT cache cold' if k == 0 else 'warm'}): precompile per shape {spans(out_path)}",
+            flush=True,
+        )
         if k == args.trials - 1:
             for q, one in sorted(prof.items()):
                 print(f"### the last trial's precompile {q} ({one['s']:.3f} s)\n{one['profile']}", flush=True)
@@ -193,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     for k, (proc, out_path, _) in enumerate(together):
         if proc.wait():
             return proc.returncode
-        print(f"## trial {args.trials + k} ({args.parallel} at once): precompile per shape {spans(out_path)}",
-              flush=True)
+        print(
+            f"## trial {args.trials + k} ({args.parallel} at once): precompile per shape {spans(out_path)}", flush=True
+        )
     return 0
 
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-KERNEL = textwrap.dedent('''
+KERNEL = textwrap.dedent("""
     import os, time
     import torch
 
@@ -45,16 +45,22 @@ KERNEL = textwrap.dedent('''
         if SLOWER:
             out = (a @ b + out) * 0.5
         return out
-''')
+""")
 
 
 def make_repo(root: Path, commits: int, step: int, compile_s: float) -> list[str]:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "study", "GIT_AUTHOR_EMAIL": "study@example.invalid",
-           "GIT_COMMITTER_NAME": "study", "GIT_COMMITTER_EMAIL": "study@example.invalid"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "study",
+        "GIT_AUTHOR_EMAIL": "study@example.invalid",
+        "GIT_COMMITTER_NAME": "study",
+        "GIT_COMMITTER_EMAIL": "study@example.invalid",
+    }
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True,
-                              env=env).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(root), *args], check=True, capture_output=True, text=True, env=env
+        ).stdout.strip()
 
     root.mkdir(parents=True)
     git("init", "-q", "-b", "main")
@@ -71,12 +77,23 @@ def config(repo: Path, where: Path) -> Any:
     from bisector.config import parse
 
     data = {
-        "name": "prefetch", "upstream": {"repo": str(repo)}, "device": {"kind": "cpu"},
-        "control": {"backend": "torch"}, "build": {"recipe": "none"},
+        "name": "prefetch",
+        "upstream": {"repo": str(repo)},
+        "device": {"kind": "cpu"},
+        "control": {"backend": "torch"},
+        "build": {"recipe": "none"},
         "subject": {"gemm": {"entry": "kern:mm", "adapter": "torch"}},
         "suites": {"gemm": {"shapes": [{"name": "a", "M": 256, "N": 256, "K": 256, "dtype": "fp32"}]}},
-        "protocol": {"reps": 5, "warmup": 1, "flush_mb": 1, "timeout_s": 300.0, "trials": 2, "max_trials": 8,
-                     "jit_cache_env": ["TRITON_CACHE_DIR"], "workers": "fork"},
+        "protocol": {
+            "reps": 5,
+            "warmup": 1,
+            "flush_mb": 1,
+            "timeout_s": 300.0,
+            "trials": 2,
+            "max_trials": 8,
+            "jit_cache_env": ["TRITON_CACHE_DIR"],
+            "workers": "fork",
+        },
     }
     return parse(data, where / "prefetch.toml")
 
@@ -99,8 +116,7 @@ def run(repo: Path, shas: list[str], work: Path, parallel: int) -> dict[str, Any
     try:
         probe = StoreProbe("study", cfg.shapes, store, builder, executor, warmer=warmer)
         start = time.time()
-        result = localize(shas, probe, SearchSettings(interior_points=0, initial_repeats=2, max_repeats=8,
-                                                      rechecks=0))
+        result = localize(shas, probe, SearchSettings(interior_points=0, initial_repeats=2, max_repeats=8, rechecks=0))
         wall = time.time() - start
     finally:
         if warmer is not None:
@@ -112,31 +128,50 @@ def run(repo: Path, shas: list[str], work: Path, parallel: int) -> dict[str, Any
     for t in sorted(firsts, key=lambda t: t.protocol["timeline"]["submitted"]):
         line, phases = t.protocol["timeline"], t.protocol["phases"]
         timed = min((a for name, _, a, _ in phases if name == "timed"), default=None)
-        rows.append({"sha": t.sha[:8], "to_timed_s": (timed - line["submitted"]) if timed else float("nan"),
-                     "device_s": (line.get("release") or 0) - (line.get("go") or 0),
-                     "prefetched": "cold_compile" in t.protocol})
-    medians = {sha[:8]: {k: round(statistics.median(v), 3) for k, v in m.samples.items() if v} or m.reason[:200]
-               for sha, m in result.measurements.items()}
-    return {"wall_s": wall, "steps": [s.commit[:8] for s in result.steps], "dropped": [s.commit[:8] for s in result.dropped],
-            "rows": rows, "medians": medians,
-            "prefetched": list(warmer.started) if warmer else [], "cancelled": list(warmer.cancelled) if warmer else []}
+        rows.append(
+            {
+                "sha": t.sha[:8],
+                "to_timed_s": (timed - line["submitted"]) if timed else float("nan"),
+                "device_s": (line.get("release") or 0) - (line.get("go") or 0),
+                "prefetched": "cold_compile" in t.protocol,
+            }
+        )
+    medians = {
+        sha[:8]: {k: round(statistics.median(v), 3) for k, v in m.samples.items() if v} or m.reason[:200]
+        for sha, m in result.measurements.items()
+    }
+    return {
+        "wall_s": wall,
+        "steps": [s.commit[:8] for s in result.steps],
+        "dropped": [s.commit[:8] for s in result.dropped],
+        "rows": rows,
+        "medians": medians,
+        "prefetched": list(warmer.started) if warmer else [],
+        "cancelled": list(warmer.cancelled) if warmer else [],
+    }
 
 
 def report(name: str, r: dict[str, Any]) -> str:
     new = r["rows"]
-    lines = [f"{name}: search {r['wall_s']:.1f} s, steps {r['steps']} (dropped at verification {r['dropped']}), "
-             f"{len(new)} commits measured; "
-             f"prefetched {len(r['prefetched'])}, cancelled {len(r['cancelled'])}"]
+    lines = [
+        f"{name}: search {r['wall_s']:.1f} s, steps {r['steps']} (dropped at verification {r['dropped']}), "
+        f"{len(new)} commits measured; "
+        f"prefetched {len(r['prefetched'])}, cancelled {len(r['cancelled'])}"
+    ]
     for row in new:
-        lines.append(f"  {row['sha']}  asked -> timed {row['to_timed_s']:6.2f} s   device {row['device_s']:5.2f} s"
-                     f"{'   (compiled by a prefetch)' if row['prefetched'] else ''}")
+        lines.append(
+            f"  {row['sha']}  asked -> timed {row['to_timed_s']:6.2f} s   device {row['device_s']:5.2f} s"
+            f"{'   (compiled by a prefetch)' if row['prefetched'] else ''}"
+        )
     if not r["steps"]:  # say why: the ratios the search saw
         lines.append(f"  no step found; median ratio per commit: {r['medians']}")
     inner = new[2:]  # GOOD and BAD are asked for before anything can be prefetched
     if inner:
-        lines.append(f"  new commits after GOOD/BAD: median asked -> timed "
-                     f"{statistics.median(x['to_timed_s'] for x in inner):.2f} s, "
-                     f"device held by first trials {sum(x['device_s'] for x in inner):.1f} s in all")
+        lines.append(
+            f"  new commits after GOOD/BAD: median asked -> timed "
+            f"{statistics.median(x['to_timed_s'] for x in inner):.2f} s, "
+            f"device held by first trials {sum(x['device_s'] for x in inner):.1f} s in all"
+        )
     return "\n".join(lines)
 
 
@@ -152,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         os.environ["BISECTOR_LOCK_DIR"] = str(root / "locks")  # this study's own device locks
         shas = make_repo(root / "repo", args.commits, args.step, args.compile_s)
-        out = [f"studies/prefetch.py: {args.commits} commits, step at {args.step}, fake compile "
-               f"{args.compile_s:g} s, CPU, {os.cpu_count()} cores"]
+        out = [
+            f"studies/prefetch.py: {args.commits} commits, step at {args.step}, fake compile "
+            f"{args.compile_s:g} s, CPU, {os.cpu_count()} cores"
+        ]
         for parallel in (0, *(int(x) for x in args.parallel.split(","))):
             name = f"prefetch on ({parallel} at once)" if parallel else "prefetch off"
             out.append(report(name, run(root / "repo", shas, root / f"work{parallel}", parallel)))

@@ -55,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     if error:
         print(error, file=sys.stderr)
         return 2
-    print(f"| log | final trials | estimate / final at {args.from_s:.0f} s | worst over / under from then on | "
-          "lines within 1.5x |")
+    print(
+        f"| log | final trials | estimate / final at {args.from_s:.0f} s | worst over / under from then on | "
+        "lines within 1.5x |"
+    )
     print("|---|---:|---:|---:|---:|")
     for path in args.logs:
         print(judge(path, args.from_s))

@@ -49,12 +49,16 @@ from bisector.demo.demo_config import CONFIG_FILES
 from bisector.measure.probe import ProbeEvent
 from studies.stored_trials import plain_store
 
-LINE = re.compile(r"^(?:\[ *[\d.]+\] )?progress: (?P<what>.*?) \| (?:(?P<stage>[a-z]+) \| )?commits \d+ "
-                  r"\| trials (?P<n>\d+) of ~(?P<m>\d+)"
-                  r" \| elapsed (?:(?P<min>\d+) min|(?P<s>\d+) s|(?P<h>[\d.]+) h)")
+LINE = re.compile(
+    r"^(?:\[ *[\d.]+\] )?progress: (?P<what>.*?) \| (?:(?P<stage>[a-z]+) \| )?commits \d+ "
+    r"\| trials (?P<n>\d+) of ~(?P<m>\d+)"
+    r" \| elapsed (?:(?P<min>\d+) min|(?P<s>\d+) s|(?P<h>[\d.]+) h)"
+)
 STAGE = re.compile(r"^stage (?P<name>[a-z]+)(?:: ~(?P<expect>\d+) trials)?$")
-EVENT = re.compile(r"^(?P<sha>[0-9a-f]{7})(?: \+patch (?P<patch>[0-9a-f]{8}))? (?P<action>build|trial|skip)"
-                   r"(?::? ?(?P<detail>.*))?$")
+EVENT = re.compile(
+    r"^(?P<sha>[0-9a-f]{7})(?: \+patch (?P<patch>[0-9a-f]{8}))? (?P<action>build|trial|skip)"
+    r"(?::? ?(?P<detail>.*))?$"
+)
 KN = re.compile(r"^trial (\d+)/(\d+)(.*)$")
 THIS_CALL = re.compile(r"this call: (\d+) trials")
 DONE = re.compile(r"done: .*?(\d+) trials \(")
@@ -97,8 +101,9 @@ def parse(text: str) -> tuple[list[Logged], int | None]:
         elif ev:
             action, detail = ev.group("action"), (ev.group("detail") or "").strip()
             # a trial's detail is its line's ("trial 2/4 ..."); a build's or SKIP's follows "action: "
-            event = ProbeEvent(ev.group("sha"), action, f"trial {detail}" if action == "trial" else detail,
-                               ev.group("patch"))
+            event = ProbeEvent(
+                ev.group("sha"), action, f"trial {detail}" if action == "trial" else detail, ev.group("patch")
+            )
         else:
             event = None
         lines.append(Logged(event, int(m.group("n")), int(m.group("m")), minutes, seconds))
@@ -202,9 +207,18 @@ def replay(lines: Sequence[Logged], order: Sequence[str], device: str, stages: t
     clock = [0.0]
     # the device kind, where this code's progress line takes it (bisector/estimate/later_stages.py)
     kind = {"device": cfg.device} if "device" in inspect.signature(ProgressLine.for_range).parameters else {}
-    line = ProgressLine.for_range(len(order), cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
-                                  first_look=cfg.protocol.first_look, stages=stages,
-                                  console=Console(file=io.StringIO()), clock=lambda: clock[0], live=False, **kind)
+    line = ProgressLine.for_range(
+        len(order),
+        cfg.protocol.trials,
+        order=order,
+        max_trials=cfg.protocol.max_trials,
+        first_look=cfg.protocol.first_look,
+        stages=stages,
+        console=Console(file=io.StringIO()),
+        clock=lambda: clock[0],
+        live=False,
+        **kind,
+    )
     shown = [0] * len(lines)
     events = unthrottled(lines)
     for i, (e, j) in enumerate(events):
@@ -222,8 +236,11 @@ def judge(ts: Sequence[float], estimates: Sequence[int], final: int, lines: Sequ
     every line is within 1.5x, the worst over and under and the share within from the first minute."""
     ratios = [m / final for m in estimates]
     # where each later stage starts: the line that announces it (the estimate once its count is known)
-    stages = {ln.event.detail: ratios[j] for j, ln in reversed(list(enumerate(lines)))
-              if ln.event is not None and ln.event.action == "stage" and ln.event.detail != "search"}
+    stages = {
+        ln.event.detail: ratios[j]
+        for j, ln in reversed(list(enumerate(lines)))
+        if ln.event is not None and ln.event.action == "stage" and ln.event.detail != "search"
+    }
     at = {}
     for minute in MINUTES:
         j = next((j for j, t in enumerate(ts) if t >= 60 * minute), None)
@@ -231,9 +248,13 @@ def judge(ts: Sequence[float], estimates: Sequence[int], final: int, lines: Sequ
     late = [r for t, r in zip(ts, ratios) if t >= 60]
     # from when on every line is within 1.5x (seconds; None: the last line is not)
     holds = next((t for j, t in enumerate(ts) if all(1 / WITHIN <= r <= WITHIN for r in ratios[j:])), None)
-    return {"at": at, "stages": stages, "holds": holds,
-            "worst": (max(late), min(late)) if late else (math.nan, math.nan),
-            "within": sum(1 / WITHIN <= r <= WITHIN for r in late) / len(late) if late else math.nan}
+    return {
+        "at": at,
+        "stages": stages,
+        "holds": holds,
+        "worst": (max(late), min(late)) if late else (math.nan, math.nan),
+        "within": sum(1 / WITHIN <= r <= WITHIN for r in late) / len(late) if late else math.nan,
+    }
 
 
 def read(path: Path) -> str:
@@ -257,8 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=sorted(CONFIG_FILES), required=True, help="the demo config the runs used")
     ap.add_argument("--order", type=Path, required=True, help="a store of the range (its commits, oldest first)")
     ap.add_argument("--stages", default="fixes,hunks", help="the stages after the search the runs took")
-    ap.add_argument("--final", type=int, nargs="*", default=[],
-                    help="per log, the run's final trial count (0: the log's own), for a first call a later one finished")
+    ap.add_argument(
+        "--final",
+        type=int,
+        nargs="*",
+        default=[],
+        help="per log, the run's final trial count (0: the log's own), for a first call a later one finished",
+    )
     args = ap.parse_args(argv)
     missing = [p for p in [*args.logs, args.order] if not p.is_file()]
     if missing:
@@ -267,9 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     order = commits_of(args.order)
     stages = tuple(s for s in args.stages.split(",") if s)
     heads = " | ".join(f"{m} min" for m in MINUTES)
-    print(f"| log | final | logged: {heads} | replayed: {heads} | at the fixes / hunks stage's start: logged, "
-          f"replayed | within {WITHIN}x from: logged, replayed | replayed: worst over / under from 1 min "
-          f"| replayed: lines within {WITHIN}x from 1 min |")
+    print(
+        f"| log | final | logged: {heads} | replayed: {heads} | at the fixes / hunks stage's start: logged, "
+        f"replayed | within {WITHIN}x from: logged, replayed | replayed: worst over / under from 1 min "
+        f"| replayed: lines within {WITHIN}x from 1 min |"
+    )
     print("|---|---:|" + "---:|" * (2 * len(MINUTES)) + "---:|---:|---:|---:|")
     for i, path in enumerate(args.logs):
         lines, own = parse(read(path))
@@ -282,12 +310,16 @@ def main(argv: list[str] | None = None) -> int:
         logged = judge(ts, [ln.shown for ln in lines], final, lines)
         replayed = judge(ts, replay(lines, order, args.device, stages), final, lines)
         cells = lambda r: " | ".join("-" if math.isnan(r["at"][m]) else f"{r['at'][m]:.2f}" for m in MINUTES)  # noqa: E731
-        starts = " / ".join(f"{logged['stages'][st]:.2f}, {replayed['stages'][st]:.2f}" if st in logged["stages"]
-                            else "-" for st in ("fixes", "hunks"))
+        starts = " / ".join(
+            f"{logged['stages'][st]:.2f}, {replayed['stages'][st]:.2f}" if st in logged["stages"] else "-"
+            for st in ("fixes", "hunks")
+        )
         holds = ", ".join("never" if r["holds"] is None else f"{r['holds'] / 60:.1f} min" for r in (logged, replayed))
         hi, lo = replayed["worst"]
-        print(f"| {path.parent.name}/{path.name} | {final} | {cells(logged)} | {cells(replayed)} | {starts} "
-              f"| {holds} | {hi:.2f} / {lo:.2f} | {replayed['within']:.0%} |")
+        print(
+            f"| {path.parent.name}/{path.name} | {final} | {cells(logged)} | {cells(replayed)} | {starts} "
+            f"| {holds} | {hi:.2f} / {lo:.2f} | {replayed['within']:.0%} |"
+        )
     return 0
 
 

@@ -41,8 +41,10 @@ OFF_PCT = 3.0
 
 
 def gemm_trials(db: sqlite3.Connection) -> list[tuple[int, str, str | None, str, list[float], list[float]]]:
-    rows = db.execute("SELECT id, sha, patch_hash, shape, subject_ms, control_ms FROM trials "
-                      "WHERE status = 'ok' AND shape LIKE 'gemm/%' AND ratio IS NOT NULL").fetchall()
+    rows = db.execute(
+        "SELECT id, sha, patch_hash, shape, subject_ms, control_ms FROM trials "
+        "WHERE status = 'ok' AND shape LIKE 'gemm/%' AND ratio IS NOT NULL"
+    ).fetchall()
     out = []
     for id_, sha, patch, shape, s, c in rows:
         s, c = json.loads(s), json.loads(c)
@@ -57,8 +59,10 @@ def figures(values: dict[tuple[str | None, str], list[float]]) -> str:
     sd, df = log_sd(builds)  # the search's raw pooled sd (samples.pooled_noise)
     if not devs or not df:
         return "-"
-    return (f"{sum(d > OFF_PCT for d in devs)}/{len(devs)} off, sd {100 * sd:.2f}%, "
-            f"median dev {statistics.median(devs):.2f}%")
+    return (
+        f"{sum(d > OFF_PCT for d in devs)}/{len(devs)} off, sd {100 * sd:.2f}%, "
+        f"median dev {statistics.median(devs):.2f}%"
+    )
 
 
 def report(store: Path) -> str:

@@ -44,8 +44,14 @@ def capture_launches() -> list[dict]:
         options, signature, constexprs, attrs = self._pack_args(backend, kwargs, bound, specialization, options)
         k = triton.compile(ASTSource(self, signature, constexprs, attrs), target=target, options=options.__dict__)
         ops = Counter(m.group(1) for m in PTX_OPS.finditer(k.asm["ptx"]))
-        compiled.append({"kernel": self.fn.__name__, "num_warps": k.metadata.num_warps,
-                         "shared": k.metadata.shared, "ptx_global": dict(sorted(ops.items()))})
+        compiled.append(
+            {
+                "kernel": self.fn.__name__,
+                "num_warps": k.metadata.num_warps,
+                "shared": k.metadata.shared,
+                "ptx_global": dict(sorted(ops.items())),
+            }
+        )
 
     JITFunction.run = run  # type: ignore[method-assign]
     # an autotuned kernel is compiled at its first config only: the same config at every commit
@@ -99,14 +105,45 @@ def main(argv: list[str] | None = None) -> int:
     for i, item in enumerate(plan):
         src = work / f"{i}-{item['sha'][:12]}"
         checkout(args.repos.resolve(), item["lib"], item["sha"], src)
-        env = {**os.environ, "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.run([sys.executable, "-m", "studies.real_compile", "--lib", args.lib, "--one", str(src),
-                               "--suites", *args.suites], capture_output=True, text=True, env=env, cwd=ROOT)
-        subprocess.run(["git", "--git-dir", str(args.repos.resolve() / f"{item['lib']}.git"), "worktree", "remove",
-                        "--force", str(src)], capture_output=True)
-        found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
-            [{"lib": args.lib, "shape": "*", "after": proc.stderr[-400:], "kernels": []}]
+        env = {
+            **os.environ,
+            "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "studies.real_compile",
+                "--lib",
+                args.lib,
+                "--one",
+                str(src),
+                "--suites",
+                *args.suites,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        subprocess.run(
+            [
+                "git",
+                "--git-dir",
+                str(args.repos.resolve() / f"{item['lib']}.git"),
+                "worktree",
+                "remove",
+                "--force",
+                str(src),
+            ],
+            capture_output=True,
+        )
+        found = (
+            json.loads(proc.stdout.strip().splitlines()[-1])
+            if proc.returncode == 0
+            else [{"lib": args.lib, "shape": "*", "after": proc.stderr[-400:], "kernels": []}]
+        )
         for row in found:
             row.update(sha=item["sha"], label=item.get("label", item["sha"][:8]))
             rows.append(row)

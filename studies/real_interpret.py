@@ -59,14 +59,21 @@ def host_device_calls() -> None:
     from triton.runtime import driver
 
     props = {"multiprocessor_count": 132, "max_shared_mem": 232448, "warpSize": 32}
-    host = types.SimpleNamespace(utils=types.SimpleNamespace(get_device_properties=lambda *_a: props),
-                                 get_current_target=lambda: types.SimpleNamespace(backend="cpu", arch=0,
-                                                                                  warp_size=32))
+    host = types.SimpleNamespace(
+        utils=types.SimpleNamespace(get_device_properties=lambda *_a: props),
+        get_current_target=lambda: types.SimpleNamespace(backend="cpu", arch=0, warp_size=32),
+    )
     driver.set_active(host)
     # libraries that pick `torch.<device>` by Triton's backend (flash-linear-attention) get torch.cpu
     torch.cpu.device = lambda *_a, **_k: contextlib.nullcontext()  # type: ignore[attr-defined]
-    h100 = types.SimpleNamespace(name="interpreter (H100 stand-in)", multi_processor_count=132, warp_size=32,
-                                 major=9, minor=0, total_memory=80 << 30)
+    h100 = types.SimpleNamespace(
+        name="interpreter (H100 stand-in)",
+        multi_processor_count=132,
+        warp_size=32,
+        major=9,
+        minor=0,
+        total_memory=80 << 30,
+    )
     torch.cuda.device = lambda *_a, **_k: contextlib.nullcontext()  # type: ignore[assignment]
     torch.cuda.get_device_properties = lambda *_a, **_k: h100  # type: ignore[assignment]
     torch.cuda.current_device = lambda: 0  # type: ignore[assignment]
@@ -114,22 +121,48 @@ def main(argv: list[str] | None = None) -> int:
     for i, item in enumerate(plan):
         src = work / f"{i}-{item['sha'][:12]}"
         checkout(args.repos.resolve(), item["lib"], item["sha"], src)
-        env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "TRITON_INTERPRET": "1",
+            "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
         try:
-            proc = subprocess.run([sys.executable, "-m", "studies.real_interpret", "--one", item["lib"], str(src)],
-                                  capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.timeout)
-            found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
-                [{"lib": item["lib"], "shape": "*", "error": proc.stderr[-600:]}]
+            proc = subprocess.run(
+                [sys.executable, "-m", "studies.real_interpret", "--one", item["lib"], str(src)],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                timeout=args.timeout,
+            )
+            found = (
+                json.loads(proc.stdout.strip().splitlines()[-1])
+                if proc.returncode == 0
+                else [{"lib": item["lib"], "shape": "*", "error": proc.stderr[-600:]}]
+            )
         except subprocess.TimeoutExpired:
             found = [{"lib": item["lib"], "shape": "*", "error": f"timed out after {args.timeout} s"}]
-        subprocess.run(["git", "--git-dir", str(args.repos.resolve() / f"{item['lib']}.git"), "worktree", "remove",
-                        "--force", str(src)], capture_output=True)
+        subprocess.run(
+            [
+                "git",
+                "--git-dir",
+                str(args.repos.resolve() / f"{item['lib']}.git"),
+                "worktree",
+                "remove",
+                "--force",
+                str(src),
+            ],
+            capture_output=True,
+        )
         for row in found:
             row.update(sha=item["sha"], label=item.get("label", item["sha"][:8]))
             rows.append(row)
-            verdict = (f"ERROR {row['error'][-200:]}" if "error" in row else
-                       f"{'ok' if row['ok'] else 'MISMATCH'} err {row['max_abs_err']:.3g}")
+            verdict = (
+                f"ERROR {row['error'][-200:]}"
+                if "error" in row
+                else f"{'ok' if row['ok'] else 'MISMATCH'} err {row['max_abs_err']:.3g}"
+            )
             print(f"{row['lib']:10} {row['label']:12} {row['shape']:20} {verdict}", flush=True)
         if args.out:
             args.out.write_text(json.dumps(rows, indent=1))

@@ -48,12 +48,31 @@ def write_config(desc: RangeDescription, upstream: Path, dest: Path) -> Path:
     return dest / "config.toml"
 
 
-def run_command(config: Path, desc: RangeDescription, root: Path, hunks: bool, shapes: str | None = None,
-                fixes: bool = True) -> list[str]:
-    return [sys.executable, "-m", "bisector", "run", "--config", str(config), "--good", desc.good, "--bad", desc.bad,
-            "--store", str(root / "results.sqlite"), "--work-dir", str(root / "work"),
-            "--report-dir", str(root / "report"), "--json", *([] if hunks else ["--no-hunks"]),
-            *([] if fixes else ["--no-fixes"]), *(["--shapes", shapes] if shapes else [])]
+def run_command(
+    config: Path, desc: RangeDescription, root: Path, hunks: bool, shapes: str | None = None, fixes: bool = True
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "bisector",
+        "run",
+        "--config",
+        str(config),
+        "--good",
+        desc.good,
+        "--bad",
+        desc.bad,
+        "--store",
+        str(root / "results.sqlite"),
+        "--work-dir",
+        str(root / "work"),
+        "--report-dir",
+        str(root / "report"),
+        "--json",
+        *([] if hunks else ["--no-hunks"]),
+        *([] if fixes else ["--no-fixes"]),
+        *(["--shapes", shapes] if shapes else []),
+    ]
 
 
 def cause_line(data: dict, culprit: str) -> str:
@@ -81,27 +100,36 @@ def rows_for(desc: RangeDescription, data: dict, wall_s: float) -> list[str]:
     """One table row per described step, and one per step the bot found that is not described."""
     found = {s["commit"]: s for s in data.get("steps") or []}
     later = ((data.get("throughput") or {}).get("later_trials") or {}).get("device_over_warmup_timed")
-    common = (f"{wall_s / 60:.1f} | {data.get('trials')} | " + (f"{later:.2f}x" if later else "n/a"))
+    common = f"{wall_s / 60:.1f} | {data.get('trials')} | " + (f"{later:.2f}x" if later else "n/a")
     out = []
     for step in desc.steps:
         hit = found.pop(step.culprit, None)
         near = [s for s in found.values() if step.culprit in (s.get("candidates") or [])]
-        verdict = "exact" if hit else ("NOT exact: candidates " + ", ".join(c[:8] for c in near[0]["candidates"])
-                                       if near else "NOT found")
+        verdict = (
+            "exact"
+            if hit
+            else ("NOT exact: candidates " + ", ".join(c[:8] for c in near[0]["candidates"]) if near else "NOT found")
+        )
         change = ", ".join(f"{k} {v:+.1f}%" for k, v in (hit or {}).get("change_pct", {}).items())
-        out.append(f"| {desc.lib} | {desc.good[:8]}..{desc.bad[:8]} | {desc.commits} | {step.culprit[:8]} "
-                   f"{step.kind} ({step.status}) | {verdict} {change} | {common} | {hunks_named(data, step.culprit)} "
-                   f"| {cause_line(data, step.culprit)} |")
+        out.append(
+            f"| {desc.lib} | {desc.good[:8]}..{desc.bad[:8]} | {desc.commits} | {step.culprit[:8]} "
+            f"{step.kind} ({step.status}) | {verdict} {change} | {common} | {hunks_named(data, step.culprit)} "
+            f"| {cause_line(data, step.culprit)} |"
+        )
     for sha, s in found.items():
         change = ", ".join(f"{k} {v:+.1f}%" for k, v in s.get("change_pct", {}).items())
-        out.append(f"| {desc.lib} | {desc.good[:8]}..{desc.bad[:8]} | {desc.commits} | {sha[:8]} (not described) "
-                   f"| found: {change} | {common} | {hunks_named(data, sha)} | {cause_line(data, sha)} |")
+        out.append(
+            f"| {desc.lib} | {desc.good[:8]}..{desc.bad[:8]} | {desc.commits} | {sha[:8]} (not described) "
+            f"| found: {change} | {common} | {hunks_named(data, sha)} | {cause_line(data, sha)} |"
+        )
     return out
 
 
-HEADER = ("| library | range | commits | step (kind, status) | bot's culprit | minutes | trials | "
-          "device / (warm-up+timed), later trials | hunks named | kernel diff's line |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| library | range | commits | step (kind, status) | bot's culprit | minutes | trials | "
+    "device / (warm-up+timed), later trials | hunks named | kernel diff's line |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,14 +170,19 @@ def main(argv: list[str] | None = None) -> int:
         (lib_root / "run.json").write_text(stdout)
         if proc.returncode != 0 or not stdout.strip():
             tail = (lib_root / "progress.log").read_text()[-400:].replace("\n", " / ")
-            lines.append(f"| {desc.lib} | {desc.good[:8]}..{desc.bad[:8]} | {desc.commits} | run failed "
-                         f"(exit {proc.returncode}) after {wall / 60:.1f} min: {tail} |")
+            lines.append(
+                f"| {desc.lib} | {desc.good[:8]}..{desc.bad[:8]} | {desc.commits} | run failed "
+                f"(exit {proc.returncode}) after {wall / 60:.1f} min: {tail} |"
+            )
             continue
         data = json.loads(stdout)
         lines.extend(rows_for(desc, data, wall))
         # what decided (drift and the metric, latency steps, "no step >= 3%", the zone's pairs with their intervals)
-        lines += [f"  {desc.lib}: {wall / 60:.1f} min, {data.get('trials')} trials ({data.get('search_trials')} in the "
-                  f"search): {line}" for line in data.get("decided") or []]
+        lines += [
+            f"  {desc.lib}: {wall / 60:.1f} min, {data.get('trials')} trials ({data.get('search_trials')} in the "
+            f"search): {line}"
+            for line in data.get("decided") or []
+        ]
     lines += ["", "Commands (each cold: fresh store, work dir, JIT caches):", *commands]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for line in lines:

@@ -21,8 +21,9 @@ from benches.real.ranges import RANGES_DIR, load_all
 
 
 def git(git_dir: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    return subprocess.run(["git", "--git-dir", str(git_dir), *args], input=stdin, check=True,
-                          capture_output=True).stdout
+    return subprocess.run(
+        ["git", "--git-dir", str(git_dir), *args], input=stdin, check=True, capture_output=True
+    ).stdout
 
 
 def copy_range(mirror: Path, out: Path, good: str, bad: str) -> list[str]:
@@ -38,8 +39,12 @@ def copy_range(mirror: Path, out: Path, good: str, bad: str) -> list[str]:
     out.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", "--bare", str(out)], check=True)
     pack_base = out / "objects" / "pack" / "range"
-    subprocess.run(["git", "--git-dir", str(mirror), "pack-objects", "-q", "--missing=allow-any", str(pack_base)],
-                   input=objects.encode(), check=True, capture_output=True)
+    subprocess.run(
+        ["git", "--git-dir", str(mirror), "pack-objects", "-q", "--missing=allow-any", str(pack_base)],
+        input=objects.encode(),
+        check=True,
+        capture_output=True,
+    )
     shallow = []
     for line in git(mirror, "rev-list", "--parents", bad, f"^{good}^").decode().splitlines():
         sha, *parents = line.split()

@@ -58,8 +58,12 @@ def config_shapes(lib: str, src: Path, suites: Sequence[str] = ()) -> Iterator[C
         mod_name, _, cls = suite_cfg["module"].partition(":")
         suite = getattr(importlib.import_module(mod_name), cls)()
         for shape in suite_cfg["shapes"]:
-            yield ConfigShape(f"{name}/{shape['name']}", suite, cfg["subject"][name]["entry"],
-                              {k: v for k, v in shape.items() if k != "name"})
+            yield ConfigShape(
+                f"{name}/{shape['name']}",
+                suite,
+                cfg["subject"][name]["entry"],
+                {k: v for k, v in shape.items() if k != "name"},
+            )
 
 
 def one(lib: str, src: Path, only: tuple[str, ...] = ()) -> list[dict]:
@@ -101,8 +105,11 @@ def one(lib: str, src: Path, only: tuple[str, ...] = ()) -> list[dict]:
 
 def checkout(repos: Path, lib: str, sha: str, dest: Path) -> None:
     # a worktree, as the bot's builds make: `git archive` does not honour the copy's stand-in blobs
-    subprocess.run(["git", "--git-dir", str(repos / f"{lib}.git"), "worktree", "add", "-q", "--detach", str(dest), sha],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "--git-dir", str(repos / f"{lib}.git"), "worktree", "add", "-q", "--detach", str(dest), sha],
+        check=True,
+        capture_output=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,31 +128,48 @@ def main(argv: list[str] | None = None) -> int:
     plan = [p for p in json.loads(args.plan.read_text()) if not args.lib or p["lib"] in args.lib]
     work = Path(tempfile.mkdtemp(prefix="real-screen-"))
     rows: list[dict] = []
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                         text=True).stdout.strip()
+    gpu = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True
+    ).stdout.strip()
     for i, item in enumerate(plan):
         src = work / f"{i}-{item['sha'][:12]}"
         checkout(args.repos.resolve(), item["lib"], item["sha"], src)
-        env = {**os.environ, "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
         t0 = time.time()
         try:
-            proc = subprocess.run([sys.executable, "-m", "studies.real_screen", "--shapes", args.shapes, "--one", item["lib"], str(src)],
-                                  capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.timeout)
-            found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
-                [{"lib": item["lib"], "shape": "*", "error": proc.stderr[-600:]}]
+            proc = subprocess.run(
+                [sys.executable, "-m", "studies.real_screen", "--shapes", args.shapes, "--one", item["lib"], str(src)],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                timeout=args.timeout,
+            )
+            found = (
+                json.loads(proc.stdout.strip().splitlines()[-1])
+                if proc.returncode == 0
+                else [{"lib": item["lib"], "shape": "*", "error": proc.stderr[-600:]}]
+            )
         except subprocess.TimeoutExpired:
             found = [{"lib": item["lib"], "shape": "*", "error": f"timed out after {args.timeout} s"}]
         for row in found:
-            row.update(sha=item["sha"], label=item.get("label", item["sha"][:8]), process_s=round(time.time() - t0, 1),
-                       gpu=gpu)
+            row.update(
+                sha=item["sha"], label=item.get("label", item["sha"][:8]), process_s=round(time.time() - t0, 1), gpu=gpu
+            )
             rows.append(row)
             if "error" in row:
                 print(f"{row['lib']:10} {row['label']:12} {row['shape']:18} ERROR {row['error'][-300:]}", flush=True)
             else:
-                print(f"{row['lib']:10} {row['label']:12} {row['shape']:18} subject {row['subject_ms']:.4f} ms  "
-                      f"control {row['control_ms']:.4f} ms  ratio {row['control_ms'] / row['subject_ms']:.3f}  "
-                      f"err {row['max_abs_err']:.3g}  first {row['first_call_s']:.1f} s", flush=True)
+                print(
+                    f"{row['lib']:10} {row['label']:12} {row['shape']:18} subject {row['subject_ms']:.4f} ms  "
+                    f"control {row['control_ms']:.4f} ms  ratio {row['control_ms'] / row['subject_ms']:.3f}  "
+                    f"err {row['max_abs_err']:.3g}  first {row['first_call_s']:.1f} s",
+                    flush=True,
+                )
         args.out.write_text(json.dumps(rows, indent=1))
     return 0
 

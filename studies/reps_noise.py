@@ -34,16 +34,20 @@ def value(subject: list[float], control: list[float], r: int, metric: str) -> fl
 
 def table(store: Path, reps: list[int], metric: str, min_trials: int) -> list[str]:
     db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
-    rows = db.execute("select sha, shape, subject_ms, control_ms from trials "
-                      "where status = 'ok' and patch_hash is null").fetchall()
+    rows = db.execute(
+        "select sha, shape, subject_ms, control_ms from trials where status = 'ok' and patch_hash is null"
+    ).fetchall()
     trials: dict[tuple[str, str], list[tuple[list[float], list[float]]]] = defaultdict(list)
     for sha, shape, subject, control in rows:
         trials[(shape, sha)].append((json.loads(subject or "[]"), json.loads(control or "[]")))
     kept = max((len(s) for group in trials.values() for s, _ in group), default=0)
-    lines = [f"# {store.name}: {len(rows)} trials; metric {metric}; CV across trials of one commit, "
-             f"median over commits with >= {min_trials} trials; samples kept per trial: up to {kept}", "",
-             "| shape | commits | " + " | ".join(f"r={r}" for r in reps) + " |",
-             "|---|---:|" + "---:|" * len(reps)]
+    lines = [
+        f"# {store.name}: {len(rows)} trials; metric {metric}; CV across trials of one commit, "
+        f"median over commits with >= {min_trials} trials; samples kept per trial: up to {kept}",
+        "",
+        "| shape | commits | " + " | ".join(f"r={r}" for r in reps) + " |",
+        "|---|---:|" + "---:|" * len(reps),
+    ]
     for shape in sorted({shape for shape, _ in trials}):
         groups = [g for (sh, _), g in trials.items() if sh == shape and len(g) >= min_trials]
         cells = []

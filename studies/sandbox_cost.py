@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fenced, sandboxed, in its cgroup: median {c * 1e3:.1f} ms over {args.n}")
         print(f"sandbox and cgroup cost per spawned trial: {(c - a) * 1e3:.1f} ms (target <= 50 ms)")
     if cgroups.probe().hierarchies:
-        print(f"a forked worker's own cgroup (made, entered, emptied, removed): median "
-              f"{statistics.median(leaf_cost(args.n)) * 1e3:.1f} ms over {args.n}")
+        print(
+            f"a forked worker's own cgroup (made, entered, emptied, removed): median "
+            f"{statistics.median(leaf_cost(args.n)) * 1e3:.1f} ms over {args.n}"
+        )
     return 0
 
 

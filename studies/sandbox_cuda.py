@@ -20,8 +20,10 @@ from pathlib import Path
 
 from bisector.isolation import sandbox
 
-PROBE = ("import torch; n = torch.cuda.device_count(); x = torch.randn(1024, device='cuda'); "
-         "torch.cuda.synchronize(); print('ok', n, float((x * 2).sum()) != 0.0)")
+PROBE = (
+    "import torch; n = torch.cuda.device_count(); x = torch.randn(1024, device='cuda'); "
+    "torch.cuda.synchronize(); print('ok', n, float((x * 2).sum()) != 0.0)"
+)
 # Runs sandbox_init's steps by name, then execs the probe (sandbox_init itself runs all or none).
 STEPS = r"""
 import importlib.util, os, sys
@@ -57,10 +59,14 @@ def variants(scratch: str) -> list[tuple[str, list[str]]]:
         ("all ns + private /dev/shm", [*ALL_NS, *steps, "shm", scratch, PROBE]),
         ("all ns + capabilities dropped", [*ALL_NS, *steps, "caps", scratch, PROBE]),
         ("all ns + every step", [*ALL_NS, *steps, "ro,rw,shm,caps", scratch, PROBE]),
-        *[(f"all ns + read-only but {p}", [*ALL_NS, *steps, f"ro,rw:{p}", scratch, PROBE])
-          for p in ("/dev", "/proc", "/sys", "/tmp", "/run", "/var", os.path.expanduser("~"))],
-        ("sandbox_init.py as the bot runs it", [*ALL_NS, py, "-I", "-S", sandbox.INIT, "--rw", scratch,
-                                                "--shm-mb", "1024", "--", py, "-c", PROBE]),
+        *[
+            (f"all ns + read-only but {p}", [*ALL_NS, *steps, f"ro,rw:{p}", scratch, PROBE])
+            for p in ("/dev", "/proc", "/sys", "/tmp", "/run", "/var", os.path.expanduser("~"))
+        ],
+        (
+            "sandbox_init.py as the bot runs it",
+            [*ALL_NS, py, "-I", "-S", sandbox.INIT, "--rw", scratch, "--shm-mb", "1024", "--", py, "-c", PROBE],
+        ),
     ]
 
 
@@ -72,15 +78,20 @@ def main(argv: list[str] | None = None) -> int:
     scratch = os.path.abspath("scratch-sandbox-cuda")
     os.makedirs(scratch, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    lines = [f"# {time.strftime('%Y-%m-%d %H:%M')}, uid {os.getuid()}, kernel {os.uname().release}",
-             f"# {'variant':38s} result"]
+    lines = [
+        f"# {time.strftime('%Y-%m-%d %H:%M')}, uid {os.getuid()}, kernel {os.uname().release}",
+        f"# {'variant':38s} result",
+    ]
     for name, cmd in [v for v in variants(scratch) if args.only in v[0]]:
         t0 = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
         out = (proc.stdout.strip().splitlines() or [""])[-1]
         err = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        result = out if proc.returncode == 0 and out.startswith("ok") else \
-            f"rc {proc.returncode}: {(err[-1] if err else out)[:220]}"
+        result = (
+            out
+            if proc.returncode == 0 and out.startswith("ok")
+            else f"rc {proc.returncode}: {(err[-1] if err else out)[:220]}"
+        )
         lines.append(f"{name:40s} {result}  ({time.time() - t0:.1f} s)")
         print(lines[-1], flush=True)
         if proc.returncode != 0 and err:

@@ -118,8 +118,13 @@ def make_case(seed: int) -> Case:
 
 def run_engine(case: Case, probe: SimulatedProbe) -> Outcome:
     clocked = Clocked(probe, DEVICES)
-    r = localize(case.commits, clocked, SearchSettings(min_step_pct=REGIME.min_step, initial_repeats=REGIME.trials,
-                                                       max_repeats=REGIME.max_trials, width=DEVICES))
+    r = localize(
+        case.commits,
+        clocked,
+        SearchSettings(
+            min_step_pct=REGIME.min_step, initial_repeats=REGIME.trials, max_repeats=REGIME.max_trials, width=DEVICES
+        ),
+    )
     return Outcome(tuple(Found(s.commit, s.candidates) for s in r.steps), r.commits_probed, r.trials, clocked.rounds)
 
 
@@ -146,7 +151,7 @@ def run_git_bisect(case: Case, probe: SimulatedProbe) -> Outcome:
         pick = next((k for k in order if ok(k)), None)
         attempted += order.index(pick) if pick is not None else len(order)
         if pick is None:
-            return Outcome((Found(c[lo + 1], tuple(c[lo + 1: hi + 1])),), len(value) + attempted, len(value))
+            return Outcome((Found(c[lo + 1], tuple(c[lo + 1 : hi + 1])),), len(value) + attempted, len(value))
         v = measure(pick)[shape]
         if abs(v - bad[shape]) < abs(v - good[shape]):
             hi = pick
@@ -190,8 +195,9 @@ def run_otava(case: Case, probe: SimulatedProbe) -> Outcome:
     idx, y = _series(case, probe)
     cps = []
     for j in range(len(SHAPES)):
-        points, _ = compute_change_points(list(y[:, j]), window_len=50, max_pvalue=0.001,
-                                          min_magnitude=REGIME.min_step / 100.0)
+        points, _ = compute_change_points(
+            list(y[:, j]), window_len=50, max_pvalue=0.001, min_magnitude=REGIME.min_step / 100.0
+        )
         cps.append({p.index for p in points})
     return _merge(case, idx, y, cps, len(idx))
 
@@ -211,7 +217,11 @@ def run_pelt(case: Case, probe: SimulatedProbe) -> Outcome:
 
 
 METHODS: dict[str, Callable[[Case, SimulatedProbe], Outcome]] = {
-    "engine": run_engine, "git-bisect": run_git_bisect, "asv": run_asv, "otava": run_otava, "pelt": run_pelt,
+    "engine": run_engine,
+    "git-bisect": run_git_bisect,
+    "asv": run_asv,
+    "otava": run_otava,
+    "pelt": run_pelt,
 }
 
 
@@ -232,9 +242,14 @@ def score(case: Case, out: Outcome) -> dict[str, float]:
     eligible = [size >= 200 * case.cv for size in case.sizes]
     false = sum(1 for f in out.found if not any(matches(f, t) for t in truth))
     return {
-        "steps": len(truth), "hits": sum(hit),
-        "eligible": sum(eligible), "eligible_hits": sum(h for h, e in zip(hit, eligible) if e),
-        "false": false, "probed": out.probed, "trials": out.trials, "rounds": out.rounds,
+        "steps": len(truth),
+        "hits": sum(hit),
+        "eligible": sum(eligible),
+        "eligible_hits": sum(h for h, e in zip(hit, eligible) if e),
+        "false": false,
+        "probed": out.probed,
+        "trials": out.trials,
+        "rounds": out.rounds,
         "target_probed": len(truth) * math.ceil(math.log2(case.n)) + 4,
     }
 
@@ -280,8 +295,10 @@ def main() -> None:
         a["within"] = a.get("within", 0.0) + (sc["probed"] <= sc["target_probed"])
         a["secs"] = a.get("secs", 0.0) + secs
     r = args.ranges
-    print(f"{r} ranges, seed {args.seed}, regime {args.regime} {REGIMES[args.regime]}, devices {args.devices}, "
-          f"{time.perf_counter() - t0:.0f} s wall")
+    print(
+        f"{r} ranges, seed {args.seed}, regime {args.regime} {REGIMES[args.regime]}, devices {args.devices}, "
+        f"{time.perf_counter() - t0:.0f} s wall"
+    )
     print(
         "| method | exact culprit (steps >= 2x CV) | exact culprit (all steps) | false steps / range "
         "| distinct commits / range | target k*ceil(log2 N)+4 | ranges within target | trials / range | CPU s / range "

@@ -30,8 +30,15 @@ from bisector.search import SearchSettings, localize
 from bisector.search.prober import ProbeBase, as_prober
 
 # The search's methods that ask for trials, innermost first wins (bisector/search/__init__.py).
-ASKERS = {"compare_pair": "grow", "compare_parts": "grow", "split": "first", "verify": "verify",
-          "unexplained": "step 5", "recheck": "step 5", "refine_fresh": "step 5"}
+ASKERS = {
+    "compare_pair": "grow",
+    "compare_parts": "grow",
+    "split": "first",
+    "verify": "verify",
+    "unexplained": "step 5",
+    "recheck": "step 5",
+    "refine_fresh": "step 5",
+}
 PHASES = ("grid", "first", "grow", "verify", "step 5")
 
 
@@ -134,12 +141,15 @@ def summary(label: str, probes: Sequence[Attributed]) -> str:
     total = [sum(a.trials.values()) for a in probes]
     rounds = [sum(a.rounds.values()) for a in probes]
     asked = {p: statistics.mean(a.rounds[p] for a in probes) for p in PHASES}
-    return (f"{label}: {len(probes)} searches; trials mean {statistics.mean(total):.1f} "
-            f"(median {statistics.median(total):.0f}, p90 {np.percentile(total, 90):.0f}) = "
-            + ", ".join(f"{p} {per[p]:.1f}" for p in PHASES)
-            + f"; rounds mean {statistics.mean(rounds):.1f} (median {statistics.median(rounds):.0f}, "
-            f"p90 {np.percentile(rounds, 90):.0f}) = " + ", ".join(f"{p} {asked[p]:.1f}" for p in PHASES)
-            + f"; candidates dropped by verification {sum(a.dropped for a in probes)}")
+    return (
+        f"{label}: {len(probes)} searches; trials mean {statistics.mean(total):.1f} "
+        f"(median {statistics.median(total):.0f}, p90 {np.percentile(total, 90):.0f}) = "
+        + ", ".join(f"{p} {per[p]:.1f}" for p in PHASES)
+        + f"; rounds mean {statistics.mean(rounds):.1f} (median {statistics.median(rounds):.0f}, "
+        f"p90 {np.percentile(rounds, 90):.0f}) = "
+        + ", ".join(f"{p} {asked[p]:.1f}" for p in PHASES)
+        + f"; candidates dropped by verification {sum(a.dropped for a in probes)}"
+    )
 
 
 def parse(text: str) -> dict[str, object]:
@@ -151,8 +161,13 @@ def parse(text: str) -> dict[str, object]:
         kind = fields.get(key)
         if kind not in ("str", "bool", "int", "float"):
             raise ValueError(f"--variant {text!r}: {key!r} is not a SearchSettings field of a plain type")
-        out[key] = value if kind == "str" else (value == "true") if kind == "bool" else (
-            int(value) if kind == "int" else float(value))
+        out[key] = (
+            value
+            if kind == "str"
+            else (value == "true")
+            if kind == "bool"
+            else (int(value) if kind == "int" else float(value))
+        )
     dataclasses.replace(SearchSettings(), **out)  # values the settings refuse fail here
     return out
 

@@ -32,8 +32,14 @@ from studies.stored_trials import over_stores, trial_processes
 
 # the phases a setup is made of (benches/trial.py `run`), by the part this study names them
 # (a `precompile` phase by its shape: "precompile <shape>")
-SETUP_PARTS = {"context": "context", "precompile": "precompile", "machine": "rest", "control_load": "rest",
-               "subjects_load": "rest", "staging": "staging"}
+SETUP_PARTS = {
+    "context": "context",
+    "precompile": "precompile",
+    "machine": "rest",
+    "control_load": "rest",
+    "subjects_load": "rest",
+    "staging": "staging",
+}
 
 
 @dataclass
@@ -110,17 +116,26 @@ def table(store: Path, off_pct: float, by_part: bool = False) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     def options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--off", type=float, default=5.0,
-                            help="percent from the commit's median that counts as off")
-        parser.add_argument("--by-part", action="store_true",
-                            help="which part of the setups overlapped: off trials against the others")
+        parser.add_argument(
+            "--off", type=float, default=5.0, help="percent from the commit's median that counts as off"
+        )
+        parser.add_argument(
+            "--by-part", action="store_true", help="which part of the setups overlapped: off trials against the others"
+        )
 
-    return over_stores("setup_overlap", __doc__, argv, options, lambda args: [
-        f"| store | shape | trials > {args.off:g}% off their commit's median | of them with another trial's setup "
-        f"overlapping their timed section | the other trials | of them overlapped |"
-        + (" by setup part: off overlapped vs others overlapped |" if args.by_part else ""),
-        "|---|---|---:|---:|---:|---:|" + ("---|" if args.by_part else "")],
-        lambda store, args: "\n".join(table(store, args.off, args.by_part)))
+    return over_stores(
+        "setup_overlap",
+        __doc__,
+        argv,
+        options,
+        lambda args: [
+            f"| store | shape | trials > {args.off:g}% off their commit's median | of them with another trial's setup "
+            f"overlapping their timed section | the other trials | of them overlapped |"
+            + (" by setup part: off overlapped vs others overlapped |" if args.by_part else ""),
+            "|---|---|---:|---:|---:|---:|" + ("---|" if args.by_part else ""),
+        ],
+        lambda store, args: "\n".join(table(store, args.off, args.by_part)),
+    )
 
 
 if __name__ == "__main__":

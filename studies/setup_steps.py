@@ -67,8 +67,10 @@ def child_steps(mode: str, source: str, queue: mp.Queue) -> None:
 
     span("context", lambda: (torch.empty(1, device="cuda"), torch.cuda.synchronize()))
     e = lambda *s: torch.empty(*s, device="cuda", dtype=torch.bfloat16)  # noqa: E731
-    inputs = span("alloc_inputs", lambda: {"fa": (e(*FA), e(*FA), e(*FA)),
-                                           **{k: (e(m, kk), e(kk, n)) for k, (m, kk, n) in GEMMS.items()}})
+    inputs = span(
+        "alloc_inputs",
+        lambda: {"fa": (e(*FA), e(*FA), e(*FA)), **{k: (e(m, kk), e(kk, n)) for k, (m, kk, n) in GEMMS.items()}},
+    )
     sys.path.insert(0, source)
     fa = importlib.import_module("demolib.triton_fa")
     gemm = importlib.import_module("demolib.triton_gemm")
@@ -144,10 +146,18 @@ def one_mode(mode: str, seconds: float, source: Path, cache: Path) -> tuple[list
     busy = [(s, e) for _, s, e in steps]
     first_t = min((s for s, _ in busy), default=0.0)
     cases = list(dict.fromkeys(r[0] for r in rounds))
-    quiet = {c: [ms for name, t0, t1, ms in rounds if name == c and t0 > first_t
-                 and not any(s < t1 and t0 < e for s, e in busy)] for c in cases}
-    lines = [f"## {mode}: {len(rounds)} timed rounds, {n} setups; per step: median s, then per case: "
-             "rounds overlapping it, share > 5% off the quiet median"]
+    quiet = {
+        c: [
+            ms
+            for name, t0, t1, ms in rounds
+            if name == c and t0 > first_t and not any(s < t1 and t0 < e for s, e in busy)
+        ]
+        for c in cases
+    }
+    lines = [
+        f"## {mode}: {len(rounds)} timed rounds, {n} setups; per step: median s, then per case: "
+        "rounds overlapping it, share > 5% off the quiet median"
+    ]
     summary: dict[str, Any] = {}
     ref = {c: statistics.median(v) for c, v in quiet.items() if v}
     off = lambda c, v: sum(abs(x / ref[c] - 1) > 0.05 for x in v) / len(v) * 100 if v else float("nan")  # noqa: E731

@@ -84,9 +84,20 @@ def replay(store: Path, shaped: bool, split_on_moved: bool = False) -> SearchRes
 
     search.localize = localize
     try:
-        pipeline.bisect(config, pipeline.RunOptions(
-            good=manifest.good, bad=manifest.bad, store=str(store), work_dir=str(work / "work"),
-            report_dir=str(work / "report"), offline=True, verify_fixes=False, find_hunks=False, shapes=SHAPES))
+        pipeline.bisect(
+            config,
+            pipeline.RunOptions(
+                good=manifest.good,
+                bad=manifest.bad,
+                store=str(store),
+                work_dir=str(work / "work"),
+                report_dir=str(work / "report"),
+                offline=True,
+                verify_fixes=False,
+                find_hunks=False,
+                shapes=SHAPES,
+            ),
+        )
     finally:
         search.localize = kept
     return got[-1]
@@ -105,9 +116,11 @@ def rows(store: Path) -> str:
                 used[shape] += len(values)
         steps = ", ".join(f"{s.commit[:7]} {'+'.join(s.shapes)}" for s in result.steps)
         mode = "split on open shapes" if moved else "shaped" if shaped else "every shape"
-        lines.append(f"{mode}: steps {steps}; dropped {len(result.dropped)}; samples "
-                     + json.dumps(dict(sorted(used.items())))
-                     + f"; device s {sum(cost.get(s, 0.0) * n for s, n in used.items()):.1f}")
+        lines.append(
+            f"{mode}: steps {steps}; dropped {len(result.dropped)}; samples "
+            + json.dumps(dict(sorted(used.items())))
+            + f"; device s {sum(cost.get(s, 0.0) * n for s, n in used.items()):.1f}"
+        )
     return "\n".join(lines)
 
 

@@ -57,8 +57,9 @@ def model(commits: list[str], rng: np.random.Generator) -> StepModel:
     steps = []
     for k in at:
         shapes = rng.choice(list(COST), size=int(rng.integers(1, 3)), replace=False)
-        steps.append(SimStep(commits[k], {str(s): float(1.0 + rng.choice((-1, 1)) * rng.uniform(0.05, 0.25))
-                                          for s in shapes}))
+        steps.append(
+            SimStep(commits[k], {str(s): float(1.0 + rng.choice((-1, 1)) * rng.uniform(0.05, 0.25)) for s in shapes})
+        )
     fails = frozenset(c for c in commits[1:-1] if rng.random() < 0.02 and c not in {s.commit for s in steps})
     return StepModel(dict.fromkeys(COST, 1.0), tuple(steps), fails)
 
@@ -80,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--setting", choices=("split_on_moved", "verify_on_open"), default="split_on_moved")
     args = parser.parse_args(argv)
     what = {"split_on_moved": "split points on", "verify_on_open": "verifications on"}[args.setting]
-    print(f"| regime | {what} | ranges exact | steps naming exactly their shapes | false steps | dropped | "
-          "trial processes | device s (weighted) |")
+    print(
+        f"| regime | {what} | ranges exact | steps naming exactly their shapes | false steps | dropped | "
+        "trial processes | device s (weighted) |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, (noise, wild) in REGIMES.items():
         totals = {False: Tally(), True: Tally()}

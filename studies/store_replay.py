@@ -45,8 +45,15 @@ STORES = (
     Stored("cpu-demo", "reports/cpu-demo/results.sqlite.gz", "configs/cpu-demo.toml"),
     Stored("cpu-demo-fixture", "tests/fixtures/cpu-demo.sqlite.gz", "configs/cpu-demo.toml"),
     Stored("gpu-demo", "reports/gpu-demo/results.sqlite.gz", "configs/h200-demo.toml", ("--shapes", DEMO4)),
-    Stored("h200-demo-81a933b", "studies/results/h200-demo-81a933b.sqlite.gz", "configs/h200-demo.toml", ("--shapes", DEMO4)),
-    Stored("h200-demo-6shapes-c63c4dc", "studies/results/h200-demo-6shapes-c63c4dc.sqlite.gz", "configs/h200-demo.toml"),
+    Stored(
+        "h200-demo-81a933b",
+        "studies/results/h200-demo-81a933b.sqlite.gz",
+        "configs/h200-demo.toml",
+        ("--shapes", DEMO4),
+    ),
+    Stored(
+        "h200-demo-6shapes-c63c4dc", "studies/results/h200-demo-6shapes-c63c4dc.sqlite.gz", "configs/h200-demo.toml"
+    ),
 )
 
 
@@ -79,35 +86,74 @@ def replay(stored: Stored, code: Path, sets: list[tuple[str, str, str]], work: P
     """The store's search replayed offline by the code at `code`: --json's result."""
     work.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(code)}
-    out = subprocess.run([sys.executable, "-c", "from bisector.demo import write_demo_repo\n"
-                          f"m = write_demo_repo({str(work / 'upstream')!r}); print(m.good, m.bad)"],
-                         env=env, check=True, capture_output=True, text=True, cwd=code)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from bisector.demo import write_demo_repo\n"
+            f"m = write_demo_repo({str(work / 'upstream')!r}); print(m.good, m.bad)",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=code,
+    )
     good, bad = out.stdout.split()
     with gzip.open(ROOT / stored.store) as src, open(work / "results.sqlite", "wb") as dst:
         shutil.copyfileobj(src, dst)
     text = (ROOT / stored.config).read_text()
     text = text.replace('repo = "demo"', f'repo = "{work / "upstream"}"', 1)
     (work / "config.toml").write_text(with_keys(text, sets))
-    got = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(work / "config.toml"), "--good", good,
-                          "--bad", bad, "--offline", "--store", str(work / "results.sqlite"), "--work-dir", str(work / "work"),
-                          "--report-dir", str(work / "report"), "--json", "--no-fixes", "--no-hunks", *stored.args],
-                         env=env, capture_output=True, text=True, cwd=code)
+    got = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bisector",
+            "run",
+            "--config",
+            str(work / "config.toml"),
+            "--good",
+            good,
+            "--bad",
+            bad,
+            "--offline",
+            "--store",
+            str(work / "results.sqlite"),
+            "--work-dir",
+            str(work / "work"),
+            "--report-dir",
+            str(work / "report"),
+            "--json",
+            "--no-fixes",
+            "--no-hunks",
+            *stored.args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=code,
+    )
     if got.returncode != 0:
         raise SystemExit(f"{stored.name}: replay failed ({got.returncode}): {got.stderr.strip()[-800:]}")
     return json.loads(got.stdout)
 
 
 def steps(result: dict) -> list[str]:
-    """"83c18bf fa/s1024+fa/s512", "(unverified)" after a step whose fresh trials the store lacks."""
-    return [f"{s['commit'][:7]} {'+'.join(sorted(s['change_pct']))}" + ("" if s.get("verified", True) else " (unverified)")
-            for s in result["steps"]]
+    """ "83c18bf fa/s1024+fa/s512", "(unverified)" after a step whose fresh trials the store lacks."""
+    return [
+        f"{s['commit'][:7]} {'+'.join(sorted(s['change_pct']))}" + ("" if s.get("verified", True) else " (unverified)")
+        for s in result["steps"]
+    ]
 
 
 def compared(now: dict, then: dict) -> tuple[list[str], list[str]]:
     """(steps of `then` that `now` lacks, commit or any shape; what `now` finds beyond `then`)."""
     have = {s["commit"]: set(s["change_pct"]) for s in now["steps"]}
     had = {s["commit"]: set(s["change_pct"]) for s in then["steps"]}
-    lost = [f"{c[:7]} {'+'.join(sorted(v - have.get(c, set())))}" for c, v in had.items() if not v <= have.get(c, set())]
+    lost = [
+        f"{c[:7]} {'+'.join(sorted(v - have.get(c, set())))}" for c, v in had.items() if not v <= have.get(c, set())
+    ]
     new = [f"{c[:7]} {'+'.join(sorted(v - had.get(c, set())))}" for c, v in have.items() if not v <= had.get(c, set())]
     return lost, new
 
@@ -130,17 +176,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for stored in chosen:
             now = replay(stored, ROOT, sets, tmp / stored.name / "now")
-            print(f"## {stored.name} ({stored.store})\nthis checkout: {len(now['steps'])} steps, "
-                  f"{now['search_trials']} search trials: {', '.join(steps(now)) or 'none'}")
+            print(
+                f"## {stored.name} ({stored.store})\nthis checkout: {len(now['steps'])} steps, "
+                f"{now['search_trials']} search trials: {', '.join(steps(now)) or 'none'}"
+            )
             for line in now.get("decided") or []:
                 print(f"    {line}")
             if args.before is not None:
                 then = replay(stored, args.before.resolve(), [], tmp / stored.name / "before")
-                print(f"{args.before}: {len(then['steps'])} steps, {then['search_trials']} search trials: "
-                      f"{', '.join(steps(then)) or 'none'}")
+                print(
+                    f"{args.before}: {len(then['steps'])} steps, {then['search_trials']} search trials: "
+                    f"{', '.join(steps(then)) or 'none'}"
+                )
                 lost, new = compared(now, then)
-                print(("every step decided as before" if not lost else f"LOST: {', '.join(lost)}")
-                      + (f"; new: {', '.join(new)}" if new else ""))
+                print(
+                    ("every step decided as before" if not lost else f"LOST: {', '.join(lost)}")
+                    + (f"; new: {', '.join(new)}" if new else "")
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

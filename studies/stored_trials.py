@@ -46,9 +46,14 @@ def plain_store(path: Path) -> Iterator[Path]:
         yield plain
 
 
-def over_stores(prog: str, doc: str, argv: list[str] | None, options: Callable[[argparse.ArgumentParser], None],
-                header: Callable[[argparse.Namespace], Sequence[str]],
-                per_store: Callable[[Path, argparse.Namespace], str]) -> int:
+def over_stores(
+    prog: str,
+    doc: str,
+    argv: list[str] | None,
+    options: Callable[[argparse.ArgumentParser], None],
+    header: Callable[[argparse.Namespace], Sequence[str]],
+    per_store: Callable[[Path, argparse.Namespace], str],
+) -> int:
     """The `main` of a study that reads stores: STORE... and the study's `options`; a missing file or
     one that is not a store is a one-line error (exit 2); else the `header` lines and each store's."""
     parser = argparse.ArgumentParser(prog=f"python -m studies.{prog}", description=doc.split("\n\n")[0])

@@ -42,7 +42,7 @@ def run_mode(mode: str, config: Any, builds: dict[int, Any], trials: int, work: 
     commits = list(builds)
     jobs = []
     for t in range(trials):
-        for i in (commits if t % 2 == 0 else commits[::-1]):
+        for i in commits if t % 2 == 0 else commits[::-1]:
             jobs.append((i, TrialJob(builds[i], config.shapes, seed=1000 + t, slot=t, first=(t == 0))))
     started = time.time()
     with make_executor(config, work / mode, source=mode, lock_devices=False) as executor:
@@ -74,22 +74,35 @@ def run_mode(mode: str, config: Any, builds: dict[int, Any], trials: int, work: 
 
 
 def report(results: list[dict[str, Any]], commits: list[int]) -> str:
-    lines = ["| mode | trials | wall s | trials / min | device busy | start+imports s | setup s | queue s | "
-             "device s | compile s | timed s | teardown s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| mode | trials | wall s | trials / min | device busy | start+imports s | setup s | queue s | "
+        "device s | compile s | timed s | teardown s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for res in results:
         t = res["throughput"]
         m = t["median_s"]
-        lines.append(f"| {res['mode']} | {t['trials']} | {t['wall_s']:.1f} | {t['trials_per_minute']:.1f} | "
-                     f"{t['device_busy_fraction']:.0%} | {m.get('start_imports', 0):.2f} | {m.get('setup', 0):.2f} | "
-                     f"{m.get('queue', 0):.2f} | {m.get('device', 0):.2f} | {m.get('compile', 0):.2f} | "
-                     f"{m.get('timed', 0):.2f} | {m.get('teardown', 0):.2f} |")
-    lines += ["", "| mode | shape | " + " | ".join(f"commit {i}: ratio (CV)" for i in commits)
-              + f" | commit {commits[1]} / {commits[0]} |", "|---|---|" + "---|" * (len(commits) + 1)]
+        lines.append(
+            f"| {res['mode']} | {t['trials']} | {t['wall_s']:.1f} | {t['trials_per_minute']:.1f} | "
+            f"{t['device_busy_fraction']:.0%} | {m.get('start_imports', 0):.2f} | {m.get('setup', 0):.2f} | "
+            f"{m.get('queue', 0):.2f} | {m.get('device', 0):.2f} | {m.get('compile', 0):.2f} | "
+            f"{m.get('timed', 0):.2f} | {m.get('teardown', 0):.2f} |"
+        )
+    lines += [
+        "",
+        "| mode | shape | "
+        + " | ".join(f"commit {i}: ratio (CV)" for i in commits)
+        + f" | commit {commits[1]} / {commits[0]} |",
+        "|---|---|" + "---|" * (len(commits) + 1),
+    ]
     for res in results:
         for shape, per in sorted(res["ratios"].items()):
             cells = [f"{statistics.median(per[i]):.4f} ({cv_pct(per[i]):.2f}%)" if per.get(i) else "—" for i in commits]
-            step = (f"{statistics.median(per[commits[1]]) / statistics.median(per[commits[0]]):.4f}"
-                    if per.get(commits[0]) and per.get(commits[1]) else "—")
+            step = (
+                f"{statistics.median(per[commits[1]]) / statistics.median(per[commits[0]]):.4f}"
+                if per.get(commits[0]) and per.get(commits[1])
+                else "—"
+            )
             lines.append(f"| {res['mode']} | {shape} | " + " | ".join(cells) + f" | {step} |")
     return "\n".join(lines)
 
@@ -114,10 +127,15 @@ def main(argv: list[str] | None = None) -> int:
         manifest = write_demo_repo(Path(tmp, "upstream"))
         config = demo_config(args.device, Path(manifest.path))
         if args.devices:
-            config = replace(config, devices=config.devices[:args.devices])
-        builds = {i: BuildResult(manifest.commits[i], BuildStatus.OK,
-                                 str(export_commit(Path(manifest.path), manifest.commits[i], Path(tmp))))
-                  for i in commits}
+            config = replace(config, devices=config.devices[: args.devices])
+        builds = {
+            i: BuildResult(
+                manifest.commits[i],
+                BuildStatus.OK,
+                str(export_commit(Path(manifest.path), manifest.commits[i], Path(tmp))),
+            )
+            for i in commits
+        }
         for mode in [m for m in args.modes.split(",") if m]:
             print(f"{mode}: {args.trials} trials of each of {len(commits)} commits ...", file=sys.stderr, flush=True)
             results.append(run_mode(mode, config, builds, args.trials, Path(tmp, "work")))
@@ -126,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     for res in results:
         print(f"{res['mode']}: checks {res['checks']}" + (f"; errors: {res['errors']}" if res["errors"] else ""))
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": args.device, "commits": commits, "results": results},
-                                              indent=1))
+        Path(args.json).write_text(
+            json.dumps({"device": args.device, "commits": commits, "results": results}, indent=1)
+        )
     return 0
 
 

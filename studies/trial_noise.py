@@ -21,9 +21,14 @@ from bisector.search.stats import full_clock_time, log_sd
 
 def noise(store: Path, metrics: dict[str, str]) -> list[tuple[str, str, int, int, float]]:
     """(shape, method, trials, commits, pooled log sd %) of the search's own trials (no patches)."""
-    rows = sqlite3.connect(f"file:{store}?mode=ro", uri=True).execute(
-        "select sha, shape, kernel_method, ratio, subject_ms from trials where status = 'ok' "
-        "and (patch_hash is null or patch_hash = '')").fetchall()
+    rows = (
+        sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+        .execute(
+            "select sha, shape, kernel_method, ratio, subject_ms from trials where status = 'ok' "
+            "and (patch_hash is null or patch_hash = '')"
+        )
+        .fetchall()
+    )
     groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for sha, shape, method, ratio, subject_ms in rows:
         speed = metrics.get(shape.split("/", 1)[0]) == "speed"

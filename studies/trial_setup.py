@@ -71,17 +71,26 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for i in range(args.processes):
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", CHILD, str(root / "repo"), args.shape], env=env,
-                             capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, str(root / "repo"), args.shape],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if out.returncode != 0:
             print(out.stderr[-2000:], file=sys.stderr)
             return 1
         parts = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(("cold" if i == 0 else f"warm {i}", parts, time.perf_counter() - start))
     names = [n for n, _ in rows[0][1]]
-    lines = [f"# studies.trial_setup, {time.strftime('%Y-%m-%d %H:%M')}, shape B,H,S,D = {args.shape} bf16; "
-             "seconds per part, one fresh process per column (the first compiles cold)",
-             "", "| part | " + " | ".join(r[0] for r in rows) + " |", "|---|" + "---:|" * len(rows)]
+    lines = [
+        f"# studies.trial_setup, {time.strftime('%Y-%m-%d %H:%M')}, shape B,H,S,D = {args.shape} bf16; "
+        "seconds per part, one fresh process per column (the first compiles cold)",
+        "",
+        "| part | " + " | ".join(r[0] for r in rows) + " |",
+        "|---|" + "---:|" * len(rows),
+    ]
     for k, name in enumerate(names):
         lines.append(f"| {name} | " + " | ".join(f"{r[1][k][1]:.3f}" for r in rows) + " |")
     lines.append("| process wall (with interpreter start and exit) | " + " | ".join(f"{r[2]:.3f}" for r in rows) + " |")

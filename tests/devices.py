@@ -28,6 +28,11 @@ CONTROL = {"cpu": "torch", "cuda": "torch_cuda"}
 
 def gpu_processes() -> set[int]:
     """PIDs that hold a context on any NVIDIA GPU of this host (nvidia-smi's compute apps)."""
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
-                         text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     return {int(line) for line in out.split() if line.strip().isdigit()}

@@ -7,8 +7,10 @@ import subprocess
 from pathlib import Path
 
 ENV = {
-    "GIT_AUTHOR_NAME": "Ada Kernel", "GIT_AUTHOR_EMAIL": "ada@example.com",
-    "GIT_COMMITTER_NAME": "Ada Kernel", "GIT_COMMITTER_EMAIL": "ada@example.com",
+    "GIT_AUTHOR_NAME": "Ada Kernel",
+    "GIT_AUTHOR_EMAIL": "ada@example.com",
+    "GIT_COMMITTER_NAME": "Ada Kernel",
+    "GIT_COMMITTER_EMAIL": "ada@example.com",
 }
 
 
@@ -47,8 +49,16 @@ def merge_history(repo: Path) -> dict[str, str]:
     side = commit_file(repo, "b.py", "b = 1\n", "side work", 2)
     git(repo, "checkout", "-q", "main")
     main2 = commit_file(repo, "a.py", "a = 2\n", "main moves on (#949)", 3)
-    git(repo, "merge", "-q", "--no-ff", "feature", "-m", "Merge pull request #950 from ada/feature",
-        date="2026-08-04T12:00:00+00:00")
+    git(
+        repo,
+        "merge",
+        "-q",
+        "--no-ff",
+        "feature",
+        "-m",
+        "Merge pull request #950 from ada/feature",
+        date="2026-08-04T12:00:00+00:00",
+    )
     merge = git(repo, "rev-parse", "HEAD")
     last = commit_file(repo, "a.py", "a = 3\n", "tidy up (#951)", 5)
     return {"base": base, "side": side, "main2": main2, "merge": merge, "last": last}
@@ -64,7 +74,7 @@ BENCH_OPS = '''def work(n):
     return total
 '''
 
-BENCH_TEST = '''import pytest
+BENCH_TEST = """import pytest
 
 from lib.ops import work
 
@@ -73,7 +83,7 @@ from lib.ops import work
 def test_work(benchmark, n):
     benchmark.extra_info["flops"] = float(n)
     assert benchmark(work, n) == n * (n - 1) // 2
-'''
+"""
 
 
 def benchmark_history(repo: Path) -> list[str]:
@@ -94,7 +104,7 @@ def benchmark_history(repo: Path) -> list[str]:
 
 
 # A GEMM kernel whose commits plant a step by repeating its work `extra` more times.
-PLANTED_MATMUL = '''import torch
+PLANTED_MATMUL = """import torch
 
 
 def matmul(a, b):
@@ -102,37 +112,74 @@ def matmul(a, b):
     for _ in range({extra}):  # planted: the same work again
         c = a @ b
     return c
-'''
+"""
 
 
 def gemm_subject(size: int, module: str = "lib.gemm:matmul") -> str:
     """The TOML of a torch GEMM subject `gemm` with one square fp32 shape `m{size}`."""
-    return (f'[subject.gemm]\nentry = "{module}"\nadapter = "torch"\n'
-            f'[[suites.gemm.shapes]]\nname = "m{size}"\nM = {size}\nN = {size}\nK = {size}\ndtype = "fp32"\n')
+    return (
+        f'[subject.gemm]\nentry = "{module}"\nadapter = "torch"\n'
+        f'[[suites.gemm.shapes]]\nname = "m{size}"\nM = {size}\nN = {size}\nK = {size}\ndtype = "fp32"\n'
+    )
 
 
-def cpu_config(name: str, repo: Path, subject: str, *, trials: int, max_trials: int, reps: int,
-               min_step_pct: float, control: str = "torch", jit_cache_env: tuple[str, ...] = (),
-               extra: str = "") -> str:
+def cpu_config(
+    name: str,
+    repo: Path,
+    subject: str,
+    *,
+    trials: int,
+    max_trials: int,
+    reps: int,
+    min_step_pct: float,
+    control: str = "torch",
+    jit_cache_env: tuple[str, ...] = (),
+    extra: str = "",
+) -> str:
     """A bisector config for a test upstream on two CPU "devices": the parts every test shares,
     with the subject, its trial counts and the step floor it plants against."""
     jit = ", ".join(f'"{v}"' for v in jit_cache_env)
-    return (f'name = "{name}"\n[upstream]\nrepo = "{repo}"\n[device]\nkind = "cpu"\nvisible = [0, 1]\n'
-            f'[control]\nbackend = "{control}"\n{subject}'
-            f'[protocol]\ntrials = {trials}\nmax_trials = {max_trials}\nreps = {reps}\nwarmup = 1\n'
-            f'jit_cache_env = [{jit}]\n[thresholds]\nmin_step_pct = {min_step_pct}\nalpha = 0.05\n{extra}')
+    return (
+        f'name = "{name}"\n[upstream]\nrepo = "{repo}"\n[device]\nkind = "cpu"\nvisible = [0, 1]\n'
+        f'[control]\nbackend = "{control}"\n{subject}'
+        f"[protocol]\ntrials = {trials}\nmax_trials = {max_trials}\nreps = {reps}\nwarmup = 1\n"
+        f"jit_cache_env = [{jit}]\n[thresholds]\nmin_step_pct = {min_step_pct}\nalpha = 0.05\n{extra}"
+    )
 
 
-def bisector_run(tmp_path: Path, config: Path, good: str, bad: str, *extra: str, timeout: float = 900,
-                 cwd: Path | None = None) -> dict:
+def bisector_run(
+    tmp_path: Path, config: Path, good: str, bad: str, *extra: str, timeout: float = 900, cwd: Path | None = None
+) -> dict:
     """`bisector run --json` as a user runs it (a real subprocess), its store, work and report dirs
     under `tmp_path`; asserts it succeeded and returns what it printed."""
     import json
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(config), "--good", good, "--bad", bad,
-                          "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"),
-                          "--report-dir", str(tmp_path / "report"), "--json", *extra],
-                         capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bisector",
+            "run",
+            "--config",
+            str(config),
+            "--good",
+            good,
+            "--bad",
+            bad,
+            "--store",
+            str(tmp_path / "s.sqlite"),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--report-dir",
+            str(tmp_path / "report"),
+            "--json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)

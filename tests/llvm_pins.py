@@ -31,14 +31,16 @@ def pin_history(repo: Path) -> dict[str, list[str]]:
     (repo / "scripts" / "build_llvm.sh").write_text(script(2))
     git(repo, "add", "scripts/build_llvm.sh")
     info = {"upstream": {"repository": "https://example.invalid/llvm.git", "llvm_hash": "e2a39f50"}}
-    eras["json"].append(commit_file(repo, "thirdparty/llvm-build-info.json", json.dumps(info, indent=2) + "\n",
-                                    "bump llvm (#945)", 6))
+    eras["json"].append(
+        commit_file(repo, "thirdparty/llvm-build-info.json", json.dumps(info, indent=2) + "\n", "bump llvm (#945)", 6)
+    )
     eras["json"].append(commit_file(repo, "lib.py", "v = 10\n", "kernel 10 (#950)", 7))
     # Like #989: a patch the script applies to LLVM.
     (repo / "scripts" / "build_llvm.sh").write_text(script(3))
     git(repo, "add", "scripts/build_llvm.sh")
-    eras["patch"].append(commit_file(repo, "thirdparty/llvm-rocdl-lld-argv0.patch", "--- a/x\n+++ b/x\n",
-                                     "patch llvm (#989)", 8))
+    eras["patch"].append(
+        commit_file(repo, "thirdparty/llvm-rocdl-lld-argv0.patch", "--- a/x\n+++ b/x\n", "patch llvm (#989)", 8)
+    )
     for k in range(2):
         eras["patch"].append(commit_file(repo, "lib.py", f"v = {20 + k}\n", f"kernel {20 + k} (#{990 + k})", 9 + k))
     return eras

@@ -39,7 +39,6 @@ def host_pid(inner: int, marker: str) -> int:
     return inner
 
 
-
 def _cmdline(pid: int, limit: int) -> str:
     with open(f"/proc/{pid}/cmdline", "rb") as fh:
         return fh.read().replace(b"\0", b" ").decode(errors="replace")[:limit]
@@ -58,5 +57,7 @@ def describe(pid: int) -> str:
         parent_cmd = _cmdline(parent, 160)
     except OSError:
         parent_cmd = "gone"
-    return (f"pid {pid} {fields.get('Name', '').strip()} state {fields.get('State', '').strip()} "
-            f"parent {parent} ({parent_cmd}): {cmd}")
+    return (
+        f"pid {pid} {fields.get('Name', '').strip()} state {fields.get('State', '').strip()} "
+        f"parent {parent} ({parent_cmd}): {cmd}"
+    )

@@ -23,13 +23,30 @@ def sha(i: int) -> str:
 
 def commits(n: int) -> tuple[Commit, ...]:
     """n + 1 commits (GOOD first), one a day from 2026-08-01, PR 1000 + i (none on GOOD)."""
-    return tuple(Commit(sha=sha(i), date=f"2026-{8 + i // 28:02d}-{i % 28 + 1:02d}T12:00:00+00:00", author="Ada",
-                        subject=f"change {i}", pr=1000 + i if i else None) for i in range(n + 1))
+    return tuple(
+        Commit(
+            sha=sha(i),
+            date=f"2026-{8 + i // 28:02d}-{i % 28 + 1:02d}T12:00:00+00:00",
+            author="Ada",
+            subject=f"change {i}",
+            pr=1000 + i if i else None,
+        )
+        for i in range(n + 1)
+    )
 
 
-def series(n: int, measured: Sequence[int], steps: Mapping[int, float], shapes: Sequence[str],
-           skipped: Sequence[int] = (), wrong: Mapping[int, Sequence[str]] | None = None, trials: int = 4,
-           noise: float = 0.02, seed: int = 0, metric: str = "ratio") -> ReportData:
+def series(
+    n: int,
+    measured: Sequence[int],
+    steps: Mapping[int, float],
+    shapes: Sequence[str],
+    skipped: Sequence[int] = (),
+    wrong: Mapping[int, Sequence[str]] | None = None,
+    trials: int = 4,
+    noise: float = 0.02,
+    seed: int = 0,
+    metric: str = "ratio",
+) -> ReportData:
     """A range of n commits; `steps` maps a culprit's index to its change in percent (in every
     shape); each measured commit gets `trials` trials of the ratio around its level."""
     rng = random.Random(seed)
@@ -45,32 +62,70 @@ def series(n: int, measured: Sequence[int], steps: Mapping[int, float], shapes: 
         metric_values = {s: tuple(level * 0.6 * rng.gauss(1, noise) for _ in range(trials)) for s in ok}
         control = {s: 500.0 * rng.gauss(1, noise / 2) for s in ok}
         samples = {s: tuple(v * control[s] for v in metric_values[s]) for s in ok}
-        rows.append(CommitRow(cs[i], {s: sorted(v)[len(v) // 2] for s, v in samples.items()}, control,
-                              {s: sorted(v)[len(v) // 2] for s, v in metric_values.items()},
-                              {s: trials for s in ok}, samples, metric_values))
+        rows.append(
+            CommitRow(
+                cs[i],
+                {s: sorted(v)[len(v) // 2] for s, v in samples.items()},
+                control,
+                {s: sorted(v)[len(v) // 2] for s, v in metric_values.items()},
+                {s: trials for s in ok},
+                samples,
+                metric_values,
+            )
+        )
     found = []
     order = sorted(measured)
     for at, pct in sorted(steps.items()):
         parent = max(i for i in order if i < at)
-        found.append(Step(commit=sha(at), parent=sha(parent), shapes=tuple(shapes),
-                          change_pct={s: pct for s in shapes}, ci95={s: (pct - 1.5, pct + 1.5) for s in shapes},
-                          p_value={s: 1e-9 for s in shapes}, pr=1000 + at))
+        found.append(
+            Step(
+                commit=sha(at),
+                parent=sha(parent),
+                shapes=tuple(shapes),
+                change_pct={s: pct for s in shapes},
+                ci95={s: (pct - 1.5, pct + 1.5) for s in shapes},
+                p_value={s: 1e-9 for s in shapes},
+                pr=1000 + at,
+            )
+        )
     wrong_results = tuple(WrongResult(sha(i), s, 0.5, 1.5) for i, ss in sorted(wrong.items()) for s in ss)
     return ReportData(
-        title="bisector: synthetic", config_name="synthetic", upstream="../upstream", branch="main", good=cs[0],
-        bad=cs[-1], device="cuda", control="torch_cuda", machine={"device_name": "NVIDIA H200"},
-        protocol={"reps": 6, "warmup": 1, "max_trials": 8}, shapes=tuple(shapes), range_commits=cs,
-        rows=tuple(rows), steps=tuple(found), skipped={sha(i): "ImportError: no module named x" for i in skipped},
-        wrong=wrong_results, commits_probed=len(measured), trials=trials * len(measured), min_step_pct=3.0,
-        metric={k.split("/", 1)[0]: metric for k in shapes})
+        title="bisector: synthetic",
+        config_name="synthetic",
+        upstream="../upstream",
+        branch="main",
+        good=cs[0],
+        bad=cs[-1],
+        device="cuda",
+        control="torch_cuda",
+        machine={"device_name": "NVIDIA H200"},
+        protocol={"reps": 6, "warmup": 1, "max_trials": 8},
+        shapes=tuple(shapes),
+        range_commits=cs,
+        rows=tuple(rows),
+        steps=tuple(found),
+        skipped={sha(i): "ImportError: no module named x" for i in skipped},
+        wrong=wrong_results,
+        commits_probed=len(measured),
+        trials=trials * len(measured),
+        min_step_pct=3.0,
+        metric={k.split("/", 1)[0]: metric for k in shapes},
+    )
 
 
 # The three ranges the plots are checked on (issue #17).
 def demo_range() -> ReportData:
     """The CPU demo's shape: 39 commits, three steps, a skipped commit and a wrong-result window."""
     measured = [0, 2, 4, 5, 6, 8, 10, 12, 13, 14, 15, 17, 19, 20, 21, 22, 23, 25, 27, 29, 31, 34, 39]
-    return series(39, measured, {5: +56.0, 13: -30.0, 20: -56.0}, ("gemm/tall",), skipped=[18],
-                  wrong={22: ("gemm/tall",), 23: ("gemm/tall",), 25: ("gemm/tall",)}, noise=0.08)
+    return series(
+        39,
+        measured,
+        {5: +56.0, 13: -30.0, 20: -56.0},
+        ("gemm/tall",),
+        skipped=[18],
+        wrong={22: ("gemm/tall",), 23: ("gemm/tall",), 25: ("gemm/tall",)},
+        noise=0.08,
+    )
 
 
 def edge_range() -> ReportData:
@@ -99,8 +154,16 @@ def full_report() -> ReportData:
     cs = commits(8)
     fa, gemm = ("fa/s4096", "fa/s16384"), "gemm/m8192"
     shapes = (*fa, gemm)
-    levels = {0: (440.0, 425.0, 0.83), 2: (441.0, 424.0, 0.831), 3: (440.5, 425.5, 0.829), 4: (400.0, 374.0, 0.83),
-              5: (399.0, 375.0, 0.83), 6: (400.5, 373.0, None), 7: (399.5, 374.5, 0.59), 8: (384.0, 374.0, 0.589)}
+    levels = {
+        0: (440.0, 425.0, 0.83),
+        2: (441.0, 424.0, 0.831),
+        3: (440.5, 425.5, 0.829),
+        4: (400.0, 374.0, 0.83),
+        5: (399.0, 375.0, 0.83),
+        6: (400.5, 373.0, None),
+        7: (399.5, 374.5, 0.59),
+        8: (384.0, 374.0, 0.589),
+    }
     rows = []
     for i, (s4096, s16384, ratio) in levels.items():
         n = 9 if i == 3 else 3
@@ -112,46 +175,115 @@ def full_report() -> ReportData:
             metric[gemm] = tuple(ratio * (1 + 0.001 * (j % 3 - 1)) for j in range(n))
             # the control ran 12.6% faster from #1007 on (power): the subject's TFLOP/s fall less than the ratio
             tf[gemm], control[gemm] = (ratio * 900, 900.0) if i >= 7 else (ratio * 800, 799.0)
-        rows.append(CommitRow(cs[i], tf, control, {k: tf[k] / control[k] for k in tf}, {k: n for k in tf},
-                              {k: (v - 1, v, v + 1) for k, v in tf.items()}, metric))
-    fa_step = Step(commit=cs[4].sha, parent=cs[3].sha, shapes=fa, change_pct={"fa/s4096": -9.2, "fa/s16384": -12.1},
-                   ci95={"fa/s4096": (-9.6, -8.8), "fa/s16384": (-12.6, -11.6)},
-                   p_value={"fa/s4096": 2e-30, "fa/s16384": 4e-31}, pr=1004,
-                   levels={"fa/s4096": (440.5, 400.0), "fa/s16384": (425.5, 374.0)})
-    gemm_step = Step(commit=cs[6].sha, parent=cs[5].sha, shapes=(gemm,), change_pct={gemm: -28.9},
-                     ci95={gemm: (-29.3, -28.5)}, p_value={gemm: 1e-40}, candidates=(cs[6].sha, cs[7].sha),
-                     verified=False, pr=1006, levels={gemm: (0.8301, 0.5902)})
-    late_step = Step(commit=cs[8].sha, parent=cs[7].sha, shapes=("fa/s4096",), change_pct={"fa/s4096": -3.9},
-                     ci95={"fa/s4096": (-4.4, -3.4)}, p_value={"fa/s4096": 1e-12}, pr=1008,
-                     levels={"fa/s4096": (399.5, 383.9)})
-    dropped = Step(commit=cs[2].sha, parent=cs[0].sha, shapes=("fa/s4096",), change_pct={"fa/s4096": 3.4},
-                   ci95={"fa/s4096": (-0.5, 7.4)}, p_value={"fa/s4096": 0.04}, pr=1002)
+        rows.append(
+            CommitRow(
+                cs[i],
+                tf,
+                control,
+                {k: tf[k] / control[k] for k in tf},
+                {k: n for k in tf},
+                {k: (v - 1, v, v + 1) for k, v in tf.items()},
+                metric,
+            )
+        )
+    fa_step = Step(
+        commit=cs[4].sha,
+        parent=cs[3].sha,
+        shapes=fa,
+        change_pct={"fa/s4096": -9.2, "fa/s16384": -12.1},
+        ci95={"fa/s4096": (-9.6, -8.8), "fa/s16384": (-12.6, -11.6)},
+        p_value={"fa/s4096": 2e-30, "fa/s16384": 4e-31},
+        pr=1004,
+        levels={"fa/s4096": (440.5, 400.0), "fa/s16384": (425.5, 374.0)},
+    )
+    gemm_step = Step(
+        commit=cs[6].sha,
+        parent=cs[5].sha,
+        shapes=(gemm,),
+        change_pct={gemm: -28.9},
+        ci95={gemm: (-29.3, -28.5)},
+        p_value={gemm: 1e-40},
+        candidates=(cs[6].sha, cs[7].sha),
+        verified=False,
+        pr=1006,
+        levels={gemm: (0.8301, 0.5902)},
+    )
+    late_step = Step(
+        commit=cs[8].sha,
+        parent=cs[7].sha,
+        shapes=("fa/s4096",),
+        change_pct={"fa/s4096": -3.9},
+        ci95={"fa/s4096": (-4.4, -3.4)},
+        p_value={"fa/s4096": 1e-12},
+        pr=1008,
+        levels={"fa/s4096": (399.5, 383.9)},
+    )
+    dropped = Step(
+        commit=cs[2].sha,
+        parent=cs[0].sha,
+        shapes=("fa/s4096",),
+        change_pct={"fa/s4096": 3.4},
+        ci95={"fa/s4096": (-0.5, 7.4)},
+        p_value={"fa/s4096": 0.04},
+        pr=1002,
+    )
 
     def cmp(shape: str, verdict: Verdict, pct: float, lo: float, hi: float) -> Comparison:
         return Comparison(shape, verdict, pct, (lo, hi), 1e-3, 3, 3)
 
-    unsure = (UnsurePair(cs[0].sha, cs[2].sha, ("fa/s4096", gemm),
-                         (cmp("fa/s4096", Verdict.UNKNOWN, 1.9, -2.1, 6.0),
-                          cmp(gemm, Verdict.UNKNOWN, -0.4, -3.6, 2.9))),
-              UnsurePair(cs[3].sha, cs[5].sha, ("fa/s4096",), (cmp("fa/s4096", Verdict.UNKNOWN, -9.0, -30.1, 18.2),)),
-              UnsurePair(cs[7].sha, cs[8].sha, (gemm,)))
-    fixes = (
-        FixResult(cs[4].sha, "/abs/path/revert-0004ccc.patch", True, shapes=fa,
-                  baseline={"fa/s4096": 441.2, "fa/s16384": 425.1}, tip={"fa/s4096": 383.0, "fa/s16384": 373.0},
-                  restored={"fa/s4096": 420.0, "fa/s16384": 355.0},
-                  vs_parent={"fa/s4096": cmp("fa/s4096", Verdict.DIFFERENT, -4.9, -5.4, -4.4),
-                             "fa/s16384": cmp("fa/s16384", Verdict.DIFFERENT, -16.5, -17.0, -16.0)},
-                  vs_tip={"fa/s4096": cmp("fa/s4096", Verdict.DIFFERENT, 9.7, 9.1, 10.3),
-                          "fa/s16384": cmp("fa/s16384", Verdict.DIFFERENT, -4.8, -5.4, -4.2)}, trials=3, correct=False,
-                  own_pct=dict(fa_step.change_pct), later={"fa/s4096": ((cs[8].sha, -3.9),), "fa/s16384": ()},
-                  min_step_pct=3.0),
-        FixResult(cs[8].sha, "/abs/path/revert-0008ccc.patch", False, conflict="lib/fa.py: patch does not apply",
-                  shapes=("fa/s4096",)),
+    unsure = (
+        UnsurePair(
+            cs[0].sha,
+            cs[2].sha,
+            ("fa/s4096", gemm),
+            (cmp("fa/s4096", Verdict.UNKNOWN, 1.9, -2.1, 6.0), cmp(gemm, Verdict.UNKNOWN, -0.4, -3.6, 2.9)),
+        ),
+        UnsurePair(cs[3].sha, cs[5].sha, ("fa/s4096",), (cmp("fa/s4096", Verdict.UNKNOWN, -9.0, -30.1, 18.2),)),
+        UnsurePair(cs[7].sha, cs[8].sha, (gemm,)),
     )
-    hunk = HunkFinding(cs[4].sha, 2, ("lib/fa.py @@ -40,9 +40,8 @@",), True, (
-        HunkTry(("lib/fa.py @@ -40,9 +40,8 @@",), True, {"fa/s4096": -9.0, "fa/s16384": -11.8}, trials=3),
-        HunkTry(("README.md @@ -1 +1 @@",), False, {"fa/s4096": 0.2, "fa/s16384": -0.1}, trials=3)),
-        "/abs/path/hunk-0004ccc.patch", "--- a/lib/fa.py\n+++ b/lib/fa.py\n@@ -40,1 +40,1 @@\n-a\n+b\n")
+    fixes = (
+        FixResult(
+            cs[4].sha,
+            "/abs/path/revert-0004ccc.patch",
+            True,
+            shapes=fa,
+            baseline={"fa/s4096": 441.2, "fa/s16384": 425.1},
+            tip={"fa/s4096": 383.0, "fa/s16384": 373.0},
+            restored={"fa/s4096": 420.0, "fa/s16384": 355.0},
+            vs_parent={
+                "fa/s4096": cmp("fa/s4096", Verdict.DIFFERENT, -4.9, -5.4, -4.4),
+                "fa/s16384": cmp("fa/s16384", Verdict.DIFFERENT, -16.5, -17.0, -16.0),
+            },
+            vs_tip={
+                "fa/s4096": cmp("fa/s4096", Verdict.DIFFERENT, 9.7, 9.1, 10.3),
+                "fa/s16384": cmp("fa/s16384", Verdict.DIFFERENT, -4.8, -5.4, -4.2),
+            },
+            trials=3,
+            correct=False,
+            own_pct=dict(fa_step.change_pct),
+            later={"fa/s4096": ((cs[8].sha, -3.9),), "fa/s16384": ()},
+            min_step_pct=3.0,
+        ),
+        FixResult(
+            cs[8].sha,
+            "/abs/path/revert-0008ccc.patch",
+            False,
+            conflict="lib/fa.py: patch does not apply",
+            shapes=("fa/s4096",),
+        ),
+    )
+    hunk = HunkFinding(
+        cs[4].sha,
+        2,
+        ("lib/fa.py @@ -40,9 +40,8 @@",),
+        True,
+        (
+            HunkTry(("lib/fa.py @@ -40,9 +40,8 @@",), True, {"fa/s4096": -9.0, "fa/s16384": -11.8}, trials=3),
+            HunkTry(("README.md @@ -1 +1 @@",), False, {"fa/s4096": 0.2, "fa/s16384": -0.1}, trials=3),
+        ),
+        "/abs/path/hunk-0004ccc.patch",
+        "--- a/lib/fa.py\n+++ b/lib/fa.py\n@@ -40,1 +40,1 @@\n-a\n+b\n",
+    )
     steps = (fa_step, gemm_step, late_step)
     return ReportData(
         title="bisector: golden, 0000ccc..0008ccc",
@@ -222,17 +354,50 @@ def interacting_report() -> ReportData:
 
     steps = {s.commit: s for s in data.steps}
     fixes = (
-        FixResult(a, "/abs/revert-a.patch", True, shapes=(k,), baseline={k: 0.062}, tip={k: 0.0088},
-                  restored={k: 0.024}, vs_parent={k: cmp(-61.0, -63.2, -58.7)}, vs_tip={k: cmp(173.8, 164.2, 183.9)},
-                  trials=3, own_pct=dict(steps[a].change_pct), later={k: ((b, -37.2), (c, -63.5))}, min_step_pct=20.0),
-        FixResult(b, "/abs/revert-b.patch", False, conflict="patch does not apply: conflicts in demolib/cpu_fa.py",
-                  shapes=(k,)),
-        FixResult(c, "/abs/revert-c.patch", True, shapes=(k,), baseline={k: 0.0239}, tip={k: 0.0088},
-                  restored={k: 0.0234}, vs_parent={k: cmp(-0.4, -1.7, 1.0, Verdict.SAME)},
-                  vs_tip={k: cmp(161.8, 152.8, 171.1)}, trials=3, own_pct=dict(steps[c].change_pct), min_step_pct=20.0),
+        FixResult(
+            a,
+            "/abs/revert-a.patch",
+            True,
+            shapes=(k,),
+            baseline={k: 0.062},
+            tip={k: 0.0088},
+            restored={k: 0.024},
+            vs_parent={k: cmp(-61.0, -63.2, -58.7)},
+            vs_tip={k: cmp(173.8, 164.2, 183.9)},
+            trials=3,
+            own_pct=dict(steps[a].change_pct),
+            later={k: ((b, -37.2), (c, -63.5))},
+            min_step_pct=20.0,
+        ),
+        FixResult(
+            b,
+            "/abs/revert-b.patch",
+            False,
+            conflict="patch does not apply: conflicts in demolib/cpu_fa.py",
+            shapes=(k,),
+        ),
+        FixResult(
+            c,
+            "/abs/revert-c.patch",
+            True,
+            shapes=(k,),
+            baseline={k: 0.0239},
+            tip={k: 0.0088},
+            restored={k: 0.0234},
+            vs_parent={k: cmp(-0.4, -1.7, 1.0, Verdict.SAME)},
+            vs_tip={k: cmp(161.8, 152.8, 171.1)},
+            trials=3,
+            own_pct=dict(steps[c].change_pct),
+            min_step_pct=20.0,
+        ),
     )
-    gains = {(a,): (173.8, 164.2, 183.9), (c,): (161.8, 152.8, 171.1), (a, c): (256.5, 248.9, 264.3),
-             (b, c): (357.0, 349.6, 364.6), (a, b, c): (579.7, 529.3, 634.2)}
+    gains = {
+        (a,): (173.8, 164.2, 183.9),
+        (c,): (161.8, 152.8, 171.1),
+        (a, c): (256.5, 248.9, 264.3),
+        (b, c): (357.0, 349.6, 364.6),
+        (a, b, c): (579.7, 529.3, 634.2),
+    }
     combos = [ComboResult((), {k: 0.0088})]
     for combo in [(a,), (b,), (c,), (a, b), (a, c), (b, c), (a, b, c)]:
         if combo in gains:
@@ -242,8 +407,10 @@ def interacting_report() -> ReportData:
             combos.append(ComboResult(combo, error="patch does not apply: conflicts in demolib/cpu_fa.py"))
     with_c = 100 * (3.565 / 2.618 - 1)
     with_a = 100 * (3.565 / 2.738 - 1)
-    pair = PairEffect(a, c, k, 173.8, with_c, 161.8, with_a, 100 * (3.565 / (2.738 * 2.618) - 1), (-51.3, -49.3),
-                      "overlap")
+    pair = PairEffect(
+        a, c, k, 173.8, with_c, 161.8, with_a, 100 * (3.565 / (2.738 * 2.618) - 1), (-51.3, -49.3), "overlap"
+    )
     inter = Interaction((a, b, c), (k,), tuple(combos), (pair,), trials=3)
-    return replace(data, fixes=fixes, interactions=(inter,), min_step_pct=20.0,
-                   actions=actions(data.steps, fixes, (inter,)))
+    return replace(
+        data, fixes=fixes, interactions=(inter,), min_step_pct=20.0, actions=actions(data.steps, fixes, (inter,))
+    )

@@ -23,7 +23,7 @@ from benches.backends.base import BackendUnavailable
 from benches.correctness import compare
 from benches.suites import flash_attention
 
-MHA = '''
+MHA = """
 import torch
 from benches.kernels import torch_ref
 
@@ -76,15 +76,15 @@ def mha_batch_prefill_func(q, k, v, cu_seqlens_q, kv_indptr, kv_page_indices, ma
     out = torch_ref.varlen_attention(q.float(), torch.cat(keys), torch.cat(values), cu_seqlens_q, cu_k, causal,
                                      softmax_scale)
     return out.to(torch.bfloat16 if fp8 else q.dtype)
-'''
+"""
 
-FLYDSL = '''
+FLYDSL = """
 import os
 from pathlib import Path
 
 Path(os.environ["SUBJECT_FLYDSL_MARK"]).write_text("imported")
 raise ImportError("the subject's flydsl (this FlyDSL commit cannot be imported by aiter's code)")
-'''
+"""
 
 
 @pytest.fixture
@@ -159,11 +159,14 @@ def test_varlen_arguments_follow_the_signature_or_refuse():
         aiter_calls.varlen_args(takes_less, named)
 
 
-@pytest.mark.parametrize("row", [
-    {"B": 3, "H": 4, "Hkv": 1, "Sq": 1, "varlen": [9, 40, 17], "D": 16, "causal": True, "page_size": 16},
-    {"B": 2, "H": 2, "Sq": 6, "Sk": 20, "D": 16, "causal": True, "page_size": 1},
-    {"B": 2, "H": 2, "Hkv": 1, "Sq": 4, "Sk": 40, "D": 32, "causal": True, "page_size": 16, "dtype": "fp8"},
-])
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"B": 3, "H": 4, "Hkv": 1, "Sq": 1, "varlen": [9, 40, 17], "D": 16, "causal": True, "page_size": 16},
+        {"B": 2, "H": 2, "Sq": 6, "Sk": 20, "D": 16, "causal": True, "page_size": 1},
+        {"B": 2, "H": 2, "Hkv": 1, "Sq": 4, "Sk": 40, "D": 32, "causal": True, "page_size": 16, "dtype": "fp8"},
+    ],
+)
 def test_paged_control_as_aiters_tests_call_it(stand_ins, row):
     shape = inputs(row)
     call = aiter_calls.attention(shape)
@@ -177,13 +180,16 @@ def test_paged_control_as_aiters_tests_call_it(stand_ins, row):
     assert not stand_ins.exists()
 
 
-@pytest.mark.parametrize("row,key,words", [
-    ({"page_size": 256}, "page_size", "page sizes 1, 16, 1024 only, got 256"),
-    ({"dtype": "fp32"}, "dtype", "not fp32"),
-    ({"D": 512}, "D", "up to 256, got 512"),
-    ({"D": 12, "page_size": 16}, "D", "bf16 head size that is a multiple of 8, got 12"),
-    ({"D": 24, "page_size": 16, "dtype": "fp8"}, "D", "fp8 head size that is a multiple of 16, got 24"),
-])
+@pytest.mark.parametrize(
+    "row,key,words",
+    [
+        ({"page_size": 256}, "page_size", "page sizes 1, 16, 1024 only, got 256"),
+        ({"dtype": "fp32"}, "dtype", "not fp32"),
+        ({"D": 512}, "D", "up to 256, got 512"),
+        ({"D": 12, "page_size": 16}, "D", "bf16 head size that is a multiple of 8, got 12"),
+        ({"D": 24, "page_size": 16, "dtype": "fp8"}, "D", "fp8 head size that is a multiple of 16, got 24"),
+    ],
+)
 def test_what_aiter_cannot_run_is_refused_before_the_trial(tmp_path, row, key, words):
     from bisector.commands.check_config_cmd import command
 
@@ -195,7 +201,7 @@ def test_what_aiter_cannot_run_is_refused_before_the_trial(tmp_path, row, key, w
         aiter_calls.attention(inputs(params))
     lines = "\n".join(f"{k} = {v!r}".replace("'", '"').replace("True", "true") for k, v in params.items())
     cfg = tmp_path / "amd.toml"
-    cfg.write_text(f'''
+    cfg.write_text(f"""
 [upstream]
 repo = "https://example.invalid/lib.git"
 [device]
@@ -216,7 +222,7 @@ page_size = 16
 [[suites.fa.shapes]]
 name = "bad"
 {lines}
-''')
+""")
     res = CliRunner().invoke(command, [str(cfg)])
     assert res.exit_code == 2, res.output
     assert f"suites.fa.shapes[1].{key}: control aiter: " in res.output and words in res.output
@@ -240,8 +246,9 @@ CHAIN = {
         except Exception:
             FLYDSL_PS_REDUCE_AVAILABLE = False
         """),
-    "aiter/ops/flydsl/__init__.py": ("from .utils import is_flydsl_available\nif is_flydsl_available():\n"
-                                     "    import flydsl\n"),
+    "aiter/ops/flydsl/__init__.py": (
+        "from .utils import is_flydsl_available\nif is_flydsl_available():\n    import flydsl\n"
+    ),
     "aiter/ops/flydsl/utils.py": textwrap.dedent("""
         import importlib.util
 
@@ -264,12 +271,12 @@ CHAIN = {
         """),
 }
 
-SUBJECT_FLYDSL = '''
+SUBJECT_FLYDSL = """
 import os
 from pathlib import Path
 
 Path(os.environ["SUBJECT_FLYDSL_MARK"]).write_text("imported")
-'''
+"""
 
 
 @pytest.fixture
@@ -340,9 +347,18 @@ def test_the_trial_loads_the_control_before_the_checkout_is_on_sys_path(tmp_path
 
     monkeypatch.setattr(backends, "control", recording)
     (tmp_path / "sub_order.py").write_text("from benches.kernels.torch_ref import matmul as mm\n")
-    spec = {"sha": "abc", "suite": "gemm", "device": "cpu", "seed": 0, "control": "torch", "reps": 3, "warmup": 1,
-            "source_dirs": [str(tmp_path)], "subjects": {"gemm": {"entry": "sub_order:mm", "adapter": "callable"}},
-            "shapes": [{"suite": "gemm", "key": "gemm/t", "params": {"M": 32, "N": 32, "K": 32, "dtype": "fp32"}}]}
+    spec = {
+        "sha": "abc",
+        "suite": "gemm",
+        "device": "cpu",
+        "seed": 0,
+        "control": "torch",
+        "reps": 3,
+        "warmup": 1,
+        "source_dirs": [str(tmp_path)],
+        "subjects": {"gemm": {"entry": "sub_order:mm", "adapter": "callable"}},
+        "shapes": [{"suite": "gemm", "key": "gemm/t", "params": {"M": 32, "N": 32, "K": 32, "dtype": "fp32"}}],
+    }
     out = trial.run(spec, tmp_path / "out.json")
     assert seen and str(tmp_path) not in seen[0]
     assert out["results"][0]["status"] == "ok", out["results"][0]
@@ -352,10 +368,13 @@ def fp8_inputs(row: dict) -> dict:
     return flash_attention.make_inputs(shapes.normalize_attention({"dtype": "fp8", **row}), "cpu", 0)
 
 
-@pytest.mark.parametrize("row,fn", [
-    ({"B": 2, "H": 2, "S": 8, "D": 128}, aiter_calls.DENSE_FP8),
-    ({"B": 2, "H": 2, "varlen": [5, 9], "D": 128}, aiter_calls.VARLEN_FP8),
-])
+@pytest.mark.parametrize(
+    "row,fn",
+    [
+        ({"B": 2, "H": 2, "S": 8, "D": 128}, aiter_calls.DENSE_FP8),
+        ({"B": 2, "H": 2, "varlen": [5, 9], "D": 128}, aiter_calls.VARLEN_FP8),
+    ],
+)
 def test_fp8_attention_controls_take_aiters_per_tensor_path_with_the_subjects_descales(row, fn):
     from benches.backends.flydsl import fa_kwargs
 
@@ -393,18 +412,29 @@ def test_fp8_head_sizes_without_aiter_kernels_are_refused(row, key, words):
     assert got == (key, got[1]) and words in got[1]
     with pytest.raises(BackendUnavailable, match=words.split("(")[0].strip()):
         aiter_calls.attention(fp8_inputs(row | {"B": 2, "H": 2}))
-    assert control_limits.refusal("aiter", "fa", shapes.normalize_attention(
-        {"B": 2, "H": 2, "dtype": "fp8", "S": 64, "D": 128})) is None
+    assert (
+        control_limits.refusal(
+            "aiter", "fa", shapes.normalize_attention({"B": 2, "H": 2, "dtype": "fp8", "S": 64, "D": 128})
+        )
+        is None
+    )
 
 
-@pytest.mark.parametrize("suite,row,key,words", [
-    ("fa", 'B = 2\nH = 4\nvarlen = [5, 9]\nD = 128', "varlen", "passes dense attention only"),
-    ("fa", 'B = 2\nH = 4\nSq = 1\nSk = 64\nD = 128\npage_size = 16', "page_size", "passes dense attention only"),
-    ("fa", 'B = 2\nH = 4\nS = 64\nD = 64\ndtype = "fp8"', "D", "built for head size 128 only"),
-    ("gemm", 'M = 64\nN = 128\nK = 256\nbatch = 2\ntile = [64, 64, 64]', "batch", "plain 2-D GEMM only"),
-    ("gemm", 'M = 64\nN = 128\nK = 256\ndtype = "fp8_e4m3"\nscaling = "row"\ntile = [64, 64, 64]', "scaling",
-     "plain 2-D GEMM only"),
-])
+@pytest.mark.parametrize(
+    "suite,row,key,words",
+    [
+        ("fa", "B = 2\nH = 4\nvarlen = [5, 9]\nD = 128", "varlen", "passes dense attention only"),
+        ("fa", "B = 2\nH = 4\nSq = 1\nSk = 64\nD = 128\npage_size = 16", "page_size", "passes dense attention only"),
+        ("fa", 'B = 2\nH = 4\nS = 64\nD = 64\ndtype = "fp8"', "D", "built for head size 128 only"),
+        ("gemm", "M = 64\nN = 128\nK = 256\nbatch = 2\ntile = [64, 64, 64]", "batch", "plain 2-D GEMM only"),
+        (
+            "gemm",
+            'M = 64\nN = 128\nK = 256\ndtype = "fp8_e4m3"\nscaling = "row"\ntile = [64, 64, 64]',
+            "scaling",
+            "plain 2-D GEMM only",
+        ),
+    ],
+)
 def test_check_config_refuses_what_the_flydsl_adapter_refuses(tmp_path, suite, row, key, words):
     """The same rule in `bisector check-config` and in the adapter at every trial."""
     from benches.backends import flydsl
@@ -412,7 +442,7 @@ def test_check_config_refuses_what_the_flydsl_adapter_refuses(tmp_path, suite, r
     from bisector.commands.check_config_cmd import command
 
     cfg = tmp_path / "flydsl.toml"
-    cfg.write_text(f'''
+    cfg.write_text(f"""
 [upstream]
 repo = "https://example.invalid/FlyDSL.git"
 [device]
@@ -425,7 +455,7 @@ entry = "kernels.x:y"
 [[suites.{suite}.shapes]]
 name = "x"
 {row}
-''')
+""")
     res = CliRunner().invoke(command, [str(cfg)])
     assert res.exit_code == 2, res.output
     assert f"suites.{suite}.shapes[0].{key}: subject adapter flydsl: " in res.output and words in res.output

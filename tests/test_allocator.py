@@ -66,8 +66,14 @@ def clean_env() -> dict[str, str]:
 
 def test_pin_takes_back_a_threshold_a_library_set_at_import(tmp_path: Path) -> None:
     (tmp_path / "library.py").write_text(LIBRARY)
-    out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True,
-                         env=clean_env(), timeout=300, cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["before"] >= 64, got  # 1 MiB mapped afresh per call: 128-256 faults (the kernel may map 8 KiB a fault)
@@ -81,9 +87,14 @@ def test_a_cpu_trial_pins_after_importing_its_subject(tmp_path: Path) -> None:
     (tmp_path / "library.py").write_text(LIBRARY)
     # the warm-up calls let the heap settle after the pin (see PROBE)
     (tmp_path / "spec.json").write_text(json.dumps(spec("library:matmul", source_dirs=[str(tmp_path)], warmup=20)))
-    proc = subprocess.run([sys.executable, "-m", "benches.trial", "spec.json", "out.json"], cwd=tmp_path,
-                          env={**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benches.trial", "spec.json", "out.json"],
+        cwd=tmp_path,
+        env={**clean_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["protocol"]["malloc_pinned"]["MALLOC_MMAP_THRESHOLD_"] == 32 << 20

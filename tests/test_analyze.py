@@ -23,16 +23,32 @@ def shas(n: int) -> list[str]:
     return [hashlib.sha1(f"c{i}".encode()).hexdigest() for i in range(n)]
 
 
-def write_series(path: Path, commits: list[str], model: StepModel, cv: float, trials: int = 3,
-                 seed: int = 0, shuffle: bool = True, extra: list[dict[str, str]] = ()) -> Path:
+def write_series(
+    path: Path,
+    commits: list[str],
+    model: StepModel,
+    cv: float,
+    trials: int = 3,
+    seed: int = 0,
+    shuffle: bool = True,
+    extra: list[dict[str, str]] = (),
+) -> Path:
     probe = SimulatedProbe(commits, model, cv, seed)
     rows = []
     for order, sha in enumerate(commits):
         m = probe(sha, trials)
         for shape, values in m.samples.items():
             for v in values:
-                rows.append({"commit": sha, "shape": shape, "ratio": f"{v:.6f}", "order": str(order),
-                             "status": "ok", "patch_hash": ""})
+                rows.append(
+                    {
+                        "commit": sha,
+                        "shape": shape,
+                        "ratio": f"{v:.6f}",
+                        "order": str(order),
+                        "status": "ok",
+                        "patch_hash": "",
+                    }
+                )
     rows += list(extra)
     if shuffle:  # history order comes from the `order` column, not the row order
         rows = rows[::-1]
@@ -45,13 +61,26 @@ def write_series(path: Path, commits: list[str], model: StepModel, cv: float, tr
 
 def test_finds_every_step_in_a_fully_sampled_series(tmp_path: Path) -> None:
     c = shas(120)
-    model = StepModel({s: 1.0 for s in SHAPES},
-                      (SimStep(c[30], {"fa/s4096": 0.93}), SimStep(c[31], {"gemm/8192": 1.05}),
-                       SimStep(c[90], {"fa/s4096": 0.97, "gemm/8192": 0.97})), frozenset())
-    glitch = [{"commit": c[60], "shape": "fa/s4096", "ratio": "0.5", "order": "60", "status": "ok",
-               "patch_hash": "abc123"},  # a patched A/B trial: not part of the series
-              {"commit": c[61], "shape": "gemm/8192", "ratio": "2.0", "order": "61", "status": "wrong",
-               "patch_hash": ""}]
+    model = StepModel(
+        {s: 1.0 for s in SHAPES},
+        (
+            SimStep(c[30], {"fa/s4096": 0.93}),
+            SimStep(c[31], {"gemm/8192": 1.05}),
+            SimStep(c[90], {"fa/s4096": 0.97, "gemm/8192": 0.97}),
+        ),
+        frozenset(),
+    )
+    glitch = [
+        {
+            "commit": c[60],
+            "shape": "fa/s4096",
+            "ratio": "0.5",
+            "order": "60",
+            "status": "ok",
+            "patch_hash": "abc123",
+        },  # a patched A/B trial: not part of the series
+        {"commit": c[61], "shape": "gemm/8192", "ratio": "2.0", "order": "61", "status": "wrong", "patch_hash": ""},
+    ]
     path = write_series(tmp_path / "s.csv", c, model, cv=0.01, extra=glitch)
     series = load_csv(path)
     assert series.commits == tuple(c)
@@ -66,8 +95,9 @@ def test_finds_every_step_in_a_fully_sampled_series(tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", range(5))
 def test_flat_noisy_series_has_no_steps(tmp_path: Path, seed: int) -> None:
     c = shas(200)
-    path = write_series(tmp_path / "flat.csv", c, StepModel({s: 1.0 for s in SHAPES}, (), frozenset()),
-                        cv=0.03, seed=seed)
+    path = write_series(
+        tmp_path / "flat.csv", c, StepModel({s: 1.0 for s in SHAPES}, (), frozenset()), cv=0.03, seed=seed
+    )
     assert find_steps(load_csv(path)).steps == ()
 
 
@@ -108,13 +138,16 @@ def test_store_export_columns_and_dates(tmp_path: Path) -> None:
     assert [s.commit for s in r.steps] == [f"{4:040x}"] and r.steps[0].pr == 903
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("sha,value\nabc,1.0\n", "missing column 'shape'"),
-    ("sha,shape\nabc,fa\n", "missing column 'value' or 'ratio'"),
-    ("sha,shape,value\nabc,fa,fast\n", "must hold positive numbers (row 2)"),
-    ("sha,shape,value,date\nabc,fa,1.0,someday\n", "'date' has empty or unreadable values"),
-    ("sha,shape,value,campaign\na,fa,1.0,x\nb,fa,1.0,y\n", "rows of 2 campaigns"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("sha,value\nabc,1.0\n", "missing column 'shape'"),
+        ("sha,shape\nabc,fa\n", "missing column 'value' or 'ratio'"),
+        ("sha,shape,value\nabc,fa,fast\n", "must hold positive numbers (row 2)"),
+        ("sha,shape,value,date\nabc,fa,1.0,someday\n", "'date' has empty or unreadable values"),
+        ("sha,shape,value,campaign\na,fa,1.0,x\nb,fa,1.0,y\n", "rows of 2 campaigns"),
+    ],
+)
 def test_bad_csv_is_one_line_bad_input(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(text)

@@ -23,14 +23,26 @@ ATTN = {
     "mqa_decode": {"B": 3, "H": 4, "Hkv": 1, "Sq": 1, "Sk": 70, "D": 16, "causal": True},
     "sq_lt_sk": {"B": 2, "H": 4, "Hkv": 2, "Sq": 24, "Sk": 64, "D": 16, "causal": True},
     "varlen": {"B": 3, "H": 4, "Hkv": 2, "varlen": [5, 33, 17], "D": 16, "causal": True},
-    "paged_decode": {"B": 4, "H": 4, "Hkv": 2, "Sq": 1, "varlen": {"min": 9, "max": 40, "seed": 2}, "D": 16,
-                     "page_size": 8, "causal": True},
+    "paged_decode": {
+        "B": 4,
+        "H": 4,
+        "Hkv": 2,
+        "Sq": 1,
+        "varlen": {"min": 9, "max": 40, "seed": 2},
+        "D": 16,
+        "page_size": 8,
+        "causal": True,
+    },
     "paged_prefill": {"B": 2, "H": 2, "Sq": 12, "Sk": 29, "D": 16, "page_size": 4, "causal": True},
 }
-PAGED_MAP = {"args": ["q_thd", "k_cache", "v_cache", "block_table", "seqused_k", "cu_seqlens_q"],
-             "kwargs": {"causal": "causal", "softmax_scale": "sm_scale"}}
-VARLEN_MAP = {"args": ["q_thd", "k_thd", "v_thd", "cu_seqlens_q", "cu_seqlens_k"],
-              "kwargs": {"causal": "causal", "softmax_scale": "sm_scale"}}
+PAGED_MAP = {
+    "args": ["q_thd", "k_cache", "v_cache", "block_table", "seqused_k", "cu_seqlens_q"],
+    "kwargs": {"causal": "causal", "softmax_scale": "sm_scale"},
+}
+VARLEN_MAP = {
+    "args": ["q_thd", "k_thd", "v_thd", "cu_seqlens_q", "cu_seqlens_k"],
+    "kwargs": {"causal": "causal", "softmax_scale": "sm_scale"},
+}
 
 
 def attn(row: dict, seed: int = 0) -> tuple[dict, dict]:
@@ -63,8 +75,8 @@ def test_reference_matches_attention_written_out():
         k, v = (lay.as_thd(inputs[n], g.dense_k) for n in ("k", "v"))
         qs = ks = 0
         for sq, sk in zip(g.q_lens, g.k_lens):
-            want = naive(q[qs:qs + sq], k[ks:ks + sk], v[ks:ks + sk], g.causal, inputs["sm_scale"])
-            assert torch.allclose(ref[qs:qs + sq].double(), want, atol=1e-5), name
+            want = naive(q[qs : qs + sq], k[ks : ks + sk], v[ks : ks + sk], g.causal, inputs["sm_scale"])
+            assert torch.allclose(ref[qs : qs + sq].double(), want, atol=1e-5), name
             qs, ks = qs + sq, ks + sk
 
 
@@ -76,8 +88,10 @@ def test_torch_control_matches_reference(name):
     assert chk.ok, (name, prep.impl, chk)
 
 
-@pytest.mark.parametrize("name,mapping", [("paged_decode", PAGED_MAP), ("paged_prefill", PAGED_MAP),
-                                          ("varlen", VARLEN_MAP), ("sq_lt_sk", VARLEN_MAP)])
+@pytest.mark.parametrize(
+    "name,mapping",
+    [("paged_decode", PAGED_MAP), ("paged_prefill", PAGED_MAP), ("varlen", VARLEN_MAP), ("sq_lt_sk", VARLEN_MAP)],
+)
 def test_subjects_with_their_own_convention(name, mapping):
     entry = "paged_attention" if mapping is PAGED_MAP else "varlen_attention"
     _, inputs = attn(ATTN[name])
@@ -89,8 +103,9 @@ def test_subjects_with_their_own_convention(name, mapping):
 def test_default_convention_takes_gqa_and_fewer_queries():
     for name in ("gqa", "mqa_decode", "sq_lt_sk"):
         _, inputs = attn(ATTN[name])
-        prep = backends.subject({"entry": "benches.kernels.torch_ref:attention", "adapter": "torch",
-                                 "layout": "bhsd"}, "cpu").prepare("fa", inputs)
+        prep = backends.subject(
+            {"entry": "benches.kernels.torch_ref:attention", "adapter": "torch", "layout": "bhsd"}, "cpu"
+        ).prepare("fa", inputs)
         assert compare(prep.output(prep.run()), flash_attention.reference(inputs), 1e-5, 1e-5).ok, name
     _, inputs = attn(ATTN["varlen"])
     with pytest.raises(ValueError, match="declare the subject's args / kwargs"):
@@ -122,10 +137,13 @@ def test_page_table_is_shuffled_and_stale_slots_hold_garbage():
     assert indptr.tolist() == [0, *torch.tensor(g.pages).cumsum(0).tolist()] and torch.equal(indices, used)
     assert last.tolist() == [(n - 1) % g.page_size + 1 for n in g.k_lens]
     # A kernel that walks the cache in page order instead of through the table is wrong.
-    in_order = {**inputs, "block_table": torch.arange(table.numel(), dtype=torch.int32).reshape(table.shape)
-                % sum(g.pages)}
-    sub = backends.subject({"entry": "benches.kernels.torch_ref:paged_attention", "adapter": "torch", **PAGED_MAP},
-                           "cpu")
+    in_order = {
+        **inputs,
+        "block_table": torch.arange(table.numel(), dtype=torch.int32).reshape(table.shape) % sum(g.pages),
+    }
+    sub = backends.subject(
+        {"entry": "benches.kernels.torch_ref:paged_attention", "adapter": "torch", **PAGED_MAP}, "cpu"
+    )
     prep = sub.prepare("fa", in_order)
     assert not compare(prep.output(prep.run()), flash_attention.reference(inputs), 1e-3, 1e-3).ok
 
@@ -162,7 +180,7 @@ def test_scaled_fp8_operands(dtype, scaling):
         for kb in range(3):
             ks = slice(128 * kb, 128 * (kb + 1))
             part = a[:, ks].float() @ b[ks].float()
-            acc += part * sa[:, kb:kb + 1] * sb[kb].repeat_interleave(128)[None, :]
+            acc += part * sa[:, kb : kb + 1] * sb[kb].repeat_interleave(128)[None, :]
         assert torch.allclose(acc, ref, rtol=1e-4, atol=1e-3 * float(ref.abs().max()))
     prep = CPU.prepare("gemm", inputs)
     assert compare(prep.output(prep.run()), ref, 1e-4, 1e-4).ok
@@ -196,8 +214,10 @@ def test_batched_and_grouped():
     assert torch.allclose(ref[3:23], a[3:23] @ b[1], atol=1e-5)
     prep = CPU.prepare("gemm", inputs)
     assert compare(prep.output(prep.run()), ref, 1e-5, 1e-5).ok and "per group" in prep.impl
-    sub = backends.subject({"entry": "benches.kernels.torch_ref:grouped_matmul", "adapter": "torch",
-                            "args": ["a", "b", "group_offsets"]}, "cpu")
+    sub = backends.subject(
+        {"entry": "benches.kernels.torch_ref:grouped_matmul", "adapter": "torch", "args": ["a", "b", "group_offsets"]},
+        "cpu",
+    )
     sprep = sub.prepare("gemm", inputs)
     assert compare(sprep.output(sprep.run()), ref, 1e-5, 1e-5).ok
     with pytest.raises(ValueError, match="grouped GEMM shapes pass the group offsets"):

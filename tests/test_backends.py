@@ -33,7 +33,7 @@ def test_layouts_round_trip():
 
 
 def test_flops():
-    assert suites.get("fa").flops({"B": 2, "H": 32, "S": 16384, "D": 128}) == 4 * 2 * 32 * 16384 ** 2 * 128
+    assert suites.get("fa").flops({"B": 2, "H": 32, "S": 16384, "D": 128}) == 4 * 2 * 32 * 16384**2 * 128
     assert suites.get("fa").flops({"B": 1, "H": 1, "S": 8, "D": 2, "causal": True}) == 4 * 64 * 2 / 2
     assert suites.get("gemm").flops({"M": 3, "N": 5, "K": 7}) == 2 * 3 * 5 * 7
 
@@ -71,9 +71,12 @@ def test_load_entry_errors():
 def test_gpu_and_vendor_backends_unavailable_here():
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
-    for make in (lambda: backends.control("torch_cuda", "cuda"), lambda: backends.control("aiter", "rocm"),
-                 lambda: backends.subject({"adapter": "flydsl"}, "rocm"),
-                 lambda: backends.subject({"adapter": "aiter", "entry": "aiter:flash_attn_func"}, "rocm")):
+    for make in (
+        lambda: backends.control("torch_cuda", "cuda"),
+        lambda: backends.control("aiter", "rocm"),
+        lambda: backends.subject({"adapter": "flydsl"}, "rocm"),
+        lambda: backends.subject({"adapter": "aiter", "entry": "aiter:flash_attn_func"}, "rocm"),
+    ):
         with pytest.raises(BackendUnavailable, match=r"^backend \w+ unavailable: no GPU visible"):
             make()
     with pytest.raises(BackendUnavailable, match="unknown subject adapter"):
@@ -83,8 +86,10 @@ def test_gpu_and_vendor_backends_unavailable_here():
 
 def test_torch_cpu_control_matches_reference():
     ctl = backends.control("torch", "cpu")
-    for suite, p in (("fa", {"B": 1, "H": 2, "S": 32, "D": 8, "dtype": "fp32", "causal": True}),
-                     ("gemm", {"M": 8, "N": 16, "K": 32, "dtype": "fp8", "layout": "nt"})):
+    for suite, p in (
+        ("fa", {"B": 1, "H": 2, "S": 32, "D": 8, "dtype": "fp32", "causal": True}),
+        ("gemm", {"M": 8, "N": 16, "K": 32, "dtype": "fp8", "layout": "nt"}),
+    ):
         inputs = suites.get(suite).make_inputs(p, "cpu", 0)
         prep = ctl.prepare(suite, inputs)
         assert compare(prep.output(prep.run()), suites.get(suite).reference(inputs), 1e-2, 1e-2).ok
@@ -109,16 +114,28 @@ def test_flydsl_gemm_plumbing():
     a = torch.randn(64, 256).to(torch.float8_e4m3fn)
     b = torch.randn(256, 128).to(torch.float8_e4m3fn)
     plan = plan_gemm(a, b, (64, 128, 128), {"waves_per_eu": 2})
-    assert plan.compile_kwargs == {"N": 128, "K": 256, "tile_m": 64, "tile_n": 128, "tile_k": 128,
-                                   "in_dtype": "fp8", "out_dtype": "bf16", "waves_per_eu": 2}
+    assert plan.compile_kwargs == {
+        "N": 128,
+        "K": 256,
+        "tile_m": 64,
+        "tile_n": 128,
+        "tile_k": 128,
+        "in_dtype": "fp8",
+        "out_dtype": "bf16",
+        "waves_per_eu": 2,
+    }
     assert plan.weight.shape == (128, 256) and plan.out_dtype == torch.bfloat16
     c = torch.empty(64, 128, dtype=torch.bfloat16)
     args = launch_args(plan, plan.weight, c)
     assert args[1].dtype == torch.int8 and args[1].numel() == 64 * 256 and args[2].dtype == torch.int8
     assert args[3].shape == (64,) and args[4].shape == (128,) and args[5].numel() == 0
     assert args[6:] == (64, 128)
-    bf = plan_gemm(torch.randn(64, 256, dtype=torch.bfloat16), torch.randn(256, 64, dtype=torch.bfloat16),
-                   None, {"tile": [64, 64, 64]})
+    bf = plan_gemm(
+        torch.randn(64, 256, dtype=torch.bfloat16),
+        torch.randn(256, 64, dtype=torch.bfloat16),
+        None,
+        {"tile": [64, 64, 64]},
+    )
     assert bf.compile_kwargs["in_dtype"] == "bf16"
     assert launch_args(bf, bf.weight, torch.empty(64, 64, dtype=torch.bfloat16))[3].numel() == 0
     with pytest.raises(ValueError, match="needs a tile"):
@@ -133,8 +150,17 @@ def test_flydsl_gemm_plumbing():
 def test_flydsl_gemm_passes_only_real_keywords():
     a, b = torch.randn(64, 256, dtype=torch.bfloat16), torch.randn(256, 128, dtype=torch.bfloat16)
     ok = plan_gemm(a, b, None, {"tile": [64, 128, 128], "lds_stage": 2, "use_async_copy": True})
-    assert set(ok.compile_kwargs) == {"N", "K", "tile_m", "tile_n", "tile_k", "in_dtype", "out_dtype", "lds_stage",
-                                      "use_async_copy"}
+    assert set(ok.compile_kwargs) == {
+        "N",
+        "K",
+        "tile_m",
+        "tile_n",
+        "tile_k",
+        "in_dtype",
+        "out_dtype",
+        "lds_stage",
+        "use_async_copy",
+    }
     for bad in ("preshuffle_b", "epilogue", "shuffle"):  # epilogue: the launch passes no bias
         with pytest.raises(ValueError, match=f"compile_preshuffle_gemm takes no option '{bad}'"):
             plan_gemm(a, b, (64, 128, 128), {bad: True})
@@ -161,8 +187,16 @@ def test_aiter_control_asks_aiter_which_gemm_it_runs():
     got = a16w16_choice(SimpleNamespace(get_GEMM_A16W16_config=lookup), 54560, 8192, 8192, torch.bfloat16)
     assert got["libtype"] == "hipblaslt"
     # The arguments gemm_a16w16 passes for tgemm.mm(inp, weight): no bias, no scales, unshuffled B.
-    assert seen == {"M": 54560, "N": 8192, "K": 8192, "bias": False, "dtype": "torch.bfloat16",
-                    "otype": "torch.bfloat16", "scaleAB": False, "bpreshuffle": False}
+    assert seen == {
+        "M": 54560,
+        "N": 8192,
+        "K": 8192,
+        "bias": False,
+        "dtype": "torch.bfloat16",
+        "otype": "torch.bfloat16",
+        "scaleAB": False,
+        "bpreshuffle": False,
+    }
     assert a16w16_choice(SimpleNamespace(), 1, 2, 3, torch.bfloat16) is None
     assert check_pure("gemm_a16w16 M=1", got, []) == "aiter control gemm_a16w16 M=1: libtype hipblaslt"
     with pytest.raises(BackendUnavailable, match=r"dispatches to FlyDSL \(libtype flydsl, kernel 'flydsl_hgemm_x'\)"):
@@ -172,8 +206,11 @@ def test_aiter_control_asks_aiter_which_gemm_it_runs():
     with pytest.raises(BackendUnavailable, match="libtype is flydsl"):
         check_pure("gemm_a8w8", None, ["unrelated", line])
     # A fall-back *away* from FlyDSL is not FlyDSL.
-    assert check_pure("gemm_a16w16", {"libtype": "asm"}, ["FlyDSL kernel 'k' from tuned config is not "
-                                                          "recognized by the current catalog; falling back"])
+    assert check_pure(
+        "gemm_a16w16",
+        {"libtype": "asm"},
+        ["FlyDSL kernel 'k' from tuned config is not recognized by the current catalog; falling back"],
+    )
 
 
 def test_aiter_control_first_run_is_checked_against_aiter_log(capsys):
@@ -184,6 +221,7 @@ def test_aiter_control_first_run_is_checked_against_aiter_log(capsys):
             calls.append(says)
             logging.getLogger("aiter").info(says)
             return torch.zeros(1)
+
         return prepared(go)
 
     clean = pure_control(run("shape is M:1, libtype is hipblaslt, kernel name is "), "gemm_a16w16 M=1")
@@ -208,8 +246,9 @@ def test_cpu_clock_and_flush_size():
 
 def _interpret(code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_triton_kernels_under_interpreter_and_no_bisector_import():
@@ -256,21 +295,31 @@ def test_telemetry_reads_vendor_tools(tmp_path, monkeypatch):
 
     monkeypatch.setattr(telemetry, "nvml", lambda: None)  # on a GPU host NVML would answer first
     nv = tmp_path / "nvidia-smi"
-    nv.write_text('#!/bin/sh\ncase "$*" in *throttle*) exit 2;; esac\necho "$@" > ' + str(tmp_path / "args")
-                  + '\necho "1980, 2619, 45, 350.50"\n')
+    nv.write_text(
+        '#!/bin/sh\ncase "$*" in *throttle*) exit 2;; esac\necho "$@" > '
+        + str(tmp_path / "args")
+        + '\necho "1980, 2619, 45, 350.50"\n'
+    )
     nv.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     got = telemetry.read("cuda")
-    assert got == {"tool": "nvidia-smi", "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "temperature_c": 45.0,
-                   "power_w": 350.5}
+    assert got == {
+        "tool": "nvidia-smi",
+        "sm_clock_mhz": 1980.0,
+        "mem_clock_mhz": 2619.0,
+        "temperature_c": 45.0,
+        "power_w": 350.5,
+    }
     assert "-i 5" in (tmp_path / "args").read_text()
     nv.unlink()
     amd = tmp_path / "amd-smi"
-    amd.write_text("#!/bin/sh\necho \"$@\" > " + str(tmp_path / "args") + "\n"
-                   "echo '[{\"gpu\": 0, \"clock\": {\"gfx_0\": {\"clk\": {\"value\": 2100, \"unit\": \"MHz\"}}},"
-                   " \"temperature\": {\"edge\": {\"value\": 51, \"unit\": \"C\"}},"
-                   " \"power\": {\"socket_power\": {\"value\": 900, \"unit\": \"W\"}}}]'\n")
+    amd.write_text(
+        '#!/bin/sh\necho "$@" > ' + str(tmp_path / "args") + "\n"
+        'echo \'[{"gpu": 0, "clock": {"gfx_0": {"clk": {"value": 2100, "unit": "MHz"}}},'
+        ' "temperature": {"edge": {"value": 51, "unit": "C"}},'
+        ' "power": {"socket_power": {"value": 900, "unit": "W"}}}]\'\n'
+    )
     amd.chmod(0o755)
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2")
     got = telemetry.read("rocm")  # no ROCm torch here: amd-smi gets the index from HIP_VISIBLE_DEVICES

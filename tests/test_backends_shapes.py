@@ -74,8 +74,13 @@ def test_triton_kernels_under_interpreter():
         assert not compare(prep.output(prep.run()), suites.get("fa").reference(inputs), 5e-3, 5e-3).ok
         print("OK shuffled")
     """)
-    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "1"},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("OK") == 8
 
@@ -103,8 +108,10 @@ def test_cuda_gemm_control_choices_and_fall_back_on_cpu_tensors():
     got = gemm_control.scaled_mm_call(block)
     assert not isinstance(got, str) and "BlockWise1x128" in got[1]
     prep = gemm_control.cuda(block)
-    assert prep.impl.startswith("dequantized to bf16 (untimed), bf16 matmul: torch.nn.functional.scaled_mm "
-                                "BlockWise1x128 x BlockWise128x128 refused: ")
+    assert prep.impl.startswith(
+        "dequantized to bf16 (untimed), bf16 matmul: torch.nn.functional.scaled_mm "
+        "BlockWise1x128 x BlockWise128x128 refused: "
+    )
     assert compare(prep.run(), ref_of(block), 3e-2, 3e-2).ok
     e5 = scaled({"M": 32, "N": 64, "K": 128, "dtype": "fp8_e5m2", "scaling": "tensor"})
     assert gemm_control.scaled_mm_call(e5) == "cuBLAS has no e5m2 x e5m2 fp8 matmul"
@@ -149,22 +156,30 @@ def test_aiter_scaled_gemm_operands(scaling, fn):
     with pytest.raises(BackendUnavailable, match="e4m3fnuz"):
         aiter_calls.scaled_gemm(inputs, torch.float8_e4m3fnuz)
     with pytest.raises(BackendUnavailable, match="batched or grouped"):
-        aiter_calls.scaled_gemm(scaled({"M": 32, "N": 128, "K": 128, "batch": 2, "dtype": "fp8_e4m3",
-                                        "scaling": scaling}), None)
+        aiter_calls.scaled_gemm(
+            scaled({"M": 32, "N": 128, "K": 128, "batch": 2, "dtype": "fp8_e4m3", "scaling": scaling}), None
+        )
 
 
 def test_mapped_kernel_writing_into_out():
     inputs = attn({"B": 2, "H": 4, "Hkv": 2, "Sq": 1, "varlen": [9, 20], "D": 16, "page_size": 4, "causal": True})
 
     def kernel(q, k_cache, v_cache, block_table, seqused_k, cu_seqlens_q, out=None, causal=False, softmax_scale=None):
-        out.copy_(torch_ref.paged_attention(q, k_cache, v_cache, block_table, seqused_k, cu_seqlens_q, causal,
-                                            softmax_scale))
+        out.copy_(
+            torch_ref.paged_attention(q, k_cache, v_cache, block_table, seqused_k, cu_seqlens_q, causal, softmax_scale)
+        )
 
     from benches.backends.callmap import mapped
 
-    prep = mapped(kernel, "fa", inputs, "bshd", ["q_thd", "k_cache", "v_cache", "block_table", "seqused_k",
-                                                  "cu_seqlens_q"],
-                  {"out": "out", "causal": "causal", "softmax_scale": "sm_scale"}, {})
+    prep = mapped(
+        kernel,
+        "fa",
+        inputs,
+        "bshd",
+        ["q_thd", "k_cache", "v_cache", "block_table", "seqused_k", "cu_seqlens_q"],
+        {"out": "out", "causal": "causal", "softmax_scale": "sm_scale"},
+        {},
+    )
     got = prep.output(prep.run())
     assert got.shape == (2, 4, 1, 16) and compare(got, flash_attention.reference(inputs), 1e-5, 1e-5).ok
     with pytest.raises(ValueError, match="names block_table, which this fa shape does not have"):

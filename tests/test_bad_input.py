@@ -49,8 +49,14 @@ def env(tmp: Path) -> dict[str, str]:
 
 
 def bisector(tmp: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bisector", *args], capture_output=True, text=True,
-                          env=env(tmp), cwd=cwd or tmp, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bisector", *args],
+        capture_output=True,
+        text=True,
+        env=env(tmp),
+        cwd=cwd or tmp,
+        timeout=300,
+    )
 
 
 def one_line_error(out: subprocess.CompletedProcess[str], *names: str, code: int = 2) -> str:
@@ -93,8 +99,9 @@ def test_non_utf8_step_model(tmp_path: Path, upstream) -> None:
     repo, shas = upstream
     model = tmp_path / "model.toml"
     model.write_bytes(b"[shapes]\nfa_s4096 = 480.0 # \xff\n")
-    out = bisector(tmp_path, "simulate", "--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--model",
-                   str(model))
+    out = bisector(
+        tmp_path, "simulate", "--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--model", str(model)
+    )
     assert one_line_error(out, str(model)).endswith("not UTF-8 text (byte 0xff on line 2)")
 
 
@@ -102,8 +109,9 @@ def test_non_utf8_patch_file(tmp_path: Path, upstream) -> None:
     repo, shas = upstream
     cfg = write_config(tmp_path, repo)
     patch = tmp_path / "fix.diff"
-    patch.write_bytes(b"diff --git a/lib.py b/lib.py\n--- a/lib.py\n+++ b/lib.py\n@@ -1 +1 @@\n-value = 3\n"
-                      b"+value = '\xe9'\n")
+    patch.write_bytes(
+        b"diff --git a/lib.py b/lib.py\n--- a/lib.py\n+++ b/lib.py\n@@ -1 +1 @@\n-value = 3\n+value = '\xe9'\n"
+    )
     out = bisector(tmp_path, "build", "--config", str(cfg), "--patch", "fix.diff", "--cache-dir", "builds", shas[0])
     assert one_line_error(out, str(patch)).endswith("not UTF-8 text (byte 0xe9 on line 6)")
     assert not (tmp_path / "builds").exists()  # refused before anything was built
@@ -121,8 +129,9 @@ def test_demo_dir_naming_a_file(tmp_path: Path, where: str) -> None:
 
 @pytest.mark.parametrize("given", ["a,1", "0,0", ","])
 def test_demo_visible_devices_that_are_not_a_list_of_indices(tmp_path: Path, given: str) -> None:
-    line = one_line_error(bisector(tmp_path, "demo", "--device", "cpu", "--dir", "d", "--visible", given),
-                          "--visible", repr(given))
+    line = one_line_error(
+        bisector(tmp_path, "demo", "--device", "cpu", "--dir", "d", "--visible", given), "--visible", repr(given)
+    )
     assert "device indices" in line or "named twice" in line
     assert not (tmp_path / "d").exists()  # refused before the demo repository was written
 
@@ -130,10 +139,20 @@ def test_demo_visible_devices_that_are_not_a_list_of_indices(tmp_path: Path, giv
 def make_store(path: Path) -> None:
     with Store(path) as store:
         store.add_commits("c", [Commit("a" * 40, "2026-08-01", "ann", "s", 1)])
-        store.add_trials("c", [TrialRecord(sha=f"{i:040x}", shape="fa/s128", status=TrialStatus.OK,
-                                           subject_ms=tuple(float(k) for k in range(300)),
-                                           control_ms=tuple(float(k) for k in range(300)), ratio=1.0)
-                               for i in range(200)])
+        store.add_trials(
+            "c",
+            [
+                TrialRecord(
+                    sha=f"{i:040x}",
+                    shape="fa/s128",
+                    status=TrialStatus.OK,
+                    subject_ms=tuple(float(k) for k in range(300)),
+                    control_ms=tuple(float(k) for k in range(300)),
+                    ratio=1.0,
+                )
+                for i in range(200)
+            ],
+        )
     with sqlite3.connect(path) as conn:  # everything in the main file, as after a clean close
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
@@ -157,14 +176,18 @@ def damaged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-READERS = [("store", "info", "--store"), ("store", "export", "--store"), ("plan", "--repo", "{repo}", "--good",
-           "{good}", "--bad", "{bad}", "--from-store")]
+READERS = [
+    ("store", "info", "--store"),
+    ("store", "export", "--store"),
+    ("plan", "--repo", "{repo}", "--good", "{good}", "--bad", "{bad}", "--from-store"),
+]
 
 
 @pytest.mark.parametrize("kind", ["truncated", "header", "text"])
 @pytest.mark.parametrize("reader", READERS, ids=["info", "export", "plan"])
-def test_damaged_store_given_to_a_reading_command(tmp_path: Path, upstream, damaged, kind: str,
-                                                  reader: tuple[str, ...]) -> None:
+def test_damaged_store_given_to_a_reading_command(
+    tmp_path: Path, upstream, damaged, kind: str, reader: tuple[str, ...]
+) -> None:
     repo, shas = upstream
     path = damaged[kind]
     before = digest(path)
@@ -179,8 +202,20 @@ def test_damaged_store_given_to_run(tmp_path: Path, upstream, damaged) -> None:
     cfg = write_config(tmp_path, repo)
     path = damaged["truncated"]
     before = digest(path)
-    out = bisector(tmp_path, "run", "--config", str(cfg), "--good", shas[0], "--bad", shas[-1], "--store", str(path),
-                   "--work-dir", "work")
+    out = bisector(
+        tmp_path,
+        "run",
+        "--config",
+        str(cfg),
+        "--good",
+        shas[0],
+        "--bad",
+        shas[-1],
+        "--store",
+        str(path),
+        "--work-dir",
+        "work",
+    )
     one_line_error(out, str(path))
     assert digest(path) == before
 
@@ -213,8 +248,20 @@ def test_foreign_sqlite_file_given_to_run_is_refused_too(tmp_path: Path, upstrea
     cfg = write_config(tmp_path, repo)
     path = tmp_path / "app.db"
     before = foreign_db(path)
-    out = bisector(tmp_path, "run", "--config", str(cfg), "--good", shas[0], "--bad", shas[-1], "--store", "app.db",
-                   "--work-dir", "work")
+    out = bisector(
+        tmp_path,
+        "run",
+        "--config",
+        str(cfg),
+        "--good",
+        shas[0],
+        "--bad",
+        shas[-1],
+        "--store",
+        "app.db",
+        "--work-dir",
+        "work",
+    )
     assert "not a bisector store" in one_line_error(out, str(path))
     assert digest(path) == before
 
@@ -249,8 +296,20 @@ def test_file_url_that_is_not_a_repository(tmp_path: Path, url: str) -> None:
 def test_file_url_as_upstream_repo_names_the_config_key(tmp_path: Path) -> None:
     url = "file:///nonexistent/bisector-upstream"
     cfg = write_config(tmp_path, url)
-    out = bisector(tmp_path, "run", "--config", str(cfg), "--good", "v1", "--bad", "v2", "--store", "s.sqlite",
-                   "--work-dir", "work")
+    out = bisector(
+        tmp_path,
+        "run",
+        "--config",
+        str(cfg),
+        "--good",
+        "v1",
+        "--bad",
+        "v2",
+        "--store",
+        "s.sqlite",
+        "--work-dir",
+        "work",
+    )
     line = one_line_error(out, str(cfg), "upstream.repo", url)
     assert "no such repository" in line
     assert not (tmp_path / "s.sqlite").exists()
@@ -258,10 +317,13 @@ def test_file_url_as_upstream_repo_names_the_config_key(tmp_path: Path) -> None:
 
 def test_unexpected_exception_is_one_line_and_its_traceback_goes_to_a_log(tmp_path: Path) -> None:
     """A bug is still one line; the traceback is kept in the crash log for a maintainer."""
-    code = ("import click\nfrom bisector.commands.common import fail_on_error\n"
-            "@click.command()\n@fail_on_error\ndef boom():\n    {}['missing-key']\nboom()\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(tmp_path),
-                         cwd=tmp_path, timeout=60)
+    code = (
+        "import click\nfrom bisector.commands.common import fail_on_error\n"
+        "@click.command()\n@fail_on_error\ndef boom():\n    {}['missing-key']\nboom()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env(tmp_path), cwd=tmp_path, timeout=60
+    )
     log = tmp_path / "cache" / "bisector" / "bisector.log"
     line = one_line_error(out, "KeyError", str(log), code=1)
     assert line.startswith("error: unexpected KeyError: 'missing-key'")
@@ -310,9 +372,19 @@ def test_reading_commands_never_upgrade_a_file(tmp_path: Path, args: tuple[str, 
 def test_reading_a_wal_store_creates_no_file_beside_it(tmp_path: Path, args: tuple[str, ...]) -> None:
     path = tmp_path / "r.sqlite"
     # a real store, in WAL mode, made by a process that has ended: no -wal or -shm left beside it
-    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                    "from tests.test_bad_input import make_store; make_store(Path(sys.argv[1]))", str(path)],
-                   env=env(tmp_path), cwd=ROOT, check=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from tests.test_bad_input import make_store; make_store(Path(sys.argv[1]))",
+            str(path),
+        ],
+        env=env(tmp_path),
+        cwd=ROOT,
+        check=True,
+        timeout=300,
+    )
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("r.sqlite")) == ["r.sqlite"]
     before = digest(path)
     out = bisector(tmp_path, *args, "--store", "r.sqlite")
@@ -324,8 +396,22 @@ def test_reading_a_wal_store_creates_no_file_beside_it(tmp_path: Path, args: tup
 def test_an_unknown_ref_creates_nothing(tmp_path: Path, upstream) -> None:
     repo, shas = upstream
     cfg = write_config(tmp_path, repo)
-    out = bisector(tmp_path, "run", "--config", str(cfg), "--good", "nosuchref", "--bad", shas[-1], "--store",
-                   "s.sqlite", "--work-dir", "work", "--report-dir", "report")
+    out = bisector(
+        tmp_path,
+        "run",
+        "--config",
+        str(cfg),
+        "--good",
+        "nosuchref",
+        "--bad",
+        shas[-1],
+        "--store",
+        "s.sqlite",
+        "--work-dir",
+        "work",
+        "--report-dir",
+        "report",
+    )
     assert "nosuchref" in one_line_error(out, "nosuchref")
     made = sorted(p.name for p in tmp_path.iterdir() if p.name != "c.toml")
     assert made == [], f"a run refused for a bad ref left {made}"  # no store, work dir, report or last-store

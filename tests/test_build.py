@@ -68,8 +68,12 @@ def read_value(source_dir: str) -> str:
 
 def snapshot(repo: Path) -> tuple[str, str, str, str]:
     index = hashlib.sha256((repo / ".git" / "index").read_bytes()).hexdigest()
-    return (run_git(repo, "rev-parse", "HEAD"), index, run_git(repo, "status", "--porcelain", "--ignored"),
-            (repo / "fixturepkg" / "__init__.py").read_text())
+    return (
+        run_git(repo, "rev-parse", "HEAD"),
+        index,
+        run_git(repo, "status", "--porcelain", "--ignored"),
+        (repo / "fixturepkg" / "__init__.py").read_text(),
+    )
 
 
 def test_none_recipe_builds_worktree_and_cache_hit_is_instant(upstream, tmp_path):
@@ -78,8 +82,9 @@ def test_none_recipe_builds_worktree_and_cache_hit_is_instant(upstream, tmp_path
     first = builder.build(shas[1])
     assert first.status is BuildStatus.OK and not first.cache_hit
     assert read_value(first.source_dir) == "VALUE = 1\n"
-    again = Builder(git.Repo(repo), Upstream(repo=str(repo)), Build(recipe="none", import_check="fixturepkg"),
-                    tmp_path / "cache").build(shas[1][:8])  # a new process would see the same entry
+    again = Builder(
+        git.Repo(repo), Upstream(repo=str(repo)), Build(recipe="none", import_check="fixturepkg"), tmp_path / "cache"
+    ).build(shas[1][:8])  # a new process would see the same entry
     assert again.cache_hit and again.status is BuildStatus.OK
     assert again.source_dir == first.source_dir
     # no worktree, no import check: a fraction of the first build's time (relative, so a busy machine
@@ -108,8 +113,10 @@ def test_unknown_commit_is_bad_input(upstream, tmp_path):
 
 def test_failing_build_is_failed_with_log_tail(upstream, tmp_path):
     repo, shas = upstream
-    step = BuildStep(run="if grep -q 'VALUE = ($' fixturepkg/__init__.py; then echo 'error: cannot compile' >&2;"
-                         " exit 3; fi; echo compiled")
+    step = BuildStep(
+        run="if grep -q 'VALUE = ($' fixturepkg/__init__.py; then echo 'error: cannot compile' >&2;"
+        " exit 3; fi; echo compiled"
+    )
     builder = make_builder(repo, tmp_path, recipe="command", steps=(step,))
     bad = builder.build(shas[3])
     assert bad.status is BuildStatus.FAILED and not bad.cache_hit
@@ -146,18 +153,24 @@ repo, cache, sha = sys.argv[1:]
 step = BuildStep(run=STEP)
 Builder(git.Repo(repo), Upstream(repo=repo), Build(recipe="command", steps=(step,)), Path(cache)).build(sha)
 """
-SLOW_STEP = ('echo half > half-built.txt; if [ -n "$SLOW_BUILD" ]; then echo $$ > "$BISECTOR_PREFIX/../step.pid";'
-             ' exec sleep 60; fi; echo done > built.txt')
+SLOW_STEP = (
+    'echo half > half-built.txt; if [ -n "$SLOW_BUILD" ]; then echo $$ > "$BISECTOR_PREFIX/../step.pid";'
+    " exec sleep 60; fi; echo done > built.txt"
+)
 
 
 def test_build_killed_midway_leaves_no_usable_entry(upstream, tmp_path):
     repo, shas = upstream
     cache = tmp_path / "cache"
     script = KILL_SCRIPT.replace("STEP", repr(SLOW_STEP))
-    proc = subprocess.Popen([sys.executable, "-c", script, str(repo), str(cache), shas[1]],
-                            env={**os.environ, "SLOW_BUILD": "1"}, cwd=Path(__file__).parent.parent)
-    builder = Builder(git.Repo(repo), Upstream(repo=str(repo)),
-                      Build(recipe="command", steps=(BuildStep(run=SLOW_STEP),)), cache)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(repo), str(cache), shas[1]],
+        env={**os.environ, "SLOW_BUILD": "1"},
+        cwd=Path(__file__).parent.parent,
+    )
+    builder = Builder(
+        git.Repo(repo), Upstream(repo=str(repo)), Build(recipe="command", steps=(BuildStep(run=SLOW_STEP),)), cache
+    )
     slot = builder.cache.slot("entries", builder.entry_key(shas[1]))
     pid_file = slot.path / "step.pid"
     deadline = time.monotonic() + 20
@@ -213,15 +226,20 @@ def test_patch_that_does_not_apply_names_the_file(upstream, tmp_path):
 
 def test_pip_recipe_installs_into_per_commit_prefix(upstream, tmp_path):
     repo, shas = upstream
-    builder = make_builder(repo, tmp_path, recipe="pip", pip_args=("--no-deps", "--no-build-isolation"),
-                           import_check="fixturepkg")
+    builder = make_builder(
+        repo, tmp_path, recipe="pip", pip_args=("--no-deps", "--no-build-isolation"), import_check="fixturepkg"
+    )
     result = builder.build(shas[4])
     assert result.status is BuildStatus.OK, result.log_tail
     assert result.prefix == result.source_dir and Path(result.prefix, "fixturepkg", "__init__.py").exists()
     assert not (Path(result.prefix).parent / "tree").exists()  # the worktree went after the install
-    out = subprocess.run([sys.executable, "-c", "import fixturepkg, torch; print(fixturepkg.VALUE)"],
-                         env={**os.environ, "PYTHONPATH": result.prefix}, capture_output=True, text=True,
-                         cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", "import fixturepkg, torch; print(fixturepkg.VALUE)"],
+        env={**os.environ, "PYTHONPATH": result.prefix},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert out.stdout.strip() == "4", out.stderr  # and the host's torch is still importable
     assert builder.build(shas[4]).cache_hit
 
@@ -230,8 +248,9 @@ def test_shared_step_is_built_once_per_pin(upstream, tmp_path, monkeypatch):
     repo, shas = upstream
     monkeypatch.setenv("BISECTOR_SANDBOX_WRITABLE", str(tmp_path))  # the counter lies outside the build
     counter = tmp_path / "llvm-builds.txt"
-    llvm = BuildStep(run=f'cat pin.txt >> {counter}; cp pin.txt "$LLVM_DIR/llvm.txt"', key_files=("pin.txt",),
-                     shared_dir="LLVM_DIR")
+    llvm = BuildStep(
+        run=f'cat pin.txt >> {counter}; cp pin.txt "$LLVM_DIR/llvm.txt"', key_files=("pin.txt",), shared_dir="LLVM_DIR"
+    )
     uses = BuildStep(run='cp "$LLVM_DIR/llvm.txt" linked-llvm.txt')
     builder = make_builder(repo, tmp_path, recipe="command", steps=(llvm, uses))
     results = [builder.build(sha) for sha in (shas[0], shas[1], shas[2], shas[4])]
@@ -248,8 +267,11 @@ def test_shared_step_follows_a_pin_that_moves_to_another_file(tmp_path, monkeypa
     eras = pin_history(repo)
     monkeypatch.setenv("BISECTOR_SANDBOX_WRITABLE", str(tmp_path))  # the counter lies outside the build
     counter = tmp_path / "llvm-builds.txt"
-    llvm = BuildStep(run=f'echo "$BISECTOR_SHA" >> {counter}; cp thirdparty/llvm-* "$LLVM_DIR"/',
-                     key_files=("scripts/build_llvm.sh", "thirdparty/llvm-*"), shared_dir="LLVM_DIR")
+    llvm = BuildStep(
+        run=f'echo "$BISECTOR_SHA" >> {counter}; cp thirdparty/llvm-* "$LLVM_DIR"/',
+        key_files=("scripts/build_llvm.sh", "thirdparty/llvm-*"),
+        shared_dir="LLVM_DIR",
+    )
     uses = BuildStep(run='ls "$LLVM_DIR" > linked.txt')
     builder = make_builder(repo, tmp_path, recipe="command", steps=(llvm, uses))
     shas = eras["txt"] + eras["json"] + eras["patch"]
@@ -257,8 +279,12 @@ def test_shared_step_follows_a_pin_that_moves_to_another_file(tmp_path, monkeypa
     assert all(r.status is BuildStatus.OK for r in results), [r.log_tail for r in results]
     assert counter.read_text().split() == [eras["txt"][0], eras["json"][0], eras["patch"][0]]
     linked = [(Path(r.source_dir) / "linked.txt").read_text().split() for r in results]
-    assert linked == [["llvm-hash.txt"]] * 3 + [["llvm-build-info.json"]] * 2 + \
-        [["llvm-build-info.json", "llvm-rocdl-lld-argv0.patch"]] * 3
+    assert (
+        linked
+        == [["llvm-hash.txt"]] * 3
+        + [["llvm-build-info.json"]] * 2
+        + [["llvm-build-info.json", "llvm-rocdl-lld-argv0.patch"]] * 3
+    )
     run_git(repo, "rm", "-q", "thirdparty/llvm-build-info.json", "thirdparty/llvm-rocdl-lld-argv0.patch")
     run_git(repo, "commit", "-q", "-m", "drop the pin")
     gone = builder.build(run_git(repo, "rev-parse", "HEAD"))
@@ -390,8 +416,9 @@ def test_cli_patch_file_with_crlf_lines_applies(upstream, tmp_path):
     run_git(repo, "commit", "-q", "-m", "crlf file")
     head = run_git(repo, "rev-parse", "HEAD")
     patch = tmp_path / "fix.diff"
-    patch.write_bytes(b"diff --git a/win.py b/win.py\n--- a/win.py\n+++ b/win.py\n@@ -1,2 +1,2 @@\n"
-                      b" A = 1\r\n-B = 2\r\n+B = 3\r\n")
+    patch.write_bytes(
+        b"diff --git a/win.py b/win.py\n--- a/win.py\n+++ b/win.py\n@@ -1,2 +1,2 @@\n A = 1\r\n-B = 2\r\n+B = 3\r\n"
+    )
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(CONFIG.format(repo=repo, cache=tmp_path / "cache"))
     out = CliRunner().invoke(build_command, ["--config", str(cfg), "--patch", str(patch), "--json", head])

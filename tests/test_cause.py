@@ -14,22 +14,28 @@ from bisector.why.kernel_diff.diff import StepKernels, diff_kernels
 from tests.test_kernel_pairing import _gemm_dir, _variant
 from tests.test_kernels import FIXTURES, INDEX
 
-NOT_SPECIALIZED = '''-@triton.jit(do_not_specialize=["M"])
+NOT_SPECIALIZED = """-@triton.jit(do_not_specialize=["M"])
 +@triton.jit(do_not_specialize=["M", "stride_am"])
-'''
+"""
 
 
 def step(pr: str) -> StepKernels:
     st = INDEX[pr]
-    return StepKernels(st["culprit"], st["parent"], diff_kernels(artifacts.find_kernels(FIXTURES / st["parent"][:12]),
-                                                                 artifacts.find_kernels(FIXTURES / st["culprit"][:12])))
+    return StepKernels(
+        st["culprit"],
+        st["parent"],
+        diff_kernels(
+            artifacts.find_kernels(FIXTURES / st["parent"][:12]), artifacts.find_kernels(FIXTURES / st["culprit"][:12])
+        ),
+    )
 
 
 def edited(tmp_path: Path, parent: str, culprit: str, drop_div: str = "") -> StepKernels:
     _variant(_gemm_dir(parent), tmp_path / "a" / "H1")
     _variant(_gemm_dir(culprit), tmp_path / "b" / "H2", drop_div=drop_div)
-    return StepKernels(culprit, parent, diff_kernels(artifacts.find_kernels(tmp_path / "a"),
-                                                     artifacts.find_kernels(tmp_path / "b")))
+    return StepKernels(
+        culprit, parent, diff_kernels(artifacts.find_kernels(tmp_path / "a"), artifacts.find_kernels(tmp_path / "b"))
+    )
 
 
 def test_a_launch_option_leads_with_what_it_moved() -> None:
@@ -50,8 +56,10 @@ def test_unclear_rather_than_a_guess() -> None:
     c = cause_of(step("115"))
     assert c.kind == "unclear" and c.sentence.startswith("unclear: `_fwd_kernel` compiled differently")
     assert cause_of(None).sentence.startswith("unclear: no compiled kernel changed")
-    assert cause_of(StepKernels("a", "b", note="no JIT artifacts were kept")).sentence == \
-        "unclear: no JIT artifacts were kept."
+    assert (
+        cause_of(StepKernels("a", "b", note="no JIT artifacts were kept")).sentence
+        == "unclear: no JIT artifacts were kept."
+    )
     # a constant the hunks change is said, with what did (not) move
     c = cause_of(step("131"), "-    GROUP_M=8,\n+    GROUP_M=1,\n")
     assert c.kind == "constexpr"
@@ -100,12 +108,30 @@ def test_the_report_opens_each_steps_why_with_its_cause_and_the_rest_of_the_comm
     )
     causes = for_steps((sk,), (finding,), lambda sha: "")
     c = Commit(sk.step_commit, "2026-07-02", "b", "GEMM: num_stages 3 -> 2", 145)
-    data = ReportData(title="t", config_name="c", upstream="u", branch="main", good=c, bad=c, device="cuda",
-                      control="torch", machine={}, protocol={}, shapes=(), range_commits=(c,), rows=(), steps=(),
-                      hunks=(finding,), kernels=(sk,), causes=causes)
+    data = ReportData(
+        title="t",
+        config_name="c",
+        upstream="u",
+        branch="main",
+        good=c,
+        bad=c,
+        device="cuda",
+        control="torch",
+        machine={},
+        protocol={},
+        shapes=(),
+        range_commits=(c,),
+        rows=(),
+        steps=(),
+        hunks=(finding,),
+        kernels=(sk,),
+        causes=causes,
+    )
     text = markdown.render(data).split("## The cause of each step, in one line", 1)[1]
     assert "num_stages 3 -> 2: cp.async 36 -> 24, shared memory 147456 -> 98304 B, registers 220 -> 208." in text
     assert "carried by: `lib/kernel.py @@ -5,10 +5,11 @@ lines +11`" in text
-    assert ("the rest: threading: 11 hunks, applied as base; not loaded by any trial: tests/test_x.py, "
-            "benchmark/bench_y.py (3 hunks set aside)") in text
+    assert (
+        "the rest: threading: 11 hunks, applied as base; not loaded by any trial: tests/test_x.py, "
+        "benchmark/bench_y.py (3 hunks set aside)"
+    ) in text
     assert finding.summary.endswith("; not loaded by any trial: tests/test_x.py, benchmark/bench_y.py")

@@ -23,11 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def bisector(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp / "cache"), "PYTHONPATH": str(ROOT),
-           "BISECTOR_LOCK_DIR": str(tmp / "locks")}
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+        "PYTHONPATH": str(ROOT),
+        "BISECTOR_LOCK_DIR": str(tmp / "locks"),
+    }
     env.pop("BISECTOR_STORE", None)
-    return subprocess.run([sys.executable, "-m", "bisector", *args], capture_output=True, text=True, env=env,
-                          cwd=tmp / "here", timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bisector", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp / "here",
+        timeout=300,
+    )
 
 
 @pytest.fixture()
@@ -48,10 +58,12 @@ def last_store(tmp: Path) -> str:
 
 @pytest.mark.parametrize("name", ["cpu-demo.toml", "h200-demo.toml"])
 def test_a_demo_config_says_how_to_point_it_at_a_repo(tmp: Path, name: str) -> None:
-    for args in (("check-config", str(ROOT / "configs" / name)),
-                 ("run", "--config", str(ROOT / "configs" / name), "--good", "v1", "--bad", "main"),
-                 ("build", "--config", str(ROOT / "configs" / name), "main"),
-                 ("nightly", "--config", str(ROOT / "configs" / name), "--plan-out", "plan.json")):
+    for args in (
+        ("check-config", str(ROOT / "configs" / name)),
+        ("run", "--config", str(ROOT / "configs" / name), "--good", "v1", "--bad", "main"),
+        ("build", "--config", str(ROOT / "configs" / name), "main"),
+        ("nightly", "--config", str(ROOT / "configs" / name), "--plan-out", "plan.json"),
+    ):
         out = bisector(tmp, *args)
         assert out.returncode == 2, out.stderr
         line = out.stderr.strip()
@@ -76,8 +88,22 @@ def test_a_typo_in_run_shapes_writes_nothing(tmp: Path) -> None:
     git(repo, "init", "-q", "-b", "main")
     shas = [commit_file(repo, "lib/gemm.py", f"V = {k}\n", f"v{k} (#{k})", k) for k in (1, 2)]
     (tmp / "cfg.toml").write_text(CONFIG.format(repo=repo, source_dir="."))
-    out = bisector(tmp, "run", "--config", "../cfg.toml", "--good", shas[0], "--bad", shas[1], "--work-dir", "work",
-                   "--store", "s.sqlite", "--shapes", "gemm/m65")
+    out = bisector(
+        tmp,
+        "run",
+        "--config",
+        "../cfg.toml",
+        "--good",
+        shas[0],
+        "--bad",
+        shas[1],
+        "--work-dir",
+        "work",
+        "--store",
+        "s.sqlite",
+        "--shapes",
+        "gemm/m65",
+    )
     assert out.returncode == 2 and "--shapes: no shape or suite named gemm/m65" in out.stderr
     assert sorted(p.name for p in (tmp / "here").iterdir()) == []
     assert last_store(tmp) == str(tmp / "kept.sqlite")
@@ -89,8 +115,10 @@ def test_a_reversed_range_asks_whether_good_and_bad_were_swapped(tmp: Path) -> N
     git(repo, "init", "-q", "-b", "main")
     shas = [commit_file(repo, "lib/gemm.py", f"V = {k}\n", f"v{k} (#{k})", k) for k in (1, 2, 3)]
     (tmp / "cfg.toml").write_text(CONFIG.format(repo=repo, source_dir="."))
-    for args in (("range", shas[2], shas[0], "--repo", str(repo)),
-                 ("run", "--config", "../cfg.toml", "--good", shas[2], "--bad", shas[0], "--work-dir", "work")):
+    for args in (
+        ("range", shas[2], shas[0], "--repo", str(repo)),
+        ("run", "--config", "../cfg.toml", "--good", shas[2], "--bad", shas[0], "--work-dir", "work"),
+    ):
         out = bisector(tmp, *args)
         assert out.returncode == 2, out.stderr
         assert out.stderr.strip().endswith("did you swap --good and --bad?"), out.stderr
@@ -105,8 +133,10 @@ def test_a_reversed_range_asks_whether_good_and_bad_were_swapped(tmp: Path) -> N
 def test_an_upstream_that_is_no_repository_is_refused_before_anything_starts(tmp: Path) -> None:
     (tmp / "plain").mkdir()
     (tmp / "cfg.toml").write_text(CONFIG.format(repo=tmp / "plain", source_dir="."))
-    for args in (("check-config", "../cfg.toml"),
-                 ("run", "--config", "../cfg.toml", "--good", "v1", "--bad", "main", "--work-dir", "work")):
+    for args in (
+        ("check-config", "../cfg.toml"),
+        ("run", "--config", "../cfg.toml", "--good", "v1", "--bad", "main", "--work-dir", "work"),
+    ):
         out = bisector(tmp, *args)
         assert out.returncode == 2, out.stderr
         assert "upstream.repo" in out.stderr and "not a git repository" in out.stderr

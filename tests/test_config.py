@@ -40,8 +40,10 @@ def test_graph_heater_is_set_per_suite_or_shape_and_reaches_the_trial_spec(tmp_p
     from bisector.model import BuildResult, BuildStatus
     from bisector.runner.spec import build_spec
 
-    text = GOOD.replace("[control]", "[protocol]\ngraph_reads = { default = 2, fa = 1 }\n"
-                                     "graph_heat_ms = { default = 0, fa = 150 }\n[control]")
+    text = GOOD.replace(
+        "[control]",
+        "[protocol]\ngraph_reads = { default = 2, fa = 1 }\ngraph_heat_ms = { default = 0, fa = 150 }\n[control]",
+    )
     cfg = config.load(write(tmp_path, text))
     assert (cfg.protocol.graph_heat_ms, dict(cfg.protocol.graph_heat_ms_by)) == (0.0, {"fa": 150.0})
     spec = build_spec(cfg, BuildResult(sha="d" * 40, status=BuildStatus.OK, source_dir=str(tmp_path)), "fa", seed=1)
@@ -96,25 +98,40 @@ def test_minimal_config_defaults(tmp_path):
         cfg.name = "other"  # frozen
 
 
-@pytest.mark.parametrize("edit,key,problem", [
-    (("[upstream]\nrepo = \"/tmp/x\"", "[upstream]\nrepo = 3"), "upstream.repo", "must be str"),
-    (("kind = \"cpu\"", "kind = \"tpu\""), "device.kind", "must be one of"),
-    (("S = 128", "S = -4"), "suites.fa.shapes[0].S", "must be > 0"),
-    (("adapter = \"torch\"", "adapter = \"torch\"\ncolour = 1"), "subject.fa.colour", "unknown key"),
-    (("entry = \"lib.fa:flash_attn\"", "entry = \"lib.fa.flash_attn\""), "subject.fa.entry", "module:function"),
-    (("[control]\nbackend = \"torch\"", ""), "control", "missing table"),
-    (("dtype = \"fp32\"", "dtype = \"fp64\""), "suites.fa.shapes[0].dtype", "must be one of"),
-    (("[control]", "[build]\nmax_hunk_builds = 0\n[control]"), "build.max_hunk_builds", "must be > 0"),
-    (("[control]", "[protocol]\ngraph_reads = 3\n[control]"), "protocol.graph_reads", "must be 1 or 2"),
-    (("[control]", "[protocol]\ngraph_reads = { default = 1, attn = 2 }\n[control]"), "protocol.graph_reads.attn",
-     "unknown suite or shape"),
-    (("[control]", "[protocol]\ngraph_heat_ms = { default = 0, fa = -5 }\n[control]"), "protocol.graph_heat_ms.fa",
-     "must be a number >= 0"),
-    (("[control]", "[protocol]\ngraph_reads = { default = 1, fa = 2 }\ngraph_heat_ms = 100\n[control]"),
-     "protocol.graph_heat_ms", "a heater needs graph_reads = 1, and fa reads 2 replays"),
-    (("[control]", "[protocol]\nsettle_ms = { default = 0, fa = -1 }\n[control]"), "protocol.settle_ms.fa",
-     "must be a number >= 0"),
-])
+@pytest.mark.parametrize(
+    "edit,key,problem",
+    [
+        (('[upstream]\nrepo = "/tmp/x"', "[upstream]\nrepo = 3"), "upstream.repo", "must be str"),
+        (('kind = "cpu"', 'kind = "tpu"'), "device.kind", "must be one of"),
+        (("S = 128", "S = -4"), "suites.fa.shapes[0].S", "must be > 0"),
+        (('adapter = "torch"', 'adapter = "torch"\ncolour = 1'), "subject.fa.colour", "unknown key"),
+        (('entry = "lib.fa:flash_attn"', 'entry = "lib.fa.flash_attn"'), "subject.fa.entry", "module:function"),
+        (('[control]\nbackend = "torch"', ""), "control", "missing table"),
+        (('dtype = "fp32"', 'dtype = "fp64"'), "suites.fa.shapes[0].dtype", "must be one of"),
+        (("[control]", "[build]\nmax_hunk_builds = 0\n[control]"), "build.max_hunk_builds", "must be > 0"),
+        (("[control]", "[protocol]\ngraph_reads = 3\n[control]"), "protocol.graph_reads", "must be 1 or 2"),
+        (
+            ("[control]", "[protocol]\ngraph_reads = { default = 1, attn = 2 }\n[control]"),
+            "protocol.graph_reads.attn",
+            "unknown suite or shape",
+        ),
+        (
+            ("[control]", "[protocol]\ngraph_heat_ms = { default = 0, fa = -5 }\n[control]"),
+            "protocol.graph_heat_ms.fa",
+            "must be a number >= 0",
+        ),
+        (
+            ("[control]", "[protocol]\ngraph_reads = { default = 1, fa = 2 }\ngraph_heat_ms = 100\n[control]"),
+            "protocol.graph_heat_ms",
+            "a heater needs graph_reads = 1, and fa reads 2 replays",
+        ),
+        (
+            ("[control]", "[protocol]\nsettle_ms = { default = 0, fa = -1 }\n[control]"),
+            "protocol.settle_ms.fa",
+            "must be a number >= 0",
+        ),
+    ],
+)
 def test_bad_values_name_file_and_key(tmp_path, edit, key, problem):
     path = write(tmp_path, GOOD.replace(*edit))
     with pytest.raises(ConfigError) as info:
@@ -144,13 +161,17 @@ tile = [128, 128, 128]
 
 
 def test_flydsl_gemm_options_are_checked_by_name(tmp_path):
-    assert dict(config.load(write(tmp_path, FLYDSL_GEMM)).subjects["gemm"].options) == {"waves_per_eu": 2,
-                                                                                          "xcd_swizzle": 4}
+    assert dict(config.load(write(tmp_path, FLYDSL_GEMM)).subjects["gemm"].options) == {
+        "waves_per_eu": 2,
+        "xcd_swizzle": 4,
+    }
     path = write(tmp_path, FLYDSL_GEMM.replace("waves_per_eu = 2", "preshuffle_b = true"))
     with pytest.raises(ConfigError) as info:
         config.load(path)
-    assert str(info.value) == (f"{path}: subject.gemm.options.preshuffle_b: not an option of the flydsl gemm adapter "
-                               "(known: enable_scheduler, lds_stage, tile, use_async_copy, waves_per_eu, xcd_swizzle)")
+    assert str(info.value) == (
+        f"{path}: subject.gemm.options.preshuffle_b: not an option of the flydsl gemm adapter "
+        "(known: enable_scheduler, lds_stage, tile, use_async_copy, waves_per_eu, xcd_swizzle)"
+    )
     out = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(path)], capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "options.preshuffle_b" in out.stderr
     # An adapter that takes free-form options (torch, callable, triton) is not checked.
@@ -160,16 +181,22 @@ def test_flydsl_gemm_options_are_checked_by_name(tmp_path):
 STEP = '[[build.steps]]\nrun = "true"\n'
 
 
-@pytest.mark.parametrize("steps,key,problem", [
-    (STEP + 'key_files = ["pins/*/llvm.txt"]', "build.steps[0].key_files[0]", "only in the file name"),
-    (STEP + 'key_files = ["ok.txt", "../up.txt"]', "build.steps[0].key_files[1]", "relative path"),
-    (STEP + 'shared_dir = "LLVM_DIR"', "build.steps[0].shared_dir", "only a step with key_files"),
-    (STEP + 'key_files = ["a"]\nshared_dir = "LLVM DIR"', "build.steps[0].shared_dir", "environment variable"),
-    # Two keyed steps on one variable: the second would point it at its own, empty dir (the old
-    # FlyDSL config's MLIR_PATH); the default name counts as well.
-    (STEP + 'key_files = ["a"]\n' + STEP + 'key_files = ["b"]', "build.steps[1].shared_dir",
-     "BISECTOR_SHARED_DIR is already the shared dir of build.steps[0]"),
-])
+@pytest.mark.parametrize(
+    "steps,key,problem",
+    [
+        (STEP + 'key_files = ["pins/*/llvm.txt"]', "build.steps[0].key_files[0]", "only in the file name"),
+        (STEP + 'key_files = ["ok.txt", "../up.txt"]', "build.steps[0].key_files[1]", "relative path"),
+        (STEP + 'shared_dir = "LLVM_DIR"', "build.steps[0].shared_dir", "only a step with key_files"),
+        (STEP + 'key_files = ["a"]\nshared_dir = "LLVM DIR"', "build.steps[0].shared_dir", "environment variable"),
+        # Two keyed steps on one variable: the second would point it at its own, empty dir (the old
+        # FlyDSL config's MLIR_PATH); the default name counts as well.
+        (
+            STEP + 'key_files = ["a"]\n' + STEP + 'key_files = ["b"]',
+            "build.steps[1].shared_dir",
+            "BISECTOR_SHARED_DIR is already the shared dir of build.steps[0]",
+        ),
+    ],
+)
 def test_build_step_keys_are_checked(tmp_path, steps, key, problem):
     path = write(tmp_path, GOOD.replace("[control]", f'[build]\nrecipe = "command"\n{steps}\n[control]', 1))
     with pytest.raises(ConfigError) as info:
@@ -185,13 +212,15 @@ def test_missing_and_unparsable_files(tmp_path):
 
 
 def test_cli_bad_config_exit_2_one_line(tmp_path):
-    path = write(tmp_path, GOOD.replace("S = 128", "S = \"big\""))
-    out = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(path)],
-                         capture_output=True, text=True)
+    path = write(tmp_path, GOOD.replace("S = 128", 'S = "big"'))
+    out = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(path)], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip() == f"error: {path}: suites.fa.shapes[0].S: must be int, got 'big'"
-    ok = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(ROOT / "configs" / "h200-triton.toml")],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "bisector", "check-config", str(ROOT / "configs" / "h200-triton.toml")],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0 and "gemm/m54560" in ok.stdout
 
 
@@ -254,12 +283,15 @@ def test_min_step_per_suite_and_shape(tmp_path):
     assert config.load(write(tmp_path, GOOD + "[thresholds]\nmin_step_pct = 2\n")).thresholds.min_step("fa/s128") == 2.0
 
 
-@pytest.mark.parametrize("value, where, says", [
-    ('{ "fa/s999" = 5.0 }', "thresholds.min_step_pct.fa/s999", "unknown suite or shape"),
-    ('{ default = 0 }', "thresholds.min_step_pct.default", "> 0"),
-    ('{ fa = "big" }', "thresholds.min_step_pct.fa", "> 0"),
-    ('-1.0', "thresholds.min_step_pct", "> 0"),
-])
+@pytest.mark.parametrize(
+    "value, where, says",
+    [
+        ('{ "fa/s999" = 5.0 }', "thresholds.min_step_pct.fa/s999", "unknown suite or shape"),
+        ("{ default = 0 }", "thresholds.min_step_pct.default", "> 0"),
+        ('{ fa = "big" }', "thresholds.min_step_pct.fa", "> 0"),
+        ("-1.0", "thresholds.min_step_pct", "> 0"),
+    ],
+)
 def test_bad_min_step_names_its_key(tmp_path, value, where, says):
     with pytest.raises(ConfigError) as err:
         config.load(write(tmp_path, GOOD + f"[thresholds]\nmin_step_pct = {value}\n"))
@@ -274,4 +306,4 @@ def test_the_search_measures_every_shape_when_the_config_says_so(tmp_path, key):
     cfg = config.load(write(tmp_path, GOOD.replace("[control]", f"[protocol]\n{key} = false\n[control]")))
     assert getattr(cfg.protocol, key) is False and getattr(search_settings(cfg), key) is False
     with pytest.raises(ConfigError, match=key):
-        config.load(write(tmp_path, GOOD.replace("[control]", f"[protocol]\n{key} = \"no\"\n[control]")))
+        config.load(write(tmp_path, GOOD.replace("[control]", f'[protocol]\n{key} = "no"\n[control]')))

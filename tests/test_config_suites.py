@@ -25,7 +25,9 @@ kind = "cpu"
 [control]
 backend = "torch"
 """
-PAGED = HEAD + """
+PAGED = (
+    HEAD
+    + """
 [subject.fa]
 entry = "lib:paged"
 args = ["q_thd", "k_cache", "v_cache"]
@@ -41,7 +43,10 @@ page_size = 16
 dtype = "fp16"
 causal = true
 """
-GEMM = HEAD + """
+)
+GEMM = (
+    HEAD
+    + """
 [subject.gemm]
 entry = "lib:mm"
 [[suites.gemm.shapes]]
@@ -51,6 +56,7 @@ K = 512
 dtype = "fp8_e4m3"
 scaling = "block"
 """
+)
 
 
 def write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
@@ -78,39 +84,68 @@ def test_new_shapes_load_with_their_params(tmp_path):
     assert g.key == "gemm/m256_n256_k512_fp8_e4m3_block" and g.param("scaling") == "block"
 
 
-@pytest.mark.parametrize("edit,key,problem", [
-    (("Hkv = 2", "Hkv = 3"), "suites.fa.shapes[0].Hkv", "must divide H=8"),
-    (("min = 10", "min = 100"), "suites.fa.shapes[0].varlen", "min 100 > max 90"),
-    (("seed = 1", "seed = 1, mean = 4"), "suites.fa.shapes[0].varlen.mean", "unknown key"),
-    (("page_size = 16\n", ""), "subject.fa.args[1]", "'k_cache' is not an input of shape suites.fa.shapes[0]"),
-    (('block_table = "block_table"', 'block_table = "block_tables"'), "subject.fa.kwargs.block_table",
-     "'block_tables' is not an input"),
-    (("args = [", "options = { block_table = 1 }\nargs = ["), "subject.fa.kwargs.block_table", "also given in options"),
-    (('args = ["q_thd", "k_cache", "v_cache"]\nkwargs = { block_table = "block_table", '
-      'seqused_k = "seqused_k", softmax_scale = "sm_scale" }\n', ""), "suites.fa.shapes[0]", "give subject.fa args / kwargs"),
-    (("Sq = 1", "Sq = 20"), "suites.fa.shapes[0].Sq", "give Sq <= Sk"),
-])
+@pytest.mark.parametrize(
+    "edit,key,problem",
+    [
+        (("Hkv = 2", "Hkv = 3"), "suites.fa.shapes[0].Hkv", "must divide H=8"),
+        (("min = 10", "min = 100"), "suites.fa.shapes[0].varlen", "min 100 > max 90"),
+        (("seed = 1", "seed = 1, mean = 4"), "suites.fa.shapes[0].varlen.mean", "unknown key"),
+        (("page_size = 16\n", ""), "subject.fa.args[1]", "'k_cache' is not an input of shape suites.fa.shapes[0]"),
+        (
+            ('block_table = "block_table"', 'block_table = "block_tables"'),
+            "subject.fa.kwargs.block_table",
+            "'block_tables' is not an input",
+        ),
+        (
+            ("args = [", "options = { block_table = 1 }\nargs = ["),
+            "subject.fa.kwargs.block_table",
+            "also given in options",
+        ),
+        (
+            (
+                'args = ["q_thd", "k_cache", "v_cache"]\nkwargs = { block_table = "block_table", '
+                'seqused_k = "seqused_k", softmax_scale = "sm_scale" }\n',
+                "",
+            ),
+            "suites.fa.shapes[0]",
+            "give subject.fa args / kwargs",
+        ),
+        (("Sq = 1", "Sq = 20"), "suites.fa.shapes[0].Sq", "give Sq <= Sk"),
+    ],
+)
 def test_attention_problems_name_file_and_key(tmp_path, edit, key, problem):
     assert edit[0] in PAGED
     msg = error(tmp_path, PAGED.replace(*edit))
     assert msg.startswith(f"{key}: ") and problem in msg, msg
 
 
-@pytest.mark.parametrize("edit,key,problem", [
-    (('scaling = "block"', 'scaling = "blocks"'), "suites.gemm.shapes[0].scaling", "must be one of tensor, row, block"),
-    (("N = 256", "N = 200"), "suites.gemm.shapes[0].scaling", "multiples of 128"),
-    (('dtype = "fp8_e4m3"', 'dtype = "fp8"'), "suites.gemm.shapes[0].scaling", "unit scales"),
-    (("M = 256", "groups = [64, 192]"), "suites.gemm.shapes[0]", "grouped GEMM shapes pass the group offsets"),
-    (('entry = "lib:mm"', 'entry = "lib:mm"\nadapter = "flydsl"\nargs = ["a"]'), "subject.gemm.args",
-     "takes no mapping"),
-])
+@pytest.mark.parametrize(
+    "edit,key,problem",
+    [
+        (
+            ('scaling = "block"', 'scaling = "blocks"'),
+            "suites.gemm.shapes[0].scaling",
+            "must be one of tensor, row, block",
+        ),
+        (("N = 256", "N = 200"), "suites.gemm.shapes[0].scaling", "multiples of 128"),
+        (('dtype = "fp8_e4m3"', 'dtype = "fp8"'), "suites.gemm.shapes[0].scaling", "unit scales"),
+        (("M = 256", "groups = [64, 192]"), "suites.gemm.shapes[0]", "grouped GEMM shapes pass the group offsets"),
+        (
+            ('entry = "lib:mm"', 'entry = "lib:mm"\nadapter = "flydsl"\nargs = ["a"]'),
+            "subject.gemm.args",
+            "takes no mapping",
+        ),
+    ],
+)
 def test_gemm_problems_name_file_and_key(tmp_path, edit, key, problem):
     assert edit[0] in GEMM
     msg = error(tmp_path, GEMM.replace(*edit))
     assert msg.startswith(f"{key}: ") and problem in msg, msg
 
 
-BROUGHT = HEAD + """
+BROUGHT = (
+    HEAD
+    + """
 [subject.norm]
 entry = "lib.norm:rms_norm"
 [suites.norm]
@@ -120,7 +155,8 @@ name = "t4096"
 T = 4096
 D = 8192
 """
-SUITE_SRC = '''
+)
+SUITE_SRC = """
 class RMSNorm:
     PARAMS = ("T", "D", "dtype")
     def make_inputs(self, p, device, seed): ...
@@ -128,7 +164,7 @@ class RMSNorm:
     def bytes(self, p): ...
     def reference(self, inputs): ...
     def describe(self, p): ...
-'''
+"""
 
 
 def brought(tmp_path: Path, src: str = SUITE_SRC) -> None:
@@ -153,20 +189,40 @@ def test_brought_suite_is_read_not_run(tmp_path):
     assert cfg.suite_modules["norm"].has_control and cfg.thresholds.metric_of("norm") == "ratio"
 
 
-@pytest.mark.parametrize("src,edit,key,problem", [
-    (None, None, "suites.norm.module", "no mysuites/norm.py in the config's folder"),
-    (SUITE_SRC.replace("RMSNorm", "Norm"), None, "suites.norm.module", "defines no 'RMSNorm'"),
-    (SUITE_SRC.replace("    def bytes(self, p): ...\n", ""), None, "suites.norm.module", "class RMSNorm lacks bytes"),
-    (SUITE_SRC + "def broken(:\n", None, "suites.norm.module", "SyntaxError"),
-    (SUITE_SRC, ("T = 4096", "T = 4096\nS = 1"), "suites.norm.shapes[0].S", "not a parameter of suite norm"),
-    (SUITE_SRC, ("D = 8192", "D = { a = 1 }"), "suites.norm.shapes[0].D", "must be a number, string, bool"),
-    (SUITE_SRC, ('module = "mysuites.norm:RMSNorm"', 'module = "mysuites/norm.py"'), "suites.norm.module",
-     "must be 'pkg.mod:Suite'"),
-    (SUITE_SRC, ('[suites.norm]\nmodule = "mysuites.norm:RMSNorm"\n', "[suites.norm]\n"), "suites.norm.module",
-     "not a built-in suite"),
-    (SUITE_SRC, ("[control]", '[thresholds]\nmetric = { norm = "ratio" }\n[control]'), "thresholds.metric.norm",
-     "no control"),
-])
+@pytest.mark.parametrize(
+    "src,edit,key,problem",
+    [
+        (None, None, "suites.norm.module", "no mysuites/norm.py in the config's folder"),
+        (SUITE_SRC.replace("RMSNorm", "Norm"), None, "suites.norm.module", "defines no 'RMSNorm'"),
+        (
+            SUITE_SRC.replace("    def bytes(self, p): ...\n", ""),
+            None,
+            "suites.norm.module",
+            "class RMSNorm lacks bytes",
+        ),
+        (SUITE_SRC + "def broken(:\n", None, "suites.norm.module", "SyntaxError"),
+        (SUITE_SRC, ("T = 4096", "T = 4096\nS = 1"), "suites.norm.shapes[0].S", "not a parameter of suite norm"),
+        (SUITE_SRC, ("D = 8192", "D = { a = 1 }"), "suites.norm.shapes[0].D", "must be a number, string, bool"),
+        (
+            SUITE_SRC,
+            ('module = "mysuites.norm:RMSNorm"', 'module = "mysuites/norm.py"'),
+            "suites.norm.module",
+            "must be 'pkg.mod:Suite'",
+        ),
+        (
+            SUITE_SRC,
+            ('[suites.norm]\nmodule = "mysuites.norm:RMSNorm"\n', "[suites.norm]\n"),
+            "suites.norm.module",
+            "not a built-in suite",
+        ),
+        (
+            SUITE_SRC,
+            ("[control]", '[thresholds]\nmetric = { norm = "ratio" }\n[control]'),
+            "thresholds.metric.norm",
+            "no control",
+        ),
+    ],
+)
 def test_brought_suite_problems(tmp_path, src, edit, key, problem):
     if src is not None:
         brought(tmp_path, src)
@@ -175,14 +231,20 @@ def test_brought_suite_problems(tmp_path, src, edit, key, problem):
 
 
 def test_brought_suite_from_the_upstream_is_checked_by_its_trials(tmp_path):
-    cfg = config.load(write(tmp_path, BROUGHT.replace('module = "mysuites.norm:RMSNorm"',
-                                                      'module = "lib.suites:Norm"\nsource = "upstream"')))
+    cfg = config.load(
+        write(
+            tmp_path,
+            BROUGHT.replace('module = "mysuites.norm:RMSNorm"', 'module = "lib.suites:Norm"\nsource = "upstream"'),
+        )
+    )
     mod = cfg.suite_modules["norm"]
     assert mod.source == "upstream" and mod.path is None and mod.has_control is None
     assert cfg.thresholds.metric_of("norm") == "speed"
 
 
-PYTEST = HEAD + """
+PYTEST = (
+    HEAD
+    + """
 [subject.bench]
 pytest = "benchmarks/test_ops.py::test_work"
 [[suites.bench.shapes]]
@@ -194,12 +256,14 @@ benchmark = "benchmarks/test_ops.py::test_work[1024]"
 [thresholds]
 metric = "ratio"
 """
+)
 
 
 def test_pytest_subject(tmp_path):
     cfg = config.load(write(tmp_path, PYTEST))
     assert cfg.subjects["bench"].adapter == "pytest" and cfg.subjects["bench"].pytest == (
-        "benchmarks/test_ops.py::test_work",)
+        "benchmarks/test_ops.py::test_work",
+    )
     assert [s.key for s in cfg.shapes] == ["bench/test_work[512]", "bench/w1024"]
     assert cfg.thresholds.metric_of("bench") == "speed"  # no control: its own speed, whatever the default
     spec = build_spec(cfg, BuildResult("a" * 40, BuildStatus.OK, str(tmp_path)), None, seed=0)
@@ -207,16 +271,22 @@ def test_pytest_subject(tmp_path):
     assert "args" not in spec["subjects"]["bench"] and "suite_modules" not in spec
 
 
-@pytest.mark.parametrize("edit,key,problem", [
-    (('pytest = "benchmarks', 'entry = "x:y"\npytest = "benchmarks'), "subject.bench.entry", "takes no entry"),
-    (('pytest = "benchmarks/test_ops.py::test_work"', 'pytest = "../up/test.py"'), "subject.bench.pytest[0]",
-     "must be a path inside the checkout"),
-    (('pytest = "benchmarks/test_ops.py::test_work"', "pytest = []"), "subject.bench.pytest", "names no test"),
-    (("flops = 1e9", "flops = -1"), "suites.bench.shapes[0].flops", "must be a number > 0"),
-    (("flops = 1e9", "colour = 1"), "suites.bench.shapes[0].colour", "unknown key"),
-    (('metric = "ratio"', 'metric = { bench = "ratio" }'), "thresholds.metric.bench", "no control"),
-    (("[subject.bench]", "[subject.fa]"), "subject.fa.pytest", "give the upstream's benchmarks a suite name"),
-])
+@pytest.mark.parametrize(
+    "edit,key,problem",
+    [
+        (('pytest = "benchmarks', 'entry = "x:y"\npytest = "benchmarks'), "subject.bench.entry", "takes no entry"),
+        (
+            ('pytest = "benchmarks/test_ops.py::test_work"', 'pytest = "../up/test.py"'),
+            "subject.bench.pytest[0]",
+            "must be a path inside the checkout",
+        ),
+        (('pytest = "benchmarks/test_ops.py::test_work"', "pytest = []"), "subject.bench.pytest", "names no test"),
+        (("flops = 1e9", "flops = -1"), "suites.bench.shapes[0].flops", "must be a number > 0"),
+        (("flops = 1e9", "colour = 1"), "suites.bench.shapes[0].colour", "unknown key"),
+        (('metric = "ratio"', 'metric = { bench = "ratio" }'), "thresholds.metric.bench", "no control"),
+        (("[subject.bench]", "[subject.fa]"), "subject.fa.pytest", "give the upstream's benchmarks a suite name"),
+    ],
+)
 def test_pytest_subject_problems(tmp_path, edit, key, problem):
     assert edit[0] in PYTEST
     msg = error(tmp_path, PYTEST.replace(*edit))
@@ -225,12 +295,15 @@ def test_pytest_subject_problems(tmp_path, edit, key, problem):
 
 def test_cli_exit_2_one_line_for_a_new_key(tmp_path):
     path = write(tmp_path, PAGED.replace("page_size = 16", "page_size = 16.5"))
-    out = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(path)], capture_output=True,
-                         text=True)
-    assert out.returncode == 2 and out.stderr == f"error: {path}: suites.fa.shapes[0].page_size: must be int, " \
-                                                 f"got 16.5\n"
-    ok = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(ROOT / "configs" / "h200-decode.toml")],
-                        capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(path)], capture_output=True, text=True)
+    assert (
+        out.returncode == 2 and out.stderr == f"error: {path}: suites.fa.shapes[0].page_size: must be int, got 16.5\n"
+    )
+    ok = subprocess.run(
+        [sys.executable, "-m", "bisector", "check-config", str(ROOT / "configs" / "h200-decode.toml")],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0 and "varlen=[200 values" in ok.stdout and "gemm/fp8_block_m4096" in ok.stdout
 
 
@@ -238,7 +311,14 @@ def test_h200_decode_config_is_the_issue_s_case():
     cfg = config.load(ROOT / "configs" / "h200-decode.toml")
     decode = cfg.shape("fa/decode_b200_sk2300")
     assert {k: decode.param(k) for k in ("B", "Sq", "Sk", "H", "Hkv", "page_size", "dtype")} == {
-        "B": 200, "Sq": 1, "Sk": 2300, "H": 16, "Hkv": 8, "page_size": 16, "dtype": "fp16"}
+        "B": 200,
+        "Sq": 1,
+        "Sk": 2300,
+        "H": 16,
+        "Hkv": 8,
+        "page_size": 16,
+        "dtype": "fp16",
+    }
     lengths = cfg.shape("fa/decode_b200_varlen").param("varlen")
     assert len(lengths) == 200 and 2200 < sum(lengths) / 200 < 2400
     block = cfg.shape("gemm/fp8_block_m4096")

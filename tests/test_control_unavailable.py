@@ -16,17 +16,17 @@ from tests.test_trial import bench_setup
 from tests.test_trial_suites import KERNELS, SUITE, shape, spec
 
 CONTROLS = {
-    "refused": '''
+    "refused": """
     def control(self, inputs):
         raise RuntimeError("no matching kernel found for this shape")
-''',
-    "raises": '''
+""",
+    "raises": """
     def control(self, inputs):
         def run():
             raise RuntimeError("no matching kernel found (first call)")
         return run
-''',
-    "raises_later": '''
+""",
+    "raises_later": """
     def control(self, inputs):
         calls = []
         def run():
@@ -35,8 +35,8 @@ CONTROLS = {
                 raise RuntimeError("HIP error: the control failed on its third call")
             return torch.nn.functional.rms_norm(inputs["x"], (inputs["x"].shape[-1],), inputs["weight"], inputs["eps"])
         return run
-''',
-    "jit": '''
+""",
+    "jit": """
     def control(self, inputs):
         import time
         x, w, eps = inputs["x"], inputs["weight"], inputs["eps"]
@@ -47,7 +47,7 @@ CONTROLS = {
                 time.sleep(0.3)  # a library building its modules on first use
             return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
         return run
-''',
+""",
 }
 
 
@@ -59,13 +59,20 @@ def run_norm(tmp_path, kind: str, reps: int = 4, warmup: int = 2) -> dict:
     rows = [shape("norm", "t64", {"T": 64, "D": 256})]
     subjects = {"norm": {"entry": f"lib_{kind}:rms_norm", "adapter": "callable"}}
     mods = {"norm": {"module": f"suite_{kind}:RMSNorm", "path": str(tmp_path / "cfg")}}
-    return trial.run(spec(rows, subjects, suite_modules=mods, source_dirs=[str(tmp_path / "up")], reps=reps,
-                          warmup=warmup), tmp_path / "o.json")
+    return trial.run(
+        spec(rows, subjects, suite_modules=mods, source_dirs=[str(tmp_path / "up")], reps=reps, warmup=warmup),
+        tmp_path / "o.json",
+    )
 
 
-@pytest.mark.parametrize("kind,words", [("refused", "RuntimeError: no matching kernel found for this shape"),
-                                        ("raises", "RuntimeError: no matching kernel found (first call)"),
-                                        ("raises_later", "the control failed on its third call")])
+@pytest.mark.parametrize(
+    "kind,words",
+    [
+        ("refused", "RuntimeError: no matching kernel found for this shape"),
+        ("raises", "RuntimeError: no matching kernel found (first call)"),
+        ("raises_later", "the control failed on its third call"),
+    ],
+)
 def test_a_failing_control_is_the_controls_outcome(tmp_path, kind, words):
     out = run_norm(tmp_path, kind)
     (r,) = out["results"]
@@ -88,9 +95,14 @@ def test_the_controls_first_call_is_timed_apart(tmp_path):
 def test_a_control_that_cannot_start_leaves_the_subject_measured(tmp_path):
     """aiter on a machine without an AMD GPU: the built-in suites' subjects are timed alone."""
     gemm = shapes.normalize_gemm({"M": 32, "N": 16, "K": 64, "dtype": "fp32"})
-    out = trial.run(spec([shape("gemm", "g", gemm)], {"gemm": {"entry": "benches.kernels.torch_ref:matmul",
-                                                                "adapter": "torch"}}, control="aiter"),
-                    tmp_path / "o.json")
+    out = trial.run(
+        spec(
+            [shape("gemm", "g", gemm)],
+            {"gemm": {"entry": "benches.kernels.torch_ref:matmul", "adapter": "torch"}},
+            control="aiter",
+        ),
+        tmp_path / "o.json",
+    )
     (r,) = out["results"]
     assert r["status"] == "ok" and r["control_status"] == "unavailable" and "ratio" not in r
     assert r["control_error"].startswith("backend aiter unavailable: ") and len(r["subject_ms"]) == 3
@@ -112,8 +124,16 @@ def test_bench_stores_the_subject_and_says_the_control_was_unavailable(tmp_path)
 
 def _trial(sha: str, shape_key: str, ratio: float | None, why: str | None = None) -> TrialRecord:
     proto = {"control_status": "unavailable", "control_error": why} if why else {}
-    return TrialRecord(sha=sha, shape=shape_key, status=TrialStatus.OK, subject_ms=(1.0, 1.1, 0.9),
-                       control_ms=() if why else (2.0, 2.0, 2.0), subject_tflops=1.0, ratio=ratio, protocol=proto)
+    return TrialRecord(
+        sha=sha,
+        shape=shape_key,
+        status=TrialStatus.OK,
+        subject_ms=(1.0, 1.1, 0.9),
+        control_ms=() if why else (2.0, 2.0, 2.0),
+        subject_tflops=1.0,
+        ratio=ratio,
+        protocol=proto,
+    )
 
 
 def test_probe_and_report_say_why_a_shape_has_no_ratio(tmp_path):
@@ -125,8 +145,14 @@ def test_probe_and_report_say_why_a_shape_has_no_ratio(tmp_path):
     probe = StoreProbe("c", shapes_, Store(tmp_path / "s.sqlite"), builds=None, executor=None)  # type: ignore[arg-type]
     m = probe.measurement("s", trials, 3)
     assert m.samples == {"fa/a": (2.0,)} and f"fa/b: no ratio, the control was unavailable: {why}" in m.reason
-    speed = StoreProbe("c", shapes_, Store(tmp_path / "s.sqlite"), builds=None, executor=None,  # type: ignore[arg-type]
-                       metric="speed")
+    speed = StoreProbe(
+        "c",
+        shapes_,
+        Store(tmp_path / "s.sqlite"),
+        builds=None,
+        executor=None,  # type: ignore[arg-type]
+        metric="speed",
+    )
     assert len(speed.measurement("s", trials, 3).samples["fa/b"]) == 2  # the subject's own speed still counts
     (note,) = control_outcome.notes(trials, "aiter")
     assert note.startswith("fa/b: the control (aiter) was unavailable in 2 of 2 trials: " + why)

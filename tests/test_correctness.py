@@ -13,8 +13,13 @@ def scripted(wrong_from: int, fixed_at: int | None, skips: set[int] = frozenset(
         if i in skips:
             return Measurement(sha, ProbeStatus.SKIP, reason="does not build")
         bad = wrong_from <= i and (fixed_at is None or i < fixed_at)
-        return Measurement(sha, ProbeStatus.OK, {"gemm/a": (1.0,)} | ({} if bad else {"gemm/b": (1.0,)}),
-                           frozenset({"gemm/b"}) if bad else frozenset())
+        return Measurement(
+            sha,
+            ProbeStatus.OK,
+            {"gemm/a": (1.0,)} | ({} if bad else {"gemm/b": (1.0,)}),
+            frozenset({"gemm/b"}) if bad else frozenset(),
+        )
+
     return probe, calls
 
 

@@ -20,6 +20,7 @@ from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subj
 distributed = pytest.importorskip("distributed")
 pytestmark = pytest.mark.slow
 
+
 def config(repo: Path) -> str:
     return cpu_config("dask-test", repo, gemm_subject(256), trials=3, max_trials=4, reps=5, min_step_pct=20.0)
 
@@ -29,8 +30,10 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]
     """Ten commits; #4 makes the GEMM 3x slower, #8 5x faster than that (two planted steps)."""
     repo = tmp_path_factory.mktemp("up")
     git(repo, "init", "-q", "-b", "main")
-    shas = [commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1),
-            commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=0), "add gemm (#2)", 2)]
+    shas = [
+        commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1),
+        commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=0), "add gemm (#2)", 2),
+    ]
     for k in range(3, 11):
         extra = 0 if k < 5 else 4 if k < 9 else 0
         text = PLANTED_MATMUL.format(extra=extra) if k in (5, 9) else f"note {k}\n"
@@ -42,15 +45,24 @@ def bisect(tmp: Path, repo: Path, good: str, executor: config_mod.Executor) -> p
     cfg_path = tmp / "cfg.toml"
     cfg_path.write_text(config(repo))
     cfg = replace(config_mod.load(cfg_path), executor=executor)
-    options = pipeline.RunOptions(good=good, bad="main", store=str(tmp / "s.sqlite"), work_dir=str(tmp / "work"),
-                                  report_dir=str(tmp / "report"), verify_fixes=False, find_hunks=False)
+    options = pipeline.RunOptions(
+        good=good,
+        bad="main",
+        store=str(tmp / "s.sqlite"),
+        work_dir=str(tmp / "work"),
+        report_dir=str(tmp / "report"),
+        verify_fixes=False,
+        find_hunks=False,
+    )
     return pipeline.bisect(cfg, options)
 
 
 def stored_twice(store: Path) -> list[tuple]:
     with sqlite3.connect(store) as db:
-        return db.execute("SELECT sha, patch_hash, slot, shape, COUNT(*) FROM trials "
-                          "GROUP BY sha, patch_hash, slot, shape HAVING COUNT(*) > 1").fetchall()
+        return db.execute(
+            "SELECT sha, patch_hash, slot, shape, COUNT(*) FROM trials "
+            "GROUP BY sha, patch_hash, slot, shape HAVING COUNT(*) > 1"
+        ).fetchall()
 
 
 def test_local_cluster_finds_the_steps_the_local_executor_finds(tmp_path: Path, upstream) -> None:
@@ -98,8 +110,12 @@ def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, upstream, devic
     thread = threading.Thread(target=kill_one_mid_trial, daemon=True)
     thread.start()
     outcomes: list[pipeline.RunOutcome] = []
-    run = threading.Thread(target=lambda: outcomes.append(
-        bisect(tmp_path, repo, shas[6], config_mod.Executor("dask", cluster.scheduler_address))), daemon=True)
+    run = threading.Thread(
+        target=lambda: outcomes.append(
+            bisect(tmp_path, repo, shas[6], config_mod.Executor("dask", cluster.scheduler_address))
+        ),
+        daemon=True,
+    )
     try:
         run.start()
         run.join(timeout=600)
@@ -141,13 +157,27 @@ def test_held_trials_wait_set_up_on_the_workers_until_the_bot_opens_their_gate(t
     the same steps, trials the search took already set up, none on a device before its commit's
     first trial released it, nothing stored twice."""
     repo, shas = upstream
-    text = cpu_config("dask-hold", repo, gemm_subject(256), trials=3, max_trials=4, reps=5, min_step_pct=20.0,
-                      jit_cache_env=("BISECTOR_TEST_JIT",)).replace("[thresholds]", "prefetch = 2\n[thresholds]")
+    text = cpu_config(
+        "dask-hold",
+        repo,
+        gemm_subject(256),
+        trials=3,
+        max_trials=4,
+        reps=5,
+        min_step_pct=20.0,
+        jit_cache_env=("BISECTOR_TEST_JIT",),
+    ).replace("[thresholds]", "prefetch = 2\n[thresholds]")
     (tmp_path / "cfg.toml").write_text(text)
     cfg = replace(config_mod.load(tmp_path / "cfg.toml"), executor=config_mod.Executor("dask", "local"))
-    options = pipeline.RunOptions(good=shas[1], bad="main", store=str(tmp_path / "s.sqlite"),
-                                  work_dir=str(tmp_path / "work"), report_dir=str(tmp_path / "report"),
-                                  verify_fixes=False, find_hunks=False)
+    options = pipeline.RunOptions(
+        good=shas[1],
+        bad="main",
+        store=str(tmp_path / "s.sqlite"),
+        work_dir=str(tmp_path / "work"),
+        report_dir=str(tmp_path / "report"),
+        verify_fixes=False,
+        find_hunks=False,
+    )
     outcome = pipeline.bisect(cfg, options)
     steps = {s.commit for s in outcome.result.steps}
     assert shas[4] in steps and steps <= {shas[4], shas[8]}

@@ -26,8 +26,11 @@ def shas(n: int) -> list[str]:
 
 
 def model(commits: list[str], steps: dict[int, float]) -> StepModel:
-    return StepModel(dict.fromkeys(SHAPES, 100.0),
-                     tuple(SimStep(commits[k], dict.fromkeys(SHAPES, f)) for k, f in steps.items()), frozenset())
+    return StepModel(
+        dict.fromkeys(SHAPES, 100.0),
+        tuple(SimStep(commits[k], dict.fromkeys(SHAPES, f)) for k, f in steps.items()),
+        frozenset(),
+    )
 
 
 def most_trials(probe: SimulatedProbe) -> int:
@@ -44,6 +47,7 @@ def test_a_pair_at_the_threshold_stops_at_the_decision_cap_and_is_listed_with_it
     localize(commits, uncapped, base)
     capped = SimulatedProbe(commits, model(commits, {1: 0.975}), noise_cv=0.005, seed=1)
     from dataclasses import replace
+
     result = localize(commits, capped, replace(base, decision_trials=8))
     assert most_trials(uncapped) == 24 and most_trials(capped) == 8
     assert not result.steps
@@ -60,14 +64,21 @@ def test_the_cap_leaves_a_wide_question_its_trials():
     step): its interval reaches far past the threshold, so the cap does not stop it (the CPU demo's
     smallest step was missed in a quarter of replays with a cap that did)."""
     from bisector.search.zone import near_threshold
+
     commits = shas(2)
     probe = SimulatedProbe(commits, model(commits, {1: 0.8}), noise_cv=0.15, seed=1)
-    localize(commits, probe, SearchSettings(min_step_pct=20.0, max_repeats=16, verify=False, rechecks=0,
-                                            interior_points=0, decision_trials=6))
+    localize(
+        commits,
+        probe,
+        SearchSettings(
+            min_step_pct=20.0, max_repeats=16, verify=False, rechecks=0, interior_points=0, decision_trials=6
+        ),
+    )
     assert most_trials(probe) > 6
     near = Comparison("s", Verdict.UNKNOWN, -2.8, (-3.6, -2.0), 0.01, 6, 6)
-    assert near_threshold(near, 3.0) and not near_threshold(Comparison("s", Verdict.UNKNOWN, -25.0, (-45.0, -5.0), 0.01,
-                                                                                 6, 6), 20.0)
+    assert near_threshold(near, 3.0) and not near_threshold(
+        Comparison("s", Verdict.UNKNOWN, -25.0, (-45.0, -5.0), 0.01, 6, 6), 20.0
+    )
 
 
 def test_a_change_inside_the_zone_is_reported_as_a_small_change():
@@ -111,9 +122,9 @@ def test_with_the_zone_a_change_under_the_minimum_step_is_not_reported_as_a_step
 # -- drift ------------------------------------------------------------------------------------------
 def test_a_trend_measures_drift_over_the_span():
     times = [0.0, 10.0, 20.0, 30.0, 40.0]
-    values = [1.0 * 1.001 ** t for t in times]
+    values = [1.0 * 1.001**t for t in times]
     t = trend("control", times, values)
-    assert t is not None and t.pct == pytest.approx(100.0 * (1.001 ** 40 - 1.0), rel=1e-3) and t.p_value < 1e-6
+    assert t is not None and t.pct == pytest.approx(100.0 * (1.001**40 - 1.0), rel=1e-3) and t.p_value < 1e-6
     assert trend("control", [5.0, 5.0, 5.0], [1.0, 1.1, 0.9]) is None  # no time between the trials
 
 
@@ -125,8 +136,10 @@ def test_the_shape_is_decided_on_the_view_that_does_not_drift():
     trends = {"control": _trend("control", 4.0), "subject": _trend("subject", 0.2, 0.5), "ratio": _trend("ratio", -3.8)}
     choice, why = choose("gemm/m64", trends, "ratio", 3.0)
     assert choice == Choice("subject")
-    assert why == ("control +4.0% over the run (2.0 min), subject flat (+0.2%), ratio -3.8% over the run (2.0 min): "
-                   "decided on the subject's own kernel time")
+    assert why == (
+        "control +4.0% over the run (2.0 min), subject flat (+0.2%), ratio -3.8% over the run (2.0 min): "
+        "decided on the subject's own kernel time"
+    )
     # the control alone drifting moves the ratio, even where the ratio's own (wider) trend is not significant
     trends["ratio"] = _trend("ratio", -3.8, 0.05)
     assert choose("gemm/m64", trends, "ratio", 3.0)[0] == Choice("subject")
@@ -139,7 +152,9 @@ def test_the_shape_is_decided_on_the_view_that_does_not_drift():
 
 
 def test_a_corrected_view_divides_the_trend_out():
-    raw = Measurement("a", ProbeStatus.OK, {"s": (1.0, 1.1)}, views={"ratio": {"s": (1.0, 1.1)}}, times={"s": (0.0, 10.0)})
+    raw = Measurement(
+        "a", ProbeStatus.OK, {"s": (1.0, 1.1)}, views={"ratio": {"s": (1.0, 1.1)}}, times={"s": (0.0, 10.0)}
+    )
     got = decided(raw, {"s": Choice("ratio", slope=0.0095310179804, t0=0.0)})  # ln(1.1) / 10
     assert got.samples["s"] == pytest.approx((1.0, 1.0))
 
@@ -148,17 +163,27 @@ def test_a_drifting_control_is_found_on_the_anchor_and_the_subject_decides():
     """A control +6% over the run with no step at all: the anchor (GOOD) is re-measured, the
     ratio's drift is seen, and every shape is decided on the subject's own time, with no step."""
     commits = shas(60)
-    probe = DriftingProbe(commits, model(commits, {}), subject_cv=0.003, control_cv=0.003, control_drift_pct=6.0,
-                          drift_s=90.0, trial_s=3.0, seed=2)
+    probe = DriftingProbe(
+        commits,
+        model(commits, {}),
+        subject_cv=0.003,
+        control_cv=0.003,
+        control_drift_pct=6.0,
+        drift_s=90.0,
+        trial_s=3.0,
+        seed=2,
+    )
     result = localize(commits, Clocked(probe, 1, 3.0), SearchSettings(min_step_pct=3.0, anchor_s=15.0))
     assert not result.steps
     anchor = [n for sha, n in result.probes if sha == commits[0]]
     assert len(anchor) > 2  # GOOD asked for again and again
     assert {f.shape: f.decided_on for f in result.decisions.drift} == dict.fromkeys(SHAPES, "subject")
     lines = decision_lines(result)
-    assert any(line.startswith("gemm/m64: control +") and "decided on the subject's own kernel time" in line
-               for line in lines)
+    assert any(
+        line.startswith("gemm/m64: control +") and "decided on the subject's own kernel time" in line for line in lines
+    )
     from bisector.search import result_json
+
     assert result_json(result)["decided"] == lines  # `run --json`, `simulate --json`
 
 
@@ -188,11 +213,15 @@ def test_a_latency_step_is_a_step_found_and_verified_beside_the_kernel_time():
     lat = StepModel(dict.fromkeys(SHAPES, 1.0), (SimStep(commits[23], {"gemm/m64": 1 / 1.6}),), frozenset())
     probe = DriftingProbe(commits, model(commits, {}), control_drift_pct=0.0, latency=lat, latency_cv=0.02, seed=4)
     result = localize(commits, probe, SearchSettings(min_step_pct=3.0))
-    assert [(s.commit, s.shapes, s.verified) for s in result.steps] == [(commits[23], ("gemm/m64" + LATENCY_KEY,), True)]
+    assert [(s.commit, s.shapes, s.verified) for s in result.steps] == [
+        (commits[23], ("gemm/m64" + LATENCY_KEY,), True)
+    ]
     assert result.steps[0].change_pct["gemm/m64" + LATENCY_KEY] == pytest.approx(-37.5, abs=3.0)
     lines = decision_lines(result)
-    assert any(line.startswith(f"gemm/m64 at {commits[23][:7]}: eager callers +") and "% per call; the kernel itself" in line
-               for line in lines)
+    assert any(
+        line.startswith(f"gemm/m64 at {commits[23][:7]}: eager callers +") and "% per call; the kernel itself" in line
+        for line in lines
+    )
 
 
 # -- config -----------------------------------------------------------------------------------------
@@ -203,8 +232,11 @@ def test_the_config_keys_reach_the_search(tmp_path: Path):
     plain = search_settings(plain_cfg)  # on by default (issue #59)
     assert (plain.decision_trials, plain.anchor_s, plain.zone) == (6, 20.0, True)
     assert plain_cfg.thresholds.latency_steps == "host-bound"
-    text = GOOD.replace("[control]", "[protocol]\ndecision_trials = 8\ndrift_anchor_s = 30\n"
-                                     "[thresholds]\nindifference_zone = false\nlatency_steps = \"never\"\n[control]")
+    text = GOOD.replace(
+        "[control]",
+        "[protocol]\ndecision_trials = 8\ndrift_anchor_s = 30\n"
+        '[thresholds]\nindifference_zone = false\nlatency_steps = "never"\n[control]',
+    )
     cfg = config.load(write(tmp_path, text))
     got = search_settings(cfg)
     assert (got.decision_trials, got.anchor_s, got.zone) == (8, 30.0, False)
@@ -223,8 +255,16 @@ def test_the_report_says_which_metric_decided_and_why():
     from tests.test_report import make_data
 
     commits = shas(60)
-    probe = DriftingProbe(commits, model(commits, {}), subject_cv=0.003, control_cv=0.003, control_drift_pct=6.0,
-                          drift_s=90.0, trial_s=3.0, seed=2)
+    probe = DriftingProbe(
+        commits,
+        model(commits, {}),
+        subject_cv=0.003,
+        control_cv=0.003,
+        control_drift_pct=6.0,
+        drift_s=90.0,
+        trial_s=3.0,
+        seed=2,
+    )
     result = localize(commits, Clocked(probe, 1, 3.0), SearchSettings(min_step_pct=3.0, anchor_s=15.0))
     data = replace(make_data(), decided=tuple(decision_lines(result)))
     text = markdown.render(data)

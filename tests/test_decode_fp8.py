@@ -91,8 +91,11 @@ def test_small_config_end_to_end(tmp_path):
 
 def test_wrong_subject_exit_1(tmp_path):
     # matmul ignores the scales: the check against the control fails.
-    proc = bench(tmp_path, SMALL.replace("GEMM_FN", "matmul").replace('args = ["a", "b", "a_scale", "b_scale"]',
-                                                                      'args = ["a", "b"]'), trials=1)
+    proc = bench(
+        tmp_path,
+        SMALL.replace("GEMM_FN", "matmul").replace('args = ["a", "b", "a_scale", "b_scale"]', 'args = ["a", "b"]'),
+        trials=1,
+    )
     assert proc.returncode == 1
     assert "gemm/fp8_block  wrong" in proc.stdout and "gemm/fp8_block: output mismatch" in proc.stdout
 
@@ -104,9 +107,23 @@ def test_bad_config_one_line_exit_2(tmp_path):
 
 
 def test_share_of_peak_bandwidth():
-    outs = [{"results": [{"shape": "fa/d", "status": "ok", "subject_gbps": g, "control_gbps": 4000.0,
-                          "peak_gbps": 4800.0, "subject_ms": [1.0], "control_ms": [0.5], "ratio": 0.5}]}
-            for g in (2300.0, 2400.0, 2500.0)]
+    outs = [
+        {
+            "results": [
+                {
+                    "shape": "fa/d",
+                    "status": "ok",
+                    "subject_gbps": g,
+                    "control_gbps": 4000.0,
+                    "peak_gbps": 4800.0,
+                    "subject_ms": [1.0],
+                    "control_ms": [0.5],
+                    "ratio": 0.5,
+                }
+            ]
+        }
+        for g in (2300.0, 2400.0, 2500.0)
+    ]
     (row,) = decode_fp8.summarize(outs)
     assert row["subject_peak_pct"] == 50.0 and round(row["control_peak_pct"], 2) == 83.33 and row["trials"] == 3
     assert "50.0" in decode_fp8.render([row])
@@ -123,9 +140,21 @@ def test_h200_config_shapes_read_as_the_bot_reads_them():
 
 
 def test_spreads_pool_every_repetition_and_keep_each_trial():
-    outs = [{"results": [{"shape": "gemm/g", "status": "ok", "subject_ms": ms, "control_ms": [2.0, 2.0, 2.0, 2.0],
-                          "ratios": [2.0 / x for x in ms], "ratio": 2.0 / ms[1]}]}
-            for ms in ([1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 3.0, 3.0])]
+    outs = [
+        {
+            "results": [
+                {
+                    "shape": "gemm/g",
+                    "status": "ok",
+                    "subject_ms": ms,
+                    "control_ms": [2.0, 2.0, 2.0, 2.0],
+                    "ratios": [2.0 / x for x in ms],
+                    "ratio": 2.0 / ms[1],
+                }
+            ]
+        }
+        for ms in ([1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 3.0, 3.0])
+    ]
     (row,) = decode_fp8.summarize(outs)
     # eight repetitions 1,1,1,1,1,1,3,3: quartiles 1 and 1.5, median 1 -> 50 %; the control never moves
     assert row["subject_spread_pct"] == 50.0 and row["control_spread_pct"] == 0.0
@@ -149,19 +178,39 @@ def test_h200_subjects_compile_for_sm90_within_its_shared_memory(tmp_path, monke
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     subjects = tomllib.loads((ROOT / "configs" / "h200-decode.toml").read_text())["subject"]
-    f16, i32, f32, e4m3, bf16 = (MockTensor(t) for t in (torch.float16, torch.int32, torch.float32,
-                                                         torch.float8_e4m3fn, torch.bfloat16))
+    f16, i32, f32, e4m3, bf16 = (
+        MockTensor(t) for t in (torch.float16, torch.int32, torch.float32, torch.float8_e4m3fn, torch.bfloat16)
+    )
     h, hkv, d, pages = 16, 8, 128, 144  # the decode shape: 2300 keys in pages of 16
     opt = subjects["fa"]["options"]
-    _compile(triton_attn._attn_fwd, (f16, f16, f16, f16, i32, i32, i32, i32, 0.1, h * d, d, hkv * d, d, pages,
-                                     h // hkv),
-             dict(D=d, BLOCK_M=opt["block_m"], BLOCK_N=opt["block_n"], PAGE=16, PAGED=True, CAUSAL=True,
-                  num_warps=opt["num_warps"], num_stages=opt["num_stages"]))
+    _compile(
+        triton_attn._attn_fwd,
+        (f16, f16, f16, f16, i32, i32, i32, i32, 0.1, h * d, d, hkv * d, d, pages, h // hkv),
+        dict(
+            D=d,
+            BLOCK_M=opt["block_m"],
+            BLOCK_N=opt["block_n"],
+            PAGE=16,
+            PAGED=True,
+            CAUSAL=True,
+            num_warps=opt["num_warps"],
+            num_stages=opt["num_stages"],
+        ),
+    )
     opt = subjects["gemm"]["options"]
     m, n, k = 4096, 7168, 7168  # blockwise, B held as [N, K]
-    _compile(triton_fp8_gemm._scaled_mm, (e4m3, e4m3, bf16, f32, f32, m, n, k, k, 1, 1, k, n, 1, k // 128, k // 128),
-             dict(KIND=2, BLOCK_M=opt["block_m"], BLOCK_N=opt["block_n"], BLOCK_K=128, num_warps=opt["num_warps"],
-                  num_stages=opt["num_stages"]))
+    _compile(
+        triton_fp8_gemm._scaled_mm,
+        (e4m3, e4m3, bf16, f32, f32, m, n, k, k, 1, 1, k, n, 1, k // 128, k // 128),
+        dict(
+            KIND=2,
+            BLOCK_M=opt["block_m"],
+            BLOCK_N=opt["block_n"],
+            BLOCK_K=128,
+            num_warps=opt["num_warps"],
+            num_stages=opt["num_stages"],
+        ),
+    )
     metas = [json.loads(p.read_text()) for p in tmp_path.glob("*/_[!_]*.json")]
     assert sorted(m["name"] for m in metas) == ["_attn_fwd", "_scaled_mm"]
     assert all(0 < m["shared"] <= 227 * 1024 for m in metas)

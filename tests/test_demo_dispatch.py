@@ -40,7 +40,7 @@ def test_kernel_step_changes_the_tile_and_dispatch_step_only_the_search() -> Non
 
 def test_cpu_decode_path_is_right_at_every_dispatch_state() -> None:
     torch.manual_seed(0)
-    a, b = torch.randn(16, 300), torch.randn(300, 96) / 300 ** 0.5
+    a, b = torch.randn(16, 300), torch.randn(300, 96) / 300**0.5
     seen = set()
     for knobs in states():
         key = (knobs["decode_tile"], knobs["dispatch_split_k"])

@@ -41,9 +41,27 @@ SHAPES = ("fa/s1024", "gemm/tall")
 
 def demo(tmp: Path) -> tuple[dict, float]:
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "bisector", "demo", "--device", "cpu", "--dir", str(tmp / "d"),
-                          "--report-dir", str(tmp / "report"), "--shapes", ",".join(SHAPES), "--no-fixes", "--json"],
-                         capture_output=True, text=True, timeout=2400)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bisector",
+            "demo",
+            "--device",
+            "cpu",
+            "--dir",
+            str(tmp / "d"),
+            "--report-dir",
+            str(tmp / "report"),
+            "--shapes",
+            ",".join(SHAPES),
+            "--no-fixes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout), time.monotonic() - started
 
@@ -60,25 +78,34 @@ def measured(tmp: Path, commits: list[str]) -> str:
     a build slowed by faulting calls, as thousands of faults; one whose inputs lay elsewhere than its
     neighbours', as other offsets; one slow in one lineage only, as lineages that disagree)."""
     with sqlite3.connect(tmp / "d" / "results.sqlite") as db:
-        rows = db.execute("SELECT sha, shape, ratio, protocol FROM trials WHERE status = 'ok' AND ratio IS NOT NULL "
-                          "AND (patch_hash IS NULL OR patch_hash = '')").fetchall()
+        rows = db.execute(
+            "SELECT sha, shape, ratio, protocol FROM trials WHERE status = 'ok' AND ratio IS NOT NULL "
+            "AND (patch_hash IS NULL OR patch_hash = '')"
+        ).fetchall()
     per: dict[tuple[int, str], list[tuple[float, float, int, int]]] = {}
     for sha, shape, ratio, protocol in rows:
         record = json.loads(protocol)
         faults = (record.get("timed_faults") or [0])[0] or 0
         per.setdefault((commits.index(sha), shape), []).append(
-            (ratio, faults, next(iter((record.get("input_page_offsets") or {}).values()), -1),
-             int((record.get("worker") or {}).get("lineage") or 0)))
+            (
+                ratio,
+                faults,
+                next(iter((record.get("input_page_offsets") or {}).values()), -1),
+                int((record.get("worker") or {}).get("lineage") or 0),
+            )
+        )
 
     def lineages(v: list[tuple[float, float, int, int]]) -> str:
         return ", ".join(
             f"{k}: {statistics.median(r for r, _, _, q in v if q == k):.3f}" for k in sorted({q for *_, q in v})
         )
 
-    return "; ".join(f"{i}:{shape} n={len(v)} {statistics.median(r for r, *_ in v):.3f} "
-                     f"({statistics.median(f for _, f, _, _ in v):.0f} faults, "
-                     f"1st input at {sorted({a for _, _, a, _ in v})}, by lineage {lineages(v)})"
-                     for (i, shape), v in sorted(per.items()))
+    return "; ".join(
+        f"{i}:{shape} n={len(v)} {statistics.median(r for r, *_ in v):.3f} "
+        f"({statistics.median(f for _, f, _, _ in v):.0f} faults, "
+        f"1st input at {sorted({a for _, _, a, _ in v})}, by lineage {lineages(v)})"
+        for (i, shape), v in sorted(per.items())
+    )
 
 
 def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_path: Path) -> None:
@@ -95,8 +122,9 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
     unsure = [(commits.index(u["before"]), commits.index(u["after"]), set(u["shapes"])) for u in result["uncertain"]]
     for plant in manifest.steps("cpu"):
         k = commits.index(plant.sha)
-        assert plant.sha in found or any(a < k <= b and shapes & set(plant.moves["cpu"]) for a, b, shapes in unsure), \
+        assert plant.sha in found or any(a < k <= b and shapes & set(plant.moves["cpu"]) for a, b, shapes in unsure), (
             f"planted {plant.role} (#{plant.pr}) neither found nor reported unsure; measured: {seen}"
+        )
     for plant in (p for p in manifest.steps("cpu") if p.sha in found):
         step = found[plant.sha]
         assert step["pr"] == plant.pr
@@ -121,8 +149,11 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
             # says so (seen once: the carrying hunk read -7.4% over 12 trials where its step read -25%).
             assert "stayed unclear after" in h["summary"], h
             continue
-        exact = all(label.startswith("demolib/cpu_") for label in h["hunks"]) and \
-            h["alone"] == (plant.role != "fastmath_dropped") and len(h["hunks"]) == (1 if h["alone"] else 2)
+        exact = (
+            all(label.startswith("demolib/cpu_") for label in h["hunks"])
+            and h["alone"] == (plant.role != "fastmath_dropped")
+            and len(h["hunks"]) == (1 if h["alone"] else 2)
+        )
         if not exact:
             misread.append((plant.role, h))
         elif plant.role == "fa_window":
@@ -152,15 +183,31 @@ def test_cpu_demo_finds_every_planted_step_flags_wrong_results_and_skips(tmp_pat
     # GOOD and BAD on each of its passes. Over that, the search probes more than its own rules allow.
     protocol = demo_config("cpu", Path(result["repo"])).protocol
     most = max(protocol.max_trials, 2 * protocol.trials)
-    cap = (protocol.max_trials * result["probes"] + 2 * 4 * most * (len(result["steps"]) + len(result["dropped"]))
-           + 2 * protocol.trials * (1 + 2))  # rechecks: bisector.search.Settings.rechecks (2)
+    cap = (
+        protocol.max_trials * result["probes"]
+        + 2 * 4 * most * (len(result["steps"]) + len(result["dropped"]))
+        + 2 * protocol.trials * (1 + 2)
+    )  # rechecks: bisector.search.Settings.rechecks (2)
     assert result["search_trials"] <= cap, (
         f"the CPU demo's search took {result['search_trials']} trials ({seconds:.0f} s)"
     )
     # One meaning of "trials": trial processes, the same count in --json, the header and `store info`.
     header = next(line for line in report.splitlines() if line.startswith("Upstream "))
-    info = subprocess.run([sys.executable, "-m", "bisector", "store", "info", "--json", "--store",
-                           str(tmp_path / "d" / "results.sqlite")], capture_output=True, text=True, timeout=120)
+    info = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bisector",
+            "store",
+            "info",
+            "--json",
+            "--store",
+            str(tmp_path / "d" / "results.sqlite"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     (campaign,) = json.loads(info.stdout)["campaigns"]
     assert result["trials"] == result["totals"]["trials"] == campaign["trials"], (result["totals"], campaign)
     assert f"; {campaign['trials']} trials" in header, header

@@ -24,15 +24,17 @@ from bisector.demo.repo import export_commit
 
 
 def _blob(demo: DemoManifest, sha: str, path: str) -> str:
-    return subprocess.run(["git", "rev-parse", f"{sha}:{path}"], cwd=demo.path, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", f"{sha}:{path}"], cwd=demo.path, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _load_blob(demo: DemoManifest, blob: str, name: str, tmp: Path) -> ModuleType:
     path = tmp / f"{name}_{blob[:12]}.py"
     if not path.exists():
-        path.write_bytes(subprocess.run(["git", "cat-file", "blob", blob], cwd=demo.path, check=True,
-                                        capture_output=True).stdout)
+        path.write_bytes(
+            subprocess.run(["git", "cat-file", "blob", blob], cwd=demo.path, check=True, capture_output=True).stdout
+        )
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -105,8 +107,14 @@ def test_triton_kernels_under_the_interpreter(demo: DemoManifest, exports: Path,
     sha = {"good": demo.good, "bad": demo.bad}.get(role) or demo.sha(role)
     source = export_commit(demo.path, sha, exports)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", INTERPRETED, str(source)], capture_output=True, text=True,
-                          env=env, cwd=exports, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERPRETED, str(source)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=exports,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     errs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert errs["fa"] < 5e-3, errs

@@ -86,12 +86,25 @@ def test_expected_shapes_name_config_shapes(demo: DemoManifest) -> None:
         for plant in demo.plants.values():
             assert set(plant.shapes(device)) <= keys
         decode = {"cpu": [], "cuda": ["decode_kernel"]}[device]  # no CPU demo shape takes the decode path
-        assert [p.role for p in demo.steps(device)] == ["improvement", "fa_remap_dropped", "fastmath_dropped",
-                                                         "gemm_group_m", *decode, "gemm_stages", "fa_window"]
+        assert [p.role for p in demo.steps(device)] == [
+            "improvement",
+            "fa_remap_dropped",
+            "fastmath_dropped",
+            "gemm_group_m",
+            *decode,
+            "gemm_stages",
+            "fa_window",
+        ]
         dispatch = {"cpu": [], "cuda": ["dispatch_cost"]}[device]  # a host-side step: call latency only
-        assert [p.role for p in demo.steps(device, "latency")] == ["improvement", "fa_remap_dropped",
-                                                                    "fastmath_dropped", "gemm_group_m", *dispatch,
-                                                                    "gemm_stages", "fa_window"]
+        assert [p.role for p in demo.steps(device, "latency")] == [
+            "improvement",
+            "fa_remap_dropped",
+            "fastmath_dropped",
+            "gemm_group_m",
+            *dispatch,
+            "gemm_stages",
+            "fa_window",
+        ]
     # the planted shape selectivity: some shapes stay put for each of these steps
     assert demo.plants["fa_remap_dropped"].shapes("cpu") == ("fa/s1024",)
     assert demo.plants["gemm_group_m"].shapes("cuda") == ("gemm/m8192",)
@@ -113,8 +126,7 @@ def test_refuses_a_non_empty_directory(tmp_path: Path) -> None:
 
 def _imports(source: Path) -> subprocess.CompletedProcess[str]:
     code = "import sys; sys.path.insert(0, sys.argv[1]); import demolib; print(demolib.__version__)"
-    return subprocess.run([sys.executable, "-c", code, str(source)], capture_output=True, text=True,
-                          cwd=source.parent)
+    return subprocess.run([sys.executable, "-c", code, str(source)], capture_output=True, text=True, cwd=source.parent)
 
 
 def test_broken_commit_does_not_import_and_its_fix_does(demo: DemoManifest, exports: Path) -> None:
@@ -141,8 +153,13 @@ def test_wrong_result_commit_gives_wrong_gemm_on_cpu(demo: DemoManifest, exports
     b = torch.randn(200, 70) / math.sqrt(200)
     ref = a @ b
     idx = demo.index("wrong_result")
-    cases = {demo.commits[idx - 1]: False, demo.sha("wrong_result"): True, demo.commits[idx + 1]: True,
-             demo.sha("wrong_result_fixed"): False, demo.bad: False}
+    cases = {
+        demo.commits[idx - 1]: False,
+        demo.sha("wrong_result"): True,
+        demo.commits[idx + 1]: True,
+        demo.sha("wrong_result_fixed"): False,
+        demo.bad: False,
+    }
     for sha, wrong in cases.items():
         module = _load(export_commit(demo.path, sha, exports) / "demolib" / "cpu_gemm.py", f"gemm_{sha[:12]}")
         err = (module.matmul(a, b) - ref).abs().max().item()
@@ -150,8 +167,10 @@ def test_wrong_result_commit_gives_wrong_gemm_on_cpu(demo: DemoManifest, exports
     assert git(demo.path, "rev-parse", "HEAD").strip() == demo.bad
 
 
-PICK = ("import sys; from bisector.demo.demo_config import gpu_visible, pick_device; "
-        "print(gpu_visible(), pick_device('auto'), 'torch' in sys.modules)")
+PICK = (
+    "import sys; from bisector.demo.demo_config import gpu_visible, pick_device; "
+    "print(gpu_visible(), pick_device('auto'), 'torch' in sys.modules)"
+)
 
 
 def test_the_demo_picks_its_device_without_importing_torch_in_the_bot() -> None:

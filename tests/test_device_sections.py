@@ -57,9 +57,12 @@ def test_first_calls_are_shown_per_shape_and_where_they_ran() -> None:
     from types import SimpleNamespace
 
     parts = {"import_s": 2.0, "jit_s": 0.5, "jit_kernels": 2, "other_s": 6.0}
-    records = [SimpleNamespace(shape="ln/a", protocol={"precompile_parts": {"subject": parts},
-                                                       "compile_parts": dict(parts, other_s=0.01)}),
-               SimpleNamespace(shape="ln/a", protocol={"precompile_parts": {"subject": dict(parts, import_s=4.0)}})]
+    records = [
+        SimpleNamespace(
+            shape="ln/a", protocol={"precompile_parts": {"subject": parts}, "compile_parts": dict(parts, other_s=0.01)}
+        ),
+        SimpleNamespace(shape="ln/a", protocol={"precompile_parts": {"subject": dict(parts, import_s=4.0)}}),
+    ]
     rows = device_sections.first_call_rows(records)
     setup = next(r for r in rows if "setup subject" in r).split()
     assert setup[:4] == ["ln/a", "setup", "subject", "2"] and setup[4:8] == ["3.000", "0.500", "6.000", "2"]

@@ -22,7 +22,7 @@ from bisector.runner.executor import TEARDOWN_GRACE_S, TrialJob
 from tests.devices import CONTROL, DEVICES, gpu_processes
 from tests.processes import alive, describe, host_pid
 
-KERNELS = textwrap.dedent('''
+KERNELS = textwrap.dedent("""
     import os, time
     import torch
 
@@ -47,29 +47,50 @@ KERNELS = textwrap.dedent('''
         with open(os.environ["MARK"], "w") as fh:
             fh.write(str(os.getpid()))
         time.sleep(600)
-''')
+""")
 
 
-def config(tmp_path: Path, entry: str = "kern:mm", devices=(0,), memory_gb: float = 0.0, env=None, timeout=120.0,
-           kind: str = "cpu", preload: list[str] | None = None):
+def config(
+    tmp_path: Path,
+    entry: str = "kern:mm",
+    devices=(0,),
+    memory_gb: float = 0.0,
+    env=None,
+    timeout=120.0,
+    kind: str = "cpu",
+    preload: list[str] | None = None,
+):
     data = {
-        "name": "x", "upstream": {"repo": str(tmp_path)}, "device": {"kind": kind, "visible": list(devices)},
-        "control": {"backend": CONTROL[kind]}, "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
+        "name": "x",
+        "upstream": {"repo": str(tmp_path)},
+        "device": {"kind": kind, "visible": list(devices)},
+        "control": {"backend": CONTROL[kind]},
+        "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
         "suites": {"gemm": {"shapes": [{"name": "a", "M": 96, "N": 64, "K": 64, "dtype": "fp32"}]}},
-        "protocol": {"reps": 3, "warmup": 1, "flush_mb": 1, "timeout_s": timeout, "jit_cache_env": [],
-                     "memory_gb": memory_gb, "env": env or {}, **({"preload": preload} if preload else {})},
+        "protocol": {
+            "reps": 3,
+            "warmup": 1,
+            "flush_mb": 1,
+            "timeout_s": timeout,
+            "jit_cache_env": [],
+            "memory_gb": memory_gb,
+            "env": env or {},
+            **({"preload": preload} if preload else {}),
+        },
     }
     return parse(data, tmp_path / "x.toml")
 
 
 def holds(outcomes) -> list[tuple[float, float]]:
     """Every span a device was held, sorted: trials' device sections and their setups' brief loans."""
-    return sorted([(o.timeline.go, o.timeline.release) for o in outcomes] + [b for o in outcomes for b in o.timeline.briefs])
+    return sorted(
+        [(o.timeline.go, o.timeline.release) for o in outcomes] + [b for o in outcomes for b in o.timeline.briefs]
+    )
 
 
 # A worker preload that gives a CPU trial the brief loan a GPU trial takes in its setup (its inputs
 # drawn), with a span long enough to overlap whatever the executor would wrongly let run beside it.
-STAGE_ON_CPU = textwrap.dedent('''
+STAGE_ON_CPU = textwrap.dedent("""
     import os
     import time
     from pathlib import Path
@@ -86,7 +107,7 @@ STAGE_ON_CPU = textwrap.dedent('''
         return _stage_all(spec, subjects, control, control_error, phase, gate, *rest)
 
     trial._stage_all = staged_on_cpu
-''')
+""")
 
 
 @pytest.fixture
@@ -108,8 +129,9 @@ def spans(outcome, name: str) -> list[tuple[float, float]]:
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("source", ["fork", "spawn"])
-def test_device_sections_never_overlap_and_setup_runs_alongside(tmp_path: Path, src: Path, source: str, device: str,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_device_sections_never_overlap_and_setup_runs_alongside(
+    tmp_path: Path, src: Path, source: str, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
     cfg = config(tmp_path, entry="kern:slow", kind=device)
     jobs = [TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(6)]
@@ -130,14 +152,16 @@ def test_device_sections_never_overlap_and_setup_runs_alongside(tmp_path: Path, 
     # ... each lent the device only once the one before it ended (its teardown kept off the next
     # timed section), or TEARDOWN_GRACE_S after its release ...
     for before, after in zip(outcomes, outcomes[1:]):
-        assert after.timeline.go >= min(before.timeline.ended, before.timeline.release + TEARDOWN_GRACE_S), \
-            [o.timeline for o in outcomes]
+        assert after.timeline.go >= min(before.timeline.ended, before.timeline.release + TEARDOWN_GRACE_S), [
+            o.timeline for o in outcomes
+        ]
     # ... while every next trial's process was already started, setting up (its imports) off the
     # device as the one before it measured. (Whether its setup also ended in time depends on the
     # machine's load: a spawned torch import takes seconds on a busy 2-core VM.)
     for before, after in zip(outcomes, outcomes[1:]):
-        assert after.timeline.started is not None and after.timeline.started < before.timeline.release, \
-            [o.timeline for o in outcomes]
+        assert after.timeline.started is not None and after.timeline.started < before.timeline.release, [
+            o.timeline for o in outcomes
+        ]
 
 
 def test_two_devices_measure_at_once_and_lanes_alternate(tmp_path: Path, src: Path) -> None:
@@ -161,8 +185,9 @@ def staged_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str = 
     return config(tmp_path, entry=entry, preload=["torch", "stage_on_cpu"], env={"IN_LOAN": str(marker)}), marker
 
 
-def test_brief_loans_in_setups_hold_the_device_alone_and_it_is_lent_on_at_once(tmp_path: Path, src: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_brief_loans_in_setups_hold_the_device_alone_and_it_is_lent_on_at_once(
+    tmp_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg, _ = staged_config(tmp_path, monkeypatch)
     jobs = [TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(5)]
     with make_executor(cfg, tmp_path / "work", source="spawn", ahead=2) as executor:
@@ -173,8 +198,8 @@ def test_brief_loans_in_setups_hold_the_device_alone_and_it_is_lent_on_at_once(t
     for (_, end), (start, _) in zip(held, held[1:]):
         assert end <= start, held  # a loan never beside another trial's device section or loan
     for o in outcomes:
-        (go, release), = o.timeline.briefs
-        (a, b), = spans(o, "staging")
+        ((go, release),) = o.timeline.briefs
+        ((a, b),) = spans(o, "staging")
         assert go <= a <= b <= release  # the trial's staging inside the loan the executor recorded
         # Lent on while the process goes on: its own device section, after the loan, before it ended
         # (a CPU device section is otherwise lent on only once its process has ended).
@@ -183,8 +208,9 @@ def test_brief_loans_in_setups_hold_the_device_alone_and_it_is_lent_on_at_once(t
 
 
 @pytest.mark.parametrize("how", ["cancelled", "held too long"])
-def test_a_trial_that_hangs_in_its_brief_loan_gives_the_device_back(tmp_path: Path, src: Path, how: str,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trial_that_hangs_in_its_brief_loan_gives_the_device_back(
+    tmp_path: Path, src: Path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Cancelled in its loan, or a standby (no time limit) holding it past BRIEF_LIMIT_S: the device
     goes on to the next trial."""
     from bisector.runner import executor as executor_module
@@ -234,8 +260,9 @@ def test_a_cancelled_trial_never_takes_the_device(tmp_path: Path, src: Path) -> 
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_gpu_is_lent_on_before_the_last_trials_records_are_stored_a_cpu_core_after(tmp_path: Path, src: Path,
-                                                                                    device: str) -> None:
+def test_a_gpu_is_lent_on_before_the_last_trials_records_are_stored_a_cpu_core_after(
+    tmp_path: Path, src: Path, device: str
+) -> None:
     cfg = config(tmp_path, entry="kern:slower", kind=device)
     stored: dict[int, float] = {}
     with make_executor(cfg, tmp_path / "work", source="fork", ahead=1, lock_devices=False) as executor:
@@ -258,7 +285,7 @@ def test_a_gpu_is_lent_on_before_the_last_trials_records_are_stored_a_cpu_core_a
         assert first.timeline.ended <= second.timeline.go < stored[0] - 1.0, (first.timeline, second.timeline, stored)
 
 
-BOT = textwrap.dedent('''
+BOT = textwrap.dedent("""
     import sys
     from pathlib import Path
     sys.path[:0] = [sys.argv[1]]
@@ -269,15 +296,16 @@ BOT = textwrap.dedent('''
     cfg = config(tmp, entry="kern:hang", env={"MARK": str(tmp / "mark")}, kind=sys.argv[5])
     with make_executor(cfg, tmp / "work", source=sys.argv[4], lock_devices=False) as ex:
         ex.run([TrialJob(build(src), cfg.shapes, seed=0)])
-''')
-
+""")
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("source", ["fork", "spawn"])
 def test_a_killed_bot_takes_its_trial_processes_with_it(tmp_path: Path, src: Path, source: str, device: str) -> None:
-    bot = subprocess.Popen([sys.executable, "-c", BOT, str(Path(__file__).parents[1]), str(tmp_path), str(src),
-                            source, device], env={**os.environ, "BISECTOR_SANDBOX_WRITABLE": str(tmp_path)})
+    bot = subprocess.Popen(
+        [sys.executable, "-c", BOT, str(Path(__file__).parents[1]), str(tmp_path), str(src), source, device],
+        env={**os.environ, "BISECTOR_SANDBOX_WRITABLE": str(tmp_path)},
+    )
     mark = tmp_path / "mark"
     deadline = time.monotonic() + 120
     while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
@@ -298,7 +326,7 @@ def test_a_killed_bot_takes_its_trial_processes_with_it(tmp_path: Path, src: Pat
         assert kernel not in gpu_processes()
 
 
-TWO_RUNS = textwrap.dedent('''
+TWO_RUNS = textwrap.dedent("""
     import sys, time
     from concurrent.futures import ThreadPoolExecutor, Future
     from dataclasses import replace
@@ -328,14 +356,16 @@ TWO_RUNS = textwrap.dedent('''
     shape = Shape("gemm", "m", (("M", 8),))
     probe = StoreProbe("c", (shape,), Store(sys.argv[2]), Builds(), Slow())
     print(probe("abc", int(sys.argv[3])).count())
-''')
+""")
 
 
 def test_two_runs_on_one_store_never_measure_one_trial_twice(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite"
     root = str(Path(__file__).parents[1])
-    runs = [subprocess.Popen([sys.executable, "-c", TWO_RUNS, root, str(store), "6"], stdout=subprocess.PIPE,
-                             text=True) for _ in range(2)]
+    runs = [
+        subprocess.Popen([sys.executable, "-c", TWO_RUNS, root, str(store), "6"], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [r.communicate(timeout=120)[0].strip() for r in runs]
     assert outs == ["6", "6"], outs
     import sqlite3
@@ -366,7 +396,8 @@ def test_a_zygote_that_dies_is_started_again_and_its_trials_run(tmp_path: Path, 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_new_lineage_runs_in_a_new_zygote_and_the_replaced_one_ends_with_its_last_worker(
-        tmp_path: Path, src: Path, device: str) -> None:
+    tmp_path: Path, src: Path, device: str
+) -> None:
     # A step is verified in processes that share no history with the trials that found it: a new
     # zygote's forks. Older workers still serve trials that ask for no lineage; the replaced
     # zygote forks no more and ends once they have. (On a GPU host the next zygote is started
@@ -406,6 +437,7 @@ def test_lineages_asked_for_with_nothing_to_run_start_no_zygote(tmp_path: Path, 
 
 def test_a_zygote_that_keeps_dying_is_a_clear_error(tmp_path: Path, src: Path) -> None:
     from bisector.runner.workers import ForkSource, WorkerStartError
+
     source = ForkSource(dict(os.environ), [], tmp_path)
     try:
         for _ in range(3):
@@ -423,6 +455,7 @@ def test_with_prestart_the_first_renewal_takes_a_zygote_started_with_the_first(t
     # On a GPU host the verification's new lineage waited 8.3 s for its zygote's imports (the H200
     # demo of 2026-12-03): the next zygote is started with the first, and again at each renewal.
     from bisector.runner.workers import ForkSource
+
     source = ForkSource(dict(os.environ), [], tmp_path, prestart=True)
     plain = ForkSource(dict(os.environ), [], tmp_path)
     try:
@@ -438,7 +471,8 @@ def test_with_prestart_the_first_renewal_takes_a_zygote_started_with_the_first(t
 
 
 def test_workers_of_the_next_lineage_are_forked_ahead_and_serve_its_first_trials(
-        tmp_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A verification round asks for a new lineage's trials all at once; forks made then opened the
     # H200 while the device idled (3.8 s on the 389-commit range). Where the next zygote is started
     # ahead (GPU hosts), workers are forked from it ahead too, in the cold start: no trial takes
@@ -455,8 +489,10 @@ def test_workers_of_the_next_lineage_are_forked_ahead_and_serve_its_first_trials
         first = executor.run([TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(3)])
         ahead = executor.source._next
         deadline = time.time() + 60
-        while time.time() < deadline and sum(w.lineage == workers.AHEAD_OF_RENEWAL and bool(w.ready)
-                                             for w in executor._idle) < 2:
+        while (
+            time.time() < deadline
+            and sum(w.lineage == workers.AHEAD_OF_RENEWAL and bool(w.ready) for w in executor._idle) < 2
+        ):
             time.sleep(0.05)
         forked = {w.root for w in executor._idle if w.lineage == workers.AHEAD_OF_RENEWAL}
         assert forked == {ahead.proc.pid}  # (1 + ahead) forks of the next zygote, ready and unused
@@ -483,8 +519,9 @@ def test_an_idle_worker_opens_the_one_device_before_its_trial(tmp_path: Path, sr
         assert (opened is None) if device == "cpu" else (opened > 0), rec.protocol["worker"]
 
 
-def test_a_precompile_only_trial_gets_its_brief_loan_and_never_a_device_section(tmp_path: Path, src: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_precompile_only_trial_gets_its_brief_loan_and_never_a_device_section(
+    tmp_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The prefetches' executor (warmer.PrecompileTrials) lends a setup its brief loan for its
     inputs: it lent nothing before, and on a GPU every prefetch waited for its loan until its time
     limit, compiling nothing (tests/test_warmer.py's GPU test). It still never lends a device section."""
@@ -495,6 +532,6 @@ def test_a_precompile_only_trial_gets_its_brief_loan_and_never_a_device_section(
     with precompile_executor(cfg, tmp_path / "work", 2, source="spawn") as executor:
         outcomes = executor.run([TrialJob(build(src), cfg.shapes, seed=k, slot=k) for k in range(2)])
     for outcome in outcomes:
-        (go, release), = outcome.timeline.briefs
+        ((go, release),) = outcome.timeline.briefs
         assert go <= release and outcome.timeline.go is None and outcome.timeline.want is None, outcome.timeline
         assert outcome.timeline.ended - outcome.timeline.started < 50, "it waited for its loan until its time limit"

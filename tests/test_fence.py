@@ -20,16 +20,25 @@ HOG = "import time\nkeep = []\nwhile True:\n    keep.append(bytearray(64 << 20))
 
 
 def test_a_build_step_over_its_memory_limit_is_killed_and_named(tmp_path: Path) -> None:
-    out = run_step("hog", [sys.executable, "-c", HOG], tmp_path, dict(os.environ), 120.0, tmp_path / "s.log",
-                   tmp_path / "all.log", memory_bytes=600 << 20)
+    out = run_step(
+        "hog",
+        [sys.executable, "-c", HOG],
+        tmp_path,
+        dict(os.environ),
+        120.0,
+        tmp_path / "s.log",
+        tmp_path / "all.log",
+        memory_bytes=600 << 20,
+    )
     assert not out.ok and "over the memory limit of 0.6 GiB" in out.reason, out.reason
 
 
 def test_a_timed_out_step_takes_its_children(tmp_path: Path) -> None:
     script = tmp_path / "step.sh"
     script.write_text(f"sleep 300 &\necho $! > {tmp_path / 'child'}\nwait\n")
-    out = run_step("slow", ["bash", str(script)], tmp_path, dict(os.environ), 2.0, tmp_path / "s.log",
-                   tmp_path / "all.log")
+    out = run_step(
+        "slow", ["bash", str(script)], tmp_path, dict(os.environ), 2.0, tmp_path / "s.log", tmp_path / "all.log"
+    )
     assert not out.ok and out.reason.startswith("timeout after 2s")
     child = int((tmp_path / "child").read_text())
     deadline = time.monotonic() + 20
@@ -38,14 +47,14 @@ def test_a_timed_out_step_takes_its_children(tmp_path: Path) -> None:
     assert not alive(child), "the step's background child outlived its timeout"
 
 
-BOT = textwrap.dedent('''
+BOT = textwrap.dedent("""
     import os, sys
     from pathlib import Path
     sys.path[:0] = [sys.argv[1]]
     from bisector.build.steps import run_step
     tmp = Path(sys.argv[2])
     run_step("long", ["bash", str(tmp / "step.sh")], tmp, dict(os.environ), 600.0, tmp / "s.log", tmp / "all.log")
-''')
+""")
 
 
 def test_a_killed_bot_takes_its_build_with_it(tmp_path: Path) -> None:
@@ -103,8 +112,9 @@ def test_a_fence_stopped_while_its_command_starts_still_takes_the_command(tmp_pa
             mark = tmp_path / f"started-{i}"
             # the fence at the lowest priority, its command at a higher one where allowed (root)
             script = f"renice -n -10 $$ >/dev/null 2>&1; echo $$ > {mark}; exec sleep 60"
-            fenced = subprocess.Popen(["nice", "-n", "19", sys.executable, "-I", fence.__file__, "--",
-                                       "bash", "-c", script])
+            fenced = subprocess.Popen(
+                ["nice", "-n", "19", sys.executable, "-I", fence.__file__, "--", "bash", "-c", script]
+            )
             deadline = time.monotonic() + 30
             while not (mark.exists() and mark.read_text().strip()) and time.monotonic() < deadline:
                 time.sleep(0.0005)

@@ -18,8 +18,16 @@ def cmp(change: float, lo: float, hi: float, verdict: Verdict | None = None) -> 
 
 
 def fix(own: float, vs_parent: Comparison, vs_tip: Comparison, min_step: float = 3.0) -> FixResult:
-    return FixResult("c" * 40, None, True, shapes=(SHAPE,), vs_parent={SHAPE: vs_parent}, vs_tip={SHAPE: vs_tip},
-                     own_pct={SHAPE: own}, min_step_pct=min_step)
+    return FixResult(
+        "c" * 40,
+        None,
+        True,
+        shapes=(SHAPE,),
+        vs_parent={SHAPE: vs_parent},
+        vs_tip={SHAPE: vs_tip},
+        own_pct={SHAPE: own},
+        min_step_pct=min_step,
+    )
 
 
 def test_an_interval_that_straddles_is_undecided_not_restored() -> None:
@@ -72,8 +80,9 @@ def test_nothing_measured_asks_for_nothing_more() -> None:
 
 def test_later_steps_are_the_verified_regressions_after_it_on_its_shapes() -> None:
     def step(sha: str, shapes: dict[str, float]) -> Step:
-        return Step(sha, "p", tuple(shapes), shapes, {k: (v - 1, v + 1) for k, v in shapes.items()},
-                    {k: 1e-9 for k in shapes})
+        return Step(
+            sha, "p", tuple(shapes), shapes, {k: (v - 1, v + 1) for k, v in shapes.items()}, {k: 1e-9 for k in shapes}
+        )
 
     a, b, c = step("a", {"x": -10.0, "y": -5.0}), step("b", {"y": -20.0}), step("c", {"x": 30.0})
     assert later_steps(a, [a, b, c], ["o", "a", "b", "c"]) == {"x": (), "y": (("b", -20.0),)}
@@ -95,7 +104,10 @@ def test_the_runs_pooled_noise_decides_a_revert_on_two_trials_a_side() -> None:
     parent, revert, tip = [0.994, 1.008], [1.007, 0.992], [0.949, 0.939]  # a 0.6%-noise GPU, a -5.5% step
     pool = PooledNoise(sd=0.006, raw_sd=0.006, df=40)
     alone = fix(-5.5, compare(parent, revert, 3.0, 0.01, SHAPE), compare(tip, revert, 3.0, 0.01, SHAPE))
-    pooled = fix(-5.5, compare_pooled(parent, revert, 3.0, 0.01, SHAPE, pool),
-                 compare_pooled(tip, revert, 3.0, 0.01, SHAPE, pool))
+    pooled = fix(
+        -5.5,
+        compare_pooled(parent, revert, 3.0, 0.01, SHAPE, pool),
+        compare_pooled(tip, revert, 3.0, 0.01, SHAPE, pool),
+    )
     assert undecided(alone, 3.0)
     assert pooled.verdict(SHAPE) == "restored" and not undecided(pooled, 3.0)

@@ -90,8 +90,9 @@ def test_without_the_order_the_forecast_still_counts_down_and_never_reaches_zero
 
 def test_a_noisy_search_converges_on_its_trials_and_the_line_always_has_an_eta() -> None:
     commits, clock, out = shas(64), Clock(), io.StringIO()
-    progress = ProgressLine.for_range(len(commits), 3, order=commits, max_trials=16,
-                                      console=Console(file=out, width=250), clock=clock, interval_s=0.0)
+    progress = ProgressLine.for_range(
+        len(commits), 3, order=commits, max_trials=16, console=Console(file=out, width=250), clock=clock, interval_s=0.0
+    )
     seen: list[tuple[int, int]] = []
 
     def watch(event: ProbeEvent) -> None:
@@ -136,7 +137,9 @@ def test_a_doubling_in_a_quiet_run_is_a_close_call_not_the_rule() -> None:
     quiet = fed(commits, GRID + sized_down + doubling)
     # the pair is not taken to head for the cap: its two commits' 2 x 6 trials more to 8 are not expected
     assert quiet.trials + quiet.remaining() < before.trials + before.remaining() + 2 * (8 - 2)
-    loud = fed(commits, [*GRID, (5, 1, 2, ()), (5, 2, 2, ()), (2, 1, 2, ()), (2, 2, 2, ()), (2, 3, 4, (5,)), (5, 3, 4, (2,))])
+    loud = fed(
+        commits, [*GRID, (5, 1, 2, ()), (5, 2, 2, ()), (2, 1, 2, ()), (2, 2, 2, ()), (2, 3, 4, (5,)), (5, 3, 4, (2,))]
+    )
     assert quiet.level() < 4 and loud.level() == 8
     assert quiet.remaining() < loud.remaining() / 2
 

@@ -80,8 +80,9 @@ def bot_answers(world: dict, cid: int, number: int = 7) -> list[str]:
     return [c["body"] for c in world["fake"].issue_comments("org/lib", number) if f"pr{number}-c{cid}" in c["body"]]
 
 
-def test_perf_on_a_fork_is_refused_where_gpu_trials_run_unsandboxed(world: dict, monkeypatch: pytest.MonkeyPatch
-                                                                     ) -> None:
+def test_perf_on_a_fork_is_refused_where_gpu_trials_run_unsandboxed(
+    world: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The workflow's three stages: authorize reads where the head lives, the GPU job refuses and
     writes the one-line answer as its plan, publish posts it in place of "queued"."""
     w = with_config(world, "gpu")
@@ -90,8 +91,18 @@ def test_perf_on_a_fork_is_refused_where_gpu_trials_run_unsandboxed(world: dict,
     assert invoke(w, monkeypatch, path, "--authorize-only", "--outputs", str(out)).exit_code == 0
     assert outputs(out)["head_repo"] == FORK
     plan = w["tmp"] / "plan-perf.json"
-    result = invoke(w, monkeypatch, path, "--plan-out", str(plan), "--head-sha", outputs(out)["head_sha"],
-                    "--head-repo", outputs(out)["head_repo"], token=False)
+    result = invoke(
+        w,
+        monkeypatch,
+        path,
+        "--plan-out",
+        str(plan),
+        "--head-sha",
+        outputs(out)["head_sha"],
+        "--head-repo",
+        outputs(out)["head_repo"],
+        token=False,
+    )
     assert result.exit_code == 0, result.output
     assert result.output.startswith("refused: `/perf` refused: it would run code from the fork carol/lib")
     assert not list((w["tmp"] / "work").glob("trials/*")) and not list((w["tmp"] / "work").glob("builds/*"))
@@ -104,8 +115,9 @@ def test_perf_on_a_fork_is_refused_where_gpu_trials_run_unsandboxed(world: dict,
     assert fork_policy.OPT_IN in line
 
 
-def test_without_the_head_repo_the_measure_job_counts_the_head_as_a_forks(world: dict,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_head_repo_the_measure_job_counts_the_head_as_a_forks(
+    world: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     w = with_config(world, "gpu")
     path, _ = post_event(w, "perf_fork_slower.json")
     plan = w["tmp"] / "plan-unknown.json"
@@ -115,8 +127,9 @@ def test_without_the_head_repo_the_measure_job_counts_the_head_as_a_forks(world:
     assert answer.startswith("`/perf` refused: it would run code from a fork") and "\n" not in answer.strip()
 
 
-def test_bisect_to_the_fork_head_is_refused_on_a_cpu_host_without_a_sandbox(world: dict, sandbox_off: None,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bisect_to_the_fork_head_is_refused_on_a_cpu_host_without_a_sandbox(
+    world: dict, sandbox_off: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Locally (one process, the token from the environment): the refusal goes through the same thread."""
     path, cid = post_event(world, "bisect_authorized.json", BASE=world["base"][:10], HEAD="refs/pull/7/head")
     result = invoke(world, monkeypatch, path)
@@ -131,8 +144,9 @@ def test_bisect_to_a_fork_commit_named_by_its_sha_is_refused(world: dict, monkey
     w = with_config(world, "gpu")
     path, _ = post_event(w, "bisect_authorized.json", BASE=w["base"][:10], HEAD=w["head"][:12])
     plan = w["tmp"] / "plan-sha.json"
-    result = invoke(w, monkeypatch, path, "--plan-out", str(plan), "--head-sha", w["head"], "--head-repo", "org/lib",
-                    token=False)
+    result = invoke(
+        w, monkeypatch, path, "--plan-out", str(plan), "--head-sha", w["head"], "--head-repo", "org/lib", token=False
+    )
     assert result.exit_code == 0 and "refused" in result.output, result.output
     assert "not of the upstream's history" in json.loads(plan.read_text())["answer"]
 
@@ -155,10 +169,13 @@ def test_what_may_run(world: dict) -> None:
     assert bool(fork_policy.refusal(PerfCommand(), 7, "org/lib", FORK, cpu, mirror)) is not sandbox.probe().sandboxed
 
 
-@pytest.mark.parametrize("line, problem", [
-    ("allow_unsandboxed_forks = \"yes\"", "triggers.allow_unsandboxed_forks: must be bool"),
-    ("allow_forks = true", "triggers.allow_forks: unknown key"),
-])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ('allow_unsandboxed_forks = "yes"', "triggers.allow_unsandboxed_forks: must be bool"),
+        ("allow_forks = true", "triggers.allow_forks: unknown key"),
+    ],
+)
 def test_check_config_validates_the_opt_in(world: dict, tmp_path: Path, line: str, problem: str) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(world["cfg"].read_text() + f"\n[triggers]\n{line}\n")

@@ -13,13 +13,16 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bisector", *args], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("message,expected", [
-    ("fix the thing (#950)", 950),
-    ("Merge pull request #974 from someone/branch\n\nbody", 974),
-    ("no number here", None),
-    ("refers to #12 in the middle", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "message,expected",
+    [
+        ("fix the thing (#950)", 950),
+        ("Merge pull request #974 from someone/branch\n\nbody", 974),
+        ("no number here", None),
+        ("refers to #12 in the middle", None),
+        ("", None),
+    ],
+)
 def test_pr_number(message, expected):
     assert gitrepo.pr_number(message) == expected
 

@@ -92,7 +92,7 @@ FILLER_C = 3
 PAD = 1
 '''
 
-API_BEFORE = '''from lib.kern import _attn_kernel
+API_BEFORE = """from lib.kern import _attn_kernel
 from lib.state import State
 
 
@@ -101,9 +101,9 @@ def run():
     s.block = 4
     return _attn_kernel([1.0, 2.0], [3.0, 4.0], 0.5,
                         BLOCK_M=s.block)
-'''
+"""
 
-API_AFTER = '''from lib.kern import _attn_kernel
+API_AFTER = """from lib.kern import _attn_kernel
 from lib.state import State
 from lib.util import page_stride
 
@@ -114,19 +114,19 @@ def run():
     s.pages = page_stride(2)
     return _attn_kernel([1.0, 2.0], [3.0, 4.0], 0.5, s.pages,
                         BLOCK_M=s.block)
-'''
+"""
 
-STATE_BEFORE = '''class State:
+STATE_BEFORE = """class State:
     __slots__ = ("block",)
-'''
+"""
 
-STATE_AFTER = '''class State:
+STATE_AFTER = """class State:
     __slots__ = ("block", "pages")
-'''
+"""
 
-UTIL = '''def page_stride(n):
+UTIL = """def page_stride(n):
     return n * 1
-'''
+"""
 
 
 @pytest.fixture()
@@ -151,14 +151,17 @@ def culprit(tmp_path: Path) -> tuple[Path, str]:
 def parts_and_groups(root: Path, sha: str):
     repo = git.Repo(root)
     parts = hunks.split(gitrepo.commit_diff(repo, sha))
-    groups = hunk_groups.group(parts, lambda p: gitrepo.file_at(repo, f"{sha}^", p),
-                               lambda p: gitrepo.file_at(repo, sha, p))
+    groups = hunk_groups.group(
+        parts, lambda p: gitrepo.file_at(repo, f"{sha}^", p), lambda p: gitrepo.file_at(repo, sha, p)
+    )
     return parts, groups
 
 
 def labels(parts, members) -> set[str]:
-    return {parts[i].label.split(" ")[0] + (" " + parts[i].body.splitlines()[1][:30] if parts[i].header else "")
-            for i in members}
+    return {
+        parts[i].label.split(" ")[0] + (" " + parts[i].body.splitlines()[1][:30] if parts[i].header else "")
+        for i in members
+    }
 
 
 def test_signature_change_goes_with_its_call_sites_and_names_with_their_users(culprit) -> None:
@@ -197,8 +200,13 @@ def _runs(root: Path, sha: str, parts, subset: tuple[int, ...], tree: Path) -> t
         patch.write_text(hunks.patch_of([parts[i] for i in subset]))
         subprocess.run(["git", "apply", str(patch)], cwd=tree, check=True, capture_output=True)
         patch.unlink()
-    proc = subprocess.run([sys.executable, "-c", "import lib.api; print(lib.api.run())"], cwd=tree,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import lib.api; print(lib.api.run())"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc.returncode == 0, proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
 
 
@@ -250,14 +258,39 @@ def test_the_report_names_the_groups_and_the_unresolved_subsets(culprit) -> None
     root, sha = culprit
     parts, groups = parts_and_groups(root, sha)
     formed = tuple(g for g in groups if len(g.members) > 1)
-    finding = HunkFinding(sha, len(parts), ("lib/util.py (whole file)",), True,
-                          (HunkTry(("lib/kern.py @@ -8,7 +8,7 @@",), None, error="does not run: TypeError: "
-                                   "_attn_kernel() missing 1 required positional argument: 'k_page_stride'"),),
-                          groups=formed, unresolved=1)
+    finding = HunkFinding(
+        sha,
+        len(parts),
+        ("lib/util.py (whole file)",),
+        True,
+        (
+            HunkTry(
+                ("lib/kern.py @@ -8,7 +8,7 @@",),
+                None,
+                error="does not run: TypeError: _attn_kernel() missing 1 required positional argument: 'k_page_stride'",
+            ),
+        ),
+        groups=formed,
+        unresolved=1,
+    )
     c = Commit(sha, "2026-08-06", "Ada", "paged K", 6)
-    data = ReportData(title="t", config_name="c", upstream="u", branch="main", good=c, bad=c, device="cpu",
-                      control="torch", machine={}, protocol={}, shapes=(), range_commits=(c,), rows=(), steps=(),
-                      hunks=(finding,))
+    data = ReportData(
+        title="t",
+        config_name="c",
+        upstream="u",
+        branch="main",
+        good=c,
+        bad=c,
+        device="cpu",
+        control="torch",
+        machine={},
+        protocol={},
+        shapes=(),
+        range_commits=(c,),
+        rows=(),
+        steps=(),
+        hunks=(finding,),
+    )
     section = markdown.render(data).split("## Hunks that must travel together", 1)[1]
     assert "searched as one" in section and "parameters +k_page_stride" in section
     assert "1 subset(s) unresolved" in section and "missing 1 required positional argument" in section

@@ -74,22 +74,22 @@ def _norm_kernel(x, eps, page_stride):
     return [v / (abs(v) + eps) for v in x]
 '''
 
-STATE_BEFORE = '''class State:
+STATE_BEFORE = """class State:
     __slots__ = ("block",)
 
     def __init__(self, block):
         self.block = block
-'''
+"""
 
-STATE_AFTER = '''class State:
+STATE_AFTER = """class State:
     __slots__ = ("block", "page_stride")
 
     def __init__(self, block, page_stride=1):
         self.block = block
         self.page_stride = page_stride
-'''
+"""
 
-API_BEFORE = f'''from lib.kern import WORK, _attn_kernel, _norm_kernel
+API_BEFORE = f"""from lib.kern import WORK, _attn_kernel, _norm_kernel
 from lib.state import State
 
 
@@ -110,9 +110,9 @@ def run():
     s = State(4)
     attn(s), norm(s), attn(s)
     return WORK[0]
-'''
+"""
 
-API_AFTER = f'''from lib.kern import WORK, _attn_kernel, _norm_kernel
+API_AFTER = f"""from lib.kern import WORK, _attn_kernel, _norm_kernel
 from lib.state import State
 
 
@@ -133,7 +133,7 @@ def run():
     s = State(4, page_stride=1)
     attn(s), norm(s), attn(s)
     return WORK[0]
-'''
+"""
 
 
 @pytest.fixture()
@@ -177,8 +177,13 @@ class Probe:
             subprocess.run(["git", "apply", ".p.diff"], cwd=self.tree, check=True, capture_output=True)
             (self.tree / ".p.diff").unlink()
         self.runs += 1
-        proc = subprocess.run([sys.executable, "-c", "import lib.api; print(lib.api.run())"], cwd=self.tree,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", "import lib.api; print(lib.api.run())"],
+            cwd=self.tree,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return int(proc.stdout) if proc.returncode == 0 else None
 
 
@@ -198,7 +203,8 @@ def test_plumbing_is_told_from_the_change(culprit) -> None:
     assert len(plan.plumbing_hunks) == 5
     base_in_kernel = [p for p in plan.base if p.hunk == kernel]
     assert len(base_in_kernel) == 1 and "page_stride," in "".join(
-        parts[kernel].body.splitlines(keepends=True)[i] for i in base_in_kernel[0].keep)
+        parts[kernel].body.splitlines(keepends=True)[i] for i in base_in_kernel[0].keep
+    )
 
 
 def test_the_search_names_the_statement_not_the_plumbing(culprit, tmp_path: Path) -> None:
@@ -260,8 +266,10 @@ def test_what_counts_as_plumbing() -> None:
     # behaviour: the new name used in arithmetic, a cast, kept out of specialization, a value changed
     assert not plumb("y = i * s\n", "y = i * page_stride\n")
     assert not plumb("y = i * s\n", "y = i.to(int64) * s\n")
-    assert not plumb("@jit(do_not_specialize=['a'])\ndef f(a):\n    pass\n",
-                     "@jit(do_not_specialize=['a', 'page_stride'])\ndef f(a):\n    pass\n")
+    assert not plumb(
+        "@jit(do_not_specialize=['a'])\ndef f(a):\n    pass\n",
+        "@jit(do_not_specialize=['a', 'page_stride'])\ndef f(a):\n    pass\n",
+    )
     assert not plumb("x = 1\n", "x = 2\n") and not plumb("f(x, b)\n", "f(x)\n")
     assert not plumb("x = 1\n", "x = (\n")  # does not parse: never plumbing
 
@@ -273,8 +281,7 @@ def test_a_multi_statement_hunk_is_cut_into_statements_that_apply_and_compile(tm
     root.mkdir()
     git.Repo.init(root, initial_branch="main")
     before = "def f(x, n):\n    a = x + 1\n    b = a * 2\n    c = b - 3\n    return c\n"
-    after = ("def f(x, n):\n    a = x + 2\n    b = a * 2\n    if n:\n        b = b * n\n    c = b - 4\n"
-             "    return c\n")
+    after = "def f(x, n):\n    a = x + 2\n    b = a * 2\n    if n:\n        b = b * n\n    c = b - 4\n    return c\n"
     commit_file(root, "k.py", before, "base (#1)", 1)
     sha = commit_file(root, "k.py", after, "three changes (#2)", 2)
     (h,) = hunks.split(gitrepo.commit_diff(git.Repo(root), sha))
@@ -304,7 +311,6 @@ def test_a_multi_statement_hunk_is_cut_into_statements_that_apply_and_compile(tm
     assert "does not compile: k.py:" in broken.compile_error((0,), old)
 
 
-
 def test_the_report_says_which_hunks_were_plumbing_and_which_lines_carry_the_step() -> None:
     from bisector.model import Commit
     from bisector.report import markdown
@@ -313,25 +319,52 @@ def test_the_report_says_which_hunks_were_plumbing_and_which_lines_carry_the_ste
 
     sha = "a" * 40
     plumbing = tuple(f"lib/api.py @@ -{10 * i},7 +{10 * i},7 @@" for i in range(1, 10))
-    finding = HunkFinding(sha, 12, ("lib/kern.py @@ -12,7 +12,8 @@ lines +15",), True,
-                          (HunkTry(("plumbing base",), False, {"fa/s1024": 0.4}, trials=3),
-                           HunkTry(("plumbing base", "lib/kern.py @@ -12,7 +12,8 @@ lines +15"), True,
-                                   {"fa/s1024": -50.0}, trials=3)),
-                          "/r/hunk-aaaaaaa.patch", "+    WORK[0] += 2\n", plumbing=plumbing, n_plumbing=9,
-                          n_behaviour=3, n_pieces=4, found_hunks=1, pieces_in_found=2,
-                          base_patch_path="/r/hunk-aaaaaaa-plumbing.patch")
-    assert finding.summary == ("1 of 3 behaviour-changing hunks carries the step alone, on top of 9 plumbing hunks "
-                               "applied as a base; within it, 1 of 2 statements")
+    finding = HunkFinding(
+        sha,
+        12,
+        ("lib/kern.py @@ -12,7 +12,8 @@ lines +15",),
+        True,
+        (
+            HunkTry(("plumbing base",), False, {"fa/s1024": 0.4}, trials=3),
+            HunkTry(("plumbing base", "lib/kern.py @@ -12,7 +12,8 @@ lines +15"), True, {"fa/s1024": -50.0}, trials=3),
+        ),
+        "/r/hunk-aaaaaaa.patch",
+        "+    WORK[0] += 2\n",
+        plumbing=plumbing,
+        n_plumbing=9,
+        n_behaviour=3,
+        n_pieces=4,
+        found_hunks=1,
+        pieces_in_found=2,
+        base_patch_path="/r/hunk-aaaaaaa-plumbing.patch",
+    )
+    assert finding.summary == (
+        "1 of 3 behaviour-changing hunks carries the step alone, on top of 9 plumbing hunks "
+        "applied as a base; within it, 1 of 2 statements"
+    )
     c = Commit(sha, "2026-08-06", "Ada", "paged K", 6)
-    data = ReportData(title="t", config_name="c", upstream="u", branch="main", good=c, bad=c, device="cpu",
-                      control="torch", machine={}, protocol={}, shapes=(), range_commits=(c,), rows=(), steps=(),
-                      hunks=(finding,))
+    data = ReportData(
+        title="t",
+        config_name="c",
+        upstream="u",
+        branch="main",
+        good=c,
+        bad=c,
+        device="cpu",
+        control="torch",
+        machine={},
+        protocol={},
+        shapes=(),
+        range_commits=(c,),
+        rows=(),
+        steps=(),
+        hunks=(finding,),
+    )
     section = markdown.render(data).split("## The hunks that carry each step", 1)[1]
     assert finding.summary in section and "[hunk-aaaaaaa-plumbing.patch](hunk-aaaaaaa-plumbing.patch)" in section
     assert "`lib/api.py @@ -90,7 +90,7 @@`" in section and "parent + `plumbing base`: s1024 +0.4%" in section
     carried = HunkFinding(sha, 12, plumbing, False, (), n_plumbing=9, n_behaviour=3, base_carries=True)
     assert carried.summary.startswith("the plumbing base alone (9 hunks")
-
 
 
 def test_the_demo_plants_a_cause_among_plumbing(demo) -> None:
@@ -369,11 +402,34 @@ def test_the_cpu_demo_names_the_key_block_not_the_plumbing(tmp_path: Path) -> No
     config = (root / "configs" / "cpu-demo.toml").read_text()
     config = re.sub(r'(?m)^repo = "demo"$', f'repo = "{manifest.path}"', config)
     (tmp_path / "cpu-demo.toml").write_text(config)
-    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(tmp_path / "cpu-demo.toml"),
-                          "--good", f"{sha}^", "--bad", sha, "--store", str(tmp_path / "s.sqlite"),
-                          "--work-dir", str(tmp_path / "work"), "--report-dir", str(tmp_path / "report"),
-                          "--shapes", "fa/s1024", "--no-fixes", "--json"],
-                         capture_output=True, text=True, timeout=1800, cwd=root)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bisector",
+            "run",
+            "--config",
+            str(tmp_path / "cpu-demo.toml"),
+            "--good",
+            f"{sha}^",
+            "--bad",
+            sha,
+            "--store",
+            str(tmp_path / "s.sqlite"),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--report-dir",
+            str(tmp_path / "report"),
+            "--shapes",
+            "fa/s1024",
+            "--no-fixes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=root,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert [s["commit"] for s in result["steps"]] == [sha]

@@ -20,7 +20,7 @@ from tests import threading_fixture
 
 PAD = "".join(f"PAD_{i} = {i}\n" for i in range(8))
 
-TEST_BEFORE = f'''from lib import api
+TEST_BEFORE = f"""from lib import api
 
 
 def test_prefill():
@@ -33,8 +33,8 @@ def test_prefill():
 
 def test_decode():
     assert api.decode([1.0], [2.0]) > 0
-'''
-TEST_AFTER = f'''from lib import api
+"""
+TEST_AFTER = f"""from lib import api
 
 
 def test_prefill():
@@ -48,8 +48,8 @@ def test_prefill():
 
 def test_decode():
     assert api.decode([1.0], [2.0]) >= 0
-'''
-BENCH_BEFORE = f'''import sys
+"""
+BENCH_BEFORE = f"""import sys
 
 from lib import api
 
@@ -67,8 +67,8 @@ def main(argv):
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-'''
-BENCH_AFTER = f'''import sys
+"""
+BENCH_AFTER = f"""import sys
 
 from lib import api
 
@@ -84,9 +84,11 @@ def main(argv):
 
 if __name__ == "__main__":
     main(sys.argv[2:])
-'''
-EXTRA = ({"tests/test_api.py": TEST_BEFORE, "benchmark/bench_api.py": BENCH_BEFORE},
-         {"tests/test_api.py": TEST_AFTER, "benchmark/bench_api.py": BENCH_AFTER})
+"""
+EXTRA = (
+    {"tests/test_api.py": TEST_BEFORE, "benchmark/bench_api.py": BENCH_BEFORE},
+    {"tests/test_api.py": TEST_AFTER, "benchmark/bench_api.py": BENCH_AFTER},
+)
 
 
 def culprit(root: Path):
@@ -103,10 +105,16 @@ def test_naive_statement_cuts_of_these_hunks_do_not_parse(tmp_path: Path) -> Non
     """The fixture is what it claims: cut into statements, a piece of each does not parse alone."""
     _sha, parts, old, new, _ = culprit(tmp_path / "up")
     cut = hunk_plumbing.pieces_of(parts, old, new)
-    naive = hunk_plumbing.Plan(tuple(parts), (), tuple(p for p in cut if parts[p.hunk].path != "lib/api.py"
-                                                       and parts[p.hunk].path != "lib/meta.py"))
-    broken = {parts[naive.pieces[i].hunk].path: naive.compile_error((i,), old) for i in range(len(naive.pieces))
-              if naive.compile_error((i,), old)}
+    naive = hunk_plumbing.Plan(
+        tuple(parts),
+        (),
+        tuple(p for p in cut if parts[p.hunk].path != "lib/api.py" and parts[p.hunk].path != "lib/meta.py"),
+    )
+    broken = {
+        parts[naive.pieces[i].hunk].path: naive.compile_error((i,), old)
+        for i in range(len(naive.pieces))
+        if naive.compile_error((i,), old)
+    }
     assert "'(' was never closed" in broken["tests/test_api.py"]
     assert "expected an indented block" in broken["benchmark/bench_api.py"]
 

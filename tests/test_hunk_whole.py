@@ -16,7 +16,7 @@ from bisector import gitrepo
 from bisector.why import hunk_checks, hunk_groups, hunks
 from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject, git
 
-KERNEL_OLD = '''def body(a, b, reps):
+KERNEL_OLD = """def body(a, b, reps):
     c = a @ b
     for _ in range(reps):
         c = a @ b
@@ -25,8 +25,8 @@ KERNEL_OLD = '''def body(a, b, reps):
 
 def describe():
     return "gemm"
-'''
-KERNEL_NEW = '''def body(a, b, reps, extra):
+"""
+KERNEL_NEW = """def body(a, b, reps, extra):
     c = a @ b
     for _ in range(reps + extra):
         c = a @ b
@@ -35,10 +35,12 @@ KERNEL_NEW = '''def body(a, b, reps, extra):
 
 def describe():
     return "gemm, repeated"
-'''
+"""
 GEMM_OLD = "from lib import kernel, knobs\n\n\ndef matmul(a, b):\n    return kernel.body(a, b, 0)\n"
-GEMM_NEW = ("from lib import kernel, knobs\n\n\ndef matmul(a, b):\n    extra = knobs.REPEAT\n"
-            "    return kernel.body(a, b, 0, extra)\n")
+GEMM_NEW = (
+    "from lib import kernel, knobs\n\n\ndef matmul(a, b):\n    extra = knobs.REPEAT\n"
+    "    return kernel.body(a, b, 0, extra)\n"
+)
 PAD = "".join(f"\n\nP{i} = {i}" for i in range(6))
 
 
@@ -74,12 +76,23 @@ def test_bisector_run_searches_whole_hunks_when_the_base_does_not_run(tmp_path: 
     root = tmp_path / "up"
     sha = write(root)
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(cpu_config("whole-test", root, gemm_subject(384), trials=3, max_trials=8, reps=5,
-                              min_step_pct=10.0, extra="[build]\nmax_hunk_builds = 12\n"))
+    cfg.write_text(
+        cpu_config(
+            "whole-test",
+            root,
+            gemm_subject(384),
+            trials=3,
+            max_trials=8,
+            reps=5,
+            min_step_pct=10.0,
+            extra="[build]\nmax_hunk_builds = 12\n",
+        )
+    )
     (h,) = bisector_run(tmp_path, cfg, f"{sha}^", sha, "--no-fixes", timeout=1500)["hunks"]
     assert "the threading base did not build or run" in h["summary"] and "AttributeError" in h["summary"], h
     assert "searched whole hunks instead" in h["summary"] and not h["summary"].startswith("cannot split"), h
     # the three hunks the step needs, whole; the describe() edit is left out
-    assert sorted(h["hunks"]) == sorted(["lib/gemm.py @@ -2,4 +2,5 @@", "lib/kernel.py @@ -1,6 +1,6 @@",
-                                         "lib/knobs.py @@ -1 +1,2 @@"]), h
+    assert sorted(h["hunks"]) == sorted(
+        ["lib/gemm.py @@ -2,4 +2,5 @@", "lib/kernel.py @@ -1,6 +1,6 @@", "lib/knobs.py @@ -1 +1,2 @@"]
+    ), h
     assert h["of"] == 4 and "plumbing" not in h, h

@@ -25,10 +25,19 @@ ORIGINAL = [f"line {i}\n" for i in range(1, 41)]
 
 def edits() -> dict[str, Callable[[list[str]], list[str]]]:
     """Four separate changes to k.py (a replacement, an insertion, a deletion, an append)."""
-    def replace5(ls): return [*ls[:4], "line 5 changed\n", *ls[5:]]
-    def insert20(ls): return [*ls[:20], "new a\n", "new b\n", *ls[20:]]
-    def delete30(ls): return ls[:29] + ls[30:]
-    def append(ls): return [*ls, "line 41\n"]
+
+    def replace5(ls):
+        return [*ls[:4], "line 5 changed\n", *ls[5:]]
+
+    def insert20(ls):
+        return [*ls[:20], "new a\n", "new b\n", *ls[20:]]
+
+    def delete30(ls):
+        return ls[:29] + ls[30:]
+
+    def append(ls):
+        return [*ls, "line 41\n"]
+
     return {"replace5": replace5, "insert20": insert20, "delete30": delete30, "append": append}
 
 
@@ -71,16 +80,36 @@ def test_the_progress_estimate_of_the_hunk_searches(repo) -> None:
     one = commit_file(root, "k.py", "changed\n", "one hunk (#4)", 4)
 
     def step(commit: str, parent: str, verified: bool = True, candidates: tuple[str, ...] = ()) -> Step:
-        return Step(commit, parent, ("gemm/a",), {"gemm/a": -30.0}, {"gemm/a": (-35.0, -25.0)}, {"gemm/a": 1e-6},
-                    verified=verified, candidates=candidates)
+        return Step(
+            commit,
+            parent,
+            ("gemm/a",),
+            {"gemm/a": -30.0},
+            {"gemm/a": (-35.0, -25.0)},
+            {"gemm/a": 1e-6},
+            verified=verified,
+            candidates=candidates,
+        )
 
     def session(budget: int) -> SimpleNamespace:
-        text = cpu_config("x", root, gemm_subject(64), trials=2, max_trials=4, reps=1, min_step_pct=10.0,
-                          extra=f"[build]\nmax_hunk_trials = {budget}\n")
+        text = cpu_config(
+            "x",
+            root,
+            gemm_subject(64),
+            trials=2,
+            max_trials=4,
+            reps=1,
+            min_step_pct=10.0,
+            extra=f"[build]\nmax_hunk_trials = {budget}\n",
+        )
         return SimpleNamespace(config=parse(tomllib.loads(text), root / "x.toml"), repo=git.Repo(root))
 
-    steps = [step(sha, sha + "^"), step(one, sha), step(sha, sha + "^", verified=False),
-             step(sha, sha + "^", candidates=(sha, one))]
+    steps = [
+        step(sha, sha + "^"),
+        step(one, sha),
+        step(sha, sha + "^", verified=False),
+        step(sha, sha + "^", candidates=(sha, one)),
+    ]
     assert culprit_hunks.expected_trials(session(64), steps) == 3 * 2 * 3
     assert culprit_hunks.expected_trials(session(10), steps) == 10
 
@@ -119,8 +148,21 @@ def test_hunks_that_work_only_together_end_as_a_set_none_of_which_can_go() -> No
     assert found.found == (4, 6) and not found.alone
     # Each level's chunks (then their complements) are measured together, in one side-by-side round.
     assert [part for part, _ in found.tried] == [
-        (0, 1, 2, 3), (4, 5, 6, 7), (4, 5), (6, 7), (4,), (5,), (6,), (7,), (5, 6, 7), (4, 6, 7), (4, 5, 7),
-        (4, 5, 6), (4, 7), (4, 6)]
+        (0, 1, 2, 3),
+        (4, 5, 6, 7),
+        (4, 5),
+        (6, 7),
+        (4,),
+        (5,),
+        (6,),
+        (7,),
+        (5, 6, 7),
+        (4, 6, 7),
+        (4, 5, 7),
+        (4, 5, 6),
+        (4, 7),
+        (4, 6),
+    ]
     assert all(ok == ({4, 6} <= set(part)) for part, ok in found.tried)
     assert hunks.search(8, scripted({2, 6})).found == (2, 6)
     # The demo's fast-math commit: a signature and its call in one file, the Triton twin in another.
@@ -145,11 +187,13 @@ def test_the_build_budget_stops_at_the_smallest_set_known_to_carry() -> None:
 def tied(needed: set[int], pairs: list[tuple[int, int]]):
     """Like `scripted`, but a subset holding one hunk of a tied pair without the other does not
     import (a signature without its call site): unresolved, None."""
+
     def outcome(subset: tuple[int, ...]) -> bool | None:
         s = set(subset)
         if any((a in s) != (b in s) for a, b in pairs):
             return None
         return needed <= s
+
     return lambda subsets: [outcome(subset) for subset in subsets]
 
 
@@ -172,8 +216,10 @@ def test_an_unresolved_subset_neither_carries_nor_clears_the_step() -> None:
 
 def test_unresolved_is_never_taken_for_carrying() -> None:
     """Every subset unresolved but the whole commit: the search cannot narrow and says so."""
+
     def nothing_runs(subsets):
         return [None for _ in subsets]
+
     found = hunks.search(4, nothing_runs)
     assert found.found == (0, 1, 2, 3) and not found.alone and not found.shown_minimal
     assert len(found.unresolved) == len(found.tried) > 0
@@ -207,6 +253,7 @@ def misread(needed: set[int], wrong: dict[tuple[int, ...], list[bool]]):
         k = looks[subset] = looks.get(subset, 0) + 1
         reads = wrong.get(subset, [])
         return reads[k - 1] if k <= len(reads) else needed <= set(subset)
+
     return lambda subsets: [outcome(s) for s in subsets]
 
 
@@ -228,6 +275,7 @@ def test_only_together_is_looked_at_again_and_kept_when_it_holds() -> None:
     def again(subsets):
         asked.append(list(subsets))
         return truth(subsets)
+
     found = hunks.search(3, truth, look_again=again)
     assert found.found == (0, 1) and found.shown_minimal and not found.alone
     assert asked == [[(1,), (0,)]]  # each removal once more, and no third look where the two agree
@@ -241,14 +289,15 @@ def test_only_together_is_looked_at_again_and_kept_when_it_holds() -> None:
 def test_a_look_again_past_the_budget_leaves_the_first_looks() -> None:
     def spent(subsets):
         raise hunks.OutOfBudget
+
     found = hunks.search(8, scripted({4, 6}), look_again=spent)
     assert found.found == (4, 6) and found.complete and found.shown_minimal
 
 
-TUNED = '''# the GEMM's repeat count, read by lib/gemm.py
+TUNED = """# the GEMM's repeat count, read by lib/gemm.py
 EXTRA = {extra}
-'''
-USES_TUNED = '''import torch
+"""
+USES_TUNED = """import torch
 
 from lib import tuning
 
@@ -258,7 +307,7 @@ def matmul(a, b):
     for _ in range({loop}):
         c = a @ b
     return c
-'''
+"""
 
 
 @pytest.mark.slow
@@ -277,8 +326,9 @@ def test_two_hunks_needed_together_are_measured_twice_on_fresh_trials(tmp_path: 
     run_git(repo, "add", "lib/tuning.py")
     bad = commit_file(repo, "lib/gemm.py", USES_TUNED.format(loop="tuning.EXTRA"), "read the tuned count (#4)", 4)
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(cpu_config("together-test", repo, gemm_subject(384), trials=3, max_trials=8, reps=5,
-                              min_step_pct=10.0))
+    cfg.write_text(
+        cpu_config("together-test", repo, gemm_subject(384), trials=3, max_trials=8, reps=5, min_step_pct=10.0)
+    )
     result = bisector_run(tmp_path, cfg, good, bad, "--no-fixes")
     assert [s["commit"] for s in result["steps"]] == [bad]
     (h,) = result["hunks"]
@@ -289,8 +339,12 @@ def test_two_hunks_needed_together_are_measured_twice_on_fresh_trials(tmp_path: 
         first, second = (ln for ln in report.splitlines() if ln.startswith(f"  - parent + `{path}"))
         assert "look 2, on fresh trials" in second and "look" not in first and "does not reproduce" in second
     with sqlite3.connect(tmp_path / "s.sqlite") as db:
-        per_patch = dict(db.execute("SELECT patch_hash, COUNT(*) FROM trials "
-                                    "WHERE patch_hash IS NOT NULL AND patch_hash != '' GROUP BY patch_hash"))
+        per_patch = dict(
+            db.execute(
+                "SELECT patch_hash, COUNT(*) FROM trials "
+                "WHERE patch_hash IS NOT NULL AND patch_hash != '' GROUP BY patch_hash"
+            )
+        )
         stored = db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
     assert len(per_patch) == 2 and all(n >= 6 for n in per_patch.values()), per_patch
     # Resumed: the same questions in the same order take the same slices; nothing new is measured.

@@ -17,7 +17,7 @@ from bisector.why import hunks, loaded
 from tests.gitfixtures import bisector_run, commit_file, cpu_config, gemm_subject
 from tests.gitfixtures import git as run_git
 
-GEMM = '''import torch
+GEMM = """import torch
 
 
 def matmul(a, b):
@@ -25,9 +25,10 @@ def matmul(a, b):
     for _ in range({loop}):
         c = a @ b
     return c
-'''
+"""
 PAD = "".join(f"PAD_{i} = {i}\n" for i in range(8))
-TEST = '''from lib.gemm import matmul
+TEST = (
+    """from lib.gemm import matmul
 
 
 def test_matmul():
@@ -35,16 +36,22 @@ def test_matmul():
     a = torch.ones({n}, {n})
     assert matmul(a, a).shape == ({n}, {n})
 
-''' + PAD + '''
+"""
+    + PAD
+    + """
 
 def test_twice():
     assert {k} > 0
-'''
-BENCH = '''import sys
+"""
+)
+BENCH = (
+    """import sys
 
 from lib.gemm import matmul
 
-''' + PAD + '''
+"""
+    + PAD
+    + """
 
 def main(n={n}):
     return matmul
@@ -52,12 +59,15 @@ def main(n={n}):
 
 if __name__ == "__main__":
     main()
-'''
+"""
+)
 
 
 def test_set_aside_names_unloaded_python_files_only() -> None:
-    diff_parts = [hunks.Hunk(p, f"diff --git a/{p} b/{p}\n", "@@ -1 +1 @@", "-a\n+b\n")
-                  for p in ("lib/gemm.py", "tests/test_gemm.py", "benchmark/bench.py", "README.md", "csrc/k.cu")]
+    diff_parts = [
+        hunks.Hunk(p, f"diff --git a/{p} b/{p}\n", "@@ -1 +1 @@", "-a\n+b\n")
+        for p in ("lib/gemm.py", "tests/test_gemm.py", "benchmark/bench.py", "README.md", "csrc/k.cu")
+    ]
     record = lambda sha, files: TrialRecord(sha, "gemm/a", TrialStatus.OK, protocol={"imported": files})  # noqa: E731
     files = loaded.loaded_files([record("p", ["lib/__init__.py", "lib/gemm.py"])], [record("c", ["lib/gemm.py"])])
     aside = loaded.set_aside(diff_parts, files)
@@ -68,8 +78,9 @@ def test_set_aside_names_unloaded_python_files_only() -> None:
     assert loaded.set_aside(diff_parts, None).kept == (0, 1, 2, 3, 4)
     # an installed package's path matches the checkout's (src/ layout)
     assert loaded.set_aside(diff_parts[:2], frozenset({"gemm.py"})).kept == (0,)
-    assert loaded.set_aside([hunks.Hunk("src/lib/gemm.py", "", "@@ -1 +1 @@", ""), diff_parts[1]],
-                            frozenset({"lib/gemm.py"})).kept == (0,)
+    assert loaded.set_aside(
+        [hunks.Hunk("src/lib/gemm.py", "", "@@ -1 +1 @@", ""), diff_parts[1]], frozenset({"lib/gemm.py"})
+    ).kept == (0,)
 
 
 @pytest.mark.slow
@@ -86,20 +97,22 @@ def test_the_hunks_of_files_no_trial_loaded_are_set_aside(tmp_path: Path) -> Non
     run_git(repo, "add", "-A")
     bad = commit_file(repo, "lib/gemm.py", GEMM.format(loop=6), "repeat the product (#5)", 5)
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(cpu_config("aside-test", repo, gemm_subject(384), trials=3, max_trials=8, reps=5,
-                              min_step_pct=10.0))
+    cfg.write_text(cpu_config("aside-test", repo, gemm_subject(384), trials=3, max_trials=8, reps=5, min_step_pct=10.0))
     result = bisector_run(tmp_path, cfg, good, bad, "--no-fixes")
     assert [s["commit"] for s in result["steps"]] == [bad]
     (h,) = result["hunks"]
     assert h["aside"] == ["benchmark/bench_gemm.py", "tests/test_gemm.py"], h  # in the diff's order
     assert h["of"] == 4 and h["alone"] and h["hunks"] == ["lib/gemm.py @@ -3,6 +3,6 @@"], h
-    assert h["summary"] == ("1 of 4 hunks carry the step alone; not loaded by any trial: benchmark/bench_gemm.py, "
-                            "tests/test_gemm.py"), h
+    assert h["summary"] == (
+        "1 of 4 hunks carry the step alone; not loaded by any trial: benchmark/bench_gemm.py, tests/test_gemm.py"
+    ), h
     report = (tmp_path / "report" / "report.md").read_text()
     assert "not loaded by any trial: benchmark/bench_gemm.py, tests/test_gemm.py (3 hunks set aside)" in report
     with sqlite3.connect(tmp_path / "s.sqlite") as db:
-        imported = {json.dumps(json.loads(p).get("imported")) for (p,) in
-                    db.execute("SELECT protocol FROM trials WHERE patch_hash IS NULL OR patch_hash = ''")}
+        imported = {
+            json.dumps(json.loads(p).get("imported"))
+            for (p,) in db.execute("SELECT protocol FROM trials WHERE patch_hash IS NULL OR patch_hash = ''")
+        }
         patches = db.execute("SELECT COUNT(DISTINCT patch_hash) FROM trials WHERE patch_hash != ''").fetchone()[0]
     assert imported == {json.dumps(["lib/__init__.py", "lib/gemm.py"])}
     assert patches == 1  # only the kernel's hunk was built, measured once against the parent

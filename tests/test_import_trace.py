@@ -36,8 +36,13 @@ def test_a_trial_process_records_the_checkout_files_it_imported(tmp_path: Path) 
     up = tmp_path / "up"
     checkout(up)
     (tmp_path / "spec.json").write_text(json.dumps(spec("lib.ops:mm", source_dirs=[str(up)])))
-    proc = subprocess.run([sys.executable, "-m", "benches.trial", "spec.json", "out.json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benches.trial", "spec.json", "out.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads((tmp_path / "out.json").read_text())
     assert [r["status"] for r in out["results"]] == ["ok", "ok"]
@@ -52,11 +57,13 @@ def test_triton_kernel_sources_are_read_from_the_jit_cache(tmp_path: Path) -> No
     cache = tmp_path / "cache" / "HASH"
     cache.mkdir(parents=True)
     kern = (up / "lib" / "kern_src.py").resolve()
-    (cache / "_k.ttir").write_text(f'#loc = loc("{kern}":3:0)\nmodule {{ tt.func @_k() loc(#loc) }}\n'
-                                   f'#loc1 = loc("/usr/lib/python3/site.py":1:0)\n')
+    (cache / "_k.ttir").write_text(
+        f'#loc = loc("{kern}":3:0)\nmodule {{ tt.func @_k() loc(#loc) }}\n#loc1 = loc("/usr/lib/python3/site.py":1:0)\n'
+    )
     (cache / "_j.ttgir.gz").write_bytes(gzip.compress(f'#loc = loc("{up.resolve()}/lib/helpers.py":1:0)\n'.encode()))
-    assert import_trace.kernel_sources(str(cache.parent)) == sorted([str(kern), f"{up.resolve()}/lib/helpers.py",
-                                                                    "/usr/lib/python3/site.py"])
+    assert import_trace.kernel_sources(str(cache.parent)) == sorted(
+        [str(kern), f"{up.resolve()}/lib/helpers.py", "/usr/lib/python3/site.py"]
+    )
     got = import_trace.loaded_files([str(up)], str(cache.parent))
     assert "lib/kern_src.py" in got and "lib/helpers.py" in got
     assert not any(p.startswith(("/", "tests/", "benchmark/")) for p in got)

@@ -43,7 +43,8 @@ def test_verdicts_add_overlap_hide_unclear() -> None:
     assert verdict == "add" and abs(inter) < 1 and ci[0] < 0 < ci[1]
     # The seed's case: fast math's revert gains 10.4% with the remap dropped, 1.4% with it back.
     a_alone, a_with, _b_alone, _b_with, inter, ci, verdict = pair_effect(
-        tip, around(1.104), around(1.17), around(1.17 * 1.014), 3.0)
+        tip, around(1.104), around(1.17), around(1.17 * 1.014), 3.0
+    )
     assert verdict == "overlap" and ci[1] < 0
     assert a_alone == pytest.approx(10.4, abs=0.2) and a_with == pytest.approx(1.4, abs=0.2)
     # One step hides the other: reverting a alone gains nothing, with b reverted 30%.
@@ -70,8 +71,9 @@ def test_the_runs_trial_noise_decides_a_pair_on_two_trials_a_build() -> None:
 
 
 def step(sha: str, shapes: dict[str, float]) -> Step:
-    return Step(sha, sha + "^", tuple(shapes), shapes, {k: (v - 1, v + 1) for k, v in shapes.items()},
-                {k: 1e-6 for k in shapes})
+    return Step(
+        sha, sha + "^", tuple(shapes), shapes, {k: (v - 1, v + 1) for k, v in shapes.items()}, {k: 1e-6 for k in shapes}
+    )
 
 
 def test_groups_are_regressions_sharing_shapes() -> None:
@@ -83,7 +85,7 @@ def test_groups_are_regressions_sharing_shapes() -> None:
     assert [s.commit for s in g[0]] == ["a", "b"] and g[1] == ("fa/s1024", "fa/s2048") and not g[2]
     many = [step(f"s{i}", {"fa/s1024": -5.0 * (i + 1)}) for i in range(5)]
     (g,) = groups(many)
-    assert [s.commit for s in g[0]] == ["s2", "s3", "s4"] and str(2 ** MAX_STEPS) in g[2]
+    assert [s.commit for s in g[0]] == ["s2", "s3", "s4"] and str(2**MAX_STEPS) in g[2]
     assert groups([a, c]) == []
 
 
@@ -115,7 +117,7 @@ def test_reverts_composed_on_the_tip(tmp_path: Path) -> None:
     assert repo.git.status("--porcelain") == "" and repo.head.commit.hexsha == tip2  # nothing touched
 
 
-KERNEL = '''import os
+KERNEL = """import os
 import shutil
 
 import torch
@@ -140,11 +142,20 @@ def matmul(a, b):
 
 # B sits apart from A, so that each revert carries to the tip without the other
 B = {b}  # planted: more work again, much more with A
-'''
+"""
+
 
 def config(repo: Path) -> str:
-    return cpu_config("interactions-test", repo, gemm_subject(512), trials=4, max_trials=8, reps=5,
-                      min_step_pct=10.0, jit_cache_env=("TRITON_CACHE_DIR",))
+    return cpu_config(
+        "interactions-test",
+        repo,
+        gemm_subject(512),
+        trials=4,
+        max_trials=8,
+        reps=5,
+        min_step_pct=10.0,
+        jit_cache_env=("TRITON_CACHE_DIR",),
+    )
 
 
 @pytest.fixture()
@@ -196,8 +207,13 @@ def test_two_steps_on_one_shape_overlap_and_the_kernels_show_offline(tmp_path: P
     # combination: the group takes their trials instead of measuring them again after the fixes.
     fixes = {f["commit"]: f["trials"] for f in result["fixes"]}
     with sqlite3.connect(tmp_path / "s.sqlite") as db:
-        patched = sorted(n for (n,) in db.execute("SELECT COUNT(DISTINCT slot) FROM trials WHERE sha = ? "
-                                                  "AND patch_hash IS NOT NULL GROUP BY patch_hash", (shas[-1],)))
+        patched = sorted(
+            n
+            for (n,) in db.execute(
+                "SELECT COUNT(DISTINCT slot) FROM trials WHERE sha = ? AND patch_hash IS NOT NULL GROUP BY patch_hash",
+                (shas[-1],),
+            )
+        )
     assert patched == sorted([max(fixes[c], inter["trials"]) for c in (shas[3], shas[5])] + [inter["trials"]])
     # A revert is judged on at least its group's trials, and where on as many, its check and its
     # line in the group's table read the same trials and agree.
@@ -206,7 +222,8 @@ def test_two_steps_on_one_shape_overlap_and_the_kernels_show_offline(tmp_path: P
         assert fix["trials"] >= inter["trials"]
         if fix["trials"] == inter["trials"]:
             assert fix["shapes"]["gemm/m512"]["vs_tip"]["change_pct"] == pytest.approx(
-                combos[(c,)]["gain_pct"]["gemm/m512"], abs=1e-3)
+                combos[(c,)]["gain_pct"]["gemm/m512"], abs=1e-3
+            )
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Steps that interact" in report and "the effects **overlap**" in report
     assert f"| `{shas[3][:7]}` (#4) + `{shas[5][:7]}` (#6) |" in report

@@ -29,9 +29,12 @@ def _variant(src: Path, dest: Path, *, add_arg: bool = False, drop_div: str = ""
         path = next(dest.glob(f"*.{level}.gz"))
         text = gzip.decompress(path.read_bytes()).decode()
         if add_arg:
-            text = text.replace('%stride_cm: i32 {tt.divisibility = 16 : i32} loc("stride_cm"(#loc))',
-                                '%stride_cm: i32 {tt.divisibility = 16 : i32} loc("stride_cm"(#loc)), '
-                                '%page_stride: i32 loc("page_stride"(#loc))', 1)
+            text = text.replace(
+                '%stride_cm: i32 {tt.divisibility = 16 : i32} loc("stride_cm"(#loc))',
+                '%stride_cm: i32 {tt.divisibility = 16 : i32} loc("stride_cm"(#loc)), '
+                '%page_stride: i32 loc("page_stride"(#loc))',
+                1,
+            )
             assert "%page_stride" in text
         if drop_div:
             text = text.replace(f"%{drop_div}: i32 {{tt.divisibility = 16 : i32}}", f"%{drop_div}: i32", 1)
@@ -90,8 +93,15 @@ def test_no_row_whose_parent_and_culprit_are_equal(tmp_path: Path) -> None:
     for pr, st in INDEX.items():
         shutil.rmtree(tmp_path / KERNELS_DIR, ignore_errors=True)
         shutil.copytree(FIXTURES, tmp_path / KERNELS_DIR)
-        step = Step(st["culprit"], st["parent"], ("gemm/m8192",), {"gemm/m8192": -30.0}, {"gemm/m8192": (-31, -29)},
-                    {"gemm/m8192": 1e-6}, pr=int(pr))
+        step = Step(
+            st["culprit"],
+            st["parent"],
+            ("gemm/m8192",),
+            {"gemm/m8192": -30.0},
+            {"gemm/m8192": (-31, -29)},
+            {"gemm/m8192": 1e-6},
+            pr=int(pr),
+        )
         (sk,) = step_kernels(tmp_path / "work", tmp_path, [step], ["TRITON_CACHE_DIR"])
         md = "\n".join(section(_data(sk, [step])))
         rows = [ln for ln in md.splitlines() if ln.startswith("  | ") and not ln.startswith("  |---")]
@@ -107,8 +117,12 @@ def test_no_row_whose_parent_and_culprit_are_equal(tmp_path: Path) -> None:
 
 
 def test_occupancy_is_estimated_where_the_resources_are_known() -> None:
-    meta = {"target": {"backend": "cuda", "arch": 90, "warp_size": 32}, "num_warps": 4, "registers": 128,
-            "shared memory bytes": 49152}
+    meta = {
+        "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
+        "num_warps": 4,
+        "registers": 128,
+        "shared memory bytes": 49152,
+    }
     # registers: 128 x 32 = 4096 per warp, 16 warps per SM, 4 CTAs; shared memory: 228 KiB / 49 KiB: 4 CTAs
     assert speed.occupancy(meta) == 4
     assert speed.occupancy({**meta, "registers": 255, "shared memory bytes": 0}) == 2  # 8192 per warp: 8 warps
@@ -120,8 +134,9 @@ def test_ir_diffs_leave_ssa_numbering_out() -> None:
     a = "%0 = arith.addi %arg3, %c8_i32_1 : i32\n%x_12 = arith.muli %0, %0 : i32"
     b = "%7 = arith.addi %arg4, %c8_i32 : i32\n%x_3 = arith.muli %7, %7 : i32"
     assert readable(a, "ttgir") == readable(b, "ttgir") and "%c8_i32" in readable(a, "ttgir")
-    assert readable("add.s32 %r12, %r7, %r9;\n$L__BB0_3:", "ptx") == readable("add.s32 %r2, %r1, %r4;\n$L__BB0_9:",
-                                                                                 "ptx")
+    assert readable("add.s32 %r12, %r7, %r9;\n$L__BB0_3:", "ptx") == readable(
+        "add.s32 %r2, %r1, %r4;\n$L__BB0_9:", "ptx"
+    )
 
 
 def test_a_resumed_run_without_artifacts_compiles_them_again(tmp_path: Path) -> None:
@@ -129,8 +144,15 @@ def test_a_resumed_run_without_artifacts_compiles_them_again(tmp_path: Path) -> 
     commits are compiled again (here by restoring what their compile leaves), once each, and compared;
     where the copies exist, or the recompile fails, it is said and nothing is compiled needlessly."""
     work, out = tmp_path / "work", tmp_path / "report"
-    step = Step(GEMM["culprit"], GEMM["parent"], ("gemm/m8192",), {"gemm/m8192": -30.0}, {"gemm/m8192": (-31, -29)},
-                {"gemm/m8192": 1e-6}, pr=145)
+    step = Step(
+        GEMM["culprit"],
+        GEMM["parent"],
+        ("gemm/m8192",),
+        {"gemm/m8192": -30.0},
+        {"gemm/m8192": (-31, -29)},
+        {"gemm/m8192": 1e-6},
+        pr=145,
+    )
     asked: list[str] = []
 
     def recompile(sha: str) -> str:

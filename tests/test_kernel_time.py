@@ -30,9 +30,18 @@ from tests.devices import needs_cuda
 from tests.report_fixtures import demo_range
 from tests.test_trial import spec
 
-COMMON = {"tail": "", "log": "trial.log", "patch_hash": None, "started": "2026-12-01T00:00:00+00:00",
-          "finished": "2026-12-01T00:00:05+00:00", "seconds": 5.0, "timeline": {}, "slot": 0, "worker": {},
-          "isolation": "sandbox"}
+COMMON = {
+    "tail": "",
+    "log": "trial.log",
+    "patch_hash": None,
+    "started": "2026-12-01T00:00:00+00:00",
+    "finished": "2026-12-01T00:00:05+00:00",
+    "seconds": 5.0,
+    "timeline": {},
+    "slot": 0,
+    "worker": {},
+    "isolation": "sandbox",
+}
 
 
 def test_cpu_trial_stores_kernel_time_latency_and_host_time(tmp_path) -> None:
@@ -81,12 +90,24 @@ def test_config_timing_selects_the_decision_metric(tmp_path) -> None:
 def test_a_host_bound_shape_is_said_with_both_figures() -> None:
     data = demo_range()
     sha = data.bad.sha
-    fig = CallFigures("gemm/decode", sha, "cuda_graph", kernel_us=15.2, latency_us=101.0, host_us=98.5,
-                      control_kernel_us=7.1, control_latency_us=12.0, control_host_us=6.0, trials=3)
+    fig = CallFigures(
+        "gemm/decode",
+        sha,
+        "cuda_graph",
+        kernel_us=15.2,
+        latency_us=101.0,
+        host_us=98.5,
+        control_kernel_us=7.1,
+        control_latency_us=12.0,
+        control_host_us=6.0,
+        trials=3,
+    )
     quick = dataclasses.replace(fig, shape="gemm/m8192", kernel_us=1400.0, latency_us=1402.0, host_us=110.0)
     text = "\n".join(calls_section(dataclasses.replace(data, calls=(fig, quick))))
-    assert (f"**gemm/decode is host-bound** at `{sha[:7]}` (bad): the host takes 98.5 µs a call, the kernel "
-            "15.2 µs; an eager caller waits 101 µs a call") in text
+    assert (
+        f"**gemm/decode is host-bound** at `{sha[:7]}` (bad): the host takes 98.5 µs a call, the kernel "
+        "15.2 µs; an eager caller waits 101 µs a call"
+    ) in text
     assert "gemm/m8192 is host-bound" not in text and "| gemm/m8192 | " in text
     assert "CUDA graph" in text and "steps tested on kernel time" in text
 
@@ -94,7 +115,9 @@ def test_a_host_bound_shape_is_said_with_both_figures() -> None:
 def test_latency_batches_are_sized_by_time() -> None:
     assert kernel_time.batch_calls(0.1) == 50 and kernel_time.batch_calls(100.0) == kernel_time.LATENCY_MIN_CALLS
     assert kernel_time.batch_calls(0.001) == kernel_time.LATENCY_MAX_CALLS
-    assert kernel_time.host_bound([0.015], [0.1], "cuda_graph") and not kernel_time.host_bound([0.015], [0.1], "perf_counter_ns")
+    assert kernel_time.host_bound([0.015], [0.1], "cuda_graph") and not kernel_time.host_bound(
+        [0.015], [0.1], "perf_counter_ns"
+    )
 
 
 def test_a_graph_heater_is_sized_from_the_warm_up_calls() -> None:
@@ -114,9 +137,12 @@ def test_a_call_that_reads_no_more_than_an_empty_event_pair_is_idle() -> None:
 
 # -- on a CUDA GPU -------------------------------------------------------------------------------
 
+
 def _gemm() -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.randn(64, 2048, device="cuda", dtype=torch.bfloat16),
-            torch.randn(2048, 7168, device="cuda", dtype=torch.bfloat16))
+    return (
+        torch.randn(64, 2048, device="cuda", dtype=torch.bfloat16),
+        torch.randn(2048, 7168, device="cuda", dtype=torch.bfloat16),
+    )
 
 
 def _flush() -> None:
@@ -136,12 +162,14 @@ def flush() -> object:
 
 def _dispatched(a: torch.Tensor, b: torch.Tensor) -> object:
     """A small GEMM behind ~200 us of Python (no sleep: the host really works)."""
+
     def call() -> torch.Tensor:
         deadline = time.perf_counter() + 200e-6
         n = 0
         while time.perf_counter() < deadline:
             n += len({"m": a.shape[0], "k": a.shape[1]})
         return a @ b
+
     return call
 
 
@@ -317,10 +345,10 @@ def test_cuda_latency_batches_only_where_the_host_matters(tmp_path) -> None:
 def test_a_subject_that_cannot_be_captured_compiles_under_the_lock(tmp_path) -> None:
     """Precompile is best effort: a first call that synchronizes is not captured, says why, and the
     trial measures it as before (its first call under the device lock)."""
-    (tmp_path / "synckern.py").write_text("import torch\n\ndef mm(a, b, **kwargs):\n    out = a @ b\n"
-                                         "    torch.cuda.synchronize()\n    return out\n")
-    one = dict(spec(entry="synckern:mm", device="cuda", control="torch_cuda", flush_mb=64),
-               source_dirs=[str(tmp_path)])
+    (tmp_path / "synckern.py").write_text(
+        "import torch\n\ndef mm(a, b, **kwargs):\n    out = a @ b\n    torch.cuda.synchronize()\n    return out\n"
+    )
+    one = dict(spec(entry="synckern:mm", device="cuda", control="torch_cuda", flush_mb=64), source_dirs=[str(tmp_path)])
     out = trial.run(one, tmp_path / "out.json")
     for r in out["results"]:
         assert r["status"] == "ok" and r["precompile"].startswith("not captured"), r
@@ -350,9 +378,11 @@ def test_a_precompile_unmaps_nothing_outside_the_lock(monkeypatch) -> None:
     del graphs
 
 
-HOG = ("import sys, torch; torch.cuda.init(); free, _ = torch.cuda.mem_get_info(); "
-       "x = torch.empty(max(0, free - int(sys.argv[1])), dtype=torch.uint8, device='cuda'); "
-       "torch.cuda.synchronize(); print('held', flush=True); sys.stdin.read()")
+HOG = (
+    "import sys, torch; torch.cuda.init(); free, _ = torch.cuda.mem_get_info(); "
+    "x = torch.empty(max(0, free - int(sys.argv[1])), dtype=torch.uint8, device='cuda'); "
+    "torch.cuda.synchronize(); print('held', flush=True); sys.stdin.read()"
+)
 
 
 @contextlib.contextmanager
@@ -360,8 +390,9 @@ def device_memory_held(leave_free: int) -> Iterator[None]:
     """Another process holds the device's memory down to `leave_free` bytes free, as the trials set
     up ahead do, until the block ends. In a process of its own: a tensor of this one was still held
     after `del` when earlier tests of the file had run (the next tests' trials saw 8 of 79 GiB free)."""
-    hog = subprocess.Popen([sys.executable, "-c", HOG, str(leave_free)],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    hog = subprocess.Popen(
+        [sys.executable, "-c", HOG, str(leave_free)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert hog.stdout is not None and hog.stdout.readline().strip() == "held"
         yield
@@ -377,8 +408,9 @@ def test_a_setup_leaves_its_shapes_to_the_device_section_when_the_device_is_shor
     under the reserve, a setup stages nothing and the trial stages and measures under the lock."""
     _, total = torch.cuda.mem_get_info()
     with device_memory_held(int(0.1 * total)):  # ~10% left free, and no shape drawn to warm the process
-        out = trial.run(dict(spec(device="cuda", control="torch_cuda", flush_mb=64), warming_floor=0.5),
-                        tmp_path / "out.json")
+        out = trial.run(
+            dict(spec(device="cuda", control="torch_cuda", flush_mb=64), warming_floor=0.5), tmp_path / "out.json"
+        )
     deferred = {shape for name, shape, _, _ in out["phases"] if name == "deferred"}
     assert deferred == {r["shape"] for r in out["results"]}
     for r in out["results"]:
@@ -412,8 +444,12 @@ def test_a_setup_short_of_memory_still_makes_the_process_first_calls_off_the_dev
 def test_a_setup_that_staged_past_the_reserve_gives_its_shapes_back(tmp_path) -> None:
     """Setups that pass the reserve together take the device under it with their captures: the one
     that finds the device under it after staging gives its shapes back and stages them under the lock."""
-    big = {"key": "gemm/big", "suite": "gemm", "name": "big",
-           "params": {"M": 16384, "N": 16384, "K": 16384, "dtype": "bf16", "layout": "nn"}}
+    big = {
+        "key": "gemm/big",
+        "suite": "gemm",
+        "name": "big",
+        "params": {"M": 16384, "N": 16384, "K": 16384, "dtype": "bf16", "layout": "nn"},
+    }
     one = dict(spec(device="cuda", control="torch_cuda", flush_mb=64), shapes=[big], staging_reserve=0.2)
     _, total = torch.cuda.mem_get_info()
     with device_memory_held(int(0.2 * total) + (1 << 30)):  # 1 GiB over the line
@@ -446,5 +482,7 @@ def test_a_launcher_bound_to_another_stream_is_an_error_not_a_measurement(flush)
     got = kernel_time.gpu_kernel_times([lambda: a @ b, current], 5, flush)
     assert got.method == kernel_time.GRAPH
     assert kernel_time.idle_calls(got.times, kernel_time.empty_pair_ms(torch.cuda.Stream())) == []
-    print(f"empty event pair {kernel_time.empty_pair_ms(torch.cuda.Stream()) * 1e3:.2f} us; "
-          f"GEMM {sorted(got.times[1])[2] * 1e3:.1f} us")
+    print(
+        f"empty event pair {kernel_time.empty_pair_ms(torch.cuda.Stream()) * 1e3:.2f} us; "
+        f"GEMM {sorted(got.times[1])[2] * 1e3:.1f} us"
+    )

@@ -101,7 +101,7 @@ def test_locations_and_debug_info_never_count_as_a_change(tmp_path: Path) -> Non
         gz.write_bytes(gzip.compress(text.encode()))
     diffs = diff_kernels(artifacts.find_kernels(src), artifacts.find_kernels(moved))
     assert {d.status for d in diffs} == {"unchanged"}
-    ptx = "\t.file\t1 \"/a/b.py\"\n\t.loc\t1 22 3\n$L__tmp0:\n\tld.global.v4.b32 {%r1,%r2,%r3,%r4}, [%rd1];\n"
+    ptx = '\t.file\t1 "/a/b.py"\n\t.loc\t1 22 3\n$L__tmp0:\n\tld.global.v4.b32 {%r1,%r2,%r3,%r4}, [%rd1];\n'
     assert normalize(ptx, "ptx").split() == ["ld.global.v4.b32", "{%r1,%r2,%r3,%r4},", "[%rd1];"]
 
 
@@ -121,8 +121,9 @@ def test_added_removed_and_signature_changed_kernels_are_said_so(tmp_path: Path)
     ttir = tmp_path / "a" / "mm" / "_matmul_kernel.ttir.gz"
     text = gzip.decompress(ttir.read_bytes()).decode().replace("%K: i32", "%K: i64", 1)
     ttir.write_bytes(gzip.compress(text.encode()))
-    d = {x.name: x for x in diff_kernels(artifacts.find_kernels(tmp_path / "a"),
-                                         artifacts.find_kernels(tmp_path / "b"))}["_matmul_kernel"]
+    d = {
+        x.name: x for x in diff_kernels(artifacts.find_kernels(tmp_path / "a"), artifacts.find_kernels(tmp_path / "b"))
+    }["_matmul_kernel"]
     assert d.status == "signature changed" and "i64" in d.signature.split("->")[0]
 
 
@@ -173,10 +174,18 @@ def test_resource_parsers() -> None:
     ptxas = resources.parse_ptxas(k.tool_output(artifacts.PTXAS) or "")
     assert cuobj["registers"] == ptxas["registers"] > 0 and ptxas["spill store bytes"] == 0
     assert resources.parse_cuobjdump(k.tool_output(artifacts.CUOBJDUMP) or "", "_fwd_kernel") == {}
-    amd = ("\t.amdhsa_next_free_vgpr 256\n  .agpr_count: 128\n  .sgpr_count: 94\n  .vgpr_count: 256\n"
-           "  .vgpr_spill_count: 3\n  .private_segment_fixed_size: 48\n  .group_segment_fixed_size: 65536\n")
-    assert resources.parse_amdgcn(amd) == {"vgprs": 256, "agprs": 128, "sgprs": 94, "vgpr spills": 3,
-                                           "scratch bytes": 48, "LDS bytes": 65536}
+    amd = (
+        "\t.amdhsa_next_free_vgpr 256\n  .agpr_count: 128\n  .sgpr_count: 94\n  .vgpr_count: 256\n"
+        "  .vgpr_spill_count: 3\n  .private_segment_fixed_size: 48\n  .group_segment_fixed_size: 65536\n"
+    )
+    assert resources.parse_amdgcn(amd) == {
+        "vgprs": 256,
+        "agprs": 128,
+        "sgprs": 94,
+        "vgpr spills": 3,
+        "scratch bytes": 48,
+        "LDS bytes": 65536,
+    }
 
 
 def _jit_from_fixture(work: Path, sha: str) -> None:
@@ -195,8 +204,15 @@ def test_kept_next_to_the_report_and_read_there_once_the_jit_caches_are_gone(tmp
     work, out = tmp_path / "work", tmp_path / "report"
     for sha in (st["parent"], st["culprit"]):
         _jit_from_fixture(work, sha)
-    step = Step(st["culprit"], st["parent"], ("gemm/m8192",), {"gemm/m8192": -30.0}, {"gemm/m8192": (-31, -29)},
-                {"gemm/m8192": 1e-6}, pr=145)
+    step = Step(
+        st["culprit"],
+        st["parent"],
+        ("gemm/m8192",),
+        {"gemm/m8192": -30.0},
+        {"gemm/m8192": (-31, -29)},
+        {"gemm/m8192": 1e-6},
+        pr=145,
+    )
     (first,) = step_kernels(work, out, [step], ["TRITON_CACHE_DIR"])
     kept = out / KERNELS_DIR / st["parent"][:12]
     assert any(kept.rglob("_matmul_kernel.ttgir.gz")) and not any(kept.rglob("*.ttgir"))
@@ -217,17 +233,38 @@ def _data(sk, steps=()) -> ReportData:
     st = INDEX["145"]
     c0 = Commit(st["parent"], "2026-07-01", "a", "docs", 143)
     c1 = Commit(st["culprit"], "2026-07-02", "b", "GEMM: num_stages 3 -> 2 to save shared memory", 145)
-    return ReportData(title="t", config_name="h200-demo", upstream="u", branch="main", good=c0, bad=c1,
-                      device="cuda", control="torch_cuda", machine={}, protocol={}, shapes=("gemm/m8192",),
-                      range_commits=(c0, c1), rows=(), steps=tuple(steps), kernels=(sk,))
+    return ReportData(
+        title="t",
+        config_name="h200-demo",
+        upstream="u",
+        branch="main",
+        good=c0,
+        bad=c1,
+        device="cuda",
+        control="torch_cuda",
+        machine={},
+        protocol={},
+        shapes=("gemm/m8192",),
+        range_commits=(c0, c1),
+        rows=(),
+        steps=tuple(steps),
+        kernels=(sk,),
+    )
 
 
 def test_report_and_pr_comment_show_it(tmp_path: Path) -> None:
     st = INDEX["145"]
     shutil.copytree(FIXTURES, tmp_path / KERNELS_DIR)
     sk = compare_dirs(tmp_path, st["parent"], st["culprit"])
-    step = Step(st["culprit"], st["parent"], ("gemm/m8192",), {"gemm/m8192": -30.0}, {"gemm/m8192": (-31, -29)},
-                {"gemm/m8192": 1e-6}, pr=145)
+    step = Step(
+        st["culprit"],
+        st["parent"],
+        ("gemm/m8192",),
+        {"gemm/m8192": -30.0},
+        {"gemm/m8192": (-31, -29)},
+        {"gemm/m8192": 1e-6},
+        pr=145,
+    )
     data = _data(sk, [step])
     md = markdown.render(data)
     section = md.split("## What changed in the compiled kernel", 1)[1]
@@ -257,10 +294,25 @@ def test_fixtures_are_what_the_script_writes(pr: str) -> None:
 
 def test_one_reason_for_every_step_is_said_once(tmp_path: Path) -> None:
     st = INDEX["145"]
-    steps = [Step(st["culprit"], st["parent"], ("gemm/m8192",), {"gemm/m8192": -30.0}, {"gemm/m8192": (-31, -29)},
-                  {"gemm/m8192": 1e-6}, pr=145),
-             Step(st["parent"], st["culprit"], ("gemm/m8192",), {"gemm/m8192": 9.0}, {"gemm/m8192": (8, 10)},
-                  {"gemm/m8192": 1e-6})]
+    steps = [
+        Step(
+            st["culprit"],
+            st["parent"],
+            ("gemm/m8192",),
+            {"gemm/m8192": -30.0},
+            {"gemm/m8192": (-31, -29)},
+            {"gemm/m8192": 1e-6},
+            pr=145,
+        ),
+        Step(
+            st["parent"],
+            st["culprit"],
+            ("gemm/m8192",),
+            {"gemm/m8192": 9.0},
+            {"gemm/m8192": (8, 10)},
+            {"gemm/m8192": 1e-6},
+        ),
+    ]
     found = step_kernels(tmp_path / "work", tmp_path / "report", steps, [])  # the CPU flavour keeps no JIT cache
     assert len(found) == 2 and not any(k.kernels for k in found)
     md = markdown.render(replace(_data(found[0]), kernels=found))

@@ -61,7 +61,7 @@ def fixes_stage(tracker: StageTracker, rounds: list[list[tuple[str, str | None, 
     out = []
     for size, checks in rounds:  # type: ignore[misc]
         for r in range(size):
-            for sha, patch, before in (checks if r % 2 == 0 else checks[::-1]):
+            for sha, patch, before in checks if r % 2 == 0 else checks[::-1]:
                 tracker.trial((sha, patch), before + r + 1, before + size)
                 out.append(tracker.remaining())
     return out
@@ -107,8 +107,15 @@ def test_the_same_build_in_the_next_part_is_a_new_check() -> None:
 def plain_line(device: str) -> tuple[ProgressLine, io.StringIO]:
     out = io.StringIO()
     cfg = demo_config(device, Path("demo"))
-    line = ProgressLine.for_range(41, cfg.protocol.trials, max_trials=cfg.protocol.max_trials, stages=("fixes", "hunks"),
-                                  device=cfg.device, console=Console(file=out, width=200), clock=lambda: 1000.0)
+    line = ProgressLine.for_range(
+        41,
+        cfg.protocol.trials,
+        max_trials=cfg.protocol.max_trials,
+        stages=("fixes", "hunks"),
+        device=cfg.device,
+        console=Console(file=out, width=200),
+        clock=lambda: 1000.0,
+    )
     return line, out
 
 
@@ -155,12 +162,42 @@ def test_a_log_the_line_wrote_replays_to_the_estimates_it_shows(tmp_path: Path) 
     order = [hashlib.sha1(f"replay {i}".encode()).hexdigest() for i in range(41)]
     cfg = demo_config("cuda", Path("demo"))
     out, now = io.StringIO(), [0.0]
-    line = ProgressLine.for_range(len(order), cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
-                                  first_look=cfg.protocol.first_look, stages=("fixes", "hunks"), device=cfg.device,
-                                  console=Console(file=out, width=400), clock=lambda: now[0], live=False)
-    events = [(0, 1, 2), (40, 1, 2), (0, 2, 2), (40, 2, 2), (10, 1, 2), (20, 1, 2), (30, 1, 2), (10, 2, 2),
-              (20, 2, 2), (30, 2, 2), (0, 3, 4), (10, 3, 4), (10, 4, 4), (0, 4, 4), (5, 1, 2), (5, 2, 2),
-              (5, 3, 4), (5, 4, 4), (7, 1, 2), (7, 2, 2), (8, 1, 2), (8, 2, 2)]
+    line = ProgressLine.for_range(
+        len(order),
+        cfg.protocol.trials,
+        order=order,
+        max_trials=cfg.protocol.max_trials,
+        first_look=cfg.protocol.first_look,
+        stages=("fixes", "hunks"),
+        device=cfg.device,
+        console=Console(file=out, width=400),
+        clock=lambda: now[0],
+        live=False,
+    )
+    events = [
+        (0, 1, 2),
+        (40, 1, 2),
+        (0, 2, 2),
+        (40, 2, 2),
+        (10, 1, 2),
+        (20, 1, 2),
+        (30, 1, 2),
+        (10, 2, 2),
+        (20, 2, 2),
+        (30, 2, 2),
+        (0, 3, 4),
+        (10, 3, 4),
+        (10, 4, 4),
+        (0, 4, 4),
+        (5, 1, 2),
+        (5, 2, 2),
+        (5, 3, 4),
+        (5, 4, 4),
+        (7, 1, 2),
+        (7, 2, 2),
+        (8, 1, 2),
+        (8, 2, 2),
+    ]
     with line:
         for i, k, n in events:
             now[0] += 1.5
@@ -187,9 +224,11 @@ def test_a_resumed_call_is_judged_against_its_own_count(tmp_path: Path) -> None:
     from studies import progress_accuracy
 
     log = tmp_path / "call-2.log"
-    log.write_text("progress: aaaaaaa trial 1/2 | fixes | commits 3 | trials 30 of ~45 | elapsed 1 min | eta ~1 min\n"
-                   "progress: done: 42 commits; 471 trials (327 on the commits, 144 on patched builds); "
-                   "this call: 40 trials, 2.8 min\n")
+    log.write_text(
+        "progress: aaaaaaa trial 1/2 | fixes | commits 3 | trials 30 of ~45 | elapsed 1 min | eta ~1 min\n"
+        "progress: done: 42 commits; 471 trials (327 on the commits, 144 on patched builds); "
+        "this call: 40 trials, 2.8 min\n"
+    )
     assert progress_accuracy.judge(log, 60.0).startswith(f"| {log} | 40 | 1.12 |")
 
 
@@ -208,13 +247,50 @@ def test_a_round_whose_partners_the_log_cut_short_replays_as_it_ran() -> None:
     order = [hashlib.sha1(f"cut {i}".encode()).hexdigest() for i in range(41)]
     cfg = demo_config("cuda", Path("demo"))
     out, now = io.StringIO(), [0.0]
-    line = ProgressLine.for_range(len(order), cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
-                                  first_look=cfg.protocol.first_look, stages=(), device=cfg.device,
-                                  console=Console(file=out, width=400), clock=lambda: now[0], live=False)
-    search = [(0, 1, 2), (40, 1, 2), (0, 2, 2), (40, 2, 2), (10, 1, 2), (20, 1, 2), (30, 1, 2), (10, 2, 2),
-              (20, 2, 2), (30, 2, 2), (5, 1, 2), (5, 2, 2), (7, 1, 2), (7, 2, 2), (8, 1, 2), (8, 2, 2),
-              (25, 1, 2), (25, 2, 2), (27, 1, 2), (27, 2, 2), (28, 1, 2), (28, 2, 2), (15, 1, 2), (15, 2, 2),
-              (16, 1, 2), (16, 2, 2), (35, 1, 2), (35, 2, 2), (36, 1, 2), (36, 2, 2)]
+    line = ProgressLine.for_range(
+        len(order),
+        cfg.protocol.trials,
+        order=order,
+        max_trials=cfg.protocol.max_trials,
+        first_look=cfg.protocol.first_look,
+        stages=(),
+        device=cfg.device,
+        console=Console(file=out, width=400),
+        clock=lambda: now[0],
+        live=False,
+    )
+    search = [
+        (0, 1, 2),
+        (40, 1, 2),
+        (0, 2, 2),
+        (40, 2, 2),
+        (10, 1, 2),
+        (20, 1, 2),
+        (30, 1, 2),
+        (10, 2, 2),
+        (20, 2, 2),
+        (30, 2, 2),
+        (5, 1, 2),
+        (5, 2, 2),
+        (7, 1, 2),
+        (7, 2, 2),
+        (8, 1, 2),
+        (8, 2, 2),
+        (25, 1, 2),
+        (25, 2, 2),
+        (27, 1, 2),
+        (27, 2, 2),
+        (28, 1, 2),
+        (28, 2, 2),
+        (15, 1, 2),
+        (15, 2, 2),
+        (16, 1, 2),
+        (16, 2, 2),
+        (35, 1, 2),
+        (35, 2, 2),
+        (36, 1, 2),
+        (36, 2, 2),
+    ]
     # four culprits' pairs and the whole change, asked for at once: more partners than a line holds
     ring = [0, 7, 8, 15, 16, 27, 28, 35, 36, 40, 10, 20, 30]
     with line:
@@ -227,8 +303,11 @@ def test_a_round_whose_partners_the_log_cut_short_replays_as_it_ran() -> None:
                 others = ", ".join(order[j][:7] for j in ring if j != i)
                 line(ProbeEvent(order[i], "trial", f"trial {k}/4 (side by side with {others})"))
     lines, _ = progress_replay.parse(out.getvalue())
-    assert any("side by side with" in ln.event.detail and not ln.event.detail.rstrip().endswith(")")
-               for ln in lines if ln.event is not None), "no line was cut: the test shows nothing"
+    assert any(
+        "side by side with" in ln.event.detail and not ln.event.detail.rstrip().endswith(")")
+        for ln in lines
+        if ln.event is not None
+    ), "no line was cut: the test shows nothing"
     shown = [ln.shown for ln in lines if ln.event is not None]
     replayed = progress_replay.replay(lines, order, "cuda", ())
     assert [r for ln, r in zip(lines, replayed) if ln.event is not None] == shown

@@ -13,8 +13,17 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("bisector.config", "bisector.isolation", "bisector.build", "bisector.runner", "bisector.store",
-          "bisector.search", "bisector.estimate", "bisector.measure", "bisector.why")
+STAGES = (
+    "bisector.config",
+    "bisector.isolation",
+    "bisector.build",
+    "bisector.runner",
+    "bisector.store",
+    "bisector.search",
+    "bisector.estimate",
+    "bisector.measure",
+    "bisector.why",
+)
 
 
 def _modules(top: str) -> dict[str, Path]:
@@ -53,15 +62,26 @@ def _within(module: str, prefix: str) -> bool:
 
 
 def test_no_analysis_stage_imports_the_report_or_the_pipeline():
-    bad = [f"{m} imports {i}" for m, deps in _graph().items() if any(_within(m, s) for s in STAGES)
-           for i in deps if _within(i, "bisector.report") or _within(i, "bisector.pipeline")
-           or _within(i, "bisector.commands") or _within(i, "bisector.triggers")]
+    bad = [
+        f"{m} imports {i}"
+        for m, deps in _graph().items()
+        if any(_within(m, s) for s in STAGES)
+        for i in deps
+        if _within(i, "bisector.report")
+        or _within(i, "bisector.pipeline")
+        or _within(i, "bisector.commands")
+        or _within(i, "bisector.triggers")
+    ]
     assert not bad, bad
 
 
 def test_benches_import_nothing_of_bisector_nor_the_studies():
-    bad = [f"{m} imports {i}" for m, deps in _graph("benches").items() for i in deps
-           if _within(i, "bisector") or _within(i, "studies")]
+    bad = [
+        f"{m} imports {i}"
+        for m, deps in _graph("benches").items()
+        for i in deps
+        if _within(i, "bisector") or _within(i, "studies")
+    ]
     assert not bad, bad
 
 
@@ -107,8 +127,10 @@ def _documented_order() -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     rooms = re.search(r"^ {4}rooms: (.+)$", text, re.M)
     assert bottom and rooms, "docs/ARCHITECTURE.md draws no `bottom:` and `rooms:` lines"
     name = lambda n: "bisector" if n == "bisector" else f"bisector.{n}"  # noqa: E731
-    return (tuple(name(n) for n in bottom.group(1).split()),
-            [tuple(name(n) for n in room.split("+")) for room in rooms.group(1).split(" -> ")])
+    return (
+        tuple(name(n) for n in bottom.group(1).split()),
+        [tuple(name(n) for n in room.split("+")) for room in rooms.group(1).split(" -> ")],
+    )
 
 
 def _room_of(module: str, bottom: tuple[str, ...], rooms: list[tuple[str, ...]]) -> int | None:
@@ -223,8 +245,10 @@ def test_the_order_checks_catch_what_they_are_for():
     graph = {m: set(d) for m, d in _graph().items()}
     graph["bisector.build.steps"].add("bisector.runner.workers")
     graph["bisector.measure.probe"].add("bisector.why.fixes")
-    assert _order_breaks(graph) == ["bisector.build.steps imports bisector.runner.workers",
-                                    "bisector.measure.probe imports bisector.why.fixes"]
+    assert _order_breaks(graph) == [
+        "bisector.build.steps imports bisector.runner.workers",
+        "bisector.measure.probe imports bisector.why.fixes",
+    ]
     graph = {m: set(d) for m, d in _graph().items()}
     graph["bisector.search.stats"].add("bisector.search.samples")
     graph["bisector.search.samples"].add("bisector.search.stats")

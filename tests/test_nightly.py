@@ -19,16 +19,16 @@ import pytest
 
 from tests.gitfixtures import commit_file, git
 
-FAST = textwrap.dedent('''
+FAST = textwrap.dedent("""
     def mm(a, b):
         return a @ b
-''')
-SLOW = textwrap.dedent('''
+""")
+SLOW = textwrap.dedent("""
     def mm(a, b):
         for _ in range(3):  # the work done four times: a quarter of the TFLOP/s
             a @ b
         return a @ b
-''')
+""")
 
 
 def make_upstream(root: Path) -> dict[str, str]:
@@ -51,12 +51,17 @@ def grow(root: Path) -> dict[str, str]:
     return {"a": a, "slow": slow, "c": c}
 
 
-def write_config(tmp: Path, upstream: str, base_url: str = "http://127.0.0.1:9", repo: str | None = "org/lib",
-                 token_env: str = "BISECTOR_TEST_TOKEN") -> Path:
+def write_config(
+    tmp: Path,
+    upstream: str,
+    base_url: str = "http://127.0.0.1:9",
+    repo: str | None = "org/lib",
+    token_env: str = "BISECTOR_TEST_TOKEN",
+) -> Path:
     publish = f'repo = "{repo}"\n' if repo else ""
     text = textwrap.dedent(f'''
         name = "trig"
-        store = "{tmp / 'store.sqlite'}"
+        store = "{tmp / "store.sqlite"}"
 
         [upstream]
         repo = "{upstream}"
@@ -64,7 +69,7 @@ def write_config(tmp: Path, upstream: str, base_url: str = "http://127.0.0.1:9",
 
         [build]
         recipe = "none"
-        cache_dir = "{tmp / 'builds'}"
+        cache_dir = "{tmp / "builds"}"
 
         [device]
         kind = "cpu"
@@ -97,7 +102,7 @@ def write_config(tmp: Path, upstream: str, base_url: str = "http://127.0.0.1:9",
         alpha = 0.05
 
         [report]
-        dir = "{tmp / 'reports'}"
+        dir = "{tmp / "reports"}"
     ''') + textwrap.dedent(f'''
         [publish]
         {publish}token_env = "{token_env}"
@@ -111,8 +116,14 @@ def write_config(tmp: Path, upstream: str, base_url: str = "http://127.0.0.1:9",
 
 def cli_env(tmp: Path, **extra: str) -> dict[str, str]:
     # PYTHONPATH: the code of this checkout, not whichever one is installed in editable mode.
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp / "cache"), "BISECTOR_LOCK_DIR": str(tmp / "locks"),
-           "RUNNER_NAME": "test-runner", "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **extra}
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+        "BISECTOR_LOCK_DIR": str(tmp / "locks"),
+        "RUNNER_NAME": "test-runner",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        **extra,
+    }
     env.pop("BISECTOR_STORE", None)
     return env
 
@@ -121,8 +132,14 @@ def bisector(tmp: Path, name: str, *args: str, env: dict[str, str] | None = None
     """The real click command in a fresh process (called through its module until cli.py registers it)."""
     module = name.replace("-", "_") + "_cmd"
     code = f"from bisector.commands.{module} import command; command(prog_name='bisector {name}')"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env=env or cli_env(tmp), cwd=tmp, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env or cli_env(tmp),
+        cwd=tmp,
+        timeout=300,
+    )
 
 
 def trial_count(store: Path) -> int:
@@ -143,8 +160,17 @@ def test_two_nights_find_bisect_and_do_not_measure_twice(tmp_path: Path) -> None
     store = tmp_path / "store.sqlite"
     reports = tmp_path / "reports" / "nightly"
 
-    first = bisector(tmp_path, "nightly", "--config", str(cfg), "--date", "2026-08-01", "--no-fixes",
-                     "--dry-run", str(tmp_path / "dry1"))
+    first = bisector(
+        tmp_path,
+        "nightly",
+        "--config",
+        str(cfg),
+        "--date",
+        "2026-08-01",
+        "--no-fixes",
+        "--dry-run",
+        str(tmp_path / "dry1"),
+    )
     assert first.returncode == 0, first.stderr
     assert "(first night)" in first.stdout
     [(date, sha, good, verdict)] = nights(store)
@@ -155,13 +181,15 @@ def test_two_nights_find_bisect_and_do_not_measure_twice(tmp_path: Path) -> None
     new = grow(tmp_path / "upstream")
     # as the workflow's GPU job: measure only, the plan to a file (no token in its environment)
     plan = tmp_path / "publish-plan.json"
-    second = bisector(tmp_path, "nightly", "--config", str(cfg), "--date", "2026-08-02", "--no-fixes",
-                      "--plan-out", str(plan))
+    second = bisector(
+        tmp_path, "nightly", "--config", str(cfg), "--date", "2026-08-02", "--no-fixes", "--plan-out", str(plan)
+    )
     assert second.returncode == 0, second.stderr
     assert f"publish plan: {plan}" in second.stdout and "published:" not in second.stdout
     # as the publish job: the plan posted (here as a dry run)
-    posted = bisector(tmp_path, "publish", "--plan", str(plan), "--config", str(cfg),
-                      "--dry-run", str(tmp_path / "dry2"))
+    posted = bisector(
+        tmp_path, "publish", "--plan", str(plan), "--config", str(cfg), "--dry-run", str(tmp_path / "dry2")
+    )
     assert posted.returncode == 0, posted.stderr
     assert "is not good against" in second.stdout
     # stderr is a pipe: plain progress lines, through the A/B and into the bisection, whose range
@@ -219,14 +247,19 @@ def test_a_regressed_night_whose_bisection_blames_nothing_says_why(tmp_path: Pat
 
     cfg = config_mod.load(write_config(tmp_path, str(tmp_path / "upstream")))
     a, b, c = ("a" * 40, "b" * 40, "c" * 40)
-    verdict = {"baseline": a, "shapes": {"gemm/m256": {"verdict": "slower", "change_pct": -12.0, "ci95": [-15, -9]}},
-               "steps": [], "dropped": [{"commit": b, "pr": 903, "shapes": ["gemm/m256"],
-                                         "change_pct": {"gemm/m256": -11.0}}],
-               "unsure": [{"before": b, "after": c, "shapes": ["gemm/m256"]}]}
+    verdict = {
+        "baseline": a,
+        "shapes": {"gemm/m256": {"verdict": "slower", "change_pct": -12.0, "ci95": [-15, -9]}},
+        "steps": [],
+        "dropped": [{"commit": b, "pr": 903, "shapes": ["gemm/m256"], "change_pct": {"gemm/m256": -11.0}}],
+        "unsure": [{"before": b, "after": c, "shapes": ["gemm/m256"]}],
+    }
     night = Night("2026-08-02", c, False, verdict)
     text = render_markdown(cfg, night, [night], {}, {}, "trend.png")
-    assert text.splitlines()[2] == (f"**Answer**: slower than the last good night (`{a[:12]}`): gemm/m256 -12.0%; "
-                                    "the bisection blames no single commit (below).")
+    assert text.splitlines()[2] == (
+        f"**Answer**: slower than the last good night (`{a[:12]}`): gemm/m256 -12.0%; "
+        "the bisection blames no single commit (below)."
+    )
     assert "No step held between the last good night and this one" in text
     assert f"- dropped (did not hold on re-measurement): `{b[:12]}` (#903): gemm/m256 -11.0%" in text
     assert f"- unsure at the trial cap: `{b[:12]}`..`{c[:12]}` in gemm/m256" in text

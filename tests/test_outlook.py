@@ -29,10 +29,13 @@ def shas(n: int, tag: str = "outlook") -> list[str]:
     return [hashlib.sha1(f"{tag} {i}".encode()).hexdigest() for i in range(n)]
 
 
-def probe_for(commits: list[str], at: tuple[int, ...], noise: float = 0.01, fails: tuple[int, ...] = ()) -> SimulatedProbe:
+def probe_for(
+    commits: list[str], at: tuple[int, ...], noise: float = 0.01, fails: tuple[int, ...] = ()
+) -> SimulatedProbe:
     steps = tuple(SimStep(commits[i], {SHAPES[q % 2]: 0.8 if q % 2 else 1.25}) for q, i in enumerate(at))
-    return SimulatedProbe(commits, StepModel({s: 1.0 for s in SHAPES}, steps, frozenset(commits[i] for i in fails)),
-                          noise, seed=5)
+    return SimulatedProbe(
+        commits, StepModel({s: 1.0 for s in SHAPES}, steps, frozenset(commits[i] for i in fails)), noise, seed=5
+    )
 
 
 class Watched:
@@ -65,8 +68,10 @@ def test_on_what_a_finished_search_measured_the_outlook_retraces_it_and_expects_
     # a probe the search measures one commit at a time with takes another path: told so, it retraces that one
     alone = Watched(commits, probe_for(commits, (17, 52, 70), noise=0.02, fails=(33, 34)))
     localize(commits, lambda sha, n: alone.probe.together({sha: n})[sha], SETTINGS)
-    assert outlook(SearchBasis(tuple(commits), SETTINGS, together=False, shaped=False), alone.measured,
-                   draws=2).remaining == 0  # type: ignore[union-attr]
+    assert (
+        outlook(SearchBasis(tuple(commits), SETTINGS, together=False, shaped=False), alone.measured, draws=2).remaining
+        == 0
+    )  # type: ignore[union-attr]
 
 
 def test_right_after_the_grid_a_range_of_four_steps_is_expected_to_take_more_than_a_flat_one() -> None:
@@ -79,7 +84,9 @@ def test_right_after_the_grid_a_range_of_four_steps_is_expected_to_take_more_tha
     for name, at in (("flat", ()), ("four", (20, 70, 120, 170))):
         watched = Watched(commits, probe_for(commits, at), shaped=False)
         finals[name] = localize(commits, watched.probe, SETTINGS).trials
-        taken, grid = next((t, m) for t, m in watched.snapshots if sum(x.status is ProbeStatus.OK for x in m.values()) >= 5)
+        taken, grid = next(
+            (t, m) for t, m in watched.snapshots if sum(x.status is ProbeStatus.OK for x in m.values()) >= 5
+        )
         got = outlook(SearchBasis(tuple(commits), SETTINGS, together=True, shaped=False), grid, draws=8)
         assert got is not None
         outlooks[name] = (taken + got.remaining, got.steps)
@@ -100,8 +107,15 @@ def test_nothing_to_draw_from_before_good_and_bad_are_measured() -> None:
 def test_the_progress_line_follows_the_outlook_once_the_search_stage_says_what_it_runs_on() -> None:
     commits = shas(120, "line")
     out = io.StringIO()
-    progress = ProgressLine.for_range(len(commits), 3, order=commits, max_trials=12, console=Console(file=out, width=250),
-                                      interval_s=0.0, follow=lambda b: OutlookFollow(b, threaded=False, draws=4))
+    progress = ProgressLine.for_range(
+        len(commits),
+        3,
+        order=commits,
+        max_trials=12,
+        console=Console(file=out, width=250),
+        interval_s=0.0,
+        follow=lambda b: OutlookFollow(b, threaded=False, draws=4),
+    )
     seen: list[tuple[int, int, bool]] = []
 
     def watch(event: ProbeEvent) -> None:
@@ -172,8 +186,11 @@ def test_a_part_that_moved_two_suites_is_drawn_as_a_step_of_each_at_its_own_comm
     shapes = ("fa/s4096", "gemm/8192", "gemm/54560")
     jitter = (1.0, 1.004, 0.996)
     good = Measurement(commits[0], ProbeStatus.OK, {s: tuple(100.0 * j for j in jitter) for s in shapes})
-    bad = Measurement(commits[-1], ProbeStatus.OK, {s: tuple((80.0 if s.startswith("fa") else 125.0) * j for j in jitter)
-                                                    for s in shapes})
+    bad = Measurement(
+        commits[-1],
+        ProbeStatus.OK,
+        {s: tuple((80.0 if s.startswith("fa") else 125.0) * j for j in jitter) for s in shapes},
+    )
     apart = 0
     for seed in range(20):
         world = _World(commits, {commits[0]: good, commits[-1]: bad}, SETTINGS, np.random.default_rng(seed), 2.0)

@@ -19,9 +19,18 @@ from tests.gitfixtures import PLANTED_MATMUL, commit_file, cpu_config, gemm_subj
 
 pytestmark = pytest.mark.slow
 
+
 def config(repo: Path) -> str:
-    return cpu_config("pipeline-test", repo, gemm_subject(512), trials=4, max_trials=8, reps=5,
-                      min_step_pct=10.0, extra='[publish]\nrepo = "ada/lib"\n')
+    return cpu_config(
+        "pipeline-test",
+        repo,
+        gemm_subject(512),
+        trials=4,
+        max_trials=8,
+        reps=5,
+        min_step_pct=10.0,
+        extra='[publish]\nrepo = "ada/lib"\n',
+    )
 
 
 @pytest.fixture()
@@ -46,10 +55,31 @@ def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
 def run(tmp_path: Path, repo: Path, good: str, *extra: str) -> dict:
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(config(repo))
-    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good,
-                          "--bad", "main", "--store", str(tmp_path / "s.sqlite"), "--work-dir",
-                          str(tmp_path / "work"), "--report-dir", str(tmp_path / "report"), "--json", *extra],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bisector",
+            "run",
+            "--config",
+            str(cfg),
+            "--good",
+            good,
+            "--bad",
+            "main",
+            "--store",
+            str(tmp_path / "s.sqlite"),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--report-dir",
+            str(tmp_path / "report"),
+            "--json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 
@@ -103,15 +133,17 @@ def test_step_found_revert_restores_resume_and_offline(tmp_path: Path, upstream)
         if path.is_file() and path.suffix in (".md", ".csv", ".json", ".patch", ".diff"):
             text = path.read_text()
             for machine in ("/tmp", "/home", "/root", str(tmp_path)):
-                assert machine not in text, (path.name, machine, text[max(0, text.find(machine) - 200):][:400])
+                assert machine not in text, (path.name, machine, text[max(0, text.find(machine) - 200) :][:400])
     with sqlite3.connect(tmp_path / "s.sqlite") as db:  # the store's trials: paths under the work dir relative to it
         logs = [json.loads(p)["log_path"] for (p,) in db.execute("SELECT protocol FROM trials")]
     assert logs and all(log.startswith("trials/") for log in logs), logs[:3]
     # The step was verified on fresh trials of a new worker lineage (a zygote that forked none of the
     # search's trials): the culprit's trials come from both.
     with sqlite3.connect(tmp_path / "s.sqlite") as db:
-        lineages = {json.loads(p)["worker"]["lineage"] for (p,) in db.execute(
-            "SELECT protocol FROM trials WHERE sha = ? AND patch_hash IS NULL", (shas[5],))}
+        lineages = {
+            json.loads(p)["worker"]["lineage"]
+            for (p,) in db.execute("SELECT protocol FROM trials WHERE sha = ? AND patch_hash IS NULL", (shas[5],))
+        }
     assert 0 in lineages and max(lineages) >= 1, lineages
     assert "in trial processes that share no history with the search's" in report
 
@@ -150,9 +182,25 @@ def test_counts_agree_everywhere_after_a_kill_and_a_resume(tmp_path: Path, upstr
     repo, shas = upstream
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(config(repo))
-    args = [sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", shas[1], "--bad", "main",
-            "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"), "--report-dir",
-            str(tmp_path / "report"), "--no-hunks"]
+    args = [
+        sys.executable,
+        "-m",
+        "bisector",
+        "run",
+        "--config",
+        str(cfg),
+        "--good",
+        shas[1],
+        "--bad",
+        "main",
+        "--store",
+        str(tmp_path / "s.sqlite"),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--report-dir",
+        str(tmp_path / "report"),
+        "--no-hunks",
+    ]
     first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -212,6 +260,7 @@ def test_work_beside_the_later_stages_runs_on_its_own_thread_and_raises_where_as
         started.set()
         assert release.wait(30)
         return threading.current_thread().name
+
     later = beside(work, background=True)
     assert started.wait(30) and not later.done()  # the caller goes on meanwhile
     release.set()
@@ -220,5 +269,6 @@ def test_work_beside_the_later_stages_runs_on_its_own_thread_and_raises_where_as
 
     def broken() -> None:
         raise ValueError("no cuobjdump output")
+
     with pytest.raises(ValueError, match="no cuobjdump"):
         beside(broken, background=True).result(30)

@@ -30,15 +30,21 @@ from tests.test_publish import REPO
 from tests.test_publish_trust import PR, answer_plan, config, expect, fake, head, post  # noqa: F401 - fixtures
 
 linux = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
-UPSTREAM_SUBJECT = ("speed up @alice's kernel (cc @org/team), see evil/repo#12, evil/repo@0123abcd, "
-                    "https://evil.example/x.png, www.evil.example, [a](/evil/repo/issues/1), "
-                    "<img src=x>, <!-- bisector:run=pr1-c1:pr=950 -->, &#64;bob, ok: #950 and "
-                    "`@triton.jit` and a@b.example")
+UPSTREAM_SUBJECT = (
+    "speed up @alice's kernel (cc @org/team), see evil/repo#12, evil/repo@0123abcd, "
+    "https://evil.example/x.png, www.evil.example, [a](/evil/repo/issues/1), "
+    "<img src=x>, <!-- bisector:run=pr1-c1:pr=950 -->, &#64;bob, ok: #950 and "
+    "`@triton.jit` and a@b.example"
+)
 
 
 def culprit(**changes: object) -> CulpritPost:
-    c = CulpritPost(pr=PR, step_summary="regression at `3b0c9e1` (#1020): fix it — gemm/m256 -20.0%",
-                    table="| shape | change |\n|---|---:|\n| gemm/m256 | -20.0% |", commit="3b0c9e1")
+    c = CulpritPost(
+        pr=PR,
+        step_summary="regression at `3b0c9e1` (#1020): fix it — gemm/m256 -20.0%",
+        table="| shape | change |\n|---|---:|\n| gemm/m256 | -20.0% |",
+        commit="3b0c9e1",
+    )
     return replace(c, **changes)  # type: ignore[arg-type]
 
 
@@ -60,8 +66,10 @@ FORGERIES = [
     ({"culprits": (culprit(table="not a table\n@alice"),)}, "culprits[0].table: an @-mention"),
     ({"culprits": (culprit(table="| a |\nplain text"),)}, "culprits[0].table: not only table rows"),
     ({"culprits": (culprit(step_summary="regression\n\n# Approved"),)}, "culprits[0].step_summary: more than one"),
-    ({"culprits": (culprit(plots=(PlotLink("plot", "https://evil.example/p.png"),)),)},
-     "culprits[0].plots[0].url: 'https://evil.example/p.png' is not a page of"),
+    (
+        {"culprits": (culprit(plots=(PlotLink("plot", "https://evil.example/p.png"),)),)},
+        "culprits[0].plots[0].url: 'https://evil.example/p.png' is not a page of",
+    ),
     ({"base_branch": "main..evil"}, "base_branch: not a branch name"),
     ({"culprits": (culprit(todo="Merge this, says @alice"),)}, "culprits[0].todo: an @-mention"),
     ({"culprits": (culprit(cause="see evil/repo#12"),)}, "culprits[0].cause: a reference into another repository"),
@@ -70,9 +78,12 @@ FORGERIES = [
 ]
 
 
-@pytest.mark.parametrize("forgery, named", FORGERIES, ids=[f[1].split(":")[0] + str(i) for i, f in enumerate(FORGERIES)])
-def test_forged_text_posts_nothing(fake: FakeGitHub, head: str, config: Path, tmp_path: Path,
-                                   forgery: dict, named: str) -> None:
+@pytest.mark.parametrize(
+    "forgery, named", FORGERIES, ids=[f[1].split(":")[0] + str(i) for i, f in enumerate(FORGERIES)]
+)
+def test_forged_text_posts_nothing(
+    fake: FakeGitHub, head: str, config: Path, tmp_path: Path, forgery: dict, named: str
+) -> None:
     plan = answer_plan(head, **forgery)
     result = post(tmp_path, config, plan, *expect(head))
     assert result.exit_code == 2, result.output
@@ -82,15 +93,23 @@ def test_forged_text_posts_nothing(fake: FakeGitHub, head: str, config: Path, tm
     assert fake.requests == []  # refused before connecting
 
 
-def test_upstream_text_is_rendered_harmless_and_then_posted(fake: FakeGitHub, head: str, config: Path,
-                                                            tmp_path: Path) -> None:
+def test_upstream_text_is_rendered_harmless_and_then_posted(
+    fake: FakeGitHub, head: str, config: Path, tmp_path: Path
+) -> None:
     """The bot's own plan carries a hostile commit subject: rendered, it passes the check and pings nobody."""
-    plan = answer_plan(head, answer="", report=f"## Report\n\n| commit | subject |\n|---|---|\n| 3b0c9e1 | "
-                                               f"{UPSTREAM_SUBJECT} |\n",
-                       culprits=(culprit(step_summary=f"regression at `3b0c9e1` (#{PR}): {UPSTREAM_SUBJECT}",
-                                         todo=f"Revert `3b0c9e1` (#{PR}) {UPSTREAM_SUBJECT}",
-                                         nearby=(f"`3b0c9e1` did not build or run: {UPSTREAM_SUBJECT}",)),),
-                       missing=(f"`3b0c9e1` did not build or run: {UPSTREAM_SUBJECT}",))
+    plan = answer_plan(
+        head,
+        answer="",
+        report=f"## Report\n\n| commit | subject |\n|---|---|\n| 3b0c9e1 | {UPSTREAM_SUBJECT} |\n",
+        culprits=(
+            culprit(
+                step_summary=f"regression at `3b0c9e1` (#{PR}): {UPSTREAM_SUBJECT}",
+                todo=f"Revert `3b0c9e1` (#{PR}) {UPSTREAM_SUBJECT}",
+                nearby=(f"`3b0c9e1` did not build or run: {UPSTREAM_SUBJECT}",),
+            ),
+        ),
+        missing=(f"`3b0c9e1` did not build or run: {UPSTREAM_SUBJECT}",),
+    )
     assert problems(plan, fake.url)  # as the upstream wrote it, it would be refused
     path = tmp_path / "written.json"
     written = plan_file.write(plan, path, Publish(base_url=fake.url))
@@ -98,21 +117,46 @@ def test_upstream_text_is_rendered_harmless_and_then_posted(fake: FakeGitHub, he
     result = post(tmp_path, config, written, *expect(head))
     assert result.exit_code == 0, result.output
     [body] = [c["body"] for c in fake.issue_comments(REPO, PR)]
-    for raw in ("@alice", "@org/team", "evil/repo#12", "evil/repo@0123", "https://evil", "www.evil", "](/evil",
-                "<img", "<!-- bisector:run=pr1-c1", "&#64;"):
+    for raw in (
+        "@alice",
+        "@org/team",
+        "evil/repo#12",
+        "evil/repo@0123",
+        "https://evil",
+        "www.evil",
+        "](/evil",
+        "<img",
+        "<!-- bisector:run=pr1-c1",
+        "&#64;",
+    ):
         assert raw not in body, raw
     visible = body.replace(ZWSP, "")
     assert "speed up @alice's kernel" in visible and "a@b.example" in visible and "#950" in visible
     assert body.count("<!-- bisector:") == 1  # only the bot's own marker
 
 
-@pytest.mark.parametrize("text", [
-    UPSTREAM_SUBJECT, "@@@a", "<<<!--", "x@y @z", "HTTPS://EVIL.example", "ftp://x", "evil/repo#1#2",
-    "&amp;&#x40;a", "](  </evil)", "www.www.x", "@" + ZWSP + "a", "<details open>", "</details >",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        UPSTREAM_SUBJECT,
+        "@@@a",
+        "<<<!--",
+        "x@y @z",
+        "HTTPS://EVIL.example",
+        "ftp://x",
+        "evil/repo#1#2",
+        "&amp;&#x40;a",
+        "](  </evil)",
+        "www.www.x",
+        "@" + ZWSP + "a",
+        "<details open>",
+        "</details >",
+    ],
+)
 def test_what_the_bot_renders_always_passes_its_own_check(text: str) -> None:
-    plan = PublishPlan(run_id="r1", repo="org/lib", verdict=RunVerdict.NO_CHANGE, report=text,
-                       missing=(text.replace("\n", " "),))
+    plan = PublishPlan(
+        run_id="r1", repo="org/lib", verdict=RunVerdict.NO_CHANGE, report=text, missing=(text.replace("\n", " "),)
+    )
     out = rendered(plan, "https://github.com")
     assert problems(out, "https://github.com") == [], (text, out.report)
     assert out.report.replace(ZWSP, "") == text.replace(ZWSP, "")  # it reads the same
@@ -121,8 +165,7 @@ def test_what_the_bot_renders_always_passes_its_own_check(text: str) -> None:
 ESCAPE = (
     # A process in a session of its own that would rewrite the plan in a moment, then the step kills
     # its own fence (a GPU trial runs without the sandbox's PID namespace: it can see its parents).
-    'setsid sh -c "sleep 4; echo forged > {plan}" & sleep 0.5; '
-    'kill -9 $(ps -o ppid= -p $$)\n'
+    'setsid sh -c "sleep 4; echo forged > {plan}" & sleep 0.5; kill -9 $(ps -o ppid= -p $$)\n'
 )
 
 
@@ -130,19 +173,34 @@ ESCAPE = (
 def test_the_plan_is_written_after_the_untrusted_is_gone(tmp_path: Path) -> None:
     plan_path = tmp_path / "publish-plan.json"
     (tmp_path / "step.sh").write_text(ESCAPE.format(plan=plan_path))
-    out = run_step("escape", ["bash", str(tmp_path / "step.sh")], tmp_path, dict(os.environ), 120.0,
-                   tmp_path / "s.log", tmp_path / "all.log")  # no sandbox: as a GPU trial runs
+    out = run_step(
+        "escape",
+        ["bash", str(tmp_path / "step.sh")],
+        tmp_path,
+        dict(os.environ),
+        120.0,
+        tmp_path / "s.log",
+        tmp_path / "all.log",
+    )  # no sandbox: as a GPU trial runs
     assert not out.ok  # its fence was killed under it
     escaped = survivors.leftovers()
     assert escaped and all(alive(p) for p in escaped), "the escapee did not come back to the bot"
-    plan = PublishPlan(run_id="pr1020-c77", repo=REPO, verdict=RunVerdict.NO_CHANGE, report="", requester_pr=PR,
-                       answer="### bisector `/perf`: the PR head is **same**")
+    plan = PublishPlan(
+        run_id="pr1020-c77",
+        repo=REPO,
+        verdict=RunVerdict.NO_CHANGE,
+        report="",
+        requester_pr=PR,
+        answer="### bisector `/perf`: the PR head is **same**",
+    )
     written = plan_file.write(plan, plan_path, Publish())
     assert survivors.leftovers() == [] and not any(alive(p) for p in escaped)
     assert cgroups.own_groups() == []  # the killed fence's cgroup (where there are any) is gone too
     [line] = written.missing
-    assert line.startswith(f"{len(escaped)} process(es) started by the code under test outlived their trials and "
-                           "were killed before this plan was written: ")
+    assert line.startswith(
+        f"{len(escaped)} process(es) started by the code under test outlived their trials and "
+        "were killed before this plan was written: "
+    )
     assert "sh (pid " in line and not written.complete  # never "no change" with that said
     time.sleep(5)  # past the moment the escapee would have rewritten it
     assert json.loads(plan_path.read_text())["missing"] == [line]

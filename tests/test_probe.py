@@ -30,8 +30,12 @@ class Builds:
 class Runner:
     """Records which commit each trial ran for, and which trials overlapped in time."""
 
-    def __init__(self, crash: tuple[str, ...] = (), meet: threading.Barrier | None = None,
-                 broken: dict[str, set[str]] | None = None) -> None:
+    def __init__(
+        self,
+        crash: tuple[str, ...] = (),
+        meet: threading.Barrier | None = None,
+        broken: dict[str, set[str]] | None = None,
+    ) -> None:
         self.crash, self.started, self.lock, self.running, self.overlaps = crash, [], threading.Lock(), set(), []
         self.shapes_run: list[tuple[str, tuple[str, ...]]] = []  # (sha, the shapes a trial process measured)
         self.broken = broken or {}  # sha -> shape keys that crash while the others run
@@ -52,10 +56,12 @@ class Runner:
             self.running.discard(build.sha)
         if build.sha in self.crash:
             return [TrialRecord(build.sha, s.key, TrialStatus.CRASH, error="illegal memory access") for s in shapes]
-        return [TrialRecord(build.sha, s.key, TrialStatus.CRASH, error="TypeError: _run() missing 'fastmath'")
-                if s.key in self.broken.get(build.sha, ()) else
-                TrialRecord(build.sha, s.key, TrialStatus.OK, (1.0,), (1.0,), 1.0, 1.0, 1.0 + seed * 1e-6)
-                for s in shapes]
+        return [
+            TrialRecord(build.sha, s.key, TrialStatus.CRASH, error="TypeError: _run() missing 'fastmath'")
+            if s.key in self.broken.get(build.sha, ())
+            else TrialRecord(build.sha, s.key, TrialStatus.OK, (1.0,), (1.0,), 1.0, 1.0, 1.0 + seed * 1e-6)
+            for s in shapes
+        ]
 
 
 class Executor:
@@ -78,8 +84,9 @@ class Executor:
                 return
             out.set_running_or_notify_cancel()
             recs = self.runner(job.build, None, job.shapes, first=job.first, seed=job.seed)
-            out.set_result(TrialOutcome(tuple(replace(r, slot=job.slot) for r in recs),
-                                        Timeline(job.build.sha, None, 0, 0.0)))
+            out.set_result(
+                TrialOutcome(tuple(replace(r, slot=job.slot) for r in recs), Timeline(job.build.sha, None, 0, 0.0))
+            )
 
         self.pool.submit(work)
         return out
@@ -104,7 +111,7 @@ def test_together_runs_one_trial_of_each_commit_at_once(tmp_path: Path) -> None:
     assert sorted(shas) == ["a"] * 3 + ["b"] * 3
     # Submitted as rounds (a b, b a, a b) and started in that order, two at a time: the barrier
     # proves each pair ran at once.
-    assert all(set(shas[i:i + 2]) == {"a", "b"} for i in range(0, 6, 2)) and len(runner.overlaps) >= 3
+    assert all(set(shas[i : i + 2]) == {"a", "b"} for i in range(0, 6, 2)) and len(runner.overlaps) >= 3
     assert not any(first for _, first, _ in runner.started)
     # Nothing is measured twice: the store already holds every trial asked for.
     runner.started.clear()

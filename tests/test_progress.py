@@ -81,8 +81,9 @@ def test_each_later_stage_brings_its_own_estimate() -> None:
     # 4 trials in 40 s, 6 more expected: ~60 s left
     assert lines[4] == "progress: stage fixes: ~6 trials | commits 1 | trials 4 of ~10 | elapsed 40 s | eta ~1 min"
     # 5 trials, 4 done in 50 s, 6 left of 10: ~75 s, shown as ~1 min
-    assert lines[5] == ("progress: bbbbbbb +patch ffffffff trial 1/2 | fixes | commits 2 | trials 5 of ~10 | "
-                        "elapsed 50 s | eta ~1 min")
+    assert lines[5] == (
+        "progress: bbbbbbb +patch ffffffff trial 1/2 | fixes | commits 2 | trials 5 of ~10 | elapsed 50 s | eta ~1 min"
+    )
     assert lines[6].startswith("progress: stage hunks | commits 2 | trials 5 of ~5")
 
 
@@ -98,9 +99,13 @@ def test_repeated_identical_actions_are_throttled_but_every_new_one_is_printed()
         progress(ProbeEvent(A, "skip", "# worktree /x (created)\nsource_dir 'src' missing in commit aaaa"))
         progress(ProbeEvent(B, "build"))  # another commit: printed at once
     lines = [line.split(" | ")[0] for line in out.getvalue().splitlines()]
-    assert lines == ["progress: aaaaaaa trial 1/4", "progress: aaaaaaa trial 6/8",
-                     "progress: aaaaaaa skip: source_dir 'src' missing in commit aaaa",
-                     "progress: bbbbbbb build", "progress: done: commits 2, trials 6, elapsed 6 s"]
+    assert lines == [
+        "progress: aaaaaaa trial 1/4",
+        "progress: aaaaaaa trial 6/8",
+        "progress: aaaaaaa skip: source_dir 'src' missing in commit aaaa",
+        "progress: bbbbbbb build",
+        "progress: done: commits 2, trials 6, elapsed 6 s",
+    ]
 
 
 def test_patched_builds_are_named_and_differ_from_the_plain_commit() -> None:
@@ -113,7 +118,9 @@ def test_patched_builds_are_named_and_differ_from_the_plain_commit() -> None:
 
 def test_the_estimate_uses_the_real_range_size_and_the_stages_that_follow() -> None:
     assert bisection_probes(3) == 10 and bisection_probes(40) == 18 and bisection_probes(1000) == 26
-    first = {n: ProgressLine.for_range(n, 2, console=Console(file=io.StringIO())).expected_trials for n in (3, 40, 1000)}
+    first = {
+        n: ProgressLine.for_range(n, 2, console=Console(file=io.StringIO())).expected_trials for n in (3, 40, 1000)
+    }
     assert 2 * 3 <= first[3] < first[40] < first[1000]  # GOOD, BAD and the middle commit at least
     later = ProgressLine.for_range(40, 2, stages=("fixes", "hunks"), console=Console(file=io.StringIO()))
     assert later.expected_trials > first[40]
@@ -143,5 +150,6 @@ def test_trials_run_in_parallel_are_all_counted_and_a_build_means_they_ended() -
         progress(ProbeEvent(A, "trial", "trial 1/2 (+1 in parallel)"))
         clock.now += 20
         progress(ProbeEvent(B, "build"))  # both trials of A are done: 2 in 20 s, 6 left
-    assert out.getvalue().splitlines()[1] == ("progress: bbbbbbb build | commits 2 | trials 2 of ~8 | elapsed 20 s"
-                                              " | eta ~1 min")
+    assert out.getvalue().splitlines()[1] == (
+        "progress: bbbbbbb build | commits 2 | trials 2 of ~8 | elapsed 20 s | eta ~1 min"
+    )

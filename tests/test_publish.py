@@ -38,8 +38,16 @@ from tests.gitfixtures import commit_file, git
 
 REPO = "flydsl/flydsl"
 TOKEN = "ghp_SECRETtoken0123456789distinctive"
-FAST = RetryPolicy(total=4, backoff_factor=0.01, backoff_max=0.05, max_rate_limit_wait=5.0, secondary_rate_wait=1.0,
-                   seconds_between_requests=0.0, seconds_between_writes=0.0, timeout_s=10)
+FAST = RetryPolicy(
+    total=4,
+    backoff_factor=0.01,
+    backoff_max=0.05,
+    max_rate_limit_wait=5.0,
+    secondary_rate_wait=1.0,
+    seconds_between_requests=0.0,
+    seconds_between_writes=0.0,
+    timeout_s=10,
+)
 GOLDEN = Path(__file__).parent / "golden"
 
 KERNEL = """def remap(pid, traits):
@@ -77,17 +85,32 @@ def patch(tmp_path: Path) -> str:
 
 def make_plan(patch: str | None = None, head: str | None = None, **changes: object) -> PublishPlan:
     culprit = CulpritPost(
-        pr=950, commit="3b0c9e1f00aa", step_summary="**Step at 3b0c9e1 (#950)**: fa/s180180 -8.0% "
-        "(95% CI -8.3% to -7.7%), fa/s239580 -7.9%, fa/s61380 -2.2%.", table=TABLE,
-        plots=(PlotLink("trend", "https://example.org/r/trend.png"),
-               PlotLink("bisection", "https://example.org/r/bisect.png")),
-        patch=patch, restore="restores fa/s180180 to 1286.1 TFLOP/s (-0.2% vs the pre-step baseline)",
-        patch_base=head, hunk="1 of 4 hunks carry the step alone: `kernels/attention/remap.py @@ -1,3 +1,3 @@`",
+        pr=950,
+        commit="3b0c9e1f00aa",
+        step_summary="**Step at 3b0c9e1 (#950)**: fa/s180180 -8.0% "
+        "(95% CI -8.3% to -7.7%), fa/s239580 -7.9%, fa/s61380 -2.2%.",
+        table=TABLE,
+        plots=(
+            PlotLink("trend", "https://example.org/r/trend.png"),
+            PlotLink("bisection", "https://example.org/r/bisect.png"),
+        ),
+        patch=patch,
+        restore="restores fa/s180180 to 1286.1 TFLOP/s (-0.2% vs the pre-step baseline)",
+        patch_base=head,
+        hunk="1 of 4 hunks carry the step alone: `kernels/attention/remap.py @@ -1,3 +1,3 @@`",
         hunk_diff="--- a/kernels/attention/remap.py\n+++ b/kernels/attention/remap.py\n@@ -1,3 +1,3 @@\n"
-                  "-REMAP = True\n+REMAP = False\n")
-    plan = PublishPlan(run_id="2026-08-18.fa", repo=REPO, verdict=RunVerdict.REGRESSION,
-                       report="## Report\n\nTwo steps; the first is #950.\n", culprits=(culprit,),
-                       requester_pr=1020, head_sha=head, report_url="https://example.org/r/2026-08-18.md")
+        "-REMAP = True\n+REMAP = False\n",
+    )
+    plan = PublishPlan(
+        run_id="2026-08-18.fa",
+        repo=REPO,
+        verdict=RunVerdict.REGRESSION,
+        report="## Report\n\nTwo steps; the first is #950.\n",
+        culprits=(culprit,),
+        requester_pr=1020,
+        head_sha=head,
+        report_url="https://example.org/r/2026-08-18.md",
+    )
     return replace(plan, **changes)  # type: ignore[arg-type]
 
 
@@ -159,12 +182,15 @@ def test_an_installation_token_edits_the_configured_bot_logins_comments() -> Non
         marker = messages.marker("2026-08-18.fa", 1020)
         forged = fake.add_comment(REPO, 1020, f"{marker} fake", user="bisector-bot")  # a login we are not
         first = publish(make_plan(head=head), cfg(fake, comment_on_culprit=False), ENV, policy=FAST)
-        again = publish(make_plan(head=head, report="## R\n\nagain\n"), cfg(fake, comment_on_culprit=False), ENV,
-                        policy=FAST)
+        again = publish(
+            make_plan(head=head, report="## R\n\nagain\n"), cfg(fake, comment_on_culprit=False), ENV, policy=FAST
+        )
         assert first.comments[0].created and not again.comments[0].created
         assert again.comments[0].comment_id == first.comments[0].comment_id != forged
-        assert fake.comments[forged]["body"] == f"{marker} fake" and "again" in fake.comments[
-            first.comments[0].comment_id]["body"]
+        assert (
+            fake.comments[forged]["body"] == f"{marker} fake"
+            and "again" in fake.comments[first.comments[0].comment_id]["body"]
+        )
 
 
 def test_a_502_then_success(fake: FakeGitHub) -> None:
@@ -248,8 +274,13 @@ def test_commit_status_summarizes_the_verdict(fake: FakeGitHub) -> None:
 def test_missing_data_is_said_and_never_called_no_change(fake: FakeGitHub) -> None:
     head = seed(fake)
     missing = ("fa/s239580: no measurement at 772f070 (build failed)", "gemm/m54560: every trial crashed")
-    plan = make_plan(head=head, verdict=RunVerdict.NO_CHANGE, culprits=(), missing=missing,
-                     report="## Report\n\nNo step in the measured shapes.\n")
+    plan = make_plan(
+        head=head,
+        verdict=RunVerdict.NO_CHANGE,
+        culprits=(),
+        missing=missing,
+        report="## Report\n\nNo step in the measured shapes.\n",
+    )
     publish(plan, cfg(fake), ENV, policy=FAST)
     body = ours(fake, 1020)[0]["body"]
     assert all(line in body for line in missing)
@@ -266,15 +297,26 @@ def test_dry_run_writes_payloads_and_makes_no_call(fake: FakeGitHub, patch: str,
     out = publish(make_plan(patch=patch, head=head), cfg(fake, draft_pr=True), {}, dry_run_dir=tmp_path / "dry")
     assert fake.requests == []
     names = sorted(p.name for p in (tmp_path / "dry").iterdir())
-    assert names == ["01-draft-pr-950.json", "02-comment-pr-950.json", "02-comment-pr-950.md",
-                     "03-comment-pr-1020.json", "03-comment-pr-1020.md", f"04-status-{head[:12]}.json"]
+    assert names == [
+        "01-draft-pr-950.json",
+        "02-comment-pr-950.json",
+        "02-comment-pr-950.md",
+        "03-comment-pr-1020.json",
+        "03-comment-pr-1020.md",
+        f"04-status-{head[:12]}.json",
+    ]
     comment = json.loads((tmp_path / "dry/02-comment-pr-950.json").read_text())
     assert (comment["method"], comment["path"]) == ("POST", f"/repos/{REPO}/issues/950/comments")
-    assert comment["body"]["body"] == messages.culprit_body(make_plan(patch=patch, head=head),
-                                                            make_plan(patch=patch, head=head).culprits[0])
+    assert comment["body"]["body"] == messages.culprit_body(
+        make_plan(patch=patch, head=head), make_plan(patch=patch, head=head).culprits[0]
+    )
     status = json.loads((tmp_path / f"dry/04-status-{head[:12]}.json").read_text())
-    assert status["body"] == {"state": "failure", "description": "1 regression (#950)", "context": "bisector",
-                              "target_url": "https://example.org/r/2026-08-18.md"}
+    assert status["body"] == {
+        "state": "failure",
+        "description": "1 regression (#950)",
+        "context": "bisector",
+        "target_url": "https://example.org/r/2026-08-18.md",
+    }
     draft = json.loads((tmp_path / "dry/01-draft-pr-950.json").read_text())
     assert draft["body"]["draft"] is True and draft["patch"] == patch
     assert len(out.dry_run_files) == 6
@@ -292,9 +334,9 @@ def test_config_naming_another_repository_is_bad_input(fake: FakeGitHub) -> None
         publish(make_plan(), cfg(fake, repo="other/repo"), ENV, policy=FAST)
 
 
-def test_token_appears_in_no_output_log_or_file(fake: FakeGitHub, patch: str, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str],
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_token_appears_in_no_output_log_or_file(
+    fake: FakeGitHub, patch: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)  # PyGithub and urllib3 log requests at DEBUG
     head = seed(fake)
     plan = make_plan(patch=patch, head=head)
@@ -322,8 +364,9 @@ def test_token_appears_in_no_output_log_or_file(fake: FakeGitHub, patch: str, tm
     errors.append(str(err.value))
     plan_file = tmp_path / "plan.json"
     dump_plan(plan, plan_file)
-    result = CliRunner().invoke(publish_command, ["--plan", str(plan_file), "--dry-run", str(tmp_path / "cli")],
-                                env={"GITHUB_TOKEN": TOKEN})
+    result = CliRunner().invoke(
+        publish_command, ["--plan", str(plan_file), "--dry-run", str(tmp_path / "cli")], env={"GITHUB_TOKEN": TOKEN}
+    )
     assert result.exit_code == 0, result.output
     captured = capsys.readouterr()
     texts = [*errors, captured.out, captured.err, result.output, caplog.text]
@@ -369,15 +412,28 @@ def test_cli_publishes_with_the_config_and_env(fake: FakeGitHub, tmp_path: Path)
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["status"] is None and len(ours(fake, 950)) == 1
     assert fake.repos[REPO].statuses == []
-    result = runner.invoke(publish_command, ["--plan", str(plan_file), "--config", str(config)],
-                           env={"BISECTOR_GH": ""})
+    result = runner.invoke(
+        publish_command, ["--plan", str(plan_file), "--config", str(config)], env={"BISECTOR_GH": ""}
+    )
     assert result.exit_code == 2 and "BISECTOR_GH" in result.output
 
 
 def test_plan_json_round_trip_and_bad_keys(tmp_path: Path, patch: str) -> None:
     plan = make_plan(patch=patch, head="a" * 40, missing=("x",), untrusted=True, regressions=2, improvements=1)
-    plan = replace(plan, culprits=(replace(plan.culprits[0], kind="improvement", verified=False, cause="c", todo="t",
-                                           combined_patch=patch, nearby=("n1", "n2")),))
+    plan = replace(
+        plan,
+        culprits=(
+            replace(
+                plan.culprits[0],
+                kind="improvement",
+                verified=False,
+                cause="c",
+                todo="t",
+                combined_patch=patch,
+                nearby=("n1", "n2"),
+            ),
+        ),
+    )
     path = tmp_path / "plan.json"
     dump_plan(plan, path)
     assert load_plan(path) == plan
@@ -419,8 +475,12 @@ def test_messages_match_golden(name: str, patch: str) -> None:
     elif name == "requester":
         text = messages.requester_body(plan)
     else:
-        plan = replace(plan, verdict=RunVerdict.NO_CHANGE, culprits=(),
-                       missing=("fa/s239580: no measurement at 772f070 (build failed)",))
+        plan = replace(
+            plan,
+            verdict=RunVerdict.NO_CHANGE,
+            culprits=(),
+            missing=("fa/s239580: no measurement at 772f070 (build failed)",),
+        )
         text = messages.requester_body(plan)
     golden = GOLDEN / f"publish_{name}.md"
     if os.environ.get("BISECTOR_UPDATE_GOLDEN"):

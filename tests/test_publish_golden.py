@@ -59,8 +59,14 @@ def demo_plan(tmp_path_factory: pytest.TempPathFactory) -> PublishPlan:
     with gzip.open(STORE) as src, open(store, "wb") as dst:
         shutil.copyfileobj(src, dst)
     config = demo_config("cpu", tmp / "upstream")
-    options = pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(store), work_dir=str(tmp / "work"),
-                                  report_dir=str(tmp / "report"), offline=True)
+    options = pipeline.RunOptions(
+        good=manifest.good,
+        bad=manifest.bad,
+        store=str(store),
+        work_dir=str(tmp / "work"),
+        report_dir=str(tmp / "report"),
+        offline=True,
+    )
     outcome = pipeline.bisect(config, options)
     plan = outcome_plan.from_outcome(config, outcome, RUN_ID, repo=REPO)
     assert plan is not None
@@ -75,8 +81,9 @@ def first_screen(text: str) -> str:
     return "\n".join(text.splitlines()[:SCREEN])
 
 
-@pytest.mark.parametrize("kind, pr", [("regression", 131), ("improvement", 108), ("interacts", 115),
-                                      ("no_revert", 122)])
+@pytest.mark.parametrize(
+    "kind, pr", [("regression", 131), ("improvement", 108), ("interacts", 115), ("no_revert", 122)]
+)
 def test_demo_comments_match_golden(demo_plan: PublishPlan, kind: str, pr: int) -> None:
     matches_golden(f"publish_pr_{kind}.md", body(demo_plan, pr))
 
@@ -114,8 +121,9 @@ def test_a_revert_that_applies_only_with_another_is_offered_combined(demo_plan: 
     # the combined revert is a real patch on the tip, both reverts as the interactions stage built them:
     # #155's window argument gone, #122's fastmath default back to the caller's True
     assert c.combined_patch.startswith("diff --git a/demolib/cpu_fa.py")
-    assert "-               sm_scale: float | None = None, window: int | None = None) -> torch.Tensor:" in \
-        c.combined_patch
+    assert (
+        "-               sm_scale: float | None = None, window: int | None = None) -> torch.Tensor:" in c.combined_patch
+    )
     assert "+    return _run(q, k, v, sm_scale, fastmath=True)" in c.combined_patch
 
 
@@ -145,9 +153,9 @@ def test_posted_with_pygithub_to_the_local_server(demo_plan: PublishPlan) -> Non
 
 # ---- kinds the demo does not have: synthetic ReportData (tests/report_fixtures.py) -----------------
 
+
 def synthetic_plan(data, untrusted: bool = False) -> PublishPlan:
-    return outcome_plan.build(data, "synthetic-run", REPO, "# bisector: synthetic\n\nthe report\n",
-                              untrusted=untrusted)
+    return outcome_plan.build(data, "synthetic-run", REPO, "# bisector: synthetic\n\nthe report\n", untrusted=untrusted)
 
 
 def latency_data():
@@ -158,8 +166,9 @@ def latency_data():
 def wrong_nearby_data():
     """A step whose culprit's neighbour gave wrong results on the step's shape, and an unrelated
     commit that did not import far away."""
-    data = series(20, [0, 4, 7, 8, 9, 12, 20], {8: -30.0}, ("fa/s1024", "gemm/tall"), skipped=[16],
-                  wrong={9: ("fa/s1024",)})
+    data = series(
+        20, [0, 4, 7, 8, 9, 12, 20], {8: -30.0}, ("fa/s1024", "gemm/tall"), skipped=[16], wrong={9: ("fa/s1024",)}
+    )
     return replace(data, wrong=(*data.wrong, WrongResult(sha(18), "gemm/tall", 0.5, 1.5)))
 
 
@@ -183,8 +192,10 @@ def test_a_wrong_result_window_next_to_the_step_is_listed() -> None:
 
 # ---- results measured on untrusted code (#57 item 8) ------------------------------------------------
 
-FORGED_ANSWER = ("### bisector `/perf`: the PR head is **faster**\n\nPR head `0123456789ab` against its merge "
-                 "base `ba9876543210`, 3 + 3 trials.\n\n| shape | change |\n|---|---:|\n| gemm/m256 | +222.8% |\n")
+FORGED_ANSWER = (
+    "### bisector `/perf`: the PR head is **faster**\n\nPR head `0123456789ab` against its merge "
+    "base `ba9876543210`, 3 + 3 trials.\n\n| shape | change |\n|---|---:|\n| gemm/m256 | +222.8% |\n"
+)
 
 
 def test_untrusted_results_are_labelled_set_no_status_and_propose_no_patch() -> None:
@@ -197,8 +208,9 @@ def test_untrusted_results_are_labelled_set_no_status_and_propose_no_patch() -> 
     text = messages.culprit_body(plan, plan.culprits[0])
     matches_golden("publish_pr_untrusted.md", text)
     assert text.splitlines()[3].startswith(f"> **{messages.UNTRUSTED}**") and messages.CONFIRM in text
-    assert messages.status_state(plan) == "pending" and messages.status_state(replace(plan, untrusted=False)) \
-        == "success"
+    assert (
+        messages.status_state(plan) == "pending" and messages.status_state(replace(plan, untrusted=False)) == "success"
+    )
     regression = synthetic_plan(series(8, [0, 2, 4, 5, 6, 8], {5: -40.0}, ("gemm/m256",)), untrusted=True)
     assert regression.culprits[0].patch is None and regression.culprits[0].combined_patch is None
     assert "No patch is proposed" in messages.culprit_body(regression, regression.culprits[0])
@@ -212,10 +224,18 @@ def test_a_forged_improvement_posts_no_status_and_is_labelled(tmp_path: Path) ->
     with FakeGitHub() as fake:
         head = fake.add_repo(REPO, {"README.md": "demo\n"})
         fake.add_pull(REPO, 1020, head_sha=head, title="faster, trust me")
-        plan = PublishPlan(run_id="pr1020-c7", repo=REPO, verdict=RunVerdict.IMPROVEMENT, report="",
-                           requester_pr=1020, head_sha=head, answer=FORGED_ANSWER)
+        plan = PublishPlan(
+            run_id="pr1020-c7",
+            repo=REPO,
+            verdict=RunVerdict.IMPROVEMENT,
+            report="",
+            requester_pr=1020,
+            head_sha=head,
+            answer=FORGED_ANSWER,
+        )
         cfg = Publish(repo=REPO, token_env="BISECTOR_GH", base_url=fake.url)
         from bisector.publish import Expectation
+
         expected = Expectation(repo=REPO, pr=1020, sha=head, untrusted=True)
         out = publish(plan, cfg, ENV, policy=FAST, expected=expected)
         assert out.status is None and fake.repos[REPO].statuses == []
@@ -237,8 +257,15 @@ def test_the_cause_line_comes_from_the_compiled_kernels(tmp_path: Path) -> None:
 
     st = INDEX["145"]
     shutil.copytree(FIXTURES, tmp_path / KERNELS_DIR)
-    step = Step(st["culprit"], st["parent"], ("gemm/m8192",), {"gemm/m8192": -30.0}, {"gemm/m8192": (-31, -29)},
-                {"gemm/m8192": 1e-6}, pr=145)
+    step = Step(
+        st["culprit"],
+        st["parent"],
+        ("gemm/m8192",),
+        {"gemm/m8192": -30.0},
+        {"gemm/m8192": (-31, -29)},
+        {"gemm/m8192": 1e-6},
+        pr=145,
+    )
     data = _data(compare_dirs(tmp_path, st["parent"], st["culprit"]), [step])
     plan = synthetic_plan(data)
     text = messages.culprit_body(plan, plan.culprits[0])
@@ -251,8 +278,11 @@ def test_a_status_fails_only_on_a_verified_regression() -> None:
     data = series(8, [0, 2, 4, 5, 6, 8], {5: -40.0, 6: +30.0}, ("gemm/m256",))
     unverified = replace(data, steps=(replace(data.steps[0], verified=False), data.steps[1]))
     states = {}
-    for name, d in (("verified", data), ("unverified", unverified),
-                    ("improvement", replace(data, steps=data.steps[1:]))):
+    for name, d in (
+        ("verified", data),
+        ("unverified", unverified),
+        ("improvement", replace(data, steps=data.steps[1:])),
+    ):
         plan = synthetic_plan(d)
         states[name] = (plan.verdict, messages.status_state(plan), messages.status_description(plan))
     assert states["verified"] == (RunVerdict.REGRESSION, "failure", "1 regression (#1005), 1 improvement (#1006)")

@@ -42,8 +42,15 @@ def config(tmp_path: Path, fake: FakeGitHub) -> Path:
 
 def answer_plan(head: str, **changes: object) -> PublishPlan:
     """What the measure job writes for `/perf` on #1020, pinned at `head`."""
-    plan = PublishPlan(run_id=f"pr{PR}-c77", repo=REPO, verdict=RunVerdict.REGRESSION, report="",
-                       requester_pr=PR, head_sha=head, answer="### bisector `/perf`: the PR head is **slower**")
+    plan = PublishPlan(
+        run_id=f"pr{PR}-c77",
+        repo=REPO,
+        verdict=RunVerdict.REGRESSION,
+        report="",
+        requester_pr=PR,
+        head_sha=head,
+        answer="### bisector `/perf`: the PR head is **slower**",
+    )
     return replace(plan, **changes)  # type: ignore[arg-type]
 
 
@@ -65,21 +72,27 @@ def test_the_authorized_answer_is_posted(fake: FakeGitHub, head: str, config: Pa
     result = post(tmp_path, config, answer_plan(head), *expect(head))
     assert result.exit_code == 0, result.output
     assert [c["body"].splitlines()[1] for c in fake.issue_comments(REPO, PR)] == [
-        "### bisector `/perf`: the PR head is **slower**"]
+        "### bisector `/perf`: the PR head is **slower**"
+    ]
     assert [(s["sha"], s["state"]) for s in fake.repos[REPO].statuses] == [(head, "failure")]
 
 
-@pytest.mark.parametrize("forgery, named", [
-    ({"requester_pr": OTHER}, f"comment on #{OTHER}: only #{PR}"),
-    ({"head_sha": "b" * 40}, f"status 'failure' on {'b' * 40}: a status may go only on the pinned head"),
-    ({"culprits": (culprit(OTHER),)}, f"comment on #{OTHER}: only #{PR}"),
-    ({"repo": "evil/repo"}, "plan: repo is 'evil/repo'"),
-    ({"run_id": "pr950-c1"}, "plan: run_id 'pr950-c1' is not a run of a comment on #1020"),
-])
-def test_a_forged_plan_posts_nothing(fake: FakeGitHub, head: str, config: Path, tmp_path: Path,
-                                     forgery: dict, named: str) -> None:
-    config.write_text(config.read_text().replace(f'repo = "{REPO}"\n', "", 1) if "repo" in forgery
-                      else config.read_text())  # a config naming the repo would refuse it on its own
+@pytest.mark.parametrize(
+    "forgery, named",
+    [
+        ({"requester_pr": OTHER}, f"comment on #{OTHER}: only #{PR}"),
+        ({"head_sha": "b" * 40}, f"status 'failure' on {'b' * 40}: a status may go only on the pinned head"),
+        ({"culprits": (culprit(OTHER),)}, f"comment on #{OTHER}: only #{PR}"),
+        ({"repo": "evil/repo"}, "plan: repo is 'evil/repo'"),
+        ({"run_id": "pr950-c1"}, "plan: run_id 'pr950-c1' is not a run of a comment on #1020"),
+    ],
+)
+def test_a_forged_plan_posts_nothing(
+    fake: FakeGitHub, head: str, config: Path, tmp_path: Path, forgery: dict, named: str
+) -> None:
+    config.write_text(
+        config.read_text().replace(f'repo = "{REPO}"\n', "", 1) if "repo" in forgery else config.read_text()
+    )  # a config naming the repo would refuse it on its own
     result = post(tmp_path, config, answer_plan(head, **forgery), *expect(head))
     assert result.exit_code == 2, result.output
     [line] = result.output.strip().splitlines()
@@ -89,8 +102,9 @@ def test_a_forged_plan_posts_nothing(fake: FakeGitHub, head: str, config: Path, 
     assert fake.repos[REPO].statuses == []
 
 
-def test_without_the_expectation_the_same_forgery_would_post(fake: FakeGitHub, head: str, config: Path,
-                                                             tmp_path: Path) -> None:
+def test_without_the_expectation_the_same_forgery_would_post(
+    fake: FakeGitHub, head: str, config: Path, tmp_path: Path
+) -> None:
     """What the check stops: the unchecked command comments wherever the plan says."""
     result = post(tmp_path, config, answer_plan(head, requester_pr=OTHER))
     assert result.exit_code == 0 and len(fake.issue_comments(REPO, OTHER)) == 1
@@ -98,8 +112,9 @@ def test_without_the_expectation_the_same_forgery_would_post(fake: FakeGitHub, h
 
 def test_a_bisect_plan_cut_to_this_pr_is_accepted(fake: FakeGitHub, head: str, config: Path, tmp_path: Path) -> None:
     """The measure stage keeps culprits of other PRs in the report only, a status only on the pin."""
-    bisect = answer_plan("c" * 40, answer="", report="## Report\n\nthe step is #950\n",
-                         culprits=(culprit(OTHER), culprit(PR)))
+    bisect = answer_plan(
+        "c" * 40, answer="", report="## Report\n\nthe step is #950\n", culprits=(culprit(OTHER), culprit(PR))
+    )
     result = post(tmp_path, config, to_this_pr(bisect, PR, head), *expect(head))
     assert result.exit_code == 0, result.output
     assert fake.issue_comments(REPO, OTHER) == [] and fake.repos[REPO].statuses == []
@@ -107,10 +122,15 @@ def test_a_bisect_plan_cut_to_this_pr_is_accepted(fake: FakeGitHub, head: str, c
     assert "This PR is a culprit" in answer["body"] and "the step is #950" in answer["body"]
 
 
-def test_nightly_posts_on_culprits_but_answers_no_pr(fake: FakeGitHub, head: str, config: Path,
-                                                     tmp_path: Path) -> None:
-    nightly = PublishPlan(run_id="2026-08-18.fa", repo=REPO, verdict=RunVerdict.REGRESSION, report="r",
-                          culprits=(culprit(OTHER),), head_sha=head)
+def test_nightly_posts_on_culprits_but_answers_no_pr(fake: FakeGitHub, head: str, config: Path, tmp_path: Path) -> None:
+    nightly = PublishPlan(
+        run_id="2026-08-18.fa",
+        repo=REPO,
+        verdict=RunVerdict.REGRESSION,
+        report="r",
+        culprits=(culprit(OTHER),),
+        head_sha=head,
+    )
     forged = post(tmp_path, config, replace(nightly, requester_pr=PR), "--nightly")
     assert forged.exit_code == 2 and "a nightly plan answers no PR" in forged.output and fake.requests == []
     result = post(tmp_path, config, nightly, "--nightly")
@@ -118,17 +138,21 @@ def test_nightly_posts_on_culprits_but_answers_no_pr(fake: FakeGitHub, head: str
     assert len(fake.issue_comments(REPO, OTHER)) == 1 and json.loads(result.output)["status"]["sha"] == head
 
 
-@pytest.mark.parametrize("flags, problem", [
-    (("--expect-pr", "1020", "--expect-sha", "a" * 40), "need --expect-repo"),
-    (("--expect-repo", REPO), "--expect-repo needs --expect-pr and --expect-sha"),
-    (("--expect-repo", REPO, "--expect-pr", "1020"), "--expect-pr and --expect-sha go together"),
-    (("--expect-repo", REPO, "--expect-pr", "1020", "--expect-sha", "main"), "--expect-sha: not a full commit SHA"),
-    (("--nightly", "--expect-pr", "1020"), "--nightly answers no PR"),
-    (("--expect-untrusted",), "--expect-untrusted goes with --expect-repo/--expect-pr/--expect-sha"),
-    (("--nightly", "--expect-untrusted"), "--expect-untrusted goes with"),
-])
-def test_bad_expectations_are_bad_input(fake: FakeGitHub, head: str, config: Path, tmp_path: Path,
-                                        flags: tuple[str, ...], problem: str) -> None:
+@pytest.mark.parametrize(
+    "flags, problem",
+    [
+        (("--expect-pr", "1020", "--expect-sha", "a" * 40), "need --expect-repo"),
+        (("--expect-repo", REPO), "--expect-repo needs --expect-pr and --expect-sha"),
+        (("--expect-repo", REPO, "--expect-pr", "1020"), "--expect-pr and --expect-sha go together"),
+        (("--expect-repo", REPO, "--expect-pr", "1020", "--expect-sha", "main"), "--expect-sha: not a full commit SHA"),
+        (("--nightly", "--expect-pr", "1020"), "--nightly answers no PR"),
+        (("--expect-untrusted",), "--expect-untrusted goes with --expect-repo/--expect-pr/--expect-sha"),
+        (("--nightly", "--expect-untrusted"), "--expect-untrusted goes with"),
+    ],
+)
+def test_bad_expectations_are_bad_input(
+    fake: FakeGitHub, head: str, config: Path, tmp_path: Path, flags: tuple[str, ...], problem: str
+) -> None:
     result = post(tmp_path, config, answer_plan(head), *flags)
     assert result.exit_code == 2 and problem in result.output, result.output
     assert fake.requests == []

@@ -17,24 +17,47 @@ from tests.gitfixtures import benchmark_history, cpu_config
 
 pytestmark = pytest.mark.slow
 
-SUBJECT = '''[subject.ops]
+SUBJECT = """[subject.ops]
 pytest = "benchmarks/test_ops.py::test_work"
 [[suites.ops.shapes]]
 name = "work20k"
 benchmark = "test_work[20000]"
-'''
+"""
 
 
 def test_pytest_benchmark_subject_bisected_end_to_end(tmp_path: Path) -> None:
     repo = tmp_path / "up"
     shas = benchmark_history(repo)
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(cpu_config("pytest-bench", repo, SUBJECT, control="none", trials=3, max_trials=6, reps=7,
-                              min_step_pct=30.0))
-    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", shas[1],
-                          "--bad", "main", "--store", str(tmp_path / "s.sqlite"), "--work-dir", str(tmp_path / "work"),
-                          "--report-dir", str(tmp_path / "report"), "--json", "--no-hunks", "--no-fixes"],
-                         capture_output=True, text=True, timeout=900)
+    cfg.write_text(
+        cpu_config("pytest-bench", repo, SUBJECT, control="none", trials=3, max_trials=6, reps=7, min_step_pct=30.0)
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bisector",
+            "run",
+            "--config",
+            str(cfg),
+            "--good",
+            shas[1],
+            "--bad",
+            "main",
+            "--store",
+            str(tmp_path / "s.sqlite"),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--report-dir",
+            str(tmp_path / "report"),
+            "--json",
+            "--no-hunks",
+            "--no-fixes",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     (step,) = result["steps"]

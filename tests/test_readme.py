@@ -34,8 +34,13 @@ def test_the_own_library_config_passes_check_config(tmp_path: Path) -> None:
     (config,) = re.findall(r"(?ms)^```toml\n(.*?)^```", section)
     path = tmp_path / "my-lib.toml"
     path.write_text(config)
-    out = subprocess.run([sys.executable, "-m", "bisector", "check-config", str(path)], capture_output=True,
-                         text=True, cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-m", "bisector", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     assert "fa/s16384" in out.stdout and "gemm/m8192" in out.stdout
 

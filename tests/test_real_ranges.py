@@ -69,8 +69,11 @@ def test_range_resolves_builds_and_plans_hunks(desc, tmp_path):
         parent = gitrepo.resolve(repo, f"{step.culprit}^")
         parts = hunks.split(gitrepo.commit_diff(repo, step.culprit))
         assert set(step.files) <= {h.path for h in parts}, (step.culprit, set(step.files) - {h.path for h in parts})
-        groups = hunk_groups.group(parts, lambda p, parent=parent: gitrepo.file_at(repo, parent, p),
-                                   lambda p, sha=step.culprit: gitrepo.file_at(repo, sha, p))
+        groups = hunk_groups.group(
+            parts,
+            lambda p, parent=parent: gitrepo.file_at(repo, parent, p),
+            lambda p, sha=step.culprit: gitrepo.file_at(repo, sha, p),
+        )
         assert sorted(i for g in groups for i in g.members) == list(range(len(parts)))
 
 
@@ -133,19 +136,28 @@ def test_the_described_hunks_are_searched_and_the_unloaded_set_aside(desc, step)
 GOOD = (RANGES_DIR / "liger" / "range.toml").read_text()
 
 
-@pytest.mark.parametrize("edit,key,problem", [
-    (('lib = "liger"\n', ""), "lib", "missing"),
-    (('good = "cd6ec3289a938fcba1f09b2bb62e0cc3f4aed102"', 'good = "cd6ec32"'), "good", "full 40-hex"),
-    (("commits = 341", 'commits = "341"'), "commits", "must be int"),
-    (('config = "config.toml"', 'config = "nope.toml"'), "config", "no file"),
-    (('kind = "regression"', 'kind = "faster"'), "steps[0].kind", "must be one of"),
-    (('"ln/t16k_d4096" = 1.2', '"ln/t16k_d4096" = -1.2'), "steps[0].shapes.ln/t16k_d4096", "does not match kind"),
-    (('status = "confirmed"', 'status = "maybe"'), "steps[0].status", "must be one of"),
-    (('threaded = false', 'threaded = false\nhunks = 3'), "steps[0].hunks", "unknown key"),
-    (('aside = ["benchmark/data/all_benchmark_data.csv", "test/transformers/test_layer_norm.py"]',
-      'aside = "test/transformers/test_layer_norm.py"'), "steps[0].aside", "must be a list"),
-    (('upstream = "linkedin/Liger-Kernel"', 'upstream = "Liger-Kernel"'), "upstream", "owner/name"),
-])
+@pytest.mark.parametrize(
+    "edit,key,problem",
+    [
+        (('lib = "liger"\n', ""), "lib", "missing"),
+        (('good = "cd6ec3289a938fcba1f09b2bb62e0cc3f4aed102"', 'good = "cd6ec32"'), "good", "full 40-hex"),
+        (("commits = 341", 'commits = "341"'), "commits", "must be int"),
+        (('config = "config.toml"', 'config = "nope.toml"'), "config", "no file"),
+        (('kind = "regression"', 'kind = "faster"'), "steps[0].kind", "must be one of"),
+        (('"ln/t16k_d4096" = 1.2', '"ln/t16k_d4096" = -1.2'), "steps[0].shapes.ln/t16k_d4096", "does not match kind"),
+        (('status = "confirmed"', 'status = "maybe"'), "steps[0].status", "must be one of"),
+        (("threaded = false", "threaded = false\nhunks = 3"), "steps[0].hunks", "unknown key"),
+        (
+            (
+                'aside = ["benchmark/data/all_benchmark_data.csv", "test/transformers/test_layer_norm.py"]',
+                'aside = "test/transformers/test_layer_norm.py"',
+            ),
+            "steps[0].aside",
+            "must be a list",
+        ),
+        (('upstream = "linkedin/Liger-Kernel"', 'upstream = "Liger-Kernel"'), "upstream", "owner/name"),
+    ],
+)
 def test_a_bad_description_names_file_and_key(tmp_path, edit, key, problem):
     assert edit[0] in GOOD
     (tmp_path / "config.toml").write_text((RANGES_DIR / "liger" / "config.toml").read_text())
@@ -162,19 +174,38 @@ def test_the_study_exits_2_with_the_one_line_on_a_bad_description(tmp_path):
     lib.mkdir()
     (lib / "config.toml").write_text((RANGES_DIR / "liger" / "config.toml").read_text())
     (lib / "range.toml").write_text(GOOD.replace("commits = 341", "commits = -1"))
-    proc = subprocess.run(["python", "-c", f"import sys, studies.real_ranges as r; r.RANGES_DIR = __import__('pathlib')"
-                           f".Path({str(tmp_path)!r}); sys.exit(r.main(['--libs', 'liger']))"],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
-    assert proc.returncode == 2 and proc.stderr.strip() == f"error: {lib / 'range.toml'}: commits: must be at least 2, got -1"
+    proc = subprocess.run(
+        [
+            "python",
+            "-c",
+            f"import sys, studies.real_ranges as r; r.RANGES_DIR = __import__('pathlib')"
+            f".Path({str(tmp_path)!r}); sys.exit(r.main(['--libs', 'liger']))",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )
+    assert (
+        proc.returncode == 2
+        and proc.stderr.strip() == f"error: {lib / 'range.toml'}: commits: must be at least 2, got -1"
+    )
 
 
 def test_the_table_shows_the_cause_line_from_the_json_causes():
     """`bisector run --json` puts each step's cause under `causes` (bisector/commands/run_job.py), its
     kernels' names under `kernels`: the table's column reads the first."""
     from studies.real_ranges import cause_line
+
     sha = "dc8fd708575a530bf773645efdc36b6bc6c53552"
-    data = {"kernels": [{"commit": sha, "changed": ["rotary_kernel"] * 3, "note": ""}],
-            "causes": [{"commit": sha, "cause": "`ROTARY_DIM` became a constexpr: 16-bit global loads 12 -> 0.",
-                        "kind": "constexpr"}]}
+    data = {
+        "kernels": [{"commit": sha, "changed": ["rotary_kernel"] * 3, "note": ""}],
+        "causes": [
+            {
+                "commit": sha,
+                "cause": "`ROTARY_DIM` became a constexpr: 16-bit global loads 12 -> 0.",
+                "kind": "constexpr",
+            }
+        ],
+    }
     assert cause_line(data, sha[:7]) == "`ROTARY_DIM` became a constexpr: 16-bit global loads 12 -> 0."
     assert cause_line({"kernels": data["kernels"]}, sha).startswith("(no cause line) changed: rotary_kernel")

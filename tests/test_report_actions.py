@@ -48,12 +48,15 @@ def test_what_to_do_is_ranked_by_gain_with_reverts_together_and_the_fix_by_hand(
 
 def test_three_reverts_are_read_together_not_in_pairs_only() -> None:
     text = "\n".join(markdown.why.interactions_section(interacting_report()))
-    assert ("reverting `0003ccc` (#1003) (its step -39.9%) once `0006ccc` (#1006) + `0009ccc` (#1009) are "
-            "reverted adds +48.7% (all 3 +579.7% against +357.0% without it)") in text
+    assert (
+        "reverting `0003ccc` (#1003) (its step -39.9%) once `0006ccc` (#1006) + `0009ccc` (#1009) are "
+        "reverted adds +48.7% (all 3 +579.7% against +357.0% without it)"
+    ) in text
 
 
 def test_a_pairs_line_reads_the_gains_its_table_shows() -> None:
     """A wild trial of one revert: its row (compare_pooled leaves it out) and the pair's line agree."""
+
     def build(level: float) -> tuple[float, ...]:
         return tuple(level * (1 + 0.004 * ((i * 7) % 5 - 2)) for i in range(6))
 
@@ -85,8 +88,7 @@ def test_the_steps_change_is_recomputable_from_the_levels_it_shows() -> None:
 
     commits = [f"{i:040x}" for i in range(60)]
     model = StepModel({"gemm/m8192": 1.0}, (SimStep(commits[23], {"gemm/m8192": 0.62}),), frozenset())
-    result = localize(commits, SimulatedProbe(commits, model, noise_cv=0.05, seed=3),
-                      SearchSettings(min_step_pct=5.0))
+    result = localize(commits, SimulatedProbe(commits, model, noise_cv=0.05, seed=3), SearchSettings(min_step_pct=5.0))
     (step,) = result.steps
     data = with_(full_report(), steps=result.steps, moves=(), metric={"gemm": "ratio"})
     (row,) = [line for line in markdown.steps_table(data)[2:]]
@@ -110,14 +112,26 @@ def test_where_the_control_moves_with_the_revert_the_subjects_own_speed_is_the_h
     data = series(10, list(range(11)), {4: -40.9}, ("gemm/m54560",), trials=6)
     (step,) = data.steps
     k = "gemm/m54560"
-    fix = FixResult(step.commit, "/abs/revert.patch", True, shapes=(k,), baseline={k: 660.8}, tip={k: 453.0},
-                    restored={k: 630.9}, vs_parent={k: Comparison(k, Verdict.SAME, -0.0, (-0.6, 0.5), 0.9, 4, 4)},
-                    vs_tip={k: Comparison(k, Verdict.DIFFERENT, 69.1, (68.3, 69.9), 1e-9, 4, 4)}, trials=4,
-                    own_pct=dict(step.change_pct), min_step_pct=3.0)
+    fix = FixResult(
+        step.commit,
+        "/abs/revert.patch",
+        True,
+        shapes=(k,),
+        baseline={k: 660.8},
+        tip={k: 453.0},
+        restored={k: 630.9},
+        vs_parent={k: Comparison(k, Verdict.SAME, -0.0, (-0.6, 0.5), 0.9, 4, 4)},
+        vs_tip={k: Comparison(k, Verdict.DIFFERENT, 69.1, (68.3, 69.9), 1e-9, 4, 4)},
+        trials=4,
+        own_pct=dict(step.change_pct),
+        min_step_pct=3.0,
+    )
     data = with_(data, fixes=(fix,), actions=actions(data.steps, (fix,), ()))
     (item,) = [line for line in summary_lines(data) if line.startswith("1. ")]
-    assert "m54560 +39.3% of the subject's own TFLOP/s (ratio +69.1% [+68.3, +69.9]: the control moved -17.6% " \
-           "with the revert) **restored**" in item
+    assert (
+        "m54560 +39.3% of the subject's own TFLOP/s (ratio +69.1% [+68.3, +69.9]: the control moved -17.6% "
+        "with the revert) **restored**" in item
+    )
     text = markdown.render(data)
     assert "TFLOP/s **+39.3%**; ratio +69.1% [+68.3, +69.9] (control -17.6% ⚠)" in text
     assert all(p in _tables(text) for p in PCT.findall(item))
@@ -142,8 +156,10 @@ def test_the_kernel_section_is_a_quarter_of_the_report_at_most_and_links_nothing
     index = json.loads((fixtures / "index.json").read_text())["steps"]
     shutil.copytree(fixtures, tmp_path / KERNELS_DIR)
     data = full_report()
-    kernels = [with_(compare_dirs(tmp_path, st["parent"], st["culprit"]), step_commit=step.commit)
-               for st, step in zip(index.values(), data.steps)]
+    kernels = [
+        with_(compare_dirs(tmp_path, st["parent"], st["culprit"]), step_commit=step.commit)
+        for st, step in zip(index.values(), data.steps)
+    ]
     text = markdown.render(with_(data, kernels=tuple(kernels)))
     section = text.split("## What changed in the compiled kernel", 1)[1].split("\n## ", 1)[0]
     assert section.count("<details>") >= 3 and len(section) <= len(text) / 4, (len(section), len(text))
@@ -180,8 +196,10 @@ def test_the_title_names_the_device_measured_and_the_header_one_run_time() -> No
 
     cfg = load(Path(__file__).parents[1] / "configs" / "h200-demo.toml")
     cs = commits(3)
-    assert report_title(cfg, cs, {"device_name": "NVIDIA H100 80GB HBM3"}) == \
-        f"bisector: {cfg.name}, {cs[0].short}..{cs[-1].short} on NVIDIA H100 80GB HBM3"
+    assert (
+        report_title(cfg, cs, {"device_name": "NVIDIA H100 80GB HBM3"})
+        == f"bisector: {cfg.name}, {cs[0].short}..{cs[-1].short} on NVIDIA H100 80GB HBM3"
+    )
     assert report_title(cfg, cs, {}).endswith(" on cuda")
     one = RunTotals(42, 35, 1, 461, 371, 90, 3931.0, 473.0, CallTotals(461, 474.9))
     assert one.times() == "ran 7.9 min" and one.line().count(" min") == 1
@@ -194,8 +212,15 @@ def test_a_speed_steps_levels_are_shown_as_full_clock_tflops() -> None:
     from bisector.report.assemble import _levels_as_shown
 
     k = "fa/s16384"
-    trial = TrialRecord("p" * 40, k, TrialStatus.OK, subject_ms=(2.0, 2.0, 2.02), control_ms=(1.0, 1.0, 1.0),
-                        subject_tflops=400.0, ratio=0.5)
+    trial = TrialRecord(
+        "p" * 40,
+        k,
+        TrialStatus.OK,
+        subject_ms=(2.0, 2.0, 2.02),
+        control_ms=(1.0, 1.0, 1.0),
+        subject_tflops=400.0,
+        ratio=0.5,
+    )
     step = Step("c" * 40, "p" * 40, (k,), {k: -60.0}, {k: (-61.0, -59.0)}, {k: 1e-9}, levels={k: (0.5, 0.2)})
     shown = _levels_as_shown(step, {"p" * 40: [trial]}, {k: "speed"})
     before, after = shown.levels[k]

@@ -36,8 +36,15 @@ def handed(tmp_path_factory: pytest.TempPathFactory) -> tuple[StageResults, RunF
         return assemble.report_data(stages, run)
 
     config = demo_config("cpu", tmp / "upstream")
-    options = pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(store), work_dir=str(tmp / "work"),
-                                  report_dir=str(tmp / "report"), offline=True, notes=("a caller's note",))
+    options = pipeline.RunOptions(
+        good=manifest.good,
+        bad=manifest.bad,
+        store=str(store),
+        work_dir=str(tmp / "work"),
+        report_dir=str(tmp / "report"),
+        offline=True,
+        notes=("a caller's note",),
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pipeline, "report_data", recording)
         outcome = pipeline.bisect(config, options)
@@ -67,8 +74,9 @@ def test_what_each_stage_made_is_on_the_report(handed) -> None:
 def test_the_run_facts_change_only_what_they_say(handed) -> None:
     stages, run, _ = handed
     before = assemble.report_data(stages, run)
-    after = assemble.report_data(stages, replace(run, offline=False, notes=(), wall_s=run.wall_s + 60,
-                                                 command="bisector demo", isolation="none"))
+    after = assemble.report_data(
+        stages, replace(run, offline=False, notes=(), wall_s=run.wall_s + 60, command="bisector demo", isolation="none")
+    )
     assert OFFLINE_NOTE not in after.notes and "a caller's note" not in after.notes
     assert after.wall_s == before.wall_s + 60 and after.isolation == "none"
     assert after.reproduce != before.reproduce and "bisector demo" in after.reproduce[0]
@@ -80,6 +88,7 @@ def test_a_steps_trials_from_a_fresh_lineage_are_said(handed) -> None:
     stages, run, _ = handed
     assert assemble.report_data(stages, run).fresh_lineage
     steps = {s.commit for s in stages.result.steps}
-    one_lineage = tuple(replace(t, protocol={**t.protocol, "worker": {"lineage": 0}}) if t.sha in steps else t
-                        for t in stages.stored)
+    one_lineage = tuple(
+        replace(t, protocol={**t.protocol, "worker": {"lineage": 0}}) if t.sha in steps else t for t in stages.stored
+    )
     assert not assemble.report_data(replace(stages, stored=one_lineage), run).fresh_lineage

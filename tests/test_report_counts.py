@@ -33,17 +33,29 @@ def demo_sized_store(path: Path) -> tuple[int, int]:
     records: list[TrialRecord] = []
     processes = 0
 
-    def process(commit: str, slot: int, shapes: tuple[str, ...], patch: str | None = None,
-                status: TrialStatus = TrialStatus.OK) -> None:
+    def process(
+        commit: str, slot: int, shapes: tuple[str, ...], patch: str | None = None, status: TrialStatus = TrialStatus.OK
+    ) -> None:
         nonlocal processes
         processes += 1
         minute = processes // 60
         for shape in shapes:
-            records.append(TrialRecord(commit, shape, status, subject_ms=(1.0, 1.1), control_ms=(0.9, 0.95),
-                                       subject_tflops=0.02, control_tflops=0.05, ratio=0.4 * rng.gauss(1, 0.05),
-                                       patch_hash=patch, slot=slot,
-                                       started_at=f"2026-12-02T10:{minute:02d}:{processes % 60:02d}+00:00",
-                                       finished_at=f"2026-12-02T10:{minute:02d}:{processes % 60:02d}+00:00"))
+            records.append(
+                TrialRecord(
+                    commit,
+                    shape,
+                    status,
+                    subject_ms=(1.0, 1.1),
+                    control_ms=(0.9, 0.95),
+                    subject_tflops=0.02,
+                    control_tflops=0.05,
+                    ratio=0.4 * rng.gauss(1, 0.05),
+                    patch_hash=patch,
+                    slot=slot,
+                    started_at=f"2026-12-02T10:{minute:02d}:{processes % 60:02d}+00:00",
+                    finished_at=f"2026-12-02T10:{minute:02d}:{processes % 60:02d}+00:00",
+                )
+            )
 
     measured = [i for i in range(42) if i % 4 != 3][:31]
     for i in measured:
@@ -53,7 +65,7 @@ def demo_sized_store(path: Path) -> tuple[int, int]:
     process(sha(7), 99, SHAPES, status=TrialStatus.CRASH)
     for k in range(6):  # reverts and hunk subsets
         for slot in range(15):
-            process(sha(41), slot, SHAPES[k % 2:k % 2 + 1], patch=f"patch{k}")
+            process(sha(41), slot, SHAPES[k % 2 : k % 2 + 1], patch=f"patch{k}")
     with Store(path) as store:
         store.add_trials(CAMPAIGN, records)
     return processes, len(records)

@@ -19,8 +19,9 @@ from bisector.store import Store
 from bisector.store import last_used as laststore
 
 
-def trial(shape: str, ms: tuple[float, ...], tflops: float, ratio: float, status: TrialStatus = TrialStatus.OK
-          ) -> TrialRecord:
+def trial(
+    shape: str, ms: tuple[float, ...], tflops: float, ratio: float, status: TrialStatus = TrialStatus.OK
+) -> TrialRecord:
     return TrialRecord(sha="a" * 40, shape=shape, status=status, subject_ms=ms, subject_tflops=tflops, ratio=ratio)
 
 
@@ -34,18 +35,29 @@ def test_the_metric_per_trial_is_the_ratio_or_the_full_clock_speed_in_tflops() -
     throttled = trial("fa/s4096", (1.0, 1.0, 1.0, 1.2, 1.2, 1.2, 1.2), 1000.0 / 1.2, 0.6)
     assert evidence.metric_value(throttled, "speed") == pytest.approx(1000.0)
     assert evidence.metric_value(trial("fa/s4096", (), 1.0, 0.5, TrialStatus.WRONG), "ratio") is None
-    samples = evidence.metric_samples([steady, throttled, trial("gemm/m8192", (1.0,), 5.0, 0.9)],
-                                      ["fa/s4096", "gemm/m8192"], {"fa/s4096": "speed", "gemm/m8192": "ratio"}.get)
+    samples = evidence.metric_samples(
+        [steady, throttled, trial("gemm/m8192", (1.0,), 5.0, 0.9)],
+        ["fa/s4096", "gemm/m8192"],
+        {"fa/s4096": "speed", "gemm/m8192": "ratio"}.get,
+    )
     assert samples == {"fa/s4096": (pytest.approx(400.0), pytest.approx(1000.0)), "gemm/m8192": (0.9,)}
 
 
 def test_an_unsure_pair_is_compared_on_the_samples_the_search_had_at_its_cap() -> None:
     a, b = "a" * 40, "b" * 40
     before, after = (1.0, 1.02, 0.98, 1.01, 5.0), (1.03, 0.99, 1.05, 1.0, 5.0)  # the fifth: after the cap
-    result = SearchResult(steps=(), dropped=(), probes=(), skipped=(), wrong={},
-                          measurements={a: Measurement(a, ProbeStatus.OK, {"s": before}),
-                                        b: Measurement(b, ProbeStatus.OK, {"s": after})},
-                          uncertain=(Uncertain(a, b, ("s", "gone")),))
+    result = SearchResult(
+        steps=(),
+        dropped=(),
+        probes=(),
+        skipped=(),
+        wrong={},
+        measurements={
+            a: Measurement(a, ProbeStatus.OK, {"s": before}),
+            b: Measurement(b, ProbeStatus.OK, {"s": after}),
+        },
+        uncertain=(Uncertain(a, b, ("s", "gone")),),
+    )
     (pair,) = evidence.unsure_pairs(result, max_trials=4, min_step=lambda _: 3.0)
     assert (pair.before, pair.after, pair.shapes) == (a, b, ("s", "gone"))
     (c,) = pair.comparisons  # "gone" has no samples: named, not compared

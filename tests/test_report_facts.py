@@ -21,8 +21,15 @@ from tests.report_fixtures import full_report, sha
 
 
 def test_p_values_below_the_floor_and_above() -> None:
-    assert [p_value(p) for p in (0.0, 5e-210, 9.9e-13, 4e-9, 0.00049, 0.0123, 0.2)] == \
-        ["< 1e-12", "< 1e-12", "< 1e-12", "4e-9", "5e-4", "0.012", "0.2"]
+    assert [p_value(p) for p in (0.0, 5e-210, 9.9e-13, 4e-9, 0.00049, 0.0123, 0.2)] == [
+        "< 1e-12",
+        "< 1e-12",
+        "< 1e-12",
+        "4e-9",
+        "5e-4",
+        "0.012",
+        "0.2",
+    ]
     steps = "\n".join(markdown.steps_section(full_report()))
     assert "| < 1e-12 |" in steps and "e-30" not in steps and "| 0 |" not in steps
 
@@ -31,7 +38,7 @@ def test_the_action_summary_opens_the_report_and_the_pr_comment() -> None:
     data = full_report()
     text = markdown.render(data).splitlines()
     opening = summary_lines(data)
-    assert text[0] == f"# {data.title}" and text[2:2 + len(opening)] == opening
+    assert text[0] == f"# {data.title}" and text[2 : 2 + len(opening)] == opening
     first = next(i for i, line in enumerate(text) if line.startswith("1. "))
     # the largest gain first: the fix by hand of #1008 (+4.1% to give back) before the revert of
     # #1004 (+9.7% on one shape, -4.8% on the other: +2.5% over its shapes)
@@ -44,7 +51,7 @@ def test_the_action_summary_opens_the_report_and_the_pr_comment() -> None:
     # (issue 64): the run's list is not in it.
     lines = messages.requester_body(replace(plan, requester_pr=7)).splitlines()
     start = lines.index(opening[0])
-    assert start < 8 and lines[start:start + len(opening)] == opening, lines[:8]
+    assert start < 8 and lines[start : start + len(opening)] == opening, lines[:8]
     culprit = messages.culprit_body(plan, plan.culprits[0]).splitlines()
     assert culprit[3].startswith("regression at `0004ccc` (#1004)") and opening[0] not in culprit
 
@@ -64,11 +71,22 @@ def test_a_revert_hidden_by_another_step_says_so_first() -> None:
     cs = data.range_commits
     late = next(s for s in data.steps if s.commit == cs[8].sha)
     fa = data.steps[0]
+
     def c(lo: float, hi: float) -> Comparison:
-        return Comparison("fa/s4096", Verdict.DIFFERENT if lo > 0 or hi < 0 else Verdict.UNKNOWN,
-                          (lo + hi) / 2, (lo, hi), 1e-3, 4, 4)
-    hidden = FixResult(late.commit, "revert.patch", True, shapes=("fa/s4096",), vs_parent={"fa/s4096": c(-14.0, -12.0)},
-                       vs_tip={"fa/s4096": c(-0.4, 0.4)}, own_pct=dict(late.change_pct), min_step_pct=3.0)
+        return Comparison(
+            "fa/s4096", Verdict.DIFFERENT if lo > 0 or hi < 0 else Verdict.UNKNOWN, (lo + hi) / 2, (lo, hi), 1e-3, 4, 4
+        )
+
+    hidden = FixResult(
+        late.commit,
+        "revert.patch",
+        True,
+        shapes=("fa/s4096",),
+        vs_parent={"fa/s4096": c(-14.0, -12.0)},
+        vs_tip={"fa/s4096": c(-0.4, 0.4)},
+        own_pct=dict(late.change_pct),
+        min_step_pct=3.0,
+    )
     pair = PairEffect(fa.commit, late.commit, "fa/s4096", 9.7, 14.0, 0.0, 4.1, 4.0, (2.0, 6.0), "hide")
     inter = Interaction((fa.commit, late.commit), ("fa/s4096",), pairs=(pair,))
     fixes = (data.fixes[0], hidden)
@@ -82,8 +100,15 @@ def test_a_revert_hidden_by_another_step_says_so_first() -> None:
     assert "with `0004ccc` (#1004) reverted too it gains +4.1% (hidden in part by it)" in cell
 
 
-def trial(sha_: str, slot: int, start: int, end: int, status: TrialStatus = TrialStatus.OK,
-          patch: str | None = None, shape: str = "gemm/m8192") -> TrialRecord:
+def trial(
+    sha_: str,
+    slot: int,
+    start: int,
+    end: int,
+    status: TrialStatus = TrialStatus.OK,
+    patch: str | None = None,
+    shape: str = "gemm/m8192",
+) -> TrialRecord:
     return TrialRecord(
         sha_,
         shape,
@@ -97,16 +122,28 @@ def trial(sha_: str, slot: int, start: int, end: int, status: TrialStatus = Tria
 
 def test_totals_count_processes_commits_and_the_time_anything_ran() -> None:
     shas = [sha(i) for i in range(5)]
-    records = [trial(shas[0], 0, 0, 2), trial(shas[0], 0, 0, 2, shape="fa/s4096"),  # one process, two shapes
-               trial(shas[0], 1, 1, 3), trial(shas[4], 0, 10, 11, TrialStatus.WRONG),
-               trial(shas[4], 0, 12, 13, patch="p"), trial(shas[2], 0, 20, 21, TrialStatus.CRASH),
-               trial(sha(9), 0, 30, 40)]  # outside the range
+    records = [
+        trial(shas[0], 0, 0, 2),
+        trial(shas[0], 0, 0, 2, shape="fa/s4096"),  # one process, two shapes
+        trial(shas[0], 1, 1, 3),
+        trial(shas[4], 0, 10, 11, TrialStatus.WRONG),
+        trial(shas[4], 0, 12, 13, patch="p"),
+        trial(shas[2], 0, 20, 21, TrialStatus.CRASH),
+        trial(sha(9), 0, 30, 40),
+    ]  # outside the range
     totals = run_totals(records, shas, ("gemm/m8192", "fa/s4096"), skipped=1, this_call=CallTotals(2, 600.0))
-    assert (totals.range_commits, totals.measured, totals.trials, totals.commit_trials, totals.patched_trials) == \
-        (5, 2, 5, 4, 1)
+    assert (totals.range_commits, totals.measured, totals.trials, totals.commit_trials, totals.patched_trials) == (
+        5,
+        2,
+        5,
+        4,
+        1,
+    )
     assert totals.measuring_s == 6 * 60 and totals.trial_s == 7 * 60 and totals.resumed
-    assert totals.counts() == ("5 commits (GOOD and BAD included), 2 measured, 1 skipped (did not build or run); "
-                               "5 trials (4 on the commits, 1 on patched builds)")
+    assert totals.counts() == (
+        "5 commits (GOOD and BAD included), 2 measured, 1 skipped (did not build or run); "
+        "5 trials (4 on the commits, 1 on patched builds)"
+    )
     assert "this call: 2 trials, 10.0 min" in totals.times() and "over every call" in totals.times()
 
 

@@ -20,8 +20,12 @@ from bisector.report.data import ReportData
 from bisector.report.labels import overlap
 from tests import report_fixtures as fx
 
-RANGES: dict[str, Callable[[], ReportData]] = {"demo": fx.demo_range, "edge": fx.edge_range,
-                                                "five-steps": fx.five_step_range, "dense": fx.dense_range}
+RANGES: dict[str, Callable[[], ReportData]] = {
+    "demo": fx.demo_range,
+    "edge": fx.edge_range,
+    "five-steps": fx.five_step_range,
+    "dense": fx.dense_range,
+}
 
 
 def drawn_labels(fig: Figure) -> list[tuple[str, Bbox]]:
@@ -52,8 +56,9 @@ def test_no_two_labels_overlap(name: str) -> None:
             width, height = fig.canvas.get_width_height()
         finally:
             plots.plt.close(fig)
-        clashes = [(a, b) for i, (a, box_a) in enumerate(labels) for b, box_b in labels[i + 1:]
-                   if overlap(box_a, box_b)]
+        clashes = [
+            (a, b) for i, (a, box_a) in enumerate(labels) for b, box_b in labels[i + 1 :] if overlap(box_a, box_b)
+        ]
         assert not clashes, f"{name} {shape}: {clashes[:5]}"
         outside = [t for t, box in labels if box.x0 < 0 or box.y0 < 0 or box.x1 > width or box.y1 > height]
         assert not outside, f"{name} {shape}: cut off at the figure's edge: {outside}"
@@ -119,8 +124,10 @@ def test_matplotlib_is_imported_on_a_thread_while_trials_run() -> None:
     import subprocess
     import sys
 
-    code = ("import sys\nfrom bisector.report import render\nassert 'matplotlib' not in sys.modules\n"
-            "render.import_plotting_in_background().join(120)\nimport matplotlib\n"
-            "assert 'matplotlib.pyplot' in sys.modules and matplotlib.get_backend().lower() == 'agg'\n")
+    code = (
+        "import sys\nfrom bisector.report import render\nassert 'matplotlib' not in sys.modules\n"
+        "render.import_plotting_in_background().join(120)\nimport matplotlib\n"
+        "assert 'matplotlib.pyplot' in sys.modules and matplotlib.get_backend().lower() == 'agg'\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]

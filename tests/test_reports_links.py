@@ -53,8 +53,10 @@ def broken_links(path: Path) -> list[str]:
 def test_the_link_check_sees_a_broken_link(tmp_path: Path) -> None:
     (tmp_path / "there.md").write_text("# A heading\n")
     page = tmp_path / "page.md"
-    page.write_text("[ok](there.md) [ok](there.md#a-heading) [web](https://example.com)\n"
-                    "`[code](gone.md)` ![plot](gone.png) [x](there.md#gone)\n")
+    page.write_text(
+        "[ok](there.md) [ok](there.md#a-heading) [web](https://example.com)\n"
+        "`[code](gone.md)` ![plot](gone.png) [x](there.md#gone)\n"
+    )
     assert broken_links(page) == ["gone.png (no such file)", "there.md#gone (no heading #gone)"]
 
 

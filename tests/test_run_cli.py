@@ -73,11 +73,16 @@ def setup(tmp_path: Path, repo: Path, source_dir: str = ".") -> Path:
 
 
 def bisector(cwd: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp / "cache"), "PYTHONPATH": str(ROOT),
-           "BISECTOR_LOCK_DIR": str(tmp / "locks")}
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+        "PYTHONPATH": str(ROOT),
+        "BISECTOR_LOCK_DIR": str(tmp / "locks"),
+    }
     env.pop("BISECTOR_STORE", None)
-    return subprocess.run([sys.executable, "-m", "bisector", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "bisector", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+    )
 
 
 def worktrees_inside_git_dir(repo: Path) -> list[str]:
@@ -90,9 +95,26 @@ def worktrees_inside_git_dir(repo: Path) -> list[str]:
 def test_relative_paths_from_another_directory_and_plain_progress_in_a_pipe(tmp_path: Path, upstream) -> None:
     repo, shas = upstream
     elsewhere = setup(tmp_path, repo)
-    out = bisector(elsewhere, tmp_path, "run", "--config", "../cfg.toml", "--good", shas[0], "--bad", "main",
-                   "--work-dir", "work", "--store", "state/results.sqlite", "--report-dir", "report",
-                   "--no-fixes", "--no-hunks", "--json")
+    out = bisector(
+        elsewhere,
+        tmp_path,
+        "run",
+        "--config",
+        "../cfg.toml",
+        "--good",
+        shas[0],
+        "--bad",
+        "main",
+        "--work-dir",
+        "work",
+        "--store",
+        "state/results.sqlite",
+        "--report-dir",
+        "report",
+        "--no-fixes",
+        "--no-hunks",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert result["skipped"] == [] and result["steps"] == [] and result["probes"] >= 2
@@ -139,15 +161,32 @@ def test_a_range_where_nothing_builds_fails_and_names_the_failure(tmp_path: Path
     reason shown (summary, report, progress) is the failure, not the log's `# worktree` line."""
     repo, shas = upstream
     elsewhere = setup(tmp_path, repo, source_dir="src")
-    out = bisector(elsewhere, tmp_path, "run", "--config", "../cfg.toml", "--good", shas[0], "--bad", "main",
-                   "--work-dir", "work", "--store", "s.sqlite", "--report-dir", "report", "--no-fixes")
+    out = bisector(
+        elsewhere,
+        tmp_path,
+        "run",
+        "--config",
+        "../cfg.toml",
+        "--good",
+        shas[0],
+        "--bad",
+        "main",
+        "--work-dir",
+        "work",
+        "--store",
+        "s.sqlite",
+        "--report-dir",
+        "report",
+        "--no-fixes",
+    )
     assert out.returncode == 1, out.stderr[-3000:]
     errors = [line for line in out.stderr.splitlines() if not line.startswith("progress: ")]
     assert len(errors) == 1 and errors[0].startswith("error: nothing compared: 0 of 3 commits measured, 3 skipped; ")
     assert f"{shas[-1][:7]}: source_dir 'src' missing in commit {shas[-1][:12]}" in errors[0]
     assert f"  skipped {shas[0][:7]}: source_dir 'src' missing in commit {shas[0][:12]}" in out.stdout
-    assert any(line.startswith(f"progress: {shas[0][:7]} skip: source_dir 'src' missing")
-               for line in out.stderr.splitlines()), out.stderr
+    assert any(
+        line.startswith(f"progress: {shas[0][:7]} skip: source_dir 'src' missing") for line in out.stderr.splitlines()
+    ), out.stderr
     report = (elsewhere / "report" / "report.md").read_text()
     skipped = [line for line in report.splitlines() if line.startswith("- `")]
     assert len(skipped) == 3 and all("source_dir 'src' missing in commit" in line for line in skipped), skipped
@@ -157,8 +196,9 @@ def test_a_range_where_nothing_builds_fails_and_names_the_failure(tmp_path: Path
 def test_build_with_a_relative_cache_dir_from_another_directory(tmp_path: Path, upstream) -> None:
     repo, shas = upstream
     elsewhere = setup(tmp_path, repo)
-    out = bisector(elsewhere, tmp_path, "build", "--config", "../cfg.toml", "--cache-dir", "builds", "--json",
-                   shas[0], shas[-1])
+    out = bisector(
+        elsewhere, tmp_path, "build", "--config", "../cfg.toml", "--cache-dir", "builds", "--json", shas[0], shas[-1]
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json.loads(out.stdout)
     assert [r["status"] for r in rows] == ["ok", "ok"]

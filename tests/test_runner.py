@@ -16,7 +16,7 @@ from bisector.runner import build_spec, run_trial
 from bisector.runner.env import is_secret, jit_dir, pin_allocator, pin_device, prepare_jit, scrub
 from bisector.runner.launch import worker_env
 
-SUBJECTS = textwrap.dedent('''
+SUBJECTS = textwrap.dedent("""
     import json, os, time
     import torch
 
@@ -48,7 +48,7 @@ SUBJECTS = textwrap.dedent('''
         with open(os.environ["ENV_DUMP"], "w") as fh:
             json.dump({**os.environ, "__cwd__": os.getcwd()}, fh)
         return a @ b
-''')
+""")
 
 
 @pytest.fixture
@@ -59,8 +59,14 @@ def upstream(tmp_path: Path) -> Path:
     return src
 
 
-def make_config(tmp_path: Path, gemm_entry: str = "mykern:mm", fa_entry: str = "mykern:fa", layout: str = "bhsd",
-                timeout: float = 60.0, env: dict | None = None):
+def make_config(
+    tmp_path: Path,
+    gemm_entry: str = "mykern:mm",
+    fa_entry: str = "mykern:fa",
+    layout: str = "bhsd",
+    timeout: float = 60.0,
+    env: dict | None = None,
+):
     data = {
         "name": "t",
         "upstream": {"repo": str(tmp_path)},
@@ -162,9 +168,19 @@ def test_env_scrubbed_device_pinned_and_jit_dir(tmp_path, upstream, monkeypatch)
     dump = tmp_path / "env.json"
     monkeypatch.setenv("BISECTOR_SANDBOX_WRITABLE", str(tmp_path))  # where the dump goes
     cfg = make_config(tmp_path, gemm_entry="mykern:env_dump", env={"ENV_DUMP": str(dump), "MY_KNOB": "1"})
-    environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GITHUB_TOKEN": "ghp_secret", "GH_TOKEN": "x",
-               "MY_BOT_PAT": "pat", "AWS_ACCESS_KEY_ID": "a", "OPENAI_API_KEY": "k", "DB_PASSWORD": "p",
-               "TRITON_CACHE_DIR": "/shared/cache", "CUDA_HOME": "/usr/local/cuda", "TRITON_PRINT_AUTOTUNING": "1"}
+    environ = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "GITHUB_TOKEN": "ghp_secret",
+        "GH_TOKEN": "x",
+        "MY_BOT_PAT": "pat",
+        "AWS_ACCESS_KEY_ID": "a",
+        "OPENAI_API_KEY": "k",
+        "DB_PASSWORD": "p",
+        "TRITON_CACHE_DIR": "/shared/cache",
+        "CUDA_HOME": "/usr/local/cuda",
+        "TRITON_PRINT_AUTOTUNING": "1",
+    }
     work = tmp_path / "work"
     jit = jit_dir(work, "b" * 40)
     (jit / "triton_cache_dir").mkdir(parents=True)
@@ -185,7 +201,6 @@ def test_env_scrubbed_device_pinned_and_jit_dir(tmp_path, upstream, monkeypatch)
     assert Path(child["__cwd__"]).is_relative_to(work)  # outside the upstream's worktree
 
 
-
 def test_jit_dirs_per_commit_and_patch(tmp_path):
     work = tmp_path / "work"
     first = prepare_jit(work, "b" * 40, None, ("TRITON_CACHE_DIR",), first=True)
@@ -198,7 +213,6 @@ def test_jit_dirs_per_commit_and_patch(tmp_path):
     assert patched["TRITON_CACHE_DIR"].endswith(f"{'b' * 40}-p1/triton_cache_dir")
     prepare_jit(work, "b" * 40, None, ("TRITON_CACHE_DIR",), first=True)  # the commit starts over: cold
     assert not (Path(first["TRITON_CACHE_DIR"]) / "kept.cubin").exists()
-
 
 
 def test_jit_dirs_prepared_by_several_trials_of_a_commit_at_once(tmp_path):
@@ -230,10 +244,21 @@ def test_jit_dirs_prepared_by_several_trials_of_a_commit_at_once(tmp_path):
     final = prepare_jit(work, "d" * 40, None, names, first=False)
     assert all(Path(v).is_dir() for v in final.values())
 
+
 def test_scrub_rules():
-    env = {"PATH": "p", "HOME": "h", "GITHUB_TOKEN": "t", "GITHUB_SHA": "s", "GH_HOST": "g", "AWS_REGION": "r",
-           "SSH_AUTH_SOCK": "s", "HIP_VISIBLE_DEVICES": "0", "ROCM_PATH": "/opt/rocm", "BOT_PAT": "x",
-           "HSA_OVERRIDE_GFX_VERSION": "9"}
+    env = {
+        "PATH": "p",
+        "HOME": "h",
+        "GITHUB_TOKEN": "t",
+        "GITHUB_SHA": "s",
+        "GH_HOST": "g",
+        "AWS_REGION": "r",
+        "SSH_AUTH_SOCK": "s",
+        "HIP_VISIBLE_DEVICES": "0",
+        "ROCM_PATH": "/opt/rocm",
+        "BOT_PAT": "x",
+        "HSA_OVERRIDE_GFX_VERSION": "9",
+    }
     kept = scrub(env, "BOT_PAT")
     assert set(kept) == {"PATH", "HOME", "HIP_VISIBLE_DEVICES", "ROCM_PATH", "HSA_OVERRIDE_GFX_VERSION"}
     assert is_secret("HF_TOKEN") and is_secret("SOME_API_KEY") and not is_secret("TRITON_CACHE_DIR")
@@ -270,9 +295,12 @@ def test_a_dask_nanny_leaves_a_malloc_trim_threshold_in_the_environment_of_its_p
     # so this fails, and the override can say so.
     import subprocess
     import sys
-    code = ("import os\nfrom distributed import LocalCluster\n"
-            "with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None):\n"
-            "    print(os.environ.get('MALLOC_TRIM_THRESHOLD_'))\n")
+
+    code = (
+        "import os\nfrom distributed import LocalCluster\n"
+        "with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None):\n"
+        "    print(os.environ.get('MALLOC_TRIM_THRESHOLD_'))\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -281,8 +309,12 @@ def test_a_dask_nanny_leaves_a_malloc_trim_threshold_in_the_environment_of_its_p
 
 def test_build_spec_follows_contract(tmp_path, upstream):
     cfg = make_config(tmp_path)
-    spec = build_spec(cfg, BuildResult(sha="d" * 40, status=BuildStatus.OK, source_dir=str(upstream),
-                                       prefix=str(tmp_path / "site")), "gemm", seed=7)
+    spec = build_spec(
+        cfg,
+        BuildResult(sha="d" * 40, status=BuildStatus.OK, source_dir=str(upstream), prefix=str(tmp_path / "site")),
+        "gemm",
+        seed=7,
+    )
     assert set(spec) == {
         "sha",
         "suite",
@@ -303,8 +335,12 @@ def test_build_spec_follows_contract(tmp_path, upstream):
         "timing",
     }
     assert spec["timing"] == {"gemm": "kernel"}
-    assert spec["shapes"][1] == {"key": "gemm/b", "suite": "gemm", "name": "b",
-                                 "params": {"K": 64, "M": 32, "N": 32, "dtype": "bf16", "layout": "tn"}}
+    assert spec["shapes"][1] == {
+        "key": "gemm/b",
+        "suite": "gemm",
+        "name": "b",
+        "params": {"K": 64, "M": 32, "N": 32, "dtype": "bf16", "layout": "tn"},
+    }
     assert spec["subjects"] == {"gemm": {"entry": "mykern:mm", "adapter": "torch", "layout": "bhsd", "options": {}}}
     assert spec["source_dirs"] == [str(upstream.resolve()), str((tmp_path / "site").resolve())]
     assert spec["seed"] == 7 and spec["control"] == "torch" and spec["device"] == "cpu"

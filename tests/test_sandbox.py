@@ -106,11 +106,20 @@ KERNELS = textwrap.dedent('''
 
 def config(tmp_path: Path, entry: str, memory_gb: float = 0.0, timeout: float = 120.0, kind: str = "cpu"):
     data = {
-        "name": "x", "upstream": {"repo": str(tmp_path)}, "device": {"kind": kind, "visible": [0]},
-        "control": {"backend": CONTROL[kind]}, "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
+        "name": "x",
+        "upstream": {"repo": str(tmp_path)},
+        "device": {"kind": kind, "visible": [0]},
+        "control": {"backend": CONTROL[kind]},
+        "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
         "suites": {"gemm": {"shapes": [{"name": "a", "M": 64, "N": 64, "K": 64, "dtype": "fp32"}]}},
-        "protocol": {"reps": 2, "warmup": 1, "flush_mb": 1, "timeout_s": timeout, "jit_cache_env": [],
-                     "memory_gb": memory_gb},
+        "protocol": {
+            "reps": 2,
+            "warmup": 1,
+            "flush_mb": 1,
+            "timeout_s": timeout,
+            "jit_cache_env": [],
+            "memory_gb": memory_gb,
+        },
     }
     return parse(data, tmp_path / "x.toml")
 
@@ -119,8 +128,9 @@ def upstream(tmp_path: Path, tag: str, hold_mb: int = 8, linger: float = 0.5) ->
     src, probes = tmp_path / "src", tmp_path / "probes"
     src.mkdir()
     probes.mkdir()
-    (src / "kern.py").write_text(KERNELS.format(probe=str(probes), tag=tag, bot_file=str(BOT_FILE), hold_mb=hold_mb,
-                                                linger=linger))
+    (src / "kern.py").write_text(
+        KERNELS.format(probe=str(probes), tag=tag, bot_file=str(BOT_FILE), hold_mb=hold_mb, linger=linger)
+    )
     return src, probes
 
 
@@ -188,13 +198,18 @@ def test_a_trial_cannot_append_to_the_bots_source(tmp_path: Path, source: str, p
     # the bot's package dir is not even readable there: `import bisector` finds nothing of it
     assert seen["import"].startswith("failed") or seen["import"] == "None", seen
     # and the bot's own lazy import of that module, later, is the code it shipped
-    out = subprocess.run([sys.executable, "-c", "import bisector.report.plots as p; print(p.__file__)"],
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", "import bisector.report.plots as p; print(p.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and out.stdout.strip() == str(BOT_FILE), out.stderr
     assert hashlib.sha256(BOT_FILE.read_bytes()).digest() == hashlib.sha256(before).digest()
 
 
-ANCESTOR_BOT = textwrap.dedent('''
+ANCESTOR_BOT = textwrap.dedent("""
     import os, sys
     sys.path[:0] = [sys.argv[1]]
     from tests.test_sandbox import trial
@@ -202,7 +217,7 @@ ANCESTOR_BOT = textwrap.dedent('''
     tmp = Path(sys.argv[2])
     rec = trial(tmp, tmp / "src", "read_ancestors", sys.argv[3])
     print(rec.status.value, rec.error)
-''')
+""")
 
 
 @needs_sandbox
@@ -214,11 +229,30 @@ def test_no_trial_reads_a_token_from_an_ancestors_environ(tmp_path: Path, source
     t = tag()
     _src, probes = upstream(tmp_path, t)
     token = "ghp_ancestor" + uuid.uuid4().hex
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
-           "BISECTOR_SANDBOX_WRITABLE": str(probes), "BISECTOR_LOCK_DIR": str(tmp_path / "locks")}
-    out = subprocess.run(["env", f"BISECTOR_GITHUB_TOKEN={token}", "timeout", "600", sys.executable, "-c",
-                          ANCESTOR_BOT, str(ROOT), str(tmp_path), source], env=env, capture_output=True, text=True,
-                         timeout=660)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "BISECTOR_SANDBOX_WRITABLE": str(probes),
+        "BISECTOR_LOCK_DIR": str(tmp_path / "locks"),
+    }
+    out = subprocess.run(
+        [
+            "env",
+            f"BISECTOR_GITHUB_TOKEN={token}",
+            "timeout",
+            "600",
+            sys.executable,
+            "-c",
+            ANCESTOR_BOT,
+            str(ROOT),
+            str(tmp_path),
+            source,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=660,
+    )
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stdout + out.stderr[-3000:]
     (seen,) = notes(probes)
     assert seen["ancestors"] and seen["every"], seen  # it did read environs: its own at least
@@ -227,8 +261,9 @@ def test_no_trial_reads_a_token_from_an_ancestors_environ(tmp_path: Path, source
 
 @linux
 @pytest.mark.parametrize("source", ["spawn", "fork"])
-def test_nothing_a_trial_starts_outlives_it_or_holds_it_open(tmp_path: Path, source: str,
-                                                             probe_dir_writable: None) -> None:
+def test_nothing_a_trial_starts_outlives_it_or_holds_it_open(
+    tmp_path: Path, source: str, probe_dir_writable: None
+) -> None:
     t = tag()
     src, _ = upstream(tmp_path, t)
     try:
@@ -249,8 +284,9 @@ def test_nothing_a_trial_starts_outlives_it_or_holds_it_open(tmp_path: Path, sou
 
 @linux
 @pytest.mark.parametrize("source", ["spawn", "fork"])
-def test_memory_held_by_an_escapee_counts_against_its_trial(tmp_path: Path, source: str,
-                                                            probe_dir_writable: None) -> None:
+def test_memory_held_by_an_escapee_counts_against_its_trial(
+    tmp_path: Path, source: str, probe_dir_writable: None
+) -> None:
     t = tag()
     src, _ = upstream(tmp_path, t, hold_mb=700, linger=20)
     try:
@@ -263,7 +299,7 @@ def test_memory_held_by_an_escapee_counts_against_its_trial(tmp_path: Path, sour
         Path(f"/dev/shm/{t}").unlink(missing_ok=True)
 
 
-ESCAPING_STEP = 'setsid sleep {t}1 & (sleep {t}2 &) ; echo x > /dev/shm/{t}; exit 0\n'
+ESCAPING_STEP = "setsid sleep {t}1 & (sleep {t}2 &) ; echo x > /dev/shm/{t}; exit 0\n"
 
 
 @linux
@@ -271,8 +307,16 @@ def test_nothing_a_build_step_starts_outlives_it(tmp_path: Path) -> None:
     t = tag()
     (tmp_path / "step.sh").write_text(ESCAPING_STEP.format(t=t))
     try:
-        out = run_step("escape", ["bash", str(tmp_path / "step.sh")], tmp_path, dict(os.environ), 120.0,
-                       tmp_path / "s.log", tmp_path / "all.log", writable=[tmp_path])
+        out = run_step(
+            "escape",
+            ["bash", str(tmp_path / "step.sh")],
+            tmp_path,
+            dict(os.environ),
+            120.0,
+            tmp_path / "s.log",
+            tmp_path / "all.log",
+            writable=[tmp_path],
+        )
         assert out.ok, out.reason
         assert not gone(f"sleep {t}1"), "a setsid escapee outlived its build step"
         assert not gone(f"sleep {t}2"), "a double-forked escapee outlived its build step"
@@ -293,10 +337,20 @@ def test_a_build_step_writes_only_its_own_dirs(tmp_path: Path) -> None:
     (repo / ".git" / "config").write_text("[core]\n")
     store = tmp_path / "s.sqlite"
     store.write_bytes(b"db")
-    script = (f"echo ok > {mine}/built; echo x >> {repo}/.git/config; echo x >> {store}; "
-              f"touch {other}/poison; touch $HOME/.poison-{os.getpid()}; exit 0\n")
-    out = run_step("write", ["bash", "-c", script], mine, dict(os.environ), 120.0, tmp_path / "s.log",
-                   tmp_path / "all.log", writable=[mine])
+    script = (
+        f"echo ok > {mine}/built; echo x >> {repo}/.git/config; echo x >> {store}; "
+        f"touch {other}/poison; touch $HOME/.poison-{os.getpid()}; exit 0\n"
+    )
+    out = run_step(
+        "write",
+        ["bash", "-c", script],
+        mine,
+        dict(os.environ),
+        120.0,
+        tmp_path / "s.log",
+        tmp_path / "all.log",
+        writable=[mine],
+    )
     assert out.ok and (mine / "built").read_text() == "ok\n", out.reason
     assert (repo / ".git" / "config").read_text() == "[core]\n" and store.read_bytes() == b"db"
     assert not (other / "poison").exists() and not Path(os.path.expanduser(f"~/.poison-{os.getpid()}")).exists()
@@ -324,13 +378,16 @@ def test_a_trial_runs_on_its_device_and_says_how_it_was_confined(tmp_path: Path,
 def test_the_sandboxs_own_proc_is_writable_but_its_kernel_wide_parts(tmp_path: Path) -> None:
     """CUDA needs a writable /proc inside the namespaces (error 304 otherwise, on an H200): the
     sandbox's own /proc is writable (a thread renames itself), /proc/sys and the like are not."""
-    script = ("import os\n"
-              "open(f'/proc/self/task/{os.getpid()}/comm', 'w').write('renamed')\n"
-              "print(open('/proc/self/comm').read().strip())\n"
-              "try:\n    open('/proc/sys/kernel/hostname', 'w').write('pwned')\nexcept OSError as e:\n"
-              "    print('refused', e.errno)\n")
-    out = subprocess.run(sandbox.command([sys.executable, "-I", "-S", "-c", script]), capture_output=True, text=True,
-                         timeout=60)
+    script = (
+        "import os\n"
+        "open(f'/proc/self/task/{os.getpid()}/comm', 'w').write('renamed')\n"
+        "print(open('/proc/self/comm').read().strip())\n"
+        "try:\n    open('/proc/sys/kernel/hostname', 'w').write('pwned')\nexcept OSError as e:\n"
+        "    print('refused', e.errno)\n"
+    )
+    out = subprocess.run(
+        sandbox.command([sys.executable, "-I", "-S", "-c", script]), capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["renamed", "refused", "30"], out.stdout  # 30: EROFS
     assert sandbox.gpu_inside() == "" or "did not initialize" in sandbox.gpu_inside()

@@ -23,8 +23,13 @@ def shas(n: int) -> list[str]:
 class Scripted(ProbeBase):
     """A dict-driven probe: value(index, shape, trial) with a small fixed jitter; cumulative."""
 
-    def __init__(self, commits: list[str], value: Callable[[int, str, int], float],
-                 skip: set[int] = frozenset(), wrong: dict[int, frozenset[str]] | None = None) -> None:
+    def __init__(
+        self,
+        commits: list[str],
+        value: Callable[[int, str, int], float],
+        skip: set[int] = frozenset(),
+        wrong: dict[int, frozenset[str]] | None = None,
+    ) -> None:
         self.commits, self.value, self.skip = commits, value, skip
         self.wrong = wrong or {}
         self.index = {c: i for i, c in enumerate(commits)}
@@ -43,8 +48,9 @@ class Scripted(ProbeBase):
             while len(vals) < repeats:
                 t = len(vals)
                 vals.append(self.value(i, s, t) * (1.0 + JITTER[(t + 3 * i + SHAPES.index(s)) % len(JITTER)]))
-        return Measurement(sha, ProbeStatus.OK, {s: tuple(v) for s, v in have.items()},
-                           wrong=self.wrong.get(i, frozenset()))
+        return Measurement(
+            sha, ProbeStatus.OK, {s: tuple(v) for s, v in have.items()}, wrong=self.wrong.get(i, frozenset())
+        )
 
 
 def steps_at(table: dict[int, dict[str, float]]) -> Callable[[int, str, int], float]:
@@ -128,8 +134,7 @@ def test_two_steps_in_different_shapes() -> None:
 
 def test_three_steps_regressions_and_improvements() -> None:
     c = shas(300)
-    probe = Scripted(c, steps_at({12: {"gemm/8192": 0.7}, 150: {"fa/s4096": 1.04},
-                                  151: {"fa/s16384": 0.97}}))
+    probe = Scripted(c, steps_at({12: {"gemm/8192": 0.7}, 150: {"fa/s4096": 1.04}, 151: {"fa/s16384": 0.97}}))
     r = localize(c, probe)
     assert found(r, c) == {12: ("gemm/8192",), 150: ("fa/s4096",), 151: ("fa/s16384",)}
     assert [s.is_regression for s in r.steps] == [True, False, True]
@@ -208,9 +213,11 @@ def test_unknown_at_the_cap_is_reported_as_uncertain() -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_flaky_noisy_trials_still_give_the_exact_culprits(seed: int) -> None:
     c = shas(150)
-    model = StepModel({s: 1.0 for s in SHAPES},
-                      (SimStep(c[44], {"fa/s4096": 0.9, "gemm/8192": 0.92}), SimStep(c[101], {"fa/s16384": 1.08})),
-                      frozenset({c[7], c[77], c[120]}))
+    model = StepModel(
+        {s: 1.0 for s in SHAPES},
+        (SimStep(c[44], {"fa/s4096": 0.9, "gemm/8192": 0.92}), SimStep(c[101], {"fa/s16384": 1.08})),
+        frozenset({c[7], c[77], c[120]}),
+    )
     r = localize(c, SimulatedProbe(c, model, noise_cv=0.03, seed=seed))
     assert sorted(found(r, c)) == [44, 101]
     # a false candidate of these noisy trials is dropped at its verification in ~1 run of 10 (3-4 of
@@ -240,8 +247,9 @@ def test_a_step_the_grid_missed_is_found_by_accounting_for_the_whole_change() ->
     r = localize(c, Scripted(c, hidden_while_the_grid_is_measured(20, 0.7, grid_trials=15)))
     assert found(r, c) == {20: tuple(sorted(SHAPES))}
     assert r.steps[0].verified
-    no_recheck = localize(c, Scripted(c, hidden_while_the_grid_is_measured(20, 0.7, grid_trials=15)),
-                          SearchSettings(rechecks=0))
+    no_recheck = localize(
+        c, Scripted(c, hidden_while_the_grid_is_measured(20, 0.7, grid_trials=15)), SearchSettings(rechecks=0)
+    )
     assert no_recheck.steps == ()
 
 
@@ -252,7 +260,7 @@ def test_a_range_whose_steps_account_for_it_costs_only_the_question() -> None:
     assert sorted(found(r, c)) == [25, 41]
     plain = Scripted(c, steps_at({25: {"fa/s4096": 0.8}, 41: {"gemm/8192": 1.3}}))
     localize(c, plain, SearchSettings(rechecks=0))
-    extra = {i: n for i, n in probe.calls} , {i: n for i, n in plain.calls}
+    extra = {i: n for i, n in probe.calls}, {i: n for i, n in plain.calls}
     # the same commits probed; GOOD and BAD alone got more trials (3 each, side by side)
     assert set(extra[0]) == set(extra[1])
     assert {i for i in extra[0] if extra[0][i] != extra[1][i]} == {0, 59}
@@ -375,7 +383,6 @@ def test_step_just_after_a_wrong_result_window_is_found():
     assert result.steps[0].parent == commits[32]
 
 
-
 def test_a_verified_step_names_the_shapes_that_moved_over_all_its_trials() -> None:
     # A step of -30% in one shape and -14% in another, at 6% trial noise and a 12% minimum: four
     # fresh trials alone confirm the smaller one in only ~3 runs of 4; all trials of the pair, once
@@ -408,8 +415,9 @@ def test_a_noisy_shape_with_its_own_minimum_step_does_not_price_every_commit() -
         r = localize(c, Scripted(c, value), settings)
         assert found(r, c) == {137: ("fa/s4096",)}
         grid = {0, 50, 100, 149, 199}
-        return [r.measurements[c[k]].count() for k in range(1, 199)
-                if k not in grid | {136, 137} and c[k] in r.measurements]
+        return [
+            r.measurements[c[k]].count() for k in range(1, 199) if k not in grid | {136, 137} and c[k] in r.measurements
+        ]
 
     one = SearchSettings(min_step_pct=3.0, max_repeats=8)
     assert min(bisected(one)) == 8
@@ -429,8 +437,10 @@ def test_a_wrong_result_window_is_crossed_with_one_trial_a_wrong_commit() -> Non
     def probe(sha: str, repeats: int) -> Measurement:
         i = int(sha, 16)
         counts[sha] = max(counts.get(sha, 0), repeats)
-        noise = [1.0 + 0.035 * (int.from_bytes(hashlib.sha1(f"{i} {k}".encode()).digest()[:4], "big") / 2**31 - 1)
-                 for k in range(counts[sha])]
+        noise = [
+            1.0 + 0.035 * (int.from_bytes(hashlib.sha1(f"{i} {k}".encode()).digest()[:4], "big") / 2**31 - 1)
+            for k in range(counts[sha])
+        ]
         wrong = frozenset({"gemm/a"}) if 12 <= i < 31 else frozenset()
         gemm = tuple((0.5 if i >= 33 else 0.6) * x for x in noise)
         return Measurement(
@@ -459,14 +469,19 @@ def test_wild_trials_of_a_quiet_gpu_cost_no_unsure_pairs(seed: int) -> None:
     # A split point measured once, on its moved shape alone (`split_on_moved`), can read wild and be
     # followed: its verification drops it (a look's cost, no false step)
     assert r.uncertain == () and len(r.dropped) <= 1
-    wild = sum(abs(v / probe.level[sha][s] - 1) > 0.04 for sha, per in probe.samples.items()
-               for s, vals in per.items() for v in vals)
+    wild = sum(
+        abs(v / probe.level[sha][s] - 1) > 0.04
+        for sha, per in probe.samples.items()
+        for s, vals in per.items()
+        for v in vals
+    )
     assert wild > 0  # the series had wild trials to leave out
 
 
 @pytest.mark.parametrize("n, window, step", [(40, (22, 31), 33), (40, (21, 33), 35), (80, (30, 60), 65)])
-def test_inside_a_wrong_result_window_every_commit_is_named_a_measurement_ahead(n: int, window: tuple[int, int],
-                                                                                step: int) -> None:
+def test_inside_a_wrong_result_window_every_commit_is_named_a_measurement_ahead(
+    n: int, window: tuple[int, int], step: int
+) -> None:
     """Probing outwards past wrong results asks for one commit after another: each is named for
     prefetch before the commit measured before it, so its setup is off the path (the H200 demo's
     bridge set up nine commits cold, one by one; then five more where the walk passed a commit
@@ -487,7 +502,8 @@ def test_inside_a_wrong_result_window_every_commit_is_named_a_measurement_ahead(
             noise = [1.0 + 0.002 * ((k * 7 + i) % 5 - 2) for k in range(counts[sha])]
             wrong = frozenset({"gemm/a"}) if window[0] <= i < window[1] else frozenset()
             samples = {"fa/a": tuple(0.6 * x for x in noise)} | (
-                {} if wrong else {"gemm/a": tuple((0.5 if i >= step else 0.6) * x for x in noise)})
+                {} if wrong else {"gemm/a": tuple((0.5 if i >= step else 0.6) * x for x in noise)}
+            )
             return Measurement(sha, ProbeStatus.OK, samples, wrong)
 
         def prefetch(self, shas: list[str]) -> None:
@@ -546,7 +562,6 @@ def test_a_step_whose_parent_reads_slow_in_the_verification_s_lineage_only_gets_
     step = found_now.steps[0]
     assert -60 < step.change_pct["gemm/tall"] < -48  # judged without the biased look's trials
     assert found(run(False)[0], c) == {}  # one look: the biased lineage drops the real step
-
 
 
 class Shaped(Scripted):

@@ -109,7 +109,7 @@ if __name__ == "__main__":
     look(sys.argv[1])
 '''
 
-KERNEL = '''from lib import probe
+KERNEL = """from lib import probe
 
 _looked = False
 
@@ -120,9 +120,9 @@ def matmul(a, b):
         _looked = True
         probe.look("kernel")
     return a @ b
-'''
+"""
 
-CONFIG = '''name = "secrets-test"
+CONFIG = """name = "secrets-test"
 [upstream]
 repo = "{repo}"
 [build]
@@ -160,7 +160,7 @@ repo = "ada/lib"
 token_env = "BISECTOR_GITHUB_TOKEN"
 base_url = "{url}"
 commit_status = false
-'''
+"""
 
 
 @pytest.fixture()
@@ -185,27 +185,62 @@ def test_no_token_reaches_the_build_the_import_check_or_the_kernel(tmp_path: Pat
     with FakeGitHub() as fake:
         fake.add_repo("ada/lib", {"README.md": "lib\n"})
         cfg = tmp_path / "cfg.toml"
-        cfg.write_text(CONFIG.format(repo=repo, tmp=tmp_path, python=sys.executable, url=fake.url, kind=device,
-                                     control=CONTROL[device]))
+        cfg.write_text(
+            CONFIG.format(
+                repo=repo, tmp=tmp_path, python=sys.executable, url=fake.url, kind=device, control=CONTROL[device]
+            )
+        )
         # the host's own PYTHONPATH kept behind the checkout (a GPU host's packages may live there)
         path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": path,
-               "XDG_CACHE_HOME": str(tmp_path / "cache"), "BISECTOR_LOCK_DIR": str(tmp_path / "locks"),
-               "PROBE_DIR": str(probes), "CANARY_SETTING": CANARY, "BISECTOR_SANDBOX_WRITABLE": str(probes),
-               **SECRETS}
-        out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(cfg), "--good", good,
-                              "--bad", bad, "--store", str(tmp_path / "s.sqlite"), "--work-dir",
-                              str(tmp_path / "work"), "--report-dir", str(tmp_path / "report"), "--no-fixes",
-                              "--no-hunks", "--publish"], env=env, cwd=tmp_path, capture_output=True, text=True,
-                             timeout=900)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(tmp_path),
+            "PYTHONPATH": path,
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "BISECTOR_LOCK_DIR": str(tmp_path / "locks"),
+            "PROBE_DIR": str(probes),
+            "CANARY_SETTING": CANARY,
+            "BISECTOR_SANDBOX_WRITABLE": str(probes),
+            **SECRETS,
+        }
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bisector",
+                "run",
+                "--config",
+                str(cfg),
+                "--good",
+                good,
+                "--bad",
+                bad,
+                "--store",
+                str(tmp_path / "s.sqlite"),
+                "--work-dir",
+                str(tmp_path / "work"),
+                "--report-dir",
+                str(tmp_path / "report"),
+                "--no-fixes",
+                "--no-hunks",
+                "--publish",
+            ],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         # publishing worked, with the token from the vault
         assert fake.saw_token(SECRETS["BISECTOR_GITHUB_TOKEN"])
 
     records = [json.loads(p.read_text()) for p in sorted(probes.glob("*.json"))]
-    kinds = {"build": [r for r in records if r["tag"] == "build"],
-             "import check": [r for r in records if r["tag"] == "import" and r["argv"][0] == "-c"],
-             "kernel": [r for r in records if r["tag"] == "kernel"]}
+    kinds = {
+        "build": [r for r in records if r["tag"] == "build"],
+        "import check": [r for r in records if r["tag"] == "import" and r["argv"][0] == "-c"],
+        "kernel": [r for r in records if r["tag"] == "kernel"],
+    }
     assert all(kinds.values()), {k: len(v) for k, v in kinds.items()}
     for kind, found in kinds.items():
         for r in found:
@@ -241,14 +276,18 @@ def test_builds_scrub_even_an_unscrubbed_bot_environment(tmp_path: Path, monkeyp
     sha = commit_file(repo, "pkg/__init__.py", DUMP.format("'import.json'") + "\n", "pkg (#2)", 2)
     probes = tmp_path / "probes"
     probes.mkdir()
-    for name, value in {**SECRETS, "PROBE_DIR": str(probes), "CANARY_SETTING": CANARY,
-                        "BISECTOR_SANDBOX_WRITABLE": str(probes)}.items():
+    for name, value in {
+        **SECRETS,
+        "PROBE_DIR": str(probes),
+        "CANARY_SETTING": CANARY,
+        "BISECTOR_SANDBOX_WRITABLE": str(probes),
+    }.items():
         monkeypatch.setenv(name, value)
-    build = Build(recipe="command", steps=(BuildStep(run=f"{sys.executable} dump.py step.json"),),
-                  import_check="pkg")
+    build = Build(recipe="command", steps=(BuildStep(run=f"{sys.executable} dump.py step.json"),), import_check="pkg")
     builder = Builder(gitpython.Repo(repo), Upstream(repo=str(repo)), build, tmp_path / "cache")
-    patch = ("diff --git a/extra.txt b/extra.txt\nnew file mode 100644\n--- /dev/null\n+++ b/extra.txt\n"
-             "@@ -0,0 +1 @@\n+x\n")
+    patch = (
+        "diff --git a/extra.txt b/extra.txt\nnew file mode 100644\n--- /dev/null\n+++ b/extra.txt\n@@ -0,0 +1 @@\n+x\n"
+    )
     for p in (None, patch):
         result = builder.build(sha, patch=p)
         assert result.status is BuildStatus.OK, result.log_tail

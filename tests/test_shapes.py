@@ -13,39 +13,50 @@ from benches.suites import flash_attention, gemm
 def test_plain_rows_keep_the_params_they_always_had():
     row = {"name": "s", "B": 2, "H": 32, "S": 4096, "D": 128, "dtype": "bf16", "causal": True}
     assert shapes.normalize_attention(row) == {"B": 2, "H": 32, "S": 4096, "D": 128, "dtype": "bf16", "causal": True}
-    assert shapes.normalize_gemm({"M": 8, "N": 16, "K": 32}) == {"M": 8, "N": 16, "K": 32, "dtype": "bf16",
-                                                                 "layout": "nn"}
+    assert shapes.normalize_gemm({"M": 8, "N": 16, "K": 32}) == {
+        "M": 8,
+        "N": 16,
+        "K": 32,
+        "dtype": "bf16",
+        "layout": "nn",
+    }
 
 
-@pytest.mark.parametrize("row,key,problem", [
-    ({"B": 1, "H": 8, "Hkv": 3, "S": 64, "D": 16}, "Hkv", "must divide H=8"),
-    ({"B": 1, "H": 8, "Sq": 64, "D": 16}, "S", "missing"),
-    ({"B": 1, "H": 8, "Sq": 65, "Sk": 64, "D": 16, "causal": True}, "Sq", "give Sq <= Sk"),
-    ({"B": 2, "H": 8, "varlen": [3], "D": 16}, "varlen", "must give B=2 lengths"),
-    ({"B": 2, "H": 8, "varlen": [3, 4], "S": 4, "D": 16}, "varlen", "leave out S and Sk"),
-    ({"B": 2, "H": 8, "varlen": {"min": 9, "max": 4}, "D": 16}, "varlen", "min 9 > max 4"),
-    ({"B": 2, "H": 8, "varlen": {"min": 1, "max": 4, "mean": 2}, "D": 16}, "varlen.mean", "unknown key"),
-    ({"B": 2, "H": 8, "varlen": {"max": 4}, "D": 16}, "varlen.min", "missing"),
-    ({"B": 1, "H": 8, "S": 64, "D": 16, "page_size": 0}, "page_size", "must be > 0"),
-    ({"B": 1, "H": 8, "S": 64, "D": 16, "causal": "yes"}, "causal", "must be bool"),
-])
+@pytest.mark.parametrize(
+    "row,key,problem",
+    [
+        ({"B": 1, "H": 8, "Hkv": 3, "S": 64, "D": 16}, "Hkv", "must divide H=8"),
+        ({"B": 1, "H": 8, "Sq": 64, "D": 16}, "S", "missing"),
+        ({"B": 1, "H": 8, "Sq": 65, "Sk": 64, "D": 16, "causal": True}, "Sq", "give Sq <= Sk"),
+        ({"B": 2, "H": 8, "varlen": [3], "D": 16}, "varlen", "must give B=2 lengths"),
+        ({"B": 2, "H": 8, "varlen": [3, 4], "S": 4, "D": 16}, "varlen", "leave out S and Sk"),
+        ({"B": 2, "H": 8, "varlen": {"min": 9, "max": 4}, "D": 16}, "varlen", "min 9 > max 4"),
+        ({"B": 2, "H": 8, "varlen": {"min": 1, "max": 4, "mean": 2}, "D": 16}, "varlen.mean", "unknown key"),
+        ({"B": 2, "H": 8, "varlen": {"max": 4}, "D": 16}, "varlen.min", "missing"),
+        ({"B": 1, "H": 8, "S": 64, "D": 16, "page_size": 0}, "page_size", "must be > 0"),
+        ({"B": 1, "H": 8, "S": 64, "D": 16, "causal": "yes"}, "causal", "must be bool"),
+    ],
+)
 def test_bad_attention_rows_name_their_key(row, key, problem):
     with pytest.raises(shapes.ShapeError) as info:
         shapes.normalize_attention(row)
     assert info.value.key == key and problem in info.value.problem
 
 
-@pytest.mark.parametrize("row,key,problem", [
-    ({"M": 8, "N": 16, "K": 32, "dtype": "fp8_e4m3"}, "scaling", "missing"),
-    ({"M": 8, "N": 16, "K": 32, "dtype": "fp8", "scaling": "row"}, "scaling", "unit scales"),
-    ({"M": 8, "N": 100, "K": 256, "dtype": "fp8_e4m3", "scaling": "block"}, "scaling", "multiples of 128"),
-    ({"M": 8, "N": 16, "K": 32, "scaling": "row"}, "scaling", "only for fp8"),
-    ({"M": 8, "N": 16, "K": 32, "dtype_b": "fp8_e5m2"}, "dtype_b", "only for"),
-    ({"groups": [4, 8], "M": 12, "N": 16, "K": 32}, "groups", "leave out M"),
-    ({"groups": [], "N": 16, "K": 32}, "groups", "non-empty"),
-    ({"groups": [4, 8], "N": 16, "K": 32, "layout": "tn"}, "layout", "row-major"),
-    ({"M": 8, "N": 16, "K": 32, "batch": -1}, "batch", "must be > 0"),
-])
+@pytest.mark.parametrize(
+    "row,key,problem",
+    [
+        ({"M": 8, "N": 16, "K": 32, "dtype": "fp8_e4m3"}, "scaling", "missing"),
+        ({"M": 8, "N": 16, "K": 32, "dtype": "fp8", "scaling": "row"}, "scaling", "unit scales"),
+        ({"M": 8, "N": 100, "K": 256, "dtype": "fp8_e4m3", "scaling": "block"}, "scaling", "multiples of 128"),
+        ({"M": 8, "N": 16, "K": 32, "scaling": "row"}, "scaling", "only for fp8"),
+        ({"M": 8, "N": 16, "K": 32, "dtype_b": "fp8_e5m2"}, "dtype_b", "only for"),
+        ({"groups": [4, 8], "M": 12, "N": 16, "K": 32}, "groups", "leave out M"),
+        ({"groups": [], "N": 16, "K": 32}, "groups", "non-empty"),
+        ({"groups": [4, 8], "N": 16, "K": 32, "layout": "tn"}, "layout", "row-major"),
+        ({"M": 8, "N": 16, "K": 32, "batch": -1}, "batch", "must be > 0"),
+    ],
+)
 def test_bad_gemm_rows_name_their_key(row, key, problem):
     with pytest.raises(shapes.ShapeError) as info:
         shapes.normalize_gemm(row)
@@ -62,8 +73,9 @@ def test_varlen_draw_is_seeded_and_stable():
 
 
 def test_geometry_of_each_attention_kind():
-    g = shapes.attention(shapes.normalize_attention({"B": 3, "H": 8, "Hkv": 2, "Sq": 1, "varlen": [5, 9, 2], "D": 16,
-                                                     "page_size": 4}))
+    g = shapes.attention(
+        shapes.normalize_attention({"B": 3, "H": 8, "Hkv": 2, "Sq": 1, "varlen": [5, 9, 2], "D": 16, "page_size": 4})
+    )
     assert g.q_lens == (1, 1, 1) and g.k_lens == (5, 9, 2) and g.dense_q and not g.dense_k
     assert g.pages == (2, 3, 1) and g.kv_heads == 2
     g = shapes.attention(shapes.normalize_attention({"B": 2, "H": 8, "varlen": [5, 9], "D": 16}))
@@ -80,7 +92,7 @@ def test_attention_flops_count_attended_pairs():
     assert flash_attention.flops(p) == 4 * 4 * 8 * 2 * 9
     p = {"B": 2, "H": 4, "varlen": (3, 5), "D": 8, "causal": False}
     assert flash_attention.flops(p) == 4 * 4 * 8 * (9 + 25)
-    assert flash_attention.flops({"B": 2, "H": 32, "S": 16384, "D": 128}) == 4 * 2 * 32 * 16384 ** 2 * 128
+    assert flash_attention.flops({"B": 2, "H": 32, "S": 16384, "D": 128}) == 4 * 2 * 32 * 16384**2 * 128
 
 
 def test_attention_bytes():
@@ -114,8 +126,9 @@ def test_gemm_flops_and_bytes():
 def test_every_mapping_name_the_config_accepts_has_a_view_in_the_trial():
     """The config check and the adapters agree on the names: a name the check lets through but the
     trial cannot make would fail every commit of a bisection."""
-    p = shapes.normalize_attention({"B": 2, "H": 4, "Hkv": 2, "Sq": 1, "varlen": [3, 9], "D": 16, "page_size": 4,
-                                    "dtype": "fp32"})
+    p = shapes.normalize_attention(
+        {"B": 2, "H": 4, "Hkv": 2, "Sq": 1, "varlen": [3, 9], "D": 16, "page_size": 4, "dtype": "fp32"}
+    )
     inputs = flash_attention.make_inputs(p, "cpu", 0)
     view = attention_view(inputs, "bshd", packed_out=False)
     assert shapes.attention_inputs(p) <= set(view)

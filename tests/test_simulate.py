@@ -29,7 +29,9 @@ def write_model(path: Path, text: str) -> Path:
 
 def test_simulate_finds_the_model_steps_in_a_real_history(upstream, tmp_path: Path) -> None:
     repo, shas = upstream
-    model = write_model(tmp_path / "m.toml", f"""
+    model = write_model(
+        tmp_path / "m.toml",
+        f"""
 [shapes]
 fa_s4096 = 480.0
 gemm_8192 = 700.0
@@ -41,9 +43,26 @@ commit = "{shas[21][:10]}"
 factors = {{ gemm_8192 = 1.06, fa_s4096 = 0.98 }}
 [[fails]]
 commit = "{shas[15][:7]}"
-""")
-    res = CliRunner().invoke(simulate_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1],
-                                                "--model", str(model), "--noise", "0.01", "--seed", "4", "--json"])
+""",
+    )
+    res = CliRunner().invoke(
+        simulate_command,
+        [
+            "--repo",
+            str(repo),
+            "--good",
+            shas[0],
+            "--bad",
+            shas[-1],
+            "--model",
+            str(model),
+            "--noise",
+            "0.01",
+            "--seed",
+            "4",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert [s["commit"] for s in out["steps"]] == [shas[9], shas[21]]
@@ -55,26 +74,31 @@ commit = "{shas[15][:7]}"
     assert -7.0 < out["steps"][0]["change_pct"]["fa_s4096"] < -3.0
     assert set(out["skipped"]) <= {shas[15]}
     assert out["probes"] >= 5 and out["trials"] >= out["probes"] * 3
-    text = CliRunner().invoke(simulate_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1],
-                                                 "--model", str(model)])
+    text = CliRunner().invoke(
+        simulate_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--model", str(model)]
+    )
     assert text.exit_code == 0 and "#909" in text.output and "change 9" in text.output
 
 
-@pytest.mark.parametrize("body, key", [
-    ('[shapes]\na = "fast"\n', "shapes.a"),
-    ("[shapes]\na = 1.0\n[[steps]]\ncommit = \"zzzz\"\nfactors = { a = 0.9 }\n", "steps[0].commit"),
-    ("[shapes]\na = 1.0\n[[steps]]\ncommit = \"{sha5}\"\nfactors = { b = 0.9 }\n", "steps[0].factors.b"),
-    ("[shapes]\na = 1.0\n[[steps]]\ncommit = \"{sha5}\"\n", "steps[0].factors"),
-    ("[shapes]\na = 1.0\n[[fails]]\ncommit = 12\n", "fails[0].commit"),
-    ("[shapes]\na = 1.0\n[[steps]]\ncommit = \"{good}\"\nfactors = { a = 0.9 }\n", "steps[0].commit"),
-    ("[shape]\na = 1.0\n", "shape"),
-    ("[shapes\n", ""),
-])
+@pytest.mark.parametrize(
+    "body, key",
+    [
+        ('[shapes]\na = "fast"\n', "shapes.a"),
+        ('[shapes]\na = 1.0\n[[steps]]\ncommit = "zzzz"\nfactors = { a = 0.9 }\n', "steps[0].commit"),
+        ('[shapes]\na = 1.0\n[[steps]]\ncommit = "{sha5}"\nfactors = { b = 0.9 }\n', "steps[0].factors.b"),
+        ('[shapes]\na = 1.0\n[[steps]]\ncommit = "{sha5}"\n', "steps[0].factors"),
+        ("[shapes]\na = 1.0\n[[fails]]\ncommit = 12\n", "fails[0].commit"),
+        ('[shapes]\na = 1.0\n[[steps]]\ncommit = "{good}"\nfactors = { a = 0.9 }\n', "steps[0].commit"),
+        ("[shape]\na = 1.0\n", "shape"),
+        ("[shapes\n", ""),
+    ],
+)
 def test_bad_models_fail_with_one_line_naming_file_and_key(upstream, tmp_path: Path, body: str, key: str) -> None:
     repo, shas = upstream
     model = write_model(tmp_path / "bad.toml", body.replace("{sha5}", shas[5][:9]).replace("{good}", shas[0][:9]))
-    res = CliRunner().invoke(simulate_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1],
-                                                "--model", str(model), "--json"])
+    res = CliRunner().invoke(
+        simulate_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--model", str(model), "--json"]
+    )
     assert res.exit_code == 2
     line = res.output.strip()
     assert line.startswith("error: ") and "\n" not in line
@@ -83,11 +107,15 @@ def test_bad_models_fail_with_one_line_naming_file_and_key(upstream, tmp_path: P
 
 def test_unknown_ref_and_missing_model_are_bad_input(upstream, tmp_path: Path) -> None:
     repo, shas = upstream
-    res = CliRunner().invoke(simulate_command, ["--repo", str(repo), "--good", "nope", "--bad", shas[-1],
-                                                "--model", str(tmp_path / "m.toml")])
+    res = CliRunner().invoke(
+        simulate_command,
+        ["--repo", str(repo), "--good", "nope", "--bad", shas[-1], "--model", str(tmp_path / "m.toml")],
+    )
     assert res.exit_code == 2 and "nope" in res.output
-    res = CliRunner().invoke(simulate_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1],
-                                                "--model", str(tmp_path / "missing.toml")])
+    res = CliRunner().invoke(
+        simulate_command,
+        ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--model", str(tmp_path / "missing.toml")],
+    )
     assert res.exit_code == 2 and "missing.toml: no such file" in res.output
 
 
@@ -138,16 +166,33 @@ def test_noise_from_rows() -> None:
 
 def test_plan_command(upstream, tmp_path: Path) -> None:
     repo, shas = upstream
-    res = CliRunner().invoke(plan_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1],
-                                            "--noise-cv", "0.01", "--runs", "5", "--trial-seconds", "120", "--json"])
+    res = CliRunner().invoke(
+        plan_command,
+        [
+            "--repo",
+            str(repo),
+            "--good",
+            shas[0],
+            "--bad",
+            shas[-1],
+            "--noise-cv",
+            "0.01",
+            "--runs",
+            "5",
+            "--trial-seconds",
+            "120",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["commits"] == 30 and out["probes_bound"] == 9
     assert out["gpu_hours_mean"] == pytest.approx(out["trials_mean"] * 120 / 3600)
     csv = tmp_path / "t.csv"
     csv.write_text("sha,shape,value\n" + "".join(f"{shas[1]},fa,{v}\n" for v in (1.0, 1.01, 0.99)))
-    res = CliRunner().invoke(plan_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1],
-                                            "--from-csv", str(csv), "--runs", "3"])
+    res = CliRunner().invoke(
+        plan_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--from-csv", str(csv), "--runs", "3"]
+    )
     assert res.exit_code == 0, res.output
     assert "noise CV 1.00%" in res.output and "GPU time" in res.output
     res = CliRunner().invoke(plan_command, ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1]])

@@ -32,7 +32,7 @@ def test_the_executor_takes_the_workers_started_for_its_config_and_work_dir(tmp_
     assert launch._EARLY == {} and unused.proc.wait(timeout=60) is not None
 
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import sys, time
     import bisector.runner.workers as workers
     from bisector import cli
@@ -46,7 +46,7 @@ PROBE = textwrap.dedent('''
     workers.ForkSource._launch = noted
     sys.argv = ["bisector", *sys.argv[1:]]
     cli.main()
-''')
+""")
 
 
 def test_bisector_run_starts_its_zygote_before_it_imports_the_search(tmp_path: Path) -> None:

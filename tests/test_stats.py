@@ -67,8 +67,10 @@ def _covers(rng: np.random.Generator, truth: float) -> bool:
 
 def test_false_different_rate_is_below_alpha() -> None:
     rng = np.random.default_rng(7)
-    hits = sum(compare(_noisy(rng, 1.0, 0.02, 6), _noisy(rng, 1.0, 0.02, 6), 1.0, 0.01).verdict
-               is Verdict.DIFFERENT for _ in range(2000))
+    hits = sum(
+        compare(_noisy(rng, 1.0, 0.02, 6), _noisy(rng, 1.0, 0.02, 6), 1.0, 0.01).verdict is Verdict.DIFFERENT
+        for _ in range(2000)
+    )
     assert hits / 2000 < 0.01
 
 

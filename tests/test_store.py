@@ -27,32 +27,64 @@ from bisector.store import MissingStore, Store, default_path
 from bisector.store.migrations import SCHEMA_VERSION, machine_hash
 
 CAMPAIGN = "h200-triton:https://github.com/example/kernels"
-SHAPES = (Shape("fa", "s4096", (("B", 2), ("D", 128), ("H", 32), ("S", 4096), ("causal", False), ("dtype", "bf16"))),
-          Shape("gemm", "m8192", (("K", 8192), ("M", 8192), ("N", 8192), ("dtype", "fp16"), ("layout", "nn"))))
-MACHINE = {"device": "NVIDIA H200", "driver": "570.86", "torch": "2.11.0", "triton": "3.6.0",
-           "cuda": "13.0", "sm_clock_mhz": 1980}
+SHAPES = (
+    Shape("fa", "s4096", (("B", 2), ("D", 128), ("H", 32), ("S", 4096), ("causal", False), ("dtype", "bf16"))),
+    Shape("gemm", "m8192", (("K", 8192), ("M", 8192), ("N", 8192), ("dtype", "fp16"), ("layout", "nn"))),
+)
+MACHINE = {
+    "device": "NVIDIA H200",
+    "driver": "570.86",
+    "torch": "2.11.0",
+    "triton": "3.6.0",
+    "cuda": "13.0",
+    "sm_clock_mhz": 1980,
+}
 
 
 def record(sha: str, shape: str = "fa/s4096", n: int = 20, seed: int = 0, **kw: object) -> TrialRecord:
     """A trial whose samples are awkward floats, so a lossy round trip shows."""
     subject = tuple(1.0 / (3 + i + seed) + 1e-9 * i for i in range(n))
     control = tuple(math.pi / (7 + i + seed) for i in range(n))
-    fields = dict(sha=sha, shape=shape, status=TrialStatus.OK, subject_ms=subject, control_ms=control,
-                  subject_tflops=477.123456789, control_tflops=673.1, ratio=0.7088, compile_s=1.25,
-                  max_abs_err=3.0e-4, max_rel_err=2.5e-4, telemetry={"before": {"temp_c": 41}, "after": {"temp_c": 55}},
-                  machine=MACHINE, protocol={"reps": n, "warmup": 3, "flush_mb": 512, "cold": True},
-                  started_at="2026-11-02T01:00:00+00:00", finished_at="2026-11-02T01:00:09+00:00")
+    fields = dict(
+        sha=sha,
+        shape=shape,
+        status=TrialStatus.OK,
+        subject_ms=subject,
+        control_ms=control,
+        subject_tflops=477.123456789,
+        control_tflops=673.1,
+        ratio=0.7088,
+        compile_s=1.25,
+        max_abs_err=3.0e-4,
+        max_rel_err=2.5e-4,
+        telemetry={"before": {"temp_c": 41}, "after": {"temp_c": 55}},
+        machine=MACHINE,
+        protocol={"reps": n, "warmup": 3, "flush_mb": 512, "cold": True},
+        started_at="2026-11-02T01:00:00+00:00",
+        finished_at="2026-11-02T01:00:09+00:00",
+    )
     fields.update(kw)
     return TrialRecord(**fields)  # type: ignore[arg-type]
 
 
 def test_round_trip_keeps_every_raw_sample(tmp_path: Path) -> None:
     a, b = "a" * 40, "b" * 40
-    records = [record(a, seed=1), record(a, "gemm/m8192", n=50, seed=2), record(b, seed=3),
-               record(b, status=TrialStatus.WRONG, max_abs_err=7.5, error="mismatch", log_tail="line1\nline2"),
-               record(b, patch_hash="p1", seed=4),
-               record(b, status=TrialStatus.CRASH, subject_ms=(), control_ms=(), ratio=None, subject_tflops=None,
-                      error="illegal memory access")]
+    records = [
+        record(a, seed=1),
+        record(a, "gemm/m8192", n=50, seed=2),
+        record(b, seed=3),
+        record(b, status=TrialStatus.WRONG, max_abs_err=7.5, error="mismatch", log_tail="line1\nline2"),
+        record(b, patch_hash="p1", seed=4),
+        record(
+            b,
+            status=TrialStatus.CRASH,
+            subject_ms=(),
+            control_ms=(),
+            ratio=None,
+            subject_tflops=None,
+            error="illegal memory access",
+        ),
+    ]
     with Store(tmp_path / "r.sqlite") as store:
         store.add_trials(CAMPAIGN, records, shapes=SHAPES)
         store.add_trials("other", [record(a, seed=9)])
@@ -92,11 +124,18 @@ def test_add_trials_is_all_or_nothing(tmp_path: Path) -> None:
 
 def test_commits_builds_and_nights(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.sqlite")
-    commits = [Commit("1" * 40, "2026-07-31T10:00:00+00:00", "ann", "Add trait (#950)", 950),
-               Commit("2" * 40, "2026-08-17T10:00:00+00:00", "bob", "Move helpers", None)]
+    commits = [
+        Commit("1" * 40, "2026-07-31T10:00:00+00:00", "ann", "Add trait (#950)", 950),
+        Commit("2" * 40, "2026-08-17T10:00:00+00:00", "bob", "Move helpers", None),
+    ]
     store.add_commits(CAMPAIGN, commits)
-    store.add_commits(CAMPAIGN, [Commit("2" * 40, "2026-08-17T10:00:00+00:00", "bob", "Move helpers (#930)", 930),
-                                 Commit("1" * 40, "2026-07-31T10:00:00+00:00", "ann", "Add trait (#950)", None)])
+    store.add_commits(
+        CAMPAIGN,
+        [
+            Commit("2" * 40, "2026-08-17T10:00:00+00:00", "bob", "Move helpers (#930)", 930),
+            Commit("1" * 40, "2026-07-31T10:00:00+00:00", "ann", "Add trait (#950)", None),
+        ],
+    )
     assert store.commits(CAMPAIGN) == [commits[0], Commit("2" * 40, commits[1].date, "bob", "Move helpers (#930)", 930)]
 
     ok = BuildResult("1" * 40, BuildStatus.OK, "/src/1", prefix="/p/1", log_path="/l/1", seconds=12.5, cache_hit=True)
@@ -118,8 +157,14 @@ def test_commits_builds_and_nights(tmp_path: Path) -> None:
     store.add_trials(CAMPAIGN, [record("1" * 40), record("1" * 40, status=TrialStatus.TIMEOUT)])
     (counts,) = store.info().campaigns
     # one trial process (its slot unknown: by its start and log), two measurements of it stored
-    assert (counts.commits, counts.builds, counts.trials, counts.measurements, counts.measurements_ok,
-            counts.nights) == (2, 2, 1, 2, 1, 2)
+    assert (
+        counts.commits,
+        counts.builds,
+        counts.trials,
+        counts.measurements,
+        counts.measurements_ok,
+        counts.nights,
+    ) == (2, 2, 1, 2, 1, 2)
     frame = store.frame()
     assert list(frame["commit_pr"]) == [950, 950] and list(frame["commit_author"]) == ["ann", "ann"]
 
@@ -154,7 +199,8 @@ def test_migrates_a_v1_store_and_keeps_its_data(tmp_path: Path) -> None:
         " machine, protocol, started_at, finished_at)"
         " VALUES (?, ?, NULL, 'fa', 'fa/s4096', '{\"S\": 4096}', 'bf16', 'ok', '[1.5, 1.25]', '[1.0, 1.0]',"
         " 1256.7, 1252.0, 1.0037, 2.0, 0.0, 0.0, '', '', '{}', ?, '{\"reps\": 2}', 't0', 't1')",
-        (CAMPAIGN, "f" * 40, json.dumps(MACHINE)))
+        (CAMPAIGN, "f" * 40, json.dumps(MACHINE)),
+    )
     conn.commit()
     conn.close()
 
@@ -169,9 +215,20 @@ def test_migrates_a_v1_store_and_keeps_its_data(tmp_path: Path) -> None:
         assert store.frame().loc[0, "machine_hash"] == machine_hash(MACHINE)  # back-filled
         assert store.commits(CAMPAIGN)[0].pr == 974
         store.record_night(CAMPAIGN, "2026-11-03", "f" * 40, {})  # the table v2 added
-        store.add_trials(CAMPAIGN, [record("f" * 40, kernel_method="cuda_graph", latency_ratio=0.4,
-                                           subject_latency_ms=(0.1, 0.12), control_latency_ms=(0.04, 0.05),
-                                           subject_host_ms=(0.09, 0.11, 0.1), control_host_ms=(0.01,))])
+        store.add_trials(
+            CAMPAIGN,
+            [
+                record(
+                    "f" * 40,
+                    kernel_method="cuda_graph",
+                    latency_ratio=0.4,
+                    subject_latency_ms=(0.1, 0.12),
+                    control_latency_ms=(0.04, 0.05),
+                    subject_host_ms=(0.09, 0.11, 0.1),
+                    control_host_ms=(0.01,),
+                )
+            ],
+        )
     with Store(path) as store:  # opening a current store changes nothing
         assert store.schema_version == 5 and len(store.trials(CAMPAIGN)) == 2
         new = store.trials(CAMPAIGN)[1]
@@ -253,8 +310,9 @@ def integrity(path: Path) -> str:
 
 
 def spawn(script: Path, *args: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(script), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(script), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
@@ -312,7 +370,7 @@ def test_kill_9_keeps_every_committed_trial(tmp_path: Path) -> None:
         # Batches committed after the last line we read are whole too: no transaction is half there.
         batches = sorted({int(t.sha.split("-")[1]) for t in stored})
         assert batches == list(range(len(batches))) and len(batches) >= len(reported)
-        for b in batches[len(reported):]:
+        for b in batches[len(reported) :]:
             check_batch(store.trials("c", sha=f"w-{b}"), b, size)
         store.add_trials("c", [record("after-kill")])  # and the store takes writes again
     assert integrity(path) == "ok"
@@ -363,8 +421,9 @@ def test_cli_info_and_export(tmp_path: Path) -> None:
     assert json.loads(result.output)["campaigns"][0]["measurements_ok"] == 1
 
     out = tmp_path / "x.csv"
-    result = runner.invoke(store_command, ["export", "--store", str(path), "--format", "csv", "--out", str(out),
-                                           "--campaign", CAMPAIGN])
+    result = runner.invoke(
+        store_command, ["export", "--store", str(path), "--format", "csv", "--out", str(out), "--campaign", CAMPAIGN]
+    )
     assert result.exit_code == 0, result.output
     assert list(pandas.read_csv(out)["status"]) == ["ok", "crash"]
     result = runner.invoke(store_command, ["export", "--store", str(path), "--format", "json"])
@@ -386,8 +445,11 @@ def test_copy_takes_the_trials_a_killed_writer_left_in_its_wal(tmp_path: Path) -
     plain = tmp_path / "plain.sqlite"
     plain.write_bytes(path.read_bytes())  # what `cp` of the store file alone carries
     with sqlite3.connect(plain) as conn:
-        in_plain = conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0] if conn.execute(
-            "SELECT name FROM sqlite_master WHERE name = 'trials'").fetchone() else 0
+        in_plain = (
+            conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+            if conn.execute("SELECT name FROM sqlite_master WHERE name = 'trials'").fetchone()
+            else 0
+        )
     assert in_plain < len(reported) * size
 
     copied = tmp_path / "carry" / "copy.sqlite"

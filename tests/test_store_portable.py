@@ -31,8 +31,22 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("portable")
     up = make_upstream(tmp / "upstream")
     cfg = write_config(tmp, str(tmp / "upstream"))
-    out = bisector(tmp, "run", "--config", str(cfg), "--good", up["base"], "--bad", up["docs"], "--no-fixes",
-                   "--no-hunks", "--work-dir", str(tmp / "work"), "--report-dir", str(tmp / "report"))
+    out = bisector(
+        tmp,
+        "run",
+        "--config",
+        str(cfg),
+        "--good",
+        up["base"],
+        "--bad",
+        up["docs"],
+        "--no-fixes",
+        "--no-hunks",
+        "--work-dir",
+        str(tmp / "work"),
+        "--report-dir",
+        str(tmp / "report"),
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return {"tmp": tmp, "up": up, "cfg": cfg, "store": tmp / "store.sqlite"}
 
@@ -75,9 +89,23 @@ def test_store_export_trials_csv_and_report_hold_none_either(ran: dict, fmt: str
 
 
 def test_an_offline_replay_finds_its_builds_again(ran: dict) -> None:
-    out = bisector(ran["tmp"], "run", "--config", str(ran["cfg"]), "--good", ran["up"]["base"], "--bad",
-                   ran["up"]["docs"], "--offline", "--no-fixes", "--no-hunks", "--work-dir", str(ran["tmp"] / "work"),
-                   "--report-dir", str(ran["tmp"] / "offline"))
+    out = bisector(
+        ran["tmp"],
+        "run",
+        "--config",
+        str(ran["cfg"]),
+        "--good",
+        ran["up"]["base"],
+        "--bad",
+        ran["up"]["docs"],
+        "--offline",
+        "--no-fixes",
+        "--no-hunks",
+        "--work-dir",
+        str(ran["tmp"] / "work"),
+        "--report-dir",
+        str(ran["tmp"] / "offline"),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Replayed offline" in (ran["tmp"] / "offline" / "report.md").read_text()
 
@@ -92,9 +120,24 @@ def test_a_store_with_the_old_campaign_key_resumes(ran: dict, tmp_path: Path) ->
             db.execute(f"UPDATE {table} SET campaign = ?", (legacy,))
         db.execute("PRAGMA user_version = 4")
     before = trial_count(old)
-    out = bisector(ran["tmp"], "run", "--config", str(ran["cfg"]), "--good", ran["up"]["base"], "--bad",
-                   ran["up"]["docs"], "--no-fixes", "--no-hunks", "--store", str(old),
-                   "--work-dir", str(ran["tmp"] / "work"), "--report-dir", str(tmp_path / "report"))
+    out = bisector(
+        ran["tmp"],
+        "run",
+        "--config",
+        str(ran["cfg"]),
+        "--good",
+        ran["up"]["base"],
+        "--bad",
+        ran["up"]["docs"],
+        "--no-fixes",
+        "--no-hunks",
+        "--store",
+        str(old),
+        "--work-dir",
+        str(ran["tmp"] / "work"),
+        "--report-dir",
+        str(tmp_path / "report"),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert trial_count(old) == before, "the resumed run measured again: its trials were not found"
     with sqlite3.connect(old) as db:
@@ -105,11 +148,15 @@ def test_a_store_with_the_old_campaign_key_resumes(ran: dict, tmp_path: Path) ->
 def test_store_export_scrubs_rows_an_older_bisector_stored(tmp_path: Path) -> None:
     """Rows of a store written before the trial records were made portable kept absolute paths."""
     work = "/tmp/ci-7/work"
-    rec = TrialRecord(sha="a" * 40, shape="gemm/m256", status=TrialStatus.CRASH,
-                      error=f"trial process ended; see {work}/trials/aaaa/001/log.txt",
-                      log_tail='File "/home/ada/src/lib/kern/ops.py", line 3, in mm\n'
-                               'File "/private/var/x/y/z.py", line 9\nFile "/work/wt/x/benches/trial.py", line 1',
-                      protocol={"log_path": f"{work}/trials/aaaa/001/log.txt", "jit": f"{work}/jit/aaaa"})
+    rec = TrialRecord(
+        sha="a" * 40,
+        shape="gemm/m256",
+        status=TrialStatus.CRASH,
+        error=f"trial process ended; see {work}/trials/aaaa/001/log.txt",
+        log_tail='File "/home/ada/src/lib/kern/ops.py", line 3, in mm\n'
+        'File "/private/var/x/y/z.py", line 9\nFile "/work/wt/x/benches/trial.py", line 1',
+        protocol={"log_path": f"{work}/trials/aaaa/001/log.txt", "jit": f"{work}/jit/aaaa"},
+    )
     with Store(tmp_path / "s.sqlite") as store:
         store.add_trials("old:/home/ada/lib", [rec])
     for fmt in ("csv", "json"):
@@ -121,11 +168,17 @@ def test_store_export_scrubs_rows_an_older_bisector_stored(tmp_path: Path) -> No
     assert "…/kern/ops.py" in row["log_tail"] and "…/y/z.py" in row["log_tail"] and row["campaign"] == "old:…/lib"
 
 
-@pytest.mark.parametrize("repo, shown", [
-    ("/tmp/x/upstream", "upstream"), ("/tmp/x/upstream/", "upstream"), ("file:///tmp/a%20b/lib", "lib"),
-    ("../lib", "lib"), ("https://user:ghp_secret@github.com/org/lib.git?x=1", "https://github.com/org/lib.git"),
-    ("git@github.com:org/lib.git", "git@github.com:org/lib.git"),
-])
+@pytest.mark.parametrize(
+    "repo, shown",
+    [
+        ("/tmp/x/upstream", "upstream"),
+        ("/tmp/x/upstream/", "upstream"),
+        ("file:///tmp/a%20b/lib", "lib"),
+        ("../lib", "lib"),
+        ("https://user:ghp_secret@github.com/org/lib.git?x=1", "https://github.com/org/lib.git"),
+        ("git@github.com:org/lib.git", "git@github.com:org/lib.git"),
+    ],
+)
 def test_a_campaign_names_its_upstream_without_a_machines_path(repo: str, shown: str) -> None:
     assert upstream_id(repo) == shown and renamed(f"cfg:{repo}") == f"cfg:{shown}"
 
@@ -140,20 +193,33 @@ def test_the_migration_renames_every_table_and_merges_two_checkouts(tmp_path: Pa
         db.execute("PRAGMA user_version = 4")
         for key in ("cfg:/tmp/a/lib", "cfg:/home/b/lib"):
             db.execute("INSERT INTO commits (campaign, sha, subject) VALUES (?, ?, 's')", (key, "c" * 40))
-            db.execute("INSERT INTO builds (campaign, sha, status, created_at) VALUES (?, ?, 'ok', 'now')",
-                       (key, "c" * 40))
-            db.execute("INSERT INTO nightly (campaign, date, sha, good, verdict, recorded_at) VALUES "
-                       "(?, '2026-01-01', ?, 1, '{}', 'now')", (key, "c" * 40))
-        db.execute("INSERT INTO commits (campaign, sha, subject) VALUES ('x:https://github.com/o/r', ?, 's')",
-                   ("d" * 40,))
+            db.execute(
+                "INSERT INTO builds (campaign, sha, status, created_at) VALUES (?, ?, 'ok', 'now')", (key, "c" * 40)
+            )
+            db.execute(
+                "INSERT INTO nightly (campaign, date, sha, good, verdict, recorded_at) VALUES "
+                "(?, '2026-01-01', ?, 1, '{}', 'now')",
+                (key, "c" * 40),
+            )
+        db.execute(
+            "INSERT INTO commits (campaign, sha, subject) VALUES ('x:https://github.com/o/r', ?, 's')", ("d" * 40,)
+        )
     with Store(path) as store:
         assert store.schema_version == SCHEMA_VERSION
         assert [c.campaign for c in store.info().campaigns] == ["cfg:lib", "x:https://github.com/o/r"]
         assert [c.sha for c in store.commits("cfg:lib")] == ["c" * 40]
         assert len(store.builds("cfg:lib")) == 2 and len(store.nights("cfg:lib")) == 1
     from bisector.config import parse
-    cfg = parse({"name": "cfg", "upstream": {"repo": "/anywhere/else/lib"}, "device": {"kind": "cpu"},
-                 "control": {"backend": "torch"}, "subject": {"gemm": {"entry": "k:mm", "adapter": "torch"}},
-                 "suites": {"gemm": {"shapes": [{"name": "a", "M": 8, "N": 8, "K": 8, "dtype": "fp32"}]}}},
-                tmp_path / "c.toml")
+
+    cfg = parse(
+        {
+            "name": "cfg",
+            "upstream": {"repo": "/anywhere/else/lib"},
+            "device": {"kind": "cpu"},
+            "control": {"backend": "torch"},
+            "subject": {"gemm": {"entry": "k:mm", "adapter": "torch"}},
+            "suites": {"gemm": {"shapes": [{"name": "a", "M": 8, "N": 8, "K": 8, "dtype": "fp32"}]}},
+        },
+        tmp_path / "c.toml",
+    )
     assert campaign_key(cfg) == "cfg:lib"  # the same upstream moved: the same campaign

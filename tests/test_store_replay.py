@@ -32,8 +32,9 @@ def committed(name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", ["cpu-demo", "gpu-demo"])
-def test_a_committed_store_decides_every_reported_step_again_with_the_defaults(tmp_path: Path, name: str,
-                                                                               gpu: tuple[dict, Path]) -> None:
+def test_a_committed_store_decides_every_reported_step_again_with_the_defaults(
+    tmp_path: Path, name: str, gpu: tuple[dict, Path]
+) -> None:
     now = gpu[0] if name == "gpu-demo" else replay(BY_NAME[name], ROOT, [], tmp_path / name)
     lost, new = compared(now, committed(name))
     assert lost == [], f"{name}: steps of the committed report no longer decided: {lost}"
@@ -62,5 +63,7 @@ def test_a_control_drifting_alone_does_not_move_a_shape_off_its_own_metric_for_g
     remap step (aba0aa9) is lost."""
     now = gpu[0]
     assert "aba0aa9" in {s["commit"][:7] for s in now["steps"]}
-    assert any(line.startswith("fa/s16384: ") and line.endswith("decided on the subject's own kernel time")
-               for line in now["decided"])
+    assert any(
+        line.startswith("fa/s16384: ") and line.endswith("decided on the subject's own kernel time")
+        for line in now["decided"]
+    )

@@ -16,19 +16,49 @@ from click.testing import CliRunner
 from benches import trial
 from benches.timing import Clock
 
-RESULT_KEYS = {"shape", "status", "subject_ms", "control_ms", "ratios", "subject_tflops", "control_tflops", "ratio",
-               "compile_s", "max_abs_err", "max_rel_err"}
+RESULT_KEYS = {
+    "shape",
+    "status",
+    "subject_ms",
+    "control_ms",
+    "ratios",
+    "subject_tflops",
+    "control_tflops",
+    "ratio",
+    "compile_s",
+    "max_abs_err",
+    "max_rel_err",
+}
 
 
 def spec(entry: str = "benches.kernels.torch_ref:matmul", control: str = "torch", **extra):
-    base = {"sha": "f" * 40, "suite": "gemm",
-            "shapes": [{"key": "gemm/a", "suite": "gemm", "name": "a",
-                        "params": {"M": 32, "N": 16, "K": 64, "dtype": "fp32", "layout": "nn"}},
-                       {"key": "gemm/b", "suite": "gemm", "name": "b",
-                        "params": {"M": 16, "N": 16, "K": 16, "dtype": "bf16", "layout": "nt", "tile": [16, 16, 16]}}],
-            "subject": {"entry": entry, "adapter": "torch", "layout": "bhsd", "options": {}},
-            "control": control, "device": "cpu", "source_dirs": [], "reps": 3, "warmup": 1, "flush_mb": 1, "seed": 5,
-            "tolerances": {}}
+    base = {
+        "sha": "f" * 40,
+        "suite": "gemm",
+        "shapes": [
+            {
+                "key": "gemm/a",
+                "suite": "gemm",
+                "name": "a",
+                "params": {"M": 32, "N": 16, "K": 64, "dtype": "fp32", "layout": "nn"},
+            },
+            {
+                "key": "gemm/b",
+                "suite": "gemm",
+                "name": "b",
+                "params": {"M": 16, "N": 16, "K": 16, "dtype": "bf16", "layout": "nt", "tile": [16, 16, 16]},
+            },
+        ],
+        "subject": {"entry": entry, "adapter": "torch", "layout": "bhsd", "options": {}},
+        "control": control,
+        "device": "cpu",
+        "source_dirs": [],
+        "reps": 3,
+        "warmup": 1,
+        "flush_mb": 1,
+        "seed": 5,
+        "tolerances": {},
+    }
     return {**base, **extra}
 
 
@@ -85,8 +115,11 @@ def test_cpu_time_leaves_out_the_slices_of_a_process_sharing_the_core():
     (a call reads whole slices longer), the default CPU clock does not."""
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this OS")
-    out = json.loads(subprocess.run([sys.executable, "-c", SHARED_CORE], capture_output=True, text=True, check=True,
-                                    timeout=300).stdout)
+    out = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", SHARED_CORE], capture_output=True, text=True, check=True, timeout=300
+        ).stdout
+    )
     assert out["kind"] == "process_time_ns"
     cpu, wall = statistics.median(out["cpu"]), statistics.median(out["wall"])
     assert wall > 1.5 * cpu, (cpu, wall)  # the core was shared: wall time counted the other's slices
@@ -153,8 +186,9 @@ def test_control_none_checks_against_reference(tmp_path):
 def test_suite_tolerance_from_spec(tmp_path):
     (tmp_path / "sub2.py").write_text("def mm(a, b, tile=None):\n    return (a @ b) * 1.001\n")
     strict = trial.run(spec("sub2:mm", source_dirs=[str(tmp_path)]), tmp_path / "o1.json")
-    loose = trial.run(spec("sub2:mm", source_dirs=[str(tmp_path)], tolerances={"gemm": [0.01, 0.01]}),
-                      tmp_path / "o2.json")
+    loose = trial.run(
+        spec("sub2:mm", source_dirs=[str(tmp_path)], tolerances={"gemm": [0.01, 0.01]}), tmp_path / "o2.json"
+    )
     assert strict["results"][0]["status"] == "wrong" and loose["results"][0]["status"] == "ok"
 
 
@@ -165,7 +199,8 @@ def test_bad_usage_exit_2(tmp_path):
 
 def test_partial_output_survives_abort(tmp_path):
     (tmp_path / "sub3.py").write_text(
-        "import os\ndef mm(a, b, tile=None):\n    if a.shape[0] == 16:\n        os.abort()\n    return a @ b\n")
+        "import os\ndef mm(a, b, tile=None):\n    if a.shape[0] == 16:\n        os.abort()\n    return a @ b\n"
+    )
     (tmp_path / "spec.json").write_text(json.dumps(spec("sub3:mm", source_dirs=[str(tmp_path)])))
     proc = subprocess.run([sys.executable, "-m", "benches.trial", "spec.json", "out.json"], cwd=tmp_path)
     assert proc.returncode != 0
@@ -186,7 +221,7 @@ def bench_setup(tmp_path, control: str = "torch"):
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'''
 name = "demo"
-store = "{tmp_path / 'store.sqlite'}"
+store = "{tmp_path / "store.sqlite"}"
 [upstream]
 repo = "{up}"
 [device]
@@ -255,12 +290,16 @@ def test_a_ratio_of_calls_disturbed_one_by_one_is_read_from_each_side_s_fastest_
     assert device_ratio(*throttled) == (peak_clock_ratio(*throttled), False)
 
 
-@pytest.mark.parametrize("line, version", [
-    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Thu Jan  2 2025\n", "570.86.15"),
-    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.51.03  Release Build\n", "575.51.03"),
-])
-def test_the_driver_version_is_read_from_the_kernel_module_file_without_nvidia_smi(tmp_path, monkeypatch,
-                                                                                   line, version) -> None:
+@pytest.mark.parametrize(
+    "line, version",
+    [
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Thu Jan  2 2025\n", "570.86.15"),
+        ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.51.03  Release Build\n", "575.51.03"),
+    ],
+)
+def test_the_driver_version_is_read_from_the_kernel_module_file_without_nvidia_smi(
+    tmp_path, monkeypatch, line, version
+) -> None:
     from benches import machine
 
     (tmp_path / "version").write_text(line + "GCC version:  gcc version 12.2.0\n")
@@ -350,5 +389,6 @@ def test_a_warmed_shape_counts_its_setup_first_calls_in_its_compile() -> None:
     trial._add_warming(untouched, None)
     assert untouched == {"shape": "gemm/b", "compile_s": 0.02}
     # a trial whose only capture was warmed and given back compiled cold at its start
-    assert trial._cold_at_compile({"TRITON_CACHE_DIR": True}, {}, {"gemm/a": {"precompile": "warmed, given back: captured"}}) \
-        == {"TRITON_CACHE_DIR": True}
+    assert trial._cold_at_compile(
+        {"TRITON_CACHE_DIR": True}, {}, {"gemm/a": {"precompile": "warmed, given back: captured"}}
+    ) == {"TRITON_CACHE_DIR": True}

@@ -10,19 +10,37 @@ import pytest
 
 from benches import shapes, trial
 
-PAGED = {"args": ["q_thd", "k_cache", "v_cache", "block_table", "seqused_k", "cu_seqlens_q"],
-         "kwargs": {"causal": "causal", "softmax_scale": "sm_scale"}}
+PAGED = {
+    "args": ["q_thd", "k_cache", "v_cache", "block_table", "seqused_k", "cu_seqlens_q"],
+    "kwargs": {"causal": "causal", "softmax_scale": "sm_scale"},
+}
 
 
 def shape(suite: str, name: str, params: dict) -> dict:
-    return {"key": f"{suite}/{name}", "suite": suite, "name": name,
-            "params": {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}}
+    return {
+        "key": f"{suite}/{name}",
+        "suite": suite,
+        "name": name,
+        "params": {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()},
+    }
 
 
 def spec(shapes_: list, subjects: dict, **extra) -> dict:
-    return {"sha": "f" * 40, "suite": ",".join(subjects), "shapes": shapes_, "subjects": subjects,
-            "control": "torch", "device": "cpu", "source_dirs": [], "reps": 3, "warmup": 1, "flush_mb": 1,
-            "seed": 0, "tolerances": {}, **extra}
+    return {
+        "sha": "f" * 40,
+        "suite": ",".join(subjects),
+        "shapes": shapes_,
+        "subjects": subjects,
+        "control": "torch",
+        "device": "cpu",
+        "source_dirs": [],
+        "reps": 3,
+        "warmup": 1,
+        "flush_mb": 1,
+        "seed": 0,
+        "tolerances": {},
+        **extra,
+    }
 
 
 class Gate:
@@ -38,13 +56,30 @@ class Gate:
 
 
 def test_bandwidth_and_control_form_in_each_result(tmp_path):
-    decode = shapes.normalize_attention({"B": 3, "H": 4, "Hkv": 2, "Sq": 1, "varlen": [9, 30, 17], "D": 16,
-                                         "page_size": 8, "dtype": "fp32", "causal": True})
+    decode = shapes.normalize_attention(
+        {
+            "B": 3,
+            "H": 4,
+            "Hkv": 2,
+            "Sq": 1,
+            "varlen": [9, 30, 17],
+            "D": 16,
+            "page_size": 8,
+            "dtype": "fp32",
+            "causal": True,
+        }
+    )
     block = shapes.normalize_gemm({"M": 32, "N": 128, "K": 256, "dtype": "fp8_e4m3", "scaling": "block"})
-    out = trial.run(spec([shape("fa", "decode", decode), shape("gemm", "blk", block)],
-                         {"fa": {"entry": "benches.kernels.torch_ref:paged_attention", "adapter": "torch", **PAGED},
-                          "gemm": {"entry": "benches.kernels.torch_ref:scaled_matmul", "adapter": "torch"}}),
-                    tmp_path / "out.json")
+    out = trial.run(
+        spec(
+            [shape("fa", "decode", decode), shape("gemm", "blk", block)],
+            {
+                "fa": {"entry": "benches.kernels.torch_ref:paged_attention", "adapter": "torch", **PAGED},
+                "gemm": {"entry": "benches.kernels.torch_ref:scaled_matmul", "adapter": "torch"},
+            },
+        ),
+        tmp_path / "out.json",
+    )
     fa, gm = out["results"]
     assert fa["status"] == "ok" and gm["status"] == "ok", (fa.get("error"), gm.get("error"))
     for r, p, suite in ((fa, decode, "fa"), (gm, block, "gemm")):
@@ -55,7 +90,7 @@ def test_bandwidth_and_control_form_in_each_result(tmp_path):
     assert fa["control_impl"].startswith("sdpa padded") and gm["control_impl"].startswith("dequantized to fp32")
 
 
-SUITE = '''
+SUITE = """
 import torch
 
 class RMSNorm:
@@ -79,13 +114,13 @@ class RMSNorm:
     def describe(self, p):
         return f"T={p['T']} D={p['D']}"
 CONTROL_HERE
-'''
-CONTROL = '''
+"""
+CONTROL = """
     def control(self, inputs):
         x, w, eps = inputs["x"], inputs["weight"], inputs["eps"]
         return lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
-'''
-KERNELS = '''
+"""
+KERNELS = """
 import torch
 
 def rms_norm(x, weight, eps):
@@ -93,7 +128,7 @@ def rms_norm(x, weight, eps):
 
 def rms_norm_no_eps(inp, w):
     return inp * torch.rsqrt(inp.pow(2).mean(-1, keepdim=True)) * w * 1.1
-'''
+"""
 
 
 @pytest.mark.parametrize("with_control", [True, False])
@@ -113,8 +148,14 @@ def test_brought_suite_gets_the_cold_protocol_control_and_check(tmp_path, with_c
         assert r["subject_gbps"] > 0 and len(r["subject_ms"]) == 3
         assert ("control_ms" in r and r["control_impl"] == "suite norm: control()") == with_control
     # The subject's own names, mapped; a wrong subject is flagged against the control or the reference.
-    subjects = {"norm": {"entry": f"normlib_{tag}:rms_norm_no_eps", "adapter": "callable", "args": ["x"],
-                         "kwargs": {"w": "weight"}}}
+    subjects = {
+        "norm": {
+            "entry": f"normlib_{tag}:rms_norm_no_eps",
+            "adapter": "callable",
+            "args": ["x"],
+            "kwargs": {"w": "weight"},
+        }
+    }
     out = trial.run(spec(rows, subjects, suite_modules=mods, source_dirs=[str(tmp_path / "up")]), tmp_path / "o.json")
     assert [r["status"] for r in out["results"]] == ["wrong", "wrong"]
 
@@ -122,14 +163,15 @@ def test_brought_suite_gets_the_cold_protocol_control_and_check(tmp_path, with_c
 def test_brought_suite_that_breaks_the_contract_is_unavailable(tmp_path):
     (tmp_path / "bad.py").write_text("class S:\n    def flops(self, p):\n        return 1.0\n")
     rows = [shape("x", "a", {"n": 1})]
-    out = trial.run(spec(rows, {"x": {"entry": "math:sqrt"}}, suite_modules={"x": {"module": "bad:S",
-                                                                                  "path": str(tmp_path)}}),
-                    tmp_path / "o.json")
+    out = trial.run(
+        spec(rows, {"x": {"entry": "math:sqrt"}}, suite_modules={"x": {"module": "bad:S", "path": str(tmp_path)}}),
+        tmp_path / "o.json",
+    )
     (r,) = out["results"]
     assert r["status"] == "unavailable" and "lacks make_inputs, bytes, reference, describe" in r["error"]
 
 
-BENCH = '''
+BENCH = """
 import pytest
 from lib.ops import work
 
@@ -150,7 +192,7 @@ def test_boom(benchmark):
 
 def test_not_a_benchmark():
     raise AssertionError("never run: --benchmark-only")
-'''
+"""
 
 
 def test_pytest_benchmarks_as_shapes(tmp_path):
@@ -161,11 +203,24 @@ def test_pytest_benchmarks_as_shapes(tmp_path):
     (up / "benchmarks").mkdir()
     (up / "benchmarks" / "test_ops.py").write_text(BENCH)
     (up / "pytest.ini").write_text("[pytest]\naddopts = --benchmark-skip -n 8\n")  # would spoil the run
-    names = [("w2000", "test_work[2000]"), ("w4000", "benchmarks/test_ops.py::test_work[4000]"),
-             ("wrong", "test_wrong"), ("gpu", "test_gpu_only"), ("boom", "test_boom"), ("gone", "test_renamed")]
+    names = [
+        ("w2000", "test_work[2000]"),
+        ("w4000", "benchmarks/test_ops.py::test_work[4000]"),
+        ("wrong", "test_wrong"),
+        ("gpu", "test_gpu_only"),
+        ("boom", "test_boom"),
+        ("gone", "test_renamed"),
+    ]
     rows = [shape("bench", n, {"benchmark": b, "bytes": 8000}) for n, b in names]
-    sub = {"bench": {"entry": "", "adapter": "pytest", "layout": "bhsd", "options": {},
-                     "pytest": ["benchmarks/test_ops.py"]}}
+    sub = {
+        "bench": {
+            "entry": "",
+            "adapter": "pytest",
+            "layout": "bhsd",
+            "options": {},
+            "pytest": ["benchmarks/test_ops.py"],
+        }
+    }
     gate = Gate()
     out_dir = tmp_path / "trial"
     out_dir.mkdir()
@@ -187,12 +242,12 @@ def test_pytest_benchmarks_as_shapes(tmp_path):
     assert (out_dir / "benchmark.json").exists() and not (up / ".pytest_cache").exists()
 
 
-SLEEPER = '''
+SLEEPER = """
 import time
 
 def test_sleep(benchmark):
     benchmark(time.sleep, 0.005)
-'''
+"""
 
 
 @pytest.mark.parametrize("cpu_clock", ["cpu", "wall"])
@@ -207,8 +262,18 @@ def test_pytest_benchmarks_timed_by_the_trial_clock(tmp_path, cpu_clock):
     sub = {"s": {"entry": "", "adapter": "pytest", "layout": "bhsd", "options": {}, "pytest": [test_file]}}
     out_dir = tmp_path / "trial"
     out_dir.mkdir()
-    out = trial.run(spec([shape("s", "sleep", {"benchmark": "test_sleep"})], sub, source_dirs=[str(up)], reps=3,
-                         control="none", cpu_clock=cpu_clock), out_dir / "out.json", Gate())
+    out = trial.run(
+        spec(
+            [shape("s", "sleep", {"benchmark": "test_sleep"})],
+            sub,
+            source_dirs=[str(up)],
+            reps=3,
+            control="none",
+            cpu_clock=cpu_clock,
+        ),
+        out_dir / "out.json",
+        Gate(),
+    )
     (r,) = out["results"]
     assert r["status"] == "ok" and len(r["subject_ms"]) == 3
     if cpu_clock == "cpu":

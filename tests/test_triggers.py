@@ -32,27 +32,36 @@ TOKEN = "ghp_test_token_never_printed_0123456789"
 
 # ---- parsing ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("body, expected", [
-    ("/bisect v1.0..main", BisectCommand("v1.0", "main")),
-    ("please\n  /bisect abc123..def456 --suite fa --shapes s4096,s16384\n/perf",
-     BisectCommand("abc123", "def456", Selection("fa", ("s4096", "s16384")))),
-    ("/perf", PerfCommand()),
-    ("/perf --suite=gemm", PerfCommand(Selection("gemm"))),
-    ("no command here\n/perfect", None),
-])
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("/bisect v1.0..main", BisectCommand("v1.0", "main")),
+        (
+            "please\n  /bisect abc123..def456 --suite fa --shapes s4096,s16384\n/perf",
+            BisectCommand("abc123", "def456", Selection("fa", ("s4096", "s16384"))),
+        ),
+        ("/perf", PerfCommand()),
+        ("/perf --suite=gemm", PerfCommand(Selection("gemm"))),
+        ("no command here\n/perfect", None),
+    ],
+)
 def test_parse(body: str, expected: object) -> None:
     assert commands.parse(body) == expected
 
 
-@pytest.mark.parametrize("body, problem", [
-    ("/bisect", "/bisect needs exactly one range GOOD..BAD"),
-    ("/bisect main", "not a range GOOD..BAD: 'main'"),
-    ("/bisect --upload-pack=x..main", "unknown option --upload-pack"),
-    ("/bisect a..b --suite conv", "--suite must be one of fa|gemm, got 'conv'"),
-    ("/perf --shapes", "--shapes needs a value"),
-    ("/perf HEAD~3", "/perf takes no range, got 'HEAD~3'"),
-    ("/bisect 'a..b", "cannot split the command: No closing quotation"),
-])
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        ("/bisect", "/bisect needs exactly one range GOOD..BAD"),
+        ("/bisect main", "not a range GOOD..BAD: 'main'"),
+        ("/bisect --upload-pack=x..main", "unknown option --upload-pack"),
+        ("/bisect a..b --suite conv", "--suite must be one of fa|gemm, got 'conv'"),
+        ("/perf --shapes", "--shapes needs a value"),
+        ("/perf HEAD~3", "/perf takes no range, got 'HEAD~3'"),
+        ("/bisect 'a..b", "cannot split the command: No closing quotation"),
+    ],
+)
 def test_malformed_gives_usage(body: str, problem: str) -> None:
     result = commands.parse(body)
     assert isinstance(result, Usage) and result.problem == problem and "/bisect GOOD..BAD" in result.text
@@ -64,8 +73,10 @@ def test_huge_one_line_command_is_refused_and_echoed_capped(size: int) -> None:
     result = commands.parse("/bisect " + "a" * size)
     assert isinstance(result, Usage)
     assert len(result.line) <= commands.MAX_ECHO and result.line.startswith("/bisect aaa")
-    assert result.problem == f"the command line is {min(size, commands.MAX_BODY)} characters long " \
-                             f"(at most {commands.MAX_LINE})"
+    assert (
+        result.problem == f"the command line is {min(size, commands.MAX_BODY)} characters long "
+        f"(at most {commands.MAX_LINE})"
+    )
 
 
 def test_long_values_are_capped_in_the_problem_too() -> None:
@@ -96,17 +107,26 @@ def test_selection_qualifies_shapes_by_suite() -> None:
     assert Selection("gemm").only() == ("gemm",) and Selection().only() == ()
 
 
-@pytest.mark.parametrize("permission, role, allowed", [
-    ("admin", "admin", True), ("write", "maintain", True), ("write", "write", True), ("write", None, True),
-    ("read", "triage", False), ("read", "read", False), ("none", None, False), ("write", "triage", False),
-])
+@pytest.mark.parametrize(
+    "permission, role, allowed",
+    [
+        ("admin", "admin", True),
+        ("write", "maintain", True),
+        ("write", "write", True),
+        ("write", None, True),
+        ("read", "triage", False),
+        ("read", "read", False),
+        ("none", None, False),
+        ("write", "triage", False),
+    ],
+)
 def test_permission(permission: str, role: str | None, allowed: bool) -> None:
     assert Permission("u", permission, role).allowed is allowed
 
 
 # ---- the lock -----------------------------------------------------------------------------------
 
-HOLDER = textwrap.dedent('''
+HOLDER = textwrap.dedent("""
     import sys, time
     from bisector.runner.lock import gpu_lock
     name, index, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -115,7 +135,7 @@ HOLDER = textwrap.dedent('''
             with open(log, "a") as fh: fh.write(f"{name} start {time.monotonic()}\\n")
             time.sleep(0.6)
             with open(log, "a") as fh: fh.write(f"{name} end {time.monotonic()}\\n")
-''')
+""")
 
 
 def _intervals(log: Path) -> dict[str, tuple[float, float]]:
@@ -130,9 +150,12 @@ def _two_holders(tmp_path: Path, index_a: int, index_b: int) -> dict[str, tuple[
     log = tmp_path / f"log-{index_a}-{index_b}"
     env = {"BISECTOR_LOCK_DIR": str(tmp_path / "locks"), "PATH": "/usr/bin:/bin"}
     # Two runners of one host (each its own RUNNER_NAME) share the host's GPUs, so their locks.
-    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, name, str(i), str(log)],
-                              env={**env, "RUNNER_NAME": f"runner-{name}"})
-             for name, i in (("a", index_a), ("b", index_b))]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", HOLDER, name, str(i), str(log)], env={**env, "RUNNER_NAME": f"runner-{name}"}
+        )
+        for name, i in (("a", index_a), ("b", index_b))
+    ]
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     return _intervals(log)
 
@@ -151,6 +174,7 @@ def test_lock_lets_two_gpus_run_together(tmp_path: Path) -> None:
 
 
 # ---- handle-comment against the local GitHub server ---------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory):
@@ -184,8 +208,9 @@ def post_event(world: dict, name: str, number: int | None = None, **subst: str) 
     for key, value in subst.items():
         body = body.replace(key, value)
     data["comment"]["body"] = body
-    data["comment"]["id"] = world["fake"].add_comment("org/lib", data["issue"]["number"], body,
-                                                      user=data["comment"]["user"]["login"])
+    data["comment"]["id"] = world["fake"].add_comment(
+        "org/lib", data["issue"]["number"], body, user=data["comment"]["user"]["login"]
+    )
     path = world["tmp"] / f"event-{data['comment']['id']}.json"
     path.write_text(json.dumps(data))
     return path, data["comment"]["id"]
@@ -193,13 +218,24 @@ def post_event(world: dict, name: str, number: int | None = None, **subst: str) 
 
 def invoke(world: dict, monkeypatch: pytest.MonkeyPatch, path: Path, *extra: str, token: bool = True):
     """`handle-comment` on the event, in-process; `token=False` is the GPU job, which holds none."""
-    monkeypatch.setattr(thread, "RETRY_POLICY", RetryPolicy(total=2, backoff_factor=0, seconds_between_requests=0,
-                                                            seconds_between_writes=0))
+    monkeypatch.setattr(
+        thread,
+        "RETRY_POLICY",
+        RetryPolicy(total=2, backoff_factor=0, seconds_between_requests=0, seconds_between_writes=0),
+    )
     tmp = world["tmp"]
-    env = {"BISECTOR_TEST_TOKEN": TOKEN if token else None, "XDG_CACHE_HOME": str(tmp / "cache"),
-           "BISECTOR_LOCK_DIR": str(tmp / "locks"), "RUNNER_NAME": "test-runner", "BISECTOR_STORE": None}
-    result = CliRunner().invoke(handle_comment.command, ["--event", str(path), "--config", str(world["cfg"]),
-                                                         "--work-dir", str(tmp / "work"), *extra], env=env)
+    env = {
+        "BISECTOR_TEST_TOKEN": TOKEN if token else None,
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+        "BISECTOR_LOCK_DIR": str(tmp / "locks"),
+        "RUNNER_NAME": "test-runner",
+        "BISECTOR_STORE": None,
+    }
+    result = CliRunner().invoke(
+        handle_comment.command,
+        ["--event", str(path), "--config", str(world["cfg"]), "--work-dir", str(tmp / "work"), *extra],
+        env=env,
+    )
     assert TOKEN not in result.output
     return result
 
@@ -214,10 +250,22 @@ def publish_plan(world: dict, plan: Path, authorized: Path):
     """The workflow's publish job: `bisector publish --plan` with the token and the same config, held to
     what the authorize job wrote to its outputs."""
     out = outputs(authorized)
-    return CliRunner().invoke(publish_command, ["--plan", str(plan), "--config", str(world["cfg"]),
-                                                "--expect-repo", out["repo"], "--expect-pr", out["pr"],
-                                                "--expect-sha", out["head_sha"]],
-                              env={"BISECTOR_TEST_TOKEN": TOKEN})
+    return CliRunner().invoke(
+        publish_command,
+        [
+            "--plan",
+            str(plan),
+            "--config",
+            str(world["cfg"]),
+            "--expect-repo",
+            out["repo"],
+            "--expect-pr",
+            out["pr"],
+            "--expect-sha",
+            out["head_sha"],
+        ],
+        env={"BISECTOR_TEST_TOKEN": TOKEN},
+    )
 
 
 def add_fork_pull(world: dict, number: int, text: str) -> str:
@@ -237,8 +285,11 @@ def outputs(path: Path) -> dict[str, str]:
 
 
 def answers(world: dict, number: int = 7) -> list[str]:
-    return [c["body"] for c in world["fake"].issue_comments("org/lib", number) if c["user"] == "bisector-bot"
-            or "<!-- bisector:" in c["body"]]
+    return [
+        c["body"]
+        for c in world["fake"].issue_comments("org/lib", number)
+        if c["user"] == "bisector-bot" or "<!-- bisector:" in c["body"]
+    ]
 
 
 def test_unauthorized_user_gets_a_polite_refusal(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -279,22 +330,30 @@ def test_edits_and_bots_are_ignored(world: dict, monkeypatch: pytest.MonkeyPatch
 
 # ---- the workflow's stages: authorize (token), measure (no token), publish (token) ----------------
 
+
 def test_authorize_pins_the_head_and_says_so(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     head = add_fork_pull(world, 11, "a = 11\n")
     path, cid = post_event(world, "perf_fork_slower.json", number=11)
     out = world["tmp"] / "out-11"
     result = invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out))
     assert result.exit_code == 0, result.output
-    assert outputs(out) == {"run": "true", "head_sha": head, "repo": "org/lib", "pr": "11", "verb": "/perf",
-                            "head_repo": "org/lib"}
+    assert outputs(out) == {
+        "run": "true",
+        "head_sha": head,
+        "repo": "org/lib",
+        "pr": "11",
+        "verb": "/perf",
+        "head_repo": "org/lib",
+    }
     [queued] = [c for c in world["fake"].issue_comments("org/lib", 11) if f"pr11-c{cid}" in c["body"]]
     assert queued["user"] == "bisector-bot" and f"`{head[:12]}`" in queued["body"] and "not measured" in queued["body"]
     assert [r["content"] for r in world["fake"].reactions[cid]] == ["eyes"]
 
 
 @pytest.mark.parametrize("name, login", [("unauthorized.json", "mallory"), ("malformed.json", "maria")])
-def test_authorize_says_no_gpu_for_refusals_and_usage(world: dict, monkeypatch: pytest.MonkeyPatch, name: str,
-                                                      login: str) -> None:
+def test_authorize_says_no_gpu_for_refusals_and_usage(
+    world: dict, monkeypatch: pytest.MonkeyPatch, name: str, login: str
+) -> None:
     path, _ = post_event(world, name)
     out = world["tmp"] / f"out-{name}"
     result = invoke(world, monkeypatch, path, "--authorize-only", "--outputs", str(out))
@@ -313,12 +372,14 @@ def test_a_push_after_the_command_is_not_measured(world: dict, monkeypatch: pyte
 
     before = len(world["fake"].requests)
     plan = world["tmp"] / "plan-12.json"
-    result = invoke(world, monkeypatch, path, "--plan-out", str(plan), "--head-sha", outputs(out)["head_sha"],
-                    token=False)
+    result = invoke(
+        world, monkeypatch, path, "--plan-out", str(plan), "--head-sha", outputs(out)["head_sha"], token=False
+    )
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [
         f"error: refs/pull/12/head is {pushed[:12]} now, not {pinned[:12]} as pinned when the command was "
-        "authorized (pushed since?): not measured; post the command again"]
+        "authorized (pushed since?): not measured; post the command again"
+    ]
     assert len(world["fake"].requests) == before  # the measuring side made no GitHub call
     assert not list((world["tmp"] / "work").glob(f"trials/{pushed[:12]}*"))  # and ran nothing of it
 
@@ -372,8 +433,7 @@ def test_perf_on_a_fork_pr_whose_head_is_slower(world: dict, monkeypatch: pytest
 
 @pytest.mark.slow
 def test_authorized_bisect_posts_the_culprit_into_the_thread(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    result, cid = replay(world, "bisect_authorized.json", monkeypatch, BASE=world["base"][:10],
-                         HEAD="refs/pull/7/head")
+    result, cid = replay(world, "bisect_authorized.json", monkeypatch, BASE=world["base"][:10], HEAD="refs/pull/7/head")
     assert result.exit_code == 0, result.output
     assert result.output.startswith("bisect: 1 step(s)"), result.output
     [answer] = [c for c in world["fake"].issue_comments("org/lib", 7) if f"run=pr7-c{cid}:pr=7" in c["body"]]
@@ -387,7 +447,7 @@ def test_authorized_bisect_posts_the_culprit_into_the_thread(world: dict, monkey
 
 # A fork's head that does the GEMM four times and then rewrites its own trial's results, in its own
 # process, before they are written (#57 item 8): a 4x slowdown stored as a 3x speed-up.
-FORGING = textwrap.dedent('''
+FORGING = textwrap.dedent("""
     import sys
 
 
@@ -417,12 +477,13 @@ FORGING = textwrap.dedent('''
 
 
     _forge()
-''')
+""")
 
 
 @pytest.mark.slow
-def test_a_fork_that_forges_its_own_result_is_labelled_and_sets_no_status(world: dict,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fork_that_forges_its_own_result_is_labelled_and_sets_no_status(
+    world: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Its numbers cannot be made unforgeable (it runs in the process that times it): what they are used
     for can. The `/perf` answer says "faster" as measured, but labelled as the PR's own numbers, with the
     way to confirm, and no status; the publish job labels it on the authorize job's word even though the
@@ -447,9 +508,23 @@ def test_a_fork_that_forges_its_own_result_is_labelled_and_sets_no_status(world:
     plan.write_text(json.dumps(data))
     flags = outputs(out)
     assert flags["verb"] == "/perf"
-    published = CliRunner().invoke(publish_command, [
-        "--plan", str(plan), "--config", str(world["cfg"]), "--expect-repo", flags["repo"], "--expect-pr",
-        flags["pr"], "--expect-sha", flags["head_sha"], "--expect-untrusted"], env={"BISECTOR_TEST_TOKEN": TOKEN})
+    published = CliRunner().invoke(
+        publish_command,
+        [
+            "--plan",
+            str(plan),
+            "--config",
+            str(world["cfg"]),
+            "--expect-repo",
+            flags["repo"],
+            "--expect-pr",
+            flags["pr"],
+            "--expect-sha",
+            flags["head_sha"],
+            "--expect-untrusted",
+        ],
+        env={"BISECTOR_TEST_TOKEN": TOKEN},
+    )
     assert published.exit_code == 0, published.output
     [answer] = [c for c in world["fake"].issue_comments("org/lib", 31) if f"pr31-c{cid}" in c["body"]]
     lines = answer["body"].splitlines()

@@ -107,8 +107,11 @@ KERNELS = textwrap.dedent('''
 
 def config(tmp_path: Path, entry: str, timeout: float = 120.0, jit: tuple[str, ...] = ()):
     data = {
-        "name": "x", "upstream": {"repo": str(tmp_path)}, "device": {"kind": "cpu", "visible": [0]},
-        "control": {"backend": "torch"}, "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
+        "name": "x",
+        "upstream": {"repo": str(tmp_path)},
+        "device": {"kind": "cpu", "visible": [0]},
+        "control": {"backend": "torch"},
+        "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
         "suites": {"gemm": {"shapes": [{"name": "a", "M": 32, "N": 32, "K": 32, "dtype": "fp32"}]}},
         "protocol": {"reps": 2, "warmup": 1, "flush_mb": 1, "timeout_s": timeout, "jit_cache_env": list(jit)},
     }

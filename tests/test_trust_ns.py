@@ -125,8 +125,11 @@ KERNELS = textwrap.dedent('''
 
 def config(tmp_path: Path, upstream: Path, entry: str, kind: str = "cpu"):
     data = {
-        "name": "x", "upstream": {"repo": str(upstream)}, "device": {"kind": kind, "visible": [0]},
-        "control": {"backend": CONTROL[kind]}, "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
+        "name": "x",
+        "upstream": {"repo": str(upstream)},
+        "device": {"kind": kind, "visible": [0]},
+        "control": {"backend": CONTROL[kind]},
+        "subject": {"gemm": {"entry": entry, "adapter": "torch"}},
         "suites": {"gemm": {"shapes": [{"name": "a", "M": 64, "N": 64, "K": 64, "dtype": "fp32"}]}},
         "protocol": {"reps": 2, "warmup": 1, "flush_mb": 1, "timeout_s": 300.0, "jit_cache_env": []},
     }
@@ -141,12 +144,19 @@ def probes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return out
 
 
-def write_kernels(tmp_path: Path, probes: Path, port: int = 0, abstract: bytes = b"\0none", pathname: str = "/none",
-                  paths: tuple[str, ...] = ()) -> Path:
+def write_kernels(
+    tmp_path: Path,
+    probes: Path,
+    port: int = 0,
+    abstract: bytes = b"\0none",
+    pathname: str = "/none",
+    paths: tuple[str, ...] = (),
+) -> Path:
     src = tmp_path / "src"
     src.mkdir()
-    (src / "kern.py").write_text(KERNELS.format(probe=str(probes), port=port, abstract=abstract, pathname=pathname,
-                                                paths=list(paths)))
+    (src / "kern.py").write_text(
+        KERNELS.format(probe=str(probes), port=port, abstract=abstract, pathname=pathname, paths=list(paths))
+    )
     return src
 
 
@@ -208,10 +218,12 @@ def notes(probes: Path, name: str) -> dict:
 
 # -- the network (issue 57, item 2) ---------------------------------------------------------------
 
+
 @needs_sandbox
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_trial_reaches_no_socket_of_the_host(tmp_path: Path, probes: Path, listeners: HostListeners,
-                                               device: str) -> None:
+def test_a_trial_reaches_no_socket_of_the_host(
+    tmp_path: Path, probes: Path, listeners: HostListeners, device: str
+) -> None:
     """It runs (on a GPU: CUDA works without a network) but connects to nothing of the host."""
     src = write_kernels(tmp_path, probes, listeners.port, listeners.abstract_name, listeners.pathname)
     trial(tmp_path, src, "connect", device)
@@ -223,13 +235,23 @@ def test_a_trial_reaches_no_socket_of_the_host(tmp_path: Path, probes: Path, lis
 
 @needs_sandbox
 def test_a_build_step_reaches_no_socket_of_the_host(tmp_path: Path, listeners: HostListeners) -> None:
-    script = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {listeners.port}), timeout=5)\n"
-              f"    print('tcp connected')\nexcept OSError as e:\n    print('tcp refused', e.errno)\n"
-              f"for name, where in (('abstract', {listeners.abstract_name!r}), ('pathname', {listeners.pathname!r})):\n"
-              f"    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(where)\n"
-              f"        print(name, 'connected')\n    except OSError as e:\n        print(name, 'refused', e.errno)\n")
-    out = run_step("connect", [sys.executable, "-c", script], tmp_path, dict(os.environ), 120.0, tmp_path / "s.log",
-                   tmp_path / "all.log", writable=[tmp_path / "entry"])
+    script = (
+        f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {listeners.port}), timeout=5)\n"
+        f"    print('tcp connected')\nexcept OSError as e:\n    print('tcp refused', e.errno)\n"
+        f"for name, where in (('abstract', {listeners.abstract_name!r}), ('pathname', {listeners.pathname!r})):\n"
+        f"    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(where)\n"
+        f"        print(name, 'connected')\n    except OSError as e:\n        print(name, 'refused', e.errno)\n"
+    )
+    out = run_step(
+        "connect",
+        [sys.executable, "-c", script],
+        tmp_path,
+        dict(os.environ),
+        120.0,
+        tmp_path / "s.log",
+        tmp_path / "all.log",
+        writable=[tmp_path / "entry"],
+    )
     log = (tmp_path / "s.log").read_text()
     assert out.ok, log
     said = [line for line in log.splitlines() if re.fullmatch(r"(tcp|abstract|pathname) (refused \d+|connected)", line)]
@@ -251,7 +273,7 @@ def test_the_local_dask_cluster_refuses_a_client_without_the_runs_certificate(tm
             address = cluster.scheduler_address
         assert address.startswith("tls://127.0.0.1:"), address
         marker = tmp_path / "ran-in-a-worker"
-        attack = textwrap.dedent(f'''
+        attack = textwrap.dedent(f"""
             import distributed, pathlib
             for addr in ({address!r}, {address.replace("tls://", "tcp://")!r}):
                 try:
@@ -261,9 +283,14 @@ def test_the_local_dask_cluster_refuses_a_client_without_the_runs_certificate(tm
                     continue
                 c.run(lambda: pathlib.Path({str(marker)!r}).write_text("x"))
                 print("connected", addr)
-        ''')
-        out = subprocess.run([sys.executable, "-c", attack], capture_output=True, text=True, timeout=180,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        """)
+        out = subprocess.run(
+            [sys.executable, "-c", attack],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert out.stdout.count("refused") == 2, out.stdout + out.stderr[-2000:]
         assert not marker.exists()
     finally:
@@ -271,6 +298,7 @@ def test_the_local_dask_cluster_refuses_a_client_without_the_runs_certificate(tm
 
 
 # -- ptrace (issue 57, item 4) --------------------------------------------------------------------
+
 
 @needs_sandbox
 @pytest.mark.parametrize("device", DEVICES)
@@ -296,11 +324,13 @@ def credential_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pa
     """A home with the credential files a CI runner or a developer keeps, and an upstream checkout
     whose git config holds actions/checkout's persisted token."""
     home = tmp_path / "home"
-    files = {".git-credentials": f"https://x-access-token:{TOKEN}@github.com\n",
-             ".netrc": f"machine github.com login x password {TOKEN}\n",
-             ".config/gh/hosts.yml": f"github.com:\n    oauth_token: {TOKEN}\n",
-             ".gitconfig": f"[user]\n\tname = x\n[credential]\n\thelper = store\n"
-                           f"[url \"https://x:{TOKEN}@github.com/\"]\n\tinsteadOf = https://github.com/\n"}
+    files = {
+        ".git-credentials": f"https://x-access-token:{TOKEN}@github.com\n",
+        ".netrc": f"machine github.com login x password {TOKEN}\n",
+        ".config/gh/hosts.yml": f"github.com:\n    oauth_token: {TOKEN}\n",
+        ".gitconfig": f"[user]\n\tname = x\n[credential]\n\thelper = store\n"
+        f'[url "https://x:{TOKEN}@github.com/"]\n\tinsteadOf = https://github.com/\n',
+    }
     for rel, text in files.items():
         (home / rel).parent.mkdir(parents=True, exist_ok=True)
         (home / rel).write_text(text)
@@ -329,8 +359,9 @@ def test_a_build_step_reads_no_credential_file(tmp_path: Path, monkeypatch: pyte
     """Through the real Builder: a step cats every file, and git still works in its worktree."""
     up, paths = credential_home(tmp_path, monkeypatch)
     run = "cat " + " ".join(map(str, paths)) + "; git config --list; git rev-parse HEAD"
-    builder = Builder(git.Repo(up), Upstream(repo=str(up)), Build(recipe="command", steps=(BuildStep(run=run),)),
-                      tmp_path / "cache")
+    builder = Builder(
+        git.Repo(up), Upstream(repo=str(up)), Build(recipe="command", steps=(BuildStep(run=run),)), tmp_path / "cache"
+    )
     result = builder.build("main")
     log = Path(result.log_path).read_text()
     assert result.status is BuildStatus.OK, log
@@ -340,7 +371,7 @@ def test_a_build_step_reads_no_credential_file(tmp_path: Path, monkeypatch: pyte
 
 # -- git in trees a step wrote (issue 57, item 3) -------------------------------------------------
 
-REPOINT = textwrap.dedent('''\
+REPOINT = textwrap.dedent("""\
     set -e
     if [ -e "$PROBE/repointed" ]; then exit 0; fi
     evil="$BISECTOR_SOURCE/.evil"
@@ -354,9 +385,9 @@ REPOINT = textwrap.dedent('''\
     echo "gitdir: $evil/.git" > "$BISECTOR_SOURCE/.git"
     touch "$PROBE/repointed"
     sleep 600
-''')
+""")
 
-BOT = textwrap.dedent('''
+BOT = textwrap.dedent("""
     import sys
     sys.path[:0] = [sys.argv[1]]
     import git
@@ -367,7 +398,7 @@ BOT = textwrap.dedent('''
     build = Build(recipe="command", steps=(BuildStep(run=step, env={"PROBE": probes}),))
     result = Builder(git.Repo(up), Upstream(repo=up), build, Path(cache)).build("main")
     print(result.status.value, result.log_tail[-300:])
-''')
+""")
 
 
 def test_git_never_runs_a_fsmonitor_a_build_step_planted(tmp_path: Path, probes: Path) -> None:
@@ -404,22 +435,24 @@ def test_git_never_runs_a_fsmonitor_a_build_step_planted(tmp_path: Path, probes:
 
 # -- fail closed (issue 57, item 9) ---------------------------------------------------------------
 
-NO_USERNS = textwrap.dedent('''
+NO_USERNS = textwrap.dedent("""
     import os, sys
     sys.path[:0] = [sys.argv[1]]
     from bisector.isolation.sandbox_init import install_seccomp
     install_seccomp((), new_user_ns=False)  # what a host that forbids user namespaces answers
     os.execv(sys.executable, [sys.executable, "-m", "bisector", *sys.argv[2:]])
-''')
+""")
 
 
 def build_config(tmp_path: Path, up: Path, extra: str = "") -> Path:
     path = tmp_path / f"cfg{len(extra)}.toml"
-    path.write_text(f'name = "x"\n[upstream]\nrepo = "{up}"\n[device]\nkind = "cpu"\n[control]\nbackend = "torch"\n'
-                    f'[subject.gemm]\nentry = "lib:mm"\nadapter = "torch"\n'
-                    f'[[suites.gemm.shapes]]\nname = "a"\nM = 8\nN = 8\nK = 8\ndtype = "fp32"\n'
-                    f'[build]\ncache_dir = "{tmp_path / "cache"}"\nrecipe = "command"\n'
-                    f'[[build.steps]]\nrun = "touch $BISECTOR_PREFIX/built"\n{extra}')
+    path.write_text(
+        f'name = "x"\n[upstream]\nrepo = "{up}"\n[device]\nkind = "cpu"\n[control]\nbackend = "torch"\n'
+        f'[subject.gemm]\nentry = "lib:mm"\nadapter = "torch"\n'
+        f'[[suites.gemm.shapes]]\nname = "a"\nM = 8\nN = 8\nK = 8\ndtype = "fp32"\n'
+        f'[build]\ncache_dir = "{tmp_path / "cache"}"\nrecipe = "command"\n'
+        f'[[build.steps]]\nrun = "touch $BISECTOR_PREFIX/built"\n{extra}'
+    )
     return path
 
 
@@ -434,8 +467,9 @@ def test_a_run_that_requires_the_sandbox_fails_closed_where_user_namespaces_are_
     env = {**{k: v for k, v in os.environ.items() if k != "BISECTOR_SANDBOX"}, "PYTHONPATH": str(ROOT)}
 
     def bisector(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", NO_USERNS, str(ROOT), *args], env=env, capture_output=True,
-                              text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-c", NO_USERNS, str(ROOT), *args], env=env, capture_output=True, text=True, timeout=300
+        )
 
     required = bisector("build", "--config", str(build_config(tmp_path, up, "[sandbox]\nrequire = true\n")), "main")
     assert required.returncode == 3, required.stdout + required.stderr
@@ -463,8 +497,10 @@ def test_the_sandbox_key_is_read_and_fork_code_requires_the_sandbox_by_default(t
     assert not forks_need_sandbox(load(build_config(tmp_path, up, "[sandbox]\nrequire = false\n")))
     assert not forks_need_sandbox(load(build_config(tmp_path, up, "[triggers]\nallow_unsandboxed_forks = true\n")))
     nobody = lambda: pytest.fail("no ref of the upstream to look up for /perf")  # noqa: E731
-    default, off, on = (load(build_config(tmp_path, up, extra)) for extra in
-                        ("", "[sandbox]\nrequire = false\n", "[sandbox]\nrequire = true\n"))
+    default, off, on = (
+        load(build_config(tmp_path, up, extra))
+        for extra in ("", "[sandbox]\nrequire = false\n", "[sandbox]\nrequire = true\n")
+    )
     assert must_be_sandboxed(PerfCommand(), "org/lib", "carol/lib", default, nobody)  # a fork's head
     assert not must_be_sandboxed(PerfCommand(), "org/lib", "org/lib", default, nobody)  # the upstream's own
     assert not must_be_sandboxed(PerfCommand(), "org/lib", "carol/lib", off, nobody)
@@ -472,7 +508,7 @@ def test_the_sandbox_key_is_read_and_fork_code_requires_the_sandbox_by_default(t
     with pytest.raises(ConfigError, match=r"sandbox\.require: true contradicts"):
         load(build_config(tmp_path, up, "[triggers]\nallow_unsandboxed_forks = true\n[sandbox]\nrequire = true\n"))
     with pytest.raises(ConfigError, match=r"sandbox\.require: must be bool"):
-        load(build_config(tmp_path, up, "[sandbox]\nrequire = \"yes\"\n"))
+        load(build_config(tmp_path, up, '[sandbox]\nrequire = "yes"\n'))
 
 
 @needs_sandbox

@@ -40,8 +40,12 @@ def test_a_bad_cache_value_is_one_line_naming_the_key_exit_2(tmp_path: Path) -> 
     bad = write(tmp_path, WARM.replace('cache = "warm"', 'cache = "hot"'))
     with pytest.raises(ConfigError, match=r"suites\.fa\.cache.*cold, warm.*'hot'"):
         config.load(bad)
-    out = subprocess.run([sys.executable, "-m", "bisector", "run", "--config", str(bad), "--good", "a", "--bad", "b"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "bisector", "run", "--config", str(bad), "--good", "a", "--bad", "b"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "suites.fa.cache" in lines[0] and "hot" in lines[0]
@@ -57,8 +61,15 @@ def test_a_trial_times_a_warm_suite_again_without_the_flush(tmp_path: Path) -> N
 
 
 def record(ratio: float, warm: float | None) -> TrialRecord:
-    return TrialRecord(sha="a" * 40, shape="gemm/d", status=TrialStatus.OK, subject_ms=(1.0,), control_ms=(1.0,),
-                       ratio=ratio, protocol={"warm_ratio": warm} if warm else {})
+    return TrialRecord(
+        sha="a" * 40,
+        shape="gemm/d",
+        status=TrialStatus.OK,
+        subject_ms=(1.0,),
+        control_ms=(1.0,),
+        ratio=ratio,
+        protocol={"warm_ratio": warm} if warm else {},
+    )
 
 
 def test_the_warm_ratio_is_a_view_of_the_trials_where_every_trial_has_it() -> None:
@@ -76,8 +87,9 @@ def test_a_step_seen_only_warm_is_found_and_reported_as_such() -> None:
     shapes = ("gemm/m64",)
     flat = StepModel(dict.fromkeys(shapes, 100.0), (), frozenset())
     warm = StepModel(dict.fromkeys(shapes, 1.0), (SimStep(commits[17], {"gemm/m64": 0.75}),), frozenset())
-    probe = DriftingProbe(commits, flat, control_drift_pct=0.0, latency=warm, latency_cv=0.01, seed=3,
-                          latency_view="warm")
+    probe = DriftingProbe(
+        commits, flat, control_drift_pct=0.0, latency=warm, latency_cv=0.01, seed=3, latency_view="warm"
+    )
     result = localize(commits, probe, SearchSettings(min_step_pct=3.0))
     assert [(s.commit, s.shapes, s.verified) for s in result.steps] == [(commits[17], ("gemm/m64" + WARM_KEY,), True)]
     assert any(line.startswith(f"gemm/m64 at {commits[17][:7]}: seen only warm") for line in decision_lines(result))
@@ -93,7 +105,9 @@ def gemm(name: str, m: int, n: int, k: int) -> Shape:
 def test_the_report_says_which_shapes_data_fits_in_the_l2() -> None:
     decode, big = gemm("decode", 64, 7168, 2048), gemm("m8192", 8192, 8192, 8192)
     lines = cache_fit_lines([decode, big], H100, {})
-    assert len(lines) == 1 and lines[0].startswith("gemm/decode: its data (29.") and "50 MiB L2 of NVIDIA H100" in lines[0]
+    assert (
+        len(lines) == 1 and lines[0].startswith("gemm/decode: its data (29.") and "50 MiB L2 of NVIDIA H100" in lines[0]
+    )
     assert 'cache = "warm"` tests that too' in lines[0]
     assert "and warm (the L2 left warm" in cache_fit_lines([decode], H100, {"gemm": "warm"})[0]
     assert cache_fit_lines([decode], {"device_name": "cpu"}, {}) == []  # no L2 reported: nothing said
@@ -111,14 +125,26 @@ def test_a_run_on_a_real_upstream_stores_the_warm_time_and_finds_its_step(tmp_pa
     repo = tmp_path / "up"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
-    shas = [commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1),
-            commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=0), "add gemm (#2)", 2),
-            commit_file(repo, "docs/a.md", "a\n", "docs (#3)", 3),
-            commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=4), "slower (#4)", 4),
-            commit_file(repo, "docs/b.md", "b\n", "docs (#5)", 5)]
+    shas = [
+        commit_file(repo, "lib/__init__.py", "", "initial (#1)", 1),
+        commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=0), "add gemm (#2)", 2),
+        commit_file(repo, "docs/a.md", "a\n", "docs (#3)", 3),
+        commit_file(repo, "lib/gemm.py", PLANTED_MATMUL.format(extra=4), "slower (#4)", 4),
+        commit_file(repo, "docs/b.md", "b\n", "docs (#5)", 5),
+    ]
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(cpu_config("warm-test", repo, gemm_subject(256), trials=3, max_trials=6, reps=5, min_step_pct=20.0,
-                              extra='[suites.gemm]\ncache = "warm"\n'))
+    cfg.write_text(
+        cpu_config(
+            "warm-test",
+            repo,
+            gemm_subject(256),
+            trials=3,
+            max_trials=6,
+            reps=5,
+            min_step_pct=20.0,
+            extra='[suites.gemm]\ncache = "warm"\n',
+        )
+    )
     result = bisector_run(tmp_path, cfg, shas[1], "main", "--no-fixes", "--no-hunks")
     [step] = result["steps"]
     assert step["commit"] == shas[3] and step["verified"]

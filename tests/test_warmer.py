@@ -34,7 +34,7 @@ from tests.gitfixtures import git as run_git
 
 # A kernel whose first call "compiles" into the commit's Triton cache dir: slow when the dir is
 # empty, writes its artifact there with the compiling process's pid, instant once it is there.
-KERNEL = textwrap.dedent('''
+KERNEL = textwrap.dedent("""
     import os, time
     import torch
 
@@ -47,14 +47,16 @@ KERNEL = textwrap.dedent('''
             with open(art, "w") as fh:
                 fh.write(str(os.getpid()))
         return a @ b
-''')
+""")
 
-HOLD = ("import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
-        "print('held', flush=True); time.sleep(600)")
+HOLD = (
+    "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
+    "print('held', flush=True); time.sleep(600)"
+)
 
 
 # The same on a GPU with a real Triton kernel: its compile goes to the commit's Triton cache dir.
-TRITON_KERNEL = textwrap.dedent('''
+TRITON_KERNEL = textwrap.dedent("""
     import torch
     import triton
     import triton.language as tl
@@ -71,7 +73,7 @@ TRITON_KERNEL = textwrap.dedent('''
         y = torch.empty_like(out)
         _copy[(triton.cdiv(out.numel(), 1024),)](out, y, out.numel(), BLOCK=1024)
         return y
-''')
+""")
 
 
 def make_upstream(tmp_path: Path, kernel: str, commits: int = 4) -> tuple[Path, list[str]]:
@@ -89,13 +91,25 @@ def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
 
 def config(repo: Path, tmp_path: Path, kind: str = "cpu", shapes: int = 1, **protocol):
     data = {
-        "name": "w", "upstream": {"repo": str(repo)}, "device": {"kind": kind}, "control": {"backend": CONTROL[kind]},
-        "build": {"recipe": "none"}, "subject": {"gemm": {"entry": "kern:mm", "adapter": "torch"}},
-        "suites": {"gemm": {"shapes": [{"name": name, "M": 32, "N": 32, "K": 32, "dtype": "fp32"}
-                                       for name in "abc"[:shapes]]}},
-        "protocol": {"reps": 2, "warmup": 1, "flush_mb": 1, "timeout_s": 120.0, "trials": 1,
-                     "jit_cache_env": ["TRITON_CACHE_DIR"], "workers": "spawn" if kind == "cpu" else "fork",
-                     **protocol},
+        "name": "w",
+        "upstream": {"repo": str(repo)},
+        "device": {"kind": kind},
+        "control": {"backend": CONTROL[kind]},
+        "build": {"recipe": "none"},
+        "subject": {"gemm": {"entry": "kern:mm", "adapter": "torch"}},
+        "suites": {
+            "gemm": {"shapes": [{"name": name, "M": 32, "N": 32, "K": 32, "dtype": "fp32"} for name in "abc"[:shapes]]}
+        },
+        "protocol": {
+            "reps": 2,
+            "warmup": 1,
+            "flush_mb": 1,
+            "timeout_s": 120.0,
+            "trials": 1,
+            "jit_cache_env": ["TRITON_CACHE_DIR"],
+            "workers": "spawn" if kind == "cpu" else "fork",
+            **protocol,
+        },
     }
     return parse(data, tmp_path / "w.toml")
 
@@ -129,8 +143,7 @@ def artifact(work: Path, sha: str) -> Path:
     return work / "jit" / sha / "triton_cache_dir" / "mm.bin"
 
 
-def test_a_prefetch_compiles_cold_off_the_device_and_the_first_trial_keeps_it(tmp_path, upstream,
-                                                                              monkeypatch) -> None:
+def test_a_prefetch_compiles_cold_off_the_device_and_the_first_trial_keeps_it(tmp_path, upstream, monkeypatch) -> None:
     repo, shas = upstream
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
     _cfg, work, _, warmer, executor, store, probe = setup(tmp_path, repo)
@@ -230,8 +243,7 @@ def standbys_at_the_gate(executor, n: int) -> None:
 
 
 @pytest.mark.parametrize("kind", ["cpu", pytest.param("cuda", marks=[needs_cuda, pytest.mark.gpu])])
-def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_asked(tmp_path, monkeypatch,
-                                                                                   kind) -> None:
+def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_asked(tmp_path, monkeypatch, kind) -> None:
     repo, shas = make_upstream(tmp_path, KERNEL if kind == "cpu" else TRITON_KERNEL, commits=5)
     monkeypatch.setenv("BISECTOR_LOCK_DIR", str(tmp_path / "locks"))
     _cfg, _work, warmer, executor, store, probe = standby_setup(tmp_path, repo, kind)
@@ -286,7 +298,8 @@ def test_a_standby_first_trial_sets_up_ahead_and_takes_the_device_only_when_aske
 
 
 def test_a_standby_for_the_part_refined_next_displaces_one_for_later_and_a_dropped_one_comes_back(
-        tmp_path, monkeypatch) -> None:
+    tmp_path, monkeypatch
+) -> None:
     """The search names the commits it needs next first, then those of the parts it will come back
     to (`_State.pending`). With every held slot taken, a newly named commit that ranks above a held
     one takes its slot; a commit whose standby went is set up again when named again (the H200 demo
@@ -388,7 +401,7 @@ def test_every_new_commit_was_prefetched_a_round_ahead(width: int) -> None:
     commits, log = search(97, 61, width=width)
     first_seen: dict[str, int] = {}
     for t, (what, x) in enumerate(log):
-        for sha in ([x] if what == "measure" else x if what == "round" else ()):
+        for sha in [x] if what == "measure" else x if what == "round" else ():
             first_seen.setdefault(sha, t)
     named: dict[str, int] = {}
     for t, (what, shas) in enumerate(log):
@@ -400,8 +413,9 @@ def test_every_new_commit_was_prefetched_a_round_ahead(width: int) -> None:
     # Every commit the search measured besides GOOD and BAD was named in a prefetch before it was measured,
     assert all(sha in named and named[sha] < first_seen[sha] for sha in new)
     # and no prefetch names a commit already measured.
-    assert all(first_seen.get(sha, len(log)) > t for t, (what, shas) in enumerate(log) if what == "prefetch"
-               for sha in shas)
+    assert all(
+        first_seen.get(sha, len(log)) > t for t, (what, shas) in enumerate(log) if what == "prefetch" for sha in shas
+    )
 
 
 def test_with_several_steps_each_new_commit_is_named_in_one_of_the_two_requests_before_it() -> None:
@@ -410,9 +424,16 @@ def test_with_several_steps_each_new_commit_is_named_in_one_of_the_two_requests_
     the part it refines now, so their standbys are not dropped meanwhile (the H200 demo set up 12
     new commits on the device's path, each named long before)."""
     commits = [f"{k:040x}" for k in range(97)]
-    model = StepModel({"s": 100.0, "t": 100.0}, (SimStep(commits[13], {"s": 0.8}), SimStep(commits[40], {"t": 1.2}),
-                                                 SimStep(commits[44], {"s": 1.15}), SimStep(commits[83], {"t": 0.9})),
-                      frozenset())
+    model = StepModel(
+        {"s": 100.0, "t": 100.0},
+        (
+            SimStep(commits[13], {"s": 0.8}),
+            SimStep(commits[40], {"t": 1.2}),
+            SimStep(commits[44], {"s": 1.15}),
+            SimStep(commits[83], {"t": 0.9}),
+        ),
+        frozenset(),
+    )
     probe = Recording(SimulatedProbe(commits, model, noise_cv=0.005, seed=1))
     result = localize(commits, probe, SearchSettings())
     assert [commits.index(s.commit) for s in result.steps] == [13, 40, 44, 83]
@@ -423,14 +444,14 @@ def test_with_several_steps_each_new_commit_is_named_in_one_of_the_two_requests_
         if what == "prefetch":
             requests.append(x)
             continue
-        for sha in ([x] if what == "measure" else x):
+        for sha in [x] if what == "measure" else x:
             if sha not in seen and not any(sha in r[:8] for r in requests[-2:]):
                 late.append(commits.index(sha))
             seen.add(sha)
     assert len(seen) > 20 and late == []
 
 
-SLOW_KERNEL = textwrap.dedent('''
+SLOW_KERNEL = textwrap.dedent("""
     import torch
 
     def mm(a, b):
@@ -438,7 +459,7 @@ SLOW_KERNEL = textwrap.dedent('''
         for _ in range({extra}):  # the regression: extra work
             out = a @ b
         return out
-''')
+""")
 
 
 def run_with_standbys(tmp_path: Path, repo: Path, good: str, bad: str, **options):
@@ -446,9 +467,17 @@ def run_with_standbys(tmp_path: Path, repo: Path, good: str, bad: str, **options
     from bisector import pipeline
 
     cfg = config(repo, tmp_path, prefetch=2, standby=True, trials=2, max_trials=4)
-    return cfg, pipeline.bisect(cfg, pipeline.RunOptions(
-        good=good, bad=bad, store=str(tmp_path / "s.sqlite"), work_dir=str(tmp_path / "work"),
-        report_dir=str(tmp_path / "report"), **options))
+    return cfg, pipeline.bisect(
+        cfg,
+        pipeline.RunOptions(
+            good=good,
+            bad=bad,
+            store=str(tmp_path / "s.sqlite"),
+            work_dir=str(tmp_path / "work"),
+            report_dir=str(tmp_path / "report"),
+            **options,
+        ),
+    )
 
 
 @pytest.mark.slow
@@ -461,10 +490,12 @@ def test_the_revert_of_a_step_being_verified_is_set_up_on_the_tip_ahead(tmp_path
     repo = tmp_path / "up"
     repo.mkdir()
     run_git(repo, "init", "-q", "-b", "main")
-    shas = [commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=0), "kernel (#900)", 1),
-            commit_file(repo, "NOTES.md", "one\n", "notes (#901)", 2),
-            commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=30), "kernel: extra work (#902)", 3),
-            commit_file(repo, "NOTES.md", "one\ntwo\n", "notes (#903)", 4)]
+    shas = [
+        commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=0), "kernel (#900)", 1),
+        commit_file(repo, "NOTES.md", "one\n", "notes (#901)", 2),
+        commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=30), "kernel: extra work (#902)", 3),
+        commit_file(repo, "NOTES.md", "one\ntwo\n", "notes (#903)", 4),
+    ]
     cfg, outcome = run_with_standbys(tmp_path, repo, shas[0], shas[-1], find_hunks=False)
     assert [s.commit for s in outcome.result.steps] == [shas[2]]
     assert [f.applied for f in outcome.fixes] == [True]
@@ -485,8 +516,10 @@ def test_the_hunk_searches_first_subsets_are_set_up_on_the_parent_ahead(tmp_path
     repo = tmp_path / "up"
     repo.mkdir()
     run_git(repo, "init", "-q", "-b", "main")
-    shas = [commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=0), "kernel (#900)", 1),
-            commit_file(repo, "NOTES.md", "one\n", "notes (#901)", 2)]
+    shas = [
+        commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=0), "kernel (#900)", 1),
+        commit_file(repo, "NOTES.md", "one\n", "notes (#901)", 2),
+    ]
     (repo / "NOTES.md").write_text("one\nthe kernel does more\n")
     run_git(repo, "add", "NOTES.md")
     shas.append(commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=30), "kernel: extra work (#902)", 3))
@@ -573,7 +606,9 @@ def test_a_new_commits_next_spare_sets_up_as_soon_as_its_companion_is_taken(tmp_
         warmer.wait(120)
         wait_until(lambda: (shas[1], 1) in warmer.spares)  # the companion
         # Another process holds the device: the round's trials cannot end before it lets go.
-        holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock_path("cpu", 0))], stdout=subprocess.PIPE, text=True)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(lock_path("cpu", 0))], stdout=subprocess.PIPE, text=True
+        )
         try:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
             measured = threading.Thread(target=lambda: probe(shas[1], 2), daemon=True)
@@ -632,7 +667,7 @@ def test_a_grid_point_that_does_not_build_has_its_replacement_named_ahead() -> N
     assert [s.commit for s in result.steps] == [commits[61]]
     grid_round = next(k for k, (what, x) in enumerate(probe.log) if what == "round" and commits[broken] in x)
     named = {sha for what, x in probe.log[:grid_round] if what == "prefetch" for sha in x}
-    moved_to = next(x for what, x in probe.log[grid_round + 1:] if what == "measure" and x != commits[broken])
+    moved_to = next(x for what, x in probe.log[grid_round + 1 :] if what == "measure" and x != commits[broken])
     assert moved_to == commits[broken - 1] and moved_to in named
 
 

@@ -37,8 +37,10 @@ def test_a_forked_trial_inherits_what_tritons_first_call_imports() -> None:
     """Triton 3.6 imported its Gluon dialect at each trial's first kernel call (0.15 s of the demo's
     attention precompile on the H200 host); the zygote imports it before it forks."""
     pytest.importorskip("triton")
-    code = ("import sys, importlib.util; from benches import worker; worker.preload(['triton']); "
-            "sys.exit(0 if all(n in sys.modules for n in worker.TRITON_LAZY if importlib.util.find_spec(n)) else 3)")
+    code = (
+        "import sys, importlib.util; from benches import worker; worker.preload(['triton']); "
+        "sys.exit(0 if all(n in sys.modules for n in worker.TRITON_LAZY if importlib.util.find_spec(n)) else 3)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     fresh = subprocess.run(
@@ -51,18 +53,30 @@ def test_a_forked_trial_inherits_what_tritons_first_call_imports() -> None:
 
 
 def test_a_preload_without_triton_computes_nothing() -> None:
-    proc = subprocess.run([sys.executable, "-c", "from benches import worker; import sys; "
-                           "worker.preload(['json']); sys.exit('triton' in sys.modules)"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from benches import worker; import sys; worker.preload(['json']); sys.exit('triton' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def _worker(tmp_path: Path) -> tuple[socket.socket, object, subprocess.Popen]:
     """A spawned benches.worker on a socketpair, as bisector/runner/workers.py starts one."""
     ours, theirs = socket.socketpair()
-    proc = subprocess.Popen([sys.executable, "-m", "benches.worker", "--fd", str(theirs.fileno()), "--preload", "json"],
-                            pass_fds=[theirs.fileno()], stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benches.worker", "--fd", str(theirs.fileno()), "--preload", "json"],
+        pass_fds=[theirs.fileno()],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )
     theirs.close()
     return ours, ours.makefile("r"), proc
 
@@ -74,12 +88,22 @@ def test_an_idle_worker_opens_its_device_and_refuses_a_trial_for_another(tmp_pat
     sock, lines, proc = _worker(tmp_path)
     try:
         assert json.loads(lines.readline())["msg"] == "ready"
-        sock.sendall((json.dumps({"device": {"kind": "cuda", "env": {"CUDA_VISIBLE_DEVICES": "3"}, "unset": []}})
-                      + "\n").encode())
+        sock.sendall(
+            (
+                json.dumps({"device": {"kind": "cuda", "env": {"CUDA_VISIBLE_DEVICES": "3"}, "unset": []}}) + "\n"
+            ).encode()
+        )
         opened = json.loads(lines.readline())
         assert opened["msg"] == "opened" and opened["s"] is None  # no CUDA device here
-        job = {"spec": "s", "out": "o", "log": str(tmp_path / "log"), "cwd": str(tmp_path),
-               "env": {"CUDA_VISIBLE_DEVICES": "1"}, "unset": [], "cpu": None}
+        job = {
+            "spec": "s",
+            "out": "o",
+            "log": str(tmp_path / "log"),
+            "cwd": str(tmp_path),
+            "env": {"CUDA_VISIBLE_DEVICES": "1"},
+            "unset": [],
+            "cpu": None,
+        }
         sock.sendall((json.dumps({"job": job}) + "\n").encode())
         assert proc.wait(timeout=60) != 0
         assert "differs from its trial's: ['CUDA_VISIBLE_DEVICES']" in proc.stderr.read()
@@ -96,10 +120,18 @@ def test_the_device_environment_is_the_trials_less_its_jit_dirs(tmp_path: Path) 
     from bisector.model import BuildResult, BuildStatus
     from bisector.runner.launch import device_env, trial_env
 
-    cfg = parse({"name": "x", "upstream": {"repo": str(tmp_path)}, "device": {"kind": "cuda", "visible": [0, 1]},
-                 "control": {"backend": "torch_cuda"}, "subject": {"gemm": {"entry": "k:mm", "adapter": "torch"}},
-                 "suites": {"gemm": {"shapes": [{"name": "a", "M": 64, "N": 64, "K": 64, "dtype": "fp32"}]}},
-                 "protocol": {"env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}}, tmp_path / "x.toml")
+    cfg = parse(
+        {
+            "name": "x",
+            "upstream": {"repo": str(tmp_path)},
+            "device": {"kind": "cuda", "visible": [0, 1]},
+            "control": {"backend": "torch_cuda"},
+            "subject": {"gemm": {"entry": "k:mm", "adapter": "torch"}},
+            "suites": {"gemm": {"shapes": [{"name": "a", "M": 64, "N": 64, "K": 64, "dtype": "fp32"}]}},
+            "protocol": {"env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}},
+        },
+        tmp_path / "x.toml",
+    )
     base = {"CUDA_VISIBLE_DEVICES": "4,5", "PATH": "/bin"}
     build = BuildResult("a" * 40, BuildStatus.OK, str(tmp_path), "")
     env, unset = device_env(cfg, 1, base)

@@ -29,13 +29,56 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
 GATED = ("nightly.yml", "pr-comment.yml")  # the workflows that run upstream code on GPU runners
 TOP = {"name", "run-name", "on", "permissions", "env", "defaults", "concurrency", "jobs"}
-JOB = {"name", "needs", "permissions", "if", "runs-on", "environment", "concurrency", "outputs", "env", "defaults",
-       "steps", "timeout-minutes", "strategy", "continue-on-error", "container", "services", "uses", "with",
-       "secrets"}
-STEP = {"id", "if", "name", "uses", "run", "shell", "with", "env", "continue-on-error", "timeout-minutes",
-        "working-directory"}
-SCOPES = {"actions", "attestations", "checks", "contents", "deployments", "discussions", "id-token", "issues",
-          "packages", "pages", "pull-requests", "repository-projects", "security-events", "statuses"}
+JOB = {
+    "name",
+    "needs",
+    "permissions",
+    "if",
+    "runs-on",
+    "environment",
+    "concurrency",
+    "outputs",
+    "env",
+    "defaults",
+    "steps",
+    "timeout-minutes",
+    "strategy",
+    "continue-on-error",
+    "container",
+    "services",
+    "uses",
+    "with",
+    "secrets",
+}
+STEP = {
+    "id",
+    "if",
+    "name",
+    "uses",
+    "run",
+    "shell",
+    "with",
+    "env",
+    "continue-on-error",
+    "timeout-minutes",
+    "working-directory",
+}
+SCOPES = {
+    "actions",
+    "attestations",
+    "checks",
+    "contents",
+    "deployments",
+    "discussions",
+    "id-token",
+    "issues",
+    "packages",
+    "pages",
+    "pull-requests",
+    "repository-projects",
+    "security-events",
+    "statuses",
+}
 
 
 def load(name: str) -> dict[str, Any]:
@@ -184,8 +227,11 @@ def test_pr_comment_stores_are_apart_from_the_nightly_store() -> None:
     nightly caches and restores."""
     nightly = load("nightly.yml")["jobs"]["measure"]
     nightly_store = nightly["env"]["BISECTOR_STORE"].replace("${{ matrix.gpu }}", "mi355x")
-    cached = [s["with"]["path"].replace("${{ matrix.gpu }}", "mi355x") for s in nightly["steps"]
-              if s.get("uses", "").startswith("actions/cache/")]
+    cached = [
+        s["with"]["path"].replace("${{ matrix.gpu }}", "mi355x")
+        for s in nightly["steps"]
+        if s.get("uses", "").startswith("actions/cache/")
+    ]
     pr_store = load("pr-comment.yml")["jobs"]["measure"]["env"]["BISECTOR_STORE"]
     assert cached and pr_store != nightly_store
     for folder in cached:
@@ -205,13 +251,17 @@ def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
             assert "authorize" in ([job["needs"]] if isinstance(job["needs"], str) else job["needs"]), job_id
             assert job["if"] == "needs.authorize.outputs.run == 'true'", job_id
     [check] = publishing_steps(wf, authorize)
-    assert "--authorize-only --outputs \"$GITHUB_OUTPUT\"" in check["run"]
-    assert authorize["outputs"] == {key: "${{{{ steps.{}.outputs.{} }}}}".format(check["id"], key)
-                                    for key in ("run", "head_sha", "repo", "pr", "head_repo", "verb")}
+    assert '--authorize-only --outputs "$GITHUB_OUTPUT"' in check["run"]
+    assert authorize["outputs"] == {
+        key: "${{{{ steps.{}.outputs.{} }}}}".format(check["id"], key)
+        for key in ("run", "head_sha", "repo", "pr", "head_repo", "verb")
+    }
     # the GPU side measures exactly the pinned head and hands its answer over as a plan
     [step] = [s for s in measure["steps"] if "handle-comment" in s.get("run", "")]
-    assert step["env"] == {"HEAD_SHA": "${{ needs.authorize.outputs.head_sha }}",
-                           "HEAD_REPO": "${{ needs.authorize.outputs.head_repo }}"}
+    assert step["env"] == {
+        "HEAD_SHA": "${{ needs.authorize.outputs.head_sha }}",
+        "HEAD_REPO": "${{ needs.authorize.outputs.head_repo }}",
+    }
     assert '--head-sha "$HEAD_SHA" --head-repo "$HEAD_REPO" --plan-out publish-plan.json' in step["run"]
     upload = next(s for s in measure["steps"] if s.get("with", {}).get("path") == "publish-plan.json")
     download = next(s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
@@ -219,16 +269,20 @@ def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
     assert publish["needs"] == ["authorize", "measure"]
     assert publish["if"] == "always() && needs.authorize.outputs.run == 'true'"
     [post] = publishing_steps(wf, publish)
-    assert "bisector publish --plan plan/publish-plan.json --config \"$CONFIG\"" in post["run"]
+    assert 'bisector publish --plan plan/publish-plan.json --config "$CONFIG"' in post["run"]
     # the plan is held to what the authorize job recorded, never to what the measure job says
-    assert ('--expect-repo "$EXPECT_REPO" --expect-pr "$EXPECT_PR" --expect-sha "$EXPECT_SHA"' in post["run"])
+    assert '--expect-repo "$EXPECT_REPO" --expect-pr "$EXPECT_PR" --expect-sha "$EXPECT_SHA"' in post["run"]
     assert {k: v for k, v in post["env"].items() if k.startswith("EXPECT_")} == {
-        "EXPECT_REPO": "${{ needs.authorize.outputs.repo }}", "EXPECT_PR": "${{ needs.authorize.outputs.pr }}",
-        "EXPECT_SHA": "${{ needs.authorize.outputs.head_sha }}"}
+        "EXPECT_REPO": "${{ needs.authorize.outputs.repo }}",
+        "EXPECT_PR": "${{ needs.authorize.outputs.pr }}",
+        "EXPECT_SHA": "${{ needs.authorize.outputs.head_sha }}",
+    }
     # and the PR's own code (`/perf`, a fork's head) is labelled from the authorize job's word, not the plan's
-    assert post["env"]["UNTRUSTED"] == ("${{ (needs.authorize.outputs.verb == '/perf' || "
-                                        "needs.authorize.outputs.head_repo != needs.authorize.outputs.repo) "
-                                        "&& '--expect-untrusted' || '' }}")
+    assert post["env"]["UNTRUSTED"] == (
+        "${{ (needs.authorize.outputs.verb == '/perf' || "
+        "needs.authorize.outputs.head_repo != needs.authorize.outputs.repo) "
+        "&& '--expect-untrusted' || '' }}"
+    )
     assert post["run"].rstrip().endswith("$UNTRUSTED")
     # never the fork's head: the default branch, or the workflow's own commit
     text = (WORKFLOWS / "pr-comment.yml").read_text()
@@ -240,8 +294,19 @@ def test_pr_comment_gates_the_gpu_on_a_github_hosted_permission_check() -> None:
     assert checkout["with"]["ref"] == "${{ github.event.repository.default_branch }}"
 
 
-BODIES = ["/perf", "/bisect a..b", "thanks!\n\n/perf --suite fa", "  /bisect v1..main --shapes s1", "/perfect",
-          "see /perf in the docs", "no command", "/PERF", "> /bisect a..b quoted", "/bisect\t a..b", "/perf\r\n"]
+BODIES = [
+    "/perf",
+    "/bisect a..b",
+    "thanks!\n\n/perf --suite fa",
+    "  /bisect v1..main --shapes s1",
+    "/perfect",
+    "see /perf in the docs",
+    "no command",
+    "/PERF",
+    "> /bisect a..b quoted",
+    "/bisect\t a..b",
+    "/perf\r\n",
+]
 
 
 def test_the_workflow_filter_lets_through_every_comment_the_parser_reads() -> None:
@@ -250,8 +315,10 @@ def test_the_workflow_filter_lets_through_every_comment_the_parser_reads() -> No
     words = re.findall(r"contains\(github\.event\.comment\.body, '([^']+)'\)", cond)
     assert sorted(words) == sorted(commands.VERBS)
     assert "github.event.issue.pull_request" in cond and "startsWith" not in cond
-    for body in BODIES + [json.loads((ROOT / "tests" / "events" / f).read_text())["comment"]["body"]
-                          for f in ("perf_fork_slower.json", "bisect_authorized.json", "malformed.json")]:
+    for body in BODIES + [
+        json.loads((ROOT / "tests" / "events" / f).read_text())["comment"]["body"]
+        for f in ("perf_fork_slower.json", "bisect_authorized.json", "malformed.json")
+    ]:
         passes = any(w.lower() in body.lower() for w in words)  # GitHub's contains() ignores case
         if commands.parse(body) is not None:
             assert passes, body
@@ -276,7 +343,13 @@ def test_publishing_needs_no_torch(tmp_path: Path) -> None:
         from bisector.trust.start import main
         main()
     """)
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert (tmp_path / "out" / "01-comment-pr-3.md").exists()

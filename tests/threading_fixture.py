@@ -17,7 +17,8 @@ def _pad(tag: str) -> str:
     return "".join(f"_{tag}_PAD_{i} = {i}\n" for i in range(7))
 
 
-META = {False: '''"""Launch parameters, one object per call."""
+META = {
+    False: '''"""Launch parameters, one object per call."""
 
 
 class LaunchMeta:
@@ -27,7 +28,8 @@ class LaunchMeta:
         self.q_stride = q_stride
         self.block = block
         self.causal = causal
-''', True: '''"""Launch parameters, one object per call."""
+''',
+    True: '''"""Launch parameters, one object per call."""
 
 
 class LaunchMeta:
@@ -38,7 +40,8 @@ class LaunchMeta:
         self.kv_stride = kv_stride
         self.block = block
         self.causal = causal
-'''}
+''',
+}
 
 _JIT = '''"""The kernel and its address helper (`jit` stands in for @triton.jit)."""
 
@@ -47,7 +50,9 @@ def jit(fn=None, do_not_specialize=()):
     return fn if fn is not None else (lambda f: f)
 '''
 
-KERNEL = {False: _JIT + f'''
+KERNEL = {
+    False: _JIT
+    + f"""
 
 def _kv_offsets(n, stride, block):
     rows = [i // block for i in range(n)]
@@ -61,7 +66,9 @@ def _kv_offsets(n, stride, block):
 def _fwd(q, k, n, meta):
     offs = _kv_offsets(n, meta.q_stride, meta.block)
     return sum(q[i % len(q)] * k[o % len(k)] for i, o in enumerate(offs))
-''', True: _JIT + f'''
+""",
+    True: _JIT
+    + f"""
 
 def _kv_offsets(n, stride, block, kv_stride):
     rows = [i // block for i in range(n)]
@@ -76,22 +83,35 @@ def _kv_offsets(n, stride, block, kv_stride):
 def _fwd(q, k, n, meta):
     offs = _kv_offsets(n, meta.q_stride, meta.block, meta.kv_stride)
     return sum(q[i % len(q)] * k[o % len(k)] for i, o in enumerate(offs))
-'''}
+""",
+}
 
 
 def api(after: bool) -> str:
-    out = ['"""Entry points: each builds its launch parameters and calls the kernel."""\n\n'
-           "from lib.kernel import _fwd\nfrom lib.meta import LaunchMeta\n\n\n"
-           "def kv_stride_of(k):\n    return len(k) // 2 + 1\n\n\n"]
+    out = [
+        '"""Entry points: each builds its launch parameters and calls the kernel."""\n\n'
+        "from lib.kernel import _fwd\nfrom lib.meta import LaunchMeta\n\n\n"
+        "def kv_stride_of(k):\n    return len(k) // 2 + 1\n\n\n"
+    ]
     for j, name in enumerate(ENTRIES):
         inline = j >= 8
-        args = "len(q), 4, True" if not after else \
-            "len(q), kv_stride_of(k), 4, True" if inline else "len(q), kv_stride, 4, True"
+        args = (
+            "len(q), 4, True"
+            if not after
+            else "len(q), kv_stride_of(k), 4, True"
+            if inline
+            else "len(q), kv_stride, 4, True"
+        )
         pre = "    kv_stride = kv_stride_of(k)\n" if after and not inline else ""
-        out.append(f"def {name}(q, k):\n{pre}    meta = LaunchMeta({args})\n    return _fwd(q, k, {j + 5}, meta)\n\n\n"
-                   + _pad(name.upper()) + "\n\n")
-    out.append("def run():\n    q, k = [1.0, 2.0, 3.0], [float(i) for i in range(11)]\n"
-               f"    return round(sum(f(q, k) for f in ({', '.join(ENTRIES)},)), 6)\n")
+        out.append(
+            f"def {name}(q, k):\n{pre}    meta = LaunchMeta({args})\n    return _fwd(q, k, {j + 5}, meta)\n\n\n"
+            + _pad(name.upper())
+            + "\n\n"
+        )
+    out.append(
+        "def run():\n    q, k = [1.0, 2.0, 3.0], [float(i) for i in range(11)]\n"
+        f"    return round(sum(f(q, k) for f in ({', '.join(ENTRIES)},)), 6)\n"
+    )
     return "".join(out)
 
 
@@ -108,6 +128,12 @@ def write(root: Path, extra_before: dict[str, str] | None = None, extra_after: d
             (root / path).parent.mkdir(parents=True, exist_ok=True)
             (root / path).write_text(text)
         git(root, "add", "-A")
-        git(root, "commit", "-q", "-m", "thread kv_stride through (#7)" if after else "attention (#1)",
-            date=f"2026-08-{day:02d}T12:00:00+00:00")
+        git(
+            root,
+            "commit",
+            "-q",
+            "-m",
+            "thread kv_stride through (#7)" if after else "attention (#1)",
+            date=f"2026-08-{day:02d}T12:00:00+00:00",
+        )
     return git(root, "rev-parse", "HEAD")

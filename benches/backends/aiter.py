@@ -78,8 +78,9 @@ def gemm_kind(dtype: torch.dtype, options: Mapping[str, Any]) -> str:
     return kind
 
 
-def gemm_operands(a: torch.Tensor, b: torch.Tensor, kind: str,
-                  fp8: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+def gemm_operands(
+    a: torch.Tensor, b: torch.Tensor, kind: str, fp8: torch.dtype | None = None
+) -> tuple[torch.Tensor, ...]:
     """Our a [M, K], b [K, N] -> aiter's (inp, weights[N, K][, x_scale, w_scale]).
 
     Unit scales: the suite's fp8 inputs are already quantized values."""
@@ -116,8 +117,11 @@ def check_pure(what: str, choice: Mapping[str, Any] | None, log_lines: Sequence[
     said = [line for line in log_lines if _FLYDSL_PICKED.search(line)]
     if libtype == "flydsl" or said:
         detail = f"libtype flydsl, kernel {kernel!r}" if libtype == "flydsl" else said[0][:200]
-        raise BackendUnavailable("aiter", f"the control's {what} dispatches to FlyDSL ({detail}); FlyDSL is the "
-                                          "commit under test in this trial, so it cannot be the control")
+        raise BackendUnavailable(
+            "aiter",
+            f"the control's {what} dispatches to FlyDSL ({detail}); FlyDSL is the "
+            "commit under test in this trial, so it cannot be the control",
+        )
     return f"aiter control {what}: libtype {libtype}" + (f", kernel {kernel}" if kernel else "")
 
 
@@ -195,8 +199,11 @@ class _Aiter:
         fn = self.resolve(call.fn)
         if call.autograd:
             if not getattr(self.resolve(call.fn.rsplit(".", 1)[0]), "ENABLE_CK", True):
-                raise BackendUnavailable(self.name, "this aiter is built without CK (ENABLE_CK=0): its varlen "
-                                                    "attention would be Triton's, not the CK control")
+                raise BackendUnavailable(
+                    self.name,
+                    "this aiter is built without CK (ENABLE_CK=0): its varlen "
+                    "attention would be Triton's, not the CK control",
+                )
             args = aiter_calls.varlen_args(fn.forward, call.kwargs)
             return prepared(lambda: fn.apply(*args), call.output, impl=f"aiter {call.what}")
         return prepared(lambda: fn(*call.args, **call.kwargs), call.output, impl=f"aiter {call.what}")
@@ -211,8 +218,11 @@ class AiterControl(_Aiter):
             package, pinned = aiter_isolation.import_control("aiter")
         except ImportError as exc:
             raise BackendUnavailable(self.name, f"cannot import 'aiter': {exc}") from None
-        print(f"aiter control: imported without FlyDSL; FlyDSL off in {', '.join(pinned) or 'no module'}",
-              file=sys.stderr, flush=True)
+        print(
+            f"aiter control: imported without FlyDSL; FlyDSL off in {', '.join(pinned) or 'no module'}",
+            file=sys.stderr,
+            flush=True,
+        )
         return package
 
     def prepare(self, suite: str, inputs: Mapping[str, Any]) -> Prepared:
@@ -244,8 +254,14 @@ class AiterSubject(_Aiter):
     """A kernel of the aiter commit under test, called with aiter's own conventions, or with the
     subject's declared mapping (benches/backends/callmap.py) when it has one."""
 
-    def __init__(self, entry: str, options: Mapping[str, Any] | None = None, layout: str = "bshd",
-                 args: Sequence[str] = (), kwargs: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        entry: str,
+        options: Mapping[str, Any] | None = None,
+        layout: str = "bshd",
+        args: Sequence[str] = (),
+        kwargs: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__()
         self.entry, self.options, self.layout = entry, dict(options or {}), layout
         self.args, self.kwargs = tuple(args), dict(kwargs or {})
@@ -267,12 +283,20 @@ class AiterSubject(_Aiter):
 def _prepare_fa(fn: Callable[..., Any], inputs: Mapping[str, Any], opts: Mapping[str, Any]) -> Prepared:
     q, k, v = (to_layout(inputs[n], "bshd") for n in ("q", "k", "v"))
     causal, scale = inputs["causal"], inputs["sm_scale"]
-    return prepared(lambda: fn(q, k, v, dropout_p=0.0, softmax_scale=scale, causal=causal, **opts),
-                    lambda o: from_layout(o[0] if isinstance(o, (tuple, list)) else o, "bshd"))
+    return prepared(
+        lambda: fn(q, k, v, dropout_p=0.0, softmax_scale=scale, causal=causal, **opts),
+        lambda o: from_layout(o[0] if isinstance(o, (tuple, list)) else o, "bshd"),
+    )
 
 
-def _prepare_gemm(fn: Callable[..., Any], inputs: Mapping[str, Any], kind: str, fp8: torch.dtype | None,
-                  shuffle: Callable[[torch.Tensor], torch.Tensor] | None, **opts: Any) -> Prepared:
+def _prepare_gemm(
+    fn: Callable[..., Any],
+    inputs: Mapping[str, Any],
+    kind: str,
+    fp8: torch.dtype | None,
+    shuffle: Callable[[torch.Tensor], torch.Tensor] | None,
+    **opts: Any,
+) -> Prepared:
     ops = gemm_operands(inputs["a"], inputs["b"], kind, fp8)
     if kind == "a16w16":
         inp, weight = ops

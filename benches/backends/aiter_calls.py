@@ -83,8 +83,9 @@ def varlen_args(forward: Callable[..., Any], named: Mapping[str, Any]) -> tuple[
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             raise BackendUnavailable("aiter", f"FlashAttnVarlenFunc.forward's {p.name!r} is not positional")
         if p.name not in named and p.default is p.empty:
-            raise BackendUnavailable("aiter", f"this aiter's FlashAttnVarlenFunc.forward takes {p.name!r}, "
-                                              "which the control does not know")
+            raise BackendUnavailable(
+                "aiter", f"this aiter's FlashAttnVarlenFunc.forward takes {p.name!r}, which the control does not know"
+            )
         out.append(named.get(p.name, p.default))
     return tuple(out)
 
@@ -114,20 +115,51 @@ def attention(inputs: Mapping[str, Any]) -> Call | None:
     k, v = (lay.as_thd(inputs[n], g.dense_k).contiguous() for n in ("k", "v"))
     if is_fp8:
         descales = fp8.unit_descales(q.device)
-        args = (q, k, v, *(descales[n] for n in fp8.ATTENTION_DESCALES), inputs["cu_seqlens_q"],
-                inputs["cu_seqlens_k"], inputs["max_seqlen_q"], inputs["max_seqlen_k"])
-        return Call(VARLEN_FP8, args, {"causal": causal, "softmax_scale": scale}, output,
-                    f"{VARLEN_FP8} (per-tensor descales)")
+        args = (
+            q,
+            k,
+            v,
+            *(descales[n] for n in fp8.ATTENTION_DESCALES),
+            inputs["cu_seqlens_q"],
+            inputs["cu_seqlens_k"],
+            inputs["max_seqlen_q"],
+            inputs["max_seqlen_k"],
+        )
+        return Call(
+            VARLEN_FP8, args, {"causal": causal, "softmax_scale": scale}, output, f"{VARLEN_FP8} (per-tensor descales)"
+        )
     # What flash_attn_varlen_func passes FlashAttnVarlenFunc.apply, by name (its defaults for the rest).
-    named = {"q": q, "k": k, "v": v, "cu_seqlens_q": inputs["cu_seqlens_q"], "cu_seqlens_k": inputs["cu_seqlens_k"],
-             "max_seqlen_q": inputs["max_seqlen_q"], "max_seqlen_k": inputs["max_seqlen_k"], "min_seqlen_q": 0,
-             "dropout_p": 0.0, "softmax_scale": scale, "logits_soft_cap": 0.0, "causal": causal,
-             "window_size": (-1, -1, 0), "bias": None, "alibi_slopes": None, "deterministic": False,
-             "return_lse": False, "return_softmax": False, "block_table": None, "out": None,
-             "is_grad_enabled": False, "cu_seqlens_q_padded": None, "cu_seqlens_k_padded": None,
-             "is_v3_atomic_fp32": True, "how_v3_bf16_cvt": 1, "sink_ptr": None}
-    return Call(VARLEN_CK, (), named, output, "FlashAttnVarlenFunc (CK, flash_attn_varlen_func without FlyDSL)",
-                autograd=True)
+    named = {
+        "q": q,
+        "k": k,
+        "v": v,
+        "cu_seqlens_q": inputs["cu_seqlens_q"],
+        "cu_seqlens_k": inputs["cu_seqlens_k"],
+        "max_seqlen_q": inputs["max_seqlen_q"],
+        "max_seqlen_k": inputs["max_seqlen_k"],
+        "min_seqlen_q": 0,
+        "dropout_p": 0.0,
+        "softmax_scale": scale,
+        "logits_soft_cap": 0.0,
+        "causal": causal,
+        "window_size": (-1, -1, 0),
+        "bias": None,
+        "alibi_slopes": None,
+        "deterministic": False,
+        "return_lse": False,
+        "return_softmax": False,
+        "block_table": None,
+        "out": None,
+        "is_grad_enabled": False,
+        "cu_seqlens_q_padded": None,
+        "cu_seqlens_k_padded": None,
+        "is_v3_atomic_fp32": True,
+        "how_v3_bf16_cvt": 1,
+        "sink_ptr": None,
+    }
+    return Call(
+        VARLEN_CK, (), named, output, "FlashAttnVarlenFunc (CK, flash_attn_varlen_func without FlyDSL)", autograd=True
+    )
 
 
 def dense_fp8(inputs: Mapping[str, Any]) -> Call:
@@ -136,8 +168,13 @@ def dense_fp8(inputs: Mapping[str, Any]) -> Call:
     q, k, v = (to_layout(inputs[n], "bshd") for n in ("q", "k", "v"))
     descales = fp8.unit_descales(q.device)
     args = (q, k, v, *(descales[n] for n in fp8.ATTENTION_DESCALES))
-    return Call(DENSE_FP8, args, {"causal": inputs["causal"], "softmax_scale": inputs["sm_scale"]},
-                lambda o: from_layout(_first(o), "bshd"), f"{DENSE_FP8} (per-tensor descales)")
+    return Call(
+        DENSE_FP8,
+        args,
+        {"causal": inputs["causal"], "softmax_scale": inputs["sm_scale"]},
+        lambda o: from_layout(_first(o), "bshd"),
+        f"{DENSE_FP8} (per-tensor descales)",
+    )
 
 
 def paged(inputs: Mapping[str, Any], q: torch.Tensor, output: Callable[[Any], torch.Tensor]) -> Call:
@@ -148,12 +185,23 @@ def paged(inputs: Mapping[str, Any], q: torch.Tensor, output: Callable[[Any], to
     if g.page_size == 1:
         k_cache, v_cache = (c.reshape(c.shape[0], *c.shape[2:]) for c in (k_cache, v_cache))
     indices = torch.nn.functional.pad(inputs["kv_indices"], (0, KV_INDEX_PAD), value=0)
-    kwargs: dict[str, Any] = {"softmax_scale": inputs["sm_scale"], "causal": inputs["causal"],
-                              "kv_last_page_lens": inputs["kv_last_page_len"]}
+    kwargs: dict[str, Any] = {
+        "softmax_scale": inputs["sm_scale"],
+        "causal": inputs["causal"],
+        "kv_last_page_lens": inputs["kv_last_page_len"],
+    }
     if q.dtype == torch.float8_e4m3fn:
         kwargs.update(fp8.unit_descales(q.device))
-    args = (q, k_cache, v_cache, inputs["cu_seqlens_q"], inputs["kv_indptr"], indices, inputs["max_seqlen_q"],
-            inputs["max_seqlen_k"])
+    args = (
+        q,
+        k_cache,
+        v_cache,
+        inputs["cu_seqlens_q"],
+        inputs["kv_indptr"],
+        indices,
+        inputs["max_seqlen_q"],
+        inputs["max_seqlen_k"],
+    )
     return Call("mha_batch_prefill_func", args, kwargs, output, f"mha_batch_prefill_func page={g.page_size}")
 
 
@@ -161,8 +209,10 @@ def scaled_gemm(inputs: Mapping[str, Any], fp8: torch.dtype | None) -> Call:
     """gemm_a8w8 (tensor / row scales as per-row vectors) or gemm_a8w8_blockscale for a scaled shape."""
     a, b, scaling = inputs["a"], inputs["b"], inputs["scaling"]
     if a.dim() != 2 or inputs.get("group_sizes") is not None:
-        raise BackendUnavailable("aiter", "no batched or grouped fp8 GEMM control in the aiter code read "
-                                          "(batched_gemm_a8w8 is exercised with int8)")
+        raise BackendUnavailable(
+            "aiter",
+            "no batched or grouped fp8 GEMM control in the aiter code read (batched_gemm_a8w8 is exercised with int8)",
+        )
     if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
         raise BackendUnavailable("aiter", "aiter's a8w8 GEMMs take e4m3 on both sides")
     if fp8 is not None and fp8 != torch.float8_e4m3fn:
@@ -173,8 +223,14 @@ def scaled_gemm(inputs: Mapping[str, Any], fp8: torch.dtype | None) -> Call:
     if scaling == "block":
         x_scale = inputs["a_scale"].contiguous()
         w_scale = inputs["b_scale"].transpose(-2, -1).contiguous()
-        return Call("gemm_a8w8_blockscale", (xq, wq, x_scale, w_scale, out), {}, _first,
-                    f"gemm_a8w8_blockscale M={m} N={n} K={k}")
+        return Call(
+            "gemm_a8w8_blockscale",
+            (xq, wq, x_scale, w_scale, out),
+            {},
+            _first,
+            f"gemm_a8w8_blockscale M={m} N={n} K={k}",
+        )
     x_scale, w_scale = expand_scales(inputs)
-    return Call("gemm_a8w8", (xq, wq, x_scale, w_scale, None, out), {}, _first,
-                f"gemm_a8w8 {scaling}-scaled M={m} N={n} K={k}")
+    return Call(
+        "gemm_a8w8", (xq, wq, x_scale, w_scale, None, out), {}, _first, f"gemm_a8w8 {scaling}-scaled M={m} N={n} K={k}"
+    )

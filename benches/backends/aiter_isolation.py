@@ -41,8 +41,10 @@ class _Refuse(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
         if _is_blocked(fullname):
-            raise ImportError(f"{fullname!r} is not imported by the aiter control (FlyDSL is the commit "
-                              "under test in a trial)", name=fullname)
+            raise ImportError(
+                f"{fullname!r} is not imported by the aiter control (FlyDSL is the commit under test in a trial)",
+                name=fullname,
+            )
         return None
 
 
@@ -51,8 +53,10 @@ def flydsl_unimportable() -> Iterator[None]:
     """While the block runs, `import flydsl...` and `find_spec("flydsl")` raise ImportError."""
     loaded = sorted(name for name in sys.modules if _is_blocked(name))
     if loaded:
-        raise RuntimeError(f"{loaded[0]!r} was imported before the aiter control: the control must be "
-                           "imported first, before the checkout is on sys.path")
+        raise RuntimeError(
+            f"{loaded[0]!r} was imported before the aiter control: the control must be "
+            "imported first, before the checkout is on sys.path"
+        )
     finder = _Refuse()
     sys.meta_path.insert(0, finder)
     try:

@@ -20,8 +20,15 @@ from benches.backends.callmap import mapped
 
 
 class CallableSubject:
-    def __init__(self, entry: str, layout: str = "bhsd", options: Mapping[str, Any] | None = None,
-                 name: str = "callable", args: Sequence[str] = (), kwargs: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        entry: str,
+        layout: str = "bhsd",
+        options: Mapping[str, Any] | None = None,
+        name: str = "callable",
+        args: Sequence[str] = (),
+        kwargs: Mapping[str, str] | None = None,
+    ) -> None:
         self.name, self.entry, self.layout = name, entry, layout
         self.options = dict(options or {})
         self.args, self.kwargs = tuple(args), dict(kwargs or {})
@@ -56,8 +63,10 @@ def default_call(fn: Any, suite: str, inputs: Mapping[str, Any], layout: str, op
             raise ValueError(f"{why}: declare the subject's args / kwargs (benches/backends/callmap.py)")
         q, k, v = (to_layout(inputs[n], layout) for n in ("q", "k", "v"))
         causal, scale = inputs["causal"], inputs["sm_scale"]
-        return prepared(lambda: fn(q, k, v, causal, scale, **opts),
-                        lambda o: from_layout(o[0] if isinstance(o, (tuple, list)) else o, layout))
+        return prepared(
+            lambda: fn(q, k, v, causal, scale, **opts),
+            lambda o: from_layout(o[0] if isinstance(o, (tuple, list)) else o, layout),
+        )
     if suite == "gemm":
         if inputs.get("group_sizes") is not None:
             raise ValueError(f"{shapes.needs_mapping('gemm', {'groups': True})}: declare the subject's args / kwargs")

@@ -47,14 +47,34 @@ def attention_view(inputs: Mapping[str, Any], layout: str, packed_out: bool) -> 
             shape = tuple(q.shape) if layout == "bhsd" else (q.shape[0], q.shape[2], q.shape[1], q.shape[3])
         return torch.empty(shape, dtype=_out_dtype(q.dtype), device=q.device)
 
-    view: dict[str, Thunk] = {"q": natural("q", g.dense_q), "k": natural("k", g.dense_k), "v": natural("v", g.dense_k),
-                              "q_thd": thd("q", g.dense_q), "k_thd": thd("k", g.dense_k), "v_thd": thd("v", g.dense_k),
-                              "softmax_scale": lambda: inputs["sm_scale"], "cache_seqlens": lambda: inputs["seqused_k"],
-                              "out": out}
-    for name in ("causal", "sm_scale", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "max_seqlen_q", "max_seqlen_k",
-                 "k_cache", "v_cache", "block_table", "kv_indptr", "kv_indices", "kv_last_page_len"):
+    view: dict[str, Thunk] = {
+        "q": natural("q", g.dense_q),
+        "k": natural("k", g.dense_k),
+        "v": natural("v", g.dense_k),
+        "q_thd": thd("q", g.dense_q),
+        "k_thd": thd("k", g.dense_k),
+        "v_thd": thd("v", g.dense_k),
+        "softmax_scale": lambda: inputs["sm_scale"],
+        "cache_seqlens": lambda: inputs["seqused_k"],
+        "out": out,
+    }
+    for name in (
+        "causal",
+        "sm_scale",
+        "cu_seqlens_q",
+        "cu_seqlens_k",
+        "seqused_k",
+        "max_seqlen_q",
+        "max_seqlen_k",
+        "k_cache",
+        "v_cache",
+        "block_table",
+        "kv_indptr",
+        "kv_indices",
+        "kv_last_page_len",
+    ):
         if name in inputs:
-            view[name] = (lambda n=name: inputs[n])
+            view[name] = lambda n=name: inputs[n]
     return view
 
 
@@ -73,12 +93,19 @@ def gemm_view(inputs: Mapping[str, Any]) -> dict[str, Thunk]:
         view["b_scale_nk"] = lambda: fp8.transpose_scale(inputs["b_scale"], inputs["scaling"])
     for name in ("a", "b", "a_scale", "b_scale", "out_dtype", "tile", "group_offsets", "group_sizes"):
         if inputs.get(name) is not None:
-            view[name] = (lambda n=name: inputs[n])
+            view[name] = lambda n=name: inputs[n]
     return view
 
 
-def mapped(fn: Callable[..., Any], suite: str, inputs: Mapping[str, Any], layout: str, args: Sequence[str],
-           kwargs: Mapping[str, str], options: Mapping[str, Any]) -> Prepared:
+def mapped(
+    fn: Callable[..., Any],
+    suite: str,
+    inputs: Mapping[str, Any],
+    layout: str,
+    args: Sequence[str],
+    kwargs: Mapping[str, str],
+    options: Mapping[str, Any],
+) -> Prepared:
     """`fn(*args, **kwargs, **options)` with each name replaced by its view of the inputs."""
     names = [*args, *kwargs.values()]
     packed_out = "q_thd" in names
@@ -90,8 +117,10 @@ def mapped(fn: Callable[..., Any], suite: str, inputs: Mapping[str, Any], layout
         view = {k: (lambda v=v: v) for k, v in inputs.items()}
     missing = sorted({n for n in names if n not in view})
     if missing:
-        raise ValueError(f"the subject's mapping names {', '.join(missing)}, which this {suite} shape does not have "
-                         f"(has: {', '.join(sorted(view))})")
+        raise ValueError(
+            f"the subject's mapping names {', '.join(missing)}, which this {suite} shape does not have "
+            f"(has: {', '.join(sorted(view))})"
+        )
     values = {n: view[n]() for n in dict.fromkeys(names)}
     pos = [values[n] for n in args]
     kw = {**{k: values[n] for k, n in kwargs.items()}, **options}

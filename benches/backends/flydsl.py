@@ -61,8 +61,9 @@ class GemmPlan:
     n: int
 
 
-def plan_gemm(a: torch.Tensor, b: torch.Tensor, tile: tuple[int, int, int] | None,
-              options: Mapping[str, Any]) -> GemmPlan:
+def plan_gemm(
+    a: torch.Tensor, b: torch.Tensor, tile: tuple[int, int, int] | None, options: Mapping[str, Any]
+) -> GemmPlan:
     in_dtype = _IN_DTYPES.get(a.dtype)
     if in_dtype is None:
         raise BackendUnavailable("flydsl", f"compile_preshuffle_gemm has no {a.dtype} input")
@@ -74,12 +75,22 @@ def plan_gemm(a: torch.Tensor, b: torch.Tensor, tile: tuple[int, int, int] | Non
         raise ValueError(f"tile_k={tile[2]} must divide K={k}")
     bad = adapter_options.unknown("flydsl", "gemm", options)
     if bad:
-        raise ValueError(f"compile_preshuffle_gemm takes no option {bad[0]!r} "
-                         f"(known: {', '.join(sorted(adapter_options.FLYDSL_GEMM))})")
+        raise ValueError(
+            f"compile_preshuffle_gemm takes no option {bad[0]!r} "
+            f"(known: {', '.join(sorted(adapter_options.FLYDSL_GEMM))})"
+        )
     out = torch.float16 if a.dtype == torch.float16 else torch.bfloat16
     extra = {key: v for key, v in options.items() if key != "tile"}
-    kwargs = dict(N=n, K=k, tile_m=tile[0], tile_n=tile[1], tile_k=tile[2], in_dtype=in_dtype,
-                  out_dtype="fp16" if out == torch.float16 else "bf16", **extra)
+    kwargs = dict(
+        N=n,
+        K=k,
+        tile_m=tile[0],
+        tile_n=tile[1],
+        tile_k=tile[2],
+        in_dtype=in_dtype,
+        out_dtype="fp16" if out == torch.float16 else "bf16",
+        **extra,
+    )
     return GemmPlan(compile_kwargs=kwargs, weight=b.t().contiguous(), a=a.contiguous(), out_dtype=out, m=m, n=n)
 
 
@@ -113,8 +124,9 @@ def fa_kwargs(q: torch.Tensor, causal: bool, options: Mapping[str, Any]) -> dict
     fp32 q/k/v descales it requires on gfx950 (unit: the suite's fp8 inputs are already the values)."""
     bad = adapter_options.unknown("flydsl", "fa", options)
     if bad:
-        raise ValueError(f"flydsl_flash_attn_func takes no option {bad[0]!r} "
-                         f"(known: {', '.join(sorted(adapter_options.FLYDSL_FA))})")
+        raise ValueError(
+            f"flydsl_flash_attn_func takes no option {bad[0]!r} (known: {', '.join(sorted(adapter_options.FLYDSL_FA))})"
+        )
     kwargs: dict[str, Any] = {"causal": causal, **options}
     if q.dtype == torch.float8_e4m3fn:
         kwargs.update(fp8.unit_descales(q.device))
@@ -143,8 +155,12 @@ def unsupported(suite: str, inputs: Mapping[str, Any]) -> str | None:
     elif suite == "gemm":
         a, b = inputs["a"], inputs["b"]
         refused = control_limits.flydsl_gemm_refusal(
-            inputs.get("scaling"), a.dim() != 2, inputs.get("group_sizes") is not None,
-            _IN_DTYPES.get(a.dtype, str(a.dtype)), _IN_DTYPES.get(b.dtype, str(b.dtype)))
+            inputs.get("scaling"),
+            a.dim() != 2,
+            inputs.get("group_sizes") is not None,
+            _IN_DTYPES.get(a.dtype, str(a.dtype)),
+            _IN_DTYPES.get(b.dtype, str(b.dtype)),
+        )
     else:
         return None
     return refused[1] if refused else None

@@ -66,14 +66,17 @@ def scaled_mm_call(inputs: Mapping[str, Any]) -> tuple[Any, str] | str:
         return (lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=out)), "torch._scaled_mm row-wise"
     f = torch.nn.functional
     kinds = getattr(f, "ScalingType", None)
-    row_kind, block_kind = (_member(kinds, "BlockWise1x128", "Blockwise_1x128"),
-                            _member(kinds, "BlockWise128x128", "Blockwise_128x128"))
+    row_kind, block_kind = (
+        _member(kinds, "BlockWise1x128", "Blockwise_1x128"),
+        _member(kinds, "BlockWise128x128", "Blockwise_128x128"),
+    )
     if not hasattr(f, "scaled_mm") or row_kind is None or block_kind is None:
         return "this torch's scaled_mm has no BlockWise1x128 / BlockWise128x128 recipes"
     sa_outer = sa.t().contiguous().t()  # 1x128 scales outer-dim-major
     sb_cols = sb.t().contiguous().t()
-    return (lambda: f.scaled_mm(a, b, sa_outer, row_kind, sb_cols, block_kind, output_dtype=out)), \
-        "torch.nn.functional.scaled_mm BlockWise1x128 x BlockWise128x128"
+    return (
+        lambda: f.scaled_mm(a, b, sa_outer, row_kind, sb_cols, block_kind, output_dtype=out)
+    ), "torch.nn.functional.scaled_mm BlockWise1x128 x BlockWise128x128"
 
 
 def _member(enum: Any, *names: str) -> Any:
@@ -102,8 +105,9 @@ def cuda(inputs: Mapping[str, Any]) -> Prepared:
         a, b = a.contiguous(), b.t().contiguous().t()
         one = torch.ones((), device=a.device, dtype=torch.float32)
         out = inputs.get("out_dtype", torch.bfloat16)
-        return prepared(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=out),
-                        impl="torch._scaled_mm unit scales")
+        return prepared(
+            lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=out), impl="torch._scaled_mm unit scales"
+        )
     return _plain(a, b, inputs, "cuBLAS matmul")
 
 

@@ -46,11 +46,29 @@ def plan(inputs: Mapping[str, Any]) -> SdpaPlan:
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
         sq, sk = g.q_lens[0], g.k_lens[0]
         if not g.causal or sq == 1 or sq == sk:
-            return SdpaPlan(q, k, v, None, g.causal and sq == sk and sq > 1, gqa, scale, lambda o: o,
-                            "sdpa" + (" enable_gqa" if gqa else ""))
+            return SdpaPlan(
+                q,
+                k,
+                v,
+                None,
+                g.causal and sq == sk and sq > 1,
+                gqa,
+                scale,
+                lambda o: o,
+                "sdpa" + (" enable_gqa" if gqa else ""),
+            )
         mask = lay.visible(sq, sk, True, q.device)
-        return SdpaPlan(q, _repeat(k, g.heads), _repeat(v, g.heads), mask, False, False, scale, lambda o: o,
-                        "sdpa bottom-right mask" + (", KV repeated" if gqa else ""))
+        return SdpaPlan(
+            q,
+            _repeat(k, g.heads),
+            _repeat(v, g.heads),
+            mask,
+            False,
+            False,
+            scale,
+            lambda o: o,
+            "sdpa bottom-right mask" + (", KV repeated" if gqa else ""),
+        )
     q = inputs["q"] if g.dense_q else lay.pad(inputs["q"], g.q_lens)
     k, v = (inputs[n] if g.dense_k else lay.pad(inputs[n], g.k_lens) for n in ("k", "v"))
     lens = g.q_lens
@@ -58,8 +76,17 @@ def plan(inputs: Mapping[str, Any]) -> SdpaPlan:
     def unpad(o: torch.Tensor) -> torch.Tensor:
         return o if g.dense_q else lay.unpad(o, lens)
 
-    return SdpaPlan(q, _repeat(k, g.heads), _repeat(v, g.heads), lay.padded_mask(g, q.device), False, False, scale,
-                    unpad, "sdpa padded to the longest sequence, mask per sequence" + (", KV repeated" if gqa else ""))
+    return SdpaPlan(
+        q,
+        _repeat(k, g.heads),
+        _repeat(v, g.heads),
+        lay.padded_mask(g, q.device),
+        False,
+        False,
+        scale,
+        unpad,
+        "sdpa padded to the longest sequence, mask per sequence" + (", KV repeated" if gqa else ""),
+    )
 
 
 def call(p: SdpaPlan) -> torch.Tensor:

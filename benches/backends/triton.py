@@ -15,8 +15,15 @@ from benches.backends.callable import CallableSubject
 
 
 class TritonSubject(CallableSubject):
-    def __init__(self, entry: str, layout: str = "bhsd", options: Mapping[str, Any] | None = None,
-                 device: str = "cuda", args: Sequence[str] = (), kwargs: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        entry: str,
+        layout: str = "bhsd",
+        options: Mapping[str, Any] | None = None,
+        device: str = "cuda",
+        args: Sequence[str] = (),
+        kwargs: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(entry, layout, options, name="triton", args=args, kwargs=kwargs)
         self.device = device
 

@@ -46,9 +46,16 @@ def varlen_attention(
     return out
 
 
-def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                    seqused_k: torch.Tensor, cu_seqlens_q: torch.Tensor, causal: bool = False,
-                    softmax_scale: float | None = None) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seqused_k: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+) -> torch.Tensor:
     """q [total_q, H, D]; caches [pages, page_size, Hkv, D] read through block_table [B, max pages]."""
     page = k_cache.shape[1]
     keys, values, lens = [], [], seqused_k.tolist()
@@ -73,8 +80,13 @@ def _expand(scale: torch.Tensor, rows: int, cols: int, operand: str) -> torch.Te
     return scale.repeat_interleave(BLOCK, dim=0).repeat_interleave(BLOCK, dim=1)[:rows, :cols]
 
 
-def scaled_matmul(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
-                  out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def scaled_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
     """fp8 a [M, K] @ b [K, N] with dequantization scales; fp32 accumulation, `out_dtype` result."""
     (m, k), n = a.shape, b.shape[1]
     a32 = a.float() * _expand(a_scale, m, k, "a")

@@ -23,10 +23,29 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, CU_Q, CU_K, SEQUSED_K, BLOCK_TABLE, qk_scale,
-              stride_qt, stride_qh, stride_kt, stride_kh, stride_bt, group,
-              D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
-              PAGED: tl.constexpr, CAUSAL: tl.constexpr):
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    O,
+    CU_Q,
+    CU_K,
+    SEQUSED_K,
+    BLOCK_TABLE,
+    qk_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_bt,
+    group,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr,
+    PAGED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     seq = tl.program_id(1)
     head = tl.program_id(2)
@@ -80,11 +99,23 @@ def _attn_fwd(Q, K, V, O, CU_Q, CU_K, SEQUSED_K, BLOCK_TABLE, qk_scale,
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
-def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                     seqused_k: torch.Tensor, max_seqlen_q: int, softmax_scale: float, causal: bool = False,
-                     cu_seqlens_k: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
-                     out: torch.Tensor | None = None, block_m: int = 16, block_n: int = 32, num_warps: int = 4,
-                     num_stages: int = 2) -> torch.Tensor:
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seqused_k: torch.Tensor,
+    max_seqlen_q: int,
+    softmax_scale: float,
+    causal: bool = False,
+    cu_seqlens_k: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    block_m: int = 16,
+    block_n: int = 32,
+    num_warps: int = 4,
+    num_stages: int = 2,
+) -> torch.Tensor:
     _total_q, heads, d = q.shape
     paged = block_table is not None
     if paged:
@@ -105,9 +136,29 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     batch = cu_seqlens_q.numel() - 1
     dummy = seqused_k  # an int32 tensor for the pointer the variant does not read
     grid = (triton.cdiv(max_seqlen_q, block_m), batch, heads)
-    _attn_fwd[grid](q, k2, v2, o, cu_seqlens_q, cu_seqlens_k if cu_seqlens_k is not None else dummy, seqused_k,
-                    block_table if paged else dummy, softmax_scale * LOG2E, q.stride(0), q.stride(1),
-                    k2.stride(0), k2.stride(1), block_table.stride(0) if paged else 0, heads // kv_heads,
-                    D=d, BLOCK_M=block_m, BLOCK_N=block_n, PAGE=page, PAGED=paged, CAUSAL=causal,
-                    num_warps=num_warps, num_stages=num_stages)
+    _attn_fwd[grid](
+        q,
+        k2,
+        v2,
+        o,
+        cu_seqlens_q,
+        cu_seqlens_k if cu_seqlens_k is not None else dummy,
+        seqused_k,
+        block_table if paged else dummy,
+        softmax_scale * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        k2.stride(0),
+        k2.stride(1),
+        block_table.stride(0) if paged else 0,
+        heads // kv_heads,
+        D=d,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        PAGE=page,
+        PAGED=paged,
+        CAUSAL=causal,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     return o

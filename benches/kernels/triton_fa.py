@@ -15,9 +15,9 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, qk_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr,
-              CAUSAL: tl.constexpr):
+def _attn_fwd(
+    Q, K, V, O, qk_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr
+):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     base = pid_bh.to(tl.int64) * S * D
@@ -47,8 +47,17 @@ def _attn_fwd(Q, K, V, O, qk_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr,
     tl.store(O + base + offs_m[:, None] * D + offs_d[None, :], acc.to(O.dtype.element_ty))
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
-              block_m: int = 128, block_n: int = 64, num_warps: int = 8, num_stages: int = 3) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+    block_m: int = 128,
+    block_n: int = 64,
+    num_warps: int = 8,
+    num_stages: int = 3,
+) -> torch.Tensor:
     b, h, s, d = q.shape
     if s % block_m or s % block_n or block_m % block_n:
         raise ValueError(f"S={s} must be a multiple of BLOCK_M={block_m} and BLOCK_N={block_n}")
@@ -57,6 +66,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, s
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = torch.empty_like(q)
     grid = (s // block_m, b * h)
-    _attn_fwd[grid](q, k, v, o, sm_scale * LOG2E, s, D=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal,
-                    num_warps=num_warps, num_stages=num_stages)
+    _attn_fwd[grid](
+        q,
+        k,
+        v,
+        o,
+        sm_scale * LOG2E,
+        s,
+        D=d,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        CAUSAL=causal,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     return o

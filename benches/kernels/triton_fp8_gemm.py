@@ -21,9 +21,28 @@ BLOCK_K = 128  # one K slice per scale block
 
 
 @triton.jit
-def _scaled_mm(A, B, C, SA, SB, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-               stride_sa, stride_sb, KIND: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+def _scaled_mm(
+    A,
+    B,
+    C,
+    SA,
+    SB,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    stride_sa,
+    stride_sb,
+    KIND: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -34,10 +53,12 @@ def _scaled_mm(A, B, C, SA, SB, M, N, K, stride_am, stride_ak, stride_bk, stride
     for kb in range(0, tl.cdiv(K, BLOCK_K)):
         ks = kb * BLOCK_K + offs_k
         k_ok = ks < K
-        a = tl.load(A + offs_m[:, None] * stride_am + ks[None, :] * stride_ak, mask=m_ok[:, None] & k_ok[None, :],
-                    other=0.0)
-        b = tl.load(B + ks[:, None] * stride_bk + offs_n[None, :] * stride_bn, mask=k_ok[:, None] & n_ok[None, :],
-                    other=0.0)
+        a = tl.load(
+            A + offs_m[:, None] * stride_am + ks[None, :] * stride_ak, mask=m_ok[:, None] & k_ok[None, :], other=0.0
+        )
+        b = tl.load(
+            B + ks[:, None] * stride_bk + offs_n[None, :] * stride_bn, mask=k_ok[:, None] & n_ok[None, :], other=0.0
+        )
         part = tl.dot(a, b)
         if KIND == 2:  # blockwise: A's scale per (row, K slice), B's per (K slice, 128 columns)
             sa = tl.load(SA + offs_m * stride_sa + kb, mask=m_ok, other=0.0)
@@ -61,16 +82,28 @@ def scale_kind(a_scale: torch.Tensor, b_scale: torch.Tensor, m: int, n: int, k: 
         return 0
     if tuple(a_scale.shape) == (m, 1) and tuple(b_scale.shape) == (1, n):
         return 1
-    if tuple(a_scale.shape) == (m, triton.cdiv(k, 128)) and tuple(b_scale.shape) == (triton.cdiv(k, 128),
-                                                                                      triton.cdiv(n, 128)):
+    if tuple(a_scale.shape) == (m, triton.cdiv(k, 128)) and tuple(b_scale.shape) == (
+        triton.cdiv(k, 128),
+        triton.cdiv(n, 128),
+    ):
         return 2
-    raise ValueError(f"scales {tuple(a_scale.shape)} x {tuple(b_scale.shape)} are neither per tensor, per row "
-                     f"nor 1x128 / 128x128 blocks for M={m} N={n} K={k}")
+    raise ValueError(
+        f"scales {tuple(a_scale.shape)} x {tuple(b_scale.shape)} are neither per tensor, per row "
+        f"nor 1x128 / 128x128 blocks for M={m} N={n} K={k}"
+    )
 
 
-def scaled_matmul(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
-                  out_dtype: torch.dtype = torch.bfloat16, block_m: int = 64, block_n: int = 64,
-                  num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
+def scaled_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    block_m: int = 64,
+    block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 3,
+) -> torch.Tensor:
     (m, k), n = a.shape, b.shape[1]
     kind = scale_kind(a_scale, b_scale, m, n, k)
     if kind == 2 and 128 % block_n:
@@ -78,7 +111,28 @@ def scaled_matmul(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_sca
     sa, sb = a_scale.float().contiguous(), b_scale.float().contiguous()
     c = torch.empty((m, n), device=a.device, dtype=out_dtype)
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
-    _scaled_mm[grid](a, b, c, sa, sb, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-                     c.stride(1), sa.stride(0) if kind == 2 else 0, sb.stride(0) if kind == 2 else 0, KIND=kind,
-                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
+    _scaled_mm[grid](
+        a,
+        b,
+        c,
+        sa,
+        sb,
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        sa.stride(0) if kind == 2 else 0,
+        sb.stride(0) if kind == 2 else 0,
+        KIND=kind,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=BLOCK_K,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     return c

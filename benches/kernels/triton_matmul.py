@@ -12,8 +12,24 @@ import triton.language as tl
 
 
 @triton.jit
-def _matmul(A, B, C, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def _matmul(
+    A,
+    B,
+    C,
+    M,
+    N,
+    K,
+    s_am,
+    s_ak,
+    s_bk,
+    s_bn,
+    s_cm,
+    s_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -43,8 +59,14 @@ def _matmul(A, B, C, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
     tl.store(C + rows[:, None] * s_cm + cols[None, :] * s_cn, acc.to(C.dtype.element_ty), mask=mask)
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, tile: tuple[int, int, int] | None = None, group_m: int = 8,
-           num_warps: int = 8, num_stages: int = 3) -> torch.Tensor:
+def matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    tile: tuple[int, int, int] | None = None,
+    group_m: int = 8,
+    num_warps: int = 8,
+    num_stages: int = 3,
+) -> torch.Tensor:
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
@@ -52,6 +74,24 @@ def matmul(a: torch.Tensor, b: torch.Tensor, tile: tuple[int, int, int] | None =
     out_dtype = torch.bfloat16 if a.dtype == torch.float8_e4m3fn else a.dtype
     c = torch.empty((m, n), device=a.device, dtype=out_dtype)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
-    _matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
+    _matmul[grid](
+        a,
+        b,
+        c,
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        GROUP_M=group_m,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     return c

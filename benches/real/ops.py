@@ -66,8 +66,13 @@ class NormFwdBwd:
         w = (1.0 + 0.1 * torch.randn(shape[1], generator=g, device=device)).to(dt)
         rms = p.get("kind", "layer") == "rms"
         b = None if rms else (0.1 * torch.randn(shape[1], generator=g, device=device)).to(dt)
-        return {"x": torch.randn(shape, generator=g, device=device).to(dt), "weight": w, "bias": b,
-                "dy": torch.randn(shape, generator=g, device=device).to(dt), "eps": 1e-6}
+        return {
+            "x": torch.randn(shape, generator=g, device=device).to(dt),
+            "weight": w,
+            "bias": b,
+            "dy": torch.randn(shape, generator=g, device=device).to(dt),
+            "eps": 1e-6,
+        }
 
     def flops(self, p: Mapping[str, Any]) -> float:
         return 16.0 * p["T"] * p["D"]
@@ -77,8 +82,9 @@ class NormFwdBwd:
         return 5.0 * p["T"] * p["D"] * _elt(p)
 
     @staticmethod
-    def torch_fwd_bwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dy: torch.Tensor,
-                      eps: float) -> torch.Tensor:
+    def torch_fwd_bwd(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dy: torch.Tensor, eps: float
+    ) -> torch.Tensor:
         xr = x.detach().requires_grad_(True)
         if bias is None:
             y = torch.nn.functional.rms_norm(xr, (x.shape[-1],), weight, eps)
@@ -150,8 +156,11 @@ class Rotary:
         g, dt = _gen(device, seed), DTYPES[str(p.get("dtype", "bf16"))]
         B, S, H, D, R = (int(p[k]) for k in ("B", "S", "H", "D", "rotary_dim"))
         angle = torch.rand((S, R // 2), generator=g, device=device) * 6.283
-        inputs = {"x": torch.randn((B, S, H, D), generator=g, device=device).to(dt),
-                  "cos": torch.cos(angle).to(dt), "sin": torch.sin(angle).to(dt)}
+        inputs = {
+            "x": torch.randn((B, S, H, D), generator=g, device=device).to(dt),
+            "cos": torch.cos(angle).to(dt),
+            "sin": torch.sin(angle).to(dt),
+        }
         if p.get("interleaved", False):  # only then: the non-interleaved subject keeps its 3 arguments
             inputs["interleaved"] = True
         return inputs
@@ -171,12 +180,13 @@ class Rotary:
             x1, x2 = pairs[..., 0], pairs[..., 1]
             rot = torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).flatten(-2)
             return torch.cat([rot, x[..., r:]], dim=-1)
-        x1, x2 = x[..., : r // 2], x[..., r // 2: r]
+        x1, x2 = x[..., : r // 2], x[..., r // 2 : r]
         return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c, x[..., r:]], dim=-1)
 
     def reference(self, inputs: Mapping[str, Any]) -> torch.Tensor:
-        return self.torch_rotary(*(inputs[k].float() for k in ("x", "cos", "sin")),
-                                 interleaved=bool(inputs.get("interleaved", False)))
+        return self.torch_rotary(
+            *(inputs[k].float() for k in ("x", "cos", "sin")), interleaved=bool(inputs.get("interleaved", False))
+        )
 
     def control(self, inputs: Mapping[str, Any]) -> Any:
         x, cos, sin = inputs["x"], inputs["cos"], inputs["sin"]
@@ -190,8 +200,10 @@ class Rotary:
         return (0.05, 0.02)
 
     def describe(self, p: Mapping[str, Any]) -> str:
-        return (f"rotary{' interleaved' if p.get('interleaved', False) else ''} B={p['B']} S={p['S']} H={p['H']} "
-                f"D={p['D']} rotary_dim={p['rotary_dim']} {p.get('dtype', 'bf16')}")
+        return (
+            f"rotary{' interleaved' if p.get('interleaved', False) else ''} B={p['B']} S={p['S']} H={p['H']} "
+            f"D={p['D']} rotary_dim={p['rotary_dim']} {p.get('dtype', 'bf16')}"
+        )
 
 
 class L2NormFwdBwd:
@@ -202,8 +214,11 @@ class L2NormFwdBwd:
 
     def make_inputs(self, p: Mapping[str, Any], device: str, seed: int) -> dict[str, Any]:
         g, dt, shape = _gen(device, seed), DTYPES[str(p.get("dtype", "bf16"))], (int(p["T"]), int(p["D"]))
-        return {"x": torch.randn(shape, generator=g, device=device).to(dt),
-                "dy": torch.randn(shape, generator=g, device=device).to(dt), "eps": 1e-6}
+        return {
+            "x": torch.randn(shape, generator=g, device=device).to(dt),
+            "dy": torch.randn(shape, generator=g, device=device).to(dt),
+            "eps": 1e-6,
+        }
 
     def flops(self, p: Mapping[str, Any]) -> float:
         return 10.0 * p["T"] * p["D"]

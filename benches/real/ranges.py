@@ -85,8 +85,20 @@ def _sha(path: Path, data: dict[str, Any], key: str, where: str = "") -> str:
 def _step(path: Path, data: Any, where: str) -> Step:
     if not isinstance(data, dict):
         raise DescriptionError(f"{path}: {where.rstrip('.')}: must be a table")
-    known = {"culprit", "title", "kind", "shapes", "files", "lines", "threaded", "confirmed", "status",
-             "loaded", "searched", "aside"}
+    known = {
+        "culprit",
+        "title",
+        "kind",
+        "shapes",
+        "files",
+        "lines",
+        "threaded",
+        "confirmed",
+        "status",
+        "loaded",
+        "searched",
+        "aside",
+    }
     extra = sorted(set(data) - known)
     if extra:
         raise DescriptionError(f"{path}: {where}{extra[0]}: unknown key (known: {', '.join(sorted(known))})")
@@ -98,8 +110,9 @@ def _step(path: Path, data: Any, where: str) -> Step:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise DescriptionError(f"{path}: {where}shapes.{key}: must be a number (the change of the time)")
         if (value < 0) != (kind == "improvement"):
-            raise DescriptionError(f"{path}: {where}shapes.{key}: {value} does not match kind {kind!r} "
-                                   "(a time change: negative is faster)")
+            raise DescriptionError(
+                f"{path}: {where}shapes.{key}: {value} does not match kind {kind!r} (a time change: negative is faster)"
+            )
     status = data.get("status", "confirmed")
     if status not in STATUSES:
         raise DescriptionError(f"{path}: {where}status: must be one of {', '.join(STATUSES)}, got {status!r}")
@@ -112,9 +125,18 @@ def _step(path: Path, data: Any, where: str) -> Step:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise DescriptionError(f"{path}: {where}{key}: must be a list of non-empty strings")
         plan[key] = tuple(value)
-    return Step(_sha(path, data, "culprit", where), _get(path, data, "title", str, where), kind,
-                {k: float(v) for k, v in shapes.items()}, tuple(files), _get(path, data, "lines", str, where),
-                bool(data.get("threaded", False)), _get(path, data, "confirmed", str, where), status, **plan)
+    return Step(
+        _sha(path, data, "culprit", where),
+        _get(path, data, "title", str, where),
+        kind,
+        {k: float(v) for k, v in shapes.items()},
+        tuple(files),
+        _get(path, data, "lines", str, where),
+        bool(data.get("threaded", False)),
+        _get(path, data, "confirmed", str, where),
+        status,
+        **plan,
+    )
 
 
 def load(path: Path) -> RangeDescription:
@@ -140,9 +162,17 @@ def load(path: Path) -> RangeDescription:
     commits = _get(path, data, "commits", int)
     if commits < 2:
         raise DescriptionError(f"{path}: commits: must be at least 2, got {commits}")
-    return RangeDescription(path, _get(path, data, "lib", str), upstream, _get(path, data, "url", str), config,
-                            _sha(path, data, "good"), _sha(path, data, "bad"), commits,
-                            tuple(_step(path, s, f"steps[{i}].") for i, s in enumerate(steps)))
+    return RangeDescription(
+        path,
+        _get(path, data, "lib", str),
+        upstream,
+        _get(path, data, "url", str),
+        config,
+        _sha(path, data, "good"),
+        _sha(path, data, "bad"),
+        commits,
+        tuple(_step(path, s, f"steps[{i}].") for i, s in enumerate(steps)),
+    )
 
 
 def load_all(root: Path = RANGES_DIR) -> list[RangeDescription]:

@@ -51,7 +51,8 @@ def load(name: str, module: str, path: str | None = None) -> Any:
     suite = target() if isinstance(target, type) else target
     missing = [m for m in CONTRACT if not callable(getattr(suite, m, None))]
     if missing:
-        raise SuiteUnavailable(f"suite {name}: {module} lacks {', '.join(missing)} (the suite contract: "
-                               f"{', '.join(CONTRACT)})")
+        raise SuiteUnavailable(
+            f"suite {name}: {module} lacks {', '.join(missing)} (the suite contract: {', '.join(CONTRACT)})"
+        )
     _LOADED[name] = suite
     return suite

@@ -45,7 +45,7 @@ def pad(x_thd: torch.Tensor, lens: Sequence[int]) -> torch.Tensor:
     out = x_thd.new_zeros((len(lens), max(lens), h, d))
     start = 0
     for i, n in enumerate(lens):
-        out[i, :n] = x_thd[start:start + n]
+        out[i, :n] = x_thd[start : start + n]
         start += n
     return out.transpose(1, 2)
 
@@ -85,15 +85,16 @@ def page_table(g: Attention, gen: torch.Generator, device: str | torch.device) -
     table = torch.zeros((g.batch, max(pages)), dtype=torch.int32, device=device)
     slots, start = [], 0
     for i, (n, k_len) in enumerate(zip(pages, g.k_lens)):
-        table[i, :n] = order[start:start + n]
+        table[i, :n] = order[start : start + n]
         pos = torch.arange(k_len, device=device)
         slots.append(table[i, pos // g.page_size].long() * g.page_size + pos % g.page_size)
         start += n
     return table, torch.cat(slots)
 
 
-def to_pages(x_thd: torch.Tensor, slots: torch.Tensor, num_pages: int, page_size: int,
-             filler: torch.Tensor) -> torch.Tensor:
+def to_pages(
+    x_thd: torch.Tensor, slots: torch.Tensor, num_pages: int, page_size: int, filler: torch.Tensor
+) -> torch.Tensor:
     """Packed keys [total_k, Hkv, D] -> cache [num_pages, page_size, Hkv, D]; unused slots hold `filler`
     (finite garbage, as a real cache holds stale keys: a kernel that reads past a sequence's length
     gets wrong numbers, not NaN)."""

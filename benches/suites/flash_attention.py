@@ -48,18 +48,29 @@ def make_inputs(p: Mapping[str, Any], device: str, seed: int) -> dict[str, Any]:
     q, k, v = (torch.randn(s, generator=gen, device=device, dtype=draw) for s in (q_shape, k_shape, k_shape))
     if draw != dtype:
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    out: dict[str, Any] = {"q": q, "k": k, "v": v, "causal": g.causal, "sm_scale": 1.0 / math.sqrt(d),
-                           "geometry": g, "cu_seqlens_q": lay.cumulative(g.q_lens, device),
-                           "cu_seqlens_k": lay.cumulative(g.k_lens, device),
-                           "seqused_k": torch.tensor(g.k_lens, dtype=torch.int32, device=device),
-                           "max_seqlen_q": max(g.q_lens), "max_seqlen_k": max(g.k_lens)}
+    out: dict[str, Any] = {
+        "q": q,
+        "k": k,
+        "v": v,
+        "causal": g.causal,
+        "sm_scale": 1.0 / math.sqrt(d),
+        "geometry": g,
+        "cu_seqlens_q": lay.cumulative(g.q_lens, device),
+        "cu_seqlens_k": lay.cumulative(g.k_lens, device),
+        "seqused_k": torch.tensor(g.k_lens, dtype=torch.int32, device=device),
+        "max_seqlen_q": max(g.q_lens),
+        "max_seqlen_k": max(g.k_lens),
+    }
     if g.page_size:
         table, slots = lay.page_table(g, gen, device)
         num = sum(g.pages)
-        fill = [torch.randn((num * g.page_size, g.kv_heads, d), generator=gen, device=device, dtype=draw).to(dtype)
-                for _ in range(2)]
-        out["k_cache"], out["v_cache"] = (lay.to_pages(lay.as_thd(x, g.dense_k), slots, num, g.page_size, f)
-                                          for x, f in zip((k, v), fill))
+        fill = [
+            torch.randn((num * g.page_size, g.kv_heads, d), generator=gen, device=device, dtype=draw).to(dtype)
+            for _ in range(2)
+        ]
+        out["k_cache"], out["v_cache"] = (
+            lay.to_pages(lay.as_thd(x, g.dense_k), slots, num, g.page_size, f) for x, f in zip((k, v), fill)
+        )
         out["block_table"] = table
         out["kv_indptr"], out["kv_indices"], out["kv_last_page_len"] = lay.flat_pages(table, g)
     return out
@@ -87,8 +98,13 @@ def reference(inputs: Mapping[str, Any]) -> torch.Tensor:
     k, v = (lay.as_thd(inputs[n].float(), g.dense_k) for n in ("k", "v"))
     outs, qs, ks = [], 0, 0
     for sq, sk in zip(g.q_lens, g.k_lens):
-        o = _one_sequence(q[qs:qs + sq].transpose(0, 1), k[ks:ks + sk].transpose(0, 1),
-                          v[ks:ks + sk].transpose(0, 1), g.causal, inputs["sm_scale"])
+        o = _one_sequence(
+            q[qs : qs + sq].transpose(0, 1),
+            k[ks : ks + sk].transpose(0, 1),
+            v[ks : ks + sk].transpose(0, 1),
+            g.causal,
+            inputs["sm_scale"],
+        )
         outs.append(o.transpose(0, 1))
         qs, ks = qs + sq, ks + sk
     return lay.from_thd(torch.cat(outs), g.dense_q, g.batch)

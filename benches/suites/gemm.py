@@ -36,8 +36,9 @@ def out_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if dtype in FP8_TYPES else dtype
 
 
-def _draw(gen: torch.Generator, lead: tuple[int, ...], rows: int, cols: int, device: str, dtype: torch.dtype,
-          spread: bool) -> torch.Tensor:
+def _draw(
+    gen: torch.Generator, lead: tuple[int, ...], rows: int, cols: int, device: str, dtype: torch.dtype, spread: bool
+) -> torch.Tensor:
     """[lead.., rows, cols]; with `spread`, fp32 with rows and 128-column blocks of magnitudes 2^-4..2^4."""
     if not spread:
         draw = torch.float32 if dtype in FP8_TYPES else dtype
@@ -72,14 +73,26 @@ def make_inputs(p: Mapping[str, Any], device: str, seed: int) -> dict[str, Any]:
 
         a, b = make(m, k, g.layout[0] == "t", dt_a), make(k, n, g.layout[1] == "t", dt_b)
         tile = p.get("tile")
-        return {"a": a, "b": b, "tile": tuple(tile) if tile else None, "out_dtype": out_dtype(dt_a),
-                "scaling": None, "a_scale": None, "b_scale": None}
+        return {
+            "a": a,
+            "b": b,
+            "tile": tuple(tile) if tile else None,
+            "out_dtype": out_dtype(dt_a),
+            "scaling": None,
+            "a_scale": None,
+            "b_scale": None,
+        }
 
     lead = (len(g.m_sizes),) if g.batched else ()
     a32 = _draw(gen, lead, sum(g.m_sizes) if g.grouped else m, k, device, dt_a, scaling is not None)
     b32 = _draw(gen, (len(g.m_sizes),) if g.grouped else lead, k, n, device, dt_b, scaling is not None)
-    out: dict[str, Any] = {"tile": tuple(p["tile"]) if p.get("tile") else None, "out_dtype": out_dtype(dt_a),
-                           "scaling": scaling, "a_scale": None, "b_scale": None}
+    out: dict[str, Any] = {
+        "tile": tuple(p["tile"]) if p.get("tile") else None,
+        "out_dtype": out_dtype(dt_a),
+        "scaling": scaling,
+        "a_scale": None,
+        "b_scale": None,
+    }
     if scaling is not None:
         a32, out["a_scale"] = fp8.quantize(a32, dt_a, scaling, "a")
         b32, out["b_scale"] = fp8.quantize(b32, dt_b, scaling, "b")
@@ -97,8 +110,10 @@ def operands_fp32(inputs: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor
     scaling = inputs.get("scaling")
     if scaling is None:
         return inputs["a"].float(), inputs["b"].float()
-    return (fp8.dequantize(inputs["a"], inputs["a_scale"], scaling, "a"),
-            fp8.dequantize(inputs["b"], inputs["b_scale"], scaling, "b"))
+    return (
+        fp8.dequantize(inputs["a"], inputs["a_scale"], scaling, "a"),
+        fp8.dequantize(inputs["b"], inputs["b_scale"], scaling, "b"),
+    )
 
 
 def grouped_matmul(a: torch.Tensor, b: torch.Tensor, sizes: list[int], out: torch.Tensor | None = None) -> torch.Tensor:
@@ -106,7 +121,7 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, sizes: list[int], out: torc
     out = torch.empty((a.shape[0], b.shape[-1]), device=a.device, dtype=a.dtype) if out is None else out
     start = 0
     for i, rows in enumerate(sizes):
-        torch.matmul(a[start:start + rows], b[i], out=out[start:start + rows])
+        torch.matmul(a[start : start + rows], b[i], out=out[start : start + rows])
         start += rows
     return out
 

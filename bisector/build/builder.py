@@ -66,8 +66,7 @@ def toolchain_fingerprint() -> dict[str, str]:
         compiler = out.splitlines()[0] if out else cc
     except (OSError, subprocess.TimeoutExpired):
         compiler = "none"
-    return {"python": sys.version.split()[0], "executable": sys.executable, "torch": torch,
-            "compiler": compiler}
+    return {"python": sys.version.split()[0], "executable": sys.executable, "torch": torch, "compiler": compiler}
 
 
 def patch_hash(patch: str) -> str:
@@ -76,12 +75,17 @@ def patch_hash(patch: str) -> str:
 
 def _step_key(step: BuildStep) -> dict[str, Any]:
     # The timeout does not change what a step produces, so it is not part of the key.
-    return {"run": step.run, "env": sorted(step.env.items()), "key_files": list(step.key_files),
-            "shared_dir": step.shared_dir}
+    return {
+        "run": step.run,
+        "env": sorted(step.env.items()),
+        "key_files": list(step.key_files),
+        "shared_dir": step.shared_dir,
+    }
 
 
 class StepLimits(TypedDict):
     """What each build step's process tree is held to (`run_step`'s keywords)."""
+
     memory_bytes: int
     max_tasks: int
     network: bool
@@ -152,17 +156,22 @@ class Builder:
         slot.touch()
         meta = slot.meta()
         prefix = meta.get("prefix")
-        return BuildResult(sha=sha, status=BuildStatus.OK, source_dir=str(slot.path / meta["source_dir"]),
-                           prefix=str(slot.path / prefix) if prefix else None,
-                           log_path=str(slot.log_dir / "build.log"), seconds=time.monotonic() - start,
-                           cache_hit=True, patch_hash=phash)
+        return BuildResult(
+            sha=sha,
+            status=BuildStatus.OK,
+            source_dir=str(slot.path / meta["source_dir"]),
+            prefix=str(slot.path / prefix) if prefix else None,
+            log_path=str(slot.log_dir / "build.log"),
+            seconds=time.monotonic() - start,
+            cache_hit=True,
+            patch_hash=phash,
+        )
 
     def _remove_tree(self, entry: Path) -> None:
         if (entry / "tree").exists():
             self.worktrees.remove(entry / "tree")
 
-    def _build_locked(self, slot: Slot, sha: str, patch: str | None, phash: str | None,
-                      start: float) -> BuildResult:
+    def _build_locked(self, slot: Slot, sha: str, patch: str | None, phash: str | None, start: float) -> BuildResult:
         shutil.rmtree(slot.log_dir, ignore_errors=True)
         slot.log_dir.mkdir(parents=True)
         log = slot.log_dir / "build.log"
@@ -172,9 +181,15 @@ class Builder:
         def failed(reason: str) -> BuildResult:
             # The reason goes last: reports and progress show the tail's last line, which was
             # otherwise the log's (`# worktree ... (created)`) rather than why the build failed.
-            return BuildResult(sha=sha, status=BuildStatus.FAILED, source_dir="", log_path=str(log),
-                               seconds=time.monotonic() - start, patch_hash=phash,
-                               log_tail=f"{tail(log)}\n{reason}".strip())
+            return BuildResult(
+                sha=sha,
+                status=BuildStatus.FAILED,
+                source_dir="",
+                log_path=str(log),
+                seconds=time.monotonic() - start,
+                patch_hash=phash,
+                log_tail=f"{tail(log)}\n{reason}".strip(),
+            )
 
         refused = self._fresh_tree(slot, tree, sha, log)
         if refused:
@@ -190,16 +205,18 @@ class Builder:
         if not source.is_dir():
             return failed(f"source_dir {self.upstream.source_dir!r} missing in commit {sha[:12]}")
         env = sandbox_env(python_path_env(scrub(os.environ), [str(site)]), self._scratch(slot))  # never a secret
-        env.update(BISECTOR_SHA=sha, BISECTOR_SOURCE=str(tree), BISECTOR_PREFIX=str(site),
-                   PIP_DISABLE_PIP_VERSION_CHECK="1")
+        env.update(
+            BISECTOR_SHA=sha, BISECTOR_SOURCE=str(tree), BISECTOR_PREFIX=str(site), PIP_DISABLE_PIP_VERSION_CHECK="1"
+        )
         refused = self._run_recipe(slot, tree, source, site, env, log)
         if refused:
             return failed(refused)
 
         return self._finished(slot, tree, source, site, sha, phash, log, time.monotonic() - start)
 
-    def _finished(self, slot: Slot, tree: Path, source: Path, site: Path, sha: str, phash: str | None, log: Path,
-                  seconds: float) -> BuildResult:
+    def _finished(
+        self, slot: Slot, tree: Path, source: Path, site: Path, sha: str, phash: str | None, log: Path, seconds: float
+    ) -> BuildResult:
         """The built slot made final (its manifest written) and what it holds."""
         prefix_rel: str | None
         if self.build_cfg.recipe == "pip":
@@ -208,11 +225,26 @@ class Builder:
         else:
             source_rel = str(source.relative_to(slot.path))
             prefix_rel = "site" if any(site.iterdir()) else None
-        slot.finalize({"sha": sha, "patch_hash": phash, "recipe": self.recipe_key(), "source_dir": source_rel,
-                       "prefix": prefix_rel, "build_seconds": seconds})
-        return BuildResult(sha=sha, status=BuildStatus.OK, source_dir=str(slot.path / source_rel),
-                           prefix=str(slot.path / prefix_rel) if prefix_rel else None, log_path=str(log),
-                           seconds=seconds, cache_hit=False, patch_hash=phash)
+        slot.finalize(
+            {
+                "sha": sha,
+                "patch_hash": phash,
+                "recipe": self.recipe_key(),
+                "source_dir": source_rel,
+                "prefix": prefix_rel,
+                "build_seconds": seconds,
+            }
+        )
+        return BuildResult(
+            sha=sha,
+            status=BuildStatus.OK,
+            source_dir=str(slot.path / source_rel),
+            prefix=str(slot.path / prefix_rel) if prefix_rel else None,
+            log_path=str(log),
+            seconds=seconds,
+            cache_hit=False,
+            patch_hash=phash,
+        )
 
     def _fresh_tree(self, slot: Slot, tree: Path, sha: str, log: Path) -> str | None:
         """Why `sha` could not be checked out at `tree`; None once it is. A stale entry (killed build):
@@ -230,16 +262,26 @@ class Builder:
             fh.write(f"# worktree {tree} ({'reused' if reused else 'created'})\n")
         return None
 
-    def _run_recipe(self, slot: Slot, tree: Path, source: Path, site: Path, env: dict[str, str],
-                    log: Path) -> str | None:
+    def _run_recipe(
+        self, slot: Slot, tree: Path, source: Path, site: Path, env: dict[str, str], log: Path
+    ) -> str | None:
         """Why the recipe's steps or its import check failed; None when they passed."""
         rw = [slot.path, self._scratch(slot)]  # all that its sandboxed steps may write
         recipe = self.build_cfg.recipe
         if recipe == "pip":
-            argv = [sys.executable, "-m", "pip", "install", "--target", str(site), *self.build_cfg.pip_args,
-                    str(source)]
-            outcome = run_step("pip", argv, tree, env, 3600.0, slot.log_dir / "01-pip.log", log,
-                               **self.limits, writable=rw)
+            argv = [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--target",
+                str(site),
+                *self.build_cfg.pip_args,
+                str(source),
+            ]
+            outcome = run_step(
+                "pip", argv, tree, env, 3600.0, slot.log_dir / "01-pip.log", log, **self.limits, writable=rw
+            )
             if not outcome.ok:
                 return f"pip install failed: {outcome.reason}"
         elif recipe == "command":
@@ -250,9 +292,17 @@ class Builder:
 
         paths = [str(site)] if recipe == "pip" else [str(source), str(site)]
         if self.build_cfg.import_check:
-            outcome = run_step("import", import_argv(self.build_cfg.import_check), slot.path,
-                               sandbox_env(python_path_env(scrub(os.environ), paths), self._scratch(slot)), 600.0,
-                               slot.log_dir / "99-import.log", log, **self.limits, writable=rw)
+            outcome = run_step(
+                "import",
+                import_argv(self.build_cfg.import_check),
+                slot.path,
+                sandbox_env(python_path_env(scrub(os.environ), paths), self._scratch(slot)),
+                600.0,
+                slot.log_dir / "99-import.log",
+                log,
+                **self.limits,
+                writable=rw,
+            )
             if not outcome.ok:
                 return f"import failed: {self.build_cfg.import_check}: {outcome.reason}"
         return None
@@ -268,8 +318,16 @@ class Builder:
             env = self.worktrees.tree_env(tree, scrub(os.environ))
         except GitError as exc:
             return StepOutcome("patch", False, 0.0, str(slot.log_dir / "00-patch.log"), str(exc))
-        outcome = run_step("patch", ["git", "apply", "--3way", "--whitespace=nowarn", str(patch_file)], tree,
-                           env, 600.0, slot.log_dir / "00-patch.log", log, **self.limits)
+        outcome = run_step(
+            "patch",
+            ["git", "apply", "--3way", "--whitespace=nowarn", str(patch_file)],
+            tree,
+            env,
+            600.0,
+            slot.log_dir / "00-patch.log",
+            log,
+            **self.limits,
+        )
         if outcome.ok:
             return outcome
         text = Path(outcome.log_path).read_text(errors="replace")
@@ -279,23 +337,26 @@ class Builder:
         named = ", ".join(dict.fromkeys(files)) or "see log"
         return StepOutcome(outcome.name, False, outcome.seconds, outcome.log_path, f"conflicts in {named}")
 
-    def _run_command_step(self, slot: Slot, i: int, step: BuildStep, tree: Path, env: dict[str, str],
-                          log: Path, rw: list[Path]) -> str:
+    def _run_command_step(
+        self, slot: Slot, i: int, step: BuildStep, tree: Path, env: dict[str, str], log: Path, rw: list[Path]
+    ) -> str:
         """Run one step (or reuse its shared output); returns a failure reason or ''."""
         name = f"step {i}: {step.run}"
         step_log = slot.log_dir / f"{i:02d}-step.log"
         argv = ["bash", "-c", step.run]
         if not step.key_files:
-            out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log,
-                           **self.limits, writable=rw)
+            out = run_step(
+                name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log, **self.limits, writable=rw
+            )
             return "" if out.ok else f"{name} failed: {out.reason}"
         key = key_from_dir(tree, step.key_files)
         if not key.ok:
             return f"{name}: key files {', '.join(map(repr, key.unmatched))} match nothing in commit"
         contents = [list(pair) for pair in key.files]
         scope = self.shared_scope(slot, env["BISECTOR_SHA"])
-        shared = self.cache.slot("shared", digest("shared", _step_key(step), contents, toolchain_fingerprint(),
-                                                  *([scope] if scope else [])))
+        shared = self.cache.slot(
+            "shared", digest("shared", _step_key(step), contents, toolchain_fingerprint(), *([scope] if scope else []))
+        )
         env[step.shared_dir or DEFAULT_SHARED_ENV] = str(shared.path)  # later steps see it too
         if self._intact(shared):
             shared.touch()
@@ -309,8 +370,17 @@ class Builder:
             shared.unmark()
             self.cache.wipe(shared)
             shared.path.mkdir(parents=True)
-            out = run_step(name, argv, tree, {**env, **step.env}, step.timeout_s, step_log, log,
-                           **self.limits, writable=[*rw, shared.path])
+            out = run_step(
+                name,
+                argv,
+                tree,
+                {**env, **step.env},
+                step.timeout_s,
+                step_log,
+                log,
+                **self.limits,
+                writable=[*rw, shared.path],
+            )
             if not out.ok:
                 self.cache.wipe(shared)
                 return f"{name} failed: {out.reason}"
@@ -329,8 +399,13 @@ class Builder:
         a pull request's build of it would be what the branch's commits link against."""
         try:
             tip = resolve_commit(self.repo, self.upstream.branch)  # the branch, or origin/<branch>
-            subprocess.run(["git", "merge-base", "--is-ancestor", sha, tip], cwd=self.repo.git_dir,
-                           check=True, capture_output=True, timeout=120)
+            subprocess.run(
+                ["git", "merge-base", "--is-ancestor", sha, tip],
+                cwd=self.repo.git_dir,
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
         except (BisectorError, OSError, subprocess.SubprocessError):
             return f"own:{slot.key}"
         return None

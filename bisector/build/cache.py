@@ -73,8 +73,10 @@ def manifest(path: Path) -> str:
                 st = os.lstat(full)
             except OSError:
                 continue
-            h.update(f"{os.path.relpath(full, path)}\0{st.st_mode}\0{st.st_size}\0{st.st_ino}\0"
-                     f"{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
+            h.update(
+                f"{os.path.relpath(full, path)}\0{st.st_mode}\0{st.st_size}\0{st.st_ino}\0"
+                f"{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode()
+            )
     return h.hexdigest()
 
 

@@ -26,8 +26,13 @@ class StepBuilds:
     missing: tuple[str, ...]  # commits whose key files match nothing: the step would fail there
 
     def as_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "run": self.run, "keyed": self.keyed, "distinct_keys": self.distinct_keys,
-                "missing": list(self.missing)}
+        return {
+            "step": self.step,
+            "run": self.run,
+            "keyed": self.keyed,
+            "distinct_keys": self.distinct_keys,
+            "missing": list(self.missing),
+        }
 
 
 def step_builds(repo: git.Repo, shas: Sequence[str], build: Build) -> tuple[StepBuilds, ...]:

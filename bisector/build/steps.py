@@ -41,10 +41,19 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float,
-             log_path: Path, combined_log: Path, memory_bytes: int = 0,
-             writable: Sequence[Path] | None = None, max_tasks: int = DEFAULT_TASKS,
-             network: bool = False) -> StepOutcome:
+def run_step(
+    name: str,
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout_s: float,
+    log_path: Path,
+    combined_log: Path,
+    memory_bytes: int = 0,
+    writable: Sequence[Path] | None = None,
+    max_tasks: int = DEFAULT_TASKS,
+    network: bool = False,
+) -> StepOutcome:
     """Run `argv` inside the fence (bisector/isolation/fence.py: it dies with the bot and takes the
     step's whole process tree), under a memory limit and at most `max_tasks` processes and threads
     (a cgroup of its own where the host allows it, bisector/isolation/cgroups.py); stdout and stderr
@@ -58,17 +67,24 @@ def run_step(name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], 
         log.write(f"$ {' '.join(argv)}\n# cwd {cwd}\n".encode())
         log.flush()
         inner = list(argv) if writable is None else sandbox.wrap(argv, writable, network=network)
-        proc = subprocess.Popen(fenced(inner, limits=Limits(memory_bytes, max_tasks)), cwd=cwd, env=dict(env),
-                                stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            fenced(inner, limits=Limits(memory_bytes, max_tasks)),
+            cwd=cwd,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         breach = WATCH.watch(proc.pid, memory_bytes, kill=proc.terminate)
         try:
             code = proc.wait(timeout=timeout_s)
             if breach:
                 reason = breach[0].describe()
             elif code != 0 and _kernel_killed(log_path):
-                reason = (f"killed: over the memory limit of {memory_bytes / 2**30:.1f} GiB (stopped by the kernel's "
-                          "cgroup limit: tmpfs included; `build.memory_gb` sets it)")
+                reason = (
+                    f"killed: over the memory limit of {memory_bytes / 2**30:.1f} GiB (stopped by the kernel's "
+                    "cgroup limit: tmpfs included; `build.memory_gb` sets it)"
+                )
             elif code != 0:
                 reason = f"exit {code}"
         except subprocess.TimeoutExpired:

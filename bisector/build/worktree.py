@@ -41,8 +41,17 @@ def tree_hash(repo: git.Repo, sha: str) -> str:
 
 
 # What a git run by the bot must not take from the environment: another repository or tree.
-_REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-              "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_EXEC_PATH")
+_REPO_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_EXEC_PATH",
+)
 
 
 def git_env(base: Mapping[str, str], safe_dirs: tuple[str, ...] = ()) -> dict[str, str]:
@@ -84,8 +93,9 @@ class Worktrees:
     def _git(self, *args: str) -> str:
         """git in the repository's own git dir (never in a worktree), with `git_env`."""
         cmd = ["git", *args]
-        proc = subprocess.run(cmd, cwd=self.common_dir, capture_output=True, text=True, env=self.env(),
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            cmd, cwd=self.common_dir, capture_output=True, text=True, env=self.env(), stdin=subprocess.DEVNULL
+        )
         if proc.returncode != 0:
             raise GitError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
         return proc.stdout
@@ -138,4 +148,4 @@ class Worktrees:
     def registered(self) -> list[Path]:
         """Paths of every worktree of the repository (the main checkout included)."""
         out = self._git("worktree", "list", "--porcelain")
-        return [Path(line[len("worktree "):]) for line in out.splitlines() if line.startswith("worktree ")]
+        return [Path(line[len("worktree ") :]) for line in out.splitlines() if line.startswith("worktree ")]

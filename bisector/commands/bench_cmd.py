@@ -33,8 +33,12 @@ def checkout(source: Path, source_dir: str) -> BuildResult:
         sha, dirty = repo.head.commit.hexsha, repo.is_dirty(untracked_files=False)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
         raise BadInput(f"{source}: not a git checkout with a commit") from None
-    return BuildResult(sha=sha, status=BuildStatus.OK, source_dir=str((source / source_dir).resolve()),
-                       patch_hash="worktree" if dirty else None)
+    return BuildResult(
+        sha=sha,
+        status=BuildStatus.OK,
+        source_dir=str((source / source_dir).resolve()),
+        patch_hash="worktree" if dirty else None,
+    )
 
 
 def summarize(records: Sequence[TrialRecord]) -> list[dict[str, object]]:
@@ -55,15 +59,24 @@ def summarize(records: Sequence[TrialRecord]) -> list[dict[str, object]]:
             xs2 = [x for x in xs if x is not None]
             return statistics.median(xs2) if xs2 else None
 
-        rows.append({"shape": shape, "status": status.value, "trials": len(mine), "ok": len(ok),
-                     "subject_tflops": med([r.subject_tflops for r in ok]),
-                     "control_tflops": med([r.control_tflops for r in ok]), "ratio": med(ratios),
-                     "subject_gbps": med([_number(r.protocol.get("subject_gbps")) for r in ok]),
-                     "control_gbps": med([_number(r.protocol.get("control_gbps")) for r in ok]),
-                     "ratio_cv_pct": ratios_cv, "compile_s": med([r.compile_s for r in mine]),
-                     "control_first_s": med([_number(r.protocol.get("control_first_s")) for r in mine]),
-                     "error": next((r.error for r in mine if r.status is not TrialStatus.OK), ""),
-                     "control_unavailable": any(control_outcome.control_error(r) for r in mine)})
+        rows.append(
+            {
+                "shape": shape,
+                "status": status.value,
+                "trials": len(mine),
+                "ok": len(ok),
+                "subject_tflops": med([r.subject_tflops for r in ok]),
+                "control_tflops": med([r.control_tflops for r in ok]),
+                "ratio": med(ratios),
+                "subject_gbps": med([_number(r.protocol.get("subject_gbps")) for r in ok]),
+                "control_gbps": med([_number(r.protocol.get("control_gbps")) for r in ok]),
+                "ratio_cv_pct": ratios_cv,
+                "compile_s": med([r.compile_s for r in mine]),
+                "control_first_s": med([_number(r.protocol.get("control_first_s")) for r in mine]),
+                "error": next((r.error for r in mine if r.status is not TrialStatus.OK), ""),
+                "control_unavailable": any(control_outcome.control_error(r) for r in mine),
+            }
+        )
     return rows
 
 
@@ -73,8 +86,17 @@ def _number(value: object) -> float | None:
 
 def render(rows: list[dict[str, object]], title: str) -> Table:
     table = Table(title=title)
-    for col in ("shape", "subject TFLOP/s", "control TFLOP/s", "subject GB/s", "control GB/s", "ratio", "CV %",
-                "compile s", "status"):
+    for col in (
+        "shape",
+        "subject TFLOP/s",
+        "control TFLOP/s",
+        "subject GB/s",
+        "control GB/s",
+        "ratio",
+        "CV %",
+        "compile s",
+        "status",
+    ):
         table.add_column(col, justify="left" if col in ("shape", "status") else "right")
 
     def fmt(v: object, spec: str) -> str:
@@ -87,9 +109,18 @@ def render(rows: list[dict[str, object]], title: str) -> Table:
         if r.get("control_unavailable"):
             status += "; no control (below)"
         style = {"ok": "", "wrong": "bold red"}.get(str(r["status"]), "yellow")
-        table.add_row(str(r["shape"]), fmt(r["subject_tflops"], ".4g"), fmt(r["control_tflops"], ".4g"),
-                      fmt(r.get("subject_gbps"), ".4g"), fmt(r.get("control_gbps"), ".4g"), fmt(r["ratio"], ".4f"),
-                      fmt(r["ratio_cv_pct"], ".2f"), fmt(r["compile_s"], ".2f"), status, style=style)
+        table.add_row(
+            str(r["shape"]),
+            fmt(r["subject_tflops"], ".4g"),
+            fmt(r["control_tflops"], ".4g"),
+            fmt(r.get("subject_gbps"), ".4g"),
+            fmt(r.get("control_gbps"), ".4g"),
+            fmt(r["ratio"], ".4f"),
+            fmt(r["ratio_cv_pct"], ".2f"),
+            fmt(r["compile_s"], ".2f"),
+            status,
+            style=style,
+        )
     return table
 
 
@@ -102,8 +133,15 @@ def render(rows: list[dict[str, object]], title: str) -> Table:
 @click.option("--no-store", is_flag=True, help="do not record the trials in the store")
 @click.option("--json", "as_json", is_flag=True, help="print the records as JSON")
 @fail_on_error
-def command(config_path: Path, source: str | None, trials: int | None, suites: tuple[str, ...],
-            work: str | None, no_store: bool, as_json: bool) -> None:
+def command(
+    config_path: Path,
+    source: str | None,
+    trials: int | None,
+    suites: tuple[str, ...],
+    work: str | None,
+    no_store: bool,
+    as_json: bool,
+) -> None:
     """Measure the current checkout of the upstream: subject and control, every shape."""
     cfg = config_mod.load(config_path)
     from bisector.isolation import sandbox

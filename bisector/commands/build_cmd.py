@@ -28,15 +28,22 @@ def cache_root(cfg: config_mod.Config, override: str | None = None) -> Path:
 
 @click.command("build")
 @click.argument("commits", nargs=-1, required=True)
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="The bisector TOML config naming the upstream and its build recipe.")
-@click.option("--patch", "patch_file", type=USER_PATH,
-              help="Apply this patch (git diff format) on top of every commit.")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The bisector TOML config naming the upstream and its build recipe.",
+)
+@click.option(
+    "--patch", "patch_file", type=USER_PATH, help="Apply this patch (git diff format) on top of every commit."
+)
 @click.option("--cache-dir", type=USER_PATH, default=None, help="Override [build] cache_dir.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per commit.")
 @fail_on_error
-def command(commits: tuple[str, ...], config_path: str, patch_file: str | None, cache_dir: str | None,
-            as_json: bool) -> None:
+def command(
+    commits: tuple[str, ...], config_path: str, patch_file: str | None, cache_dir: str | None, as_json: bool
+) -> None:
     """Build COMMIT... (in parallel up to [build] parallel); exit 1 if any failed."""
     cfg = config_mod.load(config_path)
     check_upstream(cfg)
@@ -61,8 +68,9 @@ def _table(results: list[BuildResult]) -> None:
     for column in ("commit", "status", "seconds", "cache", "log"):
         table.add_column(column)
     for r in results:
-        table.add_row(r.sha[:10], r.status.value, f"{r.seconds:.2f}", "hit" if r.cache_hit else "built",
-                      r.log_path or "")
+        table.add_row(
+            r.sha[:10], r.status.value, f"{r.seconds:.2f}", "hit" if r.cache_hit else "built", r.log_path or ""
+        )
     console = Console(width=200)
     console.print(table)
     for r in results:

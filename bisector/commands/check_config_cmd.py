@@ -15,8 +15,10 @@ def command(path: str) -> None:
     """Validate a config file; exit 2 with `file: key: problem` when it is wrong."""
     cfg = config.load(path)
     check_upstream(cfg)
-    click.echo(f"{cfg.name}: {cfg.upstream.repo} ({cfg.upstream.branch}), build {cfg.build.recipe}, "
-               f"device {cfg.device}, control {cfg.control}")
+    click.echo(
+        f"{cfg.name}: {cfg.upstream.repo} ({cfg.upstream.branch}), build {cfg.build.recipe}, "
+        f"device {cfg.device}, control {cfg.control}"
+    )
     for shape in cfg.shapes:
         params = " ".join(f"{k}={_value(v)}" for k, v in shape.params)
         click.echo(f"  {shape.key:32s} {params}")

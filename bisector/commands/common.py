@@ -47,8 +47,7 @@ def _log_crash(exc: BaseException) -> Path | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(f"### {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')} "
-                     f"bisector {' '.join(sys.argv[1:])}\n")
+            fh.write(f"### {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')} bisector {' '.join(sys.argv[1:])}\n")
             fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             fh.write("\n")
     except OSError:
@@ -68,8 +67,9 @@ def fail_on_error(func: F) -> F:
             click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("error: interrupted (every trial stored so far is kept; run the same command to resume)",
-                       err=True)
+            click.echo(
+                "error: interrupted (every trial stored so far is kept; run the same command to resume)", err=True
+            )
             sys.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
@@ -122,21 +122,39 @@ def relative_paths(data: Any) -> Any:
 def run_options(func: F) -> F:
     """What `run` and `demo` share (asv's common_args): where the report goes, which shapes, which
     stages after the search, and JSON output."""
-    for option in reversed((
-        click.option("--report-dir", type=USER_PATH, default=None,
-                     help="Default: <config report dir>/<date>-<name>/ (demo: under --dir)."),
-        click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure."),
-        click.option("--no-fixes", is_flag=True, help="Do not build and measure the reverts on the tip."),
-        click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks."),
-        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
-        click.option("--executor", "executor_kind", type=click.Choice(["local", "dask"]), default=None,
-                     help="Where trials run (default: the config's [executor] kind, else local)."),
-        click.option("--executor-address", default=None,
-                     help="dask: the scheduler (tcp://host:8786), or 'local' for one worker per device here."),
-        click.option("--visible", default=None, metavar="I,J,...",
-                     help="Device indices to run on (default: the config's [device] visible); two or more "
-                          "probe that many commits at once."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--report-dir",
+                type=USER_PATH,
+                default=None,
+                help="Default: <config report dir>/<date>-<name>/ (demo: under --dir).",
+            ),
+            click.option("--shapes", default="", help="Comma-separated shape keys, names or suites to measure."),
+            click.option("--no-fixes", is_flag=True, help="Do not build and measure the reverts on the tip."),
+            click.option("--no-hunks", is_flag=True, help="Do not narrow each culprit down to its hunks."),
+            click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+            click.option(
+                "--executor",
+                "executor_kind",
+                type=click.Choice(["local", "dask"]),
+                default=None,
+                help="Where trials run (default: the config's [executor] kind, else local).",
+            ),
+            click.option(
+                "--executor-address",
+                default=None,
+                help="dask: the scheduler (tcp://host:8786), or 'local' for one worker per device here.",
+            ),
+            click.option(
+                "--visible",
+                default=None,
+                metavar="I,J,...",
+                help="Device indices to run on (default: the config's [device] visible); two or more "
+                "probe that many commits at once.",
+            ),
+        )
+    ):
         func = option(func)
     return func
 
@@ -179,9 +197,13 @@ def shape_list(text: str) -> tuple[str, ...]:
 
 def devices_option(func: F) -> F:
     """`--devices W` of `plan` and `simulate`: the search probes W commits a round (k-ary)."""
-    return click.option("--devices", type=click.IntRange(1, 64), default=1, show_default=True,
-                        help="Devices free: probe W commits at once; shows rounds, trials and wall time "
-                             "against W=1.")(func)
+    return click.option(
+        "--devices",
+        type=click.IntRange(1, 64),
+        default=1,
+        show_default=True,
+        help="Devices free: probe W commits at once; shows rounds, trials and wall time against W=1.",
+    )(func)
 
 
 def echo_devices(rows: list[dict[str, Any]]) -> None:
@@ -190,8 +212,10 @@ def echo_devices(rows: list[dict[str, Any]]) -> None:
     click.echo(f"{'devices':>7} {'rounds':>7} {'trials':>7} {'wall':>9}  wall vs 1 device")
     for row in rows:
         ratio = row["wall_s"] / base["wall_s"] if base["wall_s"] else 1.0
-        click.echo(f"{row['devices']:>7} {row['rounds']:>7.1f} {row['trials']:>7.0f} {_duration(row['wall_s']):>9}"
-                   f"  {ratio:.0%}")
+        click.echo(
+            f"{row['devices']:>7} {row['rounds']:>7.1f} {row['trials']:>7.0f} {_duration(row['wall_s']):>9}"
+            f"  {ratio:.0%}"
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -227,8 +251,10 @@ def check_upstream(cfg: Config) -> None:
             raise ConfigError(cfg.path, "upstream.repo", f"{exc}; set it to a local checkout or a git URL") from None
         return
     if repo == "demo":
-        how = ("a placeholder that `bisector demo` fills in: run `bisector demo` (same options), or write the "
-               "demo's upstream once with `bisector demo --dir D` and set repo = \"D/upstream\"")
+        how = (
+            "a placeholder that `bisector demo` fills in: run `bisector demo` (same options), or write the "
+            'demo\'s upstream once with `bisector demo --dir D` and set repo = "D/upstream"'
+        )
     else:
         how = "no such directory here; set it to a local checkout or a git URL"
     raise ConfigError(cfg.path, "upstream.repo", f"{repo!r}: {how}")
@@ -247,8 +273,9 @@ def commit_range(repo: Any, good: str, bad: str) -> tuple[Any, ...]:
         except BisectorError:
             swapped = False
         if swapped:
-            raise RefError(f"{good} is a descendant of {bad}, not an ancestor: did you swap --good and --bad?") \
-                from None
+            raise RefError(
+                f"{good} is a descendant of {bad}, not an ancestor: did you swap --good and --bad?"
+            ) from None
         raise exc from None
 
 

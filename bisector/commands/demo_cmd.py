@@ -35,13 +35,28 @@ def demo_dir(directory: str) -> Path:
 
 @click.command("demo")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--dir", "directory", type=USER_PATH, default="bisector-demo", show_default=True,
-              help="Where the demo upstream, its store and its builds go; re-running resumes.")
+@click.option(
+    "--dir",
+    "directory",
+    type=USER_PATH,
+    default="bisector-demo",
+    show_default=True,
+    help="Where the demo upstream, its store and its builds go; re-running resumes.",
+)
 @run_options
 @fail_on_error
-def command(device: str, directory: str, report_dir: str | None, shapes: str, no_fixes: bool, no_hunks: bool,
-            as_json: bool, executor_kind: str | None, executor_address: str | None,
-            visible: str | None) -> None:
+def command(
+    device: str,
+    directory: str,
+    report_dir: str | None,
+    shapes: str,
+    no_fixes: bool,
+    no_hunks: bool,
+    as_json: bool,
+    executor_kind: str | None,
+    executor_address: str | None,
+    visible: str | None,
+) -> None:
     """Bisect the embedded demo library (40 commits with planted steps) on this machine."""
     from bisector.demo import write_demo_repo
     from bisector.demo.demo_config import demo_config, pick_device
@@ -57,10 +72,15 @@ def command(device: str, directory: str, report_dir: str | None, shapes: str, no
     manifest = write_demo_repo(root / "upstream")
     # The report goes under --dir too: run inside a checkout of bisector, the demo must not write
     # over the committed example in reports/.
-    options = pipeline.RunOptions(good=manifest.good, bad=manifest.bad, store=str(root / "results.sqlite"),
-                                  work_dir=str(root / "work"), report_dir=report_dir or str(root / "report"),
-                                  shapes=shape_list(shapes),
-                                  verify_fixes=not no_fixes,
-                                  find_hunks=not no_hunks,
-                                  command=" ".join(["bisector", *sys.argv[1:]]))
+    options = pipeline.RunOptions(
+        good=manifest.good,
+        bad=manifest.bad,
+        store=str(root / "results.sqlite"),
+        work_dir=str(root / "work"),
+        report_dir=report_dir or str(root / "report"),
+        shapes=shape_list(shapes),
+        verify_fixes=not no_fixes,
+        find_hunks=not no_hunks,
+        command=" ".join(["bisector", *sys.argv[1:]]),
+    )
     run_and_print(cfg, options, as_json, n_commits=len(manifest.commits), extra={"repo": str(root / "upstream")})

@@ -21,8 +21,14 @@ _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _REPO = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
 
 
-def _check(authorize_only: bool, outputs: str | None, plan_out: str | None, head_sha: str | None,
-           dry_run: str | None, head_repo: str | None = None) -> None:
+def _check(
+    authorize_only: bool,
+    outputs: str | None,
+    plan_out: str | None,
+    head_sha: str | None,
+    dry_run: str | None,
+    head_repo: str | None = None,
+) -> None:
     if authorize_only and plan_out:
         raise BadInput("--authorize-only and --plan-out are two different stages: give one")
     if outputs and not authorize_only:
@@ -49,38 +55,81 @@ def _write_outputs(path: str, result: Handled) -> None:
     pr = result.pr or ""
     try:
         with open(path, "a") as fh:
-            fh.write(f"run={run}\nhead_sha={result.head_sha}\nrepo={result.repo}\npr={pr}\nverb={result.verb}\n"
-                     f"head_repo={result.head_repo}\n")
+            fh.write(
+                f"run={run}\nhead_sha={result.head_sha}\nrepo={result.repo}\npr={pr}\nverb={result.verb}\n"
+                f"head_repo={result.head_repo}\n"
+            )
     except OSError as exc:
         raise BadInput(f"--outputs {path}: {exc.strerror}") from None
 
 
 @click.command("handle-comment")
-@click.option("--event", "event_path", required=True, type=click.Path(dir_okay=False),
-              help="The issue_comment event JSON (GITHUB_EVENT_PATH in a workflow).")
+@click.option(
+    "--event",
+    "event_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The issue_comment event JSON (GITHUB_EVENT_PATH in a workflow).",
+)
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--store", type=USER_PATH, default=None,
-              help="SQLite store (default: the config's, else $BISECTOR_STORE / cache).")
+@click.option(
+    "--store", type=USER_PATH, default=None, help="SQLite store (default: the config's, else $BISECTOR_STORE / cache)."
+)
 @click.option("--work-dir", type=USER_PATH, default=None, help="Builds, JIT caches and trial logs.")
 @click.option("--report-dir", type=USER_PATH, default=None, help="Default: <report dir>/pr/<N>/<run id>/.")
-@click.option("--dry-run", "dry_run", default=None, type=USER_PATH,
-              help="Write every GitHub payload to this directory instead of sending it.")
-@click.option("--authorize-only", is_flag=True,
-              help="Only react, check the permission, answer, and pin the PR head (needs the token, no GPU).")
-@click.option("--outputs", default=None, type=click.Path(dir_okay=False),
-              help="With --authorize-only: append run=true|false, head_sha=, repo=, pr=, verb=, head_repo= to this "
-                   "file ($GITHUB_OUTPUT).")
-@click.option("--plan-out", "plan_out", default=None, type=click.Path(dir_okay=False),
-              help="Only measure (no token, no GitHub call) and write the answer as a publish plan here.")
-@click.option("--head-repo", "head_repo", default=None,
-              help="With --plan-out: where the PR's head branch lives (owner/name), as --authorize-only read it; "
-                   "without it the head counts as a fork's (refused on a runner without a sandbox).")
-@click.option("--head-sha", "head_sha", default=None,
-              help="With --plan-out: the PR head pinned by --authorize-only; any other head is refused.")
+@click.option(
+    "--dry-run",
+    "dry_run",
+    default=None,
+    type=USER_PATH,
+    help="Write every GitHub payload to this directory instead of sending it.",
+)
+@click.option(
+    "--authorize-only",
+    is_flag=True,
+    help="Only react, check the permission, answer, and pin the PR head (needs the token, no GPU).",
+)
+@click.option(
+    "--outputs",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="With --authorize-only: append run=true|false, head_sha=, repo=, pr=, verb=, head_repo= to this "
+    "file ($GITHUB_OUTPUT).",
+)
+@click.option(
+    "--plan-out",
+    "plan_out",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Only measure (no token, no GitHub call) and write the answer as a publish plan here.",
+)
+@click.option(
+    "--head-repo",
+    "head_repo",
+    default=None,
+    help="With --plan-out: where the PR's head branch lives (owner/name), as --authorize-only read it; "
+    "without it the head counts as a fork's (refused on a runner without a sandbox).",
+)
+@click.option(
+    "--head-sha",
+    "head_sha",
+    default=None,
+    help="With --plan-out: the PR head pinned by --authorize-only; any other head is refused.",
+)
 @fail_on_error
-def command(event_path: str, config_path: str, store: str | None, work_dir: str | None, report_dir: str | None,
-            dry_run: str | None, authorize_only: bool, outputs: str | None, plan_out: str | None,
-            head_sha: str | None, head_repo: str | None) -> None:
+def command(
+    event_path: str,
+    config_path: str,
+    store: str | None,
+    work_dir: str | None,
+    report_dir: str | None,
+    dry_run: str | None,
+    authorize_only: bool,
+    outputs: str | None,
+    plan_out: str | None,
+    head_sha: str | None,
+    head_repo: str | None,
+) -> None:
     """Read a GitHub issue_comment event and run the command it holds, answering in the PR."""
     _check(authorize_only, outputs, plan_out, head_sha, dry_run, head_repo)
     cfg = config_mod.load(config_path)

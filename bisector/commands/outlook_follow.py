@@ -164,4 +164,3 @@ class OutlookFollow:
             process.close()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
-

@@ -66,11 +66,20 @@ class ProgressLine:
     before a stage announces its count); each later stage announces its first rounds (a "stage"
     event) once the search has found the steps, and its trials are followed from there."""
 
-    def __init__(self, expected_probes: int, trials_per_commit: int, console: Console | None = None,
-                 clock: Callable[[], float] = time.monotonic, interval_s: float = PLAIN_INTERVAL_S,
-                 live: bool | None = None, forecast: SearchForecast | None = None,
-                 stages: tuple[str, ...] = (), later: LaterModel | None = None, max_trials: int = 0,
-                 follow: Callable[[SearchBasis], OutlookFollow] | None = OutlookFollow) -> None:
+    def __init__(
+        self,
+        expected_probes: int,
+        trials_per_commit: int,
+        console: Console | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        interval_s: float = PLAIN_INTERVAL_S,
+        live: bool | None = None,
+        forecast: SearchForecast | None = None,
+        stages: tuple[str, ...] = (),
+        later: LaterModel | None = None,
+        max_trials: int = 0,
+        follow: Callable[[SearchBasis], OutlookFollow] | None = OutlookFollow,
+    ) -> None:
         """live: None = a live line only when stderr is a terminal a person watches (FORCE_COLOR
         in a CI log makes rich think it is one, so the stream itself must be a TTY too). `follow`
         makes the search's outlook once its stage says what the search runs on (None: the event
@@ -100,17 +109,38 @@ class ProgressLine:
         self.final = ""  # the run's own counts (RunTotals), for the last line, once it has them
 
     @classmethod
-    def for_range(cls, n_commits: int, trials_per_commit: int, *, order: Sequence[str] | None = None,
-                  max_trials: int | None = None, first_look: int = 1, stages: tuple[str, ...] = (),
-                  device: str | None = None, **kwargs: object) -> ProgressLine:
+    def for_range(
+        cls,
+        n_commits: int,
+        trials_per_commit: int,
+        *,
+        order: Sequence[str] | None = None,
+        max_trials: int | None = None,
+        first_look: int = 1,
+        stages: tuple[str, ...] = (),
+        device: str | None = None,
+        **kwargs: object,
+    ) -> ProgressLine:
         """The progress of a bisection of `order` (GOOD..BAD, oldest first; else n_commits unnamed),
         the protocol's trials, followed by `stages` ("fixes", "hunks") on a `device` kind."""
-        forecast = SearchForecast(ForecastSettings(len(order) if order else n_commits, trials_per_commit,
-                                                   max(trials_per_commit, max_trials or trials_per_commit),
-                                                   min(first_look, trials_per_commit)), order)
-        return cls(bisection_probes(n_commits), trials_per_commit, forecast=forecast, stages=stages,
-                   later=model_for(device), max_trials=max_trials or trials_per_commit,
-                   **kwargs)  # type: ignore[arg-type]
+        forecast = SearchForecast(
+            ForecastSettings(
+                len(order) if order else n_commits,
+                trials_per_commit,
+                max(trials_per_commit, max_trials or trials_per_commit),
+                min(first_look, trials_per_commit),
+            ),
+            order,
+        )
+        return cls(
+            bisection_probes(n_commits),
+            trials_per_commit,
+            forecast=forecast,
+            stages=stages,
+            later=model_for(device),
+            max_trials=max_trials or trials_per_commit,
+            **kwargs,  # type: ignore[arg-type]
+        )
 
     def expect_range(self, n_commits: int) -> None:
         """A bisection of n_commits follows what was expected so far (the nightly A/B found a step)."""
@@ -131,7 +161,7 @@ class ProgressLine:
             left = self.forecast.remaining() + self._later(self.stages)
         else:
             taken = self.trials - self._base
-            after = self.stages[self.stages.index(self.stage) + 1:] if self.stage in self.stages else ()
+            after = self.stages[self.stages.index(self.stage) + 1 :] if self.stage in self.stages else ()
             if self.tracker is not None:
                 here = self.tracker.remaining()
                 here = here if here >= 1 or not self._expect else max(here, taken / 10.0)
@@ -156,8 +186,7 @@ class ProgressLine:
             self.live.__enter__()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._unfollow()
         if self.live is not None:
             if self.final:
@@ -186,8 +215,11 @@ class ProgressLine:
         self._follow(event)
         text = self._what(event)
         if self.live is not None:
-            self.live.update(Text.assemble((text.split(" ", 1)[0] + " ", "bold"), text.split(" ", 1)[1] + "  ",
-                                           (self._status(), "dim")))
+            self.live.update(
+                Text.assemble(
+                    (text.split(" ", 1)[0] + " ", "bold"), text.split(" ", 1)[1] + "  ", (self._status(), "dim")
+                )
+            )
             self.console.file.flush()
             return
         key = (event.sha, event.action, event.patch_hash)
@@ -230,8 +262,11 @@ class ProgressLine:
             self.follow = self.follow_with(basis)
         if expect or stage not in ("", "search"):
             self._base, self._expect = self.trials, expect
-        self.tracker = StageTracker(stage, self.later, expect, self.trials_per_commit, self.cap) \
-            if stage not in ("", "search") else None
+        self.tracker = (
+            StageTracker(stage, self.later, expect, self.trials_per_commit, self.cap)
+            if stage not in ("", "search")
+            else None
+        )
         if self.live is None and self.trials:
             self._write(f"stage {stage}" + (f": ~{expect} trials" if expect else "") + f" | {self._status(False)}")
 
@@ -260,8 +295,10 @@ class ProgressLine:
         stage = f"{self.stage} | " if self.stage and with_stage else ""
         expected = self.expected_trials
         left = f"~{_duration(max(expected - done, 0) * elapsed / done)}" if done else "?"
-        return (f"{stage}commits {len(self.commits)} | trials {self.trials} of ~{expected} | "
-                f"elapsed {_duration(elapsed)} | eta {left}")
+        return (
+            f"{stage}commits {len(self.commits)} | trials {self.trials} of ~{expected} | "
+            f"elapsed {_duration(elapsed)} | eta {left}"
+        )
 
     def _write(self, line: str) -> None:
         stream: IO[str] = self.console.file

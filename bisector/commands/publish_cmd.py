@@ -21,25 +21,65 @@ from bisector.trust import vault
 
 
 @click.command("publish")
-@click.option("--plan", "plan_path", required=True, type=click.Path(path_type=Path),
-              help="PublishPlan JSON written next to the report.")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
-              help="Config whose [publish] table says what to post where (default: everything but draft PRs).")
-@click.option("--dry-run", "dry_run", type=USER_PATH, default=None,
-              help="Write the exact payloads to this directory instead of calling GitHub (no token needed).")
-@click.option("--expect-repo", "expect_repo", default=None,
-              help="Refuse a plan for any other repository (owner/name, as authorized).")
-@click.option("--expect-pr", "expect_pr", type=int, default=None,
-              help="A PR comment's run: post only on this PR (the authorize job's `pr` output).")
-@click.option("--expect-sha", "expect_sha", default=None,
-              help="A PR comment's run: a status only on this commit (the authorize job's `head_sha` output).")
+@click.option(
+    "--plan",
+    "plan_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="PublishPlan JSON written next to the report.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Config whose [publish] table says what to post where (default: everything but draft PRs).",
+)
+@click.option(
+    "--dry-run",
+    "dry_run",
+    type=USER_PATH,
+    default=None,
+    help="Write the exact payloads to this directory instead of calling GitHub (no token needed).",
+)
+@click.option(
+    "--expect-repo",
+    "expect_repo",
+    default=None,
+    help="Refuse a plan for any other repository (owner/name, as authorized).",
+)
+@click.option(
+    "--expect-pr",
+    "expect_pr",
+    type=int,
+    default=None,
+    help="A PR comment's run: post only on this PR (the authorize job's `pr` output).",
+)
+@click.option(
+    "--expect-sha",
+    "expect_sha",
+    default=None,
+    help="A PR comment's run: a status only on this commit (the authorize job's `head_sha` output).",
+)
 @click.option("--nightly", is_flag=True, help="A nightly's plan: it answers no PR; refuse one that does.")
-@click.option("--expect-untrusted", "expect_untrusted", is_flag=True,
-              help="A PR comment's run measured the PR's own code (`/perf`, a fork's head): its results are "
-                   "labelled, set no status and propose no patch, whatever the plan says.")
+@click.option(
+    "--expect-untrusted",
+    "expect_untrusted",
+    is_flag=True,
+    help="A PR comment's run measured the PR's own code (`/perf`, a fork's head): its results are "
+    "labelled, set no status and propose no patch, whatever the plan says.",
+)
 @fail_on_error
-def command(plan_path: Path, config_path: Path | None, dry_run: str | None, expect_repo: str | None,
-            expect_pr: int | None, expect_sha: str | None, nightly: bool, expect_untrusted: bool) -> None:
+def command(
+    plan_path: Path,
+    config_path: Path | None,
+    dry_run: str | None,
+    expect_repo: str | None,
+    expect_pr: int | None,
+    expect_sha: str | None,
+    nightly: bool,
+    expect_untrusted: bool,
+) -> None:
     """Comment on the culprit and requesting PRs, open draft fix PRs, and post a commit status."""
     full = config_mod.load(config_path) if config_path else None
     expected = _expectation(expect_repo, expect_pr, expect_sha, nightly, full)
@@ -49,21 +89,28 @@ def command(plan_path: Path, config_path: Path | None, dry_run: str | None, expe
         expected = replace(expected, untrusted=True)
     plan = load_plan(plan_path)
     cfg = full.publish if full else config_mod.Publish(repo=plan.repo)
-    outcome = publish(plan, cfg, vault.publishing_env(), dry_run_dir=Path(dry_run) if dry_run else None,
-                      expected=expected)
-    print_json({
-        "comments": [{"issue": c.issue, "url": c.url, "created": c.created} for c in outcome.comments],
-        "draft_prs": [{"for": d.culprit_pr, "number": d.number, "url": d.url, "branch": d.branch,
-                       "created": d.created} for d in outcome.drafts],
-        "status": None if outcome.status is None else {"sha": outcome.status.sha, "state": outcome.status.state,
-                                                       "description": outcome.status.description},
-        "notes": list(outcome.notes),
-        "dry_run_files": list(outcome.dry_run_files),
-    })
+    outcome = publish(
+        plan, cfg, vault.publishing_env(), dry_run_dir=Path(dry_run) if dry_run else None, expected=expected
+    )
+    print_json(
+        {
+            "comments": [{"issue": c.issue, "url": c.url, "created": c.created} for c in outcome.comments],
+            "draft_prs": [
+                {"for": d.culprit_pr, "number": d.number, "url": d.url, "branch": d.branch, "created": d.created}
+                for d in outcome.drafts
+            ],
+            "status": None
+            if outcome.status is None
+            else {"sha": outcome.status.sha, "state": outcome.status.state, "description": outcome.status.description},
+            "notes": list(outcome.notes),
+            "dry_run_files": list(outcome.dry_run_files),
+        }
+    )
 
 
-def _expectation(repo: str | None, pr: int | None, sha: str | None, nightly: bool,
-                 full: config_mod.Config | None) -> Expectation | None:
+def _expectation(
+    repo: str | None, pr: int | None, sha: str | None, nightly: bool, full: config_mod.Config | None
+) -> Expectation | None:
     """Settled before the plan file is read: the flags come from the trusted job, the config from git."""
     if nightly:
         if pr is not None or sha is not None:

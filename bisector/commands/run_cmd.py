@@ -28,19 +28,35 @@ from bisector.runner.launch import start_workers
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--good", required=True, help="A commit without the regression (ref or SHA).")
 @click.option("--bad", required=True, help="A commit with it (ref or SHA).")
-@click.option("--store", type=USER_PATH, default=None,
-              help="SQLite store (default: the config's, else the user cache dir).")
+@click.option(
+    "--store", type=USER_PATH, default=None, help="SQLite store (default: the config's, else the user cache dir)."
+)
 @click.option("--work-dir", type=USER_PATH, default=None, help="Builds, JIT caches and trial logs.")
 @run_options
 @click.option("--offline", is_flag=True, help="Replay the search on stored trials only (no build, no GPU).")
 @click.option("--publish", is_flag=True, help="Post the results to the PRs of the config's publish.repo.")
-@click.option("--dry-run", "dry_run", type=USER_PATH, default=None,
-              help="With --publish: write the payloads to DIR instead.")
+@click.option(
+    "--dry-run", "dry_run", type=USER_PATH, default=None, help="With --publish: write the payloads to DIR instead."
+)
 @fail_on_error
-def command(config_path: str, good: str, bad: str, store: str | None, work_dir: str | None,
-            report_dir: str | None, shapes: str, no_fixes: bool, no_hunks: bool, offline: bool, publish: bool,
-            dry_run: str | None, as_json: bool, executor_kind: str | None, executor_address: str | None,
-            visible: str | None) -> None:
+def command(
+    config_path: str,
+    good: str,
+    bad: str,
+    store: str | None,
+    work_dir: str | None,
+    report_dir: str | None,
+    shapes: str,
+    no_fixes: bool,
+    no_hunks: bool,
+    offline: bool,
+    publish: bool,
+    dry_run: str | None,
+    as_json: bool,
+    executor_kind: str | None,
+    executor_address: str | None,
+    visible: str | None,
+) -> None:
     """Localize every TFLOP/s step between GOOD and BAD and write a report. Re-run to resume."""
     cfg = with_cli_overrides(config_mod.load(config_path), executor_kind, executor_address, visible)
     check_upstream(cfg)  # bad input is refused before anything is started or written
@@ -54,10 +70,18 @@ def command(config_path: str, good: str, bad: str, store: str | None, work_dir: 
     from bisector.triggers import outcome_plan as plan_mod
     from bisector.triggers import plan_file
 
-    options = pipeline.RunOptions(good=good, bad=bad, store=store, work_dir=work_dir, report_dir=report_dir,
-                                  shapes=shape_list(shapes), verify_fixes=not no_fixes,
-                                  find_hunks=not no_hunks, offline=offline,
-                                  command=" ".join(["bisector", *sys.argv[1:]]))
+    options = pipeline.RunOptions(
+        good=good,
+        bad=bad,
+        store=store,
+        work_dir=work_dir,
+        report_dir=report_dir,
+        shapes=shape_list(shapes),
+        verify_fixes=not no_fixes,
+        find_hunks=not no_hunks,
+        offline=offline,
+        command=" ".join(["bisector", *sys.argv[1:]]),
+    )
     outcome = run_and_print(cfg, options, as_json, order=order)
     plan = plan_mod.from_outcome(cfg, outcome, f"run-{cfg.name}-{outcome.commits[0].short}-{outcome.commits[-1].short}")
     if plan is None:

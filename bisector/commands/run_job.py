@@ -32,8 +32,14 @@ if TYPE_CHECKING:
 UNLISTED = object()  # `run_and_print`'s range not listed by the command yet
 
 
-def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json: bool, n_commits: int | None = None,
-                  extra: dict[str, Any] | None = None, order: Any = UNLISTED) -> pipeline.RunOutcome:
+def run_and_print(
+    cfg: config_mod.Config,
+    options: pipeline.RunOptions,
+    as_json: bool,
+    n_commits: int | None = None,
+    extra: dict[str, Any] | None = None,
+    order: Any = UNLISTED,
+) -> pipeline.RunOutcome:
     """`pipeline.bisect` with its progress line, then its result (JSON or a summary); `order`: what
     the command's `range_order` gave, when it listed the range already."""
     if order is UNLISTED:
@@ -45,8 +51,15 @@ def run_and_print(cfg: config_mod.Config, options: pipeline.RunOptions, as_json:
     stages = tuple(name for name, on in (("fixes", options.verify_fixes), ("hunks", options.find_hunks)) if on)
     note = StoreNote(Path(options.store or cfg.store or default_path()))
     try:
-        with ProgressLine.for_range(n_commits, cfg.protocol.trials, order=order, max_trials=cfg.protocol.max_trials,
-                                    first_look=cfg.protocol.first_look, stages=stages, device=cfg.device) as progress:
+        with ProgressLine.for_range(
+            n_commits,
+            cfg.protocol.trials,
+            order=order,
+            max_trials=cfg.protocol.max_trials,
+            first_look=cfg.protocol.first_look,
+            stages=stages,
+            device=cfg.device,
+        ) as progress:
 
             def observe(event: ProbeEvent) -> None:
                 note.update()
@@ -84,46 +97,96 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict[str, Any] | None = No
     header and `store info` count them (search, verification, reverts, hunks); the search's own
     share is "search_trials"."""
     windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
-    hunks = [{"commit": h.step_commit, "of": h.n_hunks, "hunks": list(h.hunks), "alone": h.alone,
-              "patch": h.patch_path, "summary": h.summary, "unsettled": [list(u) for u in h.unsettled],
-              "aside": list(h.aside), "rest": h.rest,
-              **({"plumbing": list(h.plumbing), "behaviour_hunks": h.n_behaviour,
-                  "plumbing_carries": h.base_carries, "plumbing_patch": h.base_patch_path}
-                 if h.n_behaviour else {})} for h in outcome.report.hunks]
+    hunks = [
+        {
+            "commit": h.step_commit,
+            "of": h.n_hunks,
+            "hunks": list(h.hunks),
+            "alone": h.alone,
+            "patch": h.patch_path,
+            "summary": h.summary,
+            "unsettled": [list(u) for u in h.unsettled],
+            "aside": list(h.aside),
+            "rest": h.rest,
+            **(
+                {
+                    "plumbing": list(h.plumbing),
+                    "behaviour_hunks": h.n_behaviour,
+                    "plumbing_carries": h.base_carries,
+                    "plumbing_patch": h.base_patch_path,
+                }
+                if h.n_behaviour
+                else {}
+            ),
+        }
+        for h in outcome.report.hunks
+    ]
     totals = outcome.report.totals
     search = result_json(outcome.result)
-    return {**search, "trials": totals.trials if totals else search["trials"], "search_trials": search["trials"],
-            "wrong_windows": windows, "hunks": hunks, "fixes": [fix_json(f) for f in outcome.fixes],
-            "kernels": [{"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}
-                        for k in outcome.report.kernels],
-            "causes": [{"commit": c.step_commit, "cause": c.sentence, "kind": c.kind} for c in outcome.report.causes],
-            "interactions": [interaction_json(i) for i in outcome.report.interactions],
-            "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
-            "totals": totals.as_json() if totals else None,
-            "report": str(outcome.report_dir / "report.md"), **(extra or {})}
+    return {
+        **search,
+        "trials": totals.trials if totals else search["trials"],
+        "search_trials": search["trials"],
+        "wrong_windows": windows,
+        "hunks": hunks,
+        "fixes": [fix_json(f) for f in outcome.fixes],
+        "kernels": [
+            {"commit": k.step_commit, "changed": [d.name for d in k.changed], "note": k.note}
+            for k in outcome.report.kernels
+        ],
+        "causes": [{"commit": c.step_commit, "cause": c.sentence, "kind": c.kind} for c in outcome.report.causes],
+        "interactions": [interaction_json(i) for i in outcome.report.interactions],
+        "throughput": outcome.report.throughput.as_json() if outcome.report.throughput else None,
+        "totals": totals.as_json() if totals else None,
+        "report": str(outcome.report_dir / "report.md"),
+        **(extra or {}),
+    }
 
 
 def fix_json(fix: FixResult) -> dict[str, Any]:
     def cmp(c: Comparison | None) -> dict[str, Any] | None:
         return None if c is None else {"change_pct": round(c.change_pct, 3), "ci95": [round(x, 3) for x in c.ci95]}
 
-    return {"commit": fix.step_commit, "patch": fix.patch_path, "applied": fix.applied, "trials": fix.trials,
-            "correct": fix.correct, "error": fix.error or fix.conflict,
-            "shapes": {s: {"verdict": fix.verdict(s), "expected_pct": fix.expected_pct(s),
-                           "vs_parent": cmp(fix.vs_parent.get(s)),
-                           "vs_tip": cmp(fix.vs_tip.get(s)), "tflops": {"parent": fix.baseline.get(s),
-                                                                         "tip": fix.tip.get(s),
-                                                                         "revert": fix.restored.get(s)}}
-                       for s in fix.shapes}}
+    return {
+        "commit": fix.step_commit,
+        "patch": fix.patch_path,
+        "applied": fix.applied,
+        "trials": fix.trials,
+        "correct": fix.correct,
+        "error": fix.error or fix.conflict,
+        "shapes": {
+            s: {
+                "verdict": fix.verdict(s),
+                "expected_pct": fix.expected_pct(s),
+                "vs_parent": cmp(fix.vs_parent.get(s)),
+                "vs_tip": cmp(fix.vs_tip.get(s)),
+                "tflops": {"parent": fix.baseline.get(s), "tip": fix.tip.get(s), "revert": fix.restored.get(s)},
+            }
+            for s in fix.shapes
+        },
+    }
 
 
 def interaction_json(inter: Interaction) -> dict[str, Any]:
-    return {"steps": list(inter.steps), "shapes": list(inter.shapes), "trials": inter.trials,
-            "combos": [{"reverted": list(c.reverted), "gain_pct": dict(c.gain_pct), "error": c.error}
-                       for c in inter.combos],
-            "pairs": [{"a": p.a, "b": p.b, "shape": p.shape, "verdict": p.verdict,
-                       "interaction_pct": round(p.interaction_pct, 3), "ci95": [round(x, 3) for x in p.ci95]}
-                      for p in inter.pairs]}
+    return {
+        "steps": list(inter.steps),
+        "shapes": list(inter.shapes),
+        "trials": inter.trials,
+        "combos": [
+            {"reverted": list(c.reverted), "gain_pct": dict(c.gain_pct), "error": c.error} for c in inter.combos
+        ],
+        "pairs": [
+            {
+                "a": p.a,
+                "b": p.b,
+                "shape": p.shape,
+                "verdict": p.verdict,
+                "interaction_pct": round(p.interaction_pct, 3),
+                "ci95": [round(x, 3) for x in p.ci95],
+            }
+            for p in inter.pairs
+        ],
+    }
 
 
 DEFAULT_RANGE = 40  # commits assumed for the estimate when the range cannot be counted up front
@@ -139,5 +202,7 @@ def check_compared(outcome: pipeline.RunOutcome) -> None:
     tip = outcome.commits[-1].sha
     example = tip if tip in skipped else next(iter(skipped), None)
     why = f"; {example[:7]}: {last_line(skipped[example])}" if example else ""
-    raise BisectorError(f"nothing compared: {len(measured)} of {len(outcome.commits)} commits measured, "
-                        f"{len(skipped)} skipped{why} (report: {outcome.report_dir / 'report.md'})")
+    raise BisectorError(
+        f"nothing compared: {len(measured)} of {len(outcome.commits)} commits measured, "
+        f"{len(skipped)} skipped{why} (report: {outcome.report_dir / 'report.md'})"
+    )

@@ -17,12 +17,16 @@ from bisector.search.simulate import load_model, run_simulation
 
 def settings_options(func: F) -> F:
     """--min-step, --alpha, --trials, --max-trials: the search's knobs, shared with `plan`."""
-    for option in reversed((
-        click.option("--min-step", type=float, default=1.0, show_default=True, help="smallest step, in %"),
-        click.option("--alpha", type=float, default=0.01, show_default=True, help="chance of a false step per search"),
-        click.option("--trials", type=int, default=3, show_default=True, help="first trials per commit"),
-        click.option("--max-trials", type=int, default=24, show_default=True, help="cap of the doubling"),
-    )):
+    for option in reversed(
+        (
+            click.option("--min-step", type=float, default=1.0, show_default=True, help="smallest step, in %"),
+            click.option(
+                "--alpha", type=float, default=0.01, show_default=True, help="chance of a false step per search"
+            ),
+            click.option("--trials", type=int, default=3, show_default=True, help="first trials per commit"),
+            click.option("--max-trials", type=int, default=24, show_default=True, help="cap of the doubling"),
+        )
+    ):
         func = option(func)
     return func
 
@@ -44,8 +48,9 @@ def echo_result(result: SearchResult, subjects: dict[str, str], cost: bool = Tru
         click.echo(f"{where}  {pr:>7}  {subjects.get(s.commit, '')[:60]}")
         for shape in s.shapes:
             lo, hi = s.ci95[shape]
-            click.echo(f"    {shape:<24} {s.change_pct[shape]:+7.2f}%  [{lo:+.2f}, {hi:+.2f}]  "
-                       f"p={s.p_value[shape]:.2g}")
+            click.echo(
+                f"    {shape:<24} {s.change_pct[shape]:+7.2f}%  [{lo:+.2f}, {hi:+.2f}]  p={s.p_value[shape]:.2g}"
+            )
     for s in result.dropped:
         click.echo(f"dropped (did not hold on re-measurement): {s.commit[:10]}")
     if cost:
@@ -64,8 +69,21 @@ def echo_result(result: SearchResult, subjects: dict[str, str], cost: bool = Tru
 @click.option("--trial-seconds", type=float, default=60.0, show_default=True, help="seconds per trial (wall time)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @fail_on_error
-def command(repo: str, good: str, bad: str, model_path: str, noise: float, seed: int, min_step: float,
-            alpha: float, trials: int, max_trials: int, devices: int, trial_seconds: float, as_json: bool) -> None:
+def command(
+    repo: str,
+    good: str,
+    bad: str,
+    model_path: str,
+    noise: float,
+    seed: int,
+    min_step: float,
+    alpha: float,
+    trials: int,
+    max_trials: int,
+    devices: int,
+    trial_seconds: float,
+    as_json: bool,
+) -> None:
     """Run the localization engine against a step model over the real commits GOOD..BAD; with
     --devices W, also k-ary on W devices, its rounds, trials and wall time against W=1."""
     settings = make_settings(min_step, alpha, trials, max_trials)
@@ -77,11 +95,15 @@ def command(repo: str, good: str, bad: str, model_path: str, noise: float, seed:
         def wrap(probe):  # type: ignore[no-untyped-def]
             clocks.append(Clocked(probe, width, trial_seconds))
             return clocks[-1]
+
         return wrap
 
     result = run_simulation(commits, model, noise, seed, settings, clock(1))
-    wide = run_simulation(commits, model, noise, seed, replace(settings, width=devices), clock(devices)) \
-        if devices > 1 else result
+    wide = (
+        run_simulation(commits, model, noise, seed, replace(settings, width=devices), clock(devices))
+        if devices > 1
+        else result
+    )
     rows = [c.cost().as_dict() for c in clocks]
     if as_json:
         print_json({**result_json(wide), "by_devices": rows})

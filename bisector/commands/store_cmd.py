@@ -19,10 +19,15 @@ from bisector.portable import exported_row
 from bisector.store import FORMATS, Store
 from bisector.store import last_used as laststore
 
-_STORE_OPTION = click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path),
-                             default=None, help="SQLite store (default: $BISECTOR_STORE, else the store the last "
-                                                "run or demo used, else ./bisector-demo/results.sqlite, else the "
-                                                "user cache dir's).")
+_STORE_OPTION = click.option(
+    "--store",
+    "store_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="SQLite store (default: $BISECTOR_STORE, else the store the last "
+    "run or demo used, else ./bisector-demo/results.sqlite, else the "
+    "user cache dir's).",
+)
 
 
 def later_parts(records: Sequence[TrialRecord]) -> DeviceBreakdown:
@@ -44,8 +49,12 @@ def command() -> None:
 @command.command("info")
 @_STORE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--phases", is_flag=True, help="Also where each campaign's later trials spent their device time: "
-                                             "median and total per part of the device section.")
+@click.option(
+    "--phases",
+    is_flag=True,
+    help="Also where each campaign's later trials spent their device time: "
+    "median and total per part of the device section.",
+)
 @fail_on_error
 def info(store_path: Path | None, as_json: bool, phases: bool) -> None:
     """Path, schema version and counts per campaign: trials are trial processes, as the report and
@@ -55,8 +64,13 @@ def info(store_path: Path | None, as_json: bool, phases: bool) -> None:
         summary = store.info()
         parts = {c.campaign: later_parts(store.trials(c.campaign)) for c in summary.campaigns} if phases else {}
     if as_json:
-        print_json({**dataclasses.asdict(summary), "found_as": why or "--store",
-                    **({"later_device_parts": {k: v.as_json() for k, v in parts.items()}} if phases else {})})
+        print_json(
+            {
+                **dataclasses.asdict(summary),
+                "found_as": why or "--store",
+                **({"later_device_parts": {k: v.as_json() for k, v in parts.items()}} if phases else {}),
+            }
+        )
         return
     click.echo(f"store: {summary.path}" + (f" ({why})" if why else ""))
     click.echo(f"schema version: {summary.schema_version}")
@@ -64,12 +78,17 @@ def info(store_path: Path | None, as_json: bool, phases: bool) -> None:
         click.echo("no campaigns")
         return
     header = ("campaign", "commits", "builds", "trials", "measurements", "ok", "nights")
-    rows = [(c.campaign, c.commits, c.builds, c.trials, c.measurements, c.measurements_ok, c.nights)
-            for c in summary.campaigns]
+    rows = [
+        (c.campaign, c.commits, c.builds, c.trials, c.measurements, c.measurements_ok, c.nights)
+        for c in summary.campaigns
+    ]
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
-        click.echo("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
-                             for i, (v, w) in enumerate(zip(row, widths))).rstrip())
+        click.echo(
+            "  ".join(
+                str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths))
+            ).rstrip()
+        )
     for campaign, b in parts.items():
         click.echo(f"{campaign}: later trials' device sections: " + "\n  ".join(b.lines()))
 
@@ -78,8 +97,12 @@ def info(store_path: Path | None, as_json: bool, phases: bool) -> None:
 @_STORE_OPTION
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="csv", show_default=True)
 @click.option("--campaign", default=None, help="Only this campaign (default: all).")
-@click.option("--out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
-              help="Output file (default: stdout).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Output file (default: stdout).",
+)
 @fail_on_error
 def export(store_path: Path | None, fmt: str, campaign: str | None, out: Path | None) -> None:
     """Dump one row per trial, with every raw sample, as CSV or JSON: no path of this machine in it
@@ -97,8 +120,12 @@ def export(store_path: Path | None, fmt: str, campaign: str | None, out: Path | 
 
 @command.command("copy")
 @_STORE_OPTION
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The copy, a new file (never overwritten); a name ending in .gz is gzipped.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The copy, a new file (never overwritten); a name ending in .gz is gzipped.",
+)
 @fail_on_error
 def copy(store_path: Path | None, out: Path) -> None:
     """Copy the whole store into one file, also while a run writes to it or after one was killed:

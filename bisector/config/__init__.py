@@ -256,7 +256,7 @@ def executor_problem(kind: str, address: str | None) -> str:
         return ""
     m = re.fullmatch(r"(?:(tcp|tls|ucx)://)?(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", address)
     if not m or not 0 < int(m.group(3)) < 65536:
-        return f"must be \"local\" or a scheduler address such as tcp://host:8786, got {_show(address)}"
+        return f'must be "local" or a scheduler address such as tcp://host:8786, got {_show(address)}'
     return ""
 
 
@@ -298,8 +298,11 @@ def select_shapes(config: Config, only: Sequence[str]) -> Config:
     keep = tuple(s for s in config.shapes if s.key in only or s.name in only or s.suite in only)
     unknown = [o for o in only if not any(o in (s.key, s.name, s.suite) for s in config.shapes)]
     if unknown or not keep:
-        raise ConfigError(config.path, "", f"no shape or suite named {', '.join(unknown or only)} "
-                          f"(have: {', '.join(s.key for s in config.shapes)})")
+        raise ConfigError(
+            config.path,
+            "",
+            f"no shape or suite named {', '.join(unknown or only)} (have: {', '.join(s.key for s in config.shapes)})",
+        )
     return replace(config, shapes=keep)
 
 
@@ -318,8 +321,9 @@ def load(path: str | Path) -> Config:
 
 def _upstream(top: _Section, path: Path) -> Upstream:
     up = top.section("upstream", ("repo", "branch", "source_dir"), required=True)
-    upstream = Upstream(repo=up.get("repo", str), branch=up.get("branch", str, "main"),
-                        source_dir=up.get("source_dir", str, "."))
+    upstream = Upstream(
+        repo=up.get("repo", str), branch=up.get("branch", str, "main"), source_dir=up.get("source_dir", str, ".")
+    )
     if Path(upstream.source_dir).is_absolute() or ".." in Path(upstream.source_dir).parts:
         raise ConfigError(path, "upstream.source_dir", "must be a relative path inside the checkout")
     return upstream
@@ -330,24 +334,86 @@ def _device(top: _Section, path: Path) -> tuple[str, list[int]]:
     dev = top.section("device", ("kind", "visible"), required=True)
     device: str = dev.get("kind", str, choices=DEVICES)
     visible = dev.get("visible", list, [0])
-    if not isinstance(visible, list) or not visible or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in visible):
+    if (
+        not isinstance(visible, list)
+        or not visible
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in visible)
+    ):
         raise ConfigError(path, "device.visible", "must be a non-empty list of device indices")
     return device, visible
 
 
 # The keys each section may hold: any other is refused by name (a misspelt key is not ignored).
-_TOP_KEYS = ("name", "description", "upstream", "build", "device", "control", "subject", "suites", "protocol",
-             "thresholds", "publish", "report", "store", "executor", "triggers", "sandbox")
-_BUILD_KEYS = ("recipe", "pip_args", "steps", "import_check", "cache_dir", "cache_max_gb", "parallel",
-               "max_hunk_builds", "max_hunk_trials", "memory_gb", "max_tasks", "network")
-_PROTOCOL_KEYS = ("trials", "max_trials", "first_look", "reps", "warmup", "graph_reads", "graph_heat_ms",
-                  "settle_ms", "flush_mb", "cpu_clock", "timeout_s", "jit_cache_env", "env", "seed", "workers",
-                  "ahead", "preload", "memory_gb", "max_tasks", "prefetch", "standby", "split_on_moved",
-                  "verify_on_open", "decision_trials", "drift_anchor_s")
+_TOP_KEYS = (
+    "name",
+    "description",
+    "upstream",
+    "build",
+    "device",
+    "control",
+    "subject",
+    "suites",
+    "protocol",
+    "thresholds",
+    "publish",
+    "report",
+    "store",
+    "executor",
+    "triggers",
+    "sandbox",
+)
+_BUILD_KEYS = (
+    "recipe",
+    "pip_args",
+    "steps",
+    "import_check",
+    "cache_dir",
+    "cache_max_gb",
+    "parallel",
+    "max_hunk_builds",
+    "max_hunk_trials",
+    "memory_gb",
+    "max_tasks",
+    "network",
+)
+_PROTOCOL_KEYS = (
+    "trials",
+    "max_trials",
+    "first_look",
+    "reps",
+    "warmup",
+    "graph_reads",
+    "graph_heat_ms",
+    "settle_ms",
+    "flush_mb",
+    "cpu_clock",
+    "timeout_s",
+    "jit_cache_env",
+    "env",
+    "seed",
+    "workers",
+    "ahead",
+    "preload",
+    "memory_gb",
+    "max_tasks",
+    "prefetch",
+    "standby",
+    "split_on_moved",
+    "verify_on_open",
+    "decision_trials",
+    "drift_anchor_s",
+)
 _THRESHOLD_KEYS = ("min_step_pct", "alpha", "tolerances", "metric", "timing", "indifference_zone", "latency_steps")
-_PUBLISH_KEYS = ("repo", "token_env", "base_url", "comment_on_culprit", "comment_on_requester", "draft_pr",
-                 "commit_status", "bot_login")
+_PUBLISH_KEYS = (
+    "repo",
+    "token_env",
+    "base_url",
+    "comment_on_culprit",
+    "comment_on_requester",
+    "draft_pr",
+    "commit_status",
+    "bot_login",
+)
 
 
 def parse(data: Mapping[str, Any], path: Path) -> Config:
@@ -375,11 +441,16 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
         control=control,
         subjects=subjects,
         shapes=shapes,
-        suite_modules=modules, caches=parse_caches(top, names, subjects),
+        suite_modules=modules,
+        caches=parse_caches(top, names, subjects),
         protocol=_protocol(top.section("protocol", _PROTOCOL_KEYS), suites, keys),
-        thresholds=_thresholds(top.section("thresholds", _THRESHOLD_KEYS), suites,
-                               config_suites.forced_metrics(subjects, modules),
-                               tuple(n for n, sub in subjects.items() if sub.adapter == "pytest"), keys),
+        thresholds=_thresholds(
+            top.section("thresholds", _THRESHOLD_KEYS),
+            suites,
+            config_suites.forced_metrics(subjects, modules),
+            tuple(n for n, sub in subjects.items() if sub.adapter == "pytest"),
+            keys,
+        ),
         publish=_publish(top.section("publish", _PUBLISH_KEYS)),
         report_dir=top.section("report", ("dir",)).path_value("dir") or absolute("reports"),
         store=top.path_value("store"),
@@ -392,8 +463,9 @@ def parse(data: Mapping[str, Any], path: Path) -> Config:
 def _sandbox(sec: _Section, allow_forks: bool) -> Sandbox:
     require = sec.get("require", bool, None)
     if require is True and allow_forks:
-        raise ConfigError(sec.path, sec.name("require"),
-                          "true contradicts [triggers] allow_unsandboxed_forks = true: drop one")
+        raise ConfigError(
+            sec.path, sec.name("require"), "true contradicts [triggers] allow_unsandboxed_forks = true: drop one"
+        )
     return Sandbox(require=require)
 
 
@@ -405,9 +477,10 @@ def _check_limits(path: Path, control: str, subjects: Mapping[str, Any], shapes:
         index = seen[shape.suite] = seen.get(shape.suite, -1) + 1
         params = shape.as_dict()
         adapter = subjects[shape.suite].adapter if shape.suite in subjects else ""
-        for who, refused in ((f"control {control}", control_limits.refusal(control, shape.suite, params)),
-                             (f"subject adapter {adapter}",
-                              control_limits.subject_refusal(adapter, shape.suite, params))):
+        for who, refused in (
+            (f"control {control}", control_limits.refusal(control, shape.suite, params)),
+            (f"subject adapter {adapter}", control_limits.subject_refusal(adapter, shape.suite, params)),
+        ):
             if refused:
                 key, why = refused
                 raise ConfigError(path, f"suites.{shape.suite}.shapes[{index}].{key}", f"{who}: {why}")
@@ -429,8 +502,9 @@ def _build(sec: _Section) -> Build:
     steps = []
     shared_by: dict[str, str] = {}  # env var -> the step that fills it
     for i, raw in enumerate(sec.get("steps", list, [])):
-        step = _Section(sec.path, raw, f"{sec.name('steps')}[{i}]", ("run", "timeout_s", "env", "key_files",
-                                                                      "shared_dir"))
+        step = _Section(
+            sec.path, raw, f"{sec.name('steps')}[{i}]", ("run", "timeout_s", "env", "key_files", "shared_dir")
+        )
         key_files = step.strings("key_files")
         for j, pattern in enumerate(key_files):
             problem = pattern_problem(pattern)
@@ -440,27 +514,45 @@ def _build(sec: _Section) -> Build:
         if shared_dir is not None and not key_files:
             raise ConfigError(sec.path, step.name("shared_dir"), "only a step with key_files has a shared dir")
         if shared_dir is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", shared_dir):
-            raise ConfigError(sec.path, step.name("shared_dir"),
-                              f"must be an environment variable name, got {shared_dir!r}")
+            raise ConfigError(
+                sec.path, step.name("shared_dir"), f"must be an environment variable name, got {shared_dir!r}"
+            )
         if key_files:
             var = shared_dir or DEFAULT_SHARED_ENV
             if var in shared_by:
                 # The later step would point the variable at its own, empty dir for every step after it.
-                raise ConfigError(sec.path, step.name("shared_dir"),
-                                  f"{var} is already the shared dir of {shared_by[var]}: give each keyed step its own")
+                raise ConfigError(
+                    sec.path,
+                    step.name("shared_dir"),
+                    f"{var} is already the shared dir of {shared_by[var]}: give each keyed step its own",
+                )
             shared_by[var] = step.prefix
-        steps.append(BuildStep(run=step.get("run", str), timeout_s=step.positive("timeout_s", float, 3600.0),
-                               env=step.str_map("env"), key_files=key_files, shared_dir=shared_dir))
+        steps.append(
+            BuildStep(
+                run=step.get("run", str),
+                timeout_s=step.positive("timeout_s", float, 3600.0),
+                env=step.str_map("env"),
+                key_files=key_files,
+                shared_dir=shared_dir,
+            )
+        )
     recipe = sec.get("recipe", str, "none", choices=RECIPES)
     if recipe == "command" and not steps:
         raise ConfigError(sec.path, sec.name("steps"), "the command recipe needs at least one step")
-    return Build(recipe=recipe, pip_args=sec.strings("pip_args", ("--no-deps",)), steps=tuple(steps),
-                 import_check=sec.get("import_check", str, None), cache_dir=sec.path_value("cache_dir"),
-                 cache_max_gb=sec.positive("cache_max_gb", float, 50.0), parallel=sec.positive("parallel", int, 1),
-                 max_hunk_builds=sec.positive("max_hunk_builds", int, 12),
-                 max_hunk_trials=sec.positive("max_hunk_trials", int, 64),
-                 memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec),
-                 network=sec.get("network", bool, False))
+    return Build(
+        recipe=recipe,
+        pip_args=sec.strings("pip_args", ("--no-deps",)),
+        steps=tuple(steps),
+        import_check=sec.get("import_check", str, None),
+        cache_dir=sec.path_value("cache_dir"),
+        cache_max_gb=sec.positive("cache_max_gb", float, 50.0),
+        parallel=sec.positive("parallel", int, 1),
+        max_hunk_builds=sec.positive("max_hunk_builds", int, 12),
+        max_hunk_trials=sec.positive("max_hunk_trials", int, 64),
+        memory_gb=sec.non_negative("memory_gb", float, 0.0),
+        max_tasks=_max_tasks(sec),
+        network=sec.get("network", bool, False),
+    )
 
 
 def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> Protocol:
@@ -471,23 +563,32 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
     first_look = sec.positive("first_look", int, 1)
     if first_look > trials:
         raise ConfigError(sec.path, sec.name("first_look"), f"must be <= trials ({trials})")
-    return Protocol(trials=trials, max_trials=max_trials, first_look=first_look, reps=sec.positive("reps", int, 20),
-                    warmup=sec.non_negative("warmup", int, 3),
-                    **_graph_reads(sec, suites, shape_keys), **_settle(sec, suites, shape_keys),
-                    flush_mb=sec.non_negative("flush_mb", int, 0),
-                    cpu_clock=sec.get("cpu_clock", str, "cpu", choices=CPU_CLOCKS),
-                    timeout_s=sec.positive("timeout_s", float, 600.0),
-                    jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
-                    env=sec.str_map("env"), seed=sec.get("seed", int, 0),
-                    workers=sec.get("workers", str, "fork", choices=WORKER_SOURCES),
-                    ahead=sec.non_negative("ahead", int, None),
-                    preload=sec.strings("preload") if "preload" in sec.data else None,
-                    memory_gb=sec.non_negative("memory_gb", float, 0.0), max_tasks=_max_tasks(sec),
-                    prefetch=sec.non_negative("prefetch", int, None), standby=sec.get("standby", bool, True),
-                    split_on_moved=sec.get("split_on_moved", bool, True),
-                    verify_on_open=sec.get("verify_on_open", bool, True),
-                    decision_trials=sec.non_negative("decision_trials", int, DECISION_TRIALS),
-                    drift_anchor_s=sec.non_negative("drift_anchor_s", float, DRIFT_ANCHOR_S))
+    return Protocol(
+        trials=trials,
+        max_trials=max_trials,
+        first_look=first_look,
+        reps=sec.positive("reps", int, 20),
+        warmup=sec.non_negative("warmup", int, 3),
+        **_graph_reads(sec, suites, shape_keys),
+        **_settle(sec, suites, shape_keys),
+        flush_mb=sec.non_negative("flush_mb", int, 0),
+        cpu_clock=sec.get("cpu_clock", str, "cpu", choices=CPU_CLOCKS),
+        timeout_s=sec.positive("timeout_s", float, 600.0),
+        jit_cache_env=sec.strings("jit_cache_env", ("TRITON_CACHE_DIR",)),
+        env=sec.str_map("env"),
+        seed=sec.get("seed", int, 0),
+        workers=sec.get("workers", str, "fork", choices=WORKER_SOURCES),
+        ahead=sec.non_negative("ahead", int, None),
+        preload=sec.strings("preload") if "preload" in sec.data else None,
+        memory_gb=sec.non_negative("memory_gb", float, 0.0),
+        max_tasks=_max_tasks(sec),
+        prefetch=sec.non_negative("prefetch", int, None),
+        standby=sec.get("standby", bool, True),
+        split_on_moved=sec.get("split_on_moved", bool, True),
+        verify_on_open=sec.get("verify_on_open", bool, True),
+        decision_trials=sec.non_negative("decision_trials", int, DECISION_TRIALS),
+        drift_anchor_s=sec.non_negative("drift_anchor_s", float, DRIFT_ANCHOR_S),
+    )
 
 
 def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:
@@ -497,10 +598,15 @@ def _graph_reads(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, 
     heat, heat_by = _shape_table(sec, "graph_heat_ms", 0.0, suites, shape_keys, lambda v: v >= 0, "a number >= 0")
     for key in ("default", *suites, *shape_keys):
         if for_shape(key, heat, heat_by) > 0 and for_shape(key, default, by) != 1:
-            raise ConfigError(sec.path, sec.name("graph_heat_ms"),
-                              f"a heater needs graph_reads = 1, and {key} reads 2 replays")
-    return {"graph_reads": int(default), "graph_reads_by": {k: int(v) for k, v in by.items()},
-            "graph_heat_ms": float(heat), "graph_heat_ms_by": {k: float(v) for k, v in heat_by.items()}}
+            raise ConfigError(
+                sec.path, sec.name("graph_heat_ms"), f"a heater needs graph_reads = 1, and {key} reads 2 replays"
+            )
+    return {
+        "graph_reads": int(default),
+        "graph_reads_by": {k: int(v) for k, v in by.items()},
+        "graph_heat_ms": float(heat),
+        "graph_heat_ms_by": {k: float(v) for k, v in heat_by.items()},
+    }
 
 
 def _settle(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...]) -> dict[str, Any]:
@@ -517,8 +623,9 @@ def _max_tasks(sec: _Section) -> int:
     return value
 
 
-def _per_suite(sec: _Section, key: str, choices: tuple[str, ...], default: str,
-               suites: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+def _per_suite(
+    sec: _Section, key: str, choices: tuple[str, ...], default: str, suites: tuple[str, ...]
+) -> tuple[str, dict[str, str]]:
     """A key given once for every suite or as a table per suite: (the overall value, suite -> value)."""
     raw = sec.get(key, (str, dict), default)
     per = raw if isinstance(raw, dict) else {}
@@ -526,15 +633,23 @@ def _per_suite(sec: _Section, key: str, choices: tuple[str, ...], default: str,
         if suite not in suites:
             raise ConfigError(sec.path, f"{sec.name(key)}.{suite}", f"unknown suite (known: {', '.join(suites)})")
         if value not in choices:
-            raise ConfigError(sec.path, f"{sec.name(key)}.{suite}",
-                              f"must be one of {', '.join(choices)}, got {_show(value)}")
+            raise ConfigError(
+                sec.path, f"{sec.name(key)}.{suite}", f"must be one of {', '.join(choices)}, got {_show(value)}"
+            )
     if isinstance(raw, str) and raw not in choices:
         raise ConfigError(sec.path, sec.name(key), f"must be one of {', '.join(choices)}, got {_show(raw)}")
     return (raw if isinstance(raw, str) else default), dict(per)
 
 
-def _shape_table(sec: _Section, key: str, default: float, suites: tuple[str, ...], shape_keys: tuple[str, ...],
-                 valid: Callable[[Any], bool], must: str) -> tuple[float, dict[str, float]]:
+def _shape_table(
+    sec: _Section,
+    key: str,
+    default: float,
+    suites: tuple[str, ...],
+    shape_keys: tuple[str, ...],
+    valid: Callable[[Any], bool],
+    must: str,
+) -> tuple[float, dict[str, float]]:
     """`key`: one value, or a table of `default` and suites or shapes ("suite/name") -> value
     (model.for_shape reads it): (default, {suite or shape: value})."""
     raw = sec.get(key, (float, dict), default)
@@ -544,8 +659,12 @@ def _shape_table(sec: _Section, key: str, default: float, suites: tuple[str, ...
         where = sec.name(key) + ("" if not isinstance(raw, dict) else f".{name}")
         if name != "default" and name not in suites and name not in shape_keys:
             raise ConfigError(sec.path, where, f"unknown suite or shape (known: {', '.join((*suites, *shape_keys))})")
-        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                or not valid(value)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not valid(value)
+        ):
             raise ConfigError(sec.path, where, f"must be {must}, got {_show(value)}")
         out[name] = value
     return out.pop("default", default), out
@@ -557,8 +676,13 @@ def _min_steps(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ..
     return float(default), {k: float(v) for k, v in by.items()}
 
 
-def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping[str, str] | None = None,
-                pytest_suites: tuple[str, ...] = (), shape_keys: tuple[str, ...] = ()) -> Thresholds:
+def _thresholds(
+    sec: _Section,
+    suites: tuple[str, ...] = SUITES,
+    forced: Mapping[str, str] | None = None,
+    pytest_suites: tuple[str, ...] = (),
+    shape_keys: tuple[str, ...] = (),
+) -> Thresholds:
     """`forced`: suites with no control (a pytest subject, a brought suite without `control`), which
     compare the subject's own speed whatever the config's overall metric says."""
     alpha = sec.get("alpha", float, 0.01)
@@ -582,13 +706,25 @@ def _thresholds(sec: _Section, suites: tuple[str, ...] = SUITES, forced: Mapping
     for suite in pytest_suites:
         if timings.get(suite, timing) == "latency":
             key = f"{sec.name('timing')}.{suite}" if suite in timings else sec.name("timing")
-            raise ConfigError(sec.path, key, f"suite {suite} is timed by pytest-benchmark, which has no latency "
-                                             "apart from its own time: only kernel")
+            raise ConfigError(
+                sec.path,
+                key,
+                f"suite {suite} is timed by pytest-benchmark, which has no latency "
+                "apart from its own time: only kernel",
+            )
     min_step, min_steps = _min_steps(sec, suites, shape_keys)
-    return Thresholds(min_step_pct=min_step, min_steps=min_steps, alpha=alpha, tolerances=tolerances,
-                      metric=raw if isinstance(raw, str) else "ratio", metrics={**(forced or {}), **metrics},
-                      timing=timing, timings=timings, indifference_zone=sec.get("indifference_zone", bool, True),
-                      latency_steps=sec.get("latency_steps", str, "host-bound", choices=LATENCY_STEPS))
+    return Thresholds(
+        min_step_pct=min_step,
+        min_steps=min_steps,
+        alpha=alpha,
+        tolerances=tolerances,
+        metric=raw if isinstance(raw, str) else "ratio",
+        metrics={**(forced or {}), **metrics},
+        timing=timing,
+        timings=timings,
+        indifference_zone=sec.get("indifference_zone", bool, True),
+        latency_steps=sec.get("latency_steps", str, "host-bound", choices=LATENCY_STEPS),
+    )
 
 
 def _tolerances(sec: _Section, suites: tuple[str, ...]) -> dict[str, tuple[float, float]]:
@@ -598,8 +734,13 @@ def _tolerances(sec: _Section, suites: tuple[str, ...]) -> dict[str, tuple[float
         key = f"{sec.name('tolerances')}.{suite}"
         if suite not in suites:
             raise ConfigError(sec.path, key, f"unknown suite (known: {', '.join(suites)})")
-        numbers = isinstance(value, list) and len(value) == 2 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in value)
+        numbers = (
+            isinstance(value, list)
+            and len(value) == 2
+            and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in value
+            )
+        )
         if not numbers:
             raise ConfigError(sec.path, key, f"must be [atol, rtol], two numbers >= 0, got {_show(value)}")
         tolerances[suite] = (float(value[0]), float(value[1]))
@@ -610,9 +751,13 @@ def _publish(sec: _Section) -> Publish:
     repo = sec.get("repo", str, None)
     if repo is not None and repo.count("/") != 1:
         raise ConfigError(sec.path, sec.name("repo"), f"must be 'owner/name', got {_show(repo)}")
-    return Publish(repo=repo, token_env=sec.get("token_env", str, DEFAULT_TOKEN_ENV),
-                   base_url=sec.get("base_url", str, "https://api.github.com"),
-                   comment_on_culprit=sec.get("comment_on_culprit", bool, True),
-                   comment_on_requester=sec.get("comment_on_requester", bool, True),
-                   draft_pr=sec.get("draft_pr", bool, False), commit_status=sec.get("commit_status", bool, True),
-                   bot_login=sec.get("bot_login", str, "github-actions[bot]"))
+    return Publish(
+        repo=repo,
+        token_env=sec.get("token_env", str, DEFAULT_TOKEN_ENV),
+        base_url=sec.get("base_url", str, "https://api.github.com"),
+        comment_on_culprit=sec.get("comment_on_culprit", bool, True),
+        comment_on_requester=sec.get("comment_on_requester", bool, True),
+        draft_pr=sec.get("draft_pr", bool, False),
+        commit_status=sec.get("commit_status", bool, True),
+        bot_login=sec.get("bot_login", str, "github-actions[bot]"),
+    )

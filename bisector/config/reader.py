@@ -46,8 +46,9 @@ class Section:
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(self.path, self.name(key), f"must be a finite number, got {value!r}")
         if choices and value not in choices:
-            raise ConfigError(self.path, self.name(key),
-                              f"must be one of {', '.join(map(str, choices))}, got {show(value)}")
+            raise ConfigError(
+                self.path, self.name(key), f"must be one of {', '.join(map(str, choices))}, got {show(value)}"
+            )
         return value
 
     def positive(self, key: str, kind: type, default: Any) -> Any:

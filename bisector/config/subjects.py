@@ -98,8 +98,11 @@ def _subject(sec: Section, suite: str) -> Subject:
         bad = adapter_options.unknown(adapter, suite, options)
         if bad:
             known = ", ".join(sorted(adapter_options.KNOWN[adapter][suite]))
-            raise ConfigError(s.path, f"{s.name('options')}.{bad[0]}",
-                              f"not an option of the {adapter} {suite} adapter (known: {known})")
+            raise ConfigError(
+                s.path,
+                f"{s.name('options')}.{bad[0]}",
+                f"not an option of the {adapter} {suite} adapter (known: {known})",
+            )
     args = _strings(s, "args")
     kwargs = s.get("kwargs", dict, {})
     for k, v in kwargs.items():
@@ -108,27 +111,43 @@ def _subject(sec: Section, suite: str) -> Subject:
         if k in options:
             raise ConfigError(s.path, f"{s.name('kwargs')}.{k}", "also given in options: name it once")
     if (args or kwargs) and adapter == "flydsl":
-        raise ConfigError(s.path, s.name("args" if args else "kwargs"), "the flydsl adapter calls FlyDSL's own "
-                                                                        "entry points: it takes no mapping")
-    return Subject(entry=entry, adapter=adapter, options=options, args=args, kwargs=dict(kwargs),
-                   layout=s.get("layout", str, "bhsd", choices=("bhsd", "bshd")))
+        raise ConfigError(
+            s.path,
+            s.name("args" if args else "kwargs"),
+            "the flydsl adapter calls FlyDSL's own entry points: it takes no mapping",
+        )
+    return Subject(
+        entry=entry,
+        adapter=adapter,
+        options=options,
+        args=args,
+        kwargs=dict(kwargs),
+        layout=s.get("layout", str, "bhsd", choices=("bhsd", "bshd")),
+    )
 
 
 def _pytest_subject(s: Section, suite: str) -> Subject:
     """A subject timed by the upstream's own pytest-benchmark tests: those tests' node ids, nothing else."""
     extra = [k for k in s.data if k != "pytest"]
     if extra:
-        raise ConfigError(s.path, s.name(extra[0]), "a pytest subject runs the upstream's tests: it takes no "
-                                                    f"{extra[0]}")
+        raise ConfigError(
+            s.path, s.name(extra[0]), f"a pytest subject runs the upstream's tests: it takes no {extra[0]}"
+        )
     if suite in BUILTIN:
-        raise ConfigError(s.path, s.name("pytest"), f"{suite} makes its own inputs: give the upstream's "
-                                                    "benchmarks a suite name of their own")
+        raise ConfigError(
+            s.path,
+            s.name("pytest"),
+            f"{suite} makes its own inputs: give the upstream's benchmarks a suite name of their own",
+        )
     nodes = _strings(s, "pytest")
     for i, node in enumerate(nodes):
         path = node.split("::", 1)[0]
         if not path or Path(path).is_absolute() or ".." in Path(path).parts:
-            raise ConfigError(s.path, f"{s.name('pytest')}[{i}]", f"must be a path inside the checkout "
-                                                                  f"('tests/bench.py::test'), got {show(node)}")
+            raise ConfigError(
+                s.path,
+                f"{s.name('pytest')}[{i}]",
+                f"must be a path inside the checkout ('tests/bench.py::test'), got {show(node)}",
+            )
     if not nodes:
         raise ConfigError(s.path, s.name("pytest"), "names no test")
     return Subject(entry="", adapter="pytest", pytest=nodes)
@@ -158,8 +177,9 @@ def _read_suite_file(path: Path, key: str, file: Path, attr: str) -> tuple[bool 
     defined |= {t.id for n in found.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     missing = [m for m in CONTRACT if m not in defined]
     if missing and not found.bases:
-        raise ConfigError(path, key, f"class {first} lacks {', '.join(missing)} (the suite contract: "
-                                     f"{', '.join(CONTRACT)})")
+        raise ConfigError(
+            path, key, f"class {first} lacks {', '.join(missing)} (the suite contract: {', '.join(CONTRACT)})"
+        )
     params = None
     for n in found.body:
         if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PARAMS" for t in n.targets):
@@ -174,8 +194,9 @@ def _read_suite_file(path: Path, key: str, file: Path, attr: str) -> tuple[bool 
     return has_control, params
 
 
-def parse_suite_modules(top: Section, names: tuple[str, ...],
-                        subjects: Mapping[str, Subject]) -> dict[str, SuiteModule]:
+def parse_suite_modules(
+    top: Section, names: tuple[str, ...], subjects: Mapping[str, Subject]
+) -> dict[str, SuiteModule]:
     out = {}
     for name in names:
         sub = subjects.get(name)
@@ -184,8 +205,11 @@ def parse_suite_modules(top: Section, names: tuple[str, ...],
             continue
         s = top.section("suites", names).section(name, ("module", "source", "shapes", "cache"))
         if "module" not in s.data:
-            raise ConfigError(top.path, s.name("module"), f"missing: {name} is not a built-in suite "
-                                                          f"({', '.join(BUILTIN)}) nor a pytest subject")
+            raise ConfigError(
+                top.path,
+                s.name("module"),
+                f"missing: {name} is not a built-in suite ({', '.join(BUILTIN)}) nor a pytest subject",
+            )
         module = s.get("module", str)
         match = _MODULE.fullmatch(module)
         if not match:
@@ -198,8 +222,11 @@ def parse_suite_modules(top: Section, names: tuple[str, ...],
         rel = Path(*match.group(1).split("."))
         file = next((f for f in (folder / rel.with_suffix(".py"), folder / rel / "__init__.py") if f.is_file()), None)
         if file is None:
-            raise ConfigError(top.path, s.name("module"), f"no {rel}.py in the config's folder {folder} "
-                                                          "(or give source = \"upstream\")")
+            raise ConfigError(
+                top.path,
+                s.name("module"),
+                f'no {rel}.py in the config\'s folder {folder} (or give source = "upstream")',
+            )
         has_control, params = _read_suite_file(top.path, s.name("module"), file, match.group(2))
         out[name] = SuiteModule(module, source, str(folder), has_control, params)
     return out
@@ -232,27 +259,31 @@ def _free_params(row: Section, suite: str, known: tuple[str, ...] | None, pytest
         if pytest and key not in ("benchmark", "flops", "bytes"):
             raise ConfigError(row.path, row.name(key), "unknown key (known: name, benchmark, flops, bytes)")
         if known is not None and not pytest and key not in known:
-            raise ConfigError(row.path, row.name(key), f"not a parameter of suite {suite} (its PARAMS: "
-                                                       f"{', '.join(known)})")
+            raise ConfigError(
+                row.path, row.name(key), f"not a parameter of suite {suite} (its PARAMS: {', '.join(known)})"
+            )
         ok = isinstance(value, _SCALAR) or (isinstance(value, list) and all(isinstance(v, _SCALAR) for v in value))
         if not ok or (isinstance(value, float) and value != value):
-            raise ConfigError(row.path, row.name(key), f"must be a number, string, bool or a list of them, "
-                                                       f"got {show(value)}")
+            raise ConfigError(
+                row.path, row.name(key), f"must be a number, string, bool or a list of them, got {show(value)}"
+            )
         params[key] = tuple(value) if isinstance(value, list) else value
     if pytest:
         if not isinstance(params.get("benchmark", row.data.get("name", "")), str):
             raise ConfigError(row.path, row.name("benchmark"), "must be a benchmark's name or node id")
         for key in ("flops", "bytes"):
-            if key in params and (not isinstance(params[key], (int, float)) or isinstance(params[key], bool)
-                                  or params[key] <= 0):
+            if key in params and (
+                not isinstance(params[key], (int, float)) or isinstance(params[key], bool) or params[key] <= 0
+            ):
                 raise ConfigError(row.path, row.name(key), f"must be a number > 0, got {show(params[key])}")
         if "benchmark" not in params and "name" not in row.data:
             raise ConfigError(row.path, row.name("benchmark"), "missing (the benchmark this shape is)")
     return params
 
 
-def parse_shapes(top: Section, names: tuple[str, ...], subjects: Mapping[str, Subject],
-                 modules: Mapping[str, SuiteModule]) -> tuple[Shape, ...]:
+def parse_shapes(
+    top: Section, names: tuple[str, ...], subjects: Mapping[str, Subject], modules: Mapping[str, SuiteModule]
+) -> tuple[Shape, ...]:
     if not names:
         raise ConfigError(top.path, "suites", "missing table")
     suites = top.section("suites", names, required=True)
@@ -299,16 +330,18 @@ def _check_call(path: Path, row: Section, suite: str, subject: Subject, params: 
     if not subject.args and not subject.kwargs:
         why = shape_rules.needs_mapping(suite, params)
         if why and subject.adapter != "flydsl":
-            raise ConfigError(path, row.prefix, f"{why}: give subject.{suite} args / kwargs, the kernel's own "
-                                                "calling convention")
+            raise ConfigError(
+                path, row.prefix, f"{why}: give subject.{suite} args / kwargs, the kernel's own calling convention"
+            )
         return
     have = shape_rules.inputs_of(suite, params)
     named = [(f"subject.{suite}.args[{i}]", n) for i, n in enumerate(subject.args)]
     named += [(f"subject.{suite}.kwargs.{k}", n) for k, n in subject.kwargs.items()]
     for key, name in named:
         if name not in have:
-            raise ConfigError(path, key, f"{name!r} is not an input of shape {row.prefix} "
-                                         f"(its inputs: {', '.join(sorted(have))})")
+            raise ConfigError(
+                path, key, f"{name!r} is not an input of shape {row.prefix} (its inputs: {', '.join(sorted(have))})"
+            )
 
 
 def forced_metrics(subjects: Mapping[str, Subject], modules: Mapping[str, SuiteModule]) -> dict[str, str]:

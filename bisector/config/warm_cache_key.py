@@ -32,8 +32,9 @@ def parse_caches(top: Section, names: tuple[str, ...], subjects: Mapping[str, Su
         if value not in CACHES:
             raise ConfigError(top.path, key, f"must be one of {', '.join(CACHES)}, got {value!r}")
         if value == "warm" and name in subjects and subjects[name].adapter == "pytest":
-            raise ConfigError(top.path, key, f"suite {name} is timed by pytest-benchmark, which has no flush to "
-                                             "leave out: only cold")
+            raise ConfigError(
+                top.path, key, f"suite {name} is timed by pytest-benchmark, which has no flush to leave out: only cold"
+            )
         if value == "warm":
             out[name] = value
     return out

@@ -26,9 +26,17 @@ from bisector.errors import BadInput, GitError
 
 BRANCH = "main"
 _TEMPLATES = (
-    "README.md", "pyproject.toml", "docs/kernels.md", "tests/test_kernels.py",
-    "demolib/__init__.py", "demolib/cpu_fa.py", "demolib/cpu_gemm.py",
-    "demolib/triton_fa.py", "demolib/triton_gemm.py", "demolib/utils.py", "demolib/dispatch.py",
+    "README.md",
+    "pyproject.toml",
+    "docs/kernels.md",
+    "tests/test_kernels.py",
+    "demolib/__init__.py",
+    "demolib/cpu_fa.py",
+    "demolib/cpu_gemm.py",
+    "demolib/triton_fa.py",
+    "demolib/triton_gemm.py",
+    "demolib/utils.py",
+    "demolib/dispatch.py",
 )
 
 
@@ -81,25 +89,40 @@ class DemoManifest:
 
     def wrong_commits(self) -> tuple[str, ...]:
         """Every commit that returns wrong GEMM results: the bug up to, not including, its fix."""
-        return self.commits[self.index("wrong_result"):self.index("wrong_result_fixed")]
+        return self.commits[self.index("wrong_result") : self.index("wrong_result_fixed")]
 
     def skipped_commits(self) -> tuple[str, ...]:
         """Commits that do not import: the search must go around them."""
-        return self.commits[self.index("broken_import"):self.index("broken_import_fixed")]
+        return self.commits[self.index("broken_import") : self.index("broken_import_fixed")]
 
     def steps(self, device: str, timing: str = "kernel") -> tuple[Plant, ...]:
         """The performance steps a bisection on `device` should find on `timing` (the config's
         `thresholds.timing`), oldest first."""
-        return tuple(p for p in sorted(self.plants.values(), key=lambda p: self.commits.index(p.sha))
-                     if p.kind in ("regression", "improvement") and p.shapes(device) and p.timing in (None, timing))
+        return tuple(
+            p
+            for p in sorted(self.plants.values(), key=lambda p: self.commits.index(p.sha))
+            if p.kind in ("regression", "improvement") and p.shapes(device) and p.timing in (None, timing)
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "branch": self.branch, "good": self.good, "bad": self.bad,
-                "commits": len(self.commits),
-                "plants": {r: {"sha": p.sha, "pr": p.pr, "subject": p.subject, "kind": p.kind,
-                               "moves": {d: dict(m) for d, m in p.moves.items()},
-                               **({"timing": p.timing} if p.timing else {})}
-                           for r, p in self.plants.items()}}
+        return {
+            "path": self.path,
+            "branch": self.branch,
+            "good": self.good,
+            "bad": self.bad,
+            "commits": len(self.commits),
+            "plants": {
+                r: {
+                    "sha": p.sha,
+                    "pr": p.pr,
+                    "subject": p.subject,
+                    "kind": p.kind,
+                    "moves": {d: dict(m) for d, m in p.moves.items()},
+                    **({"timing": p.timing} if p.timing else {}),
+                }
+                for r, p in self.plants.items()
+            },
+        }
 
 
 def _template(name: str) -> str:
@@ -111,14 +134,17 @@ def _changelog(upto: int) -> str:
     carries cleanly to the tip (a changelog line per PR would make every old revert conflict)."""
     released = max((i for i in range(upto + 1) if "version" in COMMITS[i].changes), default=0)
     lines = ["# Changelog", ""]
-    lines += [f"- {c.subject} (#{c.pr})" for c in reversed(COMMITS[:released + 1])]
+    lines += [f"- {c.subject} (#{c.pr})" for c in reversed(COMMITS[: released + 1])]
     return "\n".join(lines) + "\n"
 
 
 def tree_at(index: int, knobs: Mapping[str, Any], texts: Mapping[str, str]) -> dict[str, str]:
     """Path -> content of commit `index` (pure)."""
-    files = {name: render(texts[name], knobs, name) for name in _TEMPLATES
-             if name != "demolib/utils.py" or knobs["utils_file"]}
+    files = {
+        name: render(texts[name], knobs, name)
+        for name in _TEMPLATES
+        if name != "demolib/utils.py" or knobs["utils_file"]
+    }
     files["CHANGELOG.md"] = _changelog(index)
     return files
 
@@ -148,7 +174,13 @@ def commit_record(i: int, first_mark: int, when: int, message: str, entries: lis
     who = f"{name} <{email}> {when} +0000".encode()
     msg = message.encode()
     out = b"commit refs/heads/%s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s" % (
-        BRANCH.encode(), first_mark + i, who, who, len(msg), msg)
+        BRANCH.encode(),
+        first_mark + i,
+        who,
+        who,
+        len(msg),
+        msg,
+    )
     if i:
         out += b"from :%d\n" % (first_mark + i - 1)
     return out + b"deleteall\n" + b"".join(entries) + b"\n"
@@ -192,8 +224,14 @@ def _write(dest: Path) -> DemoManifest:
     _git(dest, "init", "-q", "-b", BRANCH)
     with tempfile.TemporaryDirectory() as tmp:
         marks = Path(tmp, "marks")
-        _git(dest, "fast-import", "--quiet", "--done", f"--export-marks={marks}",
-             stdin=_fast_import_stream(texts) + b"done\n")
+        _git(
+            dest,
+            "fast-import",
+            "--quiet",
+            "--done",
+            f"--export-marks={marks}",
+            stdin=_fast_import_stream(texts) + b"done\n",
+        )
         by_mark = dict(line.split() for line in marks.read_text().splitlines())
     commits = tuple(by_mark[f":{100000 + i}"] for i in range(len(COMMITS)))
     _git(dest, "reset", "-q", "--hard", BRANCH)
@@ -201,18 +239,31 @@ def _write(dest: Path) -> DemoManifest:
     for i, spec in enumerate(COMMITS):
         if spec.role in EXPECTATIONS:
             exp = EXPECTATIONS[spec.role]
-            plants[spec.role] = Plant(role=spec.role, sha=commits[i], pr=spec.pr, subject=spec.subject,
-                                      kind=exp.kind, moves=exp.moves, timing=exp.timing)
-    return DemoManifest(path=str(dest), branch=BRANCH, commits=commits, prs=tuple(c.pr for c in COMMITS),
-                        subjects=tuple(c.subject for c in COMMITS), plants=plants, shape_keys=dict(SHAPES))
+            plants[spec.role] = Plant(
+                role=spec.role,
+                sha=commits[i],
+                pr=spec.pr,
+                subject=spec.subject,
+                kind=exp.kind,
+                moves=exp.moves,
+                timing=exp.timing,
+            )
+    return DemoManifest(
+        path=str(dest),
+        branch=BRANCH,
+        commits=commits,
+        prs=tuple(c.pr for c in COMMITS),
+        subjects=tuple(c.subject for c in COMMITS),
+        plants=plants,
+        shape_keys=dict(SHAPES),
+    )
 
 
 def export_commit(repo: str | Path, sha: str, dest: Path) -> Path:
     """A commit's files in a plain directory under `dest` (the repository's HEAD and index untouched)."""
     target = dest / sha[:12]
     if not target.exists():
-        data = subprocess.run(["git", "archive", "--format=tar", sha], cwd=repo, check=True,
-                              capture_output=True).stdout
+        data = subprocess.run(["git", "archive", "--format=tar", sha], cwd=repo, check=True, capture_output=True).stdout
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(target, filter="data")
     return target

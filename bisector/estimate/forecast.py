@@ -206,8 +206,9 @@ class SearchForecast:
         self.count.pop(sha, None)
         if self.grid is not None and self.index is not None and self.index.get(sha) in self.grid:
             good = self._good()
-            self.grid = sorted(self.index[s] for s in good[: self.settings.grid]) \
-                if len(good) >= self.settings.grid else None
+            self.grid = (
+                sorted(self.index[s] for s in good[: self.settings.grid]) if len(good) >= self.settings.grid else None
+            )
 
     def _settle_fresh(self) -> None:
         """The new commit's first batch is over: what it got is the level it entered at."""
@@ -233,8 +234,11 @@ class SearchForecast:
         lo, hi = self._neighbours(i)
         near, far = sorted((i - lo, hi - i))
         beside = lo if i - lo <= hi - i else hi
-        return near <= 2 and far >= 2 * near + 2 and any(
-            self.index.get(s) == beside and self.first.get(s) == 1 for s in self.count)
+        return (
+            near <= 2
+            and far >= 2 * near + 2
+            and any(self.index.get(s) == beside and self.first.get(s) == 1 for s in self.count)
+        )
 
     def _first_batch(self, sha: str, k: int) -> bool:
         """Trial k of `sha` belongs to its first batch (several new commits may share a round)."""
@@ -298,7 +302,7 @@ class SearchForecast:
     def middles(self) -> list[str]:
         """Commits the search split intervals at (not GOOD, BAD or the grid)."""
         if self.grid is None or self.index is None:
-            return self._good()[self.settings.grid:]
+            return self._good()[self.settings.grid :]
         return [s for s in self._good() if s in self.index and self.index[s] not in self.grid and s not in self.walk]
 
     def level(self) -> float:
@@ -316,7 +320,7 @@ class SearchForecast:
             passed = self.index is not None and self.index[s] < self.current[0]
             ends.append(c if passed or entry < st.initial else max(c, doubled))
         if ends:
-            return sum(ends[-st.recent:]) / len(ends[-st.recent:])
+            return sum(ends[-st.recent :]) / len(ends[-st.recent :])
         if doubled:
             return float(doubled)
         return (st.first_look + st.initial) / 2.0
@@ -363,28 +367,38 @@ class SearchForecast:
     def _quiet(self) -> bool:
         """A middle commit got fewer first trials than the protocol's: the search sized them to a
         noise well under the minimum step, so a pair that doubles is a close call, not the rule."""
-        return any(self.first.get(s, self.entry.get(s, self.settings.initial)) < self.settings.initial
-                   for s in self.middles())
+        return any(
+            self.first.get(s, self.entry.get(s, self.settings.initial)) < self.settings.initial for s in self.middles()
+        )
 
     def _grid_level(self) -> float:
         """Trials of the grid points compared so far (the initial trials before any is)."""
         if self.index is None or self.grid is None:
             return float(self.settings.initial)
-        compared = [self._projected(s) for s, i in self.index.items()
-                    if i in self.grid and i <= self.current[1] and self.count.get(s)]
+        compared = [
+            self._projected(s)
+            for s, i in self.index.items()
+            if i in self.grid and i <= self.current[1] and self.count.get(s)
+        ]
         return sum(compared) / len(compared) if compared else float(self.settings.initial)
 
     def _raise(self) -> float:
         """Trials the commits still to be compared get: every batch under way, and the grid points
         from the current pair on, to the level the compared ones reached."""
-        busy = {*self.last, *([self.fresh] if self.fresh else []),
-                *(s for s, n in self.first.items() if self.count.get(s, n) < n)}
+        busy = {
+            *self.last,
+            *([self.fresh] if self.fresh else []),
+            *(s for s, n in self.first.items() if self.count.get(s, n) < n),
+        }
         pending = sum(max(0.0, self._projected(s) - self.count[s]) for s in busy if s in self.count)
         if self.tail is not None or self.index is None or self.grid is None:
             return float(pending)
         level = self._grid_level()
-        return pending + sum(max(0.0, level - self._projected(s)) for s, i in self.index.items()
-                             if i in self.grid and i >= self.current[0] and self.count.get(s))
+        return pending + sum(
+            max(0.0, level - self._projected(s))
+            for s, i in self.index.items()
+            if i in self.grid and i >= self.current[0] and self.count.get(s)
+        )
 
     def remaining(self) -> float:
         """Trials the search is expected to start from now on (> 0 until it is done)."""

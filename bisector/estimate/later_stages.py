@@ -66,8 +66,11 @@ class LaterModel:
 
     def trials(self, steps: float, trials: int, cap: int, stages: Iterable[str]) -> float:
         """Trials the later `stages` take after a search that found `steps` culprits."""
-        return sum(steps * self.stages[s].first * self.side(s, trials) * self.growth(s, trials, cap)
-                   for s in stages if s in self.stages)
+        return sum(
+            steps * self.stages[s].first * self.side(s, trials) * self.growth(s, trials, cap)
+            for s in stages
+            if s in self.stages
+        )
 
 
 def onward(cost: StageCost, n: int, level: int, cap: int) -> float:
@@ -187,6 +190,9 @@ class StageTracker:
         """Trials the stage is still expected to start."""
         first_left = max(0, self.announced - self.first_seen) * self.growth
         under_way = sum(c.level - c.got for c in self.checks.values() if c.open)
-        more = sum(onward(self.cost, self.n, c.level, self.cap) for c in self.checks.values()
-                   if c.open) if self.cost is not None else 0.0
+        more = (
+            sum(onward(self.cost, self.n, c.level, self.cap) for c in self.checks.values() if c.open)
+            if self.cost is not None
+            else 0.0
+        )
         return first_left + under_way + more

@@ -72,8 +72,14 @@ class Outlook:
 class _World:
     """One draw of what the commits not measured yet (and more trials of those measured) read."""
 
-    def __init__(self, commits: Sequence[str], measured: Mapping[str, Measurement], settings: SearchSettings,
-                 rng: np.random.Generator, steps_prior: float) -> None:
+    def __init__(
+        self,
+        commits: Sequence[str],
+        measured: Mapping[str, Measurement],
+        settings: SearchSettings,
+        rng: np.random.Generator,
+        steps_prior: float,
+    ) -> None:
         self.commits, self.rng, self.settings, self.steps_prior = commits, rng, settings, steps_prior
         self.index = {sha: i for i, sha in enumerate(commits)}
         self.span = max(1, len(commits) - 1)
@@ -84,8 +90,16 @@ class _World:
         self.known = sorted(ok)
         self.wrong = {i: m.wrong for i, m in ok.items()}
         shapes = sorted({s for m in ok.values() for s in m.samples})
-        self.logs = {shape: _screened({i: np.log(np.asarray(ok[i].samples[shape], dtype=float)) for i in self.known
-                                       if shape not in ok[i].wrong and ok[i].samples.get(shape)}) for shape in shapes}
+        self.logs = {
+            shape: _screened(
+                {
+                    i: np.log(np.asarray(ok[i].samples[shape], dtype=float))
+                    for i in self.known
+                    if shape not in ok[i].wrong and ok[i].samples.get(shape)
+                }
+            )
+            for shape in shapes
+        }
         self.sds: dict[str, float] = {}
         self.residuals: dict[str, np.ndarray] = {}
         for shape in shapes:
@@ -101,8 +115,9 @@ class _World:
         """log of how much better a step (of size ~N(0, tau^2)) explains the difference of a and b than none."""
         la, lb = self.logs[shape][a], self.logs[shape][b]
         tau = STEP_SIZE_IN_MIN_STEPS * math.log1p(self.settings.min_step(shape) / 100.0)
-        return _log_ratio(float(lb.mean() - la.mean()), self.sds[shape] ** 2 * (1.0 / len(la) + 1.0 / len(lb)),
-                          tau * tau)
+        return _log_ratio(
+            float(lb.mean() - la.mean()), self.sds[shape] ** 2 * (1.0 / len(la) + 1.0 / len(lb)), tau * tau
+        )
 
     def _steps(self, shapes: Sequence[str]) -> dict[int, list[tuple[int, set[str]]]]:
         """A step or none between each two measured neighbours (a -> where each suite's part of it
@@ -123,8 +138,9 @@ class _World:
     def _between(self, a: int, b: int) -> int:
         return int(a + 1 + math.floor(self.rng.random() * (b - a)))
 
-    def _levels(self, shape: str,
-                drawn: Mapping[int, list[tuple[int, set[str]]]]) -> tuple[list[int], list[float], list[int]]:
+    def _levels(
+        self, shape: str, drawn: Mapping[int, list[tuple[int, set[str]]]]
+    ) -> tuple[list[int], list[float], list[int]]:
         """The shape's measured commits, their levels and the commits its steps sit at: measured
         commits with no step between them share one level (their trials pooled)."""
         logs = self.logs[shape]
@@ -196,8 +212,9 @@ def _screened(logs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     the run's noise). A commit's level and the noise new trials are drawn with are the ordinary
     trials': one cold first trial read 52% fast on the H200 demo made a step of its commit in
     every world, and drawn at their rate the wild trials doubled pairs the run did not."""
-    spread = np.concatenate([(v - v.mean()) * math.sqrt(len(v) / (len(v) - 1)) for v in logs.values() if len(v) > 1]
-                            or [np.zeros(0)])  # about the mean: of three about their median, one is 0
+    spread = np.concatenate(
+        [(v - v.mean()) * math.sqrt(len(v) / (len(v) - 1)) for v in logs.values() if len(v) > 1] or [np.zeros(0)]
+    )  # about the mean: of three about their median, one is 0
     robust = 1.4826 * float(np.median(np.abs(spread))) if len(spread) else 0.0
     if robust <= 0:
         return logs
@@ -250,8 +267,12 @@ class _Replay(ProbeBase):
             new = max(new, served[shape] - max(before, len(have)))
         self.trials += new
         had = rec.samples if rec is not None else {}
-        return Measurement(sha, ProbeStatus.OK, {s: (*had.get(s, ()), *drawn.get(s, ()))[:served[s]]
-                                                 for s in (served if full else per)}, wrong=wrong)
+        return Measurement(
+            sha,
+            ProbeStatus.OK,
+            {s: (*had.get(s, ()), *drawn.get(s, ()))[: served[s]] for s in (served if full else per)},
+            wrong=wrong,
+        )
 
     def _shapes(self, sha: str) -> list[str]:
         rec = self.measured.get(sha)
@@ -271,14 +292,17 @@ class _Replay(ProbeBase):
         yield
 
 
-def outlook(basis: SearchBasis, measured: Mapping[str, Measurement], *, draws: int = 8, seed: int = 0,
-            steps_prior: float = 2.0) -> Outlook | None:
+def outlook(
+    basis: SearchBasis, measured: Mapping[str, Measurement], *, draws: int = 8, seed: int = 0, steps_prior: float = 2.0
+) -> Outlook | None:
     """The trials the search will still take, given the measurements it has (`measured`: each
     commit's latest, as the search holds them). None before GOOD or BAD is measured: nothing to
     draw a world from."""
     commits = basis.commits
-    if not (measured.get(commits[0]) or measured.get(commits[-1])) or \
-            sum(1 for m in measured.values() if m.status is ProbeStatus.OK) < 2:
+    if (
+        not (measured.get(commits[0]) or measured.get(commits[-1]))
+        or sum(1 for m in measured.values() if m.status is ProbeStatus.OK) < 2
+    ):
         return None
     key = hashlib.sha1(repr(sorted((s, m.count()) for s, m in measured.items())).encode()).digest()
     rng = np.random.default_rng([seed, int.from_bytes(key[:8], "big")])
@@ -288,8 +312,13 @@ def outlook(basis: SearchBasis, measured: Mapping[str, Measurement], *, draws: i
         replay = _Replay(measured, world, basis.together, basis.shaped)
         steps.append(len(localize(commits, replay, basis.settings).steps))
         left.append(replay.trials)
-    return Outlook(float(np.mean(left)), float(np.percentile(left, 10)), float(np.percentile(left, 90)),
-                   float(np.mean(steps)), draws)
+    return Outlook(
+        float(np.mean(left)),
+        float(np.percentile(left, 10)),
+        float(np.percentile(left, 90)),
+        float(np.mean(steps)),
+        draws,
+    )
 
 
 def merged(have: Measurement | None, new: Measurement) -> Measurement:

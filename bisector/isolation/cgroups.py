@@ -104,12 +104,16 @@ class CgroupHost:
         if not self.active:
             return f"memory watched from the bot only (no cgroup limits: {self.reason})"
         how = {"systemd-run": "a systemd-run scope each (forked trial workers share their zygote's)"}.get(
-            self.method, f"a cgroup each ({self.method}, cgroupfs)")
-        return (f"memory (tmpfs included, no swap) and tasks limited by the kernel per trial and build step, "
-                f"{how}; memory also watched from the bot")
+            self.method, f"a cgroup each ({self.method}, cgroupfs)"
+        )
+        return (
+            f"memory (tmpfs included, no swap) and tasks limited by the kernel per trial and build step, "
+            f"{how}; memory also watched from the bot"
+        )
 
 
 # -- finding what the host offers --------------------------------------------------------------
+
 
 @lru_cache(maxsize=1)
 def _mounts() -> tuple[tuple[str, str, str, frozenset[str]], ...]:
@@ -136,7 +140,7 @@ def _own_paths(pid: int | str = "self") -> dict[str, str]:
             for line in fh:
                 parts = line.rstrip("\n").split(":", 2)
                 if len(parts) == 3:
-                    for name in (parts[1].split(",") if parts[1] else [""]):
+                    for name in parts[1].split(",") if parts[1] else [""]:
                         out[name] = parts[2]
     except OSError:
         pass
@@ -148,7 +152,7 @@ def _under(mount: str, root: str, path: str) -> str | None:
     root = root.rstrip("/")
     if root and not (path == root or path.startswith(root + "/")):
         return None
-    return os.path.join(mount, path[len(root):].lstrip("/"))
+    return os.path.join(mount, path[len(root) :].lstrip("/"))
 
 
 def _read(path: str) -> str:
@@ -219,9 +223,11 @@ def _delegate(base: str, own_cgroup: bool) -> str:
         return ""
     except OSError as exc:
         if not own_cgroup or _read(os.path.join(base, "cgroup.procs")).split() != [str(os.getpid())]:
-            return (f"cgroup v2: the bot's cgroup cannot give memory and pids to children ({exc.strerror}); "
-                    f"start the bot in a delegated one (systemd-run --user --scope -p Delegate=yes) "
-                    f"or name one in {SWITCH_ENV}")
+            return (
+                f"cgroup v2: the bot's cgroup cannot give memory and pids to children ({exc.strerror}); "
+                f"start the bot in a delegated one (systemd-run --user --scope -p Delegate=yes) "
+                f"or name one in {SWITCH_ENV}"
+            )
     try:
         leaf = os.path.join(base, f"{GROUP_PREFIX}bot")
         os.makedirs(leaf, exist_ok=True)
@@ -236,18 +242,27 @@ def _v1_bases() -> tuple[tuple[Hierarchy, ...], str]:
     own = _own_paths()
     found = []
     for controller in ("memory", "pids"):
-        dirs = [d for m in _mounts() if m[2] == "cgroup" and controller in m[3] and controller in own
-                and (d := _under(m[0], m[1], own[controller])) and os.path.isdir(d)]
+        dirs = [
+            d
+            for m in _mounts()
+            if m[2] == "cgroup"
+            and controller in m[3]
+            and controller in own
+            and (d := _under(m[0], m[1], own[controller]))
+            and os.path.isdir(d)
+        ]
         if not dirs:
             return (), f"no cgroup v1 {controller} hierarchy holding the bot"
         found.append(Hierarchy(dirs[0], 1, controller))
     return tuple(found), ""
 
 
-SYSTEMD_CHECK = ("import os\n"
-                 "p = [l.split(':', 2)[2].strip() for l in open('/proc/self/cgroup') if l.startswith('0::')]\n"
-                 "d = '/sys/fs/cgroup' + (p[0] if p else '/nowhere')\n"
-                 "print(*(open(os.path.join(d, n)).read().strip() for n in ('memory.max', 'pids.max')))\n")
+SYSTEMD_CHECK = (
+    "import os\n"
+    "p = [l.split(':', 2)[2].strip() for l in open('/proc/self/cgroup') if l.startswith('0::')]\n"
+    "d = '/sys/fs/cgroup' + (p[0] if p else '/nowhere')\n"
+    "print(*(open(os.path.join(d, n)).read().strip() for n in ('memory.max', 'pids.max')))\n"
+)
 
 
 def _systemd() -> tuple[tuple[str, ...], str]:
@@ -255,8 +270,18 @@ def _systemd() -> tuple[tuple[str, ...], str]:
     if exe is None:
         return (), "no systemd-run"
     prefix = (exe, *(["--user"] if os.getuid() != 0 else []), "--scope", "--quiet", "--collect")
-    argv = [*prefix, "-p", f"MemoryMax={_PROBE_MEMORY}", "-p", f"TasksMax={_PROBE_TASKS}", "--",
-            sys.executable, "-I", "-c", SYSTEMD_CHECK]
+    argv = [
+        *prefix,
+        "-p",
+        f"MemoryMax={_PROBE_MEMORY}",
+        "-p",
+        f"TasksMax={_PROBE_TASKS}",
+        "--",
+        sys.executable,
+        "-I",
+        "-c",
+        SYSTEMD_CHECK,
+    ]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -305,7 +330,7 @@ def _clean_stale(hierarchies: Sequence[Hierarchy]) -> None:
         except OSError:
             continue
         for name in names:
-            parts = name[len(GROUP_PREFIX):].split("-")
+            parts = name[len(GROUP_PREFIX) :].split("-")
             if not name.startswith(GROUP_PREFIX) or not parts[0].isdigit() or _alive(int(parts[0])):
                 continue
             group = os.path.join(h.base, name)
@@ -324,6 +349,7 @@ def _alive(pid: int) -> bool:
 
 
 # -- one command's cgroups ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Group:
@@ -410,6 +436,7 @@ def systemd_prefix(limits: Limits) -> list[str]:
 
 # -- what the watch reads -----------------------------------------------------------------------
 
+
 def _memory_cgroup(pid: int) -> str | None:
     """The dir of `pid`'s memory cgroup when it is one the bot made (a command's group, leaf or
     scope), else None."""
@@ -436,8 +463,9 @@ def held_memory(pids: Sequence[int]) -> int:
     if not probe().active:
         return 0
     for leaf in {leaf for pid in pids if (leaf := _memory_cgroup(pid))}:
-        stat = dict(line.split()[:2] for line in _read(os.path.join(leaf, "memory.stat")).splitlines()
-                    if len(line.split()) >= 2)
+        stat = dict(
+            line.split()[:2] for line in _read(os.path.join(leaf, "memory.stat")).splitlines() if len(line.split()) >= 2
+        )
         keys = ("anon", "shmem") if "anon" in stat else ("total_rss", "total_shmem")
         total += sum(int(stat.get(k, 0)) for k in keys)
     return total
@@ -461,5 +489,16 @@ def end_leaf(leaf: Leaf | None) -> None:
         leaf.end()
 
 
-__all__ = ["CgroupHost", "Group", "Leaf", "Limits", "end_leaf", "hard_memory", "held_memory", "new_group",
-           "own_groups", "probe", "systemd_prefix"]
+__all__ = [
+    "CgroupHost",
+    "Group",
+    "Leaf",
+    "Limits",
+    "end_leaf",
+    "hard_memory",
+    "held_memory",
+    "new_group",
+    "own_groups",
+    "probe",
+    "systemd_prefix",
+]

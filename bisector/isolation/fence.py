@@ -214,7 +214,7 @@ def main(argv: list[str]) -> int:
         print("usage: fence.py --bot PID [--pass-fds A,B] [--cgroup DIR]... -- COMMAND ARG...", file=sys.stderr)
         return 2
     split = argv.index("--")
-    opts, command = argv[:split], argv[split + 1:]
+    opts, command = argv[:split], argv[split + 1 :]
     bot = int(opts[opts.index("--bot") + 1]) if "--bot" in opts else 0
     fds = [int(x) for x in opts[opts.index("--pass-fds") + 1].split(",") if x] if "--pass-fds" in opts else []
     groups = [opts[i + 1] for i, o in enumerate(opts) if o == "--cgroup"]
@@ -232,8 +232,7 @@ def main(argv: list[str]) -> int:
     try:
         child = subprocess.Popen(command, start_new_session=True, pass_fds=fds, preexec_fn=prepare)
     except (OSError, subprocess.SubprocessError) as exc:  # never run it outside its limits
-        print(f"fence: cannot start {command[0]}" + (" in its cgroup" if groups else "") + f": {exc}",
-              file=sys.stderr)
+        print(f"fence: cannot start {command[0]}" + (" in its cgroup" if groups else "") + f": {exc}", file=sys.stderr)
         end_cgroups(groups)
         return 126
     for fd in fds:

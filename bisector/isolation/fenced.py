@@ -23,12 +23,22 @@ def fenced(command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgroups
     return fenced_in(command, pass_fds, limits)[0]
 
 
-def fenced_in(command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgroups.Limits | None = None
-              ) -> tuple[list[str], cgroups.Group | None]:
+def fenced_in(
+    command: Sequence[str], pass_fds: Sequence[int] = (), limits: cgroups.Limits | None = None
+) -> tuple[list[str], cgroups.Group | None]:
     """`fenced`, and the cgroups made for the command (the fence removes them when it ends)."""
     survivors.adopt_orphans()  # what outlives its fence comes back to this bot, to be killed
     fds = ",".join(str(fd) for fd in pass_fds)
     group = cgroups.new_group(limits) if limits is not None else None
     inner = [*cgroups.systemd_prefix(limits), *command] if limits is not None else list(command)
-    return [sys.executable, "-I", FENCE, "--bot", str(os.getpid()), *(["--pass-fds", fds] if fds else []),
-            *(group.fence_args() if group else []), "--", *inner], group
+    return [
+        sys.executable,
+        "-I",
+        FENCE,
+        "--bot",
+        str(os.getpid()),
+        *(["--pass-fds", fds] if fds else []),
+        *(group.fence_args() if group else []),
+        "--",
+        *inner,
+    ], group

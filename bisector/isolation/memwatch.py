@@ -84,9 +84,11 @@ class Breach:
     seen: int
 
     def describe(self) -> str:
-        return (f"killed: over the memory limit of {self.limit / 2**30:.1f} GiB "
-                f"(held {self.seen / 2**30:.1f} GiB, resident or in tmpfs; `protocol.memory_gb` or `build.memory_gb` "
-                f"sets it)")
+        return (
+            f"killed: over the memory limit of {self.limit / 2**30:.1f} GiB "
+            f"(held {self.seen / 2**30:.1f} GiB, resident or in tmpfs; `protocol.memory_gb` or `build.memory_gb` "
+            f"sets it)"
+        )
 
 
 class MemoryWatch:
@@ -100,8 +102,9 @@ class MemoryWatch:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def watch(self, pid: int, limit: int, group: int | None = None,
-              kill: Callable[[], None] | None = None) -> list[Breach]:
+    def watch(
+        self, pid: int, limit: int, group: int | None = None, kill: Callable[[], None] | None = None
+    ) -> list[Breach]:
         """Start watching the tree of `pid`; over `limit` bytes, call `kill`, or SIGKILL process
         group `group` (default: pid's own). The returned list gets the Breach when that happens."""
         box: list[Breach] = []
@@ -141,6 +144,7 @@ def _killer(group: int, pid: int) -> Callable[[], None]:
                 how(target, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
     return kill
 
 

@@ -47,9 +47,25 @@ if TYPE_CHECKING:
 INIT = str(Path(__file__).with_name("sandbox_init.py"))
 UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--net", "--fork", "--kill-child", "--mount-proc")
 # What a user's home keeps credentials in (files or dirs): hidden from code under test, like the bot's package.
-HOME_CREDENTIALS = (".git-credentials", ".netrc", "_netrc", ".pypirc", ".npmrc", ".config/gh", ".config/hub",
-                    ".config/git/credentials", ".ssh", ".aws", ".azure", ".config/gcloud", ".kube", ".docker",
-                    ".gnupg", ".password-store", ".local/share/keyrings")
+HOME_CREDENTIALS = (
+    ".git-credentials",
+    ".netrc",
+    "_netrc",
+    ".pypirc",
+    ".npmrc",
+    ".config/gh",
+    ".config/hub",
+    ".config/git/credentials",
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".gnupg",
+    ".password-store",
+    ".local/share/keyrings",
+)
 # Git configs read for credentials (a token in a URL, a helper, an extraheader): covered by a copy without them.
 HOME_GIT_CONFIGS = (".gitconfig", ".config/git/config")
 SHM_MB = 1024  # a trial's (or build step's) private /dev/shm
@@ -85,13 +101,22 @@ class Isolation:
         limits = self.limits
         if not self.sandboxed:
             return f"no sandbox ({self.reason}); fence and subreapers only, {limits}"
-        return (f"sandbox: user+mount+PID+network namespaces (uid {self.uid} outside, no capabilities inside, "
-                f"loopback only, no ptrace), read-only mounts but the run's trial/JIT/build dirs, bot package "
-                f"and home credentials hidden, private /dev/shm {self.shm_mb} MiB; {limits}")
+        return (
+            f"sandbox: user+mount+PID+network namespaces (uid {self.uid} outside, no capabilities inside, "
+            f"loopback only, no ptrace), read-only mounts but the run's trial/JIT/build dirs, bot package "
+            f"and home credentials hidden, private /dev/shm {self.shm_mb} MiB; {limits}"
+        )
 
     def as_dict(self) -> dict[str, object]:
-        return {"sandboxed": self.sandboxed, "reason": self.reason, "uid": self.uid, "cgroup": self.cgroup,
-                "shm_mb": self.shm_mb, "limits": self.limits, "summary": self.describe()}
+        return {
+            "sandboxed": self.sandboxed,
+            "reason": self.reason,
+            "uid": self.uid,
+            "cgroup": self.cgroup,
+            "shm_mb": self.shm_mb,
+            "limits": self.limits,
+            "summary": self.describe(),
+        }
 
 
 def cgroup_kind() -> str:
@@ -102,9 +127,15 @@ def cgroup_kind() -> str:
     return "none"
 
 
-def command(argv: Sequence[str], writable: Sequence[str | Path] = (), hidden: Sequence[str | Path] = (),
-            shm_mb: int = SHM_MB, probe: bool = False, git_configs: Sequence[str | Path] = (),
-            network: bool = False) -> list[str]:
+def command(
+    argv: Sequence[str],
+    writable: Sequence[str | Path] = (),
+    hidden: Sequence[str | Path] = (),
+    shm_mb: int = SHM_MB,
+    probe: bool = False,
+    git_configs: Sequence[str | Path] = (),
+    network: bool = False,
+) -> list[str]:
     """`argv` run inside a new sandbox, whether or not this host allows one (see `wrap`).
     `network`: share the host's network namespace (a build step that downloads; never a trial)."""
     unshare = shutil.which("unshare") or "unshare"
@@ -116,8 +147,22 @@ def command(argv: Sequence[str], writable: Sequence[str | Path] = (), hidden: Se
     for path in git_configs:
         opts += ["--git-config", str(Path(path).resolve())]
     flags = [f for f in UNSHARE_FLAGS if not (network and f == "--net")]
-    return [unshare, *flags, "--", sys.executable, "-I", "-S", INIT, *opts, "--shm-mb", str(shm_mb),
-            *(["--probe"] if probe else []), *(["--host-network"] if network else []), "--", *argv]
+    return [
+        unshare,
+        *flags,
+        "--",
+        sys.executable,
+        "-I",
+        "-S",
+        INIT,
+        *opts,
+        "--shm-mb",
+        str(shm_mb),
+        *(["--probe"] if probe else []),
+        *(["--host-network"] if network else []),
+        "--",
+        *argv,
+    ]
 
 
 def homes() -> list[Path]:
@@ -153,8 +198,7 @@ def host_unix_sockets() -> list[str]:
     except OSError:
         return []
     paths = {line.split(None, 7)[7] for line in lines if len(line.split(None, 7)) == 8}
-    return sorted(p for p in paths if p.startswith("/") and not any(g in p for g in GPU_SOCKETS)
-                  and os.path.exists(p))
+    return sorted(p for p in paths if p.startswith("/") and not any(g in p for g in GPU_SOCKETS) and os.path.exists(p))
 
 
 _GUARDED_REPOS: set[Path] = set()
@@ -177,7 +221,7 @@ def repo_config(path: Path) -> Path | None:
         text = dotgit.read_text(errors="replace").strip()
         if not text.startswith("gitdir:"):
             return None
-        git_dir = (path / text[len("gitdir:"):].strip()).resolve()
+        git_dir = (path / text[len("gitdir:") :].strip()).resolve()
         common = git_dir / "commondir"
         if common.is_file():
             git_dir = (git_dir / common.read_text().strip()).resolve()
@@ -226,8 +270,13 @@ def probe() -> Isolation:
         hide.mkdir()
         (hide / "secret").write_text("x")
         try:
-            out = subprocess.run(command(["true"], [rw], [hide], probe=True), capture_output=True, text=True,
-                                 timeout=60, stdin=subprocess.DEVNULL)
+            out = subprocess.run(
+                command(["true"], [rw], [hide], probe=True),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Isolation(False, f"unshare failed: {exc}", **common)
     if out.returncode != 0:
@@ -237,14 +286,20 @@ def probe() -> Isolation:
         seen = json.loads(out.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return Isolation(False, f"the probe said nothing readable: {out.stdout[-200:]!r}", **common)
-    problems = [what for what, ok in (("own PID namespace", seen.get("pid") == 1),
-                                      ("no capabilities", int(seen.get("cap_eff") or "1", 16) == 0),
-                                      ("writable dirs", seen.get("rw_ok")), ("hidden dirs", seen.get("hidden")),
-                                      ("read-only root", seen.get("root_ro")),
-                                      ("read-only /proc/sys", seen.get("proc_sys_ro")),
-                                      ("own network namespace", seen.get("interfaces") == ["lo"] and seen.get("lo_up")),
-                                      ("seccomp filter", seen.get("seccomp") == "2" and seen.get("ptrace_refused")))
-                if not ok]
+    problems = [
+        what
+        for what, ok in (
+            ("own PID namespace", seen.get("pid") == 1),
+            ("no capabilities", int(seen.get("cap_eff") or "1", 16) == 0),
+            ("writable dirs", seen.get("rw_ok")),
+            ("hidden dirs", seen.get("hidden")),
+            ("read-only root", seen.get("root_ro")),
+            ("read-only /proc/sys", seen.get("proc_sys_ro")),
+            ("own network namespace", seen.get("interfaces") == ["lo"] and seen.get("lo_up")),
+            ("seccomp filter", seen.get("seccomp") == "2" and seen.get("ptrace_refused")),
+        )
+        if not ok
+    ]
     if problems:
         return Isolation(False, "the probe found no " + ", ".join(problems), **common)
     return Isolation(True, **common)
@@ -252,12 +307,17 @@ def probe() -> Isolation:
 
 @lru_cache(maxsize=1)
 def gpu_inside() -> str:
-    """"" when a GPU driver initializes inside the sandbox (or there is none to ask), else why not."""
+    """ "" when a GPU driver initializes inside the sandbox (or there is none to ask), else why not."""
     if not probe().sandboxed:
         return probe().reason
     try:
-        out = subprocess.run(command([sys.executable, "-I", "-S", "-c", GPU_INIT]), capture_output=True, text=True,
-                             timeout=60, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            command([sys.executable, "-I", "-S", "-c", GPU_INIT]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the GPU probe failed: {exc}"
     said = (out.stdout.strip().splitlines() or [""])[-1]
@@ -287,8 +347,13 @@ def run_isolation(device: str) -> str:
     return f"{text}; GPU trials: fence and subreapers only ({gpu_inside()})"
 
 
-def wrap(argv: Sequence[str], writable: Sequence[str | Path], hidden: Sequence[str | Path] | None = None,
-         gpu: bool = False, network: bool = False) -> list[str]:
+def wrap(
+    argv: Sequence[str],
+    writable: Sequence[str | Path],
+    hidden: Sequence[str | Path] | None = None,
+    gpu: bool = False,
+    network: bool = False,
+) -> list[str]:
     """`argv` inside a sandbox where this host allows one (and not for a GPU's trials), else `argv`
     as it is, or SandboxUnavailable where the run requires one (`required`). `hidden` defaults to the
     bot's own package dir; the credentials of its home are hidden always. `network`: the host's
@@ -318,8 +383,10 @@ def unavailable(gpu: bool) -> str:
     """The one line a run that requires the sandbox stops with, where there is none."""
     probe_ = probe()
     why = probe_.reason if not probe_.sandboxed else f"GPU trials would run in the fence only ({gpu_inside()})"
-    return (f"no sandbox for code under test on this host ({why}); this run requires one "
-            f"([sandbox] require = true): not run")
+    return (
+        f"no sandbox for code under test on this host ({why}); this run requires one "
+        f"([sandbox] require = true): not run"
+    )
 
 
 def prepare(config: Config) -> None:
@@ -382,5 +449,19 @@ def outer_pid(inner: int, root: int | None) -> int:
     return inner
 
 
-__all__ = ["Isolation", "command", "credentials", "enforce", "git_configs", "guard_repo", "host_unix_sockets",
-           "is_required", "outer_pid", "prepare", "probe", "required", "sandbox_env", "wrap"]
+__all__ = [
+    "Isolation",
+    "command",
+    "credentials",
+    "enforce",
+    "git_configs",
+    "guard_repo",
+    "host_unix_sockets",
+    "is_required",
+    "outer_pid",
+    "prepare",
+    "probe",
+    "required",
+    "sandbox_env",
+    "wrap",
+]

@@ -54,9 +54,14 @@ SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and aarch64
 PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 24, 47, 4
 CAPABILITY_V3 = 0x20080522
 # statvfs f_flag bits -> the mount flags a bind remount must repeat (a locked flag may not be dropped)
-_KEEP = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
-         (getattr(os, "ST_NOATIME", 1024), MS_NOATIME), (getattr(os, "ST_NODIRATIME", 2048), MS_NODIRATIME),
-         (getattr(os, "ST_RELATIME", 4096), MS_RELATIME))
+_KEEP = (
+    (os.ST_NOSUID, MS_NOSUID),
+    (os.ST_NODEV, MS_NODEV),
+    (os.ST_NOEXEC, MS_NOEXEC),
+    (getattr(os, "ST_NOATIME", 1024), MS_NOATIME),
+    (getattr(os, "ST_NODIRATIME", 2048), MS_NODIRATIME),
+    (getattr(os, "ST_RELATIME", 4096), MS_RELATIME),
+)
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -66,8 +71,12 @@ class SetupError(Exception):
 
 
 class MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def _check(ret: int, what: str) -> None:
@@ -80,16 +89,19 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     def enc(s: str | None) -> bytes | None:
         return s.encode() if s is not None else None
 
-    _check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
-           f"mount {source or fstype} on {target}")
+    _check(
+        libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+        f"mount {source or fstype} on {target}",
+    )
 
 
 def set_readonly(path: str, readonly: bool, recursive: bool) -> None:
     """mount_setattr(2) where the kernel has it (5.12+), else a bind remount of each mount."""
     attr = MountAttr(MOUNT_ATTR_RDONLY if readonly else 0, 0 if readonly else MOUNT_ATTR_RDONLY, 0, 0)
     flags = AT_RECURSIVE if recursive else 0
-    ret = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr),
-                       ctypes.c_size_t(ctypes.sizeof(attr)))
+    ret = libc.syscall(
+        SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))
+    )
     if ret == 0:
         return
     if ctypes.get_errno() not in (38, 22):  # ENOSYS, EINVAL (an older kernel's or arch's answer)
@@ -148,10 +160,34 @@ EPERM, ENOSYS = 1, 38
 BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 CLONE_NEWUSER = 0x10000000
 # native audit arch, its syscall numbers, and the flag bit of x86_64's x32 ABI
-_ARCH = {"x86_64": (0xC000003E, {"ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
-                                 "pidfd_getfd": 438, "unshare": 272, "clone": 56, "clone3": 435}, 0x40000000),
-         "aarch64": (0xC00000B7, {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
-                                  "pidfd_getfd": 438, "unshare": 97, "clone": 220, "clone3": 435}, 0)}
+_ARCH = {
+    "x86_64": (
+        0xC000003E,
+        {
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "pidfd_getfd": 438,
+            "unshare": 272,
+            "clone": 56,
+            "clone3": 435,
+        },
+        0x40000000,
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "pidfd_getfd": 438,
+            "unshare": 97,
+            "clone": 220,
+            "clone3": 435,
+        },
+        0,
+    ),
+}
 NO_MEMORY_ACCESS = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")
 
 
@@ -174,8 +210,13 @@ def seccomp_program(refused: tuple[str, ...], new_user_ns: bool = True) -> list[
         body += [(BPF_JEQ_K, 0, 1, numbers[name]), deny]
     if not new_user_ns:
         for name in ("unshare", "clone"):
-            body += [(BPF_JEQ_K, 0, 4, numbers[name]), (BPF_LD_W_ABS, 0, 0, 16),  # args[0], low word
-                     (BPF_JSET_K, 0, 1, CLONE_NEWUSER), deny, (BPF_LD_W_ABS, 0, 0, 0)]
+            body += [
+                (BPF_JEQ_K, 0, 4, numbers[name]),
+                (BPF_LD_W_ABS, 0, 0, 16),  # args[0], low word
+                (BPF_JSET_K, 0, 1, CLONE_NEWUSER),
+                deny,
+                (BPF_LD_W_ABS, 0, 0, 0),
+            ]
         body += [(BPF_JEQ_K, 0, 1, numbers["clone3"]), (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS)]
     head = [(BPF_LD_W_ABS, 0, 0, 4), (BPF_JEQ_K, 1, 0, arch), deny, (BPF_LD_W_ABS, 0, 0, 0)]
     if x32:
@@ -188,8 +229,7 @@ def install_seccomp(refused: tuple[str, ...] = NO_MEMORY_ACCESS, new_user_ns: bo
     prog = seccomp_program(refused, new_user_ns)
     insns = (SockFilter * len(prog))(*(SockFilter(*i) for i in prog))
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SockFprog(len(prog), insns)), 0, 0),
-           "seccomp")
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(SockFprog(len(prog), insns)), 0, 0), "seccomp")
 
 
 def hide(path: str) -> None:
@@ -261,8 +301,9 @@ def writable_proc() -> None:
             set_readonly(path, True, recursive=True)
 
 
-def setup(rw: list[str], hide_paths: list[str], shm_mb: int, git_configs: Sequence[str] = (),
-          own_network: bool = True) -> None:
+def setup(
+    rw: list[str], hide_paths: list[str], shm_mb: int, git_configs: Sequence[str] = (), own_network: bool = True
+) -> None:
     set_readonly("/", True, recursive=True)
     writable_proc()
     for path in rw:
@@ -286,6 +327,7 @@ def setup(rw: list[str], hide_paths: list[str], shm_mb: int, git_configs: Sequen
 
 def probe(rw: list[str], hidden: list[str]) -> dict[str, object]:
     """What the sandbox holds, checked from inside it."""
+
     def writable(path: str) -> bool:
         try:
             fd = os.open(os.path.join(path, f".probe-{os.getpid()}"), os.O_CREAT | os.O_WRONLY, 0o600)
@@ -297,15 +339,21 @@ def probe(rw: list[str], hidden: list[str]) -> dict[str, object]:
 
     with open("/proc/self/status") as fh:
         status = dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
-    return {"pid": os.getpid(), "uid": os.getuid(), "cap_eff": status.get("CapEff", "").strip(),
-            "cap_bnd": status.get("CapBnd", "").strip(), "procs": sorted(int(p) for p in os.listdir("/proc")
-                                                                          if p.isdigit()),
-            "rw_ok": all(writable(p) for p in rw), "hidden": all(_empty(p) for p in hidden),
-            "root_ro": not writable(os.path.dirname(os.path.abspath(__file__))),
-            "proc_sys_ro": all(os.statvfs(p).f_flag & os.ST_RDONLY for p in PROC_READONLY if os.path.exists(p)),
-            "shm_tmpfs": os.statvfs("/dev/shm").f_blocks > 0 if os.path.isdir("/dev/shm") else False,
-            "seccomp": status.get("Seccomp", "").strip(), "ptrace_refused": _ptrace_refused(),
-            **network_view()}
+    return {
+        "pid": os.getpid(),
+        "uid": os.getuid(),
+        "cap_eff": status.get("CapEff", "").strip(),
+        "cap_bnd": status.get("CapBnd", "").strip(),
+        "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+        "rw_ok": all(writable(p) for p in rw),
+        "hidden": all(_empty(p) for p in hidden),
+        "root_ro": not writable(os.path.dirname(os.path.abspath(__file__))),
+        "proc_sys_ro": all(os.statvfs(p).f_flag & os.ST_RDONLY for p in PROC_READONLY if os.path.exists(p)),
+        "shm_tmpfs": os.statvfs("/dev/shm").f_blocks > 0 if os.path.isdir("/dev/shm") else False,
+        "seccomp": status.get("Seccomp", "").strip(),
+        "ptrace_refused": _ptrace_refused(),
+        **network_view(),
+    }
 
 
 def _empty(path: str) -> bool:
@@ -329,12 +377,14 @@ def _ptrace_refused() -> bool:
 
 def main(argv: list[str]) -> int:
     if "--" not in argv:
-        print("usage: sandbox_init.py [--rw DIR]... [--hide PATH]... [--git-config FILE]... [--shm-mb N] [--probe] "
-              "-- COMMAND...",
-              file=sys.stderr)
+        print(
+            "usage: sandbox_init.py [--rw DIR]... [--hide PATH]... [--git-config FILE]... [--shm-mb N] [--probe] "
+            "-- COMMAND...",
+            file=sys.stderr,
+        )
         return 2
     split = argv.index("--")
-    opts, command = argv[:split], argv[split + 1:]
+    opts, command = argv[:split], argv[split + 1 :]
     rw = [opts[i + 1] for i, o in enumerate(opts) if o == "--rw"]
     hidden = [opts[i + 1] for i, o in enumerate(opts) if o == "--hide"]
     git_configs = [opts[i + 1] for i, o in enumerate(opts) if o == "--git-config"]

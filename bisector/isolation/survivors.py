@@ -63,8 +63,12 @@ def leftovers() -> list[int]:
     test that outlived its command (called when no command should run any more)."""
     mine = os.getsid(0)
     below = [pid for pid in descendants(os.getpid()) if (sid := _session(pid)) is not None and sid != mine]
-    grouped = [pid for group in cgroups.own_groups() for pid in cgroup_pids(group)
-               if pid != os.getpid() and _session(pid) is not None]
+    grouped = [
+        pid
+        for group in cgroups.own_groups()
+        for pid in cgroup_pids(group)
+        if pid != os.getpid() and _session(pid) is not None
+    ]
     return list(dict.fromkeys(below + grouped))
 
 

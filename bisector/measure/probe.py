@@ -100,13 +100,27 @@ class StoreProbe(ProbeBase):
     side_by_side = True
     shapes_alone = True
 
-    def __init__(self, campaign: str, shapes: Sequence[Shape], store: Store, builds: BuildSource,
-                 executor: TrialExecutor, *, seed: int = 0, patch: str | None = None,
-                 patch_hash: str | None = None, recipe: str = "none", cold_jit: bool = True,
-                 metric: str | Mapping[str, str] = "ratio", offline: bool = False, max_crashes: int = MAX_CRASHES,
-                 on_event: Callable[[ProbeEvent], None] = lambda e: None,
-                 where: portable.Roots | None = None, warmer: Warmer | None = None,
-                 latency_steps: bool = False) -> None:
+    def __init__(
+        self,
+        campaign: str,
+        shapes: Sequence[Shape],
+        store: Store,
+        builds: BuildSource,
+        executor: TrialExecutor,
+        *,
+        seed: int = 0,
+        patch: str | None = None,
+        patch_hash: str | None = None,
+        recipe: str = "none",
+        cold_jit: bool = True,
+        metric: str | Mapping[str, str] = "ratio",
+        offline: bool = False,
+        max_crashes: int = MAX_CRASHES,
+        on_event: Callable[[ProbeEvent], None] = lambda e: None,
+        where: portable.Roots | None = None,
+        warmer: Warmer | None = None,
+        latency_steps: bool = False,
+    ) -> None:
         """`where`: this machine's dirs and the names the store knows them by (bisector/portable.py)."""
         self.campaign, self.shapes, self.store, self.builds = campaign, tuple(shapes), store, builds
         self.where = dict(where or {})
@@ -122,18 +136,36 @@ class StoreProbe(ProbeBase):
 
     def restricted(self, shapes: Sequence[Shape]) -> StoreProbe:
         """The same probe over fewer shapes (a revert or a hunk is measured where its step is)."""
-        out = StoreProbe(self.campaign, shapes, self.store, self.builds, self.executor, seed=self.seed,
-                         patch=self.patch, patch_hash=self.patch_hash, recipe=self.recipe, cold_jit=self.cold_jit,
-                         metric=self.metric, offline=self.offline, max_crashes=self.max_crashes,
-                         on_event=self.on_event, where=self.where, warmer=self.warmer, latency_steps=self.latency_steps)
+        out = StoreProbe(
+            self.campaign,
+            shapes,
+            self.store,
+            self.builds,
+            self.executor,
+            seed=self.seed,
+            patch=self.patch,
+            patch_hash=self.patch_hash,
+            recipe=self.recipe,
+            cold_jit=self.cold_jit,
+            metric=self.metric,
+            offline=self.offline,
+            max_crashes=self.max_crashes,
+            on_event=self.on_event,
+            where=self.where,
+            warmer=self.warmer,
+            latency_steps=self.latency_steps,
+        )
         out.build_results, out.lineage = self.build_results, self.lineage
         return out
 
     def build(self, sha: str) -> BuildResult:
         if sha not in self.build_results and self.offline:  # the build the run made, never a new one
             made = [b for b in self.store.builds(self.campaign, sha) if b.patch_hash == self.patch_hash]
-            self.build_results[sha] = self._here(made[-1]) if made else BuildResult(
-                sha, BuildStatus.FAILED, "", patch_hash=self.patch_hash, log_tail=NOT_MEASURED)
+            self.build_results[sha] = (
+                self._here(made[-1])
+                if made
+                else BuildResult(sha, BuildStatus.FAILED, "", patch_hash=self.patch_hash, log_tail=NOT_MEASURED)
+            )
         if sha not in self.build_results:
             self.on_event(ProbeEvent(sha, "build", patch_hash=self.patch_hash))
             result = self.builds.build(sha, self.patch)
@@ -143,14 +175,23 @@ class StoreProbe(ProbeBase):
 
     def _stored(self, b: BuildResult) -> BuildResult:
         """The build as the store keeps it: its paths written from the work and build dirs' names."""
-        out: dict[str, Any] = {k: portable.scrub(v, self.where) if v else v for k, v in
-               (("source_dir", b.source_dir), ("prefix", b.prefix), ("log_path", b.log_path), ("log_tail", b.log_tail))}
+        out: dict[str, Any] = {
+            k: portable.scrub(v, self.where) if v else v
+            for k, v in (
+                ("source_dir", b.source_dir),
+                ("prefix", b.prefix),
+                ("log_path", b.log_path),
+                ("log_tail", b.log_tail),
+            )
+        }
         return replace(b, **out)
 
     def _here(self, b: BuildResult) -> BuildResult:
         """A stored build with its paths on this machine again (an offline replay links its log)."""
-        here: dict[str, Any] = {k: portable.restore(v, self.where) if v else v for k, v in
-                                (("source_dir", b.source_dir), ("prefix", b.prefix), ("log_path", b.log_path))}
+        here: dict[str, Any] = {
+            k: portable.restore(v, self.where) if v else v
+            for k, v in (("source_dir", b.source_dir), ("prefix", b.prefix), ("log_path", b.log_path))
+        }
         return replace(b, **here)
 
     def stored(self, sha: str) -> list[TrialRecord]:
@@ -179,8 +220,10 @@ class StoreProbe(ProbeBase):
         trials = self.stored(sha)
         if any(self.counts(trials).values()):
             return self.measurement(sha, trials, repeats)
-        reason = error_line(next((t.error or t.log_tail for t in reversed(trials) if t.status in FAILED), "")) \
+        reason = (
+            error_line(next((t.error or t.log_tail for t in reversed(trials) if t.status in FAILED), ""))
             or "trial failed"
+        )
         self.on_event(ProbeEvent(sha, "skip", reason, self.patch_hash))
         return Measurement(sha, ProbeStatus.SKIP, reason=f"does not run: {reason}")
 
@@ -194,8 +237,11 @@ class StoreProbe(ProbeBase):
         processes asked for measure only them (a pair unclear on the decode GEMM alone doubles
         without timing attention again). The measurements hold the shapes asked for, each cut at
         its count."""
-        items = [(self.restricted([s for s in self.shapes if s.key in per]), sha, At(dict(per)))
-                 for sha, per in wants.items() if any(s.key in per for s in self.shapes)]
+        items = [
+            (self.restricted([s for s in self.shapes if s.key in per]), sha, At(dict(per)))
+            for sha, per in wants.items()
+            if any(s.key in per for s in self.shapes)
+        ]
         return {sha: m for (_, sha, _), m in zip(items, side_by_side(items))}
 
     def counts(self, trials: Sequence[TrialRecord]) -> dict[str, int]:
@@ -209,7 +255,7 @@ class StoreProbe(ProbeBase):
         done = self.counts(trials)
         need = 0
         for s in self.shapes:
-            recent = [t.status for t in trials if t.shape == s.key][-self.max_crashes:]
+            recent = [t.status for t in trials if t.shape == s.key][-self.max_crashes :]
             if len(recent) == self.max_crashes and all(r in FAILED for r in recent):
                 continue
             need = max(need, of(repeats, s.key) - done[s.key])
@@ -231,14 +277,25 @@ class StoreProbe(ProbeBase):
         finally:
             self.lineage = before
 
-    def job(self, sha: str, slot: int, first: bool, after: Future[TrialOutcome] | None, lane: int | None = None) -> TrialJob:
+    def job(
+        self, sha: str, slot: int, first: bool, after: Future[TrialOutcome] | None, lane: int | None = None
+    ) -> TrialJob:
         """The trial in `slot`: its seed follows from the slot, so a resumed run draws the inputs it would have.
         A commit's first trial compiles cold (its JIT dir emptied), unless a prefetch compiled it cold
         already: then its JIT dir is kept and its records carry the prefetch's compile."""
         warmed = self.warmer.claim(sha, self.patch_hash) if first and self.cold_jit and self.warmer else None
-        return TrialJob(self.build_results[sha], self.shapes, self.seed * 1_000_003 + slot, slot=slot,
-                        first=first and self.cold_jit and warmed is None, after=after, lane=lane, patch=self.patch,
-                        cold_compile=warmed.cold_compile() if warmed is not None else None, lineage=self.lineage)
+        return TrialJob(
+            self.build_results[sha],
+            self.shapes,
+            self.seed * 1_000_003 + slot,
+            slot=slot,
+            first=first and self.cold_jit and warmed is None,
+            after=after,
+            lane=lane,
+            patch=self.patch,
+            cold_compile=warmed.cold_compile() if warmed is not None else None,
+            lineage=self.lineage,
+        )
 
     def prefetch(self, shas: Sequence[str]) -> None:
         """Commits the search may measure next (most likely first): the warmer builds and compiles
@@ -252,8 +309,11 @@ class StoreProbe(ProbeBase):
         """The warmer's requests for these commits as this probe measures them (its patch, shapes
         and first trial's seed), those not known to fail and with nothing stored yet."""
         failed = {s for s, b in self.build_results.items() if b.status is BuildStatus.FAILED}
-        return [Want(sha, self.shapes, self.seed * 1_000_003, self.patch, self.patch_hash)
-                for sha in dict.fromkeys(shas) if sha not in failed and not self.stored(sha)]
+        return [
+            Want(sha, self.shapes, self.seed * 1_000_003, self.patch, self.patch_hash)
+            for sha in dict.fromkeys(shas)
+            if sha not in failed and not self.stored(sha)
+        ]
 
     def stored_only(self, sha: str, repeats: Count) -> Measurement:
         """Offline: what the store holds, never a build or a trial (a report re-made without a GPU)."""
@@ -265,27 +325,38 @@ class StoreProbe(ProbeBase):
 
     def value(self, trial: TrialRecord) -> float | None:
         """The per-trial sample the search compares (config.Thresholds.metric on its timing)."""
-        metric = self.metric.get(trial.shape.split("/", 1)[0], "ratio") if isinstance(self.metric, Mapping) \
-            else self.metric
+        metric = (
+            self.metric.get(trial.shape.split("/", 1)[0], "ratio") if isinstance(self.metric, Mapping) else self.metric
+        )
         return trial_metric(trial, metric)
 
     def measurement(self, sha: str, trials: Sequence[TrialRecord], repeats: Count | None = None) -> Measurement:
         """The first `repeats` samples per shape, in the order they were measured: a re-run asks the
         same questions, gets the same answers, and so measures nothing twice."""
-        kept = {s.key: [t for t in trials if t.shape == s.key and t.status is TrialStatus.OK
-                        and self.value(t) is not None][:None if repeats is None else of(repeats, s.key)]
-                for s in self.shapes}
+        kept = {
+            s.key: [t for t in trials if t.shape == s.key and t.status is TrialStatus.OK and self.value(t) is not None][
+                : None if repeats is None else of(repeats, s.key)
+            ]
+            for s in self.shapes
+        }
         samples = {k: tuple(v for t in ts if (v := self.value(t)) is not None) for k, ts in kept.items()}
         wrong = frozenset(t.shape for t in trials if t.status is TrialStatus.WRONG)
         broken: dict[str, set[str]] = {}  # last error -> shapes that never ran
-        for key, error in {t.shape: error_line(t.error or t.log_tail) for t in trials
-                           if t.status in FAILED and not samples.get(t.shape) and t.shape not in wrong}.items():
+        for key, error in {
+            t.shape: error_line(t.error or t.log_tail)
+            for t in trials
+            if t.status in FAILED and not samples.get(t.shape) and t.shape not in wrong
+        }.items():
             broken.setdefault(error, set()).add(key)
-        reason = "; ".join(f"{', '.join(sorted(keys))} {'does' if len(keys) == 1 else 'do'} not run: {error}"
-                           for error, keys in sorted(broken.items(), key=lambda kv: sorted(kv[1])))
-        no_control = [f"{key}: no ratio, the control was unavailable: {why.splitlines()[0][:200]}"
-                      for key, (_, _, why) in sorted(unavailable_by_shape(trials).items())
-                      if key in samples and not samples[key] and key not in wrong]
+        reason = "; ".join(
+            f"{', '.join(sorted(keys))} {'does' if len(keys) == 1 else 'do'} not run: {error}"
+            for error, keys in sorted(broken.items(), key=lambda kv: sorted(kv[1]))
+        )
+        no_control = [
+            f"{key}: no ratio, the control was unavailable: {why.splitlines()[0][:200]}"
+            for key, (_, _, why) in sorted(unavailable_by_shape(trials).items())
+            if key in samples and not samples[key] and key not in wrong
+        ]
         reason = "; ".join(r for r in (reason, *no_control) if r)
         samples = {k: v for k, v in samples.items() if k not in wrong and v}
         views, times = trial_views({k: kept[k] for k in samples}, self.latency_steps)
@@ -348,16 +419,33 @@ class Batch:
         if mine and probe.warmer is not None:
             probe.warmer.spare(probe.job(sha, max(mine) + 1, False, None, i + len(mine)))
 
-    def _submit(self, claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]], i: int, r: int,
-                futures: dict[Future[TrialOutcome], tuple[int, int]], firsts: dict[int, Future[TrialOutcome]]) -> None:
+    def _submit(
+        self,
+        claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]],
+        i: int,
+        r: int,
+        futures: dict[Future[TrialOutcome], tuple[int, int]],
+        firsts: dict[int, Future[TrialOutcome]],
+    ) -> None:
         """Round `r`'s trial of item `i`: taken held from the warmer or submitted, and said."""
         probe, sha, mine, _ = claimed[i]
         first = r == 0 and probe.cold_jit and not probe.stored(sha)
         # the tip with each revert is the same commit: name the patch, and each once
-        others = list(dict.fromkeys(s[:7] + (f"+patch {q.patch_hash[:8]}" if q.patch_hash else "")
-                                    for j, (q, s, m, _) in enumerate(claimed) if j != i and r < len(m)))
-        probe.on_event(ProbeEvent(sha, "trial", f"trial {mine[r] + 1}/{mine[-1] + 1}" + (
-            f" (side by side with {', '.join(others)})" if others else ""), probe.patch_hash))
+        others = list(
+            dict.fromkeys(
+                s[:7] + (f"+patch {q.patch_hash[:8]}" if q.patch_hash else "")
+                for j, (q, s, m, _) in enumerate(claimed)
+                if j != i and r < len(m)
+            )
+        )
+        probe.on_event(
+            ProbeEvent(
+                sha,
+                "trial",
+                f"trial {mine[r] + 1}/{mine[-1] + 1}" + (f" (side by side with {', '.join(others)})" if others else ""),
+                probe.patch_hash,
+            )
+        )
         # Lanes in a Latin square: on n devices each commit visits each device equally
         # often, so a faster core cannot pass for a faster commit.
         lane = i + r
@@ -376,8 +464,12 @@ class Batch:
             # the round that doubles the pair asks for it (most of the H200 demo's)
             self._spare(claimed[i], i)
 
-    def _collect(self, claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]],
-                 futures: dict[Future[TrialOutcome], tuple[int, int]], firsts: Mapping[int, Future[TrialOutcome]]) -> None:
+    def _collect(
+        self,
+        claimed: Sequence[tuple[StoreProbe, str, list[int], list[int]]],
+        futures: dict[Future[TrialOutcome], tuple[int, int]],
+        firsts: Mapping[int, Future[TrialOutcome]],
+    ) -> None:
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -436,7 +528,8 @@ class Taken:
 
     def __init__(self, measurements: Mapping[str, Measurement]) -> None:
         self.used: dict[tuple[str | None, str], At] = {
-            (None, sha): At({k: len(v) for k, v in m.samples.items()}) for sha, m in measurements.items()}
+            (None, sha): At({k: len(v) for k, v in m.samples.items()}) for sha, m in measurements.items()
+        }
 
     def take(self, probe: StoreProbe, sha: str, n: int) -> At:
         """The start of the next n samples of `sha` under `probe`'s patch; they are now spoken for."""
@@ -454,7 +547,7 @@ class Taken:
 
 def fresh(m: Measurement, start: Count, n: int) -> dict[str, tuple[float, ...]]:
     """Per shape, samples start..start+n of a measurement (the side-by-side ones)."""
-    return {k: v[of(start, k):of(start, k) + n] for k, v in m.samples.items() if len(v) > of(start, k)}
+    return {k: v[of(start, k) : of(start, k) + n] for k, v in m.samples.items() if len(v) > of(start, k)}
 
 
 def fresh_tflops(probe: StoreProbe, sha: str, start: Count, n: int) -> dict[str, float]:
@@ -462,8 +555,11 @@ def fresh_tflops(probe: StoreProbe, sha: str, start: Count, n: int) -> dict[str,
     out: dict[str, float] = {}
     for shape in probe.shapes:
         at = of(start, shape.key)
-        values = [t.subject_tflops for t in probe.stored(sha) if t.shape == shape.key and t.status is TrialStatus.OK
-                  and probe.value(t) is not None][at:at + n]
+        values = [
+            t.subject_tflops
+            for t in probe.stored(sha)
+            if t.shape == shape.key and t.status is TrialStatus.OK and probe.value(t) is not None
+        ][at : at + n]
         numbers = [v for v in values if v is not None]
         if values and len(numbers) == len(values):
             out[shape.key] = statistics.median(numbers)

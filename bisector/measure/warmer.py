@@ -85,9 +85,16 @@ class Warmed:
 
     def cold_compile(self) -> dict[str, dict[str, Any]]:
         """Per precompiled shape, what the first real trial's records keep of the cold compile."""
-        return {key: {"by": "prefetch", **{k: v for k, v in r.items() if k != "shape"}, "log_path": self.log_path,
-                      "trial_wall_s": round(self.seconds, 3)}
-                for key, r in self.shapes.items() if r.get("status") == "precompiled"}
+        return {
+            key: {
+                "by": "prefetch",
+                **{k: v for k, v in r.items() if k != "shape"},
+                "log_path": self.log_path,
+                "trial_wall_s": round(self.seconds, 3),
+            }
+            for key, r in self.shapes.items()
+            if r.get("status") == "precompiled"
+        }
 
 
 class PrecompileTrials(Executor):
@@ -95,14 +102,32 @@ class PrecompileTrials(Executor):
     ever gets a device section. A precompile-only trial never asks for one; one that did would wait
     for it until its time limit, never running beside a timed section."""
 
-    def __init__(self, source: WorkerSource, lanes: int, kind: str, prepare: Callable[[TrialJob, int], Prepared],
-                 *, timeout_s: float, memory_bytes: int) -> None:
+    def __init__(
+        self,
+        source: WorkerSource,
+        lanes: int,
+        kind: str,
+        prepare: Callable[[TrialJob, int], Prepared],
+        *,
+        timeout_s: float,
+        memory_bytes: int,
+    ) -> None:
         self._outputs: dict[int, tuple[Mapping[str, Any], str]] = {}
-        super().__init__(source, tuple(range(max(1, lanes))), kind, prepare, self._keep, ahead=0,
-                         timeout_s=timeout_s, memory_bytes=memory_bytes, lock_devices=False)
+        super().__init__(
+            source,
+            tuple(range(max(1, lanes))),
+            kind,
+            prepare,
+            self._keep,
+            ahead=0,
+            timeout_s=timeout_s,
+            memory_bytes=memory_bytes,
+            lock_devices=False,
+        )
 
-    def _keep(self, job: TrialJob, prepared: Prepared, out: Mapping[str, Any],
-              info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
+    def _keep(
+        self, job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]
+    ) -> tuple[TrialRecord, ...]:
         self._outputs[id(job)] = (out, str(prepared.log_path))
         return ()
 
@@ -121,8 +146,14 @@ class PrecompileTrials(Executor):
         self._grant_brief(device)
 
 
-def precompile_executor(config: Config, work: str | Path, parallel: int, *, source: str | None = None,
-                        environ: Mapping[str, str] | None = None) -> PrecompileTrials:
+def precompile_executor(
+    config: Config,
+    work: str | Path,
+    parallel: int,
+    *,
+    source: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> PrecompileTrials:
     """`parallel` precompile-only trials at once, in the config's trial environment (sandbox,
     fence, memory limit, the commit's JIT dir), each pinned to the device its real trials use
     (inputs are staged there; no kernel runs), none ever holding a device or the host's lock."""
@@ -137,10 +168,21 @@ def precompile_executor(config: Config, work: str | Path, parallel: int, *, sour
         return files.prepare(job, config.devices[lane % len(config.devices)], precompile_only=True)
 
     source_kind = source or config.protocol.workers
-    return PrecompileTrials(make_source(source_kind, base, default_preload(config), work / "workers" / "prefetch",
-                                        writable, gpu=config.device != "cpu"),
-                            parallel, config.device, prepare, timeout_s=config.protocol.timeout_s,
-                            memory_bytes=memory_limit(config))
+    return PrecompileTrials(
+        make_source(
+            source_kind,
+            base,
+            default_preload(config),
+            work / "workers" / "prefetch",
+            writable,
+            gpu=config.device != "cpu",
+        ),
+        parallel,
+        config.device,
+        prepare,
+        timeout_s=config.protocol.timeout_s,
+        memory_bytes=memory_limit(config),
+    )
 
 
 def _what_runs(job: TrialJob) -> tuple[Any, ...]:
@@ -185,8 +227,13 @@ class Warmer:
     `make_executor()` (`precompile_executor`) is called on first need: a run that never
     prefetches starts nothing. With `standby`, commits get held first trials instead (see above)."""
 
-    def __init__(self, builds: Builds, make_executor: Callable[[], PrecompileTrials], parallel: int,
-                 standby: Callable[[], Holds] | None = None) -> None:
+    def __init__(
+        self,
+        builds: Builds,
+        make_executor: Callable[[], PrecompileTrials],
+        parallel: int,
+        standby: Callable[[], Holds] | None = None,
+    ) -> None:
         self.builds, self.make_executor, self.parallel = builds, make_executor, max(1, parallel)
         self.held_cap = 2 * self.parallel  # standbys alive at most, and spares alike
         self.standby = standby
@@ -226,7 +273,7 @@ class Warmer:
             if self.standby is not None:  # each holds a process and its inputs on the device: at most
                 # 2 x `parallel`, as one lives a request longer than the request that named it
                 busy = len(self._held) + sum(1 for f in self._tasks.values() if not f.done())
-                new = new[:max(0, self.held_cap - busy + self._make_room(wants, new, busy))]  # the most likely first
+                new = new[: max(0, self.held_cap - busy + self._make_room(wants, new, busy))]  # the most likely first
             for want in new:
                 self._tasks[want.key] = self._pool.submit(self._warm, want)
 
@@ -235,7 +282,7 @@ class Warmer:
         names the part it refines next before those it will come back to); how many went. Under the lock."""
         rank = {w.key: q for q, w in enumerate(wants)}
         dropped = 0
-        for want in new[max(0, self.held_cap - busy):]:
+        for want in new[max(0, self.held_cap - busy) :]:
             lower = [k for k in self._held if rank.get(k, -1) > rank[want.key]]
             if not lower:
                 break
@@ -280,8 +327,12 @@ class Warmer:
         if held is None or self.standby is None:
             return None
         standby, future = held
-        if (not _stands_for(standby, job) or _what_runs(standby) != _what_runs(job) or not _same_wait(standby, job)
-                or standby.lineage < job.lineage):
+        if (
+            not _stands_for(standby, job)
+            or _what_runs(standby) != _what_runs(job)
+            or not _same_wait(standby, job)
+            or standby.lineage < job.lineage
+        ):
             self.standby().cancel(future)
             return None
         if not standby.first:

@@ -34,9 +34,18 @@ from bisector.publish.github import (
 from bisector.publish.plan_text import web_base
 from bisector.publish.publish_plan import CulpritPost, PlotLink, PublishPlan, RunVerdict, dump_plan, load_plan
 
-__all__ = ["CulpritPost", "Expectation", "PlotLink", "PublishOutcome", "PublishPlan", "RetryPolicy", "RunVerdict",
-           "dump_plan",
-           "load_plan", "publish"]
+__all__ = [
+    "CulpritPost",
+    "Expectation",
+    "PlotLink",
+    "PublishOutcome",
+    "PublishPlan",
+    "RetryPolicy",
+    "RunVerdict",
+    "dump_plan",
+    "load_plan",
+    "publish",
+]
 
 
 @dataclass(frozen=True)
@@ -55,8 +64,14 @@ def resolve_config(plan: PublishPlan, cfg: Publish) -> Publish:
     return replace(cfg, repo=plan.repo)
 
 
-def publish(plan: PublishPlan, cfg: Publish, env: Mapping[str, str], dry_run_dir: Path | None = None,
-            policy: RetryPolicy = RetryPolicy(), expected: Expectation | None = None) -> PublishOutcome:
+def publish(
+    plan: PublishPlan,
+    cfg: Publish,
+    env: Mapping[str, str],
+    dry_run_dir: Path | None = None,
+    policy: RetryPolicy = RetryPolicy(),
+    expected: Expectation | None = None,
+) -> PublishOutcome:
     """`expected`: what the trusted side authorized; a plan asking for anything else posts nothing."""
     cfg = resolve_config(plan, cfg)
     if expected is not None and expected.untrusted and not plan.untrusted:
@@ -64,18 +79,26 @@ def publish(plan: PublishPlan, cfg: Publish, env: Mapping[str, str], dry_run_dir
     draft_actions, notes = actions.drafts(plan, cfg)
     status_action = actions.status(plan, cfg)
     if expected is not None:
-        check(plan, expected, (*draft_actions, *actions.comments(plan, cfg),
-                               *((status_action,) if status_action else ())), web_base(cfg.base_url))
+        check(
+            plan,
+            expected,
+            (*draft_actions, *actions.comments(plan, cfg), *((status_action,) if status_action else ())),
+            web_base(cfg.base_url),
+        )
     if cfg.commit_status and status_action is None:
-        notes += ("measured on untrusted code: no commit status" if plan.untrusted and plan.head_sha
-                  else "no head_sha in the plan: no commit status",)
+        notes += (
+            "measured on untrusted code: no commit status"
+            if plan.untrusted and plan.head_sha
+            else "no head_sha in the plan: no commit status",
+        )
     if dry_run_dir is not None:
         return _dry_run(plan, cfg, draft_actions, status_action, notes, dry_run_dir)
 
     token = env.get(cfg.token_env, "")
     if not token.strip():
-        raise BadInput(f"environment variable {cfg.token_env} (publish.token_env) is not set: "
-                       "it must hold the GitHub token")
+        raise BadInput(
+            f"environment variable {cfg.token_env} (publish.token_env) is not set: it must hold the GitHub token"
+        )
     gh = connect(token, cfg.base_url, policy)
     try:
         with guard(f"reading repository {plan.repo}", token):
@@ -100,8 +123,14 @@ def publish(plan: PublishPlan, cfg: Publish, env: Mapping[str, str], dry_run_dir
     return PublishOutcome(comments=tuple(comments), drafts=tuple(drafts), status=status, notes=notes)
 
 
-def _dry_run(plan: PublishPlan, cfg: Publish, draft_actions: tuple[actions.DraftPullAction, ...],
-             status_action: actions.StatusAction | None, notes: tuple[str, ...], out: Path) -> PublishOutcome:
+def _dry_run(
+    plan: PublishPlan,
+    cfg: Publish,
+    draft_actions: tuple[actions.DraftPullAction, ...],
+    status_action: actions.StatusAction | None,
+    notes: tuple[str, ...],
+    out: Path,
+) -> PublishOutcome:
     """Write each payload as it would be sent, numbered in sending order; no token, no network."""
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -25,10 +25,14 @@ class CommentAction:
     body: str
 
     def payload(self, repo: str) -> dict[str, Any]:
-        return {"method": "POST", "path": f"/repos/{repo}/issues/{self.issue}/comments",
-                "body": {"body": self.body}, "marker": self.marker,
-                "update": f"PATCH /repos/{repo}/issues/comments/{{id}} with the same body when a comment "
-                          f"of issue {self.issue} holds the marker"}
+        return {
+            "method": "POST",
+            "path": f"/repos/{repo}/issues/{self.issue}/comments",
+            "body": {"body": self.body},
+            "marker": self.marker,
+            "update": f"PATCH /repos/{repo}/issues/comments/{{id}} with the same body when a comment "
+            f"of issue {self.issue} holds the marker",
+        }
 
 
 @dataclass(frozen=True)
@@ -45,13 +49,25 @@ class DraftPullAction:
     message: str
 
     def payload(self, repo: str) -> dict[str, Any]:
-        return {"method": "POST", "path": f"/repos/{repo}/pulls",
-                "body": {"base": self.base_branch, "head": self.branch, "title": self.title, "body": self.body,
-                         "draft": True},
-                "branch": {"method": "POST", "path": f"/repos/{repo}/git/refs",
-                           "body": {"ref": f"refs/heads/{self.branch}", "sha": "<commit of the patch on "
-                                    f"{self.patch_base}>"}},
-                "commit_message": self.message, "patch_base": self.patch_base, "patch": self.patch}
+        return {
+            "method": "POST",
+            "path": f"/repos/{repo}/pulls",
+            "body": {
+                "base": self.base_branch,
+                "head": self.branch,
+                "title": self.title,
+                "body": self.body,
+                "draft": True,
+            },
+            "branch": {
+                "method": "POST",
+                "path": f"/repos/{repo}/git/refs",
+                "body": {"ref": f"refs/heads/{self.branch}", "sha": f"<commit of the patch on {self.patch_base}>"},
+            },
+            "commit_message": self.message,
+            "patch_base": self.patch_base,
+            "patch": self.patch,
+        }
 
 
 @dataclass(frozen=True)
@@ -97,10 +113,18 @@ def drafts(plan: PublishPlan, cfg: Publish) -> tuple[tuple[DraftPullAction, ...]
         if base is None:
             notes.append(f"#{c.pr}: no commit to apply the patch to (patch_base and head_sha unset); no draft PR")
             continue
-        out.append(DraftPullAction(
-            culprit_pr=c.pr, branch=branch_name(plan, c.pr), base_branch=plan.base_branch, patch_base=base,
-            patch=c.patch, title=messages.draft_title(c), body=messages.draft_body(plan, c),
-            message=messages.commit_message(plan, c)))
+        out.append(
+            DraftPullAction(
+                culprit_pr=c.pr,
+                branch=branch_name(plan, c.pr),
+                base_branch=plan.base_branch,
+                patch_base=base,
+                patch=c.patch,
+                title=messages.draft_title(c),
+                body=messages.draft_body(plan, c),
+                message=messages.commit_message(plan, c),
+            )
+        )
     return tuple(out), tuple(notes)
 
 
@@ -114,8 +138,9 @@ def comments(plan: PublishPlan, cfg: Publish, draft_urls: Mapping[int, str] | No
         for c in plan.culprits:
             if c.pr == requester or any(a.issue == c.pr for a in out):
                 continue
-            out.append(CommentAction(c.pr, messages.marker(plan.run_id, c.pr),
-                                     messages.culprit_body(plan, c, urls.get(c.pr))))
+            out.append(
+                CommentAction(c.pr, messages.marker(plan.run_id, c.pr), messages.culprit_body(plan, c, urls.get(c.pr)))
+            )
     if requester is not None:
         body = messages.answer_body(plan) if plan.answer else messages.requester_body(plan, urls)
         out.append(CommentAction(requester, messages.marker(plan.run_id, requester), body))
@@ -127,6 +152,10 @@ def status(plan: PublishPlan, cfg: Publish) -> StatusAction | None:
     untrusted code (which could have written them: it never sets a status, neither way)."""
     if not cfg.commit_status or plan.head_sha is None or plan.untrusted:
         return None
-    return StatusAction(sha=plan.head_sha, state=messages.status_state(plan),
-                        description=messages.status_description(plan), context=messages.STATUS_CONTEXT,
-                        target_url=plan.report_url)
+    return StatusAction(
+        sha=plan.head_sha,
+        state=messages.status_state(plan),
+        description=messages.status_description(plan),
+        context=messages.STATUS_CONTEXT,
+        target_url=plan.report_url,
+    )

@@ -46,8 +46,9 @@ class Expectation:
         return self.pr is not None
 
 
-def check(plan: PublishPlan, expected: Expectation, todo: tuple[actions.Action, ...],
-          web: str = "https://github.com") -> None:
+def check(
+    plan: PublishPlan, expected: Expectation, todo: tuple[actions.Action, ...], web: str = "https://github.com"
+) -> None:
     """Raise BadInput naming the first action (or plan field) the expectation does not allow, or the
     first text the bot would not have written (bisector/publish/plan_text.py; `web`: where the
     repository's pages live)."""
@@ -58,8 +59,9 @@ def check(plan: PublishPlan, expected: Expectation, todo: tuple[actions.Action, 
         if not run_id.fullmatch(plan.run_id):
             raise BadInput(f"plan: run_id {plan.run_id!r} is not a run of a comment on #{expected.pr}: nothing posted")
     elif plan.requester_pr is not None or plan.answer:
-        raise BadInput(f"plan: a nightly plan answers no PR, but it names requester_pr #{plan.requester_pr}: "
-                       "nothing posted")
+        raise BadInput(
+            f"plan: a nightly plan answers no PR, but it names requester_pr #{plan.requester_pr}: nothing posted"
+        )
     for action in todo:
         problem = _problem(action, expected)
         if problem:

@@ -91,9 +91,14 @@ def _line(text: str, secret: str | None) -> str:
 
 def _retry(policy: RetryPolicy) -> GithubRetry:
     kwargs: dict[str, Any] = dict(
-        total=policy.total, backoff_factor=policy.backoff_factor, backoff_max=policy.backoff_max,
-        status_forcelist=[429, 500, 502, 503, 504], respect_retry_after_header=True, raise_on_status=False,
-        secondary_rate_wait=policy.secondary_rate_wait)
+        total=policy.total,
+        backoff_factor=policy.backoff_factor,
+        backoff_max=policy.backoff_max,
+        status_forcelist=[429, 500, 502, 503, 504],
+        respect_retry_after_header=True,
+        raise_on_status=False,
+        secondary_rate_wait=policy.secondary_rate_wait,
+    )
     if "max_rate_limit_wait" in inspect.signature(GithubRetry.__init__).parameters:  # PyGithub >= 2.9
         kwargs["max_rate_limit_wait"] = policy.max_rate_limit_wait
     return GithubRetry(**kwargs)
@@ -101,9 +106,14 @@ def _retry(policy: RetryPolicy) -> GithubRetry:
 
 def connect(token: str, base_url: str, policy: RetryPolicy) -> github.Github:
     return github.Github(
-        auth=Auth.Token(token), base_url=base_url.rstrip("/"), timeout=policy.timeout_s, user_agent=USER_AGENT,
-        retry=_retry(policy), seconds_between_requests=policy.seconds_between_requests or None,
-        seconds_between_writes=policy.seconds_between_writes or None)
+        auth=Auth.Token(token),
+        base_url=base_url.rstrip("/"),
+        timeout=policy.timeout_s,
+        user_agent=USER_AGENT,
+        retry=_retry(policy),
+        seconds_between_requests=policy.seconds_between_requests or None,
+        seconds_between_writes=policy.seconds_between_writes or None,
+    )
 
 
 def own_login(gh: github.Github, fallback: str) -> str:
@@ -172,13 +182,15 @@ def open_draft_pull(repo: Repository, action: DraftPullAction) -> DraftResult:
     owner = repo.full_name.split("/")[0]
     for pull in repo.get_pulls(state="open", head=f"{owner}:{action.branch}"):
         return DraftResult(action.culprit_pr, pull.number, pull.html_url, action.branch, created=False)
-    pull = repo.create_pull(base=action.base_branch, head=action.branch, title=action.title, body=action.body,
-                            draft=True)
+    pull = repo.create_pull(
+        base=action.base_branch, head=action.branch, title=action.title, body=action.body, draft=True
+    )
     return DraftResult(action.culprit_pr, pull.number, pull.html_url, action.branch, created=True)
 
 
 def post_status(repo: Repository, action: StatusAction) -> StatusResult:
     kwargs = {"target_url": action.target_url} if action.target_url else {}
-    repo.get_commit(action.sha).create_status(action.state, description=action.description,
-                                              context=action.context, **kwargs)
+    repo.get_commit(action.sha).create_status(
+        action.state, description=action.description, context=action.context, **kwargs
+    )
     return StatusResult(action.sha, action.state, action.description)

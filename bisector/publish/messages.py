@@ -41,10 +41,12 @@ def headline(plan: PublishPlan) -> str:
 
 UNTRUSTED = "Measured in the pull request's own process; not independently verified."
 CONFIRM = "A maintainer's `/perf` on the merged commit is the way to confirm."
-_TITLES = {("regression", True): "a performance regression starts at this PR",
-           ("regression", False): "a possible performance regression starts at this PR (not verified)",
-           ("improvement", True): "a speed-up starts at this PR: thank you",
-           ("improvement", False): "a possible speed-up starts at this PR (not verified)"}
+_TITLES = {
+    ("regression", True): "a performance regression starts at this PR",
+    ("regression", False): "a possible performance regression starts at this PR (not verified)",
+    ("improvement", True): "a speed-up starts at this PR: thank you",
+    ("improvement", False): "a possible speed-up starts at this PR (not verified)",
+}
 _CHANGED_LINES = 8  # the carrying hunks' changed lines shown in the first screen; the whole diff is folded
 
 
@@ -52,8 +54,10 @@ def tally(plan: PublishPlan) -> tuple[int, int]:
     """(verified regressions, verified improvements) of the run: the plan's counts, else its culprits'."""
     if plan.regressions or plan.improvements:
         return plan.regressions, plan.improvements
-    return (sum(1 for c in plan.culprits if c.kind == "regression" and c.verified),
-            sum(1 for c in plan.culprits if c.kind == "improvement" and c.verified))
+    return (
+        sum(1 for c in plan.culprits if c.kind == "regression" and c.verified),
+        sum(1 for c in plan.culprits if c.kind == "improvement" and c.verified),
+    )
 
 
 def _plural(n: int, word: str) -> str:
@@ -66,7 +70,7 @@ def _prs(plan: PublishPlan, kind: str) -> str:
 
 
 def counted(plan: PublishPlan, prs: bool = True) -> str:
-    """"2 regressions (#115, #122), 1 improvement (#108)": the run's steps, each kind apart."""
+    """ "2 regressions (#115, #122), 1 improvement (#108)": the run's steps, each kind apart."""
     regressions, improvements = tally(plan)
     parts = []
     if regressions:
@@ -115,8 +119,9 @@ def changed_lines(diff: str, limit: int = _CHANGED_LINES) -> str:
     """The lines a diff removes and adds (no headers, no context), cut to `limit`."""
     body = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
     more = len(body) - limit
-    return "\n".join(body[:limit] + ([f"... {more} more changed lines (the whole diff is folded below)"]
-                                      if more > 0 else []))
+    return "\n".join(
+        body[:limit] + ([f"... {more} more changed lines (the whole diff is folded below)"] if more > 0 else [])
+    )
 
 
 def _todo(plan: PublishPlan, c: CulpritPost) -> list[str]:
@@ -125,8 +130,7 @@ def _todo(plan: PublishPlan, c: CulpritPost) -> list[str]:
         return [f"**What to do**: nothing yet. {CONFIRM} No patch is proposed on a result measured this way.", ""]
     if c.kind == "improvement":
         return ["**What to do**: nothing; thank you for the speed-up.", ""]
-    todo = c.todo.strip() or (f"Revert it: {c.restore.strip()}." if c.patch is not None and c.restore.strip()
-                              else "")
+    todo = c.todo.strip() or (f"Revert it: {c.restore.strip()}." if c.patch is not None and c.restore.strip() else "")
     return [f"**What to do**: {todo}", ""] if todo else []
 
 
@@ -151,8 +155,10 @@ def _own_step(plan: PublishPlan, c: CulpritPost, draft_url: str | None) -> list[
             lines += [f"Draft PR with this revert: {draft_url}", ""]
         lines += _details(f"the revert (patch, {len(c.patch.splitlines())} lines; `git apply` it on {onto})", c.patch)
     elif c.combined_patch:
-        lines += _details(f"the combined revert (patch, {len(c.combined_patch.splitlines())} lines; `git apply` it on "
-                          f"{onto})", c.combined_patch)
+        lines += _details(
+            f"the combined revert (patch, {len(c.combined_patch.splitlines())} lines; `git apply` it on {onto})",
+            c.combined_patch,
+        )
     return lines
 
 
@@ -162,8 +168,14 @@ def _evidence(c: CulpritPost) -> list[str]:
     if c.hunk_diff.strip():
         lines += _details("the hunks that carry the step, whole", c.hunk_diff)
     if c.kernel.strip():
-        lines += ["<details><summary>What changed in the compiled kernel</summary>", "", c.kernel.strip(), "",
-                  "</details>", ""]
+        lines += [
+            "<details><summary>What changed in the compiled kernel</summary>",
+            "",
+            c.kernel.strip(),
+            "",
+            "</details>",
+            "",
+        ]
     if c.plots:
         lines += ["Plots: " + " · ".join(f"[{p.label}]({p.url})" for p in c.plots), ""]
     return lines
@@ -175,8 +187,12 @@ def _nearby(plan: PublishPlan, c: CulpritPost) -> list[str]:
     where = f" ([full report]({plan.report_url}))" if plan.report_url else " (the run's report lists them)"
     lines = []
     if c.nearby:
-        lines += ["**Missing data next to this step** (it could hide or move it):", "",
-                  *(f"- {line}" for line in c.nearby), ""]
+        lines += [
+            "**Missing data next to this step** (it could hide or move it):",
+            "",
+            *(f"- {line}" for line in c.nearby),
+            "",
+        ]
     if rest > 0:
         lines += [f"Elsewhere in the range: {_plural(rest, 'more item')} of missing data{where}.", ""]
     return lines
@@ -188,13 +204,20 @@ def _others(plan: PublishPlan, c: CulpritPost) -> list[str]:
     if not others:
         return []
     found = counted(plan, prs=False)
-    return [f"<details><summary>This run's other steps{f' (the run: {found})' if found else ''}</summary>", "",
-            *(f"- {o.step_summary.strip()}" for o in others), "", "</details>", ""]
+    return [
+        f"<details><summary>This run's other steps{f' (the run: {found})' if found else ''}</summary>",
+        "",
+        *(f"- {o.step_summary.strip()}" for o in others),
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def _footer(plan: PublishPlan) -> list[str]:
-    return [f"<sub>bisector run `{plan.run_id}` · this comment is updated in place by later posts of the same run"
-            "</sub>"]
+    return [
+        f"<sub>bisector run `{plan.run_id}` · this comment is updated in place by later posts of the same run</sub>"
+    ]
 
 
 def culprit_body(plan: PublishPlan, culprit: CulpritPost, draft_url: str | None = None) -> str:
@@ -218,9 +241,14 @@ def requester_body(plan: PublishPlan, draft_urls: dict[int, str] | None = None) 
     assert plan.requester_pr is not None
     draft_urls = draft_urls or {}
     found = counted(plan, prs=False)
-    lines = [marker(plan.run_id, plan.requester_pr),
-             f"### bisector: {found or headline(plan)} (run `{plan.run_id}`)", "", *_untrusted(plan),
-             _verdict_sentence(plan), ""]
+    lines = [
+        marker(plan.run_id, plan.requester_pr),
+        f"### bisector: {found or headline(plan)} (run `{plan.run_id}`)",
+        "",
+        *_untrusted(plan),
+        _verdict_sentence(plan),
+        "",
+    ]
     for c in plan.culprits:
         if c.pr == plan.requester_pr:
             lines += ["#### This PR is a culprit", "", *_own_step(plan, c, draft_urls.get(c.pr)), *_evidence(c)]
@@ -262,9 +290,12 @@ def draft_title(culprit: CulpritPost) -> str:
 
 
 def draft_body(plan: PublishPlan, culprit: CulpritPost) -> str:
-    lines = [draft_marker(plan.run_id, culprit.pr),
-             f"Draft fix for the performance step that starts at #{culprit.pr}, found and verified by bisector "
-             f"run `{plan.run_id}`.", ""]
+    lines = [
+        draft_marker(plan.run_id, culprit.pr),
+        f"Draft fix for the performance step that starts at #{culprit.pr}, found and verified by bisector "
+        f"run `{plan.run_id}`.",
+        "",
+    ]
     if culprit.restore.strip():
         lines += [f"Verified: {culprit.restore.strip()}", ""]
     lines += [culprit.step_summary.strip(), ""]
@@ -295,12 +326,14 @@ def status_state(plan: PublishPlan) -> str:
 
 
 def status_description(plan: PublishPlan) -> str:
-    found = counted(plan) or (plan.verdict.value if plan.verdict in (RunVerdict.REGRESSION, RunVerdict.IMPROVEMENT)
-                              else "")
+    found = counted(plan) or (
+        plan.verdict.value if plan.verdict in (RunVerdict.REGRESSION, RunVerdict.IMPROVEMENT) else ""
+    )
     unverified = [f"#{c.pr}" for c in plan.culprits if not c.verified]
     if unverified:
-        found = ", ".join(p for p in (found, f"{_plural(len(unverified), 'unverified step')} ({', '.join(unverified)})")
-                          if p)
+        found = ", ".join(
+            p for p in (found, f"{_plural(len(unverified), 'unverified step')} ({', '.join(unverified)})") if p
+        )
     missing = f"{_plural(len(plan.missing), 'item')} of data missing" if plan.missing else ""
     if found:
         text = found + (f"; {missing}" if missing else "")

@@ -42,7 +42,7 @@ def touched_paths(patch: str) -> tuple[str, ...]:
             continue
         for prefix in ("--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to "):
             if line.startswith(prefix):
-                path = _strip_prefix(line[len(prefix):]) if prefix in ("--- ", "+++ ") else line[len(prefix):]
+                path = _strip_prefix(line[len(prefix) :]) if prefix in ("--- ", "+++ ") else line[len(prefix) :]
                 if path is not None and path not in paths:
                     paths.append(path)
     for path in paths:
@@ -80,4 +80,3 @@ def _git(cwd: Path, *args: str) -> None:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise PublishError(f"git {' '.join(args)} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
-

@@ -33,13 +33,33 @@ from bisector.publish.publish_plan import CulpritPost, PlotLink, PublishPlan
 ZWSP = "\u200b"
 # The tags the bot's markdown writes (bisector/publish/messages.py, the report), bare: no attributes.
 TAGS = ("details", "summary", "sub", "sup", "b", "i", "br", "code", "kbd")
-LIMITS = {"answer": 16_000, "summary": 16_000, "report": 4_000_000, "step_summary": 2_000, "table": 64_000,
-          "hunk": 2_000, "kernel": 200_000, "restore": 4_000, "missing": 1_000, "label": 200, "url": 2_000,
-          "hunk_diff": 2_000_000, "patch": 4_000_000, "cause": 1_000, "todo": 4_000, "nearby": 1_000}
+LIMITS = {
+    "answer": 16_000,
+    "summary": 16_000,
+    "report": 4_000_000,
+    "step_summary": 2_000,
+    "table": 64_000,
+    "hunk": 2_000,
+    "kernel": 200_000,
+    "restore": 4_000,
+    "missing": 1_000,
+    "label": 200,
+    "url": 2_000,
+    "hunk_diff": 2_000_000,
+    "patch": 4_000_000,
+    "cause": 1_000,
+    "todo": 4_000,
+    "nearby": 1_000,
+}
 MAX_MISSING, MAX_CULPRITS = 200, 100
 ONE_LINE = ("step_summary", "hunk", "restore", "missing", "label", "cause", "todo", "nearby")
-ANSWER_HEADS = ("### bisector `/perf`: ", "`/perf` failed: ", "`/bisect` failed: ", "`/perf` refused: ",
-                "`/bisect` refused: ")
+ANSWER_HEADS = (
+    "### bisector `/perf`: ",
+    "`/perf` failed: ",
+    "`/bisect` failed: ",
+    "`/perf` refused: ",
+    "`/bisect` refused: ",
+)
 SUMMARY_HEAD = "**What to do**"
 _SHA = re.compile(r"[0-9a-f]{7,64}")
 _BRANCH = re.compile(r"(?!.*\.\.)(?!/)[A-Za-z0-9._/-]{1,200}(?<![/.])")
@@ -92,14 +112,18 @@ class _Spots:
 
     def _own_url(self, text: str, start: int) -> bool:
         end = _URL_END.search(text, start)
-        url = text[start: end.start() if end else len(text)].lower()
-        return (url == self.own or url.startswith(self.own + "/")) and ".." not in url and "%2e" not in url \
+        url = text[start : end.start() if end else len(text)].lower()
+        return (
+            (url == self.own or url.startswith(self.own + "/"))
+            and ".." not in url
+            and "%2e" not in url
             and "\\" not in url
+        )
 
 
 def _shown(text: str, at: int) -> str:
     word = re.match(r"\S{1,40}", text[at:])
-    return repr(word.group(0) if word else text[at: at + 1])
+    return repr(word.group(0) if word else text[at : at + 1])
 
 
 def neutral(text: str, spots: _Spots) -> str:
@@ -117,12 +141,29 @@ def rendered(plan: PublishPlan, web: str) -> PublishPlan:
     """The plan as the bot posts it: every text field neutral (see the module's docstring)."""
     spots = _Spots(plan.repo, web)
     n: Callable[[str], str] = lambda text: neutral(text, spots)  # noqa: E731
-    culprits = tuple(replace(c, step_summary=n(c.step_summary), table=n(c.table), restore=n(c.restore),
-                             hunk=n(c.hunk), kernel=n(c.kernel), cause=n(c.cause), todo=n(c.todo),
-                             nearby=tuple(n(line) for line in c.nearby),
-                             plots=tuple(PlotLink(n(p.label), p.url) for p in c.plots)) for c in plan.culprits)
-    return replace(plan, report=n(plan.report), answer=n(plan.answer), summary=n(plan.summary),
-                   missing=tuple(n(m) for m in plan.missing), culprits=culprits)
+    culprits = tuple(
+        replace(
+            c,
+            step_summary=n(c.step_summary),
+            table=n(c.table),
+            restore=n(c.restore),
+            hunk=n(c.hunk),
+            kernel=n(c.kernel),
+            cause=n(c.cause),
+            todo=n(c.todo),
+            nearby=tuple(n(line) for line in c.nearby),
+            plots=tuple(PlotLink(n(p.label), p.url) for p in c.plots),
+        )
+        for c in plan.culprits
+    )
+    return replace(
+        plan,
+        report=n(plan.report),
+        answer=n(plan.answer),
+        summary=n(plan.summary),
+        missing=tuple(n(m) for m in plan.missing),
+        culprits=culprits,
+    )
 
 
 def problems(plan: PublishPlan, web: str) -> list[str]:
@@ -166,8 +207,9 @@ def problems(plan: PublishPlan, web: str) -> list[str]:
     return out
 
 
-def _culprit(where: str, c: CulpritPost, text: Callable[[str, str, str], None],
-             url: Callable[[str, str], None]) -> list[str]:
+def _culprit(
+    where: str, c: CulpritPost, text: Callable[[str, str, str], None], url: Callable[[str, str], None]
+) -> list[str]:
     out: list[str] = []
     for kind in ("step_summary", "table", "restore", "hunk", "kernel", "hunk_diff", "cause", "todo"):
         text(f"{where}.{kind}", getattr(c, kind), kind)

@@ -85,8 +85,9 @@ class PublishPlan:
 
     def __post_init__(self) -> None:
         if not _RUN_ID.fullmatch(self.run_id):
-            raise BadInput(f"plan: run_id: must match {_RUN_ID.pattern} (it goes into a hidden marker), "
-                           f"got {self.run_id!r}")
+            raise BadInput(
+                f"plan: run_id: must match {_RUN_ID.pattern} (it goes into a hidden marker), got {self.run_id!r}"
+            )
         if self.repo.count("/") != 1 or not all(self.repo.split("/")):
             raise BadInput(f"plan: repo: must be 'owner/name', got {self.repo!r}")
 
@@ -170,12 +171,22 @@ def plan_from_dict(data: Any, where: str = "plan") -> PublishPlan:
     if requester is not None:
         requester = _positive(top, "requester_pr")
     return PublishPlan(
-        run_id=run_id, repo=repo, verdict=verdict, report=top.get("report", str, ""),
-        culprits=tuple(culprits), requester_pr=requester, head_sha=top.get("head_sha", str, None),
-        base_branch=top.get("base_branch", str, "main"), missing=top.strings("missing"),
-        report_url=top.get("report_url", str, None), answer=top.get("answer", str, ""),
-        summary=top.get("summary", str, ""), untrusted=top.get("untrusted", bool, False),
-        regressions=_count(top, "regressions"), improvements=_count(top, "improvements"))
+        run_id=run_id,
+        repo=repo,
+        verdict=verdict,
+        report=top.get("report", str, ""),
+        culprits=tuple(culprits),
+        requester_pr=requester,
+        head_sha=top.get("head_sha", str, None),
+        base_branch=top.get("base_branch", str, "main"),
+        missing=top.strings("missing"),
+        report_url=top.get("report_url", str, None),
+        answer=top.get("answer", str, ""),
+        summary=top.get("summary", str, ""),
+        untrusted=top.get("untrusted", bool, False),
+        regressions=_count(top, "regressions"),
+        improvements=_count(top, "improvements"),
+    )
 
 
 def _culprit(raw: Any, where: str, i: int) -> CulpritPost:
@@ -186,13 +197,24 @@ def _culprit(raw: Any, where: str, i: int) -> CulpritPost:
         link = _Reader(p, where, f"culprits[{i}].plots[{j}]", ("label", "url"))
         plots.append(PlotLink(label=link.get("label", str), url=link.get("url", str)))
     return CulpritPost(
-        pr=_positive(c, "pr"), step_summary=c.get("step_summary", str), table=c.get("table", str, ""),
-        plots=tuple(plots), patch=c.get("patch", str, None), restore=c.get("restore", str, ""),
-        patch_base=c.get("patch_base", str, None), commit=c.get("commit", str, ""),
-        hunk=c.get("hunk", str, ""), hunk_diff=c.get("hunk_diff", str, ""), kernel=c.get("kernel", str, ""),
-        kind=_kind(c), verified=c.get("verified", bool, True), cause=c.get("cause", str, ""),
-        todo=c.get("todo", str, ""), combined_patch=c.get("combined_patch", str, None),
-        nearby=c.strings("nearby"))
+        pr=_positive(c, "pr"),
+        step_summary=c.get("step_summary", str),
+        table=c.get("table", str, ""),
+        plots=tuple(plots),
+        patch=c.get("patch", str, None),
+        restore=c.get("restore", str, ""),
+        patch_base=c.get("patch_base", str, None),
+        commit=c.get("commit", str, ""),
+        hunk=c.get("hunk", str, ""),
+        hunk_diff=c.get("hunk_diff", str, ""),
+        kernel=c.get("kernel", str, ""),
+        kind=_kind(c),
+        verified=c.get("verified", bool, True),
+        cause=c.get("cause", str, ""),
+        todo=c.get("todo", str, ""),
+        combined_patch=c.get("combined_patch", str, None),
+        nearby=c.strings("nearby"),
+    )
 
 
 KINDS = ("regression", "improvement")
@@ -219,5 +241,13 @@ def _positive(r: _Reader, key: str) -> int:
     return value
 
 
-__all__ = ["CulpritPost", "PlotLink", "PublishPlan", "RunVerdict", "dump_plan", "load_plan",
-           "plan_from_dict", "plan_to_dict"]
+__all__ = [
+    "CulpritPost",
+    "PlotLink",
+    "PublishPlan",
+    "RunVerdict",
+    "dump_plan",
+    "load_plan",
+    "plan_from_dict",
+    "plan_to_dict",
+]

@@ -52,12 +52,18 @@ def _measured(action: Action, data: ReportData) -> str:
             continue
         verdict = fix.verdict(shape)
         want = fix.expected_pct(shape)
-        should = (f", undoing its own step should give {want:+.1f}%" if want is not None and verdict != "restored"
-                  else "")
+        should = (
+            f", undoing its own step should give {want:+.1f}%" if want is not None and verdict != "restored" else ""
+        )
         move = revert_move(fix, shape, data)
-        gain = change(tip) if move is None else (
-            f"{move.subject_pct:+.1f}% of the subject's own TFLOP/s (ratio {change(tip)}: the control moved "
-            f"{move.control_pct:+.1f}% with the revert)")
+        gain = (
+            change(tip)
+            if move is None
+            else (
+                f"{move.subject_pct:+.1f}% of the subject's own TFLOP/s (ratio {change(tip)}: the control moved "
+                f"{move.control_pct:+.1f}% with the revert)"
+            )
+        )
         parts.append(f"{_shape(shape)} {gain} **{verdict}**{should}")
     return "on the tip " + "; ".join(parts)
 
@@ -73,7 +79,7 @@ def _verb(action: Action) -> str:
 
 def _subject(sha: str, data: ReportData) -> str:
     commit = data.commit(sha)
-    return f" \"{commit.subject}\"" if commit else ""
+    return f' "{commit.subject}"' if commit else ""
 
 
 def _median(values: list[float]) -> float:
@@ -84,11 +90,16 @@ def _revert_item(action: Action, data: ReportData) -> Item:
     fix, sha = action.fix, action.step.commit
     ref = commit_ref(sha, data)
     if fix is None:
-        return Item(float("-inf"), f"Revert {ref}{_subject(sha, data)}: its revert was not measured (the run "
-                                   f"skipped the reverts).")
+        return Item(
+            float("-inf"),
+            f"Revert {ref}{_subject(sha, data)}: its revert was not measured (the run skipped the reverts).",
+        )
     if fix.error:
-        return Item(float("-inf"), f"Revert {ref}{_subject(sha, data)}: its revert could not be measured: "
-                                   f"{fix.error.strip().splitlines()[-1][:160]}.")
+        return Item(
+            float("-inf"),
+            f"Revert {ref}{_subject(sha, data)}: its revert could not be measured: "
+            f"{fix.error.strip().splitlines()[-1][:160]}.",
+        )
     wrong = " (WRONG RESULTS with the revert)" if not fix.correct else ""
     others = []
     for o in action.overlaps:
@@ -110,10 +121,12 @@ def _hand_item(action: Action, data: ReportData) -> Item:
     what = "does not apply on the tip" if not fix.applied else "could not be measured on the tip"
     wants = {s: undo_pct(step.change_pct[s]) for s in step.shapes if s in step.change_pct}
     sizes = "; ".join(f"{_shape(s)} {w:+.1f}%" for s, w in wants.items() if w is not None)
-    return Item(_median([w for w in wants.values() if w is not None]),
-                f"Fix {commit_ref(step.commit, data)}{_subject(step.commit, data)} by hand: its revert {what} "
-                f"({why}); undoing its step should give on the tip {sizes or 'an unknown gain'}"
-                f" (its step: {', '.join(f'{_shape(s)} {step.change_pct[s]:+.1f}%' for s in step.shapes)}).")
+    return Item(
+        _median([w for w in wants.values() if w is not None]),
+        f"Fix {commit_ref(step.commit, data)}{_subject(step.commit, data)} by hand: its revert {what} "
+        f"({why}); undoing its step should give on the tip {sizes or 'an unknown gain'}"
+        f" (its step: {', '.join(f'{_shape(s)} {step.change_pct[s]:+.1f}%' for s in step.shapes)}).",
+    )
 
 
 def together_combos(inter: Interaction) -> list[ComboResult]:
@@ -143,15 +156,22 @@ def _names(shas: tuple[str, ...], data: ReportData) -> str:
 
 
 def _together_item(combo: ComboResult, inter: Interaction, data: ReportData) -> Item:
-    alone_failed = [c.reverted[0] for c in inter.combos if len(c.reverted) == 1 and c.reverted[0] in combo.reverted
-                    and (c.error or not c.gain_pct)]
-    only = (f" ({_names(tuple(alone_failed), data)}: its revert applies only with the others)"
-            if alone_failed else "")
-    parts = [f"{_shape(s)} {g:+.1f}% [{combo.ci95[s][0]:+.1f}, {combo.ci95[s][1]:+.1f}]"
-             for s, g in combo.gain_pct.items() if s in combo.ci95]
-    return Item(_median(list(combo.gain_pct.values())),
-                f"Revert {_names(combo.reverted, data)} together: on the tip {'; '.join(parts)}, measured side by "
-                f"side with the tip in the interactions{only}.")
+    alone_failed = [
+        c.reverted[0]
+        for c in inter.combos
+        if len(c.reverted) == 1 and c.reverted[0] in combo.reverted and (c.error or not c.gain_pct)
+    ]
+    only = f" ({_names(tuple(alone_failed), data)}: its revert applies only with the others)" if alone_failed else ""
+    parts = [
+        f"{_shape(s)} {g:+.1f}% [{combo.ci95[s][0]:+.1f}, {combo.ci95[s][1]:+.1f}]"
+        for s, g in combo.gain_pct.items()
+        if s in combo.ci95
+    ]
+    return Item(
+        _median(list(combo.gain_pct.values())),
+        f"Revert {_names(combo.reverted, data)} together: on the tip {'; '.join(parts)}, measured side by "
+        f"side with the tip in the interactions{only}.",
+    )
 
 
 def items(data: ReportData) -> list[Item]:
@@ -168,10 +188,13 @@ def summary_lines(data: ReportData) -> list[str]:
         if any(s.is_regression for s in data.steps):
             return ["**What to do**: no regression here is verified (see the steps); nothing to revert yet."]
         return ["**What to do**: nothing; no verified regression in this range."]
-    lines = [f"**What to do**, largest gain first: each verified regression's revert, and reverts measured "
-             f"together, applied to the tip `{data.bad.short}` and measured there side by side with it (change "
-             f"of the step's metric on the tip, 95% interval, verdict); a revert that does not apply is a fix by "
-             f"hand, placed by what undoing its step should give on the tip:", ""]
+    lines = [
+        f"**What to do**, largest gain first: each verified regression's revert, and reverts measured "
+        f"together, applied to the tip `{data.bad.short}` and measured there side by side with it (change "
+        f"of the step's metric on the tip, 95% interval, verdict); a revert that does not apply is a fix by "
+        f"hand, placed by what undoing its step should give on the tip:",
+        "",
+    ]
     found = items(data)
     lines += [f"{i}. {item.text}" for i, item in enumerate(found[:SHOWN], 1)]
     if len(found) > SHOWN:

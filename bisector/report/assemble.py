@@ -35,11 +35,13 @@ from bisector.why.fixes import FixResult
 from bisector.why.interactions import Interaction
 from bisector.why.kernel_diff.diff import StepKernels
 
-OFFLINE_NOTE = ("Replayed offline from the stored trials: no commit was built or measured for this report. "
-                "The search, the verification of each step, the reverts and the hunks are replayed as far as "
-                "the run measured them: a step whose fresh trials were never taken is unverified, commits "
-                "the search asked for that were never measured are skipped (not measured), and a hunk "
-                "search the run did not finish says where it stopped.")
+OFFLINE_NOTE = (
+    "Replayed offline from the stored trials: no commit was built or measured for this report. "
+    "The search, the verification of each step, the reverts and the hunks are replayed as far as "
+    "the run measured them: a step whose fresh trials were never taken is unverified, commits "
+    "the search asked for that were never measured are skipped (not measured), and a hunk "
+    "search the run did not finish says where it stopped."
+)
 
 
 @dataclass(frozen=True)
@@ -85,32 +87,53 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
     rows, wrong, machine = commit_rows(commits, by_sha, measured_commits(every, keys), keys, metric_of)
     skipped, logs = _skipped(stages, out)
     proto = config.protocol
-    cmd = portable.command(run.command or f"bisector run --config {config.path} --good {run.good} "
-                                          f"--bad {run.bad}", out)
+    cmd = portable.command(run.command or f"bisector run --config {config.path} --good {run.good} --bad {run.bad}", out)
     data = ReportData(
         title=report_title(config, commits, machine),
-        config_name=config.name, upstream=shown_upstream(config.upstream.repo, out), branch=config.upstream.branch,
-        good=commits[0], bad=commits[-1], device=config.device, control=config.control, machine=machine,
+        config_name=config.name,
+        upstream=shown_upstream(config.upstream.repo, out),
+        branch=config.upstream.branch,
+        good=commits[0],
+        bad=commits[-1],
+        device=config.device,
+        control=config.control,
+        machine=machine,
         protocol=_protocol_shown(config),
-        shapes=keys, range_commits=tuple(commits), rows=tuple(rows),
-        steps=tuple(_levels_as_shown(s, by_sha, metric_of) for s in result.steps), dropped=result.dropped,
+        shapes=keys,
+        range_commits=tuple(commits),
+        rows=tuple(rows),
+        steps=tuple(_levels_as_shown(s, by_sha, metric_of) for s in result.steps),
+        dropped=result.dropped,
         uncertain=result.uncertain,
-        decided=(*decision_lines(result), *cache_fit_lines([s for s in config.shapes if s.key in keys], machine,
-                                                           config.caches)),
+        decided=(
+            *decision_lines(result),
+            *cache_fit_lines([s for s in config.shapes if s.key in keys], machine, config.caches),
+        ),
         unsure=evidence.unsure_pairs(result, proto.max_trials, config.thresholds.min_step),
-        skipped=skipped, wrong=tuple(wrong), commits_probed=result.commits_probed,
-        trials=result.trials, wall_s=run.wall_s, trial_s=trial_seconds(every),
-        totals=run_totals(every, [c.sha for c in commits], keys, len(skipped),
-                          CallTotals(run.this_call_trials, run.wall_s)),
+        skipped=skipped,
+        wrong=tuple(wrong),
+        commits_probed=result.commits_probed,
+        trials=result.trials,
+        wall_s=run.wall_s,
+        trial_s=trial_seconds(every),
+        totals=run_totals(
+            every, [c.sha for c in commits], keys, len(skipped), CallTotals(run.this_call_trials, run.wall_s)
+        ),
         moves=step_moves(result.steps, rows, config.thresholds.min_step),
-        min_step_pct=config.thresholds.min_step_pct, min_steps=dict(config.thresholds.min_steps),
+        min_step_pct=config.thresholds.min_step_pct,
+        min_steps=dict(config.thresholds.min_steps),
         alpha=config.thresholds.alpha,
-        metric=metric_by_suite(config), calls=call_figures(unpatched, keys, [r.commit.sha for r in rows]),
-        reproduce=(cmd,), build_logs=logs, wrong_windows=tuple(stages.windows),
-        notes=run.notes + ((OFFLINE_NOTE,) if run.offline else ())
+        metric=metric_by_suite(config),
+        calls=call_figures(unpatched, keys, [r.commit.sha for r in rows]),
+        reproduce=(cmd,),
+        build_logs=logs,
+        wrong_windows=tuple(stages.windows),
+        notes=run.notes
+        + ((OFFLINE_NOTE,) if run.offline else ())
         + control_outcome.notes((t for t in unpatched if t.shape in keys), config.control),
         isolation=run.isolation,
-        fresh_lineage=any(_renewed(t) for s in result.steps for t in by_sha.get(s.commit, ())))
+        fresh_lineage=any(_renewed(t) for s in result.steps for t in by_sha.get(s.commit, ())),
+    )
     return _with_later_stages(data, stages)
 
 
@@ -126,27 +149,46 @@ def _by_commit(unpatched: Sequence[TrialRecord], keys: tuple[str, ...]) -> dict[
 def _protocol_shown(config: Config) -> dict[str, object]:
     """The protocol as the report states it: repetitions, trials, the JIT cache variables, the env."""
     proto = config.protocol
-    return {"reps": proto.reps, "warmup": proto.warmup, "trials": proto.trials, "max_trials": proto.max_trials,
-            "jit_cache_env": list(proto.jit_cache_env), **proto.env}
+    return {
+        "reps": proto.reps,
+        "warmup": proto.warmup,
+        "trials": proto.trials,
+        "max_trials": proto.max_trials,
+        "jit_cache_env": list(proto.jit_cache_env),
+        **proto.env,
+    }
 
 
 def _with_later_stages(data: ReportData, stages: StageResults) -> ReportData:
     """The report with what the stages after the search found: reverts on the tip, hunks, kernels
     and causes, and the run's throughput."""
-    return replace(data, fixes=tuple(stages.fixes), interactions=tuple(stages.interactions),
-                   actions=actions(stages.result.steps, stages.fixes, stages.interactions), hunks=stages.hunks,
-                   throughput=stages.throughput, kernels=stages.kernels, causes=stages.causes)
+    return replace(
+        data,
+        fixes=tuple(stages.fixes),
+        interactions=tuple(stages.interactions),
+        actions=actions(stages.result.steps, stages.fixes, stages.interactions),
+        hunks=stages.hunks,
+        throughput=stages.throughput,
+        kernels=stages.kernels,
+        causes=stages.causes,
+    )
 
 
 def _skipped(stages: StageResults, out: Path) -> tuple[dict[str, str], dict[str, str]]:
     """Why each skipped commit was skipped (a failed build's log tail, else the probe's reason),
     and the build log of each that failed to build, as the report links it."""
     result = stages.result
-    skipped = {sha: stages.builds[sha].log_tail if sha in stages.builds and
-               stages.builds[sha].status is BuildStatus.FAILED else result.measurements[sha].reason
-               for sha in result.skipped}
-    logs = {sha: shown(b.log_path, out) for sha, b in stages.builds.items()
-            if b.log_path and sha in skipped and b.status is BuildStatus.FAILED}
+    skipped = {
+        sha: stages.builds[sha].log_tail
+        if sha in stages.builds and stages.builds[sha].status is BuildStatus.FAILED
+        else result.measurements[sha].reason
+        for sha in result.skipped
+    }
+    logs = {
+        sha: shown(b.log_path, out)
+        for sha, b in stages.builds.items()
+        if b.log_path and sha in skipped and b.status is BuildStatus.FAILED
+    }
     return skipped, logs
 
 
@@ -156,9 +198,13 @@ def _renewed(trial: TrialRecord) -> bool:
     return isinstance(worker, Mapping) and int(worker.get("lineage") or 0) > 0
 
 
-def commit_rows(commits: Sequence[Commit], by_sha: Mapping[str, Sequence[TrialRecord]], measured: Collection[str],
-                keys: tuple[str, ...], metric_of: Mapping[str, str]
-                ) -> tuple[list[CommitRow], list[WrongResult], dict[str, object]]:
+def commit_rows(
+    commits: Sequence[Commit],
+    by_sha: Mapping[str, Sequence[TrialRecord]],
+    measured: Collection[str],
+    keys: tuple[str, ...],
+    metric_of: Mapping[str, str],
+) -> tuple[list[CommitRow], list[WrongResult], dict[str, object]]:
     """A row per measured commit of the range, the wrong results seen on any of them, and the
     machine the first measured commit's trials recorded."""
     rows: list[CommitRow] = []
@@ -173,12 +219,17 @@ def commit_rows(commits: Sequence[Commit], by_sha: Mapping[str, Sequence[TrialRe
         if commit.sha not in measured:
             continue
         machine = machine or dict(ok[0].machine if ok else trials[0].machine)
-        rows.append(CommitRow(commit, median_by_shape(ok, "subject_tflops"), median_by_shape(ok, "control_tflops"),
-                              median_by_shape(ok, "ratio"),
-                              {k: sum(t.shape == k for t in ok) for k in keys},
-                              {k: tuple(t.subject_tflops for t in ok if t.shape == k and t.subject_tflops)
-                               for k in keys},
-                              evidence.metric_samples(ok, keys, metric_of.__getitem__)))
+        rows.append(
+            CommitRow(
+                commit,
+                median_by_shape(ok, "subject_tflops"),
+                median_by_shape(ok, "control_tflops"),
+                median_by_shape(ok, "ratio"),
+                {k: sum(t.shape == k for t in ok) for k in keys},
+                {k: tuple(t.subject_tflops for t in ok if t.shape == k and t.subject_tflops) for k in keys},
+                evidence.metric_samples(ok, keys, metric_of.__getitem__),
+            )
+        )
     return rows, wrong, machine
 
 
@@ -187,8 +238,9 @@ def metric_by_suite(config: Config) -> dict[str, str]:
     return {s.suite: config.thresholds.decision_of(s.suite) for s in config.shapes}
 
 
-def call_figures(trials: Sequence[TrialRecord], keys: Sequence[str],
-                 measured: Sequence[str]) -> tuple[CallFigures, ...]:
+def call_figures(
+    trials: Sequence[TrialRecord], keys: Sequence[str], measured: Sequence[str]
+) -> tuple[CallFigures, ...]:
     """Per shape, kernel time, latency and host time at the first and last measured commits."""
     ends = list(dict.fromkeys([*measured[:1], *measured[-1:]]))
     return tuple(f for key in keys for sha in ends if (f := figures(trials, key, sha)) is not None)
@@ -234,8 +286,13 @@ def _levels_as_shown(step: Step, by_sha: Mapping[str, Sequence[TrialRecord]], me
     a speed as full-clock TFLOP/s, not the search's 1 / time): the same ratio, so the same change."""
     levels = {}
     for key, (before, after) in step.levels.items():
-        factors = [shown / own for t in by_sha.get(step.parent, ()) if t.shape == key
-                   and (shown := evidence.metric_value(t, metric_of[key])) and (own := trial_metric(t, metric_of[key]))]
+        factors = [
+            shown / own
+            for t in by_sha.get(step.parent, ())
+            if t.shape == key
+            and (shown := evidence.metric_value(t, metric_of[key]))
+            and (own := trial_metric(t, metric_of[key]))
+        ]
         scale = statistics.median(factors) if factors else 1.0
         levels[key] = (before * scale, after * scale)
     return replace(step, levels=levels)

@@ -17,7 +17,9 @@ from bisector.model import Shape
 
 MiB = float(1 << 20)
 DATA_BYTES: Mapping[str, Callable[[Mapping[str, object]], float]] = {
-    "gemm": shape_rules.gemm_bytes, "fa": shape_rules.attention_bytes}
+    "gemm": shape_rules.gemm_bytes,
+    "fa": shape_rules.attention_bytes,
+}
 
 
 def l2_bytes(machine: Mapping[str, object]) -> int | None:
@@ -40,10 +42,17 @@ def cache_fit_lines(shapes: Sequence[Shape], machine: Mapping[str, object], cach
             data = None
         if data is None or data > l2:
             continue
-        head = (f"{shape.key}: its data ({data / MiB:.1f} MiB, inputs and output) fits in the {l2 / MiB:.0f} MiB L2 "
-                f"of {device}: timed cold (the L2 flushed before every call)")
-        out.append(head + (", and warm (the L2 left warm between calls) as a shape of its own"
-                           if caches.get(shape.suite) == "warm" else
-                           f"; a caller that calls it again at once reads it warm (`[suites.{shape.suite}] cache = "
-                           "\"warm\"` tests that too)"))
+        head = (
+            f"{shape.key}: its data ({data / MiB:.1f} MiB, inputs and output) fits in the {l2 / MiB:.0f} MiB L2 "
+            f"of {device}: timed cold (the L2 flushed before every call)"
+        )
+        out.append(
+            head
+            + (
+                ", and warm (the L2 left warm between calls) as a shape of its own"
+                if caches.get(shape.suite) == "warm"
+                else f"; a caller that calls it again at once reads it warm (`[suites.{shape.suite}] cache = "
+                '"warm"` tests that too)'
+            )
+        )
     return out

@@ -10,9 +10,13 @@ from benches.kernel_methods import DEVICE_METHODS
 from bisector.report.data import ReportData
 from bisector.search.call_timing import CallFigures, split
 
-METHOD_WORDS = {"cuda_graph": "CUDA graph", "profiler": "profiler (kernel durations summed per call)",
-                "device_events": "events around each call (host included when it is slower)",
-                "perf_counter_ns": "CPU: the call's wall time", "process_time_ns": "CPU: the call's CPU time"}
+METHOD_WORDS = {
+    "cuda_graph": "CUDA graph",
+    "profiler": "profiler (kernel durations summed per call)",
+    "device_events": "events around each call (host included when it is slower)",
+    "perf_counter_ns": "CPU: the call's wall time",
+    "process_time_ns": "CPU: the call's CPU time",
+}
 
 
 def _us(value: float | None) -> str:
@@ -31,35 +35,49 @@ def timing_words(data: ReportData) -> str:
         per.setdefault(shape.split("/", 1)[0], split(data.metric_of(shape))[1])
     if len(set(per.values())) == 1:
         return f"steps tested on {'call latency' if next(iter(per.values())) == 'latency' else 'kernel time'}"
-    return "steps tested on " + ", ".join(f"{s}: {'call latency' if t == 'latency' else 'kernel time'}"
-                                          for s, t in per.items())
+    return "steps tested on " + ", ".join(
+        f"{s}: {'call latency' if t == 'latency' else 'kernel time'}" for s, t in per.items()
+    )
 
 
 def host_bound_line(f: CallFigures, data: ReportData) -> str:
-    return (f"- **{f.shape} is host-bound** at {_where(data, f.sha)}: the host takes {f.host_us:.4g} µs a call, "
-            f"the kernel {f.kernel_us:.4g} µs; an eager caller waits {_us(f.latency_us)} µs a call, a CUDA-graph "
-            "caller the kernel time.")
+    return (
+        f"- **{f.shape} is host-bound** at {_where(data, f.sha)}: the host takes {f.host_us:.4g} µs a call, "
+        f"the kernel {f.kernel_us:.4g} µs; an eager caller waits {_us(f.latency_us)} µs a call, a CUDA-graph "
+        "caller the kernel time."
+    )
 
 
 def calls_section(data: ReportData) -> list[str]:
     if not data.calls:
         return []
     methods = sorted({f.method for f in data.calls})
-    lines = ["## Kernel time and call latency", "",
-             f"Per call, µs, median over each commit's trials; {timing_words(data)}. Kernel: cold cache, the host "
-             f"out of the loop ({'; '.join(METHOD_WORDS.get(m, m) for m in methods)}). Latency: back-to-back calls, "
-             "the launch queue kept ahead. Host: the Python call's own time, not synchronized.", ""]
+    lines = [
+        "## Kernel time and call latency",
+        "",
+        f"Per call, µs, median over each commit's trials; {timing_words(data)}. Kernel: cold cache, the host "
+        f"out of the loop ({'; '.join(METHOD_WORDS.get(m, m) for m in methods)}). Latency: back-to-back calls, "
+        "the launch queue kept ahead. Host: the Python call's own time, not synchronized.",
+        "",
+    ]
     lines += [host_bound_line(f, data) for f in data.calls if f.host_bound]
-    lines += [f"- the control of {f.shape} is host-bound at {_where(data, f.sha)} too: host "
-              f"{f.control_host_us:.4g} µs, kernel {f.control_kernel_us:.4g} µs a call."
-              for f in data.calls if f.control_host_bound]
+    lines += [
+        f"- the control of {f.shape} is host-bound at {_where(data, f.sha)} too: host "
+        f"{f.control_host_us:.4g} µs, kernel {f.control_kernel_us:.4g} µs a call."
+        for f in data.calls
+        if f.control_host_bound
+    ]
     if lines[-1] != "":
         lines.append("")
-    lines += ["| shape | commit | kernel | latency | host | control kernel | control latency | control host | "
-              "host-bound |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [
+        "| shape | commit | kernel | latency | host | control kernel | control latency | control host | host-bound |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for f in data.calls:
         bound = "yes" if f.host_bound else "no" if f.method in DEVICE_METHODS else "— (one time)"
-        lines.append(f"| {f.shape} | {_where(data, f.sha)} | {_us(f.kernel_us)} | {_us(f.latency_us)} | "
-                     f"{_us(f.host_us)} | {_us(f.control_kernel_us)} | {_us(f.control_latency_us)} | "
-                     f"{_us(f.control_host_us)} | {bound} |")
+        lines.append(
+            f"| {f.shape} | {_where(data, f.sha)} | {_us(f.kernel_us)} | {_us(f.latency_us)} | "
+            f"{_us(f.host_us)} | {_us(f.control_kernel_us)} | {_us(f.control_latency_us)} | "
+            f"{_us(f.control_host_us)} | {bound} |"
+        )
     return lines

@@ -40,8 +40,10 @@ def revert_move(fix: FixResult, shape: str, data: ReportData) -> RevertMove | No
     return RevertMove(subject, control) if abs(control) > noise else None
 
 
-WARNING = ("A control timed in the same process moves with the machine (clocks, load) and also with the commit: "
-           "a power-bound subject that draws more or less power leaves the control less or more clock. The "
-           "ratio then counts the control's move as the subject's, so where the control moved beyond the "
-           "step's noise the subject's own TFLOP/s change is the one to quote (in bold); the ratio decided the "
-           "step, and both are shown.")
+WARNING = (
+    "A control timed in the same process moves with the machine (clocks, load) and also with the commit: "
+    "a power-bound subject that draws more or less power leaves the control less or more clock. The "
+    "ratio then counts the control's move as the subject's, so where the control moved beyond the "
+    "step's noise the subject's own TFLOP/s change is the one to quote (in bold); the ratio decided the "
+    "step, and both are shown."
+)

@@ -21,25 +21,37 @@ if TYPE_CHECKING:
     from bisector.store.totals import RunTotals
     from bisector.why.facts import Action, StepMove
 
-METRIC_WORDS = {"ratio": "the subject/control ratio", "speed": "the subject's own speed at full clock",
-                "latency_ratio": "the subject/control ratio of call latencies",
-                "latency_speed": "the subject's own call latency"}
-METRIC_SHORT = {"ratio": "ratio", "speed": "full-clock speed", "latency_ratio": "latency ratio",
-                "latency_speed": "latency speed", "warm_ratio": "warm ratio"}
+METRIC_WORDS = {
+    "ratio": "the subject/control ratio",
+    "speed": "the subject's own speed at full clock",
+    "latency_ratio": "the subject/control ratio of call latencies",
+    "latency_speed": "the subject's own call latency",
+}
+METRIC_SHORT = {
+    "ratio": "ratio",
+    "speed": "full-clock speed",
+    "latency_ratio": "latency ratio",
+    "latency_speed": "latency speed",
+    "warm_ratio": "warm ratio",
+}
 # What a row shows for each metric: the ratio as it is, the full-clock speed as full-clock TFLOP/s,
 # the latency as TFLOP/s at the latency.
-METRIC_UNIT = {"ratio": "ratio", "speed": "full-clock TFLOP/s", "latency_ratio": "latency ratio",
-               "latency_speed": "TFLOP/s at the latency"}
+METRIC_UNIT = {
+    "ratio": "ratio",
+    "speed": "full-clock TFLOP/s",
+    "latency_ratio": "latency ratio",
+    "latency_speed": "TFLOP/s at the latency",
+}
 # Each metric defined where the report first names it.
 METRIC_DEFINITIONS = {
     "ratio": "ratio = subject TFLOP/s / control TFLOP/s, per repetition in the same process (median over the "
-             "repetitions)",
+    "repetitions)",
     "speed": "full-clock TFLOP/s = the subject's TFLOP/s over its repetitions at full clock (those within 2% of "
-             "its third fastest, before a power-bound kernel throttles; steady to 0.1% between processes)",
+    "its third fastest, before a power-bound kernel throttles; steady to 0.1% between processes)",
     "latency_ratio": "latency ratio = control latency / subject latency, each the time per call of back-to-back "
-                     "calls (host dispatch included)",
+    "calls (host dispatch included)",
     "latency_speed": "TFLOP/s at the latency = the subject's FLOPs over its time per call of back-to-back calls "
-                     "(host dispatch included)",
+    "(host dispatch included)",
 }
 
 
@@ -109,7 +121,7 @@ class ReportData:
         return f"{self.min_step_pct:g}%" + (f" ({own})" if own else "")
 
     def metric_of(self, shape: str) -> str:
-        """"ratio" or "speed": what the search compared in this shape's suite; a latency shape
+        """ "ratio" or "speed": what the search compared in this shape's suite; a latency shape
         ("gemm/decode:latency", search/drift.py) is decided on its eager calls' latency ratio."""
         if shape.endswith(LATENCY_KEY):
             return "latency_ratio"

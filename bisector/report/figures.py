@@ -79,5 +79,5 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequen
 
 
 def short_shape(shape: str) -> str:
-    """"fa/s4096" -> "s4096"."""
+    """ "fa/s4096" -> "s4096"."""
     return shape.split("/", 1)[1] if "/" in shape else shape

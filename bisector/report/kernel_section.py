@@ -21,8 +21,14 @@ from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
 
 __all__ = ["section", "step_lines", "kernel_lines", "comment_text", "LEVEL_NAMES"]
 
-LEVEL_NAMES = {"ttir": "TTIR", "ttgir": "TTGIR", "llir": "LLVM IR", "ptx": "PTX", "amdgcn": "AMDGCN",
-               "metadata": "metadata"}
+LEVEL_NAMES = {
+    "ttir": "TTIR",
+    "ttgir": "TTGIR",
+    "llir": "LLVM IR",
+    "ptx": "PTX",
+    "amdgcn": "AMDGCN",
+    "metadata": "metadata",
+}
 
 
 def _fence(text: str, lang: str = "diff") -> list[str]:
@@ -84,8 +90,10 @@ def _details(d: KernelDiff, diff_lines: int | None) -> list[str]:
         lines.append("")
     folded = [r for r in moved if r[0] in speed.FOLDED]
     if folded:  # said, since it differs, but it never explains speed
-        lines += ["  Build metadata that differs: " + "; ".join(f"{k} {_cell(b)} → {_cell(a)}" for k, b, a in folded)
-                  + ".", ""]
+        lines += [
+            "  Build metadata that differs: " + "; ".join(f"{k} {_cell(b)} → {_cell(a)}" for k, b, a in folded) + ".",
+            "",
+        ]
     hist = [r for r in d.histogram_rows() if r[1] != r[2] and f"{r[0]} {r[1]} → {r[2]}" not in said]
     if hist:
         isa = (d.after or d.before).isa.upper() if (d.after or d.before) else ""  # type: ignore[union-attr]
@@ -108,8 +116,14 @@ def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
     lines = [_head(d), *filter(None, [_signature(d), _how(d)]), ""]
     details = _details(d, REPORT_DIFF_LINES if folded_diff else None)
     if folded_diff and details:
-        return [*lines, "  <details><summary>metadata, instructions and IR that differ</summary>", "", *details,
-                "  </details>", ""]
+        return [
+            *lines,
+            "  <details><summary>metadata, instructions and IR that differ</summary>",
+            "",
+            *details,
+            "  </details>",
+            "",
+        ]
     return lines + details
 
 
@@ -121,8 +135,11 @@ def step_lines(sk: StepKernels, data: ReportData) -> list[str]:
         lines += [f"Note: {sk.note}.", ""]
     changed = sk.changed
     if not changed:
-        lines += ["No compiled kernel changed (locations and debug information left out): the step's cause is "
-                  "outside the kernels compiled here (launch, host code, a kernel this cache does not hold).", ""]
+        lines += [
+            "No compiled kernel changed (locations and debug information left out): the step's cause is "
+            "outside the kernels compiled here (launch, host code, a kernel this cache does not hold).",
+            "",
+        ]
     shown: dict[tuple[str, ...], int] = {}
     for d in changed:  # a kernel compiled in several variants that differ alike: said once
         key = tuple(kernel_lines(d))
@@ -143,11 +160,14 @@ def section(data: ReportData) -> list[str]:
     notes = {sk.note for sk in data.kernels}
     if not any(sk.kernels for sk in data.kernels) and len(notes) == 1:  # one reason for every step: say it once
         return [*lines, f"Nothing to compare for any step: {notes.pop()}.", ""]
-    lines += ["Each verified step's parent and culprit, their kernels as the trials compiled them, matched by "
-              "name, their compiled variants by specialization; only what differs is shown, the details folded. "
-              "Counts are static instructions in the assembly; occupancy is estimated from registers, shared "
-              "memory and warps; IR compared without locations or debug information. The compiled artifacts "
-              "are kept in `kernels/` beside the report where the run wrote it (not shipped with it).", ""]
+    lines += [
+        "Each verified step's parent and culprit, their kernels as the trials compiled them, matched by "
+        "name, their compiled variants by specialization; only what differs is shown, the details folded. "
+        "Counts are static instructions in the assembly; occupancy is estimated from registers, shared "
+        "memory and warps; IR compared without locations or debug information. The compiled artifacts "
+        "are kept in `kernels/` beside the report where the run wrote it (not shipped with it).",
+        "",
+    ]
     for sk in data.kernels:
         lines += step_lines(sk, data)
     return lines

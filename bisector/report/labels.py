@@ -43,8 +43,9 @@ def stack(fig: Figure, texts: Sequence[Annotation], row_height: float, top: floa
     return rows
 
 
-def thin_ticks(fig: Figure, ax: Axes, positions: Sequence[float], labels: Sequence[str],
-               priority: Sequence[int], **style: Any) -> list[int]:
+def thin_ticks(
+    fig: Figure, ax: Axes, positions: Sequence[float], labels: Sequence[str], priority: Sequence[int], **style: Any
+) -> list[int]:
     """Label the x ticks of `ax` that fit: the indices in `priority` first, then the others from the
     left; a label that would collide with one kept is dropped (its tick stays, unlabelled). The
     indices kept, in order. `style`: the labels' Text properties (rotation, fontsize)."""

@@ -35,8 +35,18 @@ from bisector.search.evidence import UnsurePair
 from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.facts import StepMove
 
-__all__ = ["METRIC_SHORT", "METRIC_WORDS", "counts", "diff_block", "fixes_section", "metric_words", "render",
-           "step_summary", "tflops", "wrong_rows"]
+__all__ = [
+    "METRIC_SHORT",
+    "METRIC_WORDS",
+    "counts",
+    "diff_block",
+    "fixes_section",
+    "metric_words",
+    "render",
+    "step_summary",
+    "tflops",
+    "wrong_rows",
+]
 
 UNSURE_OPEN = 5  # more unsure pairs than this are folded into <details>
 
@@ -66,10 +76,14 @@ def step_summary(step: Step, data: ReportData) -> str:
     kind = "regression" if step.is_regression else "improvement"
     where = f"`{step.commit[:7]}`" + (f" ({_pr(step.pr)})" if step.pr else "")
     if step.candidates:
-        where = "one of " + ", ".join(f"`{c[:7]}`" for c in step.candidates) + \
-            " (not told apart: commits that did not build or gave wrong results)"
-    changes = ", ".join(f"{_short_shape(s)} {step.change_pct[s]:+.1f}%{_own_speed(step.commit, s, data)}"
-                        for s in step.shapes)
+        where = (
+            "one of "
+            + ", ".join(f"`{c[:7]}`" for c in step.candidates)
+            + " (not told apart: commits that did not build or gave wrong results)"
+        )
+    changes = ", ".join(
+        f"{_short_shape(s)} {step.change_pct[s]:+.1f}%{_own_speed(step.commit, s, data)}" for s in step.shapes
+    )
     subject = f": {commit.subject}" if commit else ""
     return f"{kind} at {where}{subject} — {changes}"
 
@@ -84,6 +98,7 @@ def _own_speed(sha: str, shape: str, data: ReportData) -> str:
 
 # -- header ------------------------------------------------------------------------------------
 
+
 def machine_text(data: ReportData) -> str:
     """`NVIDIA H200, driver 580.159.04, torch 2.11.0 (CUDA 13.0), triton 3.6.0, Python 3.12.3`, from the
     trials' machine fingerprint (benches/machine.py)."""
@@ -91,12 +106,16 @@ def machine_text(data: ReportData) -> str:
     raw = m.get("versions")
     versions: dict[str, Any] = raw if isinstance(raw, dict) else {}
     torch = versions.get("torch") or m.get("torch")
-    toolkit = (f"CUDA {m['torch_cuda']}" if m.get("torch_cuda") else f"HIP {m['torch_hip']}" if m.get("torch_hip")
-               else "")
-    parts = [str(m.get("device_name") or data.device), f"driver {m['driver']}" if m.get("driver") else "",
-             f"torch {torch}" + (f" ({toolkit})" if toolkit else "") if torch else "",
-             f"triton {versions.get('triton') or m.get('triton')}" if versions.get("triton") or m.get("triton") else "",
-             f"Python {m['python']}" if m.get("python") else ""]
+    toolkit = (
+        f"CUDA {m['torch_cuda']}" if m.get("torch_cuda") else f"HIP {m['torch_hip']}" if m.get("torch_hip") else ""
+    )
+    parts = [
+        str(m.get("device_name") or data.device),
+        f"driver {m['driver']}" if m.get("driver") else "",
+        f"torch {torch}" + (f" ({toolkit})" if toolkit else "") if torch else "",
+        f"triton {versions.get('triton') or m.get('triton')}" if versions.get("triton") or m.get("triton") else "",
+        f"Python {m['python']}" if m.get("python") else "",
+    ]
     return ", ".join(p for p in parts if p)
 
 
@@ -114,23 +133,28 @@ def counts(data: ReportData) -> str:
     """The run's counts and times, from its RunTotals (older data: the search's own counts)."""
     if data.totals is not None:
         return f"{data.totals.counts()}; {data.totals.times()}"
-    return (f"{len(data.range_commits)} commits (GOOD and BAD included), {data.commits_probed} measured; "
-            f"{data.trials} trials")
+    return (
+        f"{len(data.range_commits)} commits (GOOD and BAD included), {data.commits_probed} measured; "
+        f"{data.trials} trials"
+    )
 
 
 def header(data: ReportData) -> list[str]:
     """What was measured where, and how the steps were decided (the title and the actions come first)."""
     proto = data.protocol
-    lines = [f"Upstream `{data.upstream}` ({data.branch}), range `{data.good.short}`..`{data.bad.short}`: "
-             f"{counts(data)}."]
-    lines.append(f"Machine: {machine_text(data)}. Control: {data.control}, timed in the same process, "
-                 f"alternating with the subject. Cold protocol: a fresh process per trial, a JIT cache of each "
-                 f"commit's own emptied before its first trial, {proto.get('reps', '?')} timed repetitions after "
-                 f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
-                 f"against the control. TFLOP/s are medians over trials of the per-trial median; steps are "
-                 f"tested on {metric_words(data.metric)}, one value per trial (minimum step "
-                 f"{data.min_step_text}), shown beside the TFLOP/s with its spread over the trials. "
-                 f"Metrics: {metric_definitions(data.metric)}.")
+    lines = [
+        f"Upstream `{data.upstream}` ({data.branch}), range `{data.good.short}`..`{data.bad.short}`: {counts(data)}."
+    ]
+    lines.append(
+        f"Machine: {machine_text(data)}. Control: {data.control}, timed in the same process, "
+        f"alternating with the subject. Cold protocol: a fresh process per trial, a JIT cache of each "
+        f"commit's own emptied before its first trial, {proto.get('reps', '?')} timed repetitions after "
+        f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
+        f"against the control. TFLOP/s are medians over trials of the per-trial median; steps are "
+        f"tested on {metric_words(data.metric)}, one value per trial (minimum step "
+        f"{data.min_step_text}), shown beside the TFLOP/s with its spread over the trials. "
+        f"Metrics: {metric_definitions(data.metric)}."
+    )
     if data.isolation:
         lines.append(f"Isolation of the code under test: {data.isolation}.")
     if data.throughput is not None:
@@ -141,6 +165,7 @@ def header(data: ReportData) -> list[str]:
 
 # -- steps -------------------------------------------------------------------------------------
 
+
 def _trials_of(sha: str, shape: str, data: ReportData) -> str:
     row, shape = data.row(sha), base_shape(shape)  # a latency shape's trials are its shape's
     return str(row.trials.get(shape, 0)) if row is not None and row.trials.get(shape) else "?"
@@ -148,26 +173,54 @@ def _trials_of(sha: str, shape: str, data: ReportData) -> str:
 
 def steps_table(data: ReportData) -> list[str]:
     if not data.steps:
-        return [f"No step of {data.min_step_text} or more in any shape between "
-                f"`{data.good.short}` and `{data.bad.short}`."]
+        return [
+            f"No step of {data.min_step_text} or more in any shape between `{data.good.short}` and `{data.bad.short}`."
+        ]
     rows = []
     for step in data.steps:
         commit = data.commit(step.commit)
-        culprit = f"`{step.commit[:7]}`" if not step.candidates else \
-            "one of " + " ".join(f"`{c[:7]}`" for c in step.candidates)
+        culprit = (
+            f"`{step.commit[:7]}`"
+            if not step.candidates
+            else "one of " + " ".join(f"`{c[:7]}`" for c in step.candidates)
+        )
         after = step.candidates[-1] if step.candidates else step.commit
         for shape in step.shapes:
             lo, hi = step.ci95[shape]
-            rows.append([culprit, _pr(step.pr), commit.subject if commit else "", _short_shape(shape),
-                         f"{METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))} "
-                         f"≥{data.min_step(shape):g}%", _levels(step, shape, data),
-                         f"{step.change_pct[shape]:+.1f}%", f"[{lo:+.1f}, {hi:+.1f}]",
-                         _tflops_move(step.commit, shape, data), p_value(step.p_value[shape]),
-                         f"{_trials_of(step.parent, shape, data)} + {_trials_of(after, shape, data)}",
-                         ("regression" if step.change_pct[shape] < 0 else "improvement")
-                         + ("" if step.verified else " (unverified)")])
-    return _table(["culprit", "PR", "subject", "shape", "decided on", "parent → culprit", "change", "95% CI",
-                   "TFLOP/s change", "p", "trials", "verdict"], rows)
+            rows.append(
+                [
+                    culprit,
+                    _pr(step.pr),
+                    commit.subject if commit else "",
+                    _short_shape(shape),
+                    f"{METRIC_SHORT.get(data.metric_of(shape), data.metric_of(shape))} ≥{data.min_step(shape):g}%",
+                    _levels(step, shape, data),
+                    f"{step.change_pct[shape]:+.1f}%",
+                    f"[{lo:+.1f}, {hi:+.1f}]",
+                    _tflops_move(step.commit, shape, data),
+                    p_value(step.p_value[shape]),
+                    f"{_trials_of(step.parent, shape, data)} + {_trials_of(after, shape, data)}",
+                    ("regression" if step.change_pct[shape] < 0 else "improvement")
+                    + ("" if step.verified else " (unverified)"),
+                ]
+            )
+    return _table(
+        [
+            "culprit",
+            "PR",
+            "subject",
+            "shape",
+            "decided on",
+            "parent → culprit",
+            "change",
+            "95% CI",
+            "TFLOP/s change",
+            "p",
+            "trials",
+            "verdict",
+        ],
+        rows,
+    )
 
 
 def _levels(step: Step, shape: str, data: ReportData) -> str:
@@ -205,42 +258,58 @@ def control_notes(data: ReportData) -> list[str]:
     moved = [m for m in data.moves if _distorts(m, data)]
     if not moved:
         return []
-    return ["⚠ The control moved beyond the step's noise: " + "; ".join(
-        f"{commit_ref(m.commit, data)} {_short_shape(m.shape)}, control {pct(m.control_pct)} on this commit "
-        f"against its "
-        f"parent (the step's noise: ±{m.noise_pct:.1f}%), subject {pct(m.subject_pct)}, "
-        f"{METRIC_SHORT.get(data.metric_of(m.shape), data.metric_of(m.shape))} {m.metric_pct:+.1f}%"
-        for m in moved) + ". " + CONTROL_WARNING]
+    return [
+        "⚠ The control moved beyond the step's noise: "
+        + "; ".join(
+            f"{commit_ref(m.commit, data)} {_short_shape(m.shape)}, control {pct(m.control_pct)} on this commit "
+            f"against its "
+            f"parent (the step's noise: ±{m.noise_pct:.1f}%), subject {pct(m.subject_pct)}, "
+            f"{METRIC_SHORT.get(data.metric_of(m.shape), data.metric_of(m.shape))} {m.metric_pct:+.1f}%"
+            for m in moved
+        )
+        + ". "
+        + CONTROL_WARNING
+    ]
 
 
 def steps_section(data: ReportData) -> list[str]:
     """The steps, the rule that made each one, and the steps that did not hold."""
     lines = ["## Steps", ""]
     if data.steps:
-        lines += [f"A step changes its suite's metric (\"decided on\") by at least {data.min_step_text} "
-                  f"(`thresholds.min_step_pct`) with p below {data.alpha:g} for the whole search "
-                  f"(`thresholds.alpha`, shared over shapes and comparisons), then holds against its parent in "
-                  f"fresh trials measured side by side"
-                  + (", in trial processes that share no history with the search's (forked from a new zygote; "
-                     "a step those deny gets a second look from another new zygote before it is dropped)"
-                     if data.fresh_lineage else "")
-                  + ". Parent → culprit: the metric's geometric mean (the mean of its logs) over the parent's and "
-                  "the culprit's trials (trials: parent + culprit), less any trial far from both levels, as the "
-                  "test reads them; change = culprit / parent - 1, with the test's 95% CI and p. Every change "
-                  "of a metric in this report (the reverts' and their combinations' too) is read this way; "
-                  "the per-commit tables below show medians instead, which can differ from these levels by "
-                  "a little. TFLOP/s change: the subject's median TFLOP/s, culprit against parent.", ""]
+        lines += [
+            f'A step changes its suite\'s metric ("decided on") by at least {data.min_step_text} '
+            f"(`thresholds.min_step_pct`) with p below {data.alpha:g} for the whole search "
+            f"(`thresholds.alpha`, shared over shapes and comparisons), then holds against its parent in "
+            f"fresh trials measured side by side"
+            + (
+                ", in trial processes that share no history with the search's (forked from a new zygote; "
+                "a step those deny gets a second look from another new zygote before it is dropped)"
+                if data.fresh_lineage
+                else ""
+            )
+            + ". Parent → culprit: the metric's geometric mean (the mean of its logs) over the parent's and "
+            "the culprit's trials (trials: parent + culprit), less any trial far from both levels, as the "
+            "test reads them; change = culprit / parent - 1, with the test's 95% CI and p. Every change "
+            "of a metric in this report (the reverts' and their combinations' too) is read this way; "
+            "the per-commit tables below show medians instead, which can differ from these levels by "
+            "a little. TFLOP/s change: the subject's median TFLOP/s, culprit against parent.",
+            "",
+        ]
     lines += steps_table(data)
     notes = control_notes(data)
     lines += ["", *notes] if notes else []
     lines += ["", "What decided:", *(f"- {line}" for line in data.decided)] if data.decided else []
     if data.dropped:
-        lines += ["", "Not confirmed on re-measurement against the parent (dropped): "
-                  + "; ".join(step_summary(s, data) for s in data.dropped)]
+        lines += [
+            "",
+            "Not confirmed on re-measurement against the parent (dropped): "
+            + "; ".join(step_summary(s, data) for s in data.dropped),
+        ]
     return lines
 
 
 # -- unsure pairs ------------------------------------------------------------------------------
+
 
 def _unsure(data: ReportData) -> tuple[UnsurePair, ...]:
     """The pairs with their comparisons; pairs named only in `uncertain` without them."""
@@ -249,8 +318,9 @@ def _unsure(data: ReportData) -> tuple[UnsurePair, ...]:
 
 def _sides(pair: UnsurePair, data: ReportData) -> str:
     """Trials each side: those compared, else the commits' rows."""
-    sides = {(str(c.n_before), str(c.n_after)) for c in pair.comparisons} or \
-        {(_trials_of(pair.before, s, data), _trials_of(pair.after, s, data)) for s in pair.shapes}
+    sides = {(str(c.n_before), str(c.n_after)) for c in pair.comparisons} or {
+        (_trials_of(pair.before, s, data), _trials_of(pair.after, s, data)) for s in pair.shapes
+    }
     return ", ".join(f"{a} + {b}" for a, b in sorted(sides))
 
 
@@ -269,18 +339,21 @@ def unsure_section(data: ReportData) -> list[str]:
     if not pairs:
         return []
     cap = data.protocol.get("max_trials", "?")
-    reach = [max(abs(lo), abs(hi)) for p in pairs if not _spanned(p, data) for c in p.comparisons
-             for lo, hi in [c.ci95]]
-    widest = f" The widest interval of those with no step found between them reaches ±{max(reach):.0f}%." \
-        if reach else ""
-    intro = (f"Still unsure at the trial cap ({cap} trials a commit), taken as no step: {len(pairs)} "
-             f"pair{'s' if len(pairs) != 1 else ''}. A step near {data.min_step_text} could hide there; "
-             f"raise `protocol.max_trials` to decide.{widest}")
+    reach = [
+        max(abs(lo), abs(hi)) for p in pairs if not _spanned(p, data) for c in p.comparisons for lo, hi in [c.ci95]
+    ]
+    widest = (
+        f" The widest interval of those with no step found between them reaches ±{max(reach):.0f}%." if reach else ""
+    )
+    intro = (
+        f"Still unsure at the trial cap ({cap} trials a commit), taken as no step: {len(pairs)} "
+        f"pair{'s' if len(pairs) != 1 else ''}. A step near {data.min_step_text} could hide there; "
+        f"raise `protocol.max_trials` to decide.{widest}"
+    )
     rows = []
     for p in pairs:
         known = {c.shape: c for c in p.comparisons}
-        cells = "; ".join(f"{_short_shape(s)} {change(known[s])}" if s in known else _short_shape(s)
-                          for s in p.shapes)
+        cells = "; ".join(f"{_short_shape(s)} {change(known[s])}" if s in known else _short_shape(s) for s in p.shapes)
         spanned = _spanned(p, data)
         if spanned:
             cells += " (a step was found between them: " + ", ".join(commit_ref(s.commit, data) for s in spanned) + ")"
@@ -288,11 +361,11 @@ def unsure_section(data: ReportData) -> list[str]:
     table = _table(["pair", "trials", "change [95% CI] per unsure shape"], rows)
     if len(pairs) <= UNSURE_OPEN:
         return [intro, "", *table]
-    return [intro, "", f"<details><summary>The {len(pairs)} unsure pairs</summary>", "", *table, "",
-            "</details>"]
+    return [intro, "", f"<details><summary>The {len(pairs)} unsure pairs</summary>", "", *table, "", "</details>"]
 
 
 # -- hunks -------------------------------------------------------------------------------------
+
 
 def diff_block(diff: str) -> list[str]:
     """A fenced diff, the fence longer than any run of backticks inside it."""
@@ -301,45 +374,63 @@ def diff_block(diff: str) -> list[str]:
 
 
 # A subset's outcome in the hunk search; None: it did not build, run or give right results (unresolved).
-OUTCOME = {True: "reproduces the step", False: "does not reproduce the step",
-           None: "unresolved (does not build, run or give right results)"}
+OUTCOME = {
+    True: "reproduces the step",
+    False: "does not reproduce the step",
+    None: "unresolved (does not build, run or give right results)",
+}
 
 
 def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
     link = Path(finding.patch_path).name if finding.patch_path else ""
-    lines = [f"- {commit_ref(finding.step_commit, data)}: {finding.summary}"
-             + (f" ([{link}]({link}))" if link else "") + ":"]
+    lines = [
+        f"- {commit_ref(finding.step_commit, data)}: {finding.summary}" + (f" ([{link}]({link}))" if link else "") + ":"
+    ]
     if finding.n_behaviour:
         base = Path(finding.base_patch_path).name if finding.base_patch_path else ""
-        lines.append(f"  - plumbing (only threads a new name through; applied to the parent as the base of every "
-                     f"subset{f', [{base}]({base})' if base else ''}): "
-                     + ("; ".join(f"`{h}`" for h in finding.plumbing) or "lines inside the other hunks"))
+        lines.append(
+            f"  - plumbing (only threads a new name through; applied to the parent as the base of every "
+            f"subset{f', [{base}]({base})' if base else ''}): "
+            + ("; ".join(f"`{h}`" for h in finding.plumbing) or "lines inside the other hunks")
+        )
     for t in finding.tries:
-        moved = "; ".join(filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()),
-                                        t.error])) or "not measured"
+        moved = (
+            "; ".join(
+                filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()), t.error])
+            )
+            or "not measured"
+        )
         trials = f" ({t.trials} trials{f', look {t.look}, on fresh trials' if t.look > 1 else ''})" if t.trials else ""
-        lines.append(f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
-                     f" — {OUTCOME[t.carries]}" + ("" if t.settled else " (still unclear: by its point estimate)"))
-    diff = (finding.diff if len(finding.diff) <= 4000
-            else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n")
+        lines.append(
+            f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
+            f" — {OUTCOME[t.carries]}" + ("" if t.settled else " (still unclear: by its point estimate)")
+        )
+    diff = (
+        finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
+    )
     return [*lines, "", *diff_block(diff), ""]
 
 
 def hunks_section(data: ReportData) -> list[str]:
     if not data.hunks:
         return []
-    lines = ["## The hunks that carry each step", "",
-             "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured side by "
-             "side with fresh trials of the parent on the step's shapes (the change shown is against those; "
-             "a part whose place stays unclear gets more rounds): a part that sits nearer the culprit than "
-             "the parent, by the median over the step's shapes, is split again (delta debugging).", ""]
+    lines = [
+        "## The hunks that carry each step",
+        "",
+        "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured side by "
+        "side with fresh trials of the parent on the step's shapes (the change shown is against those; "
+        "a part whose place stays unclear gets more rounds): a part that sits nearer the culprit than "
+        "the parent, by the median over the step's shapes, is split again (delta debugging).",
+        "",
+    ]
     for finding in data.hunks:
         lines += hunk_lines(finding, data)
     return lines
 
 
 # -- per measured commit -----------------------------------------------------------------------
+
 
 def suite_table(data: ReportData, suite: str) -> list[str]:
     """One suite's shapes: per commit, TFLOP/s and the metric with its spread; the control's row last."""
@@ -378,29 +469,44 @@ def results_table(data: ReportData) -> list[str]:
     lines: list[str] = []
     for suite in _suites(data.shapes):
         shape = next(s for s in data.shapes if s.split("/", 1)[0] == suite)
-        lines += [f"### {suite}: steps tested on {METRIC_WORDS.get(data.metric_of(shape), data.metric_of(shape))}",
-                  "", *suite_table(data, suite), ""]
+        lines += [
+            f"### {suite}: steps tested on {METRIC_WORDS.get(data.metric_of(shape), data.metric_of(shape))}",
+            "",
+            *suite_table(data, suite),
+            "",
+        ]
     return lines[:-1]
 
 
 def commits_section(data: ReportData) -> list[str]:
-    return ["## Per measured commit", "",
-            "Per shape: the median TFLOP/s over the commit's trials, then the metric its steps were tested on: "
-            "median ±CV over the same trials (number of trials). The metric, not the TFLOP/s, decides a step: "
-            "on a busy machine TFLOP/s move between neighbours with no step while the ratio to the control, "
-            "timed in the same process, holds. ◀ marks a culprit; wrong: the output disagreed with the "
-            "control's." + (BLANK_NOTE if _some_unmeasured(data) else ""), "", *results_table(data)]
+    return [
+        "## Per measured commit",
+        "",
+        "Per shape: the median TFLOP/s over the commit's trials, then the metric its steps were tested on: "
+        "median ±CV over the same trials (number of trials). The metric, not the TFLOP/s, decides a step: "
+        "on a busy machine TFLOP/s move between neighbours with no step while the ratio to the control, "
+        "timed in the same process, holds. ◀ marks a culprit; wrong: the output disagreed with the "
+        "control's." + (BLANK_NOTE if _some_unmeasured(data) else ""),
+        "",
+        *results_table(data),
+    ]
 
 
-BLANK_NOTE = (" A blank: no trial of that shape ran at the commit; the search measures a commit it splits a part "
-              "at on the shapes that moved, or may have, between the part's ends only.")
+BLANK_NOTE = (
+    " A blank: no trial of that shape ran at the commit; the search measures a commit it splits a part "
+    "at on the shapes that moved, or may have, between the part's ends only."
+)
 
 
 def _some_unmeasured(data: ReportData) -> bool:
     """Some measured commit lacks a shape the others have (`SearchSettings.split_on_moved`)."""
     wrong = {(w.sha, w.shape) for w in data.wrong}
-    return any(s not in row.subject_tflops and (row.commit.sha, s) not in wrong
-               for row in data.rows for s in data.shapes if any(s in r.subject_tflops for r in data.rows))
+    return any(
+        s not in row.subject_tflops and (row.commit.sha, s) not in wrong
+        for row in data.rows
+        for s in data.shapes
+        if any(s in r.subject_tflops for r in data.rows)
+    )
 
 
 # -- wrong results, skipped commits, files -----------------------------------------------------
@@ -414,13 +520,14 @@ def pr_list(first: str, last: str, data: ReportData) -> str:
     order = [c.sha for c in data.range_commits]
     if first not in order or last not in order:
         return ""
-    prs = [_pr(c.pr) for c in data.range_commits[order.index(first):order.index(last) + 1] if c.pr]
+    prs = [_pr(c.pr) for c in data.range_commits[order.index(first) : order.index(last) + 1] if c.pr]
     return ", ".join(prs) if len(prs) <= PR_LIST else f"{len(prs)} PRs (see the commits)"
 
 
 def wrong_rows(data: ReportData) -> list[list[str]]:
     """One row per shape and run of measured commits with the same error: a wrong-result window
     of nine commits is one row, not nine."""
+
     def err(v: float | None) -> str:
         return f"{v:.3g}" if v is not None else ""
 
@@ -438,8 +545,15 @@ def wrong_rows(data: ReportData) -> list[list[str]]:
                 c = data.commit(shas[0])
                 rows.append([f"`{shas[0][:7]}`", _pr(c.pr) if c else "", _short_shape(shape), abs_err, rel_err])
             else:
-                rows.append([f"`{shas[0][:7]}`..`{shas[-1][:7]}` ({len(shas)} measured)",
-                             pr_list(shas[0], shas[-1], data), _short_shape(shape), abs_err, rel_err])
+                rows.append(
+                    [
+                        f"`{shas[0][:7]}`..`{shas[-1][:7]}` ({len(shas)} measured)",
+                        pr_list(shas[0], shas[-1], data),
+                        _short_shape(shape),
+                        abs_err,
+                        rel_err,
+                    ]
+                )
     return rows
 
 
@@ -449,8 +563,10 @@ def wrong_section(data: ReportData) -> list[str]:
     lines = ["## Wrong results (never ranked)", ""]
     for w in data.wrong_windows:
         fixed = f", right again from {commit_ref(w.fixed, data)}" if w.fixed else ", still wrong at the tip"
-        lines.append(f"- {', '.join(_short_shape(s) for s in w.shapes)}: wrong from {commit_ref(w.first, data)} "
-                     f"(right at {commit_ref(w.last_good, data)}){fixed}.")
+        lines.append(
+            f"- {', '.join(_short_shape(s) for s in w.shapes)}: wrong from {commit_ref(w.first, data)} "
+            f"(right at {commit_ref(w.last_good, data)}){fixed}."
+        )
     if data.wrong_windows:
         lines.append("")
     return lines + _table(["commits", "PRs", "shape", "max abs err", "max rel err"], wrong_rows(data))
@@ -471,12 +587,17 @@ def skipped_section(data: ReportData) -> list[str]:
 def files_section(data: ReportData, plots: Sequence[str], csv_name: str) -> list[str]:
     lines: list[str] = []
     if plots:
-        lines += ["## Plots", "",
-                  "Per shape: the metric the steps were tested on, a dot per trial and a line through the "
-                  "medians, over the commits measured in range order (equally spaced: a stretch of unmeasured "
-                  "commits takes no room); below it the subject's TFLOP/s and the control's, each on its own "
-                  "axis; then a zoom on each step.", "",
-                  *[f"![{p}]({p})" for p in plots], ""]
+        lines += [
+            "## Plots",
+            "",
+            "Per shape: the metric the steps were tested on, a dot per trial and a line through the "
+            "medians, over the commits measured in range order (equally spaced: a stretch of unmeasured "
+            "commits takes no room); below it the subject's TFLOP/s and the control's, each on its own "
+            "axis; then a zoom on each step.",
+            "",
+            *[f"![{p}]({p})" for p in plots],
+            "",
+        ]
     lines.append(f"Raw trials, every repetition: [{csv_name}]({csv_name}).")
     if data.reproduce:
         lines += ["", "## Reproduce", "", "```sh", *data.reproduce, "```"]
@@ -485,11 +606,20 @@ def files_section(data: ReportData, plots: Sequence[str], csv_name: str) -> list
 
 def render(data: ReportData, plots: Sequence[str] = (), csv_name: str = "trials.csv") -> str:
     unsure = unsure_section(data)
-    sections = [title(data), summary_lines(data), header(data), steps_section(data) + (["", *unsure] if unsure else []),
-                hunks_section(data),
-                fixes_section(data), why.sections(data), commits_section(data), calls_section(data),
-                wrong_section(data),
-                skipped_section(data), files_section(data, plots, csv_name)]
+    sections = [
+        title(data),
+        summary_lines(data),
+        header(data),
+        steps_section(data) + (["", *unsure] if unsure else []),
+        hunks_section(data),
+        fixes_section(data),
+        why.sections(data),
+        commits_section(data),
+        calls_section(data),
+        wrong_section(data),
+        skipped_section(data),
+        files_section(data, plots, csv_name),
+    ]
     lines: list[str] = []
     for section in sections:
         while section and section[-1] == "":

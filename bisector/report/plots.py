@@ -65,9 +65,15 @@ def points(data: ReportData, shape: str) -> list[Point]:
         if sha in wrong:
             by_sha[sha] = Point(sha, row.commit.short, "wrong")
         elif row.metric.get(shape) or shape in row.subject_tflops:
-            by_sha[sha] = Point(sha, row.commit.short, "ok", tuple(row.metric.get(shape, ())),
-                                tuple(row.samples.get(shape, ())), row.subject_tflops.get(shape),
-                                row.control_tflops.get(shape))
+            by_sha[sha] = Point(
+                sha,
+                row.commit.short,
+                "ok",
+                tuple(row.metric.get(shape, ())),
+                tuple(row.samples.get(shape, ())),
+                row.subject_tflops.get(shape),
+                row.control_tflops.get(shape),
+            )
     for sha in data.skipped:
         by_sha.setdefault(sha, Point(sha, sha[:7], "skipped"))
     order = {c.sha: i for i, c in enumerate(data.range_commits)}
@@ -126,8 +132,11 @@ def _zoom(ax: Axes, shape: str, step: Step, pts: Sequence[Point]) -> None:
     ax.axvline(cut, color=color, lw=1.4)
     lo_ci, hi_ci = step.ci95.get(shape, (float("nan"), float("nan")))
     who = f"#{step.pr} " if step.pr else ""
-    ax.set_title(f"{who}{step.commit[:7]}\n{step.change_pct[shape]:+.1f}% [{lo_ci:+.1f}, {hi_ci:+.1f}]",
-                 fontsize=7.5, color=color)
+    ax.set_title(
+        f"{who}{step.commit[:7]}\n{step.change_pct[shape]:+.1f}% [{lo_ci:+.1f}, {hi_ci:+.1f}]",
+        fontsize=7.5,
+        color=color,
+    )
     ax.set_xticks(xs, [pts[k].label for k in window], rotation=90, fontsize=6)
     ax.set_xlim(-0.6, len(window) - 0.4)
     ax.tick_params(axis="y", labelsize=6)
@@ -152,8 +161,9 @@ def _draw_series(shared: Sequence[Axes], xs: Sequence[int], pts: Sequence[Point]
                 a.axvline(x, color=GREY, lw=0.7, ls="--")
 
 
-def _mark_steps(shared: Sequence[Axes], steps: Sequence[Step], shape: str, index: dict[str, int],
-                n: int) -> list[Annotation]:
+def _mark_steps(
+    shared: Sequence[Axes], steps: Sequence[Step], shape: str, index: dict[str, int], n: int
+) -> list[Annotation]:
     """Each step's line across the panels and its label at the top of the first (placed later)."""
     texts = []
     for step in steps:
@@ -163,10 +173,18 @@ def _mark_steps(shared: Sequence[Axes], steps: Sequence[Step], shape: str, index
         for a in shared:
             a.axvline(x, color=color, lw=1.5, zorder=1)
         right = x > 0.6 * max(n - 1, 1)
-        text = shared[0].annotate(_step_label(step, shape), (x, 0.97), xycoords=("data", "axes fraction"),
-                                  xytext=(-3 if right else 3, 0), textcoords="offset points", color=color,
-                                  fontsize=8, ha="right" if right else "left", va="top",
-                                  bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
+        text = shared[0].annotate(
+            _step_label(step, shape),
+            (x, 0.97),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3 if right else 3, 0),
+            textcoords="offset points",
+            color=color,
+            fontsize=8,
+            ha="right" if right else "left",
+            va="top",
+            bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85},
+        )
         text.set_in_layout(False)
         texts.append(text)
     return texts
@@ -174,8 +192,10 @@ def _mark_steps(shared: Sequence[Axes], steps: Sequence[Step], shape: str, index
 
 def _legend_handles(steps: Sequence[Step], pts: Sequence[Point], shape: str) -> list[Artist]:
     """One legend entry per kind of mark the figure draws."""
-    handles: list[Artist] = [Line2D([], [], color=BLUE, marker="o", ms=3.5, lw=1.1, label="median per commit"),
-                             Line2D([], [], color=BLUE, marker="o", ms=3, lw=0, alpha=0.4, label="one trial")]
+    handles: list[Artist] = [
+        Line2D([], [], color=BLUE, marker="o", ms=3.5, lw=1.1, label="median per commit"),
+        Line2D([], [], color=BLUE, marker="o", ms=3, lw=0, alpha=0.4, label="one trial"),
+    ]
     if any(s.change_pct[shape] < 0 for s in steps):
         handles.append(Line2D([], [], color=RED, lw=1.5, label="regression"))
     if any(s.change_pct[shape] > 0 for s in steps):
@@ -192,8 +212,7 @@ def figure(data: ReportData, shape: str) -> Figure:
     pts = points(data, shape)
     index = {p.sha: i for i, p in enumerate(pts)}
     steps = [s for s in data.steps if shape in s.shapes and _step_x(s, index) is not None]
-    zooms = sorted(sorted(steps, key=lambda s: -abs(s.change_pct[shape]))[:MAX_ZOOMS],
-                   key=lambda s: index[s.parent])
+    zooms = sorted(sorted(steps, key=lambda s: -abs(s.change_pct[shape]))[:MAX_ZOOMS], key=lambda s: index[s.parent])
     metric = data.metric_of(shape)
     unit = METRIC_UNIT.get(metric, metric)
     ylabel = f"ratio to {data.control}" if metric == "ratio" else unit
@@ -219,8 +238,11 @@ def figure(data: ReportData, shape: str) -> Figure:
     ax.set_xlim(-0.6, len(pts) - 0.4)
     skipped = sum(p.kind == "skipped" for p in pts)
     tried = f", {skipped} skipped" if skipped else ""
-    ax.set_title(f"{shape}: {ylabel}, what its steps were tested on; {len(pts) - skipped} measured{tried} of the "
-                 f"{len(data.range_commits)} commits {data.good.short}..{data.bad.short}, in order", fontsize=9)
+    ax.set_title(
+        f"{shape}: {ylabel}, what its steps were tested on; {len(pts) - skipped} measured{tried} of the "
+        f"{len(data.range_commits)} commits {data.good.short}..{data.bad.short}, in order",
+        fontsize=9,
+    )
 
     handles = _legend_handles(steps, pts, shape)
     fig.legend(handles=handles, loc="outside upper center", ncol=len(handles), fontsize=7, frameon=False)
@@ -257,8 +279,13 @@ def _legend_outside(ax: Axes) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
-def render_trend(dates: Sequence[str], series: dict[str, Sequence[float | None]],
-                 control: dict[str, Sequence[float | None]], out: Path, title: str) -> Path:
+def render_trend(
+    dates: Sequence[str],
+    series: dict[str, Sequence[float | None]],
+    control: dict[str, Sequence[float | None]],
+    out: Path,
+    title: str,
+) -> Path:
     """Nightly trend: one line per shape over past nights, the control dashed in the same colour."""
     fig, ax = plt.subplots(figsize=(10.5, 3.6), dpi=110)
     for i, (shape, values) in enumerate(series.items()):

@@ -20,6 +20,7 @@ def import_plotting_in_background() -> threading.Thread:
     """Import matplotlib (~0.8 s of CPU) on a thread while the trials run, so that the report at
     the end of a run does not wait for it. Only the third-party library: no module of ours is
     imported from two threads at once."""
+
     def load() -> None:
         import matplotlib
 
@@ -37,8 +38,9 @@ class PlotPool:
     after another after its last trial; drawn side by side, about one plot's time."""
 
     def __init__(self, workers: int) -> None:
-        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_plot_worker)
+        self._pool = ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_plot_worker
+        )
         self._ready = [self._pool.submit(os.getpid) for _ in range(workers)]  # start them now
 
     @classmethod

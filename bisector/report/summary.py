@@ -41,8 +41,11 @@ def fix_line(fix: FixResult, data: ReportData | None = None) -> str:
         own = f"the subject's own TFLOP/s {move.subject_pct:+.1f}%, ratio " if move is not None else ""
         against = f" ({own}{change(fix.vs_tip[shape])} on the tip{should})" if shape in fix.vs_tip else ""
         parts.append(f"{_short(shape)} {verdict}{against}")
-    warn = "WARNING, the revert makes the tip slower: " if any(
-        fix.verdict(s) == "slower than the tip" for s in fix.shapes) else ""
+    warn = (
+        "WARNING, the revert makes the tip slower: "
+        if any(fix.verdict(s) == "slower than the tip" for s in fix.shapes)
+        else ""
+    )
     wrong = "; WRONG RESULTS with the revert" if not fix.correct else ""
     return f"{head}: {warn}{', '.join(parts)}{wrong}"
 
@@ -51,8 +54,10 @@ def lines(data: ReportData, report: str) -> Sequence[str]:
     out = [f"{len(data.steps)} step(s); {counts(data)}"]
     out += ["  " + step_summary(step, data) for step in data.steps]
     for w in data.wrong_windows:
-        out.append(f"  wrong results in {', '.join(w.shapes)} from {w.first[:7]}"
-                   + (f" until {w.fixed[:7]}" if w.fixed else " to the tip"))
+        out.append(
+            f"  wrong results in {', '.join(w.shapes)} from {w.first[:7]}"
+            + (f" until {w.fixed[:7]}" if w.fixed else " to the tip")
+        )
     out += [f"  {h.step_commit[:7]}: {h.summary}: {'; '.join(h.hunks)}" for h in data.hunks]
     out += ["  " + fix_line(fix, data) for fix in data.fixes]
     out += ["  dropped (did not hold against its parent): " + step_summary(s, data) for s in data.dropped]

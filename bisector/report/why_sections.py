@@ -16,7 +16,7 @@ VERDICT_WORDS = {
     "add": "add (each revert gains the same with the other in or out)",
     "overlap": "overlap (the two reverts alone add up to more than both together: part of the loss is one loss)",
     "hide": "hide (both reverts together gain more than the two alone add up to: one step hides part of the "
-            "other's loss)",
+    "other's loss)",
     "unclear": "unclear at these trials",
 }
 
@@ -54,24 +54,35 @@ def cause_section(data: ReportData) -> list[str]:
     body = cause_lines(data)
     if not body:
         return []
-    return ["", "## The cause of each step, in one line", "",
-            "Drawn from the compiled kernels and the hunks that carry the step: what the commit changed that a "
-            "kernel's speed turns on (a specialization, a launch option, a constant), ranked by the facts it "
-            "explains, then those facts; \"unclear\" where nothing that explains speed moved.", "", *body]
+    return [
+        "",
+        "## The cause of each step, in one line",
+        "",
+        "Drawn from the compiled kernels and the hunks that carry the step: what the commit changed that a "
+        "kernel's speed turns on (a specialization, a launch option, a constant), ranked by the facts it "
+        'explains, then those facts; "unclear" where nothing that explains speed moved.',
+        "",
+        *body,
+    ]
 
 
 def _group_lines(finding: HunkFinding, data: ReportData) -> list[str]:
     lines = []
     for g in finding.groups:
-        lines.append(f"- {commit_ref(finding.step_commit, data)}: hunks {', '.join(str(i + 1) for i in g.members)} "
-                     f"of {finding.n_hunks} searched as one:")
+        lines.append(
+            f"- {commit_ref(finding.step_commit, data)}: hunks {', '.join(str(i + 1) for i in g.members)} "
+            f"of {finding.n_hunks} searched as one:"
+        )
         lines += [f"  - {why}" for why in g.reasons]
     unresolved = [t for t in finding.tries if t.carries is None]
     if unresolved:
-        lines.append(f"- {commit_ref(finding.step_commit, data)}: {len(unresolved)} subset(s) unresolved (they neither "
-                     f"carry nor clear the step):")
-        lines += [f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {t.error or 'did not run'}"
-                  for t in unresolved]
+        lines.append(
+            f"- {commit_ref(finding.step_commit, data)}: {len(unresolved)} subset(s) unresolved (they neither "
+            f"carry nor clear the step):"
+        )
+        lines += [
+            f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {t.error or 'did not run'}" for t in unresolved
+        ]
     return lines
 
 
@@ -79,12 +90,18 @@ def groups_section(data: ReportData) -> list[str]:
     body = [ln for f in data.hunks for ln in _group_lines(f, data)]
     if not body:
         return []
-    return ["", "## Hunks that must travel together", "",
-            "Before a culprit is split, a changed `def` (a `@triton.jit` kernel too), parameter list or "
-            "`__slots__`, or a name added or removed, is grouped with the hunks that use its names (Python read "
-            "with `ast` at the parent and the culprit, other files by name): a subset that splits them does not "
-            "import or compile. A subset that does not build, run or give right results is unresolved, not "
-            "\"no step\".", "", *body]
+    return [
+        "",
+        "## Hunks that must travel together",
+        "",
+        "Before a culprit is split, a changed `def` (a `@triton.jit` kernel too), parameter list or "
+        "`__slots__`, or a name added or removed, is grouped with the hunks that use its names (Python read "
+        "with `ast` at the parent and the culprit, other files by name): a subset that splits them does not "
+        "import or compile. A subset that does not build, run or give right results is unresolved, not "
+        '"no step".',
+        "",
+        *body,
+    ]
 
 
 def _cell(c: ComboResult, shape: str) -> str:
@@ -115,8 +132,11 @@ def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
     lines = [f"### {' + '.join(names)} on {', '.join(_shape(s) for s in inter.shapes)}", ""]
     if inter.note:
         lines += [f"Note: {inter.note}.", ""]
-    lines += [f"The tip with every combination of their reverts, {inter.trials} trials of each side by side; "
-              f"TFLOP/s (change of the {_metric(inter, data)} against the tip, 95% interval):", ""]
+    lines += [
+        f"The tip with every combination of their reverts, {inter.trials} trials of each side by side; "
+        f"TFLOP/s (change of the {_metric(inter, data)} against the tip, 95% interval):",
+        "",
+    ]
     lines.append("| reverted | " + " | ".join(_shape(s) for s in inter.shapes) + " |")
     lines.append("|---|" + "---:|" * len(inter.shapes))
     for c in inter.combos:
@@ -127,19 +147,23 @@ def interaction_lines(inter: Interaction, data: ReportData) -> list[str]:
         lines.append(f"| {label} | " + " | ".join(_cell(c, s) for s in inter.shapes) + " |")
     errors = [(c, c.error) for c in inter.combos if c.error]
     if errors:
-        lines += ["", *(f"- {' + '.join(commit_ref(s, data) for s in c.reverted) or 'the tip'}: {e}"
-                        for c, e in errors)]
+        lines += [
+            "",
+            *(f"- {' + '.join(commit_ref(s, data) for s in c.reverted) or 'the tip'}: {e}" for c, e in errors),
+        ]
     if inter.pairs:
         lines.append("")
     for p in inter.pairs:
         a, b = commit_ref(p.a, data), commit_ref(p.b, data)
         lo, hi = p.ci95
-        lines.append(f"- {_shape(p.shape)}: reverting {a}{_own(p.a, p.shape, data)} gains {p.alone_pct:+.1f}% "
-                     f"with {b} in, {p.with_other_pct:+.1f}% with {b} reverted; reverting "
-                     f"{b}{_own(p.b, p.shape, data)} gains {p.other_alone_pct:+.1f}% "
-                     f"with {a} in, {p.other_with_pct:+.1f}% with {a} reverted. Interaction {p.interaction_pct:+.1f}% "
-                     f"[{lo:+.1f}, {hi:+.1f}]: the effects **{p.verdict}**"
-                     f"{VERDICT_WORDS.get(p.verdict, '').removeprefix(p.verdict)}.")
+        lines.append(
+            f"- {_shape(p.shape)}: reverting {a}{_own(p.a, p.shape, data)} gains {p.alone_pct:+.1f}% "
+            f"with {b} in, {p.with_other_pct:+.1f}% with {b} reverted; reverting "
+            f"{b}{_own(p.b, p.shape, data)} gains {p.other_alone_pct:+.1f}% "
+            f"with {a} in, {p.other_with_pct:+.1f}% with {a} reverted. Interaction {p.interaction_pct:+.1f}% "
+            f"[{lo:+.1f}, {hi:+.1f}]: the effects **{p.verdict}**"
+            f"{VERDICT_WORDS.get(p.verdict, '').removeprefix(p.verdict)}."
+        )
     return lines + _last_reverted(inter, data) + [""]
 
 
@@ -160,20 +184,27 @@ def _last_reverted(inter: Interaction, data: ReportData) -> list[str]:
                 continue
             adds = 100.0 * ((1 + every.gain_pct[shape] / 100) / (1 + rest.gain_pct[shape] / 100) - 1)
             others = " + ".join(commit_ref(s, data) for s in rest.reverted)
-            out.append(f"- {_shape(shape)}: reverting {commit_ref(sha, data)}{_own(sha, shape, data)} once {others} "
-                       f"are reverted adds {adds:+.1f}% (all {len(inter.steps)} {every.gain_pct[shape]:+.1f}% against "
-                       f"{rest.gain_pct[shape]:+.1f}% without it).")
+            out.append(
+                f"- {_shape(shape)}: reverting {commit_ref(sha, data)}{_own(sha, shape, data)} once {others} "
+                f"are reverted adds {adds:+.1f}% (all {len(inter.steps)} {every.gain_pct[shape]:+.1f}% against "
+                f"{rest.gain_pct[shape]:+.1f}% without it)."
+            )
     return ([""] if out else []) + out
 
 
 def interactions_section(data: ReportData) -> list[str]:
     if not data.interactions:
         return []
-    lines = ["", "## Steps that interact", "",
-             "Verified regressions that move the same shapes, their reverts applied to the tip in every combination "
-             "(the reverts in turn, one patched build each) and measured side by side with the tip. Interaction = "
-             "gain(both reverted) - gain(one) - gain(the other), in log terms: near zero the effects add; below, "
-             "they overlap; above, one hides the other.", ""]
+    lines = [
+        "",
+        "## Steps that interact",
+        "",
+        "Verified regressions that move the same shapes, their reverts applied to the tip in every combination "
+        "(the reverts in turn, one patched build each) and measured side by side with the tip. Interaction = "
+        "gain(both reverted) - gain(one) - gain(the other), in log terms: near zero the effects add; below, "
+        "they overlap; above, one hides the other.",
+        "",
+    ]
     for inter in data.interactions:
         lines += interaction_lines(inter, data)
     return lines

@@ -50,9 +50,12 @@ def open_dask(config: Config, work: str | Path) -> Trials:
     slots = 1 + default_ahead(config)
     cluster = local_cluster(config.devices, threads=slots, holds=held_room(config)) if address == "local" else None
     try:
-        client = distributed.Client(cluster if cluster is not None else address, timeout="60s",
-                                    set_as_default=False,
-                                    **({"security": security_for(address)} if security_for(address) else {}))
+        client = distributed.Client(
+            cluster if cluster is not None else address,
+            timeout="60s",
+            set_as_default=False,
+            **({"security": security_for(address)} if security_for(address) else {}),
+        )
     except (OSError, TimeoutError) as exc:
         if cluster is not None:
             cluster.close()
@@ -75,11 +78,15 @@ def unauthenticated(config: Config, address: str) -> None:
     from bisector.errors import SandboxUnavailable
     from bisector.isolation import sandbox
 
-    said = (f"dask: the scheduler at {address} is not authenticated (not tls://): whatever reaches it "
-            f"runs code in its workers")
+    said = (
+        f"dask: the scheduler at {address} is not authenticated (not tls://): whatever reaches it "
+        f"runs code in its workers"
+    )
     if config.sandbox.require or sandbox.is_required():
-        raise SandboxUnavailable(f"{said}; this run requires a sandbox ([sandbox] require): use a tls:// "
-                                 f"scheduler with dask's distributed.comm.tls certificates")
+        raise SandboxUnavailable(
+            f"{said}; this run requires a sandbox ([sandbox] require): use a tls:// "
+            f"scheduler with dask's distributed.comm.tls certificates"
+        )
     print(f"bisector: {said}; use tls:// with certificates (distributed.comm.tls)", file=sys.stderr, flush=True)
 
 

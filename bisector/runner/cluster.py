@@ -65,16 +65,29 @@ def local_cluster(devices: Sequence[int], threads: int = 1, holds: int = 0) -> A
 
     security = run_security()
     resources = {"GPU": 1, **({"HOLD": holds} if holds else {})}
-    workers = {f"device-{d}": {"cls": Nanny, "options": {"nthreads": max(1, threads) + holds, "resources": resources,
-                                                           "env": worker_env(d), "memory_limit": 0,
-                                                           "security": security, "protocol": "tls",
-                                                           "host": "127.0.0.1"}}
-               for d in devices}
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None, "host": "127.0.0.1", "protocol": "tls",
-                                               "security": security}}
+    workers = {
+        f"device-{d}": {
+            "cls": Nanny,
+            "options": {
+                "nthreads": max(1, threads) + holds,
+                "resources": resources,
+                "env": worker_env(d),
+                "memory_limit": 0,
+                "security": security,
+                "protocol": "tls",
+                "host": "127.0.0.1",
+            },
+        }
+        for d in devices
+    }
+    scheduler = {
+        "cls": Scheduler,
+        "options": {"dashboard_address": None, "host": "127.0.0.1", "protocol": "tls", "security": security},
+    }
     del distributed
-    cluster = SpecCluster(workers=workers, scheduler=scheduler, name="bisector-local", silence_logs=40,
-                          security=security)
+    cluster = SpecCluster(
+        workers=workers, scheduler=scheduler, name="bisector-local", silence_logs=40, security=security
+    )
     _STARTED[cluster.scheduler_address] = security
     return cluster
 

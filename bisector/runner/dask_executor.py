@@ -45,8 +45,9 @@ HOLD = "HOLD"  # a worker's room for trials set up and waiting at their gate
 class DaskExecutor:
     """Trials of one config on the GPU workers of `client`'s scheduler."""
 
-    def __init__(self, client: Any, config: Config, work: str, *, slots: int = 1, cluster: Any = None,
-                 retries: int = 0) -> None:
+    def __init__(
+        self, client: Any, config: Config, work: str, *, slots: int = 1, cluster: Any = None, retries: int = 0
+    ) -> None:
         self.client, self.config, self.work, self.cluster = client, config, str(work), cluster
         self.slots, self.retries = max(1, slots), retries
         self.timelines: list[Timeline] = []
@@ -85,17 +86,19 @@ class DaskExecutor:
         deadline = time.monotonic() + timeout_s
         while self.device_count < n:
             if time.monotonic() > deadline:
-                raise BisectorError(f"dask: {self.device_count} of {n} GPU workers up after {timeout_s:g} s "
-                                    f"(scheduler {self.client.scheduler.address})")
+                raise BisectorError(
+                    f"dask: {self.device_count} of {n} GPU workers up after {timeout_s:g} s "
+                    f"(scheduler {self.client.scheduler.address})"
+                )
             time.sleep(0.2)
 
     # -- builds --------------------------------------------------------------------------------
     def build(self, sha: str, patch: str | None = None) -> BuildResult:
         """Built on a worker (no GPU needed): whether the commit builds, for the search's SKIP."""
         task = remote.RemoteBuild(self.config, self.work, sha, patch)
-        built: BuildResult = self.client.submit(remote.build, task, pure=False,
-                                                key=f"build-{sha[:12]}-{uuid.uuid4().hex[:8]}",
-                                                retries=self.retries).result()
+        built: BuildResult = self.client.submit(
+            remote.build, task, pure=False, key=f"build-{sha[:12]}-{uuid.uuid4().hex[:8]}", retries=self.retries
+        ).result()
         return built
 
     # -- trials --------------------------------------------------------------------------------
@@ -117,8 +120,9 @@ class DaskExecutor:
             self._send(job, future)
         return future
 
-    def unhold(self, future: Future[TrialOutcome],
-               shapes: tuple[Shape, ...] | None = None) -> Future[TrialOutcome] | None:
+    def unhold(
+        self, future: Future[TrialOutcome], shapes: tuple[Shape, ...] | None = None
+    ) -> Future[TrialOutcome] | None:
         """A held trial is wanted now: its gate opens (once its commit's first trial has ended, for a
         later one). None when it is gone (dropped, or it ended in its setup): the caller submits anew.
         A worker's gate (a dask Event) carries no shapes: one wanted for some of its shapes only is
@@ -161,8 +165,9 @@ class DaskExecutor:
         with self._lock:
             if future.done() or self._closed:
                 return
-            task = remote.RemoteTrial(self.config, self.work, job.build.sha, job.patch, job.shapes, job.seed,
-                                      job.slot, job.first, gate)
+            task = remote.RemoteTrial(
+                self.config, self.work, job.build.sha, job.patch, job.shapes, job.seed, job.slot, job.first, gate
+            )
             # A lane pins its trial loosely to one worker, and only where there are two to choose
             # from: a trial pinned to the one worker of a cluster, when that worker died, stayed
             # "no-worker" for good after its nanny had started a new one (dask re-checks no loose
@@ -174,8 +179,16 @@ class DaskExecutor:
             # search waits for, and with every `HOLD` taken by standbys and spares it would wait for
             # good (the one-H200 dask demo stalled so).
             need = {HOLD: 1} if job.hold else {RESOURCE: 1.0 / self.slots}
-            dfut = self.client.submit(remote.trial, task, key=key, pure=False, resources=need,
-                                      workers=where, allow_other_workers=where is not None, retries=self.retries)
+            dfut = self.client.submit(
+                remote.trial,
+                task,
+                key=key,
+                pure=False,
+                resources=need,
+                workers=where,
+                allow_other_workers=where is not None,
+                retries=self.retries,
+            )
             self._sent[future] = dfut
             if gate:
                 self._gates[future] = (gate, job)
@@ -198,8 +211,9 @@ class DaskExecutor:
                 if not future.done():
                     future.set_exception(exc)
                 return
-            task = remote.RemoteTrial(self.config, self.work, job.build.sha, job.patch, job.shapes, job.seed,
-                                      job.slot, job.first)
+            task = remote.RemoteTrial(
+                self.config, self.work, job.build.sha, job.patch, job.shapes, job.seed, job.slot, job.first
+            )
             outcome = remote.failed(task, f"the trial killed every dask worker it ran on ({exc})")
         outcome = TrialOutcome(outcome.records, self._placed(outcome))
         with self._lock:
@@ -210,8 +224,11 @@ class DaskExecutor:
     def _placed(self, outcome: TrialOutcome) -> Timeline:
         """The timeline with its device numbered over the cluster (worker, device) in order of first use."""
         where = outcome.records[0].protocol.get("where", {}) if outcome.records else {}
-        label = f"{where.get('dask_worker', '?')} / {where.get('device', outcome.timeline.device)}" \
-            if isinstance(where, dict) else "?"
+        label = (
+            f"{where.get('dask_worker', '?')} / {where.get('device', outcome.timeline.device)}"
+            if isinstance(where, dict)
+            else "?"
+        )
         with self._lock:
             index = next((i for i, p in self.places.items() if p == label), len(self.places))
             self.places[index] = label

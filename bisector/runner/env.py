@@ -19,6 +19,7 @@ def pin_device(env: dict[str, str], device: str, index: int) -> None:
     """One device per trial. ROCm honours HIP_VISIBLE_DEVICES; a CUDA_VISIBLE_DEVICES set as well
     would filter a second time (index 0 of the remaining list), so it is removed there. An index
     counts among the devices `env` already shows (a runner that sees GPUs 2,3: index 1 is GPU 3)."""
+
     def physical(var: str) -> str:
         visible = [v.strip() for v in env.get(var, "").split(",") if v.strip()]
         return visible[index] if index < len(visible) else str(index)

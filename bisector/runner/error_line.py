@@ -25,7 +25,7 @@ _RAISED = re.compile(r"([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)|[A-Z]\w*
 
 
 def _cut(line: str) -> str:
-    return line if len(line) <= MAX_CHARS else line[:MAX_CHARS - 3].rstrip() + "..."
+    return line if len(line) <= MAX_CHARS else line[: MAX_CHARS - 3].rstrip() + "..."
 
 
 def error_line(text: str) -> str:
@@ -39,7 +39,9 @@ def error_line(text: str) -> str:
     kind = typed.group(1) if typed and _RAISED.fullmatch(typed.group(1)) else ""
     cuda = next((ln for ln in lines if "CUDA error:" in ln), None)
     if cuda is not None:  # the line after it is the same advice for every CUDA error
-        return _cut(cuda if cuda.startswith(f"{kind}: ") or not kind else f"{kind}: {cuda[cuda.index('CUDA error:'):]}")
+        return _cut(
+            cuda if cuda.startswith(f"{kind}: ") or not kind else f"{kind}: {cuda[cuda.index('CUDA error:') :]}"
+        )
     at = re.match(r"(?:[A-Za-z_][\w.]*: )?at (\d+:\d+):$", first)
     if at:  # a Triton compile error: where, the source, a caret, then the error it wraps
         wrapped = next((ln for ln in reversed(lines) if _WRAPPED.match(ln)), lines[-1])

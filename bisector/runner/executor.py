@@ -210,9 +210,20 @@ class Executor:
     `prepare(job, device)` writes the job's spec and returns its paths and environment;
     `finish(job, prepared, out_json, info)` turns what the process left into records."""
 
-    def __init__(self, source: WorkerSource, devices: Sequence[int], device_kind: str, prepare: Prepare,
-                 finish: Finish, *, ahead: int = 0, timeout_s: float = 600.0, memory_bytes: int = 0,
-                 lock_devices: bool = True, prelude: Preludes | None = None) -> None:
+    def __init__(
+        self,
+        source: WorkerSource,
+        devices: Sequence[int],
+        device_kind: str,
+        prepare: Prepare,
+        finish: Finish,
+        *,
+        ahead: int = 0,
+        timeout_s: float = 600.0,
+        memory_bytes: int = 0,
+        lock_devices: bool = True,
+        prelude: Preludes | None = None,
+    ) -> None:
         self.source, self.devices, self.kind = source, tuple(devices), device_kind
         # With one device every worker's trial runs there: an idle worker opens it while it waits.
         self.prelude = prelude(self.devices[0]) if prelude and len(self.devices) == 1 and device_kind != "cpu" else None
@@ -396,8 +407,10 @@ class Executor:
         pending = [r for r in runs if r.state == "pending"]
         # Each device takes up to 1 + `ahead` trials at a time (one on it, the rest setting up, in
         # the order they were submitted); a trial's lane, when it has one, names its device.
-        load = {d: sum(1 for r in runs if r.device == d and r.state in self._busy_states and not r.held)
-                for d in self.devices}
+        load = {
+            d: sum(1 for r in runs if r.device == d and r.state in self._busy_states and not r.held)
+            for d in self.devices
+        }
         fits: list[tuple[_Run, int]] = []
         for run in pending:
             device = self._device_for(run, load)
@@ -428,8 +441,12 @@ class Executor:
         for run in runs:
             if run.state in ("assigned", "wants", "on-device", "released") and now > run.deadline and not run.held:
                 self._end(run, timed_out=True)
-            elif self._holder.get(run.device) is run and run.briefs and not run.briefs[-1][1] \
-                    and now - run.briefs[-1][0] > BRIEF_LIMIT_S:
+            elif (
+                self._holder.get(run.device) is run
+                and run.briefs
+                and not run.briefs[-1][1]
+                and now - run.briefs[-1][0] > BRIEF_LIMIT_S
+            ):
                 self._end(run, timed_out=True)  # a standby (no deadline) hung in its loan: the device goes on
             elif run.state == "released" and not self.hold_until_exit and now - run.t["release"] > TEARDOWN_GRACE_S:
                 self._free(run)  # slow to exit: the device goes on
@@ -465,8 +482,9 @@ class Executor:
     def _open(self, worker: Worker) -> None:
         """Have an idle worker open the one device while it waits (`Prelude`)."""
         if self.prelude is not None:
-            worker.send(device={"kind": self.prelude.kind, "env": dict(self.prelude.env),
-                                "unset": list(self.prelude.unset)})
+            worker.send(
+                device={"kind": self.prelude.kind, "env": dict(self.prelude.env), "unset": list(self.prelude.unset)}
+            )
 
     def _open_ahead(self) -> None:
         """The workers forked ahead of a renewal open the device one at a time: opened at once, 7
@@ -514,10 +532,17 @@ class Executor:
             run.future.set_exception(exc)
             return
         p = run.prepared
-        job = {"spec": str(p.spec_path), "out": str(p.out_path), "log": str(p.log_path), "cwd": str(p.cwd),
-               "env": dict(p.env), "unset": list(p.unset), "cpu": p.cpu,
-               **({"spec_data": dict(p.spec)} if p.spec is not None else {}),
-               **({"scratch_in": p.scratch_in} if p.scratch_in else {})}
+        job = {
+            "spec": str(p.spec_path),
+            "out": str(p.out_path),
+            "log": str(p.log_path),
+            "cwd": str(p.cwd),
+            "env": dict(p.env),
+            "unset": list(p.unset),
+            "cpu": p.cpu,
+            **({"spec_data": dict(p.spec)} if p.spec is not None else {}),
+            **({"scratch_in": p.scratch_in} if p.scratch_in else {}),
+        }
         run.t.update(started=worker.started, ready=float(worker.ready.get("t", worker.started)), assigned=now)
         run.state, run.deadline = "assigned", now + self.timeout_s
         if worker.pid is not None:
@@ -528,8 +553,11 @@ class Executor:
     @property
     def _busy_states(self) -> tuple[str, ...]:
         """States in which a trial counts against its device (and the live-worker cap)."""
-        return ("assigned", "wants", "on-device", "released") if self.hold_until_exit else \
-            ("assigned", "wants", "on-device")
+        return (
+            ("assigned", "wants", "on-device", "released")
+            if self.hold_until_exit
+            else ("assigned", "wants", "on-device")
+        )
 
     def _device_for(self, run: _Run, load: Mapping[int, int]) -> int | None:
         """The trial's device if it has room now: its lane's, else the least loaded; None: wait."""
@@ -545,9 +573,10 @@ class Executor:
         if self._holder[device] is not None:
             return False
         with self._lock:
-            briefs = sorted((r for r in self._runs
-                             if r.device == device and r.brief is not None and r.state == "assigned"),
-                            key=lambda r: r.brief or 0.0)
+            briefs = sorted(
+                (r for r in self._runs if r.device == device and r.brief is not None and r.state == "assigned"),
+                key=lambda r: r.brief or 0.0,
+            )
         if not briefs:
             return False
         if self._take_file_lock(device):
@@ -564,8 +593,10 @@ class Executor:
         if self._holder[device] is not None or self._grant_brief(device):
             return
         with self._lock:
-            queue = sorted((r for r in self._runs if r.device == device and r.state in ("assigned", "wants")
-                            and not r.held), key=lambda r: r.seq)
+            queue = sorted(
+                (r for r in self._runs if r.device == device and r.state in ("assigned", "wants") and not r.held),
+                key=lambda r: r.seq,
+            )
         for run in queue:
             after = run.job.after
             if after is not None and not after.done():
@@ -691,17 +722,38 @@ class Executor:
     def _ended_info(self, run: _Run, timed_out: bool) -> tuple[Timeline, dict[str, Any]]:
         """The ended trial's timeline and what the bot saw of its end (`finish` reads it)."""
         out, worker = run.out, run.worker
-        timeline = Timeline(run.job.build.sha, run.job.build.patch_hash, run.device, run.t["submitted"],
-                            run.t.get("started"), run.t.get("ready"), run.t.get("assigned"), run.t.get("want"),
-                            run.t.get("go"), run.t.get("release"), run.t["ended"], source=self.source.kind,
-                            unheld=run.t.get("unheld"), phases=phase_seconds(out.get("phases") or (), run.t.get("go"), run.t.get("release")),
-                            briefs=tuple((a, b) for a, b in run.briefs), slot=run.job.slot)
-        info = {"timed_out": timed_out, "timeout_s": self.timeout_s,
-                "exit_code": worker.exit_code if worker else None, "clean": "done" in run.t,
-                "breach": run.breach[0].describe() if run.breach else "", "timeline": timeline.as_dict(),
-                "worker": {"source": self.source.kind, "lineage": worker.lineage if worker else None,
-                           "cuda_initialized_before_trial": bool(worker and worker.ready.get("cuda_initialized")),
-                           "device_opened_s": worker.ready.get("opened_s") if worker else None}}
+        timeline = Timeline(
+            run.job.build.sha,
+            run.job.build.patch_hash,
+            run.device,
+            run.t["submitted"],
+            run.t.get("started"),
+            run.t.get("ready"),
+            run.t.get("assigned"),
+            run.t.get("want"),
+            run.t.get("go"),
+            run.t.get("release"),
+            run.t["ended"],
+            source=self.source.kind,
+            unheld=run.t.get("unheld"),
+            phases=phase_seconds(out.get("phases") or (), run.t.get("go"), run.t.get("release")),
+            briefs=tuple((a, b) for a, b in run.briefs),
+            slot=run.job.slot,
+        )
+        info = {
+            "timed_out": timed_out,
+            "timeout_s": self.timeout_s,
+            "exit_code": worker.exit_code if worker else None,
+            "clean": "done" in run.t,
+            "breach": run.breach[0].describe() if run.breach else "",
+            "timeline": timeline.as_dict(),
+            "worker": {
+                "source": self.source.kind,
+                "lineage": worker.lineage if worker else None,
+                "cuda_initialized_before_trial": bool(worker and worker.ready.get("cuda_initialized")),
+                "device_opened_s": worker.ready.get("opened_s") if worker else None,
+            },
+        }
         return timeline, info
 
     def _forget(self, worker: Worker, kill: bool = True, wait_s: float = 0.0) -> None:
@@ -753,8 +805,9 @@ ON_DEVICE = "on_device:"  # a phase's seconds inside the device section (go to r
 SPAN_SLACK_S = 0.01  # the trial's clock reads go a little after the bot wrote it: same host, same epoch clock
 
 
-def phase_seconds(spans: Sequence[Sequence[Any]], go: float | None = None,
-                  release: float | None = None) -> dict[str, float]:
+def phase_seconds(
+    spans: Sequence[Sequence[Any]], go: float | None = None, release: float | None = None
+) -> dict[str, float]:
     """Seconds per phase name, summed over shapes, from a trial's [name, shape, start, end] spans.
     With the bot's `go` and `release`, each phase's part inside the device section is also given as
     ON_DEVICE + name: a trial names "inputs" or "compile" both in its setup (staged ahead) and under
@@ -765,8 +818,13 @@ def phase_seconds(spans: Sequence[Sequence[Any]], go: float | None = None,
             name, _, start, end = span
             seconds = float(end) - float(start)
             out[str(name)] = out.get(str(name), 0.0) + seconds
-            if go is not None and release is not None and str(name) != "device" \
-                    and float(start) >= go - SPAN_SLACK_S and float(end) <= release + SPAN_SLACK_S:
+            if (
+                go is not None
+                and release is not None
+                and str(name) != "device"
+                and float(start) >= go - SPAN_SLACK_S
+                and float(end) <= release + SPAN_SLACK_S
+            ):
                 out[ON_DEVICE + str(name)] = out.get(ON_DEVICE + str(name), 0.0) + seconds
         except (TypeError, ValueError):
             continue

@@ -41,8 +41,13 @@ TAIL_CHARS = 4000
 LOG, SPEC, OUT = "log.txt", "spec.json", "out.json"  # in each trial's own dir
 SHM = "/dev/shm"  # a sandbox's own tmpfs: the trial's scratch there (`TrialFiles._scratch`)
 TMP_VARS = ("TMPDIR", "TEMP", "TMP")
-_STATUS = {"ok": TrialStatus.OK, "wrong": TrialStatus.WRONG, "crash": TrialStatus.CRASH,
-           "unavailable": TrialStatus.UNAVAILABLE, "timeout": TrialStatus.TIMEOUT}
+_STATUS = {
+    "ok": TrialStatus.OK,
+    "wrong": TrialStatus.WRONG,
+    "crash": TrialStatus.CRASH,
+    "unavailable": TrialStatus.UNAVAILABLE,
+    "timeout": TrialStatus.TIMEOUT,
+}
 
 
 def _iso(t: float | None) -> str:
@@ -75,15 +80,18 @@ def worker_env(config: Config, environ: Mapping[str, str], work: Path) -> dict[s
     return env
 
 
-def trial_env(config: Config, build: BuildResult, work: Path, device_index: int, first: bool,
-              base: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+def trial_env(
+    config: Config, build: BuildResult, work: Path, device_index: int, first: bool, base: Mapping[str, str]
+) -> tuple[dict[str, str], tuple[str, ...]]:
     """The variables one trial sets on top of its worker's (and those it unsets): device, JIT dirs."""
-    return device_env(config, device_index, base,
-                      prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first))
+    return device_env(
+        config, device_index, base, prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first)
+    )
 
 
-def device_env(config: Config, device_index: int, base: Mapping[str, str],
-               jit: Mapping[str, str] | None = None) -> tuple[dict[str, str], tuple[str, ...]]:
+def device_env(
+    config: Config, device_index: int, base: Mapping[str, str], jit: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], tuple[str, ...]]:
     """What every trial on `device_index` sets (and unsets) on top of `base`, plus a build's `jit`
     dirs when given (`trial_env`). Without them, what an idle worker opens the device with before
     its trial is known (`Prelude`)."""
@@ -108,11 +116,35 @@ def _exit_text(code: int | None) -> str:
 
 
 # What a shape's result says beside its timings, kept as it came in the record's protocol.
-_PROTOCOL_EXTRAS = ("flops", "seed", "control_first_s", "mismatched", "tolerance", "bytes", "subject_gbps",
-                    "control_gbps", "peak_gbps", "control_impl", "benchmark", "latency_calls", "kernel_fallback",
-                    "control_status", "control_error", "check", "precompile", "precompile_s", "timed_faults",
-                    "input_page_offsets", "ratio_disturbed", "disturbed_reads", "warm_subject_ms", "warm_control_ms",
-                    "warm_ratio", "precompile_parts", "compile_parts")
+_PROTOCOL_EXTRAS = (
+    "flops",
+    "seed",
+    "control_first_s",
+    "mismatched",
+    "tolerance",
+    "bytes",
+    "subject_gbps",
+    "control_gbps",
+    "peak_gbps",
+    "control_impl",
+    "benchmark",
+    "latency_calls",
+    "kernel_fallback",
+    "control_status",
+    "control_error",
+    "check",
+    "precompile",
+    "precompile_s",
+    "timed_faults",
+    "input_page_offsets",
+    "ratio_disturbed",
+    "disturbed_reads",
+    "warm_subject_ms",
+    "warm_control_ms",
+    "warm_ratio",
+    "precompile_parts",
+    "compile_parts",
+)
 
 
 def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Mapping[str, Any]) -> TrialRecord:
@@ -124,33 +156,63 @@ def _record(sha: str, raw: Mapping[str, Any], out: Mapping[str, Any], common: Ma
 
     extra = {k: raw[k] for k in _PROTOCOL_EXTRAS if k in raw}
     return TrialRecord(
-        sha=sha, shape=str(raw["shape"]), status=status,
-        subject_ms=tuple(raw.get("subject_ms") or ()), control_ms=tuple(raw.get("control_ms") or ()),
-        subject_tflops=num("subject_tflops"), control_tflops=num("control_tflops"), ratio=num("ratio"),
-        compile_s=num("compile_s"), max_abs_err=num("max_abs_err"), max_rel_err=num("max_rel_err"),
+        sha=sha,
+        shape=str(raw["shape"]),
+        status=status,
+        subject_ms=tuple(raw.get("subject_ms") or ()),
+        control_ms=tuple(raw.get("control_ms") or ()),
+        subject_tflops=num("subject_tflops"),
+        control_tflops=num("control_tflops"),
+        ratio=num("ratio"),
+        compile_s=num("compile_s"),
+        max_abs_err=num("max_abs_err"),
+        max_rel_err=num("max_rel_err"),
         error=str(raw.get("error", "")),
         log_tail="" if status == TrialStatus.OK else (raw.get("traceback") or common["tail"]),
-        telemetry=dict(out.get("telemetry") or {}), machine=dict(out.get("machine") or {}),
-        protocol={**(out.get("protocol") or {}), **extra, "log_path": common["log"],
-                  "trial_wall_s": round(common["seconds"], 3), "timeline": common["timeline"], "worker": common["worker"],
-                  "isolation": common["isolation"],
-                  "phases": out.get("phases") or [],
-                  **({"cold_compile": common["cold_compile"][raw["shape"]]}
-                     if raw["shape"] in common.get("cold_compile", {}) else {})},
-        patch_hash=common["patch_hash"], started_at=common["started"], finished_at=common["finished"],
-        slot=common["slot"], kernel_method=str(raw.get("kernel_method") or ""), latency_ratio=num("latency_ratio"),
-        **{k: tuple(raw.get(k) or ()) for k in CALL_KEYS})
+        telemetry=dict(out.get("telemetry") or {}),
+        machine=dict(out.get("machine") or {}),
+        protocol={
+            **(out.get("protocol") or {}),
+            **extra,
+            "log_path": common["log"],
+            "trial_wall_s": round(common["seconds"], 3),
+            "timeline": common["timeline"],
+            "worker": common["worker"],
+            "isolation": common["isolation"],
+            "phases": out.get("phases") or [],
+            **(
+                {"cold_compile": common["cold_compile"][raw["shape"]]}
+                if raw["shape"] in common.get("cold_compile", {})
+                else {}
+            ),
+        },
+        patch_hash=common["patch_hash"],
+        started_at=common["started"],
+        finished_at=common["finished"],
+        slot=common["slot"],
+        kernel_method=str(raw.get("kernel_method") or ""),
+        latency_ratio=num("latency_ratio"),
+        **{k: tuple(raw.get(k) or ()) for k in CALL_KEYS},
+    )
 
 
-def records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
+def records(
+    job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]
+) -> tuple[TrialRecord, ...]:
     """One TrialRecord per shape of the job, from the trial's output file and how its process ended;
     no path of this machine in them (bisector/portable.py): paths under the work dir relative to it."""
     recs = _records(job, prepared, out, info)
     work = prepared.cwd.parents[2]  # <work>/trials/<tag>/<slot-stamp>: TrialFiles.prepare
     where = portable.roots(work)
-    return tuple(replace(r, protocol=portable.scrub_value(r.protocol, where, work),  # type: ignore[arg-type]
-                         log_tail=portable.scrub(r.log_tail, where), error=portable.scrub(r.error, where))
-                 for r in recs)
+    return tuple(
+        replace(
+            r,
+            protocol=portable.scrub_value(r.protocol, where, work),  # type: ignore[arg-type]
+            log_tail=portable.scrub(r.log_tail, where),
+            error=portable.scrub(r.error, where),
+        )
+        for r in recs
+    )
 
 
 def _uses_gpu(env: Mapping[str, str]) -> bool:
@@ -158,15 +220,25 @@ def _uses_gpu(env: Mapping[str, str]) -> bool:
     return bool(env.get("CUDA_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES"))
 
 
-def _records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
+def _records(
+    job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]
+) -> tuple[TrialRecord, ...]:
     timeline = info["timeline"]
     start = timeline.get("assigned") or timeline.get("submitted")
     end = timeline.get("ended") or start
-    common = {"tail": log_tail(prepared.dir), "log": str(prepared.log_path), "patch_hash": job.build.patch_hash,
-              "started": _iso(start), "finished": _iso(end), "seconds": (end or 0) - (start or 0),
-              "timeline": timeline, "slot": job.slot, "worker": info.get("worker", {}),
-              "isolation": sandbox.trial_isolation(_uses_gpu(prepared.env)),
-              "cold_compile": dict(job.cold_compile or {})}
+    common = {
+        "tail": log_tail(prepared.dir),
+        "log": str(prepared.log_path),
+        "patch_hash": job.build.patch_hash,
+        "started": _iso(start),
+        "finished": _iso(end),
+        "seconds": (end or 0) - (start or 0),
+        "timeline": timeline,
+        "slot": job.slot,
+        "worker": info.get("worker", {}),
+        "isolation": sandbox.trial_isolation(_uses_gpu(prepared.env)),
+        "cold_compile": dict(job.cold_compile or {}),
+    }
     done = {str(r.get("shape")): r for r in out.get("results", []) if isinstance(r, dict) and "shape" in r}
     recs = []
     for shape in job.shapes:
@@ -175,12 +247,17 @@ def _records(job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Ma
             if info.get("breach"):
                 raw = {"shape": shape.key, "status": "crash", "error": f"trial {info['breach']}; shape not measured"}
             elif info.get("timed_out"):
-                raw = {"shape": shape.key, "status": "timeout",
-                       "error": f"trial timed out after {info['timeout_s']:g} s (killed); shape not measured"}
+                raw = {
+                    "shape": shape.key,
+                    "status": "timeout",
+                    "error": f"trial timed out after {info['timeout_s']:g} s (killed); shape not measured",
+                }
             else:
-                raw = {"shape": shape.key, "status": "crash",
-                       "error": f"trial process ended ({_exit_text(info.get('exit_code'))}) before measuring "
-                                f"this shape"}
+                raw = {
+                    "shape": shape.key,
+                    "status": "crash",
+                    "error": f"trial process ended ({_exit_text(info.get('exit_code'))}) before measuring this shape",
+                }
         recs.append(_record(job.build.sha, raw, out, common))
     return tuple(recs)
 
@@ -272,8 +349,19 @@ class TrialFiles:
             raise
         cpu = device % (os.cpu_count() or 1) if self.pin_cpu else None
         path = self.work / "trials" / tag / name
-        return Prepared(path / SPEC, path / OUT, path / LOG, path, env, unset, cpu, spec=spec, dir=tdir,
-                        scratch_in=scratch_in, ended=ended)
+        return Prepared(
+            path / SPEC,
+            path / OUT,
+            path / LOG,
+            path,
+            env,
+            unset,
+            cpu,
+            spec=spec,
+            dir=tdir,
+            scratch_in=scratch_in,
+            ended=ended,
+        )
 
     def _scratch(self, name: str, env: dict[str, str]) -> tuple[str, Callable[[], None] | None]:
         """The trial's temp dir, its own and gone when it ends. In the sandbox: a dir the worker makes
@@ -292,6 +380,7 @@ class TrialFiles:
         def remove() -> None:
             with SafeDir.open(self.work, "scratch", create=True) as scratch:
                 scratch.remove(name)
+
         return "", remove
 
     def prelude(self, device: int) -> Prelude:
@@ -307,12 +396,16 @@ class TrialFiles:
         tag = job.build.sha + (f"-{job.build.patch_hash}" if job.build.patch_hash else "")
         return self.work / "checked" / f"{tag}.json"
 
-    def records(self, job: TrialJob, prepared: Prepared, out: Mapping[str, Any],
-                info: Mapping[str, Any]) -> tuple[TrialRecord, ...]:
+    def records(
+        self, job: TrialJob, prepared: Prepared, out: Mapping[str, Any], info: Mapping[str, Any]
+    ) -> tuple[TrialRecord, ...]:
         """`records`, and the shapes this trial checked and passed noted for the build's later trials."""
         recs = records(job, prepared, out, info)
-        passed = {r.shape: list(cast("Iterable[Any]", r.protocol.get("tolerance") or ())) for r in recs
-                  if r.status is TrialStatus.OK and r.max_abs_err is not None and r.protocol.get("tolerance")}
+        passed = {
+            r.shape: list(cast("Iterable[Any]", r.protocol.get("tolerance") or ()))
+            for r in recs
+            if r.status is TrialStatus.OK and r.max_abs_err is not None and r.protocol.get("tolerance")
+        }
         if passed:
             path = self.checked_path(job)
             with self._lock:
@@ -345,19 +438,33 @@ class SourceArgs:
     def make(self) -> WorkerSource:
         for path in self.writable:
             path.mkdir(parents=True, exist_ok=True)
-        return make_source(self.kind, dict(self.env), self.preload, self.work / "workers", self.writable,
-                           gpu=self.gpu, limits=self.limits)
+        return make_source(
+            self.kind,
+            dict(self.env),
+            self.preload,
+            self.work / "workers",
+            self.writable,
+            gpu=self.gpu,
+            limits=self.limits,
+        )
 
 
-def source_args(config: Config, work: str | Path, environ: Mapping[str, str] | None = None,
-                source: str | None = None) -> SourceArgs:
+def source_args(
+    config: Config, work: str | Path, environ: Mapping[str, str] | None = None, source: str | None = None
+) -> SourceArgs:
     work = Path(work).resolve()
     kind = source or config.protocol.workers
     if kind not in SOURCES:
         raise ValueError(f"unknown worker source {kind!r} (known: {', '.join(SOURCES)})")
     base = worker_env(config, os.environ if environ is None else environ, work)
-    return SourceArgs(kind, tuple(sorted(base.items())), tuple(default_preload(config)), work, config.device != "cpu",
-                      Limits(memory_limit(config), config.protocol.max_tasks))  # each trial's cgroup, where there are any
+    return SourceArgs(
+        kind,
+        tuple(sorted(base.items())),
+        tuple(default_preload(config)),
+        work,
+        config.device != "cpu",
+        Limits(memory_limit(config), config.protocol.max_tasks),
+    )  # each trial's cgroup, where there are any
 
 
 _EARLY: dict[SourceArgs, WorkerSource] = {}
@@ -382,25 +489,50 @@ def _close_early() -> None:
         _EARLY.popitem()[1].close()
 
 
-def make_executor(config: Config, work: str | Path, *, environ: Mapping[str, str] | None = None,
-                  source: str | None = None, ahead: int | None = None, timeout_s: float | None = None,
-                  lock_devices: bool = True, pin_cpu: bool | None = None) -> Executor:
+def make_executor(
+    config: Config,
+    work: str | Path,
+    *,
+    environ: Mapping[str, str] | None = None,
+    source: str | None = None,
+    ahead: int | None = None,
+    timeout_s: float | None = None,
+    lock_devices: bool = True,
+    pin_cpu: bool | None = None,
+) -> Executor:
     """The executor of one config's trials, with its worker source (the one `start_workers` started
     for them, if any) and limits."""
     args = source_args(config, work, environ, source)
     work = args.work
     files = TrialFiles(config, work, dict(args.env), pin_cpu)
     workers = _EARLY.pop(args, None) or args.make()
-    return Executor(workers, config.devices,
-                    config.device,
-                    files.prepare, files.records, ahead=default_ahead(config) if ahead is None else ahead,
-                    timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,
-                    memory_bytes=memory_limit(config), lock_devices=lock_devices, prelude=files.prelude)
+    return Executor(
+        workers,
+        config.devices,
+        config.device,
+        files.prepare,
+        files.records,
+        ahead=default_ahead(config) if ahead is None else ahead,
+        timeout_s=config.protocol.timeout_s if timeout_s is None else timeout_s,
+        memory_bytes=memory_limit(config),
+        lock_devices=lock_devices,
+        prelude=files.prelude,
+    )
 
 
-def run_trial(config: Config, build: BuildResult, suite: str | None, *, work: str | Path, trial_index: int = 0,
-              first: bool = False, timeout_s: float | None = None, shapes: Sequence[Shape] | None = None,
-              seed: int | None = None, environ: Mapping[str, str] | None = None) -> tuple[TrialRecord, ...]:
+def run_trial(
+    config: Config,
+    build: BuildResult,
+    suite: str | None,
+    *,
+    work: str | Path,
+    trial_index: int = 0,
+    first: bool = False,
+    timeout_s: float | None = None,
+    shapes: Sequence[Shape] | None = None,
+    seed: int | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[TrialRecord, ...]:
     """One trial process of `suite` (None: every suite of `shapes`) on `build`, on its own: one record per shape.
 
     `first` empties the commit's JIT cache dir first; `trial_index` picks the input seed (config
@@ -413,5 +545,15 @@ def run_trial(config: Config, build: BuildResult, suite: str | None, *, work: st
     return outcome.records
 
 
-__all__ = ["SourceArgs", "TrialFiles", "device_env", "make_executor", "records", "run_trial", "source_args",
-           "start_workers", "trial_env", "worker_env"]
+__all__ = [
+    "SourceArgs",
+    "TrialFiles",
+    "device_env",
+    "make_executor",
+    "records",
+    "run_trial",
+    "source_args",
+    "start_workers",
+    "trial_env",
+    "worker_env",
+]

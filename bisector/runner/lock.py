@@ -68,8 +68,9 @@ def device_lock(device: str, index: int) -> FileLock:
 
 
 @contextlib.contextmanager
-def gpu_lock(device: str, indices: Sequence[int], timeout_s: float = -1,
-             on_wait: Callable[[Path], None] = lambda p: None) -> Iterator[tuple[Path, ...]]:
+def gpu_lock(
+    device: str, indices: Sequence[int], timeout_s: float = -1, on_wait: Callable[[Path], None] = lambda p: None
+) -> Iterator[tuple[Path, ...]]:
     """Hold the locks of these devices (sorted, so two jobs never deadlock on each other).
 
     `on_wait` is called once per lock that is busy, before waiting on it; timeout_s < 0 waits forever.

@@ -123,8 +123,9 @@ def trial(task: RemoteTrial) -> TrialOutcome:
     made = h.builder.build(task.sha, task.patch)
     if made.status is BuildStatus.FAILED:
         return failed(task, f"build failed on {socket.gethostname()}: {made.log_tail.strip()[-300:]}")
-    job = TrialJob(made, task.shapes, task.seed, slot=task.slot, first=task.first, patch=task.patch,
-                   hold=bool(task.gate))
+    job = TrialJob(
+        made, task.shapes, task.seed, slot=task.slot, first=task.first, patch=task.patch, hold=bool(task.gate)
+    )
     future = h.executor.submit(job)
     if task.gate:
         if not _gate_opens(task.gate):
@@ -151,8 +152,18 @@ def failed(task: RemoteTrial, error: str) -> TrialOutcome:
     from bisector.build.builder import patch_hash
 
     phash = patch_hash(task.patch) if task.patch else None
-    records = tuple(TrialRecord(sha=task.sha, shape=s.key, status=TrialStatus.CRASH, error=error, patch_hash=phash,
-                                slot=task.slot, protocol={"where": where()}) for s in task.shapes)
+    records = tuple(
+        TrialRecord(
+            sha=task.sha,
+            shape=s.key,
+            status=TrialStatus.CRASH,
+            error=error,
+            patch_hash=phash,
+            slot=task.slot,
+            protocol={"where": where()},
+        )
+        for s in task.shapes
+    )
     return TrialOutcome(records, Timeline(task.sha, phash, worker_device(), time.time()))
 
 

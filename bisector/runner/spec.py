@@ -25,8 +25,9 @@ def source_dirs(build: BuildResult) -> list[str]:
     return [str(Path(d).resolve()) for d in dirs]
 
 
-def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: int,
-               shapes: tuple[Shape, ...] | None = None) -> dict[str, Any]:
+def build_spec(
+    config: Config, build: BuildResult, suite: str | None, *, seed: int, shapes: tuple[Shape, ...] | None = None
+) -> dict[str, Any]:
     """The trial's spec; `suite=None` measures every suite of `shapes` in one process."""
     if suite is not None and suite not in config.subjects:
         raise BadInput(f"{config.path}: subject.{suite}: no subject for suite {suite!r}")
@@ -45,10 +46,12 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
         "source_dirs": source_dirs(build),
         "reps": config.protocol.reps,
         "warmup": config.protocol.warmup,
-        "graph_reads": {s.key: for_shape(s.key, config.protocol.graph_reads, config.protocol.graph_reads_by)
-                        for s in chosen},
-        "graph_heat_ms": {s.key: for_shape(s.key, config.protocol.graph_heat_ms, config.protocol.graph_heat_ms_by)
-                          for s in chosen},
+        "graph_reads": {
+            s.key: for_shape(s.key, config.protocol.graph_reads, config.protocol.graph_reads_by) for s in chosen
+        },
+        "graph_heat_ms": {
+            s.key: for_shape(s.key, config.protocol.graph_heat_ms, config.protocol.graph_heat_ms_by) for s in chosen
+        },
         "settle_ms": {s.key: for_shape(s.key, config.protocol.settle_ms, config.protocol.settle_ms_by) for s in chosen},
         "flush_mb": config.protocol.flush_mb,
         "cpu_clock": config.protocol.cpu_clock,
@@ -56,8 +59,9 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
         "tolerances": tolerances,
         "timing": {name: config.thresholds.timing_of(name) for name in subjects},
     }
-    modules = {name: {"module": m.module, "path": m.path} for name, m in config.suite_modules.items()
-               if name in subjects}
+    modules = {
+        name: {"module": m.module, "path": m.path} for name, m in config.suite_modules.items() if name in subjects
+    }
     if modules:  # only when there are: the spec of a config without brought suites is as it was
         spec["suite_modules"] = modules
     if any(name in config.caches for name in subjects):  # suites timed warm too (config/warm_cache_key.py)
@@ -67,8 +71,12 @@ def build_spec(config: Config, build: BuildResult, suite: str | None, *, seed: i
 
 def subject_spec(sub: Subject) -> dict[str, Any]:
     """A subject as the trial reads it; the mapping and the pytest tests only when given."""
-    out: dict[str, Any] = {"entry": sub.entry, "adapter": sub.adapter, "layout": sub.layout,
-                           "options": dict(sub.options)}
+    out: dict[str, Any] = {
+        "entry": sub.entry,
+        "adapter": sub.adapter,
+        "layout": sub.layout,
+        "options": dict(sub.options),
+    }
     if sub.args or sub.kwargs:
         out.update(args=list(sub.args), kwargs=dict(sub.kwargs))
     if sub.pytest:

@@ -164,8 +164,16 @@ class WorkerSource(Protocol):
 
 
 def worker_command(preload: Sequence[str], fd: int, zygote: bool = False) -> list[str]:
-    return [sys.executable, "-m", "benches.worker", "--fd", str(fd), "--preload", ",".join(preload),
-            *(["--zygote"] if zygote else [])]
+    return [
+        sys.executable,
+        "-m",
+        "benches.worker",
+        "--fd",
+        str(fd),
+        "--preload",
+        ",".join(preload),
+        *(["--zygote"] if zygote else []),
+    ]
 
 
 class SpawnSource:
@@ -173,8 +181,15 @@ class SpawnSource:
 
     kind = "spawn"
 
-    def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                 writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        preload: Sequence[str],
+        cwd: Path,
+        writable: Sequence[Path] = (),
+        gpu: bool = False,
+        limits: cgroups.Limits | None = None,
+    ) -> None:
         self.env, self.preload, self.cwd = dict(env), tuple(preload), Path(cwd)
         self.writable, self.gpu, self.limits = tuple(writable), gpu, limits
         self.count, self.lineage = 0, 0
@@ -191,10 +206,15 @@ class SpawnSource:
         log = open(self.cwd / f"worker-{os.getpid()}-{self.count}.log", "ab")  # noqa: SIM115 - closed in finally
         try:
             argv = sandbox.wrap(worker_command(self.preload, theirs.fileno()), self.writable, gpu=self.gpu)
-            proc = subprocess.Popen(fenced(argv,
-                                           [theirs.fileno()], self.limits), env=self.env, cwd=self.cwd,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    pass_fds=[theirs.fileno()])
+            proc = subprocess.Popen(
+                fenced(argv, [theirs.fileno()], self.limits),
+                env=self.env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=[theirs.fileno()],
+            )
         finally:
             theirs.close()
             log.close()
@@ -254,9 +274,16 @@ class ForkSource:
 
     kind = "fork"
 
-    def __init__(self, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                 writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None,
-                 prestart: bool | None = None) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        preload: Sequence[str],
+        cwd: Path,
+        writable: Sequence[Path] = (),
+        gpu: bool = False,
+        limits: cgroups.Limits | None = None,
+        prestart: bool | None = None,
+    ) -> None:
         self.log_path = Path(cwd) / f"zygote-{os.getpid()}.log"
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - the zygote's log, closed with it
         self.limits, self.forks, self.restarts, self.lineage = limits, 0, 0, 0
@@ -280,10 +307,20 @@ class ForkSource:
         env, preload, cwd, writable, gpu = self._spawn
         ours, theirs = socket.socketpair()
         try:
-            argv, group = fenced_in(sandbox.wrap(worker_command(preload, theirs.fileno(), zygote=True),
-                                                 writable, gpu=gpu), [theirs.fileno()], self.limits)
-            proc = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                    stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
+            argv, group = fenced_in(
+                sandbox.wrap(worker_command(preload, theirs.fileno(), zygote=True), writable, gpu=gpu),
+                [theirs.fileno()],
+                self.limits,
+            )
+            proc = subprocess.Popen(
+                argv,
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                pass_fds=[theirs.fileno()],
+            )
         finally:
             theirs.close()
         return _Zygote(proc, ours, group)
@@ -321,11 +358,17 @@ class ForkSource:
         code = self.proc.poll()
         tail = _tail(self.log_path)
         if self.restarts >= ZYGOTE_RESTARTS:
-            raise WorkerStartError(f"the worker zygote died {self.restarts + 1} times ({why}; exit code {code}); "
-                                   f"its log {self.log_path}: {tail}")
+            raise WorkerStartError(
+                f"the worker zygote died {self.restarts + 1} times ({why}; exit code {code}); "
+                f"its log {self.log_path}: {tail}"
+            )
         self.restarts += 1
-        print(f"bisector: the worker zygote (pid {self.proc.pid}) is gone ({why}; exit code {code}), starting "
-              f"another ({self.restarts} of {ZYGOTE_RESTARTS}); its log: {tail}", file=sys.stderr, flush=True)
+        print(
+            f"bisector: the worker zygote (pid {self.proc.pid}) is gone ({why}; exit code {code}), starting "
+            f"another ({self.restarts} of {ZYGOTE_RESTARTS}); its log: {tail}",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             self.zygote.control.close()
         except OSError:
@@ -373,9 +416,13 @@ class ForkSource:
 
     def _named(self, z: _Zygote, ours: socket.socket, lineage: int) -> Worker:
         """The worker `z` was just asked to fork, waiting for its pid (`on_readable`)."""
-        worker = Worker(ours, time.time(), root=z.proc.pid, lineage=lineage,
-                        adopt=(lambda pid: self._adopt(z, pid)) if z.group is not None and self.limits is not None
-                        else None)
+        worker = Worker(
+            ours,
+            time.time(),
+            root=z.proc.pid,
+            lineage=lineage,
+            adopt=(lambda pid: self._adopt(z, pid)) if z.group is not None and self.limits is not None else None,
+        )
         z.waiting.append(worker)
         return worker
 
@@ -449,8 +496,15 @@ def _tail(path: Path, lines: int = 5) -> str:
     return " | ".join(line.strip() for line in text)[-800:] or "(empty)"
 
 
-def make_source(kind: str, env: Mapping[str, str], preload: Sequence[str], cwd: Path,
-                writable: Sequence[Path] = (), gpu: bool = False, limits: cgroups.Limits | None = None) -> WorkerSource:
+def make_source(
+    kind: str,
+    env: Mapping[str, str],
+    preload: Sequence[str],
+    cwd: Path,
+    writable: Sequence[Path] = (),
+    gpu: bool = False,
+    limits: cgroups.Limits | None = None,
+) -> WorkerSource:
     """`writable`: the dirs the sandbox lets these workers write (the run's trial, JIT and scratch
     dirs); `gpu`: the workers run a GPU's trials (no sandbox there, bisector/isolation/sandbox.py);
     `limits`: each trial's cgroup limits, where the host allows them (bisector/isolation/cgroups.py)."""

@@ -70,7 +70,9 @@ from bisector.search.zone import merged
 __all__ = ["SearchResult", "SearchSettings", "localize", "result_json", "uncertain_json"]
 
 
-def localize(commits: Sequence[str], probe: Prober | Probe, settings: SearchSettings = SearchSettings()) -> DecidedResult:
+def localize(
+    commits: Sequence[str], probe: Prober | Probe, settings: SearchSettings = SearchSettings()
+) -> DecidedResult:
     """Find every step between commits[0] (GOOD) and commits[-1] (BAD); see the module docstring.
     `probe`: a whole `Prober`, or a plain `probe(sha, repeats)` (search/prober.py)."""
     st = State(commits=list(commits), probe=as_prober(probe), settings=settings)
@@ -97,7 +99,7 @@ def localize(commits: Sequence[str], probe: Prober | Probe, settings: SearchSett
     with st.queued(list(st.bridge_gaps(grid))):
         if settings.width == 1:
             for q, (a, b) in enumerate(pairs):
-                with st.queued(pairs[q + 1:]):
+                with st.queued(pairs[q + 1 :]):
                     st.evaluate(a, b)
         else:  # the grid's pairs compared in rounds together, then each that moved refined
             judged = st.compare_parts(pairs)
@@ -150,8 +152,10 @@ def _verified(st: State, lo: int, hi: int) -> tuple[list[Step], list[Step]]:
             todo = sorted(todo, key=lambda c: c.lo)
             st.expect(todo)
             if settings.verify:
-                st.look_ahead([(c.lo, c.hi, st.look_size(c), st.look_shapes(c)) for c in todo]
-                              + ([(lo, hi, settings.initial_repeats, None)] if check else []))
+                st.look_ahead(
+                    [(c.lo, c.hi, st.look_size(c), st.look_shapes(c)) for c in todo]
+                    + ([(lo, hi, settings.initial_repeats, None)] if check else [])
+                )
             for cand in todo:
                 step, ok = st.verify(cand)
                 if ok and st.small(cand, step):
@@ -171,10 +175,19 @@ def _verified(st: State, lo: int, hi: int) -> tuple[list[Step], list[Step]]:
 
 def _result(st: State, steps: list[Step], dropped: list[Step]) -> DecidedResult:
     wrong = {sha: m.wrong for sha, m in st.meas.items() if m.wrong}
-    decisions = Decisions(st.rejudged(merged(st.zone, ((s.parent, s.commit, s.shapes) for s in steps))),
-                          tuple(st.views.findings.values()), {s: st.settings.min_step(s) for s in sorted(st.every_shape)})
+    decisions = Decisions(
+        st.rejudged(merged(st.zone, ((s.parent, s.commit, s.shapes) for s in steps))),
+        tuple(st.views.findings.values()),
+        {s: st.settings.min_step(s) for s in sorted(st.every_shape)},
+    )
     return DecidedResult(
-        steps=tuple(steps), dropped=tuple(dropped), probes=tuple(st.probes), measurements=dict(st.views.raw),
-        skipped=tuple(st.commits[k] for k in sorted(st.skipped)), wrong=wrong, uncertain=_merged(st.uncertain),
-        processes=st.processes, decisions=decisions,
+        steps=tuple(steps),
+        dropped=tuple(dropped),
+        probes=tuple(st.probes),
+        measurements=dict(st.views.raw),
+        skipped=tuple(st.commits[k] for k in sorted(st.skipped)),
+        wrong=wrong,
+        uncertain=_merged(st.uncertain),
+        processes=st.processes,
+        decisions=decisions,
     )

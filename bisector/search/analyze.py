@@ -91,8 +91,11 @@ def load_csv(path: str | Path, campaign: str | None = None) -> Series:
         raise BadInput(f"{path}: no usable rows")
     df = df.assign(_v=values)
     if order_col is not None:
-        key = pandas.to_numeric(df[order_col], errors="coerce") if order_col == "order" else \
-            pandas.to_datetime(df[order_col], errors="coerce", utc=True)
+        key = (
+            pandas.to_numeric(df[order_col], errors="coerce")
+            if order_col == "order"
+            else pandas.to_datetime(df[order_col], errors="coerce", utc=True)
+        )
         if key.isna().any():
             raise BadInput(f"{path}: column {order_col!r} has empty or unreadable values")
         first = df.assign(_k=key).groupby(sha_col, sort=False)["_k"].min().sort_values(kind="stable")
@@ -143,8 +146,13 @@ def find_steps(series: Series, min_step_pct: float = 1.0, alpha: float = 0.01) -
     n_shapes = max(1, len(shapes))
     noise = {}
     for shape in shapes:
-        groups = [v for sha, per in series.samples.items() if shape not in series.wrong.get(sha, ())
-                  for k, v in per.items() if k == shape and v]
+        groups = [
+            v
+            for sha, per in series.samples.items()
+            if shape not in series.wrong.get(sha, ())
+            for k, v in per.items()
+            if k == shape and v
+        ]
         sd, df = log_sd(groups)
         noise[shape] = (sd if sd == sd else 0.0, float(max(df, 1)))
     bounds: list[int] = []
@@ -158,8 +166,9 @@ def find_steps(series: Series, min_step_pct: float = 1.0, alpha: float = 0.01) -
             k, t = _best_split(series, lo, hi, shape, noise[shape][0])
             if k < 0:
                 continue
-            c = compare(_pooled(series, lo, k, shape), _pooled(series, k, hi, shape), min_step_pct, a, shape,
-                        noise[shape])
+            c = compare(
+                _pooled(series, lo, k, shape), _pooled(series, k, hi, shape), min_step_pct, a, shape, noise[shape]
+            )
             if c.verdict is Verdict.DIFFERENT and (best is None or t > best[0]):
                 best = (t, k)
         if best is not None:
@@ -170,29 +179,55 @@ def find_steps(series: Series, min_step_pct: float = 1.0, alpha: float = 0.01) -
     segment(0, len(series.commits))
     edges = [0, *sorted(bounds), len(series.commits)]
     steps = _steps_at(series, edges, shapes, min_step_pct, alpha / n_shapes, noise)
-    measurements = {sha: Measurement(sha, ProbeStatus.OK if per else ProbeStatus.SKIP, dict(per),
-                                     wrong=series.wrong.get(sha, frozenset()))
-                    for sha, per in series.samples.items()}
-    return SearchResult(steps=tuple(steps), dropped=(), probes=(), measurements=measurements,
-                        skipped=tuple(sha for sha, per in series.samples.items() if not per),
-                        wrong={k: v for k, v in series.wrong.items() if v})
+    measurements = {
+        sha: Measurement(
+            sha, ProbeStatus.OK if per else ProbeStatus.SKIP, dict(per), wrong=series.wrong.get(sha, frozenset())
+        )
+        for sha, per in series.samples.items()
+    }
+    return SearchResult(
+        steps=tuple(steps),
+        dropped=(),
+        probes=(),
+        measurements=measurements,
+        skipped=tuple(sha for sha, per in series.samples.items() if not per),
+        wrong={k: v for k, v in series.wrong.items() if v},
+    )
 
 
-def _steps_at(series: Series, edges: Sequence[int], shapes: Sequence[str], min_step_pct: float, alpha_each: float,
-              noise: Mapping[str, tuple[float, float]]) -> list[Step]:
+def _steps_at(
+    series: Series,
+    edges: Sequence[int],
+    shapes: Sequence[str],
+    min_step_pct: float,
+    alpha_each: float,
+    noise: Mapping[str, tuple[float, float]],
+) -> list[Step]:
     """A step at each inner edge where a shape moved between the segments either side of it."""
     steps = []
     for a, k, b in zip(edges, edges[1:], edges[2:]):
-        comps = {s: compare(_pooled(series, a, k, s), _pooled(series, k, b, s), min_step_pct, alpha_each, s,
-                            noise[s]) for s in shapes if _pooled(series, a, k, s) and _pooled(series, k, b, s)}
-        moved = sorted(s for s, c in comps.items()
-                       if c.verdict is Verdict.DIFFERENT
-                       or holds(c, math.copysign(1.0, c.change_pct), min_step_pct, alpha_each))
+        comps = {
+            s: compare(_pooled(series, a, k, s), _pooled(series, k, b, s), min_step_pct, alpha_each, s, noise[s])
+            for s in shapes
+            if _pooled(series, a, k, s) and _pooled(series, k, b, s)
+        }
+        moved = sorted(
+            s
+            for s, c in comps.items()
+            if c.verdict is Verdict.DIFFERENT or holds(c, math.copysign(1.0, c.change_pct), min_step_pct, alpha_each)
+        )
         if not moved:
             continue
         sha = series.commits[k]
-        steps.append(Step(commit=sha, parent=series.commits[k - 1], shapes=tuple(moved),
-                          change_pct={s: comps[s].change_pct for s in moved},
-                          ci95={s: comps[s].ci95 for s in moved}, p_value={s: comps[s].p_value for s in moved},
-                          pr=series.prs.get(sha)))
+        steps.append(
+            Step(
+                commit=sha,
+                parent=series.commits[k - 1],
+                shapes=tuple(moved),
+                change_pct={s: comps[s].change_pct for s in moved},
+                ci95={s: comps[s].ci95 for s in moved},
+                p_value={s: comps[s].p_value for s in moved},
+                pr=series.prs.get(sha),
+            )
+        )
     return steps

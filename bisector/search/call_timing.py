@@ -24,8 +24,8 @@ def combined(metric: str, timing: str) -> str:
 
 
 def split(name: str) -> tuple[str, str]:
-    """"latency_ratio" -> ("ratio", "latency"); "speed" -> ("speed", "kernel")."""
-    return (name[len(LATENCY):], "latency") if name.startswith(LATENCY) else (name, "kernel")
+    """ "latency_ratio" -> ("ratio", "latency"); "speed" -> ("speed", "kernel")."""
+    return (name[len(LATENCY) :], "latency") if name.startswith(LATENCY) else (name, "kernel")
 
 
 def latency_tflops(trial: TrialRecord) -> float | None:
@@ -53,13 +53,21 @@ class CallFigures:
 
     @property
     def host_bound(self) -> bool:
-        return self.host_us is not None and self.kernel_us is not None and self.method in DEVICE_METHODS \
+        return (
+            self.host_us is not None
+            and self.kernel_us is not None
+            and self.method in DEVICE_METHODS
             and self.host_us > self.kernel_us
+        )
 
     @property
     def control_host_bound(self) -> bool:
-        return self.control_host_us is not None and self.control_kernel_us is not None \
-            and self.method in DEVICE_METHODS and self.control_host_us > self.control_kernel_us
+        return (
+            self.control_host_us is not None
+            and self.control_kernel_us is not None
+            and self.method in DEVICE_METHODS
+            and self.control_host_us > self.control_kernel_us
+        )
 
 
 def _us(values: Sequence[float | None]) -> float | None:
@@ -70,14 +78,23 @@ def _us(values: Sequence[float | None]) -> float | None:
 def figures(trials: Sequence[TrialRecord], shape: str, sha: str) -> CallFigures | None:
     """Medians over the OK trials of (sha, shape) that recorded latency; None when none did
     (a store written before kernel time and latency were measured apart)."""
-    ok = [t for t in trials if t.sha == sha and t.shape == shape and t.status is TrialStatus.OK
-          and t.kernel_method and t.subject_latency_ms]
+    ok = [
+        t
+        for t in trials
+        if t.sha == sha and t.shape == shape and t.status is TrialStatus.OK and t.kernel_method and t.subject_latency_ms
+    ]
     if not ok:
         return None
     methods = sorted({t.kernel_method for t in ok})
     return CallFigures(
-        shape, sha, methods[0] if len(methods) == 1 else "/".join(methods),
-        _us([median(t.subject_ms) for t in ok]), _us([median(t.subject_latency_ms) for t in ok]),
+        shape,
+        sha,
+        methods[0] if len(methods) == 1 else "/".join(methods),
+        _us([median(t.subject_ms) for t in ok]),
+        _us([median(t.subject_latency_ms) for t in ok]),
         _us([median(t.subject_host_ms) for t in ok]),
-        _us([median(t.control_ms) for t in ok]), _us([median(t.control_latency_ms) for t in ok]),
-        _us([median(t.control_host_ms) for t in ok]), len(ok))
+        _us([median(t.control_ms) for t in ok]),
+        _us([median(t.control_latency_ms) for t in ok]),
+        _us([median(t.control_host_ms) for t in ok]),
+        len(ok),
+    )

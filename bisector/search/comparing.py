@@ -27,27 +27,48 @@ class Comparing(Measuring):
         """The trial noise of `shape` at this point of the search (samples.pooled_noise)."""
         return pooled_noise(self.meas.values(), shape)
 
-    def compare_samples(self, shape: str, before: Sequence[float], after: Sequence[float],
-                        alpha: float, detect: bool = False) -> Comparison:
+    def compare_samples(
+        self, shape: str, before: Sequence[float], after: Sequence[float], alpha: float, detect: bool = False
+    ) -> Comparison:
         """`detect`: a search's pair, tested beyond the indifference zone's middle where it has one."""
         step = self.settings.min_step(shape)
-        return compare_pooled(before, after, step, alpha, shape, self.noise(shape),
-                              zone_middle(step) if detect and self.settings.zone else 0.0)
+        return compare_pooled(
+            before,
+            after,
+            step,
+            alpha,
+            shape,
+            self.noise(shape),
+            zone_middle(step) if detect and self.settings.zone else 0.0,
+        )
 
-    def compare_now(self, i: int, j: int, alpha: float, only: Iterable[str] | None = None,
-                    aside: tuple[_Counts, _Counts] | None = None, detect: bool = False) -> dict[str, Comparison]:
+    def compare_now(
+        self,
+        i: int,
+        j: int,
+        alpha: float,
+        only: Iterable[str] | None = None,
+        aside: tuple[_Counts, _Counts] | None = None,
+        detect: bool = False,
+    ) -> dict[str, Comparison]:
         """Compare all trials of i and j per shape; `aside`: the trials between two `counts` left out."""
+
         def kept(k: int, s: str) -> tuple[float, ...]:
             got = self.samples(k, s)
             if aside is None:
                 return got
             a, b = aside[0][k].get(s, 0), aside[1][k].get(s, 0)
             return got[:a] + got[b:]
-        return {s: self.compare_samples(s, kept(i, s), kept(j, s), alpha, detect)
-                for s in self.shapes(i, j) if only is None or s in only}
 
-    def fresh_wants(self, lo: int, hi: int, n: int, also: Iterable[str] = (),
-                    only: Iterable[str] | None = None) -> dict[int, dict[str, int]]:
+        return {
+            s: self.compare_samples(s, kept(i, s), kept(j, s), alpha, detect)
+            for s in self.shapes(i, j)
+            if only is None or s in only
+        }
+
+    def fresh_wants(
+        self, lo: int, hi: int, n: int, also: Iterable[str] = (), only: Iterable[str] | None = None
+    ) -> dict[int, dict[str, int]]:
         """n trials more of each shape lo and hi share, and of `also` (of those, `only` where given),
         for each of the two: the shape's count now plus n. A shape the commit lacks (a split point
         measured on its part's open shapes: `split_on_moved`) is first brought to the trials it has
@@ -97,8 +118,9 @@ class Comparing(Measuring):
             if min(self.count(i, unclear), self.count(j, unclear)) <= n:  # the probe gave no more trials: stop here
                 return self.at_cap(i, j, comps)
 
-    def compare_parts(self, parts: Sequence[tuple[int, int]], only: Iterable[str] | None = None
-                      ) -> list[dict[str, Comparison]]:
+    def compare_parts(
+        self, parts: Sequence[tuple[int, int]], only: Iterable[str] | None = None
+    ) -> list[dict[str, Comparison]]:
         """`compare_pair` of every part, their doublings in one round at a time (width > 1): a
         level of a k-ary split costs as many rounds as its least clear part, not their sum."""
         if self.settings.width == 1 or len(parts) < 2:
@@ -119,7 +141,9 @@ class Comparing(Measuring):
                 verdicts = {c.verdict for c in comps.values()}
                 unclear = _unclear(comps)
                 n = min(self.count(i, unclear), self.count(j, unclear))
-                cap = decision_cap(st.max_repeats, st.decision_trials, starts.setdefault(q, n), self.in_reach(comps, unclear))
+                cap = decision_cap(
+                    st.max_repeats, st.decision_trials, starts.setdefault(q, n), self.in_reach(comps, unclear)
+                )
                 if Verdict.DIFFERENT in verdicts or Verdict.UNKNOWN not in verdicts:
                     out[q] = self.noted(i, j, comps)
                 elif n >= cap:
@@ -171,8 +195,11 @@ class Comparing(Measuring):
     def small(self, cand: _Candidate, step: Step) -> bool:
         """With the zone on, a verified step whose every change is under the minimum step is noted as
         a small change (zone.small_step), not reported as a step."""
-        got = zone_small(step, lambda s: (self.count(cand.lo, [s]), self.count(cand.hi, [s])), self.settings.min_step) \
-            if self.settings.zone else None
+        got = (
+            zone_small(step, lambda s: (self.count(cand.lo, [s]), self.count(cand.hi, [s])), self.settings.min_step)
+            if self.settings.zone
+            else None
+        )
         self.zone += got or []
         return got is not None
 
@@ -184,8 +211,10 @@ class Comparing(Measuring):
             i, j = index[z.before], index[z.after]
             if z.shape not in self.shapes(i, j):
                 return None
-            return self.compare_samples(z.shape, self.samples(i, z.shape), self.samples(j, z.shape), self.alpha_detect,
-                                        detect=True)
+            return self.compare_samples(
+                z.shape, self.samples(i, z.shape), self.samples(j, z.shape), self.alpha_detect, detect=True
+            )
+
         return zone_rejudged(pairs, now, self.settings.min_step)
 
     def in_reach(self, comps: Mapping[str, Comparison], unclear: Iterable[str]) -> bool:

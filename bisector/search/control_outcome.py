@@ -34,6 +34,8 @@ def unavailable_by_shape(trials: Iterable[TrialRecord]) -> dict[str, tuple[int, 
 
 def notes(trials: Iterable[TrialRecord], control: str) -> tuple[str, ...]:
     """One line per shape whose control was unavailable, for a report's notes."""
-    return tuple(f"{shape}: the control ({control}) was unavailable in {n} of {total} trials: "
-                 f"{why.splitlines()[0][:300]}. The subject's times are stored; those trials have no ratio."
-                 for shape, (n, total, why) in sorted(unavailable_by_shape(trials).items()))
+    return tuple(
+        f"{shape}: the control ({control}) was unavailable in {n} of {total} trials: "
+        f"{why.splitlines()[0][:300]}. The subject's times are stored; those trials have no ratio."
+        for shape, (n, total, why) in sorted(unavailable_by_shape(trials).items())
+    )

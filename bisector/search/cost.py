@@ -63,15 +63,30 @@ class Plan:
 
     def as_dict(self) -> dict[str, float | int]:
         out: dict[str, float | int] = dict(self.__dict__)
-        out.update(gpu_hours_mean=self.gpu_hours_mean, gpu_hours_p90=self.gpu_hours_p90,
-                   build_hours_mean=self.build_hours_mean, wall_hours_mean=self.wall_hours_mean,
-                   probes_bound=self.steps * math.ceil(math.log2(max(2, self.commits))) + 4)
+        out.update(
+            gpu_hours_mean=self.gpu_hours_mean,
+            gpu_hours_p90=self.gpu_hours_p90,
+            build_hours_mean=self.build_hours_mean,
+            wall_hours_mean=self.wall_hours_mean,
+            probes_bound=self.steps * math.ceil(math.log2(max(2, self.commits))) + 4,
+        )
         return out
 
 
-def estimate(n_commits: int, noise: float, steps: int = 1, step_pct: float = 5.0, shapes: int = 3,
-             fail_rate: float = 0.0, trial_seconds: float = 60.0, build_seconds: float = 0.0,
-             settings: SearchSettings = SearchSettings(), runs: int = 40, seed: int = 0, devices: int = 1) -> Plan:
+def estimate(
+    n_commits: int,
+    noise: float,
+    steps: int = 1,
+    step_pct: float = 5.0,
+    shapes: int = 3,
+    fail_rate: float = 0.0,
+    trial_seconds: float = 60.0,
+    build_seconds: float = 0.0,
+    settings: SearchSettings = SearchSettings(),
+    runs: int = 40,
+    seed: int = 0,
+    devices: int = 1,
+) -> Plan:
     """Simulate `runs` ranges like the real one and summarize the search's cost on `devices` devices."""
     if n_commits < 2:
         raise ValueError("a range needs at least 2 commits")
@@ -95,13 +110,25 @@ def estimate(n_commits: int, noise: float, steps: int = 1, step_pct: float = 5.0
         got = {s.commit for s in r.steps}
         hits += sum(s.commit in got for s in sim)
         total += len(sim)
-    return Plan(commits=n_commits, steps=steps, step_pct=step_pct, noise_cv=noise, runs=runs,
-                probes_mean=float(np.mean(probes)), probes_p90=float(np.percentile(probes, 90)),
-                trials_mean=float(np.mean(trials)), trials_p90=float(np.percentile(trials, 90)),
-                found_rate=hits / total if total else 1.0, trial_seconds=trial_seconds, build_seconds=build_seconds,
-                devices=max(1, devices), rounds_mean=float(np.mean(rounds)),
-                rounds_p90=float(np.percentile(rounds, 90)),
-                wall_s_mean=float(np.mean(walls)), wall_s_p90=float(np.percentile(walls, 90)))
+    return Plan(
+        commits=n_commits,
+        steps=steps,
+        step_pct=step_pct,
+        noise_cv=noise,
+        runs=runs,
+        probes_mean=float(np.mean(probes)),
+        probes_p90=float(np.percentile(probes, 90)),
+        trials_mean=float(np.mean(trials)),
+        trials_p90=float(np.percentile(trials, 90)),
+        found_rate=hits / total if total else 1.0,
+        trial_seconds=trial_seconds,
+        build_seconds=build_seconds,
+        devices=max(1, devices),
+        rounds_mean=float(np.mean(rounds)),
+        rounds_p90=float(np.percentile(rounds, 90)),
+        wall_s_mean=float(np.mean(walls)),
+        wall_s_p90=float(np.percentile(walls, 90)),
+    )
 
 
 def noise_from_rows(rows: Iterable[Mapping[str, object]]) -> tuple[float, int]:

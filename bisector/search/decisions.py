@@ -45,17 +45,26 @@ def _per_call(speed_pct: float) -> float:
 def _derived(steps: tuple[Step, ...], suffix: str) -> list[tuple[Step, str, float, float | None]]:
     """Each step's changes on a derived shape (its key ends in `suffix`): the step, the base shape,
     the derived shape's change and the base shape's change (None where it did not move)."""
-    return [(s, base_shape(key), s.change_pct[key], s.change_pct.get(base_shape(key)))
-            for s in steps for key in s.shapes if key.endswith(suffix)]
+    return [
+        (s, base_shape(key), s.change_pct[key], s.change_pct.get(base_shape(key)))
+        for s in steps
+        for key in s.shapes
+        if key.endswith(suffix)
+    ]
 
 
 def latency_pairs(steps: tuple[Step, ...]) -> list[str]:
     """A latency step next to its kernel time: "gemm/decode at 3a52501: eager callers +76% per call;
     the kernel itself -20%" (the kernel's figure where the step measured it)."""
-    return [f"{base} at {_short(s.commit)}: eager callers {_per_call(change):+.0f}% per call"
-            + (f"; the kernel itself {_per_call(kernel):+.0f}%" if kernel is not None else
-               "; the kernel itself not moved by the minimum step")
-            for s, base, change, kernel in _derived(steps, LATENCY_KEY)]
+    return [
+        f"{base} at {_short(s.commit)}: eager callers {_per_call(change):+.0f}% per call"
+        + (
+            f"; the kernel itself {_per_call(kernel):+.0f}%"
+            if kernel is not None
+            else "; the kernel itself not moved by the minimum step"
+        )
+        for s, base, change, kernel in _derived(steps, LATENCY_KEY)
+    ]
 
 
 def warm_pairs(steps: tuple[Step, ...]) -> list[str]:
@@ -65,9 +74,14 @@ def warm_pairs(steps: tuple[Step, ...]) -> list[str]:
     out = []
     for s, base, change, cold in _derived(steps, WARM_KEY):
         warm = f"{_per_call(change):+.0f}% a call"
-        out.append(f"{base} at {_short(s.commit)}: "
-                   + (f"seen only warm (the L2 left warm between calls): {warm} warm; cold, not moved by "
-                      "the minimum step" if cold is None else f"warm {warm}, cold {_per_call(cold):+.0f}%"))
+        out.append(
+            f"{base} at {_short(s.commit)}: "
+            + (
+                f"seen only warm (the L2 left warm between calls): {warm} warm; cold, not moved by the minimum step"
+                if cold is None
+                else f"warm {warm}, cold {_per_call(cold):+.0f}%"
+            )
+        )
     return out
 
 
@@ -83,6 +97,7 @@ def decision_lines(result: SearchResult) -> list[str]:
         steps = sorted(set(d.min_step.values()))
         lines.append("no step >= " + "/".join(f"{v:g}%" for v in steps))
     zone = [f"{z.shape} {_short(z.before)}..{_short(z.after)}: {z.line()}" for z in d.zone]
-    lines += zone[:ZONE_LINES] + ([f"... and {len(zone) - ZONE_LINES} more pairs in the zone"]
-                                  if len(zone) > ZONE_LINES else [])
+    lines += zone[:ZONE_LINES] + (
+        [f"... and {len(zone) - ZONE_LINES} more pairs in the zone"] if len(zone) > ZONE_LINES else []
+    )
     return lines

@@ -26,16 +26,29 @@ from scipy import special
 from bisector.model import LATENCY_KEY, WARM_KEY, Measurement, ProbeStatus, base_shape
 from bisector.search.stats import log_sd
 
-__all__ = ["Trend", "DriftFinding", "Choice", "trend", "choose", "decided", "Views", "DRIFT_ALPHA",
-           "merged_measurement", "probe_wants"]
+__all__ = [
+    "Trend",
+    "DriftFinding",
+    "Choice",
+    "trend",
+    "choose",
+    "decided",
+    "Views",
+    "DRIFT_ALPHA",
+    "merged_measurement",
+    "probe_wants",
+]
 
 # A trend this unlikely by chance drifts. It is looked at after every round, and a false alarm costs
 # little (the shape decided on the subject alone); the size floor (half the minimum step) keeps a
 # significant but harmless trend from moving the decision.
 DRIFT_ALPHA = 0.005
 DECIDABLE = ("ratio", "subject")  # the views a shape can be decided on
-LABELS = {"ratio": "the subject/control ratio", "subject": "the subject's own kernel time",
-          "control": "the control's kernel time"}
+LABELS = {
+    "ratio": "the subject/control ratio",
+    "subject": "the subject's own kernel time",
+    "control": "the control's kernel time",
+}
 
 
 @dataclass(frozen=True)
@@ -55,14 +68,15 @@ class Trend:
         return self.p_value < DRIFT_ALPHA and abs(self.pct) >= min_step / 2.0
 
     def words(self, min_step: float, drifting: bool | None = None) -> str:
-        """"control +4.1% over the run", or "subject flat (+0.2%)" (`drifting`: as judged elsewhere)."""
+        """ "control +4.1% over the run", or "subject flat (+0.2%)" (`drifting`: as judged elsewhere)."""
         if self.drifts(min_step) if drifting is None else drifting:
             return f"{self.view} {self.pct:+.1f}% over the run ({self.span_s / 60.0:.1f} min)"
         return f"{self.view} flat ({self.pct:+.1f}%)"
 
 
-def trend(view: str, times: Sequence[float], values: Sequence[float],
-          noise: tuple[float, float] | None = None) -> Trend | None:
+def trend(
+    view: str, times: Sequence[float], values: Sequence[float], noise: tuple[float, float] | None = None
+) -> Trend | None:
     """Least squares of log(values) on times. `noise`: a per-trial log sd known from elsewhere (the
     commits' own spread, pooled) and its df; else the fit's residuals. None below 3 trials or with
     no time between them."""
@@ -71,13 +85,13 @@ def trend(view: str, times: Sequence[float], values: Sequence[float],
     if n < 3 or len(y) != n or float(t.max() - t.min()) <= 0.0:
         return None
     tc = t - t.mean()
-    sxx = float((tc ** 2).sum())
+    sxx = float((tc**2).sum())
     b = float((tc * (y - y.mean())).sum()) / sxx
     if noise is not None and math.isfinite(noise[0]) and noise[1] >= 2:
         sd, df = noise
     else:
         resid = y - y.mean() - b * tc
-        sd, df = math.sqrt(float((resid ** 2).sum()) / (n - 2)) if n > 2 else math.inf, float(n - 2)
+        sd, df = math.sqrt(float((resid**2).sum()) / (n - 2)) if n > 2 else math.inf, float(n - 2)
     span = float(t.max() - t.min())
     se = sd / math.sqrt(sxx)
     if se == 0.0:
@@ -125,8 +139,11 @@ def drifting_views(trends: Mapping[str, Trend], min_step: float) -> set[str]:
     """The views that drift: those whose own trend does, and the ratio where one side drifts alone
     and the ratio moved half a minimum step (it moves as much; its own trend is noisier)."""
     drifting = {v for v, t in trends.items() if t.drifts(min_step)}
-    if "ratio" in trends and ("control" in drifting) != ("subject" in drifting) and \
-            abs(trends["ratio"].pct) >= min_step / 2.0:
+    if (
+        "ratio" in trends
+        and ("control" in drifting) != ("subject" in drifting)
+        and abs(trends["ratio"].pct) >= min_step / 2.0
+    ):
         drifting.add("ratio")
     return drifting
 
@@ -141,8 +158,10 @@ def choose(shape: str, trends: Mapping[str, Trend], configured: str, min_step: f
     if other is not None:
         return Choice(other), f"{seen}: decided on {LABELS[other]}"
     t = trends[configured]
-    return (Choice(configured, t.slope, t.t0),
-            f"{seen}: decided on {LABELS.get(configured, configured)}, the anchor's trend divided out")
+    return (
+        Choice(configured, t.slope, t.t0),
+        f"{seen}: decided on {LABELS.get(configured, configured)}, the anchor's trend divided out",
+    )
 
 
 def decided(raw: Measurement, choices: Mapping[str, Choice]) -> Measurement:
@@ -238,17 +257,26 @@ class Views:
         changed = False
         for s, samples in a.samples.items():
             times = a.times.get(s, ())
-            views = {v: a.views[v][s] for v in ("subject", "control", "ratio")
-                     if s in a.views.get(v, {}) and len(a.views[v][s]) == len(times) == len(samples)}
+            views = {
+                v: a.views[v][s]
+                for v in ("subject", "control", "ratio")
+                if s in a.views.get(v, {}) and len(a.views[v][s]) == len(times) == len(samples)
+            }
             configured = next((v for v in DECIDABLE if views.get(v) == tuple(samples)), None)
-            trends = {v: t for v, values in views.items()
-                      if (t := trend(v, times, values, self.noise(v, s))) is not None}
+            trends = {
+                v: t for v, values in views.items() if (t := trend(v, times, values, self.noise(v, s))) is not None
+            }
             if configured is None or configured not in trends:
                 continue
             before = self.choices.get(s)
             choice, why = choose(s, trends, configured, self.min_step(s))
-            if before is not None and before.view != configured and not before.slope and choice != before \
-                    and before.view not in drifting_views(trends, self.min_step(s)):
+            if (
+                before is not None
+                and before.view != configured
+                and not before.slope
+                and choice != before
+                and before.view not in drifting_views(trends, self.min_step(s))
+            ):
                 # the other view, once chosen, stays: a drift that flattens late was still there
                 choice, why = before, why.split(": decided on")[0] + f": decided on {LABELS[before.view]}"
             self.findings[s] = DriftFinding(s, self.anchor, trends, choice.name, why)  # type: ignore[arg-type]
@@ -260,10 +288,15 @@ class Views:
     def noise(self, view: str, shape: str) -> tuple[float, float] | None:
         """The per-trial log sd of a view, pooled over the commits other than the anchor whose trials
         ran within `anchor_s` of each other: a commit measured again later holds the drift too."""
-        groups = [m.views[view][shape] for sha, m in self.raw.items() if sha != self.anchor
-                  and m.status is ProbeStatus.OK and len(m.views.get(view, {}).get(shape, ())) > 1
-                  and len(t := m.times.get(shape, ())) == len(m.views[view][shape])
-                  and max(t) - min(t) <= self.anchor_s]
+        groups = [
+            m.views[view][shape]
+            for sha, m in self.raw.items()
+            if sha != self.anchor
+            and m.status is ProbeStatus.OK
+            and len(m.views.get(view, {}).get(shape, ())) > 1
+            and len(t := m.times.get(shape, ())) == len(m.views[view][shape])
+            and max(t) - min(t) <= self.anchor_s
+        ]
         sd, df = log_sd(groups, screen=True)
         return (sd, df) if df >= 4 and math.isfinite(sd) else None
 
@@ -273,8 +306,14 @@ def merged_measurement(have: Measurement, new: Measurement) -> Measurement:
     wrong = have.wrong | new.wrong
     samples = {k: v for k, v in {**have.samples, **new.samples}.items() if k not in wrong}
     views = {v: {**have.views.get(v, {}), **new.views.get(v, {})} for v in {*have.views, *new.views}}
-    return replace(have, samples=samples, wrong=wrong, reason=have.reason or new.reason, views=views,
-                   times={**have.times, **new.times})
+    return replace(
+        have,
+        samples=samples,
+        wrong=wrong,
+        reason=have.reason or new.reason,
+        views=views,
+        times={**have.times, **new.times},
+    )
 
 
 def probe_wants(per: Mapping[str, int]) -> dict[str, int]:

@@ -59,8 +59,9 @@ def metric_value(trial: TrialRecord, metric: str) -> float | None:
     return trial_metric(trial, metric, trial.subject_tflops * statistics.median(times))
 
 
-def metric_samples(trials: Sequence[TrialRecord], keys: Sequence[str],
-                   metric_of: Callable[[str], str]) -> dict[str, tuple[float, ...]]:
+def metric_samples(
+    trials: Sequence[TrialRecord], keys: Sequence[str], metric_of: Callable[[str], str]
+) -> dict[str, tuple[float, ...]]:
     """Per shape key, the metric of each OK trial in the order measured."""
     out: dict[str, tuple[float, ...]] = {}
     for key in keys:
@@ -82,7 +83,10 @@ def unsure_pairs(result: SearchResult, max_trials: int, min_step: Callable[[str]
             before = tuple(a.samples.get(shape, ()))[:max_trials] if a else ()
             after = tuple(b.samples.get(shape, ()))[:max_trials] if b else ()
             if before and after:
-                comparisons.append(compare_pooled(before, after, min_step(shape), 1.0, shape,
-                                                  pooled_noise(result.measurements.values(), shape)))
+                comparisons.append(
+                    compare_pooled(
+                        before, after, min_step(shape), 1.0, shape, pooled_noise(result.measurements.values(), shape)
+                    )
+                )
         out.append(UnsurePair(u.before, u.after, u.shapes, tuple(comparisons)))
     return tuple(out)

@@ -50,8 +50,12 @@ class Measuring(StateFields):
         have = self.meas.get(sha)
         if have is not None and have.count() >= repeats:
             return True
-        if have is not None and have.status is ProbeStatus.OK and self.probe.shapes_alone and (
-                len({len(v) for v in have.samples.values()}) > 1 or self.every_shape - have.known()):
+        if (
+            have is not None
+            and have.status is ProbeStatus.OK
+            and self.probe.shapes_alone
+            and (len({len(v) for v in have.samples.values()}) > 1 or self.every_shape - have.known())
+        ):
             # shapes measured unequally (`measure_shaped`), or some only (a split point, `split_on_moved`):
             # only those short of `repeats`, so that none is cut back to it and none is added
             self.measure_shaped({i: dict.fromkeys(have.samples, repeats)})
@@ -71,8 +75,11 @@ class Measuring(StateFields):
         (`probe.together`): a pair's fresh trials then share the machine's state of the moment."""
         if self.views.due():
             self.remeasure_anchor()
-        wants = {i: n for i, n in wants.items() if i not in self.skipped and (
-            self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < n)}
+        wants = {
+            i: n
+            for i, n in wants.items()
+            if i not in self.skipped and (self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < n)
+        }
         if not self.probe.side_by_side or len(wants) < 2 or any(self.commits[i] not in self.meas for i in wants):
             for i, n in wants.items():
                 self.measure(i, n)
@@ -92,8 +99,11 @@ class Measuring(StateFields):
         device). A probe without `shaped` measures every shape, to the largest count asked."""
         if self.views.due():
             self.remeasure_anchor()
-        short = {i: {s: n for s, n in per.items() if len(self.meas[self.commits[i]].samples.get(s, ())) < n}
-                 for i, per in wants.items() if i not in self.skipped and self.commits[i] in self.meas}
+        short = {
+            i: {s: n for s, n in per.items() if len(self.meas[self.commits[i]].samples.get(s, ())) < n}
+            for i, per in wants.items()
+            if i not in self.skipped and self.commits[i] in self.meas
+        }
         short = {i: per for i, per in short.items() if per}
         if not short:
             return
@@ -115,8 +125,12 @@ class Measuring(StateFields):
         stood between the device and the previous commit's last trial; the decisions are the same."""
         if self.views.due():
             self.remeasure_anchor()
-        todo = [i for i in dict.fromkeys(idxs) if i not in self.skipped and (
-            self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < repeats)]
+        todo = [
+            i
+            for i in dict.fromkeys(idxs)
+            if i not in self.skipped
+            and (self.commits[i] not in self.meas or self.meas[self.commits[i]].count() < repeats)
+        ]
         if not self.probe.side_by_side or len(todo) < 2:
             for i in todo:
                 self.measure(i, repeats)
@@ -143,7 +157,8 @@ class Measuring(StateFields):
         if not new:
             return
         got = self.probe.shaped(  # `on` is () where the probe measures every shape
-            {self.commits[i]: probe_wants(dict.fromkeys(on, repeats)) for i in new})
+            {self.commits[i]: probe_wants(dict.fromkeys(on, repeats)) for i in new}
+        )
         for i in new:
             sha = self.commits[i]
             m = got.get(sha) or Measurement(sha, ProbeStatus.SKIP, reason="not measured")

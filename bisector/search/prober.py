@@ -96,6 +96,8 @@ def as_prober(probe: Prober | Callable[[str, int], Measurement]) -> Prober:
         return probe
     partial = [name for name in _PARTS if hasattr(probe, name)]
     if partial:
-        raise TypeError(f"{type(probe).__name__} has {', '.join(partial)} but is not a whole Prober: "
-                        "subclass bisector.search.prober.ProbeBase")
+        raise TypeError(
+            f"{type(probe).__name__} has {', '.join(partial)} but is not a whole Prober: "
+            "subclass bisector.search.prober.ProbeBase"
+        )
     return Plain(probe)

@@ -26,7 +26,9 @@ class Refining(Comparing):
         """Commit k has samples of every shape in `need` (a wrong result there is no sample)."""
         return all(self.samples(k, s) for s in need)
 
-    def sized(self, shapes: Iterable[str], other: int, enough: Callable[[str, float, int], bool], otherwise: int) -> int:
+    def sized(
+        self, shapes: Iterable[str], other: int, enough: Callable[[str, float, int], bool], otherwise: int
+    ) -> int:
         """The fewest trials n in [first_look, max(initial_repeats, otherwise)) a commit needs against one with
         `other` trials for `enough(shape, sd, n)` to hold in every shape, with the trial noise sd pooled
         over the run; `otherwise` when none does or that noise is not known yet. Trials sized to the
@@ -35,16 +37,24 @@ class Refining(Comparing):
         sds = {s: self.noise(s) for s in shapes}
         if not sds or any(sd is None for sd in sds.values()):
             return otherwise
-        return next((n for n in range(st.first_look, max(st.initial_repeats, otherwise))
-                     if all(enough(s, sd.raw_sd, n) for s, sd in sds.items() if sd is not None)), otherwise)
+        return next(
+            (
+                n
+                for n in range(st.first_look, max(st.initial_repeats, otherwise))
+                if all(enough(s, sd.raw_sd, n) for s, sd in sds.items() if sd is not None)
+            ),
+            otherwise,
+        )
 
     def first_repeats(self, shapes: Iterable[str], other: int) -> int:
         """Trials a newly measured commit gets first: as few as show "no step" at once against a
         neighbour with `other` trials (the change's standard error under a third of the minimum
         step: its 95% interval then fits inside +-min_step around a chance difference of one
         standard error), else as many as its neighbours have. Each shape on its own minimum step."""
+
         def enough(shape: str, sd: float, n: int) -> bool:
             return sd * math.sqrt(1.0 / n + 1.0 / other) <= math.log1p(self.settings.min_step(shape) / 100.0) / 3.0
+
         return self.sized(shapes, other, enough, max(self.settings.initial_repeats, other))
 
     def split(self, lo: int, hi: int, need: Iterable[str] = ()) -> list[int]:
@@ -55,8 +65,9 @@ class Refining(Comparing):
         targets = self.targets(lo, hi)
         on = self.open_shapes(lo, hi, need)
         sized = on or None  # a split point's trials sized on the shapes it is measured on
-        repeats = self.first_repeats(on or self.shapes(lo, hi) or need,
-                                     min(self.count(lo, sized), self.count(hi, sized)))
+        repeats = self.first_repeats(
+            on or self.shapes(lo, hi) or need, min(self.count(lo, sized), self.count(hi, sized))
+        )
         orders = [sorted(range(lo + 1, hi), key=lambda k: (abs(k - t), k)) for t in targets]
         tried: set[int] = set()
         chosen: list[int] = []
@@ -94,8 +105,10 @@ class Refining(Comparing):
         a commit shows whether it is usable in one trial and gets the rest of its trials only once it
         is. The H200 demo's bridge across its GEMM window paid 4 trials for each of eight wrong
         commits (studies/demo_replay.py)."""
-        return any(self.commits[k] in self.meas and not self.usable(k, need) and k not in self.skipped
-                   for k in range(lo + 1, hi))
+        return any(
+            self.commits[k] in self.meas and not self.usable(k, need) and k not in self.skipped
+            for k in range(lo + 1, hi)
+        )
 
     def walk_ahead(self, orders: Sequence[Sequence[int]], picks: Mapping[int, int], tried: set[int]) -> list[int]:
         """Inside a window of wrong results a pick is often wrong too, so the next ones outwards are
@@ -103,9 +116,14 @@ class Refining(Comparing):
         bridge probed nine commits one by one, ~5 s of cold setup each on the path). `WALK_AHEAD` a
         pick, none already measured: a measured one costs no trial, and the walk went on to a commit
         nobody had named (5 cold setups of 3.5-4.6 s on that demo's path)."""
-        return [k for q in picks for k in itertools.islice(
-            (k for k in orders[q] if k not in tried and k not in picks.values() and not self.measured(k)),
-            WALK_AHEAD)]
+        return [
+            k
+            for q in picks
+            for k in itertools.islice(
+                (k for k in orders[q] if k not in tried and k not in picks.values() and not self.measured(k)),
+                WALK_AHEAD,
+            )
+        ]
 
     def open_shapes(self, lo: int, hi: int, need: Sequence[str]) -> tuple[str, ...]:
         """The shapes a split point of (lo, hi) is measured on (`SearchSettings.split_on_moved`): those
@@ -138,8 +156,12 @@ class Refining(Comparing):
         it (the H200 demo set up 12 new commits on the device's path that an earlier request had
         named)."""
         parts = [*parts, *self.pending]
-        ks = [*points, *(k for a, b in parts if b - a > 1 for k in self.targets(a, b)),
-              *(k for a, b in parts for k in self.hidden(a, b)), *last]
+        ks = [
+            *points,
+            *(k for a, b in parts if b - a > 1 for k in self.targets(a, b)),
+            *(k for a, b in parts for k in self.hidden(a, b)),
+            *last,
+        ]
         self.probe.prefetch([self.commits[k] for k in dict.fromkeys(ks) if not self.measured(k)])
 
     def measured(self, k: int) -> bool:
@@ -155,8 +177,14 @@ class Refining(Comparing):
         cuts = self.targets(lo, hi)
         known = [c not in self.skipped and self.commits[c] in self.meas for c in cuts]
         bounds = [lo, *cuts, hi]
-        return [k for q, c in enumerate(cuts) if known[q]
-                for a, b in ((bounds[q], c), (c, bounds[q + 2])) if b - a > 1 for k in self.targets(a, b)]
+        return [
+            k
+            for q, c in enumerate(cuts)
+            if known[q]
+            for a, b in ((bounds[q], c), (c, bounds[q + 2]))
+            if b - a > 1
+            for k in self.targets(a, b)
+        ]
 
     def prefetch_grid(self, lo: int, hi: int) -> list[int]:
         """The grid's interior points between GOOD (lo) and BAD (hi); prefetched, then the split
@@ -205,7 +233,7 @@ class Refining(Comparing):
             found[best][shape] = sign
         todo = [(a, b, f) for (a, b), f in zip(parts, found) if f]
         for q, (a, b, f) in enumerate(todo):
-            with self.queued([(x, y) for x, y, _ in todo[q + 1:]]):
+            with self.queued([(x, y) for x, y, _ in todo[q + 1 :]]):
                 self.refine(a, b, f, seen)
 
     @contextmanager

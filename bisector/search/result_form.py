@@ -28,10 +28,17 @@ def result_json(result: SearchResult, prs: Mapping[str, int | None] | None = Non
     prs = prs or {}
 
     def step(s: Step) -> dict[str, object]:
-        return {"commit": s.commit, "parent": s.parent, "pr": s.pr if s.pr is not None else prs.get(s.commit),
-                "shapes": list(s.shapes), "change_pct": {k: round(v, 4) for k, v in s.change_pct.items()},
-                "ci95": {k: [round(v[0], 4), round(v[1], 4)] for k, v in s.ci95.items()},
-                "p_value": dict(s.p_value), "candidates": list(s.candidates), "verified": s.verified}
+        return {
+            "commit": s.commit,
+            "parent": s.parent,
+            "pr": s.pr if s.pr is not None else prs.get(s.commit),
+            "shapes": list(s.shapes),
+            "change_pct": {k: round(v, 4) for k, v in s.change_pct.items()},
+            "ci95": {k: [round(v[0], 4), round(v[1], 4)] for k, v in s.ci95.items()},
+            "p_value": dict(s.p_value),
+            "candidates": list(s.candidates),
+            "verified": s.verified,
+        }
 
     return {
         "steps": [step(s) for s in result.steps],

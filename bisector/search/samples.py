@@ -52,8 +52,9 @@ def trial_metric(trial: TrialRecord, metric: str, speed_scale: float = 1.0) -> f
     return trial.ratio
 
 
-def trial_views(kept: Mapping[str, Sequence[TrialRecord]], latency: bool = False
-                ) -> tuple[dict[str, dict[str, tuple[float, ...]]], dict[str, tuple[float, ...]]]:
+def trial_views(
+    kept: Mapping[str, Sequence[TrialRecord]], latency: bool = False
+) -> tuple[dict[str, dict[str, tuple[float, ...]]], dict[str, tuple[float, ...]]]:
     """The views of a measurement's trials (model.Measurement.views, in the order of its samples) and
     when each ran (epoch seconds): "subject" and "control" the full-clock speed of each alone,
     "ratio" their ratio, for the search's drift check; with `latency`, "latency" the latency ratio
@@ -130,8 +131,15 @@ def run_noise(measurements: Iterable[Measurement], shapes: Iterable[str]) -> dic
     return {shape: pooled_noise(measurements, shape) for shape in dict.fromkeys(shapes)}
 
 
-def compare_pooled(before: Sequence[float], after: Sequence[float], min_step_pct: float, alpha: float,
-                   shape: str, pool: PooledNoise | None, null_pct: float = 0.0) -> Comparison:
+def compare_pooled(
+    before: Sequence[float],
+    after: Sequence[float],
+    min_step_pct: float,
+    alpha: float,
+    shape: str,
+    pool: PooledNoise | None,
+    null_pct: float = 0.0,
+) -> Comparison:
     """The search's comparison of two commits. With the run's pooled noise known and 3 trials or
     more a side (stats.WILD_MIN_TRIALS), their wild trials are left out against the screened pool
     (stats.without_wild: far from both commits); with fewer, a wild trial cannot be told, so the
@@ -149,8 +157,7 @@ def compare_pooled(before: Sequence[float], after: Sequence[float], min_step_pct
         if min(given) >= WILD_MIN_TRIALS:
             (before, after), sd = _without_wild_pair(before, after, pool.sd), pool.sd
         own, own_df = log_sd([side for side in (before, after) if len(side) > 1])
-        out = compare(before, after, min_step_pct, alpha, shape, (pair_sd(sd, pool.df, own, own_df), pool.df),
-                      null_pct)
+        out = compare(before, after, min_step_pct, alpha, shape, (pair_sd(sd, pool.df, own, own_df), pool.df), null_pct)
     return replace(out, n_before=given[0], n_after=given[1])
 
 
@@ -166,13 +173,16 @@ def pair_sd(pool_sd: float, pool_df: float, own: float, own_df: float) -> float:
     return own if beyond else pool_sd
 
 
-def _without_wild_pair(before: Sequence[float], after: Sequence[float],
-                       sd: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def _without_wild_pair(
+    before: Sequence[float], after: Sequence[float], sd: float
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Each side less its trials wild against its own median and the other side's (stats.without_wild)."""
     if len(before) < WILD_MIN_TRIALS or len(after) < WILD_MIN_TRIALS:
         return tuple(before), tuple(after)
-    return (without_wild(before, sd, (statistics.median(after),)),
-            without_wild(after, sd, (statistics.median(before),)))
+    return (
+        without_wild(before, sd, (statistics.median(after),)),
+        without_wild(after, sd, (statistics.median(before),)),
+    )
 
 
 @dataclass(frozen=True)

@@ -143,10 +143,18 @@ class SimulatedProbe(ProbeBase):
 
     shapes_alone = True
 
-    def __init__(self, commits: Sequence[str], model: StepModel, noise_cv: float = 0.01, seed: int = 0,
-                 wrong: Mapping[str, frozenset[str]] | None = None, wild: float = 0.0,
-                 wild_pct: tuple[float, float] = (5.0, 10.0), lineage_bias: Mapping[str, float] | None = None,
-                 biased_lineage: int = 0) -> None:
+    def __init__(
+        self,
+        commits: Sequence[str],
+        model: StepModel,
+        noise_cv: float = 0.01,
+        seed: int = 0,
+        wrong: Mapping[str, frozenset[str]] | None = None,
+        wild: float = 0.0,
+        wild_pct: tuple[float, float] = (5.0, 10.0),
+        lineage_bias: Mapping[str, float] | None = None,
+        biased_lineage: int = 0,
+    ) -> None:
         """`wild`: the share of trials read `wild_pct` percent off (either way, uniform in the range)
         on top of the noise, as a GPU host reads a trial whose timed section another process
         disturbed (studies/results/h200-setup-parts.txt). `lineage_bias`: commit -> a factor on
@@ -186,8 +194,9 @@ class SimulatedProbe(ProbeBase):
             noise = self._draw(sha, missing, len(have))
             for j, name in enumerate(have):
                 have[name].extend(float(self.level[sha][name] * x) for x in noise[:, j])
-        return Measurement(sha, ProbeStatus.OK, {k: tuple(v) for k, v in have.items()},
-                           wrong=self.wrong.get(sha, frozenset()))
+        return Measurement(
+            sha, ProbeStatus.OK, {k: tuple(v) for k, v in have.items()}, wrong=self.wrong.get(sha, frozenset())
+        )
 
     def shaped(self, wants: Mapping[str, Mapping[str, int]]) -> dict[str, Measurement]:
         """Each commit's own count per shape, of those shapes only (`StoreProbe.shaped`)."""
@@ -202,15 +211,19 @@ class SimulatedProbe(ProbeBase):
                 if name in have and n > len(have[name]):
                     drawn = self._draw(sha, n - len(have[name]), 1)[:, 0]
                     have[name].extend(float(self.level[sha][name] * x) for x in drawn)
-            out[sha] = Measurement(sha, ProbeStatus.OK, {k: tuple(have[k][:per[k]]) for k in per if k in have},
-                                   wrong=self.wrong.get(sha, frozenset()))
+            out[sha] = Measurement(
+                sha,
+                ProbeStatus.OK,
+                {k: tuple(have[k][: per[k]]) for k in per if k in have},
+                wrong=self.wrong.get(sha, frozenset()),
+            )
         return out
 
     def _draw(self, sha: str, rows: int, cols: int) -> np.ndarray:
         """Trial factors (noise, wild reads, the lineage's bias) for `rows` trials of `cols` shapes."""
         key = int.from_bytes(hashlib.sha1(sha.encode()).digest()[:8], "big")
         rng = self.rngs.setdefault(sha, np.random.default_rng([self.seed, key]))
-        noise = np.exp(rng.normal(-self.sigma**2 / 2, self.sigma, size=(rows, cols)))
+        noise = np.exp(rng.normal(-(self.sigma**2) / 2, self.sigma, size=(rows, cols)))
         if self.wild:
             off = rng.uniform(*self.wild_pct, size=noise.shape) / 100.0 * rng.choice((-1.0, 1.0), size=noise.shape)
             noise *= np.where(rng.random(noise.shape) < self.wild, 1.0 + off, 1.0)
@@ -231,13 +244,22 @@ class SimulatedProbe(ProbeBase):
         return [(s.commit, s.factors) for s in self.model.steps]
 
 
-def run_simulation(commits: Sequence[Commit], model: StepModel, noise_cv: float, seed: int,
-                   settings: SearchSettings, clock: Callable[[Probe], Clocked] | None = None) -> SearchResult:
+def run_simulation(
+    commits: Sequence[Commit],
+    model: StepModel,
+    noise_cv: float,
+    seed: int,
+    settings: SearchSettings,
+    clock: Callable[[Probe], Clocked] | None = None,
+) -> SearchResult:
     """The search over the real history `commits` (oldest first) against the step model; `clock`
     wraps the probe to count rounds and wall time (bisector/search/schedule.py)."""
     shas = [c.sha for c in commits]
     probe: Probe = SimulatedProbe(shas, model, noise_cv, seed)
     result = localize(shas, clock(probe) if clock else probe, settings)
     prs = {c.sha: c.pr for c in commits}
-    return replace(result, steps=tuple(replace(s, pr=prs.get(s.commit)) for s in result.steps),
-                   dropped=tuple(replace(s, pr=prs.get(s.commit)) for s in result.dropped))
+    return replace(
+        result,
+        steps=tuple(replace(s, pr=prs.get(s.commit)) for s in result.steps),
+        dropped=tuple(replace(s, pr=prs.get(s.commit)) for s in result.dropped),
+    )

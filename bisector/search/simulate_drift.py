@@ -30,7 +30,7 @@ def _levels(commits: Sequence[str], model: StepModel) -> dict[str, dict[str, flo
     current = {name: 1.0 for name in model.shapes}
     out = {}
     for sha in commits:
-        for name, f in (at[sha].factors.items() if sha in at else ()):
+        for name, f in at[sha].factors.items() if sha in at else ():
             current[name] *= f
         out[sha] = dict(current)
     return out
@@ -41,16 +41,30 @@ class DriftingProbe(ProbeBase):
 
     shapes_alone = True
 
-    def __init__(self, commits: Sequence[str], model: StepModel, *, subject_cv: float = 0.005,
-                 control_cv: float = 0.005, control_drift_pct: float = 4.0, drift_s: float = 120.0,
-                 trial_s: float = 3.0, seed: int = 0, latency: StepModel | None = None,
-                 latency_cv: float = 0.02, latency_view: str = "latency") -> None:
+    def __init__(
+        self,
+        commits: Sequence[str],
+        model: StepModel,
+        *,
+        subject_cv: float = 0.005,
+        control_cv: float = 0.005,
+        control_drift_pct: float = 4.0,
+        drift_s: float = 120.0,
+        trial_s: float = 3.0,
+        seed: int = 0,
+        latency: StepModel | None = None,
+        latency_cv: float = 0.02,
+        latency_view: str = "latency",
+    ) -> None:
         self.level = _levels(commits, model)
         self.latency = _levels(commits, latency) if latency is not None else None
         self.model, self.trial_s, self.drift_s, self.drift = model, trial_s, drift_s, control_drift_pct / 100.0
         self.latency_view = latency_view  # the view the latency model feeds ("warm": a warm-cache time's ratio)
-        self.sigmas = (math.sqrt(math.log1p(subject_cv ** 2)), math.sqrt(math.log1p(control_cv ** 2)),
-                       math.sqrt(math.log1p(latency_cv ** 2)))
+        self.sigmas = (
+            math.sqrt(math.log1p(subject_cv**2)),
+            math.sqrt(math.log1p(control_cv**2)),
+            math.sqrt(math.log1p(latency_cv**2)),
+        )
         self.rng = np.random.default_rng(seed)
         self.clock = 0.0
         self.trials = 0
@@ -78,12 +92,19 @@ class DriftingProbe(ProbeBase):
     def _measurement(self, sha: str, cut: Mapping[str, int]) -> Measurement:
         have = self.kept[sha]
         rows = {k: have[k][:n] for k, n in cut.items()}
-        views = {v: {k: tuple(r[q] for r in rs) for k, rs in rows.items()}
-                 for q, v in ((0, "ratio"), (1, "subject"), (2, "control"))}
+        views = {
+            v: {k: tuple(r[q] for r in rs) for k, rs in rows.items()}
+            for q, v in ((0, "ratio"), (1, "subject"), (2, "control"))
+        }
         if self.latency is not None:
             views[self.latency_view] = {k: tuple(r[3] for r in rs) for k, rs in rows.items()}
-        return Measurement(sha, ProbeStatus.OK, {k: tuple(r[0] for r in rs) for k, rs in rows.items()},
-                           views=views, times={k: tuple(r[4] for r in rs) for k, rs in rows.items()})
+        return Measurement(
+            sha,
+            ProbeStatus.OK,
+            {k: tuple(r[0] for r in rs) for k, rs in rows.items()},
+            views=views,
+            times={k: tuple(r[4] for r in rs) for k, rs in rows.items()},
+        )
 
     def __call__(self, sha: str, repeats: int) -> Measurement:
         have = self.kept.setdefault(sha, {name: [] for name in self.model.shapes})

@@ -44,7 +44,9 @@ class State(Verifying):
     every_shape: frozenset[str] = frozenset()  # the shapes GOOD and BAD were measured on
     zone: list[ZonePair] = field(default_factory=list)  # pairs stopped on in the indifference zone
     anchor: int = 0  # the commit re-measured for drift (GOOD)
-    capped: dict[tuple[int, int], int] = field(default_factory=dict)  # pairs unsure at the cap -> the views' version then
+    capped: dict[tuple[int, int], int] = field(
+        default_factory=dict
+    )  # pairs unsure at the cap -> the views' version then
     views: Views = field(init=False)  # the probe's measurements as given, and what each shape is decided on
 
     def __post_init__(self) -> None:

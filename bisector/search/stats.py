@@ -38,8 +38,17 @@ from bisector.model import Comparison, Verdict
 
 SAME_LEVEL = 0.90  # the interval that must lie inside +-min_step for SAME (TOST at 5% a side)
 
-__all__ = ["full_clock_time", "compare", "holds", "welch_log", "noise_cv", "log_sd", "LogWelch", "without_wild",
-           "mad_sd"]
+__all__ = [
+    "full_clock_time",
+    "compare",
+    "holds",
+    "welch_log",
+    "noise_cv",
+    "log_sd",
+    "LogWelch",
+    "without_wild",
+    "mad_sd",
+]
 
 
 def full_clock_time(ms: Sequence[float], tolerance: float = 0.02, at_least: int = 3) -> float:
@@ -58,8 +67,9 @@ class LogWelch:
 
     __slots__ = ("df", "diff", "levels", "n_after", "n_before", "se")
 
-    def __init__(self, before: Sequence[float], after: Sequence[float],
-                 noise: tuple[float, float] | None = None) -> None:
+    def __init__(
+        self, before: Sequence[float], after: Sequence[float], noise: tuple[float, float] | None = None
+    ) -> None:
         a = np.log(np.asarray(before, dtype=float))
         b = np.log(np.asarray(after, dtype=float))
         self.n_before, self.n_after = len(a), len(b)
@@ -110,9 +120,15 @@ def welch_log(before: Sequence[float], after: Sequence[float]) -> LogWelch:
     return LogWelch(before, after)
 
 
-def compare(before: Sequence[float], after: Sequence[float], min_step_pct: float = 1.0,
-            alpha: float = 0.01, shape: str = "", noise: tuple[float, float] | None = None,
-            null_pct: float = 0.0) -> Comparison:
+def compare(
+    before: Sequence[float],
+    after: Sequence[float],
+    min_step_pct: float = 1.0,
+    alpha: float = 0.01,
+    shape: str = "",
+    noise: tuple[float, float] | None = None,
+    null_pct: float = 0.0,
+) -> Comparison:
     """Three-way verdict of `after` against `before` (see the module docstring).
 
     `alpha` is the per-shape significance level; the search divides its own budget across shapes
@@ -182,8 +198,9 @@ def mad_sd(groups: Sequence[Sequence[float]], at_least: int = 5) -> float:
     """A robust per-trial sd of log values from groups of `at_least` trials or more: 1.4826 x the
     median absolute deviation from each group's median (NaN with no such group). The scale a pair
     can give itself before the run's pooled noise is known: a wild trial does not move it."""
-    residuals = [np.abs(x - np.median(x)) for g in groups if len(g) >= at_least
-                 for x in [np.log(np.asarray(g, dtype=float))]]
+    residuals = [
+        np.abs(x - np.median(x)) for g in groups if len(g) >= at_least for x in [np.log(np.asarray(g, dtype=float))]
+    ]
     return 1.4826 * float(np.median(np.concatenate(residuals))) if residuals else math.nan
 
 

@@ -57,17 +57,27 @@ class Verifying(Refining):
             # It holds in its fresh trials and over all of them: two or three fresh trials a side
             # can show a chance difference (one candidate in a hundred at alpha 1%, and a machine
             # whose speed wanders makes many candidates), which all the pair's trials then belie.
-            ok = any(s in final and final[s].p_value < self.alpha_verify
-                     and final[s].change_pct * cand.dirs.get(s, final[s].change_pct) > 0 for s in holding)
+            ok = any(
+                s in final
+                and final[s].p_value < self.alpha_verify
+                and final[s].change_pct * cand.dirs.get(s, final[s].change_pct) > 0
+                for s in holding
+            )
             # Once the step holds, which shapes it moves is judged on every trial of the pair: a
             # shape that moved less than the others may miss the minimum in four fresh trials alone,
             # and a shape whose fresh trials alone moved (-6% [-14, +2] over all) did not move. A
             # shape joins from all the trials only where the fresh ones lean its way and do not
             # rule it out: on a busy CPU a shape read +25% over all trials of a -59% step, its
             # control +121%, a disturbance of the search's trials that the fresh ones did not share.
-            moved = holding | {s for s, c in final.items() if c.verdict is Verdict.DIFFERENT
-                               and fresh is not None and s in fresh and fresh[s].verdict is not Verdict.SAME
-                               and fresh[s].change_pct * c.change_pct > 0}
+            moved = holding | {
+                s
+                for s, c in final.items()
+                if c.verdict is Verdict.DIFFERENT
+                and fresh is not None
+                and s in fresh
+                and fresh[s].verdict is not Verdict.SAME
+                and fresh[s].change_pct * c.change_pct > 0
+            }
             shapes = sorted(s for s in moved if s in final and final[s].p_value < self.alpha_verify) or sorted(holding)
         else:
             shapes = sorted(cand.dirs)
@@ -76,16 +86,21 @@ class Verifying(Refining):
             shapes = sorted(cand.dirs)
         between = tuple(self.commits[k] for k in range(cand.lo + 1, cand.hi + 1))
         step = Step(
-            commit=between[0], parent=self.commits[cand.lo], shapes=tuple(shapes),
+            commit=between[0],
+            parent=self.commits[cand.lo],
+            shapes=tuple(shapes),
             change_pct={s: final[s].change_pct for s in shapes if s in final},
-            ci95={s: final[s].ci95 for s in shapes if s in final}, p_value={s: final[s].p_value for s in shapes if s in final},
+            ci95={s: final[s].ci95 for s in shapes if s in final},
+            p_value={s: final[s].p_value for s in shapes if s in final},
             levels={s: lv for s in shapes if s in final and (lv := final[s].levels) is not None},
-            candidates=between if len(between) > 1 else (), verified=ok and st.verify and not unmeasured,
+            candidates=between if len(between) > 1 else (),
+            verified=ok and st.verify and not unmeasured,
         )
         return step, ok
 
-    def fresh_looks(self, cand: _Candidate) -> tuple[set[str], dict[str, Comparison] | None,
-                                                      tuple[_Counts, _Counts] | None]:
+    def fresh_looks(
+        self, cand: _Candidate
+    ) -> tuple[set[str], dict[str, Comparison] | None, tuple[_Counts, _Counts] | None]:
         """The candidate looked at on fresh trials: (the shapes it holds on, the holding look's last
         comparisons, or None where none could be taken; the trials set aside, where a second look
         overruled the first)."""
@@ -112,10 +127,19 @@ class Verifying(Refining):
         """Fresh trials a side of a candidate's first look, sized to the step found: enough that it
         stands ten noise widths clear (two a side at least, so the pair's own spread floors the
         pooled noise); `look` doubles them only while the answer is unclear."""
-        size = min((abs(math.log1p(c.change_pct / 100.0))
-                    for c in self.compare_now(cand.lo, cand.hi, 1.0, cand.dirs).values()), default=0.0)
-        return max(2, self.sized(cand.dirs, 1, lambda _, sd, k: size >= 10.0 * sd * math.sqrt(2.0 / k),
-                                 self.settings.initial_repeats))
+        size = min(
+            (
+                abs(math.log1p(c.change_pct / 100.0))
+                for c in self.compare_now(cand.lo, cand.hi, 1.0, cand.dirs).values()
+            ),
+            default=0.0,
+        )
+        return max(
+            2,
+            self.sized(
+                cand.dirs, 1, lambda _, sd, k: size >= 10.0 * sd * math.sqrt(2.0 / k), self.settings.initial_repeats
+            ),
+        )
 
     def look_ahead(self, pairs: Sequence[tuple[int, int, int, tuple[str, ...] | None]]) -> None:
         """The first fresh look of each pair (lo, hi, n a side, on these shapes or None: every one)
@@ -126,15 +150,25 @@ class Verifying(Refining):
         mine: dict[tuple[int, int], tuple[int, tuple[str, ...] | None]] = {}
         used: set[int] = set()
         for lo, hi, n, on in pairs:
-            if (lo, hi) not in mine and not {lo, hi} & used and self.commits[lo] in self.meas and self.commits[hi] in self.meas:
+            if (
+                (lo, hi) not in mine
+                and not {lo, hi} & used
+                and self.commits[lo] in self.meas
+                and self.commits[hi] in self.meas
+            ):
                 mine[(lo, hi)] = (n, on)
                 used |= {lo, hi}
         if len(mine) < 2:
             return
         starts = {pair: self.counts(*pair) for pair in mine}
         with self.independent():
-            self.measure_shaped({k: per for (lo, hi), (n, on) in mine.items()
-                                 for k, per in self.fresh_wants(lo, hi, n, self.unshared(lo, hi), on).items()})
+            self.measure_shaped(
+                {
+                    k: per
+                    for (lo, hi), (n, on) in mine.items()
+                    for k, per in self.fresh_wants(lo, hi, n, self.unshared(lo, hi), on).items()
+                }
+            )
         for pair, (n, _) in mine.items():
             self.ahead[pair] = (starts[pair], n)
 
@@ -159,13 +193,17 @@ class Verifying(Refining):
         """Tell the probe, where it listens (`probe.expect_steps`), which one-commit steps are about
         to be verified, with their changes so far: a run that measures more of a step afterwards (its
         revert on the tip) can set that up while the verification's trials hold the device."""
-        found = [(self.commits[c.hi], {s: comp.change_pct for s, comp in self.compare_now(c.lo, c.hi, 1.0, c.dirs).items()})
-                 for c in cands if c.hi - c.lo == 1]
+        found = [
+            (self.commits[c.hi], {s: comp.change_pct for s, comp in self.compare_now(c.lo, c.hi, 1.0, c.dirs).items()})
+            for c in cands
+            if c.hi - c.lo == 1
+        ]
         if found:
             self.probe.expect_steps(found)
 
-    def look(self, cand: _Candidate, n: int, alpha: float, on: Iterable[str] | None = None
-             ) -> tuple[set[str], dict[str, Comparison] | None]:
+    def look(
+        self, cand: _Candidate, n: int, alpha: float, on: Iterable[str] | None = None
+    ) -> tuple[set[str], dict[str, Comparison] | None]:
         """Fresh trials of the candidate's pair, n a side (of the shapes `on`, None: every one),
         doubled while unclear: the shapes in which they show the step, and the last round's
         comparisons (None: the probe could not give fresh trials, an offline replay)."""
@@ -185,9 +223,12 @@ class Verifying(Refining):
 
     def holding(self, cand: _Candidate, fresh: Mapping[str, Comparison], alpha: float) -> set[str]:
         """Shapes in which a look's fresh trials show the candidate's step (or a new one outright)."""
-        return {s for s, c in fresh.items()
-                if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)), self.settings.min_step(s), alpha)
-                and (s in cand.dirs or c.verdict is Verdict.DIFFERENT)}
+        return {
+            s
+            for s, c in fresh.items()
+            if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)), self.settings.min_step(s), alpha)
+            and (s in cand.dirs or c.verdict is Verdict.DIFFERENT)
+        }
 
     def unexplained(self, lo: int, hi: int, steps: Sequence[Step]) -> dict[str, float]:
         """Shapes (-> sign) in which GOOD and BAD, measured again side by side, differ by more than
@@ -221,8 +262,10 @@ class Verifying(Refining):
         n = st.initial_repeats
         # a segment's ends measured on the missing shapes too: a split point was measured on the
         # shapes it was followed for only (`split_on_moved`)
-        fresh = [self.fresh_compare(a, b, n, self.alpha_verify / max(1, len(segments)), missing, detect=True)
-                 for a, b in segments]
+        fresh = [
+            self.fresh_compare(a, b, n, self.alpha_verify / max(1, len(segments)), missing, detect=True)
+            for a, b in segments
+        ]
         if any(min(c.n_before, c.n_after) < n for f in fresh for c in f.values()):
             return []  # no fresh trials to be had (an offline replay): nothing to recheck with
         follow: dict[int, dict[str, float]] = {q: _different(f) for q, f in enumerate(fresh)}
@@ -253,8 +296,9 @@ class Verifying(Refining):
             lo, hi = halves[0] if moves[0] >= moves[1] else halves[1]
         self.add_candidate(lo, hi, dirs)
 
-    def fresh_samples(self, lo: int, hi: int, n: int, also: Iterable[str] = (), only: Iterable[str] | None = None
-                      ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    def fresh_samples(
+        self, lo: int, hi: int, n: int, also: Iterable[str] = (), only: Iterable[str] | None = None
+    ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
         """Ask both commits for n more trials of the shapes they share (and `also`; of those, `only`
         where given), side by side, in a new worker lineage (`independent`); per shape, only those
         (lo's, hi's)."""
@@ -264,11 +308,24 @@ class Verifying(Refining):
             start = self.counts(lo, hi)
             with self.independent():
                 self.measure_shaped(self.fresh_wants(lo, hi, n, also, only))
-        return {s: (self.samples(lo, s, start[lo].get(s, 0)), self.samples(hi, s, start[hi].get(s, 0)))
-                for s in self.shapes(lo, hi) if only is None or s in only}
+        return {
+            s: (self.samples(lo, s, start[lo].get(s, 0)), self.samples(hi, s, start[hi].get(s, 0)))
+            for s in self.shapes(lo, hi)
+            if only is None or s in only
+        }
 
-    def fresh_compare(self, lo: int, hi: int, n: int, alpha: float | None = None, also: Iterable[str] = (),
-                      only: Iterable[str] | None = None, detect: bool = False) -> dict[str, Comparison]:
+    def fresh_compare(
+        self,
+        lo: int,
+        hi: int,
+        n: int,
+        alpha: float | None = None,
+        also: Iterable[str] = (),
+        only: Iterable[str] | None = None,
+        detect: bool = False,
+    ) -> dict[str, Comparison]:
         """Compare n fresh trials a side (`fresh_samples`), at a verification's level unless told."""
-        return {s: self.compare_samples(s, before, after, self.alpha_verify if alpha is None else alpha, detect)
-                for s, (before, after) in self.fresh_samples(lo, hi, n, also, only).items()}
+        return {
+            s: self.compare_samples(s, before, after, self.alpha_verify if alpha is None else alpha, detect)
+            for s, (before, after) in self.fresh_samples(lo, hi, n, also, only).items()
+        }

@@ -32,8 +32,15 @@ class WrongWindow:
     fixed: str | None = None
 
 
-def _first_flip(order: Sequence[str], lo: int, hi: int, probe: Probe, shapes: frozenset[str],
-                wrong_at_hi: bool, seen: dict[str, Measurement]) -> int:
+def _first_flip(
+    order: Sequence[str],
+    lo: int,
+    hi: int,
+    probe: Probe,
+    shapes: frozenset[str],
+    wrong_at_hi: bool,
+    seen: dict[str, Measurement],
+) -> int:
     """Smallest index in (lo, hi] whose "any of `shapes` wrong" equals `wrong_at_hi` (lo has the other)."""
 
     def state(i: int) -> bool | None:
@@ -59,8 +66,9 @@ def _first_flip(order: Sequence[str], lo: int, hi: int, probe: Probe, shapes: fr
     return hi
 
 
-def _flips(order: Sequence[str], seen: Mapping[str, Measurement], points: Sequence[int]
-           ) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
+def _flips(
+    order: Sequence[str], seen: Mapping[str, Measurement], points: Sequence[int]
+) -> list[tuple[int, int, frozenset[str], frozenset[str]]]:
     """(a, b, shapes wrong at b and not at a, shapes wrong at a and not at b), each shape compared
     between the measured commits that know it (`Measurement.known`), in order: a commit measured on other
     shapes only sits between two that do without ending or starting their window."""
@@ -96,8 +104,10 @@ def localize_wrong(order: Sequence[str], measured: Mapping[str, Measurement], pr
                     window[2] = fixed
     out = []
     for shapes, first, fixed in windows:
-        before = max((i for i in range(first) if order[i] in seen and seen[order[i]].status is ProbeStatus.OK),
-                     default=0)
-        out.append(WrongWindow(tuple(sorted(shapes)), order[first], order[before],
-                               order[fixed] if fixed is not None else None))
+        before = max(
+            (i for i in range(first) if order[i] in seen and seen[order[i]].status is ProbeStatus.OK), default=0
+        )
+        out.append(
+            WrongWindow(tuple(sorted(shapes)), order[first], order[before], order[fixed] if fixed is not None else None)
+        )
     return tuple(out)

@@ -32,7 +32,7 @@ class ZonePair:
     decided: bool
 
     def line(self) -> str:
-        """"a small change (-2.1% [-2.6, -1.6])", or "undecided at 8 trials a side (-2.6% [-3.3, -1.9])"."""
+        """ "a small change (-2.1% [-2.6, -1.6])", or "undecided at 8 trials a side (-2.6% [-3.3, -1.9])"."""
         figures = f"{self.change_pct:+.1f}% [{self.ci95[0]:+.1f}, {self.ci95[1]:+.1f}]"
         if self.decided:
             return f"a small change ({figures})"
@@ -46,8 +46,9 @@ def in_zone(c: Comparison, min_step: float) -> bool:
     return (half <= lo and hi < min_step) or (-min_step < lo and hi <= -half)
 
 
-def zone_pairs(before: str, after: str, comps: Mapping[str, Comparison], min_step: Callable[[str], float],
-               at_cap: bool = False) -> list[ZonePair]:
+def zone_pairs(
+    before: str, after: str, comps: Mapping[str, Comparison], min_step: Callable[[str], float], at_cap: bool = False
+) -> list[ZonePair]:
     """The shapes of a finished comparison that land in the zone: SAME ones whose interval sits inside
     it (small changes), and at the trial cap the UNKNOWN ones (undecided, whatever their estimate)."""
     out = []
@@ -94,8 +95,9 @@ def merged(pairs: Iterable[ZonePair], steps: Iterable[tuple[str, str, Iterable[s
     return tuple(z for k, z in last.items() if k not in found)
 
 
-def small_step(step: Step, trials: Callable[[str], tuple[int, int]],
-               min_step: Callable[[str], float]) -> list[ZonePair] | None:
+def small_step(
+    step: Step, trials: Callable[[str], tuple[int, int]], min_step: Callable[[str], float]
+) -> list[ZonePair] | None:
     """A verified step whose every change over all its trials is under the minimum step, as the
     small changes it is (each shape's pair and interval); None for a step of the minimum size."""
     if any(abs(step.change_pct.get(s, 0.0)) >= min_step(s) for s in step.shapes):
@@ -108,8 +110,9 @@ def small_step(step: Step, trials: Callable[[str], tuple[int, int]],
     return out
 
 
-def rejudged(pairs: Sequence[ZonePair], now: Callable[[ZonePair], Comparison | None],
-             min_step: Callable[[str], float]) -> tuple[ZonePair, ...]:
+def rejudged(
+    pairs: Sequence[ZonePair], now: Callable[[ZonePair], Comparison | None], min_step: Callable[[str], float]
+) -> tuple[ZonePair, ...]:
     """The pairs on their comparison `now` (the search's last reading: a shape found drifting since is
     read on its final view): a small change stays one only inside the zone; an undecided pair that
     now reads the same outside it is dropped, as is a pair with nothing to compare."""

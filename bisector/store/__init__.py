@@ -45,11 +45,41 @@ BUSY_TIMEOUT_S = 60.0
 FORMATS = ("csv", "json")
 
 # One row per trial in frame() and export(): `value` (= ratio) is what `bisector analyze` reads.
-COLUMNS = ("id", "campaign", "sha", "shape", "value", "status", "patch_hash", "suite", "dtype", "params",
-           "subject_ms", "control_ms", "subject_tflops", "control_tflops", "ratio", "compile_s",
-           "max_abs_err", "max_rel_err", "error", "log_tail", "machine_hash", "machine", "protocol",
-           "telemetry", "started_at", "finished_at", "commit_date", "commit_author", "commit_subject",
-           "commit_pr", "kernel_method", "call_ms", "latency_ratio")
+COLUMNS = (
+    "id",
+    "campaign",
+    "sha",
+    "shape",
+    "value",
+    "status",
+    "patch_hash",
+    "suite",
+    "dtype",
+    "params",
+    "subject_ms",
+    "control_ms",
+    "subject_tflops",
+    "control_tflops",
+    "ratio",
+    "compile_s",
+    "max_abs_err",
+    "max_rel_err",
+    "error",
+    "log_tail",
+    "machine_hash",
+    "machine",
+    "protocol",
+    "telemetry",
+    "started_at",
+    "finished_at",
+    "commit_date",
+    "commit_author",
+    "commit_subject",
+    "commit_pr",
+    "kernel_method",
+    "call_ms",
+    "latency_ratio",
+)
 _JSON_COLUMNS = ("params", "subject_ms", "control_ms", "machine", "protocol", "telemetry", "call_ms")
 _SELECT = (
     "SELECT t.id, t.campaign, t.sha, t.shape, t.ratio AS value, t.status, t.patch_hash, t.suite, t.dtype,"
@@ -186,11 +216,13 @@ class Store:
             if self.readonly:
                 live = self.path.with_name(self.path.name + "-wal").exists()
                 uri = f"file:{urllib.parse.quote(str(self.path))}?{'mode=ro' if live else 'immutable=1'}"
-                self._conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                             check_same_thread=False)
+                self._conn = sqlite3.connect(
+                    uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                )
             else:
-                self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                             check_same_thread=False)
+                self._conn = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                )
 
     def _open(self) -> None:
         with self._errors():
@@ -199,9 +231,11 @@ class Store:
             self._check_version(version)
             self._check_is_ours(version, tables)
             if self.readonly and version < SCHEMA_VERSION:
-                raise NotAStore(f"{self.path}: schema version {version}, older than this bisector's "
-                                 f"({SCHEMA_VERSION}); reading commands never upgrade a store (a run with it does); "
-                                 "it was left unchanged")
+                raise NotAStore(
+                    f"{self.path}: schema version {version}, older than this bisector's "
+                    f"({SCHEMA_VERSION}); reading commands never upgrade a store (a run with it does); "
+                    "it was left unchanged"
+                )
             if self.readonly:
                 return
             self._switch_to_wal()
@@ -229,15 +263,18 @@ class Store:
         if version == 0:
             if tables:
                 names = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-                raise NotAStore(f"{self.path}: not a bisector store (an SQLite database with tables {names}); "
-                                "it was left unchanged")
+                raise NotAStore(
+                    f"{self.path}: not a bisector store (an SQLite database with tables {names}); it was left unchanged"
+                )
             if self.readonly:
                 raise NotAStore(f"{self.path}: not a bisector store (an empty file)")
             return
         missing = _TABLES.get(version, set()) - tables
         if missing:
-            raise NotAStore(f"{self.path}: not a bisector store (schema version {version} but no "
-                            f"{', '.join(sorted(missing))} table); it was left unchanged")
+            raise NotAStore(
+                f"{self.path}: not a bisector store (schema version {version} but no "
+                f"{', '.join(sorted(missing))} table); it was left unchanged"
+            )
 
     def _switch_to_wal(self) -> None:
         """Switching the journal mode needs a moment alone with the file, and SQLite can answer
@@ -254,8 +291,10 @@ class Store:
 
     def _check_version(self, found: int) -> None:
         if found > SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: schema version {found} is newer than this bisector's "
-                             f"({SCHEMA_VERSION}); upgrade bisector or use another store")
+            raise StoreError(
+                f"{self.path}: schema version {found} is newer than this bisector's "
+                f"({SCHEMA_VERSION}); upgrade bisector or use another store"
+            )
 
     @property
     def schema_version(self) -> int:
@@ -279,11 +318,15 @@ class Store:
         except sqlite3.Error as exc:
             code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
             if code == _SQLITE_NOTADB or "not a database" in str(exc):
-                raise NotAStore(f"{self.path}: file is not a database (not an SQLite file, or its header "
-                                "is damaged); name another store") from None
+                raise NotAStore(
+                    f"{self.path}: file is not a database (not an SQLite file, or its header "
+                    "is damaged); name another store"
+                ) from None
             if code == _SQLITE_CORRUPT or "malformed" in str(exc):
-                raise NotAStore(f"{self.path}: database disk image is malformed (the file is damaged or "
-                                "truncated); name another store or restore a copy") from None
+                raise NotAStore(
+                    f"{self.path}: database disk image is malformed (the file is damaged or "
+                    "truncated); name another store or restore a copy"
+                ) from None
             raise StoreError(f"{self.path}: {exc}") from exc
 
     @contextmanager
@@ -314,36 +357,63 @@ class Store:
                 "INSERT INTO commits (campaign, sha, date, author, subject, pr) VALUES (?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (campaign, sha) DO UPDATE SET date = excluded.date, author = excluded.author,"
                 " subject = excluded.subject, pr = COALESCE(excluded.pr, commits.pr)",
-                [(campaign, c.sha, c.date, c.author, c.subject, c.pr) for c in commits])
+                [(campaign, c.sha, c.date, c.author, c.subject, c.pr) for c in commits],
+            )
 
     def commits(self, campaign: str) -> list[Commit]:
-        rows = self._query("SELECT sha, date, author, subject, pr FROM commits WHERE campaign = ?"
-                           " ORDER BY date, sha", (campaign,))
-        return [Commit(sha=r["sha"], date=r["date"], author=r["author"], subject=r["subject"], pr=r["pr"])
-                for r in rows]
+        rows = self._query(
+            "SELECT sha, date, author, subject, pr FROM commits WHERE campaign = ? ORDER BY date, sha", (campaign,)
+        )
+        return [
+            Commit(sha=r["sha"], date=r["date"], author=r["author"], subject=r["subject"], pr=r["pr"]) for r in rows
+        ]
 
     def add_build(self, campaign: str, build: BuildResult, recipe: str) -> None:
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO builds (campaign, sha, patch_hash, recipe, status, seconds, cache_hit, source_dir,"
                 " prefix, log_path, log_tail, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (campaign, build.sha, build.patch_hash, recipe, build.status.value, build.seconds,
-                 int(build.cache_hit), build.source_dir, build.prefix, build.log_path, build.log_tail, _now()))
+                (
+                    campaign,
+                    build.sha,
+                    build.patch_hash,
+                    recipe,
+                    build.status.value,
+                    build.seconds,
+                    int(build.cache_hit),
+                    build.source_dir,
+                    build.prefix,
+                    build.log_path,
+                    build.log_tail,
+                    _now(),
+                ),
+            )
 
     def builds(self, campaign: str, sha: str | None = None) -> list[BuildResult]:
         """Every build attempt, oldest first."""
         sql, args = "SELECT * FROM builds WHERE campaign = ?", [campaign]
         if sha is not None:
             sql, args = sql + " AND sha = ?", [*args, sha]
-        return [BuildResult(sha=r["sha"], status=BuildStatus(r["status"]), source_dir=r["source_dir"],
-                            prefix=r["prefix"], log_path=r["log_path"], seconds=r["seconds"],
-                            cache_hit=bool(r["cache_hit"]), patch_hash=r["patch_hash"], log_tail=r["log_tail"])
-                for r in self._query(sql + " ORDER BY id", args)]
+        return [
+            BuildResult(
+                sha=r["sha"],
+                status=BuildStatus(r["status"]),
+                source_dir=r["source_dir"],
+                prefix=r["prefix"],
+                log_path=r["log_path"],
+                seconds=r["seconds"],
+                cache_hit=bool(r["cache_hit"]),
+                patch_hash=r["patch_hash"],
+                log_tail=r["log_tail"],
+            )
+            for r in self._query(sql + " ORDER BY id", args)
+        ]
 
     # -- trials ------------------------------------------------------------------------------
 
-    def add_trials(self, campaign: str, records: Sequence[TrialRecord],
-                   shapes: Mapping[str, Shape] | Sequence[Shape] = ()) -> None:
+    def add_trials(
+        self, campaign: str, records: Sequence[TrialRecord], shapes: Mapping[str, Shape] | Sequence[Shape] = ()
+    ) -> None:
         """Append trials in one transaction: all of them are committed, or none.
 
         `shapes` (by key) fills the params and dtype columns; TrialRecord names its shape by key only.
@@ -353,49 +423,86 @@ class Store:
         for r in records:
             shape = by_key.get(r.shape)
             params = shape.as_dict() if shape is not None else {}
-            rows.append((
-                campaign, r.sha, r.patch_hash, r.shape.split("/", 1)[0], r.shape, _dumps(params),
-                params.get("dtype"), _status(r.status), _dumps(list(r.subject_ms)), _dumps(list(r.control_ms)),
-                r.subject_tflops, r.control_tflops, r.ratio, r.compile_s, r.max_abs_err, r.max_rel_err,
-                r.error, r.log_tail, _dumps(dict(r.telemetry)), _dumps(dict(r.machine)),
-                machine_hash(r.machine), _dumps(dict(r.protocol)), r.started_at, r.finished_at, r.slot,
-                r.kernel_method or None, _call_ms(r), r.latency_ratio))
+            rows.append(
+                (
+                    campaign,
+                    r.sha,
+                    r.patch_hash,
+                    r.shape.split("/", 1)[0],
+                    r.shape,
+                    _dumps(params),
+                    params.get("dtype"),
+                    _status(r.status),
+                    _dumps(list(r.subject_ms)),
+                    _dumps(list(r.control_ms)),
+                    r.subject_tflops,
+                    r.control_tflops,
+                    r.ratio,
+                    r.compile_s,
+                    r.max_abs_err,
+                    r.max_rel_err,
+                    r.error,
+                    r.log_tail,
+                    _dumps(dict(r.telemetry)),
+                    _dumps(dict(r.machine)),
+                    machine_hash(r.machine),
+                    _dumps(dict(r.protocol)),
+                    r.started_at,
+                    r.finished_at,
+                    r.slot,
+                    r.kernel_method or None,
+                    _call_ms(r),
+                    r.latency_ratio,
+                )
+            )
         with self._write() as conn:
             conn.executemany(
                 "INSERT INTO trials (campaign, sha, patch_hash, suite, shape, params, dtype, status, subject_ms,"
                 " control_ms, subject_tflops, control_tflops, ratio, compile_s, max_abs_err, max_rel_err, error,"
                 " log_tail, telemetry, machine, machine_hash, protocol, started_at, finished_at, slot,"
                 " kernel_method, call_ms, latency_ratio)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            conn.executemany("DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?",
-                             sorted({(campaign, r.sha, r.patch_hash or "", r.slot) for r in records
-                                     if r.slot is not None}))
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            conn.executemany(
+                "DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?",
+                sorted({(campaign, r.sha, r.patch_hash or "", r.slot) for r in records if r.slot is not None}),
+            )
 
     # -- claims: one writer per trial ----------------------------------------------------------
 
-    def claim(self, campaign: str, sha: str, patch_hash: str | None, need: int, owner: Owner,
-              lease_s: float = 6 * 3600) -> Claims:
+    def claim(
+        self, campaign: str, sha: str, patch_hash: str | None, need: int, owner: Owner, lease_s: float = 6 * 3600
+    ) -> Claims:
         """Claim slots for `need` more trial processes of (sha, patch), counting those another live
         run is measuring now (`theirs`: wait for them rather than measure the same trial twice).
         Claims of owners that are gone (a dead pid on this host, or older than `lease_s`) are
         taken over. The slots are the lowest free ones, so a resumed run draws the same seeds."""
         patch = patch_hash or ""
         with self._write() as conn:
-            stored = {r[0] for r in conn.execute(
-                "SELECT DISTINCT slot FROM trials"
-                " WHERE campaign = ? AND sha = ? AND patch_hash IS ? AND slot IS NOT NULL",
-                (campaign, sha, patch_hash))}
+            stored = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT slot FROM trials"
+                    " WHERE campaign = ? AND sha = ? AND patch_hash IS ? AND slot IS NOT NULL",
+                    (campaign, sha, patch_hash),
+                )
+            }
             theirs, mine_before = [], []
             for slot, who, host, pid, at in conn.execute(
-                    "SELECT slot, owner, host, pid, claimed_at FROM claims WHERE campaign = ? AND sha = ? AND"
-                    " patch_hash = ?", (campaign, sha, patch)).fetchall():
+                "SELECT slot, owner, host, pid, claimed_at FROM claims WHERE campaign = ? AND sha = ? AND"
+                " patch_hash = ?",
+                (campaign, sha, patch),
+            ).fetchall():
                 if who == owner.key:
                     mine_before.append(slot)
                 elif slot not in stored and owner.alive(host, pid, who, at, lease_s):
                     theirs.append(slot)
                 else:
-                    conn.execute("DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?",
-                                 (campaign, sha, patch, slot))
+                    conn.execute(
+                        "DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?",
+                        (campaign, sha, patch, slot),
+                    )
             taken = stored | set(theirs) | set(mine_before)
             mine: list[int] = []
             slot = 0
@@ -404,19 +511,29 @@ class Store:
                     mine.append(slot)
                 slot += 1
             now = time.time()
-            conn.executemany("INSERT OR REPLACE INTO claims (campaign, sha, patch_hash, slot, owner, host, pid,"
-                             " claimed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                             [(campaign, sha, patch, k, owner.key, owner.host, owner.pid, now) for k in mine])
+            conn.executemany(
+                "INSERT OR REPLACE INTO claims (campaign, sha, patch_hash, slot, owner, host, pid,"
+                " claimed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(campaign, sha, patch, k, owner.key, owner.host, owner.pid, now) for k in mine],
+            )
         return Claims(tuple(mine), tuple(sorted(theirs)))
 
     def unclaim(self, campaign: str, sha: str, patch_hash: str | None, slots: Sequence[int], owner: Owner) -> None:
         """Give back claims whose trials will not be stored (the run stopped or the trial failed to start)."""
         with self._write() as conn:
-            conn.executemany("DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ?"
-                             " AND owner = ?", [(campaign, sha, patch_hash or "", k, owner.key) for k in slots])
+            conn.executemany(
+                "DELETE FROM claims WHERE campaign = ? AND sha = ? AND patch_hash = ? AND slot = ? AND owner = ?",
+                [(campaign, sha, patch_hash or "", k, owner.key) for k in slots],
+            )
 
-    def trials(self, campaign: str, sha: str | None = None, shape: str | None = None,
-               patch_hash: str | _Any | None = ANY, status: TrialStatus | str | None = None) -> list[TrialRecord]:
+    def trials(
+        self,
+        campaign: str,
+        sha: str | None = None,
+        shape: str | None = None,
+        patch_hash: str | _Any | None = ANY,
+        status: TrialStatus | str | None = None,
+    ) -> list[TrialRecord]:
         """Trials in the order they were stored. patch_hash=None selects unpatched trials only."""
         sql = "SELECT * FROM trials WHERE campaign = ?"
         args: list[str | None] = [campaign]
@@ -431,9 +548,11 @@ class Store:
 
     def count_ok(self, campaign: str, sha: str, shape: str, patch_hash: str | None = None) -> int:
         """OK trials of one (commit, patch, shape): what a resumed probe already has."""
-        row = self._query("SELECT COUNT(*) FROM trials WHERE campaign = ? AND sha = ? AND shape = ?"
-                          " AND patch_hash IS ? AND status = ?",
-                          (campaign, sha, shape, patch_hash, TrialStatus.OK.value))
+        row = self._query(
+            "SELECT COUNT(*) FROM trials WHERE campaign = ? AND sha = ? AND shape = ?"
+            " AND patch_hash IS ? AND status = ?",
+            (campaign, sha, shape, patch_hash, TrialStatus.OK.value),
+        )
         return int(row[0][0])
 
     def rows(self, campaign: str | None = None, shas: Collection[str] | None = None) -> list[dict[str, Any]]:
@@ -458,8 +577,14 @@ class Store:
 
         return pandas.DataFrame(self.rows(campaign, shas), columns=list(COLUMNS))
 
-    def export(self, fmt: str, out: str | Path | TextIO, campaign: str | None = None,
-               shas: Collection[str] | None = None, portable: Callable[[Any], Any] | None = None) -> int:
+    def export(
+        self,
+        fmt: str,
+        out: str | Path | TextIO,
+        campaign: str | None = None,
+        shas: Collection[str] | None = None,
+        portable: Callable[[Any], Any] | None = None,
+    ) -> int:
         """Write trials as CSV (JSON columns as JSON strings) or a JSON array; returns the count.
         `portable` rewrites each row's values (bisector/portable.py: no path of this machine). A path
         ending in `.gz` is gzipped: raw repetitions compress ~6x, and a report's files are committed
@@ -512,39 +637,58 @@ class Store:
 
     # -- nightly -----------------------------------------------------------------------------
 
-    def record_night(self, campaign: str, date: str, sha: str, verdict: Mapping[str, object],
-                     good: bool = True) -> None:
+    def record_night(
+        self, campaign: str, date: str, sha: str, verdict: Mapping[str, object], good: bool = True
+    ) -> None:
         """Remember one night; re-running a night replaces it. Only good nights become baselines."""
         with self._write() as conn:
-            conn.execute("INSERT OR REPLACE INTO nightly (campaign, date, sha, good, verdict, recorded_at)"
-                         " VALUES (?, ?, ?, ?, ?, ?)", (campaign, date, sha, int(good), _dumps(dict(verdict)), _now()))
+            conn.execute(
+                "INSERT OR REPLACE INTO nightly (campaign, date, sha, good, verdict, recorded_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (campaign, date, sha, int(good), _dumps(dict(verdict)), _now()),
+            )
 
     def last_good_night(self, campaign: str) -> tuple[str, str] | None:
-        rows = self._query("SELECT date, sha FROM nightly WHERE campaign = ? AND good = 1"
-                           " ORDER BY date DESC LIMIT 1", (campaign,))
+        rows = self._query(
+            "SELECT date, sha FROM nightly WHERE campaign = ? AND good = 1 ORDER BY date DESC LIMIT 1", (campaign,)
+        )
         return (rows[0]["date"], rows[0]["sha"]) if rows else None
 
     def nights(self, campaign: str) -> list[Night]:
-        rows = self._query("SELECT date, sha, good, verdict FROM nightly WHERE campaign = ? ORDER BY date",
-                           (campaign,))
+        rows = self._query("SELECT date, sha, good, verdict FROM nightly WHERE campaign = ? ORDER BY date", (campaign,))
         return [Night(r["date"], r["sha"], bool(r["good"]), json.loads(r["verdict"])) for r in rows]
 
     # -- summary -----------------------------------------------------------------------------
 
     def info(self) -> StoreInfo:
         counts: dict[str, dict[str, int]] = {}
-        for table, name, extra in (("commits", "commits", ""), ("builds", "builds", ""), ("nightly", "nightly", ""),
-                                   ("trials", "measurements", ""),
-                                   ("trials", "measurements_ok", " WHERE status = 'ok'")):
+        for table, name, extra in (
+            ("commits", "commits", ""),
+            ("builds", "builds", ""),
+            ("nightly", "nightly", ""),
+            ("trials", "measurements", ""),
+            ("trials", "measurements_ok", " WHERE status = 'ok'"),
+        ):
             for row in self._query(f"SELECT campaign, COUNT(*) FROM {table}{extra} GROUP BY campaign"):
                 counts.setdefault(row[0], {})[name] = int(row[1])
-        processes = campaign_processes(self._query("SELECT campaign, sha, patch_hash, slot, started_at, "
-                                                   "CASE WHEN slot IS NULL THEN protocol END FROM trials"))
+        processes = campaign_processes(
+            self._query(
+                "SELECT campaign, sha, patch_hash, slot, started_at, "
+                "CASE WHEN slot IS NULL THEN protocol END FROM trials"
+            )
+        )
         campaigns = tuple(
-            CampaignCounts(campaign=name, commits=c.get("commits", 0), builds=c.get("builds", 0),
-                           trials=processes.get(name, 0), measurements=c.get("measurements", 0),
-                           measurements_ok=c.get("measurements_ok", 0), nights=c.get("nightly", 0))
-            for name, c in sorted(counts.items()))
+            CampaignCounts(
+                campaign=name,
+                commits=c.get("commits", 0),
+                builds=c.get("builds", 0),
+                trials=processes.get(name, 0),
+                measurements=c.get("measurements", 0),
+                measurements_ok=c.get("measurements_ok", 0),
+                nights=c.get("nightly", 0),
+            )
+            for name, c in sorted(counts.items())
+        )
         return StoreInfo(path=str(self.path), schema_version=self.schema_version, campaigns=campaigns)
 
 
@@ -561,15 +705,30 @@ def _call_ms(r: TrialRecord) -> str | None:
 def _record(r: sqlite3.Row) -> TrialRecord:
     calls = json.loads(r["call_ms"]) if r["call_ms"] else {}
     return TrialRecord(
-        sha=r["sha"], shape=r["shape"], status=TrialStatus(r["status"]),
-        subject_ms=tuple(json.loads(r["subject_ms"])), control_ms=tuple(json.loads(r["control_ms"])),
-        subject_tflops=r["subject_tflops"], control_tflops=r["control_tflops"], ratio=r["ratio"],
-        compile_s=r["compile_s"], max_abs_err=r["max_abs_err"], max_rel_err=r["max_rel_err"],
-        error=r["error"] or "", log_tail=r["log_tail"] or "", telemetry=json.loads(r["telemetry"]),
-        machine=json.loads(r["machine"]), protocol=json.loads(r["protocol"]), patch_hash=r["patch_hash"],
-        started_at=r["started_at"] or "", finished_at=r["finished_at"] or "", slot=r["slot"],
-        kernel_method=r["kernel_method"] or "", latency_ratio=r["latency_ratio"],
-        **{k: tuple(calls.get(k) or ()) for k in CALL_KEYS})
+        sha=r["sha"],
+        shape=r["shape"],
+        status=TrialStatus(r["status"]),
+        subject_ms=tuple(json.loads(r["subject_ms"])),
+        control_ms=tuple(json.loads(r["control_ms"])),
+        subject_tflops=r["subject_tflops"],
+        control_tflops=r["control_tflops"],
+        ratio=r["ratio"],
+        compile_s=r["compile_s"],
+        max_abs_err=r["max_abs_err"],
+        max_rel_err=r["max_rel_err"],
+        error=r["error"] or "",
+        log_tail=r["log_tail"] or "",
+        telemetry=json.loads(r["telemetry"]),
+        machine=json.loads(r["machine"]),
+        protocol=json.loads(r["protocol"]),
+        patch_hash=r["patch_hash"],
+        started_at=r["started_at"] or "",
+        finished_at=r["finished_at"] or "",
+        slot=r["slot"],
+        kernel_method=r["kernel_method"] or "",
+        latency_ratio=r["latency_ratio"],
+        **{k: tuple(calls.get(k) or ()) for k in CALL_KEYS},
+    )
 
 
 def _finite(value: Any) -> Any:

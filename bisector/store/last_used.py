@@ -48,9 +48,11 @@ def find() -> tuple[Path, str]:
         return Path(absolute(env)), "$BISECTOR_STORE"
     last = recorded()
     looked = []
-    for path, why in ((last, "the store the last `bisector run` or `demo` used"),
-                      (Path(absolute(DEMO_STORE)), "the demo's store in the current directory"),
-                      (Path(absolute(default_path())), "the user cache dir's store")):
+    for path, why in (
+        (last, "the store the last `bisector run` or `demo` used"),
+        (Path(absolute(DEMO_STORE)), "the demo's store in the current directory"),
+        (Path(absolute(default_path())), "the user cache dir's store"),
+    ):
         if path is None:
             looked.append(f"no store recorded in {record_file()}")
             continue

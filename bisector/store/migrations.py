@@ -57,7 +57,7 @@ def _v1(conn: sqlite3.Connection) -> None:
             started_at TEXT, finished_at TEXT);
         CREATE INDEX trials_lookup ON trials (campaign, sha, patch_hash, shape);
         CREATE INDEX builds_lookup ON builds (campaign, sha, patch_hash);
-        """
+        """,
     )
 
 
@@ -65,8 +65,10 @@ def _v2(conn: sqlite3.Connection) -> None:
     """Machine fingerprint hash for grouping, and the nightly trigger's state."""
     conn.execute("ALTER TABLE trials ADD COLUMN machine_hash TEXT")
     rows = conn.execute("SELECT id, machine FROM trials").fetchall()
-    conn.executemany("UPDATE trials SET machine_hash = ? WHERE id = ?",
-                     [(machine_hash(json.loads(machine or "{}")), id_) for id_, machine in rows])
+    conn.executemany(
+        "UPDATE trials SET machine_hash = ? WHERE id = ?",
+        [(machine_hash(json.loads(machine or "{}")), id_) for id_, machine in rows],
+    )
     _script(
         conn,
         """
@@ -75,7 +77,7 @@ def _v2(conn: sqlite3.Connection) -> None:
             campaign TEXT NOT NULL, date TEXT NOT NULL, sha TEXT NOT NULL, good INTEGER NOT NULL,
             verdict TEXT NOT NULL, recorded_at TEXT NOT NULL,
             PRIMARY KEY (campaign, date));
-        """
+        """,
     )
 
 
@@ -90,7 +92,8 @@ def _v3(conn: sqlite3.Connection) -> None:
     slots: dict[tuple[object, ...], dict[str, int]] = {}
     updates = []
     for id_, campaign, sha, patch, protocol in conn.execute(
-            "SELECT id, campaign, sha, patch_hash, protocol FROM trials ORDER BY id").fetchall():
+        "SELECT id, campaign, sha, patch_hash, protocol FROM trials ORDER BY id"
+    ).fetchall():
         log = str(json.loads(protocol or "{}").get("log_path") or id_)
         seen = slots.setdefault((campaign, sha, patch), {})
         updates.append((seen.setdefault(log, len(seen)), id_))
@@ -103,7 +106,7 @@ def _v3(conn: sqlite3.Connection) -> None:
             owner TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, claimed_at REAL NOT NULL,
             PRIMARY KEY (campaign, sha, patch_hash, slot));
         CREATE INDEX trials_slot ON trials (campaign, sha, patch_hash, slot);
-        """
+        """,
     )
 
 

@@ -49,10 +49,15 @@ class RunTotals:
         """`40 commits (GOOD and BAD included), 27 measured, 1 skipped; 494 trials (312 on the commits, 182 on
         patched builds)`: the one way every output names the counts."""
         skipped = f", {self.skipped} skipped (did not build or run)" if self.skipped else ""
-        patched = (f" ({self.commit_trials} on the commits, {self.patched_trials} on patched builds)"
-                   if self.patched_trials else "")
-        return (f"{self.range_commits} commits (GOOD and BAD included), {self.measured} measured{skipped}; "
-                f"{self.trials} trials{patched}")
+        patched = (
+            f" ({self.commit_trials} on the commits, {self.patched_trials} on patched builds)"
+            if self.patched_trials
+            else ""
+        )
+        return (
+            f"{self.range_commits} commits (GOOD and BAD included), {self.measured} measured{skipped}; "
+            f"{self.trials} trials{patched}"
+        )
 
     def times(self) -> str:
         """One run time: `ran 5.0 min` for a run made in one call; a resumed one, `trials ran 19.3 min of
@@ -61,23 +66,34 @@ class RunTotals:
         call = self.this_call
         if not self.resumed:
             return f"ran {call.wall_s / 60:.1f} min"
-        this = (f"this call: {call.trials} trial{'s' if call.trials != 1 else ''}, {call.wall_s / 60:.1f} min"
-                if call.trials else f"this call: no trial (everything came from the store), {call.wall_s / 60:.1f} min")
+        this = (
+            f"this call: {call.trials} trial{'s' if call.trials != 1 else ''}, {call.wall_s / 60:.1f} min"
+            if call.trials
+            else f"this call: no trial (everything came from the store), {call.wall_s / 60:.1f} min"
+        )
         return f"trials ran {self.measuring_s / 60:.1f} min of wall time over every call; {this}"
 
     def line(self) -> str:
         return f"{self.counts()}; {self.times()}"
 
     def as_json(self) -> dict[str, object]:
-        return {"range_commits": self.range_commits, "measured": self.measured, "skipped": self.skipped,
-                "trials": self.trials, "commit_trials": self.commit_trials, "patched_trials": self.patched_trials,
-                "trial_s": round(self.trial_s, 1), "measuring_s": round(self.measuring_s, 1),
-                "this_call": {"trials": self.this_call.trials, "wall_s": round(self.this_call.wall_s, 1)}}
+        return {
+            "range_commits": self.range_commits,
+            "measured": self.measured,
+            "skipped": self.skipped,
+            "trials": self.trials,
+            "commit_trials": self.commit_trials,
+            "patched_trials": self.patched_trials,
+            "trial_s": round(self.trial_s, 1),
+            "measuring_s": round(self.measuring_s, 1),
+            "this_call": {"trials": self.this_call.trials, "wall_s": round(self.this_call.wall_s, 1)},
+        }
 
 
 @dataclass(frozen=True)
 class CampaignCounts:
     """`trials`: trial processes (totals.process_key); each stores a row per shape: `measurements`."""
+
     campaign: str
     commits: int
     builds: int
@@ -94,8 +110,9 @@ class StoreInfo:
     campaigns: tuple[CampaignCounts, ...]
 
 
-def process_key(sha: str, patch_hash: str | None, slot: int | None, started_at: str,
-                log_path: object) -> tuple[object, ...]:
+def process_key(
+    sha: str, patch_hash: str | None, slot: int | None, started_at: str, log_path: object
+) -> tuple[object, ...]:
     """One trial process stores one row per shape: its identity. The one rule for "a trial", read
     by the report's header, `--json` and `store info` alike (rows are "measurements")."""
     if slot is not None:
@@ -131,8 +148,13 @@ def measured_commits(records: Iterable[TrialRecord], shapes: Collection[str]) ->
     return {t.sha for t in records if t.patch_hash is None and t.shape in shapes and t.status in RAN}
 
 
-def run_totals(records: Iterable[TrialRecord], range_shas: Collection[str], shapes: Collection[str],
-               skipped: int, this_call: CallTotals) -> RunTotals:
+def run_totals(
+    records: Iterable[TrialRecord],
+    range_shas: Collection[str],
+    shapes: Collection[str],
+    skipped: int,
+    this_call: CallTotals,
+) -> RunTotals:
     """Totals over the stored trials of the range's commits (every call), for the config's shapes."""
     in_range = set(range_shas)
     mine = [t for t in records if t.sha in in_range and t.shape in shapes]
@@ -146,6 +168,14 @@ def run_totals(records: Iterable[TrialRecord], range_shas: Collection[str], shap
             busy += b - max(a, end)
             end = b
     patched = sum(1 for t in processes.values() if t.patch_hash is not None)
-    return RunTotals(range_commits=len(in_range), measured=len(measured_commits(mine, shapes)), skipped=skipped,
-                     trials=len(processes), commit_trials=len(processes) - patched, patched_trials=patched,
-                     trial_s=sum(b - a for a, b in spans), measuring_s=busy, this_call=this_call)
+    return RunTotals(
+        range_commits=len(in_range),
+        measured=len(measured_commits(mine, shapes)),
+        skipped=skipped,
+        trials=len(processes),
+        commit_trials=len(processes) - patched,
+        patched_trials=patched,
+        trial_s=sum(b - a for a, b in spans),
+        measuring_s=busy,
+        this_call=this_call,
+    )

@@ -10,9 +10,14 @@ from bisector.model import Measurement, ProbeStatus
 from bisector.triggers import perf
 
 
-def ab_until_sure(probe: Callable[[str, int], Measurement], base: str, other: str, keys: Sequence[str],
-                  thresholds: Thresholds, protocol: Protocol,
-                  ) -> tuple[Measurement, Measurement, tuple[perf.ShapeAB, ...] | None]:
+def ab_until_sure(
+    probe: Callable[[str, int], Measurement],
+    base: str,
+    other: str,
+    keys: Sequence[str],
+    thresholds: Thresholds,
+    protocol: Protocol,
+) -> tuple[Measurement, Measurement, tuple[perf.ShapeAB, ...] | None]:
     """Both sides' measurements and the per-shape comparison; None when a side did not build or run."""
     repeats = protocol.trials
     while True:

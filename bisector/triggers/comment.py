@@ -43,8 +43,13 @@ from bisector.triggers.event import CommentEvent, ignore_reason, read_event
 from bisector.triggers.permissions import refusal
 from bisector.triggers.thread import DryRunThread, GitHubThread, Thread
 
-_PERF_VERDICT = {"slower": RunVerdict.REGRESSION, "wrong results": RunVerdict.REGRESSION,
-                 "faster": RunVerdict.IMPROVEMENT, "same": RunVerdict.NO_CHANGE, "not sure": RunVerdict.INCOMPLETE}
+_PERF_VERDICT = {
+    "slower": RunVerdict.REGRESSION,
+    "wrong results": RunVerdict.REGRESSION,
+    "faster": RunVerdict.IMPROVEMENT,
+    "same": RunVerdict.NO_CHANGE,
+    "not sure": RunVerdict.INCOMPLETE,
+}
 
 
 @dataclass(frozen=True)
@@ -88,8 +93,10 @@ def fetch_pull_head(repo: git.Repo, upstream: str, number: int) -> str:
 def check_pin(fetched: str, pinned: str | None, number: int) -> str:
     """The commit to measure: the pinned one, and only if refs/pull/N/head still points there."""
     if pinned is not None and fetched != pinned:
-        raise BadInput(f"refs/pull/{number}/head is {fetched[:12]} now, not {pinned[:12]} as pinned when the "
-                       "command was authorized (pushed since?): not measured; post the command again")
+        raise BadInput(
+            f"refs/pull/{number}/head is {fetched[:12]} now, not {pinned[:12]} as pinned when the "
+            "command was authorized (pushed since?): not measured; post the command again"
+        )
     return fetched
 
 
@@ -112,8 +119,11 @@ def _verb(command: commands.Command | commands.Usage) -> str:
 
 
 def _thread(event: CommentEvent, cfg: Config, env: Mapping[str, str], dry_run_dir: Path | None) -> Thread:
-    return (DryRunThread(event, cfg.publish, env, dry_run_dir) if dry_run_dir is not None
-            else GitHubThread(event, cfg.publish, env))
+    return (
+        DryRunThread(event, cfg.publish, env, dry_run_dir)
+        if dry_run_dir is not None
+        else GitHubThread(event, cfg.publish, env)
+    )
 
 
 def _gate(event: CommentEvent, command: commands.Command | commands.Usage, thread: Thread) -> Handled | None:
@@ -122,8 +132,11 @@ def _gate(event: CommentEvent, command: commands.Command | commands.Usage, threa
     tag = marker(run_id(event), event.number)
     perm = thread.permission()
     if not perm.allowed:
-        return Handled("refused", f"{event.login} has {perm.shown} permission",
-                       thread.answer(tag, f"{tag}\n{refusal(event.login, _verb(command), perm)}\n"))
+        return Handled(
+            "refused",
+            f"{event.login} has {perm.shown} permission",
+            thread.answer(tag, f"{tag}\n{refusal(event.login, _verb(command), perm)}\n"),
+        )
     if isinstance(command, commands.Usage):
         text = f"{tag}\nI could not read `{command.line}`: {command.problem}.\n\n```\n{command.text}```\n"
         return Handled("usage", command.problem, thread.answer(tag, text))
@@ -131,8 +144,9 @@ def _gate(event: CommentEvent, command: commands.Command | commands.Usage, threa
 
 
 @contextlib.contextmanager
-def _gated(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None
-           ) -> Iterator[tuple[CommentEvent, commands.Command | commands.Usage | None, Thread | None, Handled | None]]:
+def _gated(
+    event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None
+) -> Iterator[tuple[CommentEvent, commands.Command | commands.Usage | None, Thread | None, Handled | None]]:
     """The event read, its thread opened and the command gated (permission, usage): the early
     answer when there is one; the thread closed on the way out."""
     event, command, reason = _read(event_path, job.config)
@@ -157,15 +171,31 @@ def authorize(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_
         if head is None:
             raise BadInput("--authorize-only needs GitHub to pin the PR head: not in a dry run")
         tag, verb = marker(run_id(event), event.number), _verb(command)
-        where = thread.answer(tag, f"{tag}\n`{verb}` from @{event.login}: queued for a GPU runner. It measures the PR "
-                                   f"head as of now, `{head[:12]}`; commits pushed later are not measured. This "
-                                   "comment is replaced by the results.\n")
-        return Handled("authorized", f"{event.login} may run {verb}; PR head pinned at {head[:12]}", where, head,
-                       repo=event.repo, pr=event.number, verb=verb, head_repo=thread.head_repo() or "")
+        where = thread.answer(
+            tag,
+            f"{tag}\n`{verb}` from @{event.login}: queued for a GPU runner. It measures the PR "
+            f"head as of now, `{head[:12]}`; commits pushed later are not measured. This "
+            "comment is replaced by the results.\n",
+        )
+        return Handled(
+            "authorized",
+            f"{event.login} may run {verb}; PR head pinned at {head[:12]}",
+            where,
+            head,
+            repo=event.repo,
+            pr=event.number,
+            verb=verb,
+            head_repo=thread.head_repo() or "",
+        )
 
 
-def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir: Path | None = None,
-           say: Callable[[str], None] = lambda s: None) -> Handled:
+def handle(
+    event_path: str | Path,
+    job: Job,
+    env: Mapping[str, str],
+    dry_run_dir: Path | None = None,
+    say: Callable[[str], None] = lambda s: None,
+) -> Handled:
     """All stages in one process (local use): authorize, measure, post."""
     with _gated(event_path, job, env, dry_run_dir) as (event, command, thread, early):
         if early is not None:
@@ -174,8 +204,11 @@ def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir
         assert thread is not None and command is not None and not isinstance(command, commands.Usage)
         pinned = thread.pull_head()  # None in a dry run: measured as fetched
         tag, verb = marker(run_id(event), event.number), command.verb
-        thread.answer(tag, f"{tag}\n`{verb}` from @{event.login}: queued for the GPU on runner "
-                           f"`{lock.runner_name()}`; this comment is replaced by the results.\n")
+        thread.answer(
+            tag,
+            f"{tag}\n`{verb}` from @{event.login}: queued for the GPU on runner "
+            f"`{lock.runner_name()}`; this comment is replaced by the results.\n",
+        )
         try:
             plan, handled = _measure(event, command, job, pinned, say, thread.head_repo())
         except BisectorError as exc:
@@ -186,8 +219,14 @@ def handle(event_path: str | Path, job: Job, env: Mapping[str, str], dry_run_dir
         return replace(handled, answer=where)
 
 
-def measure(event_path: str | Path, job: Job, pinned: str, plan_out: Path,
-            say: Callable[[str], None] = lambda s: None, head_repo: str | None = None) -> Handled:
+def measure(
+    event_path: str | Path,
+    job: Job,
+    pinned: str,
+    plan_out: Path,
+    say: Callable[[str], None] = lambda s: None,
+    head_repo: str | None = None,
+) -> Handled:
     """The GPU stage: no token, no GitHub call. The permission was checked and the head pinned by
     `authorize`; this writes the plan that `bisector publish` posts (the answer, or why it failed).
     `head_repo`: where the PR's head lives, as `authorize` read it (None: a fork's, for all we know)."""
@@ -208,40 +247,66 @@ def measure(event_path: str | Path, job: Job, pinned: str, plan_out: Path,
 def to_this_pr(plan: PublishPlan, number: int, pinned: str) -> PublishPlan:
     """What `publish --expect-pr N --expect-sha SHA` accepts: culprits of other PRs stay in the report
     (nothing checks a culprit a plan names), a status only on the pinned head."""
-    return replace(plan, culprits=tuple(c for c in plan.culprits if c.pr == number),
-                   head_sha=plan.head_sha if plan.head_sha == pinned else None)
+    return replace(
+        plan,
+        culprits=tuple(c for c in plan.culprits if c.pr == number),
+        head_sha=plan.head_sha if plan.head_sha == pinned else None,
+    )
 
 
 def failure_plan(event: CommentEvent, verb: str, exc: BisectorError) -> PublishPlan:
-    return PublishPlan(run_id=run_id(event), repo=event.repo, verdict=RunVerdict.INCOMPLETE, report="",
-                       requester_pr=event.number, answer=f"`{verb}` failed: {exc}")
+    return PublishPlan(
+        run_id=run_id(event),
+        repo=event.repo,
+        verdict=RunVerdict.INCOMPLETE,
+        report="",
+        requester_pr=event.number,
+        answer=f"`{verb}` failed: {exc}",
+    )
 
 
 def refused_plan(event: CommentEvent, answer: str) -> PublishPlan:
     """The one-line answer of a command this host may not run (bisector/triggers/fork_policy.py)."""
-    return PublishPlan(run_id=run_id(event), repo=event.repo, verdict=RunVerdict.INCOMPLETE, report="",
-                       requester_pr=event.number, answer=answer)
+    return PublishPlan(
+        run_id=run_id(event),
+        repo=event.repo,
+        verdict=RunVerdict.INCOMPLETE,
+        report="",
+        requester_pr=event.number,
+        answer=answer,
+    )
 
 
-def _measure(event: CommentEvent, command: commands.Command, job: Job, pinned: str | None,
-             say: Callable[[str], None], head_repo: str | None = None) -> tuple[PublishPlan, Handled]:
+def _measure(
+    event: CommentEvent,
+    command: commands.Command,
+    job: Job,
+    pinned: str | None,
+    say: Callable[[str], None],
+    head_repo: str | None = None,
+) -> tuple[PublishPlan, Handled]:
     cfg = job.config
-    refused = fork_policy.refusal(command, event.number, event.repo, head_repo, cfg,
-                                  lambda: gitrepo.open_repo(cfg.upstream.repo))
+    refused = fork_policy.refusal(
+        command, event.number, event.repo, head_repo, cfg, lambda: gitrepo.open_repo(cfg.upstream.repo)
+    )
     if refused:
         return refused_plan(event, refused), Handled("refused", refused)
-    fail_closed = fork_policy.must_be_sandboxed(command, event.repo, head_repo, cfg,
-                                                lambda: gitrepo.open_repo(cfg.upstream.repo))
+    fail_closed = fork_policy.must_be_sandboxed(
+        command, event.repo, head_repo, cfg, lambda: gitrepo.open_repo(cfg.upstream.repo)
+    )
     # fail closed: nothing of a fork's code (or any, where the config requires it) runs unsandboxed
-    with (sandbox.required(cfg.device != "cpu") if fail_closed else contextlib.nullcontext(),
-          lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)"))):
+    with (
+        sandbox.required(cfg.device != "cpu") if fail_closed else contextlib.nullcontext(),
+        lock.config_lock(cfg, on_wait=lambda p: say(f"waiting for {p} (another job holds the GPU)")),
+    ):
         if isinstance(command, commands.BisectCommand):
             return _bisect(event, command, job, pinned, head_repo)
         return _perf(event, command, job, pinned)
 
 
-def _pinned_range(event: CommentEvent, command: commands.BisectCommand, config: Config,
-                  pinned: str | None) -> tuple[str, str]:
+def _pinned_range(
+    event: CommentEvent, command: commands.BisectCommand, config: Config, pinned: str | None
+) -> tuple[str, str]:
     """GOOD and BAD, with this PR's head ref replaced by the pinned commit; other pull refs refused."""
     out = []
     for ref in (command.good, command.bad):
@@ -251,37 +316,55 @@ def _pinned_range(event: CommentEvent, command: commands.BisectCommand, config: 
             continue
         number, kind, suffix = int(match.group(1)), match.group(2), match.group(3)
         if number != event.number or kind != "head" or not re.fullmatch(r"[~^0-9]*", suffix):
-            raise BadInput(f"{ref}: the only pull request ref a command may name is this PR's head "
-                           f"(refs/pull/{event.number}/head), measured at the pinned commit")
+            raise BadInput(
+                f"{ref}: the only pull request ref a command may name is this PR's head "
+                f"(refs/pull/{event.number}/head), measured at the pinned commit"
+            )
         repo = gitrepo.open_repo(config.upstream.repo)
         out.append(check_pin(fetch_pull_head(repo, config.upstream.repo, event.number), pinned, event.number) + suffix)
     return out[0], out[1]
 
 
-def _bisect(event: CommentEvent, command: commands.BisectCommand, job: Job, pinned: str | None,
-            head_repo: str | None = None) -> tuple[PublishPlan, Handled]:
+def _bisect(
+    event: CommentEvent, command: commands.BisectCommand, job: Job, pinned: str | None, head_repo: str | None = None
+) -> tuple[PublishPlan, Handled]:
     config = select_shapes(job.config, command.selection.only())
     good, bad = _pinned_range(event, command, config, pinned)
     out = Path(job.report_dir or Path(config.report_dir) / "pr" / str(event.number) / run_id(event))
     # A PR's head (not merged), a fork's code or a commit outside the upstream's history timed itself:
     # labelled, no status, no patch.
-    untrusted = any(fork_policy.PULL_REF.fullmatch(r) for r in (command.good, command.bad)) or \
-        fork_policy.runs_fork_code(command, head_repo == event.repo, lambda: gitrepo.open_repo(config.upstream.repo))
-    options = pipeline.RunOptions(good=good, bad=bad, store=job.store, work_dir=job.work_dir,
-                                  report_dir=str(out), command=f"bisector run --config {config.path} "
-                                  f"--good {good} --bad {bad}",
-                                  notes=(plan_mod.UNTRUSTED_NOTE,) if untrusted else ())
+    untrusted = any(
+        fork_policy.PULL_REF.fullmatch(r) for r in (command.good, command.bad)
+    ) or fork_policy.runs_fork_code(command, head_repo == event.repo, lambda: gitrepo.open_repo(config.upstream.repo))
+    options = pipeline.RunOptions(
+        good=good,
+        bad=bad,
+        store=job.store,
+        work_dir=job.work_dir,
+        report_dir=str(out),
+        command=f"bisector run --config {config.path} --good {good} --bad {bad}",
+        notes=(plan_mod.UNTRUSTED_NOTE,) if untrusted else (),
+    )
     outcome = pipeline.bisect(config, options)
     report_md = (outcome.report_dir / "report.md").read_text()
     patches = {sha: Path(p).read_text() for sha, p in outcome.patches.items()}
-    plan = plan_mod.build(outcome.report, run_id(event), event.repo, report_md, requester_pr=event.number,
-                          patches=patches, base_branch=config.upstream.branch, untrusted=untrusted,
-                          combined=plan_mod.reverts_of(config, outcome.report, patches) if not untrusted else None)
+    plan = plan_mod.build(
+        outcome.report,
+        run_id(event),
+        event.repo,
+        report_md,
+        requester_pr=event.number,
+        patches=patches,
+        base_branch=config.upstream.branch,
+        untrusted=untrusted,
+        combined=plan_mod.reverts_of(config, outcome.report, patches) if not untrusted else None,
+    )
     return plan, Handled("bisect", f"{len(outcome.result.steps)} step(s) in {command.good}..{command.bad}")
 
 
-def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job,
-          pinned: str | None) -> tuple[PublishPlan, Handled]:
+def _perf(
+    event: CommentEvent, command: commands.PerfCommand, job: Job, pinned: str | None
+) -> tuple[PublishPlan, Handled]:
     config = select_shapes(job.config, command.selection.only())
     session = pipeline.Session(config, job.store, job.work_dir)
     try:
@@ -298,21 +381,41 @@ def _perf(event: CommentEvent, command: commands.PerfCommand, job: Job,
         if decided is None:
             bad = mb if mb.status is ProbeStatus.SKIP else mh
             notes.append(f"`{bad.sha[:12]}` did not build or run: {bad.reason.strip()[-300:]}")
-        tflops = {"base": pipeline.medians(session, base, "subject_tflops"),
-                  "head": pipeline.medians(session, head, "subject_tflops"),
-                  "control": pipeline.medians(session, head, "control_tflops")}
+        tflops = {
+            "base": pipeline.medians(session, base, "subject_tflops"),
+            "head": pipeline.medians(session, head, "subject_tflops"),
+            "control": pipeline.medians(session, head, "control_tflops"),
+        }
         rows = perf.compare_shapes(keys, mb.samples, mh.samples, th.min_step, th.alpha, mh.wrong, tflops)
         counts = {"base": mb.count(), "head": mh.count()}
         text = perf.body(rows, head, base, counts, th.min_step_pct, th.alpha, notes)
         # The PR head is the PR's own code until it is merged: it ran in the process that timed it.
         untrusted = not fork_policy.on_upstream(session.repo, head)
-        plan = PublishPlan(run_id=run_id(event), repo=event.repo, verdict=_PERF_VERDICT[perf.overall(rows)],
-                           report="", requester_pr=event.number, answer=text, untrusted=untrusted)
-        return plan, Handled("perf", f"{perf.overall(rows)}: " + ", ".join(f"{r.shape} {r.verdict.value}"
-                                                                          for r in rows))
+        plan = PublishPlan(
+            run_id=run_id(event),
+            repo=event.repo,
+            verdict=_PERF_VERDICT[perf.overall(rows)],
+            report="",
+            requester_pr=event.number,
+            answer=text,
+            untrusted=untrusted,
+        )
+        return plan, Handled(
+            "perf", f"{perf.overall(rows)}: " + ", ".join(f"{r.shape} {r.verdict.value}" for r in rows)
+        )
     finally:
         session.close()
 
 
-__all__ = ["Handled", "Job", "authorize", "check_pin", "failure_plan", "fetch_pull_head", "handle", "measure",
-           "run_id", "to_this_pr"]
+__all__ = [
+    "Handled",
+    "Job",
+    "authorize",
+    "check_pin",
+    "failure_plan",
+    "fetch_pull_head",
+    "handle",
+    "measure",
+    "run_id",
+    "to_this_pr",
+]

@@ -43,12 +43,16 @@ def read_event(path: str | Path) -> CommentEvent:
     data = read_json(path)
     issue = _get(data, "issue", where, dict)
     return CommentEvent(
-        action=_get(data, "action", where, str), repo=_get(data, "repository.full_name", where, str),
-        number=_get(data, "issue.number", where, int), is_pull=bool(issue.get("pull_request")),
-        comment_id=_get(data, "comment.id", where, int), body=_get(data, "comment.body", where, str) or "",
+        action=_get(data, "action", where, str),
+        repo=_get(data, "repository.full_name", where, str),
+        number=_get(data, "issue.number", where, int),
+        is_pull=bool(issue.get("pull_request")),
+        comment_id=_get(data, "comment.id", where, int),
+        body=_get(data, "comment.body", where, str) or "",
         login=_get(data, "comment.user.login", where, str),
         user_type=str((data["comment"]["user"] or {}).get("type", "User")),
-        association=str(data["comment"].get("author_association", "NONE")))
+        association=str(data["comment"].get("author_association", "NONE")),
+    )
 
 
 def ignore_reason(event: CommentEvent, bot_login: str | None = None) -> str | None:

@@ -34,8 +34,11 @@ def on_upstream(repo: git.Repo, ref: str) -> bool:
     (a mirror also holds refs/pull/*, whose commits may be anyone's)."""
     try:
         sha = gitrepo.resolve(repo, ref)
-        return bool(repo.git.for_each_ref("--contains", sha, "--count=1", "--format=%(refname)",
-                                          "refs/heads", "refs/tags", "refs/remotes").strip())
+        return bool(
+            repo.git.for_each_ref(
+                "--contains", sha, "--count=1", "--format=%(refname)", "refs/heads", "refs/tags", "refs/remotes"
+            ).strip()
+        )
     except (BisectorError, git.GitCommandError):
         return False
 
@@ -69,8 +72,9 @@ def forks_need_sandbox(config: Config) -> bool:
     return not config.triggers.allow_unsandboxed_forks
 
 
-def must_be_sandboxed(command: Command, repo: str, head_repo: str | None, config: Config,
-                      upstream: Callable[[], git.Repo]) -> bool:
+def must_be_sandboxed(
+    command: Command, repo: str, head_repo: str | None, config: Config, upstream: Callable[[], git.Repo]
+) -> bool:
     """Whether `command` may run only sandboxed: the config requires it for every run, or it runs a
     fork's code and the config requires it for those (the default)."""
     if config.sandbox.require:
@@ -78,8 +82,9 @@ def must_be_sandboxed(command: Command, repo: str, head_repo: str | None, config
     return forks_need_sandbox(config) and runs_fork_code(command, head_repo == repo, upstream)
 
 
-def refusal(command: Command, number: int, repo: str, head_repo: str | None, config: Config,
-            upstream: Callable[[], git.Repo]) -> str:
+def refusal(
+    command: Command, number: int, repo: str, head_repo: str | None, config: Config, upstream: Callable[[], git.Repo]
+) -> str:
     """The one-line answer refusing `command` on PR `number` of `repo`, or "" when it may run.
     `head_repo`: where the PR's head branch lives (None: not known); `upstream`: opens the mirror."""
     why = no_sandbox(config)
@@ -87,11 +92,24 @@ def refusal(command: Command, number: int, repo: str, head_repo: str | None, con
         return ""
     if not runs_fork_code(command, head_repo == repo, upstream):
         return ""
-    whose = (f"from the fork {head_repo}" if head_repo and head_repo != repo and isinstance(command, PerfCommand)
-             else "from a fork, or not of the upstream's history")
-    return (f"`{command.verb}` refused: it would run code {whose} on a runner with no sandbox for code under test "
-            f"({why}); the bot's config may allow it with `{OPT_IN}`.")
+    whose = (
+        f"from the fork {head_repo}"
+        if head_repo and head_repo != repo and isinstance(command, PerfCommand)
+        else "from a fork, or not of the upstream's history"
+    )
+    return (
+        f"`{command.verb}` refused: it would run code {whose} on a runner with no sandbox for code under test "
+        f"({why}); the bot's config may allow it with `{OPT_IN}`."
+    )
 
 
-__all__ = ["OPT_IN", "PULL_REF", "forks_need_sandbox", "must_be_sandboxed", "no_sandbox", "on_upstream", "refusal",
-           "runs_fork_code"]
+__all__ = [
+    "OPT_IN",
+    "PULL_REF",
+    "forks_need_sandbox",
+    "must_be_sandboxed",
+    "no_sandbox",
+    "on_upstream",
+    "refusal",
+    "runs_fork_code",
+]

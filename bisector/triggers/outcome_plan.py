@@ -50,8 +50,9 @@ def _step_table(step: Step, data: ReportData | None = None) -> str:
     rows = ["| shape | change | 95% CI | decided on |", "|---|---:|---|---|"]
     for shape in step.shapes:
         lo, hi = step.ci95[shape]
-        rows.append(f"| {shape} | {step.change_pct[shape]:+.1f}% | [{lo:+.1f}, {hi:+.1f}]% | "
-                    f"{words.get(shape, 'ratio')} |")
+        rows.append(
+            f"| {shape} | {step.change_pct[shape]:+.1f}% | [{lo:+.1f}, {hi:+.1f}]% | {words.get(shape, 'ratio')} |"
+        )
     return "\n".join(rows)
 
 
@@ -60,8 +61,10 @@ def _restore(fix: FixResult) -> str:
     for shape in fix.shapes:
         if shape in fix.restored and shape in fix.baseline:
             left = fix.remaining_pct(shape)
-            parts.append(f"{shape}: {fix.verdict(shape)}, {fix.restored[shape]:.1f} against {fix.baseline[shape]:.1f} "
-                         f"TFLOP/s before the step, side by side" + (f" ({left:+.1f}%)" if left is not None else ""))
+            parts.append(
+                f"{shape}: {fix.verdict(shape)}, {fix.restored[shape]:.1f} against {fix.baseline[shape]:.1f} "
+                f"TFLOP/s before the step, side by side" + (f" ({left:+.1f}%)" if left is not None else "")
+            )
     return "; ".join(parts)
 
 
@@ -70,13 +73,23 @@ def _hunk_line(h: HunkFinding) -> str:
 
 
 # the comment's untrusted label, with the reason, for the report header: one wording (publish.messages)
-UNTRUSTED_NOTE = (f"{UNTRUSTED.rstrip('.')}: the code under test ran in the process that timed it and could have "
-                  f"written its own numbers. {CONFIRM}")
+UNTRUSTED_NOTE = (
+    f"{UNTRUSTED.rstrip('.')}: the code under test ran in the process that timed it and could have "
+    f"written its own numbers. {CONFIRM}"
+)
 
 
-def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr: int | None = None,
-          patches: Mapping[str, str] | None = None, base_branch: str = "main",
-          combined: Mapping[tuple[str, ...], str] | None = None, untrusted: bool = False) -> PublishPlan:
+def build(
+    data: ReportData,
+    run_id: str,
+    repo: str,
+    report_md: str,
+    requester_pr: int | None = None,
+    patches: Mapping[str, str] | None = None,
+    base_branch: str = "main",
+    combined: Mapping[tuple[str, ...], str] | None = None,
+    untrusted: bool = False,
+) -> PublishPlan:
     """`patches`: culprit sha -> patch text of its verified revert; `combined`: the reverts of several
     culprits (newest first) -> their combined patch on the tip; `untrusted`: the code measured was not the
     upstream's own, so no patch is proposed (bisector/publish/messages.py labels the results)."""
@@ -84,16 +97,26 @@ def build(data: ReportData, run_id: str, repo: str, report_md: str, requester_pr
     missing = missing_lines(data)
     if untrusted:
         report_md = _labelled(report_md)
-    return PublishPlan(run_id=run_id, repo=repo, verdict=verdict(data.steps, missing), report=report_md,
-                       culprits=tuple(culprits), requester_pr=requester_pr, head_sha=data.bad.sha,
-                       base_branch=base_branch, missing=missing, summary="\n".join(summary_lines(data)),
-                       untrusted=untrusted,
-                       regressions=sum(1 for s in data.steps if s.is_regression and s.verified),
-                       improvements=sum(1 for s in data.steps if not s.is_regression and s.verified))
+    return PublishPlan(
+        run_id=run_id,
+        repo=repo,
+        verdict=verdict(data.steps, missing),
+        report=report_md,
+        culprits=tuple(culprits),
+        requester_pr=requester_pr,
+        head_sha=data.bad.sha,
+        base_branch=base_branch,
+        missing=missing,
+        summary="\n".join(summary_lines(data)),
+        untrusted=untrusted,
+        regressions=sum(1 for s in data.steps if s.is_regression and s.verified),
+        improvements=sum(1 for s in data.steps if not s.is_regression and s.verified),
+    )
 
 
-def _culprits(data: ReportData, patches: Mapping[str, str], combined: Mapping[tuple[str, ...], str],
-              untrusted: bool) -> list[CulpritPost]:
+def _culprits(
+    data: ReportData, patches: Mapping[str, str], combined: Mapping[tuple[str, ...], str], untrusted: bool
+) -> list[CulpritPost]:
     """A post per PR that made a step (once per PR, none for an unsure step): its table, its revert
     where verified, its hunk, kernels and cause."""
     fixes = {f.step_commit: f for f in data.fixes}
@@ -106,20 +129,28 @@ def _culprits(data: ReportData, patches: Mapping[str, str], combined: Mapping[tu
         fix = fixes.get(step.commit)
         good_fix = step.is_regression and pr_advice.good_fix(fix) and not untrusted
         comb = pr_advice.combined_for(step, fix, data.interactions) if step.is_regression and not untrusted else None
-        culprits.append(CulpritPost(pr=step.pr, step_summary=pr_advice.summary_line(step, data),
-                                    table=_step_table(step, data),
-                                    patch=patches.get(step.commit) if good_fix else None,
-                                    restore=_restore(fix) if good_fix and fix else "",
-                                    patch_base=data.bad.sha, commit=step.commit,
-                                    hunk=_hunk_line(found[step.commit]) if step.commit in found else "",
-                                    hunk_diff=found[step.commit].diff if step.commit in found else "",
-                                    kernel=kernel_report.comment_text(compiled[step.commit])
-                                    if step.commit in compiled and compiled[step.commit].kernels else "",
-                                    kind="regression" if step.is_regression else "improvement",
-                                    verified=step.verified, cause=pr_advice.cause(step, data),
-                                    todo=pr_advice.todo(step, data),
-                                    combined_patch=combined.get(comb.combo) if comb is not None else None,
-                                    nearby=pr_advice.nearby(step, data)))
+        culprits.append(
+            CulpritPost(
+                pr=step.pr,
+                step_summary=pr_advice.summary_line(step, data),
+                table=_step_table(step, data),
+                patch=patches.get(step.commit) if good_fix else None,
+                restore=_restore(fix) if good_fix and fix else "",
+                patch_base=data.bad.sha,
+                commit=step.commit,
+                hunk=_hunk_line(found[step.commit]) if step.commit in found else "",
+                hunk_diff=found[step.commit].diff if step.commit in found else "",
+                kernel=kernel_report.comment_text(compiled[step.commit])
+                if step.commit in compiled and compiled[step.commit].kernels
+                else "",
+                kind="regression" if step.is_regression else "improvement",
+                verified=step.verified,
+                cause=pr_advice.cause(step, data),
+                todo=pr_advice.todo(step, data),
+                combined_patch=combined.get(comb.combo) if comb is not None else None,
+                nearby=pr_advice.nearby(step, data),
+            )
+        )
     return culprits
 
 
@@ -146,16 +177,25 @@ def combined_reverts(git_dir: Path, data: ReportData, patches: Mapping[str, str]
     return out
 
 
-def from_outcome(config: Config, outcome: RunOutcome, run_id: str, repo: str | None = None,
-                 requester_pr: int | None = None) -> PublishPlan | None:
+def from_outcome(
+    config: Config, outcome: RunOutcome, run_id: str, repo: str | None = None, requester_pr: int | None = None
+) -> PublishPlan | None:
     """The plan of a finished run, reading its report and verified patches; None without a target repo."""
     repo = repo or config.publish.repo
     if not repo:
         return None
     report_md = (outcome.report_dir / "report.md").read_text()
     patches = {sha: Path(p).read_text() for sha, p in outcome.patches.items()}
-    return build(outcome.report, run_id, repo, report_md, requester_pr=requester_pr, patches=patches,
-                 base_branch=config.upstream.branch, combined=reverts_of(config, outcome.report, patches))
+    return build(
+        outcome.report,
+        run_id,
+        repo,
+        report_md,
+        requester_pr=requester_pr,
+        patches=patches,
+        base_branch=config.upstream.branch,
+        combined=reverts_of(config, outcome.report, patches),
+    )
 
 
 def reverts_of(config: Config, data: ReportData, patches: Mapping[str, str]) -> dict[tuple[str, ...], str]:

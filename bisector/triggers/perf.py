@@ -42,9 +42,15 @@ def verdict_of(c: Comparison) -> PerfVerdict:
     return PerfVerdict.SAME if c.verdict is Verdict.SAME else PerfVerdict.NOT_SURE
 
 
-def compare_shapes(shapes: Sequence[str], base: Mapping[str, Sequence[float]], head: Mapping[str, Sequence[float]],
-                   min_step: Callable[[str], float], alpha: float, wrong: frozenset[str] = frozenset(),
-                   tflops: Mapping[str, Mapping[str, float]] | None = None) -> tuple[ShapeAB, ...]:
+def compare_shapes(
+    shapes: Sequence[str],
+    base: Mapping[str, Sequence[float]],
+    head: Mapping[str, Sequence[float]],
+    min_step: Callable[[str], float],
+    alpha: float,
+    wrong: frozenset[str] = frozenset(),
+    tflops: Mapping[str, Mapping[str, float]] | None = None,
+) -> tuple[ShapeAB, ...]:
     """tflops: {"base": {shape: median}, "head": {...}, "control": {...}} for the table."""
     tf = tflops or {}
     out = []
@@ -80,34 +86,55 @@ def _num(x: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def table(rows: Sequence[ShapeAB]) -> list[str]:
-    lines = ["| shape | merge base TFLOP/s | PR head TFLOP/s | control TFLOP/s | change | 95% CI | verdict |",
-             "|---|---:|---:|---:|---:|---|---|"]
+    lines = [
+        "| shape | merge base TFLOP/s | PR head TFLOP/s | control TFLOP/s | change | 95% CI | verdict |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
     for r in rows:
         c = r.comparison
         change = _num(c.change_pct, "{:+.1f}%") if c else "—"
         ci = f"[{_num(c.ci95[0], '{:+.1f}')}, {_num(c.ci95[1], '{:+.1f}')}]%" if c else "—"
         verdict = f"**{r.verdict.value}**" if r.verdict in (PerfVerdict.SLOWER, PerfVerdict.WRONG) else r.verdict.value
-        lines.append(f"| {r.shape} | {_num(r.base_tflops)} | {_num(r.head_tflops)} | {_num(r.control_tflops)} | "
-                     f"{change} | {ci} | {verdict} |")
+        lines.append(
+            f"| {r.shape} | {_num(r.base_tflops)} | {_num(r.head_tflops)} | {_num(r.control_tflops)} | "
+            f"{change} | {ci} | {verdict} |"
+        )
     return lines
 
 
 def _moved(rows: Sequence[ShapeAB]) -> list[str]:
     """The asker's answer in one line: the shapes that moved (or went wrong), before how it was measured."""
-    parts = [f"{r.shape} {r.verdict.value}" + (f" {_num(r.comparison.change_pct, '{:+.1f}%')}" if r.comparison else "")
-             for r in rows if r.verdict in (PerfVerdict.SLOWER, PerfVerdict.FASTER, PerfVerdict.WRONG)]
+    parts = [
+        f"{r.shape} {r.verdict.value}" + (f" {_num(r.comparison.change_pct, '{:+.1f}%')}" if r.comparison else "")
+        for r in rows
+        if r.verdict in (PerfVerdict.SLOWER, PerfVerdict.FASTER, PerfVerdict.WRONG)
+    ]
     return [", ".join(parts) + ".", ""] if parts else []
 
 
-def body(rows: Sequence[ShapeAB], head: str, base: str, trials: Mapping[str, int], min_step_pct: float,
-         alpha: float, notes: Sequence[str] = ()) -> str:
+def body(
+    rows: Sequence[ShapeAB],
+    head: str,
+    base: str,
+    trials: Mapping[str, int],
+    min_step_pct: float,
+    alpha: float,
+    notes: Sequence[str] = (),
+) -> str:
     """The comment text (without marker): overall verdict, the table, how to read it."""
-    lines = [f"### bisector `/perf`: the PR head is **{overall(rows)}**", "", *_moved(rows),
-             f"PR head `{head[:12]}` against its merge base `{base[:12]}`, "
-             f"{trials.get('base', 0)} + {trials.get('head', 0)} trials (each a fresh process, control timed in "
-             "the same process).", "", *table(rows), "",
-             f"Change: subject/control ratio, head vs merge base. *faster*/*slower*: significant (p < {alpha:g}) "
-             f"and at least {min_step_pct:g}%; *same*: the 95% interval lies within ±{min_step_pct:g}%; "
-             "*not sure*: neither yet, more trials would tell."]
+    lines = [
+        f"### bisector `/perf`: the PR head is **{overall(rows)}**",
+        "",
+        *_moved(rows),
+        f"PR head `{head[:12]}` against its merge base `{base[:12]}`, "
+        f"{trials.get('base', 0)} + {trials.get('head', 0)} trials (each a fresh process, control timed in "
+        "the same process).",
+        "",
+        *table(rows),
+        "",
+        f"Change: subject/control ratio, head vs merge base. *faster*/*slower*: significant (p < {alpha:g}) "
+        f"and at least {min_step_pct:g}%; *same*: the 95% interval lies within ±{min_step_pct:g}%; "
+        "*not sure*: neither yet, more trials would tell.",
+    ]
     lines += [""] + [f"- {n}" for n in notes] if notes else []
     return "\n".join(lines) + "\n"

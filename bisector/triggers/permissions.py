@@ -56,6 +56,8 @@ def from_association(login: str, association: str) -> Permission:
 
 
 def refusal(login: str, verb: str, perm: Permission) -> str:
-    return (f"Sorry @{login}, `{verb}` runs benchmarks on the project's GPU runners, so it is limited to "
-            f"people with write, maintain or admin permission on this repository (yours: {perm.shown}). "
-            "A maintainer can post the same command for you.")
+    return (
+        f"Sorry @{login}, `{verb}` runs benchmarks on the project's GPU runners, so it is limited to "
+        f"people with write, maintain or admin permission on this repository (yours: {perm.shown}). "
+        "A maintainer can post the same command for you."
+    )

@@ -23,8 +23,10 @@ from bisector.publish.publish_plan import PublishPlan, dump_plan
 
 def leftover_line(killed: tuple[str, ...]) -> str:
     shown = ", ".join(killed[:5]) + (f" and {len(killed) - 5} more" if len(killed) > 5 else "")
-    return (f"{len(killed)} process(es) started by the code under test outlived their trials and were killed "
-            f"before this plan was written: {shown}")
+    return (
+        f"{len(killed)} process(es) started by the code under test outlived their trials and were killed "
+        f"before this plan was written: {shown}"
+    )
 
 
 def settle(plan: PublishPlan, cfg: Publish) -> PublishPlan:

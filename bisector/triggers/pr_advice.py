@@ -44,10 +44,16 @@ def give_back(pct: float) -> float | None:
 
 def by_hand(step: Step) -> str:
     """What a fix by hand should restore on each shape: the step's own size, undone."""
-    parts = [f"{_shape(k)} {g:+.0f}%" for k in step.shapes
-             if (g := give_back(step.change_pct[k])) is not None and math.isfinite(g)]
-    return "a fix by hand restores about " + ", ".join(parts) + " (the step's own size, undone)" if parts else \
-        "a fix by hand"
+    parts = [
+        f"{_shape(k)} {g:+.0f}%"
+        for k in step.shapes
+        if (g := give_back(step.change_pct[k])) is not None and math.isfinite(g)
+    ]
+    return (
+        "a fix by hand restores about " + ", ".join(parts) + " (the step's own size, undone)"
+        if parts
+        else "a fix by hand"
+    )
 
 
 def combined_for(step: Step, fix: FixResult | None, interactions: Sequence[Interaction]) -> Combined | None:
@@ -76,11 +82,17 @@ def _gain(res: ComboResult, shape: str) -> str:
 def _combined_text(step: Step, comb: Combined, data: ReportData) -> str:
     others = " and ".join(_pr_ref(c, data) for c in comb.combo if c != step.commit)
     shapes = [k for k in comb.result.gain_pct]
-    text = (f"Together with the revert of {others} it applies (combined patch below): "
-            + ", ".join(_gain(comb.result, k) for k in shapes) + f" on the tip `{data.bad.short}`")
+    text = (
+        f"Together with the revert of {others} it applies (combined patch below): "
+        + ", ".join(_gain(comb.result, k) for k in shapes)
+        + f" on the tip `{data.bad.short}`"
+    )
     if comb.others_alone is not None and comb.others_alone.gain_pct:
-        mine = [f"{_shape(k)} about {100.0 * ((1 + comb.result.gain_pct[k] / 100) / (1 + o / 100) - 1):+.0f}%"
-                for k, o in comb.others_alone.gain_pct.items() if k in comb.result.gain_pct and o > -100]
+        mine = [
+            f"{_shape(k)} about {100.0 * ((1 + comb.result.gain_pct[k] / 100) / (1 + o / 100) - 1):+.0f}%"
+            for k, o in comb.others_alone.gain_pct.items()
+            if k in comb.result.gain_pct and o > -100
+        ]
         alone = ", ".join(f"{v:+.1f}%" for v in comb.others_alone.gain_pct.values())
         text += f", against {alone} for that revert alone: this PR's part is " + ", ".join(mine)
     return text
@@ -103,9 +115,11 @@ def _overlap_text(step: Step, data: ReportData) -> str:
             alone, with_other = (p.alone_pct, p.with_other_pct) if mine_a else (p.other_alone_pct, p.other_with_pct)
             both = next((c for c in inter.combos if set(c.reverted) == {p.a, p.b} and not c.error), None)
             ref = _pr_ref(other, data)
-            text = (f"This loss overlaps that of {ref} on {_shape(p.shape)} (part of the two is one loss)"
-                    if p.verdict == "overlap" else
-                    f"This loss and that of {ref} hide each other in part on {_shape(p.shape)}")
+            text = (
+                f"This loss overlaps that of {ref} on {_shape(p.shape)} (part of the two is one loss)"
+                if p.verdict == "overlap"
+                else f"This loss and that of {ref} hide each other in part on {_shape(p.shape)}"
+            )
             text += f": with that one reverted too, this revert adds {with_other:+.1f}%, not {alone:+.1f}%"
             if both is not None and p.shape in both.gain_pct:
                 text += f"; both reverts together {both.gain_pct[p.shape]:+.1f}%"
@@ -115,8 +129,14 @@ def _overlap_text(step: Step, data: ReportData) -> str:
 
 def good_fix(fix: FixResult | None) -> bool:
     """A revert worth proposing: it applied, gave right results and restored every shape, at least partly."""
-    return (fix is not None and fix.applied and fix.correct and not fix.error and bool(fix.restored)
-            and all(fix.verdict(s) in ("restored", "partly restored") for s in fix.vs_parent))
+    return (
+        fix is not None
+        and fix.applied
+        and fix.correct
+        and not fix.error
+        and bool(fix.restored)
+        and all(fix.verdict(s) in ("restored", "partly restored") for s in fix.vs_parent)
+    )
 
 
 def todo(step: Step, data: ReportData) -> str:
@@ -125,8 +145,10 @@ def todo(step: Step, data: ReportData) -> str:
     if not step.is_regression:
         return ""  # an improvement: thanked, nothing to do (bisector/publish/messages.py)
     if not step.verified or step.candidates:
-        return ("Not verified yet (it did not hold, or was not re-measured, against its parent in fresh trials): "
-                f"check before acting; if it holds, {by_hand(step)}.")
+        return (
+            "Not verified yet (it did not hold, or was not re-measured, against its parent in fresh trials): "
+            f"check before acting; if it holds, {by_hand(step)}."
+        )
     tip = f"`{data.bad.short}`"
     if fix is None or fix.error:
         why = f" ({fix.error.strip().splitlines()[-1][:160]})" if fix is not None and fix.error.strip() else ""
@@ -138,14 +160,16 @@ def todo(step: Step, data: ReportData) -> str:
         if comb is not None:
             return f"{head}. {_combined_text(step, comb, data)}. Otherwise {by_hand(step)}."
         return f"{head}: {by_hand(step)}."
-    measured = "; ".join(f"{_shape(k)} {change(fix.vs_tip[k])} **{fix.verdict(k)}**" for k in fix.shapes
-                         if k in fix.vs_tip)
+    measured = "; ".join(
+        f"{_shape(k)} {change(fix.vs_tip[k])} **{fix.verdict(k)}**" for k in fix.shapes if k in fix.vs_tip
+    )
     if not fix.correct or any(fix.verdict(k) == "slower than the tip" for k in fix.shapes):
         bad = "gives wrong results" if not fix.correct else "is slower"
         return f"Do not apply its plain revert: on the tip {tip} it {bad} ({measured}); {by_hand(step)}."
     if not good_fix(fix):
-        return (f"Its revert, measured on the tip {tip} side by side with it: {measured}: not a fix yet; "
-                f"{by_hand(step)}.")
+        return (
+            f"Its revert, measured on the tip {tip} side by side with it: {measured}: not a fix yet; {by_hand(step)}."
+        )
     text = f"Revert it (patch below): on the tip {tip}, side by side with it, {measured}."
     overlap = _overlap_text(step, data)
     return text + (f" {overlap}." if overlap else "")
@@ -178,7 +202,7 @@ def nearby(step: Step, data: ReportData) -> tuple[str, ...]:
     """Missing data that could hide or move this step: commits that did not run, or gave wrong results on
     its shapes, between the measured commits that bracket it."""
     lo, hi = _bracket(step, data)
-    near = {c.sha for c in data.range_commits[lo: hi + 1]}
+    near = {c.sha for c in data.range_commits[lo : hi + 1]}
     out = []
     for sha, reason in data.skipped.items():
         if sha in near:
@@ -194,8 +218,10 @@ def nearby(step: Step, data: ReportData) -> tuple[str, ...]:
 
 def missing_lines(data: ReportData) -> tuple[str, ...]:
     """The run's missing data, one line per commit (a commit wrong on several shapes is one line)."""
-    out = [f"`{sha[:7]}` did not build or run: {reason.strip().splitlines()[-1][:160] if reason.strip() else '?'}"
-           for sha, reason in data.skipped.items()]
+    out = [
+        f"`{sha[:7]}` did not build or run: {reason.strip().splitlines()[-1][:160] if reason.strip() else '?'}"
+        for sha, reason in data.skipped.items()
+    ]
     wrong: dict[str, list[str]] = {}
     for w in data.wrong:
         wrong.setdefault(w.sha, []).append(w.shape)
@@ -214,6 +240,16 @@ def decided_on(step: Step, data: ReportData) -> Mapping[str, str]:
     return {k: METRIC_SHORT.get(data.metric_of(k), data.metric_of(k)) for k in step.shapes}
 
 
-__all__ = ["Combined", "by_hand", "cause", "combined_for", "decided_on", "give_back", "good_fix", "missing_lines",
-           "nearby",
-           "summary_line", "todo"]
+__all__ = [
+    "Combined",
+    "by_hand",
+    "cause",
+    "combined_for",
+    "decided_on",
+    "give_back",
+    "good_fix",
+    "missing_lines",
+    "nearby",
+    "summary_line",
+    "todo",
+]

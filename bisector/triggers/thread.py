@@ -44,8 +44,9 @@ class Thread(Protocol):
 def token_of(cfg: Publish, env: Mapping[str, str]) -> str:
     token = env.get(cfg.token_env, "")
     if not token.strip():
-        raise BadInput(f"environment variable {cfg.token_env} (publish.token_env) is not set: "
-                       "it must hold the GitHub token")
+        raise BadInput(
+            f"environment variable {cfg.token_env} (publish.token_env) is not set: it must hold the GitHub token"
+        )
     return token
 
 
@@ -117,8 +118,14 @@ class DryRunThread:
         return path
 
     def react(self, content: str) -> None:
-        self._write("reaction", {"method": "POST", "path": f"/repos/{self.event.repo}/issues/comments/"
-                                 f"{self.event.comment_id}/reactions", "body": {"content": content}})
+        self._write(
+            "reaction",
+            {
+                "method": "POST",
+                "path": f"/repos/{self.event.repo}/issues/comments/{self.event.comment_id}/reactions",
+                "body": {"content": content},
+            },
+        )
 
     def permission(self) -> permissions.Permission:
         """No token in a dry run: the event's author_association (OWNER or MEMBER) decides."""
@@ -133,8 +140,9 @@ class DryRunThread:
         return None
 
     def answer(self, marker: str, body: str) -> str:
-        path = self._write(f"comment-pr-{self.event.number}", CommentAction(self.event.number, marker, body)
-                           .payload(self.event.repo))
+        path = self._write(
+            f"comment-pr-{self.event.number}", CommentAction(self.event.number, marker, body).payload(self.event.repo)
+        )
         path.with_suffix(".md").write_text(body)
         self.answers[marker] = body
         return str(path)

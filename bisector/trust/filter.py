@@ -21,8 +21,20 @@ SECRET_PARTS = frozenset({"PAT", "PASS", "PW", "CRED", "CREDS", "DSN"})
 # Whole families: the runner's GITHUB_* context, cloud and registry logins.
 SECRET_PREFIXES = ("GITHUB_", "GH_", "AWS_", "AZURE_", "GOOGLE_", "HF_", "HUGGING", "NPM_", "PYPI_")
 # Pointers to credential files or programs: the value is a path, what it names is the secret.
-CREDENTIAL_POINTERS = frozenset({"NETRC", "GIT_ASKPASS", "SSH_ASKPASS", "SUDO_ASKPASS", "KUBECONFIG", "DOCKER_CONFIG",
-                                 "PGPASSFILE", "REGISTRY_AUTH_FILE", "BOTO_CONFIG", "VAULT_CONFIG_PATH"})
+CREDENTIAL_POINTERS = frozenset(
+    {
+        "NETRC",
+        "GIT_ASKPASS",
+        "SSH_ASKPASS",
+        "SUDO_ASKPASS",
+        "KUBECONFIG",
+        "DOCKER_CONFIG",
+        "PGPASSFILE",
+        "REGISTRY_AUTH_FILE",
+        "BOTO_CONFIG",
+        "VAULT_CONFIG_PATH",
+    }
+)
 # Names that contain a secret word but are harmless and read by toolchains.
 KEEP = frozenset({"KEYTIMEOUT", "TOKENIZERS_PARALLELISM"})
 
@@ -42,13 +54,16 @@ _TOKEN_VALUE = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
     # a JWT: base64url {"... header . payload . signature
     r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
-    r")")
+    r")"
+)
 # Webhook URLs carry their credential in the path (Slack, Discord, Teams, generic /webhooks/<id>/<token>).
 _WEBHOOK_URL = re.compile(
     r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
     r"|(?:[a-z0-9-]+\.)?discord(?:app)?\.com/api/webhooks/"
     r"|[a-z0-9.-]*webhook\.office\.com/"
-    r"|[^\s/]+/(?:[^\s]*/)?(?:web)?hooks?/\S*[A-Za-z0-9_-]{16,})", re.IGNORECASE)
+    r"|[^\s/]+/(?:[^\s]*/)?(?:web)?hooks?/\S*[A-Za-z0-9_-]{16,})",
+    re.IGNORECASE,
+)
 _PARTS = re.compile(r"[^A-Z0-9]+")
 
 

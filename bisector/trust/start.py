@@ -113,8 +113,9 @@ def prepare(argv: Sequence[str]) -> None:
     try:
         os.execve(sys.executable, argv_exec, clean)
     except OSError as exc:
-        raise vault.VaultError(f"cannot re-execute {sys.executable} with a scrubbed environment: "
-                               f"{exc.strerror}") from None
+        raise vault.VaultError(
+            f"cannot re-execute {sys.executable} with a scrubbed environment: {exc.strerror}"
+        ) from None
 
 
 def main() -> None:

@@ -54,8 +54,7 @@ def forbid_dumps() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         err = ctypes.get_errno()
-        raise VaultError(f"cannot mark the process non-dumpable (prctl: {os.strerror(err)}): "
-                         "refusing to hold a secret")
+        raise VaultError(f"cannot mark the process non-dumpable (prctl: {os.strerror(err)}): refusing to hold a secret")
 
 
 def is_dumpable() -> bool:

@@ -33,15 +33,25 @@ from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
 __all__ = ["Candidate", "Cause", "cause_of", "for_steps", "symptoms"]
 
 #: how much each kind of fact, per unit of log change, explains a change of speed
-_WEIGHT = {"spills": 3.0, "async": 2.0, "mma": 2.0, "math": 2.0, "occupancy": 2.0, "widths": 1.5, "shared": 1.0,
-           "registers": 0.5}
+_WEIGHT = {
+    "spills": 3.0,
+    "async": 2.0,
+    "mma": 2.0,
+    "math": 2.0,
+    "occupancy": 2.0,
+    "widths": 1.5,
+    "shared": 1.0,
+    "registers": 0.5,
+}
 #: a root cause ranks above any symptom: it is what the commit changed, the symptoms what followed
 _ROOT = 100.0
 #: the symptoms each kind of root cause explains: among roots, the one that explains more of what moved
 #: ranks first (a lost divisibility explains narrower loads and lost async copies, not shared memory)
-_EXPLAINS = {"specialization": {"async": 1.0, "widths": 1.0, "registers": 0.2},
-             "launch": {"shared": 1.0, "async": 1.0, "registers": 1.0, "occupancy": 1.0, "spills": 1.0, "mma": 0.5},
-             "constexpr": {kind: 0.5 for kind in _WEIGHT}}
+_EXPLAINS = {
+    "specialization": {"async": 1.0, "widths": 1.0, "registers": 0.2},
+    "launch": {"shared": 1.0, "async": 1.0, "registers": 1.0, "occupancy": 1.0, "spills": 1.0, "mma": 0.5},
+    "constexpr": {kind: 0.5 for kind in _WEIGHT},
+}
 
 
 @dataclass(frozen=True)
@@ -88,14 +98,19 @@ def _words(fact: str, before: object, after: object, unit: str) -> str:
     """One moved fact as a reader says it: "172 B of spills", "cp.async 80 -> 0"."""
     if fact == "spill store bytes" and before in (0, None):
         return f"{after} B of spills"
-    name = {"cp.async copy": "cp.async", "shared memory bytes": "shared memory",
-            "occupancy (CTAs/SM, est.)": "occupancy (CTAs/SM)"}.get(fact, fact)
+    name = {
+        "cp.async copy": "cp.async",
+        "shared memory bytes": "shared memory",
+        "occupancy (CTAs/SM, est.)": "occupancy (CTAs/SM)",
+    }.get(fact, fact)
     m = re.match(r"(global|shared) (load|store) (\d+)-bit", fact)
     if m:
         name = f"{m.group(3)}-bit {m.group(1)} {m.group(2)}s"
     name = re.sub(r" \((approximate|precise)\)$", "", name)
-    return (f"{name} {before if before is not None else 0} -> {after if after is not None else 0}"
-            f"{' ' + unit if unit else ''}")
+    return (
+        f"{name} {before if before is not None else 0} -> {after if after is not None else 0}"
+        f"{' ' + unit if unit else ''}"
+    )
 
 
 #: global memory traffic is what a memory-bound kernel's speed turns on; an on-chip (shared memory)
@@ -124,12 +139,14 @@ def symptoms(d: KernelDiff) -> list[tuple[str, float, str]]:
 
 def _not_specialized(diff: str) -> list[str]:
     """Names the diff adds to a `do_not_specialize` list."""
+
     def names(sign: str) -> set[str]:
         found: set[str] = set()
         for line in diff.splitlines():
             if line.startswith(sign) and "do_not_specialize" in line:
                 found.update(re.findall(r"['\"](\w+)['\"]", line.split("do_not_specialize", 1)[1]))
         return found
+
     return sorted(names("+") - names("-"))
 
 
@@ -139,8 +156,13 @@ def _constants(diff: str) -> list[str]:
     pattern = re.compile(r"\b([A-Z][A-Z0-9_]*)\s*[=:]\s*(-?\d+)\b(?!\s*(?:if\b|[-+*/%<>.(\[]))")
 
     def values(sign: str) -> dict[str, str]:
-        return {n: v for line in diff.splitlines() if line.startswith(sign) and not line.startswith(sign * 3)
-                for n, v in pattern.findall(line[1:])}
+        return {
+            n: v
+            for line in diff.splitlines()
+            if line.startswith(sign) and not line.startswith(sign * 3)
+            for n, v in pattern.findall(line[1:])
+        }
+
     before, after = values("-"), values("+")
     return [f"`{n}` {before[n]} -> {after[n]}" for n in after if n in before and before[n] != after[n]]
 
@@ -150,6 +172,7 @@ def _made_constexpr(arg_changes: Sequence[str], diff: str) -> list[str]:
     an argument and the diff adds a constexpr parameter of that name in any case (`rotary_dim` ->
     `ROTARY_DIM: tl.constexpr`), or the reverse. A constexpr's value is compiled in: masks and
     offsets built from it are known, so the compiler can prove a whole vector in or out of bounds."""
+
     def params(sign: str) -> dict[str, str]:
         found = {}
         for line in diff.splitlines():
@@ -161,6 +184,7 @@ def _made_constexpr(arg_changes: Sequence[str], diff: str) -> list[str]:
 
     def lost(verb: str) -> list[str]:
         return [m.group(1) for c in arg_changes for m in [re.match(rf"{verb} `(\w+)", c)] if m]
+
     out = []
     added, dropped = params("+"), params("-")
     for name in lost("removed"):
@@ -185,7 +209,7 @@ def _alignment(found: Sequence[tuple[str, float, str]]) -> str:
 
 
 def _widths_moved(moved: Sequence[str]) -> str:
-    """"its global loads widened" where narrower global loads went away and wider ones came (or the reverse)."""
+    """ "its global loads widened" where narrower global loads went away and wider ones came (or the reverse)."""
     gone: list[int] = []
     came: list[int] = []
     for w in moved:
@@ -194,8 +218,13 @@ def _widths_moved(moved: Sequence[str]) -> str:
             bits, b, a = map(int, m.groups())
             (gone if a < b else came).append(bits)
     if gone and came:
-        return "its global loads widened" if min(came) > max(gone) else \
-            "its global loads narrowed" if max(came) < min(gone) else ""
+        return (
+            "its global loads widened"
+            if min(came) > max(gone)
+            else "its global loads narrowed"
+            if max(came) < min(gone)
+            else ""
+        )
     return ""
 
 
@@ -224,12 +253,16 @@ def _changes(d: KernelDiff, diff: str) -> list[Candidate]:
         else:
             roots.append(Candidate("specialization", 0, f"`{name}` went from {before} to {after}"))
     rows = {k: (b, a) for k, b, a in d.metadata_rows() if b != a}
-    launch = [f"{k} {rows[k][0]} -> {rows[k][1]}" for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-              if k in rows]
+    launch = [
+        f"{k} {rows[k][0]} -> {rows[k][1]}" for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in rows
+    ]
     if launch:
         roots.append(Candidate("launch", 0, ", ".join(launch)))
-    roots += [Candidate("constexpr", 0, c) for c in _constants(diff)
-              if not any(c.split("`")[1] == r.text.split("`")[1] for r in roots if r.text.startswith("`"))]
+    roots += [
+        Candidate("constexpr", 0, c)
+        for c in _constants(diff)
+        if not any(c.split("`")[1] == r.text.split("`")[1] for r in roots if r.text.startswith("`"))
+    ]
     return roots
 
 
@@ -249,8 +282,11 @@ def cause_of(kernels: StepKernels | None, diff: str = "") -> Cause:
     commit = kernels.step_commit if kernels else ""
     changed = kernels.changed if kernels else ()
     if not changed:
-        why = kernels.note if kernels and kernels.note else "no compiled kernel changed: the cause is outside the " \
-            "kernels compiled here (launch, host code)"
+        why = (
+            kernels.note
+            if kernels and kernels.note
+            else "no compiled kernel changed: the cause is outside the kernels compiled here (launch, host code)"
+        )
         constants = _constants(diff)
         lead = f"{', '.join(constants)} in the commit, but " if constants else ""
         return Cause(commit, f"unclear: {lead}{why}.", "unclear")
@@ -261,9 +297,14 @@ def cause_of(kernels: StepKernels | None, diff: str = "") -> Cause:
     ranked = tuple(roots) + tuple(Candidate(k, s, w) for k, s, w in found)
     if not found and not roots:
         moved = speed.headline(best.before, best.after) or "its code only"
-        return Cause(commit, f"unclear: `{best.name}` compiled differently ({moved}), but nothing that explains "
-                             f"speed moved (spills, widths, copies, matrix instructions, shared memory, occupancy).",
-                     "unclear", best.name, ranked)
+        return Cause(
+            commit,
+            f"unclear: `{best.name}` compiled differently ({moved}), but nothing that explains "
+            f"speed moved (spills, widths, copies, matrix instructions, shared memory, occupancy).",
+            "unclear",
+            best.name,
+            ranked,
+        )
     root = roots[0] if roots else None
     text = _sentence(root, found)
     if root is None:
@@ -286,13 +327,16 @@ def _others(variants: Sequence[KernelDiff], lead: Candidate | None, diff: str, l
         roots = [r for r in sorted(_roots(d, diff), key=lambda c: -c.score) if lead is None or r.text != lead.text]
         # a launch option is the variant's own (the commit's diff-wide roots are the lead's)
         own = f"{roots[0].text}: " if roots and (roots[0].kind == "launch" or lead is None) else ""
-        parts.append(f"{d.tile + ' tiles' if d.tile else 'another variant'}: {own}"
-                     f"{', '.join(w for _, _, w in found[:limit])}")
+        parts.append(
+            f"{d.tile + ' tiles' if d.tile else 'another variant'}: {own}{', '.join(w for _, _, w in found[:limit])}"
+        )
     if still:
         tiles = ", ".join(t for t in still if t)
         n = len(still)
-        parts.append(f"{'its other variant' if n == 1 else f'{n} other variants'}"
-                     f"{f' ({tiles} tiles)' if tiles else ''}: nothing that explains speed moved")
+        parts.append(
+            f"{'its other variant' if n == 1 else f'{n} other variants'}"
+            f"{f' ({tiles} tiles)' if tiles else ''}: nothing that explains speed moved"
+        )
     return "; " + "; ".join(parts) if parts else ""
 
 
@@ -303,20 +347,35 @@ def _lead(kernel: str, found: Sequence[tuple[str, float, str]]) -> str:
     if kind == "math":
         approx = [w for _, _, w in found if ".approx" in w or w.startswith(("v_exp", "v_log"))]
         fewer = any(re.search(r" -> 0$", w) for w in approx)
-        return f"{k} computes exactly where it used approximate math" if fewer else \
-            f"{k} uses approximate math" if approx else f"{k}'s arithmetic changed"
+        return (
+            f"{k} computes exactly where it used approximate math"
+            if fewer
+            else f"{k} uses approximate math"
+            if approx
+            else f"{k}'s arithmetic changed"
+        )
     if kind == "spills":
         return f"{k} spills registers" if "B of spills" in words else f"{k}'s spills changed"
     if kind == "async":
-        return f"{k} lost its asynchronous copies" if re.search(r" -> 0$", words) else \
-            f"{k} gained asynchronous copies" if re.search(r" 0 -> ", words) else f"{k}'s asynchronous copies changed"
-    return {"mma": f"{k}'s matrix instructions changed", "widths": f"{k}'s loads and stores changed width",
-            "shared": f"{k}'s shared memory changed", "occupancy": f"{k}'s occupancy changed",
-            "registers": f"{k}'s register use changed"}.get(kind, f"{k} changed")
+        return (
+            f"{k} lost its asynchronous copies"
+            if re.search(r" -> 0$", words)
+            else f"{k} gained asynchronous copies"
+            if re.search(r" 0 -> ", words)
+            else f"{k}'s asynchronous copies changed"
+        )
+    return {
+        "mma": f"{k}'s matrix instructions changed",
+        "widths": f"{k}'s loads and stores changed width",
+        "shared": f"{k}'s shared memory changed",
+        "occupancy": f"{k}'s occupancy changed",
+        "registers": f"{k}'s register use changed",
+    }.get(kind, f"{k} changed")
 
 
-def for_steps(kernels: Sequence[StepKernels], findings: Sequence[HunkFinding],
-              diff_of: Callable[[str], str]) -> tuple[Cause, ...]:
+def for_steps(
+    kernels: Sequence[StepKernels], findings: Sequence[HunkFinding], diff_of: Callable[[str], str]
+) -> tuple[Cause, ...]:
     """One cause per step whose kernels were compared: from the hunks that carry it where the hunk
     search found them, else from the culprit's whole diff (`diff_of(sha)`)."""
     found = {f.step_commit: f.diff for f in findings if f.diff}

@@ -97,11 +97,16 @@ class HunkFinding:
     def rest(self) -> str:
         """What the rest of the commit is, beside the lines that carry the step: "threading: 11 hunks,
         applied as base; not loaded by any trial: tests/test_x.py (2 hunks)"."""
-        parts = [f"threading: {self.n_plumbing} hunk{'s' * (self.n_plumbing != 1)}, applied as base"] \
-            if self.n_behaviour and not self.cannot_split else []
+        parts = (
+            [f"threading: {self.n_plumbing} hunk{'s' * (self.n_plumbing != 1)}, applied as base"]
+            if self.n_behaviour and not self.cannot_split
+            else []
+        )
         if self.aside:
-            parts.append(f"not loaded by any trial: {', '.join(self.aside)} ({self.n_aside} "
-                         f"hunk{'s' * (self.n_aside != 1)} set aside)")
+            parts.append(
+                f"not loaded by any trial: {', '.join(self.aside)} ({self.n_aside} "
+                f"hunk{'s' * (self.n_aside != 1)} set aside)"
+            )
         parts += [f"cannot split {u}" for u in self.unsplit]
         return "; ".join(parts)
 
@@ -113,26 +118,38 @@ class HunkFinding:
 
     def _unclear(self) -> str:
         n = len(self.unsettled)
-        return (f"; {n} subset{'s' * (n != 1)} stayed unclear after {MAX_ROUNDS} rounds and "
-                f"{'were' if n != 1 else 'was'} placed by {'their' if n != 1 else 'its'} point estimate") if n else ""
+        return (
+            (
+                f"; {n} subset{'s' * (n != 1)} stayed unclear after {MAX_ROUNDS} rounds and "
+                f"{'were' if n != 1 else 'was'} placed by {'their' if n != 1 else 'its'} point estimate"
+            )
+            if n
+            else ""
+        )
 
     def _through_plumbing(self) -> str:
         base = f"on top of {self.n_plumbing} plumbing hunk{'s' * (self.n_plumbing != 1)} applied as a base"
         if self.base_carries:
-            return (f"the plumbing base alone ({self.n_plumbing} hunks and the plumbing lines of others) carries "
-                    f"the step: it is in what threads the new name through, not in the {self.n_behaviour} "
-                    f"behaviour-changing hunks")
+            return (
+                f"the plumbing base alone ({self.n_plumbing} hunks and the plumbing lines of others) carries "
+                f"the step: it is in what threads the new name through, not in the {self.n_behaviour} "
+                f"behaviour-changing hunks"
+            )
         if not self.complete:
-            return (f"the step is within {len(self.hunks)} of the {self.n_pieces} behaviour-changing statements "
-                    f"of {self.n_behaviour} hunks, {base} (the search stopped early: {self.stopped_at})")
+            return (
+                f"the step is within {len(self.hunks)} of the {self.n_pieces} behaviour-changing statements "
+                f"of {self.n_behaviour} hunks, {base} (the search stopped early: {self.stopped_at})"
+            )
         # one hunk holds what was found: that hunk carries the step alone, whatever its statements do
         how = "alone" if self.alone or self.found_hunks == 1 else "only together" if self.shown_minimal else "together"
         verb = "carries" if self.found_hunks == 1 else "carry"
         text = f"{self.found_hunks} of {self.n_behaviour} behaviour-changing hunks {verb} the step {how}, {base}"
         if self.pieces_in_found > len(self.hunks) or (self.found_hunks == 1 and len(self.hunks) > 1):
             together = "" if len(self.hunks) < 2 else " only together" if self.shown_minimal else " together"
-            text += (f"; within {'it' if self.found_hunks == 1 else 'them'}, {len(self.hunks)} of "
-                     f"{self.pieces_in_found} statements{together}")
+            text += (
+                f"; within {'it' if self.found_hunks == 1 else 'them'}, {len(self.hunks)} of "
+                f"{self.pieces_in_found} statements{together}"
+            )
         return text
 
     @property
@@ -148,16 +165,29 @@ class HunkFinding:
         if self.n_behaviour:
             return self._through_plumbing()
         if not self.complete and self.stopped_at == "offline":
-            return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the run ended after "
-                    f"{len(self.tries)} subsets were measured; replayed offline)")
+            return (
+                f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the run ended after "
+                f"{len(self.tries)} subsets were measured; replayed offline)"
+            )
         if not self.complete:
-            budget = "trials, `build.max_hunk_trials`" if self.stopped_at == "trials" else \
-                "patched builds, `build.max_hunk_builds`"
-            return (f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the search stopped after "
-                    f"{len(self.tries)} subsets: its budget of {budget}, was spent)")
-        how = "alone" if self.alone else "together, as one group of hunks that must travel together" \
-            if self.one_group else "only together (without any one of them it is gone)" if self.shown_minimal \
+            budget = (
+                "trials, `build.max_hunk_trials`"
+                if self.stopped_at == "trials"
+                else "patched builds, `build.max_hunk_builds`"
+            )
+            return (
+                f"the step is within {len(self.hunks)} of {self.n_hunks} hunks (the search stopped after "
+                f"{len(self.tries)} subsets: its budget of {budget}, was spent)"
+            )
+        how = (
+            "alone"
+            if self.alone
+            else "together, as one group of hunks that must travel together"
+            if self.one_group
+            else "only together (without any one of them it is gone)"
+            if self.shown_minimal
             else "together (a smaller set was unresolved: it did not build, run or give right results)"
+        )
         return f"{len(self.hunks)} of {self.n_hunks} hunks carry the step {how}"
 
 
@@ -221,8 +251,13 @@ def _planned(session: Session, step: Step, trace: bool = True) -> Planned | None
     return Planned(parts, groups, plumbed, old, new, aside, len(every))
 
 
-def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
-               noise: Mapping[str, PooledNoise | None] | None = None) -> tuple[HunkFinding, ...]:
+def find_hunks(
+    session: Session,
+    steps: Sequence[Step],
+    taken: Taken,
+    out: Path,
+    noise: Mapping[str, PooledNoise | None] | None = None,
+) -> tuple[HunkFinding, ...]:
     """A finding for every verified step whose commit has two hunks or more. `noise`: the search's
     pooled trial noise per shape (samples.run_noise), which places a subset on fewer trials than
     its own spread does."""
@@ -235,23 +270,28 @@ def find_hunks(session: Session, steps: Sequence[Step], taken: Taken, out: Path,
         # setups of new patched builds while the device waited (on an H200 demo, a third of the hunk
         # stage's time: studies/results/h200-demo-device-time.txt). One request
         # names both, since the warmer drops what a request no longer names.
-        if wants := [w for later in ahead[i:i + 2] for w in later]:
+        if wants := [w for later in ahead[i : i + 2] for w in later]:
             assert session.warmer is not None  # `ahead` is empty without one
             session.warmer.prefetch(wants)
         finding: HunkFinding | None
         if planned.plumbed is not None:
             finding = _plumbed(session, step, planned, taken, out, noise)
         else:
-            finding = _one(session, step, planned.parts, planned.groups, taken, out, noise,
-                           confirm=bool(planned.aside.hunks))
+            finding = _one(
+                session, step, planned.parts, planned.groups, taken, out, noise, confirm=bool(planned.aside.hunks)
+            )
         if finding is None:  # what the trials loaded does not carry the step alone: every hunk searched
             planned = _planned(session, step, trace=False)
             assert planned is not None
-            finding = _plumbed(session, step, planned, taken, out, noise) if planned.plumbed else \
-                _one(session, step, planned.parts, planned.groups, taken, out, noise)
+            finding = (
+                _plumbed(session, step, planned, taken, out, noise)
+                if planned.plumbed
+                else _one(session, step, planned.parts, planned.groups, taken, out, noise)
+            )
             assert finding is not None
-        findings.append(replace(finding, n_hunks=planned.n_hunks, aside=planned.aside.files,
-                                n_aside=planned.aside.hunks))
+        findings.append(
+            replace(finding, n_hunks=planned.n_hunks, aside=planned.aside.files, n_aside=planned.aside.hunks)
+        )
     return tuple(findings)
 
 
@@ -261,8 +301,9 @@ def _first_wants(session: Session, taken: Taken, step: Step, planned: Planned) -
     parts, groups, plumbed, old = planned.parts, planned.groups, planned.plumbed, planned.old
     if plumbed is not None:
         rounds = _Rounds(session, step, plumbed.parts, taken, plan=plumbed, old=old, new=planned.new)
-        first = [s for s in [(), *hunks.chunks(range(len(plumbed.pieces)))]
-                 if not plumbed.compile_error(s, old, planned.new)]
+        first = [
+            s for s in [(), *hunks.chunks(range(len(plumbed.pieces)))] if not plumbed.compile_error(s, old, planned.new)
+        ]
     else:
         rounds = _Rounds(session, step, parts, taken, [g.members for g in groups])
         first = hunks.chunks(range(len(groups)))
@@ -273,11 +314,18 @@ class _Rounds:
     """Measures rounds of subsets of groups (each a tuple of hunk indices) against the parent,
     within the trial budget."""
 
-    def __init__(self, session: Session, step: Step, parts: Sequence[hunks.Hunk], taken: Taken,
-                 groups: Sequence[tuple[int, ...]] | None = None, plan: hunk_plumbing.Plan | None = None,
-                 old: hunk_plumbing.Source | None = None,
-                 noise: Mapping[str, PooledNoise | None] | None = None,
-                 new: hunk_plumbing.Source | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        step: Step,
+        parts: Sequence[hunks.Hunk],
+        taken: Taken,
+        groups: Sequence[tuple[int, ...]] | None = None,
+        plan: hunk_plumbing.Plan | None = None,
+        old: hunk_plumbing.Source | None = None,
+        noise: Mapping[str, PooledNoise | None] | None = None,
+        new: hunk_plumbing.Source | None = None,
+    ) -> None:
         config = session.config
         self.noise = dict(noise or {})
         self.session, self.step, self.parts, self.taken = session, step, parts, taken
@@ -348,8 +396,10 @@ class _Rounds:
                     self.taken.extend(probes[s], self.step.parent, first[s], k * self.n, self.n)
                 else:
                     first[s] = self.taken.take(probes[s], self.step.parent, self.n)
-            measured = side_by_side([(self.base, self.step.parent, start + self.n)]
-                                    + [(probes[s], self.step.parent, first[s] + (k + 1) * self.n) for s in open_])
+            measured = side_by_side(
+                [(self.base, self.step.parent, start + self.n)]
+                + [(probes[s], self.step.parent, first[s] + (k + 1) * self.n) for s in open_]
+            )
             for shape, values in fresh(measured[0], start, self.n).items():
                 parent.setdefault(shape, []).extend(values)
             if self.base.offline and any(m.reason == NOT_MEASURED for m in measured):
@@ -360,8 +410,10 @@ class _Rounds:
                 verdicts[subset] = self._place(parent, got[subset])
             if all(v is not None for v in verdicts.values()):
                 break
-        return [self._judge(s, parent, got[s], verdicts[s]) if s in got else self._skipped(s, str(verdicts[s]))
-                for s in subsets]
+        return [
+            self._judge(s, parent, got[s], verdicts[s]) if s in got else self._skipped(s, str(verdicts[s]))
+            for s in subsets
+        ]
 
     def _skipped(self, subset: tuple[int, ...], why: str) -> bool | None:
         """None (unresolved): the try recorded with why it was not measured."""
@@ -409,8 +461,13 @@ class _Rounds:
         low, high = (statistics.median(p[i] for p in pos.values()) for i in (1, 2))
         return True if low >= CARRIED_FRACTION else False if high < CARRIED_FRACTION else None
 
-    def _judge(self, subset: tuple[int, ...], parent: Mapping[str, Sequence[float]], got: Measurement,
-               verdict: bool | str | None) -> bool | None:
+    def _judge(
+        self,
+        subset: tuple[int, ...],
+        parent: Mapping[str, Sequence[float]],
+        got: Measurement,
+        verdict: bool | str | None,
+    ) -> bool | None:
         labels = self.labels(subset)
         if isinstance(verdict, str):  # unresolved: neither carries nor clears the step
             changes = _changes(self.step, parent, got) if got.status is ProbeStatus.OK else {}
@@ -421,13 +478,22 @@ class _Rounds:
         settled = verdict is not None
         if verdict is None:  # still unclear at the cap: the point estimate decides, and the report says so
             verdict = statistics.median(p[0] for p in pos.values()) >= CARRIED_FRACTION
-        self.tries.append(HunkTry(labels, verdict, changes, got.reason, trials=got.count(), settled=settled,
-                                  look=self._look(subset)))
+        self.tries.append(
+            HunkTry(labels, verdict, changes, got.reason, trials=got.count(), settled=settled, look=self._look(subset))
+        )
         return verdict
 
 
-def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], groups: Sequence[HunkGroup], taken: Taken,
-         out: Path, noise: Mapping[str, PooledNoise | None] | None, confirm: bool = False) -> HunkFinding | None:
+def _one(
+    session: Session,
+    step: Step,
+    parts: Sequence[hunks.Hunk],
+    groups: Sequence[HunkGroup],
+    taken: Taken,
+    out: Path,
+    noise: Mapping[str, PooledNoise | None] | None,
+    confirm: bool = False,
+) -> HunkFinding | None:
     """The search over groups of hunks. `confirm`: hunks were set aside, and one group is left: it is
     measured alone, and None when it does not carry the step (the trace missed a file: search all)."""
     rounds = _Rounds(session, step, parts, taken, [g.members for g in groups], noise=noise)
@@ -448,11 +514,21 @@ def _one(session: Session, step: Step, parts: Sequence[hunks.Hunk], groups: Sequ
     path.write_text(text)
     stopped = "" if found.complete else (rounds.stopped or "builds")
     alone = found.alone and len(chosen) == 1
-    return HunkFinding(step.commit, len(parts), tuple(parts[i].label for i in chosen), alone,
-                       tuple(rounds.tries), str(path), text, complete=found.complete, stopped_at=stopped,
-                       groups=tuple(g for g in groups if len(g.members) > 1),
-                       unresolved=len(found.unresolved), shown_minimal=found.shown_minimal,
-                       one_group=len(found.found) == 1 and len(chosen) > 1)
+    return HunkFinding(
+        step.commit,
+        len(parts),
+        tuple(parts[i].label for i in chosen),
+        alone,
+        tuple(rounds.tries),
+        str(path),
+        text,
+        complete=found.complete,
+        stopped_at=stopped,
+        groups=tuple(g for g in groups if len(g.members) > 1),
+        unresolved=len(found.unresolved),
+        shown_minimal=found.shown_minimal,
+        one_group=len(found.found) == 1 and len(chosen) > 1,
+    )
 
 
 def _changes(step: Step, parent: Mapping[str, Sequence[float]], got: Measurement) -> dict[str, float]:
@@ -465,8 +541,14 @@ def _changes(step: Step, parent: Mapping[str, Sequence[float]], got: Measurement
     return out
 
 
-def _plumbed(session: Session, step: Step, planned: Planned, taken: Taken, out: Path,
-             noise: Mapping[str, PooledNoise | None] | None) -> HunkFinding:
+def _plumbed(
+    session: Session,
+    step: Step,
+    planned: Planned,
+    taken: Taken,
+    out: Path,
+    noise: Mapping[str, PooledNoise | None] | None,
+) -> HunkFinding:
     """The search over the behaviour-changing pieces, each subset on top of the plumbing base. When
     the base alone cannot be built or measured the finding says so: grouping would close over the
     whole commit (threading and behaviour as one group), which answers nothing."""
@@ -475,13 +557,27 @@ def _plumbed(session: Session, step: Step, planned: Planned, taken: Taken, out: 
     rounds = _Rounds(session, step, plan.parts, taken, plan=plan, old=old, noise=noise, new=planned.new)
     budget = session.config.build.max_hunk_builds
     plumbing = tuple(plan.parts[i].label for i in plan.plumbing_hunks)
-    counts: dict[str, Any] = dict(n_plumbing=len(plan.plumbing_hunks), n_behaviour=len(plan.behaviour_hunks),
-                  n_pieces=len(plan.pieces), plumbing=plumbing, unsplit=plan.unsplit)
+    counts: dict[str, Any] = dict(
+        n_plumbing=len(plan.plumbing_hunks),
+        n_behaviour=len(plan.behaviour_hunks),
+        n_pieces=len(plan.pieces),
+        plumbing=plumbing,
+        unsplit=plan.unsplit,
+    )
     labels = tuple(h.label for h in plan.parts)
 
     def cannot(why: str) -> HunkFinding:
-        return HunkFinding(step.commit, len(plan.parts), labels, False, tuple(rounds.tries), complete=False,
-                           stopped_at="base", cannot_split=why, **counts)
+        return HunkFinding(
+            step.commit,
+            len(plan.parts),
+            labels,
+            False,
+            tuple(rounds.tries),
+            complete=False,
+            stopped_at="base",
+            cannot_split=why,
+            **counts,
+        )
 
     if plan.base_error:  # never built: the base would not compile or run
         return _whole(session, step, plan, rounds, taken, out, noise, plan.base_error)
@@ -500,56 +596,102 @@ def _plumbed(session: Session, step: Step, planned: Planned, taken: Taken, out: 
     return _pieces_search(step, plan, rounds, max(1, budget - 1), out, base_path, counts)
 
 
-def _in_base(step: Step, plan: hunk_plumbing.Plan, rounds: _Rounds, base_path: Path,
-             counts: Mapping[str, Any]) -> HunkFinding:
+def _in_base(
+    step: Step, plan: hunk_plumbing.Plan, rounds: _Rounds, base_path: Path, counts: Mapping[str, Any]
+) -> HunkFinding:
     """The finding where the plumbing base alone carries the step: its pieces are the answer."""
     labels = tuple(p.label for p in plan.base)
-    return HunkFinding(step.commit, len(plan.parts), labels, len(labels) == 1, tuple(rounds.tries),
-                       str(base_path), base_path.read_text(), base_carries=True, base_patch_path=str(base_path),
-                       **counts)
+    return HunkFinding(
+        step.commit,
+        len(plan.parts),
+        labels,
+        len(labels) == 1,
+        tuple(rounds.tries),
+        str(base_path),
+        base_path.read_text(),
+        base_carries=True,
+        base_patch_path=str(base_path),
+        **counts,
+    )
 
 
-def _pieces_search(step: Step, plan: hunk_plumbing.Plan, rounds: _Rounds, budget: int, out: Path, base_path: Path,
-                   counts: Mapping[str, Any]) -> HunkFinding:
+def _pieces_search(
+    step: Step,
+    plan: hunk_plumbing.Plan,
+    rounds: _Rounds,
+    budget: int,
+    out: Path,
+    base_path: Path,
+    counts: Mapping[str, Any],
+) -> HunkFinding:
     """The behaviour-changing pieces searched on top of the plumbing base (which alone did not
     carry the step), and the smallest set found written as its patch."""
-    found = hunks.search(len(plan.pieces), rounds, budget=budget, look_again=rounds,
-                         free=lambda subset: bool(rounds.refused(subset)))
+    found = hunks.search(
+        len(plan.pieces), rounds, budget=budget, look_again=rounds, free=lambda subset: bool(rounds.refused(subset))
+    )
     chosen = [plan.pieces[i] for i in found.found]
     text = hunks.patch_of(hunk_plumbing.Plan(plan.parts, (), tuple(chosen)).hunks_of(range(len(chosen))))
     path = out / f"hunk-{step.commit[:7]}.patch"
     path.write_text(text)
-    return HunkFinding(step.commit, len(plan.parts), tuple(p.label for p in chosen), found.alone,
-                       tuple(rounds.tries), str(path), text, complete=found.complete,
-                       stopped_at="" if found.complete else (rounds.stopped or "builds"),
-                       unresolved=len(found.unresolved), shown_minimal=found.shown_minimal,
-                       base_patch_path=str(base_path),
-                       found_hunks=len({p.hunk for p in chosen}),
-                       pieces_in_found=sum(p.hunk in {c.hunk for c in chosen} for p in plan.pieces),
-                       **counts)
+    return HunkFinding(
+        step.commit,
+        len(plan.parts),
+        tuple(p.label for p in chosen),
+        found.alone,
+        tuple(rounds.tries),
+        str(path),
+        text,
+        complete=found.complete,
+        stopped_at="" if found.complete else (rounds.stopped or "builds"),
+        unresolved=len(found.unresolved),
+        shown_minimal=found.shown_minimal,
+        base_patch_path=str(base_path),
+        found_hunks=len({p.hunk for p in chosen}),
+        pieces_in_found=sum(p.hunk in {c.hunk for c in chosen} for p in plan.pieces),
+        **counts,
+    )
 
 
-def _whole(session: Session, step: Step, plan: hunk_plumbing.Plan, spent: _Rounds, taken: Taken, out: Path,
-           noise: Mapping[str, PooledNoise | None] | None, why: str) -> HunkFinding:
+def _whole(
+    session: Session,
+    step: Step,
+    plan: hunk_plumbing.Plan,
+    spent: _Rounds,
+    taken: Taken,
+    out: Path,
+    noise: Mapping[str, PooledNoise | None] | None,
+    why: str,
+) -> HunkFinding:
     """The threading base did not compile or run: delta debugging over the whole hunks instead, each
     its own unit, with the trial budget and the tries the base took. Coarser than statements, but
     an answer: a subset that misses a hunk it needs is unresolved, never a verdict, and one whose
     Python would not compile, bind or find its names is never built (on a real culprit most
     subsets of a rewritten kernel's hunks are)."""
-    whole = hunk_plumbing.Plan(plan.parts, (), tuple(hunk_plumbing.Piece(i, None, h.label)
-                                                     for i, h in enumerate(plan.parts)))
+    whole = hunk_plumbing.Plan(
+        plan.parts, (), tuple(hunk_plumbing.Piece(i, None, h.label) for i, h in enumerate(plan.parts))
+    )
     rounds = _Rounds(session, step, plan.parts, taken, plan=whole, old=spent.old, new=spent.new, noise=noise)
     rounds.trials_left, rounds.tries = spent.trials_left, list(spent.tries)
     budget = max(1, session.config.build.max_hunk_builds - len(spent.tries))
-    found = hunks.search(len(plan.parts), rounds, budget=budget, look_again=rounds,
-                         free=lambda subset: bool(rounds.refused(subset)))
+    found = hunks.search(
+        len(plan.parts), rounds, budget=budget, look_again=rounds, free=lambda subset: bool(rounds.refused(subset))
+    )
     chosen = rounds.hunks_of(found.found)
     text = hunks.patch_of([plan.parts[i] for i in chosen])
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"hunk-{step.commit[:7]}.patch"
     path.write_text(text)
-    return HunkFinding(step.commit, len(plan.parts), tuple(plan.parts[i].label for i in chosen),
-                       found.alone and len(chosen) == 1, tuple(rounds.tries), str(path), text,
-                       complete=found.complete, stopped_at="" if found.complete else (rounds.stopped or "builds"),
-                       unresolved=len(found.unresolved), shown_minimal=found.shown_minimal,
-                       base_failed=" ".join(why.split())[:240])
+    return HunkFinding(
+        step.commit,
+        len(plan.parts),
+        tuple(plan.parts[i].label for i in chosen),
+        found.alone and len(chosen) == 1,
+        tuple(rounds.tries),
+        str(path),
+        text,
+        complete=found.complete,
+        stopped_at="" if found.complete else (rounds.stopped or "builds"),
+        unresolved=len(found.unresolved),
+        shown_minimal=found.shown_minimal,
+        base_failed=" ".join(why.split())[:240],
+    )

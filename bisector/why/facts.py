@@ -39,20 +39,31 @@ def _pct(before: float | None, after: float | None) -> float | None:
     return 100.0 * (after / before - 1.0) if before and after is not None else None
 
 
-def step_moves(steps: Sequence[Step], rows: Sequence[CommitRow],
-               min_step: Callable[[str], float]) -> tuple[StepMove, ...]:
+def step_moves(
+    steps: Sequence[Step], rows: Sequence[CommitRow], min_step: Callable[[str], float]
+) -> tuple[StepMove, ...]:
     by_sha = {r.commit.sha: r for r in rows}
     out = []
     for step in steps:
         before, after = by_sha.get(step.parent), by_sha.get(step.candidates[-1] if step.candidates else step.commit)
         for shape in step.shapes:
             lo, hi = step.ci95.get(shape, (0.0, 0.0))
-            subject = _pct(before.subject_tflops.get(shape) if before else None,
-                           after.subject_tflops.get(shape) if after else None)
-            control = _pct(before.control_tflops.get(shape) if before else None,
-                           after.control_tflops.get(shape) if after else None)
-            out.append(StepMove(step.commit, shape, step.change_pct[shape], subject, control,
-                                max((hi - lo) / 2, min_step(shape) / 2)))
+            subject = _pct(
+                before.subject_tflops.get(shape) if before else None, after.subject_tflops.get(shape) if after else None
+            )
+            control = _pct(
+                before.control_tflops.get(shape) if before else None, after.control_tflops.get(shape) if after else None
+            )
+            out.append(
+                StepMove(
+                    step.commit,
+                    shape,
+                    step.change_pct[shape],
+                    subject,
+                    control,
+                    max((hi - lo) / 2, min_step(shape) / 2),
+                )
+            )
     return tuple(out)
 
 
@@ -91,16 +102,24 @@ def _overlaps(step: Step, interactions: Sequence[Interaction]) -> tuple[Overlap,
             if p.verdict not in ("hide", "overlap") or step.commit not in (p.a, p.b):
                 continue
             mine_a = p.a == step.commit
-            out.append(Overlap(p.b if mine_a else p.a, p.shape, p.verdict,
-                               p.alone_pct if mine_a else p.other_alone_pct,
-                               p.with_other_pct if mine_a else p.other_with_pct))
+            out.append(
+                Overlap(
+                    p.b if mine_a else p.a,
+                    p.shape,
+                    p.verdict,
+                    p.alone_pct if mine_a else p.other_alone_pct,
+                    p.with_other_pct if mine_a else p.other_with_pct,
+                )
+            )
     return tuple(out)
 
 
-def actions(steps: Sequence[Step], fixes: Sequence[FixResult],
-            interactions: Sequence[Interaction]) -> tuple[Action, ...]:
+def actions(
+    steps: Sequence[Step], fixes: Sequence[FixResult], interactions: Sequence[Interaction]
+) -> tuple[Action, ...]:
     """Per verified regression, its revert and what hides it; the largest gain on the tip first."""
     by_commit = {f.step_commit: f for f in fixes}
-    found = [Action(s, by_commit.get(s.commit), _overlaps(s, interactions))
-             for s in steps if s.is_regression and s.verified]
+    found = [
+        Action(s, by_commit.get(s.commit), _overlaps(s, interactions)) for s in steps if s.is_regression and s.verified
+    ]
     return tuple(sorted(found, key=lambda a: -a.gain_pct))

@@ -195,8 +195,14 @@ class OnTheTip:
     interactions: tuple[Interaction, ...] = ()
 
 
-def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commit], out: Path,
-                 taken: Taken, noise: Mapping[str, PooledNoise | None] | None = None) -> OnTheTip:
+def verify_fixes(
+    session: Session,
+    result: SearchResult,
+    commits: Sequence[Commit],
+    out: Path,
+    taken: Taken,
+    noise: Mapping[str, PooledNoise | None] | None = None,
+) -> OnTheTip:
     """A FixResult (and the patch file) for every verified regression with one culprit, and an
     Interaction for every group of them on shared shapes. `noise`: the search's trial noise per
     shape (samples.run_noise), which decides with fewer trials than each side's own spread (Welch
@@ -227,11 +233,13 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
     while (live or open_groups) and now is not None:
         got = _measure(_round_slices(now, parents, reverts, combos, live, open_groups))
         for step in live:
-            results[step.commit] = _result(session, step, str(patches[step.commit]), now,
-                                           parents[step.parent], reverts[step.commit], got, pools)
+            results[step.commit] = _result(
+                session, step, str(patches[step.commit]), now, parents[step.parent], reverts[step.commit], got, pools
+            )
         for i in open_groups:
-            judged[i] = _interaction(plans[i], n, _group_slices(plans[i], now, reverts, combos[i]), failed, got, th,
-                                     pools)
+            judged[i] = _interaction(
+                plans[i], n, _group_slices(plans[i], now, reverts, combos[i]), failed, got, th, pools
+            )
         open_groups = [i for i in open_groups if any(p.verdict == "unclear" for p in judged[i].pairs)]
         grouped = {s.commit for i in open_groups for s in plans[i].steps}
         live = [s for s in live if s.commit in grouped or undecided(results[s.commit], th.min_step_pct, th.min_steps)]
@@ -240,30 +248,49 @@ def verify_fixes(session: Session, result: SearchResult, commits: Sequence[Commi
         more = min(n, cap - n)
         now = _grow(now, parents, reverts, combos, live, open_groups, more, taken)
         n += more
-    groups = [judged.get(i) or _unjudged(plan, now, reverts, failed, side_trials(config), th, pools)
-              for i, plan in enumerate(plans)]
+    groups = [
+        judged.get(i) or _unjudged(plan, now, reverts, failed, side_trials(config), th, pools)
+        for i, plan in enumerate(plans)
+    ]
     return OnTheTip(_fix_results(steps, patches, failed, results, result.steps, commits), patches, tuple(groups))
 
 
-def _groups(session: Session, result: SearchResult, tip: str, texts: Mapping[str, str], n: int,
-            taken: Taken) -> tuple[list[interactions.Plan], list[dict[interactions.Combo, _Slice]]]:
+def _groups(
+    session: Session, result: SearchResult, tip: str, texts: Mapping[str, str], n: int, taken: Taken
+) -> tuple[list[interactions.Plan], list[dict[interactions.Combo, _Slice]]]:
     """Each group of steps on shared shapes set up on the tip, and its combined reverts' first n trials."""
-    plans = [interactions.set_up(session, g, keys, note, tip, texts)
-             for g, keys, note in interactions.groups(result.steps)]
+    plans = [
+        interactions.set_up(session, g, keys, note, tip, texts) for g, keys, note in interactions.groups(result.steps)
+    ]
     return plans, [{c: _Slice(p, tip, taken.take(p, tip, n), n) for c, p in plan.probes.items()} for plan in plans]
 
 
-def _round_slices(now: _Slice, parents: Mapping[str, _Slice], reverts: Mapping[str, _Slice],
-                  combos: Sequence[Mapping[interactions.Combo, _Slice]], live: Sequence[Step],
-                  open_groups: Sequence[int]) -> list[_Slice]:
+def _round_slices(
+    now: _Slice,
+    parents: Mapping[str, _Slice],
+    reverts: Mapping[str, _Slice],
+    combos: Sequence[Mapping[interactions.Combo, _Slice]],
+    live: Sequence[Step],
+    open_groups: Sequence[int],
+) -> list[_Slice]:
     """What a round measures: the tip, the parent and revert of each step still undecided, and the
     combinations of each group still unclear."""
-    return [now, *{s.parent: parents[s.parent] for s in live}.values(), *(reverts[s.commit] for s in live),
-            *(sl for i in open_groups for sl in combos[i].values())]
+    return [
+        now,
+        *{s.parent: parents[s.parent] for s in live}.values(),
+        *(reverts[s.commit] for s in live),
+        *(sl for i in open_groups for sl in combos[i].values()),
+    ]
 
 
-def _revert_sides(session: Session, steps: Sequence[Step], out: Path, tip: str, n: int, taken: Taken,
-                  ) -> tuple[dict[str, Path], dict[str, str], dict[str, _Slice], dict[str, _Slice], dict[str, str]]:
+def _revert_sides(
+    session: Session,
+    steps: Sequence[Step],
+    out: Path,
+    tip: str,
+    n: int,
+    taken: Taken,
+) -> tuple[dict[str, Path], dict[str, str], dict[str, _Slice], dict[str, _Slice], dict[str, str]]:
     """Each step's revert written to its patch file and built on the tip, its first n trials taken,
     and its parent's: (patch files, why a revert failed, reverts, parents, patch texts), by commit."""
     patches: dict[str, Path] = {}
@@ -292,17 +319,25 @@ def _revert_sides(session: Session, steps: Sequence[Step], out: Path, tip: str, 
     return patches, failed, reverts, parents, texts
 
 
-def _tip_slice(session: Session, measured: Sequence[Step], plans: Sequence[interactions.Plan], tip: str, n: int,
-               taken: Taken) -> _Slice:
+def _tip_slice(
+    session: Session, measured: Sequence[Step], plans: Sequence[interactions.Plan], tip: str, n: int, taken: Taken
+) -> _Slice:
     """The tip's first n trials, on every shape a measured revert or a group's combination moves."""
     keys = {k for s in measured for k in s.shapes} | {k for plan in plans for k in plan.shapes}
     base = session.probe(shapes=tuple(s for s in session.config.shapes if s.key in {base_shape(k) for k in keys}))
     return _Slice(base, tip, taken.take(base, tip, n), n)
 
 
-def _grow(now: _Slice, parents: dict[str, _Slice], reverts: dict[str, _Slice],
-          combos: list[dict[interactions.Combo, _Slice]], live: Sequence[Step], open_groups: Sequence[int], more: int,
-          taken: Taken) -> _Slice:
+def _grow(
+    now: _Slice,
+    parents: dict[str, _Slice],
+    reverts: dict[str, _Slice],
+    combos: list[dict[interactions.Combo, _Slice]],
+    live: Sequence[Step],
+    open_groups: Sequence[int],
+    more: int,
+    taken: Taken,
+) -> _Slice:
     """The next rounds, sized to the effect as the search and its verification are: while a revert's
     place against the parent is open on a shape, it, its parent and the tip get as many trials
     again, side by side, up to max_trials (on a busy machine one outlier among 4 trials once read
@@ -317,9 +352,14 @@ def _grow(now: _Slice, parents: dict[str, _Slice], reverts: dict[str, _Slice],
     return grown
 
 
-def _fix_results(steps: Sequence[Step], patches: Mapping[str, Path], failed: Mapping[str, str],
-                 results: Mapping[str, FixResult], found: Sequence[Step],
-                 commits: Sequence[Commit]) -> tuple[FixResult, ...]:
+def _fix_results(
+    steps: Sequence[Step],
+    patches: Mapping[str, Path],
+    failed: Mapping[str, str],
+    results: Mapping[str, FixResult],
+    found: Sequence[Step],
+    commits: Sequence[Commit],
+) -> tuple[FixResult, ...]:
     """Each step's FixResult: its revert's check, or why the revert was not measured."""
     fixes = []
     for step in steps:
@@ -333,17 +373,25 @@ def _fix_results(steps: Sequence[Step], patches: Mapping[str, Path], failed: Map
     return tuple(fixes)
 
 
-def _group_slices(plan: interactions.Plan, now: _Slice, reverts: Mapping[str, _Slice],
-                  combos: Mapping[interactions.Combo, _Slice]) -> dict[interactions.Combo, _Slice]:
+def _group_slices(
+    plan: interactions.Plan, now: _Slice, reverts: Mapping[str, _Slice], combos: Mapping[interactions.Combo, _Slice]
+) -> dict[interactions.Combo, _Slice]:
     """A group's builds: the tip and its single reverts (the stage's own), and its combinations."""
-    singles: dict[interactions.Combo, _Slice] = {(s.commit,): reverts[s.commit] for s in plan.steps
-                                                 if s.commit in reverts}
+    singles: dict[interactions.Combo, _Slice] = {
+        (s.commit,): reverts[s.commit] for s in plan.steps if s.commit in reverts
+    }
     return {(): now, **singles, **combos}
 
 
-def _interaction(plan: interactions.Plan, n: int, slices: Mapping[interactions.Combo, _Slice],
-                 failed: Mapping[str, str], got: Mapping[tuple[str | None, str], Measurement], th: Thresholds,
-                 pools: Mapping[str, PooledNoise | None]) -> Interaction:
+def _interaction(
+    plan: interactions.Plan,
+    n: int,
+    slices: Mapping[interactions.Combo, _Slice],
+    failed: Mapping[str, str],
+    got: Mapping[tuple[str | None, str], Measurement],
+    th: Thresholds,
+    pools: Mapping[str, PooledNoise | None],
+) -> Interaction:
     """A group judged on the first n trials of each of its builds (from the same rounds)."""
     samples: dict[interactions.Combo, dict[str, tuple[float, ...]]] = {}
     tflops: dict[interactions.Combo, dict[str, float]] = {}
@@ -359,8 +407,15 @@ def _interaction(plan: interactions.Plan, n: int, slices: Mapping[interactions.C
     return interactions.result(plan, samples, tflops, errors, n, th, pools)
 
 
-def _unjudged(plan: interactions.Plan, now: _Slice | None, reverts: Mapping[str, _Slice], failed: Mapping[str, str],
-              n: int, th: Thresholds, pools: Mapping[str, PooledNoise | None]) -> Interaction:
+def _unjudged(
+    plan: interactions.Plan,
+    now: _Slice | None,
+    reverts: Mapping[str, _Slice],
+    failed: Mapping[str, str],
+    n: int,
+    th: Thresholds,
+    pools: Mapping[str, PooledNoise | None],
+) -> Interaction:
     """A group none of whose combinations built: its tip and single reverts as the first round
     measured them (nothing to judge a pair on), or nothing measured at all."""
     if now is None:
@@ -390,31 +445,55 @@ def later_steps(step: Step, steps: Sequence[Step], order: Sequence[str]) -> dict
     """Per shape of `step`, the verified regressions after it on that shape: (culprit, change)."""
     index = {sha: i for i, sha in enumerate(order)}
     at = index.get(step.commit, -1)
-    return {k: tuple((s.commit, s.change_pct[k]) for s in steps
-                     if s.is_regression and not s.candidates and k in s.shapes and index.get(s.commit, -1) > at)
-            for k in step.shapes}
+    return {
+        k: tuple(
+            (s.commit, s.change_pct[k])
+            for s in steps
+            if s.is_regression and not s.candidates and k in s.shapes and index.get(s.commit, -1) > at
+        )
+        for k in step.shapes
+    }
 
 
-def _result(session: Session, step: Step, path: str, now: _Slice, parent: _Slice, revert: _Slice,
-            got: Mapping[tuple[str | None, str], Measurement], pools: Mapping[str, PooledNoise | None]) -> FixResult:
+def _result(
+    session: Session,
+    step: Step,
+    path: str,
+    now: _Slice,
+    parent: _Slice,
+    revert: _Slice,
+    got: Mapping[tuple[str | None, str], Measurement],
+    pools: Mapping[str, PooledNoise | None],
+) -> FixResult:
     """One revert's check from the same rounds of the tip, the parent and the patched tip."""
     fix_m = got[(revert.probe.patch_hash, revert.sha)]
     if fix_m.status is not ProbeStatus.OK or not fix_m.samples:
-        return FixResult(step.commit, path, True, shapes=step.shapes,
-                         error=(fix_m.reason or "the patched tip gave no usable trial")[-200:])
+        return FixResult(
+            step.commit,
+            path,
+            True,
+            shapes=step.shapes,
+            error=(fix_m.reason or "the patched tip gave no usable trial")[-200:],
+        )
     par = parent.samples(got[(parent.probe.patch_hash, parent.sha)])
     tip, mine = now.samples(got[(now.probe.patch_hash, now.sha)]), revert.samples(fix_m)
     th = session.config.thresholds
     alpha = th.alpha / max(1, len(step.shapes))
     both = [s for s in step.shapes if s in mine and s in par and s in tip]
     tip_tflops = now.tflops()
-    return FixResult(step.commit, path, True, shapes=step.shapes,
-                     baseline=parent.tflops(), tip={s: v for s, v in tip_tflops.items() if s in step.shapes},
-                     restored=revert.tflops(),
-                     vs_parent={s: compare_pooled(par[s], mine[s], th.min_step(s), alpha, s, pools.get(s))
-                                for s in both},
-                     vs_tip={s: compare_pooled(tip[s], mine[s], th.min_step(s), alpha, s, pools.get(s))
-                             for s in both},
-                     trials=revert.n, correct=not (fix_m.wrong & set(step.shapes)),
-                     own_pct=dict(step.change_pct), min_step_pct=th.min_step_pct,
-                     min_steps=dict(th.min_steps))
+    return FixResult(
+        step.commit,
+        path,
+        True,
+        shapes=step.shapes,
+        baseline=parent.tflops(),
+        tip={s: v for s, v in tip_tflops.items() if s in step.shapes},
+        restored=revert.tflops(),
+        vs_parent={s: compare_pooled(par[s], mine[s], th.min_step(s), alpha, s, pools.get(s)) for s in both},
+        vs_tip={s: compare_pooled(tip[s], mine[s], th.min_step(s), alpha, s, pools.get(s)) for s in both},
+        trials=revert.n,
+        correct=not (fix_m.wrong & set(step.shapes)),
+        own_pct=dict(step.change_pct),
+        min_step_pct=th.min_step_pct,
+        min_steps=dict(th.min_steps),
+    )

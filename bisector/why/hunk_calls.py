@@ -40,7 +40,7 @@ class Signature:
 
     @property
     def required(self) -> tuple[str, ...]:
-        return self.positional[:len(self.positional) - self.n_defaults]
+        return self.positional[: len(self.positional) - self.n_defaults]
 
 
 def _decorator(d: ast.expr) -> str:
@@ -50,13 +50,14 @@ def _decorator(d: ast.expr) -> str:
 
 def _signature(name: str, node: ast.FunctionDef | ast.AsyncFunctionDef, bound: bool) -> Signature:
     a = node.args
-    positional = [x.arg for x in a.posonlyargs + a.args][1 if bound else 0:]
+    positional = [x.arg for x in a.posonlyargs + a.args][1 if bound else 0 :]
     n_defaults = min(len(a.defaults), len(positional))
     kwonly = tuple(x.arg for x in a.kwonlyargs)
     required = tuple(x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None)
     filled_in = any(_decorator(d) != "jit" for d in node.decorator_list)
-    return Signature(name, tuple(positional), n_defaults, kwonly, required, a.vararg is not None, a.kwarg is not None,
-                     filled_in)
+    return Signature(
+        name, tuple(positional), n_defaults, kwonly, required, a.vararg is not None, a.kwarg is not None, filled_in
+    )
 
 
 def signatures(trees: Mapping[str, ast.Module]) -> dict[str, Signature]:
@@ -67,8 +68,14 @@ def signatures(trees: Mapping[str, ast.Module]) -> dict[str, Signature]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 found.setdefault(node.name, []).append(_signature(node.name, node, bound=False))
             elif isinstance(node, ast.ClassDef):
-                init = next((s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-                             and s.name == "__init__"), None)
+                init = next(
+                    (
+                        s
+                        for s in node.body
+                        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == "__init__"
+                    ),
+                    None,
+                )
                 # a class without its own __init__ (a base's, a dataclass) is not checked
                 found.setdefault(node.name, []).append(_signature(node.name, init, bound=True) if init else None)
     return {k: v[0] for k, v in found.items() if len(v) == 1 and v[0] is not None}
@@ -98,14 +105,24 @@ def _bind(sig: Signature, call: ast.Call, launch: bool) -> str:
         return ""  # a launch's **kw carries launch options (`**kernel_args`), a call's may fill anything
     missing = [p for p in (*sig.required, *sig.kwonly_required) if p not in filled]
     if missing:
-        return f"{sig.name}() missing {len(missing)} required argument{'s' * (len(missing) > 1)}: " + \
-            ", ".join(f"'{m}'" for m in missing)
+        return f"{sig.name}() missing {len(missing)} required argument{'s' * (len(missing) > 1)}: " + ", ".join(
+            f"'{m}'" for m in missing
+        )
     return ""
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-_ALWAYS = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__builtins__",
-                                "__class__", "__qualname__", "__module__"}
+_ALWAYS = set(dir(builtins)) | {
+    "__file__",
+    "__name__",
+    "__doc__",
+    "__spec__",
+    "__path__",
+    "__builtins__",
+    "__class__",
+    "__qualname__",
+    "__module__",
+}
 
 
 def _outer_parts(node: ast.AST) -> list[ast.AST]:
@@ -147,8 +164,9 @@ def _own(scope: ast.AST) -> tuple[set[str], set[str], list[ast.AST]]:
             bound.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             bound.update(node.names)
-        elif ((isinstance(node, ast.ExceptHandler) and node.name)
-              or (isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name)):
+        elif (isinstance(node, ast.ExceptHandler) and node.name) or (
+            isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name
+        ):
             bound.add(node.name)
         elif isinstance(node, ast.MatchMapping) and node.rest:
             bound.add(node.rest)
@@ -235,8 +253,13 @@ def _read_early(body: list[ast.stmt], local: set[str], bound: set[str], out: set
             bound.add(stmt.name)
             continue
         if isinstance(stmt, _LOOPS):
-            head = [stmt.iter] if isinstance(stmt, (ast.For, ast.AsyncFor)) else \
-                [stmt.test] if isinstance(stmt, ast.While) else [i.context_expr for i in stmt.items]
+            head = (
+                [stmt.iter]
+                if isinstance(stmt, (ast.For, ast.AsyncFor))
+                else [stmt.test]
+                if isinstance(stmt, ast.While)
+                else [i.context_expr for i in stmt.items]
+            )
             out.update(n for n in _reads(head) if n in local and n not in bound)  # type: ignore[arg-type]
             inner = set(bound)
             if isinstance(stmt, (ast.For, ast.AsyncFor)):
@@ -247,7 +270,9 @@ def _read_early(body: list[ast.stmt], local: set[str], bound: set[str], out: set
             if not kernel or isinstance(stmt, (ast.With, ast.AsyncWith)):
                 bound |= inner | _binds_in(stmt)
             continue
-        if isinstance(stmt, (ast.If, ast.Try, ast.Match)) or (hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar)):
+        if isinstance(stmt, (ast.If, ast.Try, ast.Match)) or (
+            hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar)
+        ):
             head = [stmt.test] if isinstance(stmt, ast.If) else [stmt.subject] if isinstance(stmt, ast.Match) else []
             out.update(n for n in _reads(head) if n in local and n not in bound)  # type: ignore[arg-type]
             if kernel and isinstance(stmt, ast.If):
@@ -268,8 +293,9 @@ def _unassigned(tree: ast.Module) -> set[str]:
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         a = fn.args
-        params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | \
-            {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+        params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | {
+            x.arg for x in (a.vararg, a.kwarg) if x is not None
+        }
         declared = {name for n in ast.walk(fn) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
         local = set().union(*(_binds_in(s) for s in fn.body)) - params - declared
         kernel = any(_decorator(d) == "jit" for d in fn.decorator_list)
@@ -294,11 +320,18 @@ def _errors(items: tuple[tuple[str, str], ...]) -> frozenset[tuple[str, str]]:
         except (SyntaxError, ValueError):
             continue
     sigs = signatures(trees)
-    out: set[tuple[str, str]] = {(path, f"name '{name}' is not defined (NameError)")
-                                 for path, tree in trees.items() for name in _unbound(tree)}
-    out |= {(path, f"local variable '{name}' is read before it is bound (UnboundLocalError; in a @jit kernel, "
-                   "also after the loop or the one branch that binds it)")
-            for path, tree in trees.items() for name in _unassigned(tree)}
+    out: set[tuple[str, str]] = {
+        (path, f"name '{name}' is not defined (NameError)") for path, tree in trees.items() for name in _unbound(tree)
+    }
+    out |= {
+        (
+            path,
+            f"local variable '{name}' is read before it is bound (UnboundLocalError; in a @jit kernel, "
+            "also after the loop or the one branch that binds it)",
+        )
+        for path, tree in trees.items()
+        for name in _unassigned(tree)
+    }
     for path, tree in trees.items():
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):

@@ -34,8 +34,10 @@ def _merged(plan: Plan, hunk: int) -> Plan:
 
 
 # a binding: `x = ...`, `a, b = ...`, `x: T = ...`, `for x in ...`, and `x += ...` (a pointer moved in place)
-_BOUND = re.compile(r"^\s*(?:for\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?::[^=]*)?"
-                    r"(?:(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=[^=]|\s+in\s)")
+_BOUND = re.compile(
+    r"^\s*(?:for\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?::[^=]*)?"
+    r"(?:(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=[^=]|\s+in\s)"
+)
 
 
 def _tied(plan: Plan, old: Source) -> Plan:
@@ -51,10 +53,14 @@ def _tied(plan: Plan, old: Source) -> Plan:
         lines = plan.parts[hunk].body.splitlines()
         changed = {i: [lines[k] for k in pieces[i].keep if lines[k][:1] in "+-"] for i in mine}  # type: ignore[union-attr]
         # a name a piece binds anew, or whose binding it moves or removes, ties it to the pieces that read it
-        binds = {i: {n.strip() for ln in changed[i] if (m := _BOUND.match(ln[1:])) for n in m.group(1).split(",")}
-                 - {""} for i in mine}
-        reads = {i: set(re.findall(r"\b[A-Za-z_]\w*\b", "\n".join(ln[1:] for ln in changed[i] if ln[0] == "+")))
-                 for i in mine}
+        binds = {
+            i: {n.strip() for ln in changed[i] if (m := _BOUND.match(ln[1:])) for n in m.group(1).split(",")} - {""}
+            for i in mine
+        }
+        reads = {
+            i: set(re.findall(r"\b[A-Za-z_]\w*\b", "\n".join(ln[1:] for ln in changed[i] if ln[0] == "+")))
+            for i in mine
+        }
         root = {i: i for i in mine}
 
         def find(i: int, root: dict[int, int] = root) -> int:
@@ -84,9 +90,15 @@ def _parses_apart(plan: Plan, old: Source) -> Plan:
     for _ in range(len(plan.parts)):
         n = len(plan.pieces)
         every = tuple(range(n))
-        bad = next((plan.pieces[i].hunk for i in range(n)
-                    if sum(p.hunk == plan.pieces[i].hunk for p in plan.pieces) > 1
-                    and (plan.compile_error((i,), old) or plan.compile_error(every[:i] + every[i + 1:], old))), None)
+        bad = next(
+            (
+                plan.pieces[i].hunk
+                for i in range(n)
+                if sum(p.hunk == plan.pieces[i].hunk for p in plan.pieces) > 1
+                and (plan.compile_error((i,), old) or plan.compile_error(every[:i] + every[i + 1 :], old))
+            ),
+            None,
+        )
         if bad is None:
             break
         plan = _merged(plan, bad)
@@ -115,12 +127,19 @@ def checked(plan: Plan, old: Source, new: Source) -> Plan:
             return replace(plan, base_error=error)
         dead = [p for p in plan.base if _dead_reader(plan.parts[p.hunk], p.keep, unbound)]
         if dead:  # searched, not applied: tied to the statements that read what they bind
-            kept = sorted((*plan.pieces, *(replace(p, plumbing=False) for p in dead)),
-                          key=lambda p: (p.hunk, p.keep[0] if p.keep else -1))
+            kept = sorted(
+                (*plan.pieces, *(replace(p, plumbing=False) for p in dead)),
+                key=lambda p: (p.hunk, p.keep[0] if p.keep else -1),
+            )
             plan = _tied(replace(plan, base=tuple(p for p in plan.base if p not in dead), pieces=tuple(kept)), old)
             continue
-        callers = [p for p in plan.pieces if _calls(plan.parts[p.hunk], p.keep, names)
-                   or _binds(plan.parts[p.hunk], p.keep, unbound) or _drops(plan.parts[p.hunk], p.keep, unbound)]
+        callers = [
+            p
+            for p in plan.pieces
+            if _calls(plan.parts[p.hunk], p.keep, names)
+            or _binds(plan.parts[p.hunk], p.keep, unbound)
+            or _drops(plan.parts[p.hunk], p.keep, unbound)
+        ]
         if not callers or len(callers) == len(plan.pieces):
             return replace(plan, base_error=error)
         moved = tuple(replace(p, plumbing=True) for p in callers)
@@ -136,7 +155,9 @@ def _dead_reader(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool
     if keep is None:
         return False
     lines = h.body.splitlines()
-    changed = [ln for i in keep if (ln := lines[i])[:1] in "+-" and ln[1:].strip() and not ln[1:].lstrip().startswith("#")]
+    changed = [
+        ln for i in keep if (ln := lines[i])[:1] in "+-" and ln[1:].strip() and not ln[1:].lstrip().startswith("#")
+    ]
     added = [ln[1:] for ln in changed if ln[0] == "+"]
     if not added or len(added) != len(changed):
         return False
@@ -149,8 +170,15 @@ def _binds(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:
     base reads it (a launch passing a new buffer) and would raise NameError without it."""
     lines = h.body.splitlines()
     added = [lines[i][1:] for i in (keep if keep is not None else range(len(lines))) if lines[i][:1] == "+"]
-    return any(re.match(rf"\s*(({re.escape(n)}\s*(:[^=]*)?=[^=])|(def|class)\s+{re.escape(n)}\b|"
-                        rf"(from\s+\S+\s+)?import\s.*\b{re.escape(n)}\b)", ln) for ln in added for n in names)
+    return any(
+        re.match(
+            rf"\s*(({re.escape(n)}\s*(:[^=]*)?=[^=])|(def|class)\s+{re.escape(n)}\b|"
+            rf"(from\s+\S+\s+)?import\s.*\b{re.escape(n)}\b)",
+            ln,
+        )
+        for ln in added
+        for n in names
+    )
 
 
 def _drops(h: Hunk, keep: tuple[int, ...] | None, names: set[str]) -> bool:

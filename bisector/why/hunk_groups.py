@@ -91,7 +91,7 @@ def _params(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
     out += [f"kw:{x.arg}" for x in a.kwonlyargs] + ([f"**{a.kwarg.arg}"] if a.kwarg else [])
     n_def = len(a.defaults)
     positional = a.posonlyargs + a.args
-    out += [f"default:{x.arg}" for x in positional[len(positional) - n_def:]] if n_def else []
+    out += [f"default:{x.arg}" for x in positional[len(positional) - n_def :]] if n_def else []
     out += [f"default:{x.arg}" for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
     return tuple(out)
 
@@ -124,13 +124,15 @@ def _defs(text: str | None) -> dict[str, _Def] | None:
             end = node.end_lineno or node.lineno
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 header_end = max(node.lineno, node.body[0].lineno - 1)
-                out[prefix + node.name] = _Def(node.name, prefix + node.name, "function", _params(node), None,
-                                               (start, header_end), None)
+                out[prefix + node.name] = _Def(
+                    node.name, prefix + node.name, "function", _params(node), None, (start, header_end), None
+                )
             elif isinstance(node, ast.ClassDef):
                 slots, lines = _slots(node)
                 header_end = max(node.lineno, node.body[0].lineno - 1)
-                out[prefix + node.name] = _Def(node.name, prefix + node.name, "class", None, slots,
-                                               (start, header_end), lines)
+                out[prefix + node.name] = _Def(
+                    node.name, prefix + node.name, "class", None, slots, (start, header_end), lines
+                )
                 walk(node.body, prefix + node.name + ".")
             else:
                 for name in _bound(node):
@@ -154,8 +156,12 @@ def _touches(span: tuple[int, int] | None, lines: set[int]) -> bool:
     return span is not None and any(span[0] <= ln <= span[1] for ln in lines)
 
 
-def _changes(path: str, old: dict[str, _Def] | None, new: dict[str, _Def] | None,
-             hunk_lines: Sequence[tuple[int, set[int], set[int]]]) -> list[tuple[set[int], set[str], str]]:
+def _changes(
+    path: str,
+    old: dict[str, _Def] | None,
+    new: dict[str, _Def] | None,
+    hunk_lines: Sequence[tuple[int, set[int], set[int]]],
+) -> list[tuple[set[int], set[str], str]]:
     """(anchor hunks, names their users name, why) for each change in one Python file."""
     old, new = old or {}, new or {}
     out = []
@@ -179,13 +185,23 @@ def _changes(path: str, old: dict[str, _Def] | None, new: dict[str, _Def] | None
             names_a = {p.split(":")[-1].lstrip("*") for p in after.params}
             plus, minus = sorted(names_a - names_b), sorted(names_b - names_a)
             what = ", ".join([*(f"+{n}" for n in plus), *(f"-{n}" for n in minus)]) or "defaults or order"
-            out.append((anchors(before.header, after.header), {after.name, *plus, *minus},
-                        f"`{after.qualname}` ({path}): parameters {what}"))
+            out.append(
+                (
+                    anchors(before.header, after.header),
+                    {after.name, *plus, *minus},
+                    f"`{after.qualname}` ({path}): parameters {what}",
+                )
+            )
         if before.slots != after.slots and (before.slots or after.slots):
             sb, sa = set(before.slots or ()), set(after.slots or ())
             what = ", ".join([*(f"+{n}" for n in sorted(sa - sb)), *(f"-{n}" for n in sorted(sb - sa))])
-            out.append((anchors(before.slot_lines, after.slot_lines), (sa ^ sb) or {after.name},
-                        f"`{after.qualname}.__slots__` ({path}): {what or 'reordered'}"))
+            out.append(
+                (
+                    anchors(before.slot_lines, after.slot_lines),
+                    (sa ^ sb) or {after.name},
+                    f"`{after.qualname}.__slots__` ({path}): {what or 'reordered'}",
+                )
+            )
     return out
 
 
@@ -212,8 +228,9 @@ def group(parts: Sequence[Hunk], old: Source, new: Source) -> tuple[HunkGroup, .
             if len(members) < 2:
                 continue
             labels = "; ".join(parts[i].label for i in sorted(users)) or "its other hunks"
-            reasons.append((members, f"{why}, with the hunks that use {', '.join(sorted(names))}: {labels}"
-                            if users else why))
+            reasons.append(
+                (members, f"{why}, with the hunks that use {', '.join(sorted(names))}: {labels}" if users else why)
+            )
             first = min(members)
             for i in members:
                 parent[find(i)] = find(first)

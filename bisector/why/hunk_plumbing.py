@@ -274,14 +274,18 @@ def _pair(removed: list[list[int]], added: list[list[int]], text: Callable[[list
     each with the most alike one left, a statement of its own kind (`return` with `return`) before
     any other; the others stand alone (a statement only added or only removed). Pairing a `return`
     with a new assignment would leave a piece that drops the function's result."""
+
     def alike(a: str, b: str) -> float:  # the same first word (`return`, `if`, an assignment's target) first
         return difflib.SequenceMatcher(None, a, b).ratio() + (a.split(" ", 1)[0] == b.split(" ", 1)[0])
 
     out: list[tuple[int, ...]] = []
     at = 0
     for run in removed:
-        scores = [(alike(text(run), text(added[j])), -j, j) for j in range(at, len(added))
-                  if difflib.SequenceMatcher(None, text(run), text(added[j])).ratio() >= 0.6]
+        scores = [
+            (alike(text(run), text(added[j])), -j, j)
+            for j in range(at, len(added))
+            if difflib.SequenceMatcher(None, text(run), text(added[j])).ratio() >= 0.6
+        ]
         match = max(scores)[2] if scores else None
         if match is None:
             out.append(tuple(run))
@@ -325,6 +329,7 @@ def new_names(olds: Sequence[str | None], news: Sequence[str | None]) -> frozens
 def widened(olds: Sequence[str | None], news: Sequence[str | None]) -> frozenset[str]:
     """Functions, and classes whose `__init__`, gained a parameter: their calls may pass the new
     value positionally, as any expression (`Meta(q, k.stride(1), ...)`), and that is threading."""
+
     def params(text: str | None) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for node in ast.walk(_parse(text) or ast.Module([], [])):
@@ -362,8 +367,9 @@ class _Same:
     def _target_new(self, t: ast.AST) -> bool:
         if isinstance(t, (ast.Tuple, ast.List)):
             return all(self._target_new(x) for x in t.elts)
-        return ((isinstance(t, ast.Name) and t.id in self.names)
-                or (isinstance(t, ast.Attribute) and t.attr in self.names))
+        return (isinstance(t, ast.Name) and t.id in self.names) or (
+            isinstance(t, ast.Attribute) and t.attr in self.names
+        )
 
     @classmethod
     def _passed(cls, e: ast.AST | None) -> bool:
@@ -377,8 +383,11 @@ class _Same:
         if isinstance(e, (ast.Tuple, ast.List)):  # a shape: torch.empty((n, m), ...)
             return all(cls._passed(x) for x in e.elts)
         if isinstance(e, ast.Call):
-            return cls._passed(e.func) and all(cls._passed(a) for a in e.args) and \
-                all(cls._passed(k.value) for k in e.keywords)
+            return (
+                cls._passed(e.func)
+                and all(cls._passed(a) for a in e.args)
+                and all(cls._passed(k.value) for k in e.keywords)
+            )
         return False
 
     def _extra_stmt(self, s: ast.stmt) -> bool:
@@ -432,23 +441,34 @@ class _Same:
         if isinstance(old, ast.arguments) and isinstance(new, ast.arguments):
             (po, ko), (pn, kn) = self._params(old), self._params(new)
             is_new = lambda p: p[0].arg in self.names  # noqa: E731
-            return (self._seq(po, pn, is_new) and self._seq(ko, kn, is_new)
-                    and self.same(old.vararg, new.vararg) and self.same(old.kwarg, new.kwarg))
+            return (
+                self._seq(po, pn, is_new)
+                and self._seq(ko, kn, is_new)
+                and self.same(old.vararg, new.vararg)
+                and self.same(old.kwarg, new.kwarg)
+            )
         if isinstance(old, ast.Call) and isinstance(new, ast.Call):
             widened_ = self._callee(new) in self.callees
-            return (self.same(old.func, new.func)
-                    and self._seq(old.args, new.args, lambda e: widened_ or self._chain_new(e))
-                    and self._seq(old.keywords, new.keywords,
-                                  lambda k: widened_ or k.arg in self.names or self._chain_new(k.value)))
+            return (
+                self.same(old.func, new.func)
+                and self._seq(old.args, new.args, lambda e: widened_ or self._chain_new(e))
+                and self._seq(
+                    old.keywords, new.keywords, lambda k: widened_ or k.arg in self.names or self._chain_new(k.value)
+                )
+            )
         if isinstance(old, ast.Assign) and isinstance(new, ast.Assign) and _slots(old) and _slots(new):
-            return self._seq(old.value.elts, new.value.elts,  # type: ignore[attr-defined]
-                             lambda e: isinstance(e, ast.Constant) and e.value in self.names)
+            return self._seq(
+                old.value.elts,  # type: ignore[attr-defined]
+                new.value.elts,  # type: ignore[attr-defined]
+                lambda e: isinstance(e, ast.Constant) and e.value in self.names,
+            )
         for name, value in ast.iter_fields(old):
             if name in ("ctx", "type_comment"):
                 continue
             other = getattr(new, name, None)
-            if (isinstance(value, list) and value and isinstance(value[0], ast.stmt)) or \
-                    (isinstance(other, list) and other and isinstance(other[0], ast.stmt)):
+            if (isinstance(value, list) and value and isinstance(value[0], ast.stmt)) or (
+                isinstance(other, list) and other and isinstance(other[0], ast.stmt)
+            ):
                 if not self._seq(value, other, self._extra_stmt):  # type: ignore[arg-type]
                     return False
             elif not self.same(value, other):
@@ -457,8 +477,9 @@ class _Same:
 
 
 def _slots(node: ast.Assign) -> bool:
-    return (any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets)
-            and isinstance(node.value, (ast.Tuple, ast.List)))
+    return any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets) and isinstance(
+        node.value, (ast.Tuple, ast.List)
+    )
 
 
 def is_plumbing(old_text: str, new_text: str, names: frozenset[str], callees: frozenset[str] = frozenset()) -> bool:

@@ -55,7 +55,7 @@ def split(diff: str) -> tuple[Hunk, ...]:
         file_header = "".join(lines[:first])
         starts = [i for i in range(first, len(lines)) if lines[i].startswith("@@ ")] + [len(lines)]
         for a, b in zip(starts, starts[1:]):
-            hunks.append(Hunk(path, file_header, lines[a].rstrip("\n"), "".join(lines[a + 1:b])))
+            hunks.append(Hunk(path, file_header, lines[a].rstrip("\n"), "".join(lines[a + 1 : b])))
     return tuple(hunks)
 
 
@@ -121,10 +121,13 @@ class HunkSearch:
         return all(outcome.get(tuple(x for x in self.found if x != y)) is False for y in self.found)
 
 
-def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]],
-           budget: int | None = None,
-           look_again: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]] | None = None,
-           free: Callable[[tuple[int, ...]], bool] | None = None) -> HunkSearch:
+def search(
+    n_hunks: int,
+    carries_many: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]],
+    budget: int | None = None,
+    look_again: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]] | None = None,
+    free: Callable[[tuple[int, ...]], bool] | None = None,
+) -> HunkSearch:
     """Zeller's delta debugging (ddmin) over the commit's hunks (or groups of hunks that must travel
     together, bisector/why/hunk_groups.py): keep a chunk, or drop one, while what is left still
     reproduces the step (`carries_many`: for each subset, does the parent with it applied move as
@@ -170,10 +173,14 @@ def search(n_hunks: int, carries_many: Callable[[Sequence[tuple[int, ...]]], Seq
     return HunkSearch(found, len(found) == 1, tuple(record))
 
 
-def _second_looks(found: tuple[int, ...], look_again: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]],
-                  tried: dict[tuple[int, ...], bool | None], record: list[tuple[tuple[int, ...], bool | None]],
-                  note: Callable[[Sequence[tuple[int, ...]], Sequence[bool | None]], None],
-                  test: Callable[[Sequence[tuple[int, ...]]], list[bool]]) -> tuple[int, ...]:
+def _second_looks(
+    found: tuple[int, ...],
+    look_again: Callable[[Sequence[tuple[int, ...]]], Sequence[bool | None]],
+    tried: dict[tuple[int, ...], bool | None],
+    record: list[tuple[tuple[int, ...], bool | None]],
+    note: Callable[[Sequence[tuple[int, ...]], Sequence[bool | None]], None],
+    test: Callable[[Sequence[tuple[int, ...]]], list[bool]],
+) -> tuple[int, ...]:
     """`found` after a second look guards "only together", the one answer a single misread decides:
     with one wrong "does not carry" on a busy machine, ddmin ends at the carrying hunk and an inert
     one together (seen on 2 loaded cores: parent + the carrying hunk read +7.7% over 6 trials
@@ -211,7 +218,7 @@ def chunks(cands: Sequence[int], parts: int = 2) -> list[tuple[int, ...]]:
     """`cands` cut into `parts` runs of near-equal length: ddmin's subsets at one level (with the
     default, what the search measures first)."""
     size = len(cands) / parts
-    return [tuple(cands[round(i * size):round((i + 1) * size)]) for i in range(parts)]
+    return [tuple(cands[round(i * size) : round((i + 1) * size)]) for i in range(parts)]
 
 
 def _ddmin(cands: tuple[int, ...], test: Callable[[Sequence[tuple[int, ...]]], list[bool]]) -> tuple[int, ...]:

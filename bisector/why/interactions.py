@@ -112,8 +112,10 @@ def groups(steps: Sequence[Step]) -> list[tuple[list[Step], tuple[str, ...], str
         if len(comp) > MAX_STEPS:
             shared = _shared(comp)
             comp = sorted(comp, key=lambda t: -sum(abs(t.change_pct.get(k, 0.0)) for k in shared))[:MAX_STEPS]
-            note = (f"{len(seen)} steps move these shapes; the {MAX_STEPS} largest on them were combined "
-                    f"({2 ** MAX_STEPS} builds)")
+            note = (
+                f"{len(seen)} steps move these shapes; the {MAX_STEPS} largest on them were combined "
+                f"({2**MAX_STEPS} builds)"
+            )
         order = {c.commit: i for i, c in enumerate(cands)}
         comp.sort(key=lambda t: order[t.commit])
         out.append((comp, _shared(comp), note))
@@ -146,16 +148,23 @@ def combined_patch(git_dir: Path, tip: str, patches: Sequence[str]) -> tuple[str
             step = _git(git_dir, "apply", "--cached", "--3way", "--whitespace=nowarn", "-", index=index, stdin=patch)
             if step.returncode != 0:
                 lines = [ln for ln in (step.stderr or step.stdout).strip().splitlines() if ln.strip()]
-                return "", next((ln for ln in lines if "conflict" in ln or "error" in ln), lines[-1] if lines
-                                else "the reverts conflict")
+                return "", next(
+                    (ln for ln in lines if "conflict" in ln or "error" in ln),
+                    lines[-1] if lines else "the reverts conflict",
+                )
         diff = _git(git_dir, "diff", "--cached", "--binary", "--full-index", tip, index=index).stdout
     return (diff if diff.endswith("\n") else diff + "\n"), ""
 
 
-def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab: Sequence[float],
-                min_step_pct: float, noise: PooledNoise | None = None,
-                gains: tuple[float, float, float] | None = None,
-                ) -> tuple[float, float, float, float, float, tuple[float, float], str]:
+def pair_effect(
+    tip: Sequence[float],
+    a: Sequence[float],
+    b: Sequence[float],
+    ab: Sequence[float],
+    min_step_pct: float,
+    noise: PooledNoise | None = None,
+    gains: tuple[float, float, float] | None = None,
+) -> tuple[float, float, float, float, float, tuple[float, float], str]:
     """(gain a alone, gain a with b reverted, gain b alone, gain b with a reverted, interaction,
     its 95% interval, verdict), all in percent, from the metric's samples of the four builds. The
     interaction is the difference of differences of mean logs, with the four builds' pooled
@@ -180,15 +189,29 @@ def pair_effect(tip: Sequence[float], a: Sequence[float], b: Sequence[float], ab
     if noise is not None:  # as the search's comparisons (samples.compare_pooled)
         pooled, df = pair_sd(noise.sd, noise.df, math.sqrt(own), df) ** 2, noise.df
     elif df < 1:
-        return pct(m[1] - m[0]), pct(m[3] - m[2]), pct(m[2] - m[0]), pct(m[3] - m[1]), pct(inter), \
-            (-math.inf, math.inf), "unclear"
+        return (
+            pct(m[1] - m[0]),
+            pct(m[3] - m[2]),
+            pct(m[2] - m[0]),
+            pct(m[3] - m[1]),
+            pct(inter),
+            (-math.inf, math.inf),
+            "unclear",
+        )
     else:
         pooled = own
     se = math.sqrt(pooled * sum(1.0 / len(g) for g in logs))
     half = float(special.stdtrit(df, 0.975)) * se
     lo, hi = inter - half, inter + half
-    return (pct(m[1] - m[0]), pct(m[3] - m[2]), pct(m[2] - m[0]), pct(m[3] - m[1]), pct(inter),
-            (pct(lo), pct(hi)), _pair_verdict(inter, lo, hi, math.log1p(min_step_pct / 100)))
+    return (
+        pct(m[1] - m[0]),
+        pct(m[3] - m[2]),
+        pct(m[2] - m[0]),
+        pct(m[3] - m[1]),
+        pct(inter),
+        (pct(lo), pct(hi)),
+        _pair_verdict(inter, lo, hi, math.log1p(min_step_pct / 100)),
+    )
 
 
 def _pair_verdict(inter: float, lo: float, hi: float, floor: float) -> str:
@@ -232,8 +255,14 @@ def multi_combos(steps: Sequence[Step]) -> int:
     return (1 << len(steps)) - 1 - len(steps)
 
 
-def set_up(session: Session, steps: Sequence[Step], shape_keys: tuple[str, ...], note: str, tip: str,
-           reverts: Mapping[str, str]) -> Plan:
+def set_up(
+    session: Session,
+    steps: Sequence[Step],
+    shape_keys: tuple[str, ...],
+    note: str,
+    tip: str,
+    reverts: Mapping[str, str],
+) -> Plan:
     """The group's combined reverts (culprit -> its revert patch), each built on the tip."""
     shapes = tuple(s for s in session.config.shapes if s.key in {base_shape(k) for k in shape_keys})
     probes: dict[Combo, StoreProbe] = {}
@@ -251,15 +280,17 @@ def set_up(session: Session, steps: Sequence[Step], shape_keys: tuple[str, ...],
             build = probe.build(tip)
             if build.status is BuildStatus.FAILED:
                 lines = build.log_tail.strip().splitlines()
-                errors[combo] = (NOT_MEASURED if build.log_tail == NOT_MEASURED
-                                 else (lines[-1] if lines else "build failed"))
+                errors[combo] = (
+                    NOT_MEASURED if build.log_tail == NOT_MEASURED else (lines[-1] if lines else "build failed")
+                )
                 continue
             probes[combo] = probe
     return Plan(tuple(steps), shape_keys, note, probes, errors)
 
 
-def samples_of(m: Measurement, start: Count, n: int,
-               shape_keys: Sequence[str]) -> tuple[dict[str, tuple[float, ...]], str]:
+def samples_of(
+    m: Measurement, start: Count, n: int, shape_keys: Sequence[str]
+) -> tuple[dict[str, tuple[float, ...]], str]:
     """(samples start..start+n per shape, "") of a combination's measurement, or ({}, why) where it
     failed, gave wrong results or gave no sample."""
     if m.status is not ProbeStatus.OK or m.wrong & set(shape_keys):
@@ -268,9 +299,13 @@ def samples_of(m: Measurement, start: Count, n: int,
     return (got, "") if any(got.values()) else ({}, m.reason or NOT_MEASURED)
 
 
-def _pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], min_step: Callable[[str], float],
-           noise: Mapping[str, PooledNoise | None],
-           gains: Mapping[Combo, Mapping[str, float]] | None = None) -> tuple[PairEffect, ...]:
+def _pairs(
+    plan: Plan,
+    samples: Mapping[Combo, Mapping[str, Sequence[float]]],
+    min_step: Callable[[str], float],
+    noise: Mapping[str, PooledNoise | None],
+    gains: Mapping[Combo, Mapping[str, float]] | None = None,
+) -> tuple[PairEffect, ...]:
     """Every pair of the group's steps on every shape both move, where all four builds measured;
     `gains`: each combination's change against the tip as its table row shows it."""
     out = []
@@ -286,16 +321,27 @@ def _pairs(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]], m
             g_tip, g_a, g_b, g_ab = groups_
             known = [g for g in shown if g is not None]
             alone, with_other, b_alone, b_with, inter, ci, verdict = pair_effect(
-                g_tip, g_a, g_b, g_ab, min_step(shape), noise.get(shape),
-                (known[0], known[1], known[2]) if len(known) == len(shown) == 3 else None)
+                g_tip,
+                g_a,
+                g_b,
+                g_ab,
+                min_step(shape),
+                noise.get(shape),
+                (known[0], known[1], known[2]) if len(known) == len(shown) == 3 else None,
+            )
             out.append(PairEffect(a.commit, b.commit, shape, alone, with_other, b_alone, b_with, inter, ci, verdict))
     return tuple(out)
 
 
-def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]],
-           tflops: Mapping[Combo, Mapping[str, float]],
-           errors: Mapping[Combo, str], n: int, thresholds: Thresholds,
-           noise: Mapping[str, PooledNoise | None]) -> Interaction:
+def result(
+    plan: Plan,
+    samples: Mapping[Combo, Mapping[str, Sequence[float]]],
+    tflops: Mapping[Combo, Mapping[str, float]],
+    errors: Mapping[Combo, str],
+    n: int,
+    thresholds: Thresholds,
+    noise: Mapping[str, PooledNoise | None],
+) -> Interaction:
     """The group's Interaction: each combination against the tip, and each pair's effect, from the
     same rounds, on the search's trial noise as the reverts' checks are (samples.compare_pooled): a
     single revert's line and its check, on the same trials, read the same."""
@@ -306,10 +352,25 @@ def result(plan: Plan, samples: Mapping[Combo, Mapping[str, Sequence[float]]],
             out.append(ComboResult(combo, error=errors.get(combo, "not measured")))
             continue
         mine = samples[combo]
-        cmp = {k: compare_pooled(base[k], mine[k], thresholds.min_step(k), thresholds.alpha, k, noise.get(k))
-               for k in plan.shapes if combo and base.get(k) and mine.get(k)}
+        cmp = {
+            k: compare_pooled(base[k], mine[k], thresholds.min_step(k), thresholds.alpha, k, noise.get(k))
+            for k in plan.shapes
+            if combo and base.get(k) and mine.get(k)
+        }
         gains[combo] = {k: c.change_pct for k, c in cmp.items()}
-        out.append(ComboResult(combo, {k: v for k, v in tflops.get(combo, {}).items() if k in plan.shapes},
-                               gains[combo], {k: c.ci95 for k, c in cmp.items()}))
-    return Interaction(tuple(s.commit for s in plan.steps), plan.shapes, tuple(out),
-                       _pairs(plan, samples, thresholds.min_step, noise, gains), n, plan.note)
+        out.append(
+            ComboResult(
+                combo,
+                {k: v for k, v in tflops.get(combo, {}).items() if k in plan.shapes},
+                gains[combo],
+                {k: c.ci95 for k, c in cmp.items()},
+            )
+        )
+    return Interaction(
+        tuple(s.commit for s in plan.steps),
+        plan.shapes,
+        tuple(out),
+        _pairs(plan, samples, thresholds.min_step, noise, gains),
+        n,
+        plan.note,
+    )

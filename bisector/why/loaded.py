@@ -29,8 +29,31 @@ __all__ = ["Aside", "loaded_files", "set_aside"]
 # files the trials load only by importing them: a hunk there is judged by the trace
 _CODE = (".py", ".pyi")
 # sources and build files of a compiled extension: a trial runs them without the trace naming them
-_BUILT = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".hip", ".inc", ".inl",
-          ".cl", ".mlir", ".td", ".ptx", ".cmake", ".toml", ".cfg", ".in", ".txt", ".sh")
+_BUILT = (
+    ".c",
+    ".cc",
+    ".cpp",
+    ".cxx",
+    ".cu",
+    ".cuh",
+    ".h",
+    ".hh",
+    ".hpp",
+    ".hxx",
+    ".hip",
+    ".inc",
+    ".inl",
+    ".cl",
+    ".mlir",
+    ".td",
+    ".ptx",
+    ".cmake",
+    ".toml",
+    ".cfg",
+    ".in",
+    ".txt",
+    ".sh",
+)
 _BUILD_NAMES = ("Makefile", "CMakeLists.txt", "setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in")
 # data no trial reads as code, in directories of benchmarks and tests (a results table, fixtures)
 _DATA = (".csv", ".tsv", ".json", ".jsonl", ".parquet", ".npy", ".npz", ".pkl", ".png", ".svg", ".log")

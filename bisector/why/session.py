@@ -23,5 +23,11 @@ class Session(Protocol):
     offline: bool
     warmer: Warmer | None  # sets up what a stage will measure next (GPU hosts); None: nothing ahead
 
-    def probe(self, patch: str | None = None, patch_hash: str | None = None, offline: bool | None = None,
-              shapes: Sequence[Shape] | None = None, max_crashes: int = MAX_CRASHES) -> StoreProbe: ...
+    def probe(
+        self,
+        patch: str | None = None,
+        patch_hash: str | None = None,
+        offline: bool | None = None,
+        shapes: Sequence[Shape] | None = None,
+        max_crashes: int = MAX_CRASHES,
+    ) -> StoreProbe: ...

@@ -23,6 +23,7 @@ def route(method: str, pattern: str) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
         ROUTES.append((method, re.compile(pattern.replace("{repo}", _REPO)), fn))
         return fn
+
     return register
 
 
@@ -107,12 +108,18 @@ def _create_reaction(f: FakeGitHub, q: dict, b: Any, owner: str, name: str, cid:
     c = _comment(f, owner, name, cid)
     if b.get("content") not in REACTIONS:
         raise HTTPError(422, "Validation Failed", errors=[{"field": "content", "code": "invalid"}])
-    existing = [x for x in f.reactions.get(c["id"], []) if x["content"] == b["content"]
-                and x["user"]["login"] == f.bot_login]
+    existing = [
+        x for x in f.reactions.get(c["id"], []) if x["content"] == b["content"] and x["user"]["login"] == f.bot_login
+    ]
     if existing:  # GitHub answers 200 with the same reaction instead of adding a second one
         return 200, existing[0]
-    reaction = {"id": next(f._ids), "node_id": "RE", "content": b["content"], "user": f._user(f.bot_login),
-                "created_at": NOW}
+    reaction = {
+        "id": next(f._ids),
+        "node_id": "RE",
+        "content": b["content"],
+        "user": f._user(f.bot_login),
+        "created_at": NOW,
+    }
     f.reactions.setdefault(c["id"], []).append(reaction)
     return 201, reaction
 
@@ -150,8 +157,11 @@ def _create_pull(f: FakeGitHub, q: dict, b: Any, owner: str, name: str) -> tuple
     r = f._repo(owner, name)
     head, base = b.get("head", ""), b.get("base", "")
     head = head.split(":", 1)[1] if ":" in head else head
-    errors = [{"resource": "PullRequest", "field": k, "code": "invalid"}
-              for k, ref in (("head", head), ("base", base)) if f"refs/heads/{ref}" not in r.refs]
+    errors = [
+        {"resource": "PullRequest", "field": k, "code": "invalid"}
+        for k, ref in (("head", head), ("base", base))
+        if f"refs/heads/{ref}" not in r.refs
+    ]
     if not b.get("title"):
         errors.append({"resource": "PullRequest", "field": "title", "code": "missing_field"})
     if errors:
@@ -161,8 +171,15 @@ def _create_pull(f: FakeGitHub, q: dict, b: Any, owner: str, name: str) -> tuple
         error = {"resource": "PullRequest", "code": "custom", "message": exists}
         raise HTTPError(422, "Validation Failed", errors=[error])
     number = max([0, *r.issues]) + 1
-    pull = f.add_pull(r.full_name, number, head_ref=head, base=base, title=b["title"], user=f.bot_login,
-                      draft=bool(b.get("draft", False)))
+    pull = f.add_pull(
+        r.full_name,
+        number,
+        head_ref=head,
+        base=base,
+        title=b["title"],
+        user=f.bot_login,
+        draft=bool(b.get("draft", False)),
+    )
     pull["body"] = b.get("body") or ""
     return 201, f._pull_json(r, pull)
 
@@ -173,8 +190,12 @@ def _get_branch(f: FakeGitHub, q: dict, b: Any, owner: str, name: str, branch: s
     sha = r.refs.get(f"refs/heads/{branch}")
     if sha is None:
         raise HTTPError(404, "Branch not found")
-    return 200, {"name": branch, "commit": f._commit_json(r, sha), "protected": False,
-                 "_links": {"self": f"{f.url}/repos/{r.full_name}/branches/{branch}"}}
+    return 200, {
+        "name": branch,
+        "commit": f._commit_json(r, sha),
+        "protected": False,
+        "_links": {"self": f"{f.url}/repos/{r.full_name}/branches/{branch}"},
+    }
 
 
 @route("GET", "{repo}/git/ref/(?P<ref>.+)")
@@ -247,16 +268,34 @@ def _create_blob(f: FakeGitHub, q: dict, b: Any, owner: str, name: str) -> tuple
 @route("GET", "{repo}/git/blobs/(?P<sha>[0-9a-f]{40})")
 def _get_blob(f: FakeGitHub, q: dict, b: Any, owner: str, name: str, sha: str) -> tuple[int, Any]:
     r, data = f._repo(owner, name), f._object(sha, "blob")
-    return 200, {"sha": sha, "size": len(data), "encoding": "base64", "content": base64.b64encode(data).decode(),
-                 "url": f"{f.url}/repos/{r.full_name}/git/blobs/{sha}"}
+    return 200, {
+        "sha": sha,
+        "size": len(data),
+        "encoding": "base64",
+        "content": base64.b64encode(data).decode(),
+        "url": f"{f.url}/repos/{r.full_name}/git/blobs/{sha}",
+    }
 
 
 def _tree_json(f: FakeGitHub, r: Repo, sha: str) -> dict[str, Any]:
     entries = f._object(sha, "tree")
     api = f"{f.url}/repos/{r.full_name}"
-    return {"sha": sha, "url": f"{api}/git/trees/{sha}", "truncated": False,
-            "tree": [{"path": p, "mode": "100644", "type": "blob", "sha": s, "size": len(f.objects[s][1]),
-                      "url": f"{api}/git/blobs/{s}"} for p, s in sorted(entries.items())]}
+    return {
+        "sha": sha,
+        "url": f"{api}/git/trees/{sha}",
+        "truncated": False,
+        "tree": [
+            {
+                "path": p,
+                "mode": "100644",
+                "type": "blob",
+                "sha": s,
+                "size": len(f.objects[s][1]),
+                "url": f"{api}/git/blobs/{s}",
+            }
+            for p, s in sorted(entries.items())
+        ],
+    }
 
 
 @route("POST", "{repo}/git/trees")
@@ -314,15 +353,24 @@ def _get_contents(f: FakeGitHub, q: dict, b: Any, owner: str, name: str, path: s
 
     def item(p: str) -> dict[str, Any]:
         data = f.objects[entries[p]][1]
-        return {"type": "file", "encoding": "base64", "size": len(data), "name": p.rsplit("/", 1)[-1], "path": p,
-                "content": base64.b64encode(data).decode(), "sha": entries[p],
-                "url": f"{api}/contents/{quote(p)}?ref={sha}", "git_url": f"{api}/git/blobs/{entries[p]}",
-                "html_url": f"{f.url}/{r.full_name}/blob/{sha}/{p}", "download_url": None}
+        return {
+            "type": "file",
+            "encoding": "base64",
+            "size": len(data),
+            "name": p.rsplit("/", 1)[-1],
+            "path": p,
+            "content": base64.b64encode(data).decode(),
+            "sha": entries[p],
+            "url": f"{api}/contents/{quote(p)}?ref={sha}",
+            "git_url": f"{api}/git/blobs/{entries[p]}",
+            "html_url": f"{f.url}/{r.full_name}/blob/{sha}/{p}",
+            "download_url": None,
+        }
 
     if path in entries:
         return 200, item(path)
     folder = path.rstrip("/") + "/"
-    below = sorted(p for p in entries if p.startswith(folder) and "/" not in p[len(folder):])
+    below = sorted(p for p in entries if p.startswith(folder) and "/" not in p[len(folder) :])
     if below:
         return 200, [item(p) for p in below]
     raise HTTPError(404, "Not Found")
@@ -338,9 +386,19 @@ def _create_status(f: FakeGitHub, q: dict, b: Any, owner: str, name: str, sha: s
     if len(b.get("description") or "") > 140:
         raise HTTPError(422, "Validation Failed", errors=[{"field": "description", "code": "custom"}])
     sid = next(f._ids)
-    status = {"id": sid, "node_id": f"S_{sid}", "sha": sha, "state": b["state"], "description": b.get("description"),
-              "context": b.get("context", "default"), "target_url": b.get("target_url"), "created_at": NOW,
-              "updated_at": NOW, "creator": f._user(f.bot_login), "url": f"{f.url}/repos/{r.full_name}/statuses/{sha}"}
+    status = {
+        "id": sid,
+        "node_id": f"S_{sid}",
+        "sha": sha,
+        "state": b["state"],
+        "description": b.get("description"),
+        "context": b.get("context", "default"),
+        "target_url": b.get("target_url"),
+        "created_at": NOW,
+        "updated_at": NOW,
+        "creator": f._user(f.bot_login),
+        "url": f"{f.url}/repos/{r.full_name}/statuses/{sha}",
+    }
     r.statuses.append(status)
     return 201, {k: v for k, v in status.items() if k != "sha"}
 
@@ -362,16 +420,26 @@ def _combined_status(f: FakeGitHub, q: dict, b: Any, owner: str, name: str, ref:
         if s["sha"] == sha:
             latest[s["context"]] = s
     states = {s["state"] for s in latest.values()}
-    state = ("failure" if states & {"failure", "error"} else "pending" if "pending" in states or not states
-             else "success")
-    return 200, {"state": state, "sha": sha, "total_count": len(latest),
-                 "statuses": [{k: v for k, v in s.items() if k != "sha"} for s in latest.values()],
-                 "repository": f._repo_json(r), "url": f"{f.url}/repos/{r.full_name}/commits/{sha}/status"}
+    state = (
+        "failure" if states & {"failure", "error"} else "pending" if "pending" in states or not states else "success"
+    )
+    return 200, {
+        "state": state,
+        "sha": sha,
+        "total_count": len(latest),
+        "statuses": [{k: v for k, v in s.items() if k != "sha"} for s in latest.values()],
+        "repository": f._repo_json(r),
+        "url": f"{f.url}/repos/{r.full_name}/commits/{sha}/status",
+    }
 
 
 def _check_json(f: FakeGitHub, r: Repo, c: dict[str, Any]) -> dict[str, Any]:
-    return {**c, "node_id": f"CR_{c['id']}", "url": f"{f.url}/repos/{r.full_name}/check-runs/{c['id']}",
-            "html_url": f"{f.url}/{r.full_name}/runs/{c['id']}"}
+    return {
+        **c,
+        "node_id": f"CR_{c['id']}",
+        "url": f"{f.url}/repos/{r.full_name}/check-runs/{c['id']}",
+        "html_url": f"{f.url}/{r.full_name}/runs/{c['id']}",
+    }
 
 
 @route("POST", "{repo}/check-runs")
@@ -380,10 +448,18 @@ def _create_check_run(f: FakeGitHub, q: dict, b: Any, owner: str, name: str) -> 
     if not b.get("name") or f.objects.get(b.get("head_sha", ""), ("",))[0] != "commit":
         raise HTTPError(422, "Validation Failed", errors=[{"field": "head_sha", "code": "invalid"}])
     cid = next(f._ids)
-    run = {"id": cid, "name": b["name"], "head_sha": b["head_sha"], "status": b.get("status", "queued"),
-           "conclusion": b.get("conclusion"), "output": b.get("output") or {}, "details_url": b.get("details_url"),
-           "external_id": b.get("external_id"), "started_at": b.get("started_at"),
-           "completed_at": b.get("completed_at")}
+    run = {
+        "id": cid,
+        "name": b["name"],
+        "head_sha": b["head_sha"],
+        "status": b.get("status", "queued"),
+        "conclusion": b.get("conclusion"),
+        "output": b.get("output") or {},
+        "details_url": b.get("details_url"),
+        "external_id": b.get("external_id"),
+        "started_at": b.get("started_at"),
+        "completed_at": b.get("completed_at"),
+    }
     if run["conclusion"] is not None:
         run["status"] = "completed"
     r.check_runs[cid] = run

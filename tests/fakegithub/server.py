@@ -143,27 +143,47 @@ class FakeGitHub:
         digest = hashlib.sha256(token.encode()).hexdigest()
         return bool(self.requests) and all(r.auth_sha256 == digest for r in self.requests)
 
-    def fail_next(self, path: str = ".*", status: int = 502, count: int = 1, method: str | None = None,
-                  message: str = "Server Error", headers: dict[str, str] | None = None) -> None:
+    def fail_next(
+        self,
+        path: str = ".*",
+        status: int = 502,
+        count: int = 1,
+        method: str | None = None,
+        message: str = "Server Error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         """The next `count` requests whose path matches the regex `path` get `status`."""
-        self._rules.append(Rule(re.compile(path), method, count, status, {"message": message},
-                                lambda: dict(headers or {})))
+        self._rules.append(
+            Rule(re.compile(path), method, count, status, {"message": message}, lambda: dict(headers or {}))
+        )
 
-    def rate_limit_next(self, path: str = ".*", kind: str = "primary", count: int = 1, method: str | None = None,
-                        wait_s: int = 1) -> None:
+    def rate_limit_next(
+        self, path: str = ".*", kind: str = "primary", count: int = 1, method: str | None = None, wait_s: int = 1
+    ) -> None:
         """primary: 403 'API rate limit exceeded', Remaining 0, reset `wait_s` ahead.
         secondary: 403 with Retry-After. retry-after: 429 with Retry-After."""
         if kind == "primary":
-            self._rules.append(Rule(re.compile(path), method, count, 403,
-                                    {"message": "API rate limit exceeded for user ID 1."},
-                                    lambda: {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "0",
-                                             "X-RateLimit-Used": "5000",
-                                             "X-RateLimit-Reset": str(int(time.time()) + wait_s)}))
+            self._rules.append(
+                Rule(
+                    re.compile(path),
+                    method,
+                    count,
+                    403,
+                    {"message": "API rate limit exceeded for user ID 1."},
+                    lambda: {
+                        "X-RateLimit-Limit": "5000",
+                        "X-RateLimit-Remaining": "0",
+                        "X-RateLimit-Used": "5000",
+                        "X-RateLimit-Reset": str(int(time.time()) + wait_s),
+                    },
+                )
+            )
         elif kind in ("secondary", "retry-after"):
             status = 403 if kind == "secondary" else 429
             msg = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
-            self._rules.append(Rule(re.compile(path), method, count, status, {"message": msg},
-                                    lambda: {"Retry-After": str(wait_s)}))
+            self._rules.append(
+                Rule(re.compile(path), method, count, status, {"message": msg}, lambda: {"Retry-After": str(wait_s)})
+            )
         else:
             raise ValueError(kind)
 
@@ -173,14 +193,16 @@ class FakeGitHub:
         with self._lock:
             repo = Repo(full_name, next(self._ids), branch)
             self.repos[full_name] = repo
-            tree = self._put_tree({p: self._put_blob(c.encode() if isinstance(c, str) else c)
-                                   for p, c in (files or {}).items()})
+            tree = self._put_tree(
+                {p: self._put_blob(c.encode() if isinstance(c, str) else c) for p, c in (files or {}).items()}
+            )
             sha = self._put_commit("initial", tree, [])
             repo.refs[f"refs/heads/{branch}"] = sha
             return sha
 
-    def add_commit(self, full_name: str, files: dict[str, str | bytes | None], branch: str | None = None,
-                   message: str = "change") -> str:
+    def add_commit(
+        self, full_name: str, files: dict[str, str | bytes | None], branch: str | None = None, message: str = "change"
+    ) -> str:
         """Commit on top of `branch` (None deletes a file); returns the new commit's sha."""
         with self._lock:
             repo = self.repos[full_name]
@@ -201,9 +223,18 @@ class FakeGitHub:
             self.repos[full_name].issues[number] = issue
             return issue
 
-    def add_pull(self, full_name: str, number: int, head_sha: str | None = None, head_ref: str | None = None,
-                 base: str | None = None, title: str = "a pull request", user: str = "alice",
-                 draft: bool = False, head_repo: str | None = None) -> dict[str, Any]:
+    def add_pull(
+        self,
+        full_name: str,
+        number: int,
+        head_sha: str | None = None,
+        head_ref: str | None = None,
+        base: str | None = None,
+        title: str = "a pull request",
+        user: str = "alice",
+        draft: bool = False,
+        head_repo: str | None = None,
+    ) -> dict[str, Any]:
         """A PR (and its issue) whose head is `head_ref` (created at `head_sha` if missing); `head_repo`:
         the fork ("owner/name") its head branch lives in, the repository itself when None."""
         with self._lock:
@@ -213,16 +244,32 @@ class FakeGitHub:
             if f"refs/heads/{head_ref}" not in repo.refs:
                 repo.refs[f"refs/heads/{head_ref}"] = head_sha or repo.refs[f"refs/heads/{base}"]
             self.add_issue(full_name, number, title, user)["pull"] = True
-            pull = {"number": number, "title": title, "body": "", "user": user, "head": head_ref, "base": base,
-                    "draft": draft, "state": "open", "head_repo": head_repo}
+            pull = {
+                "number": number,
+                "title": title,
+                "body": "",
+                "user": user,
+                "head": head_ref,
+                "base": base,
+                "draft": draft,
+                "state": "open",
+                "head_repo": head_repo,
+            }
             repo.pulls[number] = pull
             return pull
 
     def add_comment(self, full_name: str, number: int, body: str, user: str = "alice") -> int:
         with self._lock:
             cid = next(self._ids)
-            self.comments[cid] = {"id": cid, "body": body, "user": user, "_repo": full_name, "_issue": number,
-                                  "created_at": NOW, "updated_at": NOW}
+            self.comments[cid] = {
+                "id": cid,
+                "body": body,
+                "user": user,
+                "_repo": full_name,
+                "_issue": number,
+                "created_at": NOW,
+                "updated_at": NOW,
+            }
             return cid
 
     def set_permission(self, full_name: str, user: str, permission: str) -> None:
@@ -231,8 +278,11 @@ class FakeGitHub:
 
     # ---- reading state ---------------------------------------------------------------------------
     def issue_comments(self, full_name: str, number: int) -> list[dict[str, Any]]:
-        return [c for c in sorted(self.comments.values(), key=lambda c: c["id"])
-                if c["_repo"] == full_name and c["_issue"] == number]
+        return [
+            c
+            for c in sorted(self.comments.values(), key=lambda c: c["id"])
+            if c["_repo"] == full_name and c["_issue"] == number
+        ]
 
     def ref(self, full_name: str, ref: str) -> str | None:
         return self.repos[full_name].refs.get(ref if ref.startswith("refs/") else f"refs/heads/{ref}")
@@ -276,7 +326,7 @@ class FakeGitHub:
         parts = urlsplit(h.path)
         path = unquote(parts.path)
         if self.prefix and path.startswith(self.prefix):
-            path = path[len(self.prefix):]
+            path = path[len(self.prefix) :]
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         length = int(h.headers.get("Content-Length") or 0)
         raw = h.rfile.read(length) if length else b""
@@ -289,15 +339,25 @@ class FakeGitHub:
         kept = {k: v for k, v in h.headers.items() if k.lower() != "authorization"}
         digest = hashlib.sha256(cred.encode()).hexdigest() if auth else None
         rec = Recorded(h.command, path, query, payload, kept, scheme or None, digest)
-        headers = {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4999",
-                   "X-RateLimit-Reset": str(int(time.time()) + 3600), "X-RateLimit-Used": "1"}
+        headers = {
+            "X-RateLimit-Limit": "5000",
+            "X-RateLimit-Remaining": "4999",
+            "X-RateLimit-Reset": str(int(time.time()) + 3600),
+            "X-RateLimit-Used": "1",
+        }
         with self._lock:
             self.requests.append(rec)
             try:
                 if raw and payload is None:
                     raise HTTPError(400, "Problems parsing JSON")
-                rule = next((r for r in self._rules if r.count > 0 and r.pattern.search(path)
-                             and r.method in (None, h.command)), None)
+                rule = next(
+                    (
+                        r
+                        for r in self._rules
+                        if r.count > 0 and r.pattern.search(path) and r.method in (None, h.command)
+                    ),
+                    None,
+                )
                 if rule is not None:
                     rule.count -= 1
                     status, body, extra = rule.status, rule.body, rule.headers()
@@ -349,75 +409,154 @@ class FakeGitHub:
             links.append(f'<{base}1>; rel="first"')
         if links:
             self._extra_headers = {"Link": ", ".join(links)}
-        return items[(page - 1) * per_page: page * per_page]
+        return items[(page - 1) * per_page : page * per_page]
 
     # ---- JSON shapes -----------------------------------------------------------------------------
     def _user(self, login: str) -> dict[str, Any]:
         uid = int(hashlib.sha1(login.encode()).hexdigest()[:6], 16)
-        return {"login": login, "id": uid, "node_id": f"U_{uid}", "type": "User", "site_admin": False,
-                "url": f"{self.url}/users/{login}", "html_url": f"{self.url}/{login}"}
+        return {
+            "login": login,
+            "id": uid,
+            "node_id": f"U_{uid}",
+            "type": "User",
+            "site_admin": False,
+            "url": f"{self.url}/users/{login}",
+            "html_url": f"{self.url}/{login}",
+        }
 
     def _repo_json(self, r: Repo) -> dict[str, Any]:
         owner, name = r.full_name.split("/")
-        return {"id": r.id, "node_id": f"R_{r.id}", "name": name, "full_name": r.full_name, "private": False,
-                "owner": self._user(owner), "default_branch": r.default_branch, "fork": False,
-                "url": f"{self.url}/repos/{r.full_name}", "html_url": f"{self.url}/{r.full_name}"}
+        return {
+            "id": r.id,
+            "node_id": f"R_{r.id}",
+            "name": name,
+            "full_name": r.full_name,
+            "private": False,
+            "owner": self._user(owner),
+            "default_branch": r.default_branch,
+            "fork": False,
+            "url": f"{self.url}/repos/{r.full_name}",
+            "html_url": f"{self.url}/{r.full_name}",
+        }
 
     def _issue_json(self, r: Repo, i: dict[str, Any]) -> dict[str, Any]:
         n, api = i["number"], f"{self.url}/repos/{r.full_name}"
-        out = {"id": r.id * 100000 + n, "node_id": f"I_{n}", "number": n, "title": i["title"], "body": i["body"],
-               "state": i["state"], "user": self._user(i["user"]), "labels": [], "locked": False,
-               "comments": len(self.issue_comments(r.full_name, n)), "created_at": NOW, "updated_at": NOW,
-               "url": f"{api}/issues/{n}", "comments_url": f"{api}/issues/{n}/comments",
-               "html_url": f"{self.url}/{r.full_name}/{'pull' if i['pull'] else 'issues'}/{n}"}
+        out = {
+            "id": r.id * 100000 + n,
+            "node_id": f"I_{n}",
+            "number": n,
+            "title": i["title"],
+            "body": i["body"],
+            "state": i["state"],
+            "user": self._user(i["user"]),
+            "labels": [],
+            "locked": False,
+            "comments": len(self.issue_comments(r.full_name, n)),
+            "created_at": NOW,
+            "updated_at": NOW,
+            "url": f"{api}/issues/{n}",
+            "comments_url": f"{api}/issues/{n}/comments",
+            "html_url": f"{self.url}/{r.full_name}/{'pull' if i['pull'] else 'issues'}/{n}",
+        }
         if i["pull"]:
             out["pull_request"] = {"url": f"{api}/pulls/{n}", "html_url": out["html_url"]}
         return out
 
     def _comment_json(self, c: dict[str, Any]) -> dict[str, Any]:
         api = f"{self.url}/repos/{c['_repo']}"
-        return {"id": c["id"], "node_id": f"IC_{c['id']}", "body": c["body"], "user": self._user(c["user"]),
-                "created_at": c["created_at"], "updated_at": c["updated_at"], "author_association": "MEMBER",
-                "url": f"{api}/issues/comments/{c['id']}", "issue_url": f"{api}/issues/{c['_issue']}",
-                "html_url": f"{self.url}/{c['_repo']}/issues/{c['_issue']}#issuecomment-{c['id']}"}
+        return {
+            "id": c["id"],
+            "node_id": f"IC_{c['id']}",
+            "body": c["body"],
+            "user": self._user(c["user"]),
+            "created_at": c["created_at"],
+            "updated_at": c["updated_at"],
+            "author_association": "MEMBER",
+            "url": f"{api}/issues/comments/{c['id']}",
+            "issue_url": f"{api}/issues/{c['_issue']}",
+            "html_url": f"{self.url}/{c['_repo']}/issues/{c['_issue']}#issuecomment-{c['id']}",
+        }
 
     def _commit_json(self, r: Repo, sha: str, git: bool = False) -> dict[str, Any]:
         c = self._object(sha, "commit")
         api = f"{self.url}/repos/{r.full_name}"
         person = {"name": "bisector", "email": "bisector@example.invalid", "date": c["date"]}
-        inner = {"sha": sha, "message": c["message"], "author": person, "committer": person,
-                 "tree": {"sha": c["tree"], "url": f"{api}/git/trees/{c['tree']}"},
-                 "url": f"{api}/git/commits/{sha}", "html_url": f"{self.url}/{r.full_name}/commit/{sha}",
-                 "parents": [{"sha": p, "url": f"{api}/git/commits/{p}"} for p in c["parents"]]}
+        inner = {
+            "sha": sha,
+            "message": c["message"],
+            "author": person,
+            "committer": person,
+            "tree": {"sha": c["tree"], "url": f"{api}/git/trees/{c['tree']}"},
+            "url": f"{api}/git/commits/{sha}",
+            "html_url": f"{self.url}/{r.full_name}/commit/{sha}",
+            "parents": [{"sha": p, "url": f"{api}/git/commits/{p}"} for p in c["parents"]],
+        }
         if git:
             return inner
-        return {"sha": sha, "node_id": f"C_{sha}", "commit": inner, "url": f"{api}/commits/{sha}",
-                "html_url": inner["html_url"], "files": [],
-                "parents": [{"sha": p, "url": f"{api}/commits/{p}"} for p in c["parents"]]}
+        return {
+            "sha": sha,
+            "node_id": f"C_{sha}",
+            "commit": inner,
+            "url": f"{api}/commits/{sha}",
+            "html_url": inner["html_url"],
+            "files": [],
+            "parents": [{"sha": p, "url": f"{api}/commits/{p}"} for p in c["parents"]],
+        }
 
     def _ref_json(self, r: Repo, ref: str) -> dict[str, Any]:
         sha = r.refs[ref]
         api = f"{self.url}/repos/{r.full_name}"
-        return {"ref": ref, "node_id": f"REF_{ref}", "url": f"{api}/git/{ref}",
-                "object": {"sha": sha, "type": "commit", "url": f"{api}/git/commits/{sha}"}}
+        return {
+            "ref": ref,
+            "node_id": f"REF_{ref}",
+            "url": f"{api}/git/{ref}",
+            "object": {"sha": sha, "type": "commit", "url": f"{api}/git/commits/{sha}"},
+        }
 
     def _pull_json(self, r: Repo, p: dict[str, Any]) -> dict[str, Any]:
         n, api = p["number"], f"{self.url}/repos/{r.full_name}"
         owner = r.full_name.split("/")[0]
 
         def side(ref: str, fork: str | None = None) -> dict[str, Any]:
-            repo = self._repo_json(r) if fork is None else {**self._repo_json(r), "full_name": fork, "fork": True,
-                                                            "name": fork.split("/")[1],
-                                                            "owner": self._user(fork.split("/")[0])}
+            repo = (
+                self._repo_json(r)
+                if fork is None
+                else {
+                    **self._repo_json(r),
+                    "full_name": fork,
+                    "fork": True,
+                    "name": fork.split("/")[1],
+                    "owner": self._user(fork.split("/")[0]),
+                }
+            )
             who = owner if fork is None else fork.split("/")[0]
-            return {"ref": ref, "label": f"{who}:{ref}", "sha": r.refs.get(f"refs/heads/{ref}", ""),
-                    "repo": repo, "user": self._user(who)}
+            return {
+                "ref": ref,
+                "label": f"{who}:{ref}",
+                "sha": r.refs.get(f"refs/heads/{ref}", ""),
+                "repo": repo,
+                "user": self._user(who),
+            }
 
-        return {"id": r.id * 100000 + n, "node_id": f"PR_{n}", "number": n, "state": p["state"], "title": p["title"],
-                "body": p["body"], "draft": p["draft"], "merged": False, "user": self._user(p["user"]),
-                "head": side(p["head"], p.get("head_repo")), "base": side(p["base"]), "url": f"{api}/pulls/{n}",
-                "issue_url": f"{api}/issues/{n}", "comments_url": f"{api}/issues/{n}/comments",
-                "html_url": f"{self.url}/{r.full_name}/pull/{n}", "created_at": NOW, "updated_at": NOW}
+        return {
+            "id": r.id * 100000 + n,
+            "node_id": f"PR_{n}",
+            "number": n,
+            "state": p["state"],
+            "title": p["title"],
+            "body": p["body"],
+            "draft": p["draft"],
+            "merged": False,
+            "user": self._user(p["user"]),
+            "head": side(p["head"], p.get("head_repo")),
+            "base": side(p["base"]),
+            "url": f"{api}/pulls/{n}",
+            "issue_url": f"{api}/issues/{n}",
+            "comments_url": f"{api}/issues/{n}/comments",
+            "html_url": f"{self.url}/{r.full_name}/pull/{n}",
+            "created_at": NOW,
+            "updated_at": NOW,
+        }
 
     def _resolve(self, r: Repo, ref: str) -> str:
         for candidate in (ref, f"refs/heads/{ref}", f"refs/tags/{ref}"):

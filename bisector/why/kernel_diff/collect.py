@@ -54,8 +54,9 @@ def _kept(work: Path, out: Path, sha: str, recompile: Recompile | None, said: li
         said.append(f"`{sha[:7]}`'s kernels were compiled again for this report (its JIT dir was gone)")
 
 
-def step_kernels(work: Path, out: Path, steps: Sequence[Step], jit_cache_env: Sequence[str],
-                 recompile: Recompile | None = None) -> tuple[StepKernels, ...]:
+def step_kernels(
+    work: Path, out: Path, steps: Sequence[Step], jit_cache_env: Sequence[str], recompile: Recompile | None = None
+) -> tuple[StepKernels, ...]:
     """The kernels across every verified step with one culprit (regressions and improvements);
     `recompile`, when given, refills a commit's JIT dir that is gone and was never kept."""
     found = []
@@ -64,9 +65,16 @@ def step_kernels(work: Path, out: Path, steps: Sequence[Step], jit_cache_env: Se
         if step.candidates or not step.verified:
             continue
         if not jit_cache_env:
-            found.append(StepKernels(step.commit, step.parent, note=(
-                "the config keeps no JIT cache (`protocol.jit_cache_env` is empty): "
-                "no compiled kernel to compare")))
+            found.append(
+                StepKernels(
+                    step.commit,
+                    step.parent,
+                    note=(
+                        "the config keeps no JIT cache (`protocol.jit_cache_env` is empty): "
+                        "no compiled kernel to compare"
+                    ),
+                )
+            )
             continue
         said: list[str] = []
         for sha in (step.parent, step.commit):
@@ -74,8 +82,13 @@ def step_kernels(work: Path, out: Path, steps: Sequence[Step], jit_cache_env: Se
                 done[sha] = []
                 _kept(work, out, sha, recompile, done[sha])
             said += done[sha]
-        sk = compare_dirs(out, step.parent, step.commit, others=artifacts.other_files(
-            jit_dir(work, step.parent)) + artifacts.other_files(jit_dir(work, step.commit)))
+        sk = compare_dirs(
+            out,
+            step.parent,
+            step.commit,
+            others=artifacts.other_files(jit_dir(work, step.parent))
+            + artifacts.other_files(jit_dir(work, step.commit)),
+        )
         found.append(replace(sk, note="; ".join([*said, *([sk.note] if sk.note else [])])))
     return tuple(found)
 
@@ -86,18 +99,21 @@ def compare_dirs(out: Path, parent: str, culprit: str, others: int = 0) -> StepK
     before_dir, after_dir = out / KERNELS_DIR / parent[:12], out / KERNELS_DIR / culprit[:12]
     before, after = artifacts.find_kernels(before_dir), artifacts.find_kernels(after_dir)
     if not before and not after:
-        note = (f"the JIT caches hold {others} files in no format read here (Triton's `<name>.json` beside "
-                f"its IR)" if others else
-                "no compiled artifacts were kept for the parent or the culprit (their JIT caches are gone "
-                "or empty, and the report directory holds no copy)")
+        note = (
+            f"the JIT caches hold {others} files in no format read here (Triton's `<name>.json` beside its IR)"
+            if others
+            else "no compiled artifacts were kept for the parent or the culprit (their JIT caches are gone "
+            "or empty, and the report directory holds no copy)"
+        )
         return StepKernels(culprit, parent, note=note)
     missing = [what for what, ks in (("the parent", before), ("the culprit", after)) if not ks]
     note = f"no compiled artifacts were kept for {' or '.join(missing)}" if missing else ""
     diffs = []
     for i, (b, a, how, variants, changes) in enumerate(match(before, after)):
         diffs.append(_with_file(compare(b, a, how, variants, changes), b, a, out, culprit, i))
-    return StepKernels(culprit, parent, ordered(diffs), note,
-                       artifacts=f"{KERNELS_DIR}/{parent[:12]}, {KERNELS_DIR}/{culprit[:12]}")
+    return StepKernels(
+        culprit, parent, ordered(diffs), note, artifacts=f"{KERNELS_DIR}/{parent[:12]}, {KERNELS_DIR}/{culprit[:12]}"
+    )
 
 
 def _with_file(d: KernelDiff, before: Kernel | None, after: Kernel | None, out: Path, sha: str, i: int) -> KernelDiff:

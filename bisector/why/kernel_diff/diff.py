@@ -23,16 +23,36 @@ from bisector.why.kernel_diff import artifacts, isa, resources
 from bisector.why.kernel_diff import signature as sigs
 from bisector.why.kernel_diff.artifacts import LEVELS, Kernel
 
-__all__ = ["normalize", "readable", "ir_diff", "signature", "side", "compare", "match", "diff_kernels", "ordered",
-           "unified",
-           "changed_values", "SHORT_DIFF_LINES"]
+__all__ = [
+    "normalize",
+    "readable",
+    "ir_diff",
+    "signature",
+    "side",
+    "compare",
+    "match",
+    "diff_kernels",
+    "ordered",
+    "unified",
+    "changed_values",
+    "SHORT_DIFF_LINES",
+]
 
 SHORT_DIFF_LINES = 40  # lines of the first differing level shown in the report (the file has all)
 # json metadata always shown, in this order (NVIDIA, then AMD), under these names
-_META = (("num_warps", "num_warps"), ("num_stages", "num_stages"), ("num_ctas", "num_ctas"),
-         ("shared", "shared memory bytes"), ("tmem_size", "tensor memory bytes"), ("maxnreg", "maxnreg"),
-         ("cluster_dims", "cluster_dims"), ("enable_fp_fusion", "enable_fp_fusion"),
-         ("waves_per_eu", "waves_per_eu"), ("matrix_instr_nonkdim", "matrix_instr_nonkdim"), ("kpack", "kpack"))
+_META = (
+    ("num_warps", "num_warps"),
+    ("num_stages", "num_stages"),
+    ("num_ctas", "num_ctas"),
+    ("shared", "shared memory bytes"),
+    ("tmem_size", "tensor memory bytes"),
+    ("maxnreg", "maxnreg"),
+    ("cluster_dims", "cluster_dims"),
+    ("enable_fp_fusion", "enable_fp_fusion"),
+    ("waves_per_eu", "waves_per_eu"),
+    ("matrix_instr_nonkdim", "matrix_instr_nonkdim"),
+    ("kpack", "kpack"),
+)
 # json metadata never compared: differs between any two builds, says nothing about the code
 _VOLATILE = {"hash", "name", "extern_libs", "child_paths"}
 
@@ -110,8 +130,13 @@ def normalize(text: str, level: str) -> str:
     if level == "llir":
         keep = []
         for ln in text.splitlines():
-            if ln.startswith("!") or ln.startswith("; ModuleID") or ln.startswith("source_filename") \
-                    or "@llvm.dbg." in ln or ln.lstrip().startswith("#dbg_"):
+            if (
+                ln.startswith("!")
+                or ln.startswith("; ModuleID")
+                or ln.startswith("source_filename")
+                or "@llvm.dbg." in ln
+                or ln.lstrip().startswith("#dbg_")
+            ):
                 continue
             keep.append(re.sub(r",\s*!dbg !\d+", "", ln))
         return "\n".join(keep)
@@ -195,8 +220,9 @@ def _short_types(sig: str) -> str:
     return re.sub(r"!tt\.ptr<([^>]+)>", r"*\1", sig)
 
 
-def compare(before: Kernel | None, after: Kernel | None, status: str, variants: int = 1,
-            arg_changes: tuple[str, ...] = ()) -> KernelDiff:
+def compare(
+    before: Kernel | None, after: Kernel | None, status: str, variants: int = 1, arg_changes: tuple[str, ...] = ()
+) -> KernelDiff:
     """One kernel across a step; `status` says how the two were matched (or that one is missing);
     `arg_changes` are the kernel's arguments added, removed or retyped (over all its variants)."""
     name = (before or after).name  # type: ignore[union-attr]
@@ -205,8 +231,16 @@ def compare(before: Kernel | None, after: Kernel | None, status: str, variants: 
         sig, status = f"{sig} -> {_short_types(signature(after))}", "signature changed"
     tile = sigs.tile_text(before, after)
     if before is None or after is None:
-        return KernelDiff(name, sig, status, side(before) if before else None, side(after) if after else None,
-                          variants=variants, arg_changes=arg_changes, tile=tile)
+        return KernelDiff(
+            name,
+            sig,
+            status,
+            side(before) if before else None,
+            side(after) if after else None,
+            variants=variants,
+            arg_changes=arg_changes,
+            tile=tile,
+        )
     changed, first, short = [], "", ""
     values: tuple[str, ...] = ()
     for level in LEVELS:
@@ -224,9 +258,21 @@ def compare(before: Kernel | None, after: Kernel | None, status: str, variants: 
     if not changed and s_before.metadata != s_after.metadata:
         changed.append("metadata")
     kind = status if status != "matched" else ("changed" if changed else "unchanged")
-    return KernelDiff(name, sig, kind, s_before, s_after, first, tuple(changed), short, variants=variants,
-                      changed_values=values, arg_changes=arg_changes,
-                      respecialized=sigs.respecialized(before, after, arg_changes), tile=tile)
+    return KernelDiff(
+        name,
+        sig,
+        kind,
+        s_before,
+        s_after,
+        first,
+        tuple(changed),
+        short,
+        variants=variants,
+        changed_values=values,
+        arg_changes=arg_changes,
+        respecialized=sigs.respecialized(before, after, arg_changes),
+        tile=tile,
+    )
 
 
 _DEF = re.compile(r"^\s*%([A-Za-z_][\w$.]*?)(?:_\d+)?(?::\d+)?\s*=\s*(.*)$")
@@ -236,6 +282,7 @@ def changed_values(a: str, b: str, limit: int = 12) -> tuple[str, ...]:
     """MLIR values whose defining operation differs between two texts, by the name Triton gives them
     (the Python variable: `off_hz`, `per_group`, `a`), with the numbering of SSA names left out, so
     that a value renumbered by an earlier change does not count. Unnamed values are left out."""
+
     def defs(text: str) -> dict[str, list[str]]:
         out: dict[str, list[str]] = defaultdict(list)
         for line in text.splitlines():
@@ -252,18 +299,21 @@ def changed_values(a: str, b: str, limit: int = 12) -> tuple[str, ...]:
 
 def unified(a: str, b: str, level: str, limit: int | None = None) -> str:
     """A unified diff (2 lines of context) of one level, cut to `limit` lines with a note."""
-    lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), f"parent.{level}", f"culprit.{level}",
-                                      n=2, lineterm=""))
+    lines = list(
+        difflib.unified_diff(a.splitlines(), b.splitlines(), f"parent.{level}", f"culprit.{level}", n=2, lineterm="")
+    )
     if limit is not None and len(lines) > limit:
         lines = [*lines[:limit], f"... ({len(lines) - limit} more diff lines)"]
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _pairs(before: list[Kernel], after: list[Kernel], changes: Sequence[str] = ()
-           ) -> list[tuple[Kernel | None, Kernel | None]]:
+def _pairs(
+    before: list[Kernel], after: list[Kernel], changes: Sequence[str] = ()
+) -> list[tuple[Kernel | None, Kernel | None]]:
     """Variants of one name paired: identical ones first, then by the closest specialization, then by
     the most alike tiles (the block widths a shape fixes: `signature.tile_overlap`), the most similar
     TTGIR deciding between equally close ones."""
+
     def key(k: Kernel) -> str:
         return "\n".join(normalize(k.text(lv) or "", lv) for lv in k.levels())
 
@@ -279,9 +329,19 @@ def _pairs(before: list[Kernel], after: list[Kernel], changes: Sequence[str] = (
             left.remove(b)
             right.remove(same)
     # every remaining (before, after) by specialization distance, then dissimilarity: closest first
-    ranked = sorted(((sigs.distance(b, a, changes), -sigs.tile_overlap(b, a),
-                      -difflib.SequenceMatcher(None, code(b), code(a)).quick_ratio(), i, j)
-                     for i, b in enumerate(left) for j, a in enumerate(right)))
+    ranked = sorted(
+        (
+            (
+                sigs.distance(b, a, changes),
+                -sigs.tile_overlap(b, a),
+                -difflib.SequenceMatcher(None, code(b), code(a)).quick_ratio(),
+                i,
+                j,
+            )
+            for i, b in enumerate(left)
+            for j, a in enumerate(right)
+        )
+    )
     used_b: set[int] = set()
     used_a: set[int] = set()
     for *_, i, j in ranked:
@@ -311,13 +371,22 @@ def match(before: Sequence[Kernel], after: Sequence[Kernel]) -> list[Match]:
         changes = sigs.arg_changes(b, a)
         pairs = _pairs(b, a, changes)
         variants = max(len(b), len(a))
-        out += [(x, y, "matched" if x and y else ("variant removed" if x else "variant added"), variants, changes)
-                for x, y in pairs]
+        out += [
+            (x, y, "matched" if x and y else ("variant removed" if x else "variant added"), variants, changes)
+            for x, y in pairs
+        ]
     return out
 
 
-_RANK = {"changed": 0, "signature changed": 0, "added": 1, "removed": 1, "variant added": 1, "variant removed": 1,
-         "unchanged": 2}
+_RANK = {
+    "changed": 0,
+    "signature changed": 0,
+    "added": 1,
+    "removed": 1,
+    "variant added": 1,
+    "variant removed": 1,
+    "unchanged": 2,
+}
 
 
 def diff_kernels(before: Sequence[Kernel], after: Sequence[Kernel]) -> tuple[KernelDiff, ...]:

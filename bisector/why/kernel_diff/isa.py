@@ -14,8 +14,25 @@ from collections import Counter
 
 __all__ = ["histogram", "ptx_class", "amdgcn_class"]
 
-_BITS = {"b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "f16": 16, "bf16": 16, "b32": 32,
-         "u32": 32, "s32": 32, "f32": 32, "b64": 64, "u64": 64, "s64": 64, "f64": 64, "b128": 128}
+_BITS = {
+    "b8": 8,
+    "u8": 8,
+    "s8": 8,
+    "b16": 16,
+    "u16": 16,
+    "s16": 16,
+    "f16": 16,
+    "bf16": 16,
+    "b32": 32,
+    "u32": 32,
+    "s32": 32,
+    "f32": 32,
+    "b64": 64,
+    "u64": 64,
+    "s64": 64,
+    "f64": 64,
+    "b128": 128,
+}
 _APPROX = ("ex2", "lg2", "rcp", "sqrt", "rsqrt", "sin", "cos", "tanh", "div")
 _F64_MATH = ("add", "sub", "mul", "fma", "div", "rcp", "sqrt", "max", "min", "neg", "abs", "mad", "setp", "selp")
 
@@ -87,8 +104,9 @@ def amdgcn_class(op: str) -> str | None:
         if unit == "b":
             bits = int(count) if count.isdigit() else 32
         else:
-            bits = {"dword": 32, "short": 16, "ubyte": 8, "byte": 8}[unit] * (int(count[1:]) if count.startswith("x")
-                                                                             else 1)
+            bits = {"dword": 32, "short": 16, "ubyte": 8, "byte": 8}[unit] * (
+                int(count[1:]) if count.startswith("x") else 1
+            )
         return f"{space} {kind} {bits}-bit"
     m = re.fullmatch(r"ds_(read|write|load|store)_?(b|u|i)?(\d+)?.*", op)
     if m:
@@ -98,13 +116,15 @@ def amdgcn_class(op: str) -> str | None:
         return f"mfma {op.removeprefix('v_')}"
     if op.startswith("v_accvgpr"):
         return "AGPR moves (v_accvgpr_*)"
-    if op in ("v_exp_f32", "v_exp_f16", "v_log_f32", "v_rcp_f32", "v_rsq_f32", "v_sqrt_f32", "v_sin_f32",
-              "v_cos_f32"):
+    if op in ("v_exp_f32", "v_exp_f16", "v_log_f32", "v_rcp_f32", "v_rsq_f32", "v_sqrt_f32", "v_sin_f32", "v_cos_f32"):
         return f"{op} (approximate)"
     if op.endswith("_f64") and op.startswith("v_"):
         return "fma f64 (precise)" if "fma" in op else "f64 arithmetic (precise)"
-    if op in ("v_fma_f32", "v_fmac_f32", "v_fmac_f32_e32", "v_fma_mix_f32", "v_mad_f32", "v_mac_f32") or \
-            op.startswith("v_pk_fma_f32") or op.startswith("v_fmac_f32"):
+    if (
+        op in ("v_fma_f32", "v_fmac_f32", "v_fmac_f32_e32", "v_fma_mix_f32", "v_mad_f32", "v_mac_f32")
+        or op.startswith("v_pk_fma_f32")
+        or op.startswith("v_fmac_f32")
+    ):
         return "fma f32"
     if op.startswith("s_barrier"):
         return "barrier (s_barrier)"

@@ -43,6 +43,7 @@ class Session(Protocol):
     @property
     def executor(self) -> _Executor: ...
 
+
 __all__ = ["compile_commit", "one_per_suite", "SLOT"]
 
 SLOT = 999_999  # the trial's slot: names its log dir apart from the search's trials (0, 1, ...)

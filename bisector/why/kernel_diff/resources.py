@@ -80,8 +80,12 @@ def parse_cuobjdump(text: str, name: str) -> dict[str, int]:
     for i, line in enumerate(lines):
         if line.strip() == f"Function {name}:" and i + 1 < len(lines):
             fields = dict(re.findall(r"([A-Z]+(?:\[\d+\])?):(\d+)", lines[i + 1]))
-            out = {"registers": fields.get("REG"), "stack bytes": fields.get("STACK"),
-                   "static shared bytes": fields.get("SHARED"), "local bytes": fields.get("LOCAL")}
+            out = {
+                "registers": fields.get("REG"),
+                "stack bytes": fields.get("STACK"),
+                "static shared bytes": fields.get("SHARED"),
+                "local bytes": fields.get("LOCAL"),
+            }
             return {k: int(v) for k, v in out.items() if v is not None}
     return {}
 
@@ -89,9 +93,13 @@ def parse_cuobjdump(text: str, name: str) -> dict[str, int]:
 def parse_ptxas(text: str) -> dict[str, int]:
     """Registers, barriers, stack frame and spill bytes from `ptxas -v` output (one entry function)."""
     out: dict[str, int] = {}
-    patterns = {"registers": r"Used (\d+) registers", "barriers": r"used (\d+) barriers",
-                "stack frame bytes": r"(\d+) bytes stack frame", "spill store bytes": r"(\d+) bytes spill stores",
-                "spill load bytes": r"(\d+) bytes spill loads"}
+    patterns = {
+        "registers": r"Used (\d+) registers",
+        "barriers": r"used (\d+) barriers",
+        "stack frame bytes": r"(\d+) bytes stack frame",
+        "spill store bytes": r"(\d+) bytes spill stores",
+        "spill load bytes": r"(\d+) bytes spill loads",
+    }
     for key, pattern in patterns.items():
         m = re.search(pattern, text)
         if m:

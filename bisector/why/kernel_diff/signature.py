@@ -22,8 +22,19 @@ from dataclasses import dataclass
 
 from bisector.why.kernel_diff.artifacts import Kernel
 
-__all__ = ["Arg", "args", "entry_text", "arg_changes", "specialization", "distance", "respecialized", "short_type",
-           "tiles", "tile_overlap", "tile_text"]
+__all__ = [
+    "Arg",
+    "args",
+    "entry_text",
+    "arg_changes",
+    "specialization",
+    "distance",
+    "respecialized",
+    "short_type",
+    "tiles",
+    "tile_overlap",
+    "tile_text",
+]
 
 # the launch options that make a variant (autotuner configs), as the json names them
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -57,7 +68,7 @@ def strip_locs(text: str) -> str:
         while j < len(text) and depth:
             depth += {"(": 1, ")": -1}.get(text[j], 0)
             j += 1
-        out.append(text[i:m.start()])
+        out.append(text[i : m.start()])
         i = j
     out.append(text[i:])
     return "".join(out)
@@ -94,7 +105,7 @@ def entry_text(kernel: Kernel) -> str | None:
     while j < len(text) and depth:
         depth += {"(": 1, ")": -1}.get(text[j], 0)
         j += 1
-    return text[i:j - 1]
+    return text[i : j - 1]
 
 
 def _json_args(kernel: Kernel) -> tuple[Arg, ...]:
@@ -117,7 +128,7 @@ def args(kernel: Kernel) -> tuple[Arg, ...]:
                 continue
             rest = " ".join(m.group(2).split())
             attrs = re.search(r"\{(.*)\}\s*$", rest)
-            typ = rest[:attrs.start()].strip() if attrs else rest
+            typ = rest[: attrs.start()].strip() if attrs else rest
             name = m.group(1) if not re.fullmatch(r"arg\d+", m.group(1)) else f"#{i}"
             out.append(Arg(name, typ, attrs.group(1).strip() if attrs else ""))
         return tuple(out)
@@ -169,8 +180,13 @@ def specialization(kernel: Kernel) -> dict[str, str]:
 
 def _comparable(b: Mapping[str, str], a: Mapping[str, str], changed_args: Sequence[str]) -> list[str]:
     """Keys where two specializations differ, leaving out the arguments the step added or removed."""
-    skip = {f"`{m.group(1)}`" for c in changed_args if c.startswith(("added", "removed"))
-            for m in [re.search(r"`([^`:]+)", c)] if m}
+    skip = {
+        f"`{m.group(1)}`"
+        for c in changed_args
+        if c.startswith(("added", "removed"))
+        for m in [re.search(r"`([^`:]+)", c)]
+        if m
+    }
     keys = [k for k in dict.fromkeys([*b, *a]) if k not in skip]
     return [k for k in keys if b.get(k, "absent") != a.get(k, "absent")]
 
@@ -183,8 +199,11 @@ def distance(before: Kernel, after: Kernel, changed_args: Sequence[str] = ()) ->
 def respecialized(before: Kernel, after: Kernel, changed_args: Sequence[str] = ()) -> tuple[str, ...]:
     """What differs in the specialization of two paired variants, e.g. "`K`: divisible by 16 -> absent"."""
     b, a = specialization(before), specialization(after)
-    return tuple(f"{k}: {b.get(k, 'absent')} -> {a.get(k, 'absent')}" for k in _comparable(b, a, changed_args)
-                 if k.startswith("`"))  # the launch options are the metadata's rows
+    return tuple(
+        f"{k}: {b.get(k, 'absent')} -> {a.get(k, 'absent')}"
+        for k in _comparable(b, a, changed_args)
+        if k.startswith("`")
+    )  # the launch options are the metadata's rows
 
 
 _TILE = re.compile(r"\btt\.(?:load|store)\b[^\n]*?:\s*tensor<((?:\d+x)+)!tt\.ptr<")
@@ -203,11 +222,13 @@ def tile_overlap(before: Kernel, after: Kernel) -> float:
     """How alike two variants' tiles are, 0 to 1: the innermost (contiguous) dimension of each load
     and store counted, the share the two have in common. The innermost dimension is the head or
     block width a shape fixes; the outer ones are the blocking over rows a commit may change."""
+
     def inner(k: Kernel) -> dict[int, int]:
         out: dict[int, int] = {}
         for t in tiles(k):
             out[t[-1]] = out.get(t[-1], 0) + 1
         return out
+
     b, a = inner(before), inner(after)
     total = max(sum(b.values()), sum(a.values()))
     return sum(min(n, a.get(d, 0)) for d, n in b.items()) / total if total else 0.0

@@ -19,29 +19,114 @@ from bisector.why.kernel_diff.diff import KernelSide
 __all__ = ["moved", "headline", "occupancy", "FOLDED", "RESOURCES"]
 
 # resources in the order they explain speed, with their unit
-RESOURCES = (("spill store bytes", "B"), ("spill load bytes", "B"), ("stack frame bytes", "B"), ("stack bytes", "B"),
-             ("local bytes", "B"), ("registers", ""), ("vgpr spills", ""), ("sgpr spills", ""), ("scratch bytes", "B"),
-             ("vgprs", ""), ("agprs", ""), ("sgprs", ""), ("shared memory bytes", "B"), ("static shared bytes", "B"),
-             ("LDS bytes", "B"), ("tensor memory bytes", "B"), ("occupancy (CTAs/SM, est.)", ""),
-             ("occupancy", ""), ("num_warps", ""), ("num_stages", ""), ("num_ctas", ""), ("maxnreg", ""))
+RESOURCES = (
+    ("spill store bytes", "B"),
+    ("spill load bytes", "B"),
+    ("stack frame bytes", "B"),
+    ("stack bytes", "B"),
+    ("local bytes", "B"),
+    ("registers", ""),
+    ("vgpr spills", ""),
+    ("sgpr spills", ""),
+    ("scratch bytes", "B"),
+    ("vgprs", ""),
+    ("agprs", ""),
+    ("sgprs", ""),
+    ("shared memory bytes", "B"),
+    ("static shared bytes", "B"),
+    ("LDS bytes", "B"),
+    ("tensor memory bytes", "B"),
+    ("occupancy (CTAs/SM, est.)", ""),
+    ("occupancy", ""),
+    ("num_warps", ""),
+    ("num_stages", ""),
+    ("num_ctas", ""),
+    ("maxnreg", ""),
+)
 # instruction classes (bisector/why/kernel_diff/isa.py rows) that explain speed, by prefix
-_SPEED_ROWS = ("global load", "global store", "shared load", "shared store", "buffer load", "buffer store",
-               "LDS load", "LDS store", "ldmatrix", "stmatrix", "cp.async copy", "TMA copy", "bulk async copy",
-               "wgmma m", "mma m", "mfma", "ex2.approx", "lg2.approx", "rcp.approx", "sqrt.approx", "rsqrt.approx",
-               "div.approx", "tanh.approx", "sin.approx", "cos.approx", "v_exp", "v_log", "v_rcp", "v_rsq", "v_sqrt",
-               "f64 arithmetic", "fma f64", "f64 conversion", "div.rn.f32", "sqrt.rn.f32", "rcp.rn.f32", "instructions")
+_SPEED_ROWS = (
+    "global load",
+    "global store",
+    "shared load",
+    "shared store",
+    "buffer load",
+    "buffer store",
+    "LDS load",
+    "LDS store",
+    "ldmatrix",
+    "stmatrix",
+    "cp.async copy",
+    "TMA copy",
+    "bulk async copy",
+    "wgmma m",
+    "mma m",
+    "mfma",
+    "ex2.approx",
+    "lg2.approx",
+    "rcp.approx",
+    "sqrt.approx",
+    "rsqrt.approx",
+    "div.approx",
+    "tanh.approx",
+    "sin.approx",
+    "cos.approx",
+    "v_exp",
+    "v_log",
+    "v_rcp",
+    "v_rsq",
+    "v_sqrt",
+    "f64 arithmetic",
+    "fma f64",
+    "f64 conversion",
+    "div.rn.f32",
+    "sqrt.rn.f32",
+    "rcp.rn.f32",
+    "instructions",
+)
 # Triton metadata that never explains a speed change: folded into one line when it differs at all
-FOLDED = frozenset({"debug", "arch", "target", "backend_name", "triton_version", "supported_fp8_dtypes",
-                    "deprecated_fp8_dot_operand_dtypes", "default_dot_input_precision", "allowed_dot_input_precisions",
-                    "max_num_imprecise_acc_default", "ptx_version", "ptx_options", "ir_override", "warp_size",
-                    "sanitize_overflow", "instrumentation_mode", "fpsan_homomorphic_casts", "launch_cooperative_grid",
-                    "global_scratch_align", "profile_scratch_size", "profile_scratch_align", "tensordesc_meta",
-                    "enable_reflect_ftz", "sched4reg", "clc", "min_shared_mem", "launch_pdl", "cluster_dims"})
+FOLDED = frozenset(
+    {
+        "debug",
+        "arch",
+        "target",
+        "backend_name",
+        "triton_version",
+        "supported_fp8_dtypes",
+        "deprecated_fp8_dot_operand_dtypes",
+        "default_dot_input_precision",
+        "allowed_dot_input_precisions",
+        "max_num_imprecise_acc_default",
+        "ptx_version",
+        "ptx_options",
+        "ir_override",
+        "warp_size",
+        "sanitize_overflow",
+        "instrumentation_mode",
+        "fpsan_homomorphic_casts",
+        "launch_cooperative_grid",
+        "global_scratch_align",
+        "profile_scratch_size",
+        "profile_scratch_align",
+        "tensordesc_meta",
+        "enable_reflect_ftz",
+        "sched4reg",
+        "clc",
+        "min_shared_mem",
+        "launch_pdl",
+        "cluster_dims",
+    }
+)
 
 # per-SM limits by compute capability: registers, shared memory bytes, warps, CTAs (CUDA's tables)
-_SM_LIMITS = {80: (65536, 167936, 64, 32), 86: (65536, 102400, 48, 16), 87: (65536, 167936, 48, 16),
-              89: (65536, 102400, 48, 24), 90: (65536, 233472, 64, 32), 100: (65536, 233472, 64, 32),
-              120: (65536, 102400, 48, 32)}
+_SM_LIMITS = {
+    80: (65536, 167936, 64, 32),
+    86: (65536, 102400, 48, 16),
+    87: (65536, 167936, 48, 16),
+    89: (65536, 102400, 48, 24),
+    90: (65536, 233472, 64, 32),
+    100: (65536, 233472, 64, 32),
+    120: (65536, 102400, 48, 32),
+}
 _RESERVED_SMEM = 1024  # shared memory the driver reserves per CTA (sm_80 on)
 
 
@@ -51,7 +136,6 @@ def _arch(meta: Mapping[str, object]) -> int | None:
         return int(target["arch"])
     m = re.fullmatch(r"sm_?(\d+)a?", str(meta.get("arch", "")))
     return int(m.group(1)) if m else None
-
 
 
 def _count(value: object) -> int:
@@ -93,8 +177,11 @@ def moved(before: KernelSide | None, after: KernelSide | None) -> list[tuple[str
     """(fact, parent, culprit, unit) for every speed fact that differs, in the order they explain
     speed: resources first, then the instruction classes, the instruction count last."""
     b, a = _with_occupancy(before), _with_occupancy(after)
-    out = [(key, b.get(key), a.get(key), unit) for key, unit in RESOURCES
-           if (key in b or key in a) and b.get(key) != a.get(key)]
+    out = [
+        (key, b.get(key), a.get(key), unit)
+        for key, unit in RESOURCES
+        if (key in b or key in a) and b.get(key) != a.get(key)
+    ]
     hb = dict(before.histogram) if before else {}
     ha = dict(after.histogram) if after else {}
     rows = [r for r in sorted(set(hb) | set(ha)) if _is_speed_row(r) and r != "instructions"]
