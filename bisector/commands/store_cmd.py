@@ -7,6 +7,7 @@ refused before anything could be written to it."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def export(store_path: Path | None, fmt: str, campaign: str | None, out: Path | 
         click.echo(f"store: {path} ({why})", err=True)
     with Store(path, readonly=True) as store:
         if out is None:
-            store.export(fmt, click.get_text_stream("stdout"), campaign=campaign, portable=exported_row)
+            store.export(fmt, sys.stdout, campaign=campaign, portable=exported_row)
         else:
             count = store.export(fmt, out, campaign=campaign, portable=exported_row)
             click.echo(f"wrote {count} trials to {out}", err=True)
