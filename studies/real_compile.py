@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 from studies.real_interpret import TINY, host_device_calls
-from studies.real_screen import ROOT, checkout, config_shapes
+from studies.real_screen import at_commit, config_shapes
 
 PTX_OPS = re.compile(r"^\s*(?:@%p\d+\s+)?((?:ld|st)\.global[.\w]*)", re.M)
 
@@ -103,47 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="real-compile-"))
     rows: list[dict] = []
     for i, item in enumerate(plan):
-        src = work / f"{i}-{item['sha'][:12]}"
-        checkout(args.repos.resolve(), item["lib"], item["sha"], src)
-        env = {
-            **os.environ,
-            "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "studies.real_compile",
-                "--lib",
-                args.lib,
-                "--one",
-                str(src),
-                "--suites",
-                *args.suites,
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ROOT,
+        found = at_commit(
+            args.repos,
+            item,
+            work,
+            i,
+            ["studies.real_compile", "--lib", args.lib, "--one", "{src}", "--suites", *args.suites],
         )
-        subprocess.run(
-            [
-                "git",
-                "--git-dir",
-                str(args.repos.resolve() / f"{item['lib']}.git"),
-                "worktree",
-                "remove",
-                "--force",
-                str(src),
-            ],
-            capture_output=True,
-        )
-        found = (
-            json.loads(proc.stdout.strip().splitlines()[-1])
-            if proc.returncode == 0
-            else [{"lib": args.lib, "shape": "*", "after": proc.stderr[-400:], "kernels": []}]
-        )
+        if isinstance(found, str):
+            found = [{"lib": args.lib, "shape": "*", "after": found[-400:], "kernels": []}]
         for row in found:
             row.update(sha=item["sha"], label=item.get("label", item["sha"][:8]))
             rows.append(row)

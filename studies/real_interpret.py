@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from studies.real_screen import ROOT, checkout, config_shapes
+from studies.real_screen import at_commit, config_shapes
 
 # the sizes that only count rows or batches shrink; feature sizes (D, rotary_dim, V) keep their
 # value so the kernel's tiles, masks and constexprs are those the GPU screen compiles
@@ -119,42 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="real-interpret-"))
     rows: list[dict] = []
     for i, item in enumerate(plan):
-        src = work / f"{i}-{item['sha'][:12]}"
-        checkout(args.repos.resolve(), item["lib"], item["sha"], src)
-        env = {
-            **os.environ,
-            "TRITON_INTERPRET": "1",
-            "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "studies.real_interpret", "--one", item["lib"], str(src)],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=ROOT,
-                timeout=args.timeout,
-            )
-            found = (
-                json.loads(proc.stdout.strip().splitlines()[-1])
-                if proc.returncode == 0
-                else [{"lib": item["lib"], "shape": "*", "error": proc.stderr[-600:]}]
-            )
-        except subprocess.TimeoutExpired:
-            found = [{"lib": item["lib"], "shape": "*", "error": f"timed out after {args.timeout} s"}]
-        subprocess.run(
-            [
-                "git",
-                "--git-dir",
-                str(args.repos.resolve() / f"{item['lib']}.git"),
-                "worktree",
-                "remove",
-                "--force",
-                str(src),
-            ],
-            capture_output=True,
+        found = at_commit(
+            args.repos,
+            item,
+            work,
+            i,
+            ["studies.real_interpret", "--one", item["lib"], "{src}"],
+            env={"TRITON_INTERPRET": "1"},
+            timeout=args.timeout,
         )
+        if isinstance(found, str):
+            found = [{"lib": item["lib"], "shape": "*", "error": found}]
         for row in found:
             row.update(sha=item["sha"], label=item.get("label", item["sha"][:8]))
             rows.append(row)

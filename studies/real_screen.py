@@ -103,13 +103,49 @@ def one(lib: str, src: Path, only: tuple[str, ...] = ()) -> list[dict]:
     return out
 
 
-def checkout(repos: Path, lib: str, sha: str, dest: Path) -> None:
-    # a worktree, as the bot's builds make: `git archive` does not honour the copy's stand-in blobs
+def at_commit(
+    repos: Path,
+    item: dict,
+    work: Path,
+    index: int,
+    argv: Sequence[str],
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> list[dict] | str:
+    """`python -m <argv>` run in a fresh process with the plan entry's commit checked out and a fresh
+    TRITON_CACHE_DIR: the rows it printed as its last line of JSON, or why it gave none. The checkout
+    is a worktree, as the bot's builds make (`git archive` does not honour the copy's stand-in blobs),
+    removed after."""
+    git_dir = str(repos.resolve() / f"{item['lib']}.git")
+    src = work / f"{index}-{item['sha'][:12]}"
     subprocess.run(
-        ["git", "--git-dir", str(repos / f"{lib}.git"), "worktree", "add", "-q", "--detach", str(dest), sha],
+        ["git", "--git-dir", git_dir, "worktree", "add", "-q", "--detach", str(src), item["sha"]],
         check=True,
         capture_output=True,
     )
+    env = {
+        **os.environ,
+        **(env or {}),
+        "TRITON_CACHE_DIR": str(work / f"jit-{index}"),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", *[a if a != "{src}" else str(src) for a in argv]],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout} s"
+    finally:
+        subprocess.run(["git", "--git-dir", git_dir, "worktree", "remove", "--force", str(src)], capture_output=True)
+    if proc.returncode != 0:
+        return proc.stderr[-600:]
+    rows: list[dict] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,30 +168,17 @@ def main(argv: list[str] | None = None) -> int:
         ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True
     ).stdout.strip()
     for i, item in enumerate(plan):
-        src = work / f"{i}-{item['sha'][:12]}"
-        checkout(args.repos.resolve(), item["lib"], item["sha"], src)
-        env = {
-            **os.environ,
-            "TRITON_CACHE_DIR": str(work / f"jit-{i}"),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
         t0 = time.time()
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "studies.real_screen", "--shapes", args.shapes, "--one", item["lib"], str(src)],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=ROOT,
-                timeout=args.timeout,
-            )
-            found = (
-                json.loads(proc.stdout.strip().splitlines()[-1])
-                if proc.returncode == 0
-                else [{"lib": item["lib"], "shape": "*", "error": proc.stderr[-600:]}]
-            )
-        except subprocess.TimeoutExpired:
-            found = [{"lib": item["lib"], "shape": "*", "error": f"timed out after {args.timeout} s"}]
+        found = at_commit(
+            args.repos,
+            item,
+            work,
+            i,
+            ["studies.real_screen", "--shapes", args.shapes, "--one", item["lib"], "{src}"],
+            timeout=args.timeout,
+        )
+        if isinstance(found, str):
+            found = [{"lib": item["lib"], "shape": "*", "error": found}]
         for row in found:
             row.update(
                 sha=item["sha"], label=item.get("label", item["sha"][:8]), process_s=round(time.time() - t0, 1), gpu=gpu
