@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from bisector.model import Commit, Comparison, Step, Uncertain, Verdict
 from bisector.report.data import ReportData
@@ -413,4 +414,26 @@ def interacting_report() -> ReportData:
     inter = Interaction((a, b, c), (k,), tuple(combos), (pair,), trials=3)
     return replace(
         data, fixes=fixes, interactions=(inter,), min_step_pct=20.0, actions=actions(data.steps, fixes, (inter,))
+    )
+
+
+def one_commit_report(c: Commit, device: str = "cuda", **sections: Any) -> ReportData:
+    """A report over the single commit `c` with nothing measured but the `sections` given (hunks,
+    kernels, causes...): what a test of one report section renders."""
+    return ReportData(
+        title="t",
+        config_name="c",
+        upstream="u",
+        branch="main",
+        good=c,
+        bad=c,
+        device=device,
+        control="torch",
+        machine={},
+        protocol={},
+        shapes=(),
+        range_commits=(c,),
+        rows=(),
+        steps=(),
+        **sections,
     )

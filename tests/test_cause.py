@@ -86,9 +86,9 @@ def test_the_root_that_explains_more_of_what_moved_ranks_first(tmp_path: Path) -
 def test_the_report_opens_each_steps_why_with_its_cause_and_the_rest_of_the_commit() -> None:
     from bisector.model import Commit
     from bisector.report import markdown
-    from bisector.report.data import ReportData
     from bisector.why.cause import for_steps
     from bisector.why.culprit_hunks import HunkFinding
+    from tests.report_fixtures import one_commit_report
 
     sk = step("145")
     finding = HunkFinding(
@@ -108,25 +108,7 @@ def test_the_report_opens_each_steps_why_with_its_cause_and_the_rest_of_the_comm
     )
     causes = for_steps((sk,), (finding,), lambda sha: "")
     c = Commit(sk.step_commit, "2026-07-02", "b", "GEMM: num_stages 3 -> 2", 145)
-    data = ReportData(
-        title="t",
-        config_name="c",
-        upstream="u",
-        branch="main",
-        good=c,
-        bad=c,
-        device="cuda",
-        control="torch",
-        machine={},
-        protocol={},
-        shapes=(),
-        range_commits=(c,),
-        rows=(),
-        steps=(),
-        hunks=(finding,),
-        kernels=(sk,),
-        causes=causes,
-    )
+    data = one_commit_report(c, hunks=(finding,), kernels=(sk,), causes=causes)
     text = markdown.render(data).split("## The cause of each step, in one line", 1)[1]
     assert "num_stages 3 -> 2: cp.async 36 -> 24, shared memory 147456 -> 98304 B, registers 220 -> 208." in text
     assert "carried by: `lib/kernel.py @@ -5,10 +5,11 @@ lines +11`" in text

@@ -252,8 +252,8 @@ def test_files_that_do_not_parse_or_are_not_python_are_grouped_by_name_only(tmp_
 def test_the_report_names_the_groups_and_the_unresolved_subsets(culprit) -> None:
     from bisector.model import Commit
     from bisector.report import markdown
-    from bisector.report.data import ReportData
     from bisector.why.culprit_hunks import HunkFinding, HunkTry
+    from tests.report_fixtures import one_commit_report
 
     root, sha = culprit
     parts, groups = parts_and_groups(root, sha)
@@ -274,23 +274,7 @@ def test_the_report_names_the_groups_and_the_unresolved_subsets(culprit) -> None
         unresolved=1,
     )
     c = Commit(sha, "2026-08-06", "Ada", "paged K", 6)
-    data = ReportData(
-        title="t",
-        config_name="c",
-        upstream="u",
-        branch="main",
-        good=c,
-        bad=c,
-        device="cpu",
-        control="torch",
-        machine={},
-        protocol={},
-        shapes=(),
-        range_commits=(c,),
-        rows=(),
-        steps=(),
-        hunks=(finding,),
-    )
+    data = one_commit_report(c, device="cpu", hunks=(finding,))
     section = markdown.render(data).split("## Hunks that must travel together", 1)[1]
     assert "searched as one" in section and "parameters +k_page_stride" in section
     assert "1 subset(s) unresolved" in section and "missing 1 required positional argument" in section

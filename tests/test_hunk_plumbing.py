@@ -314,8 +314,8 @@ def test_a_multi_statement_hunk_is_cut_into_statements_that_apply_and_compile(tm
 def test_the_report_says_which_hunks_were_plumbing_and_which_lines_carry_the_step() -> None:
     from bisector.model import Commit
     from bisector.report import markdown
-    from bisector.report.data import ReportData
     from bisector.why.culprit_hunks import HunkFinding, HunkTry
+    from tests.report_fixtures import one_commit_report
 
     sha = "a" * 40
     plumbing = tuple(f"lib/api.py @@ -{10 * i},7 +{10 * i},7 @@" for i in range(1, 10))
@@ -343,23 +343,7 @@ def test_the_report_says_which_hunks_were_plumbing_and_which_lines_carry_the_ste
         "applied as a base; within it, 1 of 2 statements"
     )
     c = Commit(sha, "2026-08-06", "Ada", "paged K", 6)
-    data = ReportData(
-        title="t",
-        config_name="c",
-        upstream="u",
-        branch="main",
-        good=c,
-        bad=c,
-        device="cpu",
-        control="torch",
-        machine={},
-        protocol={},
-        shapes=(),
-        range_commits=(c,),
-        rows=(),
-        steps=(),
-        hunks=(finding,),
-    )
+    data = one_commit_report(c, device="cpu", hunks=(finding,))
     section = markdown.render(data).split("## The hunks that carry each step", 1)[1]
     assert finding.summary in section and "[hunk-aaaaaaa-plumbing.patch](hunk-aaaaaaa-plumbing.patch)" in section
     assert "`lib/api.py @@ -90,7 +90,7 @@`" in section and "parent + `plumbing base`: s1024 +0.4%" in section
