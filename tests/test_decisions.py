@@ -224,6 +224,40 @@ def test_a_latency_step_is_a_step_found_and_verified_beside_the_kernel_time():
     )
 
 
+def test_a_latency_step_is_verified_where_some_trials_time_no_latency():
+    """A trial that judges its call device-bound times no latency (the GPU demo: one trial in ten):
+    the latency shape keeps the trials that timed it, a look asks its shape for the shortfall, and
+    the step is verified, not left unverified for one missing sample."""
+    commits = shas(40)
+    lat = StepModel(dict.fromkeys(SHAPES, 1.0), (SimStep(commits[23], {"gemm/m64": 1 / 1.6}),), frozenset())
+    probe = DriftingProbe(
+        commits, model(commits, {}), control_drift_pct=0.0, latency=lat, latency_cv=0.02, seed=4, latency_missed=0.15
+    )
+    result = localize(commits, probe, SearchSettings(min_step_pct=3.0))
+    assert [(s.commit, s.shapes, s.verified) for s in result.steps] == [
+        (commits[23], ("gemm/m64" + LATENCY_KEY,), True)
+    ]
+
+
+def test_a_trial_without_latency_leaves_the_commit_s_latency_view_to_the_others():
+    from bisector.search.samples import trial_views
+    from tests.test_store import record
+
+    def trial(ratio: float | None) -> object:
+        return record(
+            "a" * 40,
+            "gemm/decode",
+            kernel_method="cuda_graph",
+            latency_ratio=ratio,
+            subject_latency_ms=(0.1,) if ratio else (),
+        )
+
+    timed = [trial(r) for r in (0.5, 0.52, 0.49)]
+    untimed = trial(None)
+    views, _ = trial_views({"gemm/decode": [*timed[:2], untimed, timed[2]]}, latency=True)
+    assert views["latency"]["gemm/decode"] == (0.5, 0.52, 0.49)
+
+
 # -- config -----------------------------------------------------------------------------------------
 def test_the_config_keys_reach_the_search(tmp_path: Path):
     from bisector.pipeline import search_settings

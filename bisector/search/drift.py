@@ -316,10 +316,16 @@ def merged_measurement(have: Measurement, new: Measurement) -> Measurement:
     )
 
 
-def probe_wants(per: Mapping[str, int]) -> dict[str, int]:
-    """A search's wants per shape as the probe knows shapes: a latency shape is its shape's trials."""
+def probe_wants(per: Mapping[str, int], have: Mapping[str, int] | None = None) -> dict[str, int]:
+    """A search's wants per shape as the probe knows shapes: a latency shape is its shape's trials.
+    Where it holds fewer samples than its shape (`have`: the commit's samples per shape now; a trial
+    that did not time latency gives none), its shortfall is asked of its shape beyond the shape's
+    own count: asked as an absolute count it would ask for trials the shape already has."""
+    have = have or {}
     out: dict[str, int] = {}
     for s, n in per.items():
         b = base_shape(s)
+        if s != b and s in have:
+            n = max(n, have.get(b, 0) + n - have[s])
         out[b] = max(out.get(b, 0), n)
     return out

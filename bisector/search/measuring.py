@@ -110,7 +110,12 @@ class Measuring(StateFields):
         if not self.probe.shapes_alone:
             self.measure_together({i: max(per.values()) for i, per in short.items()})
             return
-        got = self.probe.shaped({self.commits[i]: probe_wants(per) for i, per in short.items()})
+        got = self.probe.shaped(
+            {
+                self.commits[i]: probe_wants(per, {s: len(v) for s, v in self.meas[self.commits[i]].samples.items()})
+                for i, per in short.items()
+            }
+        )
         for i, per in short.items():
             sha = self.commits[i]
             self.probes.append((sha, max(per.values())))

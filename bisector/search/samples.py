@@ -58,8 +58,9 @@ def trial_views(
     """The views of a measurement's trials (model.Measurement.views, in the order of its samples) and
     when each ran (epoch seconds): "subject" and "control" the full-clock speed of each alone,
     "ratio" their ratio, for the search's drift check; with `latency`, "latency" the latency ratio
-    of eager calls for each shape whose every trial timed them apart from a kernel time taken with the
-    host out of the loop (the trial does where a call is not device-bound; on the CPU they are one);
+    of eager calls, from the trials that timed it apart from a kernel time taken with the host out of
+    the loop (the trial does where a call is not device-bound; on the CPU they are one), so it may
+    hold fewer samples than its shape;
     "warm" the ratio of kernel times with the cache left warm, where the suite asked for it.
     A view some trial cannot give is left out for that shape."""
     views: dict[str, dict[str, tuple[float, ...]]] = {}
@@ -76,8 +77,12 @@ def trial_views(
         warm = [t.protocol.get("warm_ratio") for t in trials]  # where the suite asked for cache = "warm" too
         put("warm", shape, [float(v) if isinstance(v, (int, float)) else None for v in warm])
         if latency and all(t.kernel_method in DEVICE_METHODS for t in trials):
-            # a latency apart from the kernel time: on the CPU the call is the kernel, one figure
-            put("latency", shape, [t.latency_ratio if t.subject_latency_ms else None for t in trials])
+            # a latency apart from the kernel time: on the CPU the call is the kernel, one figure.
+            # Kept from the trials that timed it: a trial that judged its call device-bound times no
+            # latency, and one such trial dropped the view of its whole commit (the GPU demo's two
+            # steps went unverified: their fresh looks came back one latency sample short).
+            timed = [t.latency_ratio for t in trials if t.subject_latency_ms and (t.latency_ratio or 0) > 0]
+            put("latency", shape, timed)
         stamps = [_epoch(t.started_at) for t in trials]
         if stamps and all(s is not None for s in stamps):
             times[shape] = tuple(stamps)  # type: ignore[arg-type]

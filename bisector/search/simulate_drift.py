@@ -55,11 +55,13 @@ class DriftingProbe(ProbeBase):
         latency: StepModel | None = None,
         latency_cv: float = 0.02,
         latency_view: str = "latency",
+        latency_missed: float = 0.0,
     ) -> None:
         self.level = _levels(commits, model)
         self.latency = _levels(commits, latency) if latency is not None else None
         self.model, self.trial_s, self.drift_s, self.drift = model, trial_s, drift_s, control_drift_pct / 100.0
         self.latency_view = latency_view  # the view the latency model feeds ("warm": a warm-cache time's ratio)
+        self.latency_missed = latency_missed  # the share of trials that time no latency (judged device-bound)
         self.sigmas = (
             math.sqrt(math.log1p(subject_cv**2)),
             math.sqrt(math.log1p(control_cv**2)),
@@ -87,6 +89,8 @@ class DriftingProbe(ProbeBase):
             subject = self.level[sha][name] * self._noise(0)
             control = self.control_at(self.clock) * self._noise(1)
             lat = self.latency[sha][name] * self._noise(2) if self.latency is not None else math.nan
+            if self.latency_missed and self.rng.random() < self.latency_missed:
+                lat = math.nan
             have[name].append((subject / control, subject, control, lat, self.clock))
 
     def _measurement(self, sha: str, cut: Mapping[str, int]) -> Measurement:
@@ -97,7 +101,8 @@ class DriftingProbe(ProbeBase):
             for q, v in ((0, "ratio"), (1, "subject"), (2, "control"))
         }
         if self.latency is not None:
-            views[self.latency_view] = {k: tuple(r[3] for r in rs) for k, rs in rows.items()}
+            # as samples.trial_views: from the trials that timed it
+            views[self.latency_view] = {k: tuple(r[3] for r in rs if not math.isnan(r[3])) for k, rs in rows.items()}
         return Measurement(
             sha,
             ProbeStatus.OK,
