@@ -92,6 +92,12 @@ def _in(lines: list[str], section: str, key: str) -> bool:
     return False
 
 
+def unpacked(store: Path, to: Path) -> None:
+    """A copy of `store` at `to`, unzipped where it is gzipped."""
+    with gzip.open(store) if store.suffix == ".gz" else open(store, "rb") as src, open(to, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+
+
 def at_path(path: Path, config: Path | None, repos: Path) -> Stored:
     """A store given by its path: a run's directory, or a store file with `config`."""
     path = path.resolve()
@@ -111,10 +117,8 @@ def at_path(path: Path, config: Path | None, repos: Path) -> Stored:
         if len(calls) < 2:
             raise SystemExit(f"{run}: probe_calls: want GOOD and BAD first")
         ends = (calls[0][0], calls[1][0])
-    opened = gzip.open(store) if store.suffix == ".gz" else open(store, "rb")
-    with opened as src, tempfile.NamedTemporaryFile(suffix=".sqlite") as tmp:
-        shutil.copyfileobj(src, tmp)
-        tmp.flush()
+    with tempfile.NamedTemporaryFile(suffix=".sqlite") as tmp:
+        unpacked(store, Path(tmp.name))
         with sqlite3.connect(f"file:{tmp.name}?mode=ro", uri=True) as db:
             shapes = sorted(r[0] for r in db.execute("SELECT DISTINCT shape FROM trials"))
     name = path.name if path.is_dir() else path.name.split(".")[0]
@@ -149,10 +153,7 @@ def replay(stored: Stored, code: Path, sets: list[tuple[str, str, str]], work: P
         for extra in config.parent.iterdir():  # the suites' own modules beside the config
             if extra.is_file() and extra.suffix == ".py":
                 shutil.copy(extra, work / extra.name)
-    store = ROOT / stored.store
-    opened = gzip.open(store) if store.suffix == ".gz" else open(store, "rb")
-    with opened as src, open(work / "results.sqlite", "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    unpacked(ROOT / stored.store, work / "results.sqlite")
     (work / "config.toml").write_text(with_keys(text, sets))
     got = subprocess.run(
         [

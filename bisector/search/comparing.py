@@ -191,7 +191,6 @@ class Comparing(Measuring):
         decide (measured: more exact culprits, no more false steps, a few % more trials on noisy
         ranges; studies/results/search-accuracy.txt, demo-replay.txt). The others stay UNKNOWN,
         reported as unsure."""
-        st = self.settings
         out = dict(comps)
         for s, c in comps.items():
             big = abs(c.change_pct) >= self.min_step(s)
