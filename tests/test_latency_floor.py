@@ -66,7 +66,9 @@ def test_a_large_latency_step_is_still_found_and_verified():
     assert [(s.commit, s.shapes, s.verified) for s in result.steps] == [
         (commits[23], ("gemm/m64" + LATENCY_KEY,), True)
     ]
-    assert result.steps[0].change_pct["gemm/m64" + LATENCY_KEY] == pytest.approx(-37.5, abs=4.0)
+    assert result.steps[0].change_pct["gemm/m64" + LATENCY_KEY] == pytest.approx(
+        -37.5, abs=10.0
+    )  # +-12% a trial, few trials a side
     floors = {f.shape: f for f in result.decisions.latency_floors}
     assert 3.0 < floors["gemm/m64" + LATENCY_KEY].tested_at < 37.5
     assert len(undecided_latency(result)) <= 1  # 14 on the 3% minimum step
