@@ -4,7 +4,7 @@ resolve on the run's measured noise of that latency, whichever is larger.
 An eager call's latency is its host time plus its kernel time. Where the host time is near the
 kernel time and the host is busy with the run's own work (other trials' setup, builds, compiles),
 the latency varies between trials far more than the kernel time does: on a lent H100 a Triton
-RMSNorm's latency varied by +-45% a trial against 0.4% for its kernel time. At 8 trials a side
+RMSNorm's latency varied by +-56% a trial against 0.4% for its kernel time. At 8 trials a side
 such a pair's interval spans +-50%: no trial the search buys tells a 3% step from none, and every
 latency pair ran to the cap and was reported undecided (10 of 10 on that range, 16 on a LayerNorm
 range). So once the run's noise of a latency shape is known (samples.pooled_noise, the screened
