@@ -1,7 +1,14 @@
 """The committed stores replayed offline by a checkout's code: the steps each decides, beside the
 steps the same store gives another checkout (main) or its committed result.json.
 
-    python -m studies.store_replay [--before /work/main] [--set protocol.decision_trials=0 ...] [NAME ...]
+    python -m studies.store_replay [--before /work/main] [--set protocol.decision_trials=0 ...] [NAME|PATH ...]
+        [--repos /work/main]
+
+A PATH is a run's directory (results.sqlite, config/config.toml, run.json: the real-library runs) or
+a store file (.sqlite or .sqlite.gz) whose config is named with `--config` (default: the GPU demo's);
+its upstream is the demo's where the config says `repo = "demo"`, else the config's `repo`, taken
+relative to `--repos`, with GOOD and BAD the run's first two probes (run.json); the shapes replayed
+are the store's own.
 
 Why: a change to how the search decides (issue #59's indifference zone, decision cap, drift anchor
 and latency steps, on by default) must leave every planted step of the recorded runs decided as
@@ -22,7 +29,9 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -36,9 +45,10 @@ DEMO4 = "fa/s16384,gemm/m8192,gemm/m54560,gemm/decode"
 @dataclass(frozen=True)
 class Stored:
     name: str
-    store: str  # a gzipped SQLite store, relative to the repo root
-    config: str  # relative to the repo root
+    store: str  # a (gzipped) SQLite store, relative to the repo root or absolute
+    config: str  # relative to the repo root or absolute
     args: tuple[str, ...] = ()
+    ends: tuple[str, str] | None = None  # GOOD and BAD of a real upstream (None: the demo's)
 
 
 STORES = (
@@ -82,28 +92,68 @@ def _in(lines: list[str], section: str, key: str) -> bool:
     return False
 
 
-def replay(stored: Stored, code: Path, sets: list[tuple[str, str, str]], work: Path) -> dict:
+def unpacked(store: Path, to: Path) -> None:
+    """A copy of `store` at `to`, unzipped where it is gzipped."""
+    with gzip.open(store) if store.suffix == ".gz" else open(store, "rb") as src, open(to, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+
+
+def at_path(path: Path, config: Path | None, repos: Path) -> Stored:
+    """A store given by its path: a run's directory, or a store file with `config`."""
+    path = path.resolve()
+    if path.is_dir():
+        store, config = path / "results.sqlite", config or path / "config" / "config.toml"
+    else:
+        store, config = path, config or ROOT / "configs/h200-demo.toml"
+    for need in (store, config):
+        if not need.is_file():
+            raise SystemExit(f"{need}: no such file")
+    ends = None
+    if 'repo = "demo"' not in config.read_text():
+        run = store.parent / "run.json"
+        if not run.is_file():
+            raise SystemExit(f"{run}: no such file (GOOD and BAD of a real upstream are its first two probes)")
+        calls = json.loads(run.read_text()).get("probe_calls") or []
+        if len(calls) < 2:
+            raise SystemExit(f"{run}: probe_calls: want GOOD and BAD first")
+        ends = (calls[0][0], calls[1][0])
+    with tempfile.NamedTemporaryFile(suffix=".sqlite") as tmp:
+        unpacked(store, Path(tmp.name))
+        with sqlite3.connect(f"file:{tmp.name}?mode=ro", uri=True) as db:
+            shapes = sorted(r[0] for r in db.execute("SELECT DISTINCT shape FROM trials"))
+    name = path.name if path.is_dir() else path.name.split(".")[0]
+    return Stored(name, str(store), str(config), ("--shapes", ",".join(shapes)), ends)
+
+
+def replay(stored: Stored, code: Path, sets: list[tuple[str, str, str]], work: Path, repos: Path = ROOT) -> dict:
     """The store's search replayed offline by the code at `code`: --json's result."""
     work.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(code)}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from bisector.demo import write_demo_repo\n"
-            f"m = write_demo_repo({str(work / 'upstream')!r}); print(m.good, m.bad)",
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=code,
-    )
-    good, bad = out.stdout.split()
-    with gzip.open(ROOT / stored.store) as src, open(work / "results.sqlite", "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    text = (ROOT / stored.config).read_text()
-    text = text.replace('repo = "demo"', f'repo = "{work / "upstream"}"', 1)
+    config = ROOT / stored.config
+    text = config.read_text()
+    if stored.ends is None:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from bisector.demo import write_demo_repo\n"
+                f"m = write_demo_repo({str(work / 'upstream')!r}); print(m.good, m.bad)",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=code,
+        )
+        good, bad = out.stdout.split()
+        text = text.replace('repo = "demo"', f'repo = "{work / "upstream"}"', 1)
+    else:
+        good, bad = stored.ends
+        text = re.sub(r'(?m)^repo = "([^"/][^"]*)"', lambda m: f'repo = "{repos / m.group(1)}"', text, count=1)
+        for extra in config.parent.iterdir():  # the suites' own modules beside the config
+            if extra.is_file() and extra.suffix == ".py":
+                shutil.copy(extra, work / extra.name)
+    unpacked(ROOT / stored.store, work / "results.sqlite")
     (work / "config.toml").write_text(with_keys(text, sets))
     got = subprocess.run(
         [
@@ -147,6 +197,11 @@ def steps(result: dict) -> list[str]:
     ]
 
 
+def unsure_latency(result: dict) -> int:
+    """Pairs left unsure at the trial cap on a latency shape."""
+    return sum(any(s.endswith(":latency") for s in u["shapes"]) for u in result.get("uncertain") or [])
+
+
 def compared(now: dict, then: dict) -> tuple[list[str], list[str]]:
     """(steps of `then` that `now` lacks, commit or any shape; what `now` finds beyond `then`)."""
     have = {s["commit"]: set(s["change_pct"]) for s in now["steps"]}
@@ -160,7 +215,11 @@ def compared(now: dict, then: dict) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m studies.store_replay", description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help=f"stores to replay (default all: {', '.join(s.name for s in STORES)})")
+    ap.add_argument(
+        "names", nargs="*", help=f"stores to replay, by name or path (default all: {', '.join(s.name for s in STORES)})"
+    )
+    ap.add_argument("--config", type=Path, help="the config of a store given by its file's path")
+    ap.add_argument("--repos", type=Path, default=ROOT, help="where a config's relative upstream `repo` lies")
     ap.add_argument("--before", type=Path, help="a checkout whose code replays the same stores for comparison")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = ap.parse_args(argv)
@@ -171,21 +230,25 @@ def main(argv: list[str] | None = None) -> int:
         if not section or not key or not value:
             raise SystemExit(f"--set {item}: want SECTION.KEY=VALUE")
         sets.append((section, key, value))
+    known = {s.name for s in STORES}
     chosen = [s for s in STORES if not args.names or s.name in args.names]
+    chosen += [at_path(Path(n), args.config, args.repos.resolve()) for n in args.names if n not in known]
     tmp = Path(tempfile.mkdtemp(prefix="store-replay-"))
     try:
         for stored in chosen:
-            now = replay(stored, ROOT, sets, tmp / stored.name / "now")
+            now = replay(stored, ROOT, sets, tmp / stored.name / "now", args.repos.resolve())
             print(
                 f"## {stored.name} ({stored.store})\nthis checkout: {len(now['steps'])} steps, "
-                f"{now['search_trials']} search trials: {', '.join(steps(now)) or 'none'}"
+                f"{now['search_trials']} search trials, {unsure_latency(now)} latency pairs unsure: "
+                f"{', '.join(steps(now)) or 'none'}"
             )
             for line in now.get("decided") or []:
                 print(f"    {line}")
             if args.before is not None:
-                then = replay(stored, args.before.resolve(), [], tmp / stored.name / "before")
+                then = replay(stored, args.before.resolve(), [], tmp / stored.name / "before", args.repos.resolve())
                 print(
-                    f"{args.before}: {len(then['steps'])} steps, {then['search_trials']} search trials: "
+                    f"{args.before}: {len(then['steps'])} steps, {then['search_trials']} search trials, "
+                    f"{unsure_latency(then)} latency pairs unsure: "
                     f"{', '.join(steps(then)) or 'none'}"
                 )
                 lost, new = compared(now, then)

@@ -67,3 +67,26 @@ def test_a_control_drifting_alone_does_not_move_a_shape_off_its_own_metric_for_g
         line.startswith("fa/s16384: ") and line.endswith("decided on the subject's own kernel time")
         for line in now["decided"]
     )
+
+
+def test_a_store_is_named_by_its_path_with_its_config_run_and_shapes(tmp_path: Path) -> None:
+    """A real-library run's directory (results.sqlite, config/config.toml, run.json): GOOD and BAD its
+    first two probes, the shapes its store's own; without run.json, a one-line error naming it."""
+    import gzip
+    import shutil
+
+    from studies.store_replay import at_path
+
+    run = tmp_path / "real-run"
+    (run / "config").mkdir(parents=True)
+    with gzip.open(ROOT / "tests/fixtures/cpu-demo.sqlite.gz") as src, open(run / "results.sqlite", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    text = (ROOT / "configs/cpu-demo.toml").read_text().replace('repo = "demo"', 'repo = ".wt/real/repos/x.git"')
+    (run / "config" / "config.toml").write_text(text)
+    (run / "run.json").write_text(json.dumps({"probe_calls": [["a" * 40, 2], ["b" * 40, 2], ["a" * 40, 4]]}))
+    got = at_path(run, None, tmp_path)
+    assert (got.name, got.ends) == ("real-run", ("a" * 40, "b" * 40))
+    assert got.args[0] == "--shapes" and set(got.args[1].split(",")) >= {"fa/s1024", "gemm/square"}
+    (run / "run.json").unlink()
+    with pytest.raises(SystemExit, match=r"run\.json: no such file"):
+        at_path(run, None, tmp_path)

@@ -179,6 +179,7 @@ def _result(st: State, steps: list[Step], dropped: list[Step]) -> DecidedResult:
         st.rejudged(merged(st.zone, ((s.parent, s.commit, s.shapes) for s in steps))),
         tuple(st.views.findings.values()),
         {s: st.settings.min_step(s) for s in sorted(st.every_shape)},
+        st.latency_floors(),
     )
     return DecidedResult(
         steps=tuple(steps),

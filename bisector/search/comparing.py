@@ -1,7 +1,8 @@
 """The search's comparisons: a pair of commits per shape, on the trials it has or fresh ones.
 
 A part of the search's state (search/state.py `State`): pooled-noise comparisons, the per-decision
-cap and the indifference zone (search/zone.py), and which pairs are still unclear.
+cap and the indifference zone (search/zone.py), each shape's minimum step (a latency shape's raised
+to what the cap resolves on its noise: search/latency_floor.py), and which pairs are still unclear.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from bisector.model import Comparison, Step, Uncertain, Verdict
+from bisector.model import LATENCY_KEY, Comparison, Step, Uncertain, Verdict
 from bisector.search.candidate import Candidate as _Candidate
 from bisector.search.candidate import Counts as _Counts
 from bisector.search.candidate import unclear_shapes as _unclear
+from bisector.search.latency_floor import LatencyFloor, floor_of, latency_min_step
 from bisector.search.measuring import Measuring
 from bisector.search.samples import PooledNoise, compare_pooled, pooled_noise
 from bisector.search.zone import ZonePair, decision_cap, near_threshold, zone_middle, zone_pairs
@@ -27,19 +29,40 @@ class Comparing(Measuring):
         """The trial noise of `shape` at this point of the search (samples.pooled_noise)."""
         return pooled_noise(self.meas.values(), shape)
 
+    def min_step(self, shape: str, pool: PooledNoise | None = None) -> float:
+        """The minimum step `shape` is decided at now: its own (`SearchSettings.min_step`), a latency
+        shape's raised to what `max_repeats` trials a side resolve on its noise (`pool`, else the
+        run's so far: latency_floor.py)."""
+        own = self.settings.min_step(shape)
+        if not shape.endswith(LATENCY_KEY):
+            return own
+        return latency_min_step(shape, own, pool or self.noise(shape), self.settings.max_repeats)
+
+    def latency_floors(self) -> tuple[LatencyFloor, ...]:
+        """The latency shapes decided at a raised minimum step, on the run's noise as it ends."""
+        got = (
+            floor_of(s, self.settings.min_step(s), self.noise(s), self.settings.max_repeats)
+            for s in sorted(self.every_shape)
+            if s.endswith(LATENCY_KEY)
+        )
+        return tuple(f for f in got if f is not None)
+
     def compare_samples(
         self, shape: str, before: Sequence[float], after: Sequence[float], alpha: float, detect: bool = False
     ) -> Comparison:
-        """`detect`: a search's pair, tested beyond the indifference zone's middle where it has one."""
-        step = self.settings.min_step(shape)
+        """`detect`: a search's pair, tested beyond the indifference zone's middle where it has one. A
+        latency shape's raised minimum step (`min_step`) widens what reads SAME; its detection still
+        tests beyond the middle of its own zone: a -40% dispatch step read on the 2 trials a side a
+        replay has was lost when tested beyond the raised zone's middle."""
+        pool = self.noise(shape)
         return compare_pooled(
             before,
             after,
-            step,
+            self.min_step(shape, pool),
             alpha,
             shape,
-            self.noise(shape),
-            zone_middle(step) if detect and self.settings.zone else 0.0,
+            pool,
+            zone_middle(self.settings.min_step(shape)) if detect and self.settings.zone else 0.0,
         )
 
     def compare_now(
@@ -170,16 +193,15 @@ class Comparing(Measuring):
         decide (measured: more exact culprits, no more false steps, a few % more trials on noisy
         ranges; studies/results/search-accuracy.txt, demo-replay.txt). The others stay UNKNOWN,
         reported as unsure."""
-        st = self.settings
         out = dict(comps)
         for s, c in comps.items():
-            big = abs(c.change_pct) >= st.min_step(s)
+            big = abs(c.change_pct) >= self.min_step(s)
             if c.verdict is Verdict.UNKNOWN and big and c.p_value < self.alpha_verify:
                 out[s] = replace(c, verdict=Verdict.DIFFERENT)
         unknown = tuple(s for s, c in out.items() if c.verdict is Verdict.UNKNOWN)
         if unknown:
             self.uncertain.append(Uncertain(self.commits[i], self.commits[j], unknown))
-        self.zone += zone_pairs(self.commits[i], self.commits[j], out, self.settings.min_step, at_cap=True)
+        self.zone += zone_pairs(self.commits[i], self.commits[j], out, self.min_step, at_cap=True)
         if unknown:
             self.capped[(i, j)] = self.views.version
         return out
@@ -196,7 +218,7 @@ class Comparing(Measuring):
         """With the zone on, a verified step whose every change is under the minimum step is noted as
         a small change (zone.small_step), not reported as a step."""
         got = (
-            zone_small(step, lambda s: (self.count(cand.lo, [s]), self.count(cand.hi, [s])), self.settings.min_step)
+            zone_small(step, lambda s: (self.count(cand.lo, [s]), self.count(cand.hi, [s])), self.min_step)
             if self.settings.zone
             else None
         )
@@ -215,14 +237,14 @@ class Comparing(Measuring):
                 z.shape, self.samples(i, z.shape), self.samples(j, z.shape), self.alpha_detect, detect=True
             )
 
-        return zone_rejudged(pairs, now, self.settings.min_step)
+        return zone_rejudged(pairs, now, self.min_step)
 
     def in_reach(self, comps: Mapping[str, Comparison], unclear: Iterable[str]) -> bool:
         """Every unclear shape's interval reaches no further than the zone allows (zone.near_threshold):
         more trials would only say on which side of the minimum step a change near it falls."""
-        return all(near_threshold(comps[s], self.settings.min_step(s)) for s in unclear)
+        return all(near_threshold(comps[s], self.min_step(s)) for s in unclear)
 
     def noted(self, i: int, j: int, comps: dict[str, Comparison]) -> dict[str, Comparison]:
         """`comps`, its shapes inside the indifference zone noted as small changes (zone.py)."""
-        self.zone += zone_pairs(self.commits[i], self.commits[j], comps, self.settings.min_step)
+        self.zone += zone_pairs(self.commits[i], self.commits[j], comps, self.min_step)
         return comps

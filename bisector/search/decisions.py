@@ -2,8 +2,9 @@
 
 `DecidedResult` is the search's `SearchResult` with `Decisions`: the pairs in the indifference
 zone (small changes and pairs undecided at the cap, bisector/search/zone.py), per shape the metric
-it was decided on and the anchor's drift that chose it (bisector/search/drift.py), and the
-minimum steps, so that a report can say "no step >= 3%" and why the metric it names decided.
+it was decided on and the anchor's drift that chose it (bisector/search/drift.py), the latency
+shapes whose noise raised their minimum step (bisector/search/latency_floor.py), and the minimum
+steps, so that a report can say "no step >= 3%" and why the metric it names decided.
 Pure.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 
 from bisector.model import LATENCY_KEY, WARM_KEY, SearchResult, Step, base_shape
 from bisector.search.drift import DriftFinding
+from bisector.search.latency_floor import LatencyFloor
 from bisector.search.zone import ZonePair
 
 __all__ = ["Decisions", "DecidedResult", "decision_lines", "latency_pairs", "warm_pairs"]
@@ -25,7 +27,8 @@ ZONE_LINES = 8  # pairs in the zone named in a report; the rest counted
 class Decisions:
     zone: tuple[ZonePair, ...] = ()
     drift: tuple[DriftFinding, ...] = ()
-    min_step: Mapping[str, float] = field(default_factory=dict)  # per shape searched
+    min_step: Mapping[str, float] = field(default_factory=dict)  # per shape searched, as configured
+    latency_floors: tuple[LatencyFloor, ...] = ()  # latency shapes decided at a raised minimum step
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ def decision_lines(result: SearchResult) -> list[str]:
     d: Decisions | None = getattr(result, "decisions", None)
     if d is None:
         return []
-    lines = [f"{f.shape}: {f.why}" for f in d.drift if f.drifted]
+    lines = [f"{f.shape}: {f.why}" for f in d.drift if f.drifted] + [f.line() for f in d.latency_floors]
     lines += latency_pairs(result.steps) + warm_pairs(result.steps)
     if not result.steps and d.min_step:
         steps = sorted(set(d.min_step.values()))

@@ -53,7 +53,7 @@ class Refining(Comparing):
         standard error), else as many as its neighbours have. Each shape on its own minimum step."""
 
         def enough(shape: str, sd: float, n: int) -> bool:
-            return sd * math.sqrt(1.0 / n + 1.0 / other) <= math.log1p(self.settings.min_step(shape) / 100.0) / 3.0
+            return sd * math.sqrt(1.0 / n + 1.0 / other) <= math.log1p(self.min_step(shape) / 100.0) / 3.0
 
         return self.sized(shapes, other, enough, max(self.settings.initial_repeats, other))
 
@@ -228,7 +228,7 @@ class Refining(Comparing):
             # The step is in one part; follow the part that moved most in its direction (the first on a tie).
             moves = [c[shape].change_pct * sign if shape in c else -math.inf for c in comps]
             best = max(range(len(moves)), key=lambda k: (moves[k], -k))
-            if self.settings.zone and moves[best] < self.settings.min_step(shape):
+            if self.settings.zone and moves[best] < self.min_step(shape):
                 continue  # with the zone, a part that moved less than a step is not chased down to a commit
             found[best][shape] = sign
         todo = [(a, b, f) for (a, b), f in zip(parts, found) if f]

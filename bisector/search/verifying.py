@@ -226,7 +226,7 @@ class Verifying(Refining):
         return {
             s
             for s, c in fresh.items()
-            if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)), self.settings.min_step(s), alpha)
+            if holds(c, cand.dirs.get(s, math.copysign(1.0, c.change_pct)), self.min_step(s), alpha)
             and (s in cand.dirs or c.verdict is Verdict.DIFFERENT)
         }
 
@@ -272,7 +272,7 @@ class Verifying(Refining):
         for shape, sign in missing.items():
             moves = [f[shape].change_pct * sign if shape in f else -math.inf for f in fresh]
             best = max(range(len(moves)), key=lambda q: moves[q]) if moves else None
-            if best is not None and moves[best] >= st.min_step(shape) / 2.0:
+            if best is not None and moves[best] >= self.min_step(shape) / 2.0:
                 follow[best][shape] = sign
         for q, dirs in follow.items():
             if dirs:
