@@ -17,12 +17,13 @@ from bisector.commands.progress import ProgressLine
 from bisector.errors import BisectorError
 from bisector.isolation import sandbox
 from bisector.model import Comparison, ProbeStatus
-from bisector.report import summary
+from bisector.report import hunk_names, summary
 from bisector.report.markdown import counts
 from bisector.report.summary import last_line
 from bisector.search import result_json
 from bisector.store import default_path
 from bisector.store import last_used as laststore
+from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.fixes import FixResult
 from bisector.why.interactions import Interaction
 
@@ -108,6 +109,7 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict[str, Any] | None = No
             "unsettled": [list(u) for u in h.unsettled],
             "aside": list(h.aside),
             "rest": h.rest,
+            **named_json(h),
             **(
                 {
                     "plumbing": list(h.plumbing),
@@ -140,6 +142,26 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict[str, Any] | None = No
         "totals": totals.as_json() if totals else None,
         "report": str(outcome.report_dir / "report.md"),
         **(extra or {}),
+    }
+
+
+def named_json(h: HunkFinding) -> dict[str, Any]:
+    """What `hunks` holds, in one unit: "of" counts the commit's whole hunks, while `hunks` holds
+    statement pieces of hunks when the threading was applied as a base. "found" of "searched" are in
+    "unit"; "found_in_hunks": the whole hunks they lie in; "named": the finding as the report says
+    it; "lines": the found pieces named compactly (the file once, then `@@-81 -84-85, -87`)."""
+    n = hunk_names.named(h)
+    return {
+        "unit": n.unit,
+        "found": n.found,
+        "searched": n.searched,
+        "found_in_hunks": n.in_hunks,
+        "complete": h.complete,
+        "stopped_at": h.stopped_at,
+        "tried": len(h.tries),
+        "unresolved_tries": sum(t.carries is None for t in h.tries),
+        "named": n.phrase,
+        "lines": hunk_names.compact(h.hunks),
     }
 
 
