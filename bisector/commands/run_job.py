@@ -98,31 +98,7 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict[str, Any] | None = No
     header and `store info` count them (search, verification, reverts, hunks); the search's own
     share is "search_trials"."""
     windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
-    hunks = [
-        {
-            "commit": h.step_commit,
-            "of": h.n_hunks,
-            "hunks": list(h.hunks),
-            "alone": h.alone,
-            "patch": h.patch_path,
-            "summary": h.summary,
-            "unsettled": [list(u) for u in h.unsettled],
-            "aside": list(h.aside),
-            "rest": h.rest,
-            **named_json(h),
-            **(
-                {
-                    "plumbing": list(h.plumbing),
-                    "behaviour_hunks": h.n_behaviour,
-                    "plumbing_carries": h.base_carries,
-                    "plumbing_patch": h.base_patch_path,
-                }
-                if h.n_behaviour
-                else {}
-            ),
-        }
-        for h in outcome.report.hunks
-    ]
+    hunks = [hunk_json(h) for h in outcome.report.hunks]
     totals = outcome.report.totals
     search = result_json(outcome.result)
     return {
@@ -142,6 +118,33 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict[str, Any] | None = No
         "totals": totals.as_json() if totals else None,
         "report": str(outcome.report_dir / "report.md"),
         **(extra or {}),
+    }
+
+
+def hunk_json(h: HunkFinding) -> dict[str, Any]:
+    """One hunk finding as `--json` prints it: "of" counts the commit's whole hunks; "hunks" names
+    what was found, statement pieces when the threading was applied as a base (see named_json)."""
+    return {
+        "commit": h.step_commit,
+        "of": h.n_hunks,
+        "hunks": list(h.hunks),
+        "alone": h.alone,
+        "patch": h.patch_path,
+        "summary": h.summary,
+        "unsettled": [list(u) for u in h.unsettled],
+        "aside": list(h.aside),
+        "rest": h.rest,
+        **named_json(h),
+        **(
+            {
+                "plumbing": list(h.plumbing),
+                "behaviour_hunks": h.n_behaviour,
+                "plumbing_carries": h.base_carries,
+                "plumbing_patch": h.base_patch_path,
+            }
+            if h.n_behaviour
+            else {}
+        ),
     }
 
 

@@ -103,7 +103,10 @@ def lead_lines(f: HunkFinding, data: ReportData) -> list[str]:
         lines.append(f"  - the threading base {f.base_failed}; whole hunks were searched instead")
     if f.unsettled:
         n = len(f.unsettled)
-        lines.append(f"  - {counted(n, 'subset')} stayed unclear after {MAX_ROUNDS} rounds, placed by point estimate")
+        lines.append(
+            f"  - {counted(n, 'subset')} stayed unclear after {MAX_ROUNDS} rounds and {'was' if n == 1 else 'were'} "
+            "placed by point estimate: the finding rests on it, a likely answer, not a measured one"
+        )
     if not f.complete and f.stopped_at in STOPPED and not f.cannot_split:
         built = sum(not refused(t) for t in f.tries)
         lines.append(f"  - why it stopped: {STOPPED[f.stopped_at]} ({counted(built, 'subset')} built and run)")
@@ -180,9 +183,10 @@ def hunks_section(data: ReportData) -> list[str]:
         "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured side by "
         "side with fresh trials of the parent on the step's shapes (the change shown is against those; "
         "a part whose place stays unclear gets more rounds): a part that sits nearer the culprit than "
-        "the parent, by the median over the step's shapes, is split again (delta debugging). Hunks are "
-        "named by their old first line (`@@-81`), statements of a hunk by their lines (`-84-85` removed, "
-        "`+109-164` added).",
+        "the parent, by the median over the step's shapes, is split again (delta debugging).",
+        "",
+        "Hunks are named by their old first line (`@@-81`), statements of a hunk by their lines (`-84-85` "
+        "removed, `+109-164` added).",
         "",
     ]
     for finding in data.hunks:
