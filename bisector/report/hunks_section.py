@@ -28,8 +28,9 @@ TRIES_OPEN = 6
 #: measured subsets and grouped reasons shown outside <details> at most
 MEASURED_OPEN = 8
 REASONS_OPEN = 5
-#: characters of one line outside <details> at most (a subset's names, a reason)
+#: characters of a reason outside <details> at most, and of a subset's line (its indent aside)
 LINE_OPEN = 300
+LINE_ALL = 380
 
 # A subset's outcome in the hunk search; None: it did not build, run or give right results (unresolved).
 OUTCOME = {
@@ -61,15 +62,17 @@ def _moved(t: HunkTry) -> str:
     return "; ".join(filter(None, [changes, t.error])) or "not measured"
 
 
-def try_line(t: HunkTry, limit: int | None = LINE_OPEN) -> str:
-    """ "parent + base + `k.py` @@-43 +51: s1024 -50.0% (3 trials) — reproduces the step"."""
-    name = subset_name(t)
+def try_line(t: HunkTry, limit: int | None = LINE_ALL) -> str:
+    """ "parent + base + `k.py` @@-43 +51: s1024 -50.0% (3 trials) — reproduces the step"; with a
+    `limit`, the subset's names are cut first, so the line always ends with what the subset did."""
     trials = f" ({t.trials} trials{f', look {t.look}, on fresh trials' if t.look > 1 else ''})" if t.trials else ""
-    text = (
-        f"parent + {cut(name, limit) if limit else name}: {cut(_moved(t), limit) if limit else _moved(t)}{trials}"
-        f" — {OUTCOME[t.carries]}" + ("" if t.settled else " (still unclear: by its point estimate)")
-    )
-    return text
+    outcome = f" — {OUTCOME[t.carries]}" + ("" if t.settled else " (still unclear: by its point estimate)")
+    moved = _moved(t) if limit is None else cut(_moved(t), limit // 3)
+    rest = f": {moved}{trials}{outcome}"
+    name = subset_name(t)
+    if limit is not None:
+        name = cut(name, max(80, limit - len("parent + ") - len(rest)))
+    return f"parent + {name}{rest}"
 
 
 def _tally(f: HunkFinding) -> str:
@@ -93,9 +96,7 @@ def lead_lines(f: HunkFinding, data: ReportData) -> list[str]:
     """The finding: what carries the step, the lines, the rest, why the search stopped."""
     link = Path(f.patch_path).name if f.patch_path else ""
     lines = [f"- {commit_ref(f.step_commit, data)}: {f.finding}" + (f" ([{link}]({link}))" if link else "")]
-    if f.cannot_split:
-        lines.append(f"  - cannot split: {f.cannot_split}")
-    elif f.hunks:
+    if f.hunks and not f.cannot_split:  # cannot split: the lead says why, and nothing carries it
         lines.append(f"  - the lines that carry it: {compact(f.hunks)}")
     if f.rest:
         lines.append(f"  - the rest: {f.rest}")
@@ -112,11 +113,12 @@ def lead_lines(f: HunkFinding, data: ReportData) -> list[str]:
         lines.append(f"  - why it stopped: {STOPPED[f.stopped_at]} ({counted(built, 'subset')} built and run)")
     if f.n_behaviour:
         base = Path(f.base_patch_path).name if f.base_patch_path else ""
-        lines.append(
+        head = (
             f"  - plumbing (only threads a new name through; applied to the parent as the base of every "
             f"subset{f', [{base}]({base})' if base else ''}): "
-            + (cut(compact(f.plumbing)) if f.plumbing else "lines inside the other hunks")
         )
+        named = compact(f.plumbing) if f.plumbing else "lines inside the other hunks"
+        lines.append(head + cut(named, max(80, LINE_ALL - len(head))))
     return lines
 
 
@@ -147,7 +149,7 @@ def tried_lines(f: HunkFinding) -> list[str]:
             cut(
                 "  - the single reasons given most, the names that tie statements together (a subset may give "
                 "several): " + "; ".join(f"{e} ({n})" for e, n in singles[:REASONS_OPEN]),
-                LINE_OPEN + 100,
+                LINE_ALL,
             )
         )
     on = any(on_base(t)[0] for t in f.tries)
