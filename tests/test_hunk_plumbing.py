@@ -469,3 +469,22 @@ def test_a_real_culprits_finding_leads_with_its_lines_and_groups_the_reasons_sub
     assert len(full) == len(finding.tries) == 63
     assert full[0].startswith("1. parent + the base alone: t16k_d4096 +3.9%")
     assert full[-1].startswith(f"63. parent + base + `{FILE}` @@-43 +51; @@-81 -84-85, -87, -89, +109-164,")
+
+
+def test_pieces_are_named_with_their_file_once_and_reasons_split_only_between_files() -> None:
+    from bisector.report.hunk_names import compact, reason, single_reasons
+    from bisector.why.culprit_hunks import HunkTry
+    from tests.hunk_fixtures import FILE, PIECES
+
+    assert compact(PIECES[:5]) == f"`{FILE}` @@-1; @@-43 +45-83, +49-50, +51; @@-81 -84-85"
+    assert compact(("a.py @@ -3 +3 @@", "docs/x.png (whole file)", "odd label")) == (
+        "`a.py` @@-3 · `docs/x.png` (whole file) · `odd label`"
+    )
+    # a reason's own "; " (UnboundLocalError's note) is not where the next reason begins
+    unbound = "local variable 'db_row' is read before it is bound (UnboundLocalError; in a @jit kernel, also after)"
+    error = f"would not run: {FILE}: {unbound}; {FILE}: name 'n' is not defined (NameError)"
+    assert reason(error) == f"would not run: `{FILE}`: {unbound}; name 'n' is not defined (NameError)"
+    two_files = f"would not run: a.py: name 'x' is not defined (NameError); {FILE}: {unbound}"
+    assert reason(two_files) == two_files  # files differ: each reason keeps its file
+    tries = [HunkTry(("plumbing base", p), None, error=error) for p in PIECES[:3]]
+    assert single_reasons(tries) == [(unbound, 3), ("name 'n' is not defined (NameError)", 3)]

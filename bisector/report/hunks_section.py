@@ -144,7 +144,8 @@ def tried_lines(f: HunkFinding) -> list[str]:
                 "in the full list below"
             )
     singles = single_reasons(f.tries)
-    if len(groups) > REASONS_OPEN and singles:
+    shown = sum(n for _, n in groups[:REASONS_OPEN])
+    if singles and 2 * shown < sum(n for _, n in groups):  # the groups shown say too little alone
         lines.append(
             cut(
                 "  - the single reasons given most, the names that tie statements together (a subset may give "
