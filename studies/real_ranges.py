@@ -23,11 +23,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benches.real.ranges import RANGES_DIR, DescriptionError, RangeDescription, load_all
+from bisector.report.hunk_names import compact
 from studies.long_range import emit, timed_run
 
 MIRRORS = Path(os.environ.get("BISECTOR_REAL_MIRRORS", "/work/.mirror"))
+CELL = 400  # characters of the hunks cell at most
 
 
 def upstream_path(desc: RangeDescription, repos: Path | None) -> Path | None:
@@ -75,7 +78,7 @@ def run_command(
     ]
 
 
-def cause_line(data: dict, culprit: str) -> str:
+def cause_line(data: dict[str, Any], culprit: str) -> str:
     """The kernel diff's line for the culprit: its cause when the bot gives one (`--json`'s `causes`,
     one per step), else what changed."""
     for c in data.get("causes") or []:
@@ -88,15 +91,21 @@ def cause_line(data: dict, culprit: str) -> str:
     return "(no kernel diff for this commit)"
 
 
-def hunks_named(data: dict, culprit: str) -> str:
+def hunks_named(data: dict[str, Any], culprit: str) -> str:
+    """The hunk search's finding for the culprit, as the report says it, then the lines it names:
+    "within 14 of the 25 behaviour-changing statements of 6 hunks; stopped early: builds: `k.py`
+    @@-43 +51; ...". `hunks` may hold statement pieces while `of` counts whole hunks, so the two are
+    never put over each other; a run.json older than `named` gives its summary's first clause."""
     for h in data.get("hunks") or []:
         if str(h.get("commit", "")).startswith(culprit[:12]):
-            named = "; ".join(h.get("hunks") or []) or "none"
-            return f"{len(h.get('hunks') or [])} of {h.get('of')}: {named}"[:300]
+            said = h.get("named") or str(h.get("summary") or "").split("; ")[0] or "no finding"
+            lines = h["lines"] if "lines" in h else compact(h.get("hunks") or [])
+            text = f"{said}: {lines}" if lines else said
+            return text if len(text) <= CELL else text[: CELL - 1] + "…"
     return "(no hunk search)"
 
 
-def rows_for(desc: RangeDescription, data: dict, wall_s: float) -> list[str]:
+def rows_for(desc: RangeDescription, data: dict[str, Any], wall_s: float) -> list[str]:
     """One table row per described step, and one per step the bot found that is not described."""
     found = {s["commit"]: s for s in data.get("steps") or []}
     later = ((data.get("throughput") or {}).get("later_trials") or {}).get("device_over_warmup_timed")

@@ -111,7 +111,7 @@ def test_the_report_opens_each_steps_why_with_its_cause_and_the_rest_of_the_comm
     data = one_commit_report(c, hunks=(finding,), kernels=(sk,), causes=causes)
     text = markdown.render(data).split("## The cause of each step, in one line", 1)[1]
     assert "num_stages 3 -> 2: cp.async 36 -> 24, shared memory 147456 -> 98304 B, registers 220 -> 208." in text
-    assert "carried by: `lib/kernel.py @@ -5,10 +5,11 @@ lines +11`" in text
+    assert "carried by: `lib/kernel.py` @@-5 +11" in text
     assert (
         "the rest: threading: 11 hunks, applied as base; not loaded by any trial: tests/test_x.py, "
         "benchmark/bench_y.py (3 hunks set aside)"

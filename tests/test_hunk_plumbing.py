@@ -346,7 +346,10 @@ def test_the_report_says_which_hunks_were_plumbing_and_which_lines_carry_the_ste
     data = one_commit_report(c, device="cpu", hunks=(finding,))
     section = markdown.render(data).split("## The hunks that carry each step", 1)[1]
     assert finding.summary in section and "[hunk-aaaaaaa-plumbing.patch](hunk-aaaaaaa-plumbing.patch)" in section
-    assert "`lib/api.py @@ -90,7 +90,7 @@`" in section and "parent + `plumbing base`: s1024 +0.4%" in section
+    # the plumbing named compactly (the file once, each hunk by its old first line), the base alone first
+    assert "`lib/api.py` @@-10; @@-20; @@-30; @@-40; @@-50; @@-60; @@-70; @@-80; @@-90" in section
+    assert "  - parent + the base alone: s1024 +0.4%" in section
+    assert "  - the lines that carry it: `lib/kern.py` @@-12 +15" in section
     carried = HunkFinding(sha, 12, plumbing, False, (), n_plumbing=9, n_behaviour=3, base_carries=True)
     assert carried.summary.startswith("the plumbing base alone (9 hunks")
 
@@ -426,3 +429,62 @@ def test_the_cpu_demo_names_the_key_block_not_the_plumbing(tmp_path: Path) -> No
     assert h["summary"].startswith("1 of 2 behaviour-changing hunks carries the step alone, on top of 5 plumbing")
     report = (tmp_path / "report" / "report.md").read_text()
     assert "plumbing (only threads a new name through" in report and "BLOCK_N = 32" in report
+
+
+def test_a_real_culprits_finding_leads_with_its_lines_and_groups_the_reasons_subsets_did_not_run() -> None:
+    """Liger-Kernel's 6a2c491 as the search left it: 25 statement pieces, ~100 subsets, most refused
+    for the same few reasons. The section opens with what was found, the lines named compactly, the
+    rest and why it stopped; each reason is said once with its count; every subset tried is kept,
+    folded into <details>; no line outside it is a wall of labels."""
+    from bisector.model import Commit
+    from bisector.report import markdown
+    from tests.hunk_fixtures import BLOCK_SIZE, FILE, N_BLOCK_SIZE, liger_like_finding
+    from tests.report_fixtures import one_commit_report
+
+    finding = liger_like_finding()
+    c = Commit(finding.step_commit, "2025-08-01", "Ada", "Layernorm enhancement", 815)
+    lines = markdown.hunks_section(one_commit_report(c, device="cuda", hunks=(finding,)))
+    opened, closed = lines.index(next(ln for ln in lines if ln.startswith("<details>"))), lines.index("</details>")
+    fence = next(i for i, ln in enumerate(lines) if ln.startswith("```diff"))
+    outside = lines[:opened] + lines[closed + 1 : fence]
+    lead = next(i for i, ln in enumerate(outside) if ln.startswith("- `6a2c491`"))
+    assert outside[lead].startswith(
+        "- `6a2c491` (#815): the step is within 14 of the 25 behaviour-changing statements of 6 hunks"
+    )
+    assert outside[lead + 1] == (
+        f"  - the lines that carry it: `{FILE}` @@-43 +51; @@-81 -84-85, -87, -89, +109-164, -101, -102, -106; "
+        "@@-176 +235-238; @@-212 +264-265, +272-287, -234-235, -237, -239"
+    )
+    assert outside[lead + 2].startswith("  - the rest: threading: 0 hunks, applied as base; not loaded by any trial:")
+    assert outside[lead + 3].startswith("  - why it stopped: its budget of patched builds (`build.max_hunk_builds`)")
+    assert all(len(ln) <= 400 for ln in outside), max(outside, key=len)
+    # identical reasons once, with their count; the crash that cost a build comes before the refusals
+    said = "\n".join(outside)
+    grouped = f"{N_BLOCK_SIZE} subsets would not run: `{FILE}`: " + BLOCK_SIZE.split(f"{FILE}: ", 1)[1]
+    assert [ln for ln in outside if "'BLOCK_SIZE'" in ln and ln.startswith("    - ")] == [f"    - {grouped}"]
+    assert said.index("illegal memory access") < said.index(grouped)
+    assert "  - tried: 63 subsets: 9 measured (8 reproduce the step, 1 does not), 54 unresolved (52 never built" in said
+    # the full list keeps every subset, in order, each named in full
+    full = [ln for ln in lines[opened:closed] if ln[:1].isdigit()]
+    assert len(full) == len(finding.tries) == 63
+    assert full[0].startswith("1. parent + the base alone: t16k_d4096 +3.9%")
+    assert full[-1].startswith(f"63. parent + base + `{FILE}` @@-43 +51; @@-81 -84-85, -87, -89, +109-164,")
+
+
+def test_pieces_are_named_with_their_file_once_and_reasons_split_only_between_files() -> None:
+    from bisector.report.hunk_names import compact, reason, single_reasons
+    from bisector.why.culprit_hunks import HunkTry
+    from tests.hunk_fixtures import FILE, PIECES
+
+    assert compact(PIECES[:5]) == f"`{FILE}` @@-1; @@-43 +45-83, +49-50, +51; @@-81 -84-85"
+    assert compact(("a.py @@ -3 +3 @@", "docs/x.png (whole file)", "odd label")) == (
+        "`a.py` @@-3 · `docs/x.png` (whole file) · `odd label`"
+    )
+    # a reason's own "; " (UnboundLocalError's note) is not where the next reason begins
+    unbound = "local variable 'db_row' is read before it is bound (UnboundLocalError; in a @jit kernel, also after)"
+    error = f"would not run: {FILE}: {unbound}; {FILE}: name 'n' is not defined (NameError)"
+    assert reason(error) == f"would not run: `{FILE}`: {unbound}; name 'n' is not defined (NameError)"
+    two_files = f"would not run: a.py: name 'x' is not defined (NameError); {FILE}: {unbound}"
+    assert reason(two_files) == two_files  # files differ: each reason keeps its file
+    tries = [HunkTry(("plumbing base", p), None, error=error) for p in PIECES[:3]]
+    assert single_reasons(tries) == [(unbound, 3), ("name 'n' is not defined (NameError)", 3)]

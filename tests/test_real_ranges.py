@@ -209,3 +209,36 @@ def test_the_table_shows_the_cause_line_from_the_json_causes():
     }
     assert cause_line(data, sha[:7]) == "`ROTARY_DIM` became a constexpr: 16-bit global loads 12 -> 0."
     assert cause_line({"kernels": data["kernels"]}, sha).startswith("(no cause line) changed: rotary_kernel")
+
+
+def test_the_tables_hunk_cell_says_the_finding_in_one_unit():
+    """The table's hunk cell for a finding shaped like Liger's 6a2c491 (14 statement pieces of 6
+    behaviour-changing hunks, in a commit of 11 hunks): what the report says, never the pieces over
+    the commit's hunks ("14 of 11"), from today's `--json` and from a run.json made before its
+    `named` and `lines` keys; whole-hunk findings read "4 of 5 hunks"."""
+    from bisector.commands.run_job import hunk_json
+    from studies.real_ranges import hunks_named
+    from tests.hunk_fixtures import FILE, liger_like_finding
+
+    finding = liger_like_finding()
+    entry = hunk_json(finding)  # what `run --json` prints for it
+    assert entry["of"] == 11 and len(entry["hunks"]) == 14  # as before: kept for older readers
+    assert (entry["unit"], entry["found"], entry["searched"], entry["found_in_hunks"]) == ("statements", 14, 25, 4)
+    lines = (
+        f"`{FILE}` @@-43 +51; @@-81 -84-85, -87, -89, +109-164, -101, -102, -106; @@-176 +235-238; "
+        "@@-212 +264-265, +272-287, -234-235, -237, -239"
+    )
+    cell = hunks_named({"hunks": [entry]}, finding.step_commit[:8])
+    assert cell == (f"within 14 of the 25 behaviour-changing statements of 6 hunks; stopped early: builds: {lines}")
+    assert "14 of 11" not in cell
+    # a run.json from before `named` and `lines` (tonight's): the summary's words, the pieces named compactly
+    old = {k: entry[k] for k in ("commit", "of", "hunks", "summary")}
+    cell = hunks_named({"hunks": [old]}, finding.step_commit[:8])
+    assert cell.startswith("the step is within 14 of the 25 behaviour-changing statements of 6 hunks")
+    assert cell.endswith(lines) and "14 of 11" not in cell
+    # a whole-hunk finding (the threading base would not run): hunks over hunks
+    from bisector.why.culprit_hunks import HunkFinding
+
+    whole = tuple(f"{FILE} @@ -{a},9 +{a},9 @@" for a in (1, 85, 228, 260))
+    entry = hunk_json(HunkFinding("b" * 40, 5, whole, False, (), aside=("test/t.py",), n_aside=1))
+    assert hunks_named({"hunks": [entry]}, "b" * 8) == f"4 of 5 hunks: `{FILE}` @@-1; @@-85; @@-228; @@-260"

@@ -155,10 +155,11 @@ def test_a_culprit_narrowed_to_its_hunk_shows_each_subset_and_the_diff():
         diff,
     )
     text = markdown.render(replace(data, hunks=(finding,)))
-    assert "- `04aaaaa` (#904): 1 of 3 hunks carry the step alone ([hunk-04aaaaa.patch](hunk-04aaaaa.patch)):" in text
-    assert "  - parent + `docs/a.md (whole file)`: s16384 +0.3% — does not reproduce the step" in text
-    assert "  - parent + `kern/fa.py @@ -40,9 +40,8 @@`: s16384 -11.2% — reproduces the step" in text
-    assert "`kern/util.py @@ -1 +1 @@`: fa/s16384 does not run: TypeError — does not reproduce" in text
+    assert "- `04aaaaa` (#904): 1 of 3 hunks carry the step alone ([hunk-04aaaaa.patch](hunk-04aaaaa.patch))\n" in text
+    assert "  - the lines that carry it: `kern/fa.py` @@-40\n" in text
+    assert "  - parent + `docs/a.md` (whole file): s16384 +0.3% — does not reproduce the step" in text
+    assert "  - parent + `kern/fa.py` @@-40: s16384 -11.2% — reproduces the step" in text
+    assert "  - parent + `kern/util.py` @@-1: fa/s16384 does not run: TypeError — does not reproduce" in text
     assert "\n`````diff\n--- a/README.md" in text and "+````py\n`````\n" in text
     # A subset still unclear at the round cap is placed by its point estimate, and both its line and
     # the finding say so (on a busy 2-core machine one carrying hunk read -7.4% where its step was -25%)
@@ -170,11 +171,12 @@ def test_a_culprit_narrowed_to_its_hunk_shows_each_subset_and_the_diff():
     )
     text = markdown.render(replace(data, hunks=(unclear,)))
     assert (
-        "2 of 3 hunks carry the step only together (without any one of them it is gone); 1 subset stayed "
-        "unclear after 4 rounds and was placed by its point estimate"
+        "2 of 3 hunks carry the step only together (without any one of them it is gone) "
+        "([hunk-04aaaaa.patch](hunk-04aaaaa.patch))\n  - the lines that carry it: `kern/fa.py` @@-40 · `kern/util.py` "
+        "@@-1\n  - 1 subset stayed unclear after 4 rounds and was placed by point estimate: the finding rests on it"
     ) in text
     assert (
-        "  - parent + `kern/fa.py @@ -40,9 +40,8 @@`: s16384 -3.1% (12 trials) — does not reproduce the step "
+        "  - parent + `kern/fa.py` @@-40: s16384 -3.1% (12 trials) — does not reproduce the step "
         "(still unclear: by its point estimate)"
     ) in text
     assert unclear.unsettled == (("kern/fa.py @@ -40,9 +40,8 @@",),) and finding.unsettled == ()

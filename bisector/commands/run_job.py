@@ -17,12 +17,13 @@ from bisector.commands.progress import ProgressLine
 from bisector.errors import BisectorError
 from bisector.isolation import sandbox
 from bisector.model import Comparison, ProbeStatus
-from bisector.report import summary
+from bisector.report import hunk_names, summary
 from bisector.report.markdown import counts
 from bisector.report.summary import last_line
 from bisector.search import result_json
 from bisector.store import default_path
 from bisector.store import last_used as laststore
+from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.fixes import FixResult
 from bisector.why.interactions import Interaction
 
@@ -97,30 +98,7 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict[str, Any] | None = No
     header and `store info` count them (search, verification, reverts, hunks); the search's own
     share is "search_trials"."""
     windows = [{"shapes": list(w.shapes), "first": w.first, "fixed": w.fixed} for w in outcome.wrong_windows]
-    hunks = [
-        {
-            "commit": h.step_commit,
-            "of": h.n_hunks,
-            "hunks": list(h.hunks),
-            "alone": h.alone,
-            "patch": h.patch_path,
-            "summary": h.summary,
-            "unsettled": [list(u) for u in h.unsettled],
-            "aside": list(h.aside),
-            "rest": h.rest,
-            **(
-                {
-                    "plumbing": list(h.plumbing),
-                    "behaviour_hunks": h.n_behaviour,
-                    "plumbing_carries": h.base_carries,
-                    "plumbing_patch": h.base_patch_path,
-                }
-                if h.n_behaviour
-                else {}
-            ),
-        }
-        for h in outcome.report.hunks
-    ]
+    hunks = [hunk_json(h) for h in outcome.report.hunks]
     totals = outcome.report.totals
     search = result_json(outcome.result)
     return {
@@ -140,6 +118,53 @@ def outcome_json(outcome: pipeline.RunOutcome, extra: dict[str, Any] | None = No
         "totals": totals.as_json() if totals else None,
         "report": str(outcome.report_dir / "report.md"),
         **(extra or {}),
+    }
+
+
+def hunk_json(h: HunkFinding) -> dict[str, Any]:
+    """One hunk finding as `--json` prints it: "of" counts the commit's whole hunks; "hunks" names
+    what was found, statement pieces when the threading was applied as a base (see named_json)."""
+    return {
+        "commit": h.step_commit,
+        "of": h.n_hunks,
+        "hunks": list(h.hunks),
+        "alone": h.alone,
+        "patch": h.patch_path,
+        "summary": h.summary,
+        "unsettled": [list(u) for u in h.unsettled],
+        "aside": list(h.aside),
+        "rest": h.rest,
+        **named_json(h),
+        **(
+            {
+                "plumbing": list(h.plumbing),
+                "behaviour_hunks": h.n_behaviour,
+                "plumbing_carries": h.base_carries,
+                "plumbing_patch": h.base_patch_path,
+            }
+            if h.n_behaviour
+            else {}
+        ),
+    }
+
+
+def named_json(h: HunkFinding) -> dict[str, Any]:
+    """What `hunks` holds, in one unit: "of" counts the commit's whole hunks, while `hunks` holds
+    statement pieces of hunks when the threading was applied as a base. "found" of "searched" are in
+    "unit"; "found_in_hunks": the whole hunks they lie in; "named": the finding as the report says
+    it; "lines": the found pieces named compactly (the file once, then `@@-81 -84-85, -87`)."""
+    n = hunk_names.named(h)
+    return {
+        "unit": n.unit,
+        "found": n.found,
+        "searched": n.searched,
+        "found_in_hunks": n.in_hunks,
+        "complete": h.complete,
+        "stopped_at": h.stopped_at,
+        "tried": len(h.tries),
+        "unresolved_tries": sum(t.carries is None for t in h.tries),
+        "named": n.phrase,
+        "lines": hunk_names.compact(h.hunks),
     }
 
 

@@ -6,10 +6,8 @@ Each section is its own function of ReportData (golden files in tests/golden/rep
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from bisector.measure.time_spent import describe as describe_throughput
@@ -31,8 +29,8 @@ from bisector.report.figures import (
     tflops,
 )
 from bisector.report.fixes_section import fixes_section
+from bisector.report.hunks_section import diff_block, hunks_section
 from bisector.search.evidence import UnsurePair
-from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.facts import StepMove
 
 __all__ = [
@@ -41,6 +39,7 @@ __all__ = [
     "counts",
     "diff_block",
     "fixes_section",
+    "hunks_section",
     "metric_words",
     "render",
     "step_summary",
@@ -362,71 +361,6 @@ def unsure_section(data: ReportData) -> list[str]:
     if len(pairs) <= UNSURE_OPEN:
         return [intro, "", *table]
     return [intro, "", f"<details><summary>The {len(pairs)} unsure pairs</summary>", "", *table, "", "</details>"]
-
-
-# -- hunks -------------------------------------------------------------------------------------
-
-
-def diff_block(diff: str) -> list[str]:
-    """A fenced diff, the fence longer than any run of backticks inside it."""
-    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", diff)), default=0))
-    return [f"{fence}diff", diff.rstrip("\n"), fence]
-
-
-# A subset's outcome in the hunk search; None: it did not build, run or give right results (unresolved).
-OUTCOME = {
-    True: "reproduces the step",
-    False: "does not reproduce the step",
-    None: "unresolved (does not build, run or give right results)",
-}
-
-
-def hunk_lines(finding: HunkFinding, data: ReportData) -> list[str]:
-    """What narrowed a culprit to its hunks: every subset tried, then the hunks found as a diff."""
-    link = Path(finding.patch_path).name if finding.patch_path else ""
-    lines = [
-        f"- {commit_ref(finding.step_commit, data)}: {finding.summary}" + (f" ([{link}]({link}))" if link else "") + ":"
-    ]
-    if finding.n_behaviour:
-        base = Path(finding.base_patch_path).name if finding.base_patch_path else ""
-        lines.append(
-            f"  - plumbing (only threads a new name through; applied to the parent as the base of every "
-            f"subset{f', [{base}]({base})' if base else ''}): "
-            + ("; ".join(f"`{h}`" for h in finding.plumbing) or "lines inside the other hunks")
-        )
-    for t in finding.tries:
-        moved = (
-            "; ".join(
-                filter(None, [", ".join(f"{_short_shape(s)} {v:+.1f}%" for s, v in t.change_pct.items()), t.error])
-            )
-            or "not measured"
-        )
-        trials = f" ({t.trials} trials{f', look {t.look}, on fresh trials' if t.look > 1 else ''})" if t.trials else ""
-        lines.append(
-            f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {moved}{trials}"
-            f" — {OUTCOME[t.carries]}" + ("" if t.settled else " (still unclear: by its point estimate)")
-        )
-    diff = (
-        finding.diff if len(finding.diff) <= 4000 else finding.diff[:4000] + "\n... (cut; the patch file has it all)\n"
-    )
-    return [*lines, "", *diff_block(diff), ""]
-
-
-def hunks_section(data: ReportData) -> list[str]:
-    if not data.hunks:
-        return []
-    lines = [
-        "## The hunks that carry each step",
-        "",
-        "Each culprit's parent, rebuilt with part of the culprit's hunks applied and measured side by "
-        "side with fresh trials of the parent on the step's shapes (the change shown is against those; "
-        "a part whose place stays unclear gets more rounds): a part that sits nearer the culprit than "
-        "the parent, by the median over the step's shapes, is split again (delta debugging).",
-        "",
-    ]
-    for finding in data.hunks:
-        lines += hunk_lines(finding, data)
-    return lines
 
 
 # -- per measured commit -----------------------------------------------------------------------

@@ -7,6 +7,8 @@ from __future__ import annotations
 from bisector.report import kernel_section as kernels
 from bisector.report.data import METRIC_UNIT, ReportData
 from bisector.report.figures import commit_ref
+from bisector.report.hunk_names import compact, subset_name
+from bisector.report.hunks_section import TRIES_OPEN
 from bisector.why.culprit_hunks import HunkFinding
 from bisector.why.interactions import ComboResult, Interaction
 
@@ -42,7 +44,7 @@ def cause_lines(data: ReportData) -> list[str]:
             continue
         lines.append(f"- {commit_ref(sha, data)}: {c.sentence if c else 'no compiled kernels compared'}")
         if f is not None and f.hunks and not f.cannot_split:
-            lines.append(f"  - carried by: {'; '.join(f'`{h}`' for h in f.hunks)}")
+            lines.append(f"  - carried by: {compact(f.hunks)}")
         if f is not None and f.cannot_split:
             lines.append(f"  - cannot split: {f.cannot_split}")
         if f is not None and f.rest:
@@ -80,9 +82,17 @@ def _group_lines(finding: HunkFinding, data: ReportData) -> list[str]:
             f"- {commit_ref(finding.step_commit, data)}: {len(unresolved)} subset(s) unresolved (they neither "
             f"carry nor clear the step):"
         )
-        lines += [
-            f"  - parent + {'; '.join(f'`{h}`' for h in t.hunks)}: {t.error or 'did not run'}" for t in unresolved
-        ]
+        listed = [f"  - parent + {subset_name(t)}: {t.error or 'did not run'}" for t in unresolved]
+        if len(listed) > TRIES_OPEN:  # the hunk section groups their reasons; the list is there to look up
+            listed = [
+                "",
+                f"<details><summary>The {len(listed)} unresolved subsets</summary>",
+                "",
+                *listed,
+                "",
+                "</details>",
+            ]
+        lines += listed
     return lines
 
 

@@ -153,6 +153,12 @@ class HunkFinding:
         return text
 
     @property
+    def finding(self) -> str:
+        """What the search found, as the summary opens: without the unclear subsets, the fallback to
+        whole hunks and what was set aside (the report gives each its own line)."""
+        return self._summary()
+
+    @property
     def summary(self) -> str:
         aside = f"; not loaded by any trial: {', '.join(self.aside)}" if self.aside else ""
         unsplit = "".join(f"; cannot split {u}" for u in self.unsplit)
