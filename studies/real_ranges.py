@@ -41,6 +41,18 @@ def upstream_path(desc: RangeDescription, repos: Path | None) -> Path | None:
     return None
 
 
+def cold_dir(lib_root: Path) -> Path:
+    """The library's run dir emptied: a run given a `--dir` used before otherwise reopens that run's
+    store and worktrees, and its trials are taken as later trials of commits already measured (their
+    first calls then compile on the device: a "cold" L2-norm range read 12x device per trial)."""
+    if lib_root.is_symlink() or lib_root.is_file():
+        lib_root.unlink()
+    elif lib_root.exists():
+        shutil.rmtree(lib_root)
+    lib_root.mkdir(parents=True)
+    return lib_root
+
+
 def write_config(desc: RangeDescription, upstream: Path, dest: Path) -> Path:
     """The vendored config and the modules beside it, copied to `dest` with the upstream at `upstream`."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -168,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         if upstream is None:
             lines.append(f"| {desc.lib} | not run: no copy of {desc.upstream} (give --repos) |")
             continue
-        lib_root = root / desc.lib
+        lib_root = cold_dir(root / desc.lib)
         config = write_config(desc, upstream, lib_root / "config")
         cmd = run_command(config, desc, lib_root, not args.no_hunks, args.shapes, not args.no_fixes)
         commands.append(" ".join(cmd))

@@ -242,3 +242,13 @@ def test_the_tables_hunk_cell_says_the_finding_in_one_unit():
     whole = tuple(f"{FILE} @@ -{a},9 +{a},9 @@" for a in (1, 85, 228, 260))
     entry = hunk_json(HunkFinding("b" * 40, 5, whole, False, (), aside=("test/t.py",), n_aside=1))
     assert hunks_named({"hunks": [entry]}, "b" * 8) == f"4 of 5 hunks: `{FILE}` @@-1; @@-85; @@-228; @@-260"
+
+
+def test_each_run_starts_in_an_emptied_dir(tmp_path):
+    """A `--dir` used before: its store and worktrees are gone, so the run is cold again."""
+    from studies.real_ranges import cold_dir
+
+    old = tmp_path / "fla"
+    (old / "work").mkdir(parents=True)
+    (old / "results.sqlite").write_text("an earlier run's store")
+    assert cold_dir(old) == old and old.is_dir() and not any(old.iterdir())
