@@ -59,12 +59,11 @@ class LatencyFloor:
     cap: int
 
     def line(self) -> str:
-        """ "gemm/decode:latency: call latency varies +-38% between trials (the host's time is in every
-        call, and the host is busy): latency steps tested at >= 25% only, what 8 trials a side resolve
-        (3% asked)"."""
+        """ "gemm/decode:latency: call latency varies +-38% between trials (an eager call carries the
+        host's time): latency steps tested at >= 25% only, what 8 trials a side resolve (3% asked)"."""
         return (
-            f"{self.shape}: call latency varies ±{self.noise_pct:.0f}% between trials (the host's time is in "
-            f"every call, and the host is busy): latency steps tested at >= {self.tested_at:g}% only, what "
+            f"{self.shape}: call latency varies ±{self.noise_pct:.0f}% between trials (an eager call carries "
+            f"the host's time): latency steps tested at >= {self.tested_at:g}% only, what "
             f"{self.cap} trials a side resolve ({self.asked:g}% asked)"
         )
 
