@@ -242,6 +242,23 @@ def test_graph_capture_times_kernels_without_the_host(flush) -> None:
 
 @needs_cuda
 @pytest.mark.gpu
+def test_a_host_bound_call_s_latency_is_not_hidden_behind_the_other_fn_s_backlog() -> None:
+    """A host-bound subject (~200 us of Python, a small GEMM) timed after a control whose batch
+    leaves the device busy for milliseconds: each subject batch still reads its host's time per call,
+    not its kernel's (its calls queued behind the backlog would run back to back at kernel speed)."""
+    a, b = _gemm()
+    big = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    fns = [_dispatched(a, b), lambda: big @ big]
+    for fn in fns:
+        fn()
+    calls = kernel_time.gpu_calls(fns, 4, 20)
+    host = kernel_time.median(calls.host_ms[0])
+    assert host is not None and host > 0.2
+    assert min(calls.latency_ms[0]) > 0.8 * host  # every batch, the ones after the control's too
+
+
+@needs_cuda
+@pytest.mark.gpu
 def test_a_subject_that_synchronizes_falls_back_to_the_profiler(flush) -> None:
     a, b = _gemm()
 
