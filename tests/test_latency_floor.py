@@ -88,3 +88,19 @@ def test_the_report_says_once_per_shape_at_what_latency_steps_were_tested():
     assert "no step >= 3%" in lines  # the kernel time's minimum step, as configured
     text = markdown.render(replace(make_data(), decided=tuple(lines)))
     assert f"- {mine[0]}" in text
+
+
+def test_the_report_states_a_latency_shape_s_minimum_step_as_it_was_tested():
+    """The step table and the unsure pairs' line name the raised step, not the configured 3%."""
+    from bisector.report import markdown
+    from bisector.search.decisions import raised_min_steps
+    from tests.test_report import make_data
+
+    _, _, result = search(0.4, {})
+    raised = raised_min_steps(result)
+    assert set(raised) == {s + LATENCY_KEY for s in SHAPES} and all(v > 3.0 for v in raised.values())
+    data = replace(make_data(), min_steps=raised)
+    shape = SHAPES[0] + LATENCY_KEY
+    assert data.min_step(shape) == raised[shape] and data.min_step(SHAPES[0]) == data.min_step_pct
+    assert f"{shape} {raised[shape]:g}%" in data.min_step_text
+    assert f"{shape} {raised[shape]:g}%" in markdown.render(data)

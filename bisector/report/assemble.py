@@ -23,7 +23,7 @@ from bisector.report.cache_fit import cache_fit_lines
 from bisector.report.data import ReportData
 from bisector.search import control_outcome, evidence
 from bisector.search.call_timing import CallFigures, figures
-from bisector.search.decisions import decision_lines
+from bisector.search.decisions import decision_lines, raised_min_steps
 from bisector.search.evidence import CommitRow
 from bisector.search.samples import trial_metric
 from bisector.search.wrong_results import WrongResult, WrongWindow
@@ -121,7 +121,7 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
         ),
         moves=step_moves(result.steps, rows, config.thresholds.min_step),
         min_step_pct=config.thresholds.min_step_pct,
-        min_steps=dict(config.thresholds.min_steps),
+        min_steps={**config.thresholds.min_steps, **raised_min_steps(result)},  # a latency shape's raised step
         alpha=config.thresholds.alpha,
         metric=metric_by_suite(config),
         calls=call_figures(unpatched, keys, [r.commit.sha for r in rows]),

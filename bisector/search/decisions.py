@@ -88,6 +88,13 @@ def warm_pairs(steps: tuple[Step, ...]) -> list[str]:
     return out
 
 
+def raised_min_steps(result: SearchResult) -> dict[str, float]:
+    """The latency shapes whose minimum step the search raised to what its trial cap resolves
+    (latency_floor.py), at the step it tested them at: what a report states as their minimum step."""
+    d: Decisions | None = getattr(result, "decisions", None)
+    return {f.shape: f.tested_at for f in d.latency_floors} if d is not None else {}
+
+
 def decision_lines(result: SearchResult) -> list[str]:
     """The lines a report and the summary print about what decided: nothing for a result without
     `Decisions` or with nothing to say."""
