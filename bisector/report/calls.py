@@ -57,7 +57,7 @@ def calls_section(data: ReportData) -> list[str]:
         "",
         f"Per call, µs, median over each commit's trials; {timing_words(data)}. Kernel: cold cache, the host "
         f"out of the loop ({'; '.join(METHOD_WORDS.get(m, m) for m in methods)}). Latency: back-to-back calls, "
-        "the launch queue kept ahead. Host: the Python call's own time, not synchronized.",
+        "each batch begun on an idle device. Host: the Python call's own time, not synchronized.",
         "",
     ]
     lines += [host_bound_line(f, data) for f in data.calls if f.host_bound]
