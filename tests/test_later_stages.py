@@ -119,6 +119,26 @@ def plain_line(device: str) -> tuple[ProgressLine, io.StringIO]:
     return line, out
 
 
+def replay_line(order: list[str], stages: tuple[str, ...]) -> tuple[ProgressLine, io.StringIO, list[float]]:
+    """A plain line over `order` on the H200 demo's protocol, its clock the list's one value (set it
+    to move time), for the log-replay tests."""
+    cfg = demo_config("cuda", Path("demo"))
+    out, now = io.StringIO(), [0.0]
+    line = ProgressLine.for_range(
+        len(order),
+        cfg.protocol.trials,
+        order=order,
+        max_trials=cfg.protocol.max_trials,
+        first_look=cfg.protocol.first_look,
+        stages=stages,
+        device=cfg.device,
+        console=Console(file=out, width=400),
+        clock=lambda: now[0],
+        live=False,
+    )
+    return line, out, now
+
+
 def test_the_progress_line_grows_an_announced_stage_and_corrects_it_from_its_trials() -> None:
     line, _ = plain_line("cuda")
     line(ProbeEvent("", "stage", "search"))
@@ -160,20 +180,7 @@ def test_a_log_the_line_wrote_replays_to_the_estimates_it_shows(tmp_path: Path) 
     throttle left out put back: replayed through the same code, every line shows the estimate the
     log shows."""
     order = [hashlib.sha1(f"replay {i}".encode()).hexdigest() for i in range(41)]
-    cfg = demo_config("cuda", Path("demo"))
-    out, now = io.StringIO(), [0.0]
-    line = ProgressLine.for_range(
-        len(order),
-        cfg.protocol.trials,
-        order=order,
-        max_trials=cfg.protocol.max_trials,
-        first_look=cfg.protocol.first_look,
-        stages=("fixes", "hunks"),
-        device=cfg.device,
-        console=Console(file=out, width=400),
-        clock=lambda: now[0],
-        live=False,
-    )
+    line, out, now = replay_line(order, ("fixes", "hunks"))
     events = [
         (0, 1, 2),
         (40, 1, 2),
@@ -245,20 +252,7 @@ def test_a_round_whose_partners_the_log_cut_short_replays_as_it_ran() -> None:
     partners. The replay puts the round's commits back from the run of such lines, so it reads the
     round as the run did (read as cut, its estimate climbed to 1.6x where the run's stayed at 1.2x)."""
     order = [hashlib.sha1(f"cut {i}".encode()).hexdigest() for i in range(41)]
-    cfg = demo_config("cuda", Path("demo"))
-    out, now = io.StringIO(), [0.0]
-    line = ProgressLine.for_range(
-        len(order),
-        cfg.protocol.trials,
-        order=order,
-        max_trials=cfg.protocol.max_trials,
-        first_look=cfg.protocol.first_look,
-        stages=(),
-        device=cfg.device,
-        console=Console(file=out, width=400),
-        clock=lambda: now[0],
-        live=False,
-    )
+    line, out, now = replay_line(order, ())
     search = [
         (0, 1, 2),
         (40, 1, 2),
