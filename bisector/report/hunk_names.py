@@ -100,11 +100,17 @@ def refused(t: HunkTry) -> bool:
     return t.carries is None and t.error.startswith(REFUSED)
 
 
+def _refusal(error: str) -> tuple[str, list[str]]:
+    """A refused subset's error as its prefix ("would not run:") and its reasons, each naming its
+    file; ("", [error]) for any other error."""
+    head = next((p for p in REFUSED if error.startswith(p)), "")
+    return (head, _NEXT_REASON.split(error.removeprefix(head).strip())) if head else ("", [error])
+
+
 def reason(error: str) -> str:
     """A subset's error with its file named once when every reason is in the same file:
     "would not run: `k.py`: name 'n' is not defined (NameError); name 'm' ..."."""
-    head = next((p for p in REFUSED if error.startswith(p)), "")
-    clauses = _NEXT_REASON.split(error.removeprefix(head).strip()) if head else [error]
+    head, clauses = _refusal(error)
     paths = {c.split(": ", 1)[0] for c in clauses}
     if not head or len(paths) != 1 or not all(": " in c for c in clauses):
         return error
@@ -125,8 +131,7 @@ def single_reasons(tries: Sequence[HunkTry]) -> list[tuple[str, int]]:
     counts: Counter[str] = Counter()
     for t in tries:
         if refused(t):
-            head = next(p for p in REFUSED if t.error.startswith(p))
-            for clause in _NEXT_REASON.split(t.error.removeprefix(head).strip()):
+            for clause in _refusal(t.error)[1]:
                 counts[clause.split(": ", 1)[-1]] += 1
     return sorted(counts.items(), key=lambda kv: -kv[1])
 
