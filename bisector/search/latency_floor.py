@@ -1,13 +1,13 @@
 """The minimum step a latency shape is decided at: its own, or the smallest change the trial cap can
 resolve on the run's measured noise of that latency, whichever is larger.
 
-An eager call's latency is its host time plus its kernel time. Where the host time is near the
-kernel time and the host is busy with the run's own work (other trials' setup, builds, compiles),
-the latency varies between trials far more than the kernel time does: on a lent H100 a Triton
-RMSNorm's latency varied by +-56% a trial against 0.4% for its kernel time. At 8 trials a side
-such a pair's interval spans +-50%: no trial the search buys tells a 3% step from none, and every
-latency pair ran to the cap and was reported undecided (10 of 10 on that range, 16 on a LayerNorm
-range). So once the run's noise of a latency shape is known (samples.pooled_noise, the screened
+An eager call's latency carries its host time, which can vary between trials far more than the
+kernel time does: on a lent H100 a Triton RMSNorm's latency varied by +-56% a trial against 0.4%
+for its kernel time (most of it, it turned out, from latency batches begun behind the control's
+backlog, since mended in benches/kernel_time.gpu_calls; a busy host adds its own). At 8 trials a
+side such a pair's interval spans +-50%: no trial the search buys tells a 3% step from none, and
+every latency pair ran to the cap and was reported undecided (10 of 10 on that range, 16 on a
+LayerNorm range). So once the run's noise of a latency shape is known (samples.pooled_noise, the screened
 sd the comparisons use), its minimum step is raised to the change whose absence the cap's trials
 show (the equivalence test at stats.SAME_LEVEL) with POWER: a pair of unchanged commits then ends
 SAME at the cap, or sooner, not undecided; a step well above it (a dispatch plant's -35%) is still
