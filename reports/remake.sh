@@ -42,12 +42,13 @@ remake() {
     find "$dir" -mindepth 1 -maxdepth 1 ! -name README.md ! -name results.sqlite.gz ! -name 'progress*.log' \
         ! -name config.toml -exec rm -rf {} +
     cp -r "$work/report/." "$dir/"
-    # The run's JSON as --json printed it, its paths relative to the report
+    # The run's JSON as --json printed it, its paths (the report, its patches) relative to the report:
+    # as printed they lead into this script's temporary dir
     python -c "
-import json, sys
-data = json.load(open('$work/result.json'))
-data['report'] = 'report.md'
-json.dump(data, open('$dir/result.json', 'w'), indent=2)"
+import json, os
+made = os.path.relpath('$work/report') + '/'
+text = open('$work/result.json').read().replace(json.dumps(made)[1:-1], '')
+json.dump(json.loads(text), open('$dir/result.json', 'w'), indent=2)"
     echo "remake: $dir/report.md"
 }
 

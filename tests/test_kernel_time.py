@@ -66,6 +66,7 @@ def test_cpu_trial_stores_kernel_time_latency_and_host_time(tmp_path) -> None:
     data = dataclasses.replace(demo_range(), calls=tuple(figures(stored, r.shape, r.sha) for r in stored))
     text = "\n".join(calls_section(data))
     assert "## Kernel time and call latency" in text and "CPU: the call's CPU time" in text
+    assert "Latency and host: the kernel's own samples" in text and "back-to-back" not in text  # no batches on a CPU
     assert "host-bound**" not in text and text.count("— (one time)") == 2
 
 

@@ -6,7 +6,7 @@ per call, the control's beside them, and a plain line for every shape whose call
 
 from __future__ import annotations
 
-from benches.kernel_methods import DEVICE_METHODS
+from benches.kernel_methods import DEVICE_METHODS, EVENTS
 from bisector.report.data import ReportData
 from bisector.search.call_timing import CallFigures, split
 
@@ -52,12 +52,17 @@ def calls_section(data: ReportData) -> list[str]:
     if not data.calls:
         return []
     methods = sorted({f.method for f in data.calls})
+    latency = (
+        "Latency: back-to-back calls, each batch begun on an idle device. Host: the Python call's own time, "
+        "not synchronized."
+        if any(m in (*DEVICE_METHODS, EVENTS) for m in methods)
+        else "Latency and host: the kernel's own samples (on the CPU the call is the kernel)."
+    )
     lines = [
         "## Kernel time and call latency",
         "",
         f"Per call, µs, median over each commit's trials; {timing_words(data)}. Kernel: cold cache, the host "
-        f"out of the loop ({'; '.join(METHOD_WORDS.get(m, m) for m in methods)}). Latency: back-to-back calls, "
-        "each batch begun on an idle device. Host: the Python call's own time, not synchronized.",
+        f"out of the loop ({'; '.join(METHOD_WORDS.get(m, m) for m in methods)}). {latency}",
         "",
     ]
     lines += [host_bound_line(f, data) for f in data.calls if f.host_bound]
