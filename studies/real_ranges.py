@@ -171,6 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.libs:
         wanted = set(args.libs.split(","))
+        unknown = sorted(wanted - {d.lib for d in descs})
+        if unknown:
+            print(
+                f"error: --libs: no range described for {', '.join(unknown)} "
+                f"(described: {', '.join(sorted(d.lib for d in descs))})",
+                file=sys.stderr,
+            )
+            return 2
         descs = [d for d in descs if d.lib in wanted]
     root = Path(args.dir or tempfile.mkdtemp(prefix="real-ranges-")).resolve()
     lines = [f"# {time.strftime('%Y-%m-%d %H:%M')} real ranges, cold, one `bisector run` each", HEADER]

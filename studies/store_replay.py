@@ -98,6 +98,10 @@ def unpacked(store: Path, to: Path) -> None:
         shutil.copyfileobj(src, dst)
 
 
+class BadInput(Exception):
+    """A store, config or setting the user named that cannot be used: one line, exit 2."""
+
+
 def at_path(path: Path, config: Path | None, repos: Path) -> Stored:
     """A store given by its path: a run's directory, or a store file with `config`."""
     path = path.resolve()
@@ -107,15 +111,15 @@ def at_path(path: Path, config: Path | None, repos: Path) -> Stored:
         store, config = path, config or ROOT / "configs/h200-demo.toml"
     for need in (store, config):
         if not need.is_file():
-            raise SystemExit(f"{need}: no such file")
+            raise BadInput(f"{need}: no such file")
     ends = None
     if 'repo = "demo"' not in config.read_text():
         run = store.parent / "run.json"
         if not run.is_file():
-            raise SystemExit(f"{run}: no such file (GOOD and BAD of a real upstream are its first two probes)")
+            raise BadInput(f"{run}: no such file (GOOD and BAD of a real upstream are its first two probes)")
         calls = json.loads(run.read_text()).get("probe_calls") or []
         if len(calls) < 2:
-            raise SystemExit(f"{run}: probe_calls: want GOOD and BAD first")
+            raise BadInput(f"{run}: probe_calls: want GOOD and BAD first")
         ends = (calls[0][0], calls[1][0])
     with tempfile.NamedTemporaryFile(suffix=".sqlite") as tmp:
         unpacked(store, Path(tmp.name))
@@ -223,12 +227,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path, help="a checkout whose code replays the same stores for comparison")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = ap.parse_args(argv)
+    try:
+        return replay_all(args)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def replay_all(args: argparse.Namespace) -> int:
+    """Each chosen store replayed by this checkout (and by --before's), its steps printed."""
     sets = []
     for item in args.set:
         where, _, value = item.partition("=")
         section, _, key = where.rpartition(".")
         if not section or not key or not value:
-            raise SystemExit(f"--set {item}: want SECTION.KEY=VALUE")
+            raise BadInput(f"--set {item}: want SECTION.KEY=VALUE")
         sets.append((section, key, value))
     known = {s.name for s in STORES}
     chosen = [s for s in STORES if not args.names or s.name in args.names]

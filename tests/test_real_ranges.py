@@ -252,3 +252,11 @@ def test_each_run_starts_in_an_emptied_dir(tmp_path):
     (old / "work").mkdir(parents=True)
     (old / "results.sqlite").write_text("an earlier run's store")
     assert cold_dir(old) == old and old.is_dir() and not any(old.iterdir())
+
+
+def test_an_unknown_library_is_one_line_and_exit_2(tmp_path, capsys):
+    from studies import real_ranges
+
+    assert real_ranges.main(["--libs", "liger,nosuch", "--out", str(tmp_path / "t.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nosuch" in err and "liger" in err and not (tmp_path / "t.txt").exists()

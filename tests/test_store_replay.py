@@ -90,3 +90,11 @@ def test_a_store_is_named_by_its_path_with_its_config_run_and_shapes(tmp_path: P
     (run / "run.json").unlink()
     with pytest.raises(SystemExit, match=r"run\.json: no such file"):
         at_path(run, None, tmp_path)
+
+
+def test_a_store_path_that_is_not_there_is_one_line_and_exit_2(tmp_path, capsys):
+    from studies import store_replay
+
+    assert store_replay.main([str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nowhere" in err and "no such file" in err
