@@ -75,7 +75,7 @@ def test_a_store_is_named_by_its_path_with_its_config_run_and_shapes(tmp_path: P
     import gzip
     import shutil
 
-    from studies.store_replay import at_path
+    from studies.store_replay import BadInput, at_path
 
     run = tmp_path / "real-run"
     (run / "config").mkdir(parents=True)
@@ -88,7 +88,7 @@ def test_a_store_is_named_by_its_path_with_its_config_run_and_shapes(tmp_path: P
     assert (got.name, got.ends) == ("real-run", ("a" * 40, "b" * 40))
     assert got.args[0] == "--shapes" and set(got.args[1].split(",")) >= {"fa/s1024", "gemm/square"}
     (run / "run.json").unlink()
-    with pytest.raises(SystemExit, match=r"run\.json: no such file"):
+    with pytest.raises(BadInput, match=r"run\.json: no such file"):
         at_path(run, None, tmp_path)
 
 
