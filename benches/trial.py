@@ -564,6 +564,10 @@ def run(
                 torch.cuda.empty_cache()
         return output
 
+    # the checkout's files loaded so far, read before the device is taken: the look after it reads only what is new
+    trace = import_trace.ImportTrace(spec.get("source_dirs", []))
+    with phase("imports"):
+        trace.look()
     with phase("queue"):
         only = gate.acquire().get("shapes")
     # the shapes this trial times: all, or those the grant names (each keeps its index, its inputs' seed)
@@ -623,8 +627,9 @@ def run(
         gate.release()
     with phase("telemetry"):
         output["telemetry"]["after"] = telemetry.read(device)
+    with phase("imports_after"):
         # the checkout's files this process loaded: the hunk search sets the others aside
-        output["protocol"]["imported"] = import_trace.loaded_files(spec.get("source_dirs", []))
+        output["protocol"]["imported"] = trace.look()
     _save(out_path, output, report)
     return output
 
