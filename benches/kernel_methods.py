@@ -11,6 +11,7 @@ GRAPH = "cuda_graph"
 PROFILER = "profiler"
 EVENTS = "device_events"
 DEVICE_METHODS = (GRAPH, PROFILER)  # kernel time with the host out of the loop
+IDLE_START = "idle"  # latency batches begun on a synchronized device (kernel_time.CallTimes.start)
 
 
 def median(values: Sequence[float]) -> float | None:

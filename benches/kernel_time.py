@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from benches.kernel_methods import DEVICE_METHODS, EVENTS, GRAPH, PROFILER, median
+from benches.kernel_methods import DEVICE_METHODS, EVENTS, GRAPH, IDLE_START, PROFILER, median
 
 CALL_PREFIX = "bisector.call"
 LATENCY_BATCH_MS = 5.0  # device or host time a latency batch aims at
@@ -104,6 +104,9 @@ class CallTimes:
     latency_ms: list[list[float]]  # per fn, per batch: ms per call, back to back
     host_ms: list[list[float]]  # per fn, per call: the host's own time
     calls: int  # calls per batch
+    # how each batch began: "idle" (the device synchronized first: an eager caller's calls); "" where
+    # latency is not batched apart (the CPU's kernel samples). Reports say how their trials were timed.
+    start: str = ""
 
 
 def _why(exc: BaseException) -> str:
@@ -332,7 +335,7 @@ def gpu_calls(fns: Sequence[Fn], batches: int, calls: int) -> CallTimes:
             end.record()
     torch.cuda.synchronize()
     latency = [[s.elapsed_time(e) / calls for s, e in per_fn] for per_fn in events]
-    return CallTimes(latency, host, calls)
+    return CallTimes(latency, host, calls, start=IDLE_START)
 
 
 def cpu_calls(kernel_ms: Sequence[Sequence[float]]) -> CallTimes:

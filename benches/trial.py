@@ -329,6 +329,7 @@ def call_fields(kernel: KernelTimes, calls: CallTimes) -> dict[str, Any]:
     out: dict[str, Any] = {
         "kernel_method": kernel.method,
         "latency_calls": calls.calls,
+        **({"latency_start": calls.start} if calls.start else {}),
         "subject_latency_ms": calls.latency_ms[0],
         "subject_host_ms": calls.host_ms[0],
     }

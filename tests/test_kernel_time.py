@@ -20,6 +20,7 @@ import torch
 
 from benches import kernel_time, trial
 from benches.backends.base import prepared
+from benches.kernel_methods import IDLE_START
 from bisector.report.calls import calls_section
 from bisector.runner.launch import _record
 from bisector.search.call_timing import CallFigures, combined, figures, split
@@ -111,6 +112,18 @@ def test_a_host_bound_shape_is_said_with_both_figures() -> None:
     ) in text
     assert "gemm/m8192 is host-bound" not in text and "| gemm/m8192 | " in text
     assert "CUDA graph" in text and "steps tested on kernel time" in text
+
+
+def test_the_latency_sentence_says_how_the_trials_were_timed() -> None:
+    """From the trials' records, not the code at hand: a report re-made from a store measured before
+    latency batches waited for an idle device must not claim they did."""
+    data = demo_range()
+    fig = CallFigures("gemm/decode", data.bad.sha, "cuda_graph", 15.2, 101.0, 98.5, trials=3)
+    idle = dataclasses.replace(fig, latency_start=IDLE_START)
+    assert "each batch begun on an idle device" in "\n".join(calls_section(dataclasses.replace(data, calls=(idle,))))
+    for calls in [(fig,), (idle, dataclasses.replace(fig, shape="gemm/m8192"))]:
+        text = "\n".join(calls_section(dataclasses.replace(data, calls=calls)))
+        assert "begun on an idle device" not in text and "did not record how each batch began" in text
 
 
 def test_latency_batches_are_sized_by_time() -> None:
@@ -293,7 +306,7 @@ def test_cuda_trial_records_the_method_and_latency(tmp_path) -> None:
     for r in out["results"]:
         assert r["status"] == "ok" and r["kernel_method"] in kernel_time.DEVICE_METHODS, r
         assert len(r["subject_latency_ms"]) == 3 and len(r["subject_host_ms"]) == 3 * r["latency_calls"]
-        assert r["latency_ratio"] > 0
+        assert r["latency_ratio"] > 0 and r["latency_start"] == IDLE_START
         # inputs drawn and first calls captured before the device was taken; the check ran
         assert r["precompile"] == "captured" and r["check"] == "done" and r["precompile_s"] > 0, r
 

@@ -6,7 +6,7 @@ per call, the control's beside them, and a plain line for every shape whose call
 
 from __future__ import annotations
 
-from benches.kernel_methods import DEVICE_METHODS, EVENTS
+from benches.kernel_methods import DEVICE_METHODS, EVENTS, IDLE_START
 from bisector.report.data import ReportData
 from bisector.search.call_timing import CallFigures, split
 
@@ -48,13 +48,23 @@ def host_bound_line(f: CallFigures, data: ReportData) -> str:
     )
 
 
+def _batch_words(data: ReportData) -> str:
+    """How the trials' latency batches began, as their records say (not as this code would time them)."""
+    if all(f.latency_start == IDLE_START for f in data.calls if f.latency_us is not None):
+        return "Latency: back-to-back calls, each batch begun on an idle device."
+    return (
+        "Latency: back-to-back calls in batches; these trials did not record how each batch began (timed "
+        "before batches waited for an idle device, a batch's first calls could run behind the other "
+        "function's backlog and read low)."
+    )
+
+
 def calls_section(data: ReportData) -> list[str]:
     if not data.calls:
         return []
     methods = sorted({f.method for f in data.calls})
     latency = (
-        "Latency: back-to-back calls, each batch begun on an idle device. Host: the Python call's own time, "
-        "not synchronized."
+        _batch_words(data) + " Host: the Python call's own time, not synchronized."
         if any(m in (*DEVICE_METHODS, EVENTS) for m in methods)
         else "Latency and host: the kernel's own samples (on the CPU the call is the kernel)."
     )

@@ -129,6 +129,7 @@ _PROTOCOL_EXTRAS = (
     "control_impl",
     "benchmark",
     "latency_calls",
+    "latency_start",
     "kernel_fallback",
     "control_status",
     "control_error",

@@ -50,6 +50,9 @@ class CallFigures:
     control_latency_us: float | None = None
     control_host_us: float | None = None
     trials: int = 0
+    # how the latency batches began, if every trial recorded it: "idle" (benches/kernel_time.py
+    # IDLE_START); "" for trials timed before it was recorded, whose batches began behind the backlog
+    latency_start: str = ""
 
     @property
     def host_bound(self) -> bool:
@@ -97,4 +100,5 @@ def figures(trials: Sequence[TrialRecord], shape: str, sha: str) -> CallFigures 
         _us([median(t.control_latency_ms) for t in ok]),
         _us([median(t.control_host_ms) for t in ok]),
         len(ok),
+        starts.pop() if len(starts := {str(t.protocol.get("latency_start", "")) for t in ok}) == 1 else "",
     )
