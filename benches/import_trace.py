@@ -18,6 +18,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from benches import env_preload
+
 __all__ = ["ImportTrace", "loaded_files", "module_files", "kernel_sources"]
 
 # `loc("/path/file.py":12:0)` in Triton's MLIR: the file a kernel's code came from
@@ -47,11 +49,16 @@ def _relative(path: str, roots: Sequence[Path]) -> str | None:
 
 def module_files() -> list[str]:
     """The `__file__` of every module imported so far (compiled caches pointing at their source)."""
-    out = []
-    for module in list(sys.modules.values()):
+    return list(_module_items().values())
+
+
+def _module_items() -> dict[str, str]:
+    """Module name -> its `__file__` (a compiled cache's pointing at its source), for those with one."""
+    out = {}
+    for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if isinstance(path, str) and path:
-            out.append(path[:-1] if path.endswith(".pyc") else path)
+        if isinstance(name, str) and isinstance(path, str) and path:
+            out[name] = path[:-1] if path.endswith(".pyc") else path
     return out
 
 
@@ -92,19 +99,25 @@ class ImportTrace:
     def __init__(self, source_dirs: Iterable[str], cache_dir: str | None = None) -> None:
         self.roots = [Path(d).resolve() for d in source_dirs if d]
         self.cache = cache_dir if cache_dir is not None else os.environ.get(_CACHE_ENV)
+        self._before = set(sys.modules)  # what the process had imported when the trace began (its preload)
         self._modules: set[str] = set()
         self._kernel_files: set[Path] = set()
         self.files: set[str] = set()
+        self._env_roots = env_preload.env_roots()
+        self.env_modules: set[str] = set()  # imported since it began, from the interpreter's install dirs
 
     def look(self) -> list[str]:
         """The checkout's files loaded so far, relative to their source dir, sorted."""
-        if not self.roots:
-            return []
-        modules = set(module_files()) - self._modules
+        modules = {n: p for n, p in _module_items().items() if n not in self._modules}
         kernels = set(_kernel_files(self.cache)) - self._kernel_files
-        self._modules |= modules
+        self._modules |= set(modules)
         self._kernel_files |= kernels
-        for path in [*modules, *_locations(sorted(kernels))]:
+        for name, path in modules.items():
+            if (rel := _relative(path, self.roots)) is not None:
+                self.files.add(rel)
+            elif name not in self._before and os.path.isabs(path) and env_preload.under(path, self._env_roots):
+                self.env_modules.add(name)
+        for path in _locations(sorted(kernels)):
             if (rel := _relative(path, self.roots)) is not None:
                 self.files.add(rel)
         return sorted(self.files)

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from benches import allocator, backends, first_call, import_trace, layout, machine, suites, telemetry
+from benches import allocator, backends, env_preload, first_call, import_trace, layout, machine, suites, telemetry
 from benches.backends.base import Backend, BackendUnavailable
 from benches.correctness import compare
 from benches.kernel_time import CallTimes, KernelTimes
@@ -517,6 +517,7 @@ def run(
         "phases": phase.spans,
     }
     caches = {k: _cold(os.environ.get(k)) for k in ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR") if k in os.environ}
+    trace = import_trace.ImportTrace(spec.get("source_dirs", []))  # what this trial imports, from here on
     with phase("setup"):
         _save(out_path, output, report)
         with phase("machine"):  # the parts of a setup, timed: what keeps a trial from the device
@@ -565,9 +566,7 @@ def run(
                 torch.cuda.empty_cache()
         return output
 
-    # the checkout's files loaded so far, read before the device is taken: the look after it reads only what is new
-    trace = import_trace.ImportTrace(spec.get("source_dirs", []))
-    with phase("imports"):
+    with phase("imports"):  # read before the device is taken: the look after it reads only what is new
         trace.look()
     with phase("queue"):
         only = gate.acquire().get("shapes")
@@ -631,6 +630,8 @@ def run(
     with phase("imports_after"):
         # the checkout's files this process loaded: the hunk search sets the others aside
         output["protocol"]["imported"] = trace.look()
+        # what it imported from the environment: the bot's zygote imports it once for later trials
+        output["protocol"]["env_imports"] = env_preload.reported(trace.env_modules)
     _save(out_path, output, report)
     return output
 

@@ -272,6 +272,25 @@ def _socket(fd: int) -> socket.socket:
 
 
 RETIRE = b"r"  # the bot's word to a zygote it replaced (bisector/runner/workers.py: ForkSource.renew)
+PRELOAD = b"p"  # followed by a JSON list of module names and a newline: import them (benches/env_preload.py)
+FORK = b"w"  # sent with the new worker's socket (SCM_RIGHTS)
+
+
+def control_words(buf: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The bot's words in `buf`, each (kind, payload), and what is left of a word not yet whole."""
+    words: list[tuple[bytes, bytes]] = []
+    while buf:
+        kind = buf[:1]
+        if kind == PRELOAD:
+            end = buf.find(b"\n")
+            if end < 0:
+                break
+            words.append((kind, buf[1:end]))
+            buf = buf[end + 1 :]
+        else:
+            words.append((kind, b""))
+            buf = buf[1:]
+    return words, buf
 
 
 def zygote(control: socket.socket, started: float, loaded: tuple[float, float], failed: Sequence[str]) -> int:
@@ -279,6 +298,7 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
     control.sendall((json.dumps({"msg": "zygote", "pid": os.getpid(), "preload": list(loaded)}) + "\n").encode())
     children: set[int] = set()
     retired = False  # the bot made a new zygote: fork no more, end once the last child has
+    pending = b""  # a word of the bot's not yet whole
     become_subreaper()
     control.settimeout(0.5)
     while True:
@@ -294,8 +314,12 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
             return 0
         if not data and not fds:
             return 0  # the bot is gone: the fence around us takes the children
-        if RETIRE in data:
-            retired = True
+        words, pending = control_words(pending + data)
+        for kind, payload in words:
+            if kind == RETIRE:
+                retired = True
+            elif kind == PRELOAD:
+                _preload_more(control, payload)
         for fd in fds:
             pid = os.fork()
             if pid == 0:
@@ -317,6 +341,21 @@ def zygote(control: socket.socket, started: float, loaded: tuple[float, float], 
         _reap(control, children)
         if retired and not children:
             return 0
+
+
+def _preload_more(control: socket.socket, payload: bytes) -> None:
+    """Import the environment's modules the bot names (checked, benches/env_preload.py) and say how it went."""
+    from benches import env_preload
+
+    try:
+        names = json.loads(payload)
+    except ValueError:
+        names = []
+    answer = env_preload.zygote_load([str(n) for n in names] if isinstance(names, list) else [])
+    try:
+        control.sendall((json.dumps({"msg": "preloaded", **answer}) + "\n").encode())
+    except OSError:
+        pass
 
 
 def _reap(control: socket.socket, children: set[int]) -> None:

@@ -239,6 +239,10 @@ class Executor:
         # 3-8% slow three times as often (h200-long-range.txt). It costs the release-to-exit time
         # (0.03 s a trial, median).
         self.hold_until_exit = device_kind == "cpu"
+        # On a GPU the modules a trial imported from the environment go to its zygote, imported once
+        # for every later fork (benches/env_preload.py): setups, not the device, kept the real
+        # ranges' device idle. Not on the CPU, whose trials time on the cores their setups would share.
+        self.learn_imports = device_kind != "cpu"
         self.timelines: list[Timeline] = []  # every trial this executor ran, in order of ending
         self._runs: list[_Run] = []
         self._idle: list[Worker] = []
@@ -705,6 +709,9 @@ class Executor:
             # Not a CPU core: the bot's storing would run beside the next trial's timed calls there.
             self._grant(run.device)
         out = run.out
+        names = (out.get("protocol") or {}).get("env_imports") if isinstance(out.get("protocol"), dict) else None
+        if self.learn_imports and isinstance(names, list):
+            self.source.learn([n for n in names if isinstance(n, str)])
         timeline, info = self._ended_info(run, timed_out)
         with self._lock:
             self._runs.remove(run)

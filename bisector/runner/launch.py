@@ -130,6 +130,7 @@ _PROTOCOL_EXTRAS = (
     "benchmark",
     "latency_calls",
     "latency_start",
+    "env_imports",
     "kernel_fallback",
     "control_status",
     "control_error",

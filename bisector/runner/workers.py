@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from benches.worker import RETIRE
+from benches.worker import PRELOAD, RETIRE
 from bisector.errors import BisectorError
 from bisector.isolation import cgroups, sandbox
 from bisector.isolation.fenced import fenced, fenced_in
@@ -160,6 +160,8 @@ class WorkerSource(Protocol):
 
     def on_readable(self, sock: socket.socket, workers: Sequence[Worker]) -> None: ...
 
+    def learn(self, names: Sequence[str]) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -230,6 +232,9 @@ class SpawnSource:
     def on_readable(self, sock: socket.socket, workers: Sequence[Worker]) -> None:
         pass
 
+    def learn(self, names: Sequence[str]) -> None:
+        """Nothing: each worker is a fresh interpreter, with no zygote to import them once."""
+
     def close(self) -> None:
         pass
 
@@ -294,6 +299,9 @@ class ForkSource:
         self._next: _Zygote | None = self._launch() if self._prestart else None  # the next renewal's
         self._retired: list[_Zygote] = []  # replaced, still the parent of live workers
         self._ahead: list[Worker] = []  # forked from `_next` ahead of its renewal (`start_next`)
+        self.learned: list[str] = []  # the environment's modules the trials import, asked of every zygote (`learn`)
+        self.refused: dict[str, str] = {}  # names a zygote would not import, and why: never asked again
+        self.preloaded: list[dict[str, Any]] = []  # the zygotes' answers (benches/env_preload.py zygote_load)
 
     @property
     def proc(self) -> subprocess.Popen[bytes]:
@@ -323,7 +331,57 @@ class ForkSource:
             )
         finally:
             theirs.close()
-        return _Zygote(proc, ours, group)
+        z = _Zygote(proc, ours, group)
+        if getattr(self, "learned", None):  # a zygote started after the trials named their imports
+            self._tell(z, self.learned)
+        return z
+
+    def learn(self, names: Sequence[str]) -> None:
+        """The environment's modules a trial imported (its `env_imports`), for every zygote to import
+        once, checked (benches/env_preload.py): later forks start with them. Only names not asked
+        before, up to MAX_LEARNED in all: each trial of a library names the same few."""
+        if "*" in self.refused:
+            return
+        new = [n for n in dict.fromkeys(names) if n not in self.learned and n not in self.refused]
+        new = new[: max(0, MAX_LEARNED - len(self.learned))]
+        if not new:
+            return
+        self.learned += new
+        for z in [self.zygote, *([self._next] if self._next is not None else [])]:
+            self._tell(z, new)
+
+    def _tell(self, z: _Zygote, names: Sequence[str]) -> None:
+        try:
+            z.control.setblocking(True)
+            z.control.sendall(PRELOAD + json.dumps(list(names)).encode() + b"\n")
+        except OSError:
+            pass  # it is gone: a new one is told at its launch
+        finally:
+            z.control.setblocking(False)
+
+    def _answered(self, z: _Zygote, msg: Mapping[str, Any]) -> None:
+        """A zygote's answer to `learn`: names it refused are never asked again; after one whose
+        imports left it unfit to fork from (a thread, the driver), nothing more is asked."""
+        rejected = msg["rejected"] if isinstance(msg.get("rejected"), dict) else {}
+        for name, why in rejected.items():
+            if name in self.learned:
+                self.learned.remove(name)
+            self.refused[str(name)] = str(why)[:200]
+        loaded = [str(n) for n in msg.get("loaded", ()) if isinstance(n, str)]
+        self.preloaded.append({"pid": z.proc.pid, "loaded": loaded, "rejected": dict(self.refused), "s": msg.get("s")})
+        if z is self.zygote and (loaded or rejected):
+            refused = "; ".join(f"{k}: {v}" for k, v in list(rejected.items())[:3])
+            print(
+                f"bisector: trial processes now start with {len(loaded)} more modules their library imports "
+                f"from the environment ({', '.join(loaded[:6])}{', ...' if len(loaded) > 6 else ''}; "
+                f"{msg.get('s')} s once, in the zygote)"
+                + (f"; refused {len(rejected)}: {refused}" if rejected else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+        if msg.get("tainted"):  # its probe child was clean, the zygote not: ask nothing more of any
+            self.learned, self.refused["*"] = [], "a zygote's imports started a thread or loaded the GPU driver"
+            print(f"bisector: warning: {self.refused['*']} after its probe did not", file=sys.stderr, flush=True)
 
     def renew(self, to: int = 0) -> int:
         """A new lineage (numbered `to` at least: lineages no job asked for cost no zygote): workers
@@ -470,6 +528,8 @@ class ForkSource:
                 for worker in workers:
                     if worker.inner == msg["pid"] and worker.root == z.proc.pid:
                         worker.exit_code = int(msg["code"])
+            elif msg.get("msg") == "preloaded":
+                self._answered(z, msg)
         if z.lines.closed and z in self._retired:  # its last worker ended, and so did it
             self._retired.remove(z)
             z.close(1.0)
@@ -482,6 +542,7 @@ class ForkSource:
 
 SOURCES = ("spawn", "fork")
 ZYGOTE_RESTARTS = 2  # a zygote that dies again after this many new ones is an error, with its log
+MAX_LEARNED = 256  # the environment's modules a ForkSource asks its zygotes to import, in all
 
 
 class WorkerStartError(BisectorError):
