@@ -10,7 +10,8 @@ and every later fork starts with it.
 The names come from trials, that is from code under test, so the zygote takes none on trust: a name
 must be a dotted identifier, resolve to a file under this interpreter's own install dirs (never the
 checkout, a JIT cache or the working dir), and import in a forked child (`probe`) without touching the
-device driver (libcuda mapped) or starting a thread, which would break every later fork. Imports
+device driver (a device file opened, libcuda mapped) or starting a Python thread, either of which
+would break every later fork. Imports
 nothing from `bisector`.
 """
 
@@ -24,6 +25,7 @@ import re
 import site
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Iterable, Sequence
 
@@ -84,10 +86,10 @@ def driver_loaded() -> bool:
 
 
 def threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
+    """Python threads alive: one started at import holds whatever it holds when the zygote forks, and
+    its locks stay held in every child. Native pools are not counted: a BLAS library starts its
+    threads when it is loaded and re-arms them in a fork through its own atfork handlers, as torch's DataLoader workers rely on."""
+    return threading.active_count()
 
 
 def check_and_import(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
