@@ -88,7 +88,8 @@ def driver_loaded() -> bool:
 def threads() -> int:
     """Python threads alive: one started at import holds whatever it holds when the zygote forks, and
     its locks stay held in every child. Native pools are not counted: a BLAS library starts its
-    threads when it is loaded and re-arms them in a fork through its own atfork handlers, as torch's DataLoader workers rely on."""
+    threads when it is loaded and re-arms them in a fork through its own atfork handlers (as torch's
+    DataLoader workers rely on)."""
     return threading.active_count()
 
 
