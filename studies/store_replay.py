@@ -49,6 +49,7 @@ class Stored:
     config: str  # relative to the repo root or absolute
     args: tuple[str, ...] = ()
     ends: tuple[str, str] | None = None  # GOOD and BAD of a real upstream (None: the demo's)
+    fixes: bool = False  # replay the reverts measured on the tip too (the store holds their trials)
 
 
 STORES = (
@@ -63,6 +64,14 @@ STORES = (
     ),
     Stored(
         "h200-demo-6shapes-c63c4dc", "studies/results/h200-demo-6shapes-c63c4dc.sqlite.gz", "configs/h200-demo.toml"
+    ),
+    # the H100 demo's decode GEMM alone, latency a metric of its own, its revert measured on the tip
+    Stored(
+        "h100-demo-decode-19dea92",
+        "studies/results/h100-demo-decode-19dea92.sqlite.gz",
+        "configs/h200-demo.toml",
+        ("--shapes", "gemm/decode"),
+        fixes=True,
     ),
 )
 
@@ -179,7 +188,7 @@ def replay(stored: Stored, code: Path, sets: list[tuple[str, str, str]], work: P
             "--report-dir",
             str(work / "report"),
             "--json",
-            "--no-fixes",
+            *(() if stored.fixes else ("--no-fixes",)),
             "--no-hunks",
             *stored.args,
         ],

@@ -56,6 +56,18 @@ def test_the_gpu_demo_store_reports_the_dispatch_plant_as_a_latency_step(gpu: tu
     assert "eager callers +" in report and DISPATCH_PLANT in report
 
 
+def test_a_latency_step_is_found_verified_and_its_revert_restores_it_on_the_tip(tmp_path: Path) -> None:
+    """The H100 demo's decode GEMM alone (default config: kernel time, and latency where host-bound).
+    The dispatch plant is a verified latency step, and its revert, measured side by side on the tip,
+    restores it at the step the search tested latency at (23%: the latency floor). Judged at the
+    kernel time's 6% it read "undecided" at -2.3% [-19.4, +18.5] of the parent."""
+    now = replay(BY_NAME["h100-demo-decode-19dea92"], ROOT, [], tmp_path / "decode")
+    (step,) = [s for s in now["steps"] if s["commit"].startswith(DISPATCH_PLANT)]
+    assert list(step["change_pct"]) == ["gemm/decode:latency"] and step["verified"]
+    (fix,) = [f for f in now["fixes"] if f["commit"].startswith(DISPATCH_PLANT)]
+    assert fix["shapes"]["gemm/decode:latency"]["verdict"] == "restored"
+
+
 def test_a_control_drifting_alone_does_not_move_a_shape_off_its_own_metric_for_good(gpu: tuple[dict, Path]) -> None:
     """The H100 demo's attention is decided on the subject's own speed (its ratio hid the steps on the
     H200); its SDPA control drifted +1.5% over the run. A shape moved to the ratio on an early,
