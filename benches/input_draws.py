@@ -7,8 +7,10 @@ If most of it is the caching allocator's first cudaMalloc of each tensor, memory
 loan (an empty block allocated and freed: kept by the allocator, no kernel) leaves only the fills in it.
 
     python -m benches.input_draws --rows 16384 --cols 4096 --reps 10
+    CUDA_MODULE_LOADING=EAGER python -m benches.input_draws --first
 
-Prints, per way of drawing, the median and spread of the seconds from the first draw to the sync.
+Prints, per way of drawing, the median and spread of the seconds from the first draw to the sync;
+with --first, a fresh process's device open, first and second draws.
 """
 
 from __future__ import annotations
@@ -58,15 +60,35 @@ def measure(rows: int, cols: int, reps: int) -> dict[str, list[float]]:
     return out
 
 
+def first_draws(rows: int, cols: int) -> dict[str, float]:
+    """In this (fresh) process: seconds to open the device, to draw the inputs the first time (each
+    kernel's module loaded at its first launch, with CUDA's lazy loading) and the second, and the
+    device memory the process holds after opening (what an eager module loading would add to)."""
+    start = time.perf_counter()
+    torch.empty(1, device="cuda")
+    torch.cuda.synchronize()
+    opened = time.perf_counter() - start
+    free, total = torch.cuda.mem_get_info()
+    first, made = _timed(lambda: _draw(rows, cols, 1))
+    del made
+    second, made = _timed(lambda: _draw(rows, cols, 2))
+    return {"open_s": opened, "first_draw_s": first, "second_draw_s": second, "used_gib": (total - free) / 2**30}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benches.input_draws")
     parser.add_argument("--rows", type=int, default=16384)
     parser.add_argument("--cols", type=int, default=4096)
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--first", action="store_true", help="time this fresh process's first draws instead")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: benches.input_draws needs a CUDA device")
         return 2
+    if args.first:
+        got = first_draws(args.rows, args.cols)
+        print(" ".join(f"{k}={v:.4f}" for k, v in got.items()))
+        return 0
     for name, xs in measure(args.rows, args.cols, args.reps).items():
         ms = sorted(1e3 * x for x in xs)
         print(f"{name:<9} median {statistics.median(ms):8.2f} ms   min {ms[0]:8.2f}   max {ms[-1]:8.2f}   n={len(ms)}")
