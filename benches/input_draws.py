@@ -71,7 +71,7 @@ def first_draws(rows: int, cols: int) -> dict[str, float]:
     free, total = torch.cuda.mem_get_info()
     first, made = _timed(lambda: _draw(rows, cols, 1))
     del made
-    second, made = _timed(lambda: _draw(rows, cols, 2))
+    second, _ = _timed(lambda: _draw(rows, cols, 2))
     return {"open_s": opened, "first_draw_s": first, "second_draw_s": second, "used_gib": (total - free) / 2**30}
 
 
