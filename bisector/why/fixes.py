@@ -226,9 +226,7 @@ def verify_fixes(
     pools = dict(noise or {})
     results: dict[str, FixResult] = {}
     judged: dict[int, Interaction] = {}  # a group's verdict from its last round
-    # A latency shape is judged at the step its search tested it at (search/latency_floor.py): the
-    # instrument resolves nothing finer, and the H100 demo's revert of its latency plant read
-    # "undecided" at +5.3% [-8.1, +20.7] of the parent against the 6% the suite asks of kernel time.
+    # a latency shape judged at the step its search tested it at (search/latency_floor.py), not finer
     th = replace(config.thresholds, min_steps={**config.thresholds.min_steps, **raised_min_steps(result)})
     # A revert measured on for its group is judged again on the same trials as the group (its parent
     # measured on beside it): its check and its line in the group's table read the same trials.
