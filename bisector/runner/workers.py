@@ -295,13 +295,13 @@ class ForkSource:
         self._spawn = (env, preload, cwd, writable, gpu)
         # a GPU host has cores to spare for the next zygote; two CPU cores time trials
         self._prestart = gpu if prestart is None else prestart
+        self.learned: list[str] = []  # the environment's modules the trials import, asked of every zygote (`learn`)
+        self.refused: dict[str, str] = {}  # names a zygote would not import, and why: never asked again
+        self.preloaded: list[dict[str, Any]] = []  # the zygotes' answers (benches/env_preload.py zygote_load)
         self.zygote = self._launch()
         self._next: _Zygote | None = self._launch() if self._prestart else None  # the next renewal's
         self._retired: list[_Zygote] = []  # replaced, still the parent of live workers
         self._ahead: list[Worker] = []  # forked from `_next` ahead of its renewal (`start_next`)
-        self.learned: list[str] = []  # the environment's modules the trials import, asked of every zygote (`learn`)
-        self.refused: dict[str, str] = {}  # names a zygote would not import, and why: never asked again
-        self.preloaded: list[dict[str, Any]] = []  # the zygotes' answers (benches/env_preload.py zygote_load)
 
     @property
     def proc(self) -> subprocess.Popen[bytes]:
@@ -332,7 +332,7 @@ class ForkSource:
         finally:
             theirs.close()
         z = _Zygote(proc, ours, group)
-        if getattr(self, "learned", None):  # a zygote started after the trials named their imports
+        if self.learned:  # a zygote started after the trials named their imports
             self._tell(z, self.learned)
         return z
 
