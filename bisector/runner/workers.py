@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from benches.worker import PRELOAD, RETIRE
+from benches.worker import FORK, PRELOAD, RETIRE
 from bisector.errors import BisectorError
 from bisector.isolation import cgroups, sandbox
 from bisector.isolation.fenced import fenced, fenced_in
@@ -490,7 +490,7 @@ class ForkSource:
         control = (z or self.zygote).control
         try:
             control.setblocking(True)
-            socket.send_fds(control, [b"w"], [theirs.fileno()])
+            socket.send_fds(control, [FORK], [theirs.fileno()])
         finally:
             control.setblocking(False)
 
