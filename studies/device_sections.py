@@ -64,6 +64,26 @@ def trial_rows(timelines: list) -> list[str]:
     return rows
 
 
+AFTER_PHASES = ("telemetry", "imports_after")  # what a trial does after its release (benches/trial.py)
+
+
+def after_release_rows(timelines: list) -> list[str]:
+    """The medians of what follows a trial's release, which the next trial waits for: its named
+    phases (the import trace was inside "telemetry" before it had a phase of its own) and the rest,
+    its process's exit. On the real ranges this was 0.22-0.47 s a trial, the demo's 0.03 s."""
+    held = [t for t in timelines if t.release is not None and t.ended is not None]
+    if not held:
+        return ["no trial released a device"]
+    spans = [t.span("release", "ended") for t in held]
+    named = {k: [float(t.phases.get(k, 0.0)) for t in held] for k in AFTER_PHASES}
+    rest = [max(0.0, s - sum(named[k][i] for k in AFTER_PHASES)) for i, s in enumerate(spans)]
+    return [
+        f"{len(held)} trials: release to exit, median {statistics.median(spans):.3f} s: "
+        + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in named.items())
+        + f", the rest (the exit) {statistics.median(rest):.3f}"
+    ]
+
+
 PARTS = ("import_s", "jit_s", "other_s")
 
 
@@ -112,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {args.store}: {len(timelines)} trial processes")
     print("\n## later trials (slot > 0)\n" + "\n".join(later.lines()))
     print("\n## first trials of a commit (slot 0)\n" + "\n".join(first.lines()))
+    print("\n## after the release (the next trial waits for it)\n" + "\n".join(after_release_rows(timelines)))
     print(
         "\n## first calls, median seconds per part (import, Triton compile or cache load, the rest)\n"
         + "\n".join(first_call_rows(records))
