@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from benches import env_preload
+from bisector.errors import BadInput
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
 from tests.devices import needs_cuda
+from tests.test_bad_input import CONFIG
 from tests.test_executor import build, config
 
 # stdlib modules neither torch nor the worker's preload imports: the subject below imports them
@@ -122,3 +124,16 @@ def test_an_import_that_initializes_cuda_is_refused(planted: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     done, rejected = json.loads(proc.stdout.strip().splitlines()[-1])
     assert done == ["plain_mod"] and rejected == {"inits_cuda": "its import loaded the GPU driver"}
+
+
+def test_a_config_turns_the_learning_off(tmp_path: Path) -> None:
+    from bisector.config import load
+
+    path = tmp_path / "c.toml"
+    path.write_text(CONFIG.format(repo="/tmp/x") + "[protocol]\nlearn_imports = false\n")
+    assert load(path).protocol.learn_imports is False
+    path.write_text(CONFIG.format(repo="/tmp/x"))
+    assert load(path).protocol.learn_imports is True
+    path.write_text(CONFIG.format(repo="/tmp/x") + '[protocol]\nlearn_imports = "no"\n')
+    with pytest.raises(BadInput, match="learn_imports"):
+        load(path)

@@ -119,6 +119,9 @@ class Protocol:
     workers: str = "fork"
     ahead: int | None = None  # workers kept ready per device (None: from the CPU count; 0 on CPU)
     preload: tuple[str, ...] | None = None  # modules a worker imports before its trial (None: torch, triton)
+    # On a GPU the modules trials import from the environment are imported once by the zygote
+    # (benches/env_preload.py); false: each trial imports them itself, as before.
+    learn_imports: bool = True
     memory_gb: float = 0.0  # a trial's process tree is killed above this (0: half the RAM over the devices)
     max_tasks: int = 8192  # processes and threads of one trial (its cgroup's pids.max, where there is one)
     # New commits the search may need next, built and compiled cold at once while it measures
@@ -398,6 +401,7 @@ _PROTOCOL_KEYS = (
     "max_tasks",
     "prefetch",
     "standby",
+    "learn_imports",
     "split_on_moved",
     "verify_on_open",
     "decision_trials",
@@ -584,6 +588,7 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
         max_tasks=_max_tasks(sec),
         prefetch=sec.non_negative("prefetch", int, None),
         standby=sec.get("standby", bool, True),
+        learn_imports=sec.get("learn_imports", bool, True),
         split_on_moved=sec.get("split_on_moved", bool, True),
         verify_on_open=sec.get("verify_on_open", bool, True),
         decision_trials=sec.non_negative("decision_trials", int, DECISION_TRIALS),

@@ -223,6 +223,7 @@ class Executor:
         memory_bytes: int = 0,
         lock_devices: bool = True,
         prelude: Preludes | None = None,
+        learn_imports: bool = True,
     ) -> None:
         self.source, self.devices, self.kind = source, tuple(devices), device_kind
         # With one device every worker's trial runs there: an idle worker opens it while it waits.
@@ -242,7 +243,7 @@ class Executor:
         # On a GPU the modules a trial imported from the environment go to its zygote, imported once
         # for every later fork (benches/env_preload.py): setups, not the device, kept the real
         # ranges' device idle. Not on the CPU, whose trials time on the cores their setups would share.
-        self.learn_imports = device_kind != "cpu"
+        self.learn_imports = learn_imports and device_kind != "cpu"
         self.timelines: list[Timeline] = []  # every trial this executor ran, in order of ending
         self._runs: list[_Run] = []
         self._idle: list[Worker] = []

@@ -519,6 +519,7 @@ def make_executor(
         memory_bytes=memory_limit(config),
         lock_devices=lock_devices,
         prelude=files.prelude,
+        learn_imports=config.protocol.learn_imports,
     )
 
 
