@@ -57,7 +57,7 @@ for name in ${examples[@]}; do
     case "$name" in
         cpu-demo) remake cpu-demo cpu-demo.toml ;;
         gpu-demo) remake gpu-demo h200-demo.toml --shapes fa/s16384,gemm/m8192,gemm/m54560,gemm/decode ;;
-        gpu-latency) remake gpu-latency h200-demo.toml --shapes gemm/decode --no-fixes --no-hunks ;;
+        gpu-latency) remake gpu-latency h200-demo.toml --shapes gemm/decode --no-hunks ;;
         real-library) echo "remake: real-library: made with its own upstream, see reports/README.md" >&2 ;;
         *) echo "remake: unknown example $name (cpu-demo, gpu-demo, gpu-latency)" >&2; exit 2 ;;
     esac

@@ -68,7 +68,7 @@ STORES = (
     # the H100 demo's decode GEMM alone, latency a metric of its own, its revert measured on the tip
     Stored(
         "h100-demo-decode-19dea92",
-        "studies/results/h100-demo-decode-19dea92.sqlite.gz",
+        "reports/gpu-latency/results.sqlite.gz",
         "configs/h200-demo.toml",
         ("--shapes", "gemm/decode"),
         fixes=True,

@@ -78,7 +78,7 @@ def test_what_follows_a_release_is_named_the_telemetry_apart_from_the_exit(capsy
     root = Path(__file__).parents[1]
     device_sections.main([str(root / "reports/real-library-hunks/results.sqlite.gz")])
     before = capsys.readouterr().out.split("## after the release")[1].splitlines()[1]
-    device_sections.main([str(root / "studies/results/h100-demo-decode-19dea92.sqlite.gz")])
+    device_sections.main([str(root / "reports/gpu-latency/results.sqlite.gz")])
     after = capsys.readouterr().out.split("## after the release")[1].splitlines()[1]
     assert before.startswith("205 trials: release to exit, median 0.466 s: telemetry 0.464")
     assert "imports_after 0.002" in after and float(after.split("median ")[1].split(" s")[0]) < 0.05

@@ -111,7 +111,10 @@ def test_a_host_bound_shape_is_said_with_both_figures() -> None:
         "15.2 µs; an eager caller waits 101 µs a call"
     ) in text
     assert "gemm/m8192 is host-bound" not in text and "| gemm/m8192 | " in text
-    assert "CUDA graph" in text and "steps tested on kernel time" in text
+    assert (
+        "CUDA graph" in text
+        and "steps tested on kernel time, and on call latency too where host-bound (gemm/decode)" in text
+    )
 
 
 def test_the_latency_sentence_says_how_the_trials_were_timed() -> None:

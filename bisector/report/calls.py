@@ -29,15 +29,18 @@ def _where(data: ReportData, sha: str) -> str:
 
 
 def timing_words(data: ReportData) -> str:
-    """Which time each suite's steps were tested on."""
+    """Which time each suite's steps were tested on (and call latency too where a shape is host-bound)."""
     per: dict[str, str] = {}
     for shape in data.shapes:
         per.setdefault(shape.split("/", 1)[0], split(data.metric_of(shape))[1])
     if len(set(per.values())) == 1:
-        return f"steps tested on {'call latency' if next(iter(per.values())) == 'latency' else 'kernel time'}"
-    return "steps tested on " + ", ".join(
-        f"{s}: {'call latency' if t == 'latency' else 'kernel time'}" for s, t in per.items()
-    )
+        words = f"steps tested on {'call latency' if next(iter(per.values())) == 'latency' else 'kernel time'}"
+    else:
+        words = "steps tested on " + ", ".join(
+            f"{s}: {'call latency' if t == 'latency' else 'kernel time'}" for s, t in per.items()
+        )
+    bound = sorted({f.shape for f in data.calls if f.host_bound and per.get(f.shape.split("/", 1)[0]) != "latency"})
+    return words + (f", and on call latency too where host-bound ({', '.join(bound)})" if bound else "")
 
 
 def host_bound_line(f: CallFigures, data: ReportData) -> str:
