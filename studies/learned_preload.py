@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bisector.config import parse
+from bisector.config import Config, parse
 from bisector.model import BuildResult, BuildStatus
 from bisector.runner import make_executor
 from bisector.runner.executor import TrialJob
@@ -34,7 +34,7 @@ from bisector.runner.executor import TrialJob
 SUBJECT = "import importlib\n\nimportlib.import_module({module!r})\n\n\ndef mm(a, b):\n    return a @ b\n"
 
 
-def _config(root: Path, device: str, learn: bool):  # noqa: ANN202 - bisector.config.Config
+def _config(root: Path, device: str, learn: bool) -> Config:
     return parse(
         {
             "name": "learned-preload",
