@@ -11,8 +11,7 @@ The names come from trials, that is from code under test, so the zygote takes no
 must be a dotted identifier, resolve to a file under this interpreter's own install dirs (never the
 checkout, a JIT cache or the working dir), and import in a forked child (`probe`) without touching the
 device driver (a device file opened, libcuda mapped) or starting a Python thread, either of which
-would break every later fork. Imports
-nothing from `bisector`.
+would break every later fork. Imports nothing from `bisector`.
 """
 
 from __future__ import annotations
