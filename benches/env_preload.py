@@ -35,7 +35,8 @@ PROBE_TIMEOUT_S = 120.0
 
 
 def topmost(names: Iterable[str]) -> list[str]:
-    """The names whose parent package is not among them: importing those imports the rest."""
+    """The names whose parent package is not among them. A submodule that importing its parent does
+    not import is named again by a later trial, its parent then preloaded (a second, small round)."""
     have = set(names)
     return sorted(n for n in have if n.rpartition(".")[0] not in have)
 
