@@ -137,3 +137,32 @@ def test_a_config_turns_the_learning_off(tmp_path: Path) -> None:
     path.write_text(CONFIG.format(repo="/tmp/x") + '[protocol]\nlearn_imports = "no"\n')
     with pytest.raises(BadInput, match="learn_imports"):
         load(path)
+
+
+def test_a_zygote_that_dies_after_learning_is_replaced_by_one_not_asked(tmp_path: Path) -> None:
+    """Whatever killed it may be what it was asked to import: its successor starts with the plain
+    preload and nothing more is asked, so one commit's names cannot end the run (ZYGOTE_RESTARTS)."""
+    import os
+    import selectors
+
+    from bisector.runner.workers import ForkSource
+
+    source = ForkSource(dict(os.environ), [], tmp_path)
+    try:
+        source.learn([UNUSED[0]])
+        with selectors.DefaultSelector() as sel:
+            for sock in source.sockets():
+                sel.register(sock, selectors.EVENT_READ)
+            deadline = time.monotonic() + 60
+            while not source.preloaded and time.monotonic() < deadline:
+                for key, _ in sel.select(0.2):
+                    source.on_readable(key.fileobj, [])
+        assert source.preloaded and source.preloaded[0]["loaded"] == [UNUSED[0]]
+        source.proc.kill()
+        source.proc.wait()
+        source.start().kill()
+        assert source.restarts == 1 and source.learned == [] and "*" in source.refused
+        source.learn([UNUSED[1]])
+        assert source.learned == []
+    finally:
+        source.close()

@@ -434,6 +434,8 @@ class ForkSource:
         if code is None:
             self.proc.kill()
             self.proc.wait()
+        if self.learned:  # it may have died of what it was asked to import: its successor is not asked
+            self.learned, self.refused["*"] = [], "a zygote died after it was asked to import the trials' modules"
         self.zygote = self._launch()
 
     def start(self) -> Worker:
