@@ -524,7 +524,9 @@ def test_the_hunk_searches_first_subsets_are_set_up_on_the_parent_ahead(tmp_path
     run_git(repo, "add", "NOTES.md")
     shas.append(commit_file(repo, "kern.py", SLOW_KERNEL.format(extra=30), "kernel: extra work (#902)", 3))
     cfg, outcome = run_with_standbys(tmp_path, repo, shas[0], shas[-1], verify_fixes=False)
-    assert [s.commit for s in outcome.result.steps] == [shas[2]]
+    found = outcome.result
+    # once in a CI run on a busy 2-core machine no step came back: say what the search had instead
+    assert [s.commit for s in found.steps] == [shas[2]], (found.dropped, found.skipped, found.uncertain)
     (finding,) = outcome.report.hunks
     assert finding.alone and finding.hunks[0].startswith("kern.py"), finding
     with Store(tmp_path / "s.sqlite", readonly=True) as store:
