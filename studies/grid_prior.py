@@ -138,17 +138,7 @@ def log_whatif(log: Path, store: Path, final: int, told: Callable[[list[int]], o
     lines = progress_replay.calls(progress_replay.parse(progress_replay.read(log))[0])[0]
     cfg = load(ROOT / "configs" / "h200-demo.toml")
     full = {sha[:7]: sha for sha in order}
-    line = ProgressLine.for_range(
-        len(order),
-        cfg.protocol.trials,
-        order=order,
-        max_trials=cfg.protocol.max_trials,
-        first_look=cfg.protocol.first_look,
-        stages=("fixes", "hunks"),
-        device=cfg.device,
-        console=Console(file=io.StringIO()),
-        live=False,
-    )
+    line = ProgressLine.for_config(cfg, order, ("fixes", "hunks"), console=Console(file=io.StringIO()), live=False)
     assert line.forecast is not None
     forecast = line.forecast = ea.Told(line.forecast.settings, order)
     shown, done = [0] * len(lines), False

@@ -124,17 +124,8 @@ def replay_line(order: list[str], stages: tuple[str, ...]) -> tuple[ProgressLine
     to move time), for the log-replay tests."""
     cfg = demo_config("cuda", Path("demo"))
     out, now = io.StringIO(), [0.0]
-    line = ProgressLine.for_range(
-        len(order),
-        cfg.protocol.trials,
-        order=order,
-        max_trials=cfg.protocol.max_trials,
-        first_look=cfg.protocol.first_look,
-        stages=stages,
-        device=cfg.device,
-        console=Console(file=out, width=400),
-        clock=lambda: now[0],
-        live=False,
+    line = ProgressLine.for_config(
+        cfg, order, stages, console=Console(file=out, width=400), clock=lambda: now[0], live=False
     )
     return line, out, now
 

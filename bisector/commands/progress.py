@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
@@ -31,6 +31,9 @@ from bisector.estimate.forecast import ForecastSettings, SearchForecast
 from bisector.estimate.later_stages import LaterModel, StageTracker, model_for
 from bisector.estimate.outlook import SearchBasis
 from bisector.measure.probe import ProbeEvent
+
+if TYPE_CHECKING:
+    from bisector.config import Config
 
 PLAIN_INTERVAL_S = 5.0
 TRIAL = re.compile(r"trial (\d+)/(\d+)")
@@ -140,6 +143,27 @@ class ProgressLine:
             later=model_for(device),
             max_trials=max_trials or trials_per_commit,
             **kwargs,  # type: ignore[arg-type]
+        )
+
+    @classmethod
+    def for_config(
+        cls,
+        config: Config,
+        order: Sequence[str] | None,
+        stages: tuple[str, ...],
+        n_commits: int | None = None,
+        **kwargs: object,
+    ) -> ProgressLine:
+        """`for_range` on a config's protocol (trials, their cap, the first look) and device kind."""
+        return cls.for_range(
+            len(order or ()) if n_commits is None else n_commits,
+            config.protocol.trials,
+            order=order,
+            max_trials=config.protocol.max_trials,
+            first_look=config.protocol.first_look,
+            stages=stages,
+            device=config.device,
+            **kwargs,
         )
 
     def expect_range(self, n_commits: int) -> None:

@@ -52,15 +52,7 @@ def run_and_print(
     stages = tuple(name for name, on in (("fixes", options.verify_fixes), ("hunks", options.find_hunks)) if on)
     note = StoreNote(Path(options.store or cfg.store or default_path()))
     try:
-        with ProgressLine.for_range(
-            n_commits,
-            cfg.protocol.trials,
-            order=order,
-            max_trials=cfg.protocol.max_trials,
-            first_look=cfg.protocol.first_look,
-            stages=stages,
-            device=cfg.device,
-        ) as progress:
+        with ProgressLine.for_config(cfg, order, stages, n_commits) as progress:
 
             def observe(event: ProbeEvent) -> None:
                 note.update()
