@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benches import env_preload
 
-__all__ = ["ImportTrace", "loaded_files", "module_files", "kernel_sources"]
+__all__ = ["ImportTrace", "loaded_files", "kernel_sources"]
 
 # `loc("/path/file.py":12:0)` in Triton's MLIR: the file a kernel's code came from
 _LOC = re.compile(r'loc\("([^"]+\.py)":\d+')
@@ -45,11 +45,6 @@ def _relative(path: str, roots: Sequence[Path]) -> str | None:
             continue
         return rel.split("site-packages/", 1)[-1]
     return None
-
-
-def module_files() -> list[str]:
-    """The `__file__` of every module imported so far (compiled caches pointing at their source)."""
-    return list(_module_items().values())
 
 
 def _module_items() -> dict[str, str]:

@@ -558,7 +558,7 @@ def run(
             "pid": os.getpid(),
         }
         output["results"] = precompile_only(spec, subjects, control, control_error, staged, phase, warmed)
-        output["protocol"]["imported"] = import_trace.loaded_files(spec.get("source_dirs", []))
+        output["protocol"]["imported"] = trace.look()
         _save(out_path, output, report)
         if staged:  # its inputs and captures unmapped in a brief loan, not beside a timed section at exit
             staged.clear()
