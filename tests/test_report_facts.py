@@ -170,3 +170,18 @@ def test_no_regression_says_there_is_nothing_to_do() -> None:
     data = full_report()
     quiet = replace(data, steps=(), fixes=(), actions=())
     assert summary_lines(quiet) == ["**What to do**: nothing; no verified regression in this range."]
+
+
+def test_a_pair_slower_past_the_step_but_unsure_at_the_cap_asks_for_more_trials() -> None:
+    """A 4x slowdown left unsure at a low trial cap (its interval wholly past the minimum step, its
+    p-value not at the test's level) is not "nothing to do": the summary names it and the cap."""
+    from bisector.search.evidence import UnsurePair
+
+    data = full_report()
+    quiet = replace(data, steps=(), fixes=(), actions=())
+    a, b = data.rows[1].commit, data.rows[2].commit
+    slower = Comparison("gemm/a", Verdict.UNKNOWN, -93.8, (-98.5, -74.0), 0.02, 4, 4)
+    within = Comparison("gemm/b", Verdict.UNKNOWN, -20.0, (-60.0, +30.0), 0.3, 4, 4)
+    (line,) = summary_lines(replace(quiet, unsure=(UnsurePair(a.sha, b.sha, ("gemm/a", "gemm/b"), (slower, within)),)))
+    assert "raise `protocol.max_trials` (now 8)" in line
+    assert f"`{a.short}`" in line and "gemm/a -93.8% [-98.5, -74.0]" in line and "gemm/b" not in line

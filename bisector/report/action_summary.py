@@ -182,11 +182,30 @@ def items(data: ReportData) -> list[Item]:
     return sorted(out, key=lambda item: -item.gain)
 
 
+def _slower_at_cap(data: ReportData) -> list[str]:
+    """The unsure pairs' shapes whose whole interval lies past the minimum step on the slow side:
+    a regression the trial cap stopped short of deciding, which "nothing to do" would hide."""
+    return [
+        f"{commit_ref(p.before, data)}..{commit_ref(p.after, data)} {c.shape} {change(c)}"
+        for p in data.unsure
+        for c in p.comparisons
+        if c.ci95[1] <= -data.min_step(c.shape)
+    ]
+
+
 def summary_lines(data: ReportData) -> list[str]:
     """The opening lines: a heading, one sentence on what was measured, one item per action."""
     if not data.actions:
         if any(s.is_regression for s in data.steps):
             return ["**What to do**: no regression here is verified (see the steps); nothing to revert yet."]
+        slower = _slower_at_cap(data)
+        if slower:
+            return [
+                f"**What to do**: raise `protocol.max_trials` (now {data.protocol.get('max_trials', '?')}) and "
+                f"run again; the store keeps every trial. Nothing is verified, but at the trial cap "
+                f"{'; '.join(slower[:3])}{' and more' if len(slower) > 3 else ''}: slower past the minimum "
+                f"step, not yet at the test's level."
+            ]
         return ["**What to do**: nothing; no verified regression in this range."]
     lines = [
         f"**What to do**, largest gain first: each verified regression's revert, and reverts measured "
