@@ -84,6 +84,40 @@ def after_release_rows(timelines: list) -> list[str]:
     ]
 
 
+LOAN_NAMES = ("staging", "unmap")  # a brief loan's own phase (benches/staging.py `briefly`)
+
+
+def loan_rows(records: list) -> list[str]:
+    """The medians, over the trial processes that took a brief loan in their setup, of the phases
+    inside their loans ("inputs", and its "draw", "prepare" and "control_prepare" where recorded)
+    and of what no phase names there. The loans are device time: on the real ranges 0.09-0.11 s a
+    trial, more than the timed work (setup_loans above)."""
+    seen: dict[object, dict[str, float]] = {}
+    for r in records:
+        proto = getattr(r, "protocol", {}) or {}
+        loans = (proto.get("timeline") or {}).get("briefs") or ()
+        key = proto.get("log_path") or id(r)
+        if not loans or key in seen:
+            continue
+        named: dict[str, float] = {}
+        for name, _, start, end in proto.get("phases") or ():
+            if name in LOAN_NAMES or str(name).startswith("queue_"):
+                continue
+            if any(a <= start and end <= b for a, b in loans):
+                named[name] = named.get(name, 0.0) + (end - start)
+        held = sum(max(0.0, b - a) for a, b in loans)
+        named["loans"] = held
+        named["unnamed"] = max(0.0, held - named.get("inputs", 0.0))
+        seen[key] = named
+    if not seen:
+        return ["no trial took a brief loan (the CPU stages nothing ahead)"]
+    names = sorted({k for parts in seen.values() for k in parts}, key=lambda k: (k != "loans", k))
+    return [
+        f"{len(seen)} trials, median s: "
+        + ", ".join(f"{k} {statistics.median(parts.get(k, 0.0) for parts in seen.values()):.4f}" for k in names)
+    ]
+
+
 PARTS = ("import_s", "jit_s", "other_s")
 
 
@@ -133,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## later trials (slot > 0)\n" + "\n".join(later.lines()))
     print("\n## first trials of a commit (slot 0)\n" + "\n".join(first.lines()))
     print("\n## after the release (the next trial waits for it)\n" + "\n".join(after_release_rows(timelines)))
+    print("\n## inside the setup's brief loans (device time: the inputs drawn)\n" + "\n".join(loan_rows(records)))
     print(
         "\n## first calls, median seconds per part (import, Triton compile or cache load, the rest)\n"
         + "\n".join(first_call_rows(records))

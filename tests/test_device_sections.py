@@ -82,3 +82,27 @@ def test_what_follows_a_release_is_named_the_telemetry_apart_from_the_exit(capsy
     after = capsys.readouterr().out.split("## after the release")[1].splitlines()[1]
     assert before.startswith("205 trials: release to exit, median 0.466 s: telemetry 0.464")
     assert "imports_after 0.002" in after and float(after.split("median ")[1].split(" s")[0]) < 0.05
+
+
+def test_a_loans_phases_are_named_and_what_none_names_is_the_rest() -> None:
+    """The setup's brief loans are device time (0.09-0.11 s a trial on the real ranges): the phases
+    inside them are named per trial process, a phase outside every loan is not counted in them."""
+    from types import SimpleNamespace
+
+    def trial(log: str, draw: float) -> SimpleNamespace:
+        phases = [
+            ["queue_staging", None, 9.0, 10.0],
+            ["staging", None, 10.0, 10.12],
+            ["inputs", "ln/a", 10.0, 10.1],
+            ["draw", "ln/a", 10.0, 10.0 + draw],
+            ["prepare", "ln/a", 10.0 + draw, 10.1],
+            ["compile", "ln/a", 11.0, 12.0],  # after the loan: the precompile, off the device
+        ]
+        return SimpleNamespace(protocol={"log_path": log, "phases": phases, "timeline": {"briefs": [[10.0, 10.12]]}})
+
+    rows = device_sections.loan_rows([trial("a", 0.08), trial("a", 0.08), trial("b", 0.06)])
+    parts = dict(item.rsplit(" ", 1) for item in rows[0].split("median s: ")[1].split(", "))
+    assert rows[0].startswith("2 trials") and "compile" not in parts and "staging" not in parts
+    assert parts["loans"] == "0.1200" and parts["inputs"] == "0.1000" and parts["draw"] == "0.0700"
+    assert parts["unnamed"] == "0.0200"
+    assert device_sections.loan_rows([SimpleNamespace(protocol={})])[0].startswith("no trial took a brief loan")

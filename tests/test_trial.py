@@ -392,3 +392,34 @@ def test_a_warmed_shape_counts_its_setup_first_calls_in_its_compile() -> None:
     assert trial._cold_at_compile(
         {"TRITON_CACHE_DIR": True}, {}, {"gemm/a": {"precompile": "warmed, given back: captured"}}
     ) == {"TRITON_CACHE_DIR": True}
+
+
+def test_a_shape_staged_in_a_loan_names_its_draw_and_both_prepares_in_order() -> None:
+    """In a setup's brief loan (device time) the inputs' parts are phases of their own: the draw,
+    the subject's prepare and the control's, each ended when its work has (the sync given)."""
+    from benches import backends
+    from benches.staging import Phases, stage_shape
+
+    synced: list[int] = []
+    phase, shape = Phases(), spec()["shapes"][0]
+    subject = backends.subject(spec()["subject"], "cpu")
+    staged = stage_shape(
+        shape,
+        0,
+        spec(),
+        lambda: synced.append(len(phase.spans)),
+        subject,
+        backends.control("torch", "cpu"),
+        None,
+        phase,
+    )
+    assert staged.ctrl is not None and staged.inputs["a"].shape == (32, 64)
+    assert [(name, key) for name, key, _, _ in phase.spans] == [
+        ("draw", "gemm/a"),
+        ("prepare", "gemm/a"),
+        ("control_prepare", "gemm/a"),
+    ]
+    assert all(before[3] <= after[2] for before, after in zip(phase.spans, phase.spans[1:])), "one after another"
+    assert synced == [0, 1, 2, 3], "each part synced before it ends, and the whole once more"
+    unnamed = stage_shape(shape, 0, spec(), lambda: None, subject, None, None)
+    assert unnamed.ctrl is None and not phase.spans[3:], "without a phase clock nothing is recorded"
