@@ -10,7 +10,8 @@ loan (an empty block allocated and freed: kept by the allocator, no kernel) leav
     CUDA_MODULE_LOADING=EAGER python -m benches.input_draws --first
 
 Prints, per way of drawing, the median and spread of the seconds from the first draw to the sync;
-with --first, a fresh process's device open, first and second draws.
+with --first, a fresh process's device open, a host draw and its copy, then first and second draws
+on the device.
 """
 
 from __future__ import annotations
@@ -60,19 +61,39 @@ def measure(rows: int, cols: int, reps: int) -> dict[str, list[float]]:
     return out
 
 
+def _host_draw(rows: int, cols: int, seed: int) -> list[torch.Tensor]:
+    """The same two inputs drawn on the host (pinned, for a copy without a staging pass)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn((rows, cols), generator=g).to(torch.bfloat16).pin_memory() for _ in range(2)]
+
+
 def first_draws(rows: int, cols: int) -> dict[str, float]:
-    """In this (fresh) process: seconds to open the device, to draw the inputs the first time (each
-    kernel's module loaded at its first launch, with CUDA's lazy loading) and the second, and the
-    device memory the process holds after opening (what an eager module loading would add to)."""
+    """In this (fresh) process: seconds to open the device; to draw the inputs on the host (off the
+    device) and copy them over (`host_copy_s`: a copy launches no kernel, so no module is loaded in
+    it: what a loan would hold if the setup drew there); to draw them on the device the first time
+    (each kernel's module loaded at its first launch, with CUDA's lazy loading) and the second; and
+    the device memory the process holds after opening (what an eager module loading would add to)."""
     start = time.perf_counter()
     torch.empty(1, device="cuda")
     torch.cuda.synchronize()
     opened = time.perf_counter() - start
     free, total = torch.cuda.mem_get_info()
+    start = time.perf_counter()
+    host = _host_draw(rows, cols, 1)
+    host_draw = time.perf_counter() - start
+    copy, copied = _timed(lambda: [t.to("cuda", non_blocking=True) for t in host])
+    del copied
     first, made = _timed(lambda: _draw(rows, cols, 1))
     del made
     second, _ = _timed(lambda: _draw(rows, cols, 2))
-    return {"open_s": opened, "first_draw_s": first, "second_draw_s": second, "used_gib": (total - free) / 2**30}
+    return {
+        "open_s": opened,
+        "host_draw_s": host_draw,
+        "host_copy_s": copy,
+        "first_draw_s": first,
+        "second_draw_s": second,
+        "used_gib": (total - free) / 2**30,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
