@@ -63,7 +63,14 @@ from benches.timing import Clock, device_ratio, flush_bytes, tflops
 from benches.warm_cache import wants_warm, warm_fields
 
 DEFAULT_TOLERANCE = (1e-2, 1e-2)  # a brought suite's shape with no dtype the defaults know
-JIT_ENV = ("TRITON_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR", "FLYDSL_RUNTIME_ENABLE_CACHE", "TRITON_INTERPRET")
+JIT_ENV = (
+    "TRITON_CACHE_DIR",
+    "TRITON_CACHE_AUTOTUNING",
+    "FLYDSL_RUNTIME_CACHE_DIR",
+    "FLYDSL_RUNTIME_ENABLE_CACHE",
+    "TRITON_INTERPRET",
+)
+AUTOTUNE_SUFFIX = ".autotune.json"  # Triton's kept autotune choices (TRITON_CACHE_AUTOTUNING)
 LATENCY_BATCHES = 5  # latency batches per fn and shape (at most `reps`)
 
 
@@ -96,10 +103,20 @@ def _cold(path: str | None) -> bool | None:
     return not p.exists() or not any(p.iterdir())
 
 
+def autotune_choices(cache_dir: str | None) -> int:
+    """How many kept autotune choices the commit's Triton cache held (its own earlier trials'): a
+    later trial that starts with some reuses them instead of tuning under the lock."""
+    if not cache_dir or not os.path.isdir(cache_dir):
+        return 0
+    return sum(1 for _, _, names in os.walk(cache_dir) for n in names if n.endswith(AUTOTUNE_SUFFIX))
+
+
 def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str, caches: Mapping[str, bool | None]) -> dict[str, Any]:
     env = {k: os.environ[k] for k in JIT_ENV if k in os.environ}
     triton = sys.modules.get("triton")
     used = {"triton_cache_dir": str(triton.knobs.cache.dir)} if triton is not None and hasattr(triton, "knobs") else {}
+    if env.get("TRITON_CACHE_AUTOTUNING") == "1":  # as the trial takes the device, before its compile there
+        used["autotune_kept"] = autotune_choices(env.get("TRITON_CACHE_DIR"))
     return {
         "reps": spec["reps"],
         "warmup": spec["warmup"],

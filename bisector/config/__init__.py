@@ -122,6 +122,12 @@ class Protocol:
     # On a GPU the modules trials import from the environment are imported once by the zygote
     # (benches/env_preload.py); false: each trial imports them itself, as before.
     learn_imports: bool = True
+    # On a GPU, Triton's autotune choices are kept in the commit's own JIT cache dir
+    # (TRITON_CACHE_AUTOTUNING=1, with TRITON_CACHE_DIR in `jit_cache_env`): a commit's first trial
+    # tunes cold, its later trials reuse the choice, so their first call needs no benchmark runs under
+    # the lock and can be captured in the setup (a real L2 norm autotuned 31-36 s in every process).
+    # false: every trial tunes again.
+    keep_autotune: bool = True
     memory_gb: float = 0.0  # a trial's process tree is killed above this (0: half the RAM over the devices)
     max_tasks: int = 8192  # processes and threads of one trial (its cgroup's pids.max, where there is one)
     # New commits the search may need next, built and compiled cold at once while it measures
@@ -263,6 +269,9 @@ def executor_problem(kind: str, address: str | None) -> str:
     return ""
 
 
+AUTOTUNE_CACHE = "TRITON_CACHE_AUTOTUNING"  # Triton's autotuner: its choices kept in TRITON_CACHE_DIR
+
+
 @dataclass(frozen=True)
 class Config:
     name: str
@@ -285,6 +294,14 @@ class Config:
     executor: Executor = Executor()
     triggers: Triggers = Triggers()
     sandbox: Sandbox = Sandbox()
+
+    @property
+    def keeps_autotune(self) -> bool:
+        """Whether the bot has Triton keep autotune choices in each commit's JIT cache dir
+        (`Protocol.keep_autotune`): on a GPU, where TRITON_CACHE_DIR is one of its JIT variables."""
+        return (
+            self.protocol.keep_autotune and self.device != "cpu" and "TRITON_CACHE_DIR" in self.protocol.jit_cache_env
+        )
 
     def shape(self, key: str) -> Shape:
         for s in self.shapes:
@@ -402,6 +419,7 @@ _PROTOCOL_KEYS = (
     "prefetch",
     "standby",
     "learn_imports",
+    "keep_autotune",
     "split_on_moved",
     "verify_on_open",
     "decision_trials",
@@ -589,6 +607,7 @@ def _protocol(sec: _Section, suites: tuple[str, ...], shape_keys: tuple[str, ...
         prefetch=sec.non_negative("prefetch", int, None),
         standby=sec.get("standby", bool, True),
         learn_imports=sec.get("learn_imports", bool, True),
+        keep_autotune=sec.get("keep_autotune", bool, True),
         split_on_moved=sec.get("split_on_moved", bool, True),
         verify_on_open=sec.get("verify_on_open", bool, True),
         decision_trials=sec.non_negative("decision_trials", int, DECISION_TRIALS),

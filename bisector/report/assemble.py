@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bisector import gitrepo, portable
-from bisector.config import Config
+from bisector.config import AUTOTUNE_CACHE, Config
 from bisector.measure.time_spent import Throughput
 from bisector.model import BuildResult, BuildStatus, Commit, SearchResult, Step, TrialRecord, TrialStatus
 from bisector.paths import shown
@@ -98,7 +98,7 @@ def report_data(stages: StageResults, run: RunFacts) -> ReportData:
         device=config.device,
         control=config.control,
         machine=machine,
-        protocol=_protocol_shown(config),
+        protocol=_protocol_shown(config, every),
         shapes=keys,
         range_commits=tuple(commits),
         rows=tuple(rows),
@@ -146,15 +146,19 @@ def _by_commit(unpatched: Sequence[TrialRecord], keys: tuple[str, ...]) -> dict[
     return by_sha
 
 
-def _protocol_shown(config: Config) -> dict[str, object]:
-    """The protocol as the report states it: repetitions, trials, the JIT cache variables, the env."""
+def _protocol_shown(config: Config, trials: Sequence[TrialRecord] = ()) -> dict[str, object]:
+    """The protocol as the report states it: repetitions, trials, the JIT cache variables, the env,
+    and whether Triton's autotune choices were kept per commit: set by the bot for this config, and
+    seen in the trials' JIT env (a store's older trials, re-made offline, were not run so)."""
     proto = config.protocol
+    envs: list[Mapping[str, object]] = [e for t in trials if isinstance(e := t.protocol.get("jit_env"), dict)]
     return {
         "reps": proto.reps,
         "warmup": proto.warmup,
         "trials": proto.trials,
         "max_trials": proto.max_trials,
         "jit_cache_env": list(proto.jit_cache_env),
+        "autotune_kept": config.keeps_autotune and bool(envs) and all(e.get(AUTOTUNE_CACHE) == "1" for e in envs),
         **proto.env,
     }
 

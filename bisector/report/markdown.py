@@ -47,6 +47,10 @@ __all__ = [
     "wrong_rows",
 ]
 
+# the cold protocol's JIT cache, where Triton kept its autotune choices per commit (Config.keeps_autotune)
+AUTOTUNE_KEPT = (
+    " (Triton's autotune choices kept in it: a commit's first trial tunes cold, its later trials reuse them)"
+)
 UNSURE_OPEN = 5  # more unsure pairs than this are folded into <details>
 
 
@@ -147,7 +151,8 @@ def header(data: ReportData) -> list[str]:
     lines.append(
         f"Machine: {machine_text(data)}. Control: {data.control}, timed in the same process, "
         f"alternating with the subject. Cold protocol: a fresh process per trial, a JIT cache of each "
-        f"commit's own emptied before its first trial, {proto.get('reps', '?')} timed repetitions after "
+        f"commit's own emptied before its first trial{AUTOTUNE_KEPT if proto.get('autotune_kept') else ''}, "
+        f"{proto.get('reps', '?')} timed repetitions after "
         f"{proto.get('warmup', '?')} warm-up, cache flushed before each, random inputs, output checked "
         f"against the control. TFLOP/s are medians over trials of the per-trial median; steps are "
         f"tested on {metric_words(data.metric)}, one value per trial (minimum step "

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bisector import portable
-from bisector.config import Config
+from bisector.config import AUTOTUNE_CACHE, Config
 from bisector.isolation import sandbox
 from bisector.isolation.cgroups import Limits
 from bisector.isolation.instrument import snapshot, without_bot
@@ -84,9 +84,10 @@ def trial_env(
     config: Config, build: BuildResult, work: Path, device_index: int, first: bool, base: Mapping[str, str]
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     """The variables one trial sets on top of its worker's (and those it unsets): device, JIT dirs."""
-    return device_env(
-        config, device_index, base, prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first)
-    )
+    jit = prepare_jit(work, build.sha, build.patch_hash, config.protocol.jit_cache_env, first)
+    if config.keeps_autotune:  # the choices' key holds the kernel's source: a patched build's tunes again
+        jit[AUTOTUNE_CACHE] = "1"
+    return device_env(config, device_index, base, jit)
 
 
 def device_env(
