@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from bisector.report.data import ReportData
 from bisector.report.figures import commit_ref
 from bisector.why.kernel_diff import speed
+from bisector.why.kernel_diff.autotune import Choice
 from bisector.why.kernel_diff.diff import KernelDiff, StepKernels
 
 __all__ = ["section", "step_lines", "kernel_lines", "comment_text", "LEVEL_NAMES"]
@@ -127,17 +128,43 @@ def kernel_lines(d: KernelDiff, folded_diff: bool = True) -> list[str]:
     return lines + details
 
 
+def _choice(c: Choice | None) -> str:
+    if c is None:
+        return "not tuned"
+    return f"{c.chosen or 'its config'}" + (f" ({c.ms:.4g} ms of {c.configs} timed)" if c.ms is not None else "")
+
+
+def choice_lines(sk: StepKernels) -> list[str]:
+    """The autotuner's changed choices across the step, and how many stayed: a changed choice
+    launches another of the variants both caches hold, which the IR comparison does not show."""
+    if not sk.autotune:
+        return []
+    same = len(sk.autotune) - len(sk.choices_changed)
+    kept = f" ({same} kernel and key pair{'s' if same != 1 else ''} chose the same)" if same else ""
+    if not sk.choices_changed:
+        return [f"The autotuner chose the same configs on both sides{kept}.", ""]
+    return [
+        f"The autotuner chose differently{kept}:",
+        *(f"- `{c.kernel}` key {c.key}: {_choice(c.before)} -> {_choice(c.after)}" for c in sk.choices_changed),
+        "",
+    ]
+
+
 def step_lines(sk: StepKernels, data: ReportData) -> list[str]:
     lines = [f"### {commit_ref(sk.step_commit, data, subject=True)}", ""]
     if sk.note and not sk.kernels:
-        return [*lines, f"Nothing to compare: {sk.note}.", ""]
+        return [*lines, f"Nothing to compare: {sk.note}.", "", *choice_lines(sk)]
     if sk.note:
         lines += [f"Note: {sk.note}.", ""]
     changed = sk.changed
     if not changed:
         lines += [
             "No compiled kernel changed (locations and debug information left out): the step's cause is "
-            "outside the kernels compiled here (launch, host code, a kernel this cache does not hold).",
+            + (
+                "the autotuner's choice below, or outside the kernels compiled here."
+                if sk.choices_changed
+                else "outside the kernels compiled here (launch, host code, a kernel this cache does not hold)."
+            ),
             "",
         ]
     shown: dict[tuple[str, ...], int] = {}
@@ -149,7 +176,7 @@ def step_lines(sk: StepKernels, data: ReportData) -> list[str]:
     same = [d.name for d in sk.kernels if d.status == "unchanged"]
     if same:
         lines += ["Unchanged: " + ", ".join(f"`{n}`" for n in dict.fromkeys(same)) + ".", ""]
-    return lines
+    return lines + choice_lines(sk)
 
 
 def section(data: ReportData) -> list[str]:

@@ -281,6 +281,14 @@ def cause_of(kernels: StepKernels | None, diff: str = "") -> Cause:
     culprit's diff (the hunks that carry it, else the whole commit): one sentence, candidates ranked."""
     commit = kernels.step_commit if kernels else ""
     changed = kernels.changed if kernels else ()
+    chose = kernels.choices_changed if kernels else ()
+    if not changed and chose:  # the same variants compiled, another one launched
+        c = chose[0]
+        was, now = (x.chosen if x else "no choice" for x in (c.before, c.after))
+        more = f" (and {len(chose) - 1} more kernel and key pairs)" if len(chose) > 1 else ""
+        return Cause(
+            commit, f"the autotuner chose another config for `{c.kernel}`: {was} -> {now}{more}.", "autotune", c.kernel
+        )
     if not changed:
         why = (
             kernels.note

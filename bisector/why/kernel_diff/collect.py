@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bisector.model import Step
 from bisector.runner.env import jit_dir
-from bisector.why.kernel_diff import artifacts
+from bisector.why.kernel_diff import artifacts, autotune
 from bisector.why.kernel_diff.artifacts import Kernel
 from bisector.why.kernel_diff.diff import KernelDiff, StepKernels, compare, ir_diff, match, ordered
 
@@ -34,7 +34,8 @@ def keep_commit(work: Path, out: Path, sha: str) -> Path:
     dest = out / KERNELS_DIR / sha[:12]
     src = jit_dir(work, sha)
     if artifacts.find_kernels(src):
-        artifacts.keep(src, dest)
+        artifacts.keep(src, dest)  # replaces dest whole: the choices are kept after it
+        autotune.keep(src, dest)
     return dest
 
 
@@ -98,6 +99,7 @@ def compare_dirs(out: Path, parent: str, culprit: str, others: int = 0) -> StepK
     kernel's whole first-level diff written beside them."""
     before_dir, after_dir = out / KERNELS_DIR / parent[:12], out / KERNELS_DIR / culprit[:12]
     before, after = artifacts.find_kernels(before_dir), artifacts.find_kernels(after_dir)
+    choices = autotune.compare(autotune.kept(before_dir), autotune.kept(after_dir))
     if not before and not after:
         note = (
             f"the JIT caches hold {others} files in no format read here (Triton's `<name>.json` beside its IR)"
@@ -105,14 +107,19 @@ def compare_dirs(out: Path, parent: str, culprit: str, others: int = 0) -> StepK
             else "no compiled artifacts were kept for the parent or the culprit (their JIT caches are gone "
             "or empty, and the report directory holds no copy)"
         )
-        return StepKernels(culprit, parent, note=note)
+        return StepKernels(culprit, parent, note=note, autotune=choices)
     missing = [what for what, ks in (("the parent", before), ("the culprit", after)) if not ks]
     note = f"no compiled artifacts were kept for {' or '.join(missing)}" if missing else ""
     diffs = []
     for i, (b, a, how, variants, changes) in enumerate(match(before, after)):
         diffs.append(_with_file(compare(b, a, how, variants, changes), b, a, out, culprit, i))
     return StepKernels(
-        culprit, parent, ordered(diffs), note, artifacts=f"{KERNELS_DIR}/{parent[:12]}, {KERNELS_DIR}/{culprit[:12]}"
+        culprit,
+        parent,
+        ordered(diffs),
+        note,
+        artifacts=f"{KERNELS_DIR}/{parent[:12]}, {KERNELS_DIR}/{culprit[:12]}",
+        autotune=choices,
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from bisector.why.kernel_diff import artifacts, isa, resources
 from bisector.why.kernel_diff import signature as sigs
 from bisector.why.kernel_diff.artifacts import LEVELS, Kernel
+from bisector.why.kernel_diff.autotune import ChoiceChange
 
 __all__ = [
     "normalize",
@@ -117,6 +118,11 @@ class StepKernels:
     kernels: tuple[KernelDiff, ...] = ()  # every kernel either side compiled, changed ones first
     note: str = ""  # why there is nothing to compare (no artifacts kept, a format not read)
     artifacts: str = ""  # where the kept artifacts are, relative to the report
+    autotune: tuple[ChoiceChange, ...] = ()  # the autotuner's choices either side kept, changed first
+
+    @property
+    def choices_changed(self) -> tuple[ChoiceChange, ...]:
+        return tuple(c for c in self.autotune if c.changed)
 
     @property
     def changed(self) -> tuple[KernelDiff, ...]:
