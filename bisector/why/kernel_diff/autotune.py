@@ -18,13 +18,13 @@ from pathlib import Path
 
 from bisector.isolation.safe_fs import is_real_dir
 from bisector.why.kernel_diff.artifacts import read_text
+from bisector.why.kernel_diff.signature import LAUNCH_OPTIONS
 
 __all__ = ["Choice", "ChoiceChange", "read_dir", "keep", "kept", "compare", "SUFFIX", "KEPT"]
 
 SUFFIX = ".autotune.json"  # Triton's name for a kernel's kept choices
 KEPT = "autotune-choices.json"  # the kept copy beside a commit's kernels in the report
 MAX_FILES = 512  # choices read from one JIT dir at most (a trial writes that dir)
-_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # Config fields besides its kwargs
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,8 @@ class ChoiceChange:
 def _config_text(config: Mapping[str, object]) -> str:
     kwargs = config.get("kwargs")
     parts = [f"{k}={v}" for k, v in sorted(kwargs.items())] if isinstance(kwargs, dict) else []
-    parts += [
-        f"{k}={config[k]}" for k in _OPTIONS if config.get(k) is not None and not (k == "num_ctas" and config[k] == 1)
-    ]
+    shown = [k for k in LAUNCH_OPTIONS if config.get(k) is not None and not (k == "num_ctas" and config[k] == 1)]
+    parts += [f"{k}={config[k]}" for k in shown]
     return ", ".join(parts)
 
 

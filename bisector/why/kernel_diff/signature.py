@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from bisector.why.kernel_diff.artifacts import Kernel
 
 __all__ = [
+    "LAUNCH_OPTIONS",
     "Arg",
     "args",
     "entry_text",
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 # the launch options that make a variant (autotuner configs), as the json names them
-_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 # keys older Triton (or a JIT hook) wrote with the constexpr values of the variant
 _CONSTANT_KEYS = ("constants", "constexprs")
 
@@ -172,7 +173,7 @@ def specialization(kernel: Kernel) -> dict[str, str]:
         consts = kernel.metadata.get(key)
         if isinstance(consts, Mapping):
             out.update({f"`{k}`": f"= {v}" for k, v in consts.items()})
-    for key in _OPTIONS:
+    for key in LAUNCH_OPTIONS:
         if kernel.metadata.get(key) is not None:
             out[key] = str(kernel.metadata[key])
     return out
