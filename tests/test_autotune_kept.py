@@ -24,6 +24,7 @@ from bisector.report.assemble import _protocol_shown
 from bisector.runner.launch import trial_env
 from tests.devices import needs_cuda
 from tests.report_fixtures import full_report
+from tests.test_trial import spec
 
 
 def config(tmp_path: Path, kind: str = "cuda", **protocol: object):
@@ -71,26 +72,13 @@ def test_a_trial_records_the_choices_its_commits_cache_held(tmp_path, monkeypatc
     (cache / "3f2a" / "_l2norm_fwd.autotune.json").write_text("{}")
     (cache / "9c1d").mkdir()
     (cache / "9c1d" / "_l2norm_fwd.ttir").write_text("")
-    spec = {
-        "sha": "f" * 40,
-        "suite": "gemm",
-        "shapes": [{"key": "gemm/a", "suite": "gemm", "name": "a", "params": {"M": 32, "N": 16, "K": 64}}],
-        "subject": {"entry": "benches.kernels.torch_ref:matmul", "adapter": "torch", "layout": "bhsd", "options": {}},
-        "control": "torch",
-        "device": "cpu",
-        "source_dirs": [],
-        "reps": 3,
-        "warmup": 1,
-        "flush_mb": 1,
-        "seed": 5,
-        "tolerances": {},
-    }
+    one = spec(shapes=spec()["shapes"][:1])
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     monkeypatch.setenv(AUTOTUNE_CACHE, "1")
-    out = trial.run(spec, tmp_path / "out.json")
+    out = trial.run(one, tmp_path / "out.json")
     assert out["protocol"]["autotune_kept"] == 1 and out["protocol"]["jit_env"][AUTOTUNE_CACHE] == "1"
     monkeypatch.delenv(AUTOTUNE_CACHE)
-    assert "autotune_kept" not in trial.run(spec, tmp_path / "out2.json")["protocol"]
+    assert "autotune_kept" not in trial.run(one, tmp_path / "out2.json")["protocol"]
 
 
 def test_the_report_says_the_choices_were_kept_only_where_its_trials_ran_so(tmp_path) -> None:

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import triton
 
-from bisector.model import Step
 from bisector.report import markdown
 from bisector.why.cause import cause_of
 from bisector.why.kernel_diff import autotune
 from bisector.why.kernel_diff.collect import KERNELS_DIR, step_kernels
-from tests.test_kernels import FIXTURES, INDEX, _data, _jit_from_fixture
+from tests.test_kernels import FIXTURES, INDEX, _data, _jit_from_fixture, fixture_step
 
 CONFIGS = [triton.Config({"BLOCK": 512}, num_warps=4), triton.Config({"BLOCK": 1024}, num_warps=8, num_stages=2)]
 
@@ -58,15 +57,7 @@ def test_a_changed_choice_is_kept_compared_and_said_in_the_report_and_the_cause(
     write_choice(tmp_path / "outside", "_planted", [1], [0.1, 0.2])
     (planted,) = (tmp_path / "outside").rglob("*.autotune.json")
     os.symlink(planted, culprit_cache / "_planted.autotune.json")
-    step = Step(
-        st["culprit"],
-        st["parent"],
-        ("gemm/m8192",),
-        {"gemm/m8192": -30.0},
-        {"gemm/m8192": (-31, -29)},
-        {"gemm/m8192": 1e-6},
-        pr=145,
-    )
+    step = fixture_step()
     (sk,) = step_kernels(work, out, [step], ["TRITON_CACHE_DIR"])
     assert [(c.kernel, c.changed) for c in sk.autotune] == [("_l2norm_fwd", True), ("_l2norm_bwd", False)]
     fwd = sk.choices_changed[0]

@@ -11,12 +11,11 @@ import re
 import shutil
 from pathlib import Path
 
-from bisector.model import Step
 from bisector.report.kernel_section import kernel_lines, section
 from bisector.why.kernel_diff import artifacts, speed
 from bisector.why.kernel_diff.collect import KERNELS_DIR, step_kernels
 from bisector.why.kernel_diff.diff import diff_kernels, readable
-from tests.test_kernels import FIXTURES, INDEX, _data, _jit_from_fixture
+from tests.test_kernels import FIXTURES, INDEX, _data, _jit_from_fixture, fixture_step
 
 GEMM = INDEX["145"]
 
@@ -90,18 +89,10 @@ def test_variants_are_paired_by_their_specialization_and_the_closest_one_is_chos
 def test_no_row_whose_parent_and_culprit_are_equal(tmp_path: Path) -> None:
     """Every step of the fixtures: each table row differs, no build metadata that never explains
     speed is a row, and the first line of each kernel carries the facts that moved."""
-    for pr, st in INDEX.items():
+    for pr in INDEX:
         shutil.rmtree(tmp_path / KERNELS_DIR, ignore_errors=True)
         shutil.copytree(FIXTURES, tmp_path / KERNELS_DIR)
-        step = Step(
-            st["culprit"],
-            st["parent"],
-            ("gemm/m8192",),
-            {"gemm/m8192": -30.0},
-            {"gemm/m8192": (-31, -29)},
-            {"gemm/m8192": 1e-6},
-            pr=int(pr),
-        )
+        step = fixture_step(pr)
         (sk,) = step_kernels(tmp_path / "work", tmp_path, [step], ["TRITON_CACHE_DIR"])
         md = "\n".join(section(_data(sk, [step])))
         rows = [ln for ln in md.splitlines() if ln.startswith("  | ") and not ln.startswith("  |---")]
@@ -144,15 +135,7 @@ def test_a_resumed_run_without_artifacts_compiles_them_again(tmp_path: Path) -> 
     commits are compiled again (here by restoring what their compile leaves), once each, and compared;
     where the copies exist, or the recompile fails, it is said and nothing is compiled needlessly."""
     work, out = tmp_path / "work", tmp_path / "report"
-    step = Step(
-        GEMM["culprit"],
-        GEMM["parent"],
-        ("gemm/m8192",),
-        {"gemm/m8192": -30.0},
-        {"gemm/m8192": (-31, -29)},
-        {"gemm/m8192": 1e-6},
-        pr=145,
-    )
+    step = fixture_step()
     asked: list[str] = []
 
     def recompile(sha: str) -> str:

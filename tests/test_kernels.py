@@ -37,6 +37,20 @@ def step_diff(pr: int) -> dict[str, KernelDiff]:
     return {d.name: d for d in diff_kernels(before, after)}
 
 
+def fixture_step(pr: str = "145") -> Step:
+    """A fixtures' verified step as the search reports it (#145: num_stages 3 -> 2)."""
+    st = INDEX[pr]
+    return Step(
+        st["culprit"],
+        st["parent"],
+        ("gemm/m8192",),
+        {"gemm/m8192": -30.0},
+        {"gemm/m8192": (-31, -29)},
+        {"gemm/m8192": 1e-6},
+        pr=int(pr),
+    )
+
+
 def changed_rows(d: KernelDiff) -> dict[str, tuple[int, int]]:
     return {k: (b, a) for k, b, a in d.histogram_rows() if b != a}
 
@@ -204,15 +218,7 @@ def test_kept_next_to_the_report_and_read_there_once_the_jit_caches_are_gone(tmp
     work, out = tmp_path / "work", tmp_path / "report"
     for sha in (st["parent"], st["culprit"]):
         _jit_from_fixture(work, sha)
-    step = Step(
-        st["culprit"],
-        st["parent"],
-        ("gemm/m8192",),
-        {"gemm/m8192": -30.0},
-        {"gemm/m8192": (-31, -29)},
-        {"gemm/m8192": 1e-6},
-        pr=145,
-    )
+    step = fixture_step()
     (first,) = step_kernels(work, out, [step], ["TRITON_CACHE_DIR"])
     kept = out / KERNELS_DIR / st["parent"][:12]
     assert any(kept.rglob("_matmul_kernel.ttgir.gz")) and not any(kept.rglob("*.ttgir"))
@@ -256,15 +262,7 @@ def test_report_and_pr_comment_show_it(tmp_path: Path) -> None:
     st = INDEX["145"]
     shutil.copytree(FIXTURES, tmp_path / KERNELS_DIR)
     sk = compare_dirs(tmp_path, st["parent"], st["culprit"])
-    step = Step(
-        st["culprit"],
-        st["parent"],
-        ("gemm/m8192",),
-        {"gemm/m8192": -30.0},
-        {"gemm/m8192": (-31, -29)},
-        {"gemm/m8192": 1e-6},
-        pr=145,
-    )
+    step = fixture_step()
     data = _data(sk, [step])
     md = markdown.render(data)
     section = md.split("## What changed in the compiled kernel", 1)[1]
@@ -295,15 +293,7 @@ def test_fixtures_are_what_the_script_writes(pr: str) -> None:
 def test_one_reason_for_every_step_is_said_once(tmp_path: Path) -> None:
     st = INDEX["145"]
     steps = [
-        Step(
-            st["culprit"],
-            st["parent"],
-            ("gemm/m8192",),
-            {"gemm/m8192": -30.0},
-            {"gemm/m8192": (-31, -29)},
-            {"gemm/m8192": 1e-6},
-            pr=145,
-        ),
+        fixture_step(),
         Step(
             st["parent"],
             st["culprit"],

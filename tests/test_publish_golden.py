@@ -251,21 +251,12 @@ def test_a_forged_improvement_posts_no_status_and_is_labelled(tmp_path: Path) ->
 def test_the_cause_line_comes_from_the_compiled_kernels(tmp_path: Path) -> None:
     """#145 of the H200 demo, its kernels compiled ahead of time (tests/fixtures/kernels): the comment's
     first screen says which compiled kernel changed and what moved in it."""
-    from bisector.model import Step
     from bisector.why.kernel_diff.collect import KERNELS_DIR, compare_dirs
-    from tests.test_kernels import FIXTURES, INDEX, _data
+    from tests.test_kernels import FIXTURES, INDEX, _data, fixture_step
 
     st = INDEX["145"]
     shutil.copytree(FIXTURES, tmp_path / KERNELS_DIR)
-    step = Step(
-        st["culprit"],
-        st["parent"],
-        ("gemm/m8192",),
-        {"gemm/m8192": -30.0},
-        {"gemm/m8192": (-31, -29)},
-        {"gemm/m8192": 1e-6},
-        pr=145,
-    )
+    step = fixture_step()
     data = _data(compare_dirs(tmp_path, st["parent"], st["culprit"]), [step])
     plan = synthetic_plan(data)
     text = messages.culprit_body(plan, plan.culprits[0])
