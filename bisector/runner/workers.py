@@ -253,6 +253,18 @@ class _Zygote:
         self.control.setblocking(False)
         self.lines = Lines(self.control)
 
+    def say(self, word: bytes, fds: Sequence[int] = ()) -> None:
+        """One of the bot's words to the zygote (benches/worker.py `control_words`), sent whole
+        (with `fds` handed over where given); the socket is left non-blocking, as it is read."""
+        try:
+            self.control.setblocking(True)
+            if fds:
+                socket.send_fds(self.control, [word], list(fds))
+            else:
+                self.control.sendall(word)
+        finally:
+            self.control.setblocking(False)
+
     def close(self, wait_s: float = 10.0) -> None:
         try:
             self.control.close()
@@ -352,12 +364,9 @@ class ForkSource:
 
     def _tell(self, z: _Zygote, names: Sequence[str]) -> None:
         try:
-            z.control.setblocking(True)
-            z.control.sendall(PRELOAD + json.dumps(list(names)).encode() + b"\n")
+            z.say(PRELOAD + json.dumps(list(names)).encode() + b"\n")
         except OSError:
             pass  # it is gone: a new one is told at its launch
-        finally:
-            z.control.setblocking(False)
 
     def _answered(self, z: _Zygote, msg: Mapping[str, Any]) -> None:
         """A zygote's answer to `learn`: names it refused are never asked again; after one whose
@@ -400,9 +409,7 @@ class ForkSource:
             for worker in ahead:
                 worker.lineage = self.lineage
         try:
-            old.control.setblocking(True)
-            old.control.sendall(RETIRE)
-            old.control.setblocking(False)
+            old.say(RETIRE)
             self._retired.append(old)
         except OSError:  # it is gone already
             old.close(0.0)
@@ -489,12 +496,7 @@ class ForkSource:
     def _ask(self, theirs: socket.socket, z: _Zygote | None = None) -> None:
         """Ask a zygote (the current one by default) for one fork, handing it the new worker's end
         of a socket pair."""
-        control = (z or self.zygote).control
-        try:
-            control.setblocking(True)
-            socket.send_fds(control, [FORK], [theirs.fileno()])
-        finally:
-            control.setblocking(False)
+        (z or self.zygote).say(FORK, [theirs.fileno()])
 
     def _adopt(self, z: _Zygote, pid: int) -> cgroups.Leaf | None:
         """A cgroup of its own for the worker forked as `pid` (one of the zygote's, never another process)."""
