@@ -63,14 +63,15 @@ from benches.timing import Clock, device_ratio, flush_bytes, tflops
 from benches.warm_cache import wants_warm, warm_fields
 
 DEFAULT_TOLERANCE = (1e-2, 1e-2)  # a brought suite's shape with no dtype the defaults know
+AUTOTUNE_ENV = "TRITON_CACHE_AUTOTUNING"  # set by the bot where it keeps a commit's autotune choices
 JIT_ENV = (
     "TRITON_CACHE_DIR",
-    "TRITON_CACHE_AUTOTUNING",
+    AUTOTUNE_ENV,
     "FLYDSL_RUNTIME_CACHE_DIR",
     "FLYDSL_RUNTIME_ENABLE_CACHE",
     "TRITON_INTERPRET",
 )
-AUTOTUNE_SUFFIX = ".autotune.json"  # Triton's kept autotune choices (TRITON_CACHE_AUTOTUNING)
+AUTOTUNE_SUFFIX = ".autotune.json"  # Triton's name for a kernel's kept choices
 LATENCY_BATCHES = 5  # latency batches per fn and shape (at most `reps`)
 
 
@@ -115,7 +116,7 @@ def protocol(spec: Mapping[str, Any], flush: int, clock_kind: str, caches: Mappi
     env = {k: os.environ[k] for k in JIT_ENV if k in os.environ}
     triton = sys.modules.get("triton")
     used = {"triton_cache_dir": str(triton.knobs.cache.dir)} if triton is not None and hasattr(triton, "knobs") else {}
-    if env.get("TRITON_CACHE_AUTOTUNING") == "1":  # as the trial takes the device, before its compile there
+    if env.get(AUTOTUNE_ENV) == "1":  # as the trial takes the device, before its compile there
         used["autotune_kept"] = autotune_choices(env.get("TRITON_CACHE_DIR"))
     return {
         "reps": spec["reps"],
